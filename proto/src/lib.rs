@@ -1,0 +1,21 @@
+//! Wire types and small shared mechanisms of agentsh.
+//!
+//! Everything the three binaries (`agentsh-shell-shim`, `agentsh-unixwrap`,
+//! `agentsh`) must agree on lives here and only here: the wrap-init request and
+//! response, the seccomp/Landlock configuration handed to unixwrap, the framing
+//! of the notify-fd handoff, the environment variable names, the "already
+//! supervised" marker and the `shim.conf` format.
+//!
+//! The crate stays dependency-light (serde, serde_json, libc) because the shim
+//! links it and the shim runs for every shell in the container.
+
+pub mod env;
+pub mod handoff;
+pub mod marker;
+pub mod shimconf;
+pub mod wire;
+
+pub use wire::{
+    FsAccess, FsRule, LandlockCompat, LandlockConfig, SeccompConfig, WrapInitRequest,
+    WrapInitResponse,
+};

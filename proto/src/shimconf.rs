@@ -1,0 +1,260 @@
+//! `/etc/agentsh/shim.conf`: the shim's only source of settings that could weaken it.
+//!
+//! Format: `key=value` lines, `#` comments, blank lines. Keys:
+//! `shim_install=auto|on|off` (default `auto`), `server=` (API base URL,
+//! default `http://127.0.0.1:18080`), `session=` (default `default`).
+//!
+//! Trust: the file counts only if it is a regular file owned by root and not
+//! writable by group or others. An untrusted or unreadable file is treated as
+//! absent *and* the mode becomes `on` (the shim refuses to be weakened).
+//! A malformed file is an error the shim reports with file, line and the
+//! accepted values; it never guesses.
+
+use std::fmt;
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+
+/// The fixed, compile-time location. No environment variable relocates it.
+pub const SHIM_CONF_PATH: &str = "/etc/agentsh/shim.conf";
+pub const DEFAULT_SERVER: &str = "http://127.0.0.1:18080";
+pub const DEFAULT_SESSION: &str = "default";
+
+/// Install mode, ordered from weakest to strictest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Mode {
+    /// Run the real shell unsupervised.
+    Off,
+    /// Install when possible; fall through (logged) when the server or kernel cannot.
+    Auto,
+    /// Install or refuse to run (exit 126).
+    On,
+}
+
+impl Mode {
+    pub fn parse(s: &str) -> Option<Mode> {
+        match s {
+            "off" => Some(Mode::Off),
+            "auto" => Some(Mode::Auto),
+            "on" => Some(Mode::On),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Off => "off",
+            Mode::Auto => "auto",
+            Mode::On => "on",
+        }
+    }
+
+    /// The stricter of two modes: the environment can only strengthen.
+    pub fn stricter(self, other: Mode) -> Mode {
+        self.max(other)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShimConf {
+    pub mode: Mode,
+    pub server: String,
+    pub session: String,
+}
+
+impl Default for ShimConf {
+    fn default() -> Self {
+        ShimConf {
+            mode: Mode::Auto,
+            server: DEFAULT_SERVER.to_string(),
+            session: DEFAULT_SESSION.to_string(),
+        }
+    }
+}
+
+/// A line of shim.conf that cannot be accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseError {
+    pub line: usize,
+    pub message: String,
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {}: {}", self.line, self.message)
+    }
+}
+
+/// Parses the text of a shim.conf.
+pub fn parse(text: &str) -> Result<ShimConf, ParseError> {
+    let mut conf = ShimConf::default();
+    for (idx, raw) in text.lines().enumerate() {
+        let line = idx + 1;
+        let l = raw.trim();
+        if l.is_empty() || l.starts_with('#') {
+            continue;
+        }
+        let err = |message: String| ParseError { line, message };
+        let (key, value) = l
+            .split_once('=')
+            .ok_or_else(|| err(format!("expected key=value, found {l:?}")))?;
+        let (key, value) = (key.trim(), value.trim());
+        match key {
+            "shim_install" => {
+                conf.mode = Mode::parse(value).ok_or_else(|| {
+                    err(format!(
+                        "shim_install={value:?} is not valid; accepted values: auto, on, off"
+                    ))
+                })?
+            }
+            "server" => {
+                if !(value.starts_with("http://") && value.len() > "http://".len()) {
+                    return Err(err(format!(
+                        "server={value:?} is not valid; expected an http:// base URL such as {DEFAULT_SERVER}"
+                    )));
+                }
+                conf.server = value.trim_end_matches('/').to_string();
+            }
+            "session" => {
+                if value.is_empty()
+                    || !value
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+                {
+                    return Err(err(format!(
+                        "session={value:?} is not valid; accepted: letters, digits, '-', '_', '.'"
+                    )));
+                }
+                conf.session = value.to_string();
+            }
+            other => {
+                return Err(err(format!(
+                    "unknown key {other:?}; accepted keys: shim_install, server, session"
+                )))
+            }
+        }
+    }
+    Ok(conf)
+}
+
+/// What reading shim.conf produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Loaded {
+    /// A trusted file, parsed.
+    Trusted(ShimConf),
+    /// No file: defaults apply.
+    Absent,
+    /// The file exists but cannot be trusted or read; the shim must act as `on`.
+    Untrusted { reason: String },
+    /// A trusted file that does not parse; the shim must refuse to run.
+    Invalid(ParseError),
+}
+
+/// Reads and vets the shim.conf at `path` (the shim passes [`SHIM_CONF_PATH`]).
+pub fn load(path: &str) -> Loaded {
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Loaded::Absent,
+        Err(e) => {
+            return Loaded::Untrusted {
+                reason: format!("{path} cannot be opened: {e}"),
+            }
+        }
+    };
+    // Checked on the open file, so the file vetted is the file read.
+    let meta = match file.metadata() {
+        Ok(m) => m,
+        Err(e) => {
+            return Loaded::Untrusted {
+                reason: format!("{path} cannot be inspected: {e}"),
+            }
+        }
+    };
+    if let Err(reason) = vet(path, meta.is_file(), meta.uid(), meta.mode()) {
+        return Loaded::Untrusted { reason };
+    }
+    let mut text = String::new();
+    if let Err(e) = (&file).take(64 * 1024).read_to_string(&mut text) {
+        return Loaded::Untrusted {
+            reason: format!("{path} cannot be read: {e}"),
+        };
+    }
+    match parse(&text) {
+        Ok(c) => Loaded::Trusted(c),
+        Err(e) => Loaded::Invalid(e),
+    }
+}
+
+fn vet(path: &str, is_file: bool, uid: u32, mode: u32) -> Result<(), String> {
+    if !is_file {
+        return Err(format!("{path} is not a regular file"));
+    }
+    if uid != 0 {
+        return Err(format!("{path} is owned by uid {uid}, not root"));
+    }
+    if mode & 0o022 != 0 {
+        return Err(format!(
+            "{path} is writable by group or others (mode {:o})",
+            mode & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        assert_eq!(parse("").unwrap(), ShimConf::default());
+        assert_eq!(parse("# only a comment\n\n").unwrap(), ShimConf::default());
+    }
+
+    #[test]
+    fn reads_every_key() {
+        let c = parse("shim_install = on\nserver=http://127.0.0.1:9000/\nsession=ci-1\n").unwrap();
+        assert_eq!(c.mode, Mode::On);
+        assert_eq!(c.server, "http://127.0.0.1:9000");
+        assert_eq!(c.session, "ci-1");
+    }
+
+    #[test]
+    fn invalid_mode_names_line_and_accepted_values() {
+        let e = parse("# x\nshim_install=yes\n").unwrap_err();
+        assert_eq!(e.line, 2);
+        assert!(e.message.contains("auto, on, off"), "{}", e.message);
+    }
+
+    #[test]
+    fn unknown_key_and_missing_equals_are_errors() {
+        assert_eq!(parse("shim_instal=off").unwrap_err().line, 1);
+        assert_eq!(parse("\n\nshim_install").unwrap_err().line, 3);
+        assert!(parse("server=https://x").is_err());
+        assert!(parse("session=a/b").is_err());
+    }
+
+    #[test]
+    fn env_can_only_strengthen() {
+        assert_eq!(Mode::On.stricter(Mode::Off), Mode::On);
+        assert_eq!(Mode::Off.stricter(Mode::Auto), Mode::Auto);
+        assert_eq!(Mode::Auto.stricter(Mode::On), Mode::On);
+    }
+
+    #[test]
+    fn vetting_rules() {
+        assert!(vet("f", true, 0, 0o100644).is_ok());
+        assert!(vet("f", true, 0, 0o100664).is_err());
+        assert!(vet("f", true, 0, 0o100646).is_err());
+        assert!(vet("f", true, 1000, 0o100644).is_err());
+        assert!(vet("f", false, 0, 0o040755).is_err());
+    }
+
+    #[test]
+    fn missing_file_is_absent() {
+        assert_eq!(load("/nonexistent/agentsh/shim.conf"), Loaded::Absent);
+    }
+}

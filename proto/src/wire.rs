@@ -1,0 +1,176 @@
+//! The wrap-init exchange and the configuration unixwrap applies.
+//!
+//! JSON field names are snake_case, as in the original agentsh API.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// `POST /api/v1/sessions/{id}/wrap-init` request body, sent by the shim.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WrapInitRequest {
+    /// The shell the shim is about to run (e.g. `/bin/sh`).
+    pub agent_command: String,
+    /// Its arguments after argv[0].
+    #[serde(default)]
+    pub agent_args: Vec<String>,
+    /// The uid the notify socket must accept a connection from.
+    pub caller_uid: u32,
+}
+
+/// `wrap-init` response: everything the shim needs to start unixwrap.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WrapInitResponse {
+    /// Absolute path of `agentsh-unixwrap`. Empty means "no kernel install".
+    pub wrapper_binary: String,
+    /// Unix socket the relay helper hands the notify fd to. Empty means "no kernel install".
+    pub notify_socket: String,
+    /// What unixwrap installs (also present, serialized, in `wrapper_env`).
+    pub seccomp_config: SeccompConfig,
+    /// Extra environment for unixwrap only (it strips every `AGENTSH_*` before exec).
+    #[serde(default)]
+    pub wrapper_env: BTreeMap<String, String>,
+}
+
+/// The filter and Landlock ruleset unixwrap installs before exec'ing the shell.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeccompConfig {
+    /// Format version; unixwrap refuses a version it does not know.
+    pub version: u32,
+    /// Syscall names answered EPERM (the kernel-hardening blocklist).
+    #[serde(default)]
+    pub blocked_syscalls: Vec<String>,
+    /// Ask for SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (Linux >= 5.19) so a
+    /// signal does not re-issue a notification the server already holds.
+    #[serde(default = "default_true")]
+    pub wait_killable: bool,
+    /// Seconds unixwrap waits for the relay's ACK before refusing to run.
+    #[serde(default = "default_ack_timeout")]
+    pub ack_timeout_secs: u32,
+    /// Landlock ruleset; `None` means unixwrap applies no Landlock.
+    #[serde(default)]
+    pub landlock: Option<LandlockConfig>,
+}
+
+/// Current [`SeccompConfig::version`].
+pub const SECCOMP_CONFIG_VERSION: u32 = 1;
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_ack_timeout() -> u32 {
+    10
+}
+
+impl SeccompConfig {
+    /// The blocklist every agentsh tree gets, whatever the policy adds.
+    pub const BASE_BLOCKLIST: &'static [&'static str] = &[
+        "ptrace",
+        "process_vm_writev",
+        "pidfd_getfd",
+        "kexec_load",
+        "kexec_file_load",
+        "init_module",
+        "finit_module",
+        "delete_module",
+        "bpf",
+        "mount",
+        "umount2",
+        "pivot_root",
+        "io_uring_setup",
+        "io_uring_enter",
+        "io_uring_register",
+    ];
+
+    /// The default configuration: base blocklist, no Landlock.
+    pub fn with_base_blocklist() -> Self {
+        SeccompConfig {
+            version: SECCOMP_CONFIG_VERSION,
+            blocked_syscalls: Self::BASE_BLOCKLIST.iter().map(|s| s.to_string()).collect(),
+            wait_killable: true,
+            ack_timeout_secs: default_ack_timeout(),
+            landlock: None,
+        }
+    }
+}
+
+/// What to do when the kernel cannot enforce all of a [`LandlockConfig`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LandlockCompat {
+    /// Enforce what the kernel supports; report what was enforced.
+    BestEffort,
+    /// Refuse to run unless everything is enforced.
+    Required,
+}
+
+/// Filesystem access rights, named after Landlock's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FsAccess {
+    Read,
+    Write,
+    Create,
+    Delete,
+    Execute,
+}
+
+/// Access allowed beneath one path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsRule {
+    pub path: String,
+    pub access: Vec<FsAccess>,
+}
+
+/// The Landlock part of the configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LandlockConfig {
+    pub compat: LandlockCompat,
+    /// Filesystem rights the ruleset handles; anything handled and not
+    /// granted by a rule is denied.
+    #[serde(default)]
+    pub handled_fs: Vec<FsAccess>,
+    #[serde(default)]
+    pub fs_rules: Vec<FsRule>,
+    /// TCP ports the tree may connect to; `None` leaves TCP connect unhandled.
+    #[serde(default)]
+    pub tcp_connect_ports: Option<Vec<u16>>,
+    /// TCP ports the tree may bind; `None` leaves TCP bind unhandled.
+    #[serde(default)]
+    pub tcp_bind_ports: Option<Vec<u16>>,
+    /// Scope signals to the tree (ABI >= 6).
+    #[serde(default)]
+    pub scope_signals: bool,
+    /// Scope abstract unix sockets to the tree (ABI >= 6).
+    #[serde(default)]
+    pub scope_abstract_unix: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrap_init_response_is_snake_case_json() {
+        let r = WrapInitResponse {
+            wrapper_binary: "/usr/bin/agentsh-unixwrap".into(),
+            notify_socket: "/run/agentsh/n.sock".into(),
+            seccomp_config: SeccompConfig::with_base_blocklist(),
+            wrapper_env: BTreeMap::new(),
+        };
+        let v: serde_json::Value = serde_json::to_value(&r).unwrap();
+        assert!(v.get("wrapper_binary").is_some());
+        assert!(v.get("notify_socket").is_some());
+        assert!(v["seccomp_config"]["blocked_syscalls"].is_array());
+        let back: WrapInitResponse = serde_json::from_value(v).unwrap();
+        assert_eq!(back, r);
+    }
+
+    #[test]
+    fn seccomp_config_defaults_fill_missing_fields() {
+        let c: SeccompConfig = serde_json::from_str(r#"{"version":1}"#).unwrap();
+        assert!(c.wait_killable);
+        assert_eq!(c.ack_timeout_secs, 10);
+        assert!(c.landlock.is_none());
+    }
+}
