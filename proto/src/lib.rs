@@ -12,6 +12,7 @@
 pub mod env;
 pub mod handoff;
 pub mod marker;
+pub mod notif;
 pub mod shimconf;
 pub mod wire;
 

@@ -1,0 +1,82 @@
+//! Thin, safe wrappers over the seccomp user-notify ioctls.
+//!
+//! Raw ioctls rather than libseccomp: libseccomp 2.5.4 turns most failures
+//! into ECANCELED, and the supervisor must tell "tracee gone" (ENOENT) from
+//! real errors. Used by the server's supervisor and by the tests' responders.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+/// One notification, as the kernel reported it.
+#[derive(Debug, Clone, Copy)]
+pub struct Notification {
+    pub id: u64,
+    /// The calling *thread's* id (a tid, not necessarily the tgid).
+    pub pid: u32,
+    pub nr: i32,
+    pub arch: u32,
+    pub instruction_pointer: u64,
+    pub args: [u64; 6],
+}
+
+/// Blocks until a notification arrives on `fd`.
+///
+/// # Errors
+/// ENOENT when the tracee died between the kernel queueing the notification
+/// and this read (callers retry); EINTR; ENOTTY/EBADF for a wrong fd.
+pub fn recv(fd: BorrowedFd<'_>) -> io::Result<Notification> {
+    // SAFETY: seccomp_notif is plain data; the kernel requires it zeroed.
+    let mut n: libc::seccomp_notif = unsafe { std::mem::zeroed() };
+    // SAFETY: the pointer is valid for the struct's size, which matches the ioctl's.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_RECV, &mut n) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Notification {
+        id: n.id,
+        pid: n.pid,
+        nr: n.data.nr,
+        arch: n.data.arch,
+        instruction_pointer: n.data.instruction_pointer,
+        args: n.data.args,
+    })
+}
+
+/// Is the notification `id` still pending (its tracee alive and still waiting)?
+pub fn id_valid(fd: BorrowedFd<'_>, id: u64) -> bool {
+    let mut id = id;
+    // SAFETY: the ioctl reads one u64 through a valid pointer.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_ID_VALID, &mut id) };
+    rc == 0
+}
+
+/// Lets the trapped syscall proceed in the kernel.
+///
+/// # Errors
+/// ENOENT when the tracee is gone (nothing to do).
+pub fn respond_continue(fd: BorrowedFd<'_>, id: u64) -> io::Result<()> {
+    send(fd, id, 0, libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32)
+}
+
+/// Fails the trapped syscall with `errno` (positive, e.g. `libc::EACCES`).
+///
+/// # Errors
+/// ENOENT when the tracee is gone (nothing to do).
+pub fn respond_errno(fd: BorrowedFd<'_>, id: u64, errno: i32) -> io::Result<()> {
+    send(fd, id, -errno, 0)
+}
+
+fn send(fd: BorrowedFd<'_>, id: u64, error: i32, flags: u32) -> io::Result<()> {
+    let mut r = libc::seccomp_notif_resp {
+        id,
+        val: 0,
+        error,
+        flags,
+    };
+    // SAFETY: the pointer is valid for the struct's size, which matches the ioctl's.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_SEND, &mut r) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

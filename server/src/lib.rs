@@ -1,0 +1,15 @@
+//! The agentsh server and admin CLI, as a library so tests can drive its parts.
+//!
+//! Where an exec is decided: `intake` takes a notify fd from a relay,
+//! `supervisor` serves its notifications, `tracee` reads the calling process,
+//! `policy` decides (pure), `audit` records, `api` exposes it all over HTTP.
+
+pub mod api;
+pub mod audit;
+pub mod config;
+pub mod intake;
+pub mod policy;
+pub mod session;
+pub mod shim_install;
+pub mod supervisor;
+pub mod tracee;
