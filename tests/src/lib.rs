@@ -1,1 +1,11 @@
-//! Harness for the end-to-end tests.
+//! Harness for the end-to-end tests of agentsh on the real kernel.
+//!
+//! `server` starts a real `agentsh server` on a temporary config and reads its
+//! audit trail; `relay` plays the shim's role without the shim (socketpair,
+//! unixwrap, fd relay); `ns` builds private mount namespaces with the shim over
+//! `/bin/sh`; `sdk` emulates how each sandbox SDK spawns commands.
+
+pub mod ns;
+pub mod relay;
+pub mod sdk;
+pub mod server;
