@@ -1,1 +1,305 @@
-//! TODO
+//! The audit trail: one JSON event per decided exec, and one per wrap-init.
+//!
+//! Sinks: an append-only JSON Lines file, journald (through tracing-journald,
+//! when the journal socket exists) and an in-memory window per session served
+//! by the API. Audit never writes into a command's stdout or stderr.
+//!
+//! Failure modes: if the JSONL file cannot be written the event still reaches
+//! the other sinks and the failure is logged; the exec decision itself does not
+//! change (the decision was made; refusing to record it would not undo it).
+
+use serde::Serialize;
+use std::collections::{HashMap, VecDeque};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::SystemTime;
+
+/// One exec, as decided by the supervisor.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct ExecEvent {
+    pub pid: u32,
+    pub parent_pid: u32,
+    pub depth: u32,
+    pub filename: String,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub resolved: Option<String>,
+    pub argv: Vec<String>,
+    pub truncated: bool,
+    /// What the policy said: allow | deny | audit | approve.
+    pub decision: String,
+    pub rule: String,
+    /// What happened to the syscall: allow | deny.
+    pub effective_action: String,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub message: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub approval_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub approval_outcome: Option<String>,
+}
+
+/// One wrap-init: a shim asked to supervise a new tree.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct WrapInitEvent {
+    pub caller_uid: u32,
+    pub agent_command: String,
+    pub agent_args: Vec<String>,
+    pub notify_socket: String,
+    pub policy: String,
+}
+
+/// One tree whose notify fd the server took over (or refused).
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct HandoffEvent {
+    pub pid: u32,
+    pub accepted: bool,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum EventBody {
+    Execve(ExecEvent),
+    WrapInit(WrapInitEvent),
+    Handoff(HandoffEvent),
+}
+
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct Event {
+    pub id: u64,
+    pub timestamp: String,
+    pub session_id: String,
+    #[serde(flatten)]
+    pub body: EventBody,
+}
+
+/// The audit sinks. Shared by every supervisor thread.
+pub struct AuditLog {
+    next_id: AtomicU64,
+    file: Option<Mutex<File>>,
+    memory: Mutex<HashMap<String, VecDeque<Event>>>,
+    memory_cap: usize,
+    arrived: Condvar,
+}
+
+impl AuditLog {
+    /// Opens (creating) the JSONL file in append mode.
+    ///
+    /// # Errors
+    /// The file or its directory cannot be created or opened.
+    pub fn open(jsonl: &Path, memory_cap: usize) -> std::io::Result<AuditLog> {
+        if let Some(dir) = jsonl.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(jsonl)?;
+        Ok(AuditLog::with_file(Some(file), memory_cap))
+    }
+
+    /// Memory-only log (tests, `policy check`).
+    pub fn in_memory(memory_cap: usize) -> AuditLog {
+        AuditLog::with_file(None, memory_cap)
+    }
+
+    fn with_file(file: Option<File>, memory_cap: usize) -> AuditLog {
+        AuditLog {
+            next_id: AtomicU64::new(1),
+            file: file.map(Mutex::new),
+            memory: Mutex::new(HashMap::new()),
+            memory_cap: memory_cap.max(1),
+            arrived: Condvar::new(),
+        }
+    }
+
+    /// Records one event in every sink; returns it with its id.
+    pub fn record(&self, session_id: &str, body: EventBody) -> Event {
+        let event = Event {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            timestamp: rfc3339_now(),
+            session_id: session_id.to_string(),
+            body,
+        };
+        let line = match serde_json::to_string(&event) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!("audit event {} cannot be serialized: {e}", event.id);
+                return event;
+            }
+        };
+        if let Some(file) = &self.file {
+            let mut f = file.lock().unwrap_or_else(|p| p.into_inner());
+            let mut buf = line.clone().into_bytes();
+            buf.push(b'\n');
+            if let Err(e) = f.write_all(&buf) {
+                tracing::error!("audit JSONL write failed: {e}");
+            }
+        }
+        tracing::info!(target: "agentsh::audit", event = %line, "audit");
+        {
+            let mut mem = self.memory.lock().unwrap_or_else(|p| p.into_inner());
+            let q = mem.entry(event.session_id.clone()).or_default();
+            if q.len() >= self.memory_cap {
+                q.pop_front();
+            }
+            q.push_back(event.clone());
+        }
+        self.arrived.notify_all();
+        event
+    }
+
+    /// Events of a session with an id above `after`, oldest first.
+    pub fn events(&self, session_id: &str, after: u64) -> Vec<Event> {
+        let mem = self.memory.lock().unwrap_or_else(|p| p.into_inner());
+        mem.get(session_id)
+            .map(|q| q.iter().filter(|e| e.id > after).cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Like [`AuditLog::events`], but waits up to `wait` for at least one.
+    pub fn wait_events(
+        &self,
+        session_id: &str,
+        after: u64,
+        wait: std::time::Duration,
+    ) -> Vec<Event> {
+        let deadline = std::time::Instant::now() + wait;
+        let mut mem = self.memory.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            let found: Vec<Event> = mem
+                .get(session_id)
+                .map(|q| q.iter().filter(|e| e.id > after).cloned().collect())
+                .unwrap_or_default();
+            let now = std::time::Instant::now();
+            if !found.is_empty() || now >= deadline {
+                return found;
+            }
+            mem = self
+                .arrived
+                .wait_timeout(mem, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+/// The current UTC time as RFC 3339 with microseconds.
+pub fn rfc3339_now() -> String {
+    let d = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    rfc3339(d.as_secs() as i64, d.subsec_micros())
+}
+
+fn rfc3339(secs: i64, micros: u32) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{micros:06}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day); H. Hinnant's algorithm.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_known_instants() {
+        assert_eq!(rfc3339(0, 0), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(rfc3339(951_782_400, 5), "2000-02-29T00:00:00.000005Z");
+        assert_eq!(rfc3339(1_795_392_000, 0), "2026-11-22T00:00:00.000000Z");
+    }
+
+    fn exec(decision: &str) -> EventBody {
+        EventBody::Execve(ExecEvent {
+            pid: 10,
+            parent_pid: 9,
+            depth: 1,
+            filename: "/usr/bin/curl".into(),
+            resolved: None,
+            argv: vec!["curl".into()],
+            truncated: false,
+            decision: decision.into(),
+            rule: "r".into(),
+            effective_action: decision.into(),
+            message: None,
+            approval_id: None,
+            approval_outcome: None,
+        })
+    }
+
+    #[test]
+    fn events_are_numbered_per_server_and_filtered_per_session() {
+        let log = AuditLog::in_memory(10);
+        let a = log.record("s1", exec("allow"));
+        let b = log.record("s2", exec("deny"));
+        let c = log.record("s1", exec("deny"));
+        assert!(a.id < b.id && b.id < c.id);
+        let s1 = log.events("s1", 0);
+        assert_eq!(s1.len(), 2);
+        assert_eq!(log.events("s1", a.id).len(), 1);
+        assert!(log.events("nope", 0).is_empty());
+    }
+
+    #[test]
+    fn memory_window_is_bounded() {
+        let log = AuditLog::in_memory(3);
+        for _ in 0..5 {
+            log.record("s", exec("allow"));
+        }
+        let ev = log.events("s", 0);
+        assert_eq!(ev.len(), 3);
+        assert_eq!(ev[0].id, 3);
+    }
+
+    #[test]
+    fn jsonl_has_the_documented_fields() {
+        let dir = std::env::temp_dir().join(format!("agentsh-audit-{}", std::process::id()));
+        let path = dir.join("a.jsonl");
+        let log = AuditLog::open(&path, 10).unwrap();
+        log.record("s", exec("deny"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        let v: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        for k in [
+            "id",
+            "timestamp",
+            "type",
+            "session_id",
+            "pid",
+            "parent_pid",
+            "depth",
+            "filename",
+            "argv",
+            "truncated",
+            "decision",
+            "rule",
+            "effective_action",
+        ] {
+            assert!(v.get(k).is_some(), "missing {k} in {v}");
+        }
+        assert_eq!(v["type"], "execve");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

@@ -1,1 +1,235 @@
-//! TODO
+//! Server configuration: YAML, every key optional, defaults embedded.
+//!
+//! A config that cannot be read or parsed is an error at start-up (the server
+//! does not run on a guess). Unknown keys are errors too: a misspelt limit
+//! must not silently fall back to a default.
+
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// The shipped defaults, embedded so `agentsh server` runs with no files.
+pub const EMBEDDED_CONFIG: &str = include_str!("../../etc/agentsh/config.yaml");
+
+/// Documentation of every key, shown by `agentsh server --help`.
+pub const CONFIG_HELP: &str = "\
+CONFIG KEYS (YAML; all optional; defaults shown):
+  server.http.addr                 127.0.0.1:18080   HTTP API address (keep it on loopback)
+  policy                           agent-default     policy name under policies_dir (falls back to
+                                                     the embedded shipped policy), or a YAML path
+  policies_dir                     /etc/agentsh/policies
+  state_dir                        /var/lib/agentsh  notify sockets live in <state_dir>/notify
+  audit.jsonl                      /var/log/agentsh/audit.jsonl   append-only JSON Lines audit log
+  audit.memory_events_per_session  10000             events per session kept for the API
+  wrapper_binary                   \"\"                agentsh-unixwrap path; empty = next to agentsh
+  execve.max_argc                  1000              argv entries read per exec
+  execve.max_argv_bytes            65536             argv bytes read per exec
+  execve.on_truncated              deny              deny | evaluate: what an exec whose argv
+                                                     exceeds the limits gets
+The embedded defaults are printed by `agentsh server --print-config`.";
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub server: ServerSection,
+    pub policy: String,
+    pub policies_dir: PathBuf,
+    pub state_dir: PathBuf,
+    pub audit: AuditSection,
+    pub wrapper_binary: String,
+    pub execve: ExecveSection,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerSection {
+    pub http: HttpSection,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpSection {
+    pub addr: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuditSection {
+    pub jsonl: PathBuf,
+    pub memory_events_per_session: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnTruncated {
+    /// Deny any exec whose argv could not be read whole.
+    Deny,
+    /// Judge the exec on the part that was read (audited as truncated).
+    Evaluate,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExecveSection {
+    pub max_argc: usize,
+    pub max_argv_bytes: usize,
+    pub on_truncated: OnTruncated,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            server: ServerSection::default(),
+            policy: "agent-default".into(),
+            policies_dir: "/etc/agentsh/policies".into(),
+            state_dir: "/var/lib/agentsh".into(),
+            audit: AuditSection::default(),
+            wrapper_binary: String::new(),
+            execve: ExecveSection::default(),
+        }
+    }
+}
+
+impl Default for ServerSection {
+    fn default() -> Self {
+        ServerSection {
+            http: HttpSection::default(),
+        }
+    }
+}
+
+impl Default for HttpSection {
+    fn default() -> Self {
+        HttpSection {
+            addr: "127.0.0.1:18080".into(),
+        }
+    }
+}
+
+impl Default for AuditSection {
+    fn default() -> Self {
+        AuditSection {
+            jsonl: "/var/log/agentsh/audit.jsonl".into(),
+            memory_events_per_session: 10_000,
+        }
+    }
+}
+
+impl Default for ExecveSection {
+    fn default() -> Self {
+        ExecveSection {
+            max_argc: 1000,
+            max_argv_bytes: 65536,
+            on_truncated: OnTruncated::Deny,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid config {origin}: {message}")]
+    Parse { origin: String, message: String },
+}
+
+impl Config {
+    /// Parses config text; `origin` names it in errors.
+    pub fn from_yaml(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let cfg: Config = if text.trim().is_empty() {
+            Config::default()
+        } else {
+            serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Parse {
+                origin: origin.to_string(),
+                message: e.to_string(),
+            })?
+        };
+        cfg.validate().map_err(|message| ConfigError::Parse {
+            origin: origin.to_string(),
+            message,
+        })?;
+        Ok(cfg)
+    }
+
+    /// Loads `path`, or the embedded defaults when `path` is `None`.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        match path {
+            None => Config::from_yaml(EMBEDDED_CONFIG, "embedded defaults"),
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+                    path: p.to_path_buf(),
+                    source,
+                })?;
+                Config::from_yaml(&text, &p.display().to_string())
+            }
+        }
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if self.server.http.addr.parse::<std::net::SocketAddr>().is_err() {
+            return Err(format!(
+                "server.http.addr {:?} is not an address such as 127.0.0.1:18080",
+                self.server.http.addr
+            ));
+        }
+        if self.execve.max_argc == 0 || self.execve.max_argv_bytes == 0 {
+            return Err("execve.max_argc and execve.max_argv_bytes must be above 0".into());
+        }
+        if self.policy.trim().is_empty() {
+            return Err("policy must name a policy or a file".into());
+        }
+        Ok(())
+    }
+
+    /// The unixwrap path handed to shims.
+    pub fn wrapper_binary_path(&self) -> PathBuf {
+        if !self.wrapper_binary.is_empty() {
+            return PathBuf::from(&self.wrapper_binary);
+        }
+        std::env::current_exe()
+            .ok()
+            .and_then(|p| p.parent().map(|d| d.join("agentsh-unixwrap")))
+            .unwrap_or_else(|| PathBuf::from("/usr/bin/agentsh-unixwrap"))
+    }
+
+    pub fn notify_dir(&self) -> PathBuf {
+        self.state_dir.join("notify")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_defaults_parse() {
+        let c = Config::load(None).unwrap();
+        assert_eq!(c.server.http.addr, "127.0.0.1:18080");
+        assert_eq!(c.execve.max_argc, 1000);
+        assert_eq!(c.execve.max_argv_bytes, 65536);
+        assert_eq!(c.execve.on_truncated, OnTruncated::Deny);
+        assert_eq!(c.policy, "agent-default");
+    }
+
+    #[test]
+    fn partial_config_keeps_other_defaults() {
+        let c = Config::from_yaml("execve:\n  max_argc: 5\n", "t").unwrap();
+        assert_eq!(c.execve.max_argc, 5);
+        assert_eq!(c.execve.max_argv_bytes, 65536);
+    }
+
+    #[test]
+    fn unknown_key_is_an_error() {
+        let e = Config::from_yaml("execve:\n  max_arg: 5\n", "t").unwrap_err();
+        assert!(e.to_string().contains("max_arg"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_errors() {
+        assert!(Config::from_yaml("server: {http: {addr: nope}}", "t").is_err());
+        assert!(Config::from_yaml("execve: {on_truncated: maybe}", "t").is_err());
+        assert!(Config::from_yaml("execve: {max_argc: 0}", "t").is_err());
+    }
+}

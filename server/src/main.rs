@@ -1,1 +1,201 @@
-fn main() {}
+//! `agentsh`: the server and its admin CLI.
+
+use agentsh::api::{self, Api};
+use agentsh::audit::AuditLog;
+use agentsh::config::{Config, CONFIG_HELP, EMBEDDED_CONFIG};
+use agentsh::policy::{self, Policy};
+use agentsh::session::Sessions;
+use agentsh::shim_install::{self, ShimCommand};
+use agentsh::supervisor::SupervisorContext;
+use agentsh_proto::SeccompConfig;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+/// agentsh: kernel-enforced policy on every command an AI agent runs.
+#[derive(Debug, Parser)]
+#[command(name = "agentsh", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the server: HTTP API, wrap-init, notify-fd intake, exec supervisor, audit.
+    #[command(after_help = CONFIG_HELP)]
+    Server {
+        /// YAML config file; without it the embedded defaults are used.
+        #[arg(long, value_name = "PATH")]
+        config: Option<PathBuf>,
+        /// Print the embedded default config and exit.
+        #[arg(long)]
+        print_config: bool,
+    },
+    /// Policy tools.
+    Policy {
+        #[command(subcommand)]
+        command: PolicyCommand,
+    },
+    /// Print a session's audit events (JSON Lines) from a running server.
+    Events {
+        /// Session id.
+        #[arg(long, default_value = "default")]
+        session: String,
+        /// Keep printing new events as they arrive.
+        #[arg(long)]
+        follow: bool,
+        /// Server API base URL.
+        #[arg(long, default_value = agentsh_proto::shimconf::DEFAULT_SERVER)]
+        server: String,
+    },
+    /// Install, remove or inspect the shell shim (/bin/sh).
+    Shim {
+        #[command(subcommand)]
+        command: ShimCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum PolicyCommand {
+    /// Validate a policy file; errors name the line and column. Exit 1 if invalid.
+    Check {
+        /// The policy YAML file.
+        file: PathBuf,
+    },
+}
+
+fn init_logging() {
+    use tracing_subscriber::prelude::*;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("AGENTSH_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_target(false);
+    let journald = if std::path::Path::new("/run/systemd/journal/socket").exists() {
+        tracing_journald::layer()
+            .ok()
+            .map(|l| l.with_syslog_identifier("agentsh".into()))
+    } else {
+        None
+    };
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .with(journald)
+        .init();
+}
+
+fn run_server(config: Option<PathBuf>) -> Result<(), String> {
+    init_logging();
+    let config = Config::load(config.as_deref()).map_err(|e| e.to_string())?;
+    let policy = Policy::resolve(&config.policy, &config.policies_dir)
+        .map_err(|e| format!("cannot load policy {:?}: {e}", config.policy))?;
+    let audit = AuditLog::open(&config.audit.jsonl, config.audit.memory_events_per_session)
+        .map_err(|e| {
+            format!(
+                "cannot open audit log {}: {e} (set audit.jsonl in the config)",
+                config.audit.jsonl.display()
+            )
+        })?;
+    let audit = Arc::new(audit);
+    let mut seccomp_config = SeccompConfig::with_base_blocklist();
+    for name in policy.blocked_syscalls() {
+        if !seccomp_config.blocked_syscalls.contains(name) {
+            seccomp_config.blocked_syscalls.push(name.clone());
+        }
+    }
+    let policy_name = policy.name().to_string();
+    let supervisor = Arc::new(SupervisorContext {
+        policy: Arc::new(policy),
+        limits: config.execve.clone(),
+        audit: audit.clone(),
+    });
+    let http = tiny_http::Server::http(&config.server.http.addr).map_err(|e| {
+        format!(
+            "cannot listen on {} (server.http.addr): {e}",
+            config.server.http.addr
+        )
+    })?;
+    tracing::info!(
+        addr = %config.server.http.addr,
+        policy = %policy_name,
+        audit = %config.audit.jsonl.display(),
+        wrapper = %config.wrapper_binary_path().display(),
+        "agentsh server ready"
+    );
+    let api = Arc::new(Api {
+        config,
+        sessions: Sessions::default(),
+        audit,
+        supervisor,
+        seccomp_config,
+        policy_name,
+    });
+    api::serve(api, Arc::new(http));
+    Ok(())
+}
+
+fn print_events(server: &str, session: &str, follow: bool) -> Result<(), String> {
+    let agent = ureq::Agent::new_with_defaults();
+    let mut after = 0u64;
+    loop {
+        let wait = if follow { 30 } else { 0 };
+        let url = format!("{server}/api/v1/sessions/{session}/events?after={after}&wait={wait}");
+        let events: Vec<serde_json::Value> = agent
+            .get(&url)
+            .call()
+            .map_err(|e| format!("cannot reach the agentsh server at {server}: {e}"))?
+            .body_mut()
+            .read_json()
+            .map_err(|e| format!("unexpected answer from {url}: {e}"))?;
+        for ev in &events {
+            println!("{ev}");
+            if let Some(id) = ev.get("id").and_then(|v| v.as_u64()) {
+                after = after.max(id);
+            }
+        }
+        if !follow {
+            return Ok(());
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Server {
+            print_config: true, ..
+        } => {
+            print!("{EMBEDDED_CONFIG}");
+            Ok(())
+        }
+        Command::Server { config, .. } => run_server(config),
+        Command::Policy {
+            command: PolicyCommand::Check { file },
+        } => match policy::check_file(&file) {
+            Ok(summary) => {
+                println!("{summary}");
+                Ok(())
+            }
+            Err(e) => Err(e.to_string()),
+        },
+        Command::Events {
+            session,
+            follow,
+            server,
+        } => print_events(server.trim_end_matches('/'), &session, follow),
+        Command::Shim { command } => {
+            let code = shim_install::run(command);
+            return ExitCode::from(code.clamp(0, 255) as u8);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("agentsh: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
