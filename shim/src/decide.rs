@@ -1,0 +1,293 @@
+//! The shim's decisions as pure functions: which shell, which mode, and what a
+//! failure means. No I/O here, so every row of the ARCHITECTURE decision table
+//! is a unit test.
+
+use agentsh_proto::shimconf::{Loaded, Mode, ShimConf, SHIM_CONF_PATH};
+
+/// Where the installer puts the real shells, under names whose basename is the
+/// shell's own (`sh`, `bash`): `comm` is the basename of the exec'd path, so
+/// `ps` and `pgrep -x sh` see `sh`, not `sh.real`. Each entry is a symlink to
+/// `/bin/<name>.real`. Must match the installer (`agentsh shim install`).
+pub const REAL_SHELL_DIR: &str = "/usr/lib/agentsh/shells";
+
+/// Which real shell the shim stands in for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShellKind {
+    Sh,
+    Bash,
+}
+
+impl ShellKind {
+    /// From argv[0]'s basename; a leading `-` (login shell) is ignored.
+    /// Anything other than `bash` is `sh`: the shim is only ever installed as
+    /// `/bin/sh` or `/bin/bash`, and `sh` is the conservative reading.
+    pub fn from_argv0(argv0: &[u8]) -> ShellKind {
+        let base = match argv0.iter().rposition(|&b| b == b'/') {
+            Some(i) => &argv0[i + 1..],
+            None => argv0,
+        };
+        let base = base.strip_prefix(b"-").unwrap_or(base);
+        match base {
+            b"bash" => ShellKind::Bash,
+            _ => ShellKind::Sh,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ShellKind::Sh => "sh",
+            ShellKind::Bash => "bash",
+        }
+    }
+
+    /// The real shell's comm-preserving path, e.g. `/usr/lib/agentsh/shells/sh`.
+    pub fn real_path(self) -> &'static str {
+        match self {
+            ShellKind::Sh => "/usr/lib/agentsh/shells/sh",
+            ShellKind::Bash => "/usr/lib/agentsh/shells/bash",
+        }
+    }
+
+    /// The public path reported to the server as `agent_command`.
+    pub fn public_path(self) -> &'static str {
+        match self {
+            ShellKind::Sh => "/bin/sh",
+            ShellKind::Bash => "/bin/bash",
+        }
+    }
+}
+
+/// The settings the shim acts on, after vetting shim.conf and the environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    pub mode: Mode,
+    pub server: String,
+    pub session: String,
+    /// One line for stderr when shim.conf was distrusted.
+    pub stderr_note: Option<String>,
+    /// Lines for the diagnostics log (never the command's output).
+    pub log_notes: Vec<String>,
+}
+
+/// shim.conf and `AGENTSH_SHIM_INSTALL` combined; `Err` is an exit-126 hint.
+///
+/// The environment can only make the mode stricter. An unparsable value is read
+/// as `on` (fail closed): a typo must not silently leave a tree unsupervised.
+pub fn settings(loaded: Loaded, env_mode: Option<&[u8]>) -> Result<Settings, String> {
+    let mut log_notes = Vec::new();
+    let (conf, stderr_note) = match loaded {
+        Loaded::Trusted(c) => (c, None),
+        Loaded::Absent => (ShimConf::default(), None),
+        Loaded::Untrusted { reason } => {
+            let c = ShimConf {
+                mode: Mode::On,
+                ..ShimConf::default()
+            };
+            let note = format!(
+                "agentsh-shell-shim: {reason}; ignoring it and acting as shim_install=on (make it root-owned and mode 0644)"
+            );
+            (c, Some(note))
+        }
+        Loaded::Invalid(e) => {
+            return Err(format!(
+                "agentsh-shell-shim: {SHIM_CONF_PATH} line {}: {}; fix the file (see docs/shim.md)",
+                e.line, e.message
+            ))
+        }
+    };
+    let mode = match env_mode {
+        None => conf.mode,
+        Some(v) => match std::str::from_utf8(v).ok().and_then(Mode::parse) {
+            Some(m) => conf.mode.stricter(m),
+            None => {
+                log_notes.push(format!(
+                    "{}={:?} is not one of off, auto, on; acting as on",
+                    agentsh_proto::env::SHIM_INSTALL,
+                    String::from_utf8_lossy(v)
+                ));
+                Mode::On
+            }
+        },
+    };
+    Ok(Settings {
+        mode,
+        server: conf.server,
+        session: conf.session,
+        stderr_note,
+        log_notes,
+    })
+}
+
+/// Why the kernel install could not start. Every variant happens before
+/// anything was installed, so `auto` may still fall through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InstallFailure {
+    /// Connection refused, timeout, DNS, ...
+    Unreachable(String),
+    /// The server answered with a non-2xx status.
+    Status(u16),
+    /// A 2xx answer that is not a usable `WrapInitResponse`.
+    BadResponse(String),
+    /// The server asked for no kernel install (empty `wrapper_binary` or `notify_socket`).
+    NoKernelInstall,
+    /// socketpair/fork of the relay helper failed.
+    Relay(String),
+    /// `wrapper_binary` could not be exec'd.
+    WrapperExec { path: String, error: String },
+}
+
+impl std::fmt::Display for InstallFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InstallFailure::Unreachable(e) => write!(f, "wrap-init unreachable: {e}"),
+            InstallFailure::Status(s) => write!(f, "wrap-init answered HTTP {s}"),
+            InstallFailure::BadResponse(e) => write!(f, "wrap-init answer unusable: {e}"),
+            InstallFailure::NoKernelInstall => {
+                write!(f, "wrap-init returned no wrapper_binary/notify_socket")
+            }
+            InstallFailure::Relay(e) => write!(f, "cannot start the relay helper: {e}"),
+            InstallFailure::WrapperExec { path, error } => write!(f, "cannot run {path}: {error}"),
+        }
+    }
+}
+
+/// What to do after an [`InstallFailure`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FallThrough {
+    /// `auto`: run the real shell unsupervised; the string goes to the log.
+    RunUnsupervised(String),
+    /// `on`: exit 126; the string is the one-line hint for stderr.
+    Refuse(String),
+}
+
+/// The decision table's failure rows.
+pub fn fall_through(mode: Mode, server: &str, failure: &InstallFailure) -> FallThrough {
+    match mode {
+        // `off` never gets this far; if it did, running unsupervised is what it asks for.
+        Mode::Off | Mode::Auto => FallThrough::RunUnsupervised(format!(
+            "{failure}; shim_install=auto: running the shell UNSUPERVISED (server {server})"
+        )),
+        Mode::On => FallThrough::Refuse(format!(
+            "agentsh-shell-shim: {failure}; shim_install=on refuses to run unsupervised: start the agentsh server ({server}) or fix {SHIM_CONF_PATH}"
+        )),
+    }
+}
+
+/// The hint when the real shell is the shim itself.
+pub fn loop_hint(real: &str) -> String {
+    format!(
+        "agentsh-shell-shim: {real} is this shim itself, not a real shell; repair the install with `agentsh shim uninstall` then `agentsh shim install`"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentsh_proto::shimconf::ParseError;
+
+    #[test]
+    fn shell_kind_from_argv0() {
+        for (a, k) in [
+            (&b"sh"[..], ShellKind::Sh),
+            (b"/bin/sh", ShellKind::Sh),
+            (b"-sh", ShellKind::Sh),
+            (b"bash", ShellKind::Bash),
+            (b"-bash", ShellKind::Bash),
+            (b"/usr/bin/bash", ShellKind::Bash),
+            (b"dash", ShellKind::Sh),
+            (b"", ShellKind::Sh),
+            (b"/bin/", ShellKind::Sh),
+            (b"bash/", ShellKind::Sh),
+        ] {
+            assert_eq!(
+                ShellKind::from_argv0(a),
+                k,
+                "{}",
+                String::from_utf8_lossy(a)
+            );
+        }
+    }
+
+    #[test]
+    fn real_paths_keep_the_shell_basename() {
+        for k in [ShellKind::Sh, ShellKind::Bash] {
+            assert_eq!(k.real_path(), format!("{REAL_SHELL_DIR}/{}", k.name()));
+        }
+    }
+
+    fn trusted(mode: Mode) -> Loaded {
+        Loaded::Trusted(ShimConf {
+            mode,
+            ..ShimConf::default()
+        })
+    }
+
+    #[test]
+    fn env_only_strengthens() {
+        let m = |l, e: Option<&str>| settings(l, e.map(str::as_bytes)).unwrap().mode;
+        assert_eq!(m(trusted(Mode::On), Some("off")), Mode::On);
+        assert_eq!(m(trusted(Mode::Auto), Some("off")), Mode::Auto);
+        assert_eq!(m(trusted(Mode::Off), Some("auto")), Mode::Auto);
+        assert_eq!(m(trusted(Mode::Auto), Some("on")), Mode::On);
+        assert_eq!(m(trusted(Mode::Off), None), Mode::Off);
+        assert_eq!(m(Loaded::Absent, None), Mode::Auto);
+    }
+
+    #[test]
+    fn invalid_env_value_fails_closed_and_is_logged() {
+        let s = settings(trusted(Mode::Off), Some(b"yes")).unwrap();
+        assert_eq!(s.mode, Mode::On);
+        assert_eq!(s.log_notes.len(), 1);
+        assert!(s.stderr_note.is_none());
+    }
+
+    #[test]
+    fn untrusted_conf_means_on_with_a_stderr_reason() {
+        let s = settings(
+            Loaded::Untrusted {
+                reason: "/etc/agentsh/shim.conf is writable by group or others (mode 664)".into(),
+            },
+            Some(b"off"),
+        )
+        .unwrap();
+        assert_eq!(s.mode, Mode::On);
+        let note = s.stderr_note.unwrap();
+        assert!(
+            note.contains("writable by group") && !note.contains('\n'),
+            "{note}"
+        );
+        assert_eq!(s.server, agentsh_proto::shimconf::DEFAULT_SERVER);
+    }
+
+    #[test]
+    fn invalid_conf_refuses_naming_file_and_line() {
+        let e = settings(
+            Loaded::Invalid(ParseError {
+                line: 7,
+                message: "shim_install=\"yes\" is not valid; accepted values: auto, on, off".into(),
+            }),
+            None,
+        )
+        .unwrap_err();
+        assert!(e.contains("/etc/agentsh/shim.conf line 7"), "{e}");
+        assert!(e.contains("auto, on, off"), "{e}");
+    }
+
+    #[test]
+    fn failures_fall_through_only_in_auto() {
+        let f = InstallFailure::Status(503);
+        match fall_through(Mode::Auto, "http://x", &f) {
+            FallThrough::RunUnsupervised(m) => assert!(m.contains("503")),
+            other => panic!("{other:?}"),
+        }
+        match fall_through(Mode::On, "http://x", &f) {
+            FallThrough::Refuse(h) => {
+                assert!(
+                    h.starts_with("agentsh-shell-shim: ") && !h.contains('\n'),
+                    "{h}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,308 @@
+//! agentsh-shell-shim: the program installed as `/bin/sh` (and optionally
+//! `/bin/bash`) that puts kernel supervision on every shell an SDK spawns.
+//!
+//! Flow (ARCHITECTURE, "The kernel-install path"): pick the real shell from
+//! argv[0]; if this process already runs under the agentsh filter, exec the
+//! real shell in place with zero server calls; otherwise read the vetted
+//! shim.conf, call wrap-init, fork the relay helper and exec `agentsh-unixwrap`
+//! in place, so the user's shell ends up as this very pid. Every way that can
+//! fail before anything is installed is decided by [`decide::fall_through`]:
+//! `auto` runs the real shell unsupervised and logs it, `on` exits 126 with a
+//! one-line hint on stderr. Diagnostics go to [`log`], never to the command's
+//! output.
+//!
+//! The process state the shell inherits is untouched: the shim changes no
+//! signal disposition or mask (see `main.rs` for SIGPIPE), no fd except the
+//! one socketpair end it hands to unixwrap, no cwd, umask or rlimit.
+
+pub mod decide;
+pub mod log;
+pub mod relay;
+pub mod wrapinit;
+
+use agentsh_proto::shimconf::{self, Mode, SHIM_CONF_PATH};
+use agentsh_proto::{env, marker, WrapInitRequest, WrapInitResponse};
+use decide::{FallThrough, InstallFailure, Settings, ShellKind};
+use std::ffi::{CStr, CString, OsStr};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+
+/// Exit status for "refused to run" (the hint is on stderr).
+pub const EXIT_REFUSED: i32 = 126;
+/// Exit status for "the real shell is missing".
+pub const EXIT_NOT_FOUND: i32 = 127;
+/// Set by the shim for unixwrap: the pid of the relay helper it must reap.
+pub const RELAY_PID_ENV: &str = "AGENTSH_RELAY_PID";
+
+/// Kept in the binary so the installer can recognise any shim version.
+pub static SHIM_MARKER: &[u8] = b"agentsh-shell-shim binary marker v1";
+
+/// The whole shim. Returns only when the shell cannot be run; the value is
+/// the exit status.
+pub fn run(argv: &[&CStr]) -> i32 {
+    std::hint::black_box(SHIM_MARKER.as_ptr());
+    let argv0: &CStr = argv.first().copied().unwrap_or(c"sh");
+    let kind = ShellKind::from_argv0(argv0.to_bytes());
+    let real = kind.real_path();
+    if let Err(code) = check_real_shell(real) {
+        return code;
+    }
+    // Nested shell: the tree is already supervised; a second listener would
+    // fail with EBUSY anyway. No config read, no server call.
+    if marker::already_supervised() {
+        return exec_real(real, argv0, argv);
+    }
+    let env_mode = std::env::var_os(env::SHIM_INSTALL);
+    let loaded = shimconf::load(SHIM_CONF_PATH);
+    let settings = match decide::settings(loaded, env_mode.as_deref().map(OsStrExt::as_bytes)) {
+        Ok(s) => s,
+        Err(hint) => return refuse(&hint),
+    };
+    if let Some(note) = &settings.stderr_note {
+        eprintln!("{note}");
+        log::log(log::Priority::Warning, note);
+    }
+    for note in &settings.log_notes {
+        log::log(log::Priority::Warning, note);
+    }
+    if settings.mode == Mode::Off {
+        return exec_real(real, argv0, argv);
+    }
+    let failure = install(kind, argv0, argv, &settings);
+    match decide::fall_through(settings.mode, &settings.server, &failure) {
+        FallThrough::RunUnsupervised(msg) => {
+            log::log(log::Priority::Warning, &msg);
+            exec_real(real, argv0, argv)
+        }
+        FallThrough::Refuse(hint) => refuse(&hint),
+    }
+}
+
+fn refuse(hint: &str) -> i32 {
+    eprintln!("{hint}");
+    log::log(log::Priority::Warning, hint);
+    EXIT_REFUSED
+}
+
+/// The real shell must exist and must not be this binary (an install that
+/// pointed the real-shell path back at the shim would exec itself forever).
+fn check_real_shell(real: &str) -> Result<(), i32> {
+    let target = match std::fs::metadata(real) {
+        Ok(m) => m,
+        Err(e) => {
+            let hint = format!(
+                "agentsh-shell-shim: the real shell {real} is missing ({e}); check the install with `agentsh shim status`"
+            );
+            eprintln!("{hint}");
+            log::log(log::Priority::Warning, &hint);
+            return Err(EXIT_NOT_FOUND);
+        }
+    };
+    let me = std::fs::metadata("/proc/self/exe").or_else(|_| {
+        // No /proc: the path this process was exec'd with.
+        // SAFETY: getauxval has no preconditions; AT_EXECFN is a NUL-terminated
+        // string in the initial stack, valid for the process' lifetime.
+        let p = unsafe { libc::getauxval(libc::AT_EXECFN) } as *const libc::c_char;
+        if p.is_null() {
+            return Err(std::io::Error::from(std::io::ErrorKind::NotFound));
+        }
+        // SAFETY: see above.
+        let p = unsafe { CStr::from_ptr(p) };
+        std::fs::metadata(OsStr::from_bytes(p.to_bytes()))
+    });
+    if let Ok(me) = me {
+        if me.dev() == target.dev() && me.ino() == target.ino() {
+            let hint = decide::loop_hint(real);
+            eprintln!("{hint}");
+            log::log(log::Priority::Warning, &hint);
+            return Err(EXIT_REFUSED);
+        }
+    }
+    Ok(())
+}
+
+/// execv's the real shell with the original argv (argv[0] verbatim) and the
+/// current environment. Returns only on failure.
+fn exec_real(real: &str, argv0: &CStr, argv: &[&CStr]) -> i32 {
+    let path = CString::new(real).expect("compile-time path has no NUL");
+    let mut ptrs: Vec<*const libc::c_char> = Vec::with_capacity(argv.len() + 2);
+    ptrs.push(argv0.as_ptr());
+    ptrs.extend(argv.iter().skip(1).map(|a| a.as_ptr()));
+    ptrs.push(std::ptr::null());
+    // SAFETY: path and every argv pointer are NUL-terminated strings that
+    // outlive the call; the array is NULL-terminated.
+    unsafe { libc::execv(path.as_ptr(), ptrs.as_ptr()) };
+    let e = std::io::Error::last_os_error();
+    let hint = format!(
+        "agentsh-shell-shim: cannot run the real shell {real}: {e}; check the install with `agentsh shim status`"
+    );
+    eprintln!("{hint}");
+    log::log(log::Priority::Warning, &hint);
+    if e.kind() == std::io::ErrorKind::NotFound {
+        EXIT_NOT_FOUND
+    } else {
+        EXIT_REFUSED
+    }
+}
+
+/// wrap-init, relay, exec unixwrap. Returns only the reason it could not.
+fn install(kind: ShellKind, argv0: &CStr, argv: &[&CStr], settings: &Settings) -> InstallFailure {
+    let req = WrapInitRequest {
+        agent_command: kind.public_path().to_string(),
+        agent_args: argv
+            .iter()
+            .skip(1)
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        // SAFETY: geteuid cannot fail. The relay connects with this euid,
+        // which is what the server's SO_PEERCRED check sees.
+        caller_uid: unsafe { libc::geteuid() },
+    };
+    let resp = match wrapinit::call(&settings.server, &settings.session, &req) {
+        Ok(r) => r,
+        Err(f) => return f,
+    };
+    let wrapper_argv = match wrapper_argv(&resp, kind, argv0, argv, settings.mode) {
+        Ok(a) => a,
+        Err(e) => return InstallFailure::BadResponse(e),
+    };
+    let plan =
+        match relay::RelayPlan::new(&resp.notify_socket, resp.seccomp_config.ack_timeout_secs) {
+            Ok(p) => p,
+            Err(e) => return InstallFailure::BadResponse(e.to_string()),
+        };
+    let relay = match relay::start(&plan) {
+        Ok(r) => r,
+        Err(e) => return InstallFailure::Relay(e.to_string()),
+    };
+    let envp = wrapper_env(&resp, relay.wrapper_fd, relay.pid);
+    let path = match CString::new(resp.wrapper_binary.as_str()) {
+        Ok(p) => p,
+        Err(_) => {
+            relay.abandon();
+            return InstallFailure::BadResponse("NUL in wrapper_binary".into());
+        }
+    };
+    let mut aptrs: Vec<*const libc::c_char> = wrapper_argv.iter().map(|a| a.as_ptr()).collect();
+    aptrs.push(std::ptr::null());
+    let mut eptrs: Vec<*const libc::c_char> = envp.iter().map(|a| a.as_ptr()).collect();
+    eptrs.push(std::ptr::null());
+    // SAFETY: all strings are NUL-terminated and outlive the call; both arrays
+    // are NULL-terminated.
+    unsafe { libc::execve(path.as_ptr(), aptrs.as_ptr(), eptrs.as_ptr()) };
+    let error = std::io::Error::last_os_error().to_string();
+    relay.abandon();
+    InstallFailure::WrapperExec {
+        path: resp.wrapper_binary,
+        error,
+    }
+}
+
+/// `wrapper_binary --argv0=<argv0> [--on-kernel-refusal exec] -- <real shell> <args...>`
+fn wrapper_argv(
+    resp: &WrapInitResponse,
+    kind: ShellKind,
+    argv0: &CStr,
+    argv: &[&CStr],
+    mode: Mode,
+) -> Result<Vec<CString>, String> {
+    let c = |s: &str| CString::new(s).map_err(|_| format!("NUL in {s:?}"));
+    let mut v = vec![c(&resp.wrapper_binary)?];
+    // `--argv0=VALUE` in one word: a login shell's argv[0] starts with '-'.
+    let mut a0 = b"--argv0=".to_vec();
+    a0.extend_from_slice(argv0.to_bytes());
+    v.push(CString::new(a0).map_err(|_| "NUL in argv0".to_string())?);
+    if mode == Mode::Auto {
+        v.push(c("--on-kernel-refusal")?);
+        v.push(c("exec")?);
+    }
+    v.push(c("--")?);
+    v.push(c(kind.real_path())?);
+    v.extend(argv.iter().skip(1).map(|a| CString::from(*a)));
+    Ok(v)
+}
+
+/// The current environment plus `wrapper_env` and the two fd/pid variables.
+fn wrapper_env(resp: &WrapInitResponse, notify_fd: i32, relay_pid: libc::pid_t) -> Vec<CString> {
+    let ours = [
+        (env::NOTIFY_SOCK_FD.to_string(), notify_fd.to_string()),
+        (RELAY_PID_ENV.to_string(), relay_pid.to_string()),
+    ];
+    let set: Vec<(&str, &str)> = resp
+        .wrapper_env
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .chain(ours.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .collect();
+    let mut out = Vec::new();
+    for (k, v) in std::env::vars_os() {
+        if set.iter().any(|(sk, _)| sk.as_bytes() == k.as_bytes()) {
+            continue;
+        }
+        let mut kv = k.as_bytes().to_vec();
+        kv.push(b'=');
+        kv.extend_from_slice(v.as_bytes());
+        if let Ok(c) = CString::new(kv) {
+            out.push(c);
+        }
+    }
+    for (k, v) in set {
+        if let Ok(c) = CString::new(format!("{k}={v}")) {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentsh_proto::SeccompConfig;
+
+    fn resp() -> WrapInitResponse {
+        WrapInitResponse {
+            wrapper_binary: "/usr/lib/agentsh/agentsh-unixwrap".into(),
+            notify_socket: "/run/agentsh/n.sock".into(),
+            seccomp_config: SeccompConfig::with_base_blocklist(),
+            wrapper_env: [("AGENTSH_SECCOMP_CONFIG".to_string(), "{}".to_string())].into(),
+        }
+    }
+
+    #[test]
+    fn wrapper_argv_keeps_argv0_and_args_verbatim() {
+        let args = [c"-bash", c"-c", c"echo $$"];
+        let v = wrapper_argv(&resp(), ShellKind::Bash, args[0], &args, Mode::Auto).unwrap();
+        let v: Vec<&str> = v.iter().map(|c| c.to_str().unwrap()).collect();
+        assert_eq!(
+            v,
+            [
+                "/usr/lib/agentsh/agentsh-unixwrap",
+                "--argv0=-bash",
+                "--on-kernel-refusal",
+                "exec",
+                "--",
+                "/usr/lib/agentsh/shells/bash",
+                "-c",
+                "echo $$"
+            ]
+        );
+        let v = wrapper_argv(&resp(), ShellKind::Sh, c"sh", &[c"sh"], Mode::On).unwrap();
+        assert!(!v.iter().any(|c| c.to_bytes() == b"--on-kernel-refusal"));
+    }
+
+    #[test]
+    fn wrapper_env_carries_fd_pid_and_server_env() {
+        let e = wrapper_env(&resp(), 3, 4242);
+        let has = |s: &str| e.iter().any(|c| c.to_bytes() == s.as_bytes());
+        assert!(has("AGENTSH_NOTIFY_SOCK_FD=3"));
+        assert!(has("AGENTSH_RELAY_PID=4242"));
+        assert!(has("AGENTSH_SECCOMP_CONFIG={}"));
+    }
+
+    #[test]
+    fn marker_is_in_the_binary_text() {
+        assert!(std::str::from_utf8(SHIM_MARKER)
+            .unwrap()
+            .starts_with("agentsh-shell-shim"));
+    }
+}

@@ -1,0 +1,305 @@
+//! The relay helper: carries the notify fd from unixwrap to the server.
+//!
+//! The shim forks it *before* exec'ing unixwrap, so it carries no filter. It
+//! receives the notify fd on its end of the SOCK_SEQPACKET socketpair, connects
+//! to the server's `notify_socket`, sends `[0xA7][shim pid u32 LE]` with the fd
+//! in SCM_RIGHTS, reads the server's status byte and writes the ACK to unixwrap:
+//! 1 only if the server said 1, 0 on every failure (fail closed). It closes its
+//! copy of the notify fd *before* the ACK (a copy held anywhere would make the
+//! tree's execs block forever once the server is gone), then `_exit`s; unixwrap
+//! reaps it, so nothing is left for PID 1.
+//!
+//! Failure modes: unixwrap dies → PR_SET_PDEATHSIG kills the relay; unixwrap
+//! runs the command unsupervised (`--on-kernel-refusal exec`) → it closes its
+//! end, the relay reads EOF and exits; everything is bounded by a deadline.
+//!
+//! The child runs only raw syscalls on memory prepared before fork (no
+//! allocation), so a lock held by another thread at fork time cannot bite.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::RawFd;
+
+/// Everything the relay child needs, prepared before fork.
+pub struct RelayPlan {
+    socket_addr: libc::sockaddr_un,
+    socket_addr_len: libc::socklen_t,
+    handoff: [u8; agentsh_proto::handoff::HANDOFF_LEN],
+    deadline_ms: i32,
+    shim_pid: libc::pid_t,
+}
+
+impl RelayPlan {
+    /// # Errors
+    /// `InvalidInput` if `notify_socket` does not fit a `sockaddr_un`.
+    pub fn new(notify_socket: &str, deadline_secs: u32) -> io::Result<RelayPlan> {
+        let path = CString::new(notify_socket)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in notify_socket"))?;
+        // SAFETY: sockaddr_un is plain data; all-zero is a valid value.
+        let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        let bytes = path.as_bytes_with_nul();
+        if bytes.len() > addr.sun_path.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "notify_socket path too long",
+            ));
+        }
+        for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
+            *d = *s as libc::c_char;
+        }
+        let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len();
+        // SAFETY: getpid cannot fail.
+        let shim_pid = unsafe { libc::getpid() };
+        Ok(RelayPlan {
+            socket_addr: addr,
+            socket_addr_len: len as libc::socklen_t,
+            handoff: agentsh_proto::handoff::encode_handoff(shim_pid as u32),
+            deadline_ms: (deadline_secs.clamp(1, 60) * 1000) as i32,
+            shim_pid,
+        })
+    }
+}
+
+/// A started relay: the wrapper's end of the socketpair (close-on-exec
+/// cleared, to become unixwrap's `AGENTSH_NOTIFY_SOCK_FD`) and the relay's pid.
+pub struct Relay {
+    pub wrapper_fd: RawFd,
+    pub pid: libc::pid_t,
+}
+
+impl Relay {
+    /// Undo after a failed exec of unixwrap: nothing was installed yet.
+    pub fn abandon(self) {
+        // SAFETY: plain syscalls on our own child and fd.
+        unsafe {
+            libc::close(self.wrapper_fd);
+            libc::kill(self.pid, libc::SIGKILL);
+            let mut status = 0;
+            libc::waitpid(self.pid, &mut status, 0);
+        }
+    }
+}
+
+/// Creates the socketpair and forks the relay helper.
+///
+/// # Errors
+/// socketpair, fcntl or fork failures (EMFILE, EAGAIN, ENOMEM).
+pub fn start(plan: &RelayPlan) -> io::Result<Relay> {
+    let mut fds = [-1; 2];
+    // SAFETY: fds points to two ints as socketpair requires.
+    let rc = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let (wrapper_fd, relay_fd) = (fds[0], fds[1]);
+    // SAFETY: fork in a process whose child only runs `relay_main` (raw
+    // syscalls on pre-built data) and then `_exit`s.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        let e = io::Error::last_os_error();
+        // SAFETY: closing our own fds.
+        unsafe {
+            libc::close(wrapper_fd);
+            libc::close(relay_fd);
+        }
+        return Err(e);
+    }
+    if pid == 0 {
+        // SAFETY: we are the freshly forked child.
+        unsafe { relay_main(plan, relay_fd, wrapper_fd) }
+    }
+    // SAFETY: closing our copy of the relay's end; clearing FD_CLOEXEC on ours
+    // so unixwrap inherits it.
+    unsafe {
+        libc::close(relay_fd);
+        if libc::fcntl(wrapper_fd, libc::F_SETFD, 0) < 0 {
+            let e = io::Error::last_os_error();
+            Relay { wrapper_fd, pid }.abandon();
+            return Err(e);
+        }
+    }
+    Ok(Relay { wrapper_fd, pid })
+}
+
+/// The relay child. Never returns.
+///
+/// # Safety
+/// Only to be called in the child right after fork.
+unsafe fn relay_main(plan: &RelayPlan, relay_fd: RawFd, wrapper_fd: RawFd) -> ! {
+    libc::prctl(
+        libc::PR_SET_PDEATHSIG,
+        libc::SIGKILL as libc::c_ulong,
+        0,
+        0,
+        0,
+    );
+    if libc::getppid() != plan.shim_pid {
+        libc::_exit(1);
+    }
+    libc::close(wrapper_fd);
+    // Hold none of the command's fds: a pipe's write end kept open here would
+    // delay the reader's EOF until the relay exits.
+    close_all_but(relay_fd);
+    let ok = relay_once(plan, relay_fd);
+    let ack = if ok {
+        agentsh_proto::handoff::Ack::Accepted
+    } else {
+        agentsh_proto::handoff::Ack::Refused
+    }
+    .to_byte();
+    libc::send(relay_fd, (&ack as *const u8).cast(), 1, libc::MSG_NOSIGNAL);
+    libc::_exit(if ok { 0 } else { 1 });
+}
+
+/// Receives the notify fd and hands it to the server; true only on the server's ACK.
+unsafe fn relay_once(plan: &RelayPlan, relay_fd: RawFd) -> bool {
+    let mut pfd = libc::pollfd {
+        fd: relay_fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    if libc::poll(&mut pfd, 1, plan.deadline_ms) != 1 {
+        return false;
+    }
+    let Some(notify_fd) = recv_fd(relay_fd) else {
+        return false;
+    };
+    let ok = hand_to_server(plan, notify_fd);
+    libc::close(notify_fd);
+    ok
+}
+
+/// One datagram `[WRAPPER_FD_BYTE]` + one fd in SCM_RIGHTS; anything else is refused.
+unsafe fn recv_fd(sock: RawFd) -> Option<RawFd> {
+    let mut byte = 0u8;
+    let mut iov = libc::iovec {
+        iov_base: (&mut byte as *mut u8).cast(),
+        iov_len: 1,
+    };
+    // Room for a few fds, so a sender passing more than one is detected.
+    let mut cbuf = [0u64; 16];
+    let mut msg: libc::msghdr = std::mem::zeroed();
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+    let n = libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC);
+    let mut fds = [-1; 8];
+    let mut count = 0;
+    let mut c = libc::CMSG_FIRSTHDR(&msg);
+    while !c.is_null() {
+        if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+            let data = libc::CMSG_DATA(c) as *const RawFd;
+            let payload = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+            for i in 0..payload / std::mem::size_of::<RawFd>() {
+                if count < fds.len() {
+                    fds[count] = std::ptr::read_unaligned(data.add(i));
+                    count += 1;
+                }
+            }
+        }
+        c = libc::CMSG_NXTHDR(&msg, c);
+    }
+    let valid = n == 1
+        && byte == agentsh_proto::handoff::WRAPPER_FD_BYTE
+        && count == 1
+        && msg.msg_flags & libc::MSG_CTRUNC == 0;
+    if valid {
+        return Some(fds[0]);
+    }
+    for fd in &fds[..count] {
+        libc::close(*fd);
+    }
+    None
+}
+
+unsafe fn hand_to_server(plan: &RelayPlan, notify_fd: RawFd) -> bool {
+    // The intake socket's type is the server's choice: try stream, then seqpacket.
+    let mut sock = connect(plan, libc::SOCK_STREAM);
+    if sock == -2 {
+        sock = connect(plan, libc::SOCK_SEQPACKET);
+    }
+    if sock < 0 {
+        return false;
+    }
+    let mut iov = libc::iovec {
+        iov_base: plan.handoff.as_ptr() as *mut libc::c_void,
+        iov_len: plan.handoff.len(),
+    };
+    let mut cbuf = [0u64; 4];
+    let space = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
+    let mut msg: libc::msghdr = std::mem::zeroed();
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    let c = libc::CMSG_FIRSTHDR(&msg);
+    (*c).cmsg_level = libc::SOL_SOCKET;
+    (*c).cmsg_type = libc::SCM_RIGHTS;
+    (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
+    std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut RawFd, notify_fd);
+    let sent = libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL);
+    let mut status = 0u8;
+    let ok = sent == plan.handoff.len() as isize
+        && libc::recv(sock, (&mut status as *mut u8).cast(), 1, 0) == 1
+        && agentsh_proto::handoff::Ack::from_byte(status) == agentsh_proto::handoff::Ack::Accepted;
+    libc::close(sock);
+    ok
+}
+
+/// A connected socket, -2 for "wrong socket type" (EPROTOTYPE), -1 otherwise.
+unsafe fn connect(plan: &RelayPlan, ty: libc::c_int) -> RawFd {
+    let s = libc::socket(libc::AF_UNIX, ty | libc::SOCK_CLOEXEC, 0);
+    if s < 0 {
+        return -1;
+    }
+    let tv = libc::timeval {
+        tv_sec: (plan.deadline_ms / 1000) as libc::time_t,
+        tv_usec: 0,
+    };
+    let tvp = (&tv as *const libc::timeval).cast();
+    let tvlen = std::mem::size_of::<libc::timeval>() as libc::socklen_t;
+    libc::setsockopt(s, libc::SOL_SOCKET, libc::SO_SNDTIMEO, tvp, tvlen);
+    libc::setsockopt(s, libc::SOL_SOCKET, libc::SO_RCVTIMEO, tvp, tvlen);
+    let rc = libc::connect(
+        s,
+        (&plan.socket_addr as *const libc::sockaddr_un).cast(),
+        plan.socket_addr_len,
+    );
+    if rc == 0 {
+        return s;
+    }
+    let wrong_type = *libc::__errno_location() == libc::EPROTOTYPE;
+    libc::close(s);
+    if wrong_type {
+        -2
+    } else {
+        -1
+    }
+}
+
+/// Closes every fd except `keep` (close_range, with a bounded loop as fallback).
+unsafe fn close_all_but(keep: RawFd) {
+    let keep = keep as u32;
+    if keep > 0 {
+        close_range(0, keep - 1);
+    }
+    close_range(keep + 1, u32::MAX);
+}
+
+unsafe fn close_range(lo: u32, hi: u32) {
+    if libc::syscall(libc::SYS_close_range, lo, hi, 0) != 0 {
+        // Kernels before 5.9: close what a process plausibly holds.
+        for fd in lo..=hi.min(4096) {
+            libc::close(fd as RawFd);
+        }
+    }
+}
