@@ -1,1 +1,208 @@
-//! (being written)
+//! Starts a real `agentsh server` for a test and reads its audit trail.
+//!
+//! Each server gets its own temporary directory (config, policy, state,
+//! audit JSONL) and a free loopback port, and is killed when dropped.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Path of a binary built by this workspace (`agentsh`, `agentsh-unixwrap`, ...).
+///
+/// Panics with the command to run if it has not been built.
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/<profile>/deps/<test> -> target/<profile>/<name>
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test binary lives in target/<profile>/deps");
+    let p = dir.join(name);
+    assert!(
+        p.is_file(),
+        "{} is missing: run `cargo build --workspace` before the tests",
+        p.display()
+    );
+    p
+}
+
+/// True when the test may touch the kernel as root. Outside CI a non-root run
+/// skips with a message; under `CI=true` a skip is a failure.
+pub fn require_root(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{test}: needs root (seccomp listener, mount namespaces); CI=true forbids skipping");
+    }
+    eprintln!("SKIP {test}: needs root");
+    false
+}
+
+/// A fresh temporary directory, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!(
+            "agentsh-test-{tag}-{}-{n}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("create temp dir");
+        TempDir(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// A running `agentsh server`.
+pub struct TestServer {
+    child: Option<Child>,
+    pub dir: TempDir,
+    pub url: String,
+    pub addr: String,
+}
+
+impl TestServer {
+    /// Starts a server whose policy is `policy_yaml`; `extra_config` is appended
+    /// to the generated config (YAML top-level keys).
+    pub fn start(policy_yaml: &str, extra_config: &str) -> TestServer {
+        let dir = TempDir::new("server");
+        let policy = dir.path().join("policy.yaml");
+        std::fs::write(&policy, policy_yaml).expect("write policy");
+        let addr = format!("127.0.0.1:{}", free_port());
+        let config = format!(
+            "server:\n  http:\n    addr: \"{addr}\"\npolicy: {}\nstate_dir: {}\naudit:\n  jsonl: {}\nwrapper_binary: {}\n{extra_config}",
+            policy.display(),
+            dir.path().join("state").display(),
+            dir.path().join("audit.jsonl").display(),
+            bin("agentsh-unixwrap").display(),
+        );
+        let config_path = dir.path().join("config.yaml");
+        std::fs::write(&config_path, config).expect("write config");
+        let log = std::fs::File::create(dir.path().join("server.log")).expect("server log");
+        let child = Command::new(bin("agentsh"))
+            .arg("server")
+            .arg("--config")
+            .arg(&config_path)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("dup log"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn agentsh server");
+        let mut s = TestServer {
+            child: Some(child),
+            url: format!("http://{addr}"),
+            addr,
+            dir,
+        };
+        s.wait_ready();
+        s
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Some(c) = self.child.as_mut() {
+                if let Ok(Some(st)) = c.try_wait() {
+                    panic!("agentsh server exited early ({st}): {}", self.log());
+                }
+            }
+            if ureq::get(format!("{}/healthz", self.url)).call().is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("agentsh server not ready in 20 s: {}", self.log());
+    }
+
+    /// The server's own log (stderr).
+    pub fn log(&self) -> String {
+        let mut s = String::new();
+        if let Ok(mut f) = std::fs::File::open(self.dir.path().join("server.log")) {
+            let _ = f.read_to_string(&mut s);
+        }
+        s
+    }
+
+    /// Every event of `session` the API serves.
+    pub fn events(&self, session: &str) -> Vec<serde_json::Value> {
+        ureq::get(format!("{}/api/v1/sessions/{session}/events", self.url))
+            .call()
+            .expect("GET events")
+            .body_mut()
+            .read_json()
+            .expect("events JSON")
+    }
+
+    /// Only the `execve` events of `session`.
+    pub fn exec_events(&self, session: &str) -> Vec<serde_json::Value> {
+        self.events(session)
+            .into_iter()
+            .filter(|e| e["type"] == "execve")
+            .collect()
+    }
+
+    /// Waits until an exec event satisfies `pred`; returns it.
+    pub fn wait_exec_event(
+        &self,
+        session: &str,
+        timeout: Duration,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) -> Option<serde_json::Value> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(e) = self.exec_events(session).into_iter().find(|e| pred(e)) {
+                return Some(e);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The JSONL audit file's events.
+    pub fn jsonl_events(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.dir.path().join("audit.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// SIGKILLs the server and waits for it.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -1,0 +1,317 @@
+//! End-to-end: the exec supervisor on the real kernel, with the test process
+//! playing the shim (see `agentsh_tests::relay`). The supervised tree is a
+//! sibling of the server, never its child.
+
+use agentsh_tests::relay::{run_wrapped, spawn_wrapped, WrapOptions};
+use agentsh_tests::server::{bin, require_root, TempDir, TestServer};
+use serde_json::Value;
+use std::time::Duration;
+
+const POLICY: &str = r#"
+name: e2e
+default: allow
+command_rules:
+  - name: deny-nested-curl
+    commands: [curl]
+    context: [nested]
+    decision: deny
+    message: network tools are not allowed in nested commands
+  - name: deny-direct-id
+    commands: [id]
+    context: [direct]
+    decision: deny
+  - name: deny-rm-rf
+    commands: [rm]
+    args_patterns: ["(^| )-rf( |$)"]
+    decision: deny
+"#;
+
+/// A directory with a fake `curl` (a copy of `true`), so the tests need no network tool.
+fn fake_bin(dir: &TempDir) -> String {
+    let b = dir.path().join("bin");
+    std::fs::create_dir_all(&b).unwrap();
+    std::fs::copy("/bin/true", b.join("curl")).unwrap();
+    b.display().to_string()
+}
+
+fn path_with(extra: &str) -> String {
+    format!("/nonexistent-a:/nonexistent-b:{extra}:/usr/local/bin:/usr/bin:/bin")
+}
+
+fn find<'a>(events: &'a [Value], base: &str) -> Vec<&'a Value> {
+    events
+        .iter()
+        .filter(|e| {
+            e["filename"]
+                .as_str()
+                .is_some_and(|f| f.rsplit('/').next() == Some(base))
+        })
+        .collect()
+}
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn nested_curl_is_denied_and_audited_with_depths() {
+    if !require_root("nested_curl_is_denied_and_audited_with_depths") {
+        return;
+    }
+    let srv = TestServer::start(POLICY, "");
+    let tmp = TempDir::new("curl");
+    let fb = fake_bin(&tmp);
+    let opts = WrapOptions {
+        env: vec![("PATH".into(), path_with(&fb))],
+        ..Default::default()
+    };
+    let out = run_wrapped(
+        &srv.url,
+        "s1",
+        &["/bin/sh", "-c", "ls >/dev/null; curl --version"],
+        &opts,
+    );
+    assert_eq!(out.status.code(), Some(126), "stderr: {}", stderr(&out));
+    assert!(
+        stderr(&out).contains("Permission denied"),
+        "stderr: {}",
+        stderr(&out)
+    );
+    let ev = srv.exec_events("s1");
+    let sh = find(&ev, "sh");
+    assert_eq!(sh.len(), 1, "{ev:#?}");
+    assert_eq!(sh[0]["depth"], 0);
+    assert_eq!(sh[0]["effective_action"], "allow");
+    let ls = find(&ev, "ls");
+    assert_eq!(ls.len(), 1, "{ev:#?}");
+    assert_eq!(ls[0]["depth"], 1);
+    assert_eq!(ls[0]["effective_action"], "allow");
+    let curl = find(&ev, "curl");
+    assert_eq!(curl.len(), 1, "{ev:#?}");
+    assert_eq!(curl[0]["depth"], 1);
+    assert_eq!(curl[0]["decision"], "deny");
+    assert_eq!(curl[0]["effective_action"], "deny");
+    assert_eq!(curl[0]["rule"], "deny-nested-curl");
+    assert_eq!(curl[0]["argv"], serde_json::json!(["curl", "--version"]));
+    assert_eq!(curl[0]["parent_pid"], sh[0]["pid"]);
+    // PATH probes of missing directories are not execs and are not audited.
+    assert!(
+        !ev.iter()
+            .any(|e| e["filename"].as_str().unwrap_or("").contains("nonexistent")),
+        "{ev:#?}"
+    );
+    // The JSONL file holds the same exec events.
+    let jsonl: Vec<Value> = srv
+        .jsonl_events()
+        .into_iter()
+        .filter(|e| e["type"] == "execve" && e["session_id"] == "s1")
+        .collect();
+    assert_eq!(jsonl, ev);
+}
+
+#[test]
+fn direct_only_rule_applies_at_depth_zero_only() {
+    if !require_root("direct_only_rule_applies_at_depth_zero_only") {
+        return;
+    }
+    let srv = TestServer::start(POLICY, "");
+    // `sh -c id`: dash execs id in place, so id is the direct command.
+    let out = run_wrapped(&srv.url, "d", &["/bin/sh", "-c", "id"], &WrapOptions::default());
+    assert_eq!(out.status.code(), Some(126), "stderr: {}", stderr(&out));
+    // `sh -c 'id; true'`: id is forked by the shell, so it is nested.
+    let out = run_wrapped(
+        &srv.url,
+        "n",
+        &["/bin/sh", "-c", "id; true"],
+        &WrapOptions::default(),
+    );
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("uid="));
+    let d = srv.exec_events("d");
+    let id = find(&d, "id");
+    assert_eq!((id[0]["depth"].clone(), id[0]["rule"].clone()), (0.into(), "deny-direct-id".into()));
+    let n = srv.exec_events("n");
+    let id = find(&n, "id");
+    assert_eq!((id[0]["depth"].clone(), id[0]["rule"].clone()), (1.into(), "default".into()));
+}
+
+#[test]
+fn args_pattern_denies_rm_rf_but_not_rm_f() {
+    if !require_root("args_pattern_denies_rm_rf_but_not_rm_f") {
+        return;
+    }
+    let srv = TestServer::start(POLICY, "");
+    let tmp = TempDir::new("rm");
+    let a = tmp.path().join("a");
+    let b = tmp.path().join("b");
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::write(&b, "x").unwrap();
+    let script = format!("rm -rf {}; echo rf=$?; rm -f {}; echo f=$?", a.display(), b.display());
+    let out = run_wrapped(&srv.url, "rm", &["/bin/sh", "-c", &script], &WrapOptions::default());
+    let so = String::from_utf8_lossy(&out.stdout);
+    assert!(so.contains("rf=126") && so.contains("f=0"), "stdout: {so}");
+    assert!(a.exists(), "rm -rf must not have run");
+    assert!(!b.exists(), "rm -f must have run");
+    let ev = srv.exec_events("rm");
+    let rms = find(&ev, "rm");
+    assert_eq!(rms.len(), 2);
+    assert_eq!(rms[0]["rule"], "deny-rm-rf");
+    assert_eq!(rms[1]["effective_action"], "allow");
+}
+
+#[test]
+fn wrappers_are_judged_on_their_payload() {
+    if !require_root("wrappers_are_judged_on_their_payload") {
+        return;
+    }
+    let srv = TestServer::start(POLICY, "");
+    let tmp = TempDir::new("wrap");
+    let fb = fake_bin(&tmp);
+    let opts = WrapOptions {
+        env: vec![("PATH".into(), path_with(&fb))],
+        ..Default::default()
+    };
+    let out = run_wrapped(
+        &srv.url,
+        "env",
+        &["/bin/sh", "-c", "true; env curl --version; echo rc=$?"],
+        &opts,
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("rc=126"));
+    let ev = srv.exec_events("env");
+    let env = find(&ev, "env");
+    assert_eq!(env[0]["rule"], "deny-nested-curl", "{ev:#?}");
+    assert!(find(&ev, "curl").is_empty(), "curl itself never ran");
+
+    let ld = "/lib64/ld-linux-x86-64.so.2";
+    if std::path::Path::new(ld).exists() {
+        let script = format!("true; {ld} {fb}/curl --version; echo rc=$?");
+        let out = run_wrapped(&srv.url, "ld", &["/bin/sh", "-c", &script], &opts);
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("rc=126"),
+            "stdout: {} stderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            stderr(&out)
+        );
+        let ev = srv.exec_events("ld");
+        let l = find(&ev, "ld-linux-x86-64.so.2");
+        assert_eq!(l[0]["rule"], "deny-nested-curl", "{ev:#?}");
+    }
+}
+
+#[test]
+fn too_many_arguments_are_denied_as_truncated() {
+    if !require_root("too_many_arguments_are_denied_as_truncated") {
+        return;
+    }
+    let srv = TestServer::start(POLICY, "");
+    let out = run_wrapped(
+        &srv.url,
+        "t",
+        &["/bin/sh", "-c", "true; /bin/echo $(seq 2000) >/dev/null; echo rc=$?"],
+        &WrapOptions::default(),
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("rc=126"));
+    let ev = srv.exec_events("t");
+    let echo = find(&ev, "echo");
+    assert_eq!(echo.len(), 1);
+    assert_eq!(echo[0]["truncated"], true);
+    assert_eq!(echo[0]["rule"], "execve_truncated");
+    assert_eq!(echo[0]["effective_action"], "deny");
+    assert_eq!(echo[0]["argv"].as_array().unwrap().len(), 1000);
+}
+
+#[test]
+fn fexecve_of_allowed_binary_runs_and_is_judged_by_real_path() {
+    if !require_root("fexecve_of_allowed_binary_runs_and_is_judged_by_real_path") {
+        return;
+    }
+    let srv = TestServer::start(POLICY, "");
+    let helper = bin("agentsh-test-fexec");
+    let script = format!("true; {} /bin/echo echo hello-fexec", helper.display());
+    let out = run_wrapped(&srv.url, "fx", &["/bin/sh", "-c", &script], &WrapOptions::default());
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("hello-fexec"));
+    let ev = srv.exec_events("fx");
+    let echo = find(&ev, "echo");
+    assert_eq!(echo.len(), 1, "{ev:#?}");
+    let f = echo[0]["filename"].as_str().unwrap();
+    assert!(f.starts_with('/') && f.ends_with("/echo"), "{f}");
+    assert_eq!(echo[0]["effective_action"], "allow");
+
+    // The same trick cannot smuggle a denied program.
+    let tmp = TempDir::new("fx");
+    let fb = fake_bin(&tmp);
+    let script = format!("true; {} {fb}/curl curl; echo rc=$?", helper.display());
+    let out = run_wrapped(&srv.url, "fx2", &["/bin/sh", "-c", &script], &WrapOptions::default());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("rc=126"));
+    let ev = srv.exec_events("fx2");
+    assert_eq!(find(&ev, "curl")[0]["rule"], "deny-nested-curl");
+}
+
+#[test]
+fn killing_the_server_stops_every_later_exec() {
+    if !require_root("killing_the_server_stops_every_later_exec") {
+        return;
+    }
+    let mut srv = TestServer::start(POLICY, "");
+    let tmp = TempDir::new("kill");
+    let before = tmp.path().join("before");
+    let after = tmp.path().join("after");
+    let script = format!(
+        "touch {}; sleep 2; touch {}; echo rc=$?",
+        before.display(),
+        after.display()
+    );
+    let w = spawn_wrapped(&srv.url, "k", &["/bin/sh", "-c", &script], &WrapOptions::default());
+    let seen = srv.wait_exec_event("k", Duration::from_secs(10), |e| {
+        e["filename"].as_str().is_some_and(|f| f.ends_with("/sleep"))
+    });
+    assert!(seen.is_some(), "sleep never ran: {}", srv.log());
+    srv.kill();
+    let (relay, out) = w.wait();
+    assert!(relay.is_ok());
+    assert!(before.exists());
+    assert!(!after.exists(), "an exec ran after the server died");
+    let so = String::from_utf8_lossy(&out.stdout);
+    assert!(!so.contains("rc=0"), "stdout: {so}");
+}
+
+#[test]
+fn notify_socket_refuses_another_uid() {
+    if !require_root("notify_socket_refuses_another_uid") {
+        return;
+    }
+    use agentsh_tests::relay::{hand_to_server, seqpacket_pair, wrap_init};
+    let srv = TestServer::start(POLICY, "");
+    // Socket issued to uid 65534; root connects (file mode does not stop root),
+    // SO_PEERCRED does.
+    let resp = wrap_init(&srv.url, "u", 65534, &["/bin/sh"]);
+    let (a, _b) = seqpacket_pair(); // any fd: the uid check comes first
+    let got = hand_to_server(&resp.notify_socket, 1, &a);
+    assert_eq!(got, Ok(agentsh_proto::handoff::Ack::Refused));
+    // The socket is single-use: it is gone now.
+    assert!(!std::path::Path::new(&resp.notify_socket).exists());
+    let ev = srv.events("u");
+    assert!(
+        ev.iter().any(|e| e["type"] == "handoff"
+            && e["accepted"] == false
+            && e["reason"].as_str().unwrap_or("").contains("uid 0")),
+        "{ev:#?}"
+    );
+
+    // Socket issued to root (mode 0600): an unprivileged process cannot connect at all.
+    let resp = wrap_init(&srv.url, "u2", 0, &["/bin/sh"]);
+    let sock = resp.notify_socket.clone();
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg("python3")
+        .arg("-c")
+        .arg(format!(
+            "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ntry:\n  s.connect({sock:?})\n  print('connected')\nexcept OSError as e:\n  print('refused', e.errno)\n"
+        ))
+        .output()
+        .expect("setpriv");
+    let so = String::from_utf8_lossy(&out.stdout);
+    assert!(so.contains("refused 13"), "stdout: {so} stderr: {}", stderr(&out));
+}
