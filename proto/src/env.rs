@@ -10,6 +10,10 @@ pub const NOTIFY_SOCK_FD: &str = "AGENTSH_NOTIFY_SOCK_FD";
 pub const SECCOMP_CONFIG: &str = "AGENTSH_SECCOMP_CONFIG";
 /// Optional: an fd number unixwrap and the shim write their diagnostics to.
 pub const WRAPPER_LOG_FD: &str = "AGENTSH_WRAPPER_LOG_FD";
+/// Optional, set by the shim for unixwrap: the pid of the relay helper (a child
+/// of the process that becomes unixwrap), which unixwrap reaps after the ACK so
+/// the user's shell inherits no zombie.
+pub const RELAY_PID: &str = "AGENTSH_RELAY_PID";
 /// Read by the shim: `off`, `auto` or `on`. Can only make the mode stricter than shim.conf.
 pub const SHIM_INSTALL: &str = "AGENTSH_SHIM_INSTALL";
 /// Prefix of every variable agentsh owns; unixwrap strips them before exec.

@@ -1,0 +1,283 @@
+//! Hop 1 of the notify-fd handoff: unixwrap → relay helper, and back.
+//!
+//! unixwrap sends one SOCK_SEQPACKET datagram, payload
+//! [`WRAPPER_FD_BYTE`], the notify fd in SCM_RIGHTS; the relay answers one
+//! [`Ack`] byte once the server took the fd. Then unixwrap reaps the relay (its
+//! child): the user's shell, which inherits unixwrap's pid, must not find a
+//! zombie child it never started.
+//!
+//! Failure modes (all fail closed: the filter is loaded, so the caller exits
+//! 126): the send fails; the ACK does not come within the deadline; EOF; a
+//! datagram that is not exactly one byte; any byte other than "accepted".
+//! A relay that does not exit after acking is killed (it is our unreaped child,
+//! so its pid cannot have been reused) and reaped.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+use agentsh_proto::handoff::{Ack, WRAPPER_FD_BYTE};
+
+/// Checks that `fd` is an open SOCK_SEQPACKET socket.
+///
+/// # Errors
+/// A message saying what `fd` is instead.
+pub fn check_seqpacket(fd: RawFd) -> Result<(), String> {
+    let mut ty: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: SO_TYPE writes one c_int through a valid pointer with its length.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_TYPE,
+            (&mut ty as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::EBADF) => format!("fd {fd} is not open"),
+            Some(libc::ENOTSOCK) => format!("fd {fd} is not a socket"),
+            _ => format!("fd {fd}: {e}"),
+        });
+    }
+    if ty != libc::SOCK_SEQPACKET {
+        return Err(format!(
+            "fd {fd} is not a SOCK_SEQPACKET socket (type {ty})"
+        ));
+    }
+    Ok(())
+}
+
+/// Sends `notify_fd` up `sock` in one datagram.
+///
+/// # Errors
+/// sendmsg's errno (EPIPE/ECONNRESET when the relay is gone).
+pub fn send_notify_fd(sock: BorrowedFd<'_>, notify_fd: BorrowedFd<'_>) -> io::Result<()> {
+    let mut payload = [WRAPPER_FD_BYTE];
+    let mut iov = libc::iovec {
+        iov_base: payload.as_mut_ptr().cast(),
+        iov_len: payload.len(),
+    };
+    // u64 storage keeps the control buffer aligned for cmsghdr.
+    let mut cbuf = [0u64; 8];
+    // SAFETY: CMSG_SPACE is a pure size computation.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+    if space > std::mem::size_of_val(&cbuf) {
+        return Err(io::Error::other("control buffer too small"));
+    }
+    // SAFETY: msghdr is plain data; every field we rely on is set below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    // SAFETY: msg_control points at `space` zeroed, aligned bytes, enough for
+    // one cmsghdr carrying one fd, so CMSG_FIRSTHDR is non-null and CMSG_DATA
+    // points inside the buffer.
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), notify_fd.as_raw_fd());
+    }
+    loop {
+        // SAFETY: msg and everything it points at are live for the call.
+        let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+        if n >= 0 {
+            return if n as usize == payload.len() {
+                Ok(())
+            } else {
+                Err(io::Error::other("short send of the notify fd"))
+            };
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+}
+
+/// Why there is no accepted ACK.
+#[derive(Debug)]
+pub enum AckError {
+    TimedOut(Duration),
+    Eof,
+    /// A datagram that is not exactly one byte.
+    Malformed(usize),
+    Refused(u8),
+    Io(io::Error),
+}
+
+impl std::fmt::Display for AckError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AckError::TimedOut(d) => write!(f, "no ACK from the relay within {}s", d.as_secs()),
+            AckError::Eof => write!(f, "the relay closed the socket without an ACK"),
+            AckError::Malformed(n) => {
+                write!(f, "the relay sent a {n}-byte reply instead of a 1-byte ACK")
+            }
+            AckError::Refused(b) => write!(f, "the server refused the notify fd (ACK byte {b})"),
+            AckError::Io(e) => write!(f, "reading the ACK: {e}"),
+        }
+    }
+}
+
+/// Waits up to `timeout` for the relay's one-byte ACK.
+///
+/// # Errors
+/// Anything but an accepted ACK, see [`AckError`].
+pub fn wait_ack(sock: BorrowedFd<'_>, timeout: Duration) -> Result<(), AckError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(AckError::TimedOut(timeout));
+        }
+        match poll_in(sock.as_raw_fd(), left) {
+            Ok(false) => continue,
+            Ok(true) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(e) => return Err(AckError::Io(e)),
+        }
+        let mut buf = [0u8; 2];
+        // SAFETY: buf is valid for its length; MSG_TRUNC makes the return the
+        // datagram's real length, so an oversized reply is detected.
+        let n = unsafe {
+            libc::recv(
+                sock.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR | libc::EAGAIN) => continue,
+                _ => return Err(AckError::Io(e)),
+            }
+        }
+        return match n {
+            0 => Err(AckError::Eof),
+            1 => match Ack::from_byte(buf[0]) {
+                Ack::Accepted => Ok(()),
+                Ack::Refused => Err(AckError::Refused(buf[0])),
+            },
+            n => Err(AckError::Malformed(n as usize)),
+        };
+    }
+}
+
+/// poll(POLLIN) on one fd for at most `timeout`; true if readable or hung up.
+fn poll_in(fd: RawFd, timeout: Duration) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
+    // SAFETY: one valid pollfd.
+    let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(rc > 0)
+}
+
+/// How long a relay may take to exit after it acked (or after fd 3 closed).
+pub const RELAY_EXIT_DEADLINE: Duration = Duration::from_secs(2);
+
+/// Reaps the relay helper `pid` (our child). Returns what happened, for the log.
+pub fn reap_relay(pid: libc::pid_t, deadline: Duration) -> String {
+    match waitpid(pid, libc::WNOHANG) {
+        Ok(Some(st)) => return format!("relay {pid} reaped ({})", describe_status(st)),
+        Ok(None) => {}
+        Err(e) if e.raw_os_error() == Some(libc::ECHILD) => {
+            return format!("relay {pid} is not a child of this process; nothing to reap")
+        }
+        Err(e) => return format!("relay {pid}: waitpid: {e}"),
+    }
+    // Still running: wait on a pidfd, bounded.
+    // SAFETY: pidfd_open only creates an fd referring to `pid`.
+    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let exited = if raw >= 0 {
+        // SAFETY: a fresh fd we own.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(raw as RawFd) };
+        let end = Instant::now() + deadline;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break false;
+            }
+            match poll_in(pidfd.as_raw_fd(), left) {
+                Ok(true) => break true,
+                Ok(false) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(_) => break false,
+            }
+        }
+    } else {
+        // No pidfd (kernel < 5.3): poll waitpid.
+        let end = Instant::now() + deadline;
+        loop {
+            match waitpid(pid, libc::WNOHANG) {
+                Ok(Some(st)) => return format!("relay {pid} reaped ({})", describe_status(st)),
+                Ok(None) if Instant::now() < end => std::thread::sleep(Duration::from_millis(2)),
+                _ => break false,
+            }
+        }
+    };
+    let mut note = String::new();
+    if !exited {
+        // SAFETY: `pid` is our child and not yet reaped, so it still names it.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        note = format!(
+            " after it failed to exit within {}s and was killed",
+            deadline.as_secs()
+        );
+    }
+    match waitpid(pid, 0) {
+        Ok(Some(st)) => format!("relay {pid} reaped ({}){note}", describe_status(st)),
+        Ok(None) => format!("relay {pid}: still running{note}"),
+        Err(e) => format!("relay {pid}: waitpid: {e}{note}"),
+    }
+}
+
+fn waitpid(pid: libc::pid_t, flags: libc::c_int) -> io::Result<Option<libc::c_int>> {
+    loop {
+        let mut st = 0;
+        // SAFETY: waitpid writes one c_int through a valid pointer.
+        let rc = unsafe { libc::waitpid(pid, &mut st, flags) };
+        if rc == pid {
+            return Ok(Some(st));
+        }
+        if rc == 0 {
+            return Ok(None);
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+}
+
+fn describe_status(st: libc::c_int) -> String {
+    if libc::WIFEXITED(st) {
+        format!("exit status {}", libc::WEXITSTATUS(st))
+    } else if libc::WIFSIGNALED(st) {
+        format!("killed by signal {}", libc::WTERMSIG(st))
+    } else {
+        format!("wait status {st:#x}")
+    }
+}
+
+/// Closes a raw fd we were handed (fd 3). Errors are irrelevant: either it
+/// is closed now or it never was open.
+pub fn close_raw(fd: RawFd) {
+    // SAFETY: closing an fd number; this process does not use it afterwards.
+    unsafe { libc::close(fd) };
+}

@@ -1,0 +1,260 @@
+//! Landlock: the filesystem, TCP and scope restrictions from `seccomp_config.landlock`.
+//!
+//! Landlock is the hard floor under the argv policy (a tracee can rewrite its
+//! argv after the supervisor read it; it cannot widen its Landlock domain).
+//!
+//! Mapping of [`FsAccess`] to Landlock rights (handled = denied unless a rule
+//! grants it; granted = what a rule with that access allows):
+//!
+//! | FsAccess | handled | granted by a rule |
+//! |---|---|---|
+//! | read    | ReadFile, ReadDir | same |
+//! | write   | WriteFile, Truncate | same |
+//! | create  | MakeReg, MakeDir, MakeSym, MakeFifo, MakeSock, Refer, MakeChar, MakeBlock | all but MakeChar, MakeBlock |
+//! | delete  | RemoveFile, RemoveDir | same |
+//! | execute | Execute | same |
+//!
+//! Why: device nodes are never grantable (a tree that may create files must
+//! not mint `/dev/sda` look-alikes), but they are denied whenever creation is
+//! handled. Refer rides with create because the kernel denies cross-directory
+//! rename/link whenever any fs right is handled unless Refer is granted, which
+//! would break `mv a/x b/`. IoctlDev is left unhandled: shells need terminal
+//! ioctls and it is not "write" in any sense a policy author means.
+//! On a non-directory the rule is narrowed to the rights a file can carry.
+//!
+//! Compatibility follows rust-landlock: `best_effort` enforces what the kernel
+//! supports; `required` is HardRequirement and anything less than full
+//! enforcement is an error. The returned report says what is enforced now.
+//!
+//! Applied after the ACK and after the relay is reaped: unixwrap may have to
+//! SIGKILL a stuck relay, which a signal-scoped domain would forbid (the relay
+//! is outside the domain). Nothing unixwrap does afterwards (close, execve)
+//! needs more than the command needs.
+//!
+//! Failure modes: a rule path that does not exist or cannot be opened is
+//! skipped with a log line (skipping only removes access); any ruleset error
+//! is returned, and the caller refuses to run (the filter is already loaded).
+
+use agentsh_proto::{FsAccess, LandlockCompat, LandlockConfig};
+use landlock::{
+    AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, LandlockStatus, NetPort, PathBeneath,
+    PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+};
+
+use crate::log;
+use crate::log::Log;
+
+/// Rights the ruleset handles for one [`FsAccess`].
+pub fn handled_rights(a: FsAccess) -> BitFlags<AccessFs> {
+    match a {
+        FsAccess::Read => AccessFs::ReadFile | AccessFs::ReadDir,
+        FsAccess::Write => AccessFs::WriteFile | AccessFs::Truncate,
+        FsAccess::Create => granted_rights(a) | AccessFs::MakeChar | AccessFs::MakeBlock,
+        FsAccess::Delete => AccessFs::RemoveFile | AccessFs::RemoveDir,
+        FsAccess::Execute => AccessFs::Execute.into(),
+    }
+}
+
+/// Rights a rule with one [`FsAccess`] grants.
+pub fn granted_rights(a: FsAccess) -> BitFlags<AccessFs> {
+    match a {
+        FsAccess::Create => {
+            AccessFs::MakeReg
+                | AccessFs::MakeDir
+                | AccessFs::MakeSym
+                | AccessFs::MakeFifo
+                | AccessFs::MakeSock
+                | AccessFs::Refer
+        }
+        FsAccess::Read | FsAccess::Write | FsAccess::Delete | FsAccess::Execute => {
+            handled_rights(a)
+        }
+    }
+}
+
+/// Rights that apply to a non-directory (the kernel's ACCESS_FILE).
+fn file_rights() -> BitFlags<AccessFs> {
+    AccessFs::Execute | AccessFs::WriteFile | AccessFs::ReadFile | AccessFs::Truncate
+}
+
+fn union<T: Copy>(items: &[T], f: fn(T) -> BitFlags<AccessFs>) -> BitFlags<AccessFs> {
+    items.iter().fold(BitFlags::empty(), |acc, a| acc | f(*a))
+}
+
+fn names<T: std::fmt::Debug>(flags: impl Iterator<Item = T>) -> String {
+    let v: Vec<String> = flags.map(|f| format!("{f:?}")).collect();
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join("|")
+    }
+}
+
+/// Builds and enforces the ruleset on this thread. `no_new_privs` mirrors the
+/// seccomp decision (false only when we hold CAP_SYS_ADMIN).
+///
+/// # Errors
+/// A message saying what failed; under `required`, also any enforcement
+/// below "fully enforced".
+pub fn apply(cfg: &LandlockConfig, no_new_privs: bool, log: &Log) -> Result<String, String> {
+    let level = match cfg.compat {
+        LandlockCompat::BestEffort => CompatLevel::BestEffort,
+        LandlockCompat::Required => CompatLevel::HardRequirement,
+    };
+    let handled_fs = union(&cfg.handled_fs, handled_rights);
+    let mut handled_net: BitFlags<AccessNet> = BitFlags::empty();
+    if cfg.tcp_connect_ports.is_some() {
+        handled_net |= AccessNet::ConnectTcp;
+    }
+    if cfg.tcp_bind_ports.is_some() {
+        handled_net |= AccessNet::BindTcp;
+    }
+    let mut scopes: BitFlags<Scope> = BitFlags::empty();
+    if cfg.scope_signals {
+        scopes |= Scope::Signal;
+    }
+    if cfg.scope_abstract_unix {
+        scopes |= Scope::AbstractUnixSocket;
+    }
+    if handled_fs.is_empty() && handled_net.is_empty() && scopes.is_empty() {
+        if !cfg.fs_rules.is_empty() {
+            log!(
+                log,
+                "landlock: fs_rules given but handled_fs is empty; rules ignored"
+            );
+        }
+        return Ok("landlock: nothing handled, no ruleset applied".into());
+    }
+
+    let err = |what: &str, e: landlock::RulesetError| format!("landlock {what}: {e}");
+    let mut rs = Ruleset::default().set_compatibility(level);
+    if !handled_fs.is_empty() {
+        rs = rs
+            .handle_access(handled_fs)
+            .map_err(|e| err("handling fs rights", e))?;
+    }
+    if !handled_net.is_empty() {
+        rs = rs
+            .handle_access(handled_net)
+            .map_err(|e| err("handling TCP rights", e))?;
+    }
+    if !scopes.is_empty() {
+        rs = rs.scope(scopes).map_err(|e| err("scoping", e))?;
+    }
+    let mut created = rs
+        .create()
+        .map_err(|e| err("creating the ruleset", e))?
+        .no_new_privs(no_new_privs);
+
+    let (mut fs_added, mut fs_skipped) = (0usize, 0usize);
+    for rule in &cfg.fs_rules {
+        let mut granted = union(&rule.access, granted_rights) & handled_fs;
+        if granted.is_empty() {
+            log!(
+                log,
+                "landlock: rule for {:?} grants nothing that is handled; skipped",
+                rule.path
+            );
+            fs_skipped += 1;
+            continue;
+        }
+        let fd = match PathFd::new(&rule.path) {
+            Ok(fd) => fd,
+            Err(e) => {
+                log!(log, "landlock: rule path {:?} skipped: {e}", rule.path);
+                fs_skipped += 1;
+                continue;
+            }
+        };
+        let is_dir = std::fs::metadata(&rule.path)
+            .map(|m| m.is_dir())
+            .unwrap_or(false);
+        if !is_dir {
+            granted &= file_rights();
+        }
+        created = created
+            .add_rule(PathBeneath::new(fd, granted))
+            .map_err(|e| err(&format!("adding the rule for {:?}", rule.path), e))?;
+        fs_added += 1;
+    }
+    let ports = |p: &Option<Vec<u16>>| p.clone().unwrap_or_default();
+    for port in ports(&cfg.tcp_connect_ports) {
+        created = created
+            .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
+            .map_err(|e| err(&format!("allowing TCP connect to port {port}"), e))?;
+    }
+    for port in ports(&cfg.tcp_bind_ports) {
+        created = created
+            .add_rule(NetPort::new(port, AccessNet::BindTcp))
+            .map_err(|e| err(&format!("allowing TCP bind on port {port}"), e))?;
+    }
+
+    let status = created
+        .restrict_self()
+        .map_err(|e| err("restrict_self", e))?;
+    let abi = match status.landlock {
+        LandlockStatus::Available { effective_abi, .. } => format!("{effective_abi}"),
+        LandlockStatus::NotEnabled => "not enabled".into(),
+        LandlockStatus::NotImplemented => "not implemented".into(),
+    };
+    let enforced = match status.ruleset {
+        RulesetStatus::FullyEnforced => "fully_enforced",
+        RulesetStatus::PartiallyEnforced => "partially_enforced",
+        RulesetStatus::NotEnforced => "not_enforced",
+    };
+    let report = format!(
+        "landlock: abi={abi} status={enforced} compat={:?} handled_fs={} handled_net={} scopes={} \
+         fs_rules={fs_added} skipped={fs_skipped} connect_ports={:?} bind_ports={:?} no_new_privs={}",
+        cfg.compat,
+        names(handled_fs.iter()),
+        names(handled_net.iter()),
+        names(scopes.iter()),
+        cfg.tcp_connect_ports,
+        cfg.tcp_bind_ports,
+        status.no_new_privs,
+    );
+    if cfg.compat == LandlockCompat::Required && status.ruleset != RulesetStatus::FullyEnforced {
+        return Err(format!(
+            "landlock is required but only {enforced} ({report})"
+        ));
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: [FsAccess; 5] = [
+        FsAccess::Read,
+        FsAccess::Write,
+        FsAccess::Create,
+        FsAccess::Delete,
+        FsAccess::Execute,
+    ];
+
+    #[test]
+    fn granted_is_always_within_handled() {
+        for a in ALL {
+            assert_eq!(
+                granted_rights(a) & handled_rights(a),
+                granted_rights(a),
+                "{a:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn device_nodes_are_handled_but_never_granted() {
+        let handled = union(&ALL, handled_rights);
+        let granted = union(&ALL, granted_rights);
+        assert!(handled.contains(AccessFs::MakeChar | AccessFs::MakeBlock));
+        assert!(!granted.intersects(AccessFs::MakeChar | AccessFs::MakeBlock));
+    }
+
+    #[test]
+    fn read_does_not_imply_write() {
+        assert!(!handled_rights(FsAccess::Read).intersects(handled_rights(FsAccess::Write)));
+        assert!(!handled_rights(FsAccess::Read).contains(AccessFs::Execute));
+    }
+}
