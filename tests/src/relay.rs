@@ -70,6 +70,8 @@ pub struct WrapOptions {
     pub uid: Option<(u32, u32)>,
     pub env: Vec<(String, String)>,
     pub cwd: Option<std::path::PathBuf>,
+    /// Let the command use the caller's stdin/stdout/stderr instead of pipes.
+    pub inherit_stdio: bool,
 }
 
 /// Starts `cmd` under `agentsh-unixwrap` for `session`, relaying its notify fd.
@@ -89,7 +91,9 @@ pub fn spawn_wrapped(server_url: &str, session: &str, cmd: &[&str], opts: &WrapO
     if let Some(d) = &opts.cwd {
         c.current_dir(d);
     }
-    c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    if !opts.inherit_stdio {
+        c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    }
     let uid = opts.uid;
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The test command: installs build dependencies, builds every binary, runs
+# every test (unit and end-to-end on the real kernel). Needs root: the
+# end-to-end tests load seccomp listeners and use private mount namespaces.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tests/setup.sh
+cargo build --workspace --all-targets
+cargo test --workspace --no-fail-fast
