@@ -49,12 +49,21 @@ enum Command {
         /// Server API base URL.
         #[arg(long, default_value = agentsh_proto::shimconf::DEFAULT_SERVER)]
         server: String,
+        /// Output: `json` (one event per line) or `table` (readable columns).
+        #[arg(long, value_enum, default_value = "json")]
+        format: EventFormat,
     },
     /// Install, remove or inspect the shell shim (/bin/sh).
     Shim {
         #[command(subcommand)]
         command: ShimCommand,
     },
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum EventFormat {
+    Json,
+    Table,
 }
 
 #[derive(Debug, Subcommand)]
@@ -137,9 +146,54 @@ fn run_server(config: Option<PathBuf>) -> Result<(), String> {
     Ok(())
 }
 
-fn print_events(server: &str, session: &str, follow: bool) -> Result<(), String> {
+/// One event as a table row.
+fn table_row(ev: &serde_json::Value) -> String {
+    let s = |k: &str| ev.get(k).and_then(|v| v.as_str()).unwrap_or("").to_string();
+    let n = |k: &str| ev.get(k).map(|v| v.to_string()).unwrap_or_default();
+    let time = s("timestamp").get(11..23).unwrap_or("").to_string();
+    match ev.get("type").and_then(|v| v.as_str()) {
+        Some("execve") => {
+            let argv: Vec<String> = ev["argv"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+                .unwrap_or_default();
+            let mut cmd = argv.join(" ");
+            if cmd.len() > 60 {
+                cmd.truncate(57);
+                cmd.push_str("...");
+            }
+            format!(
+                "{:<5} {:<12} {:<7} {:<5} {:<7} {:<6} {:<22} {}  [{}]",
+                n("id"),
+                time,
+                n("pid"),
+                n("depth"),
+                s("decision"),
+                s("effective_action"),
+                s("rule"),
+                cmd,
+                s("filename")
+            )
+        }
+        Some(other) => format!("{:<5} {:<12} {other}", n("id"), time),
+        None => ev.to_string(),
+    }
+}
+
+fn print_events(
+    server: &str,
+    session: &str,
+    follow: bool,
+    format: EventFormat,
+) -> Result<(), String> {
     let agent = ureq::Agent::new_with_defaults();
     let mut after = 0u64;
+    if matches!(format, EventFormat::Table) {
+        println!(
+            "{:<5} {:<12} {:<7} {:<5} {:<7} {:<6} {:<22} COMMAND  [PROGRAM]",
+            "ID", "TIME", "PID", "DEPTH", "POLICY", "ACTION", "RULE"
+        );
+    }
     loop {
         let wait = if follow { 30 } else { 0 };
         let url = format!("{server}/api/v1/sessions/{session}/events?after={after}&wait={wait}");
@@ -151,7 +205,10 @@ fn print_events(server: &str, session: &str, follow: bool) -> Result<(), String>
             .read_json()
             .map_err(|e| format!("unexpected answer from {url}: {e}"))?;
         for ev in &events {
-            println!("{ev}");
+            match format {
+                EventFormat::Json => println!("{ev}"),
+                EventFormat::Table => println!("{}", table_row(ev)),
+            }
             if let Some(id) = ev.get("id").and_then(|v| v.as_u64()) {
                 after = after.max(id);
             }
@@ -185,7 +242,8 @@ fn main() -> ExitCode {
             session,
             follow,
             server,
-        } => print_events(server.trim_end_matches('/'), &session, follow),
+            format,
+        } => print_events(server.trim_end_matches('/'), &session, follow, format),
         Command::Shim { command } => {
             let code = shim_install::run(command);
             return ExitCode::from(code.clamp(0, 255) as u8);
