@@ -198,7 +198,7 @@ fn install(kind: ShellKind, argv0: &CStr, argv: &[&CStr], settings: &Settings) -
     }
 }
 
-/// `wrapper_binary --argv0=<argv0> [--on-kernel-refusal exec] -- <real shell> <args...>`
+/// `wrapper_binary --argv0 <argv0> [--on-kernel-refusal exec] -- <real shell> <args...>`
 fn wrapper_argv(
     resp: &WrapInitResponse,
     kind: ShellKind,
@@ -208,10 +208,9 @@ fn wrapper_argv(
 ) -> Result<Vec<CString>, String> {
     let c = |s: &str| CString::new(s).map_err(|_| format!("NUL in {s:?}"));
     let mut v = vec![c(&resp.wrapper_binary)?];
-    // `--argv0=VALUE` in one word: a login shell's argv[0] starts with '-'.
-    let mut a0 = b"--argv0=".to_vec();
-    a0.extend_from_slice(argv0.to_bytes());
-    v.push(CString::new(a0).map_err(|_| "NUL in argv0".to_string())?);
+    // unixwrap takes the next word verbatim, even a login shell's "-bash".
+    v.push(c("--argv0")?);
+    v.push(CString::from(argv0));
     if mode == Mode::Auto {
         v.push(c("--on-kernel-refusal")?);
         v.push(c("exec")?);
@@ -277,7 +276,8 @@ mod tests {
             v,
             [
                 "/usr/lib/agentsh/agentsh-unixwrap",
-                "--argv0=-bash",
+                "--argv0",
+                "-bash",
                 "--on-kernel-refusal",
                 "exec",
                 "--",

@@ -116,17 +116,37 @@ pub fn start(plan: &RelayPlan) -> io::Result<Relay> {
         // SAFETY: we are the freshly forked child.
         unsafe { relay_main(plan, relay_fd, wrapper_fd) }
     }
-    // SAFETY: closing our copy of the relay's end; clearing FD_CLOEXEC on ours
-    // so unixwrap inherits it.
-    unsafe {
-        libc::close(relay_fd);
-        if libc::fcntl(wrapper_fd, libc::F_SETFD, 0) < 0 {
-            let e = io::Error::last_os_error();
+    // SAFETY: closing our copy of the relay's end.
+    unsafe { libc::close(relay_fd) };
+    match inheritable_above_stdio(wrapper_fd) {
+        Ok(wrapper_fd) => Ok(Relay { wrapper_fd, pid }),
+        Err(e) => {
             Relay { wrapper_fd, pid }.abandon();
-            return Err(e);
+            Err(e)
         }
     }
-    Ok(Relay { wrapper_fd, pid })
+}
+
+/// unixwrap inherits the fd (FD_CLOEXEC cleared). An fd below 3 (the SDK
+/// started us with stdin, stdout or stderr closed) is moved to 3 or above:
+/// 0-2 belong to the command, and the slot is closed again, as it was.
+fn inheritable_above_stdio(fd: RawFd) -> io::Result<RawFd> {
+    // SAFETY: fcntl/close on an fd this process owns.
+    unsafe {
+        if fd < 3 {
+            let moved = libc::fcntl(fd, libc::F_DUPFD, 3);
+            if moved < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            libc::close(fd);
+            // F_DUPFD leaves FD_CLOEXEC clear on the new fd.
+            return Ok(moved);
+        }
+        if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(fd)
 }
 
 /// The relay child. Never returns.
