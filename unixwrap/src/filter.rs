@@ -126,8 +126,12 @@ fn extra_arches() -> &'static [ScmpArch] {
     }
 }
 
-/// Exports the BPF through a memfd (libseccomp 2.5.4 has no export-to-memory).
-fn export(ctx: &ScmpFilterContext) -> Result<Vec<libc::sock_filter>, String> {
+/// Exports a libseccomp filter's BPF through a memfd (libseccomp 2.5.4 has no
+/// export-to-memory). Public so tests can build filters the same way.
+///
+/// # Errors
+/// memfd, export or read failures, named.
+pub fn export(ctx: &ScmpFilterContext) -> Result<Vec<libc::sock_filter>, String> {
     // SAFETY: the name is a NUL-terminated literal; the result is checked.
     let fd = unsafe { libc::memfd_create(c"agentsh-bpf".as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {
@@ -392,6 +396,23 @@ mod tests {
         let f =
             libc::SECCOMP_FILTER_FLAG_NEW_LISTENER | libc::SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV;
         assert_eq!(flag_names(f), "NEW_LISTENER|WAIT_KILLABLE_RECV");
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn x86_64_filter_also_covers_i386_and_x32() {
+        const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
+        const AUDIT_ARCH_I386: u32 = 0x4000_0003;
+        const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+        const X32_EXECVE: u32 = X32_SYSCALL_BIT | 520;
+        let prog = build_bpf(&SeccompConfig::with_base_blocklist()).unwrap();
+        let ks: Vec<u32> = prog.iter().map(|i| i.k).collect();
+        for k in [AUDIT_ARCH_X86_64, AUDIT_ARCH_I386, X32_EXECVE] {
+            assert!(ks.contains(&k), "{k:#x} missing from the filter");
+        }
+        // i386 execve (11) is trapped: a jump on 11 leads to USER_NOTIF somewhere.
+        assert!(ks.contains(&libc::SECCOMP_RET_USER_NOTIF));
+        assert!(ks.contains(&libc::SECCOMP_RET_KILL_PROCESS));
     }
 
     #[test]
