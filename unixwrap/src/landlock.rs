@@ -18,7 +18,11 @@
 //! not mint `/dev/sda` look-alikes), but they are denied whenever creation is
 //! handled. Refer rides with create because the kernel denies cross-directory
 //! rename/link whenever any fs right is handled unless Refer is granted, which
-//! would break `mv a/x b/`. IoctlDev is left unhandled: shells need terminal
+//! would break `mv a/x b/`. For the same reason, when fs rights are handled but
+//! `create` is not, Refer is handled and granted on `/`: the policy did not ask
+//! to restrict creation, so reparenting stays allowed (the kernel still refuses
+//! any rename that would give a file rights it lacks at its source).
+//! IoctlDev is left unhandled: shells need terminal
 //! ioctls and it is not "write" in any sense a policy author means.
 //! On a non-directory the rule is narrowed to the rights a file can carry.
 //!
@@ -101,7 +105,12 @@ pub fn apply(cfg: &LandlockConfig, no_new_privs: bool, log: &Log) -> Result<Stri
         LandlockCompat::BestEffort => CompatLevel::BestEffort,
         LandlockCompat::Required => CompatLevel::HardRequirement,
     };
-    let handled_fs = union(&cfg.handled_fs, handled_rights);
+    let mut handled_fs = union(&cfg.handled_fs, handled_rights);
+    // See the module doc: keep reparenting allowed when creation is not handled.
+    let refer_everywhere = !handled_fs.is_empty() && !cfg.handled_fs.contains(&FsAccess::Create);
+    if refer_everywhere {
+        handled_fs |= AccessFs::Refer;
+    }
     let mut handled_net: BitFlags<AccessNet> = BitFlags::empty();
     if cfg.tcp_connect_ports.is_some() {
         handled_net |= AccessNet::ConnectTcp;
@@ -147,6 +156,12 @@ pub fn apply(cfg: &LandlockConfig, no_new_privs: bool, log: &Log) -> Result<Stri
         .no_new_privs(no_new_privs);
 
     let (mut fs_added, mut fs_skipped) = (0usize, 0usize);
+    if refer_everywhere {
+        let root = PathFd::new("/").map_err(|e| format!("landlock: opening /: {e}"))?;
+        created = created
+            .add_rule(PathBeneath::new(root, AccessFs::Refer))
+            .map_err(|e| err("allowing reparenting under /", e))?;
+    }
     for rule in &cfg.fs_rules {
         let mut granted = union(&rule.access, granted_rights) & handled_fs;
         if granted.is_empty() {

@@ -508,6 +508,35 @@ fn landlock_denies_reads_outside_the_allowed_paths() {
 }
 
 #[test]
+fn landlock_read_rules_leave_cross_directory_rename_working() {
+    root_or_skip!();
+    let dir = tempdir("ll-mv");
+    std::fs::create_dir_all(dir.join("a")).unwrap();
+    std::fs::create_dir_all(dir.join("b")).unwrap();
+    std::fs::write(dir.join("a/x"), "x").unwrap();
+    let cfg = landlock(|ll| {
+        ll.handled_fs = vec![FsAccess::Read];
+        ll.fs_rules = vec![FsRule {
+            path: "/".into(),
+            access: vec![FsAccess::Read],
+        }];
+    });
+    // os.rename, not mv: mv falls back to copy+unlink on EXDEV.
+    let code = format!(
+        "import os\nos.rename('{0}/a/x', '{0}/b/x')\nprint('moved')",
+        dir.display()
+    );
+    let w = spawn(Spec::new(&["--", PYTHON, "-c", &code]).config(&cfg));
+    let r = w.accept(allow_all());
+    let out = w.finish(T);
+    let moved = dir.join("b/x").exists();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(out.stdout, "moved\n", "{out:#?}");
+    assert!(moved);
+    drop(r.join());
+}
+
+#[test]
 fn landlock_denies_tcp_connect_to_unlisted_ports() {
     root_or_skip!();
     let allowed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
