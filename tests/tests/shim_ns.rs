@@ -1,0 +1,207 @@
+//! The shim as `/bin/sh` in a private mount namespace, without a server:
+//! transparency of the exec path, the fall-through rows of the decision
+//! table, and shim.conf trust. Needs root (skips outside CI otherwise).
+
+use agentsh_tests::ns::{host_sh_fingerprint, Namespace};
+use agentsh_tests::server::require_root;
+
+/// A loopback URL where nothing listens.
+const DEAD_SERVER: &str = "http://127.0.0.1:1";
+
+fn stdout(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn installing_in_a_namespace_leaves_this_machines_sh_untouched() {
+    if !require_root("installing_in_a_namespace_leaves_this_machines_sh_untouched") {
+        return;
+    }
+    let before = host_sh_fingerprint();
+    {
+        let ns = Namespace::new();
+        let out = ns.install_shim(true);
+        assert!(out.contains("/bin/sh: now agentsh-shell-shim"), "{out}");
+        let again = ns.install_shim(true);
+        assert!(again.contains("nothing to do"), "{again}");
+        let st = ns.run(
+            &[
+                &agentsh_tests::server::bin("agentsh").to_string_lossy(),
+                "shim",
+                "status",
+            ],
+            &[],
+        );
+        assert!(st.status.success(), "{}{}", stdout(&st), stderr(&st));
+        ns.configure(DEAD_SERVER, "off");
+        let o = ns.run(&["/bin/sh", "-c", "echo ok"], &[]);
+        assert_eq!(stdout(&o), "ok\n");
+    }
+    assert_eq!(host_sh_fingerprint(), before);
+}
+
+#[test]
+fn the_real_shell_runs_as_the_same_pid_with_comm_sh() {
+    if !require_root("the_real_shell_runs_as_the_same_pid_with_comm_sh") {
+        return;
+    }
+    let ns = Namespace::new();
+    ns.install_shim(true);
+    ns.configure(DEAD_SERVER, "off");
+    let o = ns.run(&["/bin/sh", "-c", "cat /proc/$$/comm; echo $0"], &[]);
+    assert_eq!(stdout(&o), "sh\n/bin/sh\n", "{}", stderr(&o));
+    let o = ns.run(
+        &[
+            "/bin/bash",
+            "-c",
+            "cat /proc/$$/comm; echo $BASH_VERSION | cut -c1",
+        ],
+        &[],
+    );
+    assert_eq!(stdout(&o).lines().next(), Some("bash"), "{}", stderr(&o));
+}
+
+#[test]
+fn sigpipe_keeps_its_default_so_yes_head_ends() {
+    if !require_root("sigpipe_keeps_its_default_so_yes_head_ends") {
+        return;
+    }
+    let ns = Namespace::new();
+    ns.install_shim(false);
+    ns.configure(DEAD_SERVER, "auto");
+    let t = std::time::Instant::now();
+    let o = ns.run(
+        &[
+            "/usr/bin/timeout",
+            "5",
+            "/bin/sh",
+            "-c",
+            "yes | head -1; grep SigIgn /proc/$$/status",
+        ],
+        &[],
+    );
+    assert!(t.elapsed() < std::time::Duration::from_secs(4));
+    let out = stdout(&o);
+    assert!(out.starts_with("y\nSigIgn:"), "{out}{}", stderr(&o));
+    // The shell under the shim ignores exactly what the real shell started
+    // the same way ignores: the shim hands the dispositions through.
+    let direct = ns.run(
+        &[
+            "/usr/lib/agentsh/shells/sh",
+            "-c",
+            "grep SigIgn /proc/$$/status",
+        ],
+        &[],
+    );
+    assert_eq!(out.lines().nth(1), stdout(&direct).lines().next());
+    let mask =
+        u64::from_str_radix(out.lines().nth(1).unwrap().split('\t').nth(1).unwrap(), 16).unwrap();
+    assert_eq!(
+        mask & (1 << (libc::SIGPIPE - 1)),
+        0,
+        "SIGPIPE ignored: {out}"
+    );
+}
+
+#[test]
+fn server_down_in_auto_runs_the_command_and_logs_a_warning() {
+    if !require_root("server_down_in_auto_runs_the_command_and_logs_a_warning") {
+        return;
+    }
+    let ns = Namespace::new();
+    ns.install_shim(false);
+    ns.configure(DEAD_SERVER, "auto");
+    let (o, log) = ns.run_logged(&["/bin/sh", "-c", "echo ran; exit 7"], &[]);
+    assert_eq!(o.status.code(), Some(7));
+    assert_eq!(stdout(&o), "ran\n");
+    assert_eq!(
+        stderr(&o),
+        "",
+        "the warning must not reach the command's output"
+    );
+    assert!(
+        log.contains("UNSUPERVISED") && log.contains("wrap-init unreachable"),
+        "{log}"
+    );
+}
+
+#[test]
+fn server_down_in_on_exits_126_with_the_hint() {
+    if !require_root("server_down_in_on_exits_126_with_the_hint") {
+        return;
+    }
+    let ns = Namespace::new();
+    ns.install_shim(false);
+    ns.configure(DEAD_SERVER, "on");
+    let o = ns.run(&["/bin/sh", "-c", "echo must-not-run"], &[]);
+    assert_eq!(o.status.code(), Some(126));
+    assert_eq!(stdout(&o), "");
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("agentsh-shell-shim: wrap-init unreachable"),
+        "{err}"
+    );
+    assert!(
+        err.contains("shim_install=on refuses to run unsupervised"),
+        "{err}"
+    );
+}
+
+#[test]
+fn env_off_under_conf_on_is_ignored() {
+    if !require_root("env_off_under_conf_on_is_ignored") {
+        return;
+    }
+    let ns = Namespace::new();
+    ns.install_shim(false);
+    ns.configure(DEAD_SERVER, "on");
+    let o = ns.run(
+        &["/bin/sh", "-c", "echo must-not-run"],
+        &[("AGENTSH_SHIM_INSTALL", "off")],
+    );
+    assert_eq!(o.status.code(), Some(126), "{}", stdout(&o));
+    // ... while the environment may strengthen auto to on.
+    ns.configure(DEAD_SERVER, "auto");
+    let o = ns.run(
+        &["/bin/sh", "-c", "echo must-not-run"],
+        &[("AGENTSH_SHIM_INSTALL", "on")],
+    );
+    assert_eq!(o.status.code(), Some(126), "{}", stdout(&o));
+}
+
+#[test]
+fn group_writable_shim_conf_is_distrusted() {
+    if !require_root("group_writable_shim_conf_is_distrusted") {
+        return;
+    }
+    let ns = Namespace::new();
+    ns.install_shim(false);
+    // It says off; a file others could have written must not weaken anything.
+    ns.write_shim_conf(&format!("shim_install=off\nserver={DEAD_SERVER}\n"), 0o664);
+    let o = ns.run(&["/bin/sh", "-c", "echo must-not-run"], &[]);
+    assert_eq!(o.status.code(), Some(126), "{}", stdout(&o));
+    let err = stderr(&o);
+    assert!(err.contains("writable by group or others"), "{err}");
+}
+
+#[test]
+fn invalid_shim_conf_value_refuses_naming_file_line_and_values() {
+    if !require_root("invalid_shim_conf_value_refuses_naming_file_line_and_values") {
+        return;
+    }
+    let ns = Namespace::new();
+    ns.install_shim(false);
+    ns.write_shim_conf("# comment\nshim_install=yes\n", 0o644);
+    let o = ns.run(&["/bin/sh", "-c", "echo must-not-run"], &[]);
+    assert_eq!(o.status.code(), Some(126));
+    let err = stderr(&o);
+    assert!(
+        err.contains("/etc/agentsh/shim.conf line 2") && err.contains("auto, on, off"),
+        "{err}"
+    );
+}
