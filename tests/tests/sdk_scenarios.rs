@@ -1,0 +1,283 @@
+//! End-to-end: SDK-style daemons spawn shells exactly as each SDK does, in a
+//! private mount namespace where `/bin/sh` and `/bin/bash` are the shim. The
+//! daemon is a sibling of the agentsh server, never its descendant. Needs root.
+
+use agentsh_tests::ns::Namespace;
+use agentsh_tests::sdk::{self, Finished, Spawn, Supervisor};
+use agentsh_tests::server::{require_root, TestServer};
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+const POLICY: &str = r#"
+name: sdk-e2e
+default: allow
+command_rules:
+  - name: deny-nested-curl
+    commands: [curl]
+    context: [nested]
+    decision: deny
+    message: network tools are not allowed in nested commands
+"#;
+
+/// Server, namespace with the shim installed (sh and bash), daemon.
+struct Scenario {
+    sup: Supervisor,
+    ns: Namespace,
+    srv: TestServer,
+}
+
+impl Scenario {
+    fn new(mode: &str, allow_all_filter: bool) -> Scenario {
+        let srv = TestServer::start(POLICY, "");
+        let ns = Namespace::new();
+        ns.install_shim(true);
+        ns.configure(&srv.url, mode);
+        let sup = Supervisor::start(&ns, allow_all_filter);
+        Scenario { sup, ns, srv }
+    }
+
+    fn wrap_inits(&self) -> usize {
+        self.srv
+            .events("default")
+            .iter()
+            .filter(|e| e["type"] == "wrap_init")
+            .count()
+    }
+
+    fn curl_events(&self) -> Vec<Value> {
+        self.srv
+            .exec_events("default")
+            .into_iter()
+            .filter(|e| {
+                e["filename"]
+                    .as_str()
+                    .is_some_and(|f| f.rsplit('/').next() == Some("curl"))
+            })
+            .collect()
+    }
+
+    /// The nested curl was denied, audited, at depth >= 1.
+    fn assert_nested_curl_denied(&self, f: &Finished) {
+        assert!(
+            f.stdout.contains("curl-rc=126"),
+            "curl must fail with EACCES (126): {f:?}\n{}",
+            self.srv.log()
+        );
+        let ev = self
+            .srv
+            .wait_exec_event("default", Duration::from_secs(5), |e| {
+                e["filename"]
+                    .as_str()
+                    .is_some_and(|f| f.rsplit('/').next() == Some("curl"))
+            })
+            .unwrap_or_else(|| panic!("no curl event: {:?}", self.srv.exec_events("default")));
+        assert_eq!(ev["decision"], "deny", "{ev}");
+        // The shell's PATH probes (e.g. /usr/local/bin/curl) are execs too.
+        for ev in self.curl_events() {
+            assert_eq!(ev["decision"], "deny", "{ev}");
+            assert_eq!(ev["rule"], "deny-nested-curl", "{ev}");
+            assert!(ev["depth"].as_u64().is_some_and(|d| d >= 1), "{ev}");
+        }
+    }
+}
+
+/// The command every scenario runs: pid, a nested denied curl, a nested
+/// `sh -c` (must not call wrap-init), no AGENTSH_* variable, an exit code.
+const PROBE: &str = "echo pid=$$; curl --version >/dev/null 2>&1; echo curl-rc=$?; \
+sh -c 'echo nested-ok'; env | grep -c '^AGENTSH_' | sed 's/^/agentsh-vars=/'; \
+echo children=$(cat /proc/$$/task/$$/children | wc -w); exit 3";
+
+fn assert_probe(s: &Scenario, f: &Finished) {
+    assert!(
+        f.stdout.contains(&format!("pid={}\n", f.pid)),
+        "echo $$ must be the spawned pid: {f:?}"
+    );
+    assert!(f.stdout.contains("nested-ok\n"), "{f:?}");
+    assert!(f.stdout.contains("agentsh-vars=0\n"), "{f:?}");
+    // Only the $(...) subshell: the relay helper was reaped, nothing else stayed.
+    assert!(f.stdout.contains("children=1\n"), "{f:?}");
+    assert_eq!(f.code, Some(3), "{f:?}");
+    s.assert_nested_curl_denied(f);
+    assert_eq!(s.wrap_inits(), 1, "exactly one wrap-init per SDK command");
+}
+
+fn kill(pid: i32, sig: i32) {
+    // SAFETY: kill(2) on a pid/pgid this test spawned (through the daemon).
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0, "kill({pid}, {sig})");
+}
+
+/// No process of the process group `pgid` is left.
+fn group_is_gone(pgid: u32) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        // SAFETY: signal 0 only probes.
+        let alive = unsafe { libc::kill(-(pgid as i32), 0) } == 0;
+        if !alive {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn tensorlake_sh_lc_is_supervised_transparently() {
+    if !require_root("tensorlake_sh_lc_is_supervised_transparently") {
+        return;
+    }
+    let mut s = Scenario::new("on", false);
+    let f = s.sup.run(&sdk::tensorlake(PROBE));
+    assert_probe(&s, &f);
+}
+
+#[test]
+fn runloop_bash_c_is_supervised_transparently() {
+    if !require_root("runloop_bash_c_is_supervised_transparently") {
+        return;
+    }
+    let mut s = Scenario::new("on", false);
+    let f = s.sup.run(&sdk::runloop(PROBE));
+    assert_probe(&s, &f);
+}
+
+#[test]
+fn e2b_oom_wrapper_then_login_bash_is_supervised_transparently() {
+    if !require_root("e2b_oom_wrapper_then_login_bash_is_supervised_transparently") {
+        return;
+    }
+    let mut s = Scenario::new("on", false);
+    let probe = format!("echo oom=$(cat /proc/$$/oom_score_adj); {PROBE}");
+    let f = s.sup.run(&sdk::e2b(&probe));
+    assert!(f.stdout.contains("oom=100\n"), "{f:?}");
+    assert_probe(&s, &f);
+}
+
+#[test]
+fn e2b_pty_session_is_supervised_transparently() {
+    if !require_root("e2b_pty_session_is_supervised_transparently") {
+        return;
+    }
+    let mut s = Scenario::new("on", false);
+    let typed = "echo pid=$$ tty=$(tty | cut -c1-8); curl --version >/dev/null 2>&1; echo curl-rc=$?; exit 5\n";
+    let r = s.sup.spawn(&sdk::e2b_pty(typed));
+    let f = s.sup.wait(r, Duration::from_secs(10));
+    assert!(
+        f.stdout.contains(&format!("pid={} tty=/dev/pts", f.pid)),
+        "{f:?}"
+    );
+    assert_eq!(f.code, Some(5), "{f:?}");
+    s.assert_nested_curl_denied(&f);
+    assert_eq!(s.wrap_inits(), 1);
+}
+
+#[test]
+fn daytona_script_on_stdin_is_supervised_transparently() {
+    if !require_root("daytona_script_on_stdin_is_supervised_transparently") {
+        return;
+    }
+    let mut s = Scenario::new("on", false);
+    let f = s.sup.run(&sdk::daytona_stdin(&format!("{PROBE}\n")));
+    assert_probe(&s, &f);
+}
+
+#[test]
+fn daytona_base64_pipeline_is_supervised() {
+    if !require_root("daytona_base64_pipeline_is_supervised") {
+        return;
+    }
+    let mut s = Scenario::new("on", false);
+    let f = s.sup.run(&sdk::daytona_base64(
+        "curl --version >/dev/null 2>&1; echo curl-rc=$?; exit 4",
+    ));
+    assert_eq!(f.code, Some(4), "{f:?}");
+    s.assert_nested_curl_denied(&f);
+    // The inner `sh` reading the script is nested: no second wrap-init.
+    assert_eq!(s.wrap_inits(), 1);
+}
+
+#[test]
+fn daytona_killing_the_process_group_stops_the_whole_command() {
+    if !require_root("daytona_killing_the_process_group_stops_the_whole_command") {
+        return;
+    }
+    let mut s = Scenario::new("on", false);
+    let r = s
+        .sup
+        .spawn(&sdk::daytona_stdin("sleep 30 & sleep 30; wait\n"));
+    // Let the tree get installed and the sleeps start.
+    let sleeping = s
+        .srv
+        .wait_exec_event("default", Duration::from_secs(5), |e| {
+            e["filename"]
+                .as_str()
+                .is_some_and(|f| f.ends_with("/sleep"))
+        });
+    assert!(sleeping.is_some(), "{}", s.srv.log());
+    kill(-(r.pid as i32), libc::SIGKILL);
+    let f = s.sup.wait(r, Duration::from_secs(5));
+    assert_eq!(f.signal, Some(libc::SIGKILL), "{f:?}");
+    assert!(
+        group_is_gone(r.pid),
+        "processes of group {} survived",
+        r.pid
+    );
+}
+
+#[test]
+fn e2b_signalling_the_pid_ends_the_command_with_that_signal() {
+    if !require_root("e2b_signalling_the_pid_ends_the_command_with_that_signal") {
+        return;
+    }
+    let mut s = Scenario::new("on", false);
+    // bash (the spawned pid, after `exec "${@}"`) loops over a child.
+    let r = s.sup.spawn(&sdk::e2b("while :; do sleep 0.1; done"));
+    std::thread::sleep(Duration::from_millis(300));
+    kill(r.pid as i32, libc::SIGTERM);
+    let f = s.sup.wait(r, Duration::from_secs(5));
+    assert_eq!(f.signal, Some(libc::SIGTERM), "{f:?}");
+}
+
+#[test]
+fn death_by_signal_and_exit_codes_come_through_unchanged() {
+    if !require_root("death_by_signal_and_exit_codes_come_through_unchanged") {
+        return;
+    }
+    let mut s = Scenario::new("on", false);
+    let f = s.sup.run(&sdk::tensorlake("kill -SEGV $$"));
+    assert_eq!(f.signal, Some(libc::SIGSEGV), "{f:?}");
+    let f = s.sup.run(&sdk::runloop("exit 42"));
+    assert_eq!(f.code, Some(42), "{f:?}");
+    let f = s.sup.run(&Spawn::argv(&["/bin/sh", "-c", "exit 0"]));
+    assert_eq!(f.code, Some(0), "{f:?}");
+}
+
+#[test]
+fn an_unrelated_seccomp_filter_does_not_stop_installation() {
+    if !require_root("an_unrelated_seccomp_filter_does_not_stop_installation") {
+        return;
+    }
+    let mut s = Scenario::new("on", true);
+    let f = s.sup.run(&sdk::tensorlake(
+        "grep Seccomp_filters /proc/$$/status; curl --version >/dev/null 2>&1; echo curl-rc=$?",
+    ));
+    // The runtime's filter plus agentsh's.
+    assert!(f.stdout.contains("Seccomp_filters:\t2"), "{f:?}");
+    s.assert_nested_curl_denied(&f);
+    assert_eq!(s.wrap_inits(), 1);
+}
+
+#[test]
+fn server_down_in_auto_still_runs_sdk_commands() {
+    if !require_root("server_down_in_auto_still_runs_sdk_commands") {
+        return;
+    }
+    let mut s = Scenario::new("auto", false);
+    s.srv.kill();
+    let f = s.sup.run(&sdk::tensorlake("echo pid=$$; exit 9"));
+    assert_eq!(f.code, Some(9), "{f:?}");
+    assert!(f.stdout.contains(&format!("pid={}", f.pid)), "{f:?}");
+    assert_eq!(f.stderr, "", "{f:?}");
+    drop(s.ns);
+}
