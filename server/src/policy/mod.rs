@@ -1,1 +1,235 @@
-//! TODO
+//! The policy engine: what may run in a supervised tree.
+//!
+//! A policy is a YAML file (one per name under `/etc/agentsh/policies/`):
+//! `command_rules` decide every `execve` the supervisor traps, `file_rules`
+//! and `network_rules` are for Landlock, `syscalls.block` extends the seccomp
+//! blocklist, and `default` decides an exec no rule matches. The file is
+//! parsed strictly (unknown keys are errors, so a typo cannot silently turn a
+//! rule off), validated, and compiled once into a [`Policy`]; after that,
+//! [`evaluate`] is a pure function of the policy and the [`ExecFacts`] the
+//! supervisor gathered. See `evaluate` for the order of judgement and
+//! `pattern` for how program names match.
+//!
+//! Failure modes: loading fails with a [`PolicyError`] that names the
+//! origin and, where it can, the line and column (the server refuses to start
+//! rather than run with a policy it could not read). Evaluation cannot fail:
+//! what it cannot judge (a wrapper with options it does not know) is denied.
+//! The argv the policy sees is what the tracee passed; it is a best-effort
+//! layer over Landlock, not a boundary by itself (see the supervisor).
+//!
+//! Shipped policies are embedded in the binary, so a name resolves even on a
+//! host without `/etc/agentsh/policies/`; a file of the same name there wins.
+
+mod compile;
+mod error;
+mod evaluate;
+mod locate;
+mod pattern;
+mod schema;
+mod wrappers;
+
+#[cfg(test)]
+mod tests;
+
+pub use compile::FILE_PATH_VARIABLES;
+pub use error::{Location, PolicyError};
+pub use evaluate::{evaluate, ExecFacts, Verdict};
+pub use schema::{Decision, FileOperation, FileRule, NetworkDirection, NetworkRule, PortSet};
+
+use compile::{CommandRule, DepthRange};
+use pattern::Matcher;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// The policies shipped in `etc/agentsh/policies/`, by name.
+pub const SHIPPED: &[(&str, &str)] = &[
+    (
+        "agent-default",
+        include_str!("../../../etc/agentsh/policies/agent-default.yaml"),
+    ),
+    (
+        "agent-strict",
+        include_str!("../../../etc/agentsh/policies/agent-strict.yaml"),
+    ),
+    (
+        "agent-observe",
+        include_str!("../../../etc/agentsh/policies/agent-observe.yaml"),
+    ),
+];
+
+/// A validated, compiled policy.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    name: String,
+    description: Option<String>,
+    origin: String,
+    default: Decision,
+    unparsable_wrapper: Decision,
+    internal_bypass: Vec<Matcher>,
+    command_rules: Vec<CommandRule>,
+    file_rules: Vec<FileRule>,
+    network_rules: Vec<NetworkRule>,
+    blocked_syscalls: Vec<String>,
+}
+
+impl Policy {
+    /// Parse, validate and compile. `origin` names the source in errors (a
+    /// file path or `embedded:NAME`); without `name:` in the text, the
+    /// policy is named after the origin's file stem.
+    ///
+    /// # Errors
+    /// `Syntax` for YAML or schema errors, `Invalid` for bad values.
+    pub fn from_yaml(text: &str, origin: &str) -> Result<Policy, PolicyError> {
+        let doc: schema::PolicyDoc =
+            serde_yaml_ng::from_str(text).map_err(|e| PolicyError::from_yaml(origin, &e))?;
+        compile::compile(doc, text, origin)
+    }
+
+    /// Read and compile a policy file.
+    ///
+    /// # Errors
+    /// `Read` if the file cannot be read, else as [`Policy::from_yaml`].
+    pub fn load(path: &Path) -> Result<Policy, PolicyError> {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Read {
+            origin: origin.clone(),
+            source,
+        })?;
+        Policy::from_yaml(&text, &origin)
+    }
+
+    /// A policy by name or path. A path (it contains `/` or ends in `.yaml`
+    /// or `.yml`) is loaded as is. A name loads `{policies_dir}/{name}.yaml`
+    /// when that file exists, else the shipped policy of that name.
+    ///
+    /// # Errors
+    /// `BadName`, `NotFound`, or any error of [`Policy::load`]. A file that
+    /// exists but cannot be read is an error, never a silent fallback.
+    pub fn resolve(name_or_path: &str, policies_dir: &Path) -> Result<Policy, PolicyError> {
+        if name_or_path.contains('/')
+            || name_or_path.ends_with(".yaml")
+            || name_or_path.ends_with(".yml")
+        {
+            return Policy::load(Path::new(name_or_path));
+        }
+        compile::check_policy_name(name_or_path).map_err(|message| PolicyError::BadName {
+            origin: name_or_path.to_string(),
+            message,
+        })?;
+        let path = policies_dir.join(format!("{name_or_path}.yaml"));
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Policy::from_yaml(&text, &path.display().to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => match shipped(name_or_path) {
+                Some(text) => Policy::from_yaml(text, &format!("embedded:{name_or_path}")),
+                None => Err(PolicyError::NotFound {
+                    origin: name_or_path.to_string(),
+                    searched: path,
+                    shipped: SHIPPED.iter().map(|(n, _)| n.to_string()).collect(),
+                }),
+            },
+            Err(source) => Err(PolicyError::Read {
+                origin: path.display().to_string(),
+                source,
+            }),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn description(&self) -> Option<&str> {
+        self.description.as_deref()
+    }
+
+    /// Where it was loaded from: a path or `embedded:NAME`.
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    /// The decision for an exec no command rule matches.
+    pub fn default_decision(&self) -> Decision {
+        self.default
+    }
+
+    /// Validated; compiled to Landlock by the caller.
+    pub fn file_rules(&self) -> &[FileRule] {
+        &self.file_rules
+    }
+
+    /// Validated; compiled to Landlock by the caller.
+    pub fn network_rules(&self) -> &[NetworkRule] {
+        &self.network_rules
+    }
+
+    /// Extra seccomp blocklist names from `syscalls: { block: [...] }`.
+    pub fn blocked_syscalls(&self) -> &[String] {
+        &self.blocked_syscalls
+    }
+
+    /// A human summary, as `agentsh policy check` prints it.
+    pub fn summary(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "policy {:?} ({}): OK", self.name, self.origin);
+        if let Some(d) = &self.description {
+            let _ = writeln!(s, "  {}", d.trim());
+        }
+        let _ = writeln!(s, "  default: {}", self.default);
+        let _ = writeln!(s, "  unparsable wrappers: {}", self.unparsable_wrapper);
+        let _ = writeln!(
+            s,
+            "  internal_bypass: {} pattern(s)",
+            self.internal_bypass.len()
+        );
+        let _ = writeln!(
+            s,
+            "  command_rules: {} (first match wins)",
+            self.command_rules.len()
+        );
+        for (i, r) in self.command_rules.iter().enumerate() {
+            let args = if r.args_patterns.is_empty() {
+                String::new()
+            } else {
+                format!(", {} args pattern(s)", r.args_patterns.len())
+            };
+            let depth = if r.depth == DepthRange::ANY {
+                String::new()
+            } else {
+                format!(", {}", r.depth.describe())
+            };
+            let _ = writeln!(
+                s,
+                "    {:>2}. {:<7} {} [{}{depth}{args}]",
+                i + 1,
+                r.decision.as_str(),
+                r.name,
+                r.commands_text.join(" "),
+            );
+        }
+        let _ = writeln!(s, "  file_rules: {}", self.file_rules.len());
+        let _ = writeln!(s, "  network_rules: {}", self.network_rules.len());
+        let _ = write!(
+            s,
+            "  syscalls.block: {}",
+            if self.blocked_syscalls.is_empty() {
+                "-".to_string()
+            } else {
+                self.blocked_syscalls.join(", ")
+            }
+        );
+        s
+    }
+}
+
+/// The text of a shipped policy.
+pub fn shipped(name: &str) -> Option<&'static str> {
+    SHIPPED.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
+}
+
+/// For `agentsh policy check FILE`: the summary, or the error to print.
+///
+/// # Errors
+/// Any error of [`Policy::load`].
+pub fn check_file(path: &Path) -> Result<String, PolicyError> {
+    Policy::load(path).map(|p| p.summary())
+}

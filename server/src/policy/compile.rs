@@ -1,0 +1,628 @@
+//! From the parsed document to a `Policy`: validate every value and compile
+//! the matchers (globs, regexes) once, so evaluation is only matching.
+//!
+//! Every check that can fail names the rule and, via `locate`, points at the
+//! line of the offending value. The first error found is reported.
+
+use super::error::{Location, PolicyError};
+use super::locate::Source;
+use super::pattern::{CommandPattern, Matcher};
+use super::schema::{
+    CommandRuleDoc, ContextDoc, Decision, DepthKind, FileRule, NetworkRule, PolicyDoc, PortSet,
+};
+use super::Policy;
+use regex::{Regex, RegexBuilder};
+use std::collections::HashMap;
+
+/// Rule names the engine itself puts in a verdict.
+pub(crate) const RULE_DEFAULT: &str = "default";
+pub(crate) const RULE_INTERNAL_BYPASS: &str = "internal_bypass";
+pub(crate) const RULE_UNPARSABLE_WRAPPER: &str = "unparsable_wrapper";
+const RESERVED_RULE_NAMES: &[&str] = &[RULE_DEFAULT, RULE_INTERNAL_BYPASS, RULE_UNPARSABLE_WRAPPER];
+
+/// The variables a file rule path may start with; the server expands them
+/// per session.
+pub const FILE_PATH_VARIABLES: &[&str] = &["WORKSPACE", "HOME", "TMPDIR"];
+
+/// Regexes come from the policy author, but keep a bad one from eating memory.
+const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+/// Inclusive depth bounds of a command rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DepthRange {
+    pub min: u32,
+    pub max: u32,
+}
+
+impl DepthRange {
+    pub const ANY: DepthRange = DepthRange {
+        min: 0,
+        max: u32::MAX,
+    };
+
+    pub fn contains(&self, depth: u32) -> bool {
+        self.min <= depth && depth <= self.max
+    }
+
+    pub fn describe(&self) -> String {
+        match (self.min, self.max) {
+            (0, u32::MAX) => "any depth".into(),
+            (0, 0) => "direct".into(),
+            (1, u32::MAX) => "nested".into(),
+            (min, u32::MAX) => format!("depth >= {min}"),
+            (min, max) if min == max => format!("depth {min}"),
+            (min, max) => format!("depth {min}..={max}"),
+        }
+    }
+}
+
+/// A compiled `command_rules` entry.
+#[derive(Debug, Clone)]
+pub(crate) struct CommandRule {
+    pub name: String,
+    pub commands_text: Vec<String>,
+    pub commands: Vec<CommandPattern>,
+    /// Empty: any arguments.
+    pub args_patterns: Vec<Regex>,
+    pub depth: DepthRange,
+    pub decision: Decision,
+    pub message: Option<String>,
+}
+
+struct Ctx<'a> {
+    origin: &'a str,
+    source: Source<'a>,
+}
+
+impl Ctx<'_> {
+    fn invalid(
+        &self,
+        location: Option<Location>,
+        rule: Option<&str>,
+        message: String,
+    ) -> PolicyError {
+        PolicyError::Invalid {
+            origin: self.origin.to_string(),
+            location,
+            rule: rule.map(str::to_string),
+            message,
+        }
+    }
+}
+
+/// Names of rules in one section, to find duplicates and the n-th definition.
+#[derive(Default)]
+struct Seen<'a> {
+    counts: HashMap<&'a str, usize>,
+}
+
+impl<'a> Seen<'a> {
+    /// How many earlier rules had this name (0 for the first).
+    fn add(&mut self, name: &'a str) -> usize {
+        let n = self.counts.entry(name).or_insert(0);
+        *n += 1;
+        *n - 1
+    }
+}
+
+pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy, PolicyError> {
+    let ctx = Ctx {
+        origin,
+        source: Source::new(text),
+    };
+
+    let name = match doc.name {
+        Some(name) => {
+            check_policy_name(&name).map_err(|m| ctx.invalid(ctx.source.key("name"), None, m))?;
+            name
+        }
+        None => stem_of_origin(origin),
+    };
+
+    let unparsable_wrapper = match doc.unparsable_wrapper {
+        None => Decision::Deny,
+        Some(Decision::Allow) => {
+            return Err(ctx.invalid(
+                ctx.source.key("unparsable_wrapper"),
+                None,
+                "unparsable_wrapper: allow would run payloads nobody judged; use audit \
+                 to let them run and flag them"
+                    .into(),
+            ))
+        }
+        Some(d @ (Decision::Deny | Decision::Approve | Decision::Audit)) => d,
+    };
+
+    let mut internal_bypass = Vec::new();
+    for pattern in doc.internal_bypass.unwrap_or_default() {
+        let at = || ctx.source.section_value("internal_bypass", None, &pattern);
+        if !pattern.starts_with('/') {
+            return Err(ctx.invalid(
+                at(),
+                None,
+                format!("internal_bypass: {pattern:?} is not an absolute path or path glob"),
+            ));
+        }
+        let m = Matcher::new(&pattern).map_err(|e| {
+            ctx.invalid(
+                at(),
+                None,
+                format!("internal_bypass: invalid glob {pattern:?}: {e}"),
+            )
+        })?;
+        internal_bypass.push(m);
+    }
+
+    let docs = doc.command_rules.unwrap_or_default();
+    let mut seen = Seen::default();
+    let mut command_rules = Vec::with_capacity(docs.len());
+    for (index, rule) in docs.iter().enumerate() {
+        let occurrence = seen.add(&rule.name);
+        command_rules.push(compile_command_rule(&ctx, index, rule, occurrence)?);
+    }
+
+    let file_rules = doc.file_rules.unwrap_or_default();
+    let mut seen = Seen::default();
+    for (index, rule) in file_rules.iter().enumerate() {
+        let occurrence = seen.add(&rule.name);
+        check_file_rule(&ctx, index, rule, occurrence)?;
+    }
+
+    let network_rules = doc.network_rules.unwrap_or_default();
+    let mut seen = Seen::default();
+    for (index, rule) in network_rules.iter().enumerate() {
+        let occurrence = seen.add(&rule.name);
+        check_network_rule(&ctx, index, rule, occurrence)?;
+    }
+
+    let blocked_syscalls = doc.syscalls.map(|s| s.block).unwrap_or_default();
+    for syscall in &blocked_syscalls {
+        if !is_syscall_name(syscall) {
+            return Err(ctx.invalid(
+                ctx.source.section_value("syscalls", Some("block"), syscall),
+                None,
+                format!(
+                    "syscalls.block: {syscall:?} is not a syscall name (lowercase letters, \
+                     digits and '_', like `keyctl`)"
+                ),
+            ));
+        }
+    }
+
+    Ok(Policy {
+        name,
+        description: doc.description,
+        origin: origin.to_string(),
+        default: doc.default,
+        unparsable_wrapper,
+        internal_bypass,
+        command_rules,
+        file_rules,
+        network_rules,
+        blocked_syscalls,
+    })
+}
+
+/// `name:` when absent: the file stem of the origin (`embedded:` dropped).
+fn stem_of_origin(origin: &str) -> String {
+    let path = origin.strip_prefix("embedded:").unwrap_or(origin);
+    std::path::Path::new(path)
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .filter(|s| !s.is_empty())
+        .unwrap_or(path)
+        .to_string()
+}
+
+/// A policy name doubles as a file name under the policies directory.
+pub(crate) fn check_policy_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("the policy name is empty".into());
+    }
+    if name.starts_with('.') || name.starts_with('-') {
+        return Err(format!(
+            "policy name {name:?} must not start with '.' or '-'"
+        ));
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        return Err(format!(
+            "policy name {name:?} may only use letters, digits, '-', '_' and '.'"
+        ));
+    }
+    Ok(())
+}
+
+fn is_syscall_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// The name check shared by all rule sections.
+fn check_rule_name(
+    ctx: &Ctx<'_>,
+    section: &str,
+    index: usize,
+    name: &str,
+    occurrence: usize,
+) -> Result<(), PolicyError> {
+    let at = || ctx.source.rule(section, name, occurrence);
+    if name.trim().is_empty() {
+        return Err(ctx.invalid(
+            None,
+            None,
+            format!("{section}[{index}]: the rule name is empty"),
+        ));
+    }
+    if occurrence > 0 {
+        return Err(ctx.invalid(
+            at(),
+            Some(name),
+            format!("{section}[{index}]: duplicate rule name {name:?}: rule names must be unique"),
+        ));
+    }
+    if RESERVED_RULE_NAMES.contains(&name) {
+        return Err(ctx.invalid(
+            at(),
+            Some(name),
+            format!(
+                "{section}[{index}]: rule name {name:?} is reserved (the engine reports it \
+                 for its own decisions)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn compile_command_rule(
+    ctx: &Ctx<'_>,
+    index: usize,
+    rule: &CommandRuleDoc,
+    occurrence: usize,
+) -> Result<CommandRule, PolicyError> {
+    const SECTION: &str = "command_rules";
+    let name = rule.name.as_str();
+    check_rule_name(ctx, SECTION, index, name, occurrence)?;
+    let at = |field: &str, value: Option<&str>| {
+        ctx.source
+            .rule_value(SECTION, name, occurrence, field, value)
+    };
+    let fail = |field: &str, value: Option<&str>, what: String| {
+        ctx.invalid(
+            at(field, value),
+            Some(name),
+            format!("{SECTION}[{index}] {name:?}: {what}"),
+        )
+    };
+
+    if rule.commands.is_empty() {
+        return Err(fail(
+            "commands",
+            None,
+            "commands: is empty; name at least one program".into(),
+        ));
+    }
+    let mut commands = Vec::with_capacity(rule.commands.len());
+    for entry in &rule.commands {
+        let pattern = CommandPattern::new(entry)
+            .map_err(|why| fail("commands", Some(entry), format!("commands: {why}")))?;
+        commands.push(pattern);
+    }
+
+    let mut args_patterns = Vec::new();
+    if let Some(patterns) = &rule.args_patterns {
+        if patterns.is_empty() {
+            return Err(fail(
+                "args_patterns",
+                None,
+                "args_patterns: is empty and would match nothing; remove it to match any \
+                 arguments"
+                    .into(),
+            ));
+        }
+        for p in patterns {
+            let re = RegexBuilder::new(p)
+                .size_limit(REGEX_SIZE_LIMIT)
+                .build()
+                .map_err(|e| {
+                    fail(
+                        "args_patterns",
+                        Some(p),
+                        format!(
+                            "args_patterns: invalid regex {p:?}: {}",
+                            one_line(&e.to_string())
+                        ),
+                    )
+                })?;
+            args_patterns.push(re);
+        }
+    }
+
+    let depth = match &rule.context {
+        None => DepthRange::ANY,
+        Some(ContextDoc::Kinds(kinds)) => {
+            let direct = kinds.contains(&DepthKind::Direct);
+            let nested = kinds.contains(&DepthKind::Nested);
+            match (direct, nested) {
+                (true, true) => DepthRange::ANY,
+                (true, false) => DepthRange { min: 0, max: 0 },
+                (false, true) => DepthRange {
+                    min: 1,
+                    max: u32::MAX,
+                },
+                (false, false) => {
+                    return Err(fail(
+                        "context",
+                        None,
+                        "context: is empty and would match nothing; use [direct], [nested] \
+                         or remove it"
+                            .into(),
+                    ))
+                }
+            }
+        }
+        Some(ContextDoc::Range(range)) => {
+            let min = range.min_depth.unwrap_or(0);
+            let max = range.max_depth.unwrap_or(u32::MAX);
+            if min > max {
+                return Err(fail(
+                    "context",
+                    None,
+                    format!("context: min_depth {min} is greater than max_depth {max}"),
+                ));
+            }
+            DepthRange { min, max }
+        }
+    };
+
+    if rule.message.as_deref().is_some_and(|m| m.trim().is_empty()) {
+        return Err(fail(
+            "message",
+            None,
+            "message: is empty; remove it or say why".into(),
+        ));
+    }
+
+    Ok(CommandRule {
+        name: rule.name.clone(),
+        commands_text: rule.commands.clone(),
+        commands,
+        args_patterns,
+        depth,
+        decision: rule.decision,
+        message: rule.message.clone(),
+    })
+}
+
+/// Regex errors are multi-line drawings; keep the last line (the reason).
+fn one_line(s: &str) -> String {
+    let reason = s
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or(s)
+        .trim();
+    reason.trim_start_matches("error: ").to_string()
+}
+
+fn check_file_rule(
+    ctx: &Ctx<'_>,
+    index: usize,
+    rule: &FileRule,
+    occurrence: usize,
+) -> Result<(), PolicyError> {
+    const SECTION: &str = "file_rules";
+    let name = rule.name.as_str();
+    check_rule_name(ctx, SECTION, index, name, occurrence)?;
+    let fail = |field: &str, value: Option<&str>, what: String| {
+        ctx.invalid(
+            ctx.source
+                .rule_value(SECTION, name, occurrence, field, value),
+            Some(name),
+            format!("{SECTION}[{index}] {name:?}: {what}"),
+        )
+    };
+    if rule.paths.is_empty() {
+        return Err(fail(
+            "paths",
+            None,
+            "paths: is empty; name at least one path".into(),
+        ));
+    }
+    for path in &rule.paths {
+        check_file_path(path).map_err(|why| fail("paths", Some(path), format!("paths: {why}")))?;
+    }
+    if rule.operations.is_empty() {
+        return Err(fail(
+            "operations",
+            None,
+            "operations: is empty; list some of read, write, create, delete, execute".into(),
+        ));
+    }
+    match rule.decision {
+        Decision::Allow | Decision::Deny => Ok(()),
+        d @ (Decision::Approve | Decision::Audit) => Err(fail(
+            "decision",
+            Some(d.as_str()),
+            format!(
+                "decision: {d} is not possible for file access (the kernel enforces file \
+                 rules and can neither ask nor log); use allow or deny"
+            ),
+        )),
+    }
+}
+
+/// Absolute, or `${VAR}` / `${VAR}/...` with a known VAR; a valid glob.
+fn check_file_path(path: &str) -> Result<(), String> {
+    let rest = if let Some(after) = path.strip_prefix("${") {
+        let Some((var, rest)) = after.split_once('}') else {
+            return Err(format!("{path:?}: unterminated ${{"));
+        };
+        if !FILE_PATH_VARIABLES.contains(&var) {
+            return Err(format!(
+                "{path:?}: unknown variable ${{{var}}} (known: {})",
+                FILE_PATH_VARIABLES
+                    .iter()
+                    .map(|v| format!("${{{v}}}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        if !(rest.is_empty() || rest.starts_with('/')) {
+            return Err(format!("{path:?}: a '/' must follow ${{{var}}}"));
+        }
+        rest
+    } else if path.starts_with('/') {
+        path
+    } else {
+        return Err(format!(
+            "{path:?} is not absolute (start it with '/' or with ${{WORKSPACE}}, ${{HOME}}, ${{TMPDIR}})"
+        ));
+    };
+    if rest.contains("${") {
+        return Err(format!("{path:?}: a variable may only start the path"));
+    }
+    glob::Pattern::new(rest).map_err(|e| format!("invalid glob {path:?}: {e}"))?;
+    Ok(())
+}
+
+fn check_network_rule(
+    ctx: &Ctx<'_>,
+    index: usize,
+    rule: &NetworkRule,
+    occurrence: usize,
+) -> Result<(), PolicyError> {
+    const SECTION: &str = "network_rules";
+    let name = rule.name.as_str();
+    check_rule_name(ctx, SECTION, index, name, occurrence)?;
+    let fail = |field: &str, value: Option<&str>, what: String| {
+        ctx.invalid(
+            ctx.source
+                .rule_value(SECTION, name, occurrence, field, value),
+            Some(name),
+            format!("{SECTION}[{index}] {name:?}: {what}"),
+        )
+    };
+    match &rule.ports {
+        PortSet::Any => {}
+        PortSet::List(ports) if ports.is_empty() => {
+            return Err(fail(
+                "ports",
+                None,
+                "ports: is empty; list ports or write `ports: any`".into(),
+            ))
+        }
+        PortSet::List(ports) => {
+            if ports.contains(&0) {
+                return Err(fail(
+                    "ports",
+                    Some("0"),
+                    "ports: port 0 is not a port (write `ports: any` for all ports)".into(),
+                ));
+            }
+        }
+    }
+    match rule.decision {
+        Decision::Allow | Decision::Deny => Ok(()),
+        d @ (Decision::Approve | Decision::Audit) => Err(fail(
+            "decision",
+            Some(d.as_str()),
+            format!(
+                "decision: {d} is not possible for network rules (the kernel enforces them \
+                 and can neither ask nor log); use allow or deny"
+            ),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_paths() {
+        let cases: &[(&str, Result<(), &str>)] = &[
+            ("/", Ok(())),
+            ("/**", Ok(())),
+            ("/usr/**", Ok(())),
+            ("${WORKSPACE}", Ok(())),
+            ("${WORKSPACE}/**", Ok(())),
+            ("${HOME}/.cache/**", Ok(())),
+            ("${TMPDIR}", Ok(())),
+            ("relative/x", Err("not absolute")),
+            ("${NOPE}/x", Err("unknown variable")),
+            ("${WORKSPACE", Err("unterminated")),
+            ("${WORKSPACE}x", Err("must follow")),
+            ("/a/${HOME}", Err("only start")),
+            ("/a/[b", Err("invalid glob")),
+        ];
+        for (path, want) in cases {
+            match (check_file_path(path), want) {
+                (Ok(()), Ok(())) => {}
+                (Err(e), Err(frag)) => assert!(e.contains(frag), "{path}: {e}"),
+                (got, want) => panic!("{path}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn names() {
+        assert_eq!(stem_of_origin("embedded:agent-default"), "agent-default");
+        assert_eq!(stem_of_origin("/etc/agentsh/policies/mine.yaml"), "mine");
+        assert_eq!(stem_of_origin("x"), "x");
+        assert!(check_policy_name("agent-default").is_ok());
+        assert!(check_policy_name("a/b").is_err());
+        assert!(check_policy_name("..").is_err());
+        assert!(check_policy_name("").is_err());
+        assert!(is_syscall_name("keyctl"));
+        assert!(is_syscall_name("_sysctl"));
+        assert!(!is_syscall_name("Keyctl"));
+        assert!(!is_syscall_name("1x"));
+        assert!(!is_syscall_name(""));
+    }
+
+    #[test]
+    fn depth_ranges() {
+        type Probes = &'static [(u32, bool)];
+        let cases: &[(DepthRange, Probes, &str)] = &[
+            (DepthRange::ANY, &[(0, true), (9, true)], "any depth"),
+            (
+                DepthRange { min: 0, max: 0 },
+                &[(0, true), (1, false)],
+                "direct",
+            ),
+            (
+                DepthRange {
+                    min: 1,
+                    max: u32::MAX,
+                },
+                &[(0, false), (1, true), (50, true)],
+                "nested",
+            ),
+            (
+                DepthRange { min: 2, max: 5 },
+                &[(1, false), (2, true), (5, true), (6, false)],
+                "depth 2..=5",
+            ),
+            (
+                DepthRange {
+                    min: 3,
+                    max: u32::MAX,
+                },
+                &[(2, false), (3, true)],
+                "depth >= 3",
+            ),
+        ];
+        for (range, probes, text) in cases {
+            assert_eq!(range.describe(), *text);
+            for (depth, want) in *probes {
+                assert_eq!(range.contains(*depth), *want, "{range:?} {depth}");
+            }
+        }
+    }
+}

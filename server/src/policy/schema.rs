@@ -1,0 +1,229 @@
+//! The policy file as written: serde types that mirror the YAML one to one.
+//!
+//! Every mapping denies unknown fields, so a misspelt key (`comands:`) is an
+//! error with a line number instead of a rule that silently matches nothing.
+//! Values are only checked for shape here; `compile` validates their meaning
+//! (regexes, globs, duplicates) and builds the matchers.
+
+use serde::de::{self, value::MapAccessDeserializer, value::SeqAccessDeserializer, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
+use std::fmt;
+
+/// What the policy says about an exec (or a file access, or a port).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    Allow,
+    Deny,
+    /// Ask a human; the supervisor maps it (a timeout is a deny).
+    Approve,
+    /// Allow, and mark the audit event as worth a look.
+    Audit,
+}
+
+impl Decision {
+    /// Rank for "the stricter result stands": deny > approve > audit > allow.
+    pub fn strictness(self) -> u8 {
+        match self {
+            Decision::Allow => 0,
+            Decision::Audit => 1,
+            Decision::Approve => 2,
+            Decision::Deny => 3,
+        }
+    }
+
+    /// The stricter of two decisions (`self` on a tie).
+    pub fn stricter(self, other: Decision) -> Decision {
+        if other.strictness() > self.strictness() {
+            other
+        } else {
+            self
+        }
+    }
+
+    /// The YAML spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Allow => "allow",
+            Decision::Deny => "deny",
+            Decision::Approve => "approve",
+            Decision::Audit => "audit",
+        }
+    }
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The whole file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PolicyDoc {
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub default: Decision,
+    /// What a wrapper whose arguments cannot be parsed gets (default deny).
+    pub unparsable_wrapper: Option<Decision>,
+    pub internal_bypass: Option<Vec<String>>,
+    pub command_rules: Option<Vec<CommandRuleDoc>>,
+    pub file_rules: Option<Vec<FileRule>>,
+    pub network_rules: Option<Vec<NetworkRule>>,
+    pub syscalls: Option<SyscallsDoc>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CommandRuleDoc {
+    pub name: String,
+    pub commands: Vec<String>,
+    pub args_patterns: Option<Vec<String>>,
+    pub context: Option<ContextDoc>,
+    pub decision: Decision,
+    pub message: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SyscallsDoc {
+    #[serde(default)]
+    pub block: Vec<String>,
+}
+
+/// `direct` is depth 0 (the command the SDK asked for), `nested` is depth >= 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum DepthKind {
+    Direct,
+    Nested,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DepthRangeDoc {
+    pub min_depth: Option<u32>,
+    pub max_depth: Option<u32>,
+}
+
+/// `context:` is either a list of kinds (`[nested]`), a single kind
+/// (`nested`), or a depth range (`{min_depth: 2, max_depth: 5}`).
+#[derive(Debug)]
+pub(crate) enum ContextDoc {
+    Kinds(Vec<DepthKind>),
+    Range(DepthRangeDoc),
+}
+
+impl<'de> Deserialize<'de> for ContextDoc {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ContextVisitor;
+        impl<'de> Visitor<'de> for ContextVisitor {
+            type Value = ContextDoc;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("[direct], [nested], [direct, nested], or {min_depth: N, max_depth: M}")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ContextDoc, E> {
+                let kind = DepthKind::deserialize(de::value::StrDeserializer::<E>::new(v))?;
+                Ok(ContextDoc::Kinds(vec![kind]))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<ContextDoc, A::Error> {
+                Vec::<DepthKind>::deserialize(SeqAccessDeserializer::new(seq))
+                    .map(ContextDoc::Kinds)
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<ContextDoc, A::Error> {
+                DepthRangeDoc::deserialize(MapAccessDeserializer::new(map)).map(ContextDoc::Range)
+            }
+        }
+        deserializer.deserialize_any(ContextVisitor)
+    }
+}
+
+/// A file operation a `file_rules` entry grants or denies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileOperation {
+    Read,
+    Write,
+    Create,
+    Delete,
+    Execute,
+}
+
+/// One `file_rules` entry, validated but not yet compiled to Landlock.
+///
+/// Paths are absolute, or start with a variable the server expands per
+/// session (`${WORKSPACE}`, `${HOME}`, `${TMPDIR}`); `/**` means "and
+/// everything below". Only `allow` and `deny` are accepted: the kernel
+/// cannot ask a human or audit a single file access.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileRule {
+    pub name: String,
+    pub paths: Vec<String>,
+    pub operations: Vec<FileOperation>,
+    pub decision: Decision,
+}
+
+/// Which side of a TCP connection a `network_rules` entry is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NetworkDirection {
+    Connect,
+    Bind,
+}
+
+/// The ports of a `network_rules` entry: a list, or `any`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PortSet {
+    Any,
+    List(Vec<u16>),
+}
+
+impl PortSet {
+    pub fn contains(&self, port: u16) -> bool {
+        match self {
+            PortSet::Any => true,
+            PortSet::List(ports) => ports.contains(&port),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for PortSet {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct PortsVisitor;
+        impl<'de> Visitor<'de> for PortsVisitor {
+            type Value = PortSet;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list of TCP ports like [443, 80], or `any`")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<PortSet, E> {
+                if v == "any" {
+                    Ok(PortSet::Any)
+                } else {
+                    Err(E::invalid_value(de::Unexpected::Str(v), &self))
+                }
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<PortSet, A::Error> {
+                Vec::<u16>::deserialize(SeqAccessDeserializer::new(seq)).map(PortSet::List)
+            }
+        }
+        deserializer.deserialize_any(PortsVisitor)
+    }
+}
+
+/// One `network_rules` entry, validated but not yet compiled to Landlock.
+///
+/// Meaning (as Landlock enforces TCP): a direction that any rule names is
+/// restricted, and only the ports an `allow` rule lists (first matching
+/// rule per port) stay usable; a direction no rule names is unrestricted.
+/// `ports: any` with `deny` therefore closes that direction entirely.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkRule {
+    pub name: String,
+    pub ports: PortSet,
+    pub direction: NetworkDirection,
+    pub decision: Decision,
+}

@@ -1,0 +1,674 @@
+//! Table-driven tests of the whole engine: loading, errors with locations,
+//! and evaluation (no kernel; only `resolve` touches a scratch directory).
+
+use super::*;
+
+const TEST_POLICY: &str = r#"
+name: test
+default: deny
+internal_bypass: ["/usr/bin/agentsh-unixwrap", "/usr/lib/agentsh/*"]
+command_rules:
+  - name: deny-agentsh
+    commands: [agentsh]
+    decision: deny
+    message: no agentsh inside
+  - name: deny-nested-curl
+    commands: [curl, wget, "/usr/bin/nc*"]
+    context: [nested]
+    decision: deny
+    message: network tools are not allowed in nested commands
+  - name: deny-rm-rf
+    commands: [rm]
+    args_patterns: ["(^| )-rf( |$)", "--no-preserve-root"]
+    decision: deny
+  - name: approve-pip-install
+    commands: ["pip*"]
+    args_patterns: ["^install( |$)"]
+    decision: approve
+  - name: audit-deep-make
+    commands: [make]
+    context: {min_depth: 2, max_depth: 3}
+    decision: audit
+  - name: python-direct
+    commands: [python3]
+    context: [direct]
+    decision: allow
+  - name: python-elsewhere
+    commands: [python3]
+    decision: audit
+  - name: deny-chrt
+    commands: [chrt]
+    decision: deny
+  - name: audit-nice
+    commands: [nice]
+    decision: audit
+  - name: deny-tmp-tool
+    commands: ["/tmp/evil"]
+    decision: deny
+  - name: allow-installed
+    commands: ["/usr/**", "/bin/**", "/lib64/**"]
+    decision: allow
+"#;
+
+fn policy(text: &str) -> Policy {
+    Policy::from_yaml(text, "test.yaml").unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn argv(s: &str) -> Vec<String> {
+    s.split_whitespace().map(str::to_string).collect()
+}
+
+struct Case {
+    what: &'static str,
+    filename: &'static str,
+    resolved: Option<&'static str>,
+    argv: Vec<String>,
+    depth: u32,
+    decision: Decision,
+    rule: &'static str,
+    judged: &'static str,
+}
+
+fn case(
+    what: &'static str,
+    filename: &'static str,
+    args: &str,
+    depth: u32,
+    decision: Decision,
+    rule: &'static str,
+    judged: &'static str,
+) -> Case {
+    Case {
+        what,
+        filename,
+        resolved: None,
+        argv: argv(args),
+        depth,
+        decision,
+        rule,
+        judged,
+    }
+}
+
+fn run(policy: &Policy, cases: &[Case]) {
+    for c in cases {
+        let facts = ExecFacts {
+            filename: c.filename,
+            resolved: c.resolved,
+            argv: &c.argv,
+            depth: c.depth,
+        };
+        let v = evaluate(policy, &facts);
+        assert_eq!(
+            (v.decision, v.rule.as_str(), v.judged.as_str()),
+            (c.decision, c.rule, c.judged),
+            "{}: {v:?}",
+            c.what
+        );
+    }
+}
+
+#[test]
+fn evaluation_follows_rules_in_order() {
+    use Decision::*;
+    let p = policy(TEST_POLICY);
+    #[rustfmt::skip]
+    let mut cases = vec![
+        // basenames, paths, globs, default
+        case("basename match", "/usr/bin/agentsh", "agentsh events", 0, Deny, "deny-agentsh", "/usr/bin/agentsh"),
+        case("basename anywhere", "/opt/x/agentsh", "agentsh", 0, Deny, "deny-agentsh", "/opt/x/agentsh"),
+        case("path glob", "/usr/bin/ncat", "ncat -l", 1, Deny, "deny-nested-curl", "/usr/bin/ncat"),
+        case("path glob other dir", "/opt/bin/ncat", "ncat -l", 1, Deny, "default", "/opt/bin/ncat"),
+        case("path glob ** catch-all", "/usr/local/lib/x/tool", "tool", 3, Allow, "allow-installed", "/usr/local/lib/x/tool"),
+        case("no rule: default", "/srv/tool", "tool", 0, Deny, "default", "/srv/tool"),
+        case("exact path rule", "/tmp/evil", "evil", 0, Deny, "deny-tmp-tool", "/tmp/evil"),
+        case("exact path is exact", "/tmp/evil2", "evil2", 0, Deny, "default", "/tmp/evil2"),
+        case("fd link text is no path", "anon_inode:[x]", "x", 0, Deny, "default", "anon_inode:[x]"),
+        // `.real`
+        case(".real basename", "/bin/sh.real", "sh -c x", 0, Allow, "allow-installed", "/bin/sh.real"),
+        case(".real on a rule name", "/usr/local/bin/curl.real", "curl x", 1, Deny, "deny-nested-curl", "/usr/local/bin/curl.real"),
+        // context
+        case("nested rule, direct exec", "/usr/bin/curl", "curl --version", 0, Allow, "allow-installed", "/usr/bin/curl"),
+        case("nested rule, nested exec", "/usr/bin/curl", "curl --version", 1, Deny, "deny-nested-curl", "/usr/bin/curl"),
+        case("nested rule, deep exec", "/usr/bin/wget", "wget x", 7, Deny, "deny-nested-curl", "/usr/bin/wget"),
+        case("direct rule at 0", "/usr/bin/python3", "python3 x.py", 0, Allow, "python-direct", "/usr/bin/python3"),
+        case("direct rule at 1 falls through", "/usr/bin/python3", "python3 x.py", 1, Audit, "python-elsewhere", "/usr/bin/python3"),
+        case("below min_depth", "/usr/bin/make", "make", 1, Allow, "allow-installed", "/usr/bin/make"),
+        case("at min_depth", "/usr/bin/make", "make", 2, Audit, "audit-deep-make", "/usr/bin/make"),
+        case("at max_depth", "/usr/bin/make", "make", 3, Audit, "audit-deep-make", "/usr/bin/make"),
+        case("above max_depth", "/usr/bin/make", "make", 4, Allow, "allow-installed", "/usr/bin/make"),
+        // args_patterns
+        case("args match", "/bin/rm", "rm -rf /", 1, Deny, "deny-rm-rf", "/bin/rm"),
+        case("args match later", "/bin/rm", "rm x -rf", 1, Deny, "deny-rm-rf", "/bin/rm"),
+        case("second pattern", "/bin/rm", "rm -r --no-preserve-root /", 1, Deny, "deny-rm-rf", "/bin/rm"),
+        case("args do not match", "/bin/rm", "rm -r x", 1, Allow, "allow-installed", "/bin/rm"),
+        case("argv[0] is not an arg", "/bin/rm", "-rf x", 1, Allow, "allow-installed", "/bin/rm"),
+        case("empty argv", "/bin/rm", "", 1, Allow, "allow-installed", "/bin/rm"),
+        case("approve returned as is", "/usr/bin/pip3", "pip3 install requests", 1, Approve, "approve-pip-install", "/usr/bin/pip3"),
+        case("approve not for list", "/usr/bin/pip3", "pip3 list", 1, Allow, "allow-installed", "/usr/bin/pip3"),
+        // internal bypass: absolute exec'd names only
+        case("bypass exact", "/usr/bin/agentsh-unixwrap", "agentsh-unixwrap --x", 0, Allow, "internal_bypass", "/usr/bin/agentsh-unixwrap"),
+        case("bypass glob", "/usr/lib/agentsh/helper", "helper", 5, Allow, "internal_bypass", "/usr/lib/agentsh/helper"),
+        case("bypass before rules", "/usr/lib/agentsh/agentsh", "agentsh", 0, Allow, "internal_bypass", "/usr/lib/agentsh/agentsh"),
+        case("bypass glob is one level", "/usr/lib/agentsh/x/agentsh", "agentsh", 0, Deny, "deny-agentsh", "/usr/lib/agentsh/x/agentsh"),
+        case("bypass elsewhere", "/tmp/agentsh-unixwrap", "x", 0, Deny, "default", "/tmp/agentsh-unixwrap"),
+    ];
+    #[rustfmt::skip]
+    cases.extend([
+        // wrappers: the payload is judged at the exec's depth, stricter wins
+        case("env curl nested", "/usr/bin/env", "env curl -s x", 1, Deny, "deny-nested-curl", "curl"),
+        case("env curl direct", "/usr/bin/env", "env curl -s x", 0, Allow, "allow-installed", "/usr/bin/env"),
+        case("env with options", "/usr/bin/env", "env -i -u HOME A=1 curl x", 1, Deny, "deny-nested-curl", "curl"),
+        case("env nice curl", "/usr/bin/env", "env nice -n 5 curl", 1, Deny, "deny-nested-curl", "curl"),
+        case("nice audits, payload allowed", "/usr/bin/nice", "nice ls", 1, Audit, "audit-nice", "/usr/bin/nice"),
+        case("payload stricter than wrapper", "/usr/bin/nice", "nice curl", 1, Deny, "deny-nested-curl", "curl"),
+        case("wrapper stricter than payload", "/usr/bin/env", "env nice ls", 1, Audit, "audit-nice", "nice"),
+        case("payload approve beats audit", "/usr/bin/nice", "nice pip install x", 1, Approve, "approve-pip-install", "pip"),
+        case("payload by path", "/usr/bin/env", "env /usr/bin/ncat -l", 1, Deny, "deny-nested-curl", "/usr/bin/ncat"),
+        case("bare payload vs path rule", "/usr/bin/env", "env ncat -l", 1, Deny, "deny-nested-curl", "ncat"),
+        case("bare payload vs ** catch-all", "/usr/bin/env", "env mystery", 0, Allow, "allow-installed", "/usr/bin/env"),
+        case("payload args", "/usr/bin/timeout", "timeout 5 rm -rf x", 0, Deny, "deny-rm-rf", "rm"),
+        case("payload depth", "/usr/bin/timeout", "timeout 5 make", 2, Audit, "audit-deep-make", "make"),
+        case("payload .real", "/usr/bin/env", "env curl.real", 1, Deny, "deny-nested-curl", "curl.real"),
+        case("nohup", "/usr/bin/nohup", "nohup curl", 1, Deny, "deny-nested-curl", "curl"),
+        case("stdbuf", "/usr/bin/stdbuf", "stdbuf -oL curl", 1, Deny, "deny-nested-curl", "curl"),
+        case("setsid", "/usr/bin/setsid", "setsid -f curl", 1, Deny, "deny-nested-curl", "curl"),
+        case("ionice", "/usr/bin/ionice", "ionice -c3 curl", 1, Deny, "deny-nested-curl", "curl"),
+        case("ionice -p has no payload", "/usr/bin/ionice", "ionice -c3 -p 42", 1, Allow, "allow-installed", "/usr/bin/ionice"),
+        case("taskset", "/usr/bin/taskset", "taskset -c 0 curl", 1, Deny, "deny-nested-curl", "curl"),
+        case("time", "/usr/bin/time", "time -v curl", 1, Deny, "deny-nested-curl", "curl"),
+        case("busybox applet", "/bin/busybox", "busybox wget x", 1, Deny, "deny-nested-curl", "wget"),
+        case("busybox by argv0", "/bin/busybox", "wget x", 1, Deny, "deny-nested-curl", "wget"),
+        case("ld.so", "/lib64/ld-linux-x86-64.so.2", "/lib64/ld-linux-x86-64.so.2 /usr/bin/curl --version", 1, Deny, "deny-nested-curl", "/usr/bin/curl"),
+        case("ld.so with options", "/lib64/ld-linux-x86-64.so.2", "ld.so --library-path /x --preload /y.so /usr/bin/curl", 1, Deny, "deny-nested-curl", "/usr/bin/curl"),
+        case("ld.so direct", "/lib64/ld-linux-x86-64.so.2", "ld.so /usr/bin/curl", 0, Allow, "allow-installed", "/lib64/ld-linux-x86-64.so.2"),
+        case("env ld.so curl", "/usr/bin/env", "env /lib64/ld-linux-x86-64.so.2 /usr/bin/curl", 1, Deny, "deny-nested-curl", "/usr/bin/curl"),
+        case("env -S shebang", "/usr/bin/env", "env -Scurl x", 1, Deny, "deny-nested-curl", "curl"),
+        case("wrapper without payload", "/usr/bin/env", "env A=1", 1, Allow, "allow-installed", "/usr/bin/env"),
+        // unparsable wrappers fail closed, unless already denied
+        case("unparsable env", "/usr/bin/env", "env --bogus curl", 0, Deny, "unparsable_wrapper", "/usr/bin/env"),
+        case("unparsable payload wrapper", "/usr/bin/env", "env nice -x ls", 0, Deny, "unparsable_wrapper", "nice"),
+        case("unparsable ld.so", "/lib64/ld-linux-x86-64.so.2", "ld.so --bogus /usr/bin/true", 0, Deny, "unparsable_wrapper", "/lib64/ld-linux-x86-64.so.2"),
+        case("denied wrapper keeps its rule", "/usr/bin/chrt", "chrt -z 1 ls", 0, Deny, "deny-chrt", "/usr/bin/chrt"),
+        case("denied wrapper, payload allowed", "/usr/bin/chrt", "chrt 1 ls", 0, Deny, "deny-chrt", "/usr/bin/chrt"),
+    ]);
+    let env_chain = format!("env {}ls", "env ".repeat(20));
+    cases.push(Case {
+        argv: argv(&env_chain),
+        ..case(
+            "endless wrapper chain",
+            "/usr/bin/env",
+            "",
+            0,
+            Deny,
+            "unparsable_wrapper",
+            "env",
+        )
+    });
+    // Symlinks: both names are judged and the stricter stands.
+    #[rustfmt::skip]
+    cases.extend([
+        Case { resolved: Some("/usr/bin/curl"), ..case("innocent link to curl", "/usr/bin/fetch", "fetch x", 1, Deny, "deny-nested-curl", "/usr/bin/curl") },
+        Case { resolved: Some("/usr/bin/ls"), ..case("curl-named link to ls", "/usr/local/bin/curl", "curl", 1, Deny, "deny-nested-curl", "/usr/local/bin/curl") },
+        Case { resolved: Some("/usr/bin/python3.12"), ..case("link, same result", "/usr/bin/python3", "python3", 1, Audit, "python-elsewhere", "/usr/bin/python3") },
+        Case { resolved: Some("/tmp/evil"), ..case("link out of bypass", "/usr/lib/agentsh/x", "x", 0, Deny, "deny-tmp-tool", "/tmp/evil") },
+        Case { resolved: Some("/usr/bin/ls"), ..case("link into an allowed place", "/srv/ls", "ls", 0, Deny, "default", "/srv/ls") },
+        Case { resolved: Some("/usr/bin/env"), ..case("link to a wrapper", "/usr/local/bin/e", "e curl", 1, Deny, "deny-nested-curl", "curl") },
+        Case { resolved: Some("/usr/bin/curl"), ..case("resolved equal to filename", "/usr/bin/curl", "curl", 0, Allow, "allow-installed", "/usr/bin/curl") },
+    ]);
+    run(&p, &cases);
+}
+
+#[test]
+fn verdict_carries_the_rule_message() {
+    let p = policy(TEST_POLICY);
+    let args = argv("env curl x");
+    let v = evaluate(
+        &p,
+        &ExecFacts {
+            filename: "/usr/bin/env",
+            resolved: None,
+            argv: &args,
+            depth: 1,
+        },
+    );
+    assert_eq!(
+        v.message.as_deref(),
+        Some("network tools are not allowed in nested commands")
+    );
+    let args = argv("env --bogus curl");
+    let v = evaluate(
+        &p,
+        &ExecFacts {
+            filename: "/usr/bin/env",
+            resolved: None,
+            argv: &args,
+            depth: 1,
+        },
+    );
+    let m = v.message.expect("unparsable has a message");
+    assert!(m.contains("/usr/bin/env") && m.contains("--bogus"), "{m}");
+}
+
+#[test]
+fn unparsable_wrapper_decision_is_configurable() {
+    use Decision::*;
+    let observe = policy(
+        "default: audit\nunparsable_wrapper: audit\ncommand_rules:\n  - {name: a, commands: [ls], decision: allow}\n",
+    );
+    let allow_default = policy("default: allow\n");
+    #[rustfmt::skip]
+    run(&observe, &[
+        case("audit instead of deny", "/usr/bin/env", "env --bogus ls", 0, Audit, "unparsable_wrapper", "/usr/bin/env"),
+        case("parsable", "/usr/bin/env", "env ls", 0, Audit, "default", "/usr/bin/env"),
+    ]);
+    #[rustfmt::skip]
+    run(&allow_default, &[
+        case("deny by default", "/usr/bin/env", "env --bogus ls", 0, Deny, "unparsable_wrapper", "/usr/bin/env"),
+        case("allow default", "/usr/bin/env", "env ls", 0, Allow, "default", "/usr/bin/env"),
+    ]);
+}
+
+/// The scenarios of the end-to-end suite, against the shipped agent-default.
+#[test]
+fn agent_default_scenarios() {
+    use Decision::*;
+    let p = Policy::from_yaml(shipped("agent-default").unwrap(), "embedded:agent-default")
+        .unwrap_or_else(|e| panic!("{e}"));
+    const LD: &str = "/lib64/ld-linux-x86-64.so.2";
+    #[rustfmt::skip]
+    let mut cases = vec![
+        // sh -c 'ls; curl --version'
+        case("the shell", "/bin/sh", "sh -c ls;curl", 0, Allow, "ordinary-locations", "/bin/sh"),
+        case("the real shell", "/bin/sh.real", "sh -c ls;curl", 0, Allow, "ordinary-locations", "/bin/sh.real"),
+        case("ls nested", "/usr/bin/ls", "ls", 1, Allow, "ordinary-locations", "/usr/bin/ls"),
+        case("curl nested", "/usr/bin/curl", "curl --version", 1, Deny, "deny-nested-network-tools", "/usr/bin/curl"),
+        case("curl direct", "/usr/bin/curl", "curl --version", 0, Allow, "ordinary-locations", "/usr/bin/curl"),
+        case("env curl nested", "/usr/bin/env", "env curl --version", 1, Deny, "deny-nested-network-tools", "curl"),
+        case("ld.so curl nested", LD, "/lib64/ld-linux-x86-64.so.2 /usr/bin/curl --version", 1, Deny, "deny-nested-network-tools", "/usr/bin/curl"),
+        case("rm -rf /", "/usr/bin/rm", "rm -rf /", 0, Deny, "deny-rm-root", "/usr/bin/rm"),
+        case("rm -rf / nested", "/bin/rm", "rm -rf /", 1, Deny, "deny-rm-root", "/bin/rm"),
+        case("rm -fr --no-preserve-root", "/bin/rm", "rm -fr --no-preserve-root /x", 1, Deny, "deny-rm-root", "/bin/rm"),
+        case("rm -rf /* quoted", "/bin/rm", "rm -rf /*", 1, Deny, "deny-rm-root", "/bin/rm"),
+        case("rm -rf /* expanded", "/bin/rm", "rm -rf /bin /boot /dev /etc", 1, Deny, "deny-rm-root", "/bin/rm"),
+        case("rm -rf ~ quoted", "/bin/rm", "rm -rf ~", 1, Deny, "deny-rm-root", "/bin/rm"),
+        case("rm -rf ~ expanded", "/bin/rm", "rm -rf /root", 1, Deny, "deny-rm-root", "/bin/rm"),
+        case("rm -rf home", "/bin/rm", "rm -rf /home/user/", 1, Deny, "deny-rm-root", "/bin/rm"),
+        case("rm -rf //", "/bin/rm", "rm -rf //", 1, Deny, "deny-rm-root", "/bin/rm"),
+        case("rm in workspace", "/bin/rm", "rm -rf ./target /tmp/build /home/user/proj/dist", 1, Allow, "ordinary-locations", "/bin/rm"),
+        case("rm a dotfile at /", "/bin/rm", "rm /.dockerenv", 1, Allow, "ordinary-locations", "/bin/rm"),
+        case("sudo", "/usr/bin/sudo", "sudo ls", 0, Deny, "deny-privilege-escalation", "/usr/bin/sudo"),
+        case("su nested", "/bin/su", "su -", 3, Deny, "deny-privilege-escalation", "/bin/su"),
+        case("mount", "/usr/bin/mount", "mount -t tmpfs x /mnt", 0, Deny, "deny-kernel-admin-tools", "/usr/bin/mount"),
+        case("iptables-legacy", "/usr/sbin/iptables-legacy", "iptables -F", 0, Deny, "deny-kernel-admin-tools", "/usr/sbin/iptables-legacy"),
+        case("unshare", "/usr/bin/unshare", "unshare -r sh", 1, Deny, "deny-kernel-admin-tools", "/usr/bin/unshare"),
+        case("agentsh", "/usr/bin/agentsh", "agentsh approvals approve x", 1, Deny, "deny-agentsh-cli", "/usr/bin/agentsh"),
+        case("agentsh via env", "/usr/bin/env", "env agentsh server", 0, Deny, "deny-agentsh-cli", "agentsh"),
+        case("unixwrap bypass", "/usr/bin/agentsh-unixwrap", "agentsh-unixwrap", 0, Allow, "internal_bypass", "/usr/bin/agentsh-unixwrap"),
+        case("shim bypass", "/usr/lib/agentsh/agentsh-shell-shim", "sh", 0, Allow, "internal_bypass", "/usr/lib/agentsh/agentsh-shell-shim"),
+        // ordinary work
+        case("git", "/usr/bin/git", "git status", 0, Allow, "ordinary-locations", "/usr/bin/git"),
+        case("git-remote-https", "/usr/lib/git-core/git-remote-https", "git-remote-https origin", 2, Allow, "ordinary-locations", "/usr/lib/git-core/git-remote-https"),
+        case("cargo", "/root/.cargo/bin/cargo", "cargo test", 0, Allow, "ordinary-locations", "/root/.cargo/bin/cargo"),
+        case("test binary", "/workspace/target/debug/deps/app-1a2b", "app-1a2b", 2, Allow, "ordinary-locations", "/workspace/target/debug/deps/app-1a2b"),
+        case("go test binary", "/tmp/go-build123/b001/pkg.test", "pkg.test", 2, Allow, "ordinary-locations", "/tmp/go-build123/b001/pkg.test"),
+        case("npm", "/usr/local/bin/npm", "npm install", 0, Allow, "ordinary-locations", "/usr/local/bin/npm"),
+        case("venv python", "/home/user/proj/.venv/bin/python", "python -m pytest", 1, Allow, "ordinary-locations", "/home/user/proj/.venv/bin/python"),
+        case("timeout pytest", "/usr/bin/timeout", "timeout 60 pytest -x", 1, Allow, "ordinary-locations", "/usr/bin/timeout"),
+        case("nohup ./server", "/usr/bin/nohup", "nohup ./server", 1, Allow, "ordinary-locations", "/usr/bin/nohup"),
+        // what default deny catches
+        case("/dev/shm", "/dev/shm/x", "x", 1, Deny, "default", "/dev/shm/x"),
+        case("/run", "/run/user/0/x", "x", 1, Deny, "default", "/run/user/0/x"),
+        case("stray root file", "/x", "x", 1, Deny, "default", "/x"),
+        case("fd without a path", "anon_inode:[memfd]", "x", 1, Deny, "default", "anon_inode:[memfd]"),
+        case("memfd", "/memfd:payload (deleted)", "x", 1, Deny, "deny-fileless-exec", "/memfd:payload (deleted)"),
+        case("deleted file", "/tmp/x (deleted)", "x", 1, Deny, "deny-fileless-exec", "/tmp/x (deleted)"),
+        // unparsable
+        case("env with unknown option", "/usr/bin/env", "env --frob ls", 1, Deny, "unparsable_wrapper", "/usr/bin/env"),
+    ];
+    #[rustfmt::skip]
+    cases.extend([
+        Case { resolved: Some("/usr/bin/python3.12"), ..case("self re-exec", "/proc/42/exe", "python3", 1, Allow, "ordinary-locations", "/proc/42/exe") },
+        Case { resolved: Some("/memfd:x (deleted)"), ..case("fexecve of a memfd", "/proc/42/fd/3", "x", 1, Deny, "deny-fileless-exec", "/memfd:x (deleted)") },
+        Case { resolved: Some("/dev/shm/x"), ..case("fexecve from shm", "/proc/42/fd/3", "x", 1, Deny, "default", "/dev/shm/x") },
+        Case { resolved: Some("/usr/bin/curl"), ..case("link to curl", "/usr/local/bin/get", "get", 1, Deny, "deny-nested-network-tools", "/usr/bin/curl") },
+    ]);
+    run(&p, &cases);
+}
+
+#[test]
+fn agent_strict_and_observe_scenarios() {
+    use Decision::*;
+    let strict = Policy::from_yaml(shipped("agent-strict").unwrap(), "embedded:agent-strict")
+        .unwrap_or_else(|e| panic!("{e}"));
+    #[rustfmt::skip]
+    run(&strict, &[
+        case("curl direct", "/usr/bin/curl", "curl x", 0, Deny, "deny-network-tools", "/usr/bin/curl"),
+        case("pip install", "/usr/bin/pip", "pip install requests", 1, Approve, "approve-pip-install", "/usr/bin/pip"),
+        case("pip -q install", "/usr/bin/pip3", "pip3 -q install requests", 1, Approve, "approve-pip-install", "/usr/bin/pip3"),
+        case("pip list", "/usr/bin/pip3", "pip3 list", 1, Allow, "installed-and-workspace-locations", "/usr/bin/pip3"),
+        case("python -m pip install", "/usr/bin/python3", "python3 -m pip install x", 1, Approve, "approve-python-m-pip-install", "/usr/bin/python3"),
+        case("python -m pytest", "/usr/bin/python3", "python3 -m pytest", 1, Allow, "installed-and-workspace-locations", "/usr/bin/python3"),
+        case("npm i", "/usr/local/bin/npm", "npm i left-pad", 0, Approve, "approve-node-install", "/usr/local/bin/npm"),
+        case("npm test", "/usr/local/bin/npm", "npm test", 0, Allow, "installed-and-workspace-locations", "/usr/local/bin/npm"),
+        case("cargo install", "/root/.cargo/bin/cargo", "cargo install ripgrep", 0, Approve, "approve-cargo-install", "/root/.cargo/bin/cargo"),
+        case("cargo build", "/root/.cargo/bin/cargo", "cargo build", 0, Allow, "installed-and-workspace-locations", "/root/.cargo/bin/cargo"),
+        case("apt-get install", "/usr/bin/apt-get", "apt-get install -y jq", 0, Approve, "approve-system-package-install", "/usr/bin/apt-get"),
+        case("env apt-get install", "/usr/bin/env", "env DEBIAN_FRONTEND=noninteractive apt-get install -y jq", 0, Approve, "approve-system-package-install", "apt-get"),
+        case("exec from /tmp", "/tmp/x", "x", 1, Deny, "default", "/tmp/x"),
+    ]);
+    let observe = Policy::from_yaml(shipped("agent-observe").unwrap(), "embedded:agent-observe")
+        .unwrap_or_else(|e| panic!("{e}"));
+    #[rustfmt::skip]
+    run(&observe, &[
+        case("nested curl", "/usr/bin/curl", "curl x", 1, Audit, "would-deny-nested-network-tools", "/usr/bin/curl"),
+        case("rm -rf /", "/bin/rm", "rm -rf /", 0, Audit, "would-deny-rm-root", "/bin/rm"),
+        case("ls", "/bin/ls", "ls", 0, Audit, "default", "/bin/ls"),
+        case("unparsable", "/usr/bin/env", "env --frob ls", 0, Audit, "unparsable_wrapper", "/usr/bin/env"),
+    ]);
+}
+
+#[test]
+fn shipped_policies_load_and_observe_denies_nothing() {
+    assert_eq!(SHIPPED.len(), 3);
+    for (name, text) in SHIPPED {
+        let p =
+            Policy::from_yaml(text, &format!("embedded:{name}")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(p.name(), *name);
+        assert!(p.description().is_some(), "{name} has a description");
+        assert!(p.summary().contains("OK"));
+        // Nothing in a shipped file may bypass the agentsh CLI itself.
+        assert!(
+            !p.internal_bypass
+                .iter()
+                .any(|m| m.matches("/usr/bin/agentsh")
+                    || m.matches("/usr/local/bin/agentsh")
+                    || m.matches("/usr/lib/agentsh/agentsh")),
+            "{name} bypasses the CLI"
+        );
+    }
+    let observe = Policy::from_yaml(shipped("agent-observe").unwrap(), "x").unwrap();
+    assert_eq!(observe.default_decision(), Decision::Audit);
+    assert!(observe
+        .command_rules
+        .iter()
+        .all(|r| r.decision != Decision::Deny));
+    assert!(observe.file_rules().is_empty() && observe.network_rules().is_empty());
+    assert!(observe.blocked_syscalls().is_empty());
+    assert_eq!(observe.unparsable_wrapper, Decision::Audit);
+
+    let default = Policy::from_yaml(shipped("agent-default").unwrap(), "x").unwrap();
+    assert_eq!(default.default_decision(), Decision::Deny);
+    assert_eq!(
+        default.blocked_syscalls(),
+        ["keyctl", "add_key", "request_key"]
+    );
+
+    let strict = Policy::from_yaml(shipped("agent-strict").unwrap(), "x").unwrap();
+    assert!(strict
+        .file_rules()
+        .iter()
+        .any(|r| r.paths.iter().any(|p| p.starts_with("${WORKSPACE}"))));
+    assert!(strict
+        .network_rules()
+        .iter()
+        .any(|r| r.direction == NetworkDirection::Bind && r.ports == PortSet::Any));
+}
+
+#[test]
+fn full_schema_parses() {
+    let p = policy(
+        r#"
+name: full
+description: every field
+default: approve
+unparsable_wrapper: approve
+internal_bypass: ["/usr/bin/agentsh*", "/usr/lib/agentsh/*"]
+command_rules:
+  - name: deny-nested-curl
+    commands: [curl, wget, "/usr/bin/nc*"]
+    args_patterns: ["(^| )-rf( |$)"]
+    context: [direct, nested]
+    decision: deny
+    message: "network tools are not allowed in nested commands"
+  - name: single-kind
+    commands: [ls]
+    context: nested
+    decision: audit
+  - name: range-open
+    commands: [ls]
+    context: {min_depth: 2}
+    decision: allow
+file_rules:
+  - name: workspace-rw
+    paths: ["${WORKSPACE}", "${WORKSPACE}/**"]
+    operations: [read, write, create, delete, execute]
+    decision: allow
+network_rules:
+  - name: https-out
+    ports: [443, 80]
+    direction: connect
+    decision: allow
+  - name: no-bind
+    ports: any
+    direction: bind
+    decision: deny
+syscalls:
+  block: [keyctl, add_key]
+"#,
+    );
+    assert_eq!(p.name(), "full");
+    assert_eq!(p.default_decision(), Decision::Approve);
+    assert_eq!(p.command_rules.len(), 3);
+    assert_eq!(p.command_rules[0].depth, compile::DepthRange::ANY);
+    assert_eq!(
+        p.command_rules[1].depth,
+        compile::DepthRange {
+            min: 1,
+            max: u32::MAX
+        }
+    );
+    assert_eq!(
+        p.command_rules[2].depth,
+        compile::DepthRange {
+            min: 2,
+            max: u32::MAX
+        }
+    );
+    assert_eq!(
+        p.file_rules(),
+        [FileRule {
+            name: "workspace-rw".into(),
+            paths: vec!["${WORKSPACE}".into(), "${WORKSPACE}/**".into()],
+            operations: vec![
+                FileOperation::Read,
+                FileOperation::Write,
+                FileOperation::Create,
+                FileOperation::Delete,
+                FileOperation::Execute
+            ],
+            decision: Decision::Allow,
+        }]
+    );
+    assert_eq!(p.network_rules()[0].ports, PortSet::List(vec![443, 80]));
+    assert!(p.network_rules()[0].ports.contains(80));
+    assert_eq!(p.network_rules()[1].ports, PortSet::Any);
+    assert_eq!(p.network_rules()[1].direction, NetworkDirection::Bind);
+    assert_eq!(p.blocked_syscalls(), ["keyctl", "add_key"]);
+
+    // Minimal: only `default`; the name comes from the origin.
+    let p = Policy::from_yaml("default: allow\n", "/etc/agentsh/policies/mine.yaml").unwrap();
+    assert_eq!(p.name(), "mine");
+    assert!(p.command_rules.is_empty() && p.file_rules().is_empty());
+    let p =
+        Policy::from_yaml("default: allow\ncommand_rules:\nfile_rules: []\n", "x.yaml").unwrap();
+    assert!(p.command_rules.is_empty());
+}
+
+/// (policy text, line, column if checked, fragment of the message)
+type ErrorCase = (&'static str, usize, Option<usize>, &'static str);
+
+#[test]
+fn errors_point_at_the_offending_line() {
+    #[rustfmt::skip]
+    let cases: &[ErrorCase] = &[
+        // YAML syntax
+        ("default: deny\ncommand_rules:\n  - name: x\n    commands: [ls\n    decision: deny\n", 5, None, "did not find expected"),
+        ("default: deny\n\tname: x\n", 2, None, ""),
+        ("default: deny\ncommand_rules: [\n", 3, None, ""),
+        // schema: unknown fields anywhere, bad values, missing fields
+        ("default: deny\ncomand_rules: []\n", 2, None, "unknown field `comand_rules`"),
+        ("default: deny\ncommand_rules:\n  - name: a\n    commands: [ls]\n    decison: deny\n", 5, None, "unknown field `decison`"),
+        ("default: deny\ncommand_rules:\n  - name: a\n    commands: [ls]\n    decision: maybe\n", 5, None, "unknown variant `maybe`"),
+        ("default: sometimes\n", 1, None, "unknown variant `sometimes`"),
+        ("name: x\n", 1, None, "missing field `default`"),
+        ("default: deny\ncommand_rules:\n  - commands: [ls]\n    decision: deny\n", 3, None, "missing field `name`"),
+        ("default: deny\ncommand_rules:\n  - name: a\n    commands: [ls]\n    decision: deny\n    context: [inside]\n", 6, None, "unknown variant `inside`"),
+        ("default: deny\ncommand_rules:\n  - name: a\n    commands: [ls]\n    decision: deny\n    context: {min_depth: 1, max: 2}\n", 6, None, "unknown field `max`"),
+        ("default: deny\nfile_rules:\n  - name: f\n    paths: [/x]\n    operations: [read, chmod]\n    decision: allow\n", 5, None, "unknown variant `chmod`"),
+        ("default: deny\nnetwork_rules:\n  - name: n\n    ports: [70000]\n    direction: connect\n    decision: allow\n", 4, None, ""),
+        ("default: deny\nnetwork_rules:\n  - name: n\n    ports: all\n    direction: connect\n    decision: allow\n", 4, None, "`any`"),
+        ("default: deny\nnetwork_rules:\n  - name: n\n    ports: [1]\n    direction: sideways\n    decision: allow\n", 5, None, "unknown variant `sideways`"),
+        ("default: deny\nsyscalls:\n  blok: [x]\n", 3, None, "unknown field `blok`"),
+        // semantic: found in the text
+        ("default: deny\ncommand_rules:\n  - name: a\n    commands: [ls]\n    decision: deny\n  - name: b\n    commands: [ls]\n    args_patterns: ['ok', '(unclosed']\n    decision: deny\n", 8, Some(27), "invalid regex"),
+        ("default: deny\ncommand_rules:\n  - name: a\n    commands: [\"py***\"]\n    decision: deny\n", 4, Some(16), "invalid glob"),
+        ("default: deny\ncommand_rules:\n  - name: a\n    commands:\n      - ls\n      - bin/ls\n    decision: deny\n", 6, Some(9), "not absolute"),
+        ("default: deny\ncommand_rules:\n  - name: a\n    commands: []\n    decision: deny\n", 4, None, "commands: is empty"),
+        ("default: deny\ncommand_rules:\n  - name: a\n    commands: [ls]\n    decision: deny\n  - name: a\n    commands: [ls]\n    decision: deny\n", 6, Some(11), "duplicate rule name \"a\""),
+        ("default: deny\ncommand_rules:\n  - name: default\n    commands: [ls]\n    decision: deny\n", 3, None, "reserved"),
+        ("default: deny\ncommand_rules:\n  - name: a\n    commands: [ls]\n    args_patterns: []\n    decision: deny\n", 5, None, "would match nothing"),
+        ("default: deny\ncommand_rules:\n  - name: a\n    commands: [ls]\n    context: []\n    decision: deny\n", 5, None, "would match nothing"),
+        ("default: deny\ncommand_rules:\n  - name: a\n    commands: [ls]\n    context: {min_depth: 3, max_depth: 1}\n    decision: deny\n", 5, None, "greater than"),
+        ("default: deny\ninternal_bypass:\n  - /usr/bin/x\n  - usr/bin/y\n", 4, Some(5), "not an absolute path"),
+        ("default: deny\nfile_rules:\n  - name: f\n    paths: [/x, '${WORKDIR}/**']\n    operations: [read]\n    decision: allow\n", 4, Some(17), "unknown variable"),
+        ("default: deny\nfile_rules:\n  - name: f\n    paths: [/x]\n    operations: [read]\n    decision: audit\n", 6, Some(15), "use allow or deny"),
+        ("default: deny\nfile_rules:\n  - name: f\n    paths: [/x]\n    operations: []\n    decision: allow\n", 5, None, "operations: is empty"),
+        ("default: deny\nnetwork_rules:\n  - name: n\n    ports: [443, 0]\n    direction: connect\n    decision: allow\n", 4, Some(18), "port 0"),
+        ("default: deny\nnetwork_rules:\n  - name: n\n    ports: []\n    direction: connect\n    decision: allow\n", 4, None, "ports: is empty"),
+        ("default: deny\nsyscalls:\n  block: [keyctl, Bad-Name]\n", 3, Some(19), "not a syscall name"),
+        ("default: deny\nunparsable_wrapper: allow\n", 2, None, "use audit"),
+        ("name: a/b\ndefault: deny\n", 1, None, "may only use"),
+    ];
+    for (text, line, column, fragment) in cases {
+        let err = Policy::from_yaml(text, "p.yaml").expect_err(text);
+        let shown = err.to_string();
+        assert_eq!(err.origin(), "p.yaml", "{shown}");
+        assert_eq!(err.line(), Some(*line), "{text}\n=> {shown}");
+        if let Some(column) = column {
+            assert_eq!(
+                err.location().map(|l| l.column),
+                Some(*column),
+                "{text}\n=> {shown}"
+            );
+        }
+        assert!(shown.contains(fragment), "{text}\n=> {shown}");
+        assert!(shown.starts_with(&format!("p.yaml:{line}:")), "{shown}");
+        // The location is said once, at the front.
+        let l = err.location().unwrap();
+        let again = format!(" at line {} column {}", l.line, l.column);
+        assert!(!shown.contains(&again), "{shown}");
+    }
+}
+
+#[test]
+fn semantic_errors_name_the_rule() {
+    let err = Policy::from_yaml(
+        "default: deny\ncommand_rules:\n  - name: bad-one\n    commands: [ls]\n    args_patterns: ['(']\n    decision: deny\n",
+        "p.yaml",
+    )
+    .unwrap_err();
+    match &err {
+        PolicyError::Invalid { rule, message, .. } => {
+            assert_eq!(rule.as_deref(), Some("bad-one"));
+            assert!(
+                message.contains("command_rules[0] \"bad-one\""),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A scratch directory, removed on drop.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("agentsh-policy-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn resolve_prefers_the_directory_then_the_shipped_copy() {
+    let dir = Scratch::new("resolve");
+    let d = dir.0.as_path();
+    std::fs::write(
+        d.join("agent-default.yaml"),
+        "name: overridden\ndefault: allow\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("mine.yaml"), "default: audit\n").unwrap();
+    std::fs::write(d.join("broken.yaml"), "default: deny\nbogus: 1\n").unwrap();
+
+    let p = Policy::resolve("agent-default", d).unwrap();
+    assert_eq!(p.name(), "overridden");
+    assert_eq!(
+        p.origin(),
+        d.join("agent-default.yaml").display().to_string()
+    );
+
+    let p = Policy::resolve("agent-strict", d).unwrap();
+    assert_eq!(p.name(), "agent-strict");
+    assert_eq!(p.origin(), "embedded:agent-strict");
+
+    let p = Policy::resolve("mine", d).unwrap();
+    assert_eq!(p.name(), "mine");
+    assert_eq!(p.default_decision(), Decision::Audit);
+
+    let path = d.join("mine.yaml");
+    let p = Policy::resolve(path.to_str().unwrap(), Path::new("/nonexistent")).unwrap();
+    assert_eq!(p.name(), "mine");
+
+    let err = Policy::resolve("broken", d).unwrap_err();
+    assert_eq!(err.line(), Some(2), "{err}");
+
+    let err = Policy::resolve("nope", d).unwrap_err();
+    assert!(matches!(err, PolicyError::NotFound { .. }), "{err}");
+    assert!(err.to_string().contains("agent-observe"), "{err}");
+
+    let err = Policy::resolve("..", d).unwrap_err();
+    assert!(matches!(err, PolicyError::BadName { .. }), "{err}");
+
+    let err = Policy::resolve("missing.yaml", d).unwrap_err();
+    assert!(matches!(err, PolicyError::Read { .. }), "{err}");
+
+    // check_file: the summary, or the error with its location.
+    let summary = check_file(&d.join("agent-default.yaml")).unwrap();
+    assert!(summary.contains("policy \"overridden\""), "{summary}");
+    let err = check_file(&d.join("broken.yaml")).unwrap_err();
+    assert!(err.to_string().contains("broken.yaml:2:"), "{err}");
+}
+
+#[test]
+fn summary_lists_rules() {
+    let s = policy(TEST_POLICY).summary();
+    for needle in [
+        "policy \"test\" (test.yaml): OK",
+        "default: deny",
+        "deny-nested-curl [curl wget /usr/bin/nc*, nested]",
+        "audit-deep-make [make, depth 2..=3]",
+        "deny-rm-rf [rm, 2 args pattern(s)]",
+    ] {
+        assert!(s.contains(needle), "{needle}\n{s}");
+    }
+}
