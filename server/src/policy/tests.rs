@@ -672,3 +672,23 @@ fn summary_lists_rules() {
         assert!(s.contains(needle), "{needle}\n{s}");
     }
 }
+
+#[test]
+fn odd_documents_are_clear_errors() {
+    let cases: &[(&str, &str)] = &[
+        ("", "missing field `default`"),
+        ("# only a comment\n", "missing field `default`"),
+        ("- a\n- b\n", "expected struct"),
+        (
+            "default: deny\n---\ndefault: allow\n",
+            "more than one document",
+        ),
+        ("default: deny\ndefault: allow\n", "duplicate"),
+    ];
+    for (text, fragment) in cases {
+        let err = Policy::from_yaml(text, "p.yaml").expect_err(text);
+        let shown = err.to_string();
+        assert!(shown.starts_with("p.yaml"), "{shown}");
+        assert!(shown.contains(fragment), "{text:?} => {shown}");
+    }
+}
