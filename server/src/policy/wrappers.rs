@@ -326,25 +326,29 @@ fn env(args: VecDeque<String>) -> Result<Unwrapped, Unparsable> {
 }
 
 /// Split an `env -S` string into words. Whitespace separates words; single
-/// and double quotes group. Backslash escapes, `${VAR}` expansion and `\c`
-/// are refused: what they produce depends on the environment or on escape
-/// rules we would have to reproduce exactly, so the payload is not knowable.
+/// and double quotes group; a `#` starting a word comments out the rest.
+/// Backslash escapes and `$` outside single quotes (`${VAR}` expansion) are
+/// refused: what they produce depends on the environment or on escape rules
+/// we would have to reproduce exactly, so the payload would not be knowable.
 fn split_string(s: &str) -> Result<Vec<String>, Unparsable> {
-    if let Some(c) = s.chars().find(|c| matches!(c, '\\' | '$')) {
-        return Err(Unparsable(format!(
+    let refuse = |c: char| {
+        Unparsable(format!(
             "`env -S` string {s:?} uses `{c}` (escapes and variable expansion are not supported)"
-        )));
-    }
+        ))
+    };
     let mut words = Vec::new();
     let mut word: Option<String> = None;
     let mut chars = s.chars();
     while let Some(c) = chars.next() {
         match c {
+            '\\' | '$' => return Err(refuse(c)),
             '\'' | '"' => {
                 let w = word.get_or_insert_with(String::new);
                 loop {
                     match chars.next() {
                         Some(q) if q == c => break,
+                        Some('\\') => return Err(refuse('\\')),
+                        Some('$') if c == '"' => return Err(refuse('$')),
                         Some(other) => w.push(other),
                         None => {
                             return Err(Unparsable(format!(
@@ -354,7 +358,6 @@ fn split_string(s: &str) -> Result<Vec<String>, Unparsable> {
                     }
                 }
             }
-            // A `#` starting a word comments out the rest of the string.
             '#' if word.is_none() => break,
             c if c.is_whitespace() => {
                 if let Some(w) = word.take() {
@@ -824,6 +827,8 @@ mod tests {
             ),
             (sv(&["env", "-iS", "curl"]), Ok(Some("curl"))),
             (sv(&["env", "-S", "${X}"]), Err("variable expansion")),
+            (sv(&["env", "-S", "curl \"$X\""]), Err("variable expansion")),
+            (sv(&["env", "-S", "sh 'a\\b'"]), Err("escapes")),
             (sv(&["env", "-S", "cu\\rl"]), Err("escapes")),
             (sv(&["env", "-S", "'curl"]), Err("unterminated")),
             (sv(&["env", "-S", "-q curl"]), Err("unknown option `-q`")),
@@ -838,6 +843,15 @@ mod tests {
             Unwrapped::Payload {
                 program: "sh".into(),
                 argv: sv(&["sh", "-c", "echo hi"])
+            }
+        );
+        // `$` is literal inside single quotes.
+        let got = unwrap(Wrapper::Env, &sv(&["env", "-S", "sh -c 'echo $0' a"])).unwrap();
+        assert_eq!(
+            got,
+            Unwrapped::Payload {
+                program: "sh".into(),
+                argv: sv(&["sh", "-c", "echo $0", "a"])
             }
         );
     }
