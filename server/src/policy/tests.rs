@@ -692,3 +692,10 @@ fn odd_documents_are_clear_errors() {
         assert!(shown.contains(fragment), "{text:?} => {shown}");
     }
 }
+
+#[test]
+fn policy_is_shared_across_supervisor_threads() {
+    fn shareable<T: Send + Sync + 'static>() {}
+    shareable::<Policy>();
+    shareable::<Verdict>();
+}
