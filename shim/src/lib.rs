@@ -48,8 +48,11 @@ pub fn run(argv: &[&CStr]) -> i32 {
         return code;
     }
     // Nested shell: the tree is already supervised; a second listener would
-    // fail with EBUSY anyway. No config read, no server call.
-    if marker::already_supervised() {
+    // fail with EBUSY anyway. No config read, no server call. The marker
+    // prctl alone decides: with no filter at all it answers EINVAL, exactly
+    // what the `Seccomp_filters: 0` fast path of `already_supervised()` would
+    // conclude, and it saves reading /proc/self/status (~10 syscalls) per shell.
+    if marker::agentsh_filter_present() {
         return exec_real(real, argv0, argv);
     }
     let env_mode = std::env::var_os(env::SHIM_INSTALL);
