@@ -138,7 +138,10 @@ fn list_sessions(api: &Api) -> Response<std::io::Cursor<Vec<u8>>> {
 fn create_session(api: &Api, v: &serde_json::Value) -> Response<std::io::Cursor<Vec<u8>>> {
     let id = v.get("id").and_then(|x| x.as_str()).unwrap_or("default");
     match api.sessions.get_or_create(id) {
-        Some(s) => json_response(201, &serde_json::json!({ "id": s.id, "created": s.created })),
+        Some(s) => json_response(
+            201,
+            &serde_json::json!({ "id": s.id, "created": s.created }),
+        ),
         None => error(
             400,
             format!("session id {id:?} is not valid: use 1-64 letters, digits, '-', '_', '.'"),
@@ -224,8 +227,7 @@ fn events(api: &Api, sid: &str, query: &str) -> Response<std::io::Cursor<Vec<u8>
         Some(Err(_)) => return error(400, "wait must be a number of seconds"),
     };
     let ev = if wait > 0 {
-        api.audit
-            .wait_events(sid, after, Duration::from_secs(wait))
+        api.audit.wait_events(sid, after, Duration::from_secs(wait))
     } else {
         api.audit.events(sid, after)
     };

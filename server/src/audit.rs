@@ -94,10 +94,7 @@ impl AuditLog {
         if let Some(dir) = jsonl.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(jsonl)?;
+        let file = OpenOptions::new().create(true).append(true).open(jsonl)?;
         Ok(AuditLog::with_file(Some(file), memory_cap))
     }
 

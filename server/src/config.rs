@@ -39,7 +39,7 @@ pub struct Config {
     pub execve: ExecveSection,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerSection {
     pub http: HttpSection,
@@ -85,14 +85,6 @@ impl Default for Config {
             audit: AuditSection::default(),
             wrapper_binary: String::new(),
             execve: ExecveSection::default(),
-        }
-    }
-}
-
-impl Default for ServerSection {
-    fn default() -> Self {
-        ServerSection {
-            http: HttpSection::default(),
         }
     }
 }
@@ -168,7 +160,13 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), String> {
-        if self.server.http.addr.parse::<std::net::SocketAddr>().is_err() {
+        if self
+            .server
+            .http
+            .addr
+            .parse::<std::net::SocketAddr>()
+            .is_err()
+        {
             return Err(format!(
                 "server.http.addr {:?} is not an address such as 127.0.0.1:18080",
                 self.server.http.addr

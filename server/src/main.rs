@@ -155,7 +155,11 @@ fn table_row(ev: &serde_json::Value) -> String {
         Some("execve") => {
             let argv: Vec<String> = ev["argv"]
                 .as_array()
-                .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_str().map(String::from))
+                        .collect()
+                })
                 .unwrap_or_default();
             let mut cmd = argv.join(" ");
             if cmd.len() > 60 {

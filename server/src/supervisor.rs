@@ -136,9 +136,8 @@ impl DepthBook {
 
     /// Forgets processes that exited (or whose pid was reused).
     fn prune(&mut self) {
-        self.images.retain(|&pid, &mut (st, _)| {
-            tracee::proc_stat(pid).is_ok_and(|s| s.starttime == st)
-        });
+        self.images
+            .retain(|&pid, &mut (st, _)| tracee::proc_stat(pid).is_ok_and(|s| s.starttime == st));
     }
 }
 
@@ -214,15 +213,14 @@ fn gather(
     let tid = n.pid;
     let stat = tracee::proc_stat(tid).map_err(|_| GatherError::Vanished)?;
     let pid = tracee::tgid_of(tid, &stat).map_err(|_| GatherError::Vanished)?;
-    let undecidable = |rule: &'static str, reason: String, filename: String| {
-        GatherError::Undecidable {
+    let undecidable =
+        |rule: &'static str, reason: String, filename: String| GatherError::Undecidable {
             rule,
             reason,
             pid,
             ppid: stat.ppid,
             filename,
-        }
-    };
+        };
     let (dirfd, path_ptr, argv_ptr, flags, ptr_size) = match call {
         ExecCall::Execve { ptr_size } => (libc::AT_FDCWD, n.args[0], n.args[1], 0, ptr_size),
         ExecCall::Execveat { ptr_size } => (
@@ -377,9 +375,7 @@ fn handle(ctx: &SupervisorContext, tree: &Tree, book: &mut DepthBook, n: Notific
         tracing::debug!(pid = g.pid, "tracee gone after reading its exec");
         return;
     }
-    let depth = book.depth_of(g.pid, &g.stat, tree.root_pid, |p| {
-        tracee::proc_stat(p).ok()
-    });
+    let depth = book.depth_of(g.pid, &g.stat, tree.root_pid, |p| tracee::proc_stat(p).ok());
     if g.stat.num_threads > 1 {
         tracing::info!(
             pid = g.pid,
@@ -410,7 +406,10 @@ fn handle(ctx: &SupervisorContext, tree: &Tree, book: &mut DepthBook, n: Notific
         Decision::Allow | Decision::Audit => (true, None),
         Decision::Deny => (false, None),
         // Approvals are not served yet: fail closed.
-        Decision::Approve => (false, Some("approval required; approvals are not available")),
+        Decision::Approve => (
+            false,
+            Some("approval required; approvals are not available"),
+        ),
     };
     // SAFETY ARGUMENT for CONTINUE: see the module doc. The facts were read
     // while the tracee was stopped in this syscall and id_valid confirmed the
@@ -426,10 +425,7 @@ fn handle(ctx: &SupervisorContext, tree: &Tree, book: &mut DepthBook, n: Notific
     if allow && answered.is_ok() {
         book.record(g.pid, g.stat.starttime, depth);
     }
-    let message = verdict
-        .message
-        .clone()
-        .or_else(|| note.map(str::to_string));
+    let message = verdict.message.clone().or_else(|| note.map(str::to_string));
     ctx.audit.record(
         &tree.session_id,
         EventBody::Execve(ExecEvent {

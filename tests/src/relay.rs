@@ -17,7 +17,12 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 /// Calls wrap-init for `session` as `caller_uid`.
-pub fn wrap_init(server_url: &str, session: &str, caller_uid: u32, cmd: &[&str]) -> WrapInitResponse {
+pub fn wrap_init(
+    server_url: &str,
+    session: &str,
+    caller_uid: u32,
+    cmd: &[&str],
+) -> WrapInitResponse {
     let req = WrapInitRequest {
         agent_command: cmd[0].to_string(),
         agent_args: cmd[1..].iter().map(|s| s.to_string()).collect(),
@@ -58,7 +63,10 @@ impl Wrapped {
     /// Waits for the relay, then for the command; returns the relay's outcome too.
     pub fn wait(self) -> (Result<Ack, String>, Output) {
         let relay = self.relay.join().expect("relay thread");
-        let out = self.child.wait_with_output().expect("wait for wrapped command");
+        let out = self
+            .child
+            .wait_with_output()
+            .expect("wait for wrapped command");
         (relay, out)
     }
 }
@@ -92,7 +100,9 @@ pub fn spawn_wrapped(server_url: &str, session: &str, cmd: &[&str], opts: &WrapO
         c.current_dir(d);
     }
     if !opts.inherit_stdio {
-        c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        c.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
     }
     let uid = opts.uid;
     // SAFETY: only async-signal-safe calls between fork and exec.
@@ -139,19 +149,27 @@ pub fn relay_once(ours: OwnedFd, notify_socket: &str, wrapper_pid: u32) -> Resul
     let ack = hand_to_server(notify_socket, wrapper_pid, &notify);
     drop(notify);
     let byte = ack.as_ref().map(|a| a.to_byte()).unwrap_or(0);
-    dgram.send(&[byte]).map_err(|e| format!("ACK to unixwrap: {e}"))?;
+    dgram
+        .send(&[byte])
+        .map_err(|e| format!("ACK to unixwrap: {e}"))?;
     ack
 }
 
 /// Connects the notify socket and sends the handoff; returns the server's answer.
-pub fn hand_to_server(notify_socket: &str, wrapper_pid: u32, notify: &OwnedFd) -> Result<Ack, String> {
-    let mut s = UnixStream::connect(notify_socket).map_err(|e| format!("connect {notify_socket}: {e}"))?;
+pub fn hand_to_server(
+    notify_socket: &str,
+    wrapper_pid: u32,
+    notify: &OwnedFd,
+) -> Result<Ack, String> {
+    let mut s =
+        UnixStream::connect(notify_socket).map_err(|e| format!("connect {notify_socket}: {e}"))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))
         .map_err(|e| e.to_string())?;
     s.send_with_fd(&encode_handoff(wrapper_pid), &[notify.as_raw_fd()])
         .map_err(|e| format!("send handoff: {e}"))?;
     let mut st = [0u8; 1];
-    s.read_exact(&mut st).map_err(|e| format!("status byte: {e}"))?;
+    s.read_exact(&mut st)
+        .map_err(|e| format!("status byte: {e}"))?;
     let _ = s.flush();
     Ok(Ack::from_byte(st[0]))
 }
