@@ -226,7 +226,7 @@ mod tests {
     fn formats_known_instants() {
         assert_eq!(rfc3339(0, 0), "1970-01-01T00:00:00.000000Z");
         assert_eq!(rfc3339(951_782_400, 5), "2000-02-29T00:00:00.000005Z");
-        assert_eq!(rfc3339(1_795_392_000, 0), "2026-11-22T00:00:00.000000Z");
+        assert_eq!(rfc3339(1_795_305_600, 0), "2026-11-22T00:00:00.000000Z");
     }
 
     fn exec(decision: &str) -> EventBody {

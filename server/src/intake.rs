@@ -209,12 +209,6 @@ fn peer_uid(stream: &UnixStream) -> std::io::Result<u32> {
 
 /// Reads and checks the handoff; returns the wrapper pid and the notify fd.
 fn take_handoff(stream: &UnixStream, caller_uid: u32) -> Result<(u32, OwnedFd), String> {
-    let uid = peer_uid(stream).map_err(|e| format!("SO_PEERCRED failed: {e}"))?;
-    if uid != caller_uid {
-        return Err(format!(
-            "connection from uid {uid}, but the socket was issued to uid {caller_uid}"
-        ));
-    }
     stream
         .set_read_timeout(Some(HANDOFF_READ_TIMEOUT))
         .map_err(|e| format!("cannot set read timeout: {e}"))?;
@@ -238,6 +232,14 @@ fn take_handoff(stream: &UnixStream, caller_uid: u32) -> Result<(u32, OwnedFd), 
             Ok(k) => got += k,
             Err(e) => return Err(format!("handoff read failed: {e}")),
         }
+    }
+    // The uid is checked after the message is read (and any fd it carried is
+    // closed), so a refused peer reliably gets its status byte instead of EPIPE.
+    let uid = peer_uid(stream).map_err(|e| format!("SO_PEERCRED failed: {e}"))?;
+    if uid != caller_uid {
+        return Err(format!(
+            "connection from uid {uid}, but the socket was issued to uid {caller_uid}"
+        ));
     }
     let pid = decode_handoff(&buf[..got])
         .ok_or_else(|| format!("malformed handoff ({got} bytes, first {:#04x})", buf[0]))?;
