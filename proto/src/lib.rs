@@ -11,6 +11,7 @@
 
 pub mod env;
 pub mod handoff;
+pub mod install;
 pub mod marker;
 pub mod notif;
 pub mod shimconf;

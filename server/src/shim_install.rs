@@ -35,11 +35,11 @@ use std::process::Command;
 
 /// Where the real shells are linked from; must equal the shim's compile-time
 /// `REAL_SHELL_DIR` (the end-to-end tests check that the pair works).
-pub const SHELLS_DIR: &str = "/usr/lib/agentsh/shells";
+pub const SHELLS_DIR: &str = agentsh_proto::install::REAL_SHELL_DIR;
 /// The install record, inside [`SHELLS_DIR`].
 pub const MANIFEST: &str = "/usr/lib/agentsh/shells/.install-manifest";
 /// Bytes every agentsh-shell-shim binary carries (`agentsh_shell_shim::SHIM_MARKER`).
-pub const SHIM_MARKER: &[u8] = b"agentsh-shell-shim binary marker v1";
+pub const SHIM_MARKER: &[u8] = agentsh_proto::install::SHIM_MARKER;
 /// The default shim.conf written when none exists.
 pub const DEFAULT_SHIM_CONF: &str = include_str!("../../etc/agentsh/shim.conf");
 

@@ -8,7 +8,7 @@ use agentsh_proto::shimconf::{Loaded, Mode, ShimConf, SHIM_CONF_PATH};
 /// shell's own (`sh`, `bash`): `comm` is the basename of the exec'd path, so
 /// `ps` and `pgrep -x sh` see `sh`, not `sh.real`. Each entry is a symlink to
 /// `/bin/<name>.real`. Must match the installer (`agentsh shim install`).
-pub const REAL_SHELL_DIR: &str = "/usr/lib/agentsh/shells";
+pub use agentsh_proto::install::REAL_SHELL_DIR;
 
 /// Which real shell the shim stands in for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -32,10 +32,10 @@ pub const EXIT_REFUSED: i32 = 126;
 /// Exit status for "the real shell is missing".
 pub const EXIT_NOT_FOUND: i32 = 127;
 /// Set by the shim for unixwrap: the pid of the relay helper it must reap.
-pub const RELAY_PID_ENV: &str = "AGENTSH_RELAY_PID";
+pub const RELAY_PID_ENV: &str = agentsh_proto::env::RELAY_PID;
 
 /// Kept in the binary so the installer can recognise any shim version.
-pub static SHIM_MARKER: &[u8] = b"agentsh-shell-shim binary marker v1";
+pub static SHIM_MARKER: &[u8] = agentsh_proto::install::SHIM_MARKER;
 
 /// The whole shim. Returns only when the shell cannot be run; the value is
 /// the exit status.
