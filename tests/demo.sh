@@ -27,7 +27,7 @@ for _ in $(seq 100); do
   python3 -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$port/healthz')" 2>/dev/null && break
   sleep 0.1
 done
-script='echo "hello from a supervised shell (pid $$)"; ls / >/dev/null && echo "ls ran"; git --version 2>/dev/null || true; curl --version || echo "curl was refused (exit $?)"; sudo -n true || echo "sudo was refused (exit $?)"'
+script='echo "hello from a supervised shell (pid $$)"; ls / >/dev/null && echo "ls ran"; git --version 2>/dev/null || true; curl --version || echo "curl was refused (exit $?)"; mount -t tmpfs none /mnt || echo "mount was refused (exit $?)"'
 echo "== running: sh -c '$script'"
 echo
 "$bin/agentsh-test-run" --server "http://127.0.0.1:$port" --session demo -- /bin/sh -c "$script" || true

@@ -167,7 +167,7 @@ fn table_row(ev: &serde_json::Value) -> String {
                 cmd.push_str("...");
             }
             format!(
-                "{:<5} {:<12} {:<7} {:<5} {:<7} {:<6} {:<22} {}  [{}]",
+                "{:<5} {:<12} {:<7} {:<5} {:<7} {:<6} {:<26} {}  [{}]",
                 n("id"),
                 time,
                 n("pid"),
@@ -194,7 +194,7 @@ fn print_events(
     let mut after = 0u64;
     if matches!(format, EventFormat::Table) {
         println!(
-            "{:<5} {:<12} {:<7} {:<5} {:<7} {:<6} {:<22} COMMAND  [PROGRAM]",
+            "{:<5} {:<12} {:<7} {:<5} {:<7} {:<6} {:<26} COMMAND  [PROGRAM]",
             "ID", "TIME", "PID", "DEPTH", "POLICY", "ACTION", "RULE"
         );
     }
