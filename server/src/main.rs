@@ -79,9 +79,15 @@ fn init_logging() {
     use tracing_subscriber::prelude::*;
     let filter = tracing_subscriber::EnvFilter::try_from_env("AGENTSH_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Audit events already go to the JSONL file and journald; the server's
+    // own log stays readable without them.
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .with_target(false);
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_filter(tracing_subscriber::filter::filter_fn(|m| {
+            m.target() != "agentsh::audit"
+        }));
     let journald = if std::path::Path::new("/run/systemd/journal/socket").exists() {
         tracing_journald::layer()
             .ok()

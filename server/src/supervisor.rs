@@ -326,6 +326,7 @@ fn decision_name(d: Decision) -> &'static str {
 
 /// Handles one notification: gather, decide, answer, audit.
 fn handle(ctx: &SupervisorContext, tree: &Tree, book: &mut DepthBook, n: Notification) {
+    let started = std::time::Instant::now();
     let fd = tree.fd.as_fd();
     let Some(call) = classify_call(n.arch, n.nr) else {
         let _ = notif::respond_errno(fd, n.id, libc::EACCES);
@@ -422,6 +423,11 @@ fn handle(ctx: &SupervisorContext, tree: &Tree, book: &mut DepthBook, n: Notific
     if let Err(e) = &answered {
         tracing::debug!(pid = g.pid, "answer not delivered (tracee gone?): {e}");
     }
+    tracing::trace!(
+        pid = g.pid,
+        us = started.elapsed().as_micros() as u64,
+        "exec answered"
+    );
     if allow && answered.is_ok() {
         book.record(g.pid, g.stat.starttime, depth);
     }
