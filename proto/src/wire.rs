@@ -113,6 +113,10 @@ pub enum FsAccess {
     Create,
     Delete,
     Execute,
+    /// Directory listings only (Landlock's ReadDir); `read` includes it. The
+    /// server grants it on a directory whose files it must keep unreadable
+    /// (its own state), so `ls /` keeps working.
+    List,
 }
 
 /// Access allowed beneath one path.

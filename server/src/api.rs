@@ -25,6 +25,8 @@ pub struct Api {
     pub supervisor: Arc<SupervisorContext>,
     pub seccomp_config: SeccompConfig,
     pub policy_name: String,
+    /// Compiles the policy's Landlock part per wrap-init (workspace, caller's home).
+    pub landlock: crate::policy::landlock::SessionLandlock,
 }
 
 const MAX_BODY: u64 = 1 << 20;
@@ -177,7 +179,13 @@ fn wrap_init(api: &Api, sid: &str, body: WrapInitRequest) -> Response<std::io::C
         }
     };
     session.wrap_inits.fetch_add(1, Ordering::Relaxed);
-    let config_json = match serde_json::to_string(&api.seccomp_config) {
+    let mut seccomp_config = api.seccomp_config.clone();
+    let landlock = api.landlock.compile(body.caller_uid);
+    for w in &landlock.warnings {
+        tracing::warn!(session = %session.id, uid = body.caller_uid, "landlock: {w}");
+    }
+    seccomp_config.landlock = Some(landlock.config);
+    let config_json = match serde_json::to_string(&seccomp_config) {
         Ok(s) => s,
         Err(e) => return error(500, format!("cannot serialize seccomp config: {e}")),
     };
@@ -193,12 +201,13 @@ fn wrap_init(api: &Api, sid: &str, body: WrapInitRequest) -> Response<std::io::C
             agent_args: body.agent_args,
             notify_socket: notify_socket.clone(),
             policy: api.policy_name.clone(),
+            landlock: Some(landlock.summary),
         }),
     );
     let resp = WrapInitResponse {
         wrapper_binary: wrapper.to_string_lossy().into_owned(),
         notify_socket,
-        seccomp_config: api.seccomp_config.clone(),
+        seccomp_config,
         wrapper_env,
     };
     match serde_json::to_value(&resp) {

@@ -49,6 +49,10 @@ pub struct WrapInitEvent {
     pub agent_args: Vec<String>,
     pub notify_socket: String,
     pub policy: String,
+    /// The Landlock ruleset asked of unixwrap (what the kernel then enforced
+    /// is in unixwrap's log: it may be less under `best_effort`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub landlock: Option<crate::policy::landlock::LandlockSummary>,
 }
 
 /// One tree whose notify fd the server took over (or refused).

@@ -21,6 +21,11 @@ CONFIG KEYS (YAML; all optional; defaults shown):
   audit.jsonl                      /var/log/agentsh/audit.jsonl   append-only JSON Lines audit log
   audit.memory_events_per_session  10000             events per session kept for the API
   wrapper_binary                   \"\"                agentsh-unixwrap path; empty = next to agentsh
+  workspace                        \"\"                the agent's workspace, ${WORKSPACE} in file_rules;
+                                                     empty: rules naming it are skipped (and logged)
+  landlock.compat                  best_effort       best_effort | required: with `required`, a command
+                                                     does not run unless the kernel enforces every
+                                                     Landlock right asked for
   execve.max_argc                  1000              argv entries read per exec
   execve.max_argv_bytes            65536             argv bytes read per exec
   execve.on_truncated              deny              deny | evaluate: what an exec whose argv
@@ -37,6 +42,23 @@ pub struct Config {
     pub audit: AuditSection,
     pub wrapper_binary: String,
     pub execve: ExecveSection,
+    pub workspace: String,
+    pub landlock: LandlockSection,
+}
+
+/// How much Landlock enforcement a command needs before it may run.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LandlockSection {
+    pub compat: agentsh_proto::LandlockCompat,
+}
+
+impl Default for LandlockSection {
+    fn default() -> Self {
+        LandlockSection {
+            compat: agentsh_proto::LandlockCompat::BestEffort,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -85,6 +107,8 @@ impl Default for Config {
             audit: AuditSection::default(),
             wrapper_binary: String::new(),
             execve: ExecveSection::default(),
+            workspace: String::new(),
+            landlock: LandlockSection::default(),
         }
     }
 }
@@ -178,6 +202,12 @@ impl Config {
         if self.policy.trim().is_empty() {
             return Err("policy must name a policy or a file".into());
         }
+        if !(self.workspace.is_empty() || self.workspace.starts_with('/')) {
+            return Err(format!(
+                "workspace {:?} must be an absolute path (or empty)",
+                self.workspace
+            ));
+        }
         Ok(())
     }
 
@@ -222,6 +252,18 @@ mod tests {
     fn unknown_key_is_an_error() {
         let e = Config::from_yaml("execve:\n  max_arg: 5\n", "t").unwrap_err();
         assert!(e.to_string().contains("max_arg"), "{e}");
+    }
+
+    #[test]
+    fn workspace_and_landlock_compat() {
+        let c = Config::load(None).unwrap();
+        assert_eq!(c.workspace, "");
+        assert_eq!(c.landlock.compat, agentsh_proto::LandlockCompat::BestEffort);
+        let c = Config::from_yaml("workspace: /w\nlandlock: {compat: required}\n", "t").unwrap();
+        assert_eq!(c.workspace, "/w");
+        assert_eq!(c.landlock.compat, agentsh_proto::LandlockCompat::Required);
+        assert!(Config::from_yaml("workspace: w", "t").is_err());
+        assert!(Config::from_yaml("landlock: {compat: maybe}", "t").is_err());
     }
 
     #[test]

@@ -3,6 +3,7 @@
 use agentsh::api::{self, Api};
 use agentsh::audit::AuditLog;
 use agentsh::config::{Config, CONFIG_HELP, EMBEDDED_CONFIG};
+use agentsh::policy::landlock::SessionLandlock;
 use agentsh::policy::{self, Policy};
 use agentsh::session::Sessions;
 use agentsh::shim_install::{self, ShimCommand};
@@ -104,7 +105,8 @@ fn init_logging() {
 
 fn run_server(config: Option<PathBuf>) -> Result<(), String> {
     init_logging();
-    let config = Config::load(config.as_deref()).map_err(|e| e.to_string())?;
+    let config_file = config;
+    let config = Config::load(config_file.as_deref()).map_err(|e| e.to_string())?;
     let policy = Policy::resolve(&config.policy, &config.policies_dir)
         .map_err(|e| format!("cannot load policy {:?}: {e}", config.policy))?;
     let audit = AuditLog::open(&config.audit.jsonl, config.audit.memory_events_per_session)
@@ -122,8 +124,11 @@ fn run_server(config: Option<PathBuf>) -> Result<(), String> {
         }
     }
     let policy_name = policy.name().to_string();
+    let policy = Arc::new(policy);
+    let landlock = SessionLandlock::for_server(policy.clone(), &config, config_file.as_deref());
+    landlock_startup_report(&landlock);
     let supervisor = Arc::new(SupervisorContext {
-        policy: Arc::new(policy),
+        policy,
         limits: config.execve.clone(),
         audit: audit.clone(),
     });
@@ -147,9 +152,33 @@ fn run_server(config: Option<PathBuf>) -> Result<(), String> {
         supervisor,
         seccomp_config,
         policy_name,
+        landlock,
     });
     api::serve(api, Arc::new(http));
     Ok(())
+}
+
+/// Logs, once, what every tree's Landlock ruleset will hold (as for root).
+fn landlock_startup_report(landlock: &SessionLandlock) {
+    let c = landlock.compile(0);
+    tracing::info!(
+        compat = ?c.summary.compat,
+        handled_fs = ?c.summary.handled_fs,
+        fs_rules = c.summary.fs_rules,
+        connect_ports = ?c.summary.tcp_connect_ports,
+        bind_ports = ?c.summary.tcp_bind_ports,
+        protected = ?landlock.protection().no_write,
+        "landlock ruleset for supervised trees"
+    );
+    if c.summary.api_port_reachable {
+        tracing::warn!(
+            "the policy leaves TCP connect unrestricted, so supervised trees can reach the API \
+             port; Landlock cannot deny one port among all (list the allowed ports in network_rules)"
+        );
+    }
+    for w in &c.warnings {
+        tracing::warn!("landlock: {w}");
+    }
 }
 
 /// One event as a table row.

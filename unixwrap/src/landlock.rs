@@ -13,6 +13,7 @@
 //! | create  | MakeReg, MakeDir, MakeSym, MakeFifo, MakeSock, Refer, MakeChar, MakeBlock | all but MakeChar, MakeBlock |
 //! | delete  | RemoveFile, RemoveDir | same |
 //! | execute | Execute | same |
+//! | list    | ReadDir | same |
 //!
 //! Why: device nodes are never grantable (a tree that may create files must
 //! not mint `/dev/sda` look-alikes), but they are denied whenever creation is
@@ -56,6 +57,7 @@ pub fn handled_rights(a: FsAccess) -> BitFlags<AccessFs> {
         FsAccess::Create => granted_rights(a) | AccessFs::MakeChar | AccessFs::MakeBlock,
         FsAccess::Delete => AccessFs::RemoveFile | AccessFs::RemoveDir,
         FsAccess::Execute => AccessFs::Execute.into(),
+        FsAccess::List => AccessFs::ReadDir.into(),
     }
 }
 
@@ -70,9 +72,11 @@ pub fn granted_rights(a: FsAccess) -> BitFlags<AccessFs> {
                 | AccessFs::MakeSock
                 | AccessFs::Refer
         }
-        FsAccess::Read | FsAccess::Write | FsAccess::Delete | FsAccess::Execute => {
-            handled_rights(a)
-        }
+        FsAccess::Read
+        | FsAccess::Write
+        | FsAccess::Delete
+        | FsAccess::Execute
+        | FsAccess::List => handled_rights(a),
     }
 }
 
@@ -240,12 +244,13 @@ pub fn apply(cfg: &LandlockConfig, no_new_privs: bool, log: &Log) -> Result<Stri
 mod tests {
     use super::*;
 
-    const ALL: [FsAccess; 5] = [
+    const ALL: [FsAccess; 6] = [
         FsAccess::Read,
         FsAccess::Write,
         FsAccess::Create,
         FsAccess::Delete,
         FsAccess::Execute,
+        FsAccess::List,
     ];
 
     #[test]

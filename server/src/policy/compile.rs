@@ -488,6 +488,7 @@ fn check_file_path(path: &str) -> Result<(), String> {
         return Err(format!("{path:?}: a variable may only start the path"));
     }
     glob::Pattern::new(rest).map_err(|e| format!("invalid glob {path:?}: {e}"))?;
+    super::landlock::landlock_base(path)?;
     Ok(())
 }
 
@@ -560,6 +561,8 @@ mod tests {
             ("${WORKSPACE}x", Err("must follow")),
             ("/a/${HOME}", Err("only start")),
             ("/a/[b", Err("invalid glob")),
+            ("/home/*/x", Err("only a literal path")),
+            ("${HOME}/*.key", Err("only a literal path")),
         ];
         for (path, want) in cases {
             match (check_file_path(path), want) {

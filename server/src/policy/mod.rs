@@ -23,6 +23,7 @@
 mod compile;
 mod error;
 mod evaluate;
+pub mod landlock;
 mod locate;
 mod pattern;
 mod schema;
@@ -206,8 +207,32 @@ impl Policy {
                 r.commands_text.join(" "),
             );
         }
-        let _ = writeln!(s, "  file_rules: {}", self.file_rules.len());
+        let _ = writeln!(
+            s,
+            "  file_rules: {} (Landlock; write/create/delete beneath agentsh's own and system \
+             files are always denied)",
+            self.file_rules.len()
+        );
         let _ = writeln!(s, "  network_rules: {}", self.network_rules.len());
+        let mut warnings = Vec::new();
+        for (what, dir) in [
+            ("connect", NetworkDirection::Connect),
+            ("bind", NetworkDirection::Bind),
+        ] {
+            let ports = landlock::tcp_ports(&self.network_rules, dir, &mut warnings);
+            let text = match ports {
+                None if what == "connect" => {
+                    "unrestricted (the server's API port stays reachable)".to_string()
+                }
+                None => "unrestricted".to_string(),
+                Some(p) if p.is_empty() => "closed".to_string(),
+                Some(p) => format!("only {p:?}"),
+            };
+            let _ = writeln!(s, "    TCP {what}: {text}");
+        }
+        for w in warnings {
+            let _ = writeln!(s, "    warning: {w}");
+        }
         let _ = write!(
             s,
             "  syscalls.block: {}",

@@ -1,0 +1,987 @@
+//! From `file_rules` and `network_rules` to the Landlock ruleset unixwrap applies.
+//!
+//! Landlock is an allow-list: a handled right is denied everywhere except
+//! beneath a path a rule grants it on, and a grant always covers the whole
+//! subtree. So the compiler works per operation:
+//!
+//! * an operation is *handled* when any file rule names it; `write`, `create`
+//!   and `delete` are always handled (self-protection, below). A handled
+//!   operation no rule grants is denied everywhere; an operation nothing
+//!   handles is not restricted (read stays open unless the policy names it);
+//! * every `allow` path is a grant. A `deny` path *strictly beneath* a grant is
+//!   carved out of it: the grant is replaced by grants on the grant's
+//!   children, recursively, minus the denied path. The carved directories
+//!   themselves get nothing (their own entries can then not be created,
+//!   removed or renamed), and an entry created in them later is not covered.
+//!   An allow beneath a deny is more specific and wins; at the same path,
+//!   deny wins;
+//! * paths are literal, or end in `/**` (the same thing for Landlock); other
+//!   globs are refused when the policy is loaded;
+//! * `${WORKSPACE}` comes from the server config, `${HOME}` from the caller
+//!   uid's passwd entry, `${TMPDIR}` is `/tmp` (the environment of the tree is
+//!   not trusted). A rule path whose variable has no value is skipped (that
+//!   only removes access) and reported.
+//!
+//! Self-protection, whatever the policy says (threat: a tree, root included,
+//! that turns enforcement off for the next command): no write, create or
+//! delete beneath [`SelfProtection::no_write`] — the shim and real shells,
+//! the system binaries and libraries the shim and unixwrap load before any
+//! filter exists, `/etc` (`ld.so.preload`, `shim.conf`), agentsh's binaries,
+//! policies, state and audit. Those are denials no allow can override. TCP
+//! connect to the API port is removed from every allow-list, but Landlock
+//! cannot deny one port while allowing all others: a policy that leaves
+//! connect open (no connect rule, or `ports: any` allowed) leaves the API port
+//! reachable, and the compiled summary says so (`api_port_reachable`).
+//! Signals and abstract unix sockets are always scoped to the tree, and any
+//! Landlock domain already stops ptrace of processes outside it.
+//!
+//! Failure modes: none at compile time; what cannot be expressed is left out
+//! in the stricter direction (a carve that cannot list a directory grants
+//! nothing there) and listed in [`CompiledLandlock::warnings`].
+
+use super::schema::{Decision, FileOperation, NetworkDirection, NetworkRule, PortSet};
+use super::Policy;
+use agentsh_proto::{FsAccess, FsRule, LandlockCompat, LandlockConfig};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// A directory with more entries than this is not carved (nothing is
+/// granted beneath it): the rules would cost every shell start.
+pub const MAX_CARVE_CHILDREN: usize = 256;
+/// The most filesystem rules one ruleset gets; beyond, grants are dropped.
+pub const MAX_FS_RULES: usize = 1024;
+
+/// System paths no tree may write, create or delete beneath.
+///
+/// The shim and unixwrap are dynamically linked and run before any filter
+/// exists: whoever can change `/etc/ld.so.preload`, a library or a shell
+/// binary owns every later command. `/etc` also holds `shim.conf`.
+pub const SYSTEM_NO_WRITE: &[&str] = &[
+    "/etc",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/usr/bin",
+    "/usr/sbin",
+    "/usr/lib",
+    "/usr/lib32",
+    "/usr/lib64",
+    "/usr/libx32",
+    "/usr/libexec",
+];
+
+/// The per-session values of the path variables.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionVars {
+    pub workspace: Option<String>,
+    pub home: Option<String>,
+    pub tmpdir: String,
+}
+
+/// What agentsh protects whatever the policy says.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SelfProtection {
+    /// Canonical absolute paths; no write, create or delete beneath them.
+    pub no_write: Vec<String>,
+    /// Canonical absolute paths no tree may read (the server's state: its
+    /// approval token and notify sockets).
+    pub no_read: Vec<String>,
+    /// The server's API port, removed from every TCP connect allow-list.
+    pub api_port: Option<u16>,
+}
+
+impl SelfProtection {
+    /// [`SYSTEM_NO_WRITE`] plus `extra` (agentsh's own files), canonicalized
+    /// through `fs` and deduplicated; a path that does not exist is kept as
+    /// written (it may be created later).
+    pub fn new(
+        extra: &[&Path],
+        no_read: &[&Path],
+        api_port: Option<u16>,
+        fs: &dyn FsView,
+    ) -> SelfProtection {
+        let canon = |paths: Vec<String>| {
+            let mut set = BTreeSet::new();
+            for p in paths {
+                let Some(p) = normalize(&p) else { continue };
+                set.insert(fs.canonical(&p).unwrap_or_else(|| p.clone()));
+                set.insert(p);
+            }
+            set.into_iter().collect::<Vec<_>>()
+        };
+        let show = |p: &&Path| p.display().to_string();
+        let mut no_write: Vec<String> = SYSTEM_NO_WRITE.iter().map(|s| s.to_string()).collect();
+        no_write.extend(extra.iter().map(show));
+        SelfProtection {
+            no_write: canon(no_write),
+            no_read: canon(no_read.iter().map(show).collect()),
+            api_port,
+        }
+    }
+}
+
+/// The filesystem as the compiler needs it (injected, so tests need no disk).
+pub trait FsView {
+    /// The canonical path (symlinks followed), `None` if it does not exist.
+    fn canonical(&self, path: &str) -> Option<String>;
+    /// The entries of a directory that are not symlinks, as full paths;
+    /// `None` if it is not a readable directory.
+    fn children(&self, dir: &str) -> Option<Vec<String>>;
+}
+
+/// The server's own view of the filesystem.
+pub struct HostFs;
+
+impl FsView for HostFs {
+    fn canonical(&self, path: &str) -> Option<String> {
+        std::fs::canonicalize(path)
+            .ok()
+            .map(|p| p.to_string_lossy().into_owned())
+    }
+
+    fn children(&self, dir: &str) -> Option<Vec<String>> {
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(dir).ok()? {
+            let entry = entry.ok()?;
+            if entry.file_type().ok()?.is_symlink() {
+                continue;
+            }
+            out.push(join(dir, &entry.file_name().to_string_lossy()));
+        }
+        out.sort();
+        Some(out)
+    }
+}
+
+/// What the server asked unixwrap to enforce, for the wrap-init audit event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LandlockSummary {
+    pub compat: LandlockCompat,
+    pub handled_fs: Vec<FsAccess>,
+    pub fs_rules: usize,
+    pub tcp_connect_ports: Option<Vec<u16>>,
+    pub tcp_bind_ports: Option<Vec<u16>>,
+    pub scope_signals: bool,
+    pub scope_abstract_unix: bool,
+    /// TCP connect is not restricted, so the tree can reach the API port.
+    pub api_port_reachable: bool,
+    pub workspace: Option<String>,
+    pub home: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// The result of [`compile`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompiledLandlock {
+    pub config: LandlockConfig,
+    pub summary: LandlockSummary,
+    pub warnings: Vec<String>,
+}
+
+fn access_of(op: FileOperation) -> FsAccess {
+    match op {
+        FileOperation::Read => FsAccess::Read,
+        FileOperation::Write => FsAccess::Write,
+        FileOperation::Create => FsAccess::Create,
+        FileOperation::Delete => FsAccess::Delete,
+        FileOperation::Execute => FsAccess::Execute,
+    }
+}
+
+const ALL_ACCESS: [FsAccess; 5] = [
+    FsAccess::Read,
+    FsAccess::Write,
+    FsAccess::Create,
+    FsAccess::Delete,
+    FsAccess::Execute,
+];
+
+/// The operations that modify the filesystem: always handled.
+const MODIFY: [FsAccess; 3] = [FsAccess::Write, FsAccess::Create, FsAccess::Delete];
+
+/// `/a//b/` → `/a/b`; `None` if not absolute or if it has `.`/`..` parts.
+fn normalize(p: &str) -> Option<String> {
+    if !p.starts_with('/') {
+        return None;
+    }
+    let mut parts = Vec::new();
+    for part in p.split('/') {
+        match part {
+            "" => {}
+            "." | ".." => return None,
+            x => parts.push(x),
+        }
+    }
+    Some(format!("/{}", parts.join("/")))
+}
+
+fn join(dir: &str, name: &str) -> String {
+    if dir == "/" {
+        format!("/{name}")
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+/// `p` is `ancestor` or lies beneath it.
+fn at_or_beneath(p: &str, ancestor: &str) -> bool {
+    ancestor == "/"
+        || p == ancestor
+        || (p.starts_with(ancestor) && p.as_bytes().get(ancestor.len()) == Some(&b'/'))
+}
+
+/// What a rule path means as a Landlock path-beneath rule, or why it cannot.
+///
+/// # Errors
+/// A glob other than a trailing `/**`.
+pub fn landlock_base(pattern: &str) -> Result<&str, String> {
+    let base = pattern.strip_suffix("/**").unwrap_or(pattern);
+    let base = if base.is_empty() { "/" } else { base };
+    let literal = match base.strip_prefix("${").and_then(|a| a.split_once('}')) {
+        Some((_, rest)) => rest,
+        None => base,
+    };
+    if literal.contains(['*', '?', '[', ']', '{', '}']) {
+        return Err(format!(
+            "{pattern:?}: Landlock grants a path and everything beneath it, so only a \
+             literal path or one ending in /** can be enforced"
+        ));
+    }
+    Ok(base)
+}
+
+/// Expands a validated rule path; `Ok(None)` when its variable is unset.
+fn expand(pattern: &str, vars: &SessionVars) -> Result<Option<String>, String> {
+    let base = landlock_base(pattern)?;
+    let text = if let Some(after) = base.strip_prefix("${") {
+        let (var, rest) = after
+            .split_once('}')
+            .ok_or_else(|| format!("{pattern:?}: unterminated ${{"))?;
+        let value = match var {
+            "WORKSPACE" => vars.workspace.clone(),
+            "HOME" => vars.home.clone(),
+            "TMPDIR" => Some(vars.tmpdir.clone()),
+            other => return Err(format!("{pattern:?}: unknown variable ${{{other}}}")),
+        };
+        match value {
+            Some(v) if !v.is_empty() => format!("{v}{rest}"),
+            _ => return Ok(None),
+        }
+    } else {
+        base.to_string()
+    };
+    normalize(&text).map(Some).ok_or_else(|| {
+        format!("{pattern:?} expands to {text:?}, which is not a clean absolute path")
+    })
+}
+
+/// The path as the check sees it: canonical, except under `/proc` (whose
+/// `self` would resolve to the server) and when it does not exist.
+fn resolve(p: &str, fs: &dyn FsView) -> String {
+    if at_or_beneath(p, "/proc") {
+        return p.to_string();
+    }
+    fs.canonical(p).unwrap_or_else(|| p.to_string())
+}
+
+struct Deny {
+    path: String,
+    /// Self-protection: no allow overrides it, however specific.
+    protected: bool,
+}
+
+struct Carver<'a> {
+    fs: &'a dyn FsView,
+    warnings: Vec<String>,
+    /// Directories split into their children (they keep no grant themselves).
+    split: Vec<String>,
+}
+
+impl Carver<'_> {
+    /// The paths a grant on `p` becomes once every deny is carved out.
+    fn carve(&mut self, p: &str, denies: &[Deny], what: FsAccess, out: &mut Vec<String>) {
+        for d in denies {
+            if at_or_beneath(p, &d.path) && (d.protected || d.path == p) {
+                return;
+            }
+        }
+        if !denies
+            .iter()
+            .any(|d| d.path != p && at_or_beneath(&d.path, p))
+        {
+            out.push(p.to_string());
+            return;
+        }
+        match self.fs.children(p) {
+            None => self.warnings.push(format!(
+                "{what:?} on {p}: cannot list it to carve out a denied path; nothing granted there"
+            )),
+            Some(c) if c.len() > MAX_CARVE_CHILDREN => self.warnings.push(format!(
+                "{what:?} on {p}: {} entries is too many to carve out a denied path; \
+                 nothing granted there",
+                c.len()
+            )),
+            Some(children) => {
+                self.split.push(p.to_string());
+                for child in children {
+                    self.carve(&child, denies, what, out);
+                }
+            }
+        }
+    }
+}
+
+/// The TCP ports an allow-list keeps open for one direction, or `None` when
+/// the direction is not restricted. Rules are read in order, first match per
+/// port; `warnings` gets what Landlock cannot express.
+pub fn tcp_ports(
+    rules: &[NetworkRule],
+    direction: NetworkDirection,
+    warnings: &mut Vec<String>,
+) -> Option<BTreeSet<u16>> {
+    let mut named = false;
+    let mut allowed: BTreeSet<u16> = BTreeSet::new();
+    let mut denied: BTreeSet<u16> = BTreeSet::new();
+    for r in rules.iter().filter(|r| r.direction == direction) {
+        named = true;
+        match (&r.ports, r.decision) {
+            (PortSet::List(ports), Decision::Allow) => {
+                allowed.extend(ports.iter().filter(|p| !denied.contains(*p)));
+            }
+            (PortSet::List(ports), _) => {
+                denied.extend(ports.iter().filter(|p| !allowed.contains(*p)));
+            }
+            (PortSet::Any, Decision::Allow) => {
+                if !denied.is_empty() {
+                    warnings.push(format!(
+                        "network rule {:?}: Landlock cannot deny single ports ({:?}) while \
+                         allowing all others; {direction:?} is left unrestricted",
+                        r.name, denied
+                    ));
+                }
+                return None;
+            }
+            (PortSet::Any, _) => break,
+        }
+    }
+    named.then_some(allowed)
+}
+
+/// Compiles the policy's file and network rules for one session.
+pub fn compile(
+    policy: &Policy,
+    vars: &SessionVars,
+    protect: &SelfProtection,
+    compat: LandlockCompat,
+    fs: &dyn FsView,
+) -> CompiledLandlock {
+    let mut warnings = Vec::new();
+    let mut always: Vec<(FsAccess, &[String])> = MODIFY
+        .iter()
+        .map(|op| (*op, protect.no_write.as_slice()))
+        .collect();
+    if !protect.no_read.is_empty() {
+        always.push((FsAccess::Read, protect.no_read.as_slice()));
+    }
+    let mut handled: BTreeSet<FsAccess> = always.iter().map(|(op, _)| *op).collect();
+    let mut grants: BTreeMap<FsAccess, Vec<String>> = BTreeMap::new();
+    let mut denies: BTreeMap<FsAccess, Vec<Deny>> = BTreeMap::new();
+    for rule in policy.file_rules() {
+        let ops: Vec<FsAccess> = rule.operations.iter().map(|o| access_of(*o)).collect();
+        handled.extend(ops.iter().copied());
+        for pattern in &rule.paths {
+            let path = match expand(pattern, vars) {
+                Ok(Some(p)) => resolve(&p, fs),
+                Ok(None) => {
+                    warnings.push(format!(
+                        "file rule {:?}: {pattern} skipped, its variable has no value \
+                         (set `workspace` in the config)",
+                        rule.name
+                    ));
+                    continue;
+                }
+                Err(e) => {
+                    warnings.push(format!("file rule {:?}: {e}; skipped", rule.name));
+                    continue;
+                }
+            };
+            for op in &ops {
+                match rule.decision {
+                    Decision::Allow => grants.entry(*op).or_default().push(path.clone()),
+                    Decision::Deny | Decision::Approve | Decision::Audit => {
+                        denies.entry(*op).or_default().push(Deny {
+                            path: path.clone(),
+                            protected: false,
+                        })
+                    }
+                }
+            }
+        }
+    }
+    let named: BTreeSet<FsAccess> = policy
+        .file_rules()
+        .iter()
+        .flat_map(|r| r.operations.iter().map(|o| access_of(*o)))
+        .collect();
+    for (op, protected) in always {
+        // An operation the policy does not restrict stays open, minus agentsh's own files.
+        if !named.contains(&op) {
+            grants.entry(op).or_default().push("/".into());
+        }
+        let d = denies.entry(op).or_default();
+        for p in protected {
+            d.push(Deny {
+                path: p.clone(),
+                protected: true,
+            });
+        }
+    }
+
+    let mut carver = Carver {
+        fs,
+        warnings: Vec::new(),
+        split: Vec::new(),
+    };
+    let mut by_path: BTreeMap<String, BTreeSet<FsAccess>> = BTreeMap::new();
+    for (op, paths) in &grants {
+        let d = denies.get(op).map(Vec::as_slice).unwrap_or_default();
+        let mut out = Vec::new();
+        for p in paths {
+            carver.carve(p, d, *op, &mut out);
+        }
+        for p in out {
+            by_path.entry(p).or_default().insert(*op);
+        }
+        // A directory split for read stays listable (`ls /`); the files of
+        // the denied paths stay unreadable (their names do not).
+        for p in carver.split.drain(..) {
+            if *op == FsAccess::Read {
+                by_path.entry(p).or_default().insert(FsAccess::List);
+            }
+        }
+    }
+    warnings.append(&mut carver.warnings);
+    if by_path.len() > MAX_FS_RULES {
+        warnings.push(format!(
+            "{} filesystem rules exceed {MAX_FS_RULES}; the rest are dropped",
+            by_path.len()
+        ));
+    }
+    let fs_rules: Vec<FsRule> = by_path
+        .into_iter()
+        .take(MAX_FS_RULES)
+        .map(|(path, ops)| FsRule {
+            path,
+            access: ops.into_iter().collect(),
+        })
+        .collect();
+
+    let mut connect = tcp_ports(
+        policy.network_rules(),
+        NetworkDirection::Connect,
+        &mut warnings,
+    );
+    let bind = tcp_ports(
+        policy.network_rules(),
+        NetworkDirection::Bind,
+        &mut warnings,
+    );
+    if let (Some(ports), Some(api)) = (connect.as_mut(), protect.api_port) {
+        ports.remove(&api);
+    }
+    let api_port_reachable = protect.api_port.is_some() && connect.is_none();
+
+    let handled_fs: Vec<FsAccess> = ALL_ACCESS
+        .into_iter()
+        .filter(|a| handled.contains(a))
+        .collect();
+    let config = LandlockConfig {
+        compat,
+        handled_fs: handled_fs.clone(),
+        fs_rules,
+        tcp_connect_ports: connect.map(|s| s.into_iter().collect()),
+        tcp_bind_ports: bind.map(|s| s.into_iter().collect()),
+        scope_signals: true,
+        scope_abstract_unix: true,
+    };
+    let summary = LandlockSummary {
+        compat,
+        handled_fs,
+        fs_rules: config.fs_rules.len(),
+        tcp_connect_ports: config.tcp_connect_ports.clone(),
+        tcp_bind_ports: config.tcp_bind_ports.clone(),
+        scope_signals: config.scope_signals,
+        scope_abstract_unix: config.scope_abstract_unix,
+        api_port_reachable,
+        workspace: vars.workspace.clone(),
+        home: vars.home.clone(),
+        warnings: warnings.clone(),
+    };
+    CompiledLandlock {
+        config,
+        summary,
+        warnings,
+    }
+}
+
+/// Everything the server needs to compile a ruleset at each wrap-init.
+pub struct SessionLandlock {
+    policy: std::sync::Arc<Policy>,
+    workspace: Option<String>,
+    protect: SelfProtection,
+    compat: LandlockCompat,
+}
+
+impl SessionLandlock {
+    /// From the server's config: the workspace, `landlock.compat`, and the
+    /// paths agentsh protects (its binaries, config, policies, state, audit
+    /// log, and the API port).
+    pub fn for_server(
+        policy: std::sync::Arc<Policy>,
+        config: &crate::config::Config,
+        config_file: Option<&Path>,
+    ) -> SessionLandlock {
+        let mut own: Vec<std::path::PathBuf> = vec![
+            "/etc/agentsh".into(),
+            config.policies_dir.clone(),
+            config.state_dir.clone(),
+        ];
+        let parent = |p: &Path| p.parent().map(Path::to_path_buf);
+        own.extend(parent(&config.audit.jsonl));
+        own.extend(config_file.and_then(parent));
+        own.extend(std::env::current_exe().ok().as_deref().and_then(parent));
+        own.extend(parent(&config.wrapper_binary_path()));
+        let own: Vec<&Path> = own.iter().map(|p| p.as_path()).collect();
+        let api_port = config
+            .server
+            .http
+            .addr
+            .parse::<std::net::SocketAddr>()
+            .ok()
+            .map(|a| a.port());
+        let protect = SelfProtection::new(&own, &[config.state_dir.as_path()], api_port, &HostFs);
+        SessionLandlock {
+            policy,
+            workspace: (!config.workspace.is_empty()).then(|| config.workspace.clone()),
+            protect,
+            compat: config.landlock.compat,
+        }
+    }
+
+    pub fn protection(&self) -> &SelfProtection {
+        &self.protect
+    }
+
+    /// The ruleset for a tree run by `uid` (its home from `/etc/passwd`).
+    pub fn compile(&self, uid: u32) -> CompiledLandlock {
+        let home = std::fs::read_to_string("/etc/passwd")
+            .ok()
+            .and_then(|t| home_of(uid, &t));
+        let vars = SessionVars {
+            workspace: self.workspace.clone(),
+            home,
+            tmpdir: "/tmp".into(),
+        };
+        compile(&self.policy, &vars, &self.protect, self.compat, &HostFs)
+    }
+}
+
+/// The home directory of `uid` in a passwd file's text.
+pub fn home_of(uid: u32, passwd: &str) -> Option<String> {
+    passwd.lines().find_map(|line| {
+        let f: Vec<&str> = line.split(':').collect();
+        (f.len() >= 7 && f[2].parse::<u32>().ok() == Some(uid) && f[5].starts_with('/'))
+            .then(|| f[5].to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// A fake tree: directory → non-symlink children; symlinks → targets.
+    struct FakeFs {
+        dirs: HashMap<String, Vec<String>>,
+        links: HashMap<String, String>,
+    }
+
+    impl FakeFs {
+        fn new(dirs: &[(&str, &[&str])], links: &[(&str, &str)]) -> FakeFs {
+            FakeFs {
+                dirs: dirs
+                    .iter()
+                    .map(|(d, c)| {
+                        (
+                            d.to_string(),
+                            c.iter().map(|n| join(d, n)).collect::<Vec<_>>(),
+                        )
+                    })
+                    .collect(),
+                links: links
+                    .iter()
+                    .map(|(a, b)| (a.to_string(), b.to_string()))
+                    .collect(),
+            }
+        }
+    }
+
+    impl FsView for FakeFs {
+        fn canonical(&self, path: &str) -> Option<String> {
+            for (link, target) in &self.links {
+                if at_or_beneath(path, link) {
+                    return Some(format!("{target}{}", &path[link.len()..]));
+                }
+            }
+            Some(path.to_string())
+        }
+        fn children(&self, dir: &str) -> Option<Vec<String>> {
+            self.dirs.get(dir).cloned()
+        }
+    }
+
+    fn fake() -> FakeFs {
+        FakeFs::new(
+            &[
+                ("/", &["etc", "usr", "tmp", "var", "home", "proc", "dev"]),
+                ("/usr", &["bin", "lib", "local", "share"]),
+                ("/var", &["lib", "log", "tmp", "cache"]),
+                ("/var/lib", &["agentsh", "apt"]),
+                ("/var/log", &["agentsh", "syslog"]),
+                ("/dev", &["null", "shm", "pts"]),
+            ],
+            &[("/bin", "/usr/bin"), ("/lib", "/usr/lib")],
+        )
+    }
+
+    fn protect(fs: &dyn FsView) -> SelfProtection {
+        SelfProtection::new(
+            &[Path::new("/var/lib/agentsh"), Path::new("/var/log/agentsh")],
+            &[Path::new("/var/lib/agentsh")],
+            Some(18080),
+            fs,
+        )
+    }
+
+    fn vars() -> SessionVars {
+        SessionVars {
+            workspace: Some("/home/u/proj".into()),
+            home: Some("/home/u".into()),
+            tmpdir: "/tmp".into(),
+        }
+    }
+
+    fn pol(yaml: &str) -> Policy {
+        Policy::from_yaml(yaml, "t.yaml").unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn rules_of(c: &CompiledLandlock) -> BTreeMap<String, Vec<FsAccess>> {
+        c.config
+            .fs_rules
+            .iter()
+            .map(|r| (r.path.clone(), r.access.clone()))
+            .collect()
+    }
+
+    /// Some rule at `path` or above it grants `a`.
+    fn has(c: &CompiledLandlock, path: &str, a: FsAccess) -> bool {
+        c.config
+            .fs_rules
+            .iter()
+            .any(|r| at_or_beneath(path, &r.path) && r.access.contains(&a))
+    }
+
+    #[test]
+    fn no_file_rules_still_protects_agentsh_and_system_files() {
+        let fs = fake();
+        let c = compile(
+            &pol("default: allow\n"),
+            &vars(),
+            &protect(&fs),
+            LandlockCompat::BestEffort,
+            &fs,
+        );
+        assert_eq!(
+            c.config.handled_fs,
+            vec![
+                FsAccess::Read,
+                FsAccess::Write,
+                FsAccess::Create,
+                FsAccess::Delete
+            ]
+        );
+        let r = rules_of(&c);
+        assert!(has(&c, "/var/lib/apt", FsAccess::Read));
+        assert!(has(&c, "/etc", FsAccess::Read));
+        assert!(!has(&c, "/var/lib/agentsh", FsAccess::Read), "{r:?}");
+        assert!(has(&c, "/var/lib/agentsh", FsAccess::List), "{r:?}");
+        for open in [
+            "/tmp",
+            "/home",
+            "/proc",
+            "/usr/local",
+            "/var/cache",
+            "/var/lib/apt",
+        ] {
+            assert!(r.contains_key(open), "{open} must stay writable: {r:?}");
+        }
+        for shut in [
+            "/",
+            "/etc",
+            "/usr",
+            "/usr/bin",
+            "/usr/lib",
+            "/var",
+            "/var/lib",
+            "/var/lib/agentsh",
+            "/var/log/agentsh",
+        ] {
+            assert!(
+                !has(&c, shut, FsAccess::Write),
+                "{shut} must not be writable: {r:?}"
+            );
+        }
+        assert!(c.config.scope_signals && c.config.scope_abstract_unix);
+        assert!(c.summary.api_port_reachable);
+        assert_eq!(c.config.tcp_connect_ports, None);
+    }
+
+    #[test]
+    fn an_allow_cannot_reopen_protected_paths() {
+        let fs = fake();
+        let c = compile(
+            &pol(
+                "default: allow\nfile_rules:\n  - {name: all, paths: [\"/**\", /etc/agentsh, /bin], operations: [write, create, delete, read], decision: allow}\n",
+            ),
+            &vars(),
+            &protect(&fs),
+            LandlockCompat::BestEffort,
+            &fs,
+        );
+        let r = rules_of(&c);
+        // `/` loses read (the state dir is beneath it) and the modifying rights.
+        assert_eq!(r.get("/"), Some(&vec![FsAccess::List]), "{r:?}");
+        assert!(has(&c, "/usr/bin", FsAccess::Read), "{r:?}");
+        assert!(!has(&c, "/etc/agentsh", FsAccess::Write), "{r:?}");
+        assert!(has(&c, "/etc/agentsh", FsAccess::Read), "{r:?}");
+        assert!(!has(&c, "/usr/bin", FsAccess::Write), "{r:?}");
+        assert!(has(&c, "/tmp", FsAccess::Write));
+    }
+
+    #[test]
+    fn deny_beneath_allow_is_carved_and_allow_beneath_deny_wins() {
+        let fs = fake();
+        let c = compile(
+            &pol(r#"default: allow
+file_rules:
+  - {name: run, paths: ["/**"], operations: [execute], decision: allow}
+  - {name: no-run-scratch, paths: [/tmp/**, /var/tmp, /dev/shm], operations: [execute], decision: deny}
+  - {name: ws, paths: ["${WORKSPACE}/**", "${TMPDIR}/ok/**"], operations: [execute, write], decision: allow}
+"#),
+            &vars(),
+            &protect(&fs),
+            LandlockCompat::BestEffort,
+            &fs,
+        );
+        let r = rules_of(&c);
+        assert!(!has(&c, "/", FsAccess::Execute), "{r:?}");
+        for yes in [
+            "/usr",
+            "/etc",
+            "/home",
+            "/var/lib",
+            "/var/cache",
+            "/dev/null",
+            "/tmp/ok",
+        ] {
+            assert!(has(&c, yes, FsAccess::Execute), "{yes}: {r:?}");
+        }
+        for no in ["/tmp", "/var/tmp", "/dev/shm", "/var", "/dev"] {
+            assert!(!has(&c, no, FsAccess::Execute), "{no}: {r:?}");
+        }
+        assert!(has(&c, "/home/u/proj", FsAccess::Write));
+        // write is named by the policy: only what it grants.
+        assert!(!has(&c, "/home", FsAccess::Write), "{r:?}");
+        assert_eq!(
+            c.config.handled_fs,
+            vec![
+                FsAccess::Read,
+                FsAccess::Write,
+                FsAccess::Create,
+                FsAccess::Delete,
+                FsAccess::Execute
+            ]
+        );
+    }
+
+    #[test]
+    fn unset_workspace_skips_its_rules_and_says_so() {
+        let fs = fake();
+        let v = SessionVars {
+            workspace: None,
+            ..vars()
+        };
+        let c = compile(
+            &pol("default: allow\nfile_rules:\n  - {name: ws, paths: [\"${WORKSPACE}/**\"], operations: [write], decision: allow}\n"),
+            &v,
+            &protect(&fs),
+            LandlockCompat::Required,
+            &fs,
+        );
+        assert!(!c
+            .config
+            .fs_rules
+            .iter()
+            .any(|r| r.access.contains(&FsAccess::Write)));
+        assert!(
+            c.warnings.iter().any(|w| w.contains("WORKSPACE")),
+            "{:?}",
+            c.warnings
+        );
+        assert_eq!(c.config.compat, LandlockCompat::Required);
+    }
+
+    #[test]
+    fn symlinked_grants_are_judged_by_their_target() {
+        let fs = fake();
+        let c = compile(
+            &pol("default: allow\nfile_rules:\n  - {name: b, paths: [/bin/**, /lib], operations: [write], decision: allow}\n"),
+            &vars(),
+            &protect(&fs),
+            LandlockCompat::BestEffort,
+            &fs,
+        );
+        assert!(
+            !c.config
+                .fs_rules
+                .iter()
+                .any(|r| r.access.contains(&FsAccess::Write)),
+            "{:?}",
+            c.config.fs_rules
+        );
+    }
+
+    #[test]
+    fn tcp_allow_lists_drop_the_api_port() {
+        let fs = fake();
+        let c = compile(
+            &pol(
+                "default: allow\nnetwork_rules:\n  - {name: a, ports: [443, 18080], direction: connect, decision: allow}\n  - {name: b, ports: any, direction: bind, decision: deny}\n",
+            ),
+            &vars(),
+            &protect(&fs),
+            LandlockCompat::BestEffort,
+            &fs,
+        );
+        assert_eq!(c.config.tcp_connect_ports, Some(vec![443]));
+        assert_eq!(c.config.tcp_bind_ports, Some(vec![]));
+        assert!(!c.summary.api_port_reachable);
+    }
+
+    #[test]
+    fn tcp_port_tables() {
+        use NetworkDirection::*;
+        let r = |ports: PortSet, direction, decision| NetworkRule {
+            name: "r".into(),
+            ports,
+            direction,
+            decision,
+        };
+        let list = |p: &[u16]| PortSet::List(p.to_vec());
+        let set = |p: &[u16]| Some(p.iter().copied().collect::<BTreeSet<u16>>());
+        let cases: Vec<(Vec<NetworkRule>, Option<BTreeSet<u16>>, bool)> = vec![
+            (vec![], None, false),
+            (vec![r(list(&[80]), Bind, Decision::Allow)], None, false),
+            (
+                vec![r(list(&[443]), Connect, Decision::Allow)],
+                set(&[443]),
+                false,
+            ),
+            (
+                vec![r(PortSet::Any, Connect, Decision::Deny)],
+                set(&[]),
+                false,
+            ),
+            (
+                vec![
+                    r(list(&[22]), Connect, Decision::Deny),
+                    r(list(&[22, 443]), Connect, Decision::Allow),
+                ],
+                set(&[443]),
+                false,
+            ),
+            (
+                vec![
+                    r(list(&[22]), Connect, Decision::Deny),
+                    r(PortSet::Any, Connect, Decision::Allow),
+                ],
+                None,
+                true,
+            ),
+            (
+                vec![
+                    r(list(&[443]), Connect, Decision::Allow),
+                    r(PortSet::Any, Connect, Decision::Deny),
+                    r(list(&[80]), Connect, Decision::Allow),
+                ],
+                set(&[443]),
+                false,
+            ),
+        ];
+        for (rules, want, warns) in cases {
+            let mut w = Vec::new();
+            assert_eq!(tcp_ports(&rules, Connect, &mut w), want, "{rules:?}");
+            assert_eq!(!w.is_empty(), warns, "{rules:?}: {w:?}");
+        }
+    }
+
+    #[test]
+    fn landlock_bases() {
+        assert_eq!(landlock_base("/**"), Ok("/"));
+        assert_eq!(landlock_base("/usr/**"), Ok("/usr"));
+        assert_eq!(landlock_base("${WORKSPACE}/**"), Ok("${WORKSPACE}"));
+        assert_eq!(landlock_base("/dev/null"), Ok("/dev/null"));
+        assert!(landlock_base("/home/*/x").is_err());
+        assert!(landlock_base("/tmp/*.sh").is_err());
+        assert!(landlock_base("/a/**/b").is_err());
+    }
+
+    #[test]
+    fn home_from_passwd() {
+        let p = "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000::/home/user:/bin/sh\nbad:x:7\n";
+        assert_eq!(home_of(0, p).as_deref(), Some("/root"));
+        assert_eq!(home_of(1000, p).as_deref(), Some("/home/user"));
+        assert_eq!(home_of(7, p), None);
+        assert_eq!(home_of(5, p), None);
+    }
+
+    #[test]
+    fn shipped_policies_protect_agentsh_and_keep_agent_work_open() {
+        let fs = fake();
+        for (name, text) in crate::policy::SHIPPED {
+            let p = Policy::from_yaml(text, name).unwrap_or_else(|e| panic!("{e}"));
+            let c = compile(&p, &vars(), &protect(&fs), LandlockCompat::BestEffort, &fs);
+            let r = rules_of(&c);
+            for shut in [
+                "/etc",
+                "/usr/bin",
+                "/var/lib/agentsh",
+                "/var/log/agentsh",
+                "/",
+            ] {
+                assert!(!has(&c, shut, FsAccess::Write), "{name}: {shut} writable");
+            }
+            for open in ["/home/u/proj", "/tmp"] {
+                assert!(has(&c, open, FsAccess::Write), "{name}: {open}: {r:?}");
+            }
+            if let Some(ports) = &c.config.tcp_connect_ports {
+                assert!(!ports.contains(&18080), "{name}");
+            }
+        }
+    }
+}
