@@ -1,7 +1,9 @@
 //! The HTTP API (tiny_http, a few worker threads).
 //!
 //! `GET /healthz`, `POST /api/v1/sessions`, `POST /api/v1/sessions/{id}/wrap-init`,
-//! `GET /api/v1/sessions/{id}/events[?after=N&wait=SECS]`, `GET /api/v1/sessions`.
+//! `GET /api/v1/sessions/{id}/events[?after=N&wait=SECS]`, `GET /api/v1/sessions`,
+//! `GET /api/v1/approvals[?after=SEQ&wait=SECS]` (long-poll), `POST /api/v1/approvals/{id}`
+//! (operator only: see `approval`).
 //! Errors are JSON `{"error": "..."}` with a 4xx/5xx status, never a guess.
 
 use crate::audit::{AuditLog, EventBody, WrapInitEvent};
@@ -86,6 +88,8 @@ fn handle(api: &Api, mut req: Request) {
             }
         }
         (Method::Get, ["api", "v1", "sessions", sid, "events"]) => events(api, sid, query),
+        (Method::Get, ["api", "v1", "approvals"]) => list_approvals(api, query),
+        (Method::Post, ["api", "v1", "approvals", id]) => decide_approval(api, &mut req, id),
         _ => error(404, format!("no route for {method} {path}")),
     };
     if let Err(e) = req.respond(resp) {
@@ -243,5 +247,119 @@ fn events(api: &Api, sid: &str, query: &str) -> Response<std::io::Cursor<Vec<u8>
     match serde_json::to_value(&ev) {
         Ok(v) => json_response(200, &v),
         Err(e) => error(500, format!("cannot serialize events: {e}")),
+    }
+}
+
+fn list_approvals(api: &Api, query: &str) -> Response<std::io::Cursor<Vec<u8>>> {
+    let after = match query_param(query, "after").map(str::parse::<u64>) {
+        None => 0,
+        Some(Ok(n)) => n,
+        Some(Err(_)) => return error(400, "after must be a request seq (a whole number)"),
+    };
+    let wait = match query_param(query, "wait").map(str::parse::<u64>) {
+        None => 0,
+        Some(Ok(n)) => n,
+        Some(Err(_)) => return error(400, "wait must be a number of seconds"),
+    };
+    let approvals = &api.supervisor.approvals;
+    let pending = if wait > 0 {
+        approvals.wait_pending(after, Duration::from_secs(wait))
+    } else {
+        approvals.pending(after)
+    };
+    match serde_json::to_value(&pending) {
+        Ok(v) => json_response(200, &v),
+        Err(e) => error(500, format!("cannot serialize approvals: {e}")),
+    }
+}
+
+/// `{"decision": "approve"|"deny", "reason": "...", "approver": "..."}`
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DecisionBody {
+    decision: String,
+    #[serde(default)]
+    reason: Option<String>,
+    /// A name the operator gives; recorded next to what the server saw.
+    #[serde(default)]
+    approver: Option<String>,
+}
+
+fn decide_approval(api: &Api, req: &mut Request, id: &str) -> Response<std::io::Cursor<Vec<u8>>> {
+    use crate::approval::{DecideError, Requester};
+    let approvals = &api.supervisor.approvals;
+    let bearer = req
+        .headers()
+        .iter()
+        .find(|h| h.field.equiv("Authorization"))
+        .and_then(|h| h.value.as_str().strip_prefix("Bearer ").map(str::to_string));
+    match bearer {
+        Some(t) if approvals.token_matches(&t) => {}
+        _ => {
+            return error(
+                401,
+                "deciding needs the operator token: Authorization: Bearer <contents of \
+                 <state_dir>/approval.token> (root-only; `agentsh approvals` reads it)",
+            )
+        }
+    }
+    let server_port = api
+        .config
+        .server
+        .http
+        .addr
+        .parse::<std::net::SocketAddr>()
+        .map(|a| a.port())
+        .unwrap_or(0);
+    let Some(peer) = req.remote_addr().copied() else {
+        return error(403, "the requesting process cannot be identified");
+    };
+    let requester = approvals.identify(peer, server_port);
+    match &requester {
+        Requester::Operator { .. } | Requester::Remote(_) => {}
+        Requester::InTree { why, .. } => {
+            tracing::warn!(%id, "approval decision from inside a supervised tree refused: {why}");
+            return error(
+                403,
+                format!("decisions cannot come from a supervised process tree ({why})"),
+            );
+        }
+        Requester::Unknown(why) => {
+            tracing::warn!(%id, "approval decision from an unidentified peer refused: {why}");
+            return error(
+                403,
+                format!("the requesting process cannot be identified ({why})"),
+            );
+        }
+    }
+    let body = match read_body::<DecisionBody>(req) {
+        Ok(b) => b,
+        Err(e) => return e,
+    };
+    let approve = match body.decision.as_str() {
+        "approve" => true,
+        "deny" => false,
+        other => {
+            return error(
+                400,
+                format!("decision must be \"approve\" or \"deny\", not {other:?}"),
+            )
+        }
+    };
+    let mut approver = requester.label();
+    if let Some(name) = body.approver.filter(|n| !n.trim().is_empty()) {
+        approver = format!("{} via {approver}", name.trim());
+    }
+    match approvals.decide(id, approve, approver.clone(), body.reason) {
+        Ok(()) => json_response(
+            200,
+            &serde_json::json!({
+                "id": id,
+                "decision": body.decision,
+                "approver": approver,
+            }),
+        ),
+        Err(e @ DecideError::NotFound(_)) => error(404, e.to_string()),
+        Err(e @ DecideError::AlreadyDecided(_)) => error(409, e.to_string()),
     }
 }

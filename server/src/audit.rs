@@ -37,8 +37,15 @@ pub struct ExecEvent {
     pub message: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub approval_id: Option<String>,
+    /// approved | denied | timeout | cancelled
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub approval_outcome: Option<String>,
+    /// Who decided (the operator's identity as the server saw it), or `timeout`.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub approver: Option<String>,
+    /// The operator's stated reason, if any.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub reason: Option<String>,
 }
 
 /// One wrap-init: a shim asked to supervise a new tree.
@@ -190,9 +197,12 @@ impl AuditLog {
 
 /// The current UTC time as RFC 3339 with microseconds.
 pub fn rfc3339_now() -> String {
-    let d = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default();
+    rfc3339_at(SystemTime::now())
+}
+
+/// `t` (UTC) as RFC 3339 with microseconds.
+pub fn rfc3339_at(t: SystemTime) -> String {
+    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
     rfc3339(d.as_secs() as i64, d.subsec_micros())
 }
 
@@ -248,6 +258,8 @@ mod tests {
             message: None,
             approval_id: None,
             approval_outcome: None,
+            approver: None,
+            reason: None,
         })
     }
 

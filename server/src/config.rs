@@ -30,6 +30,10 @@ CONFIG KEYS (YAML; all optional; defaults shown):
   execve.max_argv_bytes            65536             argv bytes read per exec
   execve.on_truncated              deny              deny | evaluate: what an exec whose argv
                                                      exceeds the limits gets
+  execve.approval_timeout          10s               how long an exec under a `decision: approve`
+                                                     rule waits for an operator: \"10s\", \"500ms\",
+                                                     \"2m\" or a number of seconds
+  execve.approval_timeout_action   deny              deny | allow: what an unanswered approval gets
 The embedded defaults are printed by `agentsh server --print-config`.";
 
 #[derive(Debug, Clone, Deserialize)]
@@ -89,12 +93,59 @@ pub enum OnTruncated {
     Evaluate,
 }
 
+/// What an approval nobody answered in time gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeoutAction {
+    Deny,
+    Allow,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ExecveSection {
     pub max_argc: usize,
     pub max_argv_bytes: usize,
     pub on_truncated: OnTruncated,
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub approval_timeout: std::time::Duration,
+    pub approval_timeout_action: TimeoutAction,
+}
+
+/// Parses "10s", "500ms", "2m" or a bare number of seconds.
+pub fn parse_duration(text: &str) -> Option<std::time::Duration> {
+    let t = text.trim();
+    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (t, 1.0)
+    };
+    let v: f64 = num.trim().parse().ok()?;
+    std::time::Duration::try_from_secs_f64(v * scale).ok()
+}
+
+fn deserialize_duration<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<std::time::Duration, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Number(f64),
+        Text(String),
+    }
+    let bad = || {
+        serde::de::Error::custom(
+            "expected a duration such as \"10s\", \"500ms\", \"2m\" or a number of seconds",
+        )
+    };
+    match Raw::deserialize(d)? {
+        Raw::Number(n) => std::time::Duration::try_from_secs_f64(n).map_err(|_| bad()),
+        Raw::Text(t) => parse_duration(&t).ok_or_else(bad),
+    }
 }
 
 impl Default for Config {
@@ -136,6 +187,8 @@ impl Default for ExecveSection {
             max_argc: 1000,
             max_argv_bytes: 65536,
             on_truncated: OnTruncated::Deny,
+            approval_timeout: std::time::Duration::from_secs(10),
+            approval_timeout_action: TimeoutAction::Deny,
         }
     }
 }
@@ -199,6 +252,11 @@ impl Config {
         if self.execve.max_argc == 0 || self.execve.max_argv_bytes == 0 {
             return Err("execve.max_argc and execve.max_argv_bytes must be above 0".into());
         }
+        if self.execve.approval_timeout.is_zero()
+            || self.execve.approval_timeout > std::time::Duration::from_secs(86_400)
+        {
+            return Err("execve.approval_timeout must be above 0 and at most 24h".into());
+        }
         if self.policy.trim().is_empty() {
             return Err("policy must name a policy or a file".into());
         }
@@ -252,6 +310,33 @@ mod tests {
     fn unknown_key_is_an_error() {
         let e = Config::from_yaml("execve:\n  max_arg: 5\n", "t").unwrap_err();
         assert!(e.to_string().contains("max_arg"), "{e}");
+    }
+
+    #[test]
+    fn approval_timeout_forms() {
+        use std::time::Duration;
+        let c = Config::load(None).unwrap();
+        assert_eq!(c.execve.approval_timeout, Duration::from_secs(10));
+        assert_eq!(c.execve.approval_timeout_action, TimeoutAction::Deny);
+        for (text, want) in [
+            ("\"10s\"", Duration::from_secs(10)),
+            ("\"500ms\"", Duration::from_millis(500)),
+            ("\"2m\"", Duration::from_secs(120)),
+            ("3", Duration::from_secs(3)),
+            ("1.5", Duration::from_millis(1500)),
+        ] {
+            let c = Config::from_yaml(&format!("execve: {{approval_timeout: {text}}}"), "t")
+                .unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(c.execve.approval_timeout, want, "{text}");
+        }
+        for bad in ["\"soon\"", "0", "-1", "\"10h\""] {
+            assert!(
+                Config::from_yaml(&format!("execve: {{approval_timeout: {bad}}}"), "t").is_err(),
+                "{bad}"
+            );
+        }
+        let c = Config::from_yaml("execve: {approval_timeout_action: allow}", "t").unwrap();
+        assert_eq!(c.execve.approval_timeout_action, TimeoutAction::Allow);
     }
 
     #[test]

@@ -134,7 +134,7 @@ fn accept_one(
             let tree = Tree {
                 session_id: session.to_string(),
                 root_pid: pid,
-                fd,
+                fd: Arc::new(fd),
             };
             supervisor::serve(ctx, tree);
         }

@@ -2,9 +2,11 @@
 //!
 //! Where an exec is decided: `intake` takes a notify fd from a relay,
 //! `supervisor` serves its notifications, `tracee` reads the calling process,
-//! `policy` decides (pure), `audit` records, `api` exposes it all over HTTP.
+//! `policy` decides (pure), `approval` holds execs for an operator, `audit`
+//! records, `api` exposes it all over HTTP.
 
 pub mod api;
+pub mod approval;
 pub mod audit;
 pub mod config;
 pub mod intake;

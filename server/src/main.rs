@@ -1,6 +1,7 @@
 //! `agentsh`: the server and its admin CLI.
 
 use agentsh::api::{self, Api};
+use agentsh::approval::{self, Approvals};
 use agentsh::audit::AuditLog;
 use agentsh::config::{Config, CONFIG_HELP, EMBEDDED_CONFIG};
 use agentsh::policy::landlock::SessionLandlock;
@@ -53,6 +54,11 @@ enum Command {
         /// Output: `json` (one event per line) or `table` (readable columns).
         #[arg(long, value_enum, default_value = "json")]
         format: EventFormat,
+    },
+    /// List, decide and watch execs waiting for an operator (`decision: approve`).
+    Approvals {
+        #[command(subcommand)]
+        command: approval::cli::ApprovalsCommand,
     },
     /// Install, remove or inspect the shell shim (/bin/sh).
     Shim {
@@ -127,10 +133,19 @@ fn run_server(config: Option<PathBuf>) -> Result<(), String> {
     let policy = Arc::new(policy);
     let landlock = SessionLandlock::for_server(policy.clone(), &config, config_file.as_deref());
     landlock_startup_report(&landlock);
+    let (token, token_path) = approval::create_token_file(&config.state_dir).map_err(|e| {
+        format!(
+            "cannot write the approval token under {}: {e} (state_dir must be writable by the server)",
+            config.state_dir.display()
+        )
+    })?;
+    tracing::info!(token_file = %token_path.display(), "approval token written (root-only)");
+    let approvals = Arc::new(Approvals::new(&config.execve, audit.clone(), token));
     let supervisor = Arc::new(SupervisorContext {
         policy,
         limits: config.execve.clone(),
         audit: audit.clone(),
+        approvals,
     });
     let http = tiny_http::Server::http(&config.server.http.addr).map_err(|e| {
         format!(
@@ -283,6 +298,7 @@ fn main() -> ExitCode {
             server,
             format,
         } => print_events(server.trim_end_matches('/'), &session, follow, format),
+        Command::Approvals { command } => approval::cli::run(command),
         Command::Shim { command } => {
             let code = shim_install::run(command);
             return ExitCode::from(code.clamp(0, 255) as u8);

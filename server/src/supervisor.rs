@@ -3,7 +3,8 @@
 //! For every trapped `execve`/`execveat` it gathers the facts (who, at what
 //! depth, which program, which argv), asks the pure policy, answers the kernel
 //! and writes one audit event. Each tree has its own thread, so trees never
-//! wait on each other.
+//! wait on each other; an exec held for an operator (`decision: approve`)
+//! waits on a thread of its own (see `approval`), so the tree does not either.
 //!
 //! Fail-closed: any fact that cannot be read or decided is answered EACCES
 //! (never CONTINUE) and audited with the reason. A program path that does not
@@ -18,6 +19,7 @@
 //! (a TOCTOU inherent to user-notify): the argv policy is best effort on top
 //! of Landlock, the hard floor. Multi-threaded callers are logged.
 
+use crate::approval::{Approvals, HeldExec};
 use crate::audit::{AuditLog, EventBody, ExecEvent};
 use crate::config::{ExecveSection, OnTruncated};
 use crate::policy::{self, Decision, ExecFacts, Policy, Verdict};
@@ -25,13 +27,19 @@ use crate::tracee::{self, ExecTarget, ResolveError};
 use agentsh_proto::notif::{self, Notification};
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::mpsc::{self, Sender};
 use std::sync::Arc;
+
+/// The rule that denies exec of a memfd or deleted file, for every policy.
+pub const RULE_FILELESS_EXEC: &str = "fileless_exec";
 
 /// What every tree's supervisor shares.
 pub struct SupervisorContext {
     pub policy: Arc<Policy>,
     pub limits: ExecveSection,
     pub audit: Arc<AuditLog>,
+    /// Execs held for an operator (`decision: approve`).
+    pub approvals: Arc<Approvals>,
 }
 
 /// One supervised tree.
@@ -39,7 +47,8 @@ pub struct Tree {
     pub session_id: String,
     /// The wrapper's pid: its first exec (of the shell) is depth 0.
     pub root_pid: u32,
-    pub fd: OwnedFd,
+    /// Shared with approval waiters, which answer held execs on it.
+    pub fd: Arc<OwnedFd>,
 }
 
 /// Which exec syscall, and how to read its arguments.
@@ -144,6 +153,10 @@ impl DepthBook {
 /// Serves `tree` until every process in it has exited.
 pub fn serve(ctx: Arc<SupervisorContext>, tree: Tree) {
     let mut book = DepthBook::default();
+    // Approved execs are let through by approval waiters; they report here so
+    // the book (owned by this thread) stays right for their children.
+    let (approved_tx, approved_rx) = mpsc::channel::<(u32, u64, u32)>();
+    ctx.approvals.tree_started(tree.root_pid);
     tracing::info!(session = %tree.session_id, root_pid = tree.root_pid, "supervising tree");
     loop {
         let mut pfd = libc::pollfd {
@@ -176,8 +189,12 @@ pub fn serve(ctx: Arc<SupervisorContext>, tree: Tree) {
                 }
             },
         };
-        handle(&ctx, &tree, &mut book, n);
+        while let Ok((pid, starttime, depth)) = approved_rx.try_recv() {
+            book.record(pid, starttime, depth);
+        }
+        handle(&ctx, &tree, &mut book, &approved_tx, n);
     }
+    ctx.approvals.tree_finished(tree.root_pid);
     tracing::info!(session = %tree.session_id, root_pid = tree.root_pid, "tree finished");
 }
 
@@ -312,6 +329,8 @@ fn deny_event(
         message: Some(reason),
         approval_id: None,
         approval_outcome: None,
+        approver: None,
+        reason: None,
     }
 }
 
@@ -325,7 +344,13 @@ fn decision_name(d: Decision) -> &'static str {
 }
 
 /// Handles one notification: gather, decide, answer, audit.
-fn handle(ctx: &SupervisorContext, tree: &Tree, book: &mut DepthBook, n: Notification) {
+fn handle(
+    ctx: &SupervisorContext,
+    tree: &Tree,
+    book: &mut DepthBook,
+    approved: &Sender<(u32, u64, u32)>,
+    n: Notification,
+) {
     let started = std::time::Instant::now();
     let fd = tree.fd.as_fd();
     let Some(call) = classify_call(n.arch, n.nr) else {
@@ -390,7 +415,20 @@ fn handle(ctx: &SupervisorContext, tree: &Tree, book: &mut DepthBook, n: Notific
         argv: &g.argv.args,
         depth,
     };
-    let verdict: Verdict = if g.argv.truncated && ctx.limits.on_truncated == OnTruncated::Deny {
+    let verdict: Verdict = if g.target.anonymous {
+        // Whatever the policy says: Landlock does not see these files (a
+        // memfd has no path to grant or deny), so nothing else would stop a
+        // payload written to memory and run with fexecve.
+        Verdict {
+            decision: Decision::Deny,
+            rule: RULE_FILELESS_EXEC.into(),
+            message: Some(
+                "running a program from memory (memfd) or from a deleted file is not allowed"
+                    .into(),
+            ),
+            judged: g.target.filename.clone(),
+        }
+    } else if g.argv.truncated && ctx.limits.on_truncated == OnTruncated::Deny {
         Verdict {
             decision: Decision::Deny,
             rule: "execve_truncated".into(),
@@ -403,14 +441,32 @@ fn handle(ctx: &SupervisorContext, tree: &Tree, book: &mut DepthBook, n: Notific
     } else {
         policy::evaluate(&ctx.policy, &facts)
     };
-    let (allow, note) = match verdict.decision {
-        Decision::Allow | Decision::Audit => (true, None),
-        Decision::Deny => (false, None),
-        // Approvals are not served yet: fail closed.
-        Decision::Approve => (
-            false,
-            Some("approval required; approvals are not available"),
-        ),
+    let allow = match verdict.decision {
+        Decision::Allow | Decision::Audit => true,
+        Decision::Deny => false,
+        Decision::Approve => {
+            // Held: a waiter thread answers and audits it; this thread goes
+            // on serving the tree.
+            ctx.approvals.hold(
+                tree.fd.clone(),
+                HeldExec {
+                    session_id: tree.session_id.clone(),
+                    notif_id: n.id,
+                    pid: g.pid,
+                    parent_pid: g.stat.ppid,
+                    starttime: g.stat.starttime,
+                    depth,
+                    filename: g.target.filename,
+                    resolved: g.target.resolved,
+                    argv: g.argv.args,
+                    truncated: g.argv.truncated,
+                    rule: verdict.rule,
+                    message: verdict.message,
+                },
+                approved.clone(),
+            );
+            return;
+        }
     };
     // SAFETY ARGUMENT for CONTINUE: see the module doc. The facts were read
     // while the tracee was stopped in this syscall and id_valid confirmed the
@@ -431,7 +487,7 @@ fn handle(ctx: &SupervisorContext, tree: &Tree, book: &mut DepthBook, n: Notific
     if allow && answered.is_ok() {
         book.record(g.pid, g.stat.starttime, depth);
     }
-    let message = verdict.message.clone().or_else(|| note.map(str::to_string));
+    let message = verdict.message.clone();
     ctx.audit.record(
         &tree.session_id,
         EventBody::Execve(ExecEvent {
@@ -448,6 +504,8 @@ fn handle(ctx: &SupervisorContext, tree: &Tree, book: &mut DepthBook, n: Notific
             message,
             approval_id: None,
             approval_outcome: None,
+            approver: None,
+            reason: None,
         }),
     );
 }

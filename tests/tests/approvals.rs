@@ -1,0 +1,495 @@
+//! End-to-end: execs under a `decision: approve` rule wait for an operator,
+//! on the real kernel, with the test process playing the shim (see
+//! `agentsh_tests::relay`) and the operator (the `agentsh approvals` CLI).
+
+use agentsh_tests::relay::{spawn_wrapped, WrapOptions, Wrapped};
+use agentsh_tests::server::{bin, require_root, TempDir, TestServer};
+use serde_json::Value;
+use std::io::BufRead;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+const POLICY: &str = r#"
+name: approvals-e2e
+default: allow
+command_rules:
+  - name: approve-pip-install
+    commands: [pip]
+    args_patterns: ["^install( |$)"]
+    decision: approve
+    message: package installs need an operator
+"#;
+
+/// A server with the approve policy, and a directory holding a fake `pip`
+/// (a copy of `true`). PATH is that directory alone, so a denied `pip` is not
+/// retried on a real pip elsewhere; the scripts name other tools by path.
+struct Fixture {
+    srv: TestServer,
+    _tmp: TempDir,
+    opts: WrapOptions,
+}
+
+fn start(approval_timeout: &str) -> Fixture {
+    let srv = TestServer::start(
+        POLICY,
+        &format!("execve:\n  approval_timeout: {approval_timeout}\n"),
+    );
+    let tmp = TempDir::new("approvals");
+    let b = tmp.path().join("bin");
+    std::fs::create_dir_all(&b).unwrap();
+    std::fs::copy("/bin/true", b.join("pip")).unwrap();
+    let opts = WrapOptions {
+        env: vec![("PATH".into(), b.display().to_string())],
+        ..Default::default()
+    };
+    Fixture {
+        srv,
+        _tmp: tmp,
+        opts,
+    }
+}
+
+impl Fixture {
+    fn token_file(&self) -> PathBuf {
+        self.srv.dir.path().join("state").join("approval.token")
+    }
+
+    fn spawn(&self, session: &str, script: &str) -> Wrapped {
+        spawn_wrapped(
+            &self.srv.url,
+            session,
+            &["/bin/sh", "-c", script],
+            &self.opts,
+        )
+    }
+
+    /// `GET /api/v1/approvals`.
+    fn pending(&self) -> Vec<Value> {
+        ureq::get(format!("{}/api/v1/approvals", self.srv.url))
+            .call()
+            .expect("GET approvals")
+            .body_mut()
+            .read_json()
+            .expect("approvals JSON")
+    }
+
+    /// Waits for the first pending request.
+    fn wait_pending(&self) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(r) = self.pending().into_iter().next() {
+                return r;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no approval request: {}",
+                self.srv.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Runs `agentsh approvals <args> --server URL --token-file PATH`.
+    fn cli(&self, args: &[&str]) -> Output {
+        let out = Command::new(bin("agentsh"))
+            .arg("approvals")
+            .args(args)
+            .arg("--server")
+            .arg(&self.srv.url)
+            .arg("--token-file")
+            .arg(self.token_file())
+            .output()
+            .expect("run agentsh approvals");
+        out
+    }
+
+    /// The final exec event of approval `id`.
+    fn approval_event(&self, session: &str, id: &str) -> Value {
+        let ev = self
+            .srv
+            .wait_exec_event(session, Duration::from_secs(10), |e| e["approval_id"] == id);
+        ev.unwrap_or_else(|| panic!("no event for {id}: {:#?}", self.srv.exec_events(session)))
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Streams the command's stdout lines while it runs.
+fn stdout_lines(w: &mut Wrapped) -> Receiver<String> {
+    let out = w.child.stdout.take().expect("piped stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Waits for a line starting with `prefix`; returns it.
+fn wait_line(rx: &Receiver<String>, prefix: &str, timeout: Duration) -> String {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) if l.starts_with(prefix) => return l,
+            Ok(_) => {}
+            Err(e) => panic!("no line starting with {prefix:?}: {e}"),
+        }
+    }
+}
+
+fn pip_events(f: &Fixture, session: &str) -> Vec<Value> {
+    f.srv
+        .exec_events(session)
+        .into_iter()
+        .filter(|e| e["filename"].as_str().is_some_and(|p| p.ends_with("/pip")))
+        .collect()
+}
+
+#[test]
+fn pip_install_approved_via_cli_runs_and_is_audited() {
+    if !require_root("pip_install_approved_via_cli_runs_and_is_audited") {
+        return;
+    }
+    let f = start("10s");
+    let w = f.spawn("ok", "pip install x; echo rc=$?");
+    let req = f.wait_pending();
+    assert_eq!(req["session_id"], "ok");
+    assert_eq!(req["argv"], serde_json::json!(["pip", "install", "x"]));
+    assert_eq!(req["rule"], "approve-pip-install");
+    assert_eq!(req["depth"], 1);
+    assert!(req["filename"].as_str().unwrap().ends_with("/pip"));
+    assert!(req["waiting_since"].as_str().unwrap() < req["expires_at"].as_str().unwrap());
+    let id = req["id"].as_str().unwrap().to_string();
+    // The operator's list shows it.
+    let list = f.cli(&["list"]);
+    assert!(text(&list.stdout).contains(&id), "{}", text(&list.stdout));
+
+    let t = Instant::now();
+    let out = f.cli(&["approve", &id, "--reason", "needed for the build"]);
+    assert!(out.status.success(), "approve: {}", text(&out.stderr));
+    let (relay, out) = w.wait();
+    assert!(relay.is_ok());
+    eprintln!("approve -> command finished: {:?}", t.elapsed());
+    assert!(
+        text(&out.stdout).contains("rc=0"),
+        "stdout: {}",
+        text(&out.stdout)
+    );
+
+    let ev = f.approval_event("ok", &id);
+    assert_eq!(ev["decision"], "approve");
+    assert_eq!(ev["approval_outcome"], "approved");
+    assert_eq!(ev["effective_action"], "allow");
+    assert_eq!(ev["reason"], "needed for the build");
+    assert!(ev["approver"].as_str().unwrap().contains("uid 0"), "{ev}");
+    assert_eq!(pip_events(&f, "ok").len(), 1, "one event per outcome");
+    assert!(f.pending().is_empty());
+}
+
+#[test]
+fn pip_install_denied_via_cli_fails_with_eacces() {
+    if !require_root("pip_install_denied_via_cli_fails_with_eacces") {
+        return;
+    }
+    let f = start("10s");
+    let w = f.spawn("no", "pip install x; echo rc=$?");
+    let id = f.wait_pending()["id"].as_str().unwrap().to_string();
+    let out = f.cli(&["deny", &id, "--reason", "not today"]);
+    assert!(out.status.success(), "deny: {}", text(&out.stderr));
+    // A second decision on the same request is refused.
+    let again = f.cli(&["approve", &id]);
+    assert!(!again.status.success());
+    let (_, out) = w.wait();
+    assert!(
+        text(&out.stdout).contains("rc=126"),
+        "stdout: {}",
+        text(&out.stdout)
+    );
+    assert!(
+        text(&out.stderr).contains("Permission denied"),
+        "{}",
+        text(&out.stderr)
+    );
+    let ev = f.approval_event("no", &id);
+    assert_eq!(ev["approval_outcome"], "denied");
+    assert_eq!(ev["effective_action"], "deny");
+    assert_eq!(ev["reason"], "not today");
+    assert_eq!(pip_events(&f, "no").len(), 1);
+}
+
+#[test]
+fn unanswered_pip_install_is_denied_at_the_timeout() {
+    if !require_root("unanswered_pip_install_is_denied_at_the_timeout") {
+        return;
+    }
+    let f = start("1s");
+    let t = Instant::now();
+    let w = f.spawn("late", "pip install x; echo rc=$?");
+    let id = f.wait_pending()["id"].as_str().unwrap().to_string();
+    let (_, out) = w.wait();
+    let took = t.elapsed();
+    eprintln!("timeout 1s: command finished after {took:?}");
+    assert!(
+        text(&out.stdout).contains("rc=126"),
+        "stdout: {}",
+        text(&out.stdout)
+    );
+    assert!(took >= Duration::from_secs(1), "{took:?}");
+    assert!(took < Duration::from_secs(4), "{took:?}");
+    let ev = f.approval_event("late", &id);
+    assert_eq!(ev["approval_outcome"], "timeout");
+    assert_eq!(ev["approver"], "timeout");
+    assert_eq!(ev["effective_action"], "deny");
+    assert!(f.pending().is_empty());
+}
+
+#[test]
+fn tree_keeps_running_execs_while_an_approval_waits() {
+    if !require_root("tree_keeps_running_execs_while_an_approval_waits") {
+        return;
+    }
+    let f = start("10s");
+    let t = Instant::now();
+    let mut w = f.spawn(
+        "busy",
+        "pip install x & p=$!; for i in $(/usr/bin/seq 200); do /bin/true; done; \
+         echo loop-done; wait $p; echo pip-rc=$?",
+    );
+    let lines = stdout_lines(&mut w);
+    wait_line(&lines, "loop-done", Duration::from_secs(20));
+    eprintln!("200 execs while pip waited: {:?}", t.elapsed());
+    // pip is still waiting: nobody answered, and the timeout is far.
+    let pending = f.pending();
+    assert_eq!(pending.len(), 1, "{pending:#?}");
+    let id = pending[0]["id"].as_str().unwrap().to_string();
+    let trues = f
+        .srv
+        .exec_events("busy")
+        .iter()
+        .filter(|e| e["filename"] == "/bin/true")
+        .count();
+    assert_eq!(trues, 200);
+    assert!(pip_events(&f, "busy").is_empty(), "pip not decided yet");
+
+    let out = f.cli(&["approve", &id]);
+    assert!(out.status.success(), "approve: {}", text(&out.stderr));
+    assert_eq!(
+        wait_line(&lines, "pip-rc=", Duration::from_secs(10)),
+        "pip-rc=0"
+    );
+    let _ = w.wait();
+    assert_eq!(
+        f.approval_event("busy", &id)["approval_outcome"],
+        "approved"
+    );
+}
+
+#[test]
+fn killed_tracee_cancels_its_approval() {
+    if !require_root("killed_tracee_cancels_its_approval") {
+        return;
+    }
+    let f = start("10s");
+    let w = f.spawn("kill", "pip install x; echo after=$?");
+    let req = f.wait_pending();
+    let id = req["id"].as_str().unwrap().to_string();
+    let pid = req["pid"].as_i64().unwrap() as i32;
+    // SAFETY: kill has no memory preconditions; pid is the waiting pip process.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let t = Instant::now();
+    while !f.pending().is_empty() {
+        assert!(t.elapsed() < Duration::from_secs(3), "still listed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!("killed tracee left the list after {:?}", t.elapsed());
+    let (_, out) = w.wait();
+    assert!(
+        text(&out.stdout).contains("after=137"),
+        "stdout: {}",
+        text(&out.stdout)
+    );
+    let ev = f.approval_event("kill", &id);
+    assert_eq!(ev["approval_outcome"], "cancelled");
+    assert_eq!(ev["effective_action"], "deny");
+    // Too late to decide now.
+    assert!(!f.cli(&["approve", &id]).status.success());
+}
+
+/// The in-tree attack: find the pending id over the open GET, then POST an
+/// approval with the token from the file, and with a leaked copy of it.
+fn attack_script(url: &str, token_file: &str) -> String {
+    format!(
+        r#"
+while :; do
+  id=$(/usr/bin/curl -s {url}/api/v1/approvals | /bin/sed -n 's/.*"id":"\([^"]*\)".*/\1/p')
+  [ -n "$id" ] && break
+  /bin/sleep 0.05
+done
+echo id=$id
+post() {{ /usr/bin/curl -s -o /dev/null -w '%{{http_code}}' -X POST -H "Authorization: Bearer $1" \
+  -d '{{"decision":"approve","reason":"self"}}' {url}/api/v1/approvals/$id; }}
+echo from-file=$(post "$(/bin/cat {token_file} 2>/dev/null)")
+echo leaked=$(post "$LEAKED_TOKEN")
+"#
+    )
+}
+
+fn leaked_token_opts(f: &Fixture) -> WrapOptions {
+    let mut opts = f.opts.clone();
+    let token = std::fs::read_to_string(f.token_file()).expect("token file");
+    opts.env
+        .push(("LEAKED_TOKEN".into(), token.trim().to_string()));
+    opts
+}
+
+#[test]
+fn tree_running_as_root_cannot_approve_its_own_request() {
+    if !require_root("tree_running_as_root_cannot_approve_its_own_request") {
+        return;
+    }
+    let f = start("10s");
+    let tmp = TempDir::new("orphan");
+    let orphan_out = tmp.path().join("code");
+    let attack = attack_script(&f.srv.url, &f.token_file().display().to_string());
+    // Also from a daemonized curl whose parent exited (reparented out of the
+    // tree's process lineage, still under its seccomp filter).
+    let script = format!(
+        "pip install x & p=$!\n{attack}\n\
+         ( /usr/bin/curl -s -o /dev/null -w '%{{http_code}}' -X POST -H \"Authorization: Bearer $LEAKED_TOKEN\" \
+           -d '{{\"decision\":\"approve\"}}' {url}/api/v1/approvals/$id > {out} & )\n\
+         while [ ! -s {out} ]; do /bin/sleep 0.05; done\n\
+         echo orphan=$(/bin/cat {out})\necho ready\nwait $p; echo pip-rc=$?\n",
+        url = f.srv.url,
+        out = orphan_out.display(),
+    );
+    let mut w = spawn_wrapped(
+        &f.srv.url,
+        "root",
+        &["/bin/sh", "-c", &script],
+        &leaked_token_opts(&f),
+    );
+    let lines = stdout_lines(&mut w);
+    let id = wait_line(&lines, "id=", Duration::from_secs(10))[3..].to_string();
+    // As root the tree can read the token file (unless Landlock hides it);
+    // the server still refuses a decision from a process of a supervised tree.
+    let from_file = wait_line(&lines, "from-file=", Duration::from_secs(10));
+    assert!(
+        from_file == "from-file=403" || from_file == "from-file=401",
+        "{from_file}"
+    );
+    assert_eq!(
+        wait_line(&lines, "leaked=", Duration::from_secs(10)),
+        "leaked=403"
+    );
+    assert_eq!(
+        wait_line(&lines, "orphan=", Duration::from_secs(10)),
+        "orphan=403"
+    );
+    wait_line(&lines, "ready", Duration::from_secs(10));
+    let pending = f.pending();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0]["id"], id, "the request stays pending");
+    assert!(f.srv.log().contains("supervised tree refused"));
+
+    let out = f.cli(&["deny", &id]);
+    assert!(out.status.success(), "deny: {}", text(&out.stderr));
+    assert_eq!(
+        wait_line(&lines, "pip-rc=", Duration::from_secs(10)),
+        "pip-rc=126"
+    );
+    let _ = w.wait();
+    let ev = f.approval_event("root", &id);
+    assert_eq!(ev["approval_outcome"], "denied");
+    assert!(!ev["approver"].as_str().unwrap().contains("in-tree"));
+}
+
+#[test]
+fn tree_running_as_unprivileged_user_cannot_approve_its_own_request() {
+    if !require_root("tree_running_as_unprivileged_user_cannot_approve_its_own_request") {
+        return;
+    }
+    let f = start("10s");
+    let attack = attack_script(&f.srv.url, &f.token_file().display().to_string());
+    let attack_file = f.srv.dir.path().join("attack.sh");
+    std::fs::write(&attack_file, attack).unwrap();
+    // The tree starts as root (the relay hands over as root), then drops to
+    // nobody for the attack, as an agent's unprivileged user would run.
+    let script = format!(
+        "pip install x & p=$!\n\
+         /usr/bin/setpriv --reuid=65534 --regid=65534 --clear-groups /bin/sh {}\n\
+         echo ready\nwait $p; echo pip-rc=$?\n",
+        attack_file.display()
+    );
+    std::fs::set_permissions(
+        &attack_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    let mut w = spawn_wrapped(
+        &f.srv.url,
+        "nobody",
+        &["/bin/sh", "-c", &script],
+        &leaked_token_opts(&f),
+    );
+    let lines = stdout_lines(&mut w);
+    let id = wait_line(&lines, "id=", Duration::from_secs(10))[3..].to_string();
+    // The token file is root-only: no token, 401.
+    assert_eq!(
+        wait_line(&lines, "from-file=", Duration::from_secs(10)),
+        "from-file=401"
+    );
+    assert_eq!(
+        wait_line(&lines, "leaked=", Duration::from_secs(10)),
+        "leaked=403"
+    );
+    wait_line(&lines, "ready", Duration::from_secs(10));
+    let pending = f.pending();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0]["id"], id, "the request stays pending");
+
+    let out = f.cli(&["deny", &id]);
+    assert!(out.status.success(), "deny: {}", text(&out.stderr));
+    assert_eq!(
+        wait_line(&lines, "pip-rc=", Duration::from_secs(10)),
+        "pip-rc=126"
+    );
+    let _ = w.wait();
+}
+
+#[test]
+fn watch_prints_each_new_request() {
+    if !require_root("watch_prints_each_new_request") {
+        return;
+    }
+    let f = start("10s");
+    let mut watch = Command::new(bin("agentsh"))
+        .args(["approvals", "watch", "--server", &f.srv.url])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn watch");
+    let out = watch.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let w = f.spawn("watch", "pip install x; echo rc=$?");
+    let line = wait_line(&rx, "ap-", Duration::from_secs(10));
+    assert!(line.contains("pip install x"), "{line}");
+    let _ = watch.kill();
+    let _ = watch.wait();
+    let id = line.split_whitespace().next().unwrap().to_string();
+    assert!(f.cli(&["deny", &id]).status.success());
+    let (_, out) = w.wait();
+    assert!(text(&out.stdout).contains("rc=126"));
+}
