@@ -794,6 +794,59 @@ mod tests {
         assert!(t.elapsed() >= Duration::from_millis(100));
     }
 
+    fn held(notif_id: u64) -> HeldExec {
+        HeldExec {
+            session_id: "s".into(),
+            notif_id,
+            pid: 4242,
+            parent_pid: 1,
+            starttime: 7,
+            depth: 1,
+            filename: "/usr/bin/pip".into(),
+            resolved: None,
+            argv: vec!["pip".into(), "install".into(), "x".into()],
+            truncated: false,
+            rule: "approve-pip".into(),
+            message: None,
+        }
+    }
+
+    #[test]
+    fn reissued_notification_joins_its_request_and_a_dead_one_is_cancelled() {
+        let audit = Arc::new(AuditLog::in_memory(10));
+        let a = Arc::new(Approvals::new(
+            &ExecveSection::default(),
+            audit.clone(),
+            "t".into(),
+        ));
+        // Not a notify fd: every id reads as invalid, like a killed tracee.
+        let fd: Arc<OwnedFd> = Arc::new(std::fs::File::open("/dev/null").unwrap().into());
+        let (tx, _rx) = std::sync::mpsc::channel();
+        a.hold(fd.clone(), held(1), tx.clone());
+        a.hold(fd.clone(), held(2), tx.clone());
+        let pending = a.pending(0);
+        assert_eq!(pending.len(), 1, "one prompt for a re-issued exec");
+        let mut other = held(3);
+        other.argv.push("y".into());
+        a.hold(fd, other, tx);
+        assert_eq!(a.pending(0).len(), 2, "a different argv is a new request");
+        let t = Instant::now();
+        while !a.pending(0).is_empty() {
+            assert!(t.elapsed() < Duration::from_secs(3));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let ev = audit.events("s", 0);
+        assert_eq!(ev.len(), 2, "{ev:#?}");
+        for e in &ev {
+            let EventBody::Execve(x) = &e.body else {
+                panic!("{e:?}")
+            };
+            assert_eq!(x.approval_outcome.as_deref(), Some("cancelled"));
+            assert_eq!(x.effective_action, "deny");
+        }
+    }
+
     #[test]
     fn outcomes_have_their_audit_names() {
         let names: Vec<_> = [
