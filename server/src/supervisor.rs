@@ -343,6 +343,34 @@ fn decision_name(d: Decision) -> &'static str {
     }
 }
 
+/// The policy's verdict on the program and, for a `#!` script, on its
+/// interpreter as well (the kernel starts the interpreter without an exec
+/// the filter could trap); the stricter stands. Only the first level is
+/// read: an interpreter that is itself a script is judged by its name.
+fn evaluate_exec(policy: &Policy, facts: &ExecFacts<'_>, target: &ExecTarget) -> Verdict {
+    let verdict = policy::evaluate(policy, facts);
+    let Some(mut argv) = tracee::shebang(target) else {
+        return verdict;
+    };
+    let interpreter = argv[0].clone();
+    argv.push(facts.filename.to_string());
+    argv.extend(facts.argv.iter().skip(1).cloned());
+    let inner = policy::evaluate(
+        policy,
+        &ExecFacts {
+            filename: &interpreter,
+            resolved: None,
+            argv: &argv,
+            depth: facts.depth,
+        },
+    );
+    if inner.decision.strictness() > verdict.decision.strictness() {
+        inner
+    } else {
+        verdict
+    }
+}
+
 /// Handles one notification: gather, decide, answer, audit.
 fn handle(
     ctx: &SupervisorContext,
@@ -439,7 +467,7 @@ fn handle(
             judged: g.target.filename.clone(),
         }
     } else {
-        policy::evaluate(&ctx.policy, &facts)
+        evaluate_exec(&ctx.policy, &facts, &g.target)
     };
     let allow = match verdict.decision {
         Decision::Allow | Decision::Audit => true,

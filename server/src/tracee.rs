@@ -395,6 +395,46 @@ fn strip_root(pid: u32, ours: String) -> String {
     }
 }
 
+/// The interpreter line of a `#!` script: `[interpreter, optional argument]`.
+///
+/// The kernel runs the interpreter itself, without another `execve` the
+/// supervisor could see, so the caller judges it here. Reads the first 256
+/// bytes (the kernel's limit) through our own fd on the file; `None` if it
+/// is not a script or cannot be read.
+pub fn shebang(target: &ExecTarget) -> Option<Vec<String>> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(format!("/proc/self/fd/{}", target.file.as_raw_fd())).ok()?;
+    let mut buf = [0u8; 256];
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(_) => return None,
+        }
+    }
+    parse_shebang(&buf[..n])
+}
+
+fn parse_shebang(head: &[u8]) -> Option<Vec<String>> {
+    let rest = head.strip_prefix(b"#!")?;
+    let line = rest.split(|b| *b == b'\n').next()?;
+    let line = String::from_utf8_lossy(line);
+    let line = line.trim_matches(|c| c == ' ' || c == '\t' || c == '\r');
+    let (interp, arg) = match line.split_once([' ', '\t']) {
+        Some((i, a)) => (i, a.trim_matches([' ', '\t'])),
+        None => (line, ""),
+    };
+    if interp.is_empty() {
+        return None;
+    }
+    let mut v = vec![interp.to_string()];
+    if !arg.is_empty() {
+        v.push(arg.to_string());
+    }
+    Some(v)
+}
+
 fn is_anonymous(link: &str) -> bool {
     link.starts_with("/memfd:") || link.ends_with(" (deleted)") || !link.starts_with('/')
 }
@@ -421,6 +461,22 @@ pub fn basename(path: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shebang_lines() {
+        let v = |s: &[&str]| Some(s.iter().map(|x| x.to_string()).collect::<Vec<_>>());
+        assert_eq!(parse_shebang(b"#!/bin/sh\necho"), v(&["/bin/sh"]));
+        assert_eq!(
+            parse_shebang(b"#! /usr/bin/env  python3 \n"),
+            v(&["/usr/bin/env", "python3"])
+        );
+        assert_eq!(
+            parse_shebang(b"#!/usr/bin/su -c x\r\n"),
+            v(&["/usr/bin/su", "-c x"])
+        );
+        assert_eq!(parse_shebang(b"\x7fELF"), None);
+        assert_eq!(parse_shebang(b"#!\n"), None);
+    }
 
     #[test]
     fn parses_stat_with_hostile_comm() {

@@ -54,6 +54,9 @@ pub const MAX_FS_RULES: usize = 1024;
 
 /// System paths no tree may write, create or delete beneath.
 ///
+/// `/usr/local/bin` and `/usr/local/sbin` come before `/usr/bin` on every
+/// default PATH: whoever can create `sh` there replaces the shim for every
+/// SDK that spawns `sh` by name.
 /// The shim and unixwrap are dynamically linked and run before any filter
 /// exists: whoever can change `/etc/ld.so.preload`, a library or a shell
 /// binary owns every later command. `/etc` also holds `shim.conf`.
@@ -72,6 +75,10 @@ pub const SYSTEM_NO_WRITE: &[&str] = &[
     "/usr/lib64",
     "/usr/libx32",
     "/usr/libexec",
+    // First on every default PATH: a `sh` dropped here would be the next
+    // SDK command's shell, unsupervised.
+    "/usr/local/bin",
+    "/usr/local/sbin",
 ];
 
 /// The per-session values of the path variables.
@@ -650,6 +657,7 @@ mod tests {
             &[
                 ("/", &["etc", "usr", "tmp", "var", "home", "proc", "dev"]),
                 ("/usr", &["bin", "lib", "local", "share"]),
+                ("/usr/local", &["bin", "lib", "sbin"]),
                 ("/var", &["lib", "log", "tmp", "cache"]),
                 ("/var/lib", &["agentsh", "apt"]),
                 ("/var/log", &["agentsh", "syslog"]),
@@ -724,7 +732,7 @@ mod tests {
             "/tmp",
             "/home",
             "/proc",
-            "/usr/local",
+            "/usr/local/lib",
             "/var/cache",
             "/var/lib/apt",
         ] {
@@ -740,6 +748,8 @@ mod tests {
             "/var/lib",
             "/var/lib/agentsh",
             "/var/log/agentsh",
+            "/usr/local/bin",
+            "/usr/local/sbin",
         ] {
             assert!(
                 !has(&c, shut, FsAccess::Write),
