@@ -3,9 +3,11 @@
 //! `server` starts a real `agentsh server` on a temporary config and reads its
 //! audit trail; `relay` plays the shim's role without the shim (socketpair,
 //! unixwrap, fd relay); `ns` builds private mount namespaces with the shim over
-//! `/bin/sh`; `sdk` emulates how each sandbox SDK spawns commands.
+//! `/bin/sh`; `sdk` emulates how each sandbox SDK spawns commands; `sandbox`
+//! puts them together with a workspace, as root or as an ordinary user.
 
 pub mod ns;
 pub mod relay;
+pub mod sandbox;
 pub mod sdk;
 pub mod server;

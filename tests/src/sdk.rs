@@ -142,7 +142,24 @@ impl Supervisor {
     /// Starts the daemon inside `ns`; `allow_all_filter` preinstalls an
     /// unrelated seccomp filter, as a container runtime would.
     pub fn start(ns: &Namespace, allow_all_filter: bool) -> Supervisor {
-        let mut cmd = ns.command(bin("sdk-supervisor"));
+        Supervisor::start_as(ns, allow_all_filter, None)
+    }
+
+    /// Like [`Supervisor::start`]; with `uid`, the daemon (and so every
+    /// command it spawns) runs as that uid and its group, without
+    /// supplementary groups, as SDKs run agents as an ordinary user.
+    pub fn start_as(ns: &Namespace, allow_all_filter: bool, uid: Option<u32>) -> Supervisor {
+        let mut cmd = match uid {
+            None => ns.command(bin("sdk-supervisor")),
+            Some(uid) => {
+                let mut c = ns.command("/usr/bin/setpriv");
+                c.arg(format!("--reuid={uid}"))
+                    .arg(format!("--regid={uid}"))
+                    .args(["--clear-groups", "--"])
+                    .arg(bin("sdk-supervisor"));
+                c
+            }
+        };
         if allow_all_filter {
             cmd.arg("--seccomp-allow-all");
         }

@@ -47,9 +47,14 @@ pub struct TempDir(pub PathBuf);
 
 impl TempDir {
     pub fn new(tag: &str) -> TempDir {
+        TempDir::new_in(&std::env::temp_dir(), tag)
+    }
+
+    /// A fresh directory under `base` (created if missing).
+    pub fn new_in(base: &Path, tag: &str) -> TempDir {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let p = std::env::temp_dir().join(format!("agentsh-test-{tag}-{}-{n}", std::process::id()));
+        let p = base.join(format!("agentsh-test-{tag}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(&p).expect("create temp dir");
         TempDir(p)
@@ -85,7 +90,15 @@ impl TestServer {
     /// Starts a server whose policy is `policy_yaml`; `extra_config` is appended
     /// to the generated config (YAML top-level keys).
     pub fn start(policy_yaml: &str, extra_config: &str) -> TestServer {
-        let dir = TempDir::new("server");
+        TestServer::start_in(&std::env::temp_dir(), policy_yaml, extra_config)
+    }
+
+    /// Like [`TestServer::start`], with the server's files (config, policy,
+    /// state, audit) under `base`: agentsh keeps supervised trees from
+    /// writing or creating anything in the directories holding them, so
+    /// tests that need a normal `/tmp` in the tree keep them elsewhere.
+    pub fn start_in(base: &Path, policy_yaml: &str, extra_config: &str) -> TestServer {
+        let dir = TempDir::new_in(base, "server");
         let policy = dir.path().join("policy.yaml");
         std::fs::write(&policy, policy_yaml).expect("write policy");
         let addr = format!("127.0.0.1:{}", free_port());
@@ -132,6 +145,11 @@ impl TestServer {
             std::thread::sleep(Duration::from_millis(50));
         }
         panic!("agentsh server not ready in 20 s: {}", self.log());
+    }
+
+    /// The server's pid (0 once killed).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
     }
 
     /// The server's own log (stderr).

@@ -1,0 +1,146 @@
+//! A sandbox the way an agent sees one: an agentsh server, a private mount
+//! namespace with the shim over `/bin/sh` and `/bin/bash`, a workspace, and
+//! an SDK-style daemon (a sibling of the server) that spawns the agent's
+//! commands, as root or as an ordinary user.
+//!
+//! The workspace is `/srv/ws` on a tmpfs mounted over `/srv` inside the
+//! namespace only. The server's files live under `/run/agentsh-tests`, not
+//! `/tmp`: agentsh never lets a tree create anything in a directory holding
+//! its state or audit log, and the tree needs a normal `/tmp`.
+
+use crate::ns::Namespace;
+use crate::sdk::{Finished, Spawn, Supervisor};
+use crate::server::TestServer;
+use serde_json::Value;
+use std::path::Path;
+use std::time::Duration;
+
+/// The agent's workspace inside the namespace (the server's `workspace`).
+pub const WORKSPACE: &str = "/srv/ws";
+/// Where test servers keep their files.
+pub const SERVER_BASE: &str = "/run/agentsh-tests";
+/// The unprivileged user commands run as when asked (nobody).
+pub const NOBODY: u32 = 65534;
+
+/// The shipped policies, as the server embeds them.
+pub const AGENT_DEFAULT: &str = include_str!("../../etc/agentsh/policies/agent-default.yaml");
+pub const AGENT_STRICT: &str = include_str!("../../etc/agentsh/policies/agent-strict.yaml");
+
+pub struct Sandbox {
+    pub sup: Supervisor,
+    pub ns: Namespace,
+    pub srv: TestServer,
+    /// `None`: commands run as root.
+    pub uid: Option<u32>,
+}
+
+impl Sandbox {
+    /// Server with `policy_yaml` and `workspace: /srv/ws`, shim installed in
+    /// `on` mode, daemon running as `uid` (root when `None`).
+    pub fn new(policy_yaml: &str, uid: Option<u32>) -> Sandbox {
+        let srv = TestServer::start_in(
+            Path::new(SERVER_BASE),
+            policy_yaml,
+            &format!("workspace: {WORKSPACE}\n"),
+        );
+        let ns = Namespace::new();
+        ns.install_shim(true);
+        ns.configure(&srv.url, "on");
+        let out = ns.run(
+            &[
+                "/usr/bin/mount",
+                "-t",
+                "tmpfs",
+                "-o",
+                "mode=0755",
+                "agentsh-ws",
+                "/srv",
+            ],
+            &[],
+        );
+        assert!(out.status.success(), "mount tmpfs on /srv: {out:?}");
+        let ws = ns.path(WORKSPACE);
+        std::fs::create_dir_all(&ws).expect("create the workspace");
+        if let Some(uid) = uid {
+            std::os::unix::fs::chown(&ws, Some(uid), Some(uid)).expect("chown the workspace");
+        }
+        let sup = Supervisor::start_as(&ns, false, uid);
+        Sandbox { sup, ns, srv, uid }
+    }
+
+    /// Runs `script` the way Tensorlake does (`sh -c`), 20 s at most.
+    pub fn sh(&mut self, script: &str) -> Finished {
+        self.spawn(&Spawn::argv(&["/bin/sh", "-c", script]))
+    }
+
+    pub fn spawn(&mut self, s: &Spawn) -> Finished {
+        let r = self.sup.spawn(s);
+        self.sup.wait(r, Duration::from_secs(20))
+    }
+
+    /// Every event of the session so far.
+    pub fn events(&self) -> Vec<Value> {
+        self.srv.events("default")
+    }
+
+    /// The highest event id so far (events after it belong to what runs next).
+    pub fn mark(&self) -> u64 {
+        self.events()
+            .iter()
+            .filter_map(|e| e["id"].as_u64())
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Exec events after `mark`.
+    pub fn execs_since(&self, mark: u64) -> Vec<Value> {
+        self.events()
+            .into_iter()
+            .filter(|e| e["type"] == "execve" && e["id"].as_u64().is_some_and(|i| i > mark))
+            .collect()
+    }
+
+    /// The Landlock summary of the latest wrap-init (what the tree was given).
+    pub fn ruleset(&self) -> Value {
+        self.events()
+            .into_iter()
+            .rev()
+            .find(|e| e["type"] == "wrap_init")
+            .map(|e| e["landlock"].clone())
+            .unwrap_or(Value::Null)
+    }
+
+    /// A path inside the namespace, reached from outside it.
+    pub fn host_path(&self, p: &str) -> std::path::PathBuf {
+        self.ns.path(p)
+    }
+
+    /// Runs `argv` inside the namespace as root, outside any tree (setup).
+    pub fn setup(&self, argv: &[&str]) {
+        let out = self.ns.run(argv, &[]);
+        assert!(
+            out.status.success(),
+            "setup {argv:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// A loopback TCP listener on a free port that accepts in the background.
+pub struct Listener {
+    pub port: u16,
+}
+
+impl Listener {
+    pub fn start() -> Listener {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+        let port = l.local_addr().expect("local addr").port();
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                drop(s);
+            }
+        });
+        Listener { port }
+    }
+}

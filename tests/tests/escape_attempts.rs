@@ -1,0 +1,450 @@
+//! The escape suite: what an agent might try to get around agentsh, run
+//! through the shim from an SDK-style daemon (a sibling of the server) under
+//! the shipped `agent-default` policy, once as root inside the tree and once
+//! as an unprivileged user. Every attempt must fail, and the audit must say
+//! why: the exec event and rule that denied it, or, for what the kernel
+//! refuses on its own (Landlock, the seccomp blocklist), the error the
+//! command got plus the ruleset the wrap-init event records.
+//!
+//! Every attempt runs in a subshell, so it is nested (depth >= 1) as
+//! anything an agent's program starts would be. Needs root, Landlock ABI >= 6.
+
+use agentsh_tests::sandbox::{Listener, Sandbox, AGENT_DEFAULT, NOBODY, WORKSPACE};
+use agentsh_tests::sdk::Spawn;
+use agentsh_tests::server::{bin, require_root};
+use serde_json::Value;
+
+/// Why an attempt must fail.
+enum Why {
+    /// The supervisor denied an exec: this rule, on a program whose exec'd
+    /// or resolved path contains `path`.
+    Rule { rule: &'static str, path: String },
+    /// The kernel refused: the command's stderr contains `error`, and the
+    /// ruleset the tree was given (the wrap-init event) satisfies `ruleset`.
+    Kernel {
+        error: &'static str,
+        ruleset: fn(&Value, &Ctx) -> bool,
+    },
+}
+
+struct Attempt {
+    name: &'static str,
+    /// Runs before the attempt; must succeed.
+    setup: String,
+    attempt: String,
+    why: Why,
+    /// Extra environment on the SDK spawn.
+    env: Vec<(&'static str, String)>,
+}
+
+/// Values attempts refer to.
+struct Ctx {
+    server_pid: u32,
+    daemon_pid: u32,
+    api_port: u16,
+    denied_port: u16,
+    state_dir: String,
+    audit_file: String,
+    agentsh: String,
+    fexec: String,
+}
+
+fn rule(name: &'static str, setup: &str, attempt: &str, rule: &'static str, path: &str) -> Attempt {
+    Attempt {
+        name,
+        setup: setup.into(),
+        attempt: attempt.into(),
+        why: Why::Rule {
+            rule,
+            path: path.into(),
+        },
+        env: Vec::new(),
+    }
+}
+
+fn kernel(
+    name: &'static str,
+    setup: &str,
+    attempt: &str,
+    error: &'static str,
+    ruleset: fn(&Value, &Ctx) -> bool,
+) -> Attempt {
+    Attempt {
+        name,
+        setup: setup.into(),
+        attempt: attempt.into(),
+        why: Why::Kernel { error, ruleset },
+        env: Vec::new(),
+    }
+}
+
+fn handles(r: &Value, what: &str) -> bool {
+    r["handled_fs"]
+        .as_array()
+        .is_some_and(|a| a.iter().any(|x| x == what))
+}
+
+fn writes_handled(r: &Value, _: &Ctx) -> bool {
+    handles(r, "write") && handles(r, "create") && handles(r, "delete")
+}
+
+fn scoped(r: &Value, _: &Ctx) -> bool {
+    r["scope_signals"] == true && r["scope_abstract_unix"] == true
+}
+
+fn reads_handled(r: &Value, _: &Ctx) -> bool {
+    handles(r, "read")
+}
+
+fn port_not_allowed(r: &Value, port: u16) -> bool {
+    r["api_port_reachable"] == false
+        && r["tcp_connect_ports"]
+            .as_array()
+            .is_some_and(|a| !a.iter().any(|p| p.as_u64() == Some(u64::from(port))))
+}
+
+fn attempts(c: &Ctx) -> Vec<Attempt> {
+    let py = "/usr/bin/python3";
+    let memfd = format!(
+        "{py} -c 'import os; fd = os.memfd_create(\"x\"); \
+         os.write(fd, open(\"/usr/bin/true\", \"rb\").read()); os.execve(fd, [\"x\"], {{}})'"
+    );
+    let memfd_path = format!(
+        "{py} -c 'import os; fd = os.memfd_create(\"x\"); \
+         os.write(fd, open(\"/usr/bin/true\", \"rb\").read()); os.execv(\"/proc/self/fd/%d\" % fd, [\"x\"])'"
+    );
+    let ld = "/lib64/ld-linux-x86-64.so.2";
+    let preload_c =
+        "printf '#include <unistd.h>\\n__attribute__((constructor)) static void f(void) \
+                     { write(2, \"preload-ran\\\\n\", 12); }\\n' > /srv/ws/p.c && \
+                     cc -shared -fPIC -o /srv/ws/libp.so /srv/ws/p.c";
+    let mut v = vec![
+        // --- renamed or copied binaries ---
+        rule("copy to /tmp and run", "cp /usr/bin/true /tmp/t-$$", "/tmp/t-$$", "default", "/tmp/t-"),
+        rule("copy to /dev/shm and run", "cp /usr/bin/true /dev/shm/t-$$", "/dev/shm/t-$$", "default", "/dev/shm/t-"),
+        rule("copy to /var/tmp and run", "cp /usr/bin/true /var/tmp/t-$$", "/var/tmp/t-$$", "default", "/var/tmp/t-"),
+        kernel(
+            "curl renamed in the workspace, to a denied port",
+            "cp /usr/bin/curl /srv/ws/fetch",
+            &format!("/srv/ws/fetch -sS --max-time 3 http://127.0.0.1:{}/", c.denied_port),
+            "",
+            |r, c| port_not_allowed(r, c.denied_port),
+        ),
+        // --- symlinks ---
+        rule("symlink to su", "ln -sf /usr/bin/su /srv/ws/notsu", "/srv/ws/notsu -c id", "deny-privilege-escalation", "/usr/bin/su"),
+        rule("symlink to curl", "ln -sf /usr/bin/curl /srv/ws/fetch2", "/srv/ws/fetch2 --version", "deny-nested-network-tools", "/usr/bin/curl"),
+        rule(
+            "workspace symlink to a program in /tmp",
+            "cp /usr/bin/true /tmp/u-$$ && ln -sf /tmp/u-$$ /srv/ws/u",
+            "/srv/ws/u",
+            "default",
+            "/tmp/u-",
+        ),
+        // --- the dynamic loader ---
+        rule("ld.so runs curl", "true", &format!("{ld} /usr/bin/curl --version"), "deny-nested-network-tools", ld),
+        rule("ld.so runs a file in /tmp", "cp /usr/bin/true /tmp/v-$$", &format!("{ld} /tmp/v-$$"), "default", ld),
+        rule("ld.so runs su", "true", &format!("{ld} /usr/bin/su -c id"), "deny-privilege-escalation", ld),
+        // --- interpreters exec'ing directly ---
+        rule(
+            "python execv curl",
+            "true",
+            &format!("{py} -c 'import os; os.execv(\"/usr/bin/curl\", [\"curl\", \"--version\"])'"),
+            "deny-nested-network-tools",
+            "/usr/bin/curl",
+        ),
+        rule(
+            "perl exec su",
+            "true",
+            "/usr/bin/perl -e 'exec \"/usr/bin/su\", \"-c\", \"id\" or die \"exec: $!\\n\"'",
+            "deny-privilege-escalation",
+            "/usr/bin/su",
+        ),
+        rule(
+            "python execv a file in /tmp",
+            "cp /usr/bin/true /tmp/w-$$",
+            &format!("{py} -c 'import os, sys; os.execv(sys.argv[1], [\"w\"])' /tmp/w-$$"),
+            "default",
+            "/tmp/w-",
+        ),
+        // --- memfd / fexecve / deleted files ---
+        rule("memfd + fexecve", "true", &memfd, "fileless_exec", "memfd:"),
+        rule("memfd through /proc/self/fd", "true", &memfd_path, "fileless_exec", "memfd:"),
+        rule(
+            "fexecve of a deleted file",
+            "cp /usr/bin/true /srv/ws/d-$$",
+            &format!("exec 3</srv/ws/d-$$; rm /srv/ws/d-$$; {} /proc/self/fd/3 d", c.fexec),
+            "fileless_exec",
+            "(deleted)",
+        ),
+        // --- shebang scripts ---
+        rule(
+            "script whose interpreter is su",
+            "printf '#!/usr/bin/su -c id\\n' > /srv/ws/s1 && chmod +x /srv/ws/s1",
+            "/srv/ws/s1",
+            "deny-privilege-escalation",
+            "/srv/ws/s1",
+        ),
+        rule(
+            "script whose interpreter is curl",
+            "printf '#!/usr/bin/curl --version\\n' > /srv/ws/s2 && chmod +x /srv/ws/s2",
+            "/srv/ws/s2",
+            "deny-nested-network-tools",
+            "/srv/ws/s2",
+        ),
+        rule(
+            "script in /tmp",
+            "printf '#!/bin/sh\\necho ran\\n' > /tmp/s-$$ && chmod +x /tmp/s-$$",
+            "/tmp/s-$$",
+            "default",
+            "/tmp/s-",
+        ),
+        // --- environment tricks ---
+        rule(
+            "AGENTSH_* in a nested shell",
+            "true",
+            "AGENTSH_SHIM_INSTALL=off AGENTSH_SERVER=http://127.0.0.1:1 \
+             AGENTSH_SECCOMP_CONFIG='{\"version\":1}' sh -c 'curl --version'",
+            "deny-nested-network-tools",
+            "/curl",
+        ),
+        rule(
+            "LD_PRELOAD into a nested shell",
+            preload_c,
+            "LD_PRELOAD=/srv/ws/libp.so sh -c 'curl --version'",
+            "deny-nested-network-tools",
+            "/curl",
+        ),
+        // --- attacks on agentsh itself ---
+        rule("run the agentsh CLI", "true", &format!("{} approvals list", c.agentsh), "deny-agentsh-cli", "/agentsh"),
+        kernel("kill the server", "true", &format!("kill -9 {}", c.server_pid), "", scoped),
+        kernel("signal the SDK daemon", "true", &format!("kill -TERM {}", c.daemon_pid), "", scoped),
+        kernel(
+            "ptrace the server",
+            "true",
+            &format!("strace -p {} -e trace=none", c.server_pid),
+            "Operation not permitted",
+            scoped,
+        ),
+        kernel(
+            "write the server's memory",
+            "true",
+            &format!("{py} -c 'open(\"/proc/{}/mem\", \"r+b\")'", c.server_pid),
+            "PermissionError",
+            scoped,
+        ),
+        kernel(
+            "steal the server's notify fds through /proc",
+            "true",
+            &format!(
+                "{py} -c 'import os; [os.open(\"/proc/{0}/fd/\" + f, os.O_RDWR) for f in os.listdir(\"/proc/{0}/fd\")]'",
+                c.server_pid
+            ),
+            "PermissionError",
+            scoped,
+        ),
+        kernel(
+            "turn the shim off in shim.conf",
+            "true",
+            "echo shim_install=off > /etc/agentsh/shim.conf",
+            "Permission denied",
+            writes_handled,
+        ),
+        kernel("remove shim.conf", "true", "rm /etc/agentsh/shim.conf", "", writes_handled),
+        kernel("replace /bin/sh", "true", "cp /usr/bin/true /bin/sh", "", writes_handled),
+        kernel(
+            "put a real shell first on PATH",
+            "true",
+            "cp /bin/sh.real /usr/local/bin/sh",
+            "",
+            writes_handled,
+        ),
+        kernel(
+            "reach the API port",
+            "true",
+            &format!("bash -c 'echo GET / > /dev/tcp/127.0.0.1/{}'", c.api_port),
+            "Permission denied",
+            |r, c| port_not_allowed(r, c.api_port),
+        ),
+        kernel(
+            "read the approval token",
+            "true",
+            &format!("cat {}/approval.token", c.state_dir),
+            "Permission denied",
+            reads_handled,
+        ),
+        kernel(
+            "write the audit log",
+            "true",
+            &format!("echo '{{}}' >> {}", c.audit_file),
+            "",
+            writes_handled,
+        ),
+        // --- network to a denied port ---
+        kernel(
+            "bash /dev/tcp to a denied port",
+            "true",
+            &format!("bash -c 'echo hi > /dev/tcp/127.0.0.1/{}'", c.denied_port),
+            "Permission denied",
+            |r, c| port_not_allowed(r, c.denied_port),
+        ),
+        kernel(
+            "python connect to a denied port",
+            "true",
+            &format!(
+                "{py} -c 'import socket; socket.create_connection((\"127.0.0.1\", {}), 3)'",
+                c.denied_port
+            ),
+            "PermissionError",
+            |r, c| port_not_allowed(r, c.denied_port),
+        ),
+        // --- writing outside the workspace ---
+        kernel("write /etc", "true", "echo x > /etc/agentsh-escape", "Permission denied", writes_handled),
+        kernel("create beside the workspace", "true", "touch /srv/outside", "", writes_handled),
+        kernel("create in /opt", "true", "mkdir /opt/agentsh-escape", "", writes_handled),
+        kernel("write /var/lib", "true", "echo x > /var/lib/agentsh-escape", "", writes_handled),
+    ];
+    // The SDK's own spawn carries AGENTSH_* (the environment may only strengthen).
+    v.push(Attempt {
+        env: vec![
+            ("AGENTSH_SHIM_INSTALL", "off".into()),
+            ("AGENTSH_SERVER", "http://127.0.0.1:1".into()),
+        ],
+        ..rule(
+            "AGENTSH_* on the SDK spawn",
+            "true",
+            "curl --version",
+            "deny-nested-network-tools",
+            "/curl",
+        )
+    });
+    v
+}
+
+fn run_suite(uid: Option<u32>) {
+    let denied = Listener::start();
+    let mut sb = Sandbox::new(AGENT_DEFAULT, uid);
+    let state = sb.srv.dir.path().join("state");
+    let c = Ctx {
+        server_pid: sb.srv.pid(),
+        daemon_pid: sb.sup.pid,
+        api_port: sb
+            .srv
+            .addr
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0),
+        denied_port: denied.port,
+        state_dir: state.display().to_string(),
+        audit_file: sb.srv.dir.path().join("audit.jsonl").display().to_string(),
+        agentsh: bin("agentsh").display().to_string(),
+        fexec: bin("agentsh-test-fexec").display().to_string(),
+    };
+    let who = if uid.is_some() {
+        "unprivileged"
+    } else {
+        "root"
+    };
+    let mut failures = Vec::new();
+    for a in attempts(&c) {
+        let mark = sb.mark();
+        let script = format!(
+            "cd {WORKSPACE} && {} && echo SETUP-OK; ({}); echo ATTEMPT-RC=$?",
+            a.setup, a.attempt
+        );
+        let mut spawn = Spawn::argv(&["/bin/sh", "-c", &script]);
+        for (k, v) in &a.env {
+            spawn = spawn.env(k, v);
+        }
+        let f = sb.spawn(&spawn);
+        let rc = f
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("ATTEMPT-RC="))
+            .and_then(|x| x.trim().parse::<i32>().ok());
+        let ctx = format!("[{who}] {}: {f:?}", a.name);
+        if !f.stdout.contains("SETUP-OK") {
+            failures.push(format!("{ctx}\n  setup failed"));
+            continue;
+        }
+        if rc == Some(0) || rc.is_none() {
+            failures.push(format!("{ctx}\n  the attempt did not fail (rc {rc:?})"));
+            continue;
+        }
+        match &a.why {
+            Why::Rule { rule, path } => {
+                let execs = sb.execs_since(mark);
+                let hit = execs.iter().any(|e| {
+                    e["decision"] == "deny"
+                        && e["rule"] == *rule
+                        && [&e["filename"], &e["resolved"]]
+                            .iter()
+                            .any(|f| f.as_str().is_some_and(|f| f.contains(path.as_str())))
+                });
+                if !hit {
+                    failures.push(format!(
+                        "{ctx}\n  no deny by rule {rule} on a path with {path:?}; execs: {}",
+                        execs
+                            .iter()
+                            .map(|e| format!(
+                                "{} {} {} {}",
+                                e["filename"], e["resolved"], e["decision"], e["rule"]
+                            ))
+                            .collect::<Vec<_>>()
+                            .join(" | ")
+                    ));
+                }
+            }
+            Why::Kernel { error, ruleset } => {
+                if !f.stderr.contains(error) {
+                    failures.push(format!("{ctx}\n  stderr lacks {error:?}"));
+                }
+                let r = sb.ruleset();
+                if !ruleset(&r, &c) {
+                    failures.push(format!(
+                        "{ctx}\n  the recorded ruleset does not show why: {r}"
+                    ));
+                }
+                if let Some(e) = sb
+                    .execs_since(mark)
+                    .into_iter()
+                    .find(|e| e["effective_action"] == "deny")
+                {
+                    failures.push(format!(
+                        "{ctx}\n  expected the kernel to refuse, but an exec was denied: {e}"
+                    ));
+                }
+            }
+        }
+    }
+    // Still alive and still supervising after all that.
+    assert!(
+        ureq::get(format!("{}/healthz", sb.srv.url)).call().is_ok(),
+        "the server must survive the suite: {}",
+        sb.srv.log()
+    );
+    let f = sb.sh("(curl --version >/dev/null 2>&1); echo rc=$?");
+    assert!(f.stdout.contains("rc=126"), "still supervised: {f:?}");
+    assert!(
+        failures.is_empty(),
+        "{} attempt(s) misbehaved:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn escape_attempts_fail_and_are_explained_as_root() {
+    if !require_root("escape_attempts_fail_and_are_explained_as_root") {
+        return;
+    }
+    run_suite(None);
+}
+
+#[test]
+fn escape_attempts_fail_and_are_explained_as_an_unprivileged_user() {
+    if !require_root("escape_attempts_fail_and_are_explained_as_an_unprivileged_user") {
+        return;
+    }
+    run_suite(Some(NOBODY));
+}
