@@ -4,7 +4,8 @@
 //! commands, as root or as an ordinary user.
 //!
 //! The workspace is `/srv/ws` on a tmpfs mounted over `/srv` inside the
-//! namespace only. The server's files live under `/run/agentsh-tests`, not
+//! namespace only; the server runs inside the namespace as well (as in a
+//! container, it sees the files of the trees it writes rulesets for). The server's files live under `/run/agentsh-tests`, not
 //! `/tmp`: agentsh never lets a tree create anything in a directory holding
 //! its state or audit log, and the tree needs a normal `/tmp`.
 
@@ -38,14 +39,7 @@ impl Sandbox {
     /// Server with `policy_yaml` and `workspace: /srv/ws`, shim installed in
     /// `on` mode, daemon running as `uid` (root when `None`).
     pub fn new(policy_yaml: &str, uid: Option<u32>) -> Sandbox {
-        let srv = TestServer::start_in(
-            Path::new(SERVER_BASE),
-            policy_yaml,
-            &format!("workspace: {WORKSPACE}\n"),
-        );
         let ns = Namespace::new();
-        ns.install_shim(true);
-        ns.configure(&srv.url, "on");
         let out = ns.run(
             &[
                 "/usr/bin/mount",
@@ -59,6 +53,16 @@ impl Sandbox {
             &[],
         );
         assert!(out.status.success(), "mount tmpfs on /srv: {out:?}");
+        // The server runs in the namespace too, as it would in the same
+        // container: it compiles each tree's ruleset from what it sees.
+        let srv = TestServer::start_with(
+            Path::new(SERVER_BASE),
+            policy_yaml,
+            &format!("workspace: {WORKSPACE}\n"),
+            |program| ns.command(program),
+        );
+        ns.install_shim(true);
+        ns.configure(&srv.url, "on");
         let ws = ns.path(WORKSPACE);
         std::fs::create_dir_all(&ws).expect("create the workspace");
         if let Some(uid) = uid {

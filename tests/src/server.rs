@@ -98,6 +98,18 @@ impl TestServer {
     /// writing or creating anything in the directories holding them, so
     /// tests that need a normal `/tmp` in the tree keep them elsewhere.
     pub fn start_in(base: &Path, policy_yaml: &str, extra_config: &str) -> TestServer {
+        TestServer::start_with(base, policy_yaml, extra_config, Command::new)
+    }
+
+    /// Like [`TestServer::start_in`]; `command` builds the process for the
+    /// `agentsh` binary (e.g. inside a test namespace, so the server sees the
+    /// same files as the trees it compiles rulesets for).
+    pub fn start_with(
+        base: &Path,
+        policy_yaml: &str,
+        extra_config: &str,
+        command: impl FnOnce(PathBuf) -> Command,
+    ) -> TestServer {
         let dir = TempDir::new_in(base, "server");
         let policy = dir.path().join("policy.yaml");
         std::fs::write(&policy, policy_yaml).expect("write policy");
@@ -112,7 +124,7 @@ impl TestServer {
         let config_path = dir.path().join("config.yaml");
         std::fs::write(&config_path, config).expect("write config");
         let log = std::fs::File::create(dir.path().join("server.log")).expect("server log");
-        let child = Command::new(bin("agentsh"))
+        let child = command(bin("agentsh"))
             .arg("server")
             .arg("--config")
             .arg(&config_path)
