@@ -9,6 +9,13 @@ command -v pkg-config >/dev/null || need_pkgs+=(pkg-config)
 command -v cc >/dev/null || need_pkgs+=(gcc)
 command -v python3 >/dev/null || need_pkgs+=(python3)
 command -v setpriv >/dev/null || need_pkgs+=(util-linux)
+# The escape suite and the agent-session test run these inside supervised trees.
+[ -x /usr/bin/python3 ] || need_pkgs+=(python3)
+[ -x /usr/bin/perl ] || need_pkgs+=(perl)
+command -v strace >/dev/null || need_pkgs+=(strace)
+command -v curl >/dev/null || need_pkgs+=(curl)
+command -v git >/dev/null || need_pkgs+=(git)
+command -v make >/dev/null || need_pkgs+=(make)
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "agentsh setup: missing packages ${need_pkgs[*]}; run as root (or sudo) so they can be installed" >&2

@@ -113,7 +113,10 @@ fn attempts(c: &Ctx) -> Vec<Attempt> {
         "{py} -c 'import os; fd = os.memfd_create(\"x\"); \
          os.write(fd, open(\"/usr/bin/true\", \"rb\").read()); os.execv(\"/proc/self/fd/%d\" % fd, [\"x\"])'"
     );
-    let ld = "/lib64/ld-linux-x86-64.so.2";
+    let ld = ["/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("the dynamic loader");
     let preload_c =
         "printf '#include <unistd.h>\\n__attribute__((constructor)) static void f(void) \
                      { write(2, \"preload-ran\\\\n\", 12); }\\n' > /srv/ws/p.c && \
