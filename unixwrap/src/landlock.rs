@@ -98,6 +98,66 @@ fn names<T: std::fmt::Debug>(flags: impl Iterator<Item = T>) -> String {
     }
 }
 
+/// The Landlock ABI this kernel offers (0: Landlock unavailable).
+pub fn kernel_abi() -> i64 {
+    // SAFETY: LANDLOCK_CREATE_RULESET_VERSION with a NULL attr and size 0 only
+    // returns the ABI version (or -1 with EOPNOTSUPP/ENOSYS); nothing is created.
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            1u32, // LANDLOCK_CREATE_RULESET_VERSION
+        )
+    };
+    v.max(0)
+}
+
+/// The lowest ABI that enforces all of `cfg` (Landlock's ABI history:
+/// 1 base fs rights, 2 Refer, 3 Truncate, 4 TCP, 5 IoctlDev, 6 scopes).
+pub fn required_abi(cfg: &LandlockConfig) -> i64 {
+    let mut abi = 0;
+    if !cfg.handled_fs.is_empty() {
+        // Refer (ABI 2) is handled whatever the rights (see `apply`).
+        abi = 2;
+        if cfg.handled_fs.contains(&FsAccess::Write) {
+            abi = 3; // Truncate
+        }
+    }
+    if cfg.tcp_connect_ports.is_some() || cfg.tcp_bind_ports.is_some() {
+        abi = abi.max(4);
+    }
+    if cfg.scope_signals || cfg.scope_abstract_unix {
+        abi = abi.max(6);
+    }
+    abi
+}
+
+/// Under `compat: required`, checked *before* the seccomp filter is loaded,
+/// so a kernel that cannot enforce the ruleset is a refusal "before anything
+/// was installed" (auto falls through, on refuses) rather than after.
+///
+/// # Errors
+/// What the kernel lacks.
+pub fn precheck(cfg: &LandlockConfig, kernel_abi: i64) -> Result<(), String> {
+    if cfg.compat != LandlockCompat::Required {
+        return Ok(());
+    }
+    let need = required_abi(cfg);
+    if kernel_abi < need {
+        return Err(format!(
+            "landlock.compat is required and the ruleset needs Landlock ABI {need}, \
+             but this kernel offers {}",
+            if kernel_abi == 0 {
+                "none".to_string()
+            } else {
+                format!("ABI {kernel_abi}")
+            }
+        ));
+    }
+    Ok(())
+}
+
 /// Builds and enforces the ruleset on this thread. `no_new_privs` mirrors the
 /// seccomp decision (false only when we hold CAP_SYS_ADMIN).
 ///
@@ -243,6 +303,39 @@ pub fn apply(cfg: &LandlockConfig, no_new_privs: bool, log: &Log) -> Result<Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn cfg(compat: LandlockCompat) -> LandlockConfig {
+        LandlockConfig {
+            compat,
+            handled_fs: vec![FsAccess::Read, FsAccess::Write],
+            fs_rules: vec![],
+            tcp_connect_ports: Some(vec![443]),
+            tcp_bind_ports: None,
+            scope_signals: true,
+            scope_abstract_unix: false,
+        }
+    }
+
+    #[test]
+    fn required_ruleset_on_an_older_kernel_is_refused_before_install() {
+        let c = cfg(LandlockCompat::Required);
+        assert_eq!(required_abi(&c), 6);
+        assert!(precheck(&c, 0).unwrap_err().contains("offers none"));
+        assert!(precheck(&c, 4)
+            .unwrap_err()
+            .contains("needs Landlock ABI 6"));
+        assert!(precheck(&c, 6).is_ok());
+        // best_effort never refuses up front.
+        assert!(precheck(&cfg(LandlockCompat::BestEffort), 0).is_ok());
+    }
+
+    #[test]
+    fn this_kernel_reports_its_abi() {
+        // Landlock is expected on the test machines (ABI 7 on the reference kernel).
+        if std::env::var("CI").as_deref() == Ok("true") {
+            assert!(kernel_abi() >= 6, "abi {}", kernel_abi());
+        }
+    }
 
     const ALL: [FsAccess; 6] = [
         FsAccess::Read,

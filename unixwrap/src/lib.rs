@@ -156,6 +156,11 @@ fn wrap(args: &[OsString], log: &Log, sigpipe: &SigpipeGuard) -> Exit {
     if let Err(e) = filter::probe_user_notif() {
         return kernel_refused(format!("no seccomp user notification: {e}"));
     }
+    if let Some(ll) = &config.landlock {
+        if let Err(e) = landlock::precheck(ll, landlock::kernel_abi()) {
+            return kernel_refused(e);
+        }
+    }
 
     let t_build = Instant::now();
     let prog = match filter::build_bpf(&config) {
