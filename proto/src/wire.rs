@@ -150,6 +150,45 @@ pub struct LandlockConfig {
     pub scope_abstract_unix: bool,
 }
 
+impl LandlockConfig {
+    /// The lowest Landlock ABI that enforces all of this ruleset (ABI history:
+    /// 1 base fs rights, 2 Refer, 3 Truncate, 4 TCP, 6 scopes). Refer is
+    /// handled whenever any filesystem right is (unixwrap keeps reparenting
+    /// possible), so any fs right needs ABI 2; write needs Truncate.
+    pub fn required_abi(&self) -> i64 {
+        let mut abi = 0;
+        if !self.handled_fs.is_empty() {
+            abi = 2;
+            if self.handled_fs.contains(&FsAccess::Write) {
+                abi = 3;
+            }
+        }
+        if self.tcp_connect_ports.is_some() || self.tcp_bind_ports.is_some() {
+            abi = abi.max(4);
+        }
+        if self.scope_signals || self.scope_abstract_unix {
+            abi = abi.max(6);
+        }
+        abi
+    }
+}
+
+/// The Landlock ABI the running kernel offers (0: Landlock unavailable).
+/// The server and the trees share the kernel, so both sides can ask.
+pub fn kernel_landlock_abi() -> i64 {
+    // SAFETY: LANDLOCK_CREATE_RULESET_VERSION with a NULL attr and size 0 only
+    // returns the ABI version (or -1 with EOPNOTSUPP/ENOSYS); nothing is created.
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            1u32, // LANDLOCK_CREATE_RULESET_VERSION
+        )
+    };
+    v.max(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

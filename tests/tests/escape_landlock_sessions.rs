@@ -197,4 +197,8 @@ fn landlock_required_runs_on_this_kernel_and_is_recorded() {
         .find(|e| e["type"] == "wrap_init")
         .expect("wrap_init event");
     assert_eq!(wi["landlock"]["compat"], "required", "{wi}");
+    // What the shared kernel enforces of it is recorded too.
+    assert_eq!(wi["landlock"]["enforcement"], "full", "{wi}");
+    assert_eq!(wi["landlock"]["required_abi"], 6, "{wi}");
+    assert!(wi["landlock"]["kernel_abi"].as_i64().unwrap() >= 6, "{wi}");
 }

@@ -98,40 +98,7 @@ fn names<T: std::fmt::Debug>(flags: impl Iterator<Item = T>) -> String {
     }
 }
 
-/// The Landlock ABI this kernel offers (0: Landlock unavailable).
-pub fn kernel_abi() -> i64 {
-    // SAFETY: LANDLOCK_CREATE_RULESET_VERSION with a NULL attr and size 0 only
-    // returns the ABI version (or -1 with EOPNOTSUPP/ENOSYS); nothing is created.
-    let v = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<libc::c_void>(),
-            0usize,
-            1u32, // LANDLOCK_CREATE_RULESET_VERSION
-        )
-    };
-    v.max(0)
-}
-
-/// The lowest ABI that enforces all of `cfg` (Landlock's ABI history:
-/// 1 base fs rights, 2 Refer, 3 Truncate, 4 TCP, 5 IoctlDev, 6 scopes).
-pub fn required_abi(cfg: &LandlockConfig) -> i64 {
-    let mut abi = 0;
-    if !cfg.handled_fs.is_empty() {
-        // Refer (ABI 2) is handled whatever the rights (see `apply`).
-        abi = 2;
-        if cfg.handled_fs.contains(&FsAccess::Write) {
-            abi = 3; // Truncate
-        }
-    }
-    if cfg.tcp_connect_ports.is_some() || cfg.tcp_bind_ports.is_some() {
-        abi = abi.max(4);
-    }
-    if cfg.scope_signals || cfg.scope_abstract_unix {
-        abi = abi.max(6);
-    }
-    abi
-}
+pub use agentsh_proto::wire::kernel_landlock_abi as kernel_abi;
 
 /// Under `compat: required`, checked *before* the seccomp filter is loaded,
 /// so a kernel that cannot enforce the ruleset is a refusal "before anything
@@ -143,7 +110,7 @@ pub fn precheck(cfg: &LandlockConfig, kernel_abi: i64) -> Result<(), String> {
     if cfg.compat != LandlockCompat::Required {
         return Ok(());
     }
-    let need = required_abi(cfg);
+    let need = cfg.required_abi();
     if kernel_abi < need {
         return Err(format!(
             "landlock.compat is required and the ruleset needs Landlock ABI {need}, \
@@ -251,10 +218,23 @@ pub fn apply(cfg: &LandlockConfig, no_new_privs: bool, log: &Log) -> Result<Stri
         if !is_dir {
             granted &= file_rights();
         }
-        created = created
-            .add_rule(PathBeneath::new(fd, granted))
-            .map_err(|e| err(&format!("adding the rule for {:?}", rule.path), e))?;
-        fs_added += 1;
+        // A grant that cannot be added (its directory vanished after the server
+        // listed it, say) only removes access: skip it under best_effort.
+        created = match created.try_clone() {
+            Ok(c) => match c.add_rule(PathBeneath::new(fd, granted)) {
+                Ok(c) => {
+                    fs_added += 1;
+                    c
+                }
+                Err(e) if cfg.compat == LandlockCompat::BestEffort => {
+                    log!(log, "landlock: rule for {:?} skipped: {e}", rule.path);
+                    fs_skipped += 1;
+                    created
+                }
+                Err(e) => return Err(err(&format!("adding the rule for {:?}", rule.path), e)),
+            },
+            Err(e) => return Err(format!("landlock: cloning the ruleset fd: {e}")),
+        };
     }
     let ports = |p: &Option<Vec<u16>>| p.clone().unwrap_or_default();
     for port in ports(&cfg.tcp_connect_ports) {
@@ -319,7 +299,7 @@ mod tests {
     #[test]
     fn required_ruleset_on_an_older_kernel_is_refused_before_install() {
         let c = cfg(LandlockCompat::Required);
-        assert_eq!(required_abi(&c), 6);
+        assert_eq!(c.required_abi(), 6);
         assert!(precheck(&c, 0).unwrap_err().contains("offers none"));
         assert!(precheck(&c, 4)
             .unwrap_err()

@@ -180,6 +180,14 @@ pub struct LandlockSummary {
     pub home: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// The Landlock ABI the ruleset needs and the one this kernel (shared
+    /// with the tree) offers.
+    pub required_abi: i64,
+    pub kernel_abi: i64,
+    /// What the kernel enforces of it: `full`, `partial` (best_effort on an
+    /// older kernel), or `refused` (required on an older kernel: unixwrap
+    /// refuses before installing anything). unixwrap logs its own status too.
+    pub enforcement: String,
 }
 
 /// The result of [`compile`].
@@ -528,7 +536,17 @@ pub fn compile(
         workspace: vars.workspace.clone(),
         home: vars.home.clone(),
         warnings: warnings.clone(),
+        required_abi: config.required_abi(),
+        kernel_abi: agentsh_proto::wire::kernel_landlock_abi(),
+        enforcement: String::new(),
     };
+    let mut summary = summary;
+    summary.enforcement = match (summary.kernel_abi >= summary.required_abi, compat) {
+        (true, _) => "full",
+        (false, LandlockCompat::BestEffort) => "partial",
+        (false, LandlockCompat::Required) => "refused",
+    }
+    .to_string();
     CompiledLandlock {
         config,
         summary,
