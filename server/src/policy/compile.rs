@@ -75,6 +75,27 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// The error for `field` (= `value`) of rule `name`, the `occurrence`-th
+    /// rule of that name in `section`, at list index `index`.
+    #[allow(clippy::too_many_arguments)]
+    fn rule_invalid(
+        &self,
+        section: &str,
+        index: usize,
+        name: &str,
+        occurrence: usize,
+        field: &str,
+        value: Option<&str>,
+        what: String,
+    ) -> PolicyError {
+        self.invalid(
+            self.source
+                .rule_value(section, name, occurrence, field, value),
+            Some(name),
+            format!("{section}[{index}] {name:?}: {what}"),
+        )
+    }
+
     fn invalid(
         &self,
         location: Option<Location>,
@@ -288,16 +309,8 @@ fn compile_command_rule(
     const SECTION: &str = "command_rules";
     let name = rule.name.as_str();
     check_rule_name(ctx, SECTION, index, name, occurrence)?;
-    let at = |field: &str, value: Option<&str>| {
-        ctx.source
-            .rule_value(SECTION, name, occurrence, field, value)
-    };
     let fail = |field: &str, value: Option<&str>, what: String| {
-        ctx.invalid(
-            at(field, value),
-            Some(name),
-            format!("{SECTION}[{index}] {name:?}: {what}"),
-        )
+        ctx.rule_invalid(SECTION, index, name, occurrence, field, value, what)
     };
 
     if rule.commands.is_empty() {
@@ -420,12 +433,7 @@ fn check_file_rule(
     let name = rule.name.as_str();
     check_rule_name(ctx, SECTION, index, name, occurrence)?;
     let fail = |field: &str, value: Option<&str>, what: String| {
-        ctx.invalid(
-            ctx.source
-                .rule_value(SECTION, name, occurrence, field, value),
-            Some(name),
-            format!("{SECTION}[{index}] {name:?}: {what}"),
-        )
+        ctx.rule_invalid(SECTION, index, name, occurrence, field, value, what)
     };
     if rule.paths.is_empty() {
         return Err(fail(
@@ -502,12 +510,7 @@ fn check_network_rule(
     let name = rule.name.as_str();
     check_rule_name(ctx, SECTION, index, name, occurrence)?;
     let fail = |field: &str, value: Option<&str>, what: String| {
-        ctx.invalid(
-            ctx.source
-                .rule_value(SECTION, name, occurrence, field, value),
-            Some(name),
-            format!("{SECTION}[{index}] {name:?}: {what}"),
-        )
+        ctx.rule_invalid(SECTION, index, name, occurrence, field, value, what)
     };
     match &rule.ports {
         PortSet::Any => {}
