@@ -514,33 +514,19 @@ impl Approvals {
             Outcome::Denied | Outcome::Cancelled => false,
             Outcome::Timeout => self.timeout_action == TimeoutAction::Allow,
         };
-        let mut outcome = verdict.outcome;
-        let mut effective_allow = false;
-        if let Some(n) = live {
-            // Re-check right before answering: the notification must still
-            // name the tracee whose facts were judged.
-            if !notif::id_valid(fd.as_fd(), n) {
-                outcome = Outcome::Cancelled;
-            } else if allow {
-                let _ = allowed.send((exec.pid, exec.starttime, exec.depth));
-                // SAFETY ARGUMENT for CONTINUE: the facts were read while the
-                // tracee was stopped in this syscall (supervisor::handle), the
-                // exec stays stopped while it waits, and id_valid just proved the
-                // notification still names that tracee. The argv-rewrite TOCTOU
-                // of the supervisor's module doc applies unchanged.
-                match notif::respond_continue(fd.as_fd(), n) {
-                    Ok(()) => effective_allow = true,
-                    Err(_) => outcome = Outcome::Cancelled,
-                }
-            } else if notif::respond_errno(fd.as_fd(), n, libc::EACCES).is_err() {
-                outcome = Outcome::Cancelled;
-            }
-        }
-        let reason = if outcome == verdict.outcome {
-            verdict.reason
+        // Re-check right before answering: the notification must still name
+        // the tracee whose facts were judged. The event is written before the
+        // answer, as for every exec (see supervisor::handle).
+        let live = live.filter(|n| notif::id_valid(fd.as_fd(), *n));
+        let (outcome, reason) = if live.is_some() || verdict.outcome == Outcome::Cancelled {
+            (verdict.outcome, verdict.reason)
         } else {
-            Some("the process stopped waiting before the answer".into())
+            (
+                Outcome::Cancelled,
+                Some("the process stopped waiting before the answer".into()),
+            )
         };
+        let effective_allow = allow && live.is_some();
         tracing::info!(%id, pid = exec.pid, outcome = outcome.as_str(), "approval finished");
         self.record(
             &exec,
@@ -550,6 +536,21 @@ impl Approvals {
             reason,
             effective_allow,
         );
+        let Some(n) = live else { return };
+        let answered = if effective_allow {
+            let _ = allowed.send((exec.pid, exec.starttime, exec.depth));
+            // SAFETY ARGUMENT for CONTINUE: the facts were read while the
+            // tracee was stopped in this syscall (supervisor::handle), the
+            // exec stays stopped while it waits, and id_valid just proved the
+            // notification still names that tracee. The argv-rewrite TOCTOU
+            // of the supervisor's module doc applies unchanged.
+            notif::respond_continue(fd.as_fd(), n)
+        } else {
+            notif::respond_errno(fd.as_fd(), n, libc::EACCES)
+        };
+        if let Err(e) = answered {
+            tracing::info!(%id, pid = exec.pid, "answer not delivered (the process is gone): {e}");
+        }
     }
 
     fn record(

@@ -382,7 +382,6 @@ fn handle(
     let started = std::time::Instant::now();
     let fd = tree.fd.as_fd();
     let Some(call) = classify_call(n.arch, n.nr) else {
-        let _ = notif::respond_errno(fd, n.id, libc::EACCES);
         ctx.audit.record(
             &tree.session_id,
             EventBody::Execve(deny_event(
@@ -394,6 +393,7 @@ fn handle(
                 format!("unexpected syscall {} on arch {:#x}", n.nr, n.arch),
             )),
         );
+        let _ = notif::respond_errno(fd, n.id, libc::EACCES);
         return;
     };
     let g = match gather(&ctx.limits, &n, call) {
@@ -414,12 +414,12 @@ fn handle(
             ppid,
             filename,
         }) => {
-            let _ = notif::respond_errno(fd, n.id, libc::EACCES);
             tracing::warn!(pid, "exec denied: {reason}");
             ctx.audit.record(
                 &tree.session_id,
                 EventBody::Execve(deny_event(pid, ppid, 0, filename, rule, reason)),
             );
+            let _ = notif::respond_errno(fd, n.id, libc::EACCES);
             return;
         }
     };
@@ -496,25 +496,9 @@ fn handle(
             return;
         }
     };
-    // SAFETY ARGUMENT for CONTINUE: see the module doc. The facts were read
-    // while the tracee was stopped in this syscall and id_valid confirmed the
-    // notification (hence the pid) is still live.
-    let answered = if allow {
-        notif::respond_continue(fd, n.id)
-    } else {
-        notif::respond_errno(fd, n.id, libc::EACCES)
-    };
-    if let Err(e) = &answered {
-        tracing::debug!(pid = g.pid, "answer not delivered (tracee gone?): {e}");
-    }
-    tracing::trace!(
-        pid = g.pid,
-        us = started.elapsed().as_micros() as u64,
-        "exec answered"
-    );
-    if allow && answered.is_ok() {
-        book.record(g.pid, g.stat.starttime, depth);
-    }
+    // The event is written before the answer: whatever the exec does next,
+    // the audit trail already has it (and a reader that saw the command end
+    // sees its last exec).
     let message = verdict.message.clone();
     ctx.audit.record(
         &tree.session_id,
@@ -536,6 +520,25 @@ fn handle(
             reason: None,
         }),
     );
+    // SAFETY ARGUMENT for CONTINUE: see the module doc. The facts were read
+    // while the tracee was stopped in this syscall and id_valid confirmed the
+    // notification (hence the pid) is still live.
+    let answered = if allow {
+        notif::respond_continue(fd, n.id)
+    } else {
+        notif::respond_errno(fd, n.id, libc::EACCES)
+    };
+    if let Err(e) = &answered {
+        tracing::debug!(pid = g.pid, "answer not delivered (tracee gone?): {e}");
+    }
+    tracing::trace!(
+        pid = g.pid,
+        us = started.elapsed().as_micros() as u64,
+        "exec answered"
+    );
+    if allow && answered.is_ok() {
+        book.record(g.pid, g.stat.starttime, depth);
+    }
 }
 
 #[cfg(test)]

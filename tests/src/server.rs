@@ -71,6 +71,20 @@ impl Drop for TempDir {
     }
 }
 
+/// Where a test server keeps its files by default. Not `/tmp`: agentsh keeps
+/// trees from writing or creating anything in a directory that holds its
+/// files, and it does so by granting each of that directory's other entries
+/// one by one (up to a limit). A server under `/tmp` would make the tests
+/// depend on what else `/tmp` holds; `/run` (as root) holds little.
+pub fn server_base() -> PathBuf {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        PathBuf::from("/run/agentsh-tests")
+    } else {
+        std::env::temp_dir()
+    }
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -89,8 +103,9 @@ pub struct TestServer {
 impl TestServer {
     /// Starts a server whose policy is `policy_yaml`; `extra_config` is appended
     /// to the generated config (YAML top-level keys).
+    /// The server's files live under [`server_base`], never in `/tmp`.
     pub fn start(policy_yaml: &str, extra_config: &str) -> TestServer {
-        TestServer::start_in(&std::env::temp_dir(), policy_yaml, extra_config)
+        TestServer::start_in(&server_base(), policy_yaml, extra_config)
     }
 
     /// Like [`TestServer::start`], with the server's files (config, policy,

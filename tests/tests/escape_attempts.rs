@@ -174,8 +174,10 @@ fn attempts(c: &Ctx) -> Vec<Attempt> {
         rule("memfd through /proc/self/fd", "true", &memfd_path, "fileless_exec", "memfd:"),
         rule(
             "fexecve of a deleted file",
-            "cp /usr/bin/true /srv/ws/d-$$",
-            &format!("exec 3</srv/ws/d-$$; rm /srv/ws/d-$$; {} /proc/self/fd/3 d", c.fexec),
+            // The helper is copied into the workspace: where the build put
+            // it may be no place the policy lets programs run from.
+            &format!("cp /usr/bin/true /srv/ws/d-$$ && cp {} /srv/ws/fx-$$", c.fexec),
+            "exec 3</srv/ws/d-$$; rm /srv/ws/d-$$; /srv/ws/fx-$$ /proc/self/fd/3 d",
             "fileless_exec",
             "(deleted)",
         ),
