@@ -10,6 +10,7 @@ pub mod approval;
 pub mod audit;
 pub mod config;
 pub mod intake;
+pub mod lifecycle;
 pub mod policy;
 pub mod session;
 pub mod shim_install;

@@ -4,20 +4,26 @@ use agentsh::api::{self, Api};
 use agentsh::approval::{self, Approvals};
 use agentsh::audit::AuditLog;
 use agentsh::config::{Config, CONFIG_HELP, EMBEDDED_CONFIG};
+use agentsh::lifecycle;
 use agentsh::policy::landlock::SessionLandlock;
 use agentsh::policy::{self, Policy};
 use agentsh::session::Sessions;
 use agentsh::shim_install::{self, ShimCommand};
 use agentsh::supervisor::SupervisorContext;
 use agentsh_proto::SeccompConfig;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 /// agentsh: kernel-enforced policy on every command an AI agent runs.
 #[derive(Debug, Parser)]
-#[command(name = "agentsh", version, about, long_about = None)]
+#[command(
+    name = "agentsh",
+    version,
+    about = "agentsh: kernel-enforced policy on every command an AI agent runs (server and admin CLI)",
+    long_about = None
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -64,6 +70,57 @@ enum Command {
     Shim {
         #[command(subcommand)]
         command: ShimCommand,
+    },
+    /// Wait until a server answers GET /healthz; exit 0 when it does, 1 at the timeout.
+    ///
+    /// For start-up scripts: `agentsh server & agentsh ready --timeout 10 && exec DAEMON`.
+    Ready {
+        /// Server API base URL.
+        #[arg(long, default_value = agentsh_proto::shimconf::DEFAULT_SERVER)]
+        server: String,
+        /// Seconds to wait.
+        #[arg(long, default_value_t = 10.0, value_name = "SECS")]
+        timeout: f64,
+    },
+    /// A container's first process where there is no systemd: start the server,
+    /// wait until it is ready, then run CMD (the SDK's daemon).
+    ///
+    /// CMD runs only once the server answers, so no shell of the sandbox starts
+    /// before supervision is possible. SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1
+    /// and SIGUSR2 are forwarded to CMD; when CMD exits, the server is stopped
+    /// and the entrypoint exits with CMD's status (128+N for signal N). A
+    /// server that dies is started again (a supervised tree cannot exec while
+    /// it is down). Exit 1 when the server cannot be started, 127 when CMD is
+    /// not found. Orphans re-parented to it are reaped.
+    ///
+    /// Docker: ENTRYPOINT ["agentsh", "entrypoint", "--"] with CMD ["envd"].
+    /// Exec form matters: a shell-form entrypoint would run /bin/sh (the shim)
+    /// before the server exists.
+    #[command(verbatim_doc_comment)]
+    Entrypoint {
+        /// Server config file (as for `agentsh server --config`); embedded defaults without it.
+        #[arg(long, value_name = "PATH")]
+        config: Option<PathBuf>,
+        /// Seconds to wait for the server to answer before giving up (exit 1).
+        #[arg(long, default_value_t = 10.0, value_name = "SECS")]
+        ready_timeout: f64,
+        /// The command to run once the server is ready, with its arguments.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<std::ffi::OsString>,
+    },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    ///
+    /// bash: agentsh completions bash > /usr/share/bash-completion/completions/agentsh
+    #[command(verbatim_doc_comment)]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Write man pages (agentsh.1 and one per subcommand) into DIR.
+    Man {
+        /// Output directory (created if missing).
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
     },
 }
 
@@ -273,6 +330,36 @@ fn print_events(
     }
 }
 
+/// A duration from a number of seconds given on the command line.
+fn seconds(s: f64) -> Result<std::time::Duration, String> {
+    std::time::Duration::try_from_secs_f64(s)
+        .map_err(|_| format!("{s} is not a number of seconds (0 or more)"))
+}
+
+/// `agentsh man --dir DIR`: agentsh.1 plus agentsh-SUB[-SUB].1 for every subcommand.
+fn write_man_pages(dir: &std::path::Path) -> Result<(), String> {
+    fn walk(cmd: clap::Command, name: String, dir: &std::path::Path) -> Result<(), String> {
+        let cmd = cmd.name(name.clone());
+        let path = dir.join(format!("{name}.1"));
+        let mut buf = Vec::new();
+        clap_mangen::Man::new(cmd.clone())
+            .render(&mut buf)
+            .map_err(|e| format!("cannot render {name}.1: {e}"))?;
+        std::fs::write(&path, buf).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        for sub in cmd.get_subcommands() {
+            if sub.get_name() == "help" {
+                continue;
+            }
+            walk(sub.clone(), format!("{name}-{}", sub.get_name()), dir)?;
+        }
+        Ok(())
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let mut cmd = Cli::command();
+    cmd.build();
+    walk(cmd, "agentsh".into(), dir)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -299,6 +386,38 @@ fn main() -> ExitCode {
             format,
         } => print_events(server.trim_end_matches('/'), &session, follow, format),
         Command::Approvals { command } => approval::cli::run(command),
+        Command::Ready { server, timeout } => {
+            seconds(timeout).and_then(|t| lifecycle::wait_ready(server.trim_end_matches('/'), t))
+        }
+        Command::Entrypoint {
+            config,
+            ready_timeout,
+            command,
+        } => {
+            let ready_timeout = match seconds(ready_timeout) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("agentsh: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let code = lifecycle::run(lifecycle::Entrypoint {
+                config,
+                ready_timeout,
+                command,
+            });
+            return ExitCode::from(code.clamp(0, 255) as u8);
+        }
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "agentsh",
+                &mut std::io::stdout(),
+            );
+            Ok(())
+        }
+        Command::Man { dir } => write_man_pages(&dir),
         Command::Shim { command } => {
             let code = shim_install::run(command);
             return ExitCode::from(code.clamp(0, 255) as u8);

@@ -1,0 +1,251 @@
+//! End-to-end: starting the server without a service manager (`agentsh
+//! ready`, `agentsh entrypoint`), and the generated man pages and completions.
+
+use agentsh_tests::server::{bin, free_port, server_base, TempDir, TestServer};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A config for a server of our own on a free port, files under `dir`.
+fn config(dir: &TempDir) -> (std::path::PathBuf, String) {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let text = format!(
+        "server:\n  http:\n    addr: \"{addr}\"\nstate_dir: {}\naudit:\n  jsonl: {}\nwrapper_binary: {}\n",
+        dir.path().join("state").display(),
+        dir.path().join("audit.jsonl").display(),
+        bin("agentsh-unixwrap").display(),
+    );
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, text).unwrap();
+    (path, format!("http://{addr}"))
+}
+
+fn answers(url: &str) -> bool {
+    ureq::get(format!("{url}/healthz")).call().is_ok()
+}
+
+/// Waits (generously: this is not a timing assertion) for `cond`.
+fn eventually(what: &str, cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if cond() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("never happened: {what}");
+}
+
+fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        assert!(Instant::now() < deadline, "the entrypoint did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The pids of `pid`'s children.
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+fn comm(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn ready_waits_for_a_server_and_fails_with_a_reason_without_one() {
+    let srv = TestServer::start("name: p\ndefault: allow\n", "");
+    let ok = Command::new(bin("agentsh"))
+        .args(["ready", "--server", &srv.url, "--timeout", "5"])
+        .output()
+        .unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+
+    let nobody = format!("http://127.0.0.1:{}", free_port());
+    let bad = Command::new(bin("agentsh"))
+        .args(["ready", "--server", &nobody, "--timeout", "0.3"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("did not answer /healthz within 0.3s"), "{err}");
+    assert!(bad.stdout.is_empty());
+}
+
+#[test]
+fn entrypoint_runs_the_command_once_ready_and_returns_its_status() {
+    let dir = TempDir::new_in(&server_base(), "ep");
+    let (cfg, url) = config(&dir);
+    // The command itself checks, with a single probe, that the server
+    // already answers when it starts; then exits 7.
+    let probe = format!(
+        "{} ready --server {url} --timeout 0 && exit 7",
+        bin("agentsh").display()
+    );
+    let out = Command::new(bin("agentsh"))
+        .arg("entrypoint")
+        .arg("--config")
+        .arg(&cfg)
+        .args(["--", "/bin/sh", "-c", &probe])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The entrypoint stopped its server before exiting.
+    assert!(!answers(&url), "the server outlived the entrypoint");
+
+    let missing = Command::new(bin("agentsh"))
+        .arg("entrypoint")
+        .arg("--config")
+        .arg(&cfg)
+        .args(["--", "/nonexistent/envd"])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(127));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot run /nonexistent/envd"));
+    assert!(!answers(&url));
+}
+
+#[test]
+fn entrypoint_fails_when_the_server_cannot_start() {
+    let dir = TempDir::new_in(&server_base(), "epbad");
+    let cfg = dir.path().join("config.yaml");
+    std::fs::write(&cfg, "policy: /nonexistent/policy.yaml\n").unwrap();
+    let marker = dir.path().join("ran");
+    let out = Command::new(bin("agentsh"))
+        .arg("entrypoint")
+        .arg("--config")
+        .arg(&cfg)
+        .args(["--", "/usr/bin/touch"])
+        .arg(&marker)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("exited during start-up"), "{err}");
+    assert!(!marker.exists(), "the command ran without a server");
+}
+
+#[test]
+fn entrypoint_forwards_sigterm_and_restarts_a_dead_server() {
+    let dir = TempDir::new_in(&server_base(), "epsig");
+    let (cfg, url) = config(&dir);
+    let mut ep = Command::new(bin("agentsh"))
+        .arg("entrypoint")
+        .arg("--config")
+        .arg(&cfg)
+        .args(["--", "/bin/sleep", "600"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    eventually("the command started", || {
+        children(ep.id()).iter().any(|p| comm(*p) == "sleep")
+    });
+    assert!(answers(&url), "the command ran before the server answered");
+
+    // A server that dies is started again.
+    let server = children(ep.id())
+        .into_iter()
+        .find(|p| comm(*p) == "agentsh")
+        .expect("the server is the entrypoint's child");
+    // SAFETY: plain kill(2) of our grandchild.
+    unsafe { libc::kill(server as i32, libc::SIGKILL) };
+    eventually("a new server answers", || {
+        children(ep.id())
+            .iter()
+            .any(|p| comm(*p) == "agentsh" && *p != server)
+            && answers(&url)
+    });
+
+    // SIGTERM goes to the command; its death ends the entrypoint.
+    // SAFETY: plain kill(2) of our child.
+    unsafe { libc::kill(ep.id() as i32, libc::SIGTERM) };
+    let st = wait_exit(&mut ep);
+    assert_eq!(st.code(), Some(128 + libc::SIGTERM));
+    assert!(!answers(&url), "the server outlived the entrypoint");
+    let mut err = String::new();
+    std::io::Read::read_to_string(ep.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(err.contains("starting it again"), "{err}");
+}
+
+#[test]
+fn man_pages_and_completions_cover_every_subcommand() {
+    let dir = TempDir::new("man");
+    let out = Command::new(bin("agentsh"))
+        .args(["man", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let help = Command::new(bin("agentsh")).arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout).to_string();
+    // Every subcommand `agentsh --help` lists has a page, and its options are in it.
+    let subs: Vec<&str> = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        // continuation lines of a wrapped description are indented further
+        .filter(|l| !l.starts_with("   "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|s| *s != "help")
+        .collect();
+    assert!(subs.len() >= 9, "{help}");
+    for s in &subs {
+        let page = std::fs::read_to_string(dir.path().join(format!("agentsh-{s}.1")))
+            .unwrap_or_else(|e| panic!("agentsh-{s}.1: {e}"));
+        assert!(
+            page.starts_with(".ie") || page.contains(".TH"),
+            "{s}: {page}"
+        );
+    }
+    let server = std::fs::read_to_string(dir.path().join("agentsh-server.1")).unwrap();
+    assert!(server.contains("print\\-config") || server.contains("print-config"));
+    assert!(dir.path().join("agentsh-shim-install.1").exists());
+
+    let bash = Command::new(bin("agentsh"))
+        .args(["completions", "bash"])
+        .output()
+        .unwrap();
+    assert!(bash.status.success());
+    let script = String::from_utf8_lossy(&bash.stdout);
+    for s in &subs {
+        assert!(script.contains(s), "bash completion lacks {s}");
+    }
+    // The script is valid bash.
+    let check = Command::new("bash")
+        .arg("-n")
+        .stdin(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            std::io::Write::write_all(c.stdin.as_mut().unwrap(), &bash.stdout)?;
+            drop(c.stdin.take());
+            c.wait()
+        })
+        .unwrap();
+    assert!(check.success());
+}
