@@ -14,11 +14,14 @@ use std::time::{Duration, Instant};
 /// Panics with the command to run if it has not been built.
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
-    // target/<profile>/deps/<test> -> target/<profile>/<name>
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("test binary lives in target/<profile>/deps");
+    // A test: target/<profile>/deps/<test> -> target/<profile>/<name>; a
+    // binary of this crate (the demo) sits beside the others already.
+    let parent = exe.parent().expect("the executable's directory");
+    let dir = if parent.file_name().is_some_and(|n| n == "deps") {
+        parent.parent().expect("target/<profile>")
+    } else {
+        parent
+    };
     let p = dir.join(name);
     assert!(
         p.is_file(),
@@ -125,13 +128,38 @@ impl TestServer {
         extra_config: &str,
         command: impl FnOnce(PathBuf) -> Command,
     ) -> TestServer {
+        TestServer::launch(base, Some(policy_yaml), extra_config, command)
+    }
+
+    /// Like [`TestServer::start_with`] with no policy of the test's: the
+    /// server uses its default (`agent-default`, from `/etc/agentsh/policies`
+    /// as `command` sees it, else the built-in copy).
+    pub fn start_on_default_policy(
+        base: &Path,
+        extra_config: &str,
+        command: impl FnOnce(PathBuf) -> Command,
+    ) -> TestServer {
+        TestServer::launch(base, None, extra_config, command)
+    }
+
+    fn launch(
+        base: &Path,
+        policy_yaml: Option<&str>,
+        extra_config: &str,
+        command: impl FnOnce(PathBuf) -> Command,
+    ) -> TestServer {
         let dir = TempDir::new_in(base, "server");
-        let policy = dir.path().join("policy.yaml");
-        std::fs::write(&policy, policy_yaml).expect("write policy");
+        let policy_line = match policy_yaml {
+            Some(yaml) => {
+                let policy = dir.path().join("policy.yaml");
+                std::fs::write(&policy, yaml).expect("write policy");
+                format!("policy: {}\n", policy.display())
+            }
+            None => String::new(),
+        };
         let addr = format!("127.0.0.1:{}", free_port());
         let config = format!(
-            "server:\n  http:\n    addr: \"{addr}\"\npolicy: {}\nstate_dir: {}\naudit:\n  jsonl: {}\nwrapper_binary: {}\n{extra_config}",
-            policy.display(),
+            "server:\n  http:\n    addr: \"{addr}\"\n{policy_line}state_dir: {}\naudit:\n  jsonl: {}\nwrapper_binary: {}\n{extra_config}",
             dir.path().join("state").display(),
             dir.path().join("audit.jsonl").display(),
             bin("agentsh-unixwrap").display(),
