@@ -84,13 +84,13 @@ pub fn settings(loaded: Loaded, env_mode: Option<&[u8]>) -> Result<Settings, Str
                 ..ShimConf::default()
             };
             let note = format!(
-                "agentsh-shell-shim: {reason}; ignoring it and acting as shim_install=on (make it root-owned and mode 0644)"
+                "agentsh-shell-shim: {reason}; ignoring it and acting as shim_install=on (make it root-owned and mode 0644); see docs/troubleshooting.md#shimconf-is-ignored"
             );
             (c, Some(note))
         }
         Loaded::Invalid(e) => {
             return Err(format!(
-                "agentsh-shell-shim: {SHIM_CONF_PATH} line {}: {}; fix the file (see docs/shim.md)",
+                "agentsh-shell-shim: {SHIM_CONF_PATH} line {}: {}; fix the file (see docs/troubleshooting.md#shimconf-is-not-valid)",
                 e.line, e.message
             ))
         }
@@ -168,7 +168,7 @@ pub fn fall_through(mode: Mode, server: &str, failure: &InstallFailure) -> FallT
             "{failure}; shim_install=auto: running the shell UNSUPERVISED (server {server})"
         )),
         Mode::On => FallThrough::Refuse(format!(
-            "agentsh-shell-shim: {failure}; shim_install=on refuses to run unsupervised: start the agentsh server ({server}) or fix {SHIM_CONF_PATH}"
+            "agentsh-shell-shim: {failure}; shim_install=on refuses to run unsupervised: start the agentsh server ({server}) or fix {SHIM_CONF_PATH}; see docs/troubleshooting.md#refuses-to-run-unsupervised"
         )),
     }
 }
@@ -176,7 +176,7 @@ pub fn fall_through(mode: Mode, server: &str, failure: &InstallFailure) -> FallT
 /// The hint when the real shell is the shim itself.
 pub fn loop_hint(real: &str) -> String {
     format!(
-        "agentsh-shell-shim: {real} is this shim itself, not a real shell; repair the install with `agentsh shim uninstall` then `agentsh shim install`"
+        "agentsh-shell-shim: {real} is this shim itself, not a real shell; repair the install with `agentsh shim uninstall` then `agentsh shim install`; see docs/troubleshooting.md#the-real-shell-is-this-shim-itself"
     )
 }
 

@@ -94,7 +94,7 @@ fn check_real_shell(real: &str) -> Result<(), i32> {
         Ok(m) => m,
         Err(e) => {
             let hint = format!(
-                "agentsh-shell-shim: the real shell {real} is missing ({e}); check the install with `agentsh shim status`"
+                "agentsh-shell-shim: the real shell {real} is missing ({e}); check the install with `agentsh shim status`; see docs/troubleshooting.md#the-real-shell-is-missing-or-cannot-run"
             );
             eprintln!("{hint}");
             log::log(log::Priority::Warning, &hint);
@@ -137,7 +137,7 @@ fn exec_real(real: &str, argv0: &CStr, argv: &[&CStr]) -> i32 {
     unsafe { libc::execv(path.as_ptr(), ptrs.as_ptr()) };
     let e = std::io::Error::last_os_error();
     let hint = format!(
-        "agentsh-shell-shim: cannot run the real shell {real}: {e}; check the install with `agentsh shim status`"
+        "agentsh-shell-shim: cannot run the real shell {real}: {e}; check the install with `agentsh shim status`; see docs/troubleshooting.md#the-real-shell-is-missing-or-cannot-run"
     );
     eprintln!("{hint}");
     log::log(log::Priority::Warning, &hint);

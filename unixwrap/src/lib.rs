@@ -67,10 +67,10 @@ pub fn run(argv: Vec<OsString>) -> c_int {
 fn wrap(args: &[OsString], log: &Log, sigpipe: &SigpipeGuard) -> Exit {
     let inv = match args::parse_args(args) {
         Ok(i) => i,
-        Err(e) => return refuse(format!("agentsh-unixwrap: {e} ({})", args::USAGE)),
+        Err(e) => return refuse(format!("agentsh-unixwrap: {e} ({}); see docs/troubleshooting.md#unixwrap-refused-to-run-the-command", args::USAGE)),
     };
     let cmd = inv.command.to_string_lossy().into_owned();
-    let refuse_cmd = |msg: &dyn std::fmt::Display| refuse(format!("refusing to run {cmd}: {msg}"));
+    let refuse_cmd = |msg: &dyn std::fmt::Display| refuse(format!("refusing to run {cmd}: {msg}; see docs/troubleshooting.md#unixwrap-refused-to-run-the-command"));
 
     let config = match args::parse_config(
         env::SECCOMP_CONFIG,
@@ -90,12 +90,12 @@ fn wrap(args: &[OsString], log: &Log, sigpipe: &SigpipeGuard) -> Exit {
         Err(ResolveError::NotFound) => {
             return Exit {
                 code: EXIT_NOT_FOUND,
-                stderr: format!("agentsh-unixwrap: {cmd}: command not found"),
+                stderr: format!("agentsh-unixwrap: {cmd}: command not found; see docs/troubleshooting.md#the-real-shell-is-missing-or-cannot-run"),
             }
         }
         Err(ResolveError::NotExecutable(p)) => {
             return refuse(format!(
-                "{cmd}: permission denied ({} is not an executable file)",
+                "{cmd}: permission denied ({} is not an executable file); see docs/troubleshooting.md#the-real-shell-is-missing-or-cannot-run",
                 p.display()
             ))
         }
@@ -140,8 +140,8 @@ fn wrap(args: &[OsString], log: &Log, sigpipe: &SigpipeGuard) -> Exit {
     let kernel_refused = |what: String| -> Exit {
         log!(log, "kernel refused: {what}");
         match inv.on_kernel_refusal {
-            OnKernelRefusal::Refuse => refuse_cmd(&format!(
-                "the kernel cannot supervise this command ({what}); nothing was installed"
+            OnKernelRefusal::Refuse => refuse(format!(
+                "refusing to run {cmd}: the kernel cannot supervise this command ({what}); nothing was installed; see docs/troubleshooting.md#the-kernel-cannot-supervise-this-command"
             )),
             OnKernelRefusal::Exec => {
                 log!(
@@ -289,9 +289,9 @@ fn exec_command(inv: &Invocation, resolved: &Path, log: &Log, sigpipe: &SigpipeG
     if e.raw_os_error() == Some(libc::ENOENT) {
         Exit {
             code: EXIT_NOT_FOUND,
-            stderr: format!("agentsh-unixwrap: {cmd}: {e}"),
+            stderr: format!("agentsh-unixwrap: {cmd}: {e}; see docs/troubleshooting.md#the-real-shell-is-missing-or-cannot-run"),
         }
     } else {
-        refuse(format!("cannot exec {cmd} ({}): {e}", resolved.display()))
+        refuse(format!("cannot exec {cmd} ({}): {e}; see docs/troubleshooting.md#the-real-shell-is-missing-or-cannot-run", resolved.display()))
     }
 }
