@@ -70,7 +70,9 @@ fn wrap(args: &[OsString], log: &Log, sigpipe: &SigpipeGuard) -> Exit {
         Err(e) => return refuse(format!("agentsh-unixwrap: {e} ({}); see docs/troubleshooting.md#unixwrap-refused-to-run-the-command", args::USAGE)),
     };
     let cmd = inv.command.to_string_lossy().into_owned();
-    let refuse_cmd = |msg: &dyn std::fmt::Display| refuse(format!("refusing to run {cmd}: {msg}; see docs/troubleshooting.md#unixwrap-refused-to-run-the-command"));
+    let refuse_cmd = |msg: &dyn std::fmt::Display| {
+        refuse(format!("refusing to run {cmd}: {msg}; see docs/troubleshooting.md#unixwrap-refused-to-run-the-command"))
+    };
 
     let config = match args::parse_config(
         env::SECCOMP_CONFIG,

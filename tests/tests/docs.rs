@@ -1,0 +1,835 @@
+//! The docs checked against the code: every config and policy key, every
+//! YAML and shim.conf example, every exit-126 hint's troubleshooting section,
+//! and every command in a fenced `sh`/`bash`/`console` block of README.md and
+//! docs/*.md (run against a test server or a temporary root, or listed with
+//! the test that exercises it elsewhere).
+
+use agentsh_tests::ns::Namespace;
+use agentsh_tests::server::{bin, require_root, TempDir, TestServer};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Commands that cannot run harmlessly here, and where they are exercised.
+const EXERCISED_ELSEWHERE: &[(&str, &str)] = &[
+    ("./tests/run.sh", ".ci/run"),
+    ("./tests/demo.sh", "tests/demo.sh"),
+    ("cargo build --release --locked", ".ci/run"),
+    (
+        "packaging/deb/build.sh",
+        "tests/tests/install_deb.rs deb_installs_supervises_sdk_shells_survives_a_dash_reinstall_and_uninstalls_exactly",
+    ),
+    (
+        "apt-get install ./target/deb/agentsh_*.deb",
+        "tests/tests/install_deb.rs deb_installs_supervises_sdk_shells_survives_a_dash_reinstall_and_uninstalls_exactly",
+    ),
+    (
+        "systemctl enable --now agentsh",
+        "tests/tests/install_deb.rs systemd_unit_as_installed_from_the_deb_passes_systemd_analyze_verify",
+    ),
+    (
+        "apt-get remove agentsh",
+        "tests/tests/install_deb.rs deb_installs_supervises_sdk_shells_survives_a_dash_reinstall_and_uninstalls_exactly",
+    ),
+];
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+fn read(rel: &str) -> String {
+    std::fs::read_to_string(repo().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+/// README.md and docs/*.md, as (relative path, text).
+fn doc_files() -> Vec<(String, String)> {
+    let mut v = vec![("README.md".to_string(), read("README.md"))];
+    let mut names: Vec<String> = std::fs::read_dir(repo().join("docs"))
+        .expect("docs/")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".md"))
+        .collect();
+    names.sort();
+    for n in names {
+        let rel = format!("docs/{n}");
+        v.push((rel.clone(), read(&rel)));
+    }
+    v
+}
+
+struct Block {
+    file: String,
+    line: usize,
+    lang: String,
+    text: String,
+}
+
+fn blocks(file: &str, text: &str) -> Vec<Block> {
+    let mut out = Vec::new();
+    let mut cur: Option<Block> = None;
+    for (i, l) in text.lines().enumerate() {
+        if let Some(rest) = l.trim_start().strip_prefix("```") {
+            match cur.take() {
+                Some(b) => out.push(b),
+                None => {
+                    cur = Some(Block {
+                        file: file.to_string(),
+                        line: i + 1,
+                        lang: rest.trim().to_string(),
+                        text: String::new(),
+                    })
+                }
+            }
+        } else if let Some(b) = cur.as_mut() {
+            b.text.push_str(l);
+            b.text.push('\n');
+        }
+    }
+    out
+}
+
+fn all_blocks() -> Vec<Block> {
+    doc_files().iter().flat_map(|(f, t)| blocks(f, t)).collect()
+}
+
+/// GitHub's heading anchors: lowercase, punctuation other than `-` and `_`
+/// dropped, spaces to `-`, duplicates numbered.
+fn anchors(md: &str) -> BTreeSet<String> {
+    let mut seen = BTreeSet::new();
+    let mut in_code = false;
+    for l in md.lines() {
+        if l.trim_start().starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        if in_code || !l.starts_with('#') {
+            continue;
+        }
+        let title = l.trim_start_matches('#').trim();
+        let base: String = title
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect();
+        let mut a = base.clone();
+        let mut n = 1;
+        while seen.contains(&a) {
+            a = format!("{base}-{n}");
+            n += 1;
+        }
+        seen.insert(a);
+    }
+    seen
+}
+
+const POINTER: &str = "docs/troubleshooting.md#";
+
+/// Every `docs/troubleshooting.md#anchor` in `text`.
+fn pointers(text: &str) -> Vec<String> {
+    text.match_indices(POINTER)
+        .map(|(i, _)| {
+            text[i + POINTER.len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+                .collect::<String>()
+        })
+        .filter(|a| !a.is_empty())
+        .collect()
+}
+
+/// A source file without its `#[cfg(test)]` module.
+fn non_test_source(rel: &str) -> String {
+    let s = read(rel);
+    match s.find("#[cfg(test)]") {
+        Some(i) => s[..i].to_string(),
+        None => s,
+    }
+}
+
+fn rust_sources(dir: &str) -> Vec<String> {
+    let mut v = Vec::new();
+    let mut stack = vec![repo().join(dir)];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("read source dir").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let rel = p.strip_prefix(repo()).expect("in repo");
+                v.push(rel.to_string_lossy().into_owned());
+            }
+        }
+    }
+    v.sort();
+    v
+}
+
+/// The string literal starting at the first `"` at or after `from`.
+fn literal_at(s: &str, from: usize) -> &str {
+    let start = from + s[from..].find('"').expect("a literal") + 1;
+    let mut end = start;
+    let b = s.as_bytes();
+    while end < b.len() && !(b[end] == b'"' && b[end - 1] != b'\\') {
+        end += 1;
+    }
+    &s[start..end]
+}
+
+#[test]
+fn every_hint_in_the_sources_names_a_troubleshooting_section_that_exists() {
+    let trouble = anchors(&read("docs/troubleshooting.md"));
+    let mut found = 0;
+    for dir in ["shim/src", "unixwrap/src", "server/src"] {
+        for f in rust_sources(dir) {
+            for a in pointers(&read(&f)) {
+                assert!(
+                    trouble.contains(&a),
+                    "{f}: docs/troubleshooting.md has no section #{a}; sections: {trouble:?}"
+                );
+                found += 1;
+            }
+        }
+    }
+    // The shim: every line it prints starts "agentsh-shell-shim: ".
+    let mut hints = Vec::new();
+    for f in ["shim/src/lib.rs", "shim/src/decide.rs"] {
+        let s = non_test_source(f);
+        for (i, _) in s.match_indices("\"agentsh-shell-shim: ") {
+            hints.push((f, literal_at(&s, i).to_string()));
+        }
+    }
+    // unixwrap: every stderr line is built by refuse(...) or an Exit's `stderr`.
+    let s = non_test_source("unixwrap/src/lib.rs");
+    for pat in ["refuse(format!(", "stderr: format!("] {
+        for (i, _) in s.match_indices(pat) {
+            let lit = literal_at(&s, i);
+            if lit == "agentsh: {msg}" {
+                continue; // the prefix every refusal gets
+            }
+            hints.push(("unixwrap/src/lib.rs", lit.to_string()));
+        }
+    }
+    assert!(hints.len() >= 12, "hint literals found: {hints:#?}");
+    for (f, h) in &hints {
+        assert!(
+            h.contains(POINTER),
+            "{f}: this hint names no troubleshooting section: {h:?}"
+        );
+    }
+    assert!(found >= hints.len());
+    // The examples in troubleshooting.md name existing sections too.
+    for a in pointers(&read("docs/troubleshooting.md")) {
+        assert!(
+            trouble.contains(&a),
+            "troubleshooting.md example names #{a}"
+        );
+    }
+}
+
+/// The one stderr line names a section that exists.
+fn assert_line_names_a_section(what: &str, o: &Output, code: i32) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(code), "{what}: {err}");
+    assert_eq!(err.lines().count(), 1, "{what}: {err}");
+    let p = pointers(&err);
+    assert_eq!(p.len(), 1, "{what}: no section named: {err}");
+    let trouble = anchors(&read("docs/troubleshooting.md"));
+    assert!(trouble.contains(&p[0]), "{what}: no section #{}", p[0]);
+}
+
+#[test]
+fn printed_hints_name_a_section_that_exists() {
+    let o = Command::new(bin("agentsh-unixwrap")).output().unwrap();
+    assert_line_names_a_section("unixwrap without arguments", &o, 126);
+    let o = Command::new(bin("agentsh-unixwrap"))
+        .args(["--", "/bin/true"])
+        .env_remove("AGENTSH_SECCOMP_CONFIG")
+        .output()
+        .unwrap();
+    assert_line_names_a_section("unixwrap without its environment", &o, 126);
+    if !Path::new("/usr/lib/agentsh/shells/sh").exists() {
+        let o = Command::new(bin("agentsh-shell-shim"))
+            .args(["-c", "true"])
+            .output()
+            .unwrap();
+        assert_line_names_a_section("shim without a real shell", &o, 127);
+    }
+}
+
+#[test]
+fn refusals_in_a_namespace_name_a_section_that_exists() {
+    if !require_root("refusals_in_a_namespace_name_a_section_that_exists") {
+        return;
+    }
+    let ns = Namespace::new();
+    ns.install_shim(false);
+    ns.write_shim_conf("shim_install=yes\n", 0o644);
+    let o = ns.run(&["/bin/sh", "-c", "echo must-not-run"], &[]);
+    assert_line_names_a_section("invalid shim.conf", &o, 126);
+    ns.configure("http://127.0.0.1:1", "on");
+    let o = ns.run(&["/bin/sh", "-c", "echo must-not-run"], &[]);
+    assert_line_names_a_section("shim_install=on, no server", &o, 126);
+    ns.write_shim_conf("shim_install=on\nserver=http://127.0.0.1:1\n", 0o666);
+    let o = ns.run(&["/bin/sh", "-c", "echo must-not-run"], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    let note = err.lines().next().unwrap_or("");
+    assert!(note.contains("ignoring it"), "{err}");
+    assert_eq!(pointers(note), ["shimconf-is-ignored"], "{err}");
+}
+
+/// Dotted keys of a YAML mapping written one key per line (the shipped config).
+fn yaml_keys(text: &str) -> BTreeSet<String> {
+    let mut path: Vec<(usize, String)> = Vec::new();
+    let mut keys = BTreeSet::new();
+    for l in text.lines() {
+        let t = l.trim_start();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        let indent = l.len() - t.len();
+        let Some((k, v)) = t.split_once(':') else {
+            continue;
+        };
+        while path.last().is_some_and(|(i, _)| *i >= indent) {
+            path.pop();
+        }
+        let mut full: Vec<&str> = path.iter().map(|(_, k)| k.as_str()).collect();
+        full.push(k);
+        if v.trim().is_empty() {
+            path.push((indent, k.to_string()));
+        } else {
+            keys.insert(full.join("."));
+        }
+    }
+    keys
+}
+
+/// First-column keys of the Markdown table rows between two headings.
+fn table_keys(md: &str, from_heading: &str, to_heading: &str) -> BTreeSet<String> {
+    let start = md.find(from_heading).expect("section start");
+    let end = md[start..].find(to_heading).map_or(md.len(), |i| start + i);
+    md[start..end]
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split_once('`').map(|(k, _)| k.to_string()))
+        .collect()
+}
+
+#[test]
+fn config_reference_matches_the_code() {
+    let doc = read("docs/configuration.md");
+    let documented = table_keys(&doc, "## Server: config.yaml", "### ");
+    let from_help: BTreeSet<String> = agentsh::config::CONFIG_HELP
+        .lines()
+        .skip(1)
+        .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+        .filter_map(|l| l.split_whitespace().next().map(String::from))
+        .collect();
+    let from_embedded = yaml_keys(agentsh::config::EMBEDDED_CONFIG);
+    assert_eq!(
+        from_help, from_embedded,
+        "CONFIG_HELP and the shipped config.yaml disagree"
+    );
+    assert_eq!(
+        documented, from_help,
+        "docs/configuration.md's table and the code disagree"
+    );
+    // Each documented key, with the default the doc gives, is accepted by the
+    // server's own loader; a misspelt one is not.
+    let help = agentsh::config::CONFIG_HELP;
+    for key in &documented {
+        let line = help
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(key))
+            .expect("key in help");
+        let default = line.split_whitespace().nth(1).expect("a default");
+        let row = doc
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{key}` |")))
+            .expect("row");
+        let doc_default = row.split('|').nth(2).expect("default column").trim();
+        assert_eq!(
+            doc_default.trim_matches(['`', '"']),
+            default.trim_matches('"'),
+            "default of {key}"
+        );
+        let parts: Vec<&str> = key.split('.').collect();
+        let mut yaml = String::new();
+        for (i, p) in parts.iter().enumerate() {
+            yaml += &"  ".repeat(i);
+            yaml += p;
+            yaml += ":";
+            yaml += if i + 1 == parts.len() { " " } else { "\n" };
+        }
+        yaml += default;
+        agentsh::config::Config::from_yaml(&yaml, key)
+            .unwrap_or_else(|e| panic!("{key}: {e}\n{yaml}"));
+        let bad = yaml.replacen(parts[parts.len() - 1], "misspelt_key", 1);
+        assert!(agentsh::config::Config::from_yaml(&bad, key).is_err());
+    }
+    // Every config example in the docs loads.
+    let mut n = 0;
+    for b in all_blocks() {
+        if b.lang == "yaml" && b.text.starts_with("# config.yaml") {
+            agentsh::config::Config::from_yaml(&b.text, &b.file)
+                .unwrap_or_else(|e| panic!("{}:{}: {e}", b.file, b.line));
+            n += 1;
+        }
+    }
+    assert!(n >= 5, "config examples found: {n}");
+}
+
+#[test]
+fn shim_conf_reference_matches_the_code() {
+    let doc = read("docs/configuration.md");
+    let documented = table_keys(&doc, "## shim.conf", "**Invalid file.**");
+    // The parser names the keys it accepts in its error.
+    let e = agentsh_proto::shimconf::parse("no_such_key=1").unwrap_err();
+    let accepted: BTreeSet<String> = e
+        .message
+        .rsplit("accepted keys: ")
+        .next()
+        .expect("accepted keys")
+        .split(", ")
+        .map(String::from)
+        .collect();
+    assert_eq!(documented, accepted);
+    for key in &documented {
+        let row = doc
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{key}` |")))
+            .expect("row");
+        let default = row.split('|').nth(3).expect("default").trim();
+        let conf = agentsh_proto::shimconf::parse(&format!("{key}={}", default.trim_matches('`')))
+            .unwrap_or_else(|e| panic!("{key}: {e}"));
+        assert_eq!(conf, agentsh_proto::shimconf::ShimConf::default(), "{key}");
+    }
+    let mode_row = doc.lines().find(|l| l.starts_with("| `shim_install` |"));
+    for v in ["auto", "on", "off"] {
+        assert!(mode_row.expect("row").contains(&format!("`{v}`")));
+        agentsh_proto::shimconf::parse(&format!("shim_install={v}")).unwrap();
+    }
+    let mut n = 0;
+    for b in all_blocks() {
+        if b.lang == "ini" && b.text.starts_with("# /etc/agentsh/shim.conf") {
+            agentsh_proto::shimconf::parse(&b.text)
+                .unwrap_or_else(|e| panic!("{}:{}: {e}", b.file, b.line));
+            n += 1;
+        }
+    }
+    assert!(n >= 1);
+    // The shipped file is the documented default.
+    assert_eq!(
+        agentsh_proto::shimconf::parse(&read("etc/agentsh/shim.conf")).unwrap(),
+        agentsh_proto::shimconf::ShimConf::default()
+    );
+}
+
+/// Field names of `pub struct NAME { pub field: ... }` and the snake_case
+/// variants of `pub enum NAME { Variant, ... }` in schema.rs.
+fn schema_names(src: &str, item: &str) -> Vec<String> {
+    let start = src
+        .find(&format!(" {item} {{"))
+        .unwrap_or_else(|| panic!("{item} in schema.rs"));
+    let body = &src[start..start + src[start..].find("\n}").expect("end")];
+    let mut v = Vec::new();
+    for l in body.lines().skip(1) {
+        let t = l.trim();
+        if t.starts_with("//") || t.starts_with("#[") || t.is_empty() {
+            continue;
+        }
+        if let Some(f) = t.strip_prefix("pub ") {
+            if let Some((name, _)) = f.split_once(':') {
+                v.push(name.to_string());
+            }
+        } else if let Some(var) = t.strip_suffix(',') {
+            if var.chars().all(|c| c.is_ascii_alphanumeric()) {
+                let mut s = String::new();
+                for (i, c) in var.chars().enumerate() {
+                    if c.is_ascii_uppercase() && i > 0 {
+                        s.push('_');
+                    }
+                    s.push(c.to_ascii_lowercase());
+                }
+                v.push(s);
+            }
+        }
+    }
+    assert!(!v.is_empty(), "nothing found in {item}");
+    v
+}
+
+#[test]
+fn policy_reference_names_every_schema_key_and_its_examples_pass_policy_check() {
+    let doc = read("docs/policy.md");
+    let src = read("server/src/policy/schema.rs");
+    for item in [
+        "PolicyDoc",
+        "CommandRuleDoc",
+        "SyscallsDoc",
+        "DepthRangeDoc",
+        "FileRule",
+        "NetworkRule",
+        "Decision",
+        "DepthKind",
+        "FileOperation",
+        "NetworkDirection",
+    ] {
+        for name in schema_names(&src, item) {
+            assert!(
+                doc.contains(&format!("`{name}`")) || doc.contains(&format!("{name}:")),
+                "docs/policy.md does not name `{name}` ({item})"
+            );
+        }
+    }
+    // Every policy example in any doc passes `agentsh policy check`; a
+    // fragment (no `default:`) is checked under `default: allow`.
+    let tmp = TempDir::new("docs-policy");
+    let mut n = 0;
+    for b in all_blocks() {
+        if b.lang != "yaml" || b.text.starts_with("# config.yaml") {
+            continue;
+        }
+        let text = if b.text.lines().any(|l| l.starts_with("default:")) {
+            b.text.clone()
+        } else {
+            format!("default: allow\n{}", b.text)
+        };
+        let f = tmp.path().join(format!("p{n}.yaml"));
+        std::fs::write(&f, text).unwrap();
+        let o = Command::new(bin("agentsh"))
+            .args(["policy", "check"])
+            .arg(&f)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{}:{}: {}",
+            b.file,
+            b.line,
+            String::from_utf8_lossy(&o.stderr)
+        );
+        n += 1;
+    }
+    assert!(n >= 4, "policy examples found: {n}");
+}
+
+/// Shell commands of the fenced sh/bash/console blocks, as (file, line, command).
+fn doc_commands() -> Vec<(String, usize, String)> {
+    let mut v = Vec::new();
+    for b in all_blocks() {
+        let console = b.lang == "console";
+        if !(b.lang == "sh" || b.lang == "bash" || console) {
+            continue;
+        }
+        let mut pending = String::new();
+        for (i, raw) in b.text.lines().enumerate() {
+            let mut l = raw.trim().to_string();
+            if console {
+                match l.strip_prefix("$ ").or_else(|| l.strip_prefix("# ")) {
+                    Some(c) => l = c.to_string(),
+                    None if pending.is_empty() => continue,
+                    None => {}
+                }
+            }
+            if let Some(i) = l.find(" #") {
+                l.truncate(i);
+            }
+            if l.starts_with('#') {
+                continue;
+            }
+            let cont = l.ends_with('\\');
+            pending += l.trim_end_matches('\\').trim();
+            if cont {
+                pending.push(' ');
+                continue;
+            }
+            let c = std::mem::take(&mut pending).trim().to_string();
+            if !c.is_empty() {
+                v.push((b.file.clone(), b.line + i + 1, c));
+            }
+        }
+    }
+    v
+}
+
+/// A synopsis line (`agentsh shim install [--bash] | uninstall | status`)
+/// as the concrete commands it stands for; placeholders get sample values.
+fn expand(cmd: &str) -> Vec<String> {
+    let alts: Vec<&str> = cmd.split(" | ").collect();
+    let prefix: Vec<&str> = alts[0].split_whitespace().take(2).collect();
+    let mut lines = vec![alts[0].to_string()];
+    for a in &alts[1..] {
+        lines.push(format!("{} {a}", prefix.join(" ")));
+    }
+    let mut out = Vec::new();
+    for l in lines {
+        let mut variants = vec![String::new()];
+        let mut rest = l.as_str();
+        while let Some(open) = rest.find('[') {
+            let close = rest[open..].find(']').expect("closing ]") + open;
+            let (before, opt) = (&rest[..open], &rest[open + 1..close]);
+            variants = variants
+                .into_iter()
+                .flat_map(|v| [format!("{v}{before}"), format!("{v}{before}{opt}")])
+                .collect();
+            rest = &rest[close + 1..];
+        }
+        for v in variants {
+            let words: Vec<String> = format!("{v}{rest}")
+                .split_whitespace()
+                .map(|w| match w {
+                    "ID" => "0".to_string(),
+                    "R" => "documented".to_string(),
+                    w => w.to_string(),
+                })
+                .collect();
+            out.push(words.join(" "));
+        }
+    }
+    out
+}
+
+/// Sets `--flag value`, replacing an existing value; before `--` if present.
+fn set_flag(args: &mut Vec<String>, flag: &str, value: &str) {
+    if let Some(i) = args.iter().position(|a| a == flag) {
+        args[i + 1] = value.to_string();
+        return;
+    }
+    let at = args.iter().position(|a| a == "--").unwrap_or(args.len());
+    args.insert(at, value.to_string());
+    args.insert(at, flag.to_string());
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap()
+}
+
+/// A fresh server config of its own (port, state, audit) under `dir`.
+fn own_config(dir: &Path) -> (PathBuf, String) {
+    let port = free_port();
+    let c = dir.join(format!("config-{port}.yaml"));
+    std::fs::write(
+        &c,
+        format!(
+            "server:\n  http:\n    addr: \"127.0.0.1:{port}\"\nstate_dir: {}\naudit:\n  jsonl: {}\nwrapper_binary: {}\n",
+            dir.join(format!("state-{port}")).display(),
+            dir.join(format!("audit-{port}.jsonl")).display(),
+            bin("agentsh-unixwrap").display()
+        ),
+    )
+    .unwrap();
+    (c, format!("http://127.0.0.1:{port}"))
+}
+
+/// A root with a real `sh` and `bash` for `agentsh shim ... --root`.
+fn fake_root(dir: &Path, n: usize) -> PathBuf {
+    let r = dir.join(format!("root{n}"));
+    std::fs::create_dir_all(r.join("bin")).unwrap();
+    std::fs::copy("/bin/dash", r.join("bin/sh")).unwrap();
+    std::fs::copy("/bin/bash", r.join("bin/bash")).unwrap();
+    r
+}
+
+fn run(args: &[String]) -> Output {
+    Command::new(bin("agentsh"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run agentsh")
+}
+
+/// Runs a long-running command for a moment: it must still be running
+/// (parsed and serving) or have exited 0.
+fn run_briefly(args: &[String]) -> Result<(), String> {
+    let mut c = Command::new(bin("agentsh"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < deadline {
+        if let Some(st) = c.try_wait().unwrap() {
+            let o = c.wait_with_output().unwrap();
+            return if st.success() {
+                Ok(())
+            } else {
+                Err(String::from_utf8_lossy(&o.stderr).into_owned())
+            };
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = c.kill();
+    let _ = c.wait();
+    Ok(())
+}
+
+/// Runs one documented `agentsh` command where it is harmless.
+fn run_agentsh(words: &[String], srv: &TestServer, tmp: &Path, n: usize) -> Result<(), String> {
+    let mut args: Vec<String> = words[1..]
+        .iter()
+        .map(|a| {
+            a.replace(
+                "/etc/agentsh/",
+                &format!("{}/etc/agentsh/", repo().display()),
+            )
+        })
+        .collect();
+    let sub: Vec<&str> = args.iter().take(2).map(String::as_str).collect();
+    let check = |o: Output| {
+        if o.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "exit {:?}: {}",
+                o.status.code(),
+                String::from_utf8_lossy(&o.stderr)
+            ))
+        }
+    };
+    let follows = args.iter().any(|a| a == "--follow");
+    match sub.as_slice() {
+        [_, "--help"] | ["--help", ..] | ["--version", ..] | ["server", "--print-config"] => {
+            check(run(&args))
+        }
+        ["policy", "check"] | ["completions", _] => check(run(&args)),
+        ["man", ..] => {
+            set_flag(
+                &mut args,
+                "--dir",
+                &tmp.join(format!("man{n}")).to_string_lossy(),
+            );
+            check(run(&args))
+        }
+        ["server", ..] => {
+            let (cfg, url) = own_config(tmp);
+            set_flag(&mut args, "--config", &cfg.to_string_lossy());
+            let mut child = Command::new(bin("agentsh"))
+                .args(&args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let r = check(run(&[
+                "ready".into(),
+                "--server".into(),
+                url,
+                "--timeout".into(),
+                "20".into(),
+            ]));
+            let _ = child.kill();
+            let _ = child.wait();
+            r
+        }
+        ["entrypoint", ..] => {
+            let (cfg, _) = own_config(tmp);
+            set_flag(&mut args, "--config", &cfg.to_string_lossy());
+            let dash = args.iter().position(|a| a == "--").ok_or("no -- CMD")?;
+            args.truncate(dash + 1);
+            args.push("/bin/true".into());
+            check(run(&args))
+        }
+        ["ready", ..] | ["events", ..] if !follows => {
+            set_flag(&mut args, "--server", &srv.url);
+            check(run(&args))
+        }
+        ["events", ..] => {
+            set_flag(&mut args, "--server", &srv.url);
+            run_briefly(&args)
+        }
+        ["approvals", "list"] => {
+            set_flag(&mut args, "--server", &srv.url);
+            check(run(&args))
+        }
+        ["approvals", "watch"] => {
+            set_flag(&mut args, "--server", &srv.url);
+            run_briefly(&args)
+        }
+        ["approvals", "approve" | "deny"] => {
+            set_flag(&mut args, "--server", &srv.url);
+            let token = srv.dir.path().join("state/approval.token");
+            set_flag(&mut args, "--token-file", &token.to_string_lossy());
+            // No request with that id is pending: the server says 404.
+            let o = run(&args);
+            let err = String::from_utf8_lossy(&o.stderr);
+            if o.status.code() == Some(1) && err.contains("HTTP 404") {
+                Ok(())
+            } else {
+                Err(format!("exit {:?}: {err}", o.status.code()))
+            }
+        }
+        ["shim", action] => {
+            let root = fake_root(tmp, n);
+            if *action != "install" {
+                let o = run(&[
+                    "shim".into(),
+                    "install".into(),
+                    "--root".into(),
+                    root.to_string_lossy().into_owned(),
+                ]);
+                check(o)?;
+            }
+            set_flag(&mut args, "--root", &root.to_string_lossy());
+            check(run(&args))
+        }
+        _ => Err("no runner in tests/tests/docs.rs for this command: add one".into()),
+    }
+}
+
+#[test]
+fn every_command_in_readme_and_docs_is_run_or_listed() {
+    if !require_root("every_command_in_readme_and_docs_is_run_or_listed") {
+        return;
+    }
+    let srv = TestServer::start("default: allow\n", "");
+    let tmp = TempDir::new("docs-commands");
+    let mut used = BTreeSet::new();
+    let mut failures = Vec::new();
+    let mut n = 0;
+    for (file, line, cmd) in doc_commands() {
+        if let Some((c, where_)) = EXERCISED_ELSEWHERE.iter().find(|(c, _)| *c == cmd) {
+            used.insert(*c);
+            let w = where_.split_whitespace().next().unwrap_or_default();
+            // The file named exists, and so does the test function, if one is named.
+            let named = std::fs::read_to_string(repo().join(w)).unwrap_or_default();
+            let func = where_.split_whitespace().nth(1);
+            if named.is_empty() || func.is_some_and(|f| !named.contains(&format!("fn {f}("))) {
+                failures.push(format!("{file}:{line}: `{c}`: {where_} does not exist"));
+            }
+            continue;
+        }
+        if !cmd.starts_with("agentsh ") {
+            failures.push(format!(
+                "{file}:{line}: `{cmd}` is neither run here nor listed in EXERCISED_ELSEWHERE"
+            ));
+            continue;
+        }
+        for concrete in expand(&cmd) {
+            n += 1;
+            let words: Vec<String> = concrete.split_whitespace().map(String::from).collect();
+            if let Err(e) = run_agentsh(&words, &srv, tmp.path(), n) {
+                failures.push(format!("{file}:{line}: `{concrete}`: {e}"));
+            }
+        }
+    }
+    for (c, _) in EXERCISED_ELSEWHERE {
+        assert!(
+            used.contains(c),
+            "EXERCISED_ELSEWHERE lists `{c}`, no doc uses it"
+        );
+    }
+    assert!(n >= 10, "agentsh commands run: {n}");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
