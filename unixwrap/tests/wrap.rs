@@ -197,7 +197,7 @@ fn command_not_found_exits_127() {
     assert_eq!(out.code(), Some(127), "{out:#?}");
     assert_eq!(
         out.stderr,
-        "agentsh-unixwrap: agentsh-no-such-command: command not found\n"
+        "agentsh-unixwrap: agentsh-no-such-command: command not found; see docs/troubleshooting.md#the-real-shell-is-missing-or-cannot-run\n"
     );
     assert!(out.stdout.is_empty());
 }
