@@ -1,5 +1,7 @@
 //! Harness for the end-to-end tests of agentsh on the real kernel.
 //!
+//! `rootfs` builds a cached debootstrapped Debian root and runs commands in
+//! it (the package install tests);
 //! `server` starts a real `agentsh server` on a temporary config and reads its
 //! audit trail; `relay` plays the shim's role without the shim (socketpair,
 //! unixwrap, fd relay); `ns` builds private mount namespaces with the shim over
@@ -8,6 +10,7 @@
 
 pub mod ns;
 pub mod relay;
+pub mod rootfs;
 pub mod sandbox;
 pub mod sdk;
 pub mod server;
