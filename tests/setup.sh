@@ -16,6 +16,11 @@ command -v strace >/dev/null || need_pkgs+=(strace)
 command -v curl >/dev/null || need_pkgs+=(curl)
 command -v git >/dev/null || need_pkgs+=(git)
 command -v make >/dev/null || need_pkgs+=(make)
+# Packaging: the .deb build (dpkg-shlibdeps), the install test's Debian root,
+# and `systemd-analyze verify` of the unit.
+command -v dpkg-shlibdeps >/dev/null || need_pkgs+=(dpkg-dev)
+[ -x /usr/sbin/debootstrap ] || need_pkgs+=(debootstrap)
+command -v systemd-analyze >/dev/null || need_pkgs+=(systemd)
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "agentsh setup: missing packages ${need_pkgs[*]}; run as root (or sudo) so they can be installed" >&2

@@ -1,12 +1,12 @@
 //! Harness for the end-to-end tests of agentsh on the real kernel.
 //!
-//! `rootfs` builds a cached debootstrapped Debian root and runs commands in
-//! it (the package install tests);
 //! `server` starts a real `agentsh server` on a temporary config and reads its
 //! audit trail; `relay` plays the shim's role without the shim (socketpair,
 //! unixwrap, fd relay); `ns` builds private mount namespaces with the shim over
 //! `/bin/sh`; `sdk` emulates how each sandbox SDK spawns commands; `sandbox`
-//! puts them together with a workspace, as root or as an ordinary user.
+//! puts them together with a workspace, as root or as an ordinary user;
+//! `rootfs` builds (and caches) a debootstrapped Debian root and runs commands
+//! chrooted in it, for the package install tests.
 
 pub mod ns;
 pub mod relay;

@@ -86,7 +86,10 @@ impl RootSpec {
         let lock = std::fs::File::create(Path::new(CACHE_DIR).join(".lock")).expect("cache lock");
         // SAFETY: flock on an fd we own; blocks until another builder is done.
         if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            panic!("flock {CACHE_DIR}/.lock: {}", std::io::Error::last_os_error());
+            panic!(
+                "flock {CACHE_DIR}/.lock: {}",
+                std::io::Error::last_os_error()
+            );
         }
         if tar.is_file() {
             return tar; // built by whoever held the lock
@@ -368,9 +371,26 @@ impl Root {
 
 impl Drop for Root {
     fn drop(&mut self) {
+        // Whatever still runs chrooted here (a server a failed test left
+        // behind, an entrypoint's orphans) goes first.
+        use std::os::unix::fs::MetadataExt;
+        if let Ok(ours) = std::fs::metadata(&self.root) {
+            for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+                let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                    continue;
+                };
+                let Ok(m) = std::fs::metadata(entry.path().join("root")) else {
+                    continue;
+                };
+                if (m.dev(), m.ino()) == (ours.dev(), ours.ino()) {
+                    // SAFETY: kill has no memory preconditions.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+            }
+        }
         let _ = self.holder.kill();
         let _ = self.holder.wait();
-        // The mounts died with the namespace; the TempDir removes the files.
+        // The mounts die with the namespace; the TempDir removes the files.
     }
 }
 
@@ -460,7 +480,10 @@ impl SdkDaemon {
     fn line(&mut self) -> serde_json::Value {
         use std::io::BufRead;
         let mut l = String::new();
-        let n = self.stdout.read_line(&mut l).expect("read from sdk-supervisor");
+        let n = self
+            .stdout
+            .read_line(&mut l)
+            .expect("read from sdk-supervisor");
         assert!(n > 0, "sdk-supervisor exited");
         serde_json::from_str(&l).unwrap_or_else(|e| panic!("bad line {l:?}: {e}"))
     }

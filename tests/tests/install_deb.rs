@@ -117,8 +117,8 @@ fn denials(root: &Root, name: &str, rule: &str) -> Vec<serde_json::Value> {
 /// `Key=value` lines of the systemd unit (the last one wins, as in systemd).
 fn unit_setting(unit: &str, key: &str) -> Option<String> {
     unit.lines()
-        .filter_map(|l| l.strip_prefix(&format!("{key}=")))
-        .last()
+        .rev()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
         .map(|v| v.trim().to_string())
 }
 
@@ -155,16 +155,14 @@ fn start_server_as_the_unit_does(root: &Root) -> (ServerGuard, u64) {
         .collect();
     let mask = caps.iter().fold(0u64, |m, c| m | 1 << cap_number(c));
     let bounding = std::iter::once("-all".to_string())
-        .chain(caps.iter().map(|c| {
-            format!(
-                "+{}",
-                c.trim_start_matches("CAP_").to_ascii_lowercase()
-            )
-        }))
+        .chain(
+            caps.iter()
+                .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_ascii_lowercase())),
+        )
         .collect::<Vec<_>>()
         .join(",");
-    let umask = u32::from_str_radix(&unit_setting(&unit, "UMask").expect("UMask"), 8)
-        .expect("octal UMask");
+    let umask =
+        u32::from_str_radix(&unit_setting(&unit, "UMask").expect("UMask"), 8).expect("octal UMask");
     let mut cmd = root.command("/usr/bin/setpriv");
     cmd.arg(format!("--bounding-set={bounding}"));
     if unit_setting(&unit, "NoNewPrivileges").as_deref() == Some("yes") {
@@ -281,7 +279,9 @@ fn sdk_shells_are_supervised(root: &Root, round: &str) {
 
 #[test]
 fn deb_installs_supervises_sdk_shells_survives_a_dash_reinstall_and_uninstalls_exactly() {
-    if !require_root("deb_installs_supervises_sdk_shells_survives_a_dash_reinstall_and_uninstalls_exactly") {
+    if !require_root(
+        "deb_installs_supervises_sdk_shells_survives_a_dash_reinstall_and_uninstalls_exactly",
+    ) {
         return;
     }
     let tarball = BOOKWORM_MINBASE.cached();
@@ -299,12 +299,7 @@ fn deb_installs_supervises_sdk_shells_survives_a_dash_reinstall_and_uninstalls_e
     for b in ["agentsh", "agentsh-unixwrap", "agentsh-shell-shim"] {
         assert!(root.path(&format!("/usr/bin/{b}")).is_file(), "{b}");
     }
-    let conffiles = root.ok(&[
-        "/usr/bin/dpkg-query",
-        "-W",
-        "-f=${Conffiles}",
-        "agentsh",
-    ]);
+    let conffiles = root.ok(&["/usr/bin/dpkg-query", "-W", "-f=${Conffiles}", "agentsh"]);
     for c in [
         "/etc/agentsh/shim.conf",
         "/etc/agentsh/config.yaml",
@@ -315,14 +310,30 @@ fn deb_installs_supervises_sdk_shells_survives_a_dash_reinstall_and_uninstalls_e
     let state = std::fs::metadata(root.path("/var/lib/agentsh")).expect("state dir");
     assert_eq!(state.mode() & 0o7777, 0o711);
     let logs = std::fs::metadata(root.path("/var/log/agentsh")).expect("log dir");
-    assert_eq!((logs.mode() & 0o7777, logs.gid()), (0o750, 4), "root:adm 0750");
-    assert_eq!(file_state(&root.path("/bin/sh")), sh_before, "dpkg -i must not touch /bin/sh");
+    assert_eq!(
+        (logs.mode() & 0o7777, logs.gid()),
+        (0o750, 4),
+        "root:adm 0750"
+    );
+    assert_eq!(
+        file_state(&root.path("/bin/sh")),
+        sh_before,
+        "dpkg -i must not touch /bin/sh"
+    );
     assert_eq!(diversions(&root), divert_before);
 
     // The shim, explicitly.
     root.ok(&["/usr/bin/agentsh", "shim", "install", "--bash"]);
     root.ok(&["/usr/bin/agentsh", "shim", "status"]);
-    root.ok(&["/usr/sbin/useradd", "-m", "-u", "1000", "-s", "/bin/bash", "agent"]);
+    root.ok(&[
+        "/usr/sbin/useradd",
+        "-m",
+        "-u",
+        "1000",
+        "-s",
+        "/bin/bash",
+        "agent",
+    ]);
     std::fs::set_permissions(
         root.path("/home/agent"),
         std::fs::Permissions::from_mode(0o700),
@@ -346,7 +357,12 @@ fn deb_installs_supervises_sdk_shells_survives_a_dash_reinstall_and_uninstalls_e
         text(&out)
     );
     assert_eq!(
-        root.ok(&["/usr/bin/dpkg-query", "-W", "-f=${db:Status-Status}", "agentsh"]),
+        root.ok(&[
+            "/usr/bin/dpkg-query",
+            "-W",
+            "-f=${db:Status-Status}",
+            "agentsh"
+        ]),
         "installed"
     );
     assert!(root.path("/usr/bin/agentsh-unixwrap").is_file());
@@ -396,7 +412,10 @@ fn deb_installs_supervises_sdk_shells_survives_a_dash_reinstall_and_uninstalls_e
     assert_eq!(file_state(&root.path("/bin/bash")), bash_before);
     assert_eq!(diversions(&root), divert_before);
     for p in ["/bin/sh.real", "/bin/bash.real", "/usr/lib/agentsh"] {
-        assert!(std::fs::symlink_metadata(root.path(p)).is_err(), "{p} left behind");
+        assert!(
+            std::fs::symlink_metadata(root.path(p)).is_err(),
+            "{p} left behind"
+        );
     }
     for pkg in ["dash", "bash"] {
         let out = root.run(&["/usr/bin/dpkg", "--verify", pkg]);
@@ -411,7 +430,10 @@ fn deb_installs_supervises_sdk_shells_survives_a_dash_reinstall_and_uninstalls_e
     server.stop();
     root.ok(&["/usr/bin/dpkg", "-r", "agentsh"]);
     assert!(!root.path("/usr/bin/agentsh").exists());
-    assert!(root.path("/etc/agentsh/config.yaml").exists(), "remove keeps conffiles");
+    assert!(
+        root.path("/etc/agentsh/config.yaml").exists(),
+        "remove keeps conffiles"
+    );
     root.ok(&["/usr/bin/dpkg", "-P", "agentsh"]);
     assert!(!root.path("/etc/agentsh").exists());
     assert!(!root.path("/var/lib/agentsh").exists());
@@ -504,7 +526,10 @@ fn docker_layer_replayed_into_a_root_runs_an_sdk_daemon_under_the_entrypoint() {
     let main_dockerfile =
         std::fs::read_to_string(repo().join("packaging/Dockerfile")).expect("packaging/Dockerfile");
     let layer = stage_instructions(&main_dockerfile, Some("agentsh"));
-    assert!(!layer.is_empty(), "no `agentsh` stage in packaging/Dockerfile");
+    assert!(
+        !layer.is_empty(),
+        "no `agentsh` stage in packaging/Dockerfile"
+    );
     for instr in &layer {
         let (from, srcs, dest) =
             parse_copy(instr).unwrap_or_else(|| panic!("the agentsh stage only copies: {instr}"));
@@ -592,7 +617,11 @@ fn docker_layer_replayed_into_a_root_runs_an_sdk_daemon_under_the_entrypoint() {
     let status = daemon.child().wait().expect("wait for the entrypoint");
     assert_eq!(status.code(), Some(143), "{status:?}");
     let still = root.run(&["/usr/bin/agentsh", "ready", "--timeout", "0.2"]);
-    assert!(!still.status.success(), "the server must be gone: {}", text(&still));
+    assert!(
+        !still.status.success(),
+        "the server must be gone: {}",
+        text(&still)
+    );
 }
 
 #[test]
@@ -620,8 +649,14 @@ fn systemd_unit_as_installed_from_the_deb_passes_systemd_analyze_verify() {
     let ns = agentsh_tests::ns::Namespace::new();
     for (from, to) in [
         ("usr/bin/agentsh", "/usr/bin/agentsh"),
-        ("usr/share/man/man1/agentsh.1.gz", "/usr/share/man/man1/agentsh.1.gz"),
-        ("lib/systemd/system/agentsh.service", "/usr/lib/systemd/system/agentsh.service"),
+        (
+            "usr/share/man/man1/agentsh.1.gz",
+            "/usr/share/man/man1/agentsh.1.gz",
+        ),
+        (
+            "lib/systemd/system/agentsh.service",
+            "/usr/lib/systemd/system/agentsh.service",
+        ),
     ] {
         std::fs::copy(files.join(from), ns.path(to))
             .unwrap_or_else(|e| panic!("copy {from} into the namespace: {e}"));
