@@ -294,8 +294,10 @@ fn deb_installs_supervises_sdk_shells_survives_a_dash_reinstall_and_uninstalls_e
     let bash_before = file_state(&root.path("/bin/bash"));
     let divert_before = diversions(&root);
 
-    // Install: files where the unit and the shim expect them, /bin/sh untouched.
-    root.ok(&["/usr/bin/dpkg", "-i", "/tmp/agentsh.deb"]);
+    // Install as the docs say (`apt-get install ./agentsh_*.deb`; offline:
+    // the Depends are in the root): files where the unit and the shim expect
+    // them, /bin/sh untouched.
+    root.ok(&["/usr/bin/apt-get", "install", "-y", "/tmp/agentsh.deb"]);
     for b in ["agentsh", "agentsh-unixwrap", "agentsh-shell-shim"] {
         assert!(root.path(&format!("/usr/bin/{b}")).is_file(), "{b}");
     }
