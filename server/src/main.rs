@@ -74,10 +74,15 @@ enum Command {
     /// Wait until a server answers GET /healthz; exit 0 when it does, 1 at the timeout.
     ///
     /// For start-up scripts: `agentsh server & agentsh ready --timeout 10 && exec DAEMON`.
+    /// With --config, the address is the one that config file gives the server
+    /// (so a unit's ExecStartPost follows a changed port).
     Ready {
-        /// Server API base URL.
-        #[arg(long, default_value = agentsh_proto::shimconf::DEFAULT_SERVER)]
-        server: String,
+        /// Server API base URL [default: http://127.0.0.1:18080].
+        #[arg(long, conflicts_with = "config")]
+        server: Option<String>,
+        /// Take the address from this server config file (server.http.addr).
+        #[arg(long, value_name = "PATH")]
+        config: Option<PathBuf>,
         /// Seconds to wait.
         #[arg(long, default_value_t = 10.0, value_name = "SECS")]
         timeout: f64,
@@ -386,8 +391,17 @@ fn main() -> ExitCode {
             format,
         } => print_events(server.trim_end_matches('/'), &session, follow, format),
         Command::Approvals { command } => approval::cli::run(command),
-        Command::Ready { server, timeout } => {
-            seconds(timeout).and_then(|t| lifecycle::wait_ready(server.trim_end_matches('/'), t))
+        Command::Ready {
+            server,
+            config,
+            timeout,
+        } => {
+            let url = match (server, config) {
+                (Some(s), _) => Ok(s.trim_end_matches('/').to_string()),
+                (None, Some(c)) => lifecycle::server_url(Some(&c)),
+                (None, None) => Ok(agentsh_proto::shimconf::DEFAULT_SERVER.to_string()),
+            };
+            url.and_then(|u| seconds(timeout).and_then(|t| lifecycle::wait_ready(&u, t)))
         }
         Command::Entrypoint {
             config,

@@ -75,6 +75,34 @@ fn ready_waits_for_a_server_and_fails_with_a_reason_without_one() {
         String::from_utf8_lossy(&ok.stderr)
     );
 
+    // --config: the address a server config gives.
+    let dir = TempDir::new_in(&server_base(), "readycfg");
+    let cfg = dir.path().join("config.yaml");
+    std::fs::write(
+        &cfg,
+        format!("server:\n  http:\n    addr: \"{}\"\n", srv.addr),
+    )
+    .unwrap();
+    let ok = Command::new(bin("agentsh"))
+        .args(["ready", "--timeout", "5", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let other = format!("127.0.0.1:{}", free_port());
+    std::fs::write(&cfg, format!("server:\n  http:\n    addr: \"{other}\"\n")).unwrap();
+    let bad = Command::new(bin("agentsh"))
+        .args(["ready", "--timeout", "0.2", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains(&other));
+
     let nobody = format!("http://127.0.0.1:{}", free_port());
     let bad = Command::new(bin("agentsh"))
         .args(["ready", "--server", &nobody, "--timeout", "0.3"])
