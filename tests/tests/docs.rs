@@ -741,6 +741,17 @@ fn run_agentsh(words: &[String], srv: &TestServer, tmp: &Path, n: usize) -> Resu
             args.push("/bin/true".into());
             check(run(&args))
         }
+        ["ready", ..] if args.iter().any(|a| a == "--config") => {
+            // A config file naming the test server's address.
+            let c = tmp.join("ready-config.yaml");
+            std::fs::write(
+                &c,
+                format!("server:\n  http:\n    addr: \"{}\"\n", srv.addr),
+            )
+            .unwrap();
+            set_flag(&mut args, "--config", &c.to_string_lossy());
+            check(run(&args))
+        }
         ["ready", ..] | ["events", ..] if !follows => {
             set_flag(&mut args, "--server", &srv.url);
             check(run(&args))
