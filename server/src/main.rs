@@ -173,6 +173,7 @@ fn init_logging() {
 
 fn run_server(config: Option<PathBuf>) -> Result<(), String> {
     init_logging();
+    raise_fd_limit();
     let config_file = config;
     let config = Config::load(config_file.as_deref()).map_err(|e| e.to_string())?;
     let policy = Policy::resolve(&config.policy, &config.policies_dir)
@@ -233,6 +234,40 @@ fn run_server(config: Option<PathBuf>) -> Result<(), String> {
     });
     api::serve(api, Arc::new(http));
     Ok(())
+}
+
+/// Raises the soft open-file limit to the hard one: each supervised tree holds
+/// its notify fd (plus short-lived /proc and pidfd descriptors) for its whole
+/// life, so the usual soft limit of 1024 would cap the number of trees. If the
+/// limit cannot be raised the server still runs; a tree that cannot be taken in
+/// fails its wrap-init (closed), and this says why in advance.
+fn raise_fd_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        let e = std::io::Error::last_os_error();
+        tracing::warn!("cannot read the open-file limit: {e}");
+        return;
+    }
+    if lim.rlim_cur >= lim.rlim_max {
+        return;
+    }
+    let from = lim.rlim_cur;
+    lim.rlim_cur = lim.rlim_max;
+    // SAFETY: setrlimit reads the struct; raising soft up to hard needs no privilege.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
+        let e = std::io::Error::last_os_error();
+        tracing::warn!(
+            soft = from,
+            hard = lim.rlim_max,
+            "cannot raise the open-file limit: {e}"
+        );
+    } else {
+        tracing::debug!(from, to = lim.rlim_max, "raised the open-file limit");
+    }
 }
 
 /// Logs, once, what every tree's Landlock ruleset will hold (as for root).
