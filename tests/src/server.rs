@@ -22,6 +22,7 @@ pub fn bin(name: &str) -> PathBuf {
     } else {
         parent
     };
+    refuse_world_writable_checkout(dir);
     let p = dir.join(name);
     assert!(
         p.is_file(),
@@ -29,6 +30,27 @@ pub fn bin(name: &str) -> PathBuf {
         p.display()
     );
     p
+}
+
+/// agentsh never lets a supervised tree write where its own binaries live, so
+/// binaries built under `/tmp` (a checkout there) would make `/tmp` read-only
+/// for every tree and the escape and session tests would fail for a reason
+/// that has nothing to do with what they test. Say so up front instead.
+fn refuse_world_writable_checkout(dir: &Path) {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    for shared in ["/tmp", "/var/tmp", "/dev/shm"] {
+        assert!(
+            !dir.starts_with(shared),
+            "the binaries are built under {shared} ({}): agentsh keeps supervised trees from \
+             writing where its binaries live, so {shared} would not be writable in the tests; \
+             check the repository out elsewhere (or set CARGO_TARGET_DIR outside {shared})",
+            dir.display()
+        );
+    }
 }
 
 /// True when the test may touch the kernel as root. Outside CI a non-root run
