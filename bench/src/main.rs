@@ -1,0 +1,896 @@
+//! `agentsh-bench`: what agentsh costs, measured side by side in one run.
+//!
+//! Run through `bench/run.sh` (it builds the release binaries, compiles the
+//! static `hop`, fetches the configure workload and calls `agentsh-bench run`).
+//! Everything happens in private mount namespaces (this machine's `/bin/sh`
+//! is never touched): one with the shim installed as `/bin/sh` and a server
+//! on the embedded defaults (policy `agent-default`), one without (the real
+//! shell). Each pair is timed interleaved (A B A B ...) by one timer process,
+//! whole processes from fork to wait, warm-up rounds discarded.
+//!
+//! Pairs: the nested path (timed by a timer that itself runs inside a
+//! supervised tree), the install path, a 1000-exec shell loop, a real
+//! `./configure`, and 64 trees at once; plus the supervisor's own time per
+//! exec from its trace log. Every pair checks that what it timed really ran
+//! supervised (audit events, wrap-init counts) and fails the run otherwise:
+//! a benchmark of a bypass would be worse than none.
+//!
+//! `agentsh-bench time --spec FILE` is the timer (an internal mode).
+
+use agentsh_tests::ns::Namespace;
+use agentsh_tests::server::{server_base, TestServer};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+/// The real shell as the shim execs it (a link to `/bin/sh.real`, so `comm` is `sh`).
+const REAL_SH: &str = "/usr/lib/agentsh/shells/sh";
+const LOOP_1000: &str = "i=0; while [ $i -lt 1000 ]; do /bin/true; i=$((i+1)); done";
+const SCALE_TREES: usize = 64;
+const SCALE_EXECS: usize = 200;
+
+/// One command the timer runs: `argv` in the mount namespace `ns` (a
+/// `/proc/<pid>/ns/mnt` path; `None`: the timer's own), after `prep` (untimed).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Entry {
+    label: String,
+    argv: Vec<String>,
+    ns: Option<String>,
+    prep: Option<Vec<String>>,
+    /// The namespace `prep` runs in (`None`: the timer's own).
+    prep_ns: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Spec {
+    rounds: usize,
+    warmup: usize,
+    entries: Vec<Entry>,
+}
+
+/// Samples in nanoseconds per label, in the order the spec listed them.
+type Samples = BTreeMap<String, Vec<u64>>;
+
+// ---------------------------------------------------------------- the timer
+
+fn spawn_in(ns: Option<&std::fs::File>, argv: &[String]) -> Command {
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    if let Some(f) = ns {
+        let fd = f.as_raw_fd();
+        // SAFETY: runs in the forked child before exec; setns only.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setns(fd, libc::CLONE_NEWNS) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    cmd
+}
+
+fn run_checked(ns: Option<&std::fs::File>, argv: &[String], what: &str) -> Result<(), String> {
+    let out = spawn_in(ns, argv)
+        .output()
+        .map_err(|e| format!("{what}: cannot run {argv:?}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{what}: {argv:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(())
+}
+
+/// Times every entry `rounds` times, interleaved, the starting entry rotating
+/// each round so no entry always runs first (or right after another).
+fn time(spec: &Spec) -> Result<Samples, String> {
+    let open = |ns: &Option<String>| -> Result<Option<std::fs::File>, String> {
+        match ns {
+            Some(p) => Ok(Some(
+                std::fs::File::open(p).map_err(|err| format!("open {p}: {err}"))?,
+            )),
+            None => Ok(None),
+        }
+    };
+    let mut files = Vec::new();
+    let mut prep_files = Vec::new();
+    for e in &spec.entries {
+        files.push(open(&e.ns)?);
+        prep_files.push(open(&e.prep_ns)?);
+    }
+    let mut samples: Samples = spec
+        .entries
+        .iter()
+        .map(|e| (e.label.clone(), Vec::with_capacity(spec.rounds)))
+        .collect();
+    let n = spec.entries.len();
+    for round in 0..spec.warmup + spec.rounds {
+        for k in 0..n {
+            let i = (round + k) % n;
+            let e = &spec.entries[i];
+            let ns = files[i].as_ref();
+            if let Some(prep) = &e.prep {
+                run_checked(prep_files[i].as_ref(), prep, &format!("{} (prep)", e.label))?;
+            }
+            let mut cmd = spawn_in(ns, &e.argv);
+            let t0 = Instant::now();
+            let out = cmd
+                .output()
+                .map_err(|err| format!("{}: cannot run {:?}: {err}", e.label, e.argv))?;
+            let dt = t0.elapsed();
+            if !out.status.success() {
+                return Err(format!(
+                    "{}: {:?} failed ({}): {}",
+                    e.label,
+                    e.argv,
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+            if round >= spec.warmup {
+                samples
+                    .get_mut(&e.label)
+                    .expect("label")
+                    .push(dt.as_nanos() as u64);
+            }
+        }
+    }
+    Ok(samples)
+}
+
+fn timer_main(spec_path: &str) -> Result<(), String> {
+    let text = std::fs::read_to_string(spec_path).map_err(|e| format!("{spec_path}: {e}"))?;
+    let spec: Spec = serde_json::from_str(&text).map_err(|e| format!("{spec_path}: {e}"))?;
+    let samples = time(&spec)?;
+    println!(
+        "{}",
+        serde_json::to_string(&samples).map_err(|e| e.to_string())?
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------- statistics
+
+#[derive(Debug, Clone, Copy, Serialize)]
+struct Stats {
+    n: usize,
+    median_us: f64,
+    p10_us: f64,
+    p90_us: f64,
+}
+
+fn stats(v: &[u64]) -> Stats {
+    let mut s = v.to_vec();
+    s.sort_unstable();
+    let at = |q: f64| -> f64 {
+        if s.is_empty() {
+            return f64::NAN;
+        }
+        let i = ((s.len() - 1) as f64 * q).round() as usize;
+        s[i] as f64 / 1000.0
+    };
+    Stats {
+        n: s.len(),
+        median_us: at(0.5),
+        p10_us: at(0.1),
+        p90_us: at(0.9),
+    }
+}
+
+// ---------------------------------------------------------------- the run
+
+struct Opts {
+    quick: bool,
+    hop: PathBuf,
+    tarball: Option<PathBuf>,
+    out: PathBuf,
+}
+
+struct Report {
+    md: String,
+    json: serde_json::Map<String, Value>,
+}
+
+impl Report {
+    fn line(&mut self, s: &str) {
+        println!("{s}");
+        self.md.push_str(s);
+        self.md.push('\n');
+    }
+
+    /// A table of `samples` and the ratios named in `ratios` (label A, label B, target text).
+    fn pair(
+        &mut self,
+        title: &str,
+        key: &str,
+        samples: &Samples,
+        ratios: &[(&str, &str, &str)],
+        order: &[&str],
+    ) {
+        self.line(&format!("\n### {title}\n"));
+        self.line("| command | n | median | p10 | p90 |");
+        self.line("|---|---:|---:|---:|---:|");
+        let mut js = serde_json::Map::new();
+        for label in order {
+            let st = stats(&samples[*label]);
+            self.line(&format!(
+                "| {label} | {} | {} | {} | {} |",
+                st.n,
+                fmt_us(st.median_us),
+                fmt_us(st.p10_us),
+                fmt_us(st.p90_us)
+            ));
+            js.insert(label.to_string(), json!(st));
+        }
+        self.line("");
+        let mut rs = Vec::new();
+        for (a, b, target) in ratios {
+            let (sa, sb) = (stats(&samples[*a]), stats(&samples[*b]));
+            let r = sa.median_us / sb.median_us;
+            let d = sa.median_us - sb.median_us;
+            self.line(&format!(
+                "* {a} / {b}: **{r:.2}×** (median difference {}){}",
+                fmt_us(d),
+                if target.is_empty() {
+                    String::new()
+                } else {
+                    format!("; target {target}")
+                }
+            ));
+            rs.push(json!({"a": a, "b": b, "ratio": r, "diff_us": d, "target": target}));
+        }
+        js.insert("ratios".into(), Value::Array(rs));
+        self.json.insert(key.into(), Value::Object(js));
+    }
+}
+
+fn fmt_us(us: f64) -> String {
+    if us.abs() >= 1000.0 {
+        format!("{:.2} ms", us / 1000.0)
+    } else {
+        format!("{us:.0} µs")
+    }
+}
+
+fn s(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+fn entry(label: &str, argv: Vec<String>, ns: Option<&str>) -> Entry {
+    Entry {
+        label: label.into(),
+        argv,
+        ns: ns.map(str::to_string),
+        prep: None,
+        prep_ns: None,
+    }
+}
+
+/// Runs the timer as a child of this process (unsupervised), or, with
+/// `supervised`, as `/bin/sh -c 'exec timer ...'` in the shim namespace, so
+/// the timer and everything it starts run in a supervised tree.
+fn run_timer(
+    ws: &Path,
+    spec: &Spec,
+    name: &str,
+    supervised: Option<&Namespace>,
+) -> Result<Samples, String> {
+    let spec_path = ws.join(format!("{name}.json"));
+    std::fs::write(
+        &spec_path,
+        serde_json::to_vec(spec).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| format!("{}: {e}", spec_path.display()))?;
+    let timer = ws.join("bin/agentsh-bench");
+    let out = match supervised {
+        None => Command::new(&timer)
+            .arg("time")
+            .arg("--spec")
+            .arg(&spec_path)
+            .stdin(Stdio::null())
+            .output(),
+        Some(ns) => ns
+            .command("/bin/sh")
+            .arg("-c")
+            .arg(format!(
+                "exec {} time --spec {}",
+                timer.display(),
+                spec_path.display()
+            ))
+            .stdin(Stdio::null())
+            .output(),
+    }
+    .map_err(|e| format!("timer {name}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "timer {name} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| {
+        format!(
+            "timer {name}: unreadable output ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+fn audit_lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn count_type(events: &[Value], ty: &str) -> usize {
+    events.iter().filter(|e| e["type"] == ty).count()
+}
+
+/// utime + stime of `pid` in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11).and_then(|x| x.parse().ok()).unwrap_or(0.0)
+        + f.get(12).and_then(|x| x.parse().ok()).unwrap_or(0.0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ticks / hz
+}
+
+fn status_kib(pid: u32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn machine() -> Value {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+        .unwrap_or_default();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mem_gib = status_meminfo("MemTotal:") as f64 / 1024.0 / 1024.0;
+    json!({"cpu": cpu, "kernel": kernel, "cores": cores, "mem_gib": (mem_gib * 10.0).round() / 10.0})
+}
+
+fn status_meminfo(key: &str) -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn copy_exec(from: &Path, to: &Path) -> Result<(), String> {
+    std::fs::copy(from, to)
+        .map_err(|e| format!("copy {} to {}: {e}", from.display(), to.display()))?;
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| format!("chmod {}: {e}", to.display()))
+}
+
+fn start_server(ns: &Namespace, ws: &Path, log_filter: &str) -> TestServer {
+    let filter = log_filter.to_string();
+    TestServer::start_on_default_policy(
+        &server_base(),
+        &format!("workspace: {}\n", ws.display()),
+        move |program| {
+            let mut c = ns.command(program);
+            c.env("AGENTSH_LOG", filter);
+            c
+        },
+    )
+}
+
+fn run(o: &Opts) -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("needs root (mount namespaces, seccomp listeners): sudo ./bench/run.sh".into());
+    }
+    let (nested_rounds, install_rounds, loop_rounds, conf_rounds) = if o.quick {
+        (60, 40, 4, 1)
+    } else {
+        (400, 200, 15, 5)
+    };
+    let started = Instant::now();
+    // The agent's workspace: under /srv, one of the roots the default policy
+    // runs programs from (the timer itself runs in a supervised tree).
+    let ws = PathBuf::from(format!("/srv/agentsh-bench/ws-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&ws);
+    std::fs::create_dir_all(ws.join("bin")).map_err(|e| format!("{}: {e}", ws.display()))?;
+    let cleanup = WsGuard(ws.clone());
+    copy_exec(
+        &std::env::current_exe().map_err(|e| e.to_string())?,
+        &ws.join("bin/agentsh-bench"),
+    )?;
+    copy_exec(&o.hop, &ws.join("bin/hop"))?;
+    let hop = ws.join("bin/hop").display().to_string();
+
+    let shim_ns = Namespace::new();
+    let plain_ns = Namespace::new();
+    let shim_mnt = format!("/proc/{}/ns/mnt", ns_pid(&shim_ns));
+    let plain_mnt = format!("/proc/{}/ns/mnt", ns_pid(&plain_ns));
+    let srv = start_server(&shim_ns, &ws, "info");
+    shim_ns.install_shim(false);
+    shim_ns.configure(&srv.url, "on");
+    let audit = srv.dir.path().join("audit.jsonl");
+
+    let mut rep = Report {
+        md: String::new(),
+        json: serde_json::Map::new(),
+    };
+    let m = machine();
+    rep.line(&format!(
+        "Machine: {} ({} cores, {} GiB), Linux {}; {} run.",
+        m["cpu"].as_str().unwrap_or("?"),
+        m["cores"],
+        m["mem_gib"],
+        m["kernel"].as_str().unwrap_or("?"),
+        if o.quick { "a quick" } else { "a full" }
+    ));
+    rep.json.insert("machine".into(), m);
+
+    // 1. The nested path, timed from inside a supervised tree.
+    let before = audit_lines(&audit);
+    let spec = Spec {
+        rounds: nested_rounds,
+        warmup: nested_rounds / 10 + 5,
+        entries: vec![
+            entry("shim sh -c true", s(&["/bin/sh", "-c", "true"]), None),
+            entry(
+                "hop → real sh -c true",
+                s(&[&hop, REAL_SH, "-c", "true"]),
+                None,
+            ),
+            entry("real sh -c true", s(&[REAL_SH, "-c", "true"]), None),
+        ],
+    };
+    let nested = run_timer(&ws, &spec, "nested", Some(&shim_ns))?;
+    let after = audit_lines(&audit);
+    let runs = spec.rounds + spec.warmup;
+    // Every run of each entry is at least one audited exec; the shim runs
+    // add no wrap-init (one: the timer's own tree).
+    let new_execs = count_type(&after, "execve") - count_type(&before, "execve");
+    let new_inits = count_type(&after, "wrap_init") - count_type(&before, "wrap_init");
+    if new_execs < 3 * runs || new_inits != 1 {
+        return Err(format!(
+            "nested: expected ≥ {} audited execs and 1 wrap-init, saw {new_execs} and {new_inits}: the timer did not run supervised",
+            3 * runs
+        ));
+    }
+    rep.pair(
+        "1. Nested path: `sh -c true` inside an already supervised tree",
+        "nested",
+        &nested,
+        &[
+            ("shim sh -c true", "hop → real sh -c true", "≤ 1.10×"),
+            ("shim sh -c true", "real sh -c true", ""),
+            ("hop → real sh -c true", "real sh -c true", ""),
+        ],
+        &[
+            "shim sh -c true",
+            "hop → real sh -c true",
+            "real sh -c true",
+        ],
+    );
+    rep.line(&format!(
+        "\n(audited in that run: {new_execs} execs, {new_inits} wrap-init — the timer's own tree; the nested shims called no server.)"
+    ));
+
+    // 2. The install path, and the bare hop unsupervised.
+    let before = audit_lines(&audit);
+    let spec = Spec {
+        rounds: install_rounds,
+        warmup: install_rounds / 10 + 5,
+        entries: vec![
+            entry(
+                "shim sh -c true (install)",
+                s(&["/bin/sh", "-c", "true"]),
+                Some(&shim_mnt),
+            ),
+            entry(
+                "real sh -c true",
+                s(&["/bin/sh", "-c", "true"]),
+                Some(&plain_mnt),
+            ),
+            entry(
+                "hop → real sh -c true",
+                s(&[&hop, "/bin/sh", "-c", "true"]),
+                Some(&plain_mnt),
+            ),
+        ],
+    };
+    let install = run_timer(&ws, &spec, "install", None)?;
+    let after = audit_lines(&audit);
+    let new_inits = count_type(&after, "wrap_init") - count_type(&before, "wrap_init");
+    let runs = spec.rounds + spec.warmup;
+    if new_inits != runs {
+        return Err(format!(
+            "install: expected {runs} wrap-inits, saw {new_inits}: the shim did not install supervision each time"
+        ));
+    }
+    rep.pair(
+        "2. Install path: the first shell of a tree (wrap-init, unixwrap, filter, Landlock, relay)",
+        "install",
+        &install,
+        &[
+            (
+                "shim sh -c true (install)",
+                "real sh -c true",
+                "≤ real + 1.5 ms",
+            ),
+            ("hop → real sh -c true", "real sh -c true", ""),
+        ],
+        &[
+            "shim sh -c true (install)",
+            "real sh -c true",
+            "hop → real sh -c true",
+        ],
+    );
+    rep.line(&format!(
+        "\n({new_inits} wrap-inits audited, one per shim run.)"
+    ));
+
+    // 3. A loop of 1000 /bin/true, supervised and not.
+    let before = audit_lines(&audit);
+    let spec = Spec {
+        rounds: loop_rounds,
+        warmup: 1,
+        entries: vec![
+            entry(
+                "loop supervised",
+                s(&["/bin/sh", "-c", LOOP_1000]),
+                Some(&shim_mnt),
+            ),
+            entry(
+                "loop unsupervised",
+                s(&["/bin/sh", "-c", LOOP_1000]),
+                Some(&plain_mnt),
+            ),
+        ],
+    };
+    let looped = run_timer(&ws, &spec, "loop", None)?;
+    let after = audit_lines(&audit);
+    let runs = spec.rounds + spec.warmup;
+    let new_execs = count_type(&after, "execve") - count_type(&before, "execve");
+    if new_execs < 1000 * runs {
+        return Err(format!(
+            "loop: expected ≥ {} audited execs, saw {new_execs}",
+            1000 * runs
+        ));
+    }
+    rep.pair(
+        "3. A shell loop of 1000 `/bin/true` (the supervised one includes its tree's install)",
+        "loop",
+        &looped,
+        &[("loop supervised", "loop unsupervised", "≤ 1.10×")],
+        &["loop supervised", "loop unsupervised"],
+    );
+    let per_exec = |l: &str| stats(&looped[l]).median_us / 1000.0;
+    rep.line(&format!(
+        "\nPer exec of the loop: {} supervised, {} unsupervised, {} added.",
+        fmt_us(per_exec("loop supervised")),
+        fmt_us(per_exec("loop unsupervised")),
+        fmt_us(per_exec("loop supervised") - per_exec("loop unsupervised"))
+    ));
+
+    // 4. ./configure of a real autoconf package.
+    if let Some(tarball) = &o.tarball {
+        let cf = ws.join("cf");
+        let prep = s(&[
+            "/bin/sh",
+            "-c",
+            &format!(
+                "rm -rf {d} && mkdir -p {d} && tar -xzf {t} -C {d} --strip-components=1",
+                d = cf.display(),
+                t = tarball.display()
+            ),
+        ]);
+        let configure = format!("cd {} && ./configure >/dev/null", cf.display());
+        let mut a = entry(
+            "configure under the shim",
+            s(&["/bin/sh", "-c", &configure]),
+            Some(&shim_mnt),
+        );
+        a.prep = Some(prep.clone());
+        let mut b = entry(
+            "configure, real shell",
+            s(&["/bin/sh", "-c", &configure]),
+            Some(&plain_mnt),
+        );
+        // Prep in the plain namespace: untimed and unsupervised for both.
+        b.prep = Some(prep);
+        a.prep_ns = Some(plain_mnt.clone());
+        b.prep_ns = Some(plain_mnt.clone());
+        let before = audit_lines(&audit);
+        let spec = Spec {
+            rounds: conf_rounds,
+            warmup: 1,
+            entries: vec![a, b],
+        };
+        let conf = run_timer(&ws, &spec, "configure", None)?;
+        let after = audit_lines(&audit);
+        let runs = spec.rounds + spec.warmup;
+        let new_execs = count_type(&after, "execve") - count_type(&before, "execve");
+        rep.pair(
+            &format!(
+                "4. `./configure` of {} (fork/exec heavy)",
+                tarball
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            ),
+            "configure",
+            &conf,
+            &[(
+                "configure under the shim",
+                "configure, real shell",
+                "≤ 1.15×",
+            )],
+            &["configure under the shim", "configure, real shell"],
+        );
+        rep.line(&format!(
+            "\n({} execs audited per supervised configure.)",
+            new_execs / runs.max(1)
+        ));
+        if new_execs < 100 * runs {
+            return Err(format!(
+                "configure: only {new_execs} audited execs in {runs} supervised runs"
+            ));
+        }
+    } else {
+        rep.line("\n### 4. configure: skipped (no --configure-tarball)");
+    }
+
+    // 5. 64 trees at once.
+    scale(&mut rep, &shim_ns, &srv, &audit)?;
+
+    // The supervisor's own time per exec, from its trace log (a second
+    // server, so the trace lines cost the pairs above nothing).
+    drop(srv);
+    let srv = start_server(&shim_ns, &ws, "info,agentsh::supervisor=trace");
+    shim_ns.configure(&srv.url, "on");
+    let spec = Spec {
+        rounds: if o.quick { 2 } else { 5 },
+        warmup: 0,
+        entries: vec![entry(
+            "loop supervised (traced)",
+            s(&["/bin/sh", "-c", LOOP_1000]),
+            Some(&shim_mnt),
+        )],
+    };
+    run_timer(&ws, &spec, "traced", None)?;
+    let mut us: Vec<u64> = srv
+        .log()
+        .lines()
+        .filter(|l| l.contains("exec answered"))
+        .filter_map(|l| {
+            let v = l.split("us=").nth(1)?;
+            v.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+        })
+        .collect();
+    us.sort_unstable();
+    if us.len() < 1000 {
+        return Err(format!(
+            "supervisor timing: only {} `exec answered` trace lines",
+            us.len()
+        ));
+    }
+    let q = |p: f64| us[((us.len() - 1) as f64 * p).round() as usize];
+    rep.line("\n### Supervisor time per exec (gather facts, policy, audit write, answer)\n");
+    rep.line(&format!(
+        "* {} execs: p50 **{} µs**, p90 {} µs, p99 {} µs; target p50 ≤ 25 µs",
+        us.len(),
+        q(0.5),
+        q(0.9),
+        q(0.99)
+    ));
+    rep.json.insert(
+        "supervisor".into(),
+        json!({"n": us.len(), "p50_us": q(0.5), "p90_us": q(0.9), "p99_us": q(0.99)}),
+    );
+    drop(srv);
+    rep.line(&format!(
+        "\n(whole run: {:.0} s)",
+        started.elapsed().as_secs_f64()
+    ));
+
+    std::fs::create_dir_all(&o.out).map_err(|e| format!("{}: {e}", o.out.display()))?;
+    std::fs::write(o.out.join("results.md"), &rep.md).map_err(|e| e.to_string())?;
+    std::fs::write(
+        o.out.join("results.json"),
+        serde_json::to_vec_pretty(&Value::Object(rep.json)).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| e.to_string())?;
+    println!("\nwritten: {}/results.{{md,json}}", o.out.display());
+    drop(cleanup);
+    Ok(())
+}
+
+fn scale(rep: &mut Report, ns: &Namespace, srv: &TestServer, audit: &Path) -> Result<(), String> {
+    let script = format!("i=0; while [ $i -lt {SCALE_EXECS} ]; do /bin/true; i=$((i+1)); done");
+    let before = audit_lines(audit).len();
+    let cpu0 = cpu_seconds(srv.pid());
+    let t0 = Instant::now();
+    let mut children = Vec::new();
+    for _ in 0..SCALE_TREES {
+        let c = ns
+            .command("/bin/sh")
+            .args(["-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("scale: spawn: {e}"))?;
+        children.push(c);
+    }
+    let mut pids = Vec::new();
+    for c in children {
+        let pid = c.id();
+        let out = c
+            .wait_with_output()
+            .map_err(|e| format!("scale: wait: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "scale: tree {pid} failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        pids.push(pid);
+    }
+    let wall = t0.elapsed();
+    let cpu = cpu_seconds(srv.pid()) - cpu0;
+    // The audit is written before each answer, so it is complete now; give
+    // the file system a moment anyway before counting.
+    std::thread::sleep(Duration::from_millis(200));
+    let events = audit_lines(audit);
+    let new = &events[before.min(events.len())..];
+    let mut per_tree: BTreeMap<u32, usize> = pids.iter().map(|p| (*p, 0)).collect();
+    let mut ids = std::collections::HashSet::new();
+    let mut dup = 0;
+    for e in new.iter().filter(|e| e["type"] == "execve") {
+        if !ids.insert(e["id"].to_string()) {
+            dup += 1;
+        }
+        let parent = e["parent_pid"].as_u64().unwrap_or(0) as u32;
+        let is_true = e["filename"].as_str().is_some_and(|f| f.ends_with("/true"));
+        if is_true {
+            if let Some(n) = per_tree.get_mut(&parent) {
+                *n += 1;
+            }
+        }
+    }
+    let wrong: Vec<_> = per_tree
+        .iter()
+        .filter(|(_, n)| **n != SCALE_EXECS)
+        .collect();
+    let execs = SCALE_TREES * SCALE_EXECS;
+    rep.line(&format!(
+        "\n### 5. Scale: {SCALE_TREES} supervised trees at once, {SCALE_EXECS} execs of `/bin/true` each\n"
+    ));
+    rep.line(&format!(
+        "* {execs} execs in {:.2} s: **{:.0} execs/s**; server CPU {:.2} s ({:.0} µs per exec); server peak RSS {} MiB",
+        wall.as_secs_f64(),
+        execs as f64 / wall.as_secs_f64(),
+        cpu,
+        cpu * 1e6 / execs as f64,
+        status_kib(srv.pid(), "VmHWM:") / 1024
+    ));
+    rep.line(&format!(
+        "* audited exactly once: {} of {SCALE_TREES} trees have exactly {SCALE_EXECS} `/bin/true` events; duplicate event ids: {dup}",
+        SCALE_TREES - wrong.len()
+    ));
+    rep.json.insert(
+        "scale".into(),
+        json!({
+            "trees": SCALE_TREES, "execs_per_tree": SCALE_EXECS,
+            "wall_s": wall.as_secs_f64(), "execs_per_s": execs as f64 / wall.as_secs_f64(),
+            "server_cpu_s": cpu, "server_vmhwm_kib": status_kib(srv.pid(), "VmHWM:"),
+            "trees_audited_exactly": SCALE_TREES - wrong.len(), "duplicate_ids": dup,
+        }),
+    );
+    if !wrong.is_empty() || dup != 0 {
+        return Err(format!(
+            "scale: audit is not exactly once per exec: {wrong:?} (tree pid, events), {dup} duplicate ids"
+        ));
+    }
+    Ok(())
+}
+
+fn ns_pid(ns: &Namespace) -> String {
+    // Namespace::path gives /proc/<holder>/root<p>; take the holder's pid from it.
+    let p = ns.path("/");
+    p.to_string_lossy()
+        .trim_start_matches("/proc/")
+        .split('/')
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+struct WsGuard(PathBuf);
+
+impl Drop for WsGuard {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+const USAGE: &str =
+    "usage: agentsh-bench run --hop PATH [--configure-tarball PATH] [--out DIR] [--quick]
+       (normally through: sudo ./bench/run.sh [--quick])
+       agentsh-bench time --spec FILE   (internal: the timer)";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let res = match args.first().map(String::as_str) {
+        Some("time") if args.len() == 3 && args[1] == "--spec" => timer_main(&args[2]),
+        Some("run") => parse_run(&args[1..]).and_then(|o| run(&o)),
+        Some("-h" | "--help") => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        _ => Err(USAGE.to_string()),
+    };
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("agentsh-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn parse_run(args: &[String]) -> Result<Opts, String> {
+    let mut o = Opts {
+        quick: false,
+        hop: PathBuf::new(),
+        tarball: None,
+        out: PathBuf::from("target/bench"),
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut val = |name: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{name} needs a value\n{USAGE}"))
+        };
+        match a.as_str() {
+            "--quick" => o.quick = true,
+            "--hop" => o.hop = PathBuf::from(val("--hop")?),
+            "--configure-tarball" => o.tarball = Some(PathBuf::from(val("--configure-tarball")?)),
+            "--out" => o.out = PathBuf::from(val("--out")?),
+            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
+        }
+    }
+    if o.hop.as_os_str().is_empty() {
+        return Err(format!("--hop is required\n{USAGE}"));
+    }
+    Ok(o)
+}
