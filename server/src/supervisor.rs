@@ -158,6 +158,10 @@ pub fn serve(ctx: Arc<SupervisorContext>, tree: Tree) {
     let (approved_tx, approved_rx) = mpsc::channel::<(u32, u64, u32)>();
     ctx.approvals.tree_started(tree.root_pid);
     tracing::info!(session = %tree.session_id, root_pid = tree.root_pid, "supervising tree");
+    if let Err(e) = notif::set_sync_wakeup(tree.fd.as_fd()) {
+        // Only a cost: every exec waits for an ordinary wake-up instead.
+        tracing::debug!("synchronous wake-up not available on this kernel: {e}");
+    }
     loop {
         let mut pfd = libc::pollfd {
             fd: tree.fd.as_raw_fd(),
@@ -523,6 +527,9 @@ fn handle(
     // SAFETY ARGUMENT for CONTINUE: see the module doc. The facts were read
     // while the tracee was stopped in this syscall and id_valid confirmed the
     // notification (hence the pid) is still live.
+    // The supervisor's own time for this exec (facts, policy, audit); taken
+    // before the answer, which may hand this CPU to the tracee at once.
+    let own_us = started.elapsed().as_micros() as u64;
     let answered = if allow {
         notif::respond_continue(fd, n.id)
     } else {
@@ -531,11 +538,7 @@ fn handle(
     if let Err(e) = &answered {
         tracing::debug!(pid = g.pid, "answer not delivered (tracee gone?): {e}");
     }
-    tracing::trace!(
-        pid = g.pid,
-        us = started.elapsed().as_micros() as u64,
-        "exec answered"
-    );
+    tracing::trace!(pid = g.pid, us = own_us, "exec answered");
     if allow && answered.is_ok() {
         book.record(g.pid, g.stat.starttime, depth);
     }

@@ -29,8 +29,26 @@ pub struct ProcStat {
 /// # Errors
 /// ENOENT when the process is gone; InvalidData when the file cannot be parsed.
 pub fn proc_stat(pid: u32) -> io::Result<ProcStat> {
-    let text = std::fs::read(format!("/proc/{pid}/stat"))?;
-    parse_stat(&text).ok_or_else(|| {
+    use std::io::Read;
+    // Read on every exec (twice: the tracee and its parent): one open, one
+    // read into a stack buffer and one close, instead of std::fs::read's
+    // statx and second read. The line fits (comm is at most 16 bytes, the
+    // 52 numbers at most 20 digits each); a full buffer reads on to the end.
+    let mut f = std::fs::File::open(format!("/proc/{pid}/stat"))?;
+    let mut buf = [0u8; 1536];
+    let mut n = f.read(&mut buf)?;
+    let mut more = Vec::new();
+    if n == buf.len() {
+        more.extend_from_slice(&buf);
+        f.read_to_end(&mut more)?;
+        n = more.len();
+    }
+    let text = if more.is_empty() {
+        &buf[..n]
+    } else {
+        &more[..]
+    };
+    parse_stat(text).ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::InvalidData,
             format!("/proc/{pid}/stat cannot be parsed"),
