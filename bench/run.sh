@@ -43,11 +43,18 @@ if [ -s "$cache/$pkg.sources" ]; then
   dir=$(awk '/^Directory:/{print $2}' "$cache/$pkg.sources")
   read -r sha _ name < <(awk '/^Checksums-Sha256:/{on=1;next} on&&/^ /{print} on&&!/^ /{on=0}' "$cache/$pkg.sources" | grep 'orig\.tar\.gz$')
   if [ ! -s "$cache/$name" ] || ! echo "$sha  $cache/$name" | sha256sum -c --quiet - 2>/dev/null; then
-    curl -fsSL --max-time 120 -o "$cache/$name.tmp" "$mirror/$dir/$name"
-    echo "$sha  $cache/$name.tmp" | sha256sum -c --quiet -
-    mv "$cache/$name.tmp" "$cache/$name"
+    rm -f "$cache/$name"
+    if curl -fsSL --max-time 120 -o "$cache/$name.tmp" "$mirror/$dir/$name"; then
+      # A tarball that does not match the archive's checksum is never run.
+      echo "$sha  $cache/$name.tmp" | sha256sum -c --quiet -
+      mv "$cache/$name.tmp" "$cache/$name"
+    fi
   fi
-  tarball="$cache/$name"
+  if [ -s "$cache/$name" ]; then
+    tarball="$cache/$name"
+  else
+    echo "bench/run.sh: cannot fetch $mirror/$dir/$name; the configure pair is skipped" >&2
+  fi
 else
   echo "bench/run.sh: cannot read Debian's source index; the configure pair is skipped" >&2
 fi
