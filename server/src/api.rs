@@ -156,6 +156,7 @@ fn create_session(api: &Api, v: &serde_json::Value) -> Response<std::io::Cursor<
 }
 
 fn wrap_init(api: &Api, sid: &str, body: WrapInitRequest) -> Response<std::io::Cursor<Vec<u8>>> {
+    let started = std::time::Instant::now();
     let Some(session) = api.sessions.get_or_create(sid) else {
         return error(400, format!("session id {sid:?} is not valid"));
     };
@@ -185,6 +186,7 @@ fn wrap_init(api: &Api, sid: &str, body: WrapInitRequest) -> Response<std::io::C
     session.wrap_inits.fetch_add(1, Ordering::Relaxed);
     let mut seccomp_config = api.seccomp_config.clone();
     let landlock = api.landlock.compile(body.caller_uid);
+    let compiled_us = started.elapsed().as_micros() as u64;
     for w in &landlock.warnings {
         tracing::warn!(session = %session.id, uid = body.caller_uid, "landlock: {w}");
     }
@@ -214,10 +216,17 @@ fn wrap_init(api: &Api, sid: &str, body: WrapInitRequest) -> Response<std::io::C
         seccomp_config,
         wrapper_env,
     };
-    match serde_json::to_value(&resp) {
+    let out = match serde_json::to_value(&resp) {
         Ok(v) => json_response(200, &v),
         Err(e) => error(500, format!("cannot serialize response: {e}")),
-    }
+    };
+    tracing::debug!(
+        session = %session.id,
+        compiled_us,
+        us = started.elapsed().as_micros() as u64,
+        "wrap-init answered"
+    );
+    out
 }
 
 fn query_param<'a>(query: &'a str, key: &str) -> Option<&'a str> {

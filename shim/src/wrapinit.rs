@@ -8,7 +8,10 @@
 
 use crate::decide::InstallFailure;
 use agentsh_proto::{WrapInitRequest, WrapInitResponse};
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
+use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
+use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const TOTAL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -22,14 +25,18 @@ pub fn call(
     session: &str,
     req: &WrapInitRequest,
 ) -> Result<WrapInitResponse, InstallFailure> {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
+    let config = ureq::Agent::config_builder()
         .proxy(None)
         .max_redirects(0)
         .http_status_as_error(false)
         .timeout_connect(Some(CONNECT_TIMEOUT))
         .timeout_global(Some(TOTAL_TIMEOUT))
-        .build()
-        .into();
+        // 128 KiB each by default, zeroed on every shell; a wrap-init
+        // request is < 1 KiB and the answer's body is streamed through.
+        .input_buffer_size(16 * 1024)
+        .output_buffer_size(4 * 1024)
+        .build();
+    let agent = ureq::Agent::with_parts(config, DefaultConnector::new(), LiteralFirst);
     let url = format!("{server}/api/v1/sessions/{session}/wrap-init");
     let mut resp = agent
         .post(&url)
@@ -46,6 +53,39 @@ pub fn call(
         .read_json()
         .map_err(|e| InstallFailure::BadResponse(e.to_string()))?;
     validate(body)
+}
+
+/// The server is almost always an IP literal on loopback: use it as is.
+/// ureq's resolver would start a thread to bound the lookup's time even for
+/// a literal (≈ 0.1–0.5 ms on every shell); names still go through it.
+#[derive(Debug)]
+struct LiteralFirst;
+
+impl Resolver for LiteralFirst {
+    fn resolve(
+        &self,
+        uri: &ureq::http::Uri,
+        config: &ureq::config::Config,
+        timeout: NextTimeout,
+    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
+        if let Some(addr) = literal_addr(uri) {
+            let mut v = self.empty();
+            v.push(addr);
+            return Ok(v);
+        }
+        DefaultResolver::default().resolve(uri, config, timeout)
+    }
+}
+
+/// `http://IP:PORT/...` or `http://[IPv6]:PORT/...` (port defaulting to 80).
+fn literal_addr(uri: &ureq::http::Uri) -> Option<SocketAddr> {
+    if uri.scheme_str() != Some("http") {
+        return None;
+    }
+    let auth = uri.authority()?;
+    let host = auth.host().trim_start_matches('[').trim_end_matches(']');
+    let ip: IpAddr = host.parse().ok()?;
+    Some(SocketAddr::new(ip, auth.port_u16().unwrap_or(80)))
 }
 
 /// An empty `wrapper_binary` or `notify_socket` means "no kernel install";
@@ -101,6 +141,25 @@ mod tests {
         assert!(validate(resp("agentsh-unixwrap", "/run/x.sock")).is_err());
         let long = format!("/{}", "x".repeat(120));
         assert!(validate(resp("/w", &long)).is_err());
+    }
+
+    #[test]
+    fn ip_literals_skip_the_resolver_names_do_not() {
+        let u = |s: &str| s.parse::<ureq::http::Uri>().unwrap();
+        assert_eq!(
+            literal_addr(&u("http://127.0.0.1:18080/api")),
+            Some("127.0.0.1:18080".parse().unwrap())
+        );
+        assert_eq!(
+            literal_addr(&u("http://[::1]:9/x")),
+            Some("[::1]:9".parse().unwrap())
+        );
+        assert_eq!(
+            literal_addr(&u("http://10.0.0.2/x")),
+            Some("10.0.0.2:80".parse().unwrap())
+        );
+        assert_eq!(literal_addr(&u("http://localhost:18080/x")), None);
+        assert_eq!(literal_addr(&u("https://127.0.0.1/x")), None);
     }
 
     #[test]
