@@ -10,6 +10,13 @@
 # This machine's /bin/sh is never touched (private mount namespaces).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-}" in
+  -h|--help)
+    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+    echo "Options: --quick (fewer rounds, about 1.5 min), --out DIR (default target/bench)."
+    echo "Method and figures: docs/benchmarks.md"
+    exit 0 ;;
+esac
 if [ "$(id -u)" -ne 0 ]; then
   echo "bench/run.sh: needs root (mount namespaces, seccomp listeners): sudo ./bench/run.sh" >&2
   exit 1
@@ -24,6 +31,9 @@ if [ "${#need[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 cargo build --release --workspace --bins
+# What ships: the release binaries with the shim static-pie (after the line
+# above, which would rebuild it dynamic).
+packaging/build-release.sh
 mkdir -p target/bench
 cc -O2 -static -o target/bench/hop bench/hop.c
 

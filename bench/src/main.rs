@@ -18,7 +18,7 @@
 //! `agentsh-bench time --spec FILE` is the timer (an internal mode).
 
 use agentsh_tests::ns::Namespace;
-use agentsh_tests::server::{server_base, TestServer};
+use agentsh_tests::server::{bin, server_base, TestServer};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -454,6 +454,19 @@ fn run(o: &Opts) -> Result<(), String> {
         if o.quick { "a quick" } else { "a full" }
     ));
     rep.json.insert("machine".into(), m);
+    let shim_link = match Command::new("readelf")
+        .arg("-l")
+        .arg(bin("agentsh-shell-shim"))
+        .output()
+    {
+        Ok(o) if String::from_utf8_lossy(&o.stdout).contains("INTERP") => "dynamic",
+        Ok(o) if o.status.success() => "static-pie",
+        _ => "unknown",
+    };
+    rep.line(&format!(
+        "The shim is {shim_link} (packaging/build-release.sh builds it static-pie)."
+    ));
+    rep.json.insert("shim_link".into(), json!(shim_link));
 
     // 1. The nested path, timed from inside a supervised tree.
     let before = audit_lines(&audit);
@@ -668,7 +681,7 @@ fn run(o: &Opts) -> Result<(), String> {
     }
 
     // 5. 64 trees at once.
-    scale(&mut rep, &shim_ns, &srv, &audit)?;
+    scale(&mut rep, &shim_ns, &plain_ns, &srv, &audit)?;
 
     // The supervisor's own time per exec, from its trace log (a second
     // server, so the trace lines cost the pairs above nothing).
@@ -732,16 +745,15 @@ fn run(o: &Opts) -> Result<(), String> {
     Ok(())
 }
 
-fn scale(rep: &mut Report, ns: &Namespace, srv: &TestServer, audit: &Path) -> Result<(), String> {
-    let script = format!("i=0; while [ $i -lt {SCALE_EXECS} ]; do /bin/true; i=$((i+1)); done");
-    let before = audit_lines(audit).len();
-    let cpu0 = cpu_seconds(srv.pid());
+/// Starts `SCALE_TREES` shells running `script` at once in `ns`; their pids
+/// once all have exited, and the wall time.
+fn run_trees(ns: &Namespace, script: &str) -> Result<(Vec<u32>, Duration), String> {
     let t0 = Instant::now();
     let mut children = Vec::new();
     for _ in 0..SCALE_TREES {
         let c = ns
             .command("/bin/sh")
-            .args(["-c", &script])
+            .args(["-c", script])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -764,7 +776,22 @@ fn scale(rep: &mut Report, ns: &Namespace, srv: &TestServer, audit: &Path) -> Re
         }
         pids.push(pid);
     }
-    let wall = t0.elapsed();
+    Ok((pids, t0.elapsed()))
+}
+
+fn scale(
+    rep: &mut Report,
+    ns: &Namespace,
+    plain: &Namespace,
+    srv: &TestServer,
+    audit: &Path,
+) -> Result<(), String> {
+    let script = format!("i=0; while [ $i -lt {SCALE_EXECS} ]; do /bin/true; i=$((i+1)); done");
+    // The same load without agentsh first, for the ratio.
+    let (_, plain_wall) = run_trees(plain, &script)?;
+    let before = audit_lines(audit).len();
+    let cpu0 = cpu_seconds(srv.pid());
+    let (pids, wall) = run_trees(ns, &script)?;
     let cpu = cpu_seconds(srv.pid()) - cpu0;
     // The audit is written before each answer, so it is complete now; give
     // the file system a moment anyway before counting.
@@ -803,6 +830,12 @@ fn scale(rep: &mut Report, ns: &Namespace, srv: &TestServer, audit: &Path) -> Re
         status_kib(srv.pid(), "VmHWM:") / 1024
     ));
     rep.line(&format!(
+        "* the same {execs} execs without agentsh: {:.2} s, {:.0} execs/s: supervised / unsupervised wall time **{:.2}×**",
+        plain_wall.as_secs_f64(),
+        execs as f64 / plain_wall.as_secs_f64(),
+        wall.as_secs_f64() / plain_wall.as_secs_f64()
+    ));
+    rep.line(&format!(
         "* audited exactly once: {} of {SCALE_TREES} trees have exactly {SCALE_EXECS} `/bin/true` events; duplicate event ids: {dup}",
         SCALE_TREES - wrong.len()
     ));
@@ -811,6 +844,7 @@ fn scale(rep: &mut Report, ns: &Namespace, srv: &TestServer, audit: &Path) -> Re
         json!({
             "trees": SCALE_TREES, "execs_per_tree": SCALE_EXECS,
             "wall_s": wall.as_secs_f64(), "execs_per_s": execs as f64 / wall.as_secs_f64(),
+            "unsupervised_wall_s": plain_wall.as_secs_f64(),
             "server_cpu_s": cpu, "server_vmhwm_kib": status_kib(srv.pid(), "VmHWM:"),
             "trees_audited_exactly": SCALE_TREES - wrong.len(), "duplicate_ids": dup,
         }),

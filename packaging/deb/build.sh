@@ -4,8 +4,8 @@
 #   packaging/deb/build.sh [--profile debug|release] [--out DIR]
 #
 # Needs dpkg-deb and dpkg-shlibdeps (package dpkg-dev); no other tool. The
-# binaries are taken from target/<profile>/ (run `cargo build --release
-# --locked` first; `--profile debug` is what the install test uses). The
+# binaries are taken from target/<profile>/ (run packaging/build-release.sh
+# first; `--profile debug` is what the install test uses). The
 # version is the workspace's; Depends is computed by dpkg-shlibdeps from what
 # the binaries really link (libc6, libseccomp2). Prints the .deb's path.
 set -euo pipefail
@@ -35,7 +35,7 @@ done
 bins=(agentsh agentsh-unixwrap agentsh-shell-shim)
 for b in "${bins[@]}"; do
   [ -x "$target/$b" ] || {
-    echo "build.sh: $target/$b is missing: run \`cargo build$([ "$profile" = release ] && echo ' --release') --locked\` first" >&2
+    echo "build.sh: $target/$b is missing: run $([ "$profile" = release ] && echo 'packaging/build-release.sh' || echo '`cargo build --locked`') first" >&2
     exit 1
   }
 done

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 const EXERCISED_ELSEWHERE: &[(&str, &str)] = &[
     ("./tests/run.sh", ".ci/run"),
     ("./tests/demo.sh", "tests/demo.sh"),
-    ("cargo build --release --locked", ".ci/run"),
+    ("./bench/run.sh", ".ci/run"),
+    ("packaging/build-release.sh", "bench/run.sh"),
     (
         "packaging/deb/build.sh",
         "tests/tests/install_deb.rs deb_installs_supervises_sdk_shells_survives_a_dash_reinstall_and_uninstalls_exactly",
