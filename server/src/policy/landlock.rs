@@ -560,6 +560,82 @@ pub struct SessionLandlock {
     workspace: Option<String>,
     protect: SelfProtection,
     compat: LandlockCompat,
+    /// The last ruleset compiled, reused while nothing it was built from
+    /// has changed (see [`RulesetCache`]).
+    cache: std::sync::Mutex<Option<RulesetCache>>,
+}
+
+/// A compiled ruleset and the directories it was built from.
+///
+/// Compiling lists directories and follows symlinks (≈ 0.6 ms, on every
+/// wrap-init, i.e. every new tree). What it read can only change if an entry
+/// of one of those directories is added, removed, renamed or replaced, or a
+/// directory's mode changes, and each of those changes the directory's ctime
+/// (or, for a mount on it, its device and inode). So the result is reused
+/// while every directory it depended on has the stamp it had, checked with
+/// one stat each. A directory changed less than [`SETTLE`] before the compile
+/// started might have changed during it: such a result is not kept.
+struct RulesetCache {
+    uid: u32,
+    home: Option<String>,
+    deps: Vec<(String, Option<Stamp>)>,
+    result: CompiledLandlock,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    ctime: (i64, i64),
+    mtime: (i64, i64),
+}
+
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(100);
+
+fn stamp(dir: &str) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(dir).ok()?;
+    Some(Stamp {
+        dev: m.dev(),
+        ino: m.ino(),
+        ctime: (m.ctime(), m.ctime_nsec()),
+        mtime: (m.mtime(), m.mtime_nsec()),
+    })
+}
+
+/// [`HostFs`], noting every directory whose entries an answer depended on:
+/// each ancestor of a path it canonicalized (and of the result), and each
+/// directory it listed.
+struct RecordingFs {
+    deps: std::cell::RefCell<BTreeSet<String>>,
+}
+
+impl RecordingFs {
+    fn note_ancestors(&self, path: &str) {
+        let mut deps = self.deps.borrow_mut();
+        let mut p = std::path::Path::new(path);
+        while let Some(parent) = p.parent() {
+            deps.insert(parent.to_string_lossy().into_owned());
+            p = parent;
+        }
+    }
+}
+
+impl FsView for RecordingFs {
+    fn canonical(&self, path: &str) -> Option<String> {
+        self.note_ancestors(path);
+        let r = HostFs.canonical(path);
+        if let Some(c) = &r {
+            self.note_ancestors(c);
+        }
+        r
+    }
+
+    fn children(&self, dir: &str) -> Option<Vec<String>> {
+        self.note_ancestors(dir);
+        self.deps.borrow_mut().insert(dir.to_string());
+        HostFs.children(dir)
+    }
 }
 
 impl SessionLandlock {
@@ -595,6 +671,7 @@ impl SessionLandlock {
             workspace: (!config.workspace.is_empty()).then(|| config.workspace.clone()),
             protect,
             compat: config.landlock.compat,
+            cache: std::sync::Mutex::new(None),
         }
     }
 
@@ -607,12 +684,48 @@ impl SessionLandlock {
         let home = std::fs::read_to_string("/etc/passwd")
             .ok()
             .and_then(|t| home_of(uid, &t));
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = cache.as_ref() {
+            if c.uid == uid && c.home == home && c.deps.iter().all(|(d, st)| stamp(d) == *st) {
+                return c.result.clone();
+            }
+        }
+        let started = std::time::SystemTime::now();
         let vars = SessionVars {
             workspace: self.workspace.clone(),
-            home,
+            home: home.clone(),
             tmpdir: "/tmp".into(),
         };
-        compile(&self.policy, &vars, &self.protect, self.compat, &HostFs)
+        let fs = RecordingFs {
+            deps: Default::default(),
+        };
+        let result = compile(&self.policy, &vars, &self.protect, self.compat, &fs);
+        let deps: Vec<(String, Option<Stamp>)> = fs
+            .deps
+            .into_inner()
+            .into_iter()
+            .map(|d| {
+                let st = stamp(&d);
+                (d, st)
+            })
+            .collect();
+        let settled = |st: &Option<Stamp>| {
+            st.is_none_or(|s| {
+                let changed = std::time::UNIX_EPOCH
+                    + std::time::Duration::new(s.ctime.0.max(0) as u64, s.ctime.1.max(0) as u32);
+                changed + SETTLE < started
+            })
+        };
+        *cache = deps
+            .iter()
+            .all(|(_, st)| settled(st))
+            .then(|| RulesetCache {
+                uid,
+                home,
+                deps,
+                result: result.clone(),
+            });
+        result
     }
 }
 
@@ -720,6 +833,52 @@ mod tests {
             .fs_rules
             .iter()
             .any(|r| at_or_beneath(path, &r.path) && r.access.contains(&a))
+    }
+
+    #[test]
+    fn the_cached_ruleset_follows_every_change_of_what_it_was_built_from() {
+        // A workspace holding a directory agentsh protects: the workspace is
+        // carved, i.e. its other entries are granted one by one, so adding an
+        // entry must change the ruleset.
+        let base = std::env::temp_dir().join(format!("agentsh-llcache-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let ws = base.join("ws");
+        for d in ["a", "own"] {
+            std::fs::create_dir_all(ws.join(d)).unwrap();
+        }
+        let own = ws.join("own");
+        let sl = SessionLandlock {
+            policy: std::sync::Arc::new(pol(
+                "default: allow\nfile_rules:\n  - name: ws\n    paths: [\"${WORKSPACE}/**\"]\n    operations: [read, write, create, delete]\n    decision: allow\n",
+            )),
+            workspace: Some(ws.display().to_string()),
+            protect: SelfProtection::new(&[own.as_path()], &[], None, &HostFs),
+            compat: LandlockCompat::BestEffort,
+            cache: std::sync::Mutex::new(None),
+        };
+        let cached = |sl: &SessionLandlock| sl.cache.lock().unwrap().is_some();
+        let first = sl.compile(0);
+        let a = ws.join("a").display().to_string();
+        let b = ws.join("b").display().to_string();
+        assert!(has(&first, &a, FsAccess::Write), "{:?}", rules_of(&first));
+        assert!(!has(&first, &own.display().to_string(), FsAccess::Write));
+        // Just created: not trusted yet. Once settled, kept and reused.
+        assert!(!cached(&sl));
+        std::thread::sleep(SETTLE + std::time::Duration::from_millis(50));
+        assert_eq!(sl.compile(0), first);
+        assert!(cached(&sl));
+        assert_eq!(sl.compile(0), first);
+        // A new entry in the carved workspace: compiled afresh, and granted.
+        std::fs::create_dir(ws.join("b")).unwrap();
+        let second = sl.compile(0);
+        assert!(has(&second, &b, FsAccess::Write), "{:?}", rules_of(&second));
+        assert!(!has(&first, &b, FsAccess::Write));
+        // Another uid is never served the cached one.
+        std::thread::sleep(SETTLE + std::time::Duration::from_millis(50));
+        assert_eq!(sl.compile(0), second);
+        let _ = sl.compile(4242);
+        assert_eq!(sl.cache.lock().unwrap().as_ref().map(|c| c.uid), Some(4242));
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]
