@@ -839,8 +839,13 @@ mod tests {
     fn the_cached_ruleset_follows_every_change_of_what_it_was_built_from() {
         // A workspace holding a directory agentsh protects: the workspace is
         // carved, i.e. its other entries are granted one by one, so adding an
-        // entry must change the ruleset.
-        let base = std::env::temp_dir().join(format!("agentsh-llcache-{}", std::process::id()));
+        // entry must change the ruleset. Beside the test binary, not in /tmp:
+        // /tmp is an ancestor, and other tests keep changing it.
+        let exe = std::env::current_exe().unwrap();
+        let base = exe
+            .parent()
+            .unwrap()
+            .join(format!("llcache-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&base);
         let ws = base.join("ws");
         for d in ["a", "own"] {
@@ -849,7 +854,7 @@ mod tests {
         let own = ws.join("own");
         let sl = SessionLandlock {
             policy: std::sync::Arc::new(pol(
-                "default: allow\nfile_rules:\n  - name: ws\n    paths: [\"${WORKSPACE}/**\"]\n    operations: [read, write, create, delete]\n    decision: allow\n",
+                "default: allow\nfile_rules:\n  - name: ws\n    paths: [\"${WORKSPACE}/**\", \"${HOME}/**\"]\n    operations: [read, write, create, delete]\n    decision: allow\n",
             )),
             workspace: Some(ws.display().to_string()),
             protect: SelfProtection::new(&[own.as_path()], &[], None, &HostFs),
@@ -857,27 +862,43 @@ mod tests {
             cache: std::sync::Mutex::new(None),
         };
         let cached = |sl: &SessionLandlock| sl.cache.lock().unwrap().is_some();
-        let first = sl.compile(0);
+        // Compiles until the result is kept (its directories have settled).
+        let settle = |sl: &SessionLandlock, uid: u32| {
+            for _ in 0..50 {
+                let c = sl.compile(uid);
+                if cached(sl) {
+                    return c;
+                }
+                std::thread::sleep(SETTLE);
+            }
+            panic!("the ruleset was never kept");
+        };
         let a = ws.join("a").display().to_string();
         let b = ws.join("b").display().to_string();
+        let first = sl.compile(0);
+        // Just created: not trusted yet.
+        assert!(!cached(&sl));
         assert!(has(&first, &a, FsAccess::Write), "{:?}", rules_of(&first));
         assert!(!has(&first, &own.display().to_string(), FsAccess::Write));
-        // Just created: not trusted yet. Once settled, kept and reused.
-        assert!(!cached(&sl));
-        std::thread::sleep(SETTLE + std::time::Duration::from_millis(50));
+        assert_eq!(settle(&sl, 0), first);
         assert_eq!(sl.compile(0), first);
         assert!(cached(&sl));
-        assert_eq!(sl.compile(0), first);
         // A new entry in the carved workspace: compiled afresh, and granted.
         std::fs::create_dir(ws.join("b")).unwrap();
         let second = sl.compile(0);
         assert!(has(&second, &b, FsAccess::Write), "{:?}", rules_of(&second));
         assert!(!has(&first, &b, FsAccess::Write));
-        // Another uid is never served the cached one.
-        std::thread::sleep(SETTLE + std::time::Duration::from_millis(50));
-        assert_eq!(sl.compile(0), second);
-        let _ = sl.compile(4242);
-        assert_eq!(sl.cache.lock().unwrap().as_ref().map(|c| c.uid), Some(4242));
+        // Another uid (another home) is never served the cached one.
+        let home0 = home_of(
+            0,
+            &std::fs::read_to_string("/etc/passwd").unwrap_or_default(),
+        );
+        if let Some(h) = home0 {
+            assert_eq!(settle(&sl, 0), second);
+            assert!(has(&second, &h, FsAccess::Write));
+            let other = sl.compile(4_000_017);
+            assert!(!has(&other, &h, FsAccess::Write), "{:?}", rules_of(&other));
+        }
         std::fs::remove_dir_all(&base).unwrap();
     }
 
