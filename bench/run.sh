@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 case "${1:-}" in
   -h|--help)
     sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
-    echo "Options: --quick (fewer rounds, about 1.5 min), --out DIR (default target/bench)."
+    echo "Options: --quick (fewer rounds, about 1 min), --out DIR (default target/bench)."
     echo "Method and figures: docs/benchmarks.md"
     exit 0 ;;
 esac
