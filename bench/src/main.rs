@@ -1046,6 +1046,10 @@ struct WsGuard(PathBuf);
 impl Drop for WsGuard {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+        // /srv/agentsh-bench itself, unless another run is using it.
+        if let Some(parent) = self.0.parent() {
+            let _ = std::fs::remove_dir(parent);
+        }
     }
 }
 
