@@ -59,6 +59,13 @@ struct Spec {
     entries: Vec<Entry>,
 }
 
+impl Spec {
+    /// How many times each entry runs (warm-up included).
+    fn runs(&self) -> usize {
+        self.rounds + self.warmup
+    }
+}
+
 /// Samples in nanoseconds per label, in the order the spec listed them.
 type Samples = BTreeMap<String, Vec<u64>>;
 
@@ -367,16 +374,16 @@ impl Report {
         &mut self,
         title: &str,
         key: &str,
+        spec: &Spec,
         samples: &Samples,
         ratios: &[(&str, &str, &str)],
-        order: &[&str],
     ) {
         self.line(&format!("\n### {title}\n"));
         self.line("| command | n | median | p10 | p90 |");
         self.line("|---|---:|---:|---:|---:|");
         let mut js = serde_json::Map::new();
-        for label in order {
-            let st = stats(&samples[*label]);
+        for label in spec.entries.iter().map(|e| e.label.as_str()) {
+            let st = stats(&samples[label]);
             self.line(&format!(
                 "| {label} | {} | {} | {} | {} |",
                 st.n,
@@ -489,8 +496,37 @@ fn audit_lines(path: &Path) -> Vec<Value> {
         .collect()
 }
 
-fn count_type(events: &[Value], ty: &str) -> usize {
-    events.iter().filter(|e| e["type"] == ty).count()
+/// What the audit trail gained while a spec ran.
+struct Audited {
+    execs: usize,
+    wrap_inits: usize,
+}
+
+/// `(execve, wrap_init)` events in the audit trail so far.
+fn audit_counts(path: &Path) -> (usize, usize) {
+    let events = audit_lines(path);
+    let count = |ty: &str| events.iter().filter(|e| e["type"] == ty).count();
+    (count("execve"), count("wrap_init"))
+}
+
+/// [`run_timer`], and what the audit trail at `audit` gained meanwhile.
+fn timed(
+    ws: &Path,
+    spec: &Spec,
+    name: &str,
+    supervised: Option<&Namespace>,
+    audit: &Path,
+) -> Result<(Samples, Audited), String> {
+    let (execs0, inits0) = audit_counts(audit);
+    let samples = run_timer(ws, spec, name, supervised)?;
+    let (execs1, inits1) = audit_counts(audit);
+    Ok((
+        samples,
+        Audited {
+            execs: execs1 - execs0,
+            wrap_inits: inits1 - inits0,
+        },
+    ))
 }
 
 /// utime + stime of `pid` in seconds.
@@ -621,7 +657,6 @@ fn run(o: &Opts) -> Result<(), String> {
     rep.json.insert("shim_link".into(), json!(shim_link));
 
     // 1. The nested path, timed from inside a supervised tree.
-    let before = audit_lines(&audit);
     let spec = Spec {
         rounds: nested_rounds,
         warmup: nested_rounds / 10 + 5,
@@ -635,13 +670,11 @@ fn run(o: &Opts) -> Result<(), String> {
             entry("real sh -c true", s(&[REAL_SH, "-c", "true"]), None),
         ],
     };
-    let nested = run_timer(&ws, &spec, "nested", Some(&shim_ns))?;
-    let after = audit_lines(&audit);
-    let runs = spec.rounds + spec.warmup;
+    let (nested, got) = timed(&ws, &spec, "nested", Some(&shim_ns), &audit)?;
+    let runs = spec.runs();
     // Every run of each entry is at least one audited exec; the shim runs
     // add no wrap-init (one: the timer's own tree).
-    let new_execs = count_type(&after, "execve") - count_type(&before, "execve");
-    let new_inits = count_type(&after, "wrap_init") - count_type(&before, "wrap_init");
+    let (new_execs, new_inits) = (got.execs, got.wrap_inits);
     if new_execs < 3 * runs || new_inits != 1 {
         return Err(format!(
             "nested: expected ≥ {} audited execs and 1 wrap-init, saw {new_execs} and {new_inits}: the timer did not run supervised",
@@ -651,16 +684,12 @@ fn run(o: &Opts) -> Result<(), String> {
     rep.pair(
         "1. Nested path: `sh -c true` inside an already supervised tree",
         "nested",
+        &spec,
         &nested,
         &[
             ("shim sh -c true", "hop → real sh -c true", "≤ 1.10×"),
             ("shim sh -c true", "real sh -c true", ""),
             ("hop → real sh -c true", "real sh -c true", ""),
-        ],
-        &[
-            "shim sh -c true",
-            "hop → real sh -c true",
-            "real sh -c true",
         ],
     );
     rep.line(&format!(
@@ -668,7 +697,6 @@ fn run(o: &Opts) -> Result<(), String> {
     ));
 
     // 2. The install path, and the bare hop unsupervised.
-    let before = audit_lines(&audit);
     let spec = Spec {
         rounds: install_rounds,
         warmup: install_rounds / 10 + 5,
@@ -690,10 +718,9 @@ fn run(o: &Opts) -> Result<(), String> {
             ),
         ],
     };
-    let install = run_timer(&ws, &spec, "install", None)?;
-    let after = audit_lines(&audit);
-    let new_inits = count_type(&after, "wrap_init") - count_type(&before, "wrap_init");
-    let runs = spec.rounds + spec.warmup;
+    let (install, got) = timed(&ws, &spec, "install", None, &audit)?;
+    let new_inits = got.wrap_inits;
+    let runs = spec.runs();
     if new_inits != runs {
         return Err(format!(
             "install: expected {runs} wrap-inits, saw {new_inits}: the shim did not install supervision each time"
@@ -702,6 +729,7 @@ fn run(o: &Opts) -> Result<(), String> {
     rep.pair(
         "2. Install path: the first shell of a tree (wrap-init, unixwrap, filter, Landlock, relay)",
         "install",
+        &spec,
         &install,
         &[
             (
@@ -711,18 +739,12 @@ fn run(o: &Opts) -> Result<(), String> {
             ),
             ("hop → real sh -c true", "real sh -c true", ""),
         ],
-        &[
-            "shim sh -c true (install)",
-            "real sh -c true",
-            "hop → real sh -c true",
-        ],
     );
     rep.line(&format!(
         "\n({new_inits} wrap-inits audited, one per shim run.)"
     ));
 
     // 3. A loop of 1000 /bin/true, supervised and not.
-    let before = audit_lines(&audit);
     let spec = Spec {
         rounds: loop_rounds,
         warmup: 1,
@@ -747,10 +769,9 @@ fn run(o: &Opts) -> Result<(), String> {
             },
         ],
     };
-    let looped = run_timer(&ws, &spec, "loop", None)?;
-    let after = audit_lines(&audit);
-    let runs = spec.rounds + spec.warmup;
-    let new_execs = count_type(&after, "execve") - count_type(&before, "execve");
+    let (looped, got) = timed(&ws, &spec, "loop", None, &audit)?;
+    let runs = spec.runs();
+    let new_execs = got.execs;
     if new_execs < 1000 * runs {
         return Err(format!(
             "loop: expected ≥ {} audited execs, saw {new_execs}",
@@ -760,16 +781,12 @@ fn run(o: &Opts) -> Result<(), String> {
     rep.pair(
         "3. A shell loop of 1000 `/bin/true` (the supervised one includes its tree's install)",
         "loop",
+        &spec,
         &looped,
         &[
             ("loop supervised", "loop unsupervised", "≤ 1.10×"),
             ("loop, bare user-notify", "loop unsupervised", ""),
             ("loop supervised", "loop, bare user-notify", ""),
-        ],
-        &[
-            "loop supervised",
-            "loop, bare user-notify",
-            "loop unsupervised",
         ],
     );
     rep.line(
@@ -813,16 +830,14 @@ fn run(o: &Opts) -> Result<(), String> {
         b.prep = Some(prep);
         a.prep_ns = Some(plain_mnt.clone());
         b.prep_ns = Some(plain_mnt.clone());
-        let before = audit_lines(&audit);
         let spec = Spec {
             rounds: conf_rounds,
             warmup: 1,
             entries: vec![a, b],
         };
-        let conf = run_timer(&ws, &spec, "configure", None)?;
-        let after = audit_lines(&audit);
-        let runs = spec.rounds + spec.warmup;
-        let new_execs = count_type(&after, "execve") - count_type(&before, "execve");
+        let (conf, got) = timed(&ws, &spec, "configure", None, &audit)?;
+        let runs = spec.runs();
+        let new_execs = got.execs;
         rep.pair(
             &format!(
                 "4. `./configure` of {} (fork/exec heavy)",
@@ -832,13 +847,13 @@ fn run(o: &Opts) -> Result<(), String> {
                     .unwrap_or_default()
             ),
             "configure",
+            &spec,
             &conf,
             &[(
                 "configure under the shim",
                 "configure, real shell",
                 "≤ 1.15×",
             )],
-            &["configure under the shim", "configure, real shell"],
         );
         rep.line(&format!(
             "\n({} execs audited per supervised configure.)",

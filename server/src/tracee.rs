@@ -36,17 +36,14 @@ pub fn proc_stat(pid: u32) -> io::Result<ProcStat> {
     // 52 numbers at most 20 digits each); a full buffer reads on to the end.
     let mut f = std::fs::File::open(format!("/proc/{pid}/stat"))?;
     let mut buf = [0u8; 1536];
-    let mut n = f.read(&mut buf)?;
-    let mut more = Vec::new();
-    if n == buf.len() {
-        more.extend_from_slice(&buf);
-        f.read_to_end(&mut more)?;
-        n = more.len();
-    }
-    let text = if more.is_empty() {
+    let n = f.read(&mut buf)?;
+    let mut long = Vec::new();
+    let text = if n < buf.len() {
         &buf[..n]
     } else {
-        &more[..]
+        long.extend_from_slice(&buf);
+        f.read_to_end(&mut long)?;
+        &long[..]
     };
     parse_stat(text).ok_or_else(|| {
         io::Error::new(
