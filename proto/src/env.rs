@@ -16,5 +16,7 @@ pub const WRAPPER_LOG_FD: &str = "AGENTSH_WRAPPER_LOG_FD";
 pub const RELAY_PID: &str = "AGENTSH_RELAY_PID";
 /// Read by the shim: `off`, `auto` or `on`. Can only make the mode stricter than shim.conf.
 pub const SHIM_INSTALL: &str = "AGENTSH_SHIM_INSTALL";
+/// Set by the server for unixwrap: the session the tree belongs to.
+pub const SESSION_ID: &str = "AGENTSH_SESSION_ID";
 /// Prefix of every variable agentsh owns; unixwrap strips them before exec.
 pub const PREFIX: &str = "AGENTSH_";

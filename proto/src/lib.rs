@@ -9,11 +9,14 @@
 //! The crate stays dependency-light (serde, serde_json, libc) because the shim
 //! links it and the shim runs for every shell in the container.
 
+pub mod active;
 pub mod env;
 pub mod handoff;
+pub mod http;
 pub mod install;
 pub mod marker;
 pub mod notif;
+pub mod seqpacket;
 pub mod shimconf;
 pub mod wire;
 

@@ -1,8 +1,11 @@
 //! `/etc/agentsh/shim.conf`: the shim's only source of settings that could weaken it.
 //!
 //! Format: `key=value` lines, `#` comments, blank lines. Keys:
-//! `shim_install=auto|on|off` (default `auto`), `server=` (API base URL,
-//! default `http://127.0.0.1:18080`), `session=` (default `default`).
+//! `shim_install=auto|on|off` (default `auto`), `server=` (the API: a Unix
+//! socket `unix:/run/agentsh/api.sock` by default, or an `http://` base URL),
+//! `session=` (default `default`), `wrapper=` (the one agentsh-unixwrap path
+//! the shim will run; default: the packaged locations, see
+//! [`DEFAULT_WRAPPERS`]).
 //!
 //! Trust: the file counts only if it is a regular file owned by root and not
 //! writable by group or others. An untrusted or unreadable file is treated as
@@ -16,8 +19,53 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 
 /// The fixed, compile-time location. No environment variable relocates it.
 pub const SHIM_CONF_PATH: &str = "/etc/agentsh/shim.conf";
-pub const DEFAULT_SERVER: &str = "http://127.0.0.1:18080";
+/// The API socket the server listens on by default.
+pub const DEFAULT_SOCKET: &str = "/run/agentsh/api.sock";
+pub const DEFAULT_SERVER: &str = "unix:/run/agentsh/api.sock";
 pub const DEFAULT_SESSION: &str = "default";
+/// Where packaging installs agentsh-unixwrap: without a `wrapper=` line the
+/// shim runs a `wrapper_binary` only if it is one of these (and root-owned).
+pub const DEFAULT_WRAPPERS: &[&str] = &[
+    "/usr/bin/agentsh-unixwrap",
+    "/usr/lib/agentsh/agentsh-unixwrap",
+    "/usr/libexec/agentsh/agentsh-unixwrap",
+    "/usr/local/bin/agentsh-unixwrap",
+];
+
+/// Where the API is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Server {
+    /// A Unix SOCK_SEQPACKET socket (the default; trees cannot reach it).
+    Unix(std::path::PathBuf),
+    /// An `http://` base URL (for operators who run the server elsewhere).
+    Http(String),
+}
+
+impl Server {
+    /// `unix:/abs/path` or `http://host:port`.
+    pub fn parse(value: &str) -> Option<Server> {
+        if let Some(p) = value.strip_prefix("unix:") {
+            let ok = p.starts_with('/')
+                && p.len() < 108
+                && !p.contains('\0')
+                && !p.split('/').any(|c| c == "." || c == "..");
+            return ok.then(|| Server::Unix(p.into()));
+        }
+        if value.starts_with("http://") && value.len() > "http://".len() {
+            return Some(Server::Http(value.trim_end_matches('/').to_string()));
+        }
+        None
+    }
+}
+
+impl fmt::Display for Server {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Server::Unix(p) => write!(f, "unix:{}", p.display()),
+            Server::Http(u) => f.write_str(u),
+        }
+    }
+}
 
 /// Install mode, ordered from weakest to strictest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -57,16 +105,29 @@ impl Mode {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShimConf {
     pub mode: Mode,
-    pub server: String,
+    pub server: Server,
     pub session: String,
+    /// The one wrapper path accepted; `None`: [`DEFAULT_WRAPPERS`].
+    pub wrapper: Option<String>,
 }
 
 impl Default for ShimConf {
     fn default() -> Self {
         ShimConf {
             mode: Mode::Auto,
-            server: DEFAULT_SERVER.to_string(),
+            server: Server::Unix(DEFAULT_SOCKET.into()),
             session: DEFAULT_SESSION.to_string(),
+            wrapper: None,
+        }
+    }
+}
+
+impl ShimConf {
+    /// Is `path` a wrapper this configuration lets the shim run?
+    pub fn wrapper_allowed(&self, path: &str) -> bool {
+        match &self.wrapper {
+            Some(w) => w == path,
+            None => DEFAULT_WRAPPERS.contains(&path),
         }
     }
 }
@@ -107,12 +168,19 @@ pub fn parse(text: &str) -> Result<ShimConf, ParseError> {
                 })?
             }
             "server" => {
-                if !(value.starts_with("http://") && value.len() > "http://".len()) {
+                conf.server = Server::parse(value).ok_or_else(|| {
+                    err(format!(
+                        "server={value:?} is not valid; expected unix:/ABSOLUTE/PATH (default {DEFAULT_SERVER}) or an http:// base URL"
+                    ))
+                })?;
+            }
+            "wrapper" => {
+                if !value.starts_with('/') || value.split('/').any(|c| c == "." || c == "..") {
                     return Err(err(format!(
-                        "server={value:?} is not valid; expected an http:// base URL such as {DEFAULT_SERVER}"
+                        "wrapper={value:?} is not valid; expected the absolute path of agentsh-unixwrap"
                     )));
                 }
-                conf.server = value.trim_end_matches('/').to_string();
+                conf.wrapper = Some(value.to_string());
             }
             "session" => {
                 if value.is_empty()
@@ -128,7 +196,7 @@ pub fn parse(text: &str) -> Result<ShimConf, ParseError> {
             }
             other => {
                 return Err(err(format!(
-                    "unknown key {other:?}; accepted keys: shim_install, server, session"
+                    "unknown key {other:?}; accepted keys: shim_install, server, session, wrapper"
                 )))
             }
         }
@@ -218,8 +286,14 @@ mod tests {
     fn reads_every_key() {
         let c = parse("shim_install = on\nserver=http://127.0.0.1:9000/\nsession=ci-1\n").unwrap();
         assert_eq!(c.mode, Mode::On);
-        assert_eq!(c.server, "http://127.0.0.1:9000");
+        assert_eq!(c.server, Server::Http("http://127.0.0.1:9000".into()));
         assert_eq!(c.session, "ci-1");
+        let c = parse("server=unix:/run/x/api.sock\nwrapper=/opt/a/agentsh-unixwrap\n").unwrap();
+        assert_eq!(c.server, Server::Unix("/run/x/api.sock".into()));
+        assert!(c.wrapper_allowed("/opt/a/agentsh-unixwrap"));
+        assert!(!c.wrapper_allowed("/usr/bin/agentsh-unixwrap"));
+        assert!(ShimConf::default().wrapper_allowed("/usr/bin/agentsh-unixwrap"));
+        assert!(!ShimConf::default().wrapper_allowed("/tmp/agentsh-unixwrap"));
     }
 
     #[test]
@@ -234,6 +308,9 @@ mod tests {
         assert_eq!(parse("shim_instal=off").unwrap_err().line, 1);
         assert_eq!(parse("\n\nshim_install").unwrap_err().line, 3);
         assert!(parse("server=https://x").is_err());
+        assert!(parse("server=unix:relative.sock").is_err());
+        assert!(parse("server=unix:/run/../tmp/x.sock").is_err());
+        assert!(parse("wrapper=agentsh-unixwrap").is_err());
         assert!(parse("session=a/b").is_err());
     }
 

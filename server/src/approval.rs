@@ -9,15 +9,14 @@
 //! deny by default) or when the tracee goes away (`cancelled`). Every outcome
 //! is exactly one audit event.
 //!
-//! Who may decide: only a request carrying the root-only token
-//! (`<state_dir>/approval.token`, mode 0600) *and* whose TCP peer is not a
-//! process of a supervised tree. The second check covers a tree running as
-//! root, which could read the token file unless Landlock hides it: the peer's
-//! socket is mapped to its owning processes through `/proc/net/tcp{,6}` and
-//! `/proc/<pid>/fd`, and each owner is refused if one of its ancestors is a
-//! live tree root or if it carries more seccomp filters than the server (a
-//! daemonized process reparented away from its tree keeps its filters).
-//! See docs/approvals.md for what this does not cover.
+//! Who may decide: the operator (see the `api` module: uid 0 on the Unix
+//! socket, the root-only token on TCP) *and* not a process of a supervised
+//! tree. The second check covers a tree running as root, which could read
+//! the token file unless Landlock hides it: a TCP peer's socket is mapped to
+//! its owning processes through `/proc/net/tcp{,6}` and `/proc/<pid>/fd`, and
+//! each owner (like a Unix peer) is refused if it is inside a tree
+//! (`trees::Trees::in_tree_or_filtered`). See docs/approvals.md for what this
+//! does not cover.
 //!
 //! Failure modes: a waiter that cannot answer (tracee gone) records
 //! `cancelled`; a decision whose requester cannot be identified is refused.
@@ -26,10 +25,10 @@ pub mod cli;
 
 use crate::audit::{self, AuditLog, EventBody, ExecEvent};
 use crate::config::{ExecveSection, TimeoutAction};
-use crate::tracee;
+use crate::trees::Trees;
 use agentsh_proto::notif;
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -42,8 +41,6 @@ const LIVENESS_POLL: Duration = Duration::from_millis(150);
 /// How long a request may have no live notification before it is cancelled:
 /// long enough for a signal-restarted execve to be re-issued and re-attached.
 const REISSUE_GRACE: Duration = Duration::from_millis(300);
-/// The longest a long-poll for new requests may wait.
-pub const MAX_WAIT: Duration = Duration::from_secs(60);
 /// Name of the token file under the state directory.
 pub const TOKEN_FILE: &str = "approval.token";
 
@@ -139,13 +136,11 @@ pub struct Approvals {
     timeout: Duration,
     timeout_action: TimeoutAction,
     audit: Arc<AuditLog>,
-    token: String,
     state: Mutex<State>,
     changed: Condvar,
-    /// Live tree roots: pid -> start time.
-    roots: Mutex<HashMap<u32, u64>>,
-    /// The server's own `Seccomp_filters` count at start.
-    own_filters: u32,
+    /// Bumped on every change, for the API's async long-polls.
+    version: tokio::sync::watch::Sender<u64>,
+    trees: Arc<Trees>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -200,15 +195,6 @@ pub fn create_token_file(state_dir: &Path) -> std::io::Result<(String, PathBuf)>
     Ok((token, path))
 }
 
-/// The `Seccomp_filters:` count of `pid` (`self` for the server).
-fn seccomp_filters(pid: &str) -> Option<u32> {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()?
-        .lines()
-        .find_map(|l| l.strip_prefix("Seccomp_filters:"))
-        .and_then(|v| v.trim().parse().ok())
-}
-
 /// Who sent a decision, as far as the server can tell.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Requester {
@@ -235,38 +221,22 @@ impl Requester {
 }
 
 impl Approvals {
-    pub fn new(limits: &ExecveSection, audit: Arc<AuditLog>, token: String) -> Approvals {
+    pub fn new(limits: &ExecveSection, audit: Arc<AuditLog>, trees: Arc<Trees>) -> Approvals {
         Approvals {
             timeout: limits.approval_timeout,
             timeout_action: limits.approval_timeout_action,
             audit,
-            token,
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
-            roots: Mutex::new(HashMap::new()),
-            own_filters: seccomp_filters("self").unwrap_or(0),
+            version: tokio::sync::watch::Sender::new(0),
+            trees,
         }
     }
 
-    /// Does `presented` equal the token? Constant time in the token's length.
-    pub fn token_matches(&self, presented: &str) -> bool {
-        let a = self.token.as_bytes();
-        let b = presented.trim().as_bytes();
-        if self.token.is_empty() || a.len() != b.len() {
-            return false;
-        }
-        a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-    }
-
-    /// Records a live tree root (for the requester check).
-    pub fn tree_started(&self, root_pid: u32) {
-        if let Ok(st) = tracee::proc_stat(root_pid) {
-            lock(&self.roots).insert(root_pid, st.starttime);
-        }
-    }
-
-    pub fn tree_finished(&self, root_pid: u32) {
-        lock(&self.roots).remove(&root_pid);
+    /// Wakes every waiter: the blocking ones and the API's long-polls.
+    fn notify_changed(&self) {
+        self.changed.notify_all();
+        self.version.send_modify(|v| *v += 1);
     }
 
     /// Pending (undecided) requests with `seq > after`, oldest first.
@@ -286,21 +256,20 @@ impl Approvals {
         v
     }
 
-    /// Like [`Approvals::pending`], but waits up to `wait` for at least one.
-    pub fn wait_pending(&self, after: u64, wait: Duration) -> Vec<ApprovalRequest> {
-        let deadline = Instant::now() + wait.min(MAX_WAIT);
-        let mut st = lock(&self.state);
+    /// Like [`Approvals::pending`], but waits up to `wait` for at least one
+    /// (a parked future: a long-poll holds no thread).
+    pub async fn wait_pending(&self, after: u64, wait: Duration) -> Vec<ApprovalRequest> {
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut rx = self.version.subscribe();
         loop {
-            let found = Self::pending_of(&st, after);
-            let now = Instant::now();
-            if !found.is_empty() || now >= deadline {
+            let found = self.pending(after);
+            if !found.is_empty() {
                 return found;
             }
-            st = self
-                .changed
-                .wait_timeout(st, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            match tokio::time::timeout_at(deadline, rx.changed()).await {
+                Ok(Ok(())) => continue,
+                _ => return self.pending(after),
+            }
         }
     }
 
@@ -333,7 +302,7 @@ impl Approvals {
             reason,
         });
         drop(st);
-        self.changed.notify_all();
+        self.notify_changed();
         Ok(())
     }
 
@@ -368,7 +337,7 @@ impl Approvals {
                 );
                 e.notif_ids.push(exec.notif_id);
                 drop(st);
-                self.changed.notify_all();
+                self.notify_changed();
                 return;
             }
             st.seq += 1;
@@ -401,7 +370,7 @@ impl Approvals {
             );
             id
         };
-        self.changed.notify_all();
+        self.notify_changed();
         tracing::info!(%id, pid = exec.pid, filename = %exec.filename, "exec waits for approval");
         let me = self.clone();
         let spawned = std::thread::Builder::new()
@@ -507,7 +476,7 @@ impl Approvals {
         };
         st.pending.remove(id);
         drop(st);
-        self.changed.notify_all();
+        self.notify_changed();
 
         let allow = match verdict.outcome {
             Outcome::Approved => true,
@@ -614,29 +583,7 @@ impl Approvals {
 
     /// Why `pid` counts as part of a supervised tree, if it does.
     fn in_tree(&self, pid: u32) -> Option<String> {
-        // Exact while the lineage holds: an ancestor is a live tree root.
-        let roots = lock(&self.roots).clone();
-        let mut p = pid;
-        for _ in 0..256 {
-            if p <= 1 {
-                break;
-            }
-            let Ok(st) = tracee::proc_stat(p) else { break };
-            if roots.get(&p) == Some(&st.starttime) {
-                return Some(format!("pid {pid} descends from tree root {p}"));
-            }
-            p = st.ppid;
-        }
-        // A process reparented away from its tree (double fork, setsid) keeps
-        // its seccomp filters: more filters than the server means "inside".
-        match seccomp_filters(&pid.to_string()) {
-            Some(n) if n > self.own_filters => Some(format!(
-                "pid {pid} has {n} seccomp filters, the server {}",
-                self.own_filters
-            )),
-            Some(_) => None,
-            None => Some(format!("pid {pid}: /proc/{pid}/status unreadable")),
-        }
+        self.trees.in_tree_or_filtered(pid)
     }
 }
 
@@ -765,17 +712,8 @@ mod tests {
         Arc::new(Approvals::new(
             &limits,
             Arc::new(AuditLog::in_memory(10)),
-            "ab".repeat(32),
+            Arc::new(Trees::new()),
         ))
-    }
-
-    #[test]
-    fn token_must_match_exactly() {
-        let a = approvals(1000);
-        assert!(a.token_matches(&"ab".repeat(32)));
-        assert!(!a.token_matches(&"ab".repeat(31)));
-        assert!(!a.token_matches(&"ac".repeat(32)));
-        assert!(!a.token_matches(""));
     }
 
     #[test]
@@ -790,8 +728,14 @@ mod tests {
     #[test]
     fn long_poll_returns_empty_after_its_wait() {
         let a = approvals(1000);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
         let t = Instant::now();
-        assert!(a.wait_pending(0, Duration::from_millis(100)).is_empty());
+        assert!(rt
+            .block_on(a.wait_pending(0, Duration::from_millis(100)))
+            .is_empty());
         assert!(t.elapsed() >= Duration::from_millis(100));
     }
 
@@ -818,7 +762,7 @@ mod tests {
         let a = Arc::new(Approvals::new(
             &ExecveSection::default(),
             audit.clone(),
-            "t".into(),
+            Arc::new(Trees::new()),
         ));
         // Not a notify fd: every id reads as invalid, like a killed tracee.
         let fd: Arc<OwnedFd> = Arc::new(std::fs::File::open("/dev/null").unwrap().into());

@@ -14,7 +14,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::Mutex;
 use std::time::SystemTime;
 
 /// One exec, as decided by the supervisor.
@@ -60,6 +60,25 @@ pub struct WrapInitEvent {
     /// is in unixwrap's log: it may be less under `best_effort`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub landlock: Option<crate::policy::landlock::LandlockSummary>,
+    /// The process that asked (the shim, which becomes the tree's root).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub shim_pid: Option<u32>,
+    /// Its parent: the SDK daemon that spawned the shell.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub daemon_pid: Option<u32>,
+}
+
+/// A shell the shim ran unsupervised under `shim_install=auto` before
+/// agentsh had started in this container, as the root shim recorded it.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct UnsupervisedEvent {
+    /// When it ran, as the shim recorded it.
+    pub ran_at: String,
+    pub pid: u32,
+    pub ppid: u32,
+    pub uid: u32,
+    pub argv: Vec<String>,
+    pub reason: String,
 }
 
 /// One tree whose notify fd the server took over (or refused).
@@ -76,6 +95,7 @@ pub enum EventBody {
     Execve(ExecEvent),
     WrapInit(WrapInitEvent),
     Handoff(HandoffEvent),
+    UnsupervisedRun(UnsupervisedEvent),
 }
 
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
@@ -93,7 +113,8 @@ pub struct AuditLog {
     file: Option<Mutex<File>>,
     memory: Mutex<HashMap<String, VecDeque<Event>>>,
     memory_cap: usize,
-    arrived: Condvar,
+    /// The latest event id, for the API's async long-polls.
+    latest: tokio::sync::watch::Sender<u64>,
 }
 
 impl AuditLog {
@@ -120,7 +141,7 @@ impl AuditLog {
             file: file.map(Mutex::new),
             memory: Mutex::new(HashMap::new()),
             memory_cap: memory_cap.max(1),
-            arrived: Condvar::new(),
+            latest: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -156,7 +177,7 @@ impl AuditLog {
             }
             q.push_back(event.clone());
         }
-        self.arrived.notify_all();
+        self.latest.send_replace(event.id);
         event
     }
 
@@ -168,29 +189,25 @@ impl AuditLog {
             .unwrap_or_default()
     }
 
-    /// Like [`AuditLog::events`], but waits up to `wait` for at least one.
-    pub fn wait_events(
+    /// Like [`AuditLog::events`], but waits up to `wait` for at least one
+    /// (a parked future: a long-poll holds no thread).
+    pub async fn wait_events(
         &self,
         session_id: &str,
         after: u64,
         wait: std::time::Duration,
     ) -> Vec<Event> {
-        let deadline = std::time::Instant::now() + wait;
-        let mut mem = self.memory.lock().unwrap_or_else(|p| p.into_inner());
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut rx = self.latest.subscribe();
         loop {
-            let found: Vec<Event> = mem
-                .get(session_id)
-                .map(|q| q.iter().filter(|e| e.id > after).cloned().collect())
-                .unwrap_or_default();
-            let now = std::time::Instant::now();
-            if !found.is_empty() || now >= deadline {
+            let found = self.events(session_id, after);
+            if !found.is_empty() {
                 return found;
             }
-            mem = self
-                .arrived
-                .wait_timeout(mem, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            match tokio::time::timeout_at(deadline, rx.changed()).await {
+                Ok(Ok(())) => continue,
+                _ => return self.events(session_id, after),
+            }
         }
     }
 }

@@ -13,11 +13,20 @@ pub const EMBEDDED_CONFIG: &str = include_str!("../../etc/agentsh/config.yaml");
 /// Documentation of every key, shown by `agentsh server --help`.
 pub const CONFIG_HELP: &str = "\
 CONFIG KEYS (YAML; all optional; defaults shown):
-  server.http.addr                 127.0.0.1:18080   HTTP API address (keep it on loopback)
+  server.socket                    /run/agentsh/api.sock  the API's Unix socket (SOCK_SEQPACKET);
+                                                     shims call wrap-init here, the CLI talks here.
+                                                     Its directory (the run directory: notify
+                                                     sockets, the `active` marker) must be
+                                                     root-owned and not writable by others
+  server.http.addr                 \"\"                an extra TCP listener for operators, e.g.
+                                                     127.0.0.1:18080; every route but /healthz
+                                                     needs the operator token. Empty: none
+  server.http.wrap_init            false             also serve wrap-init on TCP (peers identified
+                                                     through /proc); for shim.conf server=http://
   policy                           agent-default     policy name under policies_dir (falls back to
                                                      the embedded shipped policy), or a YAML path
   policies_dir                     /etc/agentsh/policies
-  state_dir                        /var/lib/agentsh  notify sockets live in <state_dir>/notify
+  state_dir                        /var/lib/agentsh  the operator token (approval.token)
   audit.jsonl                      /var/log/agentsh/audit.jsonl   append-only JSON Lines audit log
   audit.memory_events_per_session  10000             events per session kept for the API
   wrapper_binary                   \"\"                agentsh-unixwrap path; empty = next to agentsh
@@ -65,16 +74,30 @@ impl Default for LandlockSection {
     }
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerSection {
+    /// The API's Unix SOCK_SEQPACKET socket; its directory is the run directory.
+    pub socket: PathBuf,
     pub http: HttpSection,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+impl Default for ServerSection {
+    fn default() -> Self {
+        ServerSection {
+            socket: agentsh_proto::shimconf::DEFAULT_SOCKET.into(),
+            http: HttpSection::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HttpSection {
+    /// Empty: no TCP listener.
     pub addr: String,
+    /// Serve wrap-init on TCP too (off: only on the Unix socket).
+    pub wrap_init: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -164,14 +187,6 @@ impl Default for Config {
     }
 }
 
-impl Default for HttpSection {
-    fn default() -> Self {
-        HttpSection {
-            addr: "127.0.0.1:18080".into(),
-        }
-    }
-}
-
 impl Default for AuditSection {
     fn default() -> Self {
         AuditSection {
@@ -237,16 +252,33 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), String> {
-        if self
-            .server
-            .http
-            .addr
-            .parse::<std::net::SocketAddr>()
-            .is_err()
+        if !self.server.http.addr.is_empty()
+            && self
+                .server
+                .http
+                .addr
+                .parse::<std::net::SocketAddr>()
+                .is_err()
         {
             return Err(format!(
-                "server.http.addr {:?} is not an address such as 127.0.0.1:18080",
+                "server.http.addr {:?} is not an address such as 127.0.0.1:18080 (or \"\" for none)",
                 self.server.http.addr
+            ));
+        }
+        if self.server.http.wrap_init && self.server.http.addr.is_empty() {
+            return Err("server.http.wrap_init needs server.http.addr".into());
+        }
+        let sock = self.server.socket.to_string_lossy();
+        if agentsh_proto::shimconf::Server::parse(&format!("unix:{sock}")).is_none()
+            || self
+                .server
+                .socket
+                .parent()
+                .is_none_or(|p| p == Path::new("/"))
+        {
+            return Err(format!(
+                "server.socket {sock:?} must be an absolute path of at most 107 bytes, in a \
+                 directory of its own (such as /run/agentsh/api.sock)"
             ));
         }
         if self.execve.max_argc == 0 || self.execve.max_argv_bytes == 0 {
@@ -280,8 +312,27 @@ impl Config {
             .unwrap_or_else(|| PathBuf::from("/usr/bin/agentsh-unixwrap"))
     }
 
+    /// The directory of the API socket: notify sockets, the `active` marker.
+    pub fn run_dir(&self) -> PathBuf {
+        self.server
+            .socket
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("/run/agentsh"))
+    }
+
     pub fn notify_dir(&self) -> PathBuf {
-        self.state_dir.join("notify")
+        self.run_dir().join("notify")
+    }
+
+    /// The TCP listener's port, if there is one.
+    pub fn tcp_port(&self) -> Option<u16> {
+        self.server
+            .http
+            .addr
+            .parse::<std::net::SocketAddr>()
+            .ok()
+            .map(|a| a.port())
     }
 }
 
@@ -292,7 +343,9 @@ mod tests {
     #[test]
     fn embedded_defaults_parse() {
         let c = Config::load(None).unwrap();
-        assert_eq!(c.server.http.addr, "127.0.0.1:18080");
+        assert_eq!(c.server.http.addr, "");
+        assert_eq!(c.server.socket, Path::new("/run/agentsh/api.sock"));
+        assert_eq!(c.notify_dir(), Path::new("/run/agentsh/notify"));
         assert_eq!(c.execve.max_argc, 1000);
         assert_eq!(c.execve.max_argv_bytes, 65536);
         assert_eq!(c.execve.on_truncated, OnTruncated::Deny);
@@ -354,6 +407,14 @@ mod tests {
     #[test]
     fn bad_values_are_errors() {
         assert!(Config::from_yaml("server: {http: {addr: nope}}", "t").is_err());
+        assert!(Config::from_yaml("server: {socket: api.sock}", "t").is_err());
+        assert!(Config::from_yaml("server: {socket: /api.sock}", "t").is_err());
+        assert!(Config::from_yaml("server: {http: {wrap_init: true}}", "t").is_err());
+        assert!(Config::from_yaml(
+            "server: {http: {addr: '127.0.0.1:1', wrap_init: true}}",
+            "t"
+        )
+        .is_ok());
         assert!(Config::from_yaml("execve: {on_truncated: maybe}", "t").is_err());
         assert!(Config::from_yaml("execve: {max_argc: 0}", "t").is_err());
     }

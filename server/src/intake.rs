@@ -1,28 +1,39 @@
-//! Notify-fd intake: one unix socket per wrap-init, one accepted handoff.
+//! Notify-fd intake: one SOCK_SEQPACKET socket per wrap-init, one accepted
+//! handoff.
 //!
-//! wrap-init creates `<state_dir>/notify/<session>-<n>-<random>.sock`
-//! (SOCK_STREAM, mode 0600, owned by the caller's uid). The relay helper
-//! connects, sends `[0xA7][wrapper pid u32 LE]` with the notify fd in
-//! SCM_RIGHTS, and reads one status byte (1 accepted, 0 refused).
+//! wrap-init creates `<run_dir>/notify/<session>-<n>-<random>.sock` (mode
+//! 0600, owned by the caller's uid, in a directory trees cannot list or
+//! create in). The relay helper connects, sends one record
+//! `[0xA7][wrapper pid u32 LE]` with the notify fd in SCM_RIGHTS, and reads
+//! one status byte (1 accepted, 0 refused).
 //!
-//! Trust: the socket accepts exactly one connection, within a 30 s deadline,
-//! and only from the uid that asked for it (SO_PEERCRED); the socket file is
-//! removed as soon as that connection is accepted or the deadline passes. The
-//! fd must be a seccomp notify fd (checked through /proc/self/fd). Anything
-//! else is refused and recorded as a `handoff` audit event.
+//! Trust: the socket accepts exactly one connection, within
+//! [`ACCEPT_DEADLINE`], and only from the uid that asked for it
+//! (SO_PEERCRED). The handoff is bound to the process that called
+//! wrap-init: the pid in the message must be that process (the shim, which
+//! became unixwrap in place), and the connecting relay must be its child.
+//! The fd must be a seccomp notify fd (checked through /proc/self/fd). A
+//! supervised tree cannot create a SEQPACKET socket, so it cannot connect
+//! here at all. Anything else is refused and recorded as a `handoff` audit
+//! event; the socket file is removed as soon as its one connection is
+//! accepted or the deadline passes.
+//!
+//! Failure modes: every refusal leaves the wrapped shell refusing to run
+//! (unixwrap waits for an accepted ACK), never running unsupervised.
 
+use crate::api::peer::Slot;
+use crate::api::transport::SeqpacketListener;
 use crate::audit::{EventBody, HandoffEvent};
 use crate::supervisor::{self, SupervisorContext, Tree};
+use crate::trees::Trees;
 use agentsh_proto::handoff::{decode_handoff, Ack, HANDOFF_LEN};
-use sendfd::RecvWithFd;
-use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use agentsh_proto::seqpacket;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{chown, DirBuilderExt, PermissionsExt};
-use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How long a notify socket waits for its one connection.
 pub const ACCEPT_DEADLINE: Duration = Duration::from_secs(30);
@@ -30,6 +41,39 @@ pub const ACCEPT_DEADLINE: Duration = Duration::from_secs(30);
 const HANDOFF_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 static SOCKET_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Whom a notify socket is for: taken from the transport, never the body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caller {
+    pub uid: u32,
+    /// The shim's pid, when the transport says (always on the Unix socket).
+    pub pid: Option<u32>,
+}
+
+/// Where a process stands: its parent (the SDK daemon, for a shim) and
+/// process groups. Read from /proc; `None` where it cannot be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lineage {
+    pub pid: u32,
+    pub parent: Option<u32>,
+    pub pgrp: Option<u32>,
+    pub parent_pgrp: Option<u32>,
+}
+
+impl Lineage {
+    pub fn of(pid: u32) -> Lineage {
+        let stat = crate::tracee::proc_stat(pid).ok();
+        let parent = stat.map(|s| s.ppid).filter(|&p| p > 0);
+        Lineage {
+            pid,
+            parent,
+            pgrp: stat.map(|s| s.pgrp),
+            parent_pgrp: parent
+                .and_then(|p| crate::tracee::proc_stat(p).ok())
+                .map(|s| s.pgrp),
+        }
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum IntakeError {
@@ -60,17 +104,23 @@ fn random_token() -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// Creates a fresh notify socket for `caller_uid` and starts the thread that
-/// waits for its one handoff. Returns the socket path.
+/// A notify socket waiting for its handoff.
+pub struct Pending {
+    pub path: PathBuf,
+    listener: OwnedFd,
+    session: String,
+    caller: Caller,
+}
+
+/// Creates a fresh notify socket for `caller` (blocking: filesystem work).
 ///
 /// # Errors
 /// The directory or the socket cannot be created, or its owner set.
 pub fn open_notify_socket(
-    ctx: Arc<SupervisorContext>,
     notify_dir: &Path,
     session_id: &str,
-    caller_uid: u32,
-) -> Result<PathBuf, IntakeError> {
+    caller: Caller,
+) -> Result<Pending, IntakeError> {
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o711)
@@ -88,43 +138,78 @@ pub fn open_notify_socket(
         path: path.clone(),
         source,
     };
-    let listener = UnixListener::bind(&path).map_err(sock_err)?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(sock_err)?;
-    chown(&path, Some(caller_uid), None).map_err(sock_err)?;
-    let session = session_id.to_string();
-    let p = path.clone();
-    std::thread::Builder::new()
-        .name("agentsh-intake".into())
-        .spawn(move || accept_one(ctx, listener, &p, &session, caller_uid))
-        .map_err(sock_err)?;
-    Ok(path)
+    let listener = seqpacket::bind_listen(&path, 1).map_err(sock_err)?;
+    let undo = |e| {
+        let _ = std::fs::remove_file(&path);
+        sock_err(e)
+    };
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(undo)?;
+    chown(&path, Some(caller.uid), None).map_err(undo)?;
+    Ok(Pending {
+        path,
+        listener,
+        session: session_id.to_string(),
+        caller,
+    })
 }
 
-fn accept_one(
+/// Waits for the one handoff of `pending`, then supervises the tree on a
+/// thread of its own. `slot` (the caller's count of unused notify sockets)
+/// is given back when this returns.
+pub async fn take_handoff(
     ctx: Arc<SupervisorContext>,
-    listener: UnixListener,
-    path: &Path,
-    session: &str,
-    caller_uid: u32,
+    trees: Arc<Trees>,
+    pending: Pending,
+    slot: Slot,
 ) {
-    let accepted = wait_accept(&listener, ACCEPT_DEADLINE);
-    // One connection only: the name goes away whatever happened.
-    let _ = std::fs::remove_file(path);
-    drop(listener);
-    let Some(stream) = accepted else {
-        tracing::warn!(socket = %path.display(), "no handoff within {ACCEPT_DEADLINE:?}; socket removed");
-        return;
+    let Pending {
+        path,
+        listener,
+        session,
+        caller,
+    } = pending;
+    let listener = match SeqpacketListener::from_fd(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(socket = %path.display(), "notify socket unusable: {e}");
+            let _ = std::fs::remove_file(&path);
+            return;
+        }
     };
-    match take_handoff(&stream, caller_uid) {
+    let accepted = tokio::time::timeout(ACCEPT_DEADLINE, listener.accept()).await;
+    // One connection only: the name goes away whatever happened.
+    let _ = std::fs::remove_file(&path);
+    drop(listener);
+    drop(slot);
+    let (conn, cred) = match accepted {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
+            tracing::warn!(socket = %path.display(), "accept on notify socket failed: {e}");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(socket = %path.display(), "no handoff within {ACCEPT_DEADLINE:?}; socket removed");
+            return;
+        }
+    };
+    let mut buf = [0u8; HANDOFF_LEN + 1];
+    let received =
+        tokio::time::timeout(HANDOFF_READ_TIMEOUT, conn.recv_with_fds(&mut buf, 1)).await;
+    let checked = match received {
+        Err(_) => Err(format!("no handoff within {HANDOFF_READ_TIMEOUT:?}")),
+        Ok(Err(e)) => Err(format!("handoff read failed: {e}")),
+        Ok(Ok((n, fds))) => check_handoff(&buf[..n], fds, cred, caller),
+    };
+    match checked {
         Ok((pid, fd)) => {
-            if let Err(e) = (&stream).write_all(&[Ack::Accepted.to_byte()]) {
+            if let Err(e) = conn.send_record(&[Ack::Accepted.to_byte()]).await {
                 // The relay will not ACK unixwrap, which then refuses to run;
                 // dropping the fd makes any exec in the tree fail (ENOSYS).
                 tracing::warn!(pid, "relay gone before the status byte: {e}");
                 return;
             }
             ctx.audit.record(
-                session,
+                &session,
                 EventBody::Handoff(HandoffEvent {
                     pid,
                     accepted: true,
@@ -132,17 +217,28 @@ fn accept_one(
                 }),
             );
             let tree = Tree {
-                session_id: session.to_string(),
+                session_id: session,
                 root_pid: pid,
                 fd: Arc::new(fd),
             };
-            supervisor::serve(ctx, tree);
+            let spawned = std::thread::Builder::new()
+                .name("agentsh-tree".into())
+                .spawn(move || {
+                    trees.started(tree.root_pid, &tree.session_id);
+                    let root = tree.root_pid;
+                    supervisor::serve(ctx, tree);
+                    trees.finished(root);
+                });
+            if let Err(e) = spawned {
+                // The fd is dropped with the closure: the tree's execs fail (closed).
+                tracing::error!(pid, "cannot start the tree's supervisor thread: {e}");
+            }
         }
         Err(reason) => {
             tracing::warn!(socket = %path.display(), "handoff refused: {reason}");
-            let _ = (&stream).write_all(&[Ack::Refused.to_byte()]);
+            let _ = conn.send_record(&[Ack::Refused.to_byte()]).await;
             ctx.audit.record(
-                session,
+                &session,
                 EventBody::Handoff(HandoffEvent {
                     pid: 0,
                     accepted: false,
@@ -153,98 +249,42 @@ fn accept_one(
     }
 }
 
-fn wait_accept(listener: &UnixListener, deadline: Duration) -> Option<UnixStream> {
-    let end = Instant::now() + deadline;
-    loop {
-        let left = end.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return None;
-        }
-        let mut pfd = libc::pollfd {
-            fd: listener.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        let rc = unsafe { libc::poll(&mut pfd, 1, left.as_millis().min(i32::MAX as u128) as i32) };
-        if rc < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-            continue;
-        }
-        if rc <= 0 {
-            return None;
-        }
-        match listener.accept() {
-            Ok((s, _)) => return Some(s),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                tracing::warn!("accept on notify socket failed: {e}");
-                return None;
-            }
-        }
-    }
-}
-
-fn peer_uid(stream: &UnixStream) -> std::io::Result<u32> {
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into `cred`.
-    let rc = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    if rc < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(cred.uid)
-}
-
-/// Reads and checks the handoff; returns the wrapper pid and the notify fd.
-fn take_handoff(stream: &UnixStream, caller_uid: u32) -> Result<(u32, OwnedFd), String> {
-    stream
-        .set_read_timeout(Some(HANDOFF_READ_TIMEOUT))
-        .map_err(|e| format!("cannot set read timeout: {e}"))?;
-    let mut buf = [0u8; HANDOFF_LEN];
-    let mut fds: [RawFd; 2] = [-1; 2];
-    let (n, nfds) = stream
-        .recv_with_fd(&mut buf, &mut fds)
-        .map_err(|e| format!("handoff read failed: {e}"))?;
-    // Take ownership of every fd received, so none leaks whatever happens next.
-    let owned: Vec<OwnedFd> = fds[..nfds]
-        .iter()
-        .filter(|&&fd| fd >= 0)
-        // SAFETY: the kernel just installed these fds in our table for us.
-        .map(|&fd| unsafe { OwnedFd::from_raw_fd(fd) })
-        .collect();
-    let mut got = n;
-    let mut s = stream;
-    while got < HANDOFF_LEN && n > 0 {
-        match s.read(&mut buf[got..]) {
-            Ok(0) => break,
-            Ok(k) => got += k,
-            Err(e) => return Err(format!("handoff read failed: {e}")),
-        }
-    }
-    // The uid is checked after the message is read (and any fd it carried is
-    // closed), so a refused peer reliably gets its status byte instead of EPIPE.
-    let uid = peer_uid(stream).map_err(|e| format!("SO_PEERCRED failed: {e}"))?;
-    if uid != caller_uid {
+/// The checks of the module doc; returns the wrapper pid and the notify fd.
+fn check_handoff(
+    msg: &[u8],
+    fds: Vec<OwnedFd>,
+    cred: seqpacket::PeerCred,
+    caller: Caller,
+) -> Result<(u32, OwnedFd), String> {
+    if cred.uid != caller.uid {
         return Err(format!(
-            "connection from uid {uid}, but the socket was issued to uid {caller_uid}"
+            "connection from uid {}, but the socket was issued to uid {}",
+            cred.uid, caller.uid
         ));
     }
-    let pid = decode_handoff(&buf[..got])
-        .ok_or_else(|| format!("malformed handoff ({got} bytes, first {:#04x})", buf[0]))?;
-    let mut owned = owned.into_iter();
-    let fd = match (owned.next(), owned.next()) {
+    let pid = decode_handoff(msg).ok_or_else(|| {
+        format!(
+            "malformed handoff ({} bytes, first {:#04x})",
+            msg.len(),
+            msg.first().copied().unwrap_or(0)
+        )
+    })?;
+    if let Some(shim) = caller.pid {
+        if pid != shim {
+            return Err(format!(
+                "handoff names pid {pid}, but wrap-init was called by pid {shim}"
+            ));
+        }
+        let relay_parent = crate::tracee::proc_stat(cred.pid).map(|s| s.ppid);
+        if relay_parent.as_ref().ok() != Some(&shim) {
+            return Err(format!(
+                "the relay (pid {}) is not a child of pid {shim} ({relay_parent:?})",
+                cred.pid
+            ));
+        }
+    }
+    let mut fds = fds.into_iter();
+    let fd = match (fds.next(), fds.next()) {
         (Some(fd), None) => fd,
         (None, _) => return Err("handoff carried no fd".into()),
         (Some(_), Some(_)) => return Err("handoff carried more than one fd".into()),

@@ -3,12 +3,16 @@
 //! Where an exec is decided: `intake` takes a notify fd from a relay,
 //! `supervisor` serves its notifications, `tracee` reads the calling process,
 //! `policy` decides (pure), `approval` holds execs for an operator, `audit`
-//! records, `api` exposes it all over HTTP.
+//! records, `api` exposes it all over HTTP on the Unix socket (and TCP for
+//! operators), `trees` knows which processes are supervised. `daemon` starts
+//! the server; `client` is the admin CLI's side of the API.
 
 pub mod api;
 pub mod approval;
 pub mod audit;
+pub mod client;
 pub mod config;
+pub mod daemon;
 pub mod intake;
 pub mod lifecycle;
 pub mod policy;
@@ -16,3 +20,4 @@ pub mod session;
 pub mod shim_install;
 pub mod supervisor;
 pub mod tracee;
+pub mod trees;

@@ -3,6 +3,7 @@
 //! first process: start the server, wait until it is ready, then run the
 //! SDK's daemon under it).
 
+use crate::client::Client;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -19,27 +20,24 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 /// Pause before a server that died is started again.
 const RESTART_PAUSE: Duration = Duration::from_secs(1);
 
-/// One readiness probe: `GET {server}/healthz` answered 200.
-pub fn probe(agent: &ureq::Agent, server: &str) -> Result<(), String> {
-    match agent.get(format!("{server}/healthz")).call() {
-        Ok(_) => Ok(()),
-        Err(e) => Err(e.to_string()),
+/// One readiness probe: `GET /healthz` answered 200.
+pub fn probe(client: &Client) -> Result<(), String> {
+    match client.call("GET", "/healthz", None, false)? {
+        (200, _) => Ok(()),
+        (status, _) => Err(format!("/healthz answered HTTP {status}")),
     }
 }
 
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(2)))
-        .build()
-        .into()
+fn client(server: &str) -> Result<Client, String> {
+    Ok(Client::new(server, None)?.with_timeout(Duration::from_secs(2)))
 }
 
 /// `agentsh ready`: waits until the server at `server` answers `/healthz`.
 pub fn wait_ready(server: &str, timeout: Duration) -> Result<(), String> {
-    let agent = agent();
+    let client = client(server)?;
     let deadline = Instant::now() + timeout;
     loop {
-        match probe(&agent, server) {
+        match probe(&client) {
             Ok(()) => return Ok(()),
             Err(e) if Instant::now() >= deadline => {
                 return Err(format!(
@@ -52,10 +50,10 @@ pub fn wait_ready(server: &str, timeout: Duration) -> Result<(), String> {
     }
 }
 
-/// The API base URL of the server a config file describes.
+/// The API (its Unix socket, as `unix:/path`) of the server a config file describes.
 pub fn server_url(config: Option<&Path>) -> Result<String, String> {
     let c = crate::config::Config::load(config).map_err(|e| e.to_string())?;
-    Ok(format!("http://{}", c.server.http.addr))
+    Ok(format!("unix:{}", c.server.socket.display()))
 }
 
 /// What the entrypoint runs.
@@ -98,7 +96,7 @@ fn unblock_in_child(cmd: &mut Command) {
 
 /// Waits until the server answers, failing early if it exits.
 fn await_server(server: &mut Child, url: &str, timeout: Duration) -> Result<(), String> {
-    let agent = agent();
+    let client = client(url)?;
     let deadline = Instant::now() + timeout;
     loop {
         if let Ok(Some(st)) = server.try_wait() {
@@ -106,7 +104,7 @@ fn await_server(server: &mut Child, url: &str, timeout: Duration) -> Result<(), 
                 "`agentsh server` exited during start-up ({st}); its log is above"
             ));
         }
-        match probe(&agent, url) {
+        match probe(&client) {
             Ok(()) => return Ok(()),
             Err(e) if Instant::now() >= deadline => {
                 return Err(format!(

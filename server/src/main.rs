@@ -1,20 +1,14 @@
 //! `agentsh`: the server and its admin CLI.
 
-use agentsh::api::{self, Api};
-use agentsh::approval::{self, Approvals};
-use agentsh::audit::AuditLog;
-use agentsh::config::{Config, CONFIG_HELP, EMBEDDED_CONFIG};
+use agentsh::approval;
+use agentsh::client::Client;
+use agentsh::config::{CONFIG_HELP, EMBEDDED_CONFIG};
 use agentsh::lifecycle;
-use agentsh::policy::landlock::SessionLandlock;
-use agentsh::policy::{self, Policy};
-use agentsh::session::Sessions;
+use agentsh::policy;
 use agentsh::shim_install::{self, ShimCommand};
-use agentsh::supervisor::SupervisorContext;
-use agentsh_proto::SeccompConfig;
 use clap::{CommandFactory, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 /// agentsh: kernel-enforced policy on every command an AI agent runs.
 #[derive(Debug, Parser)]
@@ -54,7 +48,8 @@ enum Command {
         /// Keep printing new events as they arrive.
         #[arg(long)]
         follow: bool,
-        /// Server API base URL.
+        /// The server: unix:/PATH (its API socket; as root) or http://HOST:PORT
+        /// (its TCP listener; with the operator token).
         #[arg(long, default_value = agentsh_proto::shimconf::DEFAULT_SERVER)]
         server: String,
         /// Output: `json` (one event per line) or `table` (readable columns).
@@ -77,10 +72,10 @@ enum Command {
     /// With --config, the address is the one that config file gives the server
     /// (so a unit's ExecStartPost follows a changed port).
     Ready {
-        /// Server API base URL [default: http://127.0.0.1:18080].
+        /// The server: unix:/PATH or http://HOST:PORT [default: unix:/run/agentsh/api.sock].
         #[arg(long, conflicts_with = "config")]
         server: Option<String>,
-        /// Take the address from this server config file (server.http.addr).
+        /// Take the address from this server config file (server.socket).
         #[arg(long, value_name = "PATH")]
         config: Option<PathBuf>,
         /// Seconds to wait.
@@ -171,128 +166,6 @@ fn init_logging() {
         .init();
 }
 
-fn run_server(config: Option<PathBuf>) -> Result<(), String> {
-    init_logging();
-    raise_fd_limit();
-    let config_file = config;
-    let config = Config::load(config_file.as_deref()).map_err(|e| e.to_string())?;
-    let policy = Policy::resolve(&config.policy, &config.policies_dir)
-        .map_err(|e| format!("cannot load policy {:?}: {e}", config.policy))?;
-    let audit = AuditLog::open(&config.audit.jsonl, config.audit.memory_events_per_session)
-        .map_err(|e| {
-            format!(
-                "cannot open audit log {}: {e} (set audit.jsonl in the config)",
-                config.audit.jsonl.display()
-            )
-        })?;
-    let audit = Arc::new(audit);
-    let mut seccomp_config = SeccompConfig::with_base_blocklist();
-    for name in policy.blocked_syscalls() {
-        if !seccomp_config.blocked_syscalls.contains(name) {
-            seccomp_config.blocked_syscalls.push(name.clone());
-        }
-    }
-    let policy_name = policy.name().to_string();
-    let policy = Arc::new(policy);
-    let landlock = SessionLandlock::for_server(policy.clone(), &config, config_file.as_deref());
-    landlock_startup_report(&landlock);
-    let (token, token_path) = approval::create_token_file(&config.state_dir).map_err(|e| {
-        format!(
-            "cannot write the approval token under {}: {e} (state_dir must be writable by the server)",
-            config.state_dir.display()
-        )
-    })?;
-    tracing::info!(token_file = %token_path.display(), "approval token written (root-only)");
-    let approvals = Arc::new(Approvals::new(&config.execve, audit.clone(), token));
-    let supervisor = Arc::new(SupervisorContext {
-        policy,
-        limits: config.execve.clone(),
-        audit: audit.clone(),
-        approvals,
-    });
-    let http = tiny_http::Server::http(&config.server.http.addr).map_err(|e| {
-        format!(
-            "cannot listen on {} (server.http.addr): {e}",
-            config.server.http.addr
-        )
-    })?;
-    tracing::info!(
-        addr = %config.server.http.addr,
-        policy = %policy_name,
-        audit = %config.audit.jsonl.display(),
-        wrapper = %config.wrapper_binary_path().display(),
-        "agentsh server ready"
-    );
-    let api = Arc::new(Api {
-        config,
-        sessions: Sessions::default(),
-        audit,
-        supervisor,
-        seccomp_config,
-        policy_name,
-        landlock,
-    });
-    api::serve(api, Arc::new(http));
-    Ok(())
-}
-
-/// Raises the soft open-file limit to the hard one: each supervised tree holds
-/// its notify fd (plus short-lived /proc and pidfd descriptors) for its whole
-/// life, so the usual soft limit of 1024 would cap the number of trees. If the
-/// limit cannot be raised the server still runs; a tree that cannot be taken in
-/// fails its wrap-init (closed), and this says why in advance.
-fn raise_fd_limit() {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes one rlimit into the struct we own.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        let e = std::io::Error::last_os_error();
-        tracing::warn!("cannot read the open-file limit: {e}");
-        return;
-    }
-    if lim.rlim_cur >= lim.rlim_max {
-        return;
-    }
-    let from = lim.rlim_cur;
-    lim.rlim_cur = lim.rlim_max;
-    // SAFETY: setrlimit reads the struct; raising soft up to hard needs no privilege.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
-        let e = std::io::Error::last_os_error();
-        tracing::warn!(
-            soft = from,
-            hard = lim.rlim_max,
-            "cannot raise the open-file limit: {e}"
-        );
-    } else {
-        tracing::debug!(from, to = lim.rlim_max, "raised the open-file limit");
-    }
-}
-
-/// Logs, once, what every tree's Landlock ruleset will hold (as for root).
-fn landlock_startup_report(landlock: &SessionLandlock) {
-    let c = landlock.compile(0);
-    tracing::info!(
-        compat = ?c.summary.compat,
-        handled_fs = ?c.summary.handled_fs,
-        fs_rules = c.summary.fs_rules,
-        connect_ports = ?c.summary.tcp_connect_ports,
-        bind_ports = ?c.summary.tcp_bind_ports,
-        protected = ?landlock.protection().no_write,
-        "landlock ruleset for supervised trees"
-    );
-    if c.summary.api_port_reachable {
-        tracing::warn!(
-            "the policy leaves TCP connect unrestricted, so supervised trees can reach the API \
-             port; Landlock cannot deny one port among all (list the allowed ports in network_rules)"
-        );
-    }
-    for w in &c.warnings {
-        tracing::warn!("landlock: {w}");
-    }
-}
-
 /// One event as a table row.
 fn table_row(ev: &serde_json::Value) -> String {
     let s = |k: &str| ev.get(k).and_then(|v| v.as_str()).unwrap_or("").to_string();
@@ -337,7 +210,7 @@ fn print_events(
     follow: bool,
     format: EventFormat,
 ) -> Result<(), String> {
-    let agent = ureq::Agent::new_with_defaults();
+    let client = Client::new(server, None)?.with_timeout(std::time::Duration::from_secs(45));
     let mut after = 0u64;
     if matches!(format, EventFormat::Table) {
         println!(
@@ -347,15 +220,12 @@ fn print_events(
     }
     loop {
         let wait = if follow { 30 } else { 0 };
-        let url = format!("{server}/api/v1/sessions/{session}/events?after={after}&wait={wait}");
-        let events: Vec<serde_json::Value> = agent
-            .get(&url)
-            .call()
-            .map_err(|e| format!("cannot reach the agentsh server at {server}: {e}"))?
-            .body_mut()
-            .read_json()
-            .map_err(|e| format!("unexpected answer from {url}: {e}"))?;
-        for ev in &events {
+        let target = format!("/api/v1/sessions/{session}/events?after={after}&wait={wait}");
+        let v = client.get_json(&target)?;
+        let events = v
+            .as_array()
+            .ok_or_else(|| format!("unexpected answer from {server}{target}: not a list"))?;
+        for ev in events {
             match format {
                 EventFormat::Json => println!("{ev}"),
                 EventFormat::Table => println!("{}", table_row(ev)),
@@ -409,7 +279,10 @@ fn main() -> ExitCode {
             print!("{EMBEDDED_CONFIG}");
             Ok(())
         }
-        Command::Server { config, .. } => run_server(config),
+        Command::Server { config, .. } => {
+            init_logging();
+            agentsh::daemon::run(config)
+        }
         Command::Policy {
             command: PolicyCommand::Check { file },
         } => match policy::check_file(&file) {

@@ -5,16 +5,14 @@
 //! in socket file names and URLs, so anything else is refused.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 #[derive(Debug)]
 pub struct Session {
     pub id: String,
     pub created: String,
-    /// Trees whose notify fd the server took.
-    pub trees: AtomicU64,
-    /// wrap-init calls made for this session.
+    /// wrap-init calls made for this session (live trees: `trees::Trees::count`).
     pub wrap_inits: AtomicU64,
 }
 
@@ -47,7 +45,6 @@ impl Sessions {
                     Arc::new(Session {
                         id: id.to_string(),
                         created: crate::audit::rfc3339_now(),
-                        trees: AtomicU64::new(0),
                         wrap_inits: AtomicU64::new(0),
                     })
                 })
@@ -65,12 +62,6 @@ impl Sessions {
         let mut v: Vec<_> = map.values().cloned().collect();
         v.sort_by(|a, b| a.id.cmp(&b.id));
         v
-    }
-}
-
-impl Session {
-    pub fn count_tree(&self) {
-        self.trees.fetch_add(1, Ordering::Relaxed);
     }
 }
 

@@ -156,7 +156,6 @@ pub fn serve(ctx: Arc<SupervisorContext>, tree: Tree) {
     // Approved execs are let through by approval waiters; they report here so
     // the book (owned by this thread) stays right for their children.
     let (approved_tx, approved_rx) = mpsc::channel::<(u32, u64, u32)>();
-    ctx.approvals.tree_started(tree.root_pid);
     tracing::info!(session = %tree.session_id, root_pid = tree.root_pid, "supervising tree");
     if let Err(e) = notif::set_sync_wakeup(tree.fd.as_fd()) {
         // Only a cost: every exec waits for an ordinary wake-up instead.
@@ -198,7 +197,6 @@ pub fn serve(ctx: Arc<SupervisorContext>, tree: Tree) {
         }
         handle(&ctx, &tree, &mut book, &approved_tx, n);
     }
-    ctx.approvals.tree_finished(tree.root_pid);
     tracing::info!(session = %tree.session_id, root_pid = tree.root_pid, "tree finished");
 }
 
@@ -552,6 +550,7 @@ mod tests {
     fn st(ppid: u32, starttime: u64) -> ProcStat {
         ProcStat {
             ppid,
+            pgrp: ppid,
             num_threads: 1,
             starttime,
         }

@@ -18,6 +18,8 @@ use std::os::unix::ffi::OsStrExt;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProcStat {
     pub ppid: u32,
+    /// Process group id.
+    pub pgrp: u32,
     pub num_threads: u32,
     /// Start time in clock ticks since boot: with the pid, identifies a process
     /// across pid reuse.
@@ -58,9 +60,10 @@ fn parse_stat(text: &[u8]) -> Option<ProcStat> {
     let close = text.iter().rposition(|&b| b == b')')?;
     let rest = std::str::from_utf8(text.get(close + 2..)?).ok()?;
     let f: Vec<&str> = rest.split_ascii_whitespace().collect();
-    // rest[0] is field 3 (state); ppid is field 4, num_threads 20, starttime 22.
+    // rest[0] is field 3 (state); ppid is field 4, pgrp 5, num_threads 20, starttime 22.
     Some(ProcStat {
         ppid: f.get(1)?.parse().ok()?,
+        pgrp: f.get(2)?.parse().ok()?,
         num_threads: f.get(17)?.parse().ok()?,
         starttime: f.get(19)?.parse().ok()?,
     })
@@ -498,6 +501,7 @@ mod tests {
         let line = b"1234 (a) b (c)) S 99 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 3 0 777 1000 10 18446744073709551615";
         let s = parse_stat(line).unwrap();
         assert_eq!(s.ppid, 99);
+        assert_eq!(s.pgrp, 1234);
         assert_eq!(s.num_threads, 3);
         assert_eq!(s.starttime, 777);
     }

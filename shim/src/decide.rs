@@ -2,6 +2,7 @@
 //! failure means. No I/O here, so every row of the ARCHITECTURE decision table
 //! is a unit test.
 
+use agentsh_proto::active::State as Active;
 use agentsh_proto::shimconf::{Loaded, Mode, ShimConf, SHIM_CONF_PATH};
 
 /// Where the installer puts the real shells, under names whose basename is the
@@ -61,8 +62,8 @@ impl ShellKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     pub mode: Mode,
-    pub server: String,
-    pub session: String,
+    /// shim.conf as trusted (defaults when absent or distrusted).
+    pub conf: ShimConf,
     /// One line for stderr when shim.conf was distrusted.
     pub stderr_note: Option<String>,
     /// Lines for the diagnostics log (never the command's output).
@@ -111,8 +112,7 @@ pub fn settings(loaded: Loaded, env_mode: Option<&[u8]>) -> Result<Settings, Str
     };
     Ok(Settings {
         mode,
-        server: conf.server,
-        session: conf.session,
+        conf,
         stderr_note,
         log_notes,
     })
@@ -128,6 +128,10 @@ pub enum InstallFailure {
     Status(u16),
     /// A 2xx answer that is not a usable `WrapInitResponse`.
     BadResponse(String),
+    /// What answered is not agentsh as shim.conf describes it: the socket or
+    /// its directory is not root's, the peer is not root, or the wrapper it
+    /// names is not the allowed, root-owned one.
+    Untrusted(String),
     /// The server asked for no kernel install (empty `wrapper_binary` or `notify_socket`).
     NoKernelInstall,
     /// socketpair/fork of the relay helper failed.
@@ -142,6 +146,7 @@ impl std::fmt::Display for InstallFailure {
             InstallFailure::Unreachable(e) => write!(f, "wrap-init unreachable: {e}"),
             InstallFailure::Status(s) => write!(f, "wrap-init answered HTTP {s}"),
             InstallFailure::BadResponse(e) => write!(f, "wrap-init answer unusable: {e}"),
+            InstallFailure::Untrusted(e) => write!(f, "not trusting the server: {e}"),
             InstallFailure::NoKernelInstall => {
                 write!(f, "wrap-init returned no wrapper_binary/notify_socket")
             }
@@ -160,14 +165,27 @@ pub enum FallThrough {
     Refuse(String),
 }
 
-/// The decision table's failure rows.
-pub fn fall_through(mode: Mode, server: &str, failure: &InstallFailure) -> FallThrough {
-    match mode {
+/// The decision table's failure rows. `active` is the marker's state (see
+/// `agentsh_proto::active`): under `auto`, a failure runs the shell
+/// unsupervised only while agentsh has not yet run in this container's
+/// life; afterwards it is a refusal, as under `on`.
+pub fn fall_through(
+    mode: Mode,
+    server: &str,
+    failure: &InstallFailure,
+    active: &Active,
+) -> FallThrough {
+    match (mode, active) {
         // `off` never gets this far; if it did, running unsupervised is what it asks for.
-        Mode::Off | Mode::Auto => FallThrough::RunUnsupervised(format!(
-            "{failure}; shim_install=auto: running the shell UNSUPERVISED (server {server})"
+        (Mode::Off, _) | (Mode::Auto, Active::Absent | Active::Stale) => {
+            FallThrough::RunUnsupervised(format!(
+                "{failure}; shim_install=auto and agentsh has not started in this container yet: running the shell UNSUPERVISED (server {server})"
+            ))
+        }
+        (Mode::Auto, Active::Current(_)) => FallThrough::Refuse(format!(
+            "agentsh-shell-shim: {failure}; agentsh has already run in this container, so shim_install=auto refuses to run unsupervised: start the agentsh server ({server}) again; see docs/troubleshooting.md#refuses-to-run-unsupervised"
         )),
-        Mode::On => FallThrough::Refuse(format!(
+        (Mode::On, _) => FallThrough::Refuse(format!(
             "agentsh-shell-shim: {failure}; shim_install=on refuses to run unsupervised: start the agentsh server ({server}) or fix {SHIM_CONF_PATH}; see docs/troubleshooting.md#refuses-to-run-unsupervised"
         )),
     }
@@ -256,7 +274,10 @@ mod tests {
             note.contains("writable by group") && !note.contains('\n'),
             "{note}"
         );
-        assert_eq!(s.server, agentsh_proto::shimconf::DEFAULT_SERVER);
+        assert_eq!(
+            s.conf.server.to_string(),
+            agentsh_proto::shimconf::DEFAULT_SERVER
+        );
     }
 
     #[test]
@@ -274,20 +295,39 @@ mod tests {
     }
 
     #[test]
-    fn failures_fall_through_only_in_auto() {
+    fn failures_fall_through_only_in_auto_before_agentsh_ran() {
         let f = InstallFailure::Status(503);
-        match fall_through(Mode::Auto, "http://x", &f) {
-            FallThrough::RunUnsupervised(m) => assert!(m.contains("503")),
-            other => panic!("{other:?}"),
-        }
-        match fall_through(Mode::On, "http://x", &f) {
-            FallThrough::Refuse(h) => {
-                assert!(
-                    h.starts_with("agentsh-shell-shim: ") && !h.contains('\n'),
-                    "{h}"
-                )
+        for active in [Active::Absent, Active::Stale] {
+            match fall_through(Mode::Auto, "unix:/x", &f, &active) {
+                FallThrough::RunUnsupervised(m) => assert!(m.contains("503")),
+                other => panic!("{other:?}"),
             }
-            other => panic!("{other:?}"),
+        }
+        let ran = Active::Current("boot=a pid1=1".into());
+        for mode in [Mode::Auto, Mode::On] {
+            for active in [Active::Absent, ran.clone()] {
+                if mode == Mode::Auto && active == Active::Absent {
+                    continue;
+                }
+                match fall_through(mode, "unix:/x", &f, &active) {
+                    FallThrough::Refuse(h) => assert!(
+                        h.starts_with("agentsh-shell-shim: ") && !h.contains('\n'),
+                        "{h}"
+                    ),
+                    other => panic!("{mode:?} {active:?}: {other:?}"),
+                }
+            }
+        }
+        // Whatever the failure: busy, impersonated, gone.
+        for f in [
+            InstallFailure::Unreachable("timeout".into()),
+            InstallFailure::Untrusted("peer uid 1000".into()),
+            InstallFailure::BadResponse("x".into()),
+        ] {
+            assert!(matches!(
+                fall_through(Mode::Auto, "unix:/x", &f, &ran),
+                FallThrough::Refuse(_)
+            ));
         }
     }
 }

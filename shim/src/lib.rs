@@ -20,9 +20,9 @@ pub mod log;
 pub mod relay;
 pub mod wrapinit;
 
-use agentsh_proto::shimconf::{self, Mode, SHIM_CONF_PATH};
-use agentsh_proto::{env, marker, WrapInitRequest, WrapInitResponse};
-use decide::{FallThrough, InstallFailure, Settings, ShellKind};
+use agentsh_proto::shimconf::{self, Mode, Server, ShimConf, SHIM_CONF_PATH};
+use agentsh_proto::{active, env, marker, WrapInitRequest, WrapInitResponse};
+use decide::{FallThrough, InstallFailure, ShellKind};
 use std::ffi::{CStr, CString, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
@@ -71,13 +71,72 @@ pub fn run(argv: &[&CStr]) -> i32 {
     if settings.mode == Mode::Off {
         return exec_real(real, argv0, argv);
     }
-    let failure = install(kind, argv0, argv, &settings);
-    match decide::fall_through(settings.mode, &settings.server, &failure) {
+    let target = Target {
+        real,
+        public: kind.public_path(),
+        argv0,
+        argv,
+    };
+    let failure = supervise(&target, &settings.conf, settings.mode);
+    // Read only on this failure path: whether agentsh has run in this
+    // container decides if `auto` may still fall through.
+    let active = active::state(&marker_path(&settings.conf), active::life().as_deref());
+    let server = settings.conf.server.to_string();
+    match decide::fall_through(settings.mode, &server, &failure, &active) {
         FallThrough::RunUnsupervised(msg) => {
             log::log(log::Priority::Warning, &msg);
+            record_unsupervised(&settings.conf, argv, &msg);
             exec_real(real, argv0, argv)
         }
         FallThrough::Refuse(hint) => refuse(&hint),
+    }
+}
+
+/// Where the "agentsh has run here" marker is: beside the API socket (for
+/// an `http://` server, the default run directory).
+fn marker_path(conf: &ShimConf) -> std::path::PathBuf {
+    match &conf.server {
+        Server::Unix(socket) => active::marker_for(socket),
+        Server::Http(_) => active::marker_for(std::path::Path::new(
+            agentsh_proto::shimconf::DEFAULT_SOCKET,
+        )),
+    }
+}
+
+/// An unsupervised run is logged (journald) by the caller; as root it is also
+/// appended to `<run_dir>/unsupervised.jsonl`, which the server turns into
+/// audit events when it starts. A non-root shell cannot write there: its
+/// record is the journal's.
+fn record_unsupervised(conf: &ShimConf, argv: &[&CStr], why: &str) {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let marker = marker_path(conf);
+    let Some(dir) = marker.parent() else { return };
+    let _ = std::fs::DirBuilder::new().mode(0o755).create(dir);
+    let line = serde_json::json!({
+        "unix_time": std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        "pid": std::process::id(),
+        "ppid": std::os::unix::process::parent_id(),
+        "uid": 0,
+        "session": conf.session,
+        "argv": argv.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
+        "reason": why,
+    });
+    let file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir.join(active::UNSUPERVISED_LOG));
+    if let Ok(mut f) = file {
+        let _ = f.write_all(format!("{line}\n").as_bytes());
     }
 }
 
@@ -148,24 +207,35 @@ fn exec_real(real: &str, argv0: &CStr, argv: &[&CStr]) -> i32 {
     }
 }
 
-/// wrap-init, relay, exec unixwrap. Returns only the reason it could not.
-fn install(kind: ShellKind, argv0: &CStr, argv: &[&CStr], settings: &Settings) -> InstallFailure {
+/// What the shim is about to run: the real program, the name the SDK used
+/// for it (`agent_command` in wrap-init), and the argv as the SDK gave it.
+pub struct Target<'a> {
+    pub real: &'a str,
+    pub public: &'a str,
+    pub argv0: &'a CStr,
+    pub argv: &'a [&'a CStr],
+}
+
+/// wrap-init, relay, exec unixwrap over `target`. Returns only the reason
+/// it could not (nothing was installed then).
+pub fn supervise(target: &Target<'_>, conf: &ShimConf, mode: Mode) -> InstallFailure {
     let req = WrapInitRequest {
-        agent_command: kind.public_path().to_string(),
-        agent_args: argv
+        agent_command: target.public.to_string(),
+        agent_args: target
+            .argv
             .iter()
             .skip(1)
             .map(|a| a.to_string_lossy().into_owned())
             .collect(),
-        // SAFETY: geteuid cannot fail. The relay connects with this euid,
-        // which is what the server's SO_PEERCRED check sees.
+        // SAFETY: geteuid cannot fail. The connection carries this euid
+        // (SO_PEERCRED), which the server checks against it.
         caller_uid: unsafe { libc::geteuid() },
     };
-    let resp = match wrapinit::call(&settings.server, &settings.session, &req) {
+    let resp = match wrapinit::call(conf, &req) {
         Ok(r) => r,
         Err(f) => return f,
     };
-    let wrapper_argv = match wrapper_argv(&resp, kind, argv0, argv, settings.mode) {
+    let wrapper_argv = match wrapper_argv(&resp, target, mode) {
         Ok(a) => a,
         Err(e) => return InstallFailure::BadResponse(e),
     };
@@ -204,23 +274,23 @@ fn install(kind: ShellKind, argv0: &CStr, argv: &[&CStr], settings: &Settings) -
 /// `wrapper_binary --argv0 <argv0> [--on-kernel-refusal exec] -- <real shell> <args...>`
 fn wrapper_argv(
     resp: &WrapInitResponse,
-    kind: ShellKind,
-    argv0: &CStr,
-    argv: &[&CStr],
+    target: &Target<'_>,
     mode: Mode,
 ) -> Result<Vec<CString>, String> {
     let c = |s: &str| CString::new(s).map_err(|_| format!("NUL in {s:?}"));
     let mut v = vec![c(&resp.wrapper_binary)?];
     // unixwrap takes the next word verbatim, even a login shell's "-bash".
     v.push(c("--argv0")?);
-    v.push(CString::from(argv0));
+    v.push(CString::from(target.argv0));
+    // A kernel that cannot supervise (gVisor: no user-notify) is not something
+    // a tree can bring about, so `auto` keeps its fall-through there.
     if mode == Mode::Auto {
         v.push(c("--on-kernel-refusal")?);
         v.push(c("exec")?);
     }
     v.push(c("--")?);
-    v.push(c(kind.real_path())?);
-    v.extend(argv.iter().skip(1).map(|a| CString::from(*a)));
+    v.push(c(target.real)?);
+    v.extend(target.argv.iter().skip(1).map(|a| CString::from(*a)));
     Ok(v)
 }
 
@@ -273,7 +343,13 @@ mod tests {
     #[test]
     fn wrapper_argv_keeps_argv0_and_args_verbatim() {
         let args = [c"-bash", c"-c", c"echo $$"];
-        let v = wrapper_argv(&resp(), ShellKind::Bash, args[0], &args, Mode::Auto).unwrap();
+        let t = Target {
+            real: ShellKind::Bash.real_path(),
+            public: ShellKind::Bash.public_path(),
+            argv0: args[0],
+            argv: &args,
+        };
+        let v = wrapper_argv(&resp(), &t, Mode::Auto).unwrap();
         let v: Vec<&str> = v.iter().map(|c| c.to_str().unwrap()).collect();
         assert_eq!(
             v,
@@ -289,7 +365,13 @@ mod tests {
                 "echo $$"
             ]
         );
-        let v = wrapper_argv(&resp(), ShellKind::Sh, c"sh", &[c"sh"], Mode::On).unwrap();
+        let t = Target {
+            real: ShellKind::Sh.real_path(),
+            public: ShellKind::Sh.public_path(),
+            argv0: c"sh",
+            argv: &[c"sh"],
+        };
+        let v = wrapper_argv(&resp(), &t, Mode::On).unwrap();
         assert!(!v.iter().any(|c| c.to_bytes() == b"--on-kernel-refusal"));
     }
 

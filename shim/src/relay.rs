@@ -86,20 +86,10 @@ impl Relay {
 /// # Errors
 /// socketpair, fcntl or fork failures (EMFILE, EAGAIN, ENOMEM).
 pub fn start(plan: &RelayPlan) -> io::Result<Relay> {
-    let mut fds = [-1; 2];
-    // SAFETY: fds points to two ints as socketpair requires.
-    let rc = unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            fds.as_mut_ptr(),
-        )
-    };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let (wrapper_fd, relay_fd) = (fds[0], fds[1]);
+    use std::os::fd::IntoRawFd;
+    let (a, b) = agentsh_proto::seqpacket::pair()?;
+    // Raw from here: the fork below must not run destructors in the child.
+    let (wrapper_fd, relay_fd) = (a.into_raw_fd(), b.into_raw_fd());
     // SAFETY: fork in a process whose child only runs `relay_main` (raw
     // syscalls on pre-built data) and then `_exit`s.
     let pid = unsafe { libc::fork() };
@@ -242,11 +232,7 @@ unsafe fn recv_fd(sock: RawFd) -> Option<RawFd> {
 }
 
 unsafe fn hand_to_server(plan: &RelayPlan, notify_fd: RawFd) -> bool {
-    // The intake socket's type is the server's choice: try stream, then seqpacket.
-    let mut sock = connect(plan, libc::SOCK_STREAM);
-    if sock == -2 {
-        sock = connect(plan, libc::SOCK_SEQPACKET);
-    }
+    let sock = connect(plan);
     if sock < 0 {
         return false;
     }
@@ -275,9 +261,9 @@ unsafe fn hand_to_server(plan: &RelayPlan, notify_fd: RawFd) -> bool {
     ok
 }
 
-/// A connected socket, -2 for "wrong socket type" (EPROTOTYPE), -1 otherwise.
-unsafe fn connect(plan: &RelayPlan, ty: libc::c_int) -> RawFd {
-    let s = libc::socket(libc::AF_UNIX, ty | libc::SOCK_CLOEXEC, 0);
+/// A SEQPACKET socket connected to the notify socket, or -1.
+unsafe fn connect(plan: &RelayPlan) -> RawFd {
+    let s = libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0);
     if s < 0 {
         return -1;
     }
@@ -297,13 +283,8 @@ unsafe fn connect(plan: &RelayPlan, ty: libc::c_int) -> RawFd {
     if rc == 0 {
         return s;
     }
-    let wrong_type = *libc::__errno_location() == libc::EPROTOTYPE;
     libc::close(s);
-    if wrong_type {
-        -2
-    } else {
-        -1
-    }
+    -1
 }
 
 /// Closes every fd except `keep` (close_range, with a bounded loop as fallback).

@@ -1,30 +1,153 @@
-//! `POST {server}/api/v1/sessions/{session}/wrap-init`.
+//! `POST /api/v1/sessions/{session}/wrap-init`, and the checks on who answered.
 //!
-//! The server address and session come from shim.conf only. The HTTP client
-//! ignores proxy variables (`HTTP_PROXY`, `ALL_PROXY`, ...): they come from the
-//! environment, and a proxy that answers wrap-init could name any wrapper.
-//! Timeouts are short (connect 1 s, whole call 5 s) because every shell in the
-//! container waits on them.
+//! The server address, session and accepted wrapper come from shim.conf
+//! only. Before anything runs, the shim checks what answers:
+//! * on the Unix socket (the default): the socket is a root-owned socket in
+//!   a root-owned directory nobody else can write, and the peer
+//!   (`SO_PEERCRED`) is uid 0. A supervised tree cannot create the
+//!   SEQPACKET socket type, so it cannot stand in for the server even while
+//!   the server restarts;
+//! * whatever the transport: the `wrapper_binary` it names is the one
+//!   shim.conf allows (`wrapper=`, or the packaged locations), a root-owned
+//!   regular file in root-owned directories nobody else can write. So an
+//!   impostor can at most make the shim refuse, never run its code before
+//!   the filter.
+//!
+//! Over `http://` (an operator's choice, off by default) the client ignores
+//! proxy variables (they come from the environment). Timeouts are short
+//! (connect 1 s, whole call 5 s): every shell in the container waits on them.
 
 use crate::decide::InstallFailure;
+use agentsh_proto::http::{self, Request};
+use agentsh_proto::shimconf::{Server, ShimConf};
 use agentsh_proto::{WrapInitRequest, WrapInitResponse};
 use std::net::{IpAddr, SocketAddr};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
 use std::time::Duration;
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const TOTAL_TIMEOUT: Duration = Duration::from_secs(5);
+const MAX_ANSWER: usize = 1 << 20;
 
-/// Calls wrap-init; `Ok` only for a response that asks for a kernel install.
+/// Calls wrap-init; `Ok` only for a response the shim may act on.
 ///
 /// # Errors
-/// Every way the server can fail or decline, as an [`InstallFailure`].
-pub fn call(
-    server: &str,
-    session: &str,
+/// Every way the server can fail, decline or be untrustworthy, as an
+/// [`InstallFailure`].
+pub fn call(conf: &ShimConf, req: &WrapInitRequest) -> Result<WrapInitResponse, InstallFailure> {
+    let target = format!("/api/v1/sessions/{}/wrap-init", conf.session);
+    let body = serde_json::to_vec(req)
+        .map_err(|e| InstallFailure::BadResponse(format!("cannot encode the request: {e}")))?;
+    let (status, answer) = match &conf.server {
+        Server::Unix(socket) => call_unix(socket, &target, &body)?,
+        Server::Http(base) => call_http(base, &target, req)?,
+    };
+    if !(200..300).contains(&status) {
+        return Err(InstallFailure::Status(status));
+    }
+    let resp: WrapInitResponse =
+        serde_json::from_slice(&answer).map_err(|e| InstallFailure::BadResponse(e.to_string()))?;
+    validate(resp, conf)
+}
+
+fn call_unix(socket: &Path, target: &str, body: &[u8]) -> Result<(u16, Vec<u8>), InstallFailure> {
+    vet_socket(socket).map_err(InstallFailure::Untrusted)?;
+    let req = Request {
+        method: "POST",
+        target,
+        body,
+        bearer: None,
+    };
+    let check = |peer: &agentsh_proto::seqpacket::PeerCred| {
+        if peer.uid == 0 {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} is served by uid {} (pid {}), not root",
+                socket.display(),
+                peer.uid,
+                peer.pid
+            ))
+        }
+    };
+    match http::call(socket, TOTAL_TIMEOUT, check, &req, MAX_ANSWER) {
+        Ok(r) => Ok((r.status, r.body)),
+        Err(http::Error::Peer(e)) => Err(InstallFailure::Untrusted(e)),
+        Err(e) => Err(InstallFailure::Unreachable(format!(
+            "unix:{}: {e}",
+            socket.display()
+        ))),
+    }
+}
+
+/// The API socket must be root's: a root-owned socket in a root-owned
+/// directory that nobody else can write (so nobody else can have put it there).
+fn vet_socket(socket: &Path) -> Result<(), String> {
+    let dir = socket.parent().unwrap_or(Path::new("/"));
+    vet_dirs(dir)?;
+    let m = std::fs::symlink_metadata(socket).map_err(|e| format!("{}: {e}", socket.display()))?;
+    if !m.file_type().is_socket() {
+        return Err(format!("{} is not a socket", socket.display()));
+    }
+    if m.uid() != 0 {
+        return Err(format!(
+            "{} is owned by uid {}, not root",
+            socket.display(),
+            m.uid()
+        ));
+    }
+    Ok(())
+}
+
+/// `dir` and each of its ancestors: a real directory (not a symlink),
+/// root-owned, not writable by group or others.
+fn vet_dirs(dir: &Path) -> Result<(), String> {
+    let mut p = Some(dir);
+    while let Some(d) = p {
+        let m = std::fs::symlink_metadata(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        if !m.is_dir() {
+            return Err(format!("{} is not a directory", d.display()));
+        }
+        if m.uid() != 0 || m.mode() & 0o022 != 0 {
+            return Err(format!(
+                "{} is owned by uid {} with mode {:o}: only a root-owned directory nobody \
+                 else can write may hold agentsh's files",
+                d.display(),
+                m.uid(),
+                m.mode() & 0o7777
+            ));
+        }
+        p = d.parent();
+    }
+    Ok(())
+}
+
+/// The wrapper the shim is about to run before any filter exists: a
+/// root-owned regular file nobody else can write, in directories likewise.
+fn vet_wrapper(path: &str) -> Result<(), String> {
+    let p = Path::new(path);
+    let m = std::fs::symlink_metadata(p).map_err(|e| format!("{path}: {e}"))?;
+    if !m.is_file() {
+        return Err(format!("{path} is not a regular file"));
+    }
+    if m.uid() != 0 || m.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{path} is owned by uid {} with mode {:o}, not a root-owned file nobody else can write",
+            m.uid(),
+            m.mode() & 0o7777
+        ));
+    }
+    vet_dirs(p.parent().unwrap_or(Path::new("/")))
+}
+
+fn call_http(
+    base: &str,
+    target: &str,
     req: &WrapInitRequest,
-) -> Result<WrapInitResponse, InstallFailure> {
+) -> Result<(u16, Vec<u8>), InstallFailure> {
     let config = ureq::Agent::config_builder()
         .proxy(None)
         .max_redirects(0)
@@ -37,27 +160,23 @@ pub fn call(
         .output_buffer_size(4 * 1024)
         .build();
     let agent = ureq::Agent::with_parts(config, DefaultConnector::new(), LiteralFirst);
-    let url = format!("{server}/api/v1/sessions/{session}/wrap-init");
+    let url = format!("{base}{target}");
     let mut resp = agent
         .post(&url)
         .send_json(req)
         .map_err(|e| InstallFailure::Unreachable(format!("{url}: {e}")))?;
     let status = resp.status().as_u16();
-    if !(200..300).contains(&status) {
-        return Err(InstallFailure::Status(status));
-    }
-    let body: WrapInitResponse = resp
+    let body = resp
         .body_mut()
         .with_config()
-        .limit(1 << 20)
-        .read_json()
+        .limit(MAX_ANSWER as u64)
+        .read_to_vec()
         .map_err(|e| InstallFailure::BadResponse(e.to_string()))?;
-    validate(body)
+    Ok((status, body))
 }
 
-/// The server is almost always an IP literal on loopback: use it as is.
-/// ureq's resolver would start a thread to bound the lookup's time even for
-/// a literal (≈ 0.1–0.5 ms on every shell); names still go through it.
+/// The server is almost always an IP literal: use it as is. ureq's resolver
+/// would start a thread to bound the lookup's time even for a literal.
 #[derive(Debug)]
 struct LiteralFirst;
 
@@ -89,18 +208,31 @@ fn literal_addr(uri: &ureq::http::Uri) -> Option<SocketAddr> {
 }
 
 /// An empty `wrapper_binary` or `notify_socket` means "no kernel install";
-/// a relative wrapper path is refused (it would resolve against the caller's cwd).
-fn validate(r: WrapInitResponse) -> Result<WrapInitResponse, InstallFailure> {
+/// a wrapper shim.conf does not allow, or one not safely root-owned, is
+/// refused; so is a notify socket path that cannot be a unix socket.
+fn validate(r: WrapInitResponse, conf: &ShimConf) -> Result<WrapInitResponse, InstallFailure> {
     if r.wrapper_binary.is_empty() || r.notify_socket.is_empty() {
         return Err(InstallFailure::NoKernelInstall);
     }
-    if !r.wrapper_binary.starts_with('/') {
-        return Err(InstallFailure::BadResponse(format!(
-            "wrapper_binary {:?} is not an absolute path",
-            r.wrapper_binary
+    if !conf.wrapper_allowed(&r.wrapper_binary) {
+        return Err(InstallFailure::Untrusted(format!(
+            "the server named wrapper_binary {:?}, which {} does not allow ({})",
+            r.wrapper_binary,
+            agentsh_proto::shimconf::SHIM_CONF_PATH,
+            match &conf.wrapper {
+                Some(w) => format!("wrapper={w}"),
+                None => format!(
+                    "no wrapper= line: only {}",
+                    agentsh_proto::shimconf::DEFAULT_WRAPPERS.join(", ")
+                ),
+            }
         )));
     }
-    if r.notify_socket.len() >= 108 || r.notify_socket.contains('\0') {
+    vet_wrapper(&r.wrapper_binary).map_err(InstallFailure::Untrusted)?;
+    if r.notify_socket.len() >= 108
+        || r.notify_socket.contains('\0')
+        || !r.notify_socket.starts_with('/')
+    {
         return Err(InstallFailure::BadResponse(format!(
             "notify_socket {:?} is not a usable unix socket path",
             r.notify_socket
@@ -123,24 +255,68 @@ mod tests {
         }
     }
 
-    #[test]
-    fn empty_fields_mean_no_kernel_install() {
-        assert_eq!(
-            validate(resp("", "/run/x.sock")),
-            Err(InstallFailure::NoKernelInstall)
-        );
-        assert_eq!(
-            validate(resp("/usr/bin/agentsh-unixwrap", "")),
-            Err(InstallFailure::NoKernelInstall)
-        );
-        assert!(validate(resp("/usr/bin/agentsh-unixwrap", "/run/x.sock")).is_ok());
+    fn conf_with(wrapper: &str) -> ShimConf {
+        ShimConf {
+            wrapper: Some(wrapper.into()),
+            ..ShimConf::default()
+        }
     }
 
     #[test]
-    fn relative_wrapper_and_overlong_socket_are_refused() {
-        assert!(validate(resp("agentsh-unixwrap", "/run/x.sock")).is_err());
+    fn empty_fields_mean_no_kernel_install() {
+        let c = ShimConf::default();
+        assert_eq!(
+            validate(resp("", "/run/x.sock"), &c),
+            Err(InstallFailure::NoKernelInstall)
+        );
+        assert_eq!(
+            validate(resp("/usr/bin/agentsh-unixwrap", ""), &c),
+            Err(InstallFailure::NoKernelInstall)
+        );
+    }
+
+    #[test]
+    fn only_the_allowed_root_owned_wrapper_is_accepted() {
+        // Not in the allowed set: refused whatever the file is.
+        let e = validate(resp("/tmp/evil", "/run/x.sock"), &ShimConf::default()).unwrap_err();
+        assert!(
+            matches!(e, InstallFailure::Untrusted(ref m) if m.contains("does not allow")),
+            "{e:?}"
+        );
+        // Allowed by name but not a root-owned file nobody else can write.
+        let dir = std::env::temp_dir().join(format!("agentsh-shim-w-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let w = dir.join("agentsh-unixwrap");
+        std::fs::write(&w, b"x").unwrap();
+        let ws = w.to_str().unwrap();
+        // /tmp is world-writable (sticky): never an acceptable home.
+        assert!(matches!(
+            validate(resp(ws, "/run/x.sock"), &conf_with(ws)),
+            Err(InstallFailure::Untrusted(_))
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        // A root-owned system binary in root-owned directories passes.
+        let sh = std::fs::canonicalize("/bin/sh").unwrap();
+        let sh = sh.to_str().unwrap();
+        if unsafe { libc::geteuid() } == 0 || std::fs::metadata(sh).unwrap().uid() == 0 {
+            assert!(validate(resp(sh, "/run/x.sock"), &conf_with(sh)).is_ok());
+        }
+    }
+
+    #[test]
+    fn overlong_or_relative_notify_socket_is_refused() {
+        let sh = std::fs::canonicalize("/bin/sh").unwrap();
+        let sh = sh.to_str().unwrap();
         let long = format!("/{}", "x".repeat(120));
-        assert!(validate(resp("/w", &long)).is_err());
+        assert!(validate(resp(sh, &long), &conf_with(sh)).is_err());
+        assert!(validate(resp(sh, "x.sock"), &conf_with(sh)).is_err());
+    }
+
+    #[test]
+    fn a_socket_outside_a_root_only_directory_is_not_trusted() {
+        let e = vet_socket(Path::new("/tmp/agentsh-no-such/api.sock")).unwrap_err();
+        assert!(e.contains("/tmp"), "{e}");
+        assert!(vet_socket(Path::new("/run/agentsh-no-such-dir/api.sock")).is_err());
     }
 
     #[test]
@@ -154,27 +330,30 @@ mod tests {
             literal_addr(&u("http://[::1]:9/x")),
             Some("[::1]:9".parse().unwrap())
         );
-        assert_eq!(
-            literal_addr(&u("http://10.0.0.2/x")),
-            Some("10.0.0.2:80".parse().unwrap())
-        );
         assert_eq!(literal_addr(&u("http://localhost:18080/x")), None);
-        assert_eq!(literal_addr(&u("https://127.0.0.1/x")), None);
     }
 
     #[test]
     fn unreachable_server_is_reported_quickly() {
-        // Port 1 on loopback: nothing listens there.
         let t = std::time::Instant::now();
         let req = WrapInitRequest {
             agent_command: "/bin/sh".into(),
             agent_args: vec![],
             caller_uid: 0,
         };
-        match call("http://127.0.0.1:1", "default", &req) {
+        let conf = ShimConf {
+            server: Server::Http("http://127.0.0.1:1".into()),
+            ..ShimConf::default()
+        };
+        match call(&conf, &req) {
             Err(InstallFailure::Unreachable(_)) => {}
             other => panic!("{other:?}"),
         }
+        let conf = ShimConf {
+            server: Server::Unix("/run/agentsh-no-such-dir/api.sock".into()),
+            ..ShimConf::default()
+        };
+        assert!(call(&conf, &req).is_err());
         assert!(t.elapsed() < Duration::from_secs(2));
     }
 }

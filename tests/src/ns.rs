@@ -55,6 +55,24 @@ impl Namespace {
         }
         let overlay = cstr("overlay");
         let root = cstr("/");
+        // A private /run: agentsh's run directory (/run/agentsh: the API
+        // socket, the `active` marker, the record of unsupervised runs) of a
+        // server or shim inside never lands on this machine. The test
+        // servers' own directory (/run/agentsh-tests) stays shared, bound
+        // back in through a stash in the namespace's temporary directory.
+        let tests_base = crate::server::server_base();
+        std::fs::create_dir_all(&tests_base).expect("create the test servers' base");
+        let stash = dir.path().join("run-tests");
+        std::fs::create_dir_all(&stash).expect("create the stash");
+        let (tests_base, stash) = (
+            cstr(&tests_base.display().to_string()),
+            cstr(&stash.display().to_string()),
+        );
+        let run = cstr("/run");
+        let tmpfs = cstr("tmpfs");
+        let run_opts = cstr("mode=0755");
+        let private_run = std::path::Path::new("/run").is_dir()
+            && crate::server::server_base().starts_with("/run/");
         let mut cmd = Command::new("/usr/bin/sleep");
         cmd.arg("infinity")
             .stdin(Stdio::null())
@@ -85,6 +103,30 @@ impl Namespace {
                         0,
                         opts.as_ptr().cast(),
                     ) != 0
+                    {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                if private_run {
+                    let bind = |from: &CString, to: &CString| {
+                        libc::mount(
+                            from.as_ptr(),
+                            to.as_ptr(),
+                            std::ptr::null(),
+                            libc::MS_BIND | libc::MS_REC,
+                            std::ptr::null(),
+                        )
+                    };
+                    if bind(&tests_base, &stash) != 0
+                        || libc::mount(
+                            tmpfs.as_ptr(),
+                            run.as_ptr(),
+                            tmpfs.as_ptr(),
+                            libc::MS_NOSUID | libc::MS_NODEV,
+                            run_opts.as_ptr().cast(),
+                        ) != 0
+                        || libc::mkdir(tests_base.as_ptr(), 0o755) != 0
+                        || bind(&stash, &tests_base) != 0
                     {
                         return Err(std::io::Error::last_os_error());
                     }
@@ -169,10 +211,15 @@ impl Namespace {
         std::os::unix::fs::chown(&p, Some(0), Some(0)).expect("chown");
     }
 
-    /// A shim.conf pointing at `server_url`, with `mode` (`auto`, `on`, `off`).
+    /// A shim.conf pointing at `server_url` (`unix:/path`), with `mode`
+    /// (`auto`, `on`, `off`), allowing the workspace's own build of
+    /// agentsh-unixwrap as the wrapper.
     pub fn configure(&self, server_url: &str, mode: &str) {
         self.write_shim_conf(
-            &format!("shim_install={mode}\nserver={server_url}\nsession=default\n"),
+            &format!(
+                "shim_install={mode}\nserver={server_url}\nsession=default\nwrapper={}\n",
+                bin("agentsh-unixwrap").display()
+            ),
             0o644,
         );
     }

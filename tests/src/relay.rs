@@ -1,80 +1,81 @@
-//! Plays the shim's role without the shim: wrap-init, socketpair, spawn
-//! `agentsh-unixwrap` with its end as fd 3, relay the notify fd to the
-//! server's notify socket, ACK.
+//! Runs commands under agentsh without the shell shim installed: the
+//! `agentsh-test-run` helper does what the shim does (wrap-init over the
+//! Unix socket as itself, the relay helper, unixwrap in place), through the
+//! shim library's own code.
 //!
 //! The test process is the parent of both the server and the wrapped
 //! command, so the supervised tree is a *sibling* of the server, as in a
 //! container where the SDK daemon spawns shells.
 
-use agentsh_proto::handoff::{encode_handoff, Ack};
-use agentsh_proto::{WrapInitRequest, WrapInitResponse};
-use sendfd::{RecvWithFd, SendWithFd};
-use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::net::{UnixDatagram, UnixStream};
+use crate::server::bin;
+use agentsh_proto::handoff::Ack;
+use agentsh_proto::WrapInitResponse;
+use std::os::fd::{OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::Duration;
 
-/// Calls wrap-init for `session` as `caller_uid`.
-pub fn wrap_init(
-    server_url: &str,
+/// Calls wrap-init for `session` as `uid` (`None`: as root), from a helper
+/// process running as that uid; returns the answer.
+pub fn wrap_init_as(
+    server: &str,
     session: &str,
-    caller_uid: u32,
+    uid: Option<(u32, u32)>,
     cmd: &[&str],
-) -> WrapInitResponse {
-    let req = WrapInitRequest {
-        agent_command: cmd[0].to_string(),
-        agent_args: cmd[1..].iter().map(|s| s.to_string()).collect(),
-        caller_uid,
-    };
-    ureq::post(format!("{server_url}/api/v1/sessions/{session}/wrap-init"))
-        .send_json(&req)
-        .expect("wrap-init call")
-        .body_mut()
-        .read_json()
-        .expect("wrap-init JSON")
+) -> Result<WrapInitResponse, String> {
+    let mut c = helper(server, session);
+    c.arg("--wrap-init-only").arg("--").args(cmd);
+    as_user(&mut c, uid);
+    let out = c.output().map_err(|e| format!("agentsh-test-run: {e}"))?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("wrap-init JSON: {e}"))
 }
 
 /// A SOCK_SEQPACKET pair; both ends close-on-exec.
 pub fn seqpacket_pair() -> (OwnedFd, OwnedFd) {
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: socketpair writes two fds into the array.
-    let rc = unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            fds.as_mut_ptr(),
-        )
-    };
-    assert_eq!(rc, 0, "socketpair: {}", std::io::Error::last_os_error());
-    // SAFETY: both fds were just created and are owned by nobody else.
-    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+    agentsh_proto::seqpacket::pair().expect("socketpair")
 }
 
-/// A command started under supervision, with the relay still to finish.
+/// A command started under supervision.
 pub struct Wrapped {
     pub child: Child,
-    relay: std::thread::JoinHandle<Result<Ack, String>>,
 }
 
 impl Wrapped {
-    /// Waits for the relay, then for the command; returns the relay's outcome too.
+    /// Waits for the command. The first value is `Err` with the refusal when
+    /// supervision could not be installed (the helper or unixwrap refused),
+    /// as the shim's relay outcome used to be reported.
     pub fn wait(self) -> (Result<Ack, String>, Output) {
-        let relay = self.relay.join().expect("relay thread");
         let out = self
             .child
             .wait_with_output()
             .expect("wait for wrapped command");
-        (relay, out)
+        (install_outcome(&out), out)
+    }
+}
+
+/// Whether supervision was installed, read from the helper's and unixwrap's
+/// own refusal lines (a command that itself exits 126 is not a refusal).
+pub fn install_outcome(out: &Output) -> Result<Ack, String> {
+    let err = String::from_utf8_lossy(&out.stderr);
+    let refused = out.status.code() == Some(126)
+        && err.lines().any(|l| {
+            l.starts_with("agentsh-test-run: ")
+                || l.starts_with("agentsh: refusing")
+                || l.starts_with("agentsh-unixwrap: ")
+        });
+    if refused {
+        Err(err.into_owned())
+    } else {
+        Ok(Ack::Accepted)
     }
 }
 
 /// Options for [`spawn_wrapped`].
 #[derive(Default, Clone)]
 pub struct WrapOptions {
-    /// Run the command as this uid/gid (the wrap-init caller_uid is set to match).
+    /// Run the command (and its wrap-init) as this uid/gid.
     pub uid: Option<(u32, u32)>,
     pub env: Vec<(String, String)>,
     pub cwd: Option<std::path::PathBuf>,
@@ -82,17 +83,35 @@ pub struct WrapOptions {
     pub inherit_stdio: bool,
 }
 
-/// Starts `cmd` under `agentsh-unixwrap` for `session`, relaying its notify fd.
-pub fn spawn_wrapped(server_url: &str, session: &str, cmd: &[&str], opts: &WrapOptions) -> Wrapped {
-    let caller_uid = opts.uid.map(|u| u.0).unwrap_or(0);
-    let resp = wrap_init(server_url, session, caller_uid, cmd);
-    assert!(!resp.wrapper_binary.is_empty() && !resp.notify_socket.is_empty());
-    let (ours, theirs) = seqpacket_pair();
-    let theirs_raw = theirs.as_raw_fd();
-    let mut c = Command::new(&resp.wrapper_binary);
+fn helper(server: &str, session: &str) -> Command {
+    let mut c = Command::new(bin("agentsh-test-run"));
+    c.args(["--server", server, "--session", session, "--wrapper"])
+        .arg(bin("agentsh-unixwrap"));
+    c
+}
+
+fn as_user(c: &mut Command, uid: Option<(u32, u32)>) {
+    if let Some((u, g)) = uid {
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            c.pre_exec(move || {
+                if libc::setgroups(0, std::ptr::null()) < 0
+                    || libc::setgid(g) < 0
+                    || libc::setuid(u) < 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+}
+
+/// Starts `cmd` under supervision for `session` of the server at `server`
+/// (`unix:/path`, i.e. `TestServer::url`).
+pub fn spawn_wrapped(server: &str, session: &str, cmd: &[&str], opts: &WrapOptions) -> Wrapped {
+    let mut c = helper(server, session);
     c.arg("--").args(cmd);
-    c.envs(&resp.wrapper_env);
-    c.env(agentsh_proto::env::NOTIFY_SOCK_FD, "3");
     for (k, v) in &opts.env {
         c.env(k, v);
     }
@@ -104,83 +123,64 @@ pub fn spawn_wrapped(server_url: &str, session: &str, cmd: &[&str], opts: &WrapO
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
     }
-    let uid = opts.uid;
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    unsafe {
-        c.pre_exec(move || {
-            if libc::dup2(theirs_raw, 3) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if let Some((u, g)) = uid {
-                if libc::setgroups(0, std::ptr::null()) < 0
-                    || libc::setgid(g) < 0
-                    || libc::setuid(u) < 0
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
-    let child = c.spawn().expect("spawn agentsh-unixwrap");
-    drop(theirs);
-    let pid = child.id();
-    let socket = resp.notify_socket.clone();
-    let relay = std::thread::spawn(move || relay_once(ours, &socket, pid));
-    Wrapped { child, relay }
+    as_user(&mut c, opts.uid);
+    let child = c.spawn().expect("spawn agentsh-test-run");
+    Wrapped { child }
 }
 
-/// Receives the notify fd from unixwrap, hands it to the server, ACKs unixwrap.
-pub fn relay_once(ours: OwnedFd, notify_socket: &str, wrapper_pid: u32) -> Result<Ack, String> {
-    let dgram = UnixDatagram::from(ours);
-    dgram
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(|e| e.to_string())?;
-    let mut b = [0u8; 1];
-    let mut fds = [-1 as RawFd; 1];
-    let (_, nfds) = dgram
-        .recv_with_fd(&mut b, &mut fds)
-        .map_err(|e| format!("no notify fd from unixwrap: {e}"))?;
-    if nfds != 1 {
-        return Err("unixwrap sent no fd".into());
-    }
-    // SAFETY: the kernel installed this fd for us.
-    let notify = unsafe { OwnedFd::from_raw_fd(fds[0]) };
-    let ack = hand_to_server(notify_socket, wrapper_pid, &notify);
-    drop(notify);
-    let byte = ack.as_ref().map(|a| a.to_byte()).unwrap_or(0);
-    dgram
-        .send(&[byte])
-        .map_err(|e| format!("ACK to unixwrap: {e}"))?;
-    ack
-}
-
-/// Connects the notify socket and sends the handoff; returns the server's answer.
-pub fn hand_to_server(
-    notify_socket: &str,
-    wrapper_pid: u32,
-    notify: &OwnedFd,
-) -> Result<Ack, String> {
-    let mut s =
-        UnixStream::connect(notify_socket).map_err(|e| format!("connect {notify_socket}: {e}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(|e| e.to_string())?;
-    s.send_with_fd(&encode_handoff(wrapper_pid), &[notify.as_raw_fd()])
-        .map_err(|e| format!("send handoff: {e}"))?;
+/// Connects the notify socket and sends a handoff for `wrapper_pid` carrying
+/// `fd`; returns the server's answer. For tests of the intake's checks.
+pub fn hand_to_server(notify_socket: &str, wrapper_pid: u32, fd: &OwnedFd) -> Result<Ack, String> {
+    use std::os::fd::{AsFd, AsRawFd};
+    let s = agentsh_proto::seqpacket::connect(
+        std::path::Path::new(notify_socket),
+        std::time::Duration::from_secs(10),
+    )
+    .map_err(|e| format!("connect {notify_socket}: {e}"))?;
+    let payload = agentsh_proto::handoff::encode_handoff(wrapper_pid);
+    send_with_fd(s.as_raw_fd(), &payload, fd.as_raw_fd()).map_err(|e| format!("send: {e}"))?;
     let mut st = [0u8; 1];
-    s.read_exact(&mut st)
+    let n = agentsh_proto::seqpacket::recv_record(s.as_fd(), &mut st)
         .map_err(|e| format!("status byte: {e}"))?;
-    let _ = s.flush();
+    if n != 1 {
+        return Err(format!("status: {n} bytes"));
+    }
     Ok(Ack::from_byte(st[0]))
 }
 
+fn send_with_fd(sock: RawFd, data: &[u8], fd: RawFd) -> std::io::Result<()> {
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    let mut cbuf = [0u64; 4];
+    // SAFETY: msghdr is plain data; the fields used are set below, and the
+    // control buffer has room for one fd.
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.as_mut_ptr().cast();
+        msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as _;
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut RawFd, fd);
+        if libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// Runs `cmd` supervised to completion.
-pub fn run_wrapped(server_url: &str, session: &str, cmd: &[&str], opts: &WrapOptions) -> Output {
-    let (relay, out) = spawn_wrapped(server_url, session, cmd, opts).wait();
+pub fn run_wrapped(server: &str, session: &str, cmd: &[&str], opts: &WrapOptions) -> Output {
+    let (relay, out) = spawn_wrapped(server, session, cmd, opts).wait();
     assert_eq!(
         relay,
         Ok(Ack::Accepted),
-        "relay failed; command stderr: {}",
+        "supervision not installed; command stderr: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     out

@@ -11,7 +11,7 @@
 
 use crate::ns::Namespace;
 use crate::sdk::{Finished, Spawn, Supervisor};
-use crate::server::TestServer;
+use crate::server::{TestServer, TCP};
 use serde_json::Value;
 use std::path::Path;
 use std::time::Duration;
@@ -58,7 +58,8 @@ impl Sandbox {
         let srv = TestServer::start_with(
             Path::new(SERVER_BASE),
             policy_yaml,
-            &format!("workspace: {WORKSPACE}\n"),
+            // The TCP listener too, so escape attempts can aim at a port.
+            &format!("{TCP}workspace: {WORKSPACE}\n"),
             |program| ns.command(program),
         );
         ns.install_shim(true);

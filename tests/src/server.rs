@@ -117,11 +117,19 @@ pub fn free_port() -> u16 {
         .expect("a free loopback port")
 }
 
+/// Put first in `extra_config`: the server also gets a TCP listener on a
+/// free loopback port (`TestServer::addr`).
+pub const TCP: &str = "#tcp\n";
+
 /// A running `agentsh server`.
 pub struct TestServer {
     child: Option<Child>,
     pub dir: TempDir,
+    /// `unix:<socket>`: what `--server` and shim.conf's `server=` take.
     pub url: String,
+    /// The API socket.
+    pub socket: PathBuf,
+    /// The TCP listener's address, when the config gave one.
     pub addr: String,
 }
 
@@ -179,33 +187,55 @@ impl TestServer {
             }
             None => String::new(),
         };
-        let addr = format!("127.0.0.1:{}", free_port());
+        let socket = dir.path().join("run").join("api.sock");
+        // A test that wants the TCP listener says so with TCP first in
+        // extra_config (`server:` cannot be given twice).
+        let (server_yaml, extra_config) = match extra_config.strip_prefix(TCP) {
+            Some(rest) => (
+                format!(
+                    "server:\n  socket: {}\n  http:\n    addr: \"127.0.0.1:{}\"\n",
+                    socket.display(),
+                    free_port()
+                ),
+                rest,
+            ),
+            None => (
+                format!("server:\n  socket: {}\n", socket.display()),
+                extra_config,
+            ),
+        };
+        let addr = server_yaml
+            .split("addr: \"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or("")
+            .to_string();
         let config = format!(
-            "server:\n  http:\n    addr: \"{addr}\"\n{policy_line}state_dir: {}\naudit:\n  jsonl: {}\nwrapper_binary: {}\n{extra_config}",
+            "{server_yaml}{policy_line}state_dir: {}\naudit:\n  jsonl: {}\nwrapper_binary: {}\n{extra_config}",
             dir.path().join("state").display(),
             dir.path().join("audit.jsonl").display(),
             bin("agentsh-unixwrap").display(),
         );
         let config_path = dir.path().join("config.yaml");
         std::fs::write(&config_path, config).expect("write config");
-        let log = std::fs::File::create(dir.path().join("server.log")).expect("server log");
-        let child = command(bin("agentsh"))
-            .arg("server")
-            .arg("--config")
-            .arg(&config_path)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("dup log"))
-            .stderr(log)
-            .spawn()
-            .expect("spawn agentsh server");
+        let child = spawn_server(&dir, command);
         let mut s = TestServer {
             child: Some(child),
-            url: format!("http://{addr}"),
+            url: format!("unix:{}", socket.display()),
+            socket,
             addr,
             dir,
         };
         s.wait_ready();
         s
+    }
+
+    /// Starts the server again on the same config (same socket, state and
+    /// audit log), after killing it if it still runs; waits until it answers.
+    pub fn restart_with(&mut self, command: impl FnOnce(PathBuf) -> Command) {
+        self.kill();
+        self.child = Some(spawn_server(&self.dir, command));
+        self.wait_ready();
     }
 
     fn wait_ready(&mut self) {
@@ -216,7 +246,10 @@ impl TestServer {
                     panic!("agentsh server exited early ({st}): {}", self.log());
                 }
             }
-            if ureq::get(format!("{}/healthz", self.url)).call().is_ok() {
+            if self
+                .try_call("GET", "/healthz", None)
+                .is_ok_and(|(s, _)| s == 200)
+            {
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -238,14 +271,67 @@ impl TestServer {
         s
     }
 
+    /// One request over the API socket, as root (the operator); returns
+    /// the status and the JSON body (`null` when not JSON).
+    pub fn try_call(
+        &self,
+        method: &str,
+        target: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Result<(u16, serde_json::Value), String> {
+        let bytes = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
+        let req = agentsh_proto::http::Request {
+            method,
+            target,
+            body: &bytes,
+            bearer: None,
+        };
+        let r = agentsh_proto::http::call(
+            &self.socket,
+            Duration::from_secs(70),
+            |_| Ok(()),
+            &req,
+            64 << 20,
+        )
+        .map_err(|e| e.to_string())?;
+        Ok((
+            r.status,
+            serde_json::from_slice(&r.body).unwrap_or(serde_json::Value::Null),
+        ))
+    }
+
+    /// Like [`TestServer::try_call`]; panics if the server cannot be reached.
+    pub fn call(
+        &self,
+        method: &str,
+        target: &str,
+        body: Option<&serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
+        self.try_call(method, target, body)
+            .unwrap_or_else(|e| panic!("{method} {target}: {e}\nserver log:\n{}", self.log()))
+    }
+
+    /// A GET that must answer 200.
+    pub fn get_json(&self, target: &str) -> serde_json::Value {
+        let (status, v) = self.call("GET", target, None);
+        assert_eq!(status, 200, "GET {target}: {v}");
+        v
+    }
+
     /// Every event of `session` the API serves.
     pub fn events(&self, session: &str) -> Vec<serde_json::Value> {
-        ureq::get(format!("{}/api/v1/sessions/{session}/events", self.url))
-            .call()
-            .expect("GET events")
-            .body_mut()
-            .read_json()
-            .expect("events JSON")
+        self.get_json(&format!("/api/v1/sessions/{session}/events"))
+            .as_array()
+            .cloned()
+            .expect("events JSON array")
+    }
+
+    /// The operator token the server wrote.
+    pub fn token(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("state").join("approval.token"))
+            .expect("the server's token file")
+            .trim()
+            .to_string()
     }
 
     /// Only the `execve` events of `session`.
@@ -291,6 +377,24 @@ impl TestServer {
             let _ = c.wait();
         }
     }
+}
+
+/// `agentsh server --config <dir>/config.yaml`, its log appended to `<dir>/server.log`.
+fn spawn_server(dir: &TempDir, command: impl FnOnce(PathBuf) -> Command) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.path().join("server.log"))
+        .expect("server log");
+    command(bin("agentsh"))
+        .arg("server")
+        .arg("--config")
+        .arg(dir.path().join("config.yaml"))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("dup log"))
+        .stderr(log)
+        .spawn()
+        .expect("spawn agentsh server")
 }
 
 impl Drop for TestServer {

@@ -3,7 +3,7 @@
 //! `agentsh_tests::relay`) and the operator (the `agentsh approvals` CLI).
 
 use agentsh_tests::relay::{spawn_wrapped, WrapOptions, Wrapped};
-use agentsh_tests::server::{bin, require_root, TempDir, TestServer};
+use agentsh_tests::server::{bin, require_root, TempDir, TestServer, TCP};
 use serde_json::Value;
 use std::io::BufRead;
 use std::path::PathBuf;
@@ -32,9 +32,11 @@ struct Fixture {
 }
 
 fn start(approval_timeout: &str) -> Fixture {
+    // With the operator's TCP listener too: the in-tree attacks below go
+    // through it (a tree cannot even open the Unix socket).
     let srv = TestServer::start(
         POLICY,
-        &format!("execve:\n  approval_timeout: {approval_timeout}\n"),
+        &format!("{TCP}execve:\n  approval_timeout: {approval_timeout}\n"),
     );
     let tmp = TempDir::new("approvals");
     let b = tmp.path().join("bin");
@@ -67,12 +69,11 @@ impl Fixture {
 
     /// `GET /api/v1/approvals`.
     fn pending(&self) -> Vec<Value> {
-        ureq::get(format!("{}/api/v1/approvals", self.srv.url))
-            .call()
-            .expect("GET approvals")
-            .body_mut()
-            .read_json()
-            .expect("approvals JSON")
+        self.srv
+            .get_json("/api/v1/approvals")
+            .as_array()
+            .cloned()
+            .expect("approvals JSON array")
     }
 
     /// Waits for the first pending request.
@@ -323,13 +324,15 @@ fn killed_tracee_cancels_its_approval() {
     assert!(!f.cli(&["approve", &id]).status.success());
 }
 
-/// The in-tree attack: find the pending id over the open GET, then POST an
-/// approval with the token from the file, and with a leaked copy of it.
+/// The in-tree attack over the operator's TCP listener: find the pending id
+/// (with the token from the file, or else a leaked copy), then POST an
+/// approval with the token from the file, and with the leaked copy.
 fn attack_script(url: &str, token_file: &str) -> String {
     format!(
         r#"
+tok=$(/bin/cat {token_file} 2>/dev/null); [ -n "$tok" ] || tok=$LEAKED_TOKEN
 while :; do
-  id=$(/usr/bin/curl -s {url}/api/v1/approvals | /bin/sed -n 's/.*"id":"\([^"]*\)".*/\1/p')
+  id=$(/usr/bin/curl -s -H "Authorization: Bearer $tok" {url}/api/v1/approvals | /bin/sed -n 's/.*"id":"\([^"]*\)".*/\1/p')
   [ -n "$id" ] && break
   /bin/sleep 0.05
 done
@@ -358,7 +361,8 @@ fn tree_running_as_root_cannot_approve_its_own_request() {
     let f = start("10s");
     let tmp = TempDir::new("orphan");
     let orphan_out = tmp.path().join("code");
-    let attack = attack_script(&f.srv.url, &f.token_file().display().to_string());
+    let tcp = format!("http://{}", f.srv.addr);
+    let attack = attack_script(&tcp, &f.token_file().display().to_string());
     // Also from a daemonized curl whose parent exited (reparented out of the
     // tree's process lineage, still under its seccomp filter).
     let script = format!(
@@ -367,7 +371,7 @@ fn tree_running_as_root_cannot_approve_its_own_request() {
            -d '{{\"decision\":\"approve\"}}' {url}/api/v1/approvals/$id > {out} & )\n\
          while [ ! -s {out} ]; do /bin/sleep 0.05; done\n\
          echo orphan=$(/bin/cat {out})\necho ready\nwait $p; echo pip-rc=$?\n",
-        url = f.srv.url,
+        url = tcp,
         out = orphan_out.display(),
     );
     let mut w = spawn_wrapped(
@@ -417,7 +421,8 @@ fn tree_running_as_unprivileged_user_cannot_approve_its_own_request() {
         return;
     }
     let f = start("10s");
-    let attack = attack_script(&f.srv.url, &f.token_file().display().to_string());
+    let tcp = format!("http://{}", f.srv.addr);
+    let attack = attack_script(&tcp, &f.token_file().display().to_string());
     let attack_file = f.srv.dir.path().join("attack.sh");
     std::fs::write(&attack_file, attack).unwrap();
     // The tree starts as root (the relay hands over as root), then drops to

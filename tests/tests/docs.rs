@@ -407,6 +407,10 @@ fn shim_conf_reference_matches_the_code() {
             .find(|l| l.starts_with(&format!("| `{key}` |")))
             .expect("row");
         let default = row.split('|').nth(3).expect("default").trim();
+        if default == "—" {
+            // No value: without the line the built-in behaviour applies.
+            continue;
+        }
         let conf = agentsh_proto::shimconf::parse(&format!("{key}={}", default.trim_matches('`')))
             .unwrap_or_else(|e| panic!("{key}: {e}"));
         assert_eq!(conf, agentsh_proto::shimconf::ShimConf::default(), "{key}");
@@ -617,19 +621,22 @@ fn free_port() -> u16 {
 
 /// A fresh server config of its own (port, state, audit) under `dir`.
 fn own_config(dir: &Path) -> (PathBuf, String) {
-    let port = free_port();
-    let c = dir.join(format!("config-{port}.yaml"));
+    // A fresh number, so two servers of one test never share a socket.
+    let n = free_port();
+    let c = dir.join(format!("config-{n}.yaml"));
+    let socket = dir.join(format!("run-{n}")).join("api.sock");
     std::fs::write(
         &c,
         format!(
-            "server:\n  http:\n    addr: \"127.0.0.1:{port}\"\nstate_dir: {}\naudit:\n  jsonl: {}\nwrapper_binary: {}\n",
-            dir.join(format!("state-{port}")).display(),
-            dir.join(format!("audit-{port}.jsonl")).display(),
+            "server:\n  socket: {}\nstate_dir: {}\naudit:\n  jsonl: {}\nwrapper_binary: {}\n",
+            socket.display(),
+            dir.join(format!("state-{n}")).display(),
+            dir.join(format!("audit-{n}.jsonl")).display(),
             bin("agentsh-unixwrap").display()
         ),
     )
     .unwrap();
-    (c, format!("http://127.0.0.1:{port}"))
+    (c, format!("unix:{}", socket.display()))
 }
 
 /// A root with a real `sh` and `bash` for `agentsh shim ... --root`.
@@ -745,11 +752,7 @@ fn run_agentsh(words: &[String], srv: &TestServer, tmp: &Path, n: usize) -> Resu
         ["ready", ..] if args.iter().any(|a| a == "--config") => {
             // A config file naming the test server's address.
             let c = tmp.join("ready-config.yaml");
-            std::fs::write(
-                &c,
-                format!("server:\n  http:\n    addr: \"{}\"\n", srv.addr),
-            )
-            .unwrap();
+            std::fs::write(&c, format!("server:\n  socket: {}\n", srv.socket.display())).unwrap();
             set_flag(&mut args, "--config", &c.to_string_lossy());
             check(run(&args))
         }

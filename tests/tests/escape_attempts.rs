@@ -424,7 +424,9 @@ fn run_suite(uid: Option<u32>) {
     }
     // Still alive and still supervising after all that.
     assert!(
-        ureq::get(format!("{}/healthz", sb.srv.url)).call().is_ok(),
+        sb.srv
+            .try_call("GET", "/healthz", None)
+            .is_ok_and(|(s, _)| s == 200),
         "the server must survive the suite: {}",
         sb.srv.log()
     );

@@ -328,15 +328,15 @@ fn killing_the_server_stops_every_later_exec() {
 }
 
 #[test]
-fn notify_socket_refuses_another_uid() {
-    if !require_root("notify_socket_refuses_another_uid") {
+fn notify_socket_refuses_another_uid_and_a_handoff_not_bound_to_its_caller() {
+    if !require_root("notify_socket_refuses_another_uid_and_a_handoff_not_bound_to_its_caller") {
         return;
     }
-    use agentsh_tests::relay::{hand_to_server, seqpacket_pair, wrap_init};
+    use agentsh_tests::relay::{hand_to_server, seqpacket_pair, wrap_init_as};
     let srv = TestServer::start(POLICY, "");
-    // Socket issued to uid 65534; root connects (file mode does not stop root),
-    // SO_PEERCRED does.
-    let resp = wrap_init(&srv.url, "u", 65534, &["/bin/sh"]);
+    // Socket issued to uid 65534 (its wrap-init came from a uid-65534
+    // process); root connects (file mode does not stop root), SO_PEERCRED does.
+    let resp = wrap_init_as(&srv.url, "u", Some((65534, 65534)), &["/bin/sh"]).unwrap();
     let (a, _b) = seqpacket_pair(); // any fd: the uid check comes first
     let got = hand_to_server(&resp.notify_socket, 1, &a);
     assert_eq!(got, Ok(agentsh_proto::handoff::Ack::Refused));
@@ -350,8 +350,25 @@ fn notify_socket_refuses_another_uid() {
         "{ev:#?}"
     );
 
+    // Issued to root, but the handoff names another pid than the process
+    // that called wrap-init: refused (a local process cannot hand in a fd
+    // for someone else's wrap-init).
+    let resp = wrap_init_as(&srv.url, "u3", None, &["/bin/sh"]).unwrap();
+    let got = hand_to_server(&resp.notify_socket, std::process::id(), &a);
+    assert_eq!(got, Ok(agentsh_proto::handoff::Ack::Refused));
+    let ev = srv.events("u3");
+    assert!(
+        ev.iter().any(|e| e["type"] == "handoff"
+            && e["accepted"] == false
+            && e["reason"]
+                .as_str()
+                .unwrap_or("")
+                .contains("wrap-init was called by pid")),
+        "{ev:#?}"
+    );
+
     // Socket issued to root (mode 0600): an unprivileged process cannot connect at all.
-    let resp = wrap_init(&srv.url, "u2", 0, &["/bin/sh"]);
+    let resp = wrap_init_as(&srv.url, "u2", None, &["/bin/sh"]).unwrap();
     let sock = std::ffi::CString::new(resp.notify_socket.clone()).unwrap();
     // SAFETY: the child only makes async-signal-safe calls before _exit.
     let pid = unsafe { libc::fork() };
@@ -361,7 +378,7 @@ fn notify_socket_refuses_another_uid() {
             let code = if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
                 2
             } else {
-                let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
+                let fd = libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0);
                 let mut addr: libc::sockaddr_un = std::mem::zeroed();
                 addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
                 for (i, b) in sock.as_bytes().iter().enumerate() {

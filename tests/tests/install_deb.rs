@@ -376,9 +376,21 @@ fn deb_installs_supervises_sdk_shells_survives_a_dash_reinstall_and_uninstalls_e
     assert_eq!(file_state(&root.path("/bin/sh")), shim_before);
     root.ok(&["/usr/bin/agentsh", "shim", "status"]);
 
-    // Reinstalling dash, as at image build time (no server: shim_install=auto
-    // runs the maintainer scripts unsupervised), offline: the deb is cached.
+    // The server stopped: agentsh has run in this container's life, so
+    // shim_install=auto refuses (126) rather than run shells unsupervised.
     server.stop();
+    let out = root.run(&["/bin/sh", "-c", "echo ran"]);
+    assert_eq!(out.status.code(), Some(126), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("agentsh has already run in this container"),
+        "{}",
+        text(&out)
+    );
+    // Reinstalling dash, as at image build time: a fresh container of the
+    // image (its /run without agentsh's marker) and no server, so
+    // shim_install=auto runs the maintainer scripts unsupervised. Offline:
+    // the deb is cached.
+    std::fs::remove_dir_all(root.path("/run/agentsh")).expect("a fresh /run");
     root.ok(&["/usr/bin/apt-get", "install", "--reinstall", "-y", "dash"]);
     let divert = diversions(&root);
     assert!(

@@ -5,22 +5,26 @@ use agentsh_tests::server::{bin, free_port, server_base, TempDir, TestServer};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A config for a server of our own on a free port, files under `dir`.
+/// A config for a server of our own, its socket and files under `dir`.
 fn config(dir: &TempDir) -> (std::path::PathBuf, String) {
-    let addr = format!("127.0.0.1:{}", free_port());
+    let socket = dir.path().join("run").join("api.sock");
     let text = format!(
-        "server:\n  http:\n    addr: \"{addr}\"\nstate_dir: {}\naudit:\n  jsonl: {}\nwrapper_binary: {}\n",
+        "server:\n  socket: {}\nstate_dir: {}\naudit:\n  jsonl: {}\nwrapper_binary: {}\n",
+        socket.display(),
         dir.path().join("state").display(),
         dir.path().join("audit.jsonl").display(),
         bin("agentsh-unixwrap").display(),
     );
     let path = dir.path().join("config.yaml");
     std::fs::write(&path, text).unwrap();
-    (path, format!("http://{addr}"))
+    (path, format!("unix:{}", socket.display()))
 }
 
 fn answers(url: &str) -> bool {
-    ureq::get(format!("{url}/healthz")).call().is_ok()
+    Command::new(bin("agentsh"))
+        .args(["ready", "--server", url, "--timeout", "0"])
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 /// Waits (generously: this is not a timing assertion) for `cond`.
@@ -80,7 +84,7 @@ fn ready_waits_for_a_server_and_fails_with_a_reason_without_one() {
     let cfg = dir.path().join("config.yaml");
     std::fs::write(
         &cfg,
-        format!("server:\n  http:\n    addr: \"{}\"\n", srv.addr),
+        format!("server:\n  socket: {}\n", srv.socket.display()),
     )
     .unwrap();
     let ok = Command::new(bin("agentsh"))
@@ -93,8 +97,13 @@ fn ready_waits_for_a_server_and_fails_with_a_reason_without_one() {
         "{}",
         String::from_utf8_lossy(&ok.stderr)
     );
-    let other = format!("127.0.0.1:{}", free_port());
-    std::fs::write(&cfg, format!("server:\n  http:\n    addr: \"{other}\"\n")).unwrap();
+    let other = dir
+        .path()
+        .join("nobody")
+        .join("api.sock")
+        .display()
+        .to_string();
+    std::fs::write(&cfg, format!("server:\n  socket: {other}\n")).unwrap();
     let bad = Command::new(bin("agentsh"))
         .args(["ready", "--timeout", "0.2", "--config"])
         .arg(&cfg)
@@ -104,6 +113,7 @@ fn ready_waits_for_a_server_and_fails_with_a_reason_without_one() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains(&other));
 
     let nobody = format!("http://127.0.0.1:{}", free_port());
+    // (TCP: an operator's listener; nothing answers there either.)
     let bad = Command::new(bin("agentsh"))
         .args(["ready", "--server", &nobody, "--timeout", "0.3"])
         .output()

@@ -6,6 +6,7 @@ use agentsh_tests::ns::Namespace;
 use agentsh_tests::sdk::{self, Finished, Spawn, Supervisor};
 use agentsh_tests::server::{require_root, TestServer};
 use serde_json::Value;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const POLICY: &str = r#"
@@ -22,7 +23,7 @@ command_rules:
 /// Server, namespace with the shim installed (sh and bash), daemon.
 struct Scenario {
     sup: Supervisor,
-    ns: Namespace,
+    _ns: Namespace,
     srv: TestServer,
 }
 
@@ -33,7 +34,7 @@ impl Scenario {
         ns.install_shim(true);
         ns.configure(&srv.url, mode);
         let sup = Supervisor::start(&ns, allow_all_filter);
-        Scenario { sup, ns, srv }
+        Scenario { sup, _ns: ns, srv }
     }
 
     fn wrap_inits(&self) -> usize {
@@ -269,15 +270,89 @@ fn an_unrelated_seccomp_filter_does_not_stop_installation() {
 }
 
 #[test]
-fn server_down_in_auto_still_runs_sdk_commands() {
-    if !require_root("server_down_in_auto_still_runs_sdk_commands") {
+fn once_agentsh_ran_auto_refuses_while_the_server_is_down_and_recovers_when_it_is_back() {
+    if !require_root(
+        "once_agentsh_ran_auto_refuses_while_the_server_is_down_and_recovers_when_it_is_back",
+    ) {
         return;
     }
     let mut s = Scenario::new("auto", false);
+    let f = s.sup.run(&sdk::tensorlake(
+        "curl --version >/dev/null 2>&1; echo curl-rc=$?",
+    ));
+    s.assert_nested_curl_denied(&f);
+    // Killed (OOM, a crash, a kill on a kernel without signal scoping):
+    // `auto` must not fall open now.
     s.srv.kill();
-    let f = s.sup.run(&sdk::tensorlake("echo pid=$$; exit 9"));
+    let f = s
+        .sup
+        .run(&sdk::tensorlake("echo ran; curl --version; exit 9"));
+    assert_eq!(f.code, Some(126), "{f:?}");
+    assert_eq!(f.stdout, "", "nothing ran: {f:?}");
+    assert_eq!(f.stderr.lines().count(), 1, "one hint line: {f:?}");
+    assert!(
+        f.stderr
+            .contains("agentsh has already run in this container")
+            && f.stderr
+                .contains("docs/troubleshooting.md#refuses-to-run-unsupervised"),
+        "{f:?}"
+    );
+    // The service manager (or the entrypoint) brings it back: supervised again.
+    s.srv.restart_with(Command::new);
+    let f = s.sup.run(&sdk::tensorlake(
+        "echo pid=$$; curl --version >/dev/null 2>&1; echo curl-rc=$?",
+    ));
+    assert!(f.stdout.contains(&format!("pid={}", f.pid)), "{f:?}");
+    s.assert_nested_curl_denied(&f);
+}
+
+#[test]
+fn before_agentsh_ever_started_auto_runs_the_command_and_the_server_records_it() {
+    if !require_root("before_agentsh_ever_started_auto_runs_the_command_and_the_server_records_it")
+    {
+        return;
+    }
+    // The server is configured but not started: E2B's start command runs
+    // before the server exists. The shim falls through and (as root)
+    // records the run; the server turns the record into an audit event.
+    let mut srv = TestServer::start(POLICY, "");
+    srv.kill();
+    let ns = Namespace::new();
+    ns.install_shim(true);
+    ns.configure(&srv.url, "auto");
+    // The run directory is the server's; `active` is its marker. A fresh
+    // container has none.
+    let marker = srv.socket.parent().unwrap().join("active");
+    std::fs::remove_file(&marker).unwrap();
+    let mut sup = Supervisor::start(&ns, false);
+    let f = sup.run(&sdk::tensorlake("echo pid=$$; exit 9"));
     assert_eq!(f.code, Some(9), "{f:?}");
     assert!(f.stdout.contains(&format!("pid={}", f.pid)), "{f:?}");
     assert_eq!(f.stderr, "", "{f:?}");
-    drop(s.ns);
+    // A marker from an earlier life of the container (a restart: another
+    // PID 1) is stale: the restarted container's start command still runs.
+    std::fs::write(
+        &marker,
+        "boot=00000000-0000-0000-0000-000000000000 pid1=1\n",
+    )
+    .unwrap();
+    let f = sup.run(&sdk::tensorlake("exit 3"));
+    assert_eq!(
+        f.code,
+        Some(3),
+        "a stale marker must not block a restart: {f:?}"
+    );
+    srv.restart_with(Command::new);
+    let runs: Vec<Value> = srv
+        .events("default")
+        .into_iter()
+        .filter(|e| e["type"] == "unsupervised_run")
+        .collect();
+    assert_eq!(runs.len(), 2, "{runs:#?}");
+    assert_eq!(runs[0]["argv"][2], "echo pid=$$; exit 9", "{runs:#?}");
+    assert!(runs[0]["reason"].as_str().unwrap().contains("UNSUPERVISED"));
+    // And from now on, in this life, a failure is a refusal.
+    srv.kill();
+    let f = sup.run(&sdk::tensorlake("exit 4"));
+    assert_eq!(f.code, Some(126), "{f:?}");
 }

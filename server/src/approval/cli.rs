@@ -1,19 +1,22 @@
 //! `agentsh approvals list|approve|deny|watch`: the operator's side.
 //!
-//! Decisions carry the root-only token read from `--token-file`, so these
-//! commands must run as root (the server also refuses them from inside a
-//! supervised tree, token or not).
+//! Over the Unix socket (the default) the server knows the caller from the
+//! kernel and accepts operators (uid 0); over TCP every call carries the
+//! root-only token read from `--token-file`. Either way these commands must
+//! run as root, and the server refuses them from inside a supervised tree.
 
+use crate::client::{error_text, Client};
 use clap::{Args, Subcommand};
 use std::io::{BufRead, IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::time::Duration;
 
 #[derive(Debug, Clone, Args)]
 pub struct Connection {
-    /// Server API base URL.
+    /// The server: unix:/PATH (its API socket) or http://HOST:PORT (its TCP listener).
     #[arg(long, default_value = agentsh_proto::shimconf::DEFAULT_SERVER)]
     server: String,
-    /// The server's approval token (`<state_dir>/approval.token`, root-only).
+    /// The operator token for an http:// server (`<state_dir>/approval.token`, root-only).
     #[arg(
         long,
         value_name = "PATH",
@@ -57,56 +60,15 @@ pub enum ApprovalsCommand {
     },
 }
 
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into()
+fn client(conn: &Connection, timeout: Duration) -> Result<Client, String> {
+    Ok(Client::new(&conn.server, Some(&conn.token_file))?.with_timeout(timeout))
 }
 
-fn base(conn: &Connection) -> &str {
-    conn.server.trim_end_matches('/')
-}
-
-fn fetch(
-    agent: &ureq::Agent,
-    conn: &Connection,
-    after: u64,
-    wait: u64,
-) -> Result<Vec<serde_json::Value>, String> {
-    let url = format!("{}/api/v1/approvals?after={after}&wait={wait}", base(conn));
-    let mut resp = agent
-        .get(&url)
-        .call()
-        .map_err(|e| format!("cannot reach the agentsh server at {}: {e}", conn.server))?;
-    let status = resp.status().as_u16();
-    let body: serde_json::Value = resp
-        .body_mut()
-        .read_json()
-        .map_err(|e| format!("unexpected answer from {url}: {e}"))?;
-    if status != 200 {
-        return Err(format!("{url}: HTTP {status}: {}", error_text(&body)));
-    }
-    body.as_array()
+fn fetch(client: &Client, after: u64, wait: u64) -> Result<Vec<serde_json::Value>, String> {
+    let v = client.get_json(&format!("/api/v1/approvals?after={after}&wait={wait}"))?;
+    v.as_array()
         .cloned()
-        .ok_or_else(|| format!("unexpected answer from {url}: not a list"))
-}
-
-fn error_text(body: &serde_json::Value) -> String {
-    body.get("error")
-        .and_then(|e| e.as_str())
-        .map(str::to_string)
-        .unwrap_or_else(|| body.to_string())
-}
-
-fn read_token(path: &Path) -> Result<String, String> {
-    let t = std::fs::read_to_string(path).map_err(|e| {
-        format!(
-            "cannot read the approval token {}: {e} (run as root, or pass --token-file <state_dir>/approval.token)",
-            path.display()
-        )
-    })?;
-    Ok(t.trim().to_string())
+        .ok_or_else(|| format!("unexpected answer from {}: not a list", client.server()))
 }
 
 fn operator_name() -> Option<String> {
@@ -116,29 +78,22 @@ fn operator_name() -> Option<String> {
 }
 
 fn decide(
-    agent: &ureq::Agent,
-    conn: &Connection,
-    token: &str,
+    client: &Client,
     id: &str,
     approve: bool,
     reason: Option<&str>,
 ) -> Result<String, String> {
-    let url = format!("{}/api/v1/approvals/{id}", base(conn));
     let body = serde_json::json!({
         "decision": if approve { "approve" } else { "deny" },
         "reason": reason,
         "approver": operator_name(),
     });
-    let mut resp = agent
-        .post(&url)
-        .header("Authorization", &format!("Bearer {token}"))
-        .send_json(&body)
-        .map_err(|e| format!("cannot reach the agentsh server at {}: {e}", conn.server))?;
-    let status = resp.status().as_u16();
-    let answer: serde_json::Value = resp
-        .body_mut()
-        .read_json()
-        .unwrap_or(serde_json::Value::Null);
+    let (status, answer) = client.call(
+        "POST",
+        &format!("/api/v1/approvals/{id}"),
+        Some(&body),
+        true,
+    )?;
     if status != 200 {
         return Err(format!("{id}: HTTP {status}: {}", error_text(&answer)));
     }
@@ -180,10 +135,10 @@ const HEADER: &str = "ID               SESSION      PID     DEPTH RULE          
 /// The server cannot be reached, the token cannot be read, or the server
 /// refused the decision; the message says which.
 pub fn run(cmd: ApprovalsCommand) -> Result<(), String> {
-    let agent = agent();
+    let short = Duration::from_secs(10);
     match cmd {
         ApprovalsCommand::List { conn, json } => {
-            let list = fetch(&agent, &conn, 0, 0)?;
+            let list = fetch(&client(&conn, short)?, 0, 0)?;
             if json {
                 for r in &list {
                     println!("{r}");
@@ -197,42 +152,31 @@ pub fn run(cmd: ApprovalsCommand) -> Result<(), String> {
             Ok(())
         }
         ApprovalsCommand::Approve { id, reason, conn } => {
-            let token = read_token(&conn.token_file)?;
-            println!(
-                "{}",
-                decide(&agent, &conn, &token, &id, true, reason.as_deref())?
-            );
+            let c = client(&conn, short)?;
+            println!("{}", decide(&c, &id, true, reason.as_deref())?);
             Ok(())
         }
         ApprovalsCommand::Deny { id, reason, conn } => {
-            let token = read_token(&conn.token_file)?;
-            println!(
-                "{}",
-                decide(&agent, &conn, &token, &id, false, reason.as_deref())?
-            );
+            let c = client(&conn, short)?;
+            println!("{}", decide(&c, &id, false, reason.as_deref())?);
             Ok(())
         }
-        ApprovalsCommand::Watch { conn } => watch(&agent, &conn),
+        ApprovalsCommand::Watch { conn } => watch(&conn),
     }
 }
 
-fn watch(agent: &ureq::Agent, conn: &Connection) -> Result<(), String> {
+fn watch(conn: &Connection) -> Result<(), String> {
     let interactive = std::io::stdin().is_terminal();
-    // Read the token up front, so a missing one is reported before any prompt.
-    let token = if interactive {
-        Some(read_token(&conn.token_file)?)
-    } else {
-        None
-    };
+    let client = client(conn, Duration::from_secs(45))?;
     let mut after = 0u64;
     println!("{HEADER}");
     loop {
-        let list = fetch(agent, conn, after, 30)?;
+        let list = fetch(&client, after, 30)?;
         for r in &list {
             after = after.max(r["seq"].as_u64().unwrap_or(0));
             println!("{}", row(r));
             let _ = std::io::stdout().flush();
-            let (Some(token), Some(id)) = (&token, r["id"].as_str()) else {
+            let (true, Some(id)) = (interactive, r["id"].as_str()) else {
                 continue;
             };
             print!("approve {id} ({})? [y/n/s=skip] ", command_of(r));
@@ -247,7 +191,7 @@ fn watch(agent: &ureq::Agent, conn: &Connection) -> Result<(), String> {
                 _ => None,
             };
             if let Some(approve) = answer {
-                match decide(agent, conn, token, id, approve, None) {
+                match decide(&client, id, approve, None) {
                     Ok(msg) => println!("{msg}"),
                     Err(e) => eprintln!("agentsh: {e}"),
                 }

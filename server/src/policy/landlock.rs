@@ -651,6 +651,8 @@ impl SessionLandlock {
             "/etc/agentsh".into(),
             config.policies_dir.clone(),
             config.state_dir.clone(),
+            // The API socket, notify sockets and the `active` marker.
+            config.run_dir(),
         ];
         let parent = |p: &Path| p.parent().map(Path::to_path_buf);
         own.extend(parent(&config.audit.jsonl));

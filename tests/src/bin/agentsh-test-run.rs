@@ -1,51 +1,84 @@
-//! `agentsh-test-run [--server URL] [--session ID] -- CMD [ARGS...]`
+//! `agentsh-test-run --server unix:PATH [--session ID] [--wrapper PATH]
+//! [--wrap-init-only] -- CMD [ARGS...]`
 //!
-//! Runs one command under agentsh supervision the way the shim would (wrap-init,
-//! unixwrap, fd relay), without installing anything. Used by the demo and the
-//! benchmarks; the shim is the product, this is the harness.
+//! Runs one command under agentsh supervision exactly the way the shell
+//! shim does — it calls the shim library's own `supervise` (wrap-init over
+//! the Unix socket as this very process, the relay helper, unixwrap exec'd
+//! in place so CMD keeps this pid) — without installing anything as
+//! `/bin/sh`. The test harness (`agentsh_tests::relay`) spawns it, as
+//! whatever uid a test asks for. `--wrap-init-only` prints the wrap-init
+//! answer as JSON and exits, for tests of the notify-socket intake.
+//!
+//! Exit status: CMD's, or 126 with one line `agentsh-test-run: ...` on
+//! stderr when supervision could not be installed.
 
-use agentsh_tests::relay::{spawn_wrapped, WrapOptions};
+use agentsh_proto::shimconf::{Mode, Server, ShimConf};
+use std::ffi::CString;
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: agentsh-test-run --server unix:PATH [--session ID] [--wrapper PATH] \
+         [--wrap-init-only] -- CMD [ARGS...]"
+    );
+    std::process::exit(2);
+}
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let mut server = agentsh_proto::shimconf::DEFAULT_SERVER.to_string();
-    let mut session = "default".to_string();
+    let mut conf = ShimConf {
+        mode: Mode::On,
+        ..ShimConf::default()
+    };
+    let mut only_wrap_init = false;
     let mut cmd: Vec<String> = Vec::new();
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--server" => server = args.next().unwrap_or_default(),
-            "--session" => session = args.next().unwrap_or_default(),
+            "--server" => {
+                let v = args.next().unwrap_or_default();
+                conf.server = Server::parse(&v).unwrap_or_else(|| usage());
+            }
+            "--session" => conf.session = args.next().unwrap_or_else(|| usage()),
+            "--wrapper" => conf.wrapper = Some(args.next().unwrap_or_else(|| usage())),
+            "--wrap-init-only" => only_wrap_init = true,
             "--" => {
                 cmd = args.by_ref().collect();
                 break;
             }
-            "-h" | "--help" => {
-                println!("usage: agentsh-test-run [--server URL] [--session ID] -- CMD [ARGS...]");
-                return;
-            }
-            other => {
-                eprintln!("agentsh-test-run: unexpected argument {other:?} (see --help)");
-                std::process::exit(2);
-            }
+            _ => usage(),
         }
     }
     if cmd.is_empty() {
-        eprintln!("agentsh-test-run: no command given (see --help)");
-        std::process::exit(2);
+        usage();
     }
-    let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
-    let opts = WrapOptions {
-        inherit_stdio: true,
-        ..Default::default()
+    if only_wrap_init {
+        let req = agentsh_proto::WrapInitRequest {
+            agent_command: cmd[0].clone(),
+            agent_args: cmd[1..].to_vec(),
+            // SAFETY: geteuid cannot fail.
+            caller_uid: unsafe { libc::geteuid() },
+        };
+        match agentsh_shell_shim::wrapinit::call(&conf, &req) {
+            Ok(r) => println!("{}", serde_json::to_string(&r).unwrap_or_default()),
+            Err(e) => {
+                eprintln!("agentsh-test-run: {e}");
+                std::process::exit(126);
+            }
+        }
+        return;
+    }
+    let cargs: Vec<CString> = cmd
+        .iter()
+        .map(|a| CString::new(a.as_str()).unwrap_or_else(|_| usage()))
+        .collect();
+    let argv: Vec<&std::ffi::CStr> = cargs.iter().map(|c| c.as_c_str()).collect();
+    let target = agentsh_shell_shim::Target {
+        real: &cmd[0],
+        public: &cmd[0],
+        argv0: argv[0],
+        argv: &argv,
     };
-    let (relay, out) = spawn_wrapped(&server, &session, &cmd, &opts).wait();
-    if let Err(e) = relay {
-        eprintln!("agentsh-test-run: relay failed: {e}");
-    }
-    use std::os::unix::process::ExitStatusExt;
-    let code = out
-        .status
-        .code()
-        .unwrap_or_else(|| 128 + out.status.signal().unwrap_or(0));
-    std::process::exit(code);
+    // Returns only if supervision could not be installed.
+    let failure = agentsh_shell_shim::supervise(&target, &conf, Mode::On);
+    eprintln!("agentsh-test-run: {failure}");
+    std::process::exit(126);
 }

@@ -1,0 +1,155 @@
+//! "agentsh has run in this container": the marker that ends `auto`'s
+//! fall-through.
+//!
+//! `shim_install=auto` runs a shell unsupervised when it cannot install
+//! supervision. That is needed exactly once in a deployment's life: before
+//! agentsh has ever started (E2B's start command is a shell spawned before
+//! the server exists). Afterwards a failure means agentsh is busy, stopped,
+//! killed or impersonated — all things a supervised tree might bring about to
+//! switch supervision off for the next command — so it must be a refusal.
+//!
+//! The server writes `<run_dir>/active` (run_dir: the directory of its API
+//! socket, root-owned and not writable by others; trees can neither create,
+//! remove nor rename anything there). The marker records the container's
+//! life: the kernel's boot id and the start time of PID 1. A container
+//! restart (new PID 1) or a reboot makes an old marker *stale*, which counts
+//! as absent, so a restarted container starts (its start command runs) and
+//! the server writes a fresh marker. A marker that exists but cannot be read,
+//! parsed or compared counts as current: fail closed.
+//!
+//! Unsupervised runs are recorded: the shim logs each to journald and, when
+//! it runs as root, appends a line to `<run_dir>/unsupervised.jsonl`; the
+//! server turns those lines into audit events when it starts.
+
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// File name of the marker in the run directory.
+pub const MARKER: &str = "active";
+/// File name of the root shims' record of unsupervised runs.
+pub const UNSUPERVISED_LOG: &str = "unsupervised.jsonl";
+
+/// What the marker says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    /// No marker: agentsh has not run in this container's life.
+    Absent,
+    /// A marker from an earlier life of the container (restart, reboot).
+    Stale,
+    /// agentsh has run in this life (or the marker cannot be judged).
+    Current(String),
+}
+
+/// This container's life: `boot=<boot id> pid1=<start time of PID 1>`.
+/// `None` if either cannot be read.
+pub fn life() -> Option<String> {
+    let boot = read_small("/proc/sys/kernel/random/boot_id")?;
+    let stat = read_small("/proc/1/stat")?;
+    let close = stat.rfind(')')?;
+    // Field 22 (starttime) is the 20th after the ')' that ends comm.
+    let start = stat.get(close + 2..)?.split_ascii_whitespace().nth(19)?;
+    Some(format!("boot={} pid1={start}", boot.trim()))
+}
+
+fn read_small(path: &str) -> Option<String> {
+    let mut s = String::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(4096)
+        .read_to_string(&mut s)
+        .ok()?;
+    Some(s)
+}
+
+/// Reads the marker at `path` against this container's `life`.
+pub fn state(path: &Path, life: Option<&str>) -> State {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return State::Absent,
+        Err(e) => return State::Current(format!("{} cannot be inspected: {e}", path.display())),
+    };
+    // Only root writes the marker; anything else there is not ours to
+    // discount, so it counts (stricter).
+    if !meta.is_file() || meta.uid() != 0 {
+        return State::Current(format!("{} is not a root-owned file", path.display()));
+    }
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => return State::Current(format!("{} cannot be read: {e}", path.display())),
+    };
+    match life {
+        Some(now) if text.trim() != now && !text.trim().is_empty() => State::Stale,
+        _ => State::Current(text.trim().to_string()),
+    }
+}
+
+/// Writes the marker for this life (the server, at start).
+///
+/// # Errors
+/// The life cannot be read, or the file cannot be written.
+pub fn write(path: &Path) -> std::io::Result<String> {
+    let life = life().ok_or_else(|| {
+        std::io::Error::other("the boot id or PID 1's start time cannot be read from /proc")
+    })?;
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, format!("{life}\n"))?;
+    // Readable by every shim, whatever the server's umask.
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644))?;
+    std::fs::rename(&tmp, path)?;
+    Ok(life)
+}
+
+/// The marker's path for an API socket path: the socket's directory.
+pub fn marker_for(socket: &Path) -> PathBuf {
+    socket
+        .parent()
+        .unwrap_or(Path::new("/run/agentsh"))
+        .join(MARKER)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_life_is_readable() {
+        let l = life().expect("boot id and /proc/1/stat");
+        assert!(l.starts_with("boot=") && l.contains(" pid1="), "{l}");
+    }
+
+    #[test]
+    fn marker_states() {
+        let dir = std::env::temp_dir().join(format!("agentsh-active-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let m = dir.join(MARKER);
+        let _ = std::fs::remove_file(&m);
+        assert_eq!(state(&m, Some("boot=a pid1=1")), State::Absent);
+        std::fs::write(&m, "boot=a pid1=1\n").unwrap();
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            assert!(matches!(
+                state(&m, Some("boot=a pid1=1")),
+                State::Current(_)
+            ));
+            assert_eq!(state(&m, Some("boot=a pid1=2")), State::Stale);
+            // This life unknown: fail closed.
+            assert!(matches!(state(&m, None), State::Current(_)));
+        }
+        std::fs::write(&m, "").unwrap();
+        assert!(matches!(
+            state(&m, Some("boot=a pid1=1")),
+            State::Current(_)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn marker_lives_beside_the_socket() {
+        assert_eq!(
+            marker_for(Path::new("/run/agentsh/api.sock")),
+            Path::new("/run/agentsh/active")
+        );
+    }
+}

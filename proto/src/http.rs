@@ -1,0 +1,273 @@
+//! A minimal HTTP/1.1 client over agentsh's Unix SOCK_SEQPACKET API socket.
+//!
+//! The shim runs for every shell in the container and must stay small, so
+//! this is not a general client: one request per connection
+//! (`Connection: close`), the request sent as one record, the response read
+//! record by record until it is complete (`Content-Length` or chunked) or the
+//! server closes. The caller checks the peer's credentials (`SO_PEERCRED`)
+//! before anything is sent: the shim talks only to a root-owned server.
+//!
+//! Failure modes: every way the exchange can fail is an [`Error`] variant
+//! saying which step failed; a response larger than the caller's limit is an
+//! error, never a truncated body.
+
+use crate::seqpacket::{self, PeerCred};
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+use std::time::Duration;
+
+/// The largest record either side sends; requests must fit in one.
+pub const MAX_RECORD: usize = 64 * 1024;
+
+/// One request.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    pub method: &'a str,
+    /// Path and query, e.g. `/api/v1/sessions/default/wrap-init`.
+    pub target: &'a str,
+    /// A JSON body, or empty.
+    pub body: &'a [u8],
+    /// An operator token for `Authorization: Bearer`.
+    pub bearer: Option<&'a str>,
+}
+
+/// A complete response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    pub status: u16,
+    pub body: Vec<u8>,
+    /// Who answered.
+    pub peer: PeerCred,
+}
+
+/// Why there is no response.
+#[derive(Debug)]
+pub enum Error {
+    /// The socket could not be reached (ENOENT, ECONNREFUSED, EPERM, ...).
+    Connect(io::Error),
+    /// The peer is not who the caller accepts.
+    Peer(String),
+    /// Sending or receiving failed (timeouts included).
+    Io(io::Error),
+    /// The answer is not HTTP we understand, or exceeds the limit.
+    Malformed(String),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Connect(e) => write!(f, "cannot connect: {e}"),
+            Error::Peer(e) => write!(f, "refusing the peer: {e}"),
+            Error::Io(e) => write!(f, "exchange failed: {e}"),
+            Error::Malformed(e) => write!(f, "malformed answer: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Connects to `socket`, lets `check_peer` vet who listens there, sends
+/// `req` and returns the response (body at most `max_body` bytes).
+///
+/// # Errors
+/// See [`Error`].
+pub fn call(
+    socket: &Path,
+    timeout: Duration,
+    check_peer: impl FnOnce(&PeerCred) -> Result<(), String>,
+    req: &Request<'_>,
+    max_body: usize,
+) -> Result<Response, Error> {
+    let fd = seqpacket::connect(socket, timeout).map_err(Error::Connect)?;
+    let peer = seqpacket::peer_cred(fd.as_fd()).map_err(Error::Io)?;
+    check_peer(&peer).map_err(Error::Peer)?;
+    exchange(&fd, peer, req, max_body)
+}
+
+/// The request's bytes.
+pub fn encode(req: &Request<'_>) -> Vec<u8> {
+    let mut head = format!(
+        "{} {} HTTP/1.1\r\nHost: agentsh\r\nConnection: close\r\nContent-Length: {}\r\n",
+        req.method,
+        req.target,
+        req.body.len()
+    );
+    if !req.body.is_empty() {
+        head.push_str("Content-Type: application/json\r\n");
+    }
+    if let Some(t) = req.bearer {
+        head.push_str("Authorization: Bearer ");
+        head.push_str(t);
+        head.push_str("\r\n");
+    }
+    head.push_str("\r\n");
+    let mut out = head.into_bytes();
+    out.extend_from_slice(req.body);
+    out
+}
+
+fn exchange(
+    fd: &OwnedFd,
+    peer: PeerCred,
+    req: &Request<'_>,
+    max_body: usize,
+) -> Result<Response, Error> {
+    let bytes = encode(req);
+    if bytes.len() > MAX_RECORD {
+        return Err(Error::Malformed(format!(
+            "request of {} bytes exceeds one {MAX_RECORD}-byte record",
+            bytes.len()
+        )));
+    }
+    seqpacket::send_record(fd.as_fd(), &bytes).map_err(Error::Io)?;
+    let mut buf: Vec<u8> = Vec::with_capacity(4096);
+    let mut rec = vec![0u8; MAX_RECORD];
+    loop {
+        let n = seqpacket::recv_record(fd.as_fd(), &mut rec).map_err(Error::Io)?;
+        if n == 0 {
+            return match parse(&buf, max_body)? {
+                Some((status, body)) => Ok(Response { status, body, peer }),
+                None => Err(Error::Malformed(format!(
+                    "the server closed after {} bytes of an incomplete answer",
+                    buf.len()
+                ))),
+            };
+        }
+        buf.extend_from_slice(&rec[..n]);
+        if buf.len() > max_body + 16 * 1024 {
+            return Err(Error::Malformed(format!(
+                "answer larger than {max_body} bytes"
+            )));
+        }
+        if let Some((status, body)) = parse(&buf, max_body)? {
+            return Ok(Response { status, body, peer });
+        }
+    }
+}
+
+/// `Some` once `buf` holds a complete response; `None` if more is needed.
+///
+/// # Errors
+/// Anything that is not a well-formed HTTP/1.1 response.
+pub fn parse(buf: &[u8], max_body: usize) -> Result<Option<(u16, Vec<u8>)>, Error> {
+    let bad = |m: &str| Error::Malformed(m.to_string());
+    let Some(end) = find(buf, b"\r\n\r\n") else {
+        if buf.len() > 16 * 1024 {
+            return Err(bad("response headers longer than 16 KiB"));
+        }
+        return Ok(None);
+    };
+    let head = std::str::from_utf8(&buf[..end]).map_err(|_| bad("headers are not UTF-8"))?;
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or_default();
+    let mut parts = status_line.splitn(3, ' ');
+    let (version, code) = (parts.next(), parts.next());
+    if !version.is_some_and(|v| v.starts_with("HTTP/1.")) {
+        return Err(Error::Malformed(format!("status line {status_line:?}")));
+    }
+    let status: u16 = code
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| Error::Malformed(format!("status line {status_line:?}")))?;
+    let mut length: Option<usize> = None;
+    let mut chunked = false;
+    for l in lines {
+        let Some((k, v)) = l.split_once(':') else {
+            return Err(Error::Malformed(format!("header line {l:?}")));
+        };
+        let (k, v) = (k.trim(), v.trim());
+        if k.eq_ignore_ascii_case("content-length") {
+            length = Some(
+                v.parse()
+                    .map_err(|_| bad("Content-Length is not a number"))?,
+            );
+        } else if k.eq_ignore_ascii_case("transfer-encoding") {
+            chunked = v.eq_ignore_ascii_case("chunked");
+        }
+    }
+    let rest = &buf[end + 4..];
+    if chunked {
+        return dechunk(rest, max_body).map(|b| b.map(|b| (status, b)));
+    }
+    match length {
+        Some(n) if n > max_body => Err(Error::Malformed(format!(
+            "answer of {n} bytes exceeds {max_body}"
+        ))),
+        Some(n) if rest.len() >= n => Ok(Some((status, rest[..n].to_vec()))),
+        Some(_) => Ok(None),
+        // No length: the body runs to the close, which the caller sees as
+        // EOF; until then it is incomplete.
+        None => Ok(None),
+    }
+}
+
+fn dechunk(mut rest: &[u8], max_body: usize) -> Result<Option<Vec<u8>>, Error> {
+    let mut body = Vec::new();
+    loop {
+        let Some(eol) = find(rest, b"\r\n") else {
+            return Ok(None);
+        };
+        let size_text = std::str::from_utf8(&rest[..eol])
+            .ok()
+            .and_then(|s| s.split(';').next())
+            .map(str::trim)
+            .ok_or_else(|| Error::Malformed("chunk size".into()))?;
+        let size = usize::from_str_radix(size_text, 16)
+            .map_err(|_| Error::Malformed(format!("chunk size {size_text:?}")))?;
+        rest = &rest[eol + 2..];
+        if size == 0 {
+            return Ok(Some(body));
+        }
+        if body.len() + size > max_body {
+            return Err(Error::Malformed(format!("answer exceeds {max_body} bytes")));
+        }
+        if rest.len() < size + 2 {
+            return Ok(None);
+        }
+        body.extend_from_slice(&rest[..size]);
+        rest = &rest[size + 2..];
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_one_request() {
+        let r = encode(&Request {
+            method: "POST",
+            target: "/x",
+            body: b"{}",
+            bearer: Some("t"),
+        });
+        let s = String::from_utf8(r).unwrap();
+        assert!(s.starts_with("POST /x HTTP/1.1\r\n"), "{s}");
+        assert!(s.contains("Content-Length: 2\r\n"));
+        assert!(s.contains("Authorization: Bearer t\r\n"));
+        assert!(s.ends_with("\r\n\r\n{}"));
+    }
+
+    #[test]
+    fn parses_length_and_chunked_bodies_and_waits_for_more() {
+        let full = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello";
+        assert_eq!(parse(full, 100).unwrap(), Some((200, b"hello".to_vec())));
+        assert_eq!(parse(&full[..full.len() - 1], 100).unwrap(), None);
+        assert_eq!(parse(b"HTTP/1.1 200 OK\r\n", 100).unwrap(), None);
+        let ch = b"HTTP/1.1 404 Not Found\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
+        assert_eq!(parse(ch, 100).unwrap(), Some((404, b"abcde".to_vec())));
+        assert_eq!(parse(&ch[..ch.len() - 5], 100).unwrap(), None);
+    }
+
+    #[test]
+    fn refuses_what_is_not_http_or_too_big() {
+        assert!(parse(b"SSH-2.0-x\r\n\r\n", 100).is_err());
+        assert!(parse(b"HTTP/1.1 2x0 OK\r\n\r\n", 100).is_err());
+        assert!(parse(b"HTTP/1.1 200 OK\r\ncontent-length: 500\r\n\r\n", 100).is_err());
+        assert!(parse(b"HTTP/1.1 200 OK\r\nbroken\r\n\r\n", 100).is_err());
+    }
+}

@@ -1,0 +1,372 @@
+//! Unix `SOCK_SEQPACKET` sockets: the only socket type agentsh's control
+//! plane uses (the API socket, the per-wrap-init notify sockets, the shim's
+//! socketpair with unixwrap).
+//!
+//! Why SEQPACKET: the seccomp filter of every supervised tree fails
+//! `socket(AF_UNIX, SOCK_SEQPACKET, ..)` with EPERM (a register argument, so
+//! no race), and a SEQPACKET listener accepts only SEQPACKET clients. So no
+//! process of a tree can connect to agentsh, bind a look-alike of its
+//! sockets, or talk to the server at all — on every kernel, whatever
+//! Landlock offers. `socketpair` stays allowed (a connected pair cannot be
+//! pointed at a path).
+//!
+//! Failure modes: every function returns the kernel's error; paths that do
+//! not fit a `sockaddr_un` are `InvalidInput`.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
+
+/// What `SO_PEERCRED` says about the other end of a connected socket: the
+/// credentials of the process that called `connect` (or `listen`), taken by
+/// the kernel at that moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerCred {
+    pub pid: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+fn last() -> io::Error {
+    io::Error::last_os_error()
+}
+
+/// A new SEQPACKET socket, close-on-exec (and non-blocking if asked).
+///
+/// # Errors
+/// socket(2)'s errno (EPERM inside a supervised tree).
+pub fn socket(nonblocking: bool) -> io::Result<OwnedFd> {
+    let mut ty = libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC;
+    if nonblocking {
+        ty |= libc::SOCK_NONBLOCK;
+    }
+    // SAFETY: plain syscall; the result is checked.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, ty, 0) };
+    if fd < 0 {
+        return Err(last());
+    }
+    // SAFETY: a fresh fd nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A connected SEQPACKET pair, both ends close-on-exec.
+///
+/// # Errors
+/// socketpair(2)'s errno (EMFILE, ENFILE).
+pub fn pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [-1 as RawFd; 2];
+    // SAFETY: fds points to two ints as socketpair requires.
+    let rc = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    if rc < 0 {
+        return Err(last());
+    }
+    // SAFETY: both fds were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// `path` as a `sockaddr_un` and its length.
+///
+/// # Errors
+/// `InvalidInput` for a path with a NUL or longer than `sun_path`.
+pub fn sockaddr(path: &Path) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in socket path"))?;
+    // SAFETY: sockaddr_un is plain data; all-zero is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = c.as_bytes_with_nul();
+    if bytes.len() > addr.sun_path.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "socket path {} is longer than {} bytes",
+                path.display(),
+                addr.sun_path.len() - 1
+            ),
+        ));
+    }
+    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len();
+    Ok((addr, len as libc::socklen_t))
+}
+
+/// Binds a new (non-blocking) SEQPACKET socket to `path` and listens.
+///
+/// # Errors
+/// EADDRINUSE when the path exists, EACCES, ENOENT for a missing directory.
+pub fn bind_listen(path: &Path, backlog: i32) -> io::Result<OwnedFd> {
+    let (addr, len) = sockaddr(path)?;
+    let fd = socket(true)?;
+    // SAFETY: addr is a valid sockaddr_un of `len` bytes.
+    let rc = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&addr as *const libc::sockaddr_un).cast(),
+            len,
+        )
+    };
+    if rc < 0 {
+        return Err(last());
+    }
+    // SAFETY: plain syscall on our own socket.
+    if unsafe { libc::listen(fd.as_raw_fd(), backlog) } < 0 {
+        return Err(last());
+    }
+    Ok(fd)
+}
+
+/// Connects a new blocking SEQPACKET socket to `path`, with `timeout` on
+/// every later send and receive.
+///
+/// # Errors
+/// ENOENT (no socket), ECONNREFUSED (nobody listening), EPROTOTYPE (the
+/// socket there is not SEQPACKET), EPERM (inside a supervised tree).
+pub fn connect(path: &Path, timeout: std::time::Duration) -> io::Result<OwnedFd> {
+    let (addr, len) = sockaddr(path)?;
+    let fd = socket(false)?;
+    set_timeouts(fd.as_fd(), timeout)?;
+    loop {
+        // SAFETY: addr is a valid sockaddr_un of `len` bytes.
+        let rc = unsafe {
+            libc::connect(
+                fd.as_raw_fd(),
+                (&addr as *const libc::sockaddr_un).cast(),
+                len,
+            )
+        };
+        if rc == 0 {
+            return Ok(fd);
+        }
+        let e = last();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+}
+
+/// SO_SNDTIMEO and SO_RCVTIMEO.
+///
+/// # Errors
+/// setsockopt's errno.
+pub fn set_timeouts(fd: BorrowedFd<'_>, timeout: std::time::Duration) -> io::Result<()> {
+    let tv = libc::timeval {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_usec: timeout.subsec_micros() as libc::suseconds_t,
+    };
+    for opt in [libc::SO_SNDTIMEO, libc::SO_RCVTIMEO] {
+        // SAFETY: tv is a valid timeval of the size passed.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&tv as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        };
+        if rc < 0 {
+            return Err(last());
+        }
+    }
+    Ok(())
+}
+
+/// The credentials of the peer of a connected Unix socket.
+///
+/// # Errors
+/// getsockopt's errno.
+pub fn peer_cred(fd: BorrowedFd<'_>) -> io::Result<PeerCred> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `cred`.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        return Err(last());
+    }
+    Ok(PeerCred {
+        pid: cred.pid.max(0) as u32,
+        uid: cred.uid,
+        gid: cred.gid,
+    })
+}
+
+/// Is `fd` a SEQPACKET socket?
+///
+/// # Errors
+/// A message saying what `fd` is instead.
+pub fn check_type(fd: RawFd) -> Result<(), String> {
+    let mut ty: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: SO_TYPE writes one c_int through a valid pointer with its length.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_TYPE,
+            (&mut ty as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        let e = last();
+        return Err(match e.raw_os_error() {
+            Some(libc::EBADF) => format!("fd {fd} is not open"),
+            Some(libc::ENOTSOCK) => format!("fd {fd} is not a socket"),
+            _ => format!("fd {fd}: {e}"),
+        });
+    }
+    if ty != libc::SOCK_SEQPACKET {
+        return Err(format!(
+            "fd {fd} is not a SOCK_SEQPACKET socket (type {ty})"
+        ));
+    }
+    Ok(())
+}
+
+/// Sends one record, retrying on EINTR.
+///
+/// # Errors
+/// send's errno; a short send is `WriteZero`.
+pub fn send_record(fd: BorrowedFd<'_>, data: &[u8]) -> io::Result<()> {
+    loop {
+        // SAFETY: data is valid for its length.
+        let n = unsafe {
+            libc::send(
+                fd.as_raw_fd(),
+                data.as_ptr().cast(),
+                data.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if n >= 0 {
+            return if n as usize == data.len() {
+                Ok(())
+            } else {
+                Err(io::Error::new(io::ErrorKind::WriteZero, "short record"))
+            };
+        }
+        let e = last();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+}
+
+/// Receives one record into `buf`; `Ok(0)` is end of stream.
+///
+/// # Errors
+/// recv's errno; a record longer than `buf` is `InvalidData` (its tail
+/// would be lost).
+pub fn recv_record(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: buf is valid for its length; MSG_TRUNC makes the result the
+        // record's real length, so truncation is detected.
+        let n = unsafe {
+            libc::recv(
+                fd.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_TRUNC,
+            )
+        };
+        if n >= 0 {
+            let n = n as usize;
+            if n > buf.len() {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("a {n}-byte record does not fit {} bytes", buf.len()),
+                ));
+            }
+            return Ok(n);
+        }
+        let e = last();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pair_carries_records_whole() {
+        let (a, b) = pair().unwrap();
+        send_record(a.as_fd(), b"one").unwrap();
+        send_record(a.as_fd(), b"two!").unwrap();
+        let mut buf = [0u8; 16];
+        assert_eq!(recv_record(b.as_fd(), &mut buf).unwrap(), 3);
+        assert_eq!(&buf[..3], b"one");
+        assert_eq!(recv_record(b.as_fd(), &mut buf).unwrap(), 4);
+        check_type(a.as_raw_fd()).unwrap();
+        let me = peer_cred(b.as_fd()).unwrap();
+        assert_eq!(me.pid, std::process::id());
+    }
+
+    #[test]
+    fn an_oversized_record_is_an_error_not_a_silent_cut() {
+        let (a, b) = pair().unwrap();
+        send_record(a.as_fd(), &[7u8; 32]).unwrap();
+        let mut buf = [0u8; 8];
+        let e = recv_record(b.as_fd(), &mut buf).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+    }
+
+    #[test]
+    fn overlong_paths_are_refused() {
+        let long = format!("/{}", "x".repeat(200));
+        assert!(sockaddr(Path::new(&long)).is_err());
+        assert!(sockaddr(Path::new("/run/agentsh/api.sock")).is_ok());
+    }
+
+    #[test]
+    fn listener_and_client() {
+        let dir = std::env::temp_dir().join(format!("agentsh-sp-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let path = dir.join("s.sock");
+        let _ = std::fs::remove_file(&path);
+        let l = bind_listen(&path, 4).unwrap();
+        let c = connect(&path, std::time::Duration::from_secs(2)).unwrap();
+        // SAFETY: accept on our listener; the peer is queued, so no wait.
+        let s = unsafe {
+            libc::accept4(
+                l.as_raw_fd(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                libc::SOCK_CLOEXEC,
+            )
+        };
+        assert!(s >= 0);
+        // SAFETY: fresh fd.
+        let s = unsafe { OwnedFd::from_raw_fd(s) };
+        assert_eq!(peer_cred(s.as_fd()).unwrap().pid, std::process::id());
+        send_record(c.as_fd(), b"hi").unwrap();
+        let mut buf = [0u8; 4];
+        assert_eq!(recv_record(s.as_fd(), &mut buf).unwrap(), 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,537 @@
+//! The API's routes (see the `api` module doc for who may call which).
+//!
+//! Errors are JSON `{"error": "..."}` with a 4xx/5xx status, never a guess.
+
+use super::peer::{Kind, Peer};
+use super::Api;
+use crate::audit::{EventBody, WrapInitEvent};
+use crate::intake::{self, Caller};
+use agentsh_proto::{WrapInitRequest, WrapInitResponse};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+type Resp = Response<Full<Bytes>>;
+
+const MAX_BODY: usize = 1 << 20;
+/// The longest `?wait=` a long-poll may ask for.
+const MAX_WAIT: Duration = Duration::from_secs(60);
+
+fn json(status: u16, body: &serde_json::Value) -> Resp {
+    let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+fn error(status: u16, msg: impl Into<String>) -> Resp {
+    fail(status, msg).into()
+}
+
+/// An error answer not yet rendered (small, so `Result`s stay cheap).
+#[derive(Debug)]
+struct Failure {
+    status: u16,
+    msg: String,
+}
+
+fn fail(status: u16, msg: impl Into<String>) -> Failure {
+    Failure {
+        status,
+        msg: msg.into(),
+    }
+}
+
+impl From<Failure> for Resp {
+    fn from(f: Failure) -> Resp {
+        json(f.status, &serde_json::json!({ "error": f.msg }))
+    }
+}
+
+/// Serves one request; never fails (errors are responses).
+///
+/// # Errors
+/// None: the `Result` is hyper's service shape.
+pub async fn handle(api: Arc<Api>, peer: Peer, req: Request<Incoming>) -> Result<Resp, Infallible> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or("").to_string();
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let resp = match (&method, segs.as_slice()) {
+        (&Method::GET, ["healthz"]) => {
+            let mut r = Response::new(Full::new(Bytes::from_static(b"ok\n")));
+            *r.status_mut() = StatusCode::OK;
+            r
+        }
+        (&Method::POST, ["api", "v1", "sessions", sid, "wrap-init"]) => {
+            wrap_init(api, peer, sid.to_string(), req).await
+        }
+        _ => match operator(&api, &peer, &req) {
+            Err(r) => r.into(),
+            Ok(()) => match (&method, segs.as_slice()) {
+                (&Method::GET, ["api", "v1", "sessions"]) => list_sessions(&api),
+                (&Method::POST, ["api", "v1", "sessions"]) => match read_json(req).await {
+                    Ok(v) => create_session(&api, &v),
+                    Err(e) => e.into(),
+                },
+                (&Method::GET, ["api", "v1", "sessions", sid, "events"]) => {
+                    events(&api, &peer, sid, &query).await
+                }
+                (&Method::GET, ["api", "v1", "approvals"]) => {
+                    list_approvals(&api, &peer, &query).await
+                }
+                (&Method::POST, ["api", "v1", "approvals", id]) => {
+                    decide_approval(api.clone(), peer, id.to_string(), req).await
+                }
+                _ => error(404, format!("no route for {method} {path}")),
+            },
+        },
+    };
+    Ok(resp)
+}
+
+/// Every route but `/healthz` and wrap-init: uid 0 on the Unix socket, the
+/// token on TCP.
+fn operator(api: &Api, peer: &Peer, req: &Request<Incoming>) -> Result<(), Failure> {
+    match peer {
+        Peer::Local(c) if c.uid == 0 => Ok(()),
+        Peer::Local(c) => Err(fail(
+            403,
+            format!(
+                "this route is for the operator (uid 0); uid {} may call only wrap-init and /healthz",
+                c.uid
+            ),
+        )),
+        Peer::Tcp(_) => {
+            let bearer = req
+                .headers()
+                .get(AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "));
+            match bearer {
+                Some(t) if token_matches(&api.token, t) => Ok(()),
+                _ => Err(fail(
+                    401,
+                    "the TCP API needs the operator token: Authorization: Bearer <contents of \
+                     <state_dir>/approval.token> (root-only; the agentsh CLI reads it), or use \
+                     the Unix socket as root",
+                )),
+            }
+        }
+    }
+}
+
+/// Constant time in the token's length.
+fn token_matches(token: &str, presented: &str) -> bool {
+    let (a, b) = (token.as_bytes(), presented.trim().as_bytes());
+    !a.is_empty()
+        && a.len() == b.len()
+        && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn read_raw(req: Request<Incoming>) -> Result<Bytes, Failure> {
+    match Limited::new(req.into_body(), MAX_BODY).collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) => Err(fail(
+            400,
+            format!("cannot read the request body (at most 1 MiB): {e}"),
+        )),
+    }
+}
+
+async fn read_body<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Result<T, Failure> {
+    let body = read_raw(req).await?;
+    serde_json::from_slice(&body).map_err(|e| fail(400, format!("invalid JSON body: {e}")))
+}
+
+async fn read_json(req: Request<Incoming>) -> Result<serde_json::Value, Failure> {
+    let body = read_raw(req).await?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(serde_json::json!({}));
+    }
+    serde_json::from_slice(&body).map_err(|e| fail(400, format!("invalid JSON body: {e}")))
+}
+
+fn list_sessions(api: &Api) -> Resp {
+    use std::sync::atomic::Ordering;
+    let v: Vec<serde_json::Value> = api
+        .sessions
+        .list()
+        .iter()
+        .map(|s| {
+            serde_json::json!({
+                "id": s.id,
+                "created": s.created,
+                "trees": api.trees.count(&s.id),
+                "wrap_inits": s.wrap_inits.load(Ordering::Relaxed),
+            })
+        })
+        .collect();
+    json(200, &serde_json::Value::Array(v))
+}
+
+fn create_session(api: &Api, v: &serde_json::Value) -> Resp {
+    let id = v.get("id").and_then(|x| x.as_str()).unwrap_or("default");
+    match api.sessions.get_or_create(id) {
+        Some(s) => json(
+            201,
+            &serde_json::json!({ "id": s.id, "created": s.created }),
+        ),
+        None => error(
+            400,
+            format!("session id {id:?} is not valid: use 1-64 letters, digits, '-', '_', '.'"),
+        ),
+    }
+}
+
+/// Who the wrap-init is for, from the transport (never from the body).
+async fn caller_of(api: &Arc<Api>, peer: &Peer) -> Result<Caller, Failure> {
+    match *peer {
+        Peer::Local(c) => Ok(Caller {
+            uid: c.uid,
+            pid: Some(c.pid),
+        }),
+        Peer::Tcp(addr) => {
+            if !api.config.server.http.wrap_init {
+                return Err(fail(
+                    403,
+                    format!(
+                        "wrap-init is served on the Unix socket {} (server.http.wrap_init is off)",
+                        api.config.server.socket.display()
+                    ),
+                ));
+            }
+            let port = api.config.tcp_port().unwrap_or(0);
+            let approvals = api.supervisor.approvals.clone();
+            let who = tokio::task::spawn_blocking(move || approvals.identify(addr, port))
+                .await
+                .map_err(|_| fail(500, "peer identification failed"))?;
+            use crate::approval::Requester;
+            match who {
+                Requester::Operator { uid, pid, .. } => Ok(Caller {
+                    uid,
+                    pid: Some(pid),
+                }),
+                Requester::InTree { why, .. } => {
+                    tracing::warn!("wrap-init from inside a supervised tree refused: {why}");
+                    Err(fail(403, "wrap-init cannot come from a supervised tree"))
+                }
+                Requester::Remote(a) => Err(fail(
+                    403,
+                    format!("wrap-init must come from a local process, not {a}"),
+                )),
+                Requester::Unknown(why) => Err(fail(
+                    403,
+                    format!("the requesting process cannot be identified ({why})"),
+                )),
+            }
+        }
+    }
+}
+
+async fn wrap_init(api: Arc<Api>, peer: Peer, sid: String, req: Request<Incoming>) -> Resp {
+    let started = std::time::Instant::now();
+    let caller = match caller_of(&api, &peer).await {
+        Ok(c) => c,
+        Err(r) => return r.into(),
+    };
+    let body: WrapInitRequest = match read_body(req).await {
+        Ok(b) => b,
+        Err(r) => return r.into(),
+    };
+    if body.caller_uid != caller.uid {
+        return error(
+            403,
+            format!(
+                "caller_uid {} does not match the connecting process's uid {}",
+                body.caller_uid, caller.uid
+            ),
+        );
+    }
+    let slot = match api.limits.take(Kind::NotifySocket, peer.key()) {
+        Ok(s) => s,
+        Err(e) => return error(429, e),
+    };
+    let prep_api = api.clone();
+    let prepared =
+        tokio::task::spawn_blocking(move || prepare_wrap_init(&prep_api, &sid, body, caller))
+            .await
+            .unwrap_or_else(|e| Err(fail(500, format!("wrap-init failed: {e}"))));
+    let (resp, intake) = match prepared {
+        Ok(p) => p,
+        Err(r) => return r.into(),
+    };
+    tokio::spawn(intake::take_handoff(
+        api.supervisor.clone(),
+        api.trees.clone(),
+        intake,
+        slot,
+    ));
+    let out = match serde_json::to_value(&resp) {
+        Ok(v) => json(200, &v),
+        Err(e) => error(500, format!("cannot serialize response: {e}")),
+    };
+    tracing::debug!(
+        uid = caller.uid,
+        us = started.elapsed().as_micros() as u64,
+        "wrap-init answered"
+    );
+    out
+}
+
+/// The blocking part of wrap-init: the notify socket, the ruleset, the
+/// audit event.
+fn prepare_wrap_init(
+    api: &Api,
+    sid: &str,
+    body: WrapInitRequest,
+    caller: Caller,
+) -> Result<(WrapInitResponse, intake::Pending), Failure> {
+    let started = std::time::Instant::now();
+    let Some(session) = api.sessions.get_or_create(sid) else {
+        return Err(fail(400, format!("session id {sid:?} is not valid")));
+    };
+    let wrapper = api.config.wrapper_binary_path();
+    if !wrapper.is_file() {
+        // The shim treats a 5xx as "cannot install": it refuses (126) once
+        // agentsh has run in this container.
+        return Err(fail(
+            503,
+            format!(
+                "wrapper_binary {} does not exist; set wrapper_binary in the config",
+                wrapper.display()
+            ),
+        ));
+    }
+    let lineage = caller.pid.map(intake::Lineage::of);
+    let pending = intake::open_notify_socket(&api.config.notify_dir(), &session.id, caller)
+        .map_err(|e| {
+            tracing::error!("wrap-init: {e}");
+            fail(500, e.to_string())
+        })?;
+    session
+        .wrap_inits
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut seccomp_config = api.seccomp_config.clone();
+    let landlock = api.landlock.compile(caller.uid);
+    let compiled_us = started.elapsed().as_micros() as u64;
+    for w in &landlock.warnings {
+        tracing::warn!(session = %session.id, uid = caller.uid, "landlock: {w}");
+    }
+    seccomp_config.landlock = Some(landlock.config);
+    let config_json = serde_json::to_string(&seccomp_config)
+        .map_err(|e| fail(500, format!("cannot serialize seccomp config: {e}")))?;
+    let mut wrapper_env = BTreeMap::new();
+    wrapper_env.insert(agentsh_proto::env::SECCOMP_CONFIG.to_string(), config_json);
+    wrapper_env.insert(
+        agentsh_proto::env::SESSION_ID.to_string(),
+        session.id.clone(),
+    );
+    let notify_socket = pending.path.to_string_lossy().into_owned();
+    api.audit.record(
+        &session.id,
+        EventBody::WrapInit(WrapInitEvent {
+            caller_uid: caller.uid,
+            agent_command: body.agent_command,
+            agent_args: body.agent_args,
+            notify_socket: notify_socket.clone(),
+            policy: api.policy_name.clone(),
+            landlock: Some(landlock.summary),
+            shim_pid: caller.pid,
+            daemon_pid: lineage.as_ref().and_then(|l| l.parent),
+        }),
+    );
+    tracing::debug!(session = %session.id, compiled_us, "wrap-init prepared");
+    Ok((
+        WrapInitResponse {
+            wrapper_binary: wrapper.to_string_lossy().into_owned(),
+            notify_socket,
+            seccomp_config,
+            wrapper_env,
+        },
+        pending,
+    ))
+}
+
+fn query_param<'a>(query: &'a str, key: &str) -> Option<&'a str> {
+    query
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| *k == key)
+        .map(|(_, v)| v)
+}
+
+/// `?after=N&wait=SECS`.
+fn after_and_wait(query: &str, what: &str) -> Result<(u64, Duration), Failure> {
+    let after = match query_param(query, "after").map(str::parse::<u64>) {
+        None => 0,
+        Some(Ok(n)) => n,
+        Some(Err(_)) => return Err(fail(400, format!("after must be {what} (a whole number)"))),
+    };
+    let wait = match query_param(query, "wait").map(str::parse::<u64>) {
+        None => Duration::ZERO,
+        Some(Ok(n)) => Duration::from_secs(n).min(MAX_WAIT),
+        Some(Err(_)) => return Err(fail(400, "wait must be a number of seconds")),
+    };
+    Ok((after, wait))
+}
+
+async fn events(api: &Api, peer: &Peer, sid: &str, query: &str) -> Resp {
+    let (after, wait) = match after_and_wait(query, "an event id") {
+        Ok(v) => v,
+        Err(r) => return r.into(),
+    };
+    let ev = if wait.is_zero() {
+        api.audit.events(sid, after)
+    } else {
+        let _slot = match api.limits.take(Kind::LongPoll, peer.key()) {
+            Ok(s) => s,
+            Err(e) => return error(429, e),
+        };
+        api.audit.wait_events(sid, after, wait).await
+    };
+    match serde_json::to_value(&ev) {
+        Ok(v) => json(200, &v),
+        Err(e) => error(500, format!("cannot serialize events: {e}")),
+    }
+}
+
+async fn list_approvals(api: &Api, peer: &Peer, query: &str) -> Resp {
+    let (after, wait) = match after_and_wait(query, "a request seq") {
+        Ok(v) => v,
+        Err(r) => return r.into(),
+    };
+    let approvals = &api.supervisor.approvals;
+    let pending = if wait.is_zero() {
+        approvals.pending(after)
+    } else {
+        let _slot = match api.limits.take(Kind::LongPoll, peer.key()) {
+            Ok(s) => s,
+            Err(e) => return error(429, e),
+        };
+        approvals.wait_pending(after, wait).await
+    };
+    match serde_json::to_value(&pending) {
+        Ok(v) => json(200, &v),
+        Err(e) => error(500, format!("cannot serialize approvals: {e}")),
+    }
+}
+
+/// `{"decision": "approve"|"deny", "reason": "...", "approver": "..."}`
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DecisionBody {
+    decision: String,
+    #[serde(default)]
+    reason: Option<String>,
+    /// A name the operator gives; recorded next to what the server saw.
+    #[serde(default)]
+    approver: Option<String>,
+}
+
+async fn decide_approval(api: Arc<Api>, peer: Peer, id: String, req: Request<Incoming>) -> Resp {
+    use crate::approval::{DecideError, Requester};
+    // The operator check passed; now make sure the operator is not a process
+    // of a supervised tree (a root tree could hold the token): /proc scans,
+    // on the blocking pool.
+    let who_api = api.clone();
+    let requester = tokio::task::spawn_blocking(move || match peer {
+        Peer::Local(c) => match who_api.trees.in_tree_or_filtered(c.pid) {
+            Some(why) => Requester::InTree { pid: c.pid, why },
+            None => Requester::Operator {
+                uid: c.uid,
+                pid: c.pid,
+                comm: std::fs::read_to_string(format!("/proc/{}/comm", c.pid))
+                    .map(|s| s.trim().to_string())
+                    .unwrap_or_default(),
+            },
+        },
+        Peer::Tcp(addr) => {
+            let port = who_api.config.tcp_port().unwrap_or(0);
+            who_api.supervisor.approvals.identify(addr, port)
+        }
+    })
+    .await
+    .unwrap_or_else(|_| Requester::Unknown("identification failed".into()));
+    match &requester {
+        Requester::Operator { .. } | Requester::Remote(_) => {}
+        Requester::InTree { why, .. } => {
+            tracing::warn!(%id, "approval decision from inside a supervised tree refused: {why}");
+            return error(
+                403,
+                format!("decisions cannot come from a supervised process tree ({why})"),
+            );
+        }
+        Requester::Unknown(why) => {
+            tracing::warn!(%id, "approval decision from an unidentified peer refused: {why}");
+            return error(
+                403,
+                format!("the requesting process cannot be identified ({why})"),
+            );
+        }
+    }
+    let body = match read_body::<DecisionBody>(req).await {
+        Ok(b) => b,
+        Err(e) => return e.into(),
+    };
+    let approve = match body.decision.as_str() {
+        "approve" => true,
+        "deny" => false,
+        other => {
+            return error(
+                400,
+                format!("decision must be \"approve\" or \"deny\", not {other:?}"),
+            )
+        }
+    };
+    let mut approver = requester.label();
+    if let Some(name) = body.approver.filter(|n| !n.trim().is_empty()) {
+        approver = format!("{} via {approver}", name.trim());
+    }
+    match api
+        .supervisor
+        .approvals
+        .decide(&id, approve, approver.clone(), body.reason)
+    {
+        Ok(()) => json(
+            200,
+            &serde_json::json!({
+                "id": id,
+                "decision": body.decision,
+                "approver": approver,
+            }),
+        ),
+        Err(e @ DecideError::NotFound(_)) => error(404, e.to_string()),
+        Err(e @ DecideError::AlreadyDecided(_)) => error(409, e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_match_exactly() {
+        let t = "ab".repeat(32);
+        assert!(token_matches(&t, &t));
+        assert!(token_matches(&t, &format!(" {t}\n")));
+        assert!(!token_matches(&t, &"ab".repeat(31)));
+        assert!(!token_matches(&t, &"ac".repeat(32)));
+        assert!(!token_matches("", ""));
+    }
+
+    #[test]
+    fn long_polls_are_capped() {
+        let (a, w) = after_and_wait("after=3&wait=600", "x").unwrap();
+        assert_eq!((a, w), (3, MAX_WAIT));
+        assert!(after_and_wait("after=x", "x").is_err());
+        assert!(after_and_wait("wait=-1", "x").is_err());
+    }
+}

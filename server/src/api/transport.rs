@@ -1,0 +1,298 @@
+//! The API's transports: the Unix SOCK_SEQPACKET socket (always) and a TCP
+//! listener (only when `server.http.addr` is set).
+//!
+//! HTTP/1.1 runs over SEQPACKET like over a stream, record by record: reads
+//! take one whole record (at most [`MAX_RECORD`] bytes; a longer one is an
+//! error, never a silent cut), writes send at most [`MAX_RECORD`] bytes per
+//! record. Every connection is identified before a byte of HTTP is read: the
+//! kernel's `SO_PEERCRED` for Unix peers, the address for TCP peers
+//! (see `peer`).
+//!
+//! Failure modes: an accept that fails is logged and the loop goes on
+//! (EMFILE backs off briefly); a connection that fails is dropped.
+
+use agentsh_proto::http::MAX_RECORD;
+use agentsh_proto::seqpacket::{self, PeerCred};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// Registers an owned fd with the runtime.
+fn register(fd: OwnedFd) -> io::Result<AsyncFd<OwnedFd>> {
+    // SAFETY: an OwnedFd is a valid open descriptor that stays open and
+    // unchanged until the AsyncFd (its owner) is dropped.
+    unsafe { AsyncFd::register(fd) }.map_err(io::Error::from)
+}
+
+/// A listening SEQPACKET socket.
+pub struct SeqpacketListener {
+    fd: AsyncFd<OwnedFd>,
+}
+
+impl SeqpacketListener {
+    /// Binds `path` (which must not exist) and listens. Must be called
+    /// inside a tokio runtime.
+    ///
+    /// # Errors
+    /// bind/listen errors, or registering with the runtime.
+    pub fn bind(path: &Path, backlog: i32) -> io::Result<SeqpacketListener> {
+        let fd = seqpacket::bind_listen(path, backlog)?;
+        Ok(SeqpacketListener { fd: register(fd)? })
+    }
+
+    /// Wraps an already listening non-blocking SEQPACKET socket.
+    ///
+    /// # Errors
+    /// Registering with the runtime.
+    pub fn from_fd(fd: OwnedFd) -> io::Result<SeqpacketListener> {
+        Ok(SeqpacketListener { fd: register(fd)? })
+    }
+
+    /// The next connection and who made it.
+    ///
+    /// # Errors
+    /// accept's errno (EMFILE, ENFILE, ...).
+    pub async fn accept(&self) -> io::Result<(SeqpacketConn, PeerCred)> {
+        loop {
+            let mut guard = self.fd.readable().await?;
+            let res = guard.try_io(|fd| {
+                // SAFETY: accept4 on our listening socket; no address wanted.
+                let s = unsafe {
+                    libc::accept4(
+                        fd.as_raw_fd(),
+                        std::ptr::null_mut(),
+                        std::ptr::null_mut(),
+                        libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+                    )
+                };
+                if s < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                // SAFETY: a fresh fd nobody else owns.
+                Ok(unsafe { OwnedFd::from_raw_fd(s) })
+            });
+            match res {
+                Ok(Ok(fd)) => {
+                    let cred = seqpacket::peer_cred(fd.as_fd())?;
+                    return Ok((SeqpacketConn::new(fd)?, cred));
+                }
+                Ok(Err(e)) if e.raw_os_error() == Some(libc::ECONNABORTED) => continue,
+                Ok(Err(e)) => return Err(e),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+}
+
+/// One accepted SEQPACKET connection, as a byte stream.
+pub struct SeqpacketConn {
+    fd: AsyncFd<OwnedFd>,
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+}
+
+impl SeqpacketConn {
+    /// # Errors
+    /// Registering with the runtime.
+    pub fn new(fd: OwnedFd) -> io::Result<SeqpacketConn> {
+        Ok(SeqpacketConn {
+            fd: register(fd)?,
+            buf: vec![0u8; MAX_RECORD].into_boxed_slice(),
+            start: 0,
+            end: 0,
+        })
+    }
+
+    /// Receives one record with the file descriptors it carries (at most
+    /// `max_fds`; more is `InvalidData`, and every fd received is owned, so
+    /// none leaks).
+    ///
+    /// # Errors
+    /// recvmsg's errno; a truncated record or control message.
+    pub async fn recv_with_fds(
+        &self,
+        data: &mut [u8],
+        max_fds: usize,
+    ) -> io::Result<(usize, Vec<OwnedFd>)> {
+        loop {
+            let mut guard = self.fd.readable().await?;
+            match guard.try_io(|fd| recv_fds(fd.as_raw_fd(), data, max_fds)) {
+                Ok(r) => return r,
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    /// Sends one record.
+    ///
+    /// # Errors
+    /// send's errno.
+    pub async fn send_record(&self, data: &[u8]) -> io::Result<()> {
+        loop {
+            let mut guard = self.fd.writable().await?;
+            match guard.try_io(|fd| send_nb(fd.as_raw_fd(), data)) {
+                Ok(Ok(n)) if n == data.len() => return Ok(()),
+                Ok(Ok(_)) => return Err(io::Error::new(io::ErrorKind::WriteZero, "short record")),
+                Ok(Err(e)) => return Err(e),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    /// The raw fd (for `SO_PEERCRED` checks).
+    pub fn raw(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.get_ref().as_fd()
+    }
+}
+
+fn send_nb(fd: i32, data: &[u8]) -> io::Result<usize> {
+    // SAFETY: data is valid for its length.
+    let n = unsafe {
+        libc::send(
+            fd,
+            data.as_ptr().cast(),
+            data.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
+fn recv_nb(fd: i32, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: buf is valid for its length; MSG_TRUNC returns the record's
+    // real length so an oversized record is detected.
+    let n = unsafe {
+        libc::recv(
+            fd,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let n = n as usize;
+    if n > buf.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a {n}-byte record exceeds {} bytes", buf.len()),
+        ));
+    }
+    Ok(n)
+}
+
+fn recv_fds(fd: i32, data: &mut [u8], max_fds: usize) -> io::Result<(usize, Vec<OwnedFd>)> {
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr().cast(),
+        iov_len: data.len(),
+    };
+    // Room for 8 fds: a sender passing more than `max_fds` is detected.
+    let mut cbuf = [0u64; 8];
+    // SAFETY: msghdr is plain data; the fields used are set below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+    // SAFETY: msg points at valid buffers for the call.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut fds = Vec::new();
+    // SAFETY: walking the control buffer the kernel just filled, with the
+    // CMSG_* accessors; each fd found is owned at once.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let p = libc::CMSG_DATA(c) as *const i32;
+                let count = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize)
+                    / std::mem::size_of::<i32>();
+                for i in 0..count {
+                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(p.add(i))));
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    if msg.msg_flags & (libc::MSG_CTRUNC | libc::MSG_TRUNC) != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "truncated record or control message",
+        ));
+    }
+    if fds.len() > max_fds {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} fds where at most {max_fds} belong", fds.len()),
+        ));
+    }
+    Ok((n as usize, fds))
+}
+
+impl AsyncRead for SeqpacketConn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        loop {
+            if me.start < me.end {
+                let n = (me.end - me.start).min(out.remaining());
+                out.put_slice(&me.buf[me.start..me.start + n]);
+                me.start += n;
+                return Poll::Ready(Ok(()));
+            }
+            let mut guard = ready!(me.fd.poll_read_ready(cx))?;
+            let buf = &mut me.buf;
+            match guard.try_io(|fd| recv_nb(fd.as_raw_fd(), buf)) {
+                Ok(Ok(0)) => return Poll::Ready(Ok(())),
+                Ok(Ok(n)) => {
+                    me.start = 0;
+                    me.end = n;
+                }
+                Ok(Err(e)) => return Poll::Ready(Err(e)),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+}
+
+impl AsyncWrite for SeqpacketConn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let me = self.get_mut();
+        let data = &data[..data.len().min(MAX_RECORD)];
+        loop {
+            let mut guard = ready!(me.fd.poll_write_ready(cx))?;
+            match guard.try_io(|fd| send_nb(fd.as_raw_fd(), data)) {
+                Ok(r) => return Poll::Ready(r),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // SAFETY: shutdown on our own socket.
+        unsafe { libc::shutdown(self.fd.get_ref().as_raw_fd(), libc::SHUT_WR) };
+        Poll::Ready(Ok(()))
+    }
+}

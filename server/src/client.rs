@@ -1,0 +1,170 @@
+//! The admin CLI's side of the API: `agentsh events`, `approvals`, `ready`.
+//!
+//! `--server unix:/run/agentsh/api.sock` (the default) talks over the Unix
+//! socket, where the server knows the caller from the kernel (`SO_PEERCRED`):
+//! operator routes need uid 0. `--server http://HOST:PORT` talks to the
+//! optional TCP listener, where every route but `/healthz` needs the
+//! operator token, read from the root-only token file.
+//!
+//! Failure modes: every error says which server, which step and what to do.
+
+use agentsh_proto::http::{self, Request};
+use agentsh_proto::shimconf::Server;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The default token file (`<state_dir>/approval.token` of the default config).
+pub const DEFAULT_TOKEN_FILE: &str = "/var/lib/agentsh/approval.token";
+/// The largest answer the CLI reads (a long event list).
+const MAX_ANSWER: usize = 256 << 20;
+
+/// A connection target plus, for TCP, where the token is.
+pub struct Client {
+    server: Server,
+    token_file: PathBuf,
+    timeout: Duration,
+}
+
+impl Client {
+    /// `server`: `unix:/path` or `http://host:port`.
+    ///
+    /// # Errors
+    /// Neither form.
+    pub fn new(server: &str, token_file: Option<&Path>) -> Result<Client, String> {
+        let server = Server::parse(server.trim()).ok_or_else(|| {
+            format!("--server {server:?}: expected unix:/ABSOLUTE/PATH or http://HOST:PORT")
+        })?;
+        Ok(Client {
+            server,
+            token_file: token_file
+                .map(Path::to_path_buf)
+                .unwrap_or_else(|| DEFAULT_TOKEN_FILE.into()),
+            timeout: Duration::from_secs(10),
+        })
+    }
+
+    /// How long one exchange may take (long-polls need more than the default).
+    pub fn with_timeout(mut self, t: Duration) -> Client {
+        self.timeout = t;
+        self
+    }
+
+    pub fn server(&self) -> String {
+        self.server.to_string()
+    }
+
+    fn token(&self) -> Result<String, String> {
+        std::fs::read_to_string(&self.token_file)
+            .map(|t| t.trim().to_string())
+            .map_err(|e| {
+                format!(
+                    "the TCP API needs the operator token, and {} cannot be read: {e} (run as \
+                     root, pass --token-file <state_dir>/approval.token, or use the Unix socket)",
+                    self.token_file.display()
+                )
+            })
+    }
+
+    /// One request; returns the status and the body (JSON `null` when empty
+    /// or not JSON, e.g. `/healthz`'s `ok`).
+    ///
+    /// # Errors
+    /// The server cannot be reached or the exchange fails.
+    pub fn call(
+        &self,
+        method: &str,
+        target: &str,
+        body: Option<&serde_json::Value>,
+        with_token: bool,
+    ) -> Result<(u16, serde_json::Value), String> {
+        let bytes = match body {
+            Some(b) => serde_json::to_vec(b).map_err(|e| e.to_string())?,
+            None => Vec::new(),
+        };
+        let (status, raw) = match &self.server {
+            Server::Unix(sock) => {
+                let req = Request {
+                    method,
+                    target,
+                    body: &bytes,
+                    bearer: None,
+                };
+                let r =
+                    http::call(sock, self.timeout, |_| Ok(()), &req, MAX_ANSWER).map_err(|e| {
+                        format!(
+                            "cannot reach the agentsh server at unix:{}: {e} (is it running? \
+                             as root?)",
+                            sock.display()
+                        )
+                    })?;
+                (r.status, r.body)
+            }
+            Server::Http(base) => {
+                let agent: ureq::Agent = ureq::Agent::config_builder()
+                    .http_status_as_error(false)
+                    .timeout_global(Some(self.timeout))
+                    .build()
+                    .into();
+                let url = format!("{base}{target}");
+                let token = if with_token {
+                    Some(self.token()?)
+                } else {
+                    None
+                };
+                let auth = token.map(|t| format!("Bearer {t}"));
+                let res = match method {
+                    "GET" => {
+                        let mut r = agent.get(&url);
+                        if let Some(a) = &auth {
+                            r = r.header("Authorization", a);
+                        }
+                        r.call()
+                    }
+                    _ => {
+                        let mut r = agent.post(&url);
+                        if let Some(a) = &auth {
+                            r = r.header("Authorization", a);
+                        }
+                        r.content_type("application/json").send(&bytes[..])
+                    }
+                };
+                let mut resp =
+                    res.map_err(|e| format!("cannot reach the agentsh server at {base}: {e}"))?;
+                let status = resp.status().as_u16();
+                let body = resp
+                    .body_mut()
+                    .with_config()
+                    .limit(MAX_ANSWER as u64)
+                    .read_to_vec()
+                    .map_err(|e| format!("reading the answer of {url}: {e}"))?;
+                (status, body)
+            }
+        };
+        let value = serde_json::from_slice(&raw).unwrap_or(serde_json::Value::Null);
+        Ok((status, value))
+    }
+
+    /// A GET that must answer 200 with JSON.
+    ///
+    /// # Errors
+    /// Any other status, with the server's error text.
+    pub fn get_json(&self, target: &str) -> Result<serde_json::Value, String> {
+        let (status, v) = self.call("GET", target, None, true)?;
+        if status != 200 {
+            return Err(format!(
+                "{} {target}: HTTP {status}: {}",
+                self.server,
+                error_text(&v)
+            ));
+        }
+        Ok(v)
+    }
+}
+
+/// The `error` of a JSON error body, or the body itself.
+pub fn error_text(body: &serde_json::Value) -> String {
+    body.get("error")
+        .and_then(|e| e.as_str())
+        .map(str::to_string)
+        .unwrap_or_else(|| body.to_string())
+}

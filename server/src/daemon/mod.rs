@@ -1,0 +1,175 @@
+//! `agentsh server`: start-up and the long-running daemon.
+//!
+//! Start-up order matters: signals are blocked before any thread exists;
+//! the config, policy, audit log and token are loaded (any failure stops the
+//! server with a message); the run directory is checked; the API socket is
+//! bound; the `active` marker is written only then (a server that cannot
+//! serve must not make `auto` shims refuse); the unsupervised runs the root
+//! shims recorded before agentsh started become audit events; then the API
+//! is served until a stop signal from outside every tree.
+
+pub mod rundir;
+pub mod signals;
+
+use crate::api::{self, peer::Limits, transport::SeqpacketListener, Api};
+use crate::approval::{self, Approvals};
+use crate::audit::AuditLog;
+use crate::config::Config;
+use crate::policy::landlock::SessionLandlock;
+use crate::policy::Policy;
+use crate::session::Sessions;
+use crate::supervisor::SupervisorContext;
+use crate::trees::Trees;
+use agentsh_proto::SeccompConfig;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Runs the server; returns only on a start-up error.
+///
+/// # Errors
+/// What could not be started, and why.
+pub fn run(config_file: Option<PathBuf>) -> Result<(), String> {
+    signals::block_all()?;
+    raise_fd_limit();
+    let config = Config::load(config_file.as_deref()).map_err(|e| e.to_string())?;
+    let policy = Policy::resolve(&config.policy, &config.policies_dir)
+        .map_err(|e| format!("cannot load policy {:?}: {e}", config.policy))?;
+    let audit = AuditLog::open(&config.audit.jsonl, config.audit.memory_events_per_session)
+        .map_err(|e| {
+            format!(
+                "cannot open audit log {}: {e} (set audit.jsonl in the config)",
+                config.audit.jsonl.display()
+            )
+        })?;
+    let audit = Arc::new(audit);
+    let mut seccomp_config = SeccompConfig::with_base_blocklist();
+    for name in policy.blocked_syscalls() {
+        if !seccomp_config.blocked_syscalls.contains(name) {
+            seccomp_config.blocked_syscalls.push(name.clone());
+        }
+    }
+    let policy_name = policy.name().to_string();
+    let policy = Arc::new(policy);
+    let landlock = SessionLandlock::for_server(policy.clone(), &config, config_file.as_deref());
+    landlock_startup_report(&landlock);
+    let (token, token_path) = approval::create_token_file(&config.state_dir).map_err(|e| {
+        format!(
+            "cannot write the operator token under {}: {e} (state_dir must be writable by the server)",
+            config.state_dir.display()
+        )
+    })?;
+    tracing::info!(token_file = %token_path.display(), "operator token written (root-only)");
+    let run_dir = config.run_dir();
+    rundir::prepare(&run_dir)?;
+    rundir::clear_stale_socket(&config.server.socket)?;
+    let trees = Arc::new(Trees::new());
+    let approvals = Arc::new(Approvals::new(&config.execve, audit.clone(), trees.clone()));
+    let supervisor = Arc::new(SupervisorContext {
+        policy,
+        limits: config.execve.clone(),
+        audit: audit.clone(),
+        approvals,
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("agentsh-api")
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the API runtime: {e}"))?;
+    runtime.block_on(async move {
+        let unix = SeqpacketListener::bind(&config.server.socket, 1024).map_err(|e| {
+            format!(
+                "cannot listen on {} (server.socket): {e}",
+                config.server.socket.display()
+            )
+        })?;
+        rundir::open_socket_mode(&config.server.socket)?;
+        let tcp = match config.server.http.addr.as_str() {
+            "" => None,
+            addr => Some(
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map_err(|e| format!("cannot listen on {addr} (server.http.addr): {e}"))?,
+            ),
+        };
+        rundir::write_marker(&run_dir)?;
+        rundir::ingest_unsupervised(&run_dir, &audit);
+        signals::spawn_waiter(trees.clone(), config.server.socket.clone());
+        tracing::info!(
+            socket = %config.server.socket.display(),
+            tcp = %config.server.http.addr,
+            policy = %policy_name,
+            audit = %config.audit.jsonl.display(),
+            wrapper = %config.wrapper_binary_path().display(),
+            "agentsh server ready"
+        );
+        let api = Arc::new(Api {
+            config,
+            sessions: Sessions::default(),
+            audit,
+            supervisor,
+            seccomp_config,
+            policy_name,
+            landlock,
+            trees,
+            limits: Arc::new(Limits::default()),
+            token,
+        });
+        if let Some(tcp) = tcp {
+            tokio::spawn(api::serve_tcp(api.clone(), tcp));
+        }
+        api::serve_unix(api, unix).await;
+        Ok(())
+    })
+}
+
+/// Raises the soft open-file limit to the hard one: each supervised tree holds
+/// its notify fd (plus short-lived /proc and pidfd descriptors) for its whole
+/// life, so the usual soft limit of 1024 would cap the number of trees. If the
+/// limit cannot be raised the server still runs; a tree that cannot be taken in
+/// fails its wrap-init (closed), and this says why in advance.
+fn raise_fd_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        let e = std::io::Error::last_os_error();
+        tracing::warn!("cannot read the open-file limit: {e}");
+        return;
+    }
+    if lim.rlim_cur >= lim.rlim_max {
+        return;
+    }
+    let from = lim.rlim_cur;
+    lim.rlim_cur = lim.rlim_max;
+    // SAFETY: setrlimit reads the struct; raising soft up to hard needs no privilege.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
+        let e = std::io::Error::last_os_error();
+        tracing::warn!(
+            soft = from,
+            hard = lim.rlim_max,
+            "cannot raise the open-file limit: {e}"
+        );
+    } else {
+        tracing::debug!(from, to = lim.rlim_max, "raised the open-file limit");
+    }
+}
+
+/// Logs, once, what every tree's Landlock ruleset will hold (as for root).
+fn landlock_startup_report(landlock: &SessionLandlock) {
+    let c = landlock.compile(0);
+    tracing::info!(
+        compat = ?c.summary.compat,
+        handled_fs = ?c.summary.handled_fs,
+        fs_rules = c.summary.fs_rules,
+        connect_ports = ?c.summary.tcp_connect_ports,
+        bind_ports = ?c.summary.tcp_bind_ports,
+        protected = ?landlock.protection().no_write,
+        "landlock ruleset for supervised trees"
+    );
+    for w in &c.warnings {
+        tracing::warn!("landlock: {w}");
+    }
+}

@@ -1,0 +1,213 @@
+//! The run directory (the API socket's directory, `/run/agentsh` by
+//! default): the API socket, the notify sockets, the `active` marker and
+//! the root shims' record of unsupervised runs.
+//!
+//! It must be root-owned and not writable by group or others: the shim
+//! trusts a socket there only then, and only then can no other user have
+//! put anything there. Supervised trees can neither create, remove nor
+//! rename anything in it (Landlock self-protection), cannot create the
+//! SEQPACKET sockets the server uses, and, when unixwrap can, do not even
+//! see it (the daemon-socket mask).
+//!
+//! Failure modes: a run directory owned by someone else or writable by
+//! others, a socket path another live server answers on, or a marker that
+//! cannot be written stop the server at start with a message saying what to
+//! fix. A line of the unsupervised record that cannot be parsed is audited
+//! as such, never dropped silently.
+
+use crate::audit::{AuditLog, EventBody, UnsupervisedEvent};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::Path;
+
+/// Creates (0755) or checks the run directory.
+///
+/// # Errors
+/// What is wrong with it, and what to do.
+pub fn prepare(dir: &Path) -> Result<(), String> {
+    match std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)
+    {
+        Ok(()) => {}
+        Err(e) => {
+            return Err(format!(
+                "cannot create the run directory {}: {e}",
+                dir.display()
+            ))
+        }
+    }
+    let m = std::fs::symlink_metadata(dir)
+        .map_err(|e| format!("cannot inspect the run directory {}: {e}", dir.display()))?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if !m.is_dir() || m.uid() != me || m.mode() & 0o022 != 0 {
+        return Err(format!(
+            "the run directory {} (server.socket's directory) must be a directory owned by the \
+             server's uid {me} and not writable by group or others (found uid {}, mode {:o}): the \
+             shell shim trusts the API socket only there; fix its owner and mode or choose another \
+             server.socket",
+            dir.display(),
+            m.uid(),
+            m.mode() & 0o7777
+        ));
+    }
+    if m.mode() & 0o7777 != 0o755 {
+        // Whatever the umask or an earlier run left: every shim must reach
+        // the API socket by name, and nobody else may write here.
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| format!("cannot set the mode of {} to 0755: {e}", dir.display()))?;
+    }
+    if me != 0 {
+        tracing::warn!(
+            "the server runs as uid {me}: shims accept only a server running as root, so \
+             every supervised shell will be refused"
+        );
+    }
+    Ok(())
+}
+
+/// Removes a socket left by a server that is gone; refuses if one answers.
+///
+/// # Errors
+/// Another server listens there, or the path is not a socket.
+pub fn clear_stale_socket(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::FileTypeExt;
+    let m = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("cannot inspect {}: {e}", path.display())),
+    };
+    if !m.file_type().is_socket() {
+        return Err(format!(
+            "{} exists and is not a socket; remove it or choose another server.socket",
+            path.display()
+        ));
+    }
+    match agentsh_proto::seqpacket::connect(path, std::time::Duration::from_secs(1)) {
+        Ok(_) => Err(format!(
+            "another agentsh server is listening on {}; stop it first",
+            path.display()
+        )),
+        Err(_) => std::fs::remove_file(path)
+            .map_err(|e| format!("cannot remove the stale socket {}: {e}", path.display())),
+    }
+}
+
+/// The API socket accepts any local uid (non-root shims need wrap-init);
+/// the kernel tells the server who each peer is.
+///
+/// # Errors
+/// chmod fails.
+pub fn open_socket_mode(path: &Path) -> Result<(), String> {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
+        .map_err(|e| format!("cannot set the mode of {}: {e}", path.display()))
+}
+
+/// Writes the `active` marker: from now on, in this container's life,
+/// `shim_install=auto` refuses rather than run a shell unsupervised.
+///
+/// # Errors
+/// It cannot be written (the server must not start without it: a crash
+/// later would otherwise let `auto` fall open).
+pub fn write_marker(dir: &Path) -> Result<(), String> {
+    let path = dir.join(agentsh_proto::active::MARKER);
+    let life = agentsh_proto::active::write(&path)
+        .map_err(|e| format!("cannot write the marker {}: {e}", path.display()))?;
+    tracing::info!(marker = %path.display(), %life, "marked agentsh active for this container's life");
+    Ok(())
+}
+
+/// Turns the root shims' record of unsupervised runs into audit events and
+/// empties it.
+pub fn ingest_unsupervised(dir: &Path, audit: &AuditLog) {
+    let path = dir.join(agentsh_proto::active::UNSUPERVISED_LOG);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+        Err(e) => {
+            tracing::warn!("cannot read {}: {e}", path.display());
+            return;
+        }
+    };
+    let mut n = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let (session, event) = parse_unsupervised(line);
+        audit.record(&session, EventBody::UnsupervisedRun(event));
+        n += 1;
+    }
+    if let Err(e) = std::fs::remove_file(&path) {
+        tracing::warn!("cannot remove {}: {e}", path.display());
+    }
+    if n > 0 {
+        tracing::warn!(
+            count = n,
+            "shells ran UNSUPERVISED before agentsh started (shim_install=auto); recorded as audit events"
+        );
+    }
+}
+
+fn parse_unsupervised(line: &str) -> (String, UnsupervisedEvent) {
+    let v: serde_json::Value = serde_json::from_str(line).unwrap_or(serde_json::Value::Null);
+    let num = |k: &str| v[k].as_u64().unwrap_or(0) as u32;
+    let reason = match v["reason"].as_str() {
+        Some(r) => r.to_string(),
+        None => format!("unparsable record: {line:?}"),
+    };
+    let secs = v["unix_time"].as_u64().unwrap_or(0);
+    let ran_at =
+        crate::audit::rfc3339_at(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs));
+    let session = v["session"]
+        .as_str()
+        .filter(|s| crate::session::valid_id(s))
+        .unwrap_or("default")
+        .to_string();
+    (
+        session,
+        UnsupervisedEvent {
+            ran_at,
+            pid: num("pid"),
+            ppid: num("ppid"),
+            uid: num("uid"),
+            argv: v["argv"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            reason,
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unsupervised_lines_become_events_and_garbage_is_kept_visible() {
+        let (s, e) = parse_unsupervised(
+            r#"{"unix_time":0,"pid":5,"ppid":1,"uid":0,"session":"ci","argv":["sh","-c","x"],"reason":"r"}"#,
+        );
+        assert_eq!(s, "ci");
+        assert_eq!(e.argv, ["sh", "-c", "x"]);
+        assert_eq!(e.ran_at, "1970-01-01T00:00:00.000000Z");
+        let (s, e) = parse_unsupervised("not json");
+        assert_eq!(s, "default");
+        assert!(e.reason.contains("unparsable"), "{}", e.reason);
+    }
+
+    #[test]
+    fn a_directory_others_can_write_is_refused() {
+        let dir = std::env::temp_dir().join(format!("agentsh-rundir-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = prepare(&dir).unwrap_err();
+        assert!(e.contains("not writable by group or others"), "{e}");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(prepare(&dir).is_ok());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,77 @@
+//! The server's own guard against signals from supervised trees.
+//!
+//! Every thread of the server blocks every signal (the mask is set before
+//! the first thread starts and inherited by all). One thread takes
+//! SIGTERM, SIGINT, SIGHUP and SIGQUIT with `sigwaitinfo`, which says who
+//! sent each: a sender inside a supervised tree is refused (logged), anyone
+//! else stops the server. So `kill(<any server thread id>, SIGTERM)` and
+//! friends from a tree do nothing, on every kernel. What no process can
+//! block, SIGKILL and SIGSTOP, is kept from trees by the kernel: Landlock's
+//! signal scope (ABI ≥ 6) and the seccomp filter's signal rules.
+//!
+//! Failure modes: a sender that cannot be identified counts as inside a tree
+//! (refused); the operator then stops the server with SIGKILL or through its
+//! service manager (which signals from outside every tree).
+
+use crate::trees::Trees;
+use nix::sys::signal::{SigSet, Signal};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Blocks every signal in the calling thread (and every thread it starts).
+///
+/// # Errors
+/// pthread_sigmask's errno.
+pub fn block_all() -> Result<(), String> {
+    SigSet::all()
+        .thread_block()
+        .map_err(|e| format!("cannot block signals: {e}"))
+}
+
+/// Starts the thread that takes the stop signals. `socket` is removed on a
+/// stop (the marker stays: see `agentsh_proto::active`).
+pub fn spawn_waiter(trees: Arc<Trees>, socket: PathBuf) {
+    let spawned = std::thread::Builder::new()
+        .name("agentsh-signals".into())
+        .spawn(move || wait_loop(&trees, &socket));
+    if let Err(e) = spawned {
+        tracing::error!("cannot start the signal thread: {e}; stop signals stay blocked");
+    }
+}
+
+fn wait_loop(trees: &Trees, socket: &std::path::Path) {
+    let mut set = SigSet::empty();
+    for s in [
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+    ] {
+        set.add(s);
+    }
+    loop {
+        // SAFETY: siginfo_t is plain data; zeroed is a valid out-parameter.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: sigwaitinfo reads the set and writes `info`.
+        let sig = unsafe { libc::sigwaitinfo(set.as_ref(), &mut info) };
+        if sig < 0 {
+            continue;
+        }
+        // SAFETY: si_pid is valid for signals sent by a process (kill,
+        // tgkill, sigqueue); for kernel-generated ones it reads 0.
+        let sender = unsafe { info.si_pid() };
+        if sender > 0 {
+            if let Some(why) = trees.in_tree_or_filtered(sender as u32) {
+                tracing::warn!(
+                    signal = sig,
+                    sender,
+                    "signal from a supervised tree ignored: {why}"
+                );
+                continue;
+            }
+        }
+        tracing::info!(signal = sig, sender, "stopping");
+        let _ = std::fs::remove_file(socket);
+        std::process::exit(0);
+    }
+}

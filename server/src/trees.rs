@@ -1,0 +1,162 @@
+//! The live supervised trees, and "is this process inside one?".
+//!
+//! A tree is registered when the server takes its notify fd (`intake`) and
+//! forgotten when its last process has exited (`supervisor::serve` returns).
+//! The question "is pid P in a tree?" is asked of every API peer, of every
+//! operator decision and of every signal the server receives.
+//!
+//! Two tests, in order:
+//! 1. lineage: an ancestor of P is a live tree root (keyed by pid and start
+//!    time, so a reused pid is not mistaken for the root). Exact while the
+//!    lineage holds;
+//! 2. (only where asked, see [`Trees::in_tree_or_filtered`]) a process
+//!    reparented away from its tree (double fork, setsid) keeps its seccomp
+//!    filters: more filters than the server itself means "inside". This can
+//!    misjudge a process outside every tree that runs under filters of its
+//!    own, so it is used only where a false "inside" merely refuses an
+//!    operator action.
+//!
+//! Failure modes: a process that cannot be read counts as inside for
+//! [`Trees::in_tree_or_filtered`] (fail closed); lineage alone never fails
+//! closed on an unreadable ancestor (the peer may have exited), which is why
+//! the API does not rely on it: trees cannot open the API socket at all
+//! (SEQPACKET, see `agentsh_proto::seqpacket`).
+
+use crate::tracee;
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+
+/// The most ancestors a lineage walk reads.
+const MAX_WALK: usize = 128;
+
+struct Root {
+    starttime: u64,
+    session: String,
+}
+
+/// Every live tree of the server.
+pub struct Trees {
+    roots: Mutex<HashMap<u32, Root>>,
+    /// The server's own `Seccomp_filters` count at start.
+    own_filters: u32,
+}
+
+impl Default for Trees {
+    fn default() -> Self {
+        Trees::new()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The `Seccomp_filters:` count of `pid` (`self` for this process).
+pub fn seccomp_filters(pid: &str) -> Option<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("Seccomp_filters:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+impl Trees {
+    pub fn new() -> Trees {
+        Trees {
+            roots: Mutex::new(HashMap::new()),
+            own_filters: seccomp_filters("self").unwrap_or(0),
+        }
+    }
+
+    /// Records a live tree rooted at `root_pid`.
+    pub fn started(&self, root_pid: u32, session: &str) {
+        if let Ok(st) = tracee::proc_stat(root_pid) {
+            lock(&self.roots).insert(
+                root_pid,
+                Root {
+                    starttime: st.starttime,
+                    session: session.to_string(),
+                },
+            );
+        }
+    }
+
+    pub fn finished(&self, root_pid: u32) {
+        lock(&self.roots).remove(&root_pid);
+    }
+
+    /// Live trees of `session`.
+    pub fn count(&self, session: &str) -> usize {
+        lock(&self.roots)
+            .values()
+            .filter(|r| r.session == session)
+            .count()
+    }
+
+    /// Why `pid` is inside a live tree by lineage, if it is.
+    pub fn by_lineage(&self, pid: u32) -> Option<String> {
+        let roots: HashMap<u32, u64> = lock(&self.roots)
+            .iter()
+            .map(|(p, r)| (*p, r.starttime))
+            .collect();
+        if roots.is_empty() {
+            return None;
+        }
+        let mut p = pid;
+        for _ in 0..MAX_WALK {
+            if p <= 1 {
+                break;
+            }
+            let Ok(st) = tracee::proc_stat(p) else { break };
+            if roots.get(&p) == Some(&st.starttime) {
+                return Some(format!("pid {pid} descends from tree root {p}"));
+            }
+            p = st.ppid;
+        }
+        None
+    }
+
+    /// Lineage, then the filter count (see the module doc). An unreadable
+    /// process counts as inside.
+    pub fn in_tree_or_filtered(&self, pid: u32) -> Option<String> {
+        if let Some(why) = self.by_lineage(pid) {
+            return Some(why);
+        }
+        match seccomp_filters(&pid.to_string()) {
+            Some(n) if n > self.own_filters => Some(format!(
+                "pid {pid} has {n} seccomp filters, the server {}",
+                self.own_filters
+            )),
+            Some(_) => None,
+            None => Some(format!("pid {pid}: /proc/{pid}/status unreadable")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_child_of_a_live_root_is_inside_and_counted() {
+        let t = Trees::new();
+        let me = std::process::id();
+        assert!(t.by_lineage(me).is_none());
+        // The test process's parent plays a tree root: we descend from it.
+        let parent = std::os::unix::process::parent_id();
+        t.started(parent, "s");
+        assert_eq!(t.count("s"), 1);
+        assert_eq!(t.count("other"), 0);
+        assert!(t.by_lineage(me).is_some());
+        t.finished(parent);
+        assert!(t.by_lineage(me).is_none());
+        assert_eq!(t.count("s"), 0);
+    }
+
+    #[test]
+    fn a_vanished_process_counts_as_inside_where_failing_closed() {
+        let t = Trees::new();
+        assert!(t.in_tree_or_filtered(u32::MAX - 7).is_some());
+        assert!(t.in_tree_or_filtered(std::process::id()).is_none());
+    }
+}
