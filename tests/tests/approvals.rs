@@ -324,18 +324,17 @@ fn killed_tracee_cancels_its_approval() {
     assert!(!f.cli(&["approve", &id]).status.success());
 }
 
-/// The in-tree attack over the operator's TCP listener: find the pending id
-/// (with the token from the file, or else a leaked copy), then POST an
-/// approval with the token from the file, and with the leaked copy.
-fn attack_script(url: &str, token_file: &str) -> String {
+/// The in-tree attack over the operator's TCP listener: list the pending
+/// requests (with the token from the file, or else a leaked copy), then POST
+/// an approval of the id the test hands over in `id_file` (a tree cannot
+/// list it any more) with the token from the file, and with the leaked copy.
+fn attack_script(url: &str, token_file: &str, id_file: &str) -> String {
     format!(
         r#"
 tok=$(/bin/cat {token_file} 2>/dev/null); [ -n "$tok" ] || tok=$LEAKED_TOKEN
-while :; do
-  id=$(/usr/bin/curl -s -H "Authorization: Bearer $tok" {url}/api/v1/approvals | /bin/sed -n 's/.*"id":"\([^"]*\)".*/\1/p')
-  [ -n "$id" ] && break
-  /bin/sleep 0.05
-done
+echo list=$(/usr/bin/curl -s -o /dev/null -w '%{{http_code}}' -H "Authorization: Bearer $tok" {url}/api/v1/approvals)
+while [ ! -s {id_file} ]; do /bin/sleep 0.05; done
+id=$(/bin/cat {id_file})
 echo id=$id
 post() {{ /usr/bin/curl -s -o /dev/null -w '%{{http_code}}' -X POST -H "Authorization: Bearer $1" \
   -d '{{"decision":"approve","reason":"self"}}' {url}/api/v1/approvals/$id; }}
@@ -343,6 +342,18 @@ echo from-file=$(post "$(/bin/cat {token_file} 2>/dev/null)")
 echo leaked=$(post "$LEAKED_TOKEN")
 "#
     )
+}
+
+/// Hands the pending request's id to the attack (as an operator would see it).
+fn hand_over_id(f: &Fixture, id_file: &std::path::Path) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let id = f.wait_pending()["id"].as_str().unwrap().to_string();
+    let tmp = id_file.with_extension("tmp");
+    std::fs::write(&tmp, &id).unwrap();
+    // Readable by the attack, which may run as nobody.
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::rename(&tmp, id_file).unwrap();
+    id
 }
 
 fn leaked_token_opts(f: &Fixture) -> WrapOptions {
@@ -362,7 +373,12 @@ fn tree_running_as_root_cannot_approve_its_own_request() {
     let tmp = TempDir::new("orphan");
     let orphan_out = tmp.path().join("code");
     let tcp = format!("http://{}", f.srv.addr);
-    let attack = attack_script(&tcp, &f.token_file().display().to_string());
+    let id_file = tmp.path().join("id");
+    let attack = attack_script(
+        &tcp,
+        &f.token_file().display().to_string(),
+        &id_file.display().to_string(),
+    );
     // Also from a daemonized curl whose parent exited (reparented out of the
     // tree's process lineage, still under its seccomp filter).
     let script = format!(
@@ -381,7 +397,14 @@ fn tree_running_as_root_cannot_approve_its_own_request() {
         &leaked_token_opts(&f),
     );
     let lines = stdout_lines(&mut w);
+    // Not even a list: no route serves a process of a supervised tree.
+    assert_eq!(
+        wait_line(&lines, "list=", Duration::from_secs(10)),
+        "list=403"
+    );
+    let handed = hand_over_id(&f, &id_file);
     let id = wait_line(&lines, "id=", Duration::from_secs(10))[3..].to_string();
+    assert_eq!(id, handed);
     // As root the tree can read the token file (unless Landlock hides it);
     // the server still refuses a decision from a process of a supervised tree.
     let from_file = wait_line(&lines, "from-file=", Duration::from_secs(10));
@@ -422,7 +445,18 @@ fn tree_running_as_unprivileged_user_cannot_approve_its_own_request() {
     }
     let f = start("10s");
     let tcp = format!("http://{}", f.srv.addr);
-    let attack = attack_script(&tcp, &f.token_file().display().to_string());
+    let id_dir = TempDir::new("approval-id");
+    std::fs::set_permissions(
+        id_dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let id_file = id_dir.path().join("id");
+    let attack = attack_script(
+        &tcp,
+        &f.token_file().display().to_string(),
+        &id_file.display().to_string(),
+    );
     let attack_file = f.srv.dir.path().join("attack.sh");
     std::fs::write(&attack_file, attack).unwrap();
     // The tree starts as root (the relay hands over as root), then drops to
@@ -445,7 +479,13 @@ fn tree_running_as_unprivileged_user_cannot_approve_its_own_request() {
         &leaked_token_opts(&f),
     );
     let lines = stdout_lines(&mut w);
+    assert_eq!(
+        wait_line(&lines, "list=", Duration::from_secs(10)),
+        "list=403"
+    );
+    let handed = hand_over_id(&f, &id_file);
     let id = wait_line(&lines, "id=", Duration::from_secs(10))[3..].to_string();
+    assert_eq!(id, handed);
     // The token file is root-only: no token, 401.
     assert_eq!(
         wait_line(&lines, "from-file=", Duration::from_secs(10)),

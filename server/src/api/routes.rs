@@ -73,9 +73,9 @@ pub async fn handle(api: Arc<Api>, peer: Peer, req: Request<Incoming>) -> Result
         (&Method::POST, ["api", "v1", "sessions", sid, "wrap-init"]) => {
             wrap_init(api, peer, sid.to_string(), req).await
         }
-        _ => match operator(&api, &peer, &req) {
+        _ => match operator(&api, &peer, &req).await {
             Err(r) => r.into(),
-            Ok(()) => match (&method, segs.as_slice()) {
+            Ok(requester) => match (&method, segs.as_slice()) {
                 (&Method::GET, ["api", "v1", "sessions"]) => list_sessions(&api),
                 (&Method::POST, ["api", "v1", "sessions"]) => match read_json(req).await {
                     Ok(v) => create_session(&api, &v),
@@ -88,7 +88,7 @@ pub async fn handle(api: Arc<Api>, peer: Peer, req: Request<Incoming>) -> Result
                     list_approvals(&api, &peer, &query).await
                 }
                 (&Method::POST, ["api", "v1", "approvals", id]) => {
-                    decide_approval(api.clone(), peer, id.to_string(), req).await
+                    decide_approval(api.clone(), peer, requester, id.to_string(), req).await
                 }
                 _ => error(404, format!("no route for {method} {path}")),
             },
@@ -99,7 +99,50 @@ pub async fn handle(api: Arc<Api>, peer: Peer, req: Request<Incoming>) -> Result
 
 /// Every route but `/healthz` and wrap-init: uid 0 on the Unix socket, the
 /// token on TCP.
-fn operator(api: &Api, peer: &Peer, req: &Request<Incoming>) -> Result<(), Failure> {
+/// The operator routes' gate; returns who the operator is.
+async fn operator(
+    api: &Arc<Api>,
+    peer: &Peer,
+    req: &Request<Incoming>,
+) -> Result<crate::approval::Requester, Failure> {
+    use crate::approval::Requester;
+    token_or_uid0(api, peer, req)?;
+    let addr = match *peer {
+        // Checked against the trees when it connected (see `api`).
+        Peer::Local(c) => {
+            return Ok(Requester::Operator {
+                uid: c.uid,
+                pid: c.pid,
+                comm: String::new(),
+            })
+        }
+        Peer::Tcp(addr) => addr,
+    };
+    // A TCP peer holding the token may still be a process of a supervised
+    // tree (a root tree can read the token file where the policy does not
+    // hide it): map the connection to its processes and refuse those.
+    let port = api.config.tcp_port().unwrap_or(0);
+    let approvals = api.supervisor.approvals.clone();
+    let who = tokio::task::spawn_blocking(move || approvals.identify(addr, port))
+        .await
+        .unwrap_or_else(|_| Requester::Unknown("identification failed".into()));
+    match who {
+        Requester::Operator { .. } | Requester::Remote(_) => Ok(who),
+        Requester::InTree { why, .. } => {
+            tracing::warn!("API call from inside a supervised tree refused: {why}");
+            Err(fail(
+                403,
+                format!("no route serves a supervised process tree ({why})"),
+            ))
+        }
+        Requester::Unknown(why) => Err(fail(
+            403,
+            format!("the requesting process cannot be identified ({why})"),
+        )),
+    }
+}
+
+fn token_or_uid0(api: &Api, peer: &Peer, req: &Request<Incoming>) -> Result<(), Failure> {
     match peer {
         Peer::Local(c) if c.uid == 0 => Ok(()),
         Peer::Local(c) => Err(fail(
@@ -436,30 +479,34 @@ struct DecisionBody {
     approver: Option<String>,
 }
 
-async fn decide_approval(api: Arc<Api>, peer: Peer, id: String, req: Request<Incoming>) -> Resp {
+async fn decide_approval(
+    api: Arc<Api>,
+    peer: Peer,
+    requester: crate::approval::Requester,
+    id: String,
+    req: Request<Incoming>,
+) -> Resp {
     use crate::approval::{DecideError, Requester};
-    // The operator check passed; now make sure the operator is not a process
-    // of a supervised tree (a root tree could hold the token): /proc scans,
-    // on the blocking pool.
-    let who_api = api.clone();
-    let requester = tokio::task::spawn_blocking(move || match peer {
-        Peer::Local(c) => match who_api.trees.in_tree_or_filtered(c.pid) {
-            Some(why) => Requester::InTree { pid: c.pid, why },
-            None => Requester::Operator {
-                uid: c.uid,
-                pid: c.pid,
-                comm: std::fs::read_to_string(format!("/proc/{}/comm", c.pid))
-                    .map(|s| s.trim().to_string())
-                    .unwrap_or_default(),
-            },
-        },
-        Peer::Tcp(addr) => {
-            let port = who_api.config.tcp_port().unwrap_or(0);
-            who_api.supervisor.approvals.identify(addr, port)
+    // A Unix operator also passes the stricter test (filters, not only
+    // lineage): a decision from a tree would let it approve itself.
+    let requester = match peer {
+        Peer::Local(c) => {
+            let trees = api.trees.clone();
+            tokio::task::spawn_blocking(move || match trees.in_tree_or_filtered(c.pid) {
+                Some(why) => Requester::InTree { pid: c.pid, why },
+                None => Requester::Operator {
+                    uid: c.uid,
+                    pid: c.pid,
+                    comm: std::fs::read_to_string(format!("/proc/{}/comm", c.pid))
+                        .map(|s| s.trim().to_string())
+                        .unwrap_or_default(),
+                },
+            })
+            .await
+            .unwrap_or_else(|_| Requester::Unknown("identification failed".into()))
         }
-    })
-    .await
-    .unwrap_or_else(|_| Requester::Unknown("identification failed".into()));
+        Peer::Tcp(_) => requester,
+    };
     match &requester {
         Requester::Operator { .. } | Requester::Remote(_) => {}
         Requester::InTree { why, .. } => {

@@ -1,0 +1,407 @@
+//! End-to-end: the control plane. No process of a supervised tree can talk
+//! to agentsh, take its place, or crowd it out; and `auto` does not fall
+//! open once agentsh has run. Each test is an attack, run on the real
+//! kernel through the shim and an SDK-style daemon (a sibling of the
+//! server), as root and as an unprivileged user where it matters.
+
+use agentsh_tests::ns::Namespace;
+use agentsh_tests::sandbox::{Sandbox, AGENT_DEFAULT, NOBODY, WORKSPACE};
+use agentsh_tests::sdk::{self, Supervisor};
+use agentsh_tests::server::{require_root, TestServer};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Talks to agentsh from inside a tree every way it can: the Unix API
+/// socket (raw HTTP over SEQPACKET, and over a stream socket), the TCP
+/// listener with a token it was handed, wrap-init on both. Prints one line
+/// per attempt: `name: <outcome>`; an outcome starting with `HTTP` means
+/// the server answered something.
+const PROBE: &str = r#"
+import os, socket, sys
+sock, port, token = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+def http(send, name, req):
+    try:
+        got = send(req)
+        first = got.split(b"\r\n")[0].decode(errors="replace") if got else "closed without an answer"
+        print(name + ": " + first)
+    except Exception as e:
+        print(name + ": " + type(e).__name__ + ": " + str(e))
+def unix(kind):
+    def send(req):
+        s = socket.socket(socket.AF_UNIX, kind)
+        s.settimeout(5)
+        s.connect(sock)
+        s.send(req)
+        return s.recv(65536)
+    return send
+def tcp(req):
+    s = socket.create_connection(("127.0.0.1", port), 3)
+    s.settimeout(5)
+    s.sendall(req)
+    return s.recv(65536)
+def tfo(req):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(5)
+    s.sendto(req, 0x20000000, ("127.0.0.1", port))
+    return s.recv(65536)
+get = b"GET /api/v1/sessions HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+auth = ("GET /api/v1/sessions HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer " + token + "\r\nConnection: close\r\n\r\n").encode()
+body = b'{"agent_command":"/bin/sh","agent_args":[],"caller_uid":' + str(os.geteuid()).encode() + b'}'
+wrap = b"POST /api/v1/sessions/default/wrap-init HTTP/1.1\r\nHost: a\r\nContent-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body
+http(unix(socket.SOCK_SEQPACKET), "unix-read", get)
+http(unix(socket.SOCK_SEQPACKET), "unix-wrap-init", wrap)
+http(unix(socket.SOCK_STREAM), "unix-stream", get)
+http(tcp, "tcp-read-with-token", auth)
+http(tcp, "tcp-wrap-init", wrap)
+http(tfo, "tcp-fast-open-with-token", auth)
+"#;
+
+fn no_route_serves_a_tree(uid: Option<u32>) {
+    let mut sb = Sandbox::new(AGENT_DEFAULT, uid);
+    std::fs::write(sb.host_path(&format!("{WORKSPACE}/probe.py")), PROBE).unwrap();
+    let port = sb.srv.addr.rsplit(':').next().unwrap().to_string();
+    let mark = sb.mark();
+    // Nested, as an agent's program would be; the token is handed in: a
+    // root tree might find it where a policy does not hide the state dir.
+    let f = sb.sh(&format!(
+        "(/usr/bin/python3 {WORKSPACE}/probe.py {} {port} {}); echo probe-rc=$?",
+        sb.srv.socket.display(),
+        sb.srv.token()
+    ));
+    assert!(f.stdout.contains("probe-rc=0"), "{f:?}");
+    for name in [
+        "unix-read",
+        "unix-wrap-init",
+        "unix-stream",
+        "tcp-read-with-token",
+        "tcp-wrap-init",
+        "tcp-fast-open-with-token",
+    ] {
+        let line = f
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}: ")))
+            .unwrap_or_else(|| panic!("no {name} line: {f:?}"));
+        assert!(
+            !line.contains("HTTP/1.1 2"),
+            "{name}: a tree was served: {line}\n{f:?}"
+        );
+    }
+    // No wrap-init came from the tree.
+    let inits = sb
+        .events()
+        .into_iter()
+        .filter(|e| e["type"] == "wrap_init" && e["id"].as_u64().is_some_and(|i| i > mark))
+        .count();
+    assert_eq!(inits, 1, "only the SDK command's own wrap-init: {f:?}");
+    // The server is fine and still supervising.
+    let f = sb.sh("(curl --version >/dev/null 2>&1); echo rc=$?");
+    assert!(f.stdout.contains("rc=126"), "{f:?}");
+}
+
+#[test]
+fn no_api_route_serves_a_tree_running_as_root() {
+    if !require_root("no_api_route_serves_a_tree_running_as_root") {
+        return;
+    }
+    no_route_serves_a_tree(None);
+}
+
+#[test]
+fn no_api_route_serves_a_tree_running_as_a_user() {
+    if !require_root("no_api_route_serves_a_tree_running_as_a_user") {
+        return;
+    }
+    no_route_serves_a_tree(Some(NOBODY));
+}
+
+/// Holds as many API connections as it can and keeps asking for more,
+/// wrap-inits and long-polls included, until killed.
+const FLOOD: &str = r#"
+import socket, sys, threading, time
+sock = sys.argv[1]
+body = b'{"agent_command":"/bin/sh","agent_args":[],"caller_uid":65534}'
+wrap = b"POST /api/v1/sessions/default/wrap-init HTTP/1.1\r\nHost: a\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+poll = b"GET /api/v1/sessions/default/events?wait=60 HTTP/1.1\r\nHost: a\r\n\r\n"
+held = []
+def hold():
+    while True:
+        try:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            s.connect(sock)
+            held.append(s)
+            if len(held) > 400:
+                held.pop(0).close()
+        except Exception:
+            time.sleep(0.01)
+def ask(req):
+    while True:
+        try:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            s.settimeout(70)
+            s.connect(sock)
+            s.send(req)
+            s.recv(65536)
+            s.close()
+        except Exception:
+            time.sleep(0.01)
+for t in [hold] * 2 + [lambda: ask(wrap)] * 4 + [lambda: ask(poll)] * 4:
+    threading.Thread(target=t, daemon=True).start()
+print("flooding", flush=True)
+time.sleep(3600)
+"#;
+
+#[test]
+fn a_flood_from_another_local_user_does_not_stop_supervision() {
+    if !require_root("a_flood_from_another_local_user_does_not_stop_supervision") {
+        return;
+    }
+    let srv = TestServer::start(
+        "name: p\ndefault: allow\ncommand_rules:\n  - {name: no-nested-curl, commands: [curl], context: [nested], decision: deny}\n",
+        "",
+    );
+    let ns = Namespace::new();
+    ns.install_shim(true);
+    ns.configure(&srv.url, "auto");
+    let mut sup = Supervisor::start(&ns, false);
+    let script = srv.dir.path().join("flood.py");
+    std::fs::write(&script, FLOOD).unwrap();
+    // Another local user, outside every tree: not the SDK, not a tree.
+    let mut flood = Command::new("/usr/bin/setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "/usr/bin/python3",
+        ])
+        .arg(&script)
+        .arg(&srv.socket)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the flood");
+    let mut first = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(flood.stdout.as_mut().unwrap()),
+        &mut first,
+    )
+    .unwrap();
+    assert_eq!(first.trim(), "flooding");
+    std::thread::sleep(Duration::from_secs(2));
+    let mut took = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        let f = sup.run(&sdk::tensorlake(
+            "echo pid=$$; curl --version >/dev/null 2>&1; echo curl-rc=$?",
+        ));
+        took.push(t.elapsed());
+        // Supervised (the nested curl is denied), not refused, not unsupervised.
+        assert_eq!(f.code, Some(0), "{f:?}\n{}", srv.log());
+        assert!(f.stdout.contains("curl-rc=126"), "{f:?}\n{}", srv.log());
+    }
+    let _ = flood.kill();
+    let _ = flood.wait();
+    // Figures for the reader, not assertions.
+    eprintln!("SDK commands under the flood took {took:?}");
+    assert!(
+        srv.log().contains("too many"),
+        "the flood never reached a per-peer limit: {}",
+        srv.log()
+    );
+}
+
+/// Runs in a tree, in the background, while the server is killed: tries to
+/// take the API socket's name and the TCP port every 10 ms for `secs`,
+/// writing what it managed to `out`.
+const IMPOSTOR: &str = r#"
+import os, socket, sys, time
+sock, port, out, secs = sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+won = set()
+end = time.time() + secs
+held = []
+while time.time() < end:
+    for kind, name in [(socket.SOCK_SEQPACKET, "unix-seqpacket"), (socket.SOCK_STREAM, "unix-stream")]:
+        try:
+            os.unlink(sock)
+            won.add("unlink")
+        except Exception:
+            pass
+        try:
+            s = socket.socket(socket.AF_UNIX, kind)
+            s.bind(sock)
+            s.listen(8)
+            held.append(s)
+            won.add(name)
+        except Exception:
+            pass
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind(("127.0.0.1", port))
+        s.listen(8)
+        held.append(s)
+        won.add("tcp-port")
+    except Exception:
+        pass
+    time.sleep(0.01)
+open(out, "w").write(" ".join(sorted(won)) + "\n")
+"#;
+
+#[test]
+fn a_tree_cannot_take_the_api_endpoint_while_the_server_restarts() {
+    if !require_root("a_tree_cannot_take_the_api_endpoint_while_the_server_restarts") {
+        return;
+    }
+    let mut sb = Sandbox::new(AGENT_DEFAULT, None);
+    std::fs::write(sb.host_path(&format!("{WORKSPACE}/impostor.py")), IMPOSTOR).unwrap();
+    let port = sb.srv.addr.rsplit(':').next().unwrap().to_string();
+    let out = format!("{WORKSPACE}/impostor.out");
+    // Started supervised; keeps running (no exec needed) after the server dies.
+    let f = sb.sh(&format!(
+        "(setsid /usr/bin/python3 {WORKSPACE}/impostor.py {} {port} {out} 6 </dev/null >{WORKSPACE}/impostor.log 2>&1 &); echo started",
+        sb.srv.socket.display()
+    ));
+    assert!(f.stdout.contains("started"), "{f:?}");
+    std::thread::sleep(Duration::from_millis(500));
+    sb.srv.kill();
+    // While it is down and the tree tries: the next SDK command is refused,
+    // never run by an impostor's wrapper.
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(700));
+        let f = sb.sh("echo ran-unsupervised");
+        assert_eq!(f.code, Some(126), "{f:?}");
+        assert!(!f.stdout.contains("ran-unsupervised"), "{f:?}");
+    }
+    let report = sb.host_path(&out);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !report.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the impostor never reported: {:?}",
+            std::fs::read_to_string(sb.host_path(&format!("{WORKSPACE}/impostor.log")))
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let won = std::fs::read_to_string(&report).unwrap();
+    for what in ["unlink", "unix-seqpacket", "unix-stream"] {
+        assert!(
+            !won.split_whitespace().any(|w| w == what),
+            "a tree managed to {what} at the API socket: {won}"
+        );
+    }
+    // The TCP port is an operator's listener the shim never uses: a tree
+    // binding it while the server is down gains nothing (documented).
+    eprintln!("impostor reached: {won:?}");
+    // Back: supervised again.
+    let ns_cmd = |p| sb.ns.command(p);
+    sb.srv.restart_with(ns_cmd);
+    let f = sb.sh("(curl --version >/dev/null 2>&1); echo rc=$?");
+    assert!(f.stdout.contains("rc=126"), "{f:?}");
+}
+
+#[test]
+fn the_server_ignores_stop_signals_from_a_filtered_process_and_obeys_others() {
+    if !require_root("the_server_ignores_stop_signals_from_a_filtered_process_and_obeys_others") {
+        return;
+    }
+    let mut srv = TestServer::start("name: p\ndefault: allow\n", "");
+    let pid = srv.pid();
+    // A sender carrying one seccomp filter more than the server (as a
+    // process reparented out of a tree would), aiming at every thread.
+    let tids: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let script = format!(
+        "import ctypes, os, signal\n\
+         libc = ctypes.CDLL(None, use_errno=True)\n\
+         libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS\n\
+         # a filter that allows everything: RET_ALLOW\n\
+         prog = (ctypes.c_uint64 * 1)(0x7fff000000000006)\n\
+         class F(ctypes.Structure): _fields_ = [('len', ctypes.c_ushort), ('filt', ctypes.c_void_p)]\n\
+         f = F(1, ctypes.addressof(prog))\n\
+         assert libc.prctl(22, 2, ctypes.byref(f), 0, 0) == 0, ctypes.get_errno()\n\
+         for t in {tids:?}:\n    \
+             for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):\n        \
+                 os.kill(int(t), s)  # kill(tid) signals the whole process\n\
+         print('sent')\n"
+    );
+    let out = Command::new("/usr/bin/python3")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("sent"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        srv.try_call("GET", "/healthz", None)
+            .is_ok_and(|(s, _)| s == 200),
+        "the server obeyed a signal from a filtered sender: {}",
+        srv.log()
+    );
+    assert!(srv.log().contains("signal from a supervised tree ignored"));
+    // The operator (no extra filter) stops it.
+    // SAFETY: kill has no memory preconditions.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGTERM) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while srv.try_call("GET", "/healthz", None).is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "SIGTERM from the operator ignored"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!srv.socket.exists(), "the socket is removed on a stop");
+    srv.kill();
+}
+
+#[test]
+fn live_trees_are_counted_per_session() {
+    if !require_root("live_trees_are_counted_per_session") {
+        return;
+    }
+    use agentsh_tests::relay::{spawn_wrapped, WrapOptions};
+    let srv = TestServer::start("name: p\ndefault: allow\n", "");
+    let trees = |srv: &TestServer| -> Vec<(String, u64)> {
+        srv.get_json("/api/v1/sessions")
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s["id"].as_str().unwrap().to_string(),
+                    s["trees"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let w = spawn_wrapped(
+        &srv.url,
+        "counted",
+        &["/bin/sleep", "3"],
+        &WrapOptions::default(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while trees(&srv) != [("counted".to_string(), 1)] {
+        assert!(
+            Instant::now() < deadline,
+            "never counted: {:?}",
+            trees(&srv)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (relay, _) = w.wait();
+    assert!(relay.is_ok());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while trees(&srv) != [("counted".to_string(), 0)] {
+        assert!(
+            Instant::now() < deadline,
+            "never forgotten: {:?}",
+            trees(&srv)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
