@@ -176,6 +176,7 @@ fn run_server(config: Option<PathBuf>) -> Result<(), String> {
     raise_fd_limit();
     let config_file = config;
     let config = Config::load(config_file.as_deref()).map_err(|e| e.to_string())?;
+    config.check_own_locations(config_file.as_deref())?;
     let policy = Policy::resolve(&config.policy, &config.policies_dir)
         .map_err(|e| format!("cannot load policy {:?}: {e}", config.policy))?;
     let audit = AuditLog::open(&config.audit.jsonl, config.audit.memory_events_per_session)
