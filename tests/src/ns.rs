@@ -202,6 +202,56 @@ impl Namespace {
         text
     }
 
+    /// Mounts a fresh tmpfs (mode 0755) on `target` inside the namespace, for
+    /// a workspace that leaves this machine's files alone. When the build's
+    /// binaries live beneath `target` (a checkout under `/srv`), their
+    /// directory is bind-mounted back at the same path on top of the tmpfs, so
+    /// [`bin`] paths keep working inside the namespace.
+    ///
+    /// Panics if a mount fails, or if the binaries are beneath `workspace`
+    /// itself: agentsh would then protect its own binaries inside the agent's
+    /// workspace (taking create rights on the workspace away from every tree).
+    pub fn mount_scratch(&self, target: &str, workspace: &str) {
+        let bins = bin("agentsh");
+        let bins = bins.parent().expect("the binaries' directory");
+        let bins = bins.canonicalize().unwrap_or_else(|_| bins.to_path_buf());
+        let target_real = Path::new(target)
+            .canonicalize()
+            .unwrap_or_else(|_| PathBuf::from(target));
+        assert!(
+            !bins.starts_with(workspace),
+            "the binaries are built under {workspace} ({}), the agent workspace of the demo and \
+             the tests: agentsh would protect them inside the workspace; check the repository out \
+             elsewhere (or set CARGO_TARGET_DIR)",
+            bins.display()
+        );
+        let keep = bins.starts_with(&target_real);
+        let stash = self.dir.path().join("kept-binaries");
+        let (b, s) = (bins.to_string_lossy(), stash.to_string_lossy());
+        let mut steps: Vec<Vec<&str>> = Vec::new();
+        if keep {
+            std::fs::create_dir_all(&stash).expect("create the stash mount point");
+            steps.push(vec!["/usr/bin/mount", "--bind", &b, &s]);
+        }
+        steps.push(vec![
+            "/usr/bin/mount",
+            "-t",
+            "tmpfs",
+            "-o",
+            "mode=0755",
+            "agentsh-scratch",
+            target,
+        ]);
+        if keep {
+            steps.push(vec!["/usr/bin/mkdir", "-p", &b]);
+            steps.push(vec!["/usr/bin/mount", "--move", &s, &b]);
+        }
+        for argv in steps {
+            let out = self.run(&argv, &[]);
+            assert!(out.status.success(), "{argv:?}: {out:?}");
+        }
+    }
+
     /// Writes `/etc/agentsh/shim.conf` inside the namespace, root-owned with `mode`.
     pub fn write_shim_conf(&self, text: &str, mode: u32) {
         let p = self.path("/etc/agentsh/shim.conf");

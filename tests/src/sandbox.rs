@@ -4,10 +4,12 @@
 //! commands, as root or as an ordinary user.
 //!
 //! The workspace is `/srv/ws` on a tmpfs mounted over `/srv` inside the
-//! namespace only; the server runs inside the namespace as well (as in a
-//! container, it sees the files of the trees it writes rulesets for). The server's files live under `/run/agentsh-tests`, not
-//! `/tmp`: agentsh never lets a tree create anything in a directory holding
-//! its state or audit log, and the tree needs a normal `/tmp`.
+//! namespace only (a checkout under `/srv` keeps its binaries reachable:
+//! [`Namespace::mount_scratch`]); the server runs inside the namespace as well
+//! (as in a container, it sees the files of the trees it writes rulesets for).
+//! The server's files live under `/run/agentsh-tests`, not `/tmp`: the server
+//! refuses to keep its state or audit log in a directory every tree must be
+//! able to write.
 
 use crate::ns::Namespace;
 use crate::sdk::{Finished, Spawn, Supervisor};
@@ -40,19 +42,7 @@ impl Sandbox {
     /// `on` mode, daemon running as `uid` (root when `None`).
     pub fn new(policy_yaml: &str, uid: Option<u32>) -> Sandbox {
         let ns = Namespace::new();
-        let out = ns.run(
-            &[
-                "/usr/bin/mount",
-                "-t",
-                "tmpfs",
-                "-o",
-                "mode=0755",
-                "agentsh-ws",
-                "/srv",
-            ],
-            &[],
-        );
-        assert!(out.status.success(), "mount tmpfs on /srv: {out:?}");
+        ns.mount_scratch("/srv", WORKSPACE);
         // The server runs in the namespace too, as it would in the same
         // container: it compiles each tree's ruleset from what it sees.
         let srv = TestServer::start_with(

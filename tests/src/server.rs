@@ -96,17 +96,20 @@ impl Drop for TempDir {
     }
 }
 
-/// Where a test server keeps its files by default. Not `/tmp`: agentsh keeps
-/// trees from writing or creating anything in a directory that holds its
-/// files, and it does so by granting each of that directory's other entries
-/// one by one (up to a limit). A server under `/tmp` would make the tests
-/// depend on what else `/tmp` holds; `/run` (as root) holds little.
+/// Where a test server keeps its files by default. Not `/tmp`: the server
+/// refuses to keep its files in a directory every supervised tree must be
+/// able to write (protecting them there would take create rights on it away
+/// from every tree). As root `/run/agentsh-tests`; otherwise beside the
+/// built binaries.
 pub fn server_base() -> PathBuf {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         PathBuf::from("/run/agentsh-tests")
     } else {
-        std::env::temp_dir()
+        bin("agentsh")
+            .parent()
+            .expect("the binaries' directory")
+            .join("agentsh-tests")
     }
 }
 

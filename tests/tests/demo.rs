@@ -37,3 +37,52 @@ fn the_demo_session_runs_and_shows_allowed_and_denied_steps() {
     );
     assert!(so.contains("were not touched"));
 }
+
+/// A checkout under `/srv` (where the demo and the test sandbox keep their
+/// workspace): the built binaries are bind-mounted at
+/// `/srv/checkout/target/debug` inside a private mount namespace whose `/srv`
+/// is a tmpfs (this machine's `/srv` is never written), and the demo runs
+/// from there.
+#[test]
+fn the_demo_runs_from_a_checkout_under_srv() {
+    if !require_root("the_demo_runs_from_a_checkout_under_srv") {
+        return;
+    }
+    let built = bin("agentsh-demo");
+    let built_dir = built.parent().expect("the binaries' directory");
+    let ns = agentsh_tests::ns::Namespace::new();
+    let checkout = "/srv/checkout/target/debug";
+    for argv in [
+        vec![
+            "/usr/bin/mount",
+            "-t",
+            "tmpfs",
+            "-o",
+            "mode=0755",
+            "checkout",
+            "/srv",
+        ],
+        vec!["/usr/bin/mkdir", "-p", checkout],
+        vec![
+            "/usr/bin/mount",
+            "--bind",
+            built_dir.to_str().expect("a UTF-8 path"),
+            checkout,
+        ],
+    ] {
+        let out = ns.run(&argv, &[]);
+        assert!(out.status.success(), "{argv:?}: {out:?}");
+    }
+    let out = ns
+        .command(format!("{checkout}/agentsh-demo"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run the demo inside the namespace");
+    let so = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{so}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(so.matches("-> as expected").count(), 5, "{so}");
+}

@@ -5,7 +5,7 @@
 //! the test that exercises it elsewhere).
 
 use agentsh_tests::ns::Namespace;
-use agentsh_tests::server::{bin, require_root, TempDir, TestServer};
+use agentsh_tests::server::{bin, require_root, server_base, TempDir, TestServer};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -809,7 +809,8 @@ fn every_command_in_readme_and_docs_is_run_or_listed() {
         return;
     }
     let srv = TestServer::start("default: allow\n", "");
-    let tmp = TempDir::new("docs-commands");
+    // Servers started here keep their files where the server accepts them.
+    let tmp = TempDir::new_in(&server_base(), "docs-commands");
     let mut used = BTreeSet::new();
     let mut failures = Vec::new();
     let mut n = 0;

@@ -32,6 +32,7 @@ pub fn run(config_file: Option<PathBuf>) -> Result<(), String> {
     signals::block_all()?;
     raise_fd_limit();
     let config = Config::load(config_file.as_deref()).map_err(|e| e.to_string())?;
+    config.check_own_locations(config_file.as_deref())?;
     let policy = Policy::resolve(&config.policy, &config.policies_dir)
         .map_err(|e| format!("cannot load policy {:?}: {e}", config.policy))?;
     let audit = AuditLog::open(&config.audit.jsonl, config.audit.memory_events_per_session)

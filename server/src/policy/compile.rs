@@ -8,7 +8,8 @@ use super::error::{Location, PolicyError};
 use super::locate::Source;
 use super::pattern::{CommandPattern, Matcher};
 use super::schema::{
-    CommandRuleDoc, ContextDoc, Decision, DepthKind, FileRule, NetworkRule, PolicyDoc, PortSet,
+    CommandRuleDoc, ContextDoc, Decision, DepthKind, FileRule, NetworkDirection, NetworkRule,
+    PolicyDoc, PortSet,
 };
 use super::Policy;
 use regex::{Regex, RegexBuilder};
@@ -189,11 +190,30 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
         check_file_rule(&ctx, index, rule, occurrence)?;
     }
 
+    // Rule names are unique by now: each refusal points at occurrence 0.
+    let refused = |section: &str, rule: &str, r: super::semantics::Refusal| {
+        ctx.rule_invalid(
+            section,
+            r.index,
+            rule,
+            0,
+            r.field,
+            r.value.as_deref(),
+            r.message,
+        )
+    };
+    super::semantics::check_file_rules(&file_rules)
+        .map_err(|r| refused("file_rules", &file_rules[r.index].name, r))?;
+
     let network_rules = doc.network_rules.unwrap_or_default();
     let mut seen = Seen::default();
     for (index, rule) in network_rules.iter().enumerate() {
         let occurrence = seen.add(&rule.name);
         check_network_rule(&ctx, index, rule, occurrence)?;
+    }
+    for direction in [NetworkDirection::Connect, NetworkDirection::Bind] {
+        super::semantics::tcp_ports(&network_rules, direction)
+            .map_err(|r| refused("network_rules", &network_rules[r.index].name, r))?;
     }
 
     let blocked_syscalls = doc.syscalls.map(|s| s.block).unwrap_or_default();

@@ -2,25 +2,30 @@
 //!
 //! Landlock is an allow-list: a handled right is denied everywhere except
 //! beneath a path a rule grants it on, and a grant always covers the whole
-//! subtree. So the compiler works per operation:
+//! subtree. So the compiler works per operation, by its kind
+//! ([`super::semantics`]):
 //!
 //! * an operation is *handled* when any file rule names it; `write`, `create`
-//!   and `delete` are always handled (self-protection, below). A handled
-//!   operation no rule grants is denied everywhere; an operation nothing
-//!   handles is not restricted (read stays open unless the policy names it);
-//! * every `allow` path is a grant. A `deny` path *strictly beneath* a grant is
-//!   carved out of it: the grant is replaced by grants on the grant's
-//!   children, recursively, minus the denied path. The carved directories
-//!   themselves get nothing (their own entries can then not be created,
-//!   removed or renamed), and an entry created in them later is not covered.
-//!   An allow beneath a deny is more specific and wins; at the same path,
-//!   deny wins;
+//!   and `delete` are always handled, and `read` when agentsh has state to
+//!   hide (self-protection, below). An operation nothing handles is not
+//!   restricted;
+//! * an allow-list operation (an `allow` names it) is granted beneath each
+//!   `allow` path; a handled operation no `allow` names (deny-only, or named
+//!   by no rule at all) is granted on `/`. Every `deny` path *strictly
+//!   beneath* a grant is carved out of it: the grant is replaced by grants on
+//!   the grant's children, recursively, minus the denied path. The carved
+//!   directories themselves get nothing (their own entries can then not be
+//!   created, removed or renamed), and an entry created in them later is not
+//!   covered. An allow beneath a deny is more specific and wins; at the same
+//!   path, deny wins;
 //! * paths are literal, or end in `/**` (the same thing for Landlock); other
 //!   globs are refused when the policy is loaded;
 //! * `${WORKSPACE}` comes from the server config, `${HOME}` from the caller
 //!   uid's passwd entry, `${TMPDIR}` is `/tmp` (the environment of the tree is
-//!   not trusted). A rule path whose variable has no value is skipped (that
-//!   only removes access) and reported.
+//!   not trusted). An `allow` path whose variable has no value is skipped
+//!   (that only removes access); a `deny` path whose variable has no value
+//!   leaves its operation granted nowhere (skipping it would add access).
+//!   Both are reported.
 //!
 //! Self-protection, whatever the policy says (threat: a tree, root included,
 //! that turns enforcement off for the next command): no write, create or
@@ -29,17 +34,25 @@
 //! filter exists, `/etc` (`ld.so.preload`, `shim.conf`), agentsh's binaries,
 //! policies, state and audit. Those are denials no allow can override. TCP
 //! connect to the API port is removed from every allow-list, but Landlock
-//! cannot deny one port while allowing all others: a policy that leaves
-//! connect open (no connect rule, or `ports: any` allowed) leaves the API port
-//! reachable, and the compiled summary says so (`api_port_reachable`).
+//! cannot deny one port while allowing all others (short of listing the
+//! 65,534 others, which the loader refuses as too costly per shell): a policy
+//! that leaves connect open (no connect rule, or `ports: any` allowed) leaves
+//! the API port reachable, and the compiled summary says so
+//! (`api_port_reachable`). When an explicit `allow` grant (not `/`) has to
+//! be split around a protected path, a warning names it.
 //! Signals and abstract unix sockets are always scoped to the tree, and any
 //! Landlock domain already stops ptrace of processes outside it.
 //!
 //! Failure modes: none at compile time; what cannot be expressed is left out
-//! in the stricter direction (a carve that cannot list a directory grants
-//! nothing there) and listed in [`CompiledLandlock::warnings`].
+//! in the stricter direction and listed in [`CompiledLandlock::warnings`]: a
+//! carve that cannot list a directory (or would grant more than
+//! [`MAX_CARVE_CHILDREN`] entries one by one) grants nothing there (also in
+//! [`CompiledLandlock::carve_failures`], which `agentsh policy check`
+//! reports), and a `deny` whose variable has no value for this tree makes its
+//! operation granted nowhere rather than everywhere.
 
-use super::schema::{Decision, FileOperation, NetworkDirection, NetworkRule, PortSet};
+use super::schema::{Decision, FileOperation, NetworkDirection, NetworkRule};
+use super::semantics::FileOpKind;
 use super::Policy;
 use agentsh_proto::{FsAccess, FsRule, LandlockCompat, LandlockConfig};
 use serde::{Deserialize, Serialize};
@@ -196,6 +209,8 @@ pub struct CompiledLandlock {
     pub config: LandlockConfig,
     pub summary: LandlockSummary,
     pub warnings: Vec<String>,
+    /// Grants that could not be carved (also among the warnings).
+    pub carve_failures: Vec<CarveFailure>,
 }
 
 fn access_of(op: FileOperation) -> FsAccess {
@@ -304,15 +319,37 @@ fn resolve(p: &str, fs: &dyn FsView) -> String {
     fs.canonical(p).unwrap_or_else(|| p.to_string())
 }
 
+/// A path an operation is granted beneath, and the file rule that granted
+/// it (`None`: the operation is open there because no allow restricts it).
+struct Grant {
+    path: String,
+    rule: Option<String>,
+}
+
 struct Deny {
     path: String,
     /// Self-protection: no allow overrides it, however specific.
     protected: bool,
+    /// The file rule that denied it (`None` for self-protection).
+    rule: Option<String>,
+}
+
+/// A directory a grant could not be carved in: nothing is granted beneath it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CarveFailure {
+    pub access: FsAccess,
+    pub dir: String,
+    /// How many entries it has (`None`: it could not be listed).
+    pub entries: Option<usize>,
+    /// The policy's denied paths beneath it, with their rules (empty when
+    /// only agentsh's own protection split it).
+    pub denied_by_policy: Vec<(String, String)>,
 }
 
 struct Carver<'a> {
     fs: &'a dyn FsView,
     warnings: Vec<String>,
+    failures: Vec<CarveFailure>,
     /// Directories split into their children (they keep no grant themselves).
     split: Vec<String>,
 }
@@ -332,59 +369,69 @@ impl Carver<'_> {
             out.push(p.to_string());
             return;
         }
-        match self.fs.children(p) {
-            None => self.warnings.push(format!(
-                "{what:?} on {p}: cannot list it to carve out a denied path; nothing granted there"
-            )),
-            Some(c) if c.len() > MAX_CARVE_CHILDREN => self.warnings.push(format!(
-                "{what:?} on {p}: {} entries is too many to carve out a denied path; \
-                 nothing granted there",
-                c.len()
-            )),
-            Some(children) => {
-                self.split.push(p.to_string());
-                for child in children {
-                    self.carve(&child, denies, what, out);
-                }
-            }
+        let children = self.fs.children(p);
+        let entries = children.as_ref().map(Vec::len);
+        if entries.is_none_or(|n| n > MAX_CARVE_CHILDREN) {
+            self.warnings.push(match entries {
+                None => format!(
+                    "{what:?} on {p}: cannot list it to carve out a denied path; nothing granted there"
+                ),
+                Some(n) => format!(
+                    "{what:?} on {p}: {n} entries is too many to carve out a denied path; \
+                     nothing granted there"
+                ),
+            });
+            self.failures.push(CarveFailure {
+                access: what,
+                dir: p.to_string(),
+                entries,
+                denied_by_policy: denies
+                    .iter()
+                    .filter(|d| d.path != p && at_or_beneath(&d.path, p))
+                    .filter_map(|d| d.rule.clone().map(|r| (d.path.clone(), r)))
+                    .collect(),
+            });
+            return;
+        }
+        self.split.push(p.to_string());
+        for child in children.unwrap_or_default() {
+            self.carve(&child, denies, what, out);
         }
     }
 }
 
 /// The TCP ports an allow-list keeps open for one direction, or `None` when
-/// the direction is not restricted. Rules are read in order, first match per
-/// port; `warnings` gets what Landlock cannot express.
+/// the direction is not restricted ([`super::semantics::tcp_ports`]). The
+/// loader refuses rules that mean "every port but these"; should such rules
+/// reach this point anyway, the direction is closed (fail closed) and
+/// `warnings` says why.
 pub fn tcp_ports(
     rules: &[NetworkRule],
     direction: NetworkDirection,
     warnings: &mut Vec<String>,
 ) -> Option<BTreeSet<u16>> {
-    let mut named = false;
-    let mut allowed: BTreeSet<u16> = BTreeSet::new();
-    let mut denied: BTreeSet<u16> = BTreeSet::new();
-    for r in rules.iter().filter(|r| r.direction == direction) {
-        named = true;
-        match (&r.ports, r.decision) {
-            (PortSet::List(ports), Decision::Allow) => {
-                allowed.extend(ports.iter().filter(|p| !denied.contains(*p)));
-            }
-            (PortSet::List(ports), _) => {
-                denied.extend(ports.iter().filter(|p| !allowed.contains(*p)));
-            }
-            (PortSet::Any, Decision::Allow) => {
-                if !denied.is_empty() {
-                    warnings.push(format!(
-                        "network rule {:?}: Landlock cannot deny single ports ({:?}) while \
-                         allowing all others; {direction:?} is left unrestricted",
-                        r.name, denied
-                    ));
-                }
-                return None;
-            }
-            (PortSet::Any, _) => break,
+    match super::semantics::tcp_ports(rules, direction) {
+        Ok(ports) => ports,
+        Err(r) => {
+            warnings.push(format!(
+                "network rule {:?}: {}; TCP {direction:?} is closed instead",
+                rules[r.index].name, r.message
+            ));
+            Some(BTreeSet::new())
         }
     }
-    named.then_some(allowed)
+}
+
+/// A protected path strictly beneath `grant` (other than `/`), if any: the
+/// grant will be split around it.
+fn split_by_protection<'a>(grant: &str, denies: &'a [Deny]) -> Option<&'a str> {
+    if grant == "/" {
+        return None;
+    }
+    denies
+        .iter()
+        .find(|d| d.protected && d.path != grant && at_or_beneath(&d.path, grant))
+        .map(|d| d.path.as_str())
 }
 
 /// Compiles the policy's file and network rules for one session.
@@ -404,70 +451,105 @@ pub fn compile(
         always.push((FsAccess::Read, protect.no_read.as_slice()));
     }
     let mut handled: BTreeSet<FsAccess> = always.iter().map(|(op, _)| *op).collect();
-    let mut grants: BTreeMap<FsAccess, Vec<String>> = BTreeMap::new();
+    let mut grants: BTreeMap<FsAccess, Vec<Grant>> = BTreeMap::new();
     let mut denies: BTreeMap<FsAccess, Vec<Deny>> = BTreeMap::new();
+    // Operations with a deny that names nothing resolvable: granted nowhere.
+    let mut unresolved: BTreeMap<FsAccess, String> = BTreeMap::new();
     for rule in policy.file_rules() {
         let ops: Vec<FsAccess> = rule.operations.iter().map(|o| access_of(*o)).collect();
         handled.extend(ops.iter().copied());
         for pattern in &rule.paths {
-            let path = match expand(pattern, vars) {
-                Ok(Some(p)) => resolve(&p, fs),
-                Ok(None) => {
-                    warnings.push(format!(
-                        "file rule {:?}: {pattern} skipped, its variable has no value \
-                         (set `workspace` in the config)",
-                        rule.name
-                    ));
-                    continue;
-                }
-                Err(e) => {
-                    warnings.push(format!("file rule {:?}: {e}; skipped", rule.name));
-                    continue;
-                }
-            };
-            for op in &ops {
-                match rule.decision {
-                    Decision::Allow => grants.entry(*op).or_default().push(path.clone()),
-                    Decision::Deny | Decision::Approve | Decision::Audit => {
-                        denies.entry(*op).or_default().push(Deny {
-                            path: path.clone(),
-                            protected: false,
-                        })
+            let why = match expand(pattern, vars) {
+                Ok(Some(p)) => {
+                    let path = resolve(&p, fs);
+                    for op in &ops {
+                        match rule.decision {
+                            Decision::Allow => grants.entry(*op).or_default().push(Grant {
+                                path: path.clone(),
+                                rule: Some(rule.name.clone()),
+                            }),
+                            Decision::Deny | Decision::Approve | Decision::Audit => {
+                                denies.entry(*op).or_default().push(Deny {
+                                    path: path.clone(),
+                                    protected: false,
+                                    rule: Some(rule.name.clone()),
+                                })
+                            }
+                        }
                     }
+                    continue;
+                }
+                Ok(None) => format!("{pattern}: its variable has no value"),
+                Err(e) => e,
+            };
+            if rule.decision == Decision::Allow {
+                // Skipping a grant only removes access.
+                warnings.push(format!(
+                    "file rule {:?}: {why}; skipped (set `workspace` in the config if it \
+                     names ${{WORKSPACE}})",
+                    rule.name
+                ));
+            } else {
+                for op in &ops {
+                    unresolved
+                        .entry(*op)
+                        .or_insert_with(|| format!("file rule {:?}: {why}", rule.name));
                 }
             }
         }
     }
-    let named: BTreeSet<FsAccess> = policy
-        .file_rules()
-        .iter()
-        .flat_map(|r| r.operations.iter().map(|o| access_of(*o)))
-        .collect();
-    for (op, protected) in always {
-        // An operation the policy does not restrict stays open, minus agentsh's own files.
-        if !named.contains(&op) {
-            grants.entry(op).or_default().push("/".into());
+    // An operation no allow names stays allowed on `/`, minus what is denied.
+    for op in super::semantics::FILE_OPERATIONS {
+        let a = access_of(op);
+        if handled.contains(&a)
+            && super::semantics::file_op_kind(policy.file_rules(), op) != FileOpKind::AllowList
+        {
+            grants.entry(a).or_default().push(Grant {
+                path: "/".into(),
+                rule: None,
+            });
         }
+    }
+    for (op, protected) in always {
         let d = denies.entry(op).or_default();
         for p in protected {
             d.push(Deny {
                 path: p.clone(),
                 protected: true,
+                rule: None,
             });
         }
+    }
+    // Fail closed: a deny that cannot be placed must not become "allowed everywhere".
+    for (op, why) in &unresolved {
+        grants.remove(op);
+        warnings.push(format!(
+            "{why}, so it cannot be denied: {op:?} is granted nowhere rather than everywhere"
+        ));
     }
 
     let mut carver = Carver {
         fs,
         warnings: Vec::new(),
+        failures: Vec::new(),
         split: Vec::new(),
     };
     let mut by_path: BTreeMap<String, BTreeSet<FsAccess>> = BTreeMap::new();
-    for (op, paths) in &grants {
+    for (op, list) in &grants {
         let d = denies.get(op).map(Vec::as_slice).unwrap_or_default();
         let mut out = Vec::new();
-        for p in paths {
-            carver.carve(p, d, *op, &mut out);
+        for g in list {
+            if let (Some(name), Some(inner)) = (&g.rule, split_by_protection(&g.path, d)) {
+                warnings.push(format!(
+                    "file rule {name:?}: {op:?} on {} is split around {inner}, which no tree \
+                     may change (agentsh's own or system files): {} and the directories down \
+                     to {inner} keep no {op:?} right of their own (nothing can be created in or \
+                     removed from them directly); keep agentsh's state and audit log outside \
+                     the directories trees work in",
+                    g.path, g.path
+                ));
+            }
+            carver.carve(&g.path, d, *op, &mut out);
         }
         for p in out {
             by_path.entry(p).or_default().insert(*op);
@@ -481,6 +563,7 @@ pub fn compile(
         }
     }
     warnings.append(&mut carver.warnings);
+    let carve_failures = std::mem::take(&mut carver.failures);
     if by_path.len() > MAX_FS_RULES {
         warnings.push(format!(
             "{} filesystem rules exceed {MAX_FS_RULES}; the rest are dropped",
@@ -551,6 +634,7 @@ pub fn compile(
         config,
         summary,
         warnings,
+        carve_failures,
     }
 }
 
@@ -795,6 +879,9 @@ mod tests {
                 ("/var/lib", &["agentsh", "apt"]),
                 ("/var/log", &["agentsh", "syslog"]),
                 ("/dev", &["null", "shm", "pts"]),
+                ("/home", &["u"]),
+                ("/home/u", &[".ssh", "notes", "proj"]),
+                ("/home/u/proj", &["README", "secret.txt", "src"]),
             ],
             &[("/bin", "/usr/bin"), ("/lib", "/usr/lib")],
         )
@@ -1093,61 +1180,227 @@ file_rules:
         assert!(!c.summary.api_port_reachable);
     }
 
-    #[test]
-    fn tcp_port_tables() {
-        use NetworkDirection::*;
-        let r = |ports: PortSet, direction, decision| NetworkRule {
-            name: "r".into(),
-            ports,
-            direction,
-            decision,
-        };
-        let list = |p: &[u16]| PortSet::List(p.to_vec());
-        let set = |p: &[u16]| Some(p.iter().copied().collect::<BTreeSet<u16>>());
-        let cases: Vec<(Vec<NetworkRule>, Option<BTreeSet<u16>>, bool)> = vec![
-            (vec![], None, false),
-            (vec![r(list(&[80]), Bind, Decision::Allow)], None, false),
-            (
-                vec![r(list(&[443]), Connect, Decision::Allow)],
-                set(&[443]),
-                false,
-            ),
-            (
-                vec![r(PortSet::Any, Connect, Decision::Deny)],
-                set(&[]),
-                false,
-            ),
-            (
-                vec![
-                    r(list(&[22]), Connect, Decision::Deny),
-                    r(list(&[22, 443]), Connect, Decision::Allow),
-                ],
-                set(&[443]),
-                false,
-            ),
-            (
-                vec![
-                    r(list(&[22]), Connect, Decision::Deny),
-                    r(PortSet::Any, Connect, Decision::Allow),
-                ],
-                None,
-                true,
-            ),
-            (
-                vec![
-                    r(list(&[443]), Connect, Decision::Allow),
-                    r(PortSet::Any, Connect, Decision::Deny),
-                    r(list(&[80]), Connect, Decision::Allow),
-                ],
-                set(&[443]),
-                false,
-            ),
-        ];
-        for (rules, want, warns) in cases {
-            let mut w = Vec::new();
-            assert_eq!(tcp_ports(&rules, Connect, &mut w), want, "{rules:?}");
-            assert_eq!(!w.is_empty(), warns, "{rules:?}: {w:?}");
+    /// What one compiled ruleset must grant (`true`) or withhold.
+    type Expect = (&'static str, FsAccess, bool);
+
+    fn check(what: &str, c: &CompiledLandlock, expect: &[Expect]) {
+        for (path, access, granted) in expect {
+            assert_eq!(
+                has(c, path, *access),
+                *granted,
+                "{what}: {access:?} on {path}: {:?}",
+                rules_of(c)
+            );
         }
+    }
+
+    #[test]
+    fn deny_only_operations_stay_allowed_everywhere_but_the_denied_paths() {
+        use FsAccess::*;
+        let fs = fake();
+        #[rustfmt::skip]
+        let cases: Vec<(&str, &str, Vec<Expect>)> = vec![
+            ("deny-only read: everything else readable, the state still not",
+             "- {name: s, paths: [/home/u/proj/secret.txt], operations: [read], decision: deny}",
+             vec![("/home/u/proj/secret.txt", Read, false), ("/home/u/proj/README", Read, true),
+                  ("/home/u/proj/src", Read, true), ("/home/u/notes", Read, true),
+                  ("/usr/bin", Read, true), ("/etc", Read, true), ("/var/lib/apt", Read, true),
+                  ("/var/lib/agentsh", Read, false), ("/", Read, false),
+                  ("/home/u/proj", Read, false),
+                  // Writes keep their default: open but for protected paths.
+                  ("/home/u/proj/secret.txt", Write, true), ("/etc", Write, false)]),
+            ("deny-only write: other files writable, protected paths still not",
+             "- {name: s, paths: [/home/u/proj/secret.txt], operations: [write], decision: deny}",
+             vec![("/home/u/proj/secret.txt", Write, false), ("/home/u/proj/README", Write, true),
+                  ("/tmp", Write, true), ("/home/u/notes", Write, true),
+                  ("/etc", Write, false), ("/usr/bin", Write, false),
+                  ("/var/lib/agentsh", Write, false),
+                  ("/home/u/proj", Create, true), ("/home/u/proj/secret.txt", Read, true)]),
+            ("deny-only create: nothing new beneath /tmp, elsewhere as before",
+             "- {name: s, paths: [/tmp/**], operations: [create], decision: deny}",
+             vec![("/tmp", Create, false), ("/home", Create, true), ("/var/cache", Create, true),
+                  ("/", Create, false), ("/etc", Create, false), ("/tmp", Write, true),
+                  ("/tmp", Delete, true)]),
+            ("deny-only delete: a directory's contents kept, its parent split",
+             "- {name: s, paths: [/home/u/.ssh/**], operations: [delete], decision: deny}",
+             vec![("/home/u/.ssh", Delete, false), ("/home/u/proj", Delete, true),
+                  ("/home/u", Delete, false), ("/tmp", Delete, true), ("/home/u/.ssh", Write, true)]),
+            ("deny-only execute: handled, open everywhere but the denied paths",
+             "- {name: s, paths: [/tmp/**, /dev/shm], operations: [execute], decision: deny}",
+             vec![("/tmp", Execute, false), ("/dev/shm", Execute, false),
+                  ("/usr/bin", Execute, true), ("/home/u/proj", Execute, true),
+                  ("/dev/null", Execute, true), ("/var/tmp", Execute, true)]),
+            ("allow + deny for one operation: an allow-list minus the deny",
+             "- {name: a, paths: [\"/home/u/proj/**\"], operations: [write], decision: allow}\n\
+              - {name: d, paths: [/home/u/proj/secret.txt], operations: [write], decision: deny}",
+             vec![("/home/u/proj/README", Write, true), ("/home/u/proj/secret.txt", Write, false),
+                  ("/tmp", Write, false), ("/home/u/notes", Write, false),
+                  ("/tmp", Create, true)]),
+            ("an allow-list for one operation, deny-only for another",
+             "- {name: a, paths: [\"/home/u/proj/**\"], operations: [write], decision: allow}\n\
+              - {name: d, paths: [/home/u/proj/secret.txt], operations: [read], decision: deny}",
+             vec![("/home/u/proj/README", Write, true), ("/tmp", Write, false),
+                  ("/home/u/proj/secret.txt", Read, false), ("/tmp", Read, true),
+                  ("/home/u/proj/README", Read, true)]),
+            ("allow everything, deny a tree, allow an exception beneath it",
+             "- {name: a, paths: [\"/**\"], operations: [read], decision: allow}\n\
+              - {name: d, paths: [\"/home/u/proj/**\"], operations: [read], decision: deny}\n\
+              - {name: e, paths: [/home/u/proj/README], operations: [read], decision: allow}",
+             vec![("/home/u/proj/README", Read, true), ("/home/u/proj/secret.txt", Read, false),
+                  ("/home/u/proj/src", Read, false), ("/usr", Read, true),
+                  ("/var/lib/agentsh", Read, false)]),
+            ("deny-only beside self-protection: both carved out of /var/lib",
+             "- {name: s, paths: [/var/lib/apt], operations: [read, write], decision: deny}",
+             vec![("/var/lib/apt", Read, false), ("/var/lib/agentsh", Read, false),
+                  ("/var/cache", Read, true), ("/var/log/syslog", Read, true),
+                  ("/var/lib/apt", Write, false), ("/var/lib/agentsh", Write, false),
+                  ("/var/cache", Write, true), ("/var/log/agentsh", Write, false)]),
+            ("an allow cannot reopen a protected path; deny-only beside it",
+             "- {name: a, paths: [\"/var/lib/agentsh/**\", \"/etc/**\"], operations: [read, write], decision: allow}\n\
+              - {name: d, paths: [/home/u/notes], operations: [delete], decision: deny}",
+             vec![("/var/lib/agentsh", Read, false), ("/etc", Read, true), ("/usr", Read, false),
+                  ("/var/lib/agentsh", Write, false), ("/etc", Write, false),
+                  ("/home/u/proj", Delete, true), ("/home/u", Delete, false),
+                  ("/var/lib/agentsh", Delete, false), ("/etc", Delete, false)]),
+        ];
+        for (what, rules, expect) in cases {
+            let c = compile(
+                &pol(&format!("default: allow\nfile_rules:\n{rules}\n")),
+                &vars(),
+                &protect(&fs),
+                LandlockCompat::BestEffort,
+                &fs,
+            );
+            check(what, &c, &expect);
+            assert!(
+                c.carve_failures.is_empty(),
+                "{what}: {:?}",
+                c.carve_failures
+            );
+        }
+    }
+
+    #[test]
+    fn split_directories_keep_only_a_listing_for_read() {
+        let fs = fake();
+        let c = compile(
+            &pol("default: allow\nfile_rules:\n- {name: s, paths: [/home/u/proj/secret.txt], operations: [read], decision: deny}\n"),
+            &vars(),
+            &protect(&fs),
+            LandlockCompat::BestEffort,
+            &fs,
+        );
+        let r = rules_of(&c);
+        for split in ["/", "/home", "/home/u", "/home/u/proj"] {
+            let a = r.get(split).cloned().unwrap_or_default();
+            assert!(
+                a.contains(&FsAccess::List) && !a.contains(&FsAccess::Read),
+                "{split}: {r:?}"
+            );
+        }
+        assert!(c.config.handled_fs.contains(&FsAccess::Read));
+        assert!(!c.config.handled_fs.contains(&FsAccess::Execute));
+    }
+
+    #[test]
+    fn a_deny_whose_variable_is_unset_grants_its_operation_nowhere() {
+        let fs = fake();
+        let v = SessionVars {
+            workspace: None,
+            ..vars()
+        };
+        let c = compile(
+            &pol("default: allow\nfile_rules:\n- {name: s, paths: [\"${WORKSPACE}/.env\"], operations: [read], decision: deny}\n"),
+            &v,
+            &protect(&fs),
+            LandlockCompat::BestEffort,
+            &fs,
+        );
+        assert!(
+            !c.config
+                .fs_rules
+                .iter()
+                .any(|r| r.access.contains(&FsAccess::Read)),
+            "{:?}",
+            rules_of(&c)
+        );
+        assert!(c.config.handled_fs.contains(&FsAccess::Read));
+        assert!(
+            c.warnings.iter().any(|w| w.contains("granted nowhere")),
+            "{:?}",
+            c.warnings
+        );
+        // Writes are untouched by it.
+        assert!(has(&c, "/tmp", FsAccess::Write));
+    }
+
+    #[test]
+    fn a_denied_path_in_a_directory_too_big_to_carve_is_reported() {
+        let mut fs = fake();
+        let many: Vec<String> = (0..300).map(|i| format!("/usr/share/f{i}")).collect();
+        fs.dirs.insert("/usr/share".into(), many);
+        let c = compile(
+            &pol("default: allow\nfile_rules:\n- {name: no-f7, paths: [/usr/share/f7], operations: [read], decision: deny}\n- {name: no-curl, paths: [/usr/bin/curl], operations: [execute], decision: deny}\n"),
+            &vars(),
+            &protect(&fs),
+            LandlockCompat::BestEffort,
+            &fs,
+        );
+        let f = &c.carve_failures;
+        assert_eq!(f.len(), 2, "{f:?}");
+        assert_eq!(
+            (f[0].access, f[0].dir.as_str(), f[0].entries),
+            (FsAccess::Read, "/usr/share", Some(300))
+        );
+        assert_eq!(
+            f[0].denied_by_policy,
+            vec![("/usr/share/f7".into(), "no-f7".into())]
+        );
+        // /usr/bin cannot be listed (the fake does not know it).
+        assert_eq!(
+            (f[1].access, f[1].dir.as_str(), f[1].entries),
+            (FsAccess::Execute, "/usr/bin", None)
+        );
+        // Stricter, never looser: nothing granted beneath them.
+        assert!(!has(&c, "/usr/share/f8", FsAccess::Read));
+        assert!(!has(&c, "/usr/bin/ls", FsAccess::Execute));
+        assert!(has(&c, "/usr/lib", FsAccess::Execute));
+    }
+
+    #[test]
+    fn an_allow_split_around_agentshs_files_is_named_in_a_warning() {
+        let fs = fake();
+        let own = SelfProtection::new(&[Path::new("/home/u/proj/src")], &[], None, &fs);
+        let c = compile(
+            &pol("default: allow\nfile_rules:\n- {name: ws, paths: [\"${WORKSPACE}/**\"], operations: [create], decision: allow}\n"),
+            &vars(),
+            &own,
+            LandlockCompat::BestEffort,
+            &fs,
+        );
+        assert!(has(&c, "/home/u/proj/README", FsAccess::Create));
+        assert!(!has(&c, "/home/u/proj", FsAccess::Create));
+        assert!(
+            c.warnings
+                .iter()
+                .any(|w| w.contains("file rule \"ws\"")
+                    && w.contains("split around /home/u/proj/src")),
+            "{:?}",
+            c.warnings
+        );
+        // The implicit grant on / is split too, and that is no news.
+        let c = compile(
+            &pol("default: allow\n"),
+            &vars(),
+            &own,
+            LandlockCompat::BestEffort,
+            &fs,
+        );
+        assert!(
+            c.warnings.iter().all(|w| !w.contains("split around")),
+            "{:?}",
+            c.warnings
+        );
     }
 
     #[test]

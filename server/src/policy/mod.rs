@@ -2,7 +2,8 @@
 //!
 //! A policy is a YAML file (one per name under `/etc/agentsh/policies/`):
 //! `command_rules` decide every `execve` the supervisor traps, `file_rules`
-//! and `network_rules` are for Landlock, `syscalls.block` extends the seccomp
+//! and `network_rules` are for Landlock (what they mean: `semantics`; how
+//! they compile: `landlock`), `syscalls.block` extends the seccomp
 //! blocklist, and `default` decides an exec no rule matches. The file is
 //! parsed strictly (unknown keys are errors, so a typo cannot silently turn a
 //! rule off), validated, and compiled once into a [`Policy`]; after that,
@@ -27,6 +28,7 @@ pub mod landlock;
 mod locate;
 mod pattern;
 mod schema;
+pub mod semantics;
 mod wrappers;
 
 #[cfg(test)]
@@ -213,6 +215,30 @@ impl Policy {
              files are always denied)",
             self.file_rules.len()
         );
+        for op in semantics::FILE_OPERATIONS {
+            let paths = |d: Decision| {
+                self.file_rules
+                    .iter()
+                    .filter(|r| r.decision == d && r.operations.contains(&op))
+                    .flat_map(|r| r.paths.iter().map(String::as_str))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let (allowed, denied) = (paths(Decision::Allow), paths(Decision::Deny));
+            let text = match semantics::file_op_kind(&self.file_rules, op) {
+                semantics::FileOpKind::Open => "not restricted by the policy".to_string(),
+                semantics::FileOpKind::AllowList if denied.is_empty() => {
+                    format!("allowed only beneath {allowed}")
+                }
+                semantics::FileOpKind::AllowList => {
+                    format!("allowed only beneath {allowed}, except beneath {denied}")
+                }
+                semantics::FileOpKind::DenyList => {
+                    format!("allowed everywhere except beneath {denied} (deny-only)")
+                }
+            };
+            let _ = writeln!(s, "    {}: {text}", semantics::op_name(op));
+        }
         let _ = writeln!(s, "  network_rules: {}", self.network_rules.len());
         let mut warnings = Vec::new();
         for (what, dir) in [
@@ -253,8 +279,58 @@ pub fn shipped(name: &str) -> Option<&'static str> {
 
 /// For `agentsh policy check FILE`: the summary, or the error to print.
 ///
+/// Besides loading it, compiles its Landlock rules on this machine's
+/// filesystem (with the default config's self-protection, for the calling
+/// uid): a denied path that cannot be carved out here (its directory is too
+/// big or unreadable, so its operation would be granted nowhere beneath that
+/// directory) is an error saying what to write instead.
+///
 /// # Errors
-/// Any error of [`Policy::load`].
+/// Any error of [`Policy::load`], or `Invalid` for such a path.
 pub fn check_file(path: &Path) -> Result<String, PolicyError> {
-    Policy::load(path).map(|p| p.summary())
+    let policy = Policy::load(path)?;
+    carvable_here(&policy)?;
+    Ok(policy.summary())
+}
+
+fn carvable_here(policy: &Policy) -> Result<(), PolicyError> {
+    let config = crate::config::Config::default();
+    let ruleset =
+        landlock::SessionLandlock::for_server(std::sync::Arc::new(policy.clone()), &config, None);
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let compiled = ruleset.compile(uid);
+    let Some((failure, (denied, rule))) = compiled
+        .carve_failures
+        .iter()
+        .find_map(|f| f.denied_by_policy.first().map(|d| (f, d)))
+    else {
+        return Ok(());
+    };
+    let op = format!("{:?}", failure.access).to_lowercase();
+    let dir = &failure.dir;
+    let why = match failure.entries {
+        Some(n) => format!(
+            "it has {n} entries and at most {} are granted one by one (each is a rule every \
+             shell pays for)",
+            landlock::MAX_CARVE_CHILDREN
+        ),
+        None => "it cannot be listed".to_string(),
+    };
+    let program = Path::new(denied)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Err(PolicyError::Invalid {
+        origin: policy.origin().to_string(),
+        location: None,
+        rule: Some(rule.clone()),
+        message: format!(
+            "file_rules {rule:?}: on this machine, denying {op} on {denied} means granting {op} \
+             on every other entry of {dir}, and {why}: {op} would be granted nowhere beneath \
+             {dir}. Deny the whole directory (\"{dir}/**\") or a path in a smaller one instead; \
+             to keep a program from running, deny it with a command rule \
+             (`commands: [{program}]`, `decision: deny`)"
+        ),
+    })
 }

@@ -215,10 +215,10 @@ impl<'de> Deserialize<'de> for PortSet {
 
 /// One `network_rules` entry, validated but not yet compiled to Landlock.
 ///
-/// Meaning (as Landlock enforces TCP): a direction that any rule names is
-/// restricted, and only the ports an `allow` rule lists (first matching
-/// rule per port) stay usable; a direction no rule names is unrestricted.
-/// `ports: any` with `deny` therefore closes that direction entirely.
+/// Meaning (as Landlock enforces TCP, see `semantics::tcp_ports`): a
+/// direction no rule names is unrestricted; once an `allow` lists ports,
+/// only those stay usable (first matching rule per port); `ports: any` with
+/// `deny` closes the rest. "Every port but these" is refused at load.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NetworkRule {

@@ -2,6 +2,7 @@
 //! and evaluation (no kernel; only `resolve` touches a scratch directory).
 
 use super::*;
+use std::collections::BTreeSet;
 
 const TEST_POLICY: &str = r#"
 name: test
@@ -699,4 +700,194 @@ fn policy_is_shared_across_supervisor_threads() {
     fn shareable<T: Send + Sync + 'static>() {}
     shareable::<Policy>();
     shareable::<Verdict>();
+}
+
+/// Rules as YAML list items under `file_rules:`.
+fn file_rules(items: &str) -> Vec<FileRule> {
+    policy(&format!("default: allow\nfile_rules:\n{items}\n"))
+        .file_rules()
+        .to_vec()
+}
+
+#[test]
+fn each_file_operation_is_open_an_allow_list_or_a_deny_list() {
+    use semantics::FileOpKind::*;
+    use FileOperation::*;
+    #[rustfmt::skip]
+    let cases: &[(&str, &[(FileOperation, semantics::FileOpKind)])] = &[
+        ("- {name: d, paths: [/s], operations: [read], decision: deny}",
+         &[(Read, DenyList), (Write, Open), (Execute, Open)]),
+        ("- {name: a, paths: [/w/**], operations: [write], decision: allow}",
+         &[(Write, AllowList), (Read, Open), (Create, Open)]),
+        ("- {name: a, paths: [/w/**], operations: [write], decision: allow}\n- {name: d, paths: [/w/x], operations: [write, delete], decision: deny}",
+         &[(Write, AllowList), (Delete, DenyList)]),
+        // Decided from the rules as written: an allow whose variable may be
+        // unset still makes an allow-list (never "everything").
+        ("- {name: a, paths: [\"${WORKSPACE}/**\"], operations: [execute], decision: allow}\n- {name: d, paths: [/tmp/**], operations: [execute], decision: deny}",
+         &[(Execute, AllowList)]),
+        ("- {name: d, paths: [/tmp/**], operations: [create, execute], decision: deny}",
+         &[(Create, DenyList), (Execute, DenyList), (Read, Open)]),
+    ];
+    for (items, want) in cases {
+        let rules = file_rules(items);
+        for (op, kind) in *want {
+            assert_eq!(
+                semantics::file_op_kind(&rules, *op),
+                *kind,
+                "{op:?} under {items}"
+            );
+        }
+    }
+}
+
+#[test]
+fn tcp_port_tables() {
+    use NetworkDirection::*;
+    let r = |ports: PortSet, direction, decision| NetworkRule {
+        name: "r".into(),
+        ports,
+        direction,
+        decision,
+    };
+    let list = |p: &[u16]| PortSet::List(p.to_vec());
+    let only = |p: &[u16]| Ok(Some(p.iter().copied().collect::<BTreeSet<u16>>()));
+    type Want = Result<Option<BTreeSet<u16>>, &'static str>;
+    let cases: Vec<(NetworkDirection, Vec<NetworkRule>, Want)> = vec![
+        // No rule: unrestricted.
+        (Connect, vec![], Ok(None)),
+        // A rule for bind leaves connect open.
+        (
+            Connect,
+            vec![r(list(&[80]), Bind, Decision::Allow)],
+            Ok(None),
+        ),
+        (
+            Bind,
+            vec![r(list(&[80]), Bind, Decision::Allow)],
+            only(&[80]),
+        ),
+        (
+            Connect,
+            vec![r(list(&[443]), Connect, Decision::Allow)],
+            only(&[443]),
+        ),
+        // `any` + deny closes the direction.
+        (
+            Connect,
+            vec![r(PortSet::Any, Connect, Decision::Deny)],
+            only(&[]),
+        ),
+        (
+            Connect,
+            vec![r(PortSet::Any, Connect, Decision::Allow)],
+            Ok(None),
+        ),
+        // Once an allow names ports, an allow-list (first match per port).
+        (
+            Connect,
+            vec![
+                r(list(&[22]), Connect, Decision::Deny),
+                r(list(&[22, 443]), Connect, Decision::Allow),
+            ],
+            only(&[443]),
+        ),
+        (
+            Connect,
+            vec![
+                r(list(&[443]), Connect, Decision::Allow),
+                r(PortSet::Any, Connect, Decision::Deny),
+                r(list(&[80]), Connect, Decision::Allow),
+            ],
+            only(&[443]),
+        ),
+        // "Every port but these": refused, with the allow-list to write.
+        (
+            Connect,
+            vec![r(list(&[9]), Connect, Decision::Deny)],
+            Err("denies TCP connect to port 9 and no rule allows any port"),
+        ),
+        (
+            Bind,
+            vec![r(list(&[9, 25]), Bind, Decision::Deny)],
+            Err("denies TCP bind to ports 9, 25"),
+        ),
+        (
+            Connect,
+            vec![
+                r(list(&[22]), Connect, Decision::Deny),
+                r(PortSet::Any, Connect, Decision::Allow),
+            ],
+            Err("allows TCP connect to every port except port 22"),
+        ),
+    ];
+    for (dir, rules, want) in cases {
+        match (semantics::tcp_ports(&rules, dir), want) {
+            (Ok(got), Ok(want)) => assert_eq!(got, want, "{rules:?}"),
+            (Err(e), Err(frag)) => {
+                assert!(e.message.contains(frag), "{rules:?}: {}", e.message);
+                assert!(
+                    e.message
+                        .contains("decision: allow}` (every port not listed is closed"),
+                    "{}",
+                    e.message
+                );
+            }
+            (got, want) => panic!("{rules:?}: got {got:?}, want {want:?}"),
+        }
+    }
+}
+
+#[test]
+fn rules_landlock_cannot_enforce_are_refused_with_what_to_write() {
+    #[rustfmt::skip]
+    let cases: &[(&str, usize, &[&str])] = &[
+        // (policy after `default: allow`, line of the error, message fragments)
+        ("network_rules:\n  - name: no-discard\n    ports: [9]\n    direction: connect\n    decision: deny\n",
+         6, &["network_rules[0] \"no-discard\"", "no rule allows any port",
+              "ports: [80, 443], direction: connect, decision: allow", "every port not listed is closed"]),
+        ("network_rules:\n  - {name: no-ssh, ports: [22], direction: connect, decision: deny}\n  - {name: rest, ports: any, direction: connect, decision: allow}\n",
+         4, &["network_rules[1] \"rest\"", "every port except port 22 (denied by \"no-ssh\")"]),
+        ("file_rules:\n  - {name: scratch, paths: [/tmp/ok/**], operations: [write], decision: allow}\n  - {name: no-tmp, paths: [/tmp/**], operations: [write], decision: deny}\n",
+         3, &["file_rules[0] \"scratch\"", "allows write only beneath paths that file rule \"no-tmp\" denies",
+              "add \"/**\" to this rule's paths"]),
+        ("file_rules:\n  - {name: same, paths: [/x], operations: [read], decision: allow}\n  - {name: no-x, paths: [/x/**], operations: [read], decision: deny}\n",
+         3, &["file_rules[0] \"same\"", "read would be denied everywhere else"]),
+        ("file_rules:\n  - name: env\n    paths: [/proc/self/environ]\n    operations: [read]\n    decision: deny\n",
+         4, &["file_rules[0] \"env\"", "cannot be denied on its own", "Deny \"/proc/**\" as a whole"]),
+    ];
+    for (text, line, frags) in cases {
+        let err = Policy::from_yaml(&format!("default: allow\n{text}"), "p.yaml").unwrap_err();
+        let shown = err.to_string();
+        assert_eq!(err.line(), Some(*line), "{shown}");
+        for f in *frags {
+            assert!(shown.contains(f), "{f}\n{shown}");
+        }
+    }
+    // Expressible neighbours load.
+    for ok in [
+        "file_rules:\n  - {name: all, paths: [\"/**\"], operations: [write], decision: allow}\n  - {name: no-tmp, paths: [/tmp/**], operations: [write], decision: deny}\n  - {name: ok, paths: [/tmp/ok/**], operations: [write], decision: allow}\n",
+        "file_rules:\n  - {name: none, paths: [\"/**\"], operations: [read], decision: deny}\n  - {name: ws, paths: [/w/**], operations: [read], decision: allow}\n",
+        "file_rules:\n  - {name: no-proc, paths: [\"/proc/**\"], operations: [read], decision: deny}\n  - {name: own, paths: [\"/proc/self/**\"], operations: [write], decision: allow}\n",
+        "file_rules:\n  - {name: d, paths: [/srv/ws/secret.txt], operations: [read], decision: deny}\n",
+        "network_rules:\n  - {name: no-listen, ports: any, direction: bind, decision: deny}\n  - {name: https, ports: [443], direction: connect, decision: allow}\n  - {name: no-ssh, ports: [22], direction: connect, decision: deny}\n",
+    ] {
+        let text = format!("default: allow\n{ok}");
+        Policy::from_yaml(&text, "p.yaml").unwrap_or_else(|e| panic!("{e}\n{text}"));
+    }
+}
+
+#[test]
+fn the_summary_says_what_each_file_operation_means() {
+    let s = policy(
+        "default: allow\nfile_rules:\n  - {name: no-secret, paths: [/srv/ws/secret.txt], operations: [read], decision: deny}\n  - {name: ws, paths: [\"${WORKSPACE}/**\"], operations: [write], decision: allow}\n  - {name: ro, paths: [\"${WORKSPACE}/.git/**\"], operations: [write], decision: deny}\n",
+    )
+    .summary();
+    for needle in [
+        "read: allowed everywhere except beneath /srv/ws/secret.txt (deny-only)",
+        "write: allowed only beneath ${WORKSPACE}/**, except beneath ${WORKSPACE}/.git/**",
+        "execute: not restricted by the policy",
+        "create: not restricted by the policy",
+    ] {
+        assert!(s.contains(needle), "{needle}\n{s}");
+    }
 }

@@ -125,21 +125,8 @@ fn run() -> Result<(), String> {
     let host_sh = host_sh_fingerprint();
     println!("== a sandbox: private mount namespace, shim as /bin/sh and /bin/bash, workspace {WORKSPACE}");
     let ns = Namespace::new();
-    let out = ns.run(
-        &[
-            "/usr/bin/mount",
-            "-t",
-            "tmpfs",
-            "-o",
-            "mode=0755",
-            "agentsh-ws",
-            "/srv",
-        ],
-        &[],
-    );
-    if !out.status.success() {
-        return Err(format!("cannot mount a tmpfs on /srv: {out:?}"));
-    }
+    // A checkout under /srv keeps its binaries reachable (see mount_scratch).
+    ns.mount_scratch("/srv", WORKSPACE);
     std::fs::create_dir_all(ns.path(WORKSPACE)).map_err(|e| format!("workspace: {e}"))?;
     let srv = TestServer::start_on_default_policy(
         &server_base(),
