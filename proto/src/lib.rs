@@ -9,6 +9,7 @@
 //! The crate stays dependency-light (serde, serde_json, libc) because the shim
 //! links it and the shim runs for every shell in the container.
 
+pub mod bpf;
 pub mod env;
 pub mod handoff;
 pub mod install;
