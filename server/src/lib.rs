@@ -9,6 +9,7 @@ pub mod api;
 pub mod approval;
 pub mod audit;
 pub mod config;
+pub mod filter;
 pub mod intake;
 pub mod lifecycle;
 pub mod policy;
