@@ -25,7 +25,10 @@ pub struct Api {
     pub sessions: Sessions,
     pub audit: Arc<AuditLog>,
     pub supervisor: Arc<SupervisorContext>,
+    /// Flags and deadlines of every tree's config (its filter comes from `filters`).
     pub seccomp_config: SeccompConfig,
+    /// Compiles (and caches) each tree's seccomp program.
+    pub filters: crate::filter::Filters,
     pub policy_name: String,
     /// Compiles the policy's Landlock part per wrap-init (workspace, caller's home).
     pub landlock: crate::policy::landlock::SessionLandlock,
@@ -185,7 +188,18 @@ fn wrap_init(api: &Api, sid: &str, body: WrapInitRequest) -> Response<std::io::C
     };
     session.wrap_inits.fetch_add(1, Ordering::Relaxed);
     let mut seccomp_config = api.seccomp_config.clone();
-    let landlock = api.landlock.compile(body.caller_uid);
+    let mut landlock = api.landlock.compile(body.caller_uid);
+    crate::policy::landlock::cap_abi(&mut landlock, api.config.landlock.cap());
+    // The SDK daemon's pid and the tree's process group come from the peer of
+    // wrap-init once it is a unix socket; until then the server protects itself.
+    let filter = match api.filters.for_tree(None, None) {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::error!("wrap-init: {e}");
+            return error(500, e.to_string());
+        }
+    };
+    seccomp_config.filter = filter.encoded.clone();
     let compiled_us = started.elapsed().as_micros() as u64;
     for w in &landlock.warnings {
         tracing::warn!(session = %session.id, uid = body.caller_uid, "landlock: {w}");
@@ -208,6 +222,7 @@ fn wrap_init(api: &Api, sid: &str, body: WrapInitRequest) -> Response<std::io::C
             notify_socket: notify_socket.clone(),
             policy: api.policy_name.clone(),
             landlock: Some(landlock.summary),
+            seccomp: Some(filter.summary.clone()),
         }),
     );
     let resp = WrapInitResponse {

@@ -60,6 +60,10 @@ pub struct WrapInitEvent {
     /// is in unixwrap's log: it may be less under `best_effort`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub landlock: Option<crate::policy::landlock::LandlockSummary>,
+    /// The seccomp program the tree got: its size, how signals are guarded
+    /// and which processes are protected.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub seccomp: Option<crate::filter::FilterSummary>,
 }
 
 /// One tree whose notify fd the server took over (or refused).

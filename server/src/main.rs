@@ -4,6 +4,7 @@ use agentsh::api::{self, Api};
 use agentsh::approval::{self, Approvals};
 use agentsh::audit::AuditLog;
 use agentsh::config::{Config, CONFIG_HELP, EMBEDDED_CONFIG};
+use agentsh::filter::Filters;
 use agentsh::lifecycle;
 use agentsh::policy::landlock::SessionLandlock;
 use agentsh::policy::{self, Policy};
@@ -186,12 +187,8 @@ fn run_server(config: Option<PathBuf>) -> Result<(), String> {
             )
         })?;
     let audit = Arc::new(audit);
-    let mut seccomp_config = SeccompConfig::with_base_blocklist();
-    for name in policy.blocked_syscalls() {
-        if !seccomp_config.blocked_syscalls.contains(name) {
-            seccomp_config.blocked_syscalls.push(name.clone());
-        }
-    }
+    let filters = Filters::new(policy.blocked_syscalls(), config.landlock.effective_abi())
+        .map_err(|e| format!("policy {:?}: {e}", config.policy))?;
     let policy_name = policy.name().to_string();
     let policy = Arc::new(policy);
     let landlock = SessionLandlock::for_server(policy.clone(), &config, config_file.as_deref());
@@ -228,7 +225,8 @@ fn run_server(config: Option<PathBuf>) -> Result<(), String> {
         sessions: Sessions::default(),
         audit,
         supervisor,
-        seccomp_config,
+        seccomp_config: SeccompConfig::default(),
+        filters,
         policy_name,
         landlock,
     });

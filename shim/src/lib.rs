@@ -265,7 +265,7 @@ mod tests {
         WrapInitResponse {
             wrapper_binary: "/usr/lib/agentsh/agentsh-unixwrap".into(),
             notify_socket: "/run/agentsh/n.sock".into(),
-            seccomp_config: SeccompConfig::with_base_blocklist(),
+            seccomp_config: SeccompConfig::default(),
             wrapper_env: [("AGENTSH_SECCOMP_CONFIG".to_string(), "{}".to_string())].into(),
         }
     }

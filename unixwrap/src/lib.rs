@@ -3,7 +3,8 @@
 //!
 //! The shim execs unixwrap in place (same pid as the shell the SDK spawned), so
 //! everything here happens in the process the SDK tracks. The sequence:
-//! resolve the command → load the filter (raw `seccomp(2)`, NEW_LISTENER) →
+//! resolve the command → load the filter the server compiled (raw
+//! `seccomp(2)`, NEW_LISTENER) →
 //! send the notify fd up fd 3 → wait for the ACK → close every copy of the
 //! notify fd, reap the relay → Landlock → strip `AGENTSH_*` → execve (already
 //! trapped, so the server sees it).
@@ -159,17 +160,17 @@ fn wrap(args: &[OsString], log: &Log, sigpipe: &SigpipeGuard) -> Exit {
         return kernel_refused(format!("no seccomp user notification: {e}"));
     }
     if let Some(ll) = &config.landlock {
-        if let Err(e) = landlock::precheck(ll, landlock::kernel_abi()) {
+        if let Err(e) = landlock::precheck(ll, ll.effective_abi(landlock::kernel_abi())) {
             return kernel_refused(e);
         }
     }
 
-    let t_build = Instant::now();
-    let prog = match filter::build_bpf(&config) {
+    let t_decode = Instant::now();
+    let prog = match filter::program(&config) {
         Ok(p) => p,
-        Err(e) => return refuse_cmd(&format!("cannot build the seccomp filter: {e}")),
+        Err(e) => return refuse_cmd(&format!("{}: {e}", env::SECCOMP_CONFIG)),
     };
-    let build_us = t_build.elapsed().as_micros();
+    let decode_us = t_decode.elapsed().as_micros();
 
     let no_new_privs = match filter::has_cap_sys_admin() {
         Ok(true) => {
@@ -213,7 +214,7 @@ fn wrap(args: &[OsString], log: &Log, sigpipe: &SigpipeGuard) -> Exit {
     }
     log!(
         log,
-        "filter loaded: flags={} insns={} build={build_us}us load={load_us}us",
+        "filter loaded: flags={} insns={} decode={decode_us}us load={load_us}us",
         filter::flag_names(loaded.flags),
         prog.len()
     );
