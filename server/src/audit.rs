@@ -74,12 +74,29 @@ pub struct HandoffEvent {
     pub reason: String,
 }
 
+/// A signal call the supervisor refused (Landlock ABI < 6: see
+/// `supervisor::signals`).
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct SignalEvent {
+    /// The calling thread's id.
+    pub pid: u32,
+    /// kill | tkill | rt_sigqueueinfo | pidfd_send_signal | pidfd_open
+    pub syscall: String,
+    /// The call's first argument: a pid, -pgid, 0, -1 or a pidfd.
+    pub target: i64,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub signal: Option<i64>,
+    pub decision: String,
+    pub reason: String,
+}
+
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum EventBody {
     Execve(ExecEvent),
     WrapInit(WrapInitEvent),
     Handoff(HandoffEvent),
+    Signal(SignalEvent),
 }
 
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
