@@ -264,13 +264,20 @@ pub fn apply(cfg: &LandlockConfig, no_new_privs: bool, log: &Log) -> Result<Stri
             Err(e) => return Err(format!("landlock: cloning the ruleset fd: {e}")),
         };
     }
-    let ports = |p: &Option<Vec<u16>>| p.clone().unwrap_or_default();
-    for port in ports(&cfg.tcp_connect_ports) {
+    // Ports of a direction that is not handled (an ABI capped below 4) add nothing.
+    let ports = |p: &Option<Vec<u16>>, right: AccessNet| {
+        if handled_net.contains(right) {
+            p.clone().unwrap_or_default()
+        } else {
+            Vec::new()
+        }
+    };
+    for port in ports(&cfg.tcp_connect_ports, AccessNet::ConnectTcp) {
         created = created
             .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
             .map_err(|e| err(&format!("allowing TCP connect to port {port}"), e))?;
     }
-    for port in ports(&cfg.tcp_bind_ports) {
+    for port in ports(&cfg.tcp_bind_ports, AccessNet::BindTcp) {
         created = created
             .add_rule(NetPort::new(port, AccessNet::BindTcp))
             .map_err(|e| err(&format!("allowing TCP bind on port {port}"), e))?;
