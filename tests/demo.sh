@@ -16,4 +16,5 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 bash tests/setup.sh
 cargo build --workspace --bins -q
+bash packaging/build-static.sh
 exec target/debug/agentsh-demo

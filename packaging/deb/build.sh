@@ -16,7 +16,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --profile) profile="${2:?--profile needs debug or release}"; shift 2 ;;
     --out) out="${2:?--out needs a directory}"; shift 2 ;;
-    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "build.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -33,11 +33,23 @@ for tool in dpkg-deb dpkg-shlibdeps dpkg-architecture; do
   command -v "$tool" >/dev/null || { echo "build.sh: $tool is missing: apt-get install dpkg-dev" >&2; exit 1; }
 done
 bins=(agentsh agentsh-unixwrap agentsh-shell-shim)
+static_dir="$target"
+[ "$profile" = debug ] && static_dir="${CARGO_TARGET_DIR:-$repo/target}/static"
+src_of() {
+  case "$1" in agentsh-unixwrap|agentsh-shell-shim) echo "$static_dir/$1" ;; *) echo "$target/$1" ;; esac
+}
 for b in "${bins[@]}"; do
-  [ -x "$target/$b" ] || {
-    echo "build.sh: $target/$b is missing: run $([ "$profile" = release ] && echo 'packaging/build-release.sh' || echo '`cargo build --locked`') first" >&2
+  [ -x "$(src_of "$b")" ] || {
+    echo "build.sh: $(src_of "$b") is missing: run $([ "$profile" = release ] && echo 'packaging/build-release.sh' || echo '`cargo build --locked` and packaging/build-static.sh') first" >&2
     exit 1
   }
+done
+# Both run before any filter exists: no dynamic loader may run in them.
+for b in agentsh-unixwrap agentsh-shell-shim; do
+  if LC_ALL=C readelf -d -l "$(src_of "$b")" 2>&1 | grep -qE '\(NEEDED\)|program interpreter'; then
+    echo "build.sh: $(src_of "$b") is dynamically linked; build it with packaging/build-static.sh" >&2
+    exit 1
+  fi
 done
 
 # The workspace version, from [workspace.package].
@@ -54,7 +66,7 @@ root="$work/root"
 install -d -m 0755 "$root/usr/bin" "$root/etc/agentsh/policies" "$root/lib/systemd/system" \
   "$root/usr/share/doc/agentsh" "$root/DEBIAN"
 for b in "${bins[@]}"; do
-  install -m 0755 "$target/$b" "$root/usr/bin/$b"
+  install -m 0755 "$(src_of "$b")" "$root/usr/bin/$b"
   # Release binaries lose their symbols (Debian policy 10.1); debug builds are
   # for tests and keep them.
   if [ "$profile" = release ]; then

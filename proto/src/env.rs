@@ -3,6 +3,15 @@
 //! None of them can weaken enforcement: the mode variable may only make the
 //! shim stricter, and the wrapper variables are set by the shim for unixwrap and
 //! removed by unixwrap before the user's command runs.
+//!
+//! The dynamic loader's variables ([`is_loader_var`]) are moved out of the way
+//! of agentsh's own binaries: the shim carries them to unixwrap packed in
+//! [`LOADER_ENV`], and unixwrap hands them back to the user's command only
+//! after the seccomp filter and Landlock are in place, so nothing they name
+//! (an `LD_PRELOAD` library, an `LD_AUDIT` module, a `GCONV_PATH` module, a
+//! tunable) runs or takes effect before supervision exists. Failure modes:
+//! [`unpack_loader_env`] refuses anything it did not [`pack_loader_env`]
+//! itself (the caller then refuses to run rather than lose or guess variables).
 
 /// Set by the shim for unixwrap: the number of the SOCK_SEQPACKET end to send the notify fd on.
 pub const NOTIFY_SOCK_FD: &str = "AGENTSH_NOTIFY_SOCK_FD";
@@ -20,3 +29,131 @@ pub const SHIM_INSTALL: &str = "AGENTSH_SHIM_INSTALL";
 pub const SESSION_ID: &str = "AGENTSH_SESSION_ID";
 /// Prefix of every variable agentsh owns; unixwrap strips them before exec.
 pub const PREFIX: &str = "AGENTSH_";
+/// Set by the shim for unixwrap (always, empty when there were none): the
+/// dynamic loader's variables of the caller's environment, packed by
+/// [`pack_loader_env`], in their original order.
+pub const LOADER_ENV: &str = "AGENTSH_LOADER_ENV";
+
+/// glibc's list of variables a setuid program must not honour
+/// (`sysdeps/generic/unsecvars.h`), the reference for what reaches the
+/// dynamic loader or changes how libc behaves before `main`.
+pub const UNSECURE_VARS: &[&str] = &[
+    "GCONV_PATH",
+    "GETCONF_DIR",
+    "GLIBC_TUNABLES",
+    "HOSTALIASES",
+    "LD_AUDIT",
+    "LD_DEBUG",
+    "LD_DEBUG_OUTPUT",
+    "LD_DYNAMIC_WEAK",
+    "LD_HWCAP_MASK",
+    "LD_LIBRARY_PATH",
+    "LD_ORIGIN_PATH",
+    "LD_PRELOAD",
+    "LD_PROFILE",
+    "LD_SHOW_AUXV",
+    "LD_USE_LOAD_BIAS",
+    "LOCALDOMAIN",
+    "LOCPATH",
+    "MALLOC_TRACE",
+    "NIS_PATH",
+    "NLSPATH",
+    "RESOLV_HOST_CONF",
+    "RES_OPTIONS",
+    "TMPDIR",
+    "TZDIR",
+];
+
+/// Is `name` a variable the shim keeps away from agentsh's own binaries?
+/// glibc's [`UNSECURE_VARS`], every `LD_*` (the loader reads more than glibc
+/// lists: `LD_BIND_NOW`, `LD_ASSUME_KERNEL`, ...) and every `MALLOC_*` (the
+/// malloc tunables' old names, `MALLOC_CHECK_`, `MALLOC_ARENA_MAX`, ...).
+pub fn is_loader_var(name: &[u8]) -> bool {
+    name.starts_with(b"LD_")
+        || name.starts_with(b"MALLOC_")
+        || UNSECURE_VARS.iter().any(|v| v.as_bytes() == name)
+}
+
+/// Packs `NAME=VALUE` entries (no NUL inside, as in any environment) for
+/// [`LOADER_ENV`]: base64 of the entries joined by NUL bytes.
+pub fn pack_loader_env<'a>(entries: impl IntoIterator<Item = &'a [u8]>) -> String {
+    let mut raw = Vec::new();
+    for (i, e) in entries.into_iter().enumerate() {
+        if i > 0 {
+            raw.push(0);
+        }
+        raw.extend_from_slice(e);
+    }
+    crate::bpf::base64_encode(&raw)
+}
+
+/// The entries [`pack_loader_env`] packed, in order.
+///
+/// # Errors
+/// Not base64, or an entry that is not `NAME=VALUE` of a loader variable
+/// (unixwrap never puts back anything the shim would not have taken out).
+pub fn unpack_loader_env(value: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+    let text = std::str::from_utf8(value).map_err(|_| format!("{LOADER_ENV} is not ASCII"))?;
+    let raw = crate::bpf::base64_decode(text).map_err(|e| format!("{LOADER_ENV}: {e}"))?;
+    if raw.is_empty() {
+        return Ok(Vec::new());
+    }
+    raw.split(|b| *b == 0)
+        .map(|e| {
+            let name = e.split(|b| *b == b'=').next().unwrap_or_default();
+            if e.contains(&b'=') && !name.is_empty() && is_loader_var(name) {
+                Ok(e.to_vec())
+            } else {
+                Err(format!(
+                    "{LOADER_ENV} carries {:?}, which is not a loader variable",
+                    String::from_utf8_lossy(e)
+                ))
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loader_vars_are_recognised() {
+        for v in [
+            "LD_PRELOAD",
+            "LD_AUDIT",
+            "LD_BIND_NOW",
+            "GLIBC_TUNABLES",
+            "MALLOC_ARENA_MAX",
+            "TZDIR",
+            "GCONV_PATH",
+        ] {
+            assert!(is_loader_var(v.as_bytes()), "{v}");
+        }
+        for v in ["PATH", "HOME", "LDFLAGS", "OLD_PRELOAD", "AGENTSH_X", "TZ"] {
+            assert!(!is_loader_var(v.as_bytes()), "{v}");
+        }
+    }
+
+    #[test]
+    fn loader_env_round_trips_in_order() {
+        let entries: Vec<&[u8]> = vec![
+            b"LD_PRELOAD=/a.so b.so",
+            b"GLIBC_TUNABLES=glibc.malloc.check=3",
+            b"TMPDIR=",
+        ];
+        let packed = pack_loader_env(entries.iter().copied());
+        let back = unpack_loader_env(packed.as_bytes()).unwrap();
+        assert_eq!(back, entries.iter().map(|e| e.to_vec()).collect::<Vec<_>>());
+        assert!(unpack_loader_env(b"").unwrap().is_empty());
+        assert_eq!(pack_loader_env(std::iter::empty()), "");
+    }
+
+    #[test]
+    fn loader_env_refuses_what_the_shim_would_not_pack() {
+        let forged = pack_loader_env([&b"PATH=/evil"[..]]);
+        assert!(unpack_loader_env(forged.as_bytes()).is_err());
+        assert!(unpack_loader_env(pack_loader_env([&b"LD_PRELOAD"[..]]).as_bytes()).is_err());
+        assert!(unpack_loader_env(b"!!!!").is_err());
+    }
+}

@@ -10,6 +10,7 @@
 //! links it and the shim runs for every shell in the container.
 
 pub mod active;
+pub mod bpf;
 pub mod env;
 pub mod handoff;
 pub mod http;

@@ -32,13 +32,18 @@ pub struct WrapInitResponse {
 }
 
 /// The filter and Landlock ruleset unixwrap installs before exec'ing the shell.
+///
+/// Version 2: the server compiles the seccomp program and ships it in
+/// [`SeccompConfig::filter`] (format: [`crate::bpf`]); unixwrap loads exactly
+/// that program and builds nothing itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SeccompConfig {
     /// Format version; unixwrap refuses a version it does not know.
     pub version: u32,
-    /// Syscall names answered EPERM (the kernel-hardening blocklist).
+    /// The BPF program, base64 of native-endian `struct sock_filter`s
+    /// ([`crate::bpf::encode_program`]). Empty is refused by unixwrap.
     #[serde(default)]
-    pub blocked_syscalls: Vec<String>,
+    pub filter: String,
     /// Ask for SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (Linux >= 5.19) so a
     /// signal does not re-issue a notification the server already holds.
     #[serde(default = "default_true")]
@@ -52,7 +57,7 @@ pub struct SeccompConfig {
 }
 
 /// Current [`SeccompConfig::version`].
-pub const SECCOMP_CONFIG_VERSION: u32 = 1;
+pub const SECCOMP_CONFIG_VERSION: u32 = 2;
 
 fn default_true() -> bool {
     true
@@ -62,31 +67,13 @@ fn default_ack_timeout() -> u32 {
     10
 }
 
-impl SeccompConfig {
-    /// The blocklist every agentsh tree gets, whatever the policy adds.
-    pub const BASE_BLOCKLIST: &'static [&'static str] = &[
-        "ptrace",
-        "process_vm_writev",
-        "pidfd_getfd",
-        "kexec_load",
-        "kexec_file_load",
-        "init_module",
-        "finit_module",
-        "delete_module",
-        "bpf",
-        "mount",
-        "umount2",
-        "pivot_root",
-        "io_uring_setup",
-        "io_uring_enter",
-        "io_uring_register",
-    ];
-
-    /// The default configuration: base blocklist, no Landlock.
-    pub fn with_base_blocklist() -> Self {
+impl Default for SeccompConfig {
+    /// No filter (unixwrap refuses it until the server puts one in), the
+    /// default flags and ACK deadline, no Landlock.
+    fn default() -> Self {
         SeccompConfig {
             version: SECCOMP_CONFIG_VERSION,
-            blocked_syscalls: Self::BASE_BLOCKLIST.iter().map(|s| s.to_string()).collect(),
+            filter: String::new(),
             wait_killable: true,
             ack_timeout_secs: default_ack_timeout(),
             landlock: None,
@@ -148,6 +135,11 @@ pub struct LandlockConfig {
     /// Scope abstract unix sockets to the tree (ABI >= 6).
     #[serde(default)]
     pub scope_abstract_unix: bool,
+    /// The highest Landlock ABI unixwrap may use (the operator's
+    /// `landlock.max_abi`); `None`: the kernel's. Rights and scopes of a later
+    /// ABI are not asked for, exactly as on a kernel that stops there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_abi: Option<i64>,
 }
 
 impl LandlockConfig {
@@ -170,6 +162,22 @@ impl LandlockConfig {
             abi = abi.max(6);
         }
         abi
+    }
+}
+
+impl LandlockConfig {
+    /// The ABI unixwrap uses on a kernel offering `kernel_abi`: the kernel's,
+    /// capped by [`LandlockConfig::max_abi`].
+    pub fn effective_abi(&self, kernel_abi: i64) -> i64 {
+        effective_landlock_abi(kernel_abi, self.max_abi)
+    }
+}
+
+/// `kernel_abi` capped by `max_abi` (`None` or 0: no cap).
+pub fn effective_landlock_abi(kernel_abi: i64, max_abi: Option<i64>) -> i64 {
+    match max_abi {
+        Some(cap) if cap > 0 => kernel_abi.min(cap),
+        _ => kernel_abi,
     }
 }
 
@@ -198,22 +206,36 @@ mod tests {
         let r = WrapInitResponse {
             wrapper_binary: "/usr/bin/agentsh-unixwrap".into(),
             notify_socket: "/run/agentsh/n.sock".into(),
-            seccomp_config: SeccompConfig::with_base_blocklist(),
+            seccomp_config: SeccompConfig {
+                filter: "AAAAAAAAAAA=".into(),
+                ..SeccompConfig::default()
+            },
             wrapper_env: BTreeMap::new(),
         };
         let v: serde_json::Value = serde_json::to_value(&r).unwrap();
         assert!(v.get("wrapper_binary").is_some());
         assert!(v.get("notify_socket").is_some());
-        assert!(v["seccomp_config"]["blocked_syscalls"].is_array());
+        assert_eq!(v["seccomp_config"]["version"], 2);
+        assert!(v["seccomp_config"]["filter"].is_string());
         let back: WrapInitResponse = serde_json::from_value(v).unwrap();
         assert_eq!(back, r);
     }
 
     #[test]
     fn seccomp_config_defaults_fill_missing_fields() {
-        let c: SeccompConfig = serde_json::from_str(r#"{"version":1}"#).unwrap();
+        let c: SeccompConfig = serde_json::from_str(r#"{"version":2}"#).unwrap();
         assert!(c.wait_killable);
         assert_eq!(c.ack_timeout_secs, 10);
         assert!(c.landlock.is_none());
+        assert!(c.filter.is_empty());
+    }
+
+    #[test]
+    fn the_landlock_cap_only_lowers_the_abi() {
+        assert_eq!(effective_landlock_abi(7, None), 7);
+        assert_eq!(effective_landlock_abi(7, Some(0)), 7);
+        assert_eq!(effective_landlock_abi(7, Some(2)), 2);
+        assert_eq!(effective_landlock_abi(4, Some(6)), 4);
+        assert_eq!(effective_landlock_abi(0, Some(2)), 0);
     }
 }

@@ -66,6 +66,10 @@ pub struct WrapInitEvent {
     /// Its parent: the SDK daemon that spawned the shell.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub daemon_pid: Option<u32>,
+    /// The seccomp program the tree got: its size, how signals are guarded
+    /// and which processes are protected.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub seccomp: Option<crate::filter::FilterSummary>,
 }
 
 /// A shell the shim ran unsupervised under `shim_install=auto` before
@@ -89,6 +93,22 @@ pub struct HandoffEvent {
     pub reason: String,
 }
 
+/// A signal call the supervisor refused (Landlock ABI < 6: see
+/// `supervisor::signals`).
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct SignalEvent {
+    /// The calling thread's id.
+    pub pid: u32,
+    /// kill | tkill | rt_sigqueueinfo | pidfd_send_signal | pidfd_open
+    pub syscall: String,
+    /// The call's first argument: a pid, -pgid, 0, -1 or a pidfd.
+    pub target: i64,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub signal: Option<i64>,
+    pub decision: String,
+    pub reason: String,
+}
+
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum EventBody {
@@ -96,6 +116,7 @@ pub enum EventBody {
     WrapInit(WrapInitEvent),
     Handoff(HandoffEvent),
     UnsupervisedRun(UnsupervisedEvent),
+    Signal(SignalEvent),
 }
 
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]

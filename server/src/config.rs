@@ -39,6 +39,10 @@ CONFIG KEYS (YAML; all optional; defaults shown):
   landlock.compat                  best_effort       best_effort | required: with `required`, a command
                                                      does not run unless the kernel enforces every
                                                      Landlock right asked for
+  landlock.max_abi                 0                 the highest Landlock ABI agentsh uses; 0: the
+                                                     kernel's. A cap reproduces an older kernel (2:
+                                                     E2B's 6.1: no TCP rules, no signal scoping, so
+                                                     the seccomp signal guard asks the supervisor)
   execve.max_argc                  1000              argv entries read per exec
   execve.max_argv_bytes            65536             argv bytes read per exec
   execve.on_truncated              deny              deny | evaluate: what an exec whose argv
@@ -68,13 +72,31 @@ pub struct Config {
 #[serde(deny_unknown_fields, default)]
 pub struct LandlockSection {
     pub compat: agentsh_proto::LandlockCompat,
+    /// The highest Landlock ABI agentsh uses (0: the kernel's).
+    pub max_abi: u32,
 }
 
 impl Default for LandlockSection {
     fn default() -> Self {
         LandlockSection {
             compat: agentsh_proto::LandlockCompat::BestEffort,
+            max_abi: 0,
         }
+    }
+}
+
+impl LandlockSection {
+    /// `max_abi` as a cap (`None`: no cap).
+    pub fn cap(&self) -> Option<i64> {
+        (self.max_abi > 0).then_some(i64::from(self.max_abi))
+    }
+
+    /// The Landlock ABI agentsh uses: the running kernel's, capped.
+    pub fn effective_abi(&self) -> i64 {
+        agentsh_proto::wire::effective_landlock_abi(
+            agentsh_proto::wire::kernel_landlock_abi(),
+            self.cap(),
+        )
     }
 }
 
@@ -293,6 +315,12 @@ impl Config {
         {
             return Err("execve.approval_timeout must be above 0 and at most 24h".into());
         }
+        if self.landlock.max_abi > 64 {
+            return Err(format!(
+                "landlock.max_abi {} is not a Landlock ABI (0 for the kernel's, or 1, 2, ...)",
+                self.landlock.max_abi
+            ));
+        }
         if self.policy.trim().is_empty() {
             return Err("policy must name a policy or a file".into());
         }
@@ -329,7 +357,11 @@ impl Config {
             ("policies_dir", &self.policies_dir, "/etc/agentsh/policies"),
             // Checked again at start (root-owned, not writable by others);
             // here for the message about shared directories.
-            ("server.socket", &self.server.socket, "/run/agentsh/api.sock"),
+            (
+                "server.socket",
+                &self.server.socket,
+                "/run/agentsh/api.sock",
+            ),
             (
                 "wrapper_binary",
                 &wrapper,
@@ -499,6 +531,12 @@ mod tests {
         assert_eq!(c.landlock.compat, agentsh_proto::LandlockCompat::Required);
         assert!(Config::from_yaml("workspace: w", "t").is_err());
         assert!(Config::from_yaml("landlock: {compat: maybe}", "t").is_err());
+        assert_eq!(c.landlock.max_abi, 0);
+        let c = Config::from_yaml("landlock: {max_abi: 2}\n", "t").unwrap();
+        assert_eq!(c.landlock.cap(), Some(2));
+        assert!(c.landlock.effective_abi() <= 2);
+        assert!(Config::from_yaml("landlock: {max_abi: -1}", "t").is_err());
+        assert!(Config::from_yaml("landlock: {max_abi: 99}", "t").is_err());
     }
 
     #[test]

@@ -19,6 +19,8 @@
 //! (a TOCTOU inherent to user-notify): the argv policy is best effort on top
 //! of Landlock, the hard floor. Multi-threaded callers are logged.
 
+mod signals;
+
 use crate::approval::{Approvals, HeldExec};
 use crate::audit::{AuditLog, EventBody, ExecEvent};
 use crate::config::{ExecveSection, OnTruncated};
@@ -156,6 +158,9 @@ pub fn serve(ctx: Arc<SupervisorContext>, tree: Tree) {
     // Approved execs are let through by approval waiters; they report here so
     // the book (owned by this thread) stays right for their children.
     let (approved_tx, approved_rx) = mpsc::channel::<(u32, u64, u32)>();
+    // Read once, while the tree's root (unixwrap, waiting for the ACK) is
+    // surely alive: its parent is the SDK daemon.
+    let protected = signals::Protected::for_tree(tree.root_pid);
     tracing::info!(session = %tree.session_id, root_pid = tree.root_pid, "supervising tree");
     if let Err(e) = notif::set_sync_wakeup(tree.fd.as_fd()) {
         // Only a cost: every exec waits for an ordinary wake-up instead.
@@ -195,7 +200,7 @@ pub fn serve(ctx: Arc<SupervisorContext>, tree: Tree) {
         while let Ok((pid, starttime, depth)) = approved_rx.try_recv() {
             book.record(pid, starttime, depth);
         }
-        handle(&ctx, &tree, &mut book, &approved_tx, n);
+        handle(&ctx, &tree, &mut book, &approved_tx, &protected, n);
     }
     tracing::info!(session = %tree.session_id, root_pid = tree.root_pid, "tree finished");
 }
@@ -379,11 +384,15 @@ fn handle(
     tree: &Tree,
     book: &mut DepthBook,
     approved: &Sender<(u32, u64, u32)>,
+    protected: &signals::Protected,
     n: Notification,
 ) {
     let started = std::time::Instant::now();
     let fd = tree.fd.as_fd();
     let Some(call) = classify_call(n.arch, n.nr) else {
+        if let Some(call) = signals::classify(n.arch, n.nr) {
+            return signals::handle(ctx, tree, protected, call, &n);
+        }
         ctx.audit.record(
             &tree.session_id,
             EventBody::Execve(deny_event(

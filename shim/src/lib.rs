@@ -294,11 +294,41 @@ fn wrapper_argv(
     Ok(v)
 }
 
-/// The current environment plus `wrapper_env` and the two fd/pid variables.
+/// unixwrap's environment: the current one minus the dynamic loader's
+/// variables ([`env::is_loader_var`]), which travel packed in
+/// [`env::LOADER_ENV`] so unixwrap hands them to the user's shell only once
+/// the filter and Landlock are in place; plus `wrapper_env` and the fd/pid
+/// variables. (unixwrap is static, but a loader variable must not reach any
+/// process of ours that runs before the filter, nor anything it might exec.)
 fn wrapper_env(resp: &WrapInitResponse, notify_fd: i32, relay_pid: libc::pid_t) -> Vec<CString> {
+    wrapper_env_from(resp, notify_fd, relay_pid, std::env::vars_os())
+}
+
+fn wrapper_env_from(
+    resp: &WrapInitResponse,
+    notify_fd: i32,
+    relay_pid: libc::pid_t,
+    vars: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+) -> Vec<CString> {
+    let mut kept = Vec::new();
+    let mut loader: Vec<Vec<u8>> = Vec::new();
+    for (k, v) in vars {
+        let mut kv = k.as_bytes().to_vec();
+        kv.push(b'=');
+        kv.extend_from_slice(v.as_bytes());
+        if env::is_loader_var(k.as_bytes()) {
+            loader.push(kv);
+        } else {
+            kept.push((k, kv));
+        }
+    }
     let ours = [
         (env::NOTIFY_SOCK_FD.to_string(), notify_fd.to_string()),
         (RELAY_PID_ENV.to_string(), relay_pid.to_string()),
+        (
+            env::LOADER_ENV.to_string(),
+            env::pack_loader_env(loader.iter().map(Vec::as_slice)),
+        ),
     ];
     let set: Vec<(&str, &str)> = resp
         .wrapper_env
@@ -307,13 +337,10 @@ fn wrapper_env(resp: &WrapInitResponse, notify_fd: i32, relay_pid: libc::pid_t) 
         .chain(ours.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .collect();
     let mut out = Vec::new();
-    for (k, v) in std::env::vars_os() {
+    for (k, kv) in kept {
         if set.iter().any(|(sk, _)| sk.as_bytes() == k.as_bytes()) {
             continue;
         }
-        let mut kv = k.as_bytes().to_vec();
-        kv.push(b'=');
-        kv.extend_from_slice(v.as_bytes());
         if let Ok(c) = CString::new(kv) {
             out.push(c);
         }
@@ -335,7 +362,7 @@ mod tests {
         WrapInitResponse {
             wrapper_binary: "/usr/lib/agentsh/agentsh-unixwrap".into(),
             notify_socket: "/run/agentsh/n.sock".into(),
-            seccomp_config: SeccompConfig::with_base_blocklist(),
+            seccomp_config: SeccompConfig::default(),
             wrapper_env: [("AGENTSH_SECCOMP_CONFIG".to_string(), "{}".to_string())].into(),
         }
     }
@@ -382,6 +409,42 @@ mod tests {
         assert!(has("AGENTSH_NOTIFY_SOCK_FD=3"));
         assert!(has("AGENTSH_RELAY_PID=4242"));
         assert!(has("AGENTSH_SECCOMP_CONFIG={}"));
+    }
+
+    #[test]
+    fn loader_variables_travel_packed_and_never_reach_unixwrap_directly() {
+        let vars = [
+            ("PATH", "/bin"),
+            ("LD_PRELOAD", "/w/libp.so"),
+            ("HOME", "/root"),
+            ("GLIBC_TUNABLES", "glibc.malloc.check=3"),
+            ("LD_AUDIT", "/w/audit.so"),
+            ("AGENTSH_LOADER_ENV", "forged"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (std::ffi::OsString::from(k), std::ffi::OsString::from(v)));
+        let e = wrapper_env_from(&resp(), 3, 4242, vars);
+        let names: Vec<&str> = e
+            .iter()
+            .map(|c| c.to_str().unwrap().split('=').next().unwrap())
+            .collect();
+        for gone in ["LD_PRELOAD", "GLIBC_TUNABLES", "LD_AUDIT"] {
+            assert!(!names.contains(&gone), "{gone} in {names:?}");
+        }
+        assert!(names.contains(&"PATH") && names.contains(&"HOME"));
+        let packed = e
+            .iter()
+            .find_map(|c| c.to_str().unwrap().strip_prefix("AGENTSH_LOADER_ENV="))
+            .expect("the loader variables, packed");
+        let back = env::unpack_loader_env(packed.as_bytes()).unwrap();
+        assert_eq!(
+            back,
+            [
+                b"LD_PRELOAD=/w/libp.so".to_vec(),
+                b"GLIBC_TUNABLES=glibc.malloc.check=3".to_vec(),
+                b"LD_AUDIT=/w/audit.so".to_vec()
+            ]
+        );
     }
 
     #[test]

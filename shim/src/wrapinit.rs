@@ -250,7 +250,7 @@ mod tests {
         WrapInitResponse {
             wrapper_binary: w.into(),
             notify_socket: s.into(),
-            seccomp_config: SeccompConfig::with_base_blocklist(),
+            seccomp_config: SeccompConfig::default(),
             wrapper_env: Default::default(),
         }
     }

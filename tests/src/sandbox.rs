@@ -28,6 +28,7 @@ pub const NOBODY: u32 = 65534;
 /// The shipped policies, as the server embeds them.
 pub const AGENT_DEFAULT: &str = include_str!("../../etc/agentsh/policies/agent-default.yaml");
 pub const AGENT_STRICT: &str = include_str!("../../etc/agentsh/policies/agent-strict.yaml");
+pub const AGENT_OBSERVE: &str = include_str!("../../etc/agentsh/policies/agent-observe.yaml");
 
 pub struct Sandbox {
     pub sup: Supervisor,
@@ -41,6 +42,12 @@ impl Sandbox {
     /// Server with `policy_yaml` and `workspace: /srv/ws`, shim installed in
     /// `on` mode, daemon running as `uid` (root when `None`).
     pub fn new(policy_yaml: &str, uid: Option<u32>) -> Sandbox {
+        Sandbox::with_config(policy_yaml, uid, "")
+    }
+
+    /// Like [`Sandbox::new`], with `extra_config` appended to the server's
+    /// config (YAML top-level keys, e.g. `landlock: {max_abi: 2}`).
+    pub fn with_config(policy_yaml: &str, uid: Option<u32>, extra_config: &str) -> Sandbox {
         let ns = Namespace::new();
         ns.mount_scratch("/srv", WORKSPACE);
         // The server runs in the namespace too, as it would in the same
@@ -49,7 +56,7 @@ impl Sandbox {
             Path::new(SERVER_BASE),
             policy_yaml,
             // The TCP listener too, so escape attempts can aim at a port.
-            &format!("{TCP}workspace: {WORKSPACE}\n"),
+            &format!("{TCP}workspace: {WORKSPACE}\n{extra_config}"),
             |program| ns.command(program),
         );
         ns.install_shim(true);
@@ -69,8 +76,13 @@ impl Sandbox {
     }
 
     pub fn spawn(&mut self, s: &Spawn) -> Finished {
+        self.spawn_for(s, Duration::from_secs(20))
+    }
+
+    /// Like [`Sandbox::spawn`], waiting up to `limit` (toolchains at work).
+    pub fn spawn_for(&mut self, s: &Spawn, limit: Duration) -> Finished {
         let r = self.sup.spawn(s);
-        self.sup.wait(r, Duration::from_secs(20))
+        self.sup.wait(r, limit)
     }
 
     /// Every event of the session so far.

@@ -9,7 +9,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The binaries that ship static-pie, and so are tested as such: they run
+/// before any filter exists (packaging/build-static.sh puts them in
+/// `target/static/`).
+pub const STATIC_BINARIES: &[&str] = &["agentsh-shell-shim", "agentsh-unixwrap"];
+
 /// Path of a binary built by this workspace (`agentsh`, `agentsh-unixwrap`, ...).
+/// [`STATIC_BINARIES`] come from `target/static/`, the rest from the profile
+/// the test was built with.
 ///
 /// Panics with the command to run if it has not been built.
 pub fn bin(name: &str) -> PathBuf {
@@ -23,6 +30,19 @@ pub fn bin(name: &str) -> PathBuf {
         parent
     };
     refuse_world_writable_checkout(dir);
+    if STATIC_BINARIES.contains(&name) {
+        let p = dir
+            .parent()
+            .expect("the target directory")
+            .join("static")
+            .join(name);
+        assert!(
+            p.is_file(),
+            "{} is missing: run `bash packaging/build-static.sh` (tests/run.sh does) before the tests",
+            p.display()
+        );
+        return p;
+    }
     let p = dir.join(name);
     assert!(
         p.is_file(),

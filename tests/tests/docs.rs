@@ -849,3 +849,37 @@ fn every_command_in_readme_and_docs_is_run_or_listed() {
     assert!(n >= 10, "agentsh commands run: {n}");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+#[test]
+fn the_base_blocklist_in_the_docs_is_the_one_in_the_code() {
+    let doc = read("docs/security-model.md");
+    let start = doc
+        .find("### The base blocklist")
+        .expect("docs/security-model.md: a \"### The base blocklist\" section");
+    let section = &doc[start..];
+    let section = &section[..section[4..].find("\n### ").map_or(section.len(), |e| e + 4)];
+    let mut documented = Vec::new();
+    for row in section.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let names: Vec<String> = cells[1]
+            .split(',')
+            .map(|n| n.trim().trim_matches('`').to_string())
+            .collect();
+        documented.push((names, cells[2].to_string(), cells[3].to_string()));
+    }
+    let code: Vec<(Vec<String>, String, String)> = agentsh::filter::BASE_RULES
+        .iter()
+        .map(|r| {
+            (
+                r.syscalls.iter().map(|s| s.to_string()).collect(),
+                r.when_text.to_string(),
+                r.answer.name().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        documented, code,
+        "docs/security-model.md's base blocklist table and server/src/filter/table.rs disagree \
+         (rows in order: syscalls, condition, answer)"
+    );
+}

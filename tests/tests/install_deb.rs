@@ -536,7 +536,6 @@ fn docker_layer_replayed_into_a_root_runs_an_sdk_daemon_under_the_entrypoint() {
     // The `agentsh` stage, with the builder's paths mapped to this build:
     // /src is the workspace, /src/target/release is our debug build.
     let stage = TempDir::new_in(root.scratch(), "stage-agentsh");
-    let debug_dir = bin("agentsh").parent().expect("target/debug").to_path_buf();
     let main_dockerfile =
         std::fs::read_to_string(repo().join("packaging/Dockerfile")).expect("packaging/Dockerfile");
     let layer = stage_instructions(&main_dockerfile, Some("agentsh"));
@@ -550,7 +549,8 @@ fn docker_layer_replayed_into_a_root_runs_an_sdk_daemon_under_the_entrypoint() {
         assert_eq!(from, "builder", "{instr}");
         for s in srcs {
             let host = if let Some(b) = s.strip_prefix("/src/target/release/") {
-                debug_dir.join(b)
+                // bin() knows which of them are the static-pie builds.
+                bin(b)
             } else if let Some(p) = s.strip_prefix("/src/") {
                 repo().join(p.trim_end_matches('/'))
             } else {

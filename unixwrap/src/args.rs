@@ -225,14 +225,14 @@ mod tests {
 
     #[test]
     fn config_versions_and_json() {
-        assert!(parse_config("X", Some(OsStr::new(r#"{"version":1}"#))).is_ok());
-        let e = parse_config("X", Some(OsStr::new(r#"{"version":2}"#))).unwrap_err();
-        assert!(e.contains("version 2"), "{e}");
+        assert!(parse_config("X", Some(OsStr::new(r#"{"version":2}"#))).is_ok());
+        let e = parse_config("X", Some(OsStr::new(r#"{"version":1}"#))).unwrap_err();
+        assert!(e.contains("version 1"), "{e}");
         assert!(parse_config("X", Some(OsStr::new("{"))).is_err());
         assert!(parse_config("X", None).is_err());
         assert!(parse_config(
             "X",
-            Some(OsStr::new(r#"{"version":1,"ack_timeout_secs":0}"#))
+            Some(OsStr::new(r#"{"version":2,"ack_timeout_secs":0}"#))
         )
         .is_err());
     }

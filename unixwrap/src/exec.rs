@@ -6,7 +6,9 @@
 //!
 //! The exec hands the command exactly what the SDK gave the shell: the same
 //! pid, fds 0-2, argv (argv[0] verbatim) and signal dispositions. Only
-//! `AGENTSH_*` variables are removed from the environment.
+//! `AGENTSH_*` variables are removed from the environment, and the dynamic
+//! loader's variables the shim kept away from unixwrap are put back (last, in
+//! their original order).
 //!
 //! Failure modes: not found → 127 ("command not found"); found but not
 //! executable → 126; execve failing → 126 (127 for ENOENT), one line on stderr.
@@ -108,8 +110,14 @@ fn check(p: &Path) -> Check {
     }
 }
 
-/// The environment for the command: ours minus every `AGENTSH_*` variable.
-pub fn command_env(vars: impl Iterator<Item = (OsString, OsString)>) -> Vec<CString> {
+/// The environment for the command: ours minus every `AGENTSH_*` variable,
+/// then the dynamic loader's variables the shim carried past us (`loader`,
+/// `NAME=VALUE` in their original order), now that the filter and Landlock
+/// are in place.
+pub fn command_env(
+    vars: impl Iterator<Item = (OsString, OsString)>,
+    loader: &[Vec<u8>],
+) -> Vec<CString> {
     vars.filter(|(k, _)| !k.as_bytes().starts_with(PREFIX.as_bytes()))
         .filter_map(|(k, v)| {
             let mut kv = k.into_vec();
@@ -117,6 +125,7 @@ pub fn command_env(vars: impl Iterator<Item = (OsString, OsString)>) -> Vec<CStr
             kv.extend_from_slice(v.as_bytes());
             CString::new(kv).ok()
         })
+        .chain(loader.iter().filter_map(|e| CString::new(e.clone()).ok()))
         .collect()
 }
 
@@ -218,8 +227,16 @@ mod tests {
         ]
         .into_iter()
         .map(|(k, v)| (OsString::from(k), OsString::from(v)));
-        let env = command_env(vars);
+        let env = command_env(vars, &[b"LD_PRELOAD=/a.so".to_vec(), b"TZDIR=/z".to_vec()]);
         let env: Vec<&str> = env.iter().map(|c| c.to_str().unwrap()).collect();
-        assert_eq!(env, ["PATH=/bin", "MY_AGENTSH_THING=kept"]);
+        assert_eq!(
+            env,
+            [
+                "PATH=/bin",
+                "MY_AGENTSH_THING=kept",
+                "LD_PRELOAD=/a.so",
+                "TZDIR=/z"
+            ]
+        );
     }
 }

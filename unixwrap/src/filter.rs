@@ -1,173 +1,45 @@
-//! The agentsh seccomp filter: built with libseccomp, loaded with the raw syscall.
+//! Loading the agentsh seccomp filter the server compiled, with the raw syscall.
 //!
-//! Rules (default ALLOW):
-//! * `execve`, `execveat` → USER_NOTIF: the server rules on every exec in the tree.
-//! * `prctl(MARKER_PRCTL_OPTION, MARKER_PRCTL_ARG, ..)` → ERRNO(MARKER_ERRNO): the
-//!   "already supervised" marker (see `agentsh_proto::marker`). The option is an
-//!   `int`, so only its low 32 bits are compared.
-//! * `seccomp(SECCOMP_SET_MODE_FILTER, flags & NEW_LISTENER, ..)` → EPERM: nothing
-//!   in the tree can start a second supervisor (or, in a nested unixwrap, trip
-//!   libseccomp's "listener-less filter" bug).
-//! * every name in `blocked_syscalls` → EPERM (an unknown name fails the build:
-//!   fail closed rather than silently allow a syscall someone meant to block).
-//! * on x86_64 the i386 and x32 ABIs carry the same rules, so `int 0x80` cannot
-//!   reach an untrapped execve; any other arch is KILL_PROCESS.
+//! unixwrap builds no filter: the server compiles the program (libseccomp,
+//! `server/src/filter`) and ships it in `SeccompConfig::filter`
+//! (`agentsh_proto::bpf`). [`program`] decodes it and checks it is plausibly
+//! agentsh's (it traps to USER_NOTIF; once loaded, the caller also checks the
+//! marker answers), and [`load`] installs it with
+//! `seccomp(SET_MODE_FILTER, NEW_LISTENER [| WAIT_KILLABLE_RECV])`.
 //!
-//! Why not `seccomp_load`: libseccomp 2.5.4 cannot set
-//! `SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV`, and when a listener already exists
-//! it may load a filter *without* one and hand back the old fd (every exec then
-//! fails with ENOSYS). So the BPF is exported and loaded with `seccomp(2)` here,
-//! with flags we choose and errors we see.
+//! Why the raw syscall and not libseccomp's `seccomp_load`: libseccomp 2.5.4
+//! cannot set `SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV`, and when a listener
+//! already exists it may load a filter *without* one and hand back the old fd
+//! (every exec then fails with ENOSYS). Here the flags are ours and every
+//! error is the kernel's own. Without libseccomp unixwrap links nothing but
+//! libc, and is built static-pie: no dynamic loader runs before the filter.
 //!
-//! Failure modes: [`LoadError::KernelRefused`] means nothing was installed (the
-//! caller may fall back); [`LoadError::ListenerExists`] and
-//! [`LoadError::Failed`] are refusals. A build error is a config error.
+//! Failure modes: a missing, malformed or non-trapping program is a config
+//! error (refusal); [`LoadError::KernelRefused`] means nothing was installed
+//! (the caller may fall back); [`LoadError::ListenerExists`] and
+//! [`LoadError::Failed`] are refusals.
 
-use std::collections::BTreeSet;
-use std::fs::File;
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
 
-use agentsh_proto::marker::{MARKER_ERRNO, MARKER_PRCTL_ARG, MARKER_PRCTL_OPTION};
 use agentsh_proto::SeccompConfig;
-use libseccomp::{
-    ScmpAction, ScmpArch, ScmpArgCompare, ScmpCompareOp, ScmpFilterContext, ScmpSyscall,
-};
 
-/// Syscalls the config may not block: the filter itself depends on them.
-const RESERVED: &[&str] = &["execve", "execveat", "prctl"];
-
-/// Builds the filter and returns its BPF program.
+/// The program the server shipped in `cfg`, decoded and vetted.
 ///
 /// # Errors
-/// An unknown or reserved syscall name in `blocked_syscalls`, or a libseccomp
-/// failure; the message says which.
-pub fn build_bpf(cfg: &SeccompConfig) -> Result<Vec<libc::sock_filter>, String> {
-    let e = |what: &str, err: libseccomp::error::SeccompError| format!("{what}: {err}");
-    let mut ctx =
-        ScmpFilterContext::new(ScmpAction::Allow).map_err(|err| e("seccomp_init", err))?;
-    for arch in extra_arches() {
-        ctx.add_arch(*arch)
-            .map_err(|err| e(&format!("adding arch {arch:?}"), err))?;
+/// No filter, not a decodable program, or one that never answers
+/// USER_NOTIF (execs would go unsupervised).
+pub fn program(cfg: &SeccompConfig) -> Result<Vec<libc::sock_filter>, String> {
+    if cfg.filter.is_empty() {
+        return Err("the config carries no seccomp filter (the server compiles it; is the server older than this unixwrap?)".into());
     }
-    ctx.set_act_badarch(ScmpAction::KillProcess)
-        .map_err(|err| e("setting the bad-arch action", err))?;
-
-    for name in ["execve", "execveat"] {
-        let sc = ScmpSyscall::from_name(name).map_err(|err| e(name, err))?;
-        ctx.add_rule(ScmpAction::Notify, sc)
-            .map_err(|err| e(&format!("notify rule for {name}"), err))?;
+    let prog = agentsh_proto::bpf::decode_program(&cfg.filter)?;
+    if !agentsh_proto::bpf::traps_to_user_notif(&prog) {
+        return Err(
+            "the seccomp filter never answers USER_NOTIF, so execs would go unsupervised".into(),
+        );
     }
-
-    let prctl = ScmpSyscall::from_name("prctl").map_err(|err| e("prctl", err))?;
-    ctx.add_rule_conditional(
-        ScmpAction::Errno(MARKER_ERRNO),
-        prctl,
-        &[
-            ScmpArgCompare::new(
-                0,
-                ScmpCompareOp::MaskedEqual(0xffff_ffff),
-                MARKER_PRCTL_OPTION,
-            ),
-            ScmpArgCompare::new(1, ScmpCompareOp::Equal, MARKER_PRCTL_ARG),
-        ],
-    )
-    .map_err(|err| e("marker rule", err))?;
-
-    let blocked: BTreeSet<&str> = cfg.blocked_syscalls.iter().map(String::as_str).collect();
-    if let Some(r) = blocked.iter().find(|n| RESERVED.contains(n)) {
-        return Err(format!(
-            "blocked_syscalls: {r:?} cannot be blocked (agentsh's filter relies on it)"
-        ));
-    }
-    // An unconditional block of `seccomp` subsumes the listener rule.
-    if !blocked.contains("seccomp") {
-        let seccomp = ScmpSyscall::from_name("seccomp").map_err(|err| e("seccomp", err))?;
-        // c_ulong is u64 on every 64-bit target; `as` keeps 32-bit targets building.
-        #[allow(clippy::unnecessary_cast)]
-        let nl = libc::SECCOMP_FILTER_FLAG_NEW_LISTENER as u64;
-        ctx.add_rule_conditional(
-            ScmpAction::Errno(libc::EPERM),
-            seccomp,
-            &[
-                ScmpArgCompare::new(
-                    0,
-                    ScmpCompareOp::Equal,
-                    u64::from(libc::SECCOMP_SET_MODE_FILTER),
-                ),
-                ScmpArgCompare::new(1, ScmpCompareOp::MaskedEqual(nl), nl),
-            ],
-        )
-        .map_err(|err| e("new-listener rule", err))?;
-    }
-    for name in &blocked {
-        let sc = ScmpSyscall::from_name(name).map_err(|_| {
-            format!("blocked_syscalls: unknown syscall {name:?} on this architecture")
-        })?;
-        ctx.add_rule(ScmpAction::Errno(libc::EPERM), sc)
-            .map_err(|err| e(&format!("blocking {name}"), err))?;
-    }
-
-    export(&ctx)
-}
-
-fn extra_arches() -> &'static [ScmpArch] {
-    #[cfg(target_arch = "x86_64")]
-    {
-        &[ScmpArch::X86, ScmpArch::X32]
-    }
-    #[cfg(target_arch = "aarch64")]
-    {
-        &[ScmpArch::Arm]
-    }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    {
-        &[]
-    }
-}
-
-/// Exports a libseccomp filter's BPF through a memfd (libseccomp 2.5.4 has no
-/// export-to-memory). Public so tests can build filters the same way.
-///
-/// # Errors
-/// memfd, export or read failures, named.
-pub fn export(ctx: &ScmpFilterContext) -> Result<Vec<libc::sock_filter>, String> {
-    // SAFETY: the name is a NUL-terminated literal; the result is checked.
-    let fd = unsafe { libc::memfd_create(c"agentsh-bpf".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(format!(
-            "memfd_create for the BPF export: {}",
-            io::Error::last_os_error()
-        ));
-    }
-    // SAFETY: fd is a fresh descriptor we own.
-    let mut file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-    ctx.export_bpf(&file)
-        .map_err(|err| format!("exporting the BPF: {err}"))?;
-    let mut raw = Vec::new();
-    file.seek(SeekFrom::Start(0))
-        .and_then(|_| file.read_to_end(&mut raw))
-        .map_err(|err| format!("reading the exported BPF: {err}"))?;
-    decode(&raw)
-}
-
-fn decode(raw: &[u8]) -> Result<Vec<libc::sock_filter>, String> {
-    const INSN: usize = 8;
-    if raw.is_empty() || raw.len() % INSN != 0 || raw.len() / INSN > usize::from(u16::MAX) {
-        return Err(format!(
-            "exported BPF has an invalid size ({} bytes)",
-            raw.len()
-        ));
-    }
-    Ok(raw
-        .chunks_exact(INSN)
-        .map(|c| libc::sock_filter {
-            code: u16::from_ne_bytes([c[0], c[1]]),
-            jt: c[2],
-            jf: c[3],
-            k: u32::from_ne_bytes([c[4], c[5], c[6], c[7]]),
-        })
-        .collect())
+    Ok(prog)
 }
 
 /// Does the kernel implement seccomp user notification? (gVisor: no.)
@@ -362,63 +234,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn base_blocklist_builds() {
-        let prog = build_bpf(&SeccompConfig::with_base_blocklist()).unwrap();
-        assert!(prog.len() > 10);
-    }
-
-    #[test]
-    fn unknown_syscall_is_an_error() {
-        let mut cfg = SeccompConfig::with_base_blocklist();
-        cfg.blocked_syscalls.push("no_such_syscall".into());
-        let e = build_bpf(&cfg).unwrap_err();
-        assert!(e.contains("no_such_syscall"), "{e}");
-    }
-
-    #[test]
-    fn reserved_syscalls_cannot_be_blocked() {
-        for name in RESERVED {
-            let mut cfg = SeccompConfig::with_base_blocklist();
-            cfg.blocked_syscalls.push((*name).into());
-            assert!(build_bpf(&cfg).unwrap_err().contains("cannot be blocked"));
-        }
-    }
-
-    #[test]
-    fn blocking_seccomp_entirely_builds() {
-        let mut cfg = SeccompConfig::with_base_blocklist();
-        cfg.blocked_syscalls.push("seccomp".into());
-        assert!(build_bpf(&cfg).is_ok());
-    }
-
-    #[test]
     fn flag_names_for_the_log() {
         let f =
             libc::SECCOMP_FILTER_FLAG_NEW_LISTENER | libc::SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV;
         assert_eq!(flag_names(f), "NEW_LISTENER|WAIT_KILLABLE_RECV");
     }
 
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn x86_64_filter_also_covers_i386_and_x32() {
-        const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
-        const AUDIT_ARCH_I386: u32 = 0x4000_0003;
-        const X32_SYSCALL_BIT: u32 = 0x4000_0000;
-        const X32_EXECVE: u32 = X32_SYSCALL_BIT | 520;
-        let prog = build_bpf(&SeccompConfig::with_base_blocklist()).unwrap();
-        let ks: Vec<u32> = prog.iter().map(|i| i.k).collect();
-        for k in [AUDIT_ARCH_X86_64, AUDIT_ARCH_I386, X32_EXECVE] {
-            assert!(ks.contains(&k), "{k:#x} missing from the filter");
+    fn ret(k: u32) -> libc::sock_filter {
+        libc::sock_filter {
+            code: 0x06,
+            jt: 0,
+            jf: 0,
+            k,
         }
-        // i386 execve (11) is trapped: a jump on 11 leads to USER_NOTIF somewhere.
-        assert!(ks.contains(&libc::SECCOMP_RET_USER_NOTIF));
-        assert!(ks.contains(&libc::SECCOMP_RET_KILL_PROCESS));
     }
 
     #[test]
-    fn decode_rejects_odd_sizes() {
-        assert!(decode(&[]).is_err());
-        assert!(decode(&[0; 9]).is_err());
-        assert_eq!(decode(&[0; 16]).unwrap().len(), 2);
+    fn only_a_trapping_program_is_accepted() {
+        let mut cfg = SeccompConfig::default();
+        assert!(program(&cfg).unwrap_err().contains("no seccomp filter"));
+        cfg.filter = "%%%%".into();
+        assert!(program(&cfg).unwrap_err().contains("base64"));
+        cfg.filter = agentsh_proto::bpf::encode_program(&[ret(libc::SECCOMP_RET_ALLOW)]);
+        assert!(program(&cfg).unwrap_err().contains("USER_NOTIF"));
+        cfg.filter = agentsh_proto::bpf::encode_program(&[
+            ret(libc::SECCOMP_RET_USER_NOTIF),
+            ret(libc::SECCOMP_RET_ALLOW),
+        ]);
+        assert_eq!(program(&cfg).unwrap().len(), 2);
     }
 }

@@ -31,6 +31,12 @@
 //! supports; `required` is HardRequirement and anything less than full
 //! enforcement is an error. The returned report says what is enforced now.
 //!
+//! `max_abi` (the operator's `landlock.max_abi`) makes unixwrap behave as on
+//! a kernel that stops at that ABI: rights and scopes of later ABIs are not
+//! asked for (Refer needs 2, Truncate 3, TCP 4, IoctlDev 5, scopes 6), the
+//! `required` check compares against the capped ABI, and the report names the
+//! cap.
+//!
 //! Applied after the ACK and after the relay is reaped: unixwrap may have to
 //! SIGKILL a stuck relay, which a signal-scoped domain would forbid (the relay
 //! is outside the domain). Nothing unixwrap does afterwards (close, execve)
@@ -42,8 +48,8 @@
 
 use agentsh_proto::{FsAccess, LandlockCompat, LandlockConfig};
 use landlock::{
-    AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, LandlockStatus, NetPort, PathBeneath,
-    PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, LandlockStatus, NetPort,
+    PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 
 use crate::log;
@@ -100,6 +106,22 @@ fn names<T: std::fmt::Debug>(flags: impl Iterator<Item = T>) -> String {
 
 pub use agentsh_proto::wire::kernel_landlock_abi as kernel_abi;
 
+/// The landlock crate's ABI for a number (above the crate's newest: its newest).
+fn abi_of(n: i64) -> ABI {
+    match n {
+        i64::MIN..=0 => ABI::Unsupported,
+        1 => ABI::V1,
+        2 => ABI::V2,
+        3 => ABI::V3,
+        4 => ABI::V4,
+        5 => ABI::V5,
+        6 => ABI::V6,
+        7 => ABI::V7,
+        8 => ABI::V8,
+        _ => ABI::V9,
+    }
+}
+
 /// Under `compat: required`, checked *before* the seccomp filter is loaded,
 /// so a kernel that cannot enforce the ruleset is a refusal "before anything
 /// was installed" (auto falls through, on refuses) rather than after.
@@ -136,24 +158,30 @@ pub fn apply(cfg: &LandlockConfig, no_new_privs: bool, log: &Log) -> Result<Stri
         LandlockCompat::BestEffort => CompatLevel::BestEffort,
         LandlockCompat::Required => CompatLevel::HardRequirement,
     };
-    let mut handled_fs = union(&cfg.handled_fs, handled_rights);
+    // What the (possibly capped) ABI offers; a kernel below the cap still
+    // decides for itself through the compatibility level.
+    let cap = cfg.max_abi.filter(|c| *c > 0).map(abi_of);
+    let fs_offered = cap.map_or(BitFlags::all(), AccessFs::from_all);
+    let mut handled_fs = union(&cfg.handled_fs, handled_rights) & fs_offered;
     // See the module doc: keep reparenting allowed when creation is not handled.
     let refer_everywhere = !handled_fs.is_empty() && !cfg.handled_fs.contains(&FsAccess::Create);
     if refer_everywhere {
-        handled_fs |= AccessFs::Refer;
+        handled_fs |= BitFlags::from(AccessFs::Refer) & fs_offered;
     }
+    let net_offered = cap.map_or(true, |a| !AccessNet::from_all(a).is_empty());
     let mut handled_net: BitFlags<AccessNet> = BitFlags::empty();
-    if cfg.tcp_connect_ports.is_some() {
+    if cfg.tcp_connect_ports.is_some() && net_offered {
         handled_net |= AccessNet::ConnectTcp;
     }
-    if cfg.tcp_bind_ports.is_some() {
+    if cfg.tcp_bind_ports.is_some() && net_offered {
         handled_net |= AccessNet::BindTcp;
     }
+    let scopes_offered = cap.map_or(true, |a| !Scope::from_all(a).is_empty());
     let mut scopes: BitFlags<Scope> = BitFlags::empty();
-    if cfg.scope_signals {
+    if cfg.scope_signals && scopes_offered {
         scopes |= Scope::Signal;
     }
-    if cfg.scope_abstract_unix {
+    if cfg.scope_abstract_unix && scopes_offered {
         scopes |= Scope::AbstractUnixSocket;
     }
     if handled_fs.is_empty() && handled_net.is_empty() && scopes.is_empty() {
@@ -236,13 +264,20 @@ pub fn apply(cfg: &LandlockConfig, no_new_privs: bool, log: &Log) -> Result<Stri
             Err(e) => return Err(format!("landlock: cloning the ruleset fd: {e}")),
         };
     }
-    let ports = |p: &Option<Vec<u16>>| p.clone().unwrap_or_default();
-    for port in ports(&cfg.tcp_connect_ports) {
+    // Ports of a direction that is not handled (an ABI capped below 4) add nothing.
+    let ports = |p: &Option<Vec<u16>>, right: AccessNet| {
+        if handled_net.contains(right) {
+            p.clone().unwrap_or_default()
+        } else {
+            Vec::new()
+        }
+    };
+    for port in ports(&cfg.tcp_connect_ports, AccessNet::ConnectTcp) {
         created = created
             .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
             .map_err(|e| err(&format!("allowing TCP connect to port {port}"), e))?;
     }
-    for port in ports(&cfg.tcp_bind_ports) {
+    for port in ports(&cfg.tcp_bind_ports, AccessNet::BindTcp) {
         created = created
             .add_rule(NetPort::new(port, AccessNet::BindTcp))
             .map_err(|e| err(&format!("allowing TCP bind on port {port}"), e))?;
@@ -260,6 +295,10 @@ pub fn apply(cfg: &LandlockConfig, no_new_privs: bool, log: &Log) -> Result<Stri
         RulesetStatus::FullyEnforced => "fully_enforced",
         RulesetStatus::PartiallyEnforced => "partially_enforced",
         RulesetStatus::NotEnforced => "not_enforced",
+    };
+    let abi = match cfg.max_abi.filter(|c| *c > 0) {
+        Some(c) => format!("{abi} (capped to {c} by landlock.max_abi)"),
+        None => abi,
     };
     let report = format!(
         "landlock: abi={abi} status={enforced} compat={:?} handled_fs={} handled_net={} scopes={} \
@@ -293,6 +332,7 @@ mod tests {
             tcp_bind_ports: None,
             scope_signals: true,
             scope_abstract_unix: false,
+            max_abi: None,
         }
     }
 
@@ -307,6 +347,19 @@ mod tests {
         assert!(precheck(&c, 6).is_ok());
         // best_effort never refuses up front.
         assert!(precheck(&cfg(LandlockCompat::BestEffort), 0).is_ok());
+    }
+
+    #[test]
+    fn a_cap_is_a_kernel_that_stops_there() {
+        let mut c = cfg(LandlockCompat::Required);
+        c.max_abi = Some(2);
+        assert!(precheck(&c, c.effective_abi(7))
+            .unwrap_err()
+            .contains("offers ABI 2"));
+        assert_eq!(abi_of(2), ABI::V2);
+        assert!(AccessNet::from_all(abi_of(2)).is_empty());
+        assert!(Scope::from_all(abi_of(5)).is_empty());
+        assert!(!Scope::from_all(abi_of(6)).is_empty());
     }
 
     #[test]

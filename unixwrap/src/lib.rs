@@ -3,10 +3,11 @@
 //!
 //! The shim execs unixwrap in place (same pid as the shell the SDK spawned), so
 //! everything here happens in the process the SDK tracks. The sequence:
-//! resolve the command → load the filter (raw `seccomp(2)`, NEW_LISTENER) →
+//! resolve the command → load the filter the server compiled (raw
+//! `seccomp(2)`, NEW_LISTENER) →
 //! send the notify fd up fd 3 → wait for the ACK → close every copy of the
-//! notify fd, reap the relay → Landlock → strip `AGENTSH_*` → execve (already
-//! trapped, so the server sees it).
+//! notify fd, reap the relay → Landlock → strip `AGENTSH_*`, put the loader's
+//! variables back → execve (already trapped, so the server sees it).
 //!
 //! Failure modes: every failure is one line on the log fd and an exit status,
 //! never output on stdout, and on stderr only the single refusal hint. 126 =
@@ -86,6 +87,17 @@ fn wrap(args: &[OsString], log: &Log, sigpipe: &SigpipeGuard) -> Exit {
             Ok(p) => p,
             Err(e) => return refuse_cmd(&e),
         };
+    // The loader's variables of the caller's environment, for the command
+    // only (unset: unixwrap was not started by the shim, there are none).
+    let loader_env = match std::env::var_os(env::LOADER_ENV) {
+        None => Vec::new(),
+        Some(v) => {
+            match env::unpack_loader_env(std::os::unix::ffi::OsStrExt::as_bytes(v.as_os_str())) {
+                Ok(l) => l,
+                Err(e) => return refuse_cmd(&e),
+            }
+        }
+    };
 
     let resolved = match exec::resolve(&inv.command, std::env::var_os("PATH").as_deref()) {
         Ok(p) => p,
@@ -120,7 +132,7 @@ fn wrap(args: &[OsString], log: &Log, sigpipe: &SigpipeGuard) -> Exit {
             OnKernelRefusal::Exec => {
                 log!(log, "--on-kernel-refusal exec: running the command under the outer agentsh filter");
                 let fd = args::parse_fd(env::NOTIFY_SOCK_FD, sock_fd_value.as_deref()).ok();
-                exec_unsupervised(&inv, &resolved, fd, relay_pid, log, sigpipe)
+                exec_unsupervised(&inv, &resolved, &loader_env, fd, relay_pid, log, sigpipe)
             }
         };
     }
@@ -150,7 +162,7 @@ fn wrap(args: &[OsString], log: &Log, sigpipe: &SigpipeGuard) -> Exit {
                     log,
                     "--on-kernel-refusal exec: running the command UNSUPERVISED"
                 );
-                exec_unsupervised(&inv, &resolved, Some(sock_fd), relay_pid, log, sigpipe)
+                exec_unsupervised(&inv, &resolved, &loader_env, Some(sock_fd), relay_pid, log, sigpipe)
             }
         }
     };
@@ -159,17 +171,17 @@ fn wrap(args: &[OsString], log: &Log, sigpipe: &SigpipeGuard) -> Exit {
         return kernel_refused(format!("no seccomp user notification: {e}"));
     }
     if let Some(ll) = &config.landlock {
-        if let Err(e) = landlock::precheck(ll, landlock::kernel_abi()) {
+        if let Err(e) = landlock::precheck(ll, ll.effective_abi(landlock::kernel_abi())) {
             return kernel_refused(e);
         }
     }
 
-    let t_build = Instant::now();
-    let prog = match filter::build_bpf(&config) {
+    let t_decode = Instant::now();
+    let prog = match filter::program(&config) {
         Ok(p) => p,
-        Err(e) => return refuse_cmd(&format!("cannot build the seccomp filter: {e}")),
+        Err(e) => return refuse_cmd(&format!("{}: {e}", env::SECCOMP_CONFIG)),
     };
-    let build_us = t_build.elapsed().as_micros();
+    let decode_us = t_decode.elapsed().as_micros();
 
     let no_new_privs = match filter::has_cap_sys_admin() {
         Ok(true) => {
@@ -213,7 +225,7 @@ fn wrap(args: &[OsString], log: &Log, sigpipe: &SigpipeGuard) -> Exit {
     }
     log!(
         log,
-        "filter loaded: flags={} insns={} build={build_us}us load={load_us}us",
+        "filter loaded: flags={} insns={} decode={decode_us}us load={load_us}us",
         filter::flag_names(loaded.flags),
         prog.len()
     );
@@ -249,7 +261,7 @@ fn wrap(args: &[OsString], log: &Log, sigpipe: &SigpipeGuard) -> Exit {
         }
     }
 
-    exec_command(&inv, &resolved, log, sigpipe)
+    exec_command(&inv, &resolved, &loader_env, log, sigpipe)
 }
 
 /// The fallback: nothing of ours is installed (or an outer agentsh filter
@@ -257,6 +269,7 @@ fn wrap(args: &[OsString], log: &Log, sigpipe: &SigpipeGuard) -> Exit {
 fn exec_unsupervised(
     inv: &Invocation,
     resolved: &Path,
+    loader_env: &[Vec<u8>],
     sock_fd: Option<RawFd>,
     relay_pid: Option<libc::pid_t>,
     log: &Log,
@@ -272,11 +285,17 @@ fn exec_unsupervised(
             handoff::reap_relay(pid, handoff::RELAY_EXIT_DEADLINE)
         );
     }
-    exec_command(inv, resolved, log, sigpipe)
+    exec_command(inv, resolved, loader_env, log, sigpipe)
 }
 
-fn exec_command(inv: &Invocation, resolved: &Path, log: &Log, sigpipe: &SigpipeGuard) -> Exit {
-    let envp = exec::command_env(std::env::vars_os());
+fn exec_command(
+    inv: &Invocation,
+    resolved: &Path,
+    loader_env: &[Vec<u8>],
+    log: &Log,
+    sigpipe: &SigpipeGuard,
+) -> Exit {
+    let envp = exec::command_env(std::env::vars_os(), loader_env);
     let argv = inv.command_argv();
     log!(
         log,

@@ -173,13 +173,34 @@ fn unknown_config_version_is_refused() {
 }
 
 #[test]
-fn unknown_blocked_syscall_is_refused() {
+fn config_without_a_filter_is_refused() {
     root_or_skip!();
     let mut c = default_config();
-    c.blocked_syscalls.push("frobnicate".into());
-    let w = spawn(Spec::new(&["--", "sh", "-c", "echo RAN"]).config(&c));
-    let out = w.finish(T);
-    out.assert_refused("unknown syscall \"frobnicate\"");
+    c.filter = String::new();
+    spawn(Spec::new(&["--", "sh", "-c", "echo RAN"]).config(&c))
+        .finish(T)
+        .assert_refused("carries no seccomp filter");
+}
+
+#[test]
+fn a_filter_that_never_traps_is_refused_before_anything_loads() {
+    root_or_skip!();
+    // A caller-chosen "allow everything" program: loaded, it would leave every
+    // exec unsupervised.
+    let mut c = default_config();
+    c.filter = agentsh_proto::bpf::encode_program(&[libc::sock_filter {
+        code: 0x06,
+        jt: 0,
+        jf: 0,
+        k: libc::SECCOMP_RET_ALLOW,
+    }]);
+    spawn(Spec::new(&["--", "sh", "-c", "echo RAN"]).config(&c))
+        .finish(T)
+        .assert_refused("never answers USER_NOTIF");
+    c.filter = "not base64!".into();
+    spawn(Spec::new(&["--", "sh", "-c", "echo RAN"]).config(&c))
+        .finish(T)
+        .assert_refused("not valid base64");
 }
 
 #[test]
@@ -449,6 +470,7 @@ fn landlock(f: impl FnOnce(&mut LandlockConfig)) -> agentsh_proto::SeccompConfig
         tcp_bind_ports: None,
         scope_signals: false,
         scope_abstract_unix: false,
+        max_abi: None,
     };
     f(&mut ll);
     let mut c = default_config();

@@ -53,7 +53,10 @@ pub struct Api {
     pub sessions: Sessions,
     pub audit: Arc<AuditLog>,
     pub supervisor: Arc<SupervisorContext>,
+    /// Flags and deadlines of every tree's config (its filter comes from `filters`).
     pub seccomp_config: SeccompConfig,
+    /// Compiles (and caches) each tree's seccomp program.
+    pub filters: crate::filter::Filters,
     pub policy_name: String,
     /// Compiles the policy's Landlock part per wrap-init (workspace, caller's home).
     pub landlock: crate::policy::landlock::SessionLandlock,

@@ -353,7 +353,24 @@ fn prepare_wrap_init(
             ),
         ));
     }
+    // The shim's parent is the SDK daemon; both are protected from the
+    // tree's signals (the filter's register rules), with their groups.
     let lineage = caller.pid.map(intake::Lineage::of);
+    let daemon = lineage.and_then(|l| {
+        Some(crate::filter::ProcessId {
+            pid: l.parent?,
+            pgid: l.parent_pgrp?,
+        })
+    });
+    // Compiled (or taken from the cache) before anything is created, so a
+    // failure leaves nothing behind.
+    let filter = api
+        .filters
+        .for_tree(daemon, lineage.and_then(|l| l.pgrp))
+        .map_err(|e| {
+            tracing::error!("wrap-init: {e}");
+            fail(500, e.to_string())
+        })?;
     let pending = intake::open_notify_socket(&api.config.notify_dir(), &session.id, caller)
         .map_err(|e| {
             tracing::error!("wrap-init: {e}");
@@ -363,7 +380,9 @@ fn prepare_wrap_init(
         .wrap_inits
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut seccomp_config = api.seccomp_config.clone();
-    let landlock = api.landlock.compile(caller.uid);
+    seccomp_config.filter = filter.encoded.clone();
+    let mut landlock = api.landlock.compile(caller.uid);
+    crate::policy::landlock::cap_abi(&mut landlock, api.config.landlock.cap());
     let compiled_us = started.elapsed().as_micros() as u64;
     for w in &landlock.warnings {
         tracing::warn!(session = %session.id, uid = caller.uid, "landlock: {w}");
@@ -387,6 +406,7 @@ fn prepare_wrap_init(
             notify_socket: notify_socket.clone(),
             policy: api.policy_name.clone(),
             landlock: Some(landlock.summary),
+            seccomp: Some(filter.summary.clone()),
             shim_pid: caller.pid,
             daemon_pid: lineage.as_ref().and_then(|l| l.parent),
         }),

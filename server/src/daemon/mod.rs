@@ -15,6 +15,7 @@ use crate::api::{self, peer::Limits, transport::SeqpacketListener, Api};
 use crate::approval::{self, Approvals};
 use crate::audit::AuditLog;
 use crate::config::Config;
+use crate::filter::Filters;
 use crate::policy::landlock::SessionLandlock;
 use crate::policy::Policy;
 use crate::session::Sessions;
@@ -43,12 +44,8 @@ pub fn run(config_file: Option<PathBuf>) -> Result<(), String> {
             )
         })?;
     let audit = Arc::new(audit);
-    let mut seccomp_config = SeccompConfig::with_base_blocklist();
-    for name in policy.blocked_syscalls() {
-        if !seccomp_config.blocked_syscalls.contains(name) {
-            seccomp_config.blocked_syscalls.push(name.clone());
-        }
-    }
+    let filters = Filters::new(policy.blocked_syscalls(), config.landlock.effective_abi())
+        .map_err(|e| format!("policy {:?}: {e}", config.policy))?;
     let policy_name = policy.name().to_string();
     let policy = Arc::new(policy);
     let landlock = SessionLandlock::for_server(policy.clone(), &config, config_file.as_deref());
@@ -109,7 +106,8 @@ pub fn run(config_file: Option<PathBuf>) -> Result<(), String> {
             sessions: Sessions::default(),
             audit,
             supervisor,
-            seccomp_config,
+            seccomp_config: SeccompConfig::default(),
+            filters,
             policy_name,
             landlock,
             trees,

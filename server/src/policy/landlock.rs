@@ -197,6 +197,10 @@ pub struct LandlockSummary {
     /// with the tree) offers.
     pub required_abi: i64,
     pub kernel_abi: i64,
+    /// The operator's cap (`landlock.max_abi`), when set: `kernel_abi` is
+    /// then the capped value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_abi: Option<i64>,
     /// What the kernel enforces of it: `full`, `partial` (best_effort on an
     /// older kernel), or `refused` (required on an older kernel: unixwrap
     /// refuses before installing anything). unixwrap logs its own status too.
@@ -606,6 +610,7 @@ pub fn compile(
         tcp_bind_ports: bind.map(|s| s.into_iter().collect()),
         scope_signals: true,
         scope_abstract_unix: true,
+        max_abi: None,
     };
     let summary = LandlockSummary {
         compat,
@@ -621,6 +626,7 @@ pub fn compile(
         warnings: warnings.clone(),
         required_abi: config.required_abi(),
         kernel_abi: agentsh_proto::wire::kernel_landlock_abi(),
+        max_abi: None,
         enforcement: String::new(),
     };
     let mut summary = summary;
@@ -636,6 +642,27 @@ pub fn compile(
         warnings,
         carve_failures,
     }
+}
+
+/// Applies the operator's `landlock.max_abi` to a compiled ruleset: the
+/// config tells unixwrap not to use rights or scopes of a later ABI (it then
+/// behaves as on a kernel that stops there), and the summary reports the
+/// capped ABI as the kernel's and the enforcement that follows from it.
+/// `None` or 0 changes nothing.
+pub fn cap_abi(compiled: &mut CompiledLandlock, max_abi: Option<i64>) {
+    let Some(cap) = max_abi.filter(|c| *c > 0) else {
+        return;
+    };
+    compiled.config.max_abi = Some(cap);
+    let s = &mut compiled.summary;
+    s.kernel_abi = agentsh_proto::wire::effective_landlock_abi(s.kernel_abi, Some(cap));
+    s.enforcement = match (s.kernel_abi >= s.required_abi, s.compat) {
+        (true, _) => "full",
+        (false, LandlockCompat::BestEffort) => "partial",
+        (false, LandlockCompat::Required) => "refused",
+    }
+    .to_string();
+    s.max_abi = Some(cap);
 }
 
 /// Everything the server needs to compile a ruleset at each wrap-init.

@@ -52,10 +52,22 @@ fn reserve_low_fds() {
     });
 }
 
+/// The filter the server compiles for a tree (the test process plays the
+/// server, so it is the protected process), at this kernel's Landlock ABI.
 pub fn default_config() -> SeccompConfig {
-    let mut c = SeccompConfig::with_base_blocklist();
-    c.ack_timeout_secs = 5;
-    c
+    default_config_at_abi(agentsh_proto::wire::kernel_landlock_abi())
+}
+
+/// Like [`default_config`], with the filter's signal guard compiled for `abi`.
+pub fn default_config_at_abi(abi: i64) -> SeccompConfig {
+    use agentsh::filter::{compile, FilterSpec, ProcessId};
+    let f = compile(&FilterSpec::for_tree(ProcessId::current(), None, None, abi))
+        .expect("the server compiles the filter");
+    SeccompConfig {
+        filter: f.encoded,
+        ack_timeout_secs: 5,
+        ..SeccompConfig::default()
+    }
 }
 
 pub struct Spec {
@@ -464,20 +476,32 @@ fn read_cstr(pid: u32, addr: u64) -> Option<String> {
 }
 
 /// A filter that answers `seccomp(SET_MODE_FILTER, flags & mask == mask)` with
-/// `errno`, as a kernel lacking those flags would.
+/// `errno`, as a kernel lacking those flags would (written out by hand: the
+/// low 32 bits of each argument are enough for these constants).
 pub fn refuse_seccomp_flags(mask: u64, errno: i32) -> Vec<libc::sock_filter> {
-    use libseccomp::*;
-    let mut ctx = ScmpFilterContext::new(ScmpAction::Allow).unwrap();
-    ctx.add_rule_conditional(
-        ScmpAction::Errno(errno),
-        ScmpSyscall::from_name("seccomp").unwrap(),
-        &[
-            ScmpArgCompare::new(0, ScmpCompareOp::Equal, 1),
-            ScmpArgCompare::new(1, ScmpCompareOp::MaskedEqual(mask), mask),
-        ],
-    )
-    .unwrap();
-    agentsh_unixwrap::filter::export(&ctx).unwrap()
+    const LD_W_ABS: u16 = 0x20;
+    const JEQ_K: u16 = 0x15;
+    const AND_K: u16 = 0x54;
+    const RET_K: u16 = 0x06;
+    let i = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
+    // seccomp_data: nr at 0, args[n] at 16 + 8n (low half first on little endian).
+    let arg = |n: u32| 16 + 8 * n + if cfg!(target_endian = "big") { 4 } else { 0 };
+    vec![
+        i(LD_W_ABS, 0, 0, 0),
+        i(JEQ_K, 0, 6, libc::SYS_seccomp as u32),
+        i(LD_W_ABS, 0, 0, arg(0)),
+        i(JEQ_K, 0, 4, libc::SECCOMP_SET_MODE_FILTER),
+        i(LD_W_ABS, 0, 0, arg(1)),
+        i(AND_K, 0, 0, mask as u32),
+        i(JEQ_K, 0, 1, mask as u32),
+        i(
+            RET_K,
+            0,
+            0,
+            libc::SECCOMP_RET_ERRNO | (errno as u32 & 0xffff),
+        ),
+        i(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW),
+    ]
 }
 
 /// Writes to a child's stdin and closes it.

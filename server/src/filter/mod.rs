@@ -1,0 +1,273 @@
+//! The seccomp filter every supervised tree gets, compiled by the server.
+//!
+//! The server turns a [`FilterSpec`] into a classic BPF program with
+//! libseccomp and ships it to unixwrap inside the wrap-init answer
+//! (`SeccompConfig::filter`, see `agentsh_proto::bpf` for the wire format);
+//! unixwrap loads it as is with `seccomp(2)`. So unixwrap links no libseccomp
+//! and loads nothing its caller chose, and the work is done once per distinct
+//! spec: [`Filters`] caches the result (specs differ between trees only in a
+//! few pids).
+//!
+//! What the program does (default ALLOW):
+//! * `execve`, `execveat` → USER_NOTIF: the server rules on every exec;
+//! * the marker `prctl` → its distinctive errno (`agentsh_proto::marker`);
+//! * `seccomp(SET_MODE_FILTER, NEW_LISTENER)` → EPERM: no second supervisor;
+//! * the base rules of [`table::BASE_RULES`] and the policy's
+//!   `syscalls.block` (EPERM whatever the arguments);
+//! * the signal guard: signals, pidfds and SIGIO ownership aimed at the
+//!   protected processes (the server, the SDK daemon) and their process
+//!   groups fail with EPERM, on register arguments. Where Landlock cannot
+//!   scope signals (effective ABI < 6) the calls whose target a register cannot
+//!   name (`kill` of any thread id, `tkill`, `rt_sigqueueinfo`,
+//!   `pidfd_send_signal`, `pidfd_open(PIDFD_THREAD)`) go to USER_NOTIF and the
+//!   supervisor judges them (`supervisor::signals`);
+//! * on x86_64 the i386 and x32 ABIs carry the same rules; any other
+//!   architecture is KILL_PROCESS.
+//!
+//! Failure modes: an unknown or reserved name in the policy's blocklist, or a
+//! libseccomp failure, is a [`FilterError`]; the server checks the policy's
+//! names when it starts (it refuses to start rather than run trees with a
+//! filter it cannot build), and a wrap-init whose filter cannot be built is
+//! answered 500 (the shim then refuses or falls through, never runs a tree
+//! with a weaker filter).
+
+mod build;
+pub mod table;
+
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+pub use table::{Answer, BaseRule, Cmp, When, BASE_RULES, RESERVED};
+
+/// How signals aimed at protected processes are refused beyond what register
+/// arguments decide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SignalGuard {
+    /// Landlock ABI >= 6 scopes signals to the tree (the ruleset asks for it):
+    /// the register rules are a second wall.
+    LandlockScope,
+    /// No signal scoping: `kill`, `tkill`, `rt_sigqueueinfo`,
+    /// `pidfd_send_signal` and `pidfd_open(PIDFD_THREAD)` are judged by the
+    /// supervisor; `F_SETOWN_EX`, `FIOSETOWN` and `SIOCSPGRP` (owner behind a
+    /// pointer) are refused.
+    UserNotif,
+}
+
+impl SignalGuard {
+    /// The guard for the Landlock ABI agentsh uses (the kernel's, capped by
+    /// `landlock.max_abi`).
+    pub fn for_landlock_abi(effective_abi: i64) -> SignalGuard {
+        if effective_abi >= 6 {
+            SignalGuard::LandlockScope
+        } else {
+            SignalGuard::UserNotif
+        }
+    }
+}
+
+/// A process and its process group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ProcessId {
+    pub pid: u32,
+    pub pgid: u32,
+}
+
+impl ProcessId {
+    /// This process (the server).
+    pub fn current() -> ProcessId {
+        // SAFETY: getpid and getpgrp cannot fail.
+        let (pid, pgid) = unsafe { (libc::getpid(), libc::getpgrp()) };
+        ProcessId {
+            pid: pid as u32,
+            pgid: pgid as u32,
+        }
+    }
+}
+
+/// Everything the program depends on. Two equal specs give the same program.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FilterSpec {
+    /// The policy's `syscalls.block`: EPERM whatever the arguments.
+    pub blocked: BTreeSet<String>,
+    /// Processes no signal from the tree may reach (as thread-group ids).
+    pub protected_pids: BTreeSet<u32>,
+    /// Process groups no signal from the tree may reach.
+    pub protected_pgids: BTreeSet<u32>,
+    /// The tree starts in a protected process group, so `kill(0, ..)` is refused.
+    pub refuse_kill_own_group: bool,
+    pub signal_guard: SignalGuard,
+}
+
+impl FilterSpec {
+    /// The spec of one tree: the server (`server`, usually
+    /// [`ProcessId::current`]) and the SDK daemon that spawned the tree (the
+    /// top-level shim's parent, when known) are protected, with their process
+    /// groups; `tree_pgid` is the process group the tree starts in (the
+    /// shim's), `effective_abi` the Landlock ABI agentsh uses (the kernel's,
+    /// capped by `landlock.max_abi`). The policy's blocklist is added by
+    /// [`Filters::compile`].
+    pub fn for_tree(
+        server: ProcessId,
+        daemon: Option<ProcessId>,
+        tree_pgid: Option<u32>,
+        effective_abi: i64,
+    ) -> FilterSpec {
+        let mut protected_pids = BTreeSet::from([server.pid]);
+        let mut protected_pgids = BTreeSet::from([server.pgid]);
+        if let Some(d) = daemon {
+            protected_pids.insert(d.pid);
+            protected_pgids.insert(d.pgid);
+        }
+        // pid 0 or 1 as a "group" would mean "my group" or "everything":
+        // those are ruled on their own (kill(0) below, kill(-1) always).
+        protected_pgids.retain(|g| *g > 1);
+        protected_pids.retain(|p| *p > 0);
+        FilterSpec {
+            blocked: BTreeSet::new(),
+            refuse_kill_own_group: tree_pgid.is_some_and(|g| protected_pgids.contains(&g)),
+            protected_pids,
+            protected_pgids,
+            signal_guard: SignalGuard::for_landlock_abi(effective_abi),
+        }
+    }
+}
+
+/// What the wrap-init audit event records of the filter a tree got.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FilterSummary {
+    pub instructions: usize,
+    pub signal_guard: SignalGuard,
+    pub protected_pids: Vec<u32>,
+    pub protected_pgids: Vec<u32>,
+    pub refuse_kill_own_group: bool,
+    /// The policy's additions to the base blocklist.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policy_blocked: Vec<String>,
+}
+
+/// A compiled program, ready to ship.
+#[derive(Debug)]
+pub struct CompiledFilter {
+    pub program: Vec<libc::sock_filter>,
+    /// `agentsh_proto::bpf::encode_program(&program)`.
+    pub encoded: String,
+    pub summary: FilterSummary,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FilterError {
+    #[error("syscalls.block: {name:?} cannot be blocked ({why})")]
+    Reserved { name: String, why: &'static str },
+    #[error("syscalls.block: {0:?} is not a syscall libseccomp knows on this architecture")]
+    Unknown(String),
+    #[error("building the seccomp filter: {0}")]
+    Build(String),
+}
+
+/// Compiles `spec` (no cache).
+///
+/// # Errors
+/// See [`FilterError`].
+pub fn compile(spec: &FilterSpec) -> Result<CompiledFilter, FilterError> {
+    let program = build::program(spec)?;
+    let encoded = agentsh_proto::bpf::encode_program(&program);
+    Ok(CompiledFilter {
+        summary: FilterSummary {
+            instructions: program.len(),
+            signal_guard: spec.signal_guard,
+            protected_pids: spec.protected_pids.iter().copied().collect(),
+            protected_pgids: spec.protected_pgids.iter().copied().collect(),
+            refuse_kill_own_group: spec.refuse_kill_own_group,
+            policy_blocked: spec.blocked.iter().cloned().collect(),
+        },
+        program,
+        encoded,
+    })
+}
+
+/// How many compiled programs the cache keeps (it is emptied when full).
+const CACHE_ENTRIES: usize = 64;
+
+/// The server's filter compiler: the policy's blocklist, the effective
+/// Landlock ABI, and a cache of compiled programs.
+pub struct Filters {
+    blocked: BTreeSet<String>,
+    effective_landlock_abi: i64,
+    cache: Mutex<HashMap<FilterSpec, Arc<CompiledFilter>>>,
+}
+
+impl Filters {
+    /// Checks the policy's names by compiling once.
+    ///
+    /// # Errors
+    /// The policy's blocklist cannot be compiled.
+    pub fn new(
+        policy_blocked: &[String],
+        effective_landlock_abi: i64,
+    ) -> Result<Filters, FilterError> {
+        let f = Filters {
+            blocked: policy_blocked.iter().cloned().collect(),
+            effective_landlock_abi,
+            cache: Mutex::new(HashMap::new()),
+        };
+        f.compile(FilterSpec::for_tree(
+            ProcessId::current(),
+            None,
+            None,
+            effective_landlock_abi,
+        ))?;
+        Ok(f)
+    }
+
+    /// The Landlock ABI agentsh uses (the kernel's, capped by `landlock.max_abi`).
+    pub fn effective_landlock_abi(&self) -> i64 {
+        self.effective_landlock_abi
+    }
+
+    /// The program for `spec` plus the policy's blocklist, from the cache when
+    /// it was compiled before.
+    ///
+    /// # Errors
+    /// See [`compile`].
+    pub fn compile(&self, mut spec: FilterSpec) -> Result<Arc<CompiledFilter>, FilterError> {
+        spec.blocked = self.blocked.clone();
+        if let Some(c) = self.lock().get(&spec) {
+            return Ok(c.clone());
+        }
+        // Compiled outside the lock: two wrap-inits may both compile a new
+        // spec, and the second result simply replaces the first.
+        let c = Arc::new(compile(&spec)?);
+        let mut cache = self.lock();
+        if cache.len() >= CACHE_ENTRIES {
+            cache.clear();
+        }
+        cache.insert(spec, c.clone());
+        Ok(c)
+    }
+
+    /// [`FilterSpec::for_tree`] for this server, compiled.
+    ///
+    /// # Errors
+    /// See [`compile`].
+    pub fn for_tree(
+        &self,
+        daemon: Option<ProcessId>,
+        tree_pgid: Option<u32>,
+    ) -> Result<Arc<CompiledFilter>, FilterError> {
+        self.compile(FilterSpec::for_tree(
+            ProcessId::current(),
+            daemon,
+            tree_pgid,
+            self.effective_landlock_abi,
+        ))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<FilterSpec, Arc<CompiledFilter>>> {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,690 @@
+//! The filter's rules, checked two ways: the spec → program logic without a
+//! kernel, and each rule on the real kernel (a child loads the program and
+//! makes the call; the errno it gets is its exit status). Every real-kernel
+//! check pairs the refused call with a near miss the filter must let through,
+//! so a rule that matches too much fails too.
+
+use super::*;
+
+fn spec(guard_abi: i64) -> FilterSpec {
+    FilterSpec::for_tree(
+        ProcessId {
+            pid: PROTECTED,
+            pgid: PROTECTED_PGID,
+        },
+        Some(ProcessId {
+            pid: DAEMON,
+            pgid: DAEMON_PGID,
+        }),
+        Some(DAEMON_PGID),
+        guard_abi,
+    )
+}
+
+/// Pids no real process has here (pid_max is far below): a call on them
+/// fails with ESRCH unless the filter answers first.
+const PROTECTED: u32 = 0x3fff_f001;
+const PROTECTED_PGID: u32 = 0x3fff_f002;
+const DAEMON: u32 = 0x3fff_f003;
+const DAEMON_PGID: u32 = 0x3fff_f004;
+
+#[test]
+fn for_tree_protects_server_and_daemon_with_their_groups() {
+    let s = spec(7);
+    assert_eq!(s.protected_pids, BTreeSet::from([PROTECTED, DAEMON]));
+    assert_eq!(
+        s.protected_pgids,
+        BTreeSet::from([PROTECTED_PGID, DAEMON_PGID])
+    );
+    assert!(s.refuse_kill_own_group);
+    assert_eq!(s.signal_guard, SignalGuard::LandlockScope);
+    assert_eq!(spec(5).signal_guard, SignalGuard::UserNotif);
+    assert_eq!(spec(0).signal_guard, SignalGuard::UserNotif);
+    let own = FilterSpec::for_tree(ProcessId { pid: 10, pgid: 10 }, None, Some(99), 6);
+    assert!(!own.refuse_kill_own_group);
+    // Group 1 (init's) and 0 are never "protected groups": kill(-1)/kill(0) are ruled apart.
+    let init = FilterSpec::for_tree(ProcessId { pid: 10, pgid: 1 }, None, None, 6);
+    assert!(init.protected_pgids.is_empty());
+}
+
+#[test]
+fn every_base_name_is_known_and_the_default_spec_compiles() {
+    for r in BASE_RULES {
+        for name in r.syscalls {
+            assert!(libseccomp::ScmpSyscall::from_name(name).is_ok(), "{name}");
+        }
+    }
+    let c = compile(&spec(7)).unwrap();
+    assert!(c.program.len() > 50);
+    assert!(agentsh_proto::bpf::traps_to_user_notif(&c.program));
+    let back = agentsh_proto::bpf::decode_program(&c.encoded).unwrap();
+    assert_eq!(back.len(), c.program.len());
+}
+
+#[test]
+fn reserved_and_unknown_policy_names_are_refused() {
+    for (name, _) in RESERVED {
+        let mut s = spec(7);
+        s.blocked.insert(name.to_string());
+        assert!(
+            matches!(compile(&s), Err(FilterError::Reserved { .. })),
+            "{name}"
+        );
+    }
+    let mut s = spec(7);
+    s.blocked.insert("frobnicate".into());
+    let e = compile(&s).unwrap_err();
+    assert!(e.to_string().contains("frobnicate"), "{e}");
+    // A policy may block a call the base only restricts: it then applies whole.
+    let mut s = spec(2);
+    s.blocked.extend([
+        "kill".to_string(),
+        "socket".to_string(),
+        "seccomp".to_string(),
+    ]);
+    assert!(compile(&s).is_ok());
+}
+
+#[test]
+fn the_cache_returns_the_same_program_for_the_same_spec() {
+    let f = Filters::new(&["keyctl".to_string()], 7).unwrap();
+    let a = f.compile(spec(7)).unwrap();
+    let b = f.compile(spec(7)).unwrap();
+    assert!(Arc::ptr_eq(&a, &b));
+    assert_eq!(a.summary.policy_blocked, ["keyctl"]);
+    let c = f.compile(spec(2)).unwrap();
+    assert!(!Arc::ptr_eq(&a, &c));
+    assert!(Filters::new(&["execve".to_string()], 7).is_err());
+}
+
+/// Loads `prog` in a forked child (no listener: a USER_NOTIF answer is then
+/// ENOSYS) and returns the errno `call` got (0 = success).
+fn errno_under(prog: &[libc::sock_filter], call: fn() -> libc::c_long) -> i32 {
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_ptr().cast_mut(),
+    };
+    // SAFETY: the child only makes raw syscalls on data prepared before the
+    // fork, then _exits; the parent reaps it.
+    unsafe {
+        let pid = libc::fork();
+        assert!(pid >= 0, "fork");
+        if pid == 0 {
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::syscall(
+                    libc::SYS_seccomp,
+                    libc::SECCOMP_SET_MODE_FILTER,
+                    0,
+                    &fprog as *const libc::sock_fprog,
+                ) != 0
+            {
+                libc::_exit(250);
+            }
+            let rc = call();
+            let e = if rc < 0 { *libc::__errno_location() } else { 0 };
+            libc::_exit(e.min(249));
+        }
+        let mut st = 0;
+        assert_eq!(libc::waitpid(pid, &mut st, 0), pid);
+        assert!(libc::WIFEXITED(st), "child status {st:#x}");
+        let code = libc::WEXITSTATUS(st);
+        assert_ne!(code, 250, "the filter did not load");
+        code
+    }
+}
+
+/// What each call gets with no filter of ours: the near-miss baseline.
+fn errno_unfiltered(call: fn() -> libc::c_long) -> i32 {
+    // A filter that allows everything.
+    let allow = [libc::sock_filter {
+        code: 0x06,
+        jt: 0,
+        jf: 0,
+        k: libc::SECCOMP_RET_ALLOW,
+    }];
+    errno_under(&allow, call)
+}
+
+macro_rules! sys {
+    ($($arg:expr),+ $(,)?) => {
+        // SAFETY: every call below passes invalid fds, NULL pointers or
+        // nonexistent pids, so it can only fail or act on the child itself.
+        || unsafe { libc::syscall($($arg),+) }
+    };
+}
+
+struct Case {
+    what: &'static str,
+    call: fn() -> libc::c_long,
+    want: i32,
+}
+
+fn check(prog: &[libc::sock_filter], cases: &[Case]) {
+    let mut bad = Vec::new();
+    for c in cases {
+        let got = errno_under(prog, c.call);
+        if got != c.want {
+            bad.push(format!(
+                "{}: errno {got}, want {} (unfiltered: {})",
+                c.what,
+                c.want,
+                errno_unfiltered(c.call)
+            ));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+const EPERM: i32 = libc::EPERM;
+
+#[test]
+fn base_rules_refuse_on_the_real_kernel_and_near_misses_pass() {
+    let prog = compile(&spec(7)).unwrap().program;
+    check(
+        &prog,
+        &[
+            // namespaces
+            Case {
+                what: "unshare(CLONE_NEWUSER)",
+                call: sys!(libc::SYS_unshare, libc::CLONE_NEWUSER),
+                want: EPERM,
+            },
+            Case {
+                what: "unshare(CLONE_NEWNET)",
+                call: sys!(libc::SYS_unshare, libc::CLONE_NEWNET),
+                want: EPERM,
+            },
+            Case {
+                what: "unshare(CLONE_NEWTIME)",
+                call: sys!(libc::SYS_unshare, 0x80),
+                want: EPERM,
+            },
+            Case {
+                what: "unshare(CLONE_FILES) (threads do this)",
+                call: sys!(libc::SYS_unshare, libc::CLONE_FILES),
+                want: 0,
+            },
+            // CLONE_THREAD without CLONE_SIGHAND is EINVAL: nothing is created either way.
+            Case {
+                what: "clone(CLONE_NEWUSER|CLONE_THREAD)",
+                call: sys!(
+                    libc::SYS_clone,
+                    libc::CLONE_NEWUSER | libc::CLONE_THREAD,
+                    0,
+                    0,
+                    0,
+                    0
+                ),
+                want: EPERM,
+            },
+            Case {
+                what: "clone(CLONE_NEWPID|CLONE_THREAD)",
+                call: sys!(
+                    libc::SYS_clone,
+                    libc::CLONE_NEWPID | libc::CLONE_THREAD,
+                    0,
+                    0,
+                    0,
+                    0
+                ),
+                want: EPERM,
+            },
+            Case {
+                what: "clone(exit signal 0x80|CLONE_THREAD)",
+                call: sys!(libc::SYS_clone, 0x80 | libc::CLONE_THREAD, 0, 0, 0, 0),
+                want: libc::EINVAL,
+            },
+            Case {
+                what: "clone3",
+                call: sys!(libc::SYS_clone3, 0, 0),
+                want: libc::ENOSYS,
+            },
+            Case {
+                what: "setns",
+                call: sys!(libc::SYS_setns, -1, 0),
+                want: EPERM,
+            },
+            // kernel surface
+            Case {
+                what: "userfaultfd",
+                call: sys!(libc::SYS_userfaultfd, 0),
+                want: EPERM,
+            },
+            Case {
+                what: "ioctl(USERFAULTFD_IOC_NEW)",
+                call: sys!(libc::SYS_ioctl, -1, 0xAA00),
+                want: EPERM,
+            },
+            Case {
+                what: "ioctl(other)",
+                call: sys!(libc::SYS_ioctl, -1, 0xAA01),
+                want: libc::EBADF,
+            },
+            Case {
+                what: "perf_event_open",
+                call: sys!(libc::SYS_perf_event_open, 0, 0, -1, -1, 0),
+                want: EPERM,
+            },
+            Case {
+                what: "open_by_handle_at",
+                call: sys!(libc::SYS_open_by_handle_at, -1, 0, 0),
+                want: EPERM,
+            },
+            Case {
+                what: "keyctl",
+                call: sys!(libc::SYS_keyctl, 0, 0),
+                want: EPERM,
+            },
+            Case {
+                what: "mount_setattr",
+                call: sys!(libc::SYS_mount_setattr, -1, 0, 0, 0, 0),
+                want: EPERM,
+            },
+            Case {
+                what: "fsopen",
+                call: sys!(libc::SYS_fsopen, 0, 0),
+                want: EPERM,
+            },
+            Case {
+                what: "open_tree",
+                call: sys!(libc::SYS_open_tree, -1, 0, 0),
+                want: EPERM,
+            },
+            Case {
+                what: "move_mount",
+                call: sys!(libc::SYS_move_mount, -1, 0, -1, 0, 0),
+                want: EPERM,
+            },
+            Case {
+                what: "swapoff",
+                call: sys!(libc::SYS_swapoff, 0),
+                want: EPERM,
+            },
+            Case {
+                what: "iopl",
+                call: sys!(libc::SYS_iopl, 0),
+                want: EPERM,
+            },
+            Case {
+                what: "acct",
+                call: sys!(libc::SYS_acct, 0),
+                want: EPERM,
+            },
+            Case {
+                what: "clock_settime",
+                call: sys!(libc::SYS_clock_settime, 0, 0),
+                want: EPERM,
+            },
+            Case {
+                what: "adjtimex",
+                call: sys!(libc::SYS_adjtimex, 0),
+                want: EPERM,
+            },
+            Case {
+                what: "clock_gettime (near miss)",
+                call: sys!(libc::SYS_clock_gettime, 99, 0),
+                want: libc::EINVAL,
+            },
+            // Fast Open
+            Case {
+                what: "sendto(MSG_FASTOPEN)",
+                call: sys!(libc::SYS_sendto, -1, 0, 0, 0x2000_0000, 0, 0),
+                want: EPERM,
+            },
+            Case {
+                what: "sendto(0)",
+                call: sys!(libc::SYS_sendto, -1, 0, 0, 0, 0, 0),
+                want: libc::EBADF,
+            },
+            Case {
+                what: "sendmsg(MSG_FASTOPEN)",
+                call: sys!(libc::SYS_sendmsg, -1, 0, 0x2000_0000),
+                want: EPERM,
+            },
+            Case {
+                what: "sendmmsg(MSG_FASTOPEN|MSG_DONTWAIT)",
+                call: sys!(libc::SYS_sendmmsg, -1, 0, 0, 0x2000_0040),
+                want: EPERM,
+            },
+            Case {
+                what: "setsockopt(TCP_FASTOPEN_CONNECT)",
+                call: sys!(libc::SYS_setsockopt, -1, libc::IPPROTO_TCP, 30, 0, 0),
+                want: EPERM,
+            },
+            Case {
+                what: "setsockopt(TCP_NODELAY)",
+                call: sys!(
+                    libc::SYS_setsockopt,
+                    -1,
+                    libc::IPPROTO_TCP,
+                    libc::TCP_NODELAY,
+                    0,
+                    0
+                ),
+                want: libc::EBADF,
+            },
+            // SOCK_SEQPACKET unix sockets
+            Case {
+                what: "socket(AF_UNIX, SOCK_SEQPACKET|SOCK_CLOEXEC)",
+                call: sys!(
+                    libc::SYS_socket,
+                    libc::AF_UNIX,
+                    libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+                    0
+                ),
+                want: EPERM,
+            },
+            Case {
+                what: "socket(AF_UNIX, SOCK_SEQPACKET|SOCK_NONBLOCK)",
+                call: sys!(
+                    libc::SYS_socket,
+                    libc::AF_UNIX,
+                    libc::SOCK_SEQPACKET | libc::SOCK_NONBLOCK,
+                    0
+                ),
+                want: EPERM,
+            },
+            Case {
+                what: "socket(AF_UNIX, SOCK_STREAM)",
+                call: sys!(libc::SYS_socket, libc::AF_UNIX, libc::SOCK_STREAM, 0),
+                want: 0,
+            },
+            Case {
+                what: "socket(AF_INET, SOCK_SEQPACKET)",
+                call: sys!(libc::SYS_socket, libc::AF_INET, libc::SOCK_SEQPACKET, 0),
+                want: libc::ESOCKTNOSUPPORT,
+            },
+            Case {
+                what: "socketpair(AF_UNIX, SOCK_SEQPACKET)",
+                call: || {
+                    let mut fds = [0i32; 2];
+                    // SAFETY: fds holds two ints.
+                    unsafe {
+                        libc::syscall(
+                            libc::SYS_socketpair,
+                            libc::AF_UNIX,
+                            libc::SOCK_SEQPACKET,
+                            0,
+                            fds.as_mut_ptr(),
+                        )
+                    }
+                },
+                want: 0,
+            },
+            // signals to protected processes (register rules)
+            Case {
+                what: "kill(server)",
+                call: || sys!(libc::SYS_kill, PROTECTED as libc::c_long, 0)(),
+                want: EPERM,
+            },
+            Case {
+                what: "kill(daemon)",
+                call: || sys!(libc::SYS_kill, DAEMON as libc::c_long, 9)(),
+                want: EPERM,
+            },
+            Case {
+                what: "kill(-server group)",
+                call: || sys!(libc::SYS_kill, -(PROTECTED_PGID as libc::c_long), 9)(),
+                want: EPERM,
+            },
+            Case {
+                what: "kill(-1)",
+                call: sys!(libc::SYS_kill, -1, 0),
+                want: EPERM,
+            },
+            Case {
+                what: "kill(0) in a protected group",
+                call: sys!(libc::SYS_kill, 0, 0),
+                want: EPERM,
+            },
+            Case {
+                what: "kill(another pid) (near miss)",
+                call: || sys!(libc::SYS_kill, (PROTECTED + 100) as libc::c_long, 0)(),
+                want: libc::ESRCH,
+            },
+            Case {
+                what: "kill(self, 0)",
+                call: || sys!(libc::SYS_kill, libc::getpid() as libc::c_long, 0)(),
+                want: 0,
+            },
+            Case {
+                what: "tgkill(server)",
+                call: || {
+                    sys!(
+                        libc::SYS_tgkill,
+                        PROTECTED as libc::c_long,
+                        PROTECTED as libc::c_long,
+                        0
+                    )()
+                },
+                want: EPERM,
+            },
+            Case {
+                what: "tkill(daemon)",
+                call: || sys!(libc::SYS_tkill, DAEMON as libc::c_long, 0)(),
+                want: EPERM,
+            },
+            Case {
+                what: "rt_sigqueueinfo(server)",
+                call: || sys!(libc::SYS_rt_sigqueueinfo, PROTECTED as libc::c_long, 0, 0)(),
+                want: EPERM,
+            },
+            Case {
+                what: "rt_tgsigqueueinfo(daemon)",
+                call: || {
+                    sys!(
+                        libc::SYS_rt_tgsigqueueinfo,
+                        DAEMON as libc::c_long,
+                        DAEMON as libc::c_long,
+                        0,
+                        0
+                    )()
+                },
+                want: EPERM,
+            },
+            Case {
+                what: "pidfd_open(server)",
+                call: || sys!(libc::SYS_pidfd_open, PROTECTED as libc::c_long, 0)(),
+                want: EPERM,
+            },
+            Case {
+                what: "pidfd_open(self)",
+                call: || sys!(libc::SYS_pidfd_open, libc::getpid() as libc::c_long, 0)(),
+                want: 0,
+            },
+            Case {
+                what: "fcntl(F_SETOWN, server)",
+                call: || {
+                    sys!(
+                        libc::SYS_fcntl,
+                        0,
+                        libc::F_SETOWN,
+                        PROTECTED as libc::c_long
+                    )()
+                },
+                want: EPERM,
+            },
+            Case {
+                what: "fcntl(F_SETOWN, -daemon group)",
+                call: || {
+                    sys!(
+                        libc::SYS_fcntl,
+                        0,
+                        libc::F_SETOWN,
+                        -(DAEMON_PGID as libc::c_long)
+                    )()
+                },
+                want: EPERM,
+            },
+            Case {
+                what: "fcntl(F_SETOWN, self)",
+                call: || {
+                    sys!(
+                        libc::SYS_fcntl,
+                        0,
+                        libc::F_SETOWN,
+                        libc::getpid() as libc::c_long
+                    )()
+                },
+                want: 0,
+            },
+            // at ABI >= 6 these stay with Landlock: no trap
+            Case {
+                what: "fcntl(F_SETOWN_EX) at ABI 7",
+                call: sys!(libc::SYS_fcntl, -1, 15, 0),
+                want: libc::EBADF,
+            },
+        ],
+    );
+}
+
+#[test]
+fn below_landlock_abi_6_signals_whose_target_a_register_cannot_name_go_to_the_supervisor() {
+    // Without a listener, USER_NOTIF answers ENOSYS: that is how the trap shows here.
+    let prog = compile(&spec(2)).unwrap().program;
+    let enosys = libc::ENOSYS;
+    check(
+        &prog,
+        &[
+            Case {
+                what: "kill(self, 0)",
+                call: || sys!(libc::SYS_kill, libc::getpid() as libc::c_long, 0)(),
+                want: enosys,
+            },
+            Case {
+                what: "kill(-1)",
+                call: sys!(libc::SYS_kill, -1, 0),
+                want: enosys,
+            },
+            Case {
+                what: "tkill",
+                call: || sys!(libc::SYS_tkill, libc::getpid() as libc::c_long, 0)(),
+                want: enosys,
+            },
+            Case {
+                what: "rt_sigqueueinfo",
+                call: sys!(libc::SYS_rt_sigqueueinfo, 1, 0, 0),
+                want: enosys,
+            },
+            Case {
+                what: "pidfd_send_signal",
+                call: sys!(libc::SYS_pidfd_send_signal, -1, 0, 0, 0),
+                want: enosys,
+            },
+            Case {
+                what: "pidfd_open(self, PIDFD_THREAD)",
+                call: || sys!(libc::SYS_pidfd_open, libc::getpid() as libc::c_long, 0x80)(),
+                want: enosys,
+            },
+            // a register names the whole target: no trap (Go's preemption uses tgkill)
+            Case {
+                what: "tgkill(self)",
+                call: || {
+                    sys!(
+                        libc::SYS_tgkill,
+                        libc::getpid() as libc::c_long,
+                        libc::getpid() as libc::c_long,
+                        0
+                    )()
+                },
+                want: 0,
+            },
+            Case {
+                what: "tgkill(server)",
+                call: || {
+                    sys!(
+                        libc::SYS_tgkill,
+                        PROTECTED as libc::c_long,
+                        PROTECTED as libc::c_long,
+                        0
+                    )()
+                },
+                want: EPERM,
+            },
+            Case {
+                what: "pidfd_open(self, 0)",
+                call: || sys!(libc::SYS_pidfd_open, libc::getpid() as libc::c_long, 0)(),
+                want: 0,
+            },
+            Case {
+                what: "pidfd_open(server, 0)",
+                call: || sys!(libc::SYS_pidfd_open, PROTECTED as libc::c_long, 0)(),
+                want: EPERM,
+            },
+            // owners behind a pointer are refused outright
+            Case {
+                what: "fcntl(F_SETOWN_EX)",
+                call: sys!(libc::SYS_fcntl, -1, 15, 0),
+                want: EPERM,
+            },
+            Case {
+                what: "ioctl(FIOSETOWN)",
+                call: sys!(libc::SYS_ioctl, -1, 0x8901, 0),
+                want: EPERM,
+            },
+            Case {
+                what: "ioctl(SIOCSPGRP)",
+                call: sys!(libc::SYS_ioctl, -1, 0x8902, 0),
+                want: EPERM,
+            },
+            Case {
+                what: "fcntl(F_GETOWN) (near miss)",
+                call: sys!(libc::SYS_fcntl, -1, libc::F_GETOWN),
+                want: libc::EBADF,
+            },
+        ],
+    );
+}
+
+#[test]
+fn the_marker_and_the_listener_rule_hold() {
+    let prog = compile(&spec(7)).unwrap().program;
+    check(
+        &prog,
+        &[
+            Case {
+                what: "marker prctl",
+                call: sys!(
+                    libc::SYS_prctl,
+                    agentsh_proto::marker::MARKER_PRCTL_OPTION as libc::c_long,
+                    agentsh_proto::marker::MARKER_PRCTL_ARG as libc::c_long,
+                    0,
+                    0,
+                    0
+                ),
+                // The exit status carries errno & 0xff... min(249): 3377 is above, so 249.
+                want: 249,
+            },
+            Case {
+                what: "seccomp(SET_MODE_FILTER, NEW_LISTENER)",
+                call: sys!(
+                    libc::SYS_seccomp,
+                    libc::SECCOMP_SET_MODE_FILTER,
+                    libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
+                    0
+                ),
+                want: EPERM,
+            },
+            Case {
+                what: "execve",
+                call: sys!(libc::SYS_execve, 0, 0, 0),
+                want: libc::ENOSYS,
+            },
+        ],
+    );
+}
+
+#[test]
+fn a_policy_block_applies_whatever_the_arguments() {
+    let mut s = spec(7);
+    s.blocked.insert("socket".into());
+    let prog = compile(&s).unwrap().program;
+    check(
+        &prog,
+        &[Case {
+            what: "socket(AF_UNIX, SOCK_STREAM)",
+            call: sys!(libc::SYS_socket, libc::AF_UNIX, libc::SOCK_STREAM, 0),
+            want: EPERM,
+        }],
+    );
+}

@@ -1,0 +1,463 @@
+//! The signal guard's user-notify half: where Landlock cannot scope signals
+//! (effective ABI < 6), the filter sends `kill`, `tkill`, `rt_sigqueueinfo`,
+//! `pidfd_send_signal` and `pidfd_open(PIDFD_THREAD)` here, because a register
+//! cannot say whom they reach: `kill(tid)` of any thread signals its whole
+//! process, and a pidfd (or an fd of `/proc/<pid>`) is just a number.
+//!
+//! For each call the target is resolved from the server's side: a pid or tid
+//! → its thread-group id (`/proc/<id>/status`); a negative pid → that process
+//! group; 0 → the caller's own group; a pidfd → `Pid:` in the caller thread's
+//! `/proc/<tid>/fdinfo/<fd>`, or the pid a `/proc/<pid>` directory fd names.
+//! The call is refused (EPERM, audited as a `signal` event with the reason)
+//! when the target is a protected process (the server; the SDK daemon, i.e.
+//! the tree root's parent) or a group one of them is in, and for `kill(-1)`.
+//! Everything else is CONTINUEd.
+//!
+//! Why CONTINUE holds: the pid, signal and fd are register arguments the
+//! kernel copied before the notification, so the caller cannot change them.
+//! What is read from /proc can change after the read in two ways, both
+//! documented limits: a target pid that exits and is reused by a protected
+//! process's new thread in the microseconds before delivery (needs a pid
+//! wrap-around), and, for `pidfd_send_signal`, another thread sharing the fd
+//! table swapping the fd number for a `/proc/<server>` fd after the read.
+//! `kill(0)` is refused outright when the caller shares its session with a
+//! protected process, because it could join a protected group (setpgid) after
+//! the read.
+//!
+//! Failure modes: a target that cannot be read (no fdinfo, no status) is a
+//! refusal with the reason, never a CONTINUE; a target that does not exist is
+//! CONTINUEd (the kernel answers ESRCH).
+
+use super::{SupervisorContext, Tree};
+use crate::audit::{EventBody, SignalEvent};
+use agentsh_proto::notif::{self, Notification};
+use std::os::fd::AsFd;
+
+/// A signal call the filter sends to the supervisor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignalCall {
+    Kill,
+    Tkill,
+    RtSigqueueinfo,
+    PidfdSendSignal,
+    PidfdOpen,
+}
+
+impl SignalCall {
+    pub fn name(self) -> &'static str {
+        match self {
+            SignalCall::Kill => "kill",
+            SignalCall::Tkill => "tkill",
+            SignalCall::RtSigqueueinfo => "rt_sigqueueinfo",
+            SignalCall::PidfdSendSignal => "pidfd_send_signal",
+            SignalCall::PidfdOpen => "pidfd_open",
+        }
+    }
+}
+
+const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
+const AUDIT_ARCH_I386: u32 = 0x4000_0003;
+const AUDIT_ARCH_AARCH64: u32 = 0xC000_00B7;
+const X32: i32 = 0x4000_0000;
+
+/// Which signal call a notification is, if any.
+pub fn classify(arch: u32, nr: i32) -> Option<SignalCall> {
+    use SignalCall::*;
+    let nr = if arch == AUDIT_ARCH_X86_64 && nr & X32 != 0 {
+        match nr & !X32 {
+            524 => return Some(RtSigqueueinfo), // x32's compat rt_sigqueueinfo
+            n => n,
+        }
+    } else {
+        nr
+    };
+    match (arch, nr) {
+        (AUDIT_ARCH_X86_64, 62) | (AUDIT_ARCH_I386, 37) | (AUDIT_ARCH_AARCH64, 129) => Some(Kill),
+        (AUDIT_ARCH_X86_64, 200) | (AUDIT_ARCH_I386, 238) | (AUDIT_ARCH_AARCH64, 130) => {
+            Some(Tkill)
+        }
+        (AUDIT_ARCH_X86_64, 129) | (AUDIT_ARCH_I386, 178) | (AUDIT_ARCH_AARCH64, 138) => {
+            Some(RtSigqueueinfo)
+        }
+        (_, 424) => Some(PidfdSendSignal),
+        (_, 434) => Some(PidfdOpen),
+        _ => None,
+    }
+}
+
+/// The processes a tree must not signal, as read when the tree started.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Protected {
+    /// Thread-group ids.
+    pub pids: Vec<u32>,
+}
+
+impl Protected {
+    /// The server and the tree root's parent (the SDK daemon that spawned
+    /// the shim), when it is not init.
+    pub fn for_tree(root_pid: u32) -> Protected {
+        let mut pids = vec![std::process::id()];
+        if let Ok(st) = crate::tracee::proc_stat(root_pid) {
+            if st.ppid > 1 && !pids.contains(&st.ppid) {
+                pids.push(st.ppid);
+            }
+        }
+        Protected { pids }
+    }
+}
+
+/// Where a process stands: its thread group, process group and session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Standing {
+    pub tgid: u32,
+    pub pgrp: u32,
+    pub session: u32,
+}
+
+/// What a signal call aims at, as resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// One process (its thread-group id).
+    Process(u32),
+    /// Every process of a group.
+    Group(u32),
+    /// `kill(0)`: the caller's group.
+    OwnGroup,
+    /// `kill(-1)`: every process the caller may signal.
+    Everyone,
+    /// Nothing exists by that id: the kernel will say ESRCH.
+    Nobody,
+}
+
+/// The facts a verdict needs, read from /proc by [`gather`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignalFacts {
+    pub call: SignalCall,
+    pub caller: Standing,
+    pub target: Target,
+    /// The protected processes as they stand now.
+    pub protected: Vec<Standing>,
+}
+
+/// Refuse (with the reason) or let through. Pure.
+pub fn judge(f: &SignalFacts) -> Result<(), String> {
+    let prot =
+        |pred: &dyn Fn(&Standing) -> bool| f.protected.iter().find(|p| pred(p)).map(|p| p.tgid);
+    match &f.target {
+        Target::Nobody => Ok(()),
+        Target::Everyone => Err("kill(-1) would signal the server and the SDK daemon".into()),
+        Target::Process(t) => match prot(&|p| p.tgid == *t) {
+            Some(p) => Err(format!(
+                "process {p} is protected (agentsh server or SDK daemon)"
+            )),
+            None => Ok(()),
+        },
+        Target::Group(g) => match prot(&|p| p.pgrp == *g) {
+            Some(p) => Err(format!("process group {g} holds protected process {p}")),
+            None => Ok(()),
+        },
+        Target::OwnGroup => {
+            if let Some(p) = prot(&|p| p.pgrp == f.caller.pgrp) {
+                Err(format!(
+                    "kill(0): the caller's process group {} holds protected process {p}",
+                    f.caller.pgrp
+                ))
+            } else if let Some(p) = prot(&|p| p.session == f.caller.session) {
+                Err(format!(
+                    "kill(0) from session {} of protected process {p}: the caller could join its group before the signal is sent",
+                    f.caller.session
+                ))
+            } else {
+                Ok(())
+            }
+        }
+    }
+}
+
+/// `/proc/<id>/stat`'s pgrp and session, with the tgid from `status`.
+fn standing(id: u32) -> std::io::Result<Standing> {
+    let stat = std::fs::read_to_string(format!("/proc/{id}/stat"))?;
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .ok_or_else(|| std::io::Error::other("malformed stat"))?;
+    // After "(comm)": state ppid pgrp session ...
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let num = |i: usize| -> std::io::Result<u32> {
+        f.get(i)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| std::io::Error::other("malformed stat"))
+    };
+    Ok(Standing {
+        tgid: tgid(id)?,
+        pgrp: num(2)?,
+        session: num(3)?,
+    })
+}
+
+/// The thread group `id` (a pid or any thread's id) belongs to.
+fn tgid(id: u32) -> std::io::Result<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{id}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| std::io::Error::other("no Tgid in status"))
+}
+
+/// `id` → the process it is part of; gone → [`Target::Nobody`].
+fn process_target(id: i64) -> Result<Target, String> {
+    if id <= 0 || id > i64::from(i32::MAX) {
+        return Ok(Target::Nobody);
+    }
+    match tgid(id as u32) {
+        Ok(t) => Ok(Target::Process(t)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Target::Nobody),
+        Err(e) => Err(format!("cannot read /proc/{id}/status: {e}")),
+    }
+}
+
+const PROC_SUPER_MAGIC: i64 = 0x9fa0;
+
+/// The process a pidfd (or `/proc/<pid>` directory fd) of thread `tid` names.
+fn pidfd_target(tid: u32, fd: i64) -> Result<Target, String> {
+    if !(0..=i64::from(i32::MAX)).contains(&fd) {
+        return Ok(Target::Nobody);
+    }
+    let info = std::fs::read_to_string(format!("/proc/{tid}/fdinfo/{fd}"))
+        .map_err(|e| format!("cannot tell what fd {fd} of thread {tid} refers to: {e}"))?;
+    if let Some(pid) = info.lines().find_map(|l| l.strip_prefix("Pid:")) {
+        let pid: i64 = pid
+            .trim()
+            .parse()
+            .map_err(|_| format!("fd {fd}: unreadable Pid in fdinfo"))?;
+        return process_target(pid);
+    }
+    let link = format!("/proc/{tid}/fd/{fd}");
+    let c = std::ffi::CString::new(link.clone()).map_err(|e| e.to_string())?;
+    // SAFETY: statfs writes one struct through a valid pointer; the path is NUL-terminated.
+    let mut sfs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::statfs(c.as_ptr(), &mut sfs) } != 0 {
+        return Err(format!(
+            "cannot tell what fd {fd} of thread {tid} refers to: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    if sfs.f_type as i64 != PROC_SUPER_MAGIC {
+        // Neither a pidfd nor a /proc entry: the kernel refuses it (EBADF).
+        return Ok(Target::Nobody);
+    }
+    let target = std::fs::read_link(&link).map_err(|e| format!("{link}: {e}"))?;
+    let pid = target
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.parse::<i64>().ok())
+        .ok_or_else(|| {
+            format!(
+                "fd {fd} is a /proc entry that names no process ({})",
+                target.display()
+            )
+        })?;
+    process_target(pid)
+}
+
+/// Reads the facts for notification `n`.
+fn gather(
+    call: SignalCall,
+    n: &Notification,
+    protected: &Protected,
+) -> Result<SignalFacts, String> {
+    let caller = standing(n.pid).map_err(|e| format!("cannot read the caller {}: {e}", n.pid))?;
+    let arg0 = i64::from(n.args[0] as u32 as i32);
+    let target = match call {
+        SignalCall::Kill => match arg0 {
+            0 => Target::OwnGroup,
+            -1 => Target::Everyone,
+            g if g < 0 => Target::Group((-g) as u32),
+            p => process_target(p)?,
+        },
+        SignalCall::Tkill | SignalCall::RtSigqueueinfo | SignalCall::PidfdOpen => {
+            process_target(arg0)?
+        }
+        SignalCall::PidfdSendSignal => pidfd_target(n.pid, arg0)?,
+    };
+    let protected = protected
+        .pids
+        .iter()
+        .filter_map(|p| standing(*p).ok())
+        .collect();
+    Ok(SignalFacts {
+        call,
+        caller,
+        target,
+        protected,
+    })
+}
+
+/// Answers one signal notification (see the module doc).
+pub fn handle(
+    ctx: &SupervisorContext,
+    tree: &Tree,
+    protected: &Protected,
+    call: SignalCall,
+    n: &Notification,
+) {
+    let fd = tree.fd.as_fd();
+    let verdict = gather(call, n, protected).and_then(|f| judge(&f).map(|()| f));
+    match verdict {
+        Ok(_) => {
+            // SAFETY ARGUMENT for CONTINUE: see the module doc (register
+            // arguments; the residual races are documented there).
+            if notif::id_valid(fd, n.id) {
+                let _ = notif::respond_continue(fd, n.id);
+            }
+        }
+        Err(reason) => {
+            tracing::warn!(tid = n.pid, call = call.name(), "signal refused: {reason}");
+            ctx.audit.record(
+                &tree.session_id,
+                EventBody::Signal(SignalEvent {
+                    pid: n.pid,
+                    syscall: call.name().into(),
+                    target: n.args[0] as u32 as i32 as i64,
+                    signal: signal_arg(call, n),
+                    decision: "deny".into(),
+                    reason,
+                }),
+            );
+            let _ = notif::respond_errno(fd, n.id, libc::EPERM);
+        }
+    }
+}
+
+fn signal_arg(call: SignalCall, n: &Notification) -> Option<i64> {
+    match call {
+        SignalCall::Kill
+        | SignalCall::Tkill
+        | SignalCall::RtSigqueueinfo
+        | SignalCall::PidfdSendSignal => Some(i64::from(n.args[1] as u32 as i32)),
+        SignalCall::PidfdOpen => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SERVER: Standing = Standing {
+        tgid: 100,
+        pgrp: 100,
+        session: 100,
+    };
+    const DAEMON: Standing = Standing {
+        tgid: 200,
+        pgrp: 50,
+        session: 50,
+    };
+
+    fn facts(caller: Standing, target: Target) -> SignalFacts {
+        SignalFacts {
+            call: SignalCall::Kill,
+            caller,
+            target,
+            protected: vec![SERVER, DAEMON],
+        }
+    }
+
+    const TREE: Standing = Standing {
+        tgid: 300,
+        pgrp: 300,
+        session: 300,
+    };
+
+    #[test]
+    fn protected_processes_and_groups_are_refused() {
+        assert!(judge(&facts(TREE, Target::Process(100))).is_err());
+        assert!(judge(&facts(TREE, Target::Process(200))).is_err());
+        assert!(judge(&facts(TREE, Target::Group(50))).is_err());
+        assert!(judge(&facts(TREE, Target::Group(100))).is_err());
+        assert!(judge(&facts(TREE, Target::Everyone))
+            .unwrap_err()
+            .contains("kill(-1)"));
+    }
+
+    #[test]
+    fn everything_else_goes_through() {
+        assert!(judge(&facts(TREE, Target::Process(301))).is_ok());
+        assert!(judge(&facts(TREE, Target::Group(300))).is_ok());
+        assert!(judge(&facts(TREE, Target::Nobody)).is_ok());
+        assert!(judge(&facts(TREE, Target::OwnGroup)).is_ok());
+    }
+
+    #[test]
+    fn kill_0_is_refused_in_a_protected_group_or_session() {
+        let in_daemon_group = Standing { pgrp: 50, ..TREE };
+        assert!(judge(&facts(in_daemon_group, Target::OwnGroup)).is_err());
+        let in_daemon_session = Standing {
+            session: 50,
+            ..TREE
+        };
+        assert!(judge(&facts(in_daemon_session, Target::OwnGroup))
+            .unwrap_err()
+            .contains("could join"));
+    }
+
+    #[test]
+    fn classifies_signal_calls_per_arch() {
+        assert_eq!(classify(AUDIT_ARCH_X86_64, 62), Some(SignalCall::Kill));
+        assert_eq!(classify(AUDIT_ARCH_I386, 37), Some(SignalCall::Kill));
+        assert_eq!(
+            classify(AUDIT_ARCH_X86_64, X32 | 62),
+            Some(SignalCall::Kill)
+        );
+        assert_eq!(
+            classify(AUDIT_ARCH_X86_64, X32 | 524),
+            Some(SignalCall::RtSigqueueinfo)
+        );
+        assert_eq!(
+            classify(AUDIT_ARCH_X86_64, 424),
+            Some(SignalCall::PidfdSendSignal)
+        );
+        assert_eq!(classify(AUDIT_ARCH_X86_64, 59), None);
+    }
+
+    #[test]
+    fn real_targets_resolve_through_proc() {
+        let me = std::process::id();
+        assert_eq!(process_target(i64::from(me)), Ok(Target::Process(me)));
+        assert_eq!(process_target(0x3fff_fff0), Ok(Target::Nobody));
+        let s = standing(me).unwrap();
+        assert_eq!(s.tgid, me);
+        // A thread's id resolves to its process.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let h = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        });
+        let tid = rx.recv().unwrap();
+        assert_eq!(process_target(i64::from(tid)), Ok(Target::Process(me)));
+        h.join().unwrap();
+    }
+
+    #[test]
+    fn pidfds_and_proc_dirs_name_their_process() {
+        let me = std::process::id();
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() } as u32;
+        // SAFETY: pidfd_open of our own pid; the fd is closed below.
+        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, me, 0) };
+        assert!(pidfd >= 0);
+        assert_eq!(pidfd_target(tid, pidfd), Ok(Target::Process(me)));
+        let dir = std::fs::File::open(format!("/proc/{me}")).unwrap();
+        let dirfd = std::os::fd::AsRawFd::as_raw_fd(&dir) as i64;
+        assert_eq!(pidfd_target(tid, dirfd), Ok(Target::Process(me)));
+        let plain = std::fs::File::open("/dev/null").unwrap();
+        let plainfd = std::os::fd::AsRawFd::as_raw_fd(&plain) as i64;
+        assert_eq!(pidfd_target(tid, plainfd), Ok(Target::Nobody));
+        assert!(pidfd_target(tid, 99_999).is_err());
+        // SAFETY: closing the pidfd we opened.
+        unsafe { libc::close(pidfd as i32) };
+    }
+}
