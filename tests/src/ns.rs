@@ -212,8 +212,12 @@ impl Namespace {
     /// itself: agentsh would then protect its own binaries inside the agent's
     /// workspace (taking create rights on the workspace away from every tree).
     pub fn mount_scratch(&self, target: &str, workspace: &str) {
+        // The whole target directory: target/debug and target/static.
         let bins = bin("agentsh");
-        let bins = bins.parent().expect("the binaries' directory");
+        let bins = bins
+            .parent()
+            .and_then(Path::parent)
+            .expect("the target directory");
         let bins = bins.canonicalize().unwrap_or_else(|_| bins.to_path_buf());
         let target_real = Path::new(target)
             .canonicalize()

@@ -40,7 +40,7 @@ fn the_demo_session_runs_and_shows_allowed_and_denied_steps() {
 
 /// A checkout under `/srv` (where the demo and the test sandbox keep their
 /// workspace): the built binaries are bind-mounted at
-/// `/srv/checkout/target/debug` inside a private mount namespace whose `/srv`
+/// `/srv/checkout/target` inside a private mount namespace whose `/srv`
 /// is a tmpfs (this machine's `/srv` is never written), and the demo runs
 /// from there.
 #[test]
@@ -49,9 +49,13 @@ fn the_demo_runs_from_a_checkout_under_srv() {
         return;
     }
     let built = bin("agentsh-demo");
-    let built_dir = built.parent().expect("the binaries' directory");
+    // target/ (debug and static builds), as a checkout's would be.
+    let built_dir = built
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("the target directory");
     let ns = agentsh_tests::ns::Namespace::new();
-    let checkout = "/srv/checkout/target/debug";
+    let checkout = "/srv/checkout/target";
     for argv in [
         vec![
             "/usr/bin/mount",
@@ -74,7 +78,7 @@ fn the_demo_runs_from_a_checkout_under_srv() {
         assert!(out.status.success(), "{argv:?}: {out:?}");
     }
     let out = ns
-        .command(format!("{checkout}/agentsh-demo"))
+        .command(format!("{checkout}/debug/agentsh-demo"))
         .stdin(std::process::Stdio::null())
         .output()
         .expect("run the demo inside the namespace");
