@@ -236,7 +236,7 @@ pub async fn take_handoff(
         }
         Err(reason) => {
             tracing::warn!(socket = %path.display(), "handoff refused: {reason}");
-            let _ = conn.send_record(&[Ack::Refused.to_byte()]).await;
+            // Recorded before the answer, as every decision is.
             ctx.audit.record(
                 &session,
                 EventBody::Handoff(HandoffEvent {
@@ -245,6 +245,7 @@ pub async fn take_handoff(
                     reason,
                 }),
             );
+            let _ = conn.send_record(&[Ack::Refused.to_byte()]).await;
         }
     }
 }
