@@ -54,6 +54,11 @@ pub struct SeccompConfig {
     /// Landlock ruleset; `None` means unixwrap applies no Landlock.
     #[serde(default)]
     pub landlock: Option<LandlockConfig>,
+    /// Absolute, canonical paths of privileged daemons' sockets (and
+    /// directories of them) unixwrap hides from the tree in a private mount
+    /// namespace before the filter is loaded, where it can (CAP_SYS_ADMIN).
+    #[serde(default)]
+    pub daemon_sockets: Vec<String>,
 }
 
 /// Current [`SeccompConfig::version`].
@@ -77,6 +82,7 @@ impl Default for SeccompConfig {
             wait_killable: true,
             ack_timeout_secs: default_ack_timeout(),
             landlock: None,
+            daemon_sockets: Vec::new(),
         }
     }
 }

@@ -60,6 +60,9 @@ pub struct WrapInitEvent {
     /// is in unixwrap's log: it may be less under `best_effort`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub landlock: Option<crate::policy::landlock::LandlockSummary>,
+    /// The daemon sockets hidden from the tree, and how.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub daemon_sockets: Option<DaemonSocketsSummary>,
     /// The process that asked (the shim, which becomes the tree's root).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub shim_pid: Option<u32>,
@@ -70,6 +73,14 @@ pub struct WrapInitEvent {
     /// and which processes are protected.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub seccomp: Option<crate::filter::FilterSummary>,
+}
+
+/// What the wrap-init event records of the daemon-socket masks.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct DaemonSocketsSummary {
+    pub hidden: Vec<String>,
+    /// `mount namespace`, or why not.
+    pub mechanism: String,
 }
 
 /// A shell the shim ran unsupervised under `shim_install=auto` before

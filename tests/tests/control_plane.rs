@@ -405,3 +405,162 @@ fn live_trees_are_counted_per_session() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// A root-only daemon that starts a program for whoever connects: the kind
+/// of socket (docker, systemd, the system bus) a tree must not reach.
+const EXEC_DAEMON: &str = r#"
+import os, socket, subprocess, sys
+path = sys.argv[1]
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(path)
+os.chmod(path, 0o600)
+s.listen(16)
+print("ready", flush=True)
+while True:
+    c, _ = s.accept()
+    c.recv(1024)
+    out = subprocess.run(["/usr/bin/grep", "Seccomp_filters", "/proc/self/status"], capture_output=True).stdout
+    c.sendall(b"ran outside any tree: " + out)
+    c.close()
+"#;
+
+/// From inside a tree: reach the daemon directly, through a symlink, a hard
+/// link and the daemon's own /proc root. One line per attempt.
+const REACH: &str = r#"
+import os, socket, sys
+path, pid, ws = sys.argv[1], sys.argv[2], sys.argv[3]
+# Links go on the socket's own filesystem (/dev/shm), where a tree may write.
+ws = "/dev/shm/reach-" + str(os.getpid())
+os.mkdir(ws)
+def reach(name, p):
+    try:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(5)
+        s.connect(p)
+        s.send(b"go")
+        print(name + ": " + s.recv(1024).decode(errors="replace").strip())
+    except Exception as e:
+        print(name + ": " + type(e).__name__ + ": " + str(e))
+reach("direct", path)
+try:
+    os.symlink(path, ws + "/via-symlink")
+except Exception as e:
+    print("symlink-create: " + str(e))
+reach("symlink", ws + "/via-symlink")
+try:
+    os.link(path, ws + "/via-hardlink")
+    reach("hardlink", ws + "/via-hardlink")
+except Exception as e:
+    print("hardlink: " + type(e).__name__ + ": " + str(e))
+reach("proc-root", "/proc/" + pid + "/root" + path)
+for n in os.listdir(ws):
+    os.unlink(ws + "/" + n)
+os.rmdir(ws)
+"#;
+
+fn daemon_socket_scenario(uid: Option<u32>, grant: bool) -> String {
+    use agentsh_tests::server::TempDir;
+    // In /dev/shm: the tree may create files there (agent-default), so a
+    // hard link to the socket on the same filesystem is a real attempt.
+    let dir = TempDir::new_in(std::path::Path::new("/dev/shm"), "daemon");
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    let sock = dir.path().join("ctl.sock");
+    let script_dir = TempDir::new("daemon-script");
+    let script = script_dir.path().join("daemon.py");
+    std::fs::write(&script, EXEC_DAEMON).unwrap();
+    let mut daemon = Command::new("/usr/bin/python3")
+        .arg(&script)
+        .arg(&sock)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(daemon.stdout.as_mut().unwrap()),
+        &mut first,
+    )
+    .unwrap();
+    assert_eq!(first.trim(), "ready");
+    let section = if grant {
+        format!(
+            "daemon_sockets:\n  deny: [{}]\n  allow: [{}]\n",
+            sock.display(),
+            sock.display()
+        )
+    } else {
+        format!("daemon_sockets:\n  deny: [{}]\n", sock.display())
+    };
+    let policy = format!("{AGENT_DEFAULT}\n{section}");
+    let mut sb = Sandbox::new(&policy, uid);
+    std::fs::write(sb.host_path(&format!("{WORKSPACE}/reach.py")), REACH).unwrap();
+    let f = sb.sh(&format!(
+        "(/usr/bin/python3 {WORKSPACE}/reach.py {} {} {WORKSPACE})",
+        sock.display(),
+        daemon.id()
+    ));
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    let ruleset = sb
+        .events()
+        .into_iter()
+        .rev()
+        .find(|e| e["type"] == "wrap_init")
+        .map(|e| e["daemon_sockets"].clone())
+        .unwrap_or_default();
+    format!("{}\n--\n{ruleset}\n--\n{f:?}", f.stdout)
+}
+
+#[test]
+fn a_root_tree_cannot_reach_a_root_only_daemon_socket_any_way_but_a_policy_grant_makes_it_reachable(
+) {
+    if !require_root("a_root_tree_cannot_reach_a_root_only_daemon_socket") {
+        return;
+    }
+    let out = daemon_socket_scenario(None, false);
+    for attempt in ["direct", "symlink", "hardlink", "proc-root"] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("{attempt}: ")))
+            .unwrap_or_else(|| panic!("no {attempt} line:\n{out}"));
+        assert!(
+            !line.contains("ran outside"),
+            "{attempt} reached the daemon:\n{out}"
+        );
+    }
+    assert!(out.contains("mount namespace"), "{out}");
+    // Granted by the policy: the tree reaches it (and the daemon's program
+    // runs outside any tree: no seccomp filter).
+    let out = daemon_socket_scenario(None, true);
+    for attempt in ["direct", "symlink", "hardlink"] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("{attempt}: ")))
+            .unwrap_or_default();
+        assert!(line.contains("ran outside any tree"), "{attempt}:\n{out}");
+    }
+}
+
+#[test]
+fn a_user_tree_cannot_reach_a_root_only_daemon_socket() {
+    if !require_root("a_user_tree_cannot_reach_a_root_only_daemon_socket") {
+        return;
+    }
+    let out = daemon_socket_scenario(Some(NOBODY), false);
+    for attempt in ["direct", "symlink", "proc-root"] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("{attempt}: ")))
+            .unwrap_or_else(|| panic!("no {attempt} line:\n{out}"));
+        assert!(
+            !line.contains("ran outside"),
+            "{attempt} reached the daemon:\n{out}"
+        );
+    }
+    assert!(out.contains("the sockets' own modes"), "{out}");
+}

@@ -7,7 +7,11 @@
 //! command got plus the ruleset the wrap-init event records.
 //!
 //! Every attempt runs in a subshell, so it is nested (depth >= 1) as
-//! anything an agent's program starts would be. Needs root, Landlock ABI >= 6.
+//! anything an agent's program starts would be. The suite runs at the
+//! kernel's own Landlock ABI and again with `landlock.max_abi` at 4 and at 2
+//! (E2B's 6.1 kernel): an attempt that only a newer ABI stops says so
+//! (`min_abi`), is listed as not enforced there, and is what the security
+//! model's per-ABI table documents. Needs root, Landlock ABI >= 6.
 
 use agentsh_tests::sandbox::{Listener, Sandbox, AGENT_DEFAULT, NOBODY, WORKSPACE};
 use agentsh_tests::sdk::Spawn;
@@ -23,6 +27,7 @@ enum Why {
     /// ruleset the tree was given (the wrap-init event) satisfies `ruleset`.
     Kernel {
         error: &'static str,
+        /// Judges the whole wrap-init event (`landlock`, `seccomp`, ...).
         ruleset: fn(&Value, &Ctx) -> bool,
     },
 }
@@ -35,10 +40,14 @@ struct Attempt {
     why: Why,
     /// Extra environment on the SDK spawn.
     env: Vec<(&'static str, String)>,
+    /// The lowest Landlock ABI at which agentsh stops it (0: any).
+    min_abi: i64,
 }
 
 /// Values attempts refer to.
 struct Ctx {
+    api_socket: String,
+    marker: String,
     server_pid: u32,
     daemon_pid: u32,
     api_port: u16,
@@ -59,6 +68,7 @@ fn rule(name: &'static str, setup: &str, attempt: &str, rule: &'static str, path
             path: path.into(),
         },
         env: Vec::new(),
+        min_abi: 0,
     }
 }
 
@@ -75,11 +85,12 @@ fn kernel(
         attempt: attempt.into(),
         why: Why::Kernel { error, ruleset },
         env: Vec::new(),
+        min_abi: 0,
     }
 }
 
-fn handles(r: &Value, what: &str) -> bool {
-    r["handled_fs"]
+fn handles(e: &Value, what: &str) -> bool {
+    e["landlock"]["handled_fs"]
         .as_array()
         .is_some_and(|a| a.iter().any(|x| x == what))
 }
@@ -88,16 +99,28 @@ fn writes_handled(r: &Value, _: &Ctx) -> bool {
     handles(r, "write") && handles(r, "create") && handles(r, "delete")
 }
 
-fn scoped(r: &Value, _: &Ctx) -> bool {
-    r["scope_signals"] == true && r["scope_abstract_unix"] == true
+/// Signals to processes outside the tree: Landlock's scope (ABI >= 6), or
+/// below it the seccomp filter's signal guard (register rules plus the
+/// supervisor's user-notify check).
+fn signals_guarded(e: &Value, _: &Ctx) -> bool {
+    let abi = e["landlock"]["kernel_abi"].as_i64().unwrap_or(0);
+    (abi >= 6 && e["landlock"]["scope_signals"] == true)
+        || e["seccomp"]["signal_guard"] == "user_notif"
+}
+
+/// A Landlock domain (any ABI) keeps ptrace-style access to processes outside it.
+fn in_a_landlock_domain(e: &Value, _: &Ctx) -> bool {
+    e["landlock"]["kernel_abi"].as_i64().unwrap_or(0) >= 1
 }
 
 fn reads_handled(r: &Value, _: &Ctx) -> bool {
     handles(r, "read")
 }
 
-fn port_not_allowed(r: &Value, port: u16) -> bool {
+fn port_not_allowed(e: &Value, port: u16) -> bool {
+    let r = &e["landlock"];
     r["api_port_reachable"] == false
+        && r["kernel_abi"].as_i64().unwrap_or(0) >= 4
         && r["tcp_connect_ports"]
             .as_array()
             .is_some_and(|a| !a.iter().any(|p| p.as_u64() == Some(u64::from(port))))
@@ -126,13 +149,16 @@ fn attempts(c: &Ctx) -> Vec<Attempt> {
         rule("copy to /tmp and run", "cp /usr/bin/true /tmp/t-$$", "/tmp/t-$$", "default", "/tmp/t-"),
         rule("copy to /dev/shm and run", "cp /usr/bin/true /dev/shm/t-$$", "/dev/shm/t-$$", "default", "/dev/shm/t-"),
         rule("copy to /var/tmp and run", "cp /usr/bin/true /var/tmp/t-$$", "/var/tmp/t-$$", "default", "/var/tmp/t-"),
-        kernel(
+        Attempt {
+            min_abi: 4,
+            ..kernel(
             "curl renamed in the workspace, to a denied port",
             "cp /usr/bin/curl /srv/ws/fetch",
             &format!("/srv/ws/fetch -sS --max-time 3 http://127.0.0.1:{}/", c.denied_port),
             "",
             |r, c| port_not_allowed(r, c.denied_port),
-        ),
+        )
+        },
         // --- symlinks ---
         rule("symlink to su", "ln -sf /usr/bin/su /srv/ws/notsu", "/srv/ws/notsu -c id", "deny-privilege-escalation", "/usr/bin/su"),
         rule("symlink to curl", "ln -sf /usr/bin/curl /srv/ws/fetch2", "/srv/ws/fetch2 --version", "deny-nested-network-tools", "/usr/bin/curl"),
@@ -221,21 +247,22 @@ fn attempts(c: &Ctx) -> Vec<Attempt> {
         ),
         // --- attacks on agentsh itself ---
         rule("run the agentsh CLI", "true", &format!("{} approvals list", c.agentsh), "deny-agentsh-cli", "/agentsh"),
-        kernel("kill the server", "true", &format!("kill -9 {}", c.server_pid), "", scoped),
-        kernel("signal the SDK daemon", "true", &format!("kill -TERM {}", c.daemon_pid), "", scoped),
+        kernel("kill the server", "true", &format!("kill -9 {}", c.server_pid), "", signals_guarded),
+        kernel("stop the server", "true", &format!("kill -STOP {}", c.server_pid), "", signals_guarded),
+        kernel("signal the SDK daemon", "true", &format!("kill -TERM {}", c.daemon_pid), "", signals_guarded),
         kernel(
             "ptrace the server",
             "true",
             &format!("strace -p {} -e trace=none", c.server_pid),
             "Operation not permitted",
-            scoped,
+            in_a_landlock_domain,
         ),
         kernel(
             "write the server's memory",
             "true",
             &format!("{py} -c 'open(\"/proc/{}/mem\", \"r+b\")'", c.server_pid),
             "PermissionError",
-            scoped,
+            in_a_landlock_domain,
         ),
         kernel(
             "steal the server's notify fds through /proc",
@@ -245,7 +272,33 @@ fn attempts(c: &Ctx) -> Vec<Attempt> {
                 c.server_pid
             ),
             "PermissionError",
-            scoped,
+            in_a_landlock_domain,
+        ),
+        kernel(
+            "talk to the API socket",
+            "true",
+            &format!(
+                "{py} -c 'import socket; s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); \
+                 s.connect(\"{}\"); s.send(b\"GET /api/v1/sessions HTTP/1.1\\r\\n\\r\\n\"); \
+                 assert s.recv(99).startswith(b\"HTTP\")'",
+                c.api_socket
+            ),
+            "PermissionError",
+            |_, _| true,
+        ),
+        kernel(
+            "take the API socket's name",
+            "true",
+            &format!("rm -f {0} && ln -s /dev/null {0}", c.api_socket),
+            "",
+            |_, _| true,
+        ),
+        kernel(
+            "remove the active marker",
+            "true",
+            &format!("rm {}", c.marker),
+            "",
+            writes_handled,
         ),
         kernel(
             "turn the shim off in shim.conf",
@@ -263,13 +316,16 @@ fn attempts(c: &Ctx) -> Vec<Attempt> {
             "",
             writes_handled,
         ),
-        kernel(
+        Attempt {
+            min_abi: 4,
+            ..kernel(
             "reach the API port",
             "true",
             &format!("bash -c 'echo GET / > /dev/tcp/127.0.0.1/{}'", c.api_port),
             "Permission denied",
             |r, c| port_not_allowed(r, c.api_port),
-        ),
+        )
+        },
         kernel(
             "read the approval token",
             "true",
@@ -285,14 +341,19 @@ fn attempts(c: &Ctx) -> Vec<Attempt> {
             writes_handled,
         ),
         // --- network to a denied port ---
-        kernel(
+        Attempt {
+            min_abi: 4,
+            ..kernel(
             "bash /dev/tcp to a denied port",
             "true",
             &format!("bash -c 'echo hi > /dev/tcp/127.0.0.1/{}'", c.denied_port),
             "Permission denied",
             |r, c| port_not_allowed(r, c.denied_port),
-        ),
-        kernel(
+        )
+        },
+        Attempt {
+            min_abi: 4,
+            ..kernel(
             "python connect to a denied port",
             "true",
             &format!(
@@ -301,7 +362,8 @@ fn attempts(c: &Ctx) -> Vec<Attempt> {
             ),
             "PermissionError",
             |r, c| port_not_allowed(r, c.denied_port),
-        ),
+        )
+        },
         // --- writing outside the workspace ---
         kernel("write /etc", "true", "echo x > /etc/agentsh-escape", "Permission denied", writes_handled),
         kernel("create beside the workspace", "true", "touch /srv/outside", "", writes_handled),
@@ -325,11 +387,33 @@ fn attempts(c: &Ctx) -> Vec<Attempt> {
     v
 }
 
-fn run_suite(uid: Option<u32>) {
+/// The wrap-init event of the latest tree (its whole record).
+fn last_wrap_init(sb: &Sandbox) -> Value {
+    sb.events()
+        .into_iter()
+        .rev()
+        .find(|e| e["type"] == "wrap_init")
+        .unwrap_or(Value::Null)
+}
+
+fn run_suite(uid: Option<u32>, max_abi: Option<i64>) {
     let denied = Listener::start();
-    let mut sb = Sandbox::new(AGENT_DEFAULT, uid);
+    let extra = max_abi
+        .map(|a| format!("landlock:\n  max_abi: {a}\n"))
+        .unwrap_or_default();
+    let mut sb = Sandbox::with_config(AGENT_DEFAULT, uid, &extra);
     let state = sb.srv.dir.path().join("state");
+    let abi = max_abi
+        .unwrap_or(i64::MAX)
+        .min(agentsh_proto::wire::kernel_landlock_abi());
     let c = Ctx {
+        api_socket: sb.srv.socket.display().to_string(),
+        marker: sb
+            .srv
+            .socket
+            .with_file_name(agentsh_proto::active::MARKER)
+            .display()
+            .to_string(),
         server_pid: sb.srv.pid(),
         daemon_pid: sb.sup.pid,
         api_port: sb
@@ -345,16 +429,26 @@ fn run_suite(uid: Option<u32>) {
         agentsh: bin("agentsh").display().to_string(),
         fexec: bin("agentsh-test-fexec").display().to_string(),
     };
-    let who = if uid.is_some() {
-        "unprivileged"
-    } else {
-        "root"
-    };
+    let who = format!(
+        "{} at Landlock ABI {abi}",
+        if uid.is_some() {
+            "unprivileged"
+        } else {
+            "root"
+        }
+    );
     let mut failures = Vec::new();
+    let mut not_enforced = Vec::new();
     for a in attempts(&c) {
+        if a.min_abi > abi {
+            not_enforced.push(a.name);
+            continue;
+        }
         let mark = sb.mark();
+        // Scratch copies go away afterwards (this machine's /tmp and /dev/shm).
         let script = format!(
-            "cd {WORKSPACE} && {} && echo SETUP-OK; ({}); echo ATTEMPT-RC=$?",
+            "cd {WORKSPACE} && {} && echo SETUP-OK; ({}); echo ATTEMPT-RC=$?; \
+             rm -f /tmp/?-$$ /var/tmp/?-$$ /dev/shm/?-$$",
             a.setup, a.attempt
         );
         let mut spawn = Spawn::argv(&["/bin/sh", "-c", &script]);
@@ -404,7 +498,7 @@ fn run_suite(uid: Option<u32>) {
                 if !f.stderr.contains(error) {
                     failures.push(format!("{ctx}\n  stderr lacks {error:?}"));
                 }
-                let r = sb.ruleset();
+                let r = last_wrap_init(&sb);
                 if !ruleset(&r, &c) {
                     failures.push(format!(
                         "{ctx}\n  the recorded ruleset does not show why: {r}"
@@ -432,6 +526,13 @@ fn run_suite(uid: Option<u32>) {
     );
     let f = sb.sh("(curl --version >/dev/null 2>&1); echo rc=$?");
     assert!(f.stdout.contains("rc=126"), "still supervised: {f:?}");
+    // The tree's record says which ABI it got.
+    assert_eq!(
+        last_wrap_init(&sb)["landlock"]["kernel_abi"].as_i64(),
+        Some(abi),
+        "{who}"
+    );
+    eprintln!("[{who}] not enforced at this ABI (see the security model): {not_enforced:?}");
     assert!(
         failures.is_empty(),
         "{} attempt(s) misbehaved:\n{}",
@@ -445,7 +546,7 @@ fn escape_attempts_fail_and_are_explained_as_root() {
     if !require_root("escape_attempts_fail_and_are_explained_as_root") {
         return;
     }
-    run_suite(None);
+    run_suite(None, None);
 }
 
 #[test]
@@ -453,5 +554,23 @@ fn escape_attempts_fail_and_are_explained_as_an_unprivileged_user() {
     if !require_root("escape_attempts_fail_and_are_explained_as_an_unprivileged_user") {
         return;
     }
-    run_suite(Some(NOBODY));
+    run_suite(Some(NOBODY), None);
+}
+
+#[test]
+fn escape_attempts_at_landlock_abi_4_as_root_and_as_a_user() {
+    if !require_root("escape_attempts_at_landlock_abi_4_as_root_and_as_a_user") {
+        return;
+    }
+    run_suite(None, Some(4));
+    run_suite(Some(NOBODY), Some(4));
+}
+
+#[test]
+fn escape_attempts_at_landlock_abi_2_as_root_and_as_a_user() {
+    if !require_root("escape_attempts_at_landlock_abi_2_as_root_and_as_a_user") {
+        return;
+    }
+    run_suite(None, Some(2));
+    run_suite(Some(NOBODY), Some(2));
 }

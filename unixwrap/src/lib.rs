@@ -22,6 +22,7 @@ pub mod filter;
 pub mod handoff;
 pub mod landlock;
 pub mod log;
+pub mod mask;
 
 use std::ffi::{c_int, OsString};
 use std::os::fd::{AsFd, BorrowedFd, RawFd};
@@ -182,6 +183,17 @@ fn wrap(args: &[OsString], log: &Log, sigpipe: &SigpipeGuard) -> Exit {
         Err(e) => return refuse_cmd(&format!("{}: {e}", env::SECCOMP_CONFIG)),
     };
     let decode_us = t_decode.elapsed().as_micros();
+
+    let has_admin = filter::has_cap_sys_admin().unwrap_or(false);
+    // Daemon sockets out of the tree's sight, before the filter forbids
+    // mounts (see `mask`).
+    if let Some(bad) = config.daemon_sockets.iter().find(|p| !mask::acceptable(p)) {
+        return refuse_cmd(&format!("daemon_sockets: {bad:?} is not an absolute path"));
+    }
+    match mask::hide(&config.daemon_sockets, has_admin, log) {
+        Ok(m) => log!(log, "{m}"),
+        Err(e) => return refuse_cmd(&e),
+    }
 
     let no_new_privs = match filter::has_cap_sys_admin() {
         Ok(true) => {

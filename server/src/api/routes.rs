@@ -388,6 +388,16 @@ fn prepare_wrap_init(
         tracing::warn!(session = %session.id, uid = caller.uid, "landlock: {w}");
     }
     seccomp_config.landlock = Some(landlock.config);
+    let run_dir = api.config.run_dir();
+    seccomp_config.daemon_sockets = crate::policy::daemon_sockets::hidden(
+        api.supervisor.policy.daemon_sockets(),
+        run_dir.to_str(),
+        &crate::policy::daemon_sockets::HostSocketFs,
+    );
+    let daemon_sockets = crate::audit::DaemonSocketsSummary {
+        hidden: seccomp_config.daemon_sockets.clone(),
+        mechanism: masking_mechanism(caller),
+    };
     let config_json = serde_json::to_string(&seccomp_config)
         .map_err(|e| fail(500, format!("cannot serialize seccomp config: {e}")))?;
     let mut wrapper_env = BTreeMap::new();
@@ -407,6 +417,7 @@ fn prepare_wrap_init(
             policy: api.policy_name.clone(),
             landlock: Some(landlock.summary),
             seccomp: Some(filter.summary.clone()),
+            daemon_sockets: Some(daemon_sockets),
             shim_pid: caller.pid,
             daemon_pid: lineage.as_ref().and_then(|l| l.parent),
         }),
@@ -421,6 +432,27 @@ fn prepare_wrap_init(
         },
         pending,
     ))
+}
+
+/// How the tree's unixwrap will hide daemon sockets: a private mount
+/// namespace needs CAP_SYS_ADMIN in the caller (read from the shim's
+/// /proc status); without it, a non-root tree is kept out by the sockets'
+/// own root-only modes, and a root tree is not kept out (said plainly).
+fn masking_mechanism(caller: Caller) -> String {
+    const CAP_SYS_ADMIN: u32 = 21;
+    let cap_eff = caller.pid.and_then(|pid| {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()?
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+    });
+    match cap_eff {
+        Some(c) if c & (1 << CAP_SYS_ADMIN) != 0 => "mount namespace".into(),
+        Some(_) if caller.uid != 0 => "not hidden (no CAP_SYS_ADMIN): the sockets' own modes keep this non-root tree out of root-only sockets".into(),
+        Some(_) => "NOT HIDDEN: a root tree without CAP_SYS_ADMIN can reach them".into(),
+        None => "unknown (the caller's capabilities cannot be read)".into(),
+    }
 }
 
 fn query_param<'a>(query: &'a str, key: &str) -> Option<&'a str> {

@@ -230,6 +230,22 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
         }
     }
 
+    let daemon_sockets = doc.daemon_sockets.unwrap_or_default();
+    for (key, paths) in [
+        ("allow", &daemon_sockets.allow),
+        ("deny", &daemon_sockets.deny),
+    ] {
+        for p in paths {
+            if let Err(message) = super::daemon_sockets::validate(p) {
+                return Err(ctx.invalid(
+                    ctx.source.section_value("daemon_sockets", Some(key), p),
+                    None,
+                    format!("daemon_sockets.{key}: {message}"),
+                ));
+            }
+        }
+    }
+
     Ok(Policy {
         name,
         description: doc.description,
@@ -241,6 +257,7 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
         file_rules,
         network_rules,
         blocked_syscalls,
+        daemon_sockets,
     })
 }
 

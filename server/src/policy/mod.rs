@@ -22,6 +22,7 @@
 //! host without `/etc/agentsh/policies/`; a file of the same name there wins.
 
 mod compile;
+pub mod daemon_sockets;
 mod error;
 mod evaluate;
 pub mod landlock;
@@ -73,6 +74,7 @@ pub struct Policy {
     file_rules: Vec<FileRule>,
     network_rules: Vec<NetworkRule>,
     blocked_syscalls: Vec<String>,
+    daemon_sockets: daemon_sockets::DaemonSocketsDoc,
 }
 
 impl Policy {
@@ -163,6 +165,11 @@ impl Policy {
     /// Validated; compiled to Landlock by the caller.
     pub fn network_rules(&self) -> &[NetworkRule] {
         &self.network_rules
+    }
+
+    /// `daemon_sockets: {allow, deny}` (the built-in list is in `daemon_sockets`).
+    pub fn daemon_sockets(&self) -> &daemon_sockets::DaemonSocketsDoc {
+        &self.daemon_sockets
     }
 
     /// Extra seccomp blocklist names from `syscalls: { block: [...] }`.
@@ -259,6 +266,20 @@ impl Policy {
         for w in warnings {
             let _ = writeln!(s, "    warning: {w}");
         }
+        let _ = writeln!(
+            s,
+            "  daemon_sockets: the built-in list{}{}",
+            if self.daemon_sockets.deny.is_empty() {
+                String::new()
+            } else {
+                format!(" + {}", self.daemon_sockets.deny.join(", "))
+            },
+            if self.daemon_sockets.allow.is_empty() {
+                String::new()
+            } else {
+                format!(", except {}", self.daemon_sockets.allow.join(", "))
+            }
+        );
         let _ = write!(
             s,
             "  syscalls.block: {}",

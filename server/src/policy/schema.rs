@@ -72,6 +72,7 @@ pub(crate) struct PolicyDoc {
     pub file_rules: Option<Vec<FileRule>>,
     pub network_rules: Option<Vec<NetworkRule>>,
     pub syscalls: Option<SyscallsDoc>,
+    pub daemon_sockets: Option<super::daemon_sockets::DaemonSocketsDoc>,
 }
 
 #[derive(Debug, Deserialize)]

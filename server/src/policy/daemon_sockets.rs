@@ -1,0 +1,232 @@
+//! Privileged daemons' sockets a tree must not reach: the built-in list,
+//! the policy's `daemon_sockets: {allow, deny}`, and their resolution into
+//! the canonical paths unixwrap hides (see `agentsh_unixwrap::mask`).
+//!
+//! Threat: a tree, root included, that asks a root daemon to start a
+//! program for it (docker, containerd, systemd, the system bus, snapd,
+//! libvirt, agentsh itself): that program runs outside any tree. The
+//! built-in list names the usual ones; `deny` adds more; `allow` grants one
+//! a workload legitimately needs (a Docker-in-sandbox image).
+//!
+//! Paths are absolute; a component may be `*` (one directory level, e.g.
+//! `/run/user/*/bus`). Resolution follows symlinks (`/var/run` is `/run`)
+//! and keeps only what exists; an `allow` removes the entry it resolves to.
+//! A directory entry hides everything in it (daemons that keep their
+//! sockets in a directory of their own are listed by that directory, which
+//! a restart of the daemon cannot unmask).
+//!
+//! Failure modes: a policy path that is not absolute, has `..`, or a glob
+//! other than a whole `*` component is refused when the policy loads.
+//! Resolution cannot fail: what cannot be read is skipped (a path that does
+//! not exist needs no hiding).
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+
+/// Sockets (and socket directories) of daemons that run programs for
+/// whoever reaches them, hidden from every tree unless the policy allows one.
+pub const BUILT_IN: &[&str] = &[
+    "/run/docker.sock",
+    "/run/docker",
+    "/run/containerd",
+    "/run/k3s",
+    "/run/crio",
+    "/run/podman",
+    "/run/buildkit",
+    "/run/libvirt",
+    "/run/lxd",
+    "/var/snap/lxd/common/lxd/unix.socket",
+    "/run/snapd.socket",
+    "/run/snapd-snap.socket",
+    "/run/systemd/private",
+    "/run/systemd/io.systemd.Manager",
+    "/run/dbus/system_bus_socket",
+    "/run/user/*/bus",
+    "/run/user/*/systemd/private",
+    "/run/user/*/docker.sock",
+    "/run/user/*/podman",
+];
+
+/// The policy's `daemon_sockets` section.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DaemonSocketsDoc {
+    /// Reachable from trees after all (removed from the hidden set).
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Hidden besides the built-in list.
+    #[serde(default)]
+    pub deny: Vec<String>,
+}
+
+/// Why a policy path is not acceptable.
+///
+/// # Errors
+/// Not absolute, `..`/`.` components, or a glob that is not a whole `*`.
+pub fn validate(p: &str) -> Result<(), String> {
+    if !p.starts_with('/') {
+        return Err(format!("{p:?} is not an absolute path"));
+    }
+    for c in p.split('/').filter(|c| !c.is_empty()) {
+        if c == "." || c == ".." {
+            return Err(format!("{p:?} has a {c:?} component"));
+        }
+        if c != "*" && c.contains(['*', '?', '[', ']']) {
+            return Err(format!(
+                "{p:?}: only a whole `*` component is a glob here (e.g. /run/user/*/bus)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The filesystem as resolution needs it (injected, so tests need no disk).
+pub trait SocketFs {
+    /// Canonical path if it exists.
+    fn canonical(&self, path: &str) -> Option<String>;
+    /// Names of a directory's entries.
+    fn entries(&self, dir: &str) -> Vec<String>;
+}
+
+/// The server's own view.
+pub struct HostSocketFs;
+
+impl SocketFs for HostSocketFs {
+    fn canonical(&self, path: &str) -> Option<String> {
+        std::fs::canonicalize(path)
+            .ok()
+            .map(|p| p.to_string_lossy().into_owned())
+    }
+
+    fn entries(&self, dir: &str) -> Vec<String> {
+        std::fs::read_dir(dir)
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// Every existing path a pattern names, canonical.
+fn expand(pattern: &str, fs: &dyn SocketFs) -> Vec<String> {
+    let mut prefixes = vec![String::new()];
+    for c in pattern.split('/').filter(|c| !c.is_empty()) {
+        let mut next = Vec::new();
+        for p in prefixes {
+            if c == "*" {
+                let dir = if p.is_empty() {
+                    "/".to_string()
+                } else {
+                    p.clone()
+                };
+                for e in fs.entries(&dir) {
+                    next.push(format!("{p}/{e}"));
+                }
+            } else {
+                next.push(format!("{p}/{c}"));
+            }
+        }
+        prefixes = next;
+    }
+    prefixes
+        .iter()
+        .filter_map(|p| fs.canonical(if p.is_empty() { "/" } else { p }))
+        .collect()
+}
+
+/// What a policy's section plus the built-in list and agentsh's own run
+/// directory resolve to on `fs`: canonical paths, sorted.
+pub fn hidden(doc: &DaemonSocketsDoc, run_dir: Option<&str>, fs: &dyn SocketFs) -> Vec<String> {
+    let mut set: BTreeSet<String> = BUILT_IN
+        .iter()
+        .copied()
+        .chain(doc.deny.iter().map(String::as_str))
+        .chain(run_dir)
+        .flat_map(|p| expand(p, fs))
+        .collect();
+    for a in &doc.allow {
+        for p in expand(a, fs) {
+            set.remove(&p);
+        }
+    }
+    set.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// A fake tree: path -> canonical target (identity for real paths).
+    struct Fake(BTreeMap<&'static str, &'static str>);
+
+    impl SocketFs for Fake {
+        fn canonical(&self, path: &str) -> Option<String> {
+            self.0.get(path).map(|s| s.to_string())
+        }
+        fn entries(&self, dir: &str) -> Vec<String> {
+            let prefix = format!("{}/", dir.trim_end_matches('/'));
+            let mut v: Vec<String> = self
+                .0
+                .keys()
+                .filter_map(|k| k.strip_prefix(&prefix))
+                .filter(|rest| !rest.contains('/'))
+                .map(String::from)
+                .collect();
+            v.dedup();
+            v
+        }
+    }
+
+    fn fake() -> Fake {
+        Fake(BTreeMap::from([
+            ("/run/docker.sock", "/run/docker.sock"),
+            ("/var/run/docker.sock", "/run/docker.sock"),
+            ("/run/containerd", "/run/containerd"),
+            ("/run/user", "/run/user"),
+            ("/run/user/1000", "/run/user/1000"),
+            ("/run/user/1000/bus", "/run/user/1000/bus"),
+            ("/run/user/0", "/run/user/0"),
+            ("/run/user/0/bus", "/run/user/0/bus"),
+            ("/run/agentsh", "/run/agentsh"),
+            ("/srv/d/ctl.sock", "/srv/d/ctl.sock"),
+        ]))
+    }
+
+    #[test]
+    fn built_ins_that_exist_globs_and_the_run_dir_are_hidden() {
+        let h = hidden(&DaemonSocketsDoc::default(), Some("/run/agentsh"), &fake());
+        assert_eq!(
+            h,
+            [
+                "/run/agentsh",
+                "/run/containerd",
+                "/run/docker.sock",
+                "/run/user/0/bus",
+                "/run/user/1000/bus"
+            ]
+        );
+    }
+
+    #[test]
+    fn deny_adds_and_allow_grants_by_what_the_path_resolves_to() {
+        let doc = DaemonSocketsDoc {
+            allow: vec!["/var/run/docker.sock".into()],
+            deny: vec!["/srv/d/ctl.sock".into(), "/srv/none.sock".into()],
+        };
+        let h = hidden(&doc, None, &fake());
+        assert!(h.contains(&"/srv/d/ctl.sock".to_string()), "{h:?}");
+        assert!(!h.contains(&"/run/docker.sock".to_string()), "{h:?}");
+        assert!(!h.iter().any(|p| p == "/srv/none.sock"));
+    }
+
+    #[test]
+    fn policy_paths_are_validated() {
+        assert!(validate("/run/user/*/bus").is_ok());
+        assert!(validate("run/x.sock").is_err());
+        assert!(validate("/run/../x").is_err());
+        assert!(validate("/run/d*.sock").is_err());
+    }
+}
