@@ -13,6 +13,7 @@ pub mod audit;
 pub mod client;
 pub mod config;
 pub mod daemon;
+pub mod detect;
 pub mod filter;
 pub mod intake;
 pub mod lifecycle;

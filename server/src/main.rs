@@ -108,6 +108,22 @@ enum Command {
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<std::ffi::OsString>,
     },
+    /// What this host offers agentsh: seccomp user-notify (WAIT_KILLABLE_RECV,
+    /// SYNC_WAKE_UP), SECCOMP_RET_TRACE + ptrace, the Landlock ABI, fanotify
+    /// permission events, gVisor, Yama, the capabilities that matter; and
+    /// which backend and protections a wrap-init would get here.
+    ///
+    /// Every answer is probed for real in a short-lived child process. The
+    /// server logs the same at start and serves it at GET /api/v1/status.
+    #[command(verbatim_doc_comment)]
+    Detect {
+        /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Take landlock.max_abi from this server config file.
+        #[arg(long, value_name = "PATH")]
+        config: Option<PathBuf>,
+    },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     ///
     /// bash: agentsh completions bash > /usr/share/bash-completion/completions/agentsh
@@ -340,6 +356,19 @@ fn main() -> ExitCode {
             Ok(())
         }
         Command::Man { dir } => write_man_pages(&dir),
+        Command::Detect { json, config } => agentsh::config::Config::load(config.as_deref())
+            .map_err(|e| e.to_string())
+            .and_then(|c| {
+                let r = agentsh::detect::detect(c.landlock.cap());
+                if json {
+                    serde_json::to_string_pretty(&r)
+                        .map(|j| println!("{j}"))
+                        .map_err(|e| e.to_string())
+                } else {
+                    print!("{}", agentsh::detect::human(&r));
+                    Ok(())
+                }
+            }),
         Command::Shim { command } => {
             let code = shim_install::run(command);
             return ExitCode::from(code.clamp(0, 255) as u8);

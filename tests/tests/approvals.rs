@@ -333,7 +333,7 @@ fn attack_script(url: &str, token_file: &str, id_file: &str) -> String {
         r#"
 tok=$(/bin/cat {token_file} 2>/dev/null); [ -n "$tok" ] || tok=$LEAKED_TOKEN
 echo list=$(/usr/bin/curl -s -o /dev/null -w '%{{http_code}}' -H "Authorization: Bearer $tok" {url}/api/v1/approvals)
-while [ ! -s {id_file} ]; do /bin/sleep 0.05; done
+n=0; while [ ! -s {id_file} ] && [ $n -lt 400 ]; do /bin/sleep 0.05; n=$((n+1)); done
 id=$(/bin/cat {id_file})
 echo id=$id
 post() {{ /usr/bin/curl -s -o /dev/null -w '%{{http_code}}' -X POST -H "Authorization: Bearer $1" \
@@ -385,7 +385,7 @@ fn tree_running_as_root_cannot_approve_its_own_request() {
         "pip install x & p=$!\n{attack}\n\
          ( /usr/bin/curl -s -o /dev/null -w '%{{http_code}}' -X POST -H \"Authorization: Bearer $LEAKED_TOKEN\" \
            -d '{{\"decision\":\"approve\"}}' {url}/api/v1/approvals/$id > {out} & )\n\
-         while [ ! -s {out} ]; do /bin/sleep 0.05; done\n\
+         n=0; while [ ! -s {out} ] && [ $n -lt 400 ]; do /bin/sleep 0.05; n=$((n+1)); done\n\
          echo orphan=$(/bin/cat {out})\necho ready\nwait $p; echo pip-rc=$?\n",
         url = tcp,
         out = orphan_out.display(),

@@ -100,7 +100,13 @@ pub fn hide(paths: &[String], has_admin: bool, log: &Log) -> Result<Masked, Stri
         )
     };
     if rc != 0 {
-        return Err(last("making / a slave mount"));
+        // EINVAL: our root is not a mount point (a chroot). Then every mount
+        // we can name is made a slave one by one; the masks must not reach
+        // any other namespace.
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
+            return Err(last("making / a slave mount"));
+        }
+        slave_each_shared_mount(log)?;
     }
     let mut hidden = Vec::new();
     for p in paths {
@@ -127,6 +133,67 @@ pub fn hide(paths: &[String], has_admin: bool, log: &Log) -> Result<Masked, Stri
         hidden.push(p.clone());
     }
     Ok(Masked::Hidden(hidden))
+}
+
+/// For a root that is not a mount point: every mount of `/proc/self/mountinfo`
+/// that is shared becomes a slave; one that cannot is a refusal.
+fn slave_each_shared_mount(log: &Log) -> Result<(), String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| format!("reading /proc/self/mountinfo: {e}"))?;
+    for line in info.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let Some(sep) = f.iter().position(|x| *x == "-") else {
+            continue;
+        };
+        let shared = f
+            .get(6..sep)
+            .unwrap_or_default()
+            .iter()
+            .any(|o| o.starts_with("shared:"));
+        let Some(mp) = f.get(4) else { continue };
+        if !shared {
+            continue;
+        }
+        let target = cstr(&unescape(mp))?;
+        // SAFETY: a propagation change on a listed mount point.
+        let rc = unsafe {
+            libc::mount(
+                std::ptr::null(),
+                target.as_ptr(),
+                std::ptr::null(),
+                libc::MS_SLAVE,
+                std::ptr::null(),
+            )
+        };
+        if rc != 0 {
+            return Err(last(&format!(
+                "making the shared mount {mp} a slave (the masks would propagate out)"
+            )));
+        }
+        log!(log, "daemon sockets: shared mount {mp} made a slave");
+    }
+    Ok(())
+}
+
+/// mountinfo escapes space, tab, newline and backslash as octal.
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() + 1 && b[i + 1..].len() >= 3 {
+            if let Ok(v) =
+                u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 4]).unwrap_or(""), 8)
+            {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn mount_empty_dir(target: &CString) -> Result<(), String> {
@@ -203,6 +270,12 @@ mod tests {
             hide(&["/run/x.sock".into()], false, &log).unwrap(),
             Masked::NotHidden(_)
         ));
+    }
+
+    #[test]
+    fn mountinfo_escapes() {
+        assert_eq!(unescape("/run/a\\040b"), "/run/a b");
+        assert_eq!(unescape("/plain"), "/plain");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The API: HTTP/1.1 on the Unix SOCK_SEQPACKET socket (`server.socket`,
 //! always) and, for operators who need it, on TCP (`server.http.addr`).
 //!
-//! Routes: `GET /healthz`, `POST /api/v1/sessions`, `GET /api/v1/sessions`,
+//! Routes: `GET /healthz`, `GET /api/v1/status` (what `agentsh detect`
+//! says of this host), `POST /api/v1/sessions`, `GET /api/v1/sessions`,
 //! `POST /api/v1/sessions/{id}/wrap-init`, `GET /api/v1/sessions/{id}/events
 //! [?after=N&wait=SECS]`, `GET /api/v1/approvals[?after=SEQ&wait=SECS]`,
 //! `POST /api/v1/approvals/{id}`.
@@ -64,6 +65,8 @@ pub struct Api {
     pub limits: Arc<Limits>,
     /// The operator token (`<state_dir>/approval.token`): TCP routes need it.
     pub token: String,
+    /// What the host offered at start (`agentsh detect`).
+    pub detected: crate::detect::Report,
 }
 
 /// How long a client may take to send its request headers.

@@ -77,6 +77,15 @@ pub async fn handle(api: Arc<Api>, peer: Peer, req: Request<Incoming>) -> Result
             Err(r) => r.into(),
             Ok(requester) => match (&method, segs.as_slice()) {
                 (&Method::GET, ["api", "v1", "sessions"]) => list_sessions(&api),
+                (&Method::GET, ["api", "v1", "status"]) => {
+                    match serde_json::to_value(&api.detected) {
+                        Ok(v) => json(
+                            200,
+                            &serde_json::json!({ "host": v, "policy": api.policy_name }),
+                        ),
+                        Err(e) => error(500, format!("cannot serialize the status: {e}")),
+                    }
+                }
                 (&Method::POST, ["api", "v1", "sessions"]) => match read_json(req).await {
                     Ok(v) => create_session(&api, &v),
                     Err(e) => e.into(),

@@ -57,6 +57,18 @@ pub fn run(config_file: Option<PathBuf>) -> Result<(), String> {
         )
     })?;
     tracing::info!(token_file = %token_path.display(), "operator token written (root-only)");
+    let detected = crate::detect::detect(config.landlock.cap());
+    tracing::info!(
+        backend = %detected.backend,
+        user_notif = detected.seccomp_user_notif.available,
+        trace = detected.seccomp_trace_ptrace.available,
+        landlock_abi = detected.landlock_abi,
+        gvisor = detected.gvisor,
+        "what this host offers agentsh (agentsh detect)"
+    );
+    for p in &detected.protections {
+        tracing::info!("{p}");
+    }
     let run_dir = config.run_dir();
     rundir::prepare(&run_dir)?;
     rundir::clear_stale_socket(&config.server.socket)?;
@@ -113,6 +125,7 @@ pub fn run(config_file: Option<PathBuf>) -> Result<(), String> {
             trees,
             limits: Arc::new(Limits::default()),
             token,
+            detected,
         });
         if let Some(tcp) = tcp {
             tokio::spawn(api::serve_tcp(api.clone(), tcp));

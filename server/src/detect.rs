@@ -1,0 +1,441 @@
+//! `agentsh detect`: what this host offers agentsh, probed for real.
+//!
+//! Every answer comes from trying the thing in a short-lived child process
+//! (loading a filter with a listener, tracing a seccomp stop, creating a
+//! fanotify group) or from the kernel's own files, never from version
+//! numbers: gVisor, restrictive seccomp profiles and capped capabilities all
+//! look like ordinary Linux from `uname`. The server logs the same report at
+//! start and serves it at `GET /api/v1/status`.
+//!
+//! Failure modes: a probe that cannot run (fork fails, a child dies) reports
+//! the capability as absent with the reason; nothing here changes the host.
+
+use serde::Serialize;
+use std::io;
+
+/// One capability: present or not, and why not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Probe {
+    pub available: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+impl Probe {
+    fn yes() -> Probe {
+        Probe {
+            available: true,
+            detail: None,
+        }
+    }
+
+    fn no(why: impl Into<String>) -> Probe {
+        Probe {
+            available: false,
+            detail: Some(why.into()),
+        }
+    }
+}
+
+/// The whole report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The kernel says it is gVisor (runsc).
+    pub gvisor: bool,
+    pub kernel: String,
+    /// `SECCOMP_FILTER_FLAG_NEW_LISTENER` loads (user-notify).
+    pub seccomp_user_notif: Probe,
+    /// `SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV` (Linux 5.19).
+    pub wait_killable_recv: Probe,
+    /// `SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP` (Linux 6.6).
+    pub sync_wake_up: Probe,
+    /// `SECCOMP_RET_TRACE` seen by a tracer at `PTRACE_EVENT_SECCOMP`.
+    pub seccomp_trace_ptrace: Probe,
+    /// The kernel's Landlock ABI (0: none).
+    pub landlock_abi: i64,
+    /// `fanotify_init(FAN_CLASS_CONTENT)`: permission events (exec checks).
+    pub fanotify_permission: Probe,
+    /// Yama's `ptrace_scope` (absent: no Yama).
+    pub yama_ptrace_scope: Option<u32>,
+    /// The server's effective capabilities that matter.
+    pub cap_sys_admin: bool,
+    pub cap_sys_ptrace: bool,
+    /// The server itself runs with no_new_privs.
+    pub no_new_privs: bool,
+    /// What a wrap-init gets on this host.
+    pub backend: String,
+    pub protections: Vec<String>,
+}
+
+fn read(path: &str) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+fn caps() -> (bool, bool) {
+    let eff = read("/proc/self/status")
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .unwrap_or(0);
+    (eff & (1 << 21) != 0, eff & (1 << 19) != 0)
+}
+
+/// Runs `f` in a forked child and returns its exit code (or the signal as
+/// 128 + N). The child does only raw syscalls.
+fn in_child(f: impl FnOnce() -> i32) -> io::Result<i32> {
+    // SAFETY: the child runs `f`, which makes only async-signal-safe raw
+    // syscalls, then _exits; the parent only waits for it.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        let code = f();
+        // SAFETY: leaving the forked child without running destructors.
+        unsafe { libc::_exit(code) };
+    }
+    let mut st = 0;
+    // SAFETY: waiting for our own child.
+    if unsafe { libc::waitpid(pid, &mut st, 0) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(if libc::WIFEXITED(st) {
+        libc::WEXITSTATUS(st)
+    } else {
+        128 + libc::WTERMSIG(st)
+    })
+}
+
+/// A filter that allows everything (one `RET_ALLOW`).
+fn allow_all() -> [libc::sock_filter; 1] {
+    [libc::sock_filter {
+        code: (libc::BPF_RET | libc::BPF_K) as u16,
+        jt: 0,
+        jf: 0,
+        k: libc::SECCOMP_RET_ALLOW,
+    }]
+}
+
+fn load(prog: &[libc::sock_filter], flags: libc::c_ulong) -> i64 {
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_ptr().cast_mut(),
+    };
+    // SAFETY: a valid program for the call's duration; in a throwaway child.
+    unsafe {
+        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            flags,
+            &fprog as *const libc::sock_fprog,
+        )
+    }
+}
+
+fn errno_probe(code: io::Result<i32>) -> Probe {
+    match code {
+        Ok(0) => Probe::yes(),
+        Ok(c) if c < 128 => Probe::no(format!("{}", io::Error::from_raw_os_error(c))),
+        Ok(c) => Probe::no(format!("the probe died (signal {})", c - 128)),
+        Err(e) => Probe::no(format!("cannot run the probe: {e}")),
+    }
+}
+
+fn probe_notify(flags: libc::c_ulong) -> Probe {
+    errno_probe(in_child(|| {
+        let prog = allow_all();
+        if load(&prog, flags) < 0 {
+            // SAFETY: reading this thread's errno.
+            return unsafe { *libc::__errno_location() };
+        }
+        0
+    }))
+}
+
+fn probe_sync_wakeup() -> Probe {
+    errno_probe(in_child(|| {
+        let prog = allow_all();
+        let fd = load(&prog, libc::SECCOMP_FILTER_FLAG_NEW_LISTENER);
+        if fd < 0 {
+            // SAFETY: reading this thread's errno.
+            return unsafe { *libc::__errno_location() };
+        }
+        // SAFETY: the flags ioctl on the listener we just got.
+        let rc = unsafe { libc::ioctl(fd as i32, libc::SECCOMP_IOCTL_NOTIF_SET_FLAGS, 1u64) };
+        if rc < 0 {
+            // SAFETY: as above.
+            return unsafe { *libc::__errno_location() };
+        }
+        0
+    }))
+}
+
+/// A child asks to be traced (it stops itself), loads a filter answering
+/// `getppid` with `RET_TRACE` and calls it; the parent seizes it and must
+/// see `PTRACE_EVENT_SECCOMP`.
+fn probe_trace() -> Probe {
+    // SAFETY: the child only makes raw syscalls, then _exits.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        return Probe::no(format!("fork: {}", io::Error::last_os_error()));
+    }
+    if child == 0 {
+        // BPF: load nr; if getppid -> TRACE else ALLOW.
+        let prog = [
+            libc::sock_filter {
+                code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+                jt: 0,
+                jf: 0,
+                k: 0,
+            },
+            libc::sock_filter {
+                code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+                jt: 0,
+                jf: 1,
+                k: libc::SYS_getppid as u32,
+            },
+            libc::sock_filter {
+                code: (libc::BPF_RET | libc::BPF_K) as u16,
+                jt: 0,
+                jf: 0,
+                k: libc::SECCOMP_RET_TRACE,
+            },
+            libc::sock_filter {
+                code: (libc::BPF_RET | libc::BPF_K) as u16,
+                jt: 0,
+                jf: 0,
+                k: libc::SECCOMP_RET_ALLOW,
+            },
+        ];
+        // SAFETY: raw syscalls in the child.
+        unsafe {
+            libc::raise(libc::SIGSTOP);
+            if load(&prog, 0) < 0 {
+                libc::_exit(2);
+            }
+            libc::syscall(libc::SYS_getppid);
+            libc::_exit(0);
+        }
+    }
+    let outcome = (|| -> Result<(), String> {
+        let mut st = 0;
+        // SAFETY: waiting for our own child's stop.
+        if unsafe { libc::waitpid(child, &mut st, libc::WUNTRACED) } < 0 {
+            return Err(format!("waitpid: {}", io::Error::last_os_error()));
+        }
+        let opts = libc::PTRACE_O_TRACESECCOMP | libc::PTRACE_O_EXITKILL;
+        // SAFETY: seizing our own stopped child.
+        if unsafe { libc::ptrace(libc::PTRACE_SEIZE, child, 0, opts as libc::c_ulong) } < 0 {
+            return Err(format!("PTRACE_SEIZE: {}", io::Error::last_os_error()));
+        }
+        // SAFETY: resume it (SIGCONT ends the stop; the tracer sees it).
+        unsafe { libc::kill(child, libc::SIGCONT) };
+        for _ in 0..16 {
+            // SAFETY: waiting for our tracee.
+            if unsafe { libc::waitpid(child, &mut st, libc::__WALL) } < 0 {
+                return Err(format!("waitpid: {}", io::Error::last_os_error()));
+            }
+            if libc::WIFEXITED(st) || libc::WIFSIGNALED(st) {
+                return Err("the traced child ended without a seccomp stop".into());
+            }
+            let event = (st >> 16) & 0xff;
+            if libc::WIFSTOPPED(st) && event == libc::PTRACE_EVENT_SECCOMP {
+                return Ok(());
+            }
+            let sig = if libc::WIFSTOPPED(st) && event == 0 {
+                let s = libc::WSTOPSIG(st);
+                if s == libc::SIGSTOP || s == libc::SIGCONT {
+                    0
+                } else {
+                    s
+                }
+            } else {
+                0
+            };
+            // SAFETY: continue our tracee (re-injecting an ordinary signal).
+            unsafe { libc::ptrace(libc::PTRACE_CONT, child, 0, sig as libc::c_ulong) };
+        }
+        Err("no seccomp stop".into())
+    })();
+    // SAFETY: our child; EXITKILL would also end it.
+    unsafe {
+        libc::kill(child, libc::SIGKILL);
+        let mut st = 0;
+        libc::waitpid(child, &mut st, libc::__WALL);
+    }
+    match outcome {
+        Ok(()) => Probe::yes(),
+        Err(e) => Probe::no(e),
+    }
+}
+
+fn probe_fanotify() -> Probe {
+    const FAN_CLASS_CONTENT: u32 = 0x04;
+    const FAN_CLOEXEC: u32 = 0x01;
+    // SAFETY: creates a notification group or fails; closed at once.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_fanotify_init,
+            FAN_CLASS_CONTENT | FAN_CLOEXEC,
+            libc::O_RDONLY as u32,
+        )
+    };
+    if fd < 0 {
+        return Probe::no(format!("{}", io::Error::last_os_error()));
+    }
+    // SAFETY: our own fd.
+    unsafe { libc::close(fd as i32) };
+    Probe::yes()
+}
+
+/// Probes everything; `max_abi` is the config's `landlock.max_abi` cap.
+pub fn detect(max_abi: Option<i64>) -> Report {
+    let version = read("/proc/version").unwrap_or_default();
+    // runsc presents this fixed, fake kernel identity.
+    let gvisor = version.contains("#1 SMP Sun Jan 10 15:06:54 PST 2016")
+        || std::path::Path::new("/proc/self/gvisor").exists();
+    let (cap_sys_admin, cap_sys_ptrace) = caps();
+    let no_new_privs = read("/proc/self/status")
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("NoNewPrivs:"))
+                .map(|v| v.trim() == "1")
+        })
+        .unwrap_or(false);
+    let notify = probe_notify(libc::SECCOMP_FILTER_FLAG_NEW_LISTENER);
+    let killable = if notify.available {
+        probe_notify(
+            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER | libc::SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV,
+        )
+    } else {
+        Probe::no("no user-notify")
+    };
+    let sync = if notify.available {
+        probe_sync_wakeup()
+    } else {
+        Probe::no("no user-notify")
+    };
+    let trace = probe_trace();
+    let kernel_abi = agentsh_proto::wire::kernel_landlock_abi();
+    let abi = agentsh_proto::wire::effective_landlock_abi(kernel_abi, max_abi);
+    let backend = if notify.available {
+        "notify (seccomp user-notify)".to_string()
+    } else if trace.available {
+        "none yet: seccomp user-notify is missing; SECCOMP_RET_TRACE + ptrace works here, \
+         which the planned ptrace backend needs"
+            .to_string()
+    } else {
+        "none: neither seccomp user-notify nor SECCOMP_RET_TRACE + ptrace".to_string()
+    };
+    let mut protections = Vec::new();
+    protections.push(match abi {
+        0 => "Landlock: none (file and network rules and self-protection do not exist)".into(),
+        a if a < 4 => format!("Landlock ABI {a}: files yes; TCP ports no; signal/abstract-socket scopes no (seccomp signal guard instead)"),
+        a if a < 6 => format!("Landlock ABI {a}: files and TCP ports; scopes no (seccomp signal guard instead)"),
+        a => format!("Landlock ABI {a}: files, TCP ports, signal and abstract-socket scopes"),
+    });
+    protections.push(if cap_sys_admin {
+        "daemon sockets: hidden from root trees (mount namespace) where the tree has CAP_SYS_ADMIN".into()
+    } else {
+        "daemon sockets: this process lacks CAP_SYS_ADMIN; root trees here likely too: NOT hidden (non-root trees: the sockets' modes)".into()
+    });
+    protections.push(if cap_sys_ptrace {
+        "ptrace: available to the server (exec verification)".into()
+    } else {
+        "ptrace: the server lacks CAP_SYS_PTRACE".into()
+    });
+    Report {
+        gvisor,
+        kernel: version.trim().to_string(),
+        seccomp_user_notif: notify,
+        wait_killable_recv: killable,
+        sync_wake_up: sync,
+        seccomp_trace_ptrace: trace,
+        landlock_abi: kernel_abi,
+        fanotify_permission: probe_fanotify(),
+        yama_ptrace_scope: read("/proc/sys/kernel/yama/ptrace_scope")
+            .and_then(|s| s.trim().parse().ok()),
+        cap_sys_admin,
+        cap_sys_ptrace,
+        no_new_privs,
+        backend,
+        protections,
+    }
+}
+
+/// The report for people.
+pub fn human(r: &Report) -> String {
+    let p = |x: &Probe| match (&x.available, &x.detail) {
+        (true, _) => "yes".to_string(),
+        (false, Some(d)) => format!("no ({d})"),
+        (false, None) => "no".to_string(),
+    };
+    let mut s = String::new();
+    s += &format!("kernel:                       {}\n", r.kernel);
+    s += &format!(
+        "gVisor:                       {}\n",
+        if r.gvisor { "yes" } else { "no" }
+    );
+    s += &format!(
+        "seccomp user-notify:          {}\n",
+        p(&r.seccomp_user_notif)
+    );
+    s += &format!(
+        "  WAIT_KILLABLE_RECV:         {}\n",
+        p(&r.wait_killable_recv)
+    );
+    s += &format!("  SYNC_WAKE_UP:               {}\n", p(&r.sync_wake_up));
+    s += &format!(
+        "SECCOMP_RET_TRACE + ptrace:   {}\n",
+        p(&r.seccomp_trace_ptrace)
+    );
+    s += &format!("Landlock ABI (kernel):        {}\n", r.landlock_abi);
+    s += &format!(
+        "fanotify permission events:   {}\n",
+        p(&r.fanotify_permission)
+    );
+    s += &format!(
+        "Yama ptrace_scope:            {}\n",
+        r.yama_ptrace_scope
+            .map(|v| v.to_string())
+            .unwrap_or_else(|| "no Yama".into())
+    );
+    s += &format!(
+        "server capabilities:          CAP_SYS_ADMIN {}, CAP_SYS_PTRACE {}; no_new_privs {}\n",
+        r.cap_sys_admin, r.cap_sys_ptrace, r.no_new_privs
+    );
+    s += &format!("a wrap-init here gets:        {}\n", r.backend);
+    for prot in &r.protections {
+        s += &format!("  - {prot}\n");
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_machine_offers_user_notify_and_tracing() {
+        let r = detect(None);
+        if std::env::var("CI").as_deref() == Ok("true") {
+            assert!(r.seccomp_user_notif.available, "{r:?}");
+            assert!(r.seccomp_trace_ptrace.available, "{r:?}");
+            assert!(!r.gvisor);
+            assert!(r.landlock_abi >= 6);
+        }
+        let text = human(&r);
+        assert!(text.contains("seccomp user-notify:"), "{text}");
+        let json = serde_json::to_value(&r).unwrap();
+        assert!(json["seccomp_user_notif"]["available"].is_boolean());
+    }
+
+    #[test]
+    fn a_cap_lowers_what_trees_get() {
+        let r = detect(Some(2));
+        assert!(r.protections[0].contains("ABI 2"), "{:?}", r.protections);
+    }
+}
