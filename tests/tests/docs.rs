@@ -711,7 +711,7 @@ fn run_agentsh(words: &[String], srv: &TestServer, tmp: &Path, n: usize) -> Resu
         [_, "--help"] | ["--help", ..] | ["--version", ..] | ["server", "--print-config"] => {
             check(run(&args))
         }
-        ["policy", "check"] | ["completions", _] => check(run(&args)),
+        ["policy", "check"] | ["completions", _] | ["detect", ..] => check(run(&args)),
         ["man", ..] => {
             set_flag(
                 &mut args,
