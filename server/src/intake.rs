@@ -104,6 +104,24 @@ fn random_token() -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
+/// Creates the notify directory: search-only for others (a non-root relay
+/// reaches its socket by name but cannot list the others).
+///
+/// # Errors
+/// It cannot be created or its mode set.
+pub fn prepare_notify_dir(notify_dir: &Path) -> Result<(), IntakeError> {
+    let dir_err = |source| IntakeError::Dir {
+        path: notify_dir.to_path_buf(),
+        source,
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o711)
+        .create(notify_dir)
+        .map_err(dir_err)?;
+    std::fs::set_permissions(notify_dir, std::fs::Permissions::from_mode(0o711)).map_err(dir_err)
+}
+
 /// A notify socket waiting for its handoff.
 pub struct Pending {
     pub path: PathBuf,
@@ -121,24 +139,21 @@ pub fn open_notify_socket(
     session_id: &str,
     caller: Caller,
 ) -> Result<Pending, IntakeError> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o711)
-        .create(notify_dir)
-        .map_err(|source| IntakeError::Dir {
-            path: notify_dir.to_path_buf(),
-            source,
-        })?;
-    // Search-only for others: a non-root relay reaches its socket by name but
-    // cannot list the others.
-    let _ = std::fs::set_permissions(notify_dir, std::fs::Permissions::from_mode(0o711));
     let n = SOCKET_COUNTER.fetch_add(1, Ordering::Relaxed);
     let path = notify_dir.join(format!("{session_id}-{n}-{}.sock", random_token()));
     let sock_err = |source| IntakeError::Socket {
         path: path.clone(),
         source,
     };
-    let listener = seqpacket::bind_listen(&path, 1).map_err(sock_err)?;
+    let listener = match seqpacket::bind_listen(&path, 1) {
+        Ok(l) => l,
+        // The directory is made at start; made again if someone removed it.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            prepare_notify_dir(notify_dir)?;
+            seqpacket::bind_listen(&path, 1).map_err(sock_err)?
+        }
+        Err(e) => return Err(sock_err(e)),
+    };
     let undo = |e| {
         let _ = std::fs::remove_file(&path);
         sock_err(e)

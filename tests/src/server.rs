@@ -31,11 +31,17 @@ pub fn bin(name: &str) -> PathBuf {
     };
     refuse_world_writable_checkout(dir);
     if STATIC_BINARIES.contains(&name) {
-        let p = dir
-            .parent()
-            .expect("the target directory")
-            .join("static")
-            .join(name);
+        // A release build (the bench) ships them static-pie from
+        // packaging/build-release.sh in target/release itself; every other
+        // profile takes them from target/static.
+        let p = if dir.file_name().is_some_and(|n| n == "release") {
+            dir.join(name)
+        } else {
+            dir.parent()
+                .expect("the target directory")
+                .join("static")
+                .join(name)
+        };
         assert!(
             p.is_file(),
             "{} is missing: run `bash packaging/build-static.sh` (tests/run.sh does) before the tests",

@@ -67,6 +67,8 @@ pub struct Api {
     pub token: String,
     /// What the host offered at start (`agentsh detect`).
     pub detected: crate::detect::Report,
+    /// The daemon sockets to hide, resolved once while nothing changes.
+    pub daemon_sockets: crate::policy::daemon_sockets::HiddenCache,
 }
 
 /// How long a client may take to send its request headers.
@@ -104,12 +106,9 @@ pub async fn serve_unix(api: Arc<Api>, listener: SeqpacketListener) {
                 return;
             };
             // Second line (module doc): a tree process is refused before any
-            // byte of its request is read. /proc reads: the blocking pool.
-            let trees = api.trees.clone();
-            let inside = tokio::task::spawn_blocking(move || trees.by_lineage(cred.pid))
-                .await
-                .unwrap_or_else(|_| Some("lineage check failed".into()));
-            if let Some(why) = inside {
+            // byte of its request is read. A few short /proc reads, done
+            // here: a hop to the blocking pool would cost more than they do.
+            if let Some(why) = api.trees.by_lineage(cred.pid) {
                 tracing::warn!(peer = %peer.describe(), "API connection from a supervised tree refused: {why}");
                 return;
             }

@@ -398,11 +398,9 @@ fn prepare_wrap_init(
     }
     seccomp_config.landlock = Some(landlock.config);
     let run_dir = api.config.run_dir();
-    seccomp_config.daemon_sockets = crate::policy::daemon_sockets::hidden(
-        api.supervisor.policy.daemon_sockets(),
-        run_dir.to_str(),
-        &crate::policy::daemon_sockets::HostSocketFs,
-    );
+    seccomp_config.daemon_sockets = api
+        .daemon_sockets
+        .hidden(api.supervisor.policy.daemon_sockets(), run_dir.to_str());
     let daemon_sockets = crate::audit::DaemonSocketsSummary {
         hidden: seccomp_config.daemon_sockets.clone(),
         mechanism: masking_mechanism(caller),

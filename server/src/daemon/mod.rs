@@ -71,6 +71,7 @@ pub fn run(config_file: Option<PathBuf>) -> Result<(), String> {
     }
     let run_dir = config.run_dir();
     rundir::prepare(&run_dir)?;
+    crate::intake::prepare_notify_dir(&config.notify_dir()).map_err(|e| e.to_string())?;
     rundir::clear_stale_socket(&config.server.socket)?;
     let trees = Arc::new(Trees::new());
     let approvals = Arc::new(Approvals::new(&config.execve, audit.clone(), trees.clone()));
@@ -126,6 +127,7 @@ pub fn run(config_file: Option<PathBuf>) -> Result<(), String> {
             limits: Arc::new(Limits::default()),
             token,
             detected,
+            daemon_sockets: Default::default(),
         });
         if let Some(tcp) = tcp {
             tokio::spawn(api::serve_tcp(api.clone(), tcp));

@@ -154,6 +154,76 @@ pub fn hidden(doc: &DaemonSocketsDoc, run_dir: Option<&str>, fs: &dyn SocketFs) 
     set.into_iter().collect()
 }
 
+/// [`hidden`] on the server's filesystem, reused while every directory the
+/// answer depended on keeps its stamp (one stat each instead of ~20 path
+/// resolutions and a listing on every wrap-init). A daemon that starts
+/// after a tree started is not hidden from that tree either way: the masks
+/// are made when the tree starts.
+#[derive(Default)]
+pub struct HiddenCache {
+    last: std::sync::Mutex<Option<(Vec<(String, Option<super::landlock::Stamp>)>, Vec<String>)>>,
+}
+
+/// [`HostSocketFs`], noting the directories its answers depended on.
+struct Recording(std::cell::RefCell<BTreeSet<String>>);
+
+impl Recording {
+    fn note_parent(&self, p: &str) {
+        if let Some(parent) = std::path::Path::new(p).parent() {
+            self.0
+                .borrow_mut()
+                .insert(parent.to_string_lossy().into_owned());
+        }
+    }
+}
+
+impl SocketFs for Recording {
+    fn canonical(&self, path: &str) -> Option<String> {
+        self.note_parent(path);
+        let c = HostSocketFs.canonical(path);
+        if let Some(c) = &c {
+            self.note_parent(c);
+        }
+        c
+    }
+
+    fn entries(&self, dir: &str) -> Vec<String> {
+        self.0.borrow_mut().insert(dir.to_string());
+        HostSocketFs.entries(dir)
+    }
+}
+
+impl HiddenCache {
+    pub fn hidden(&self, doc: &DaemonSocketsDoc, run_dir: Option<&str>) -> Vec<String> {
+        use super::landlock::{stamp, SETTLE};
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((deps, result)) = last.as_ref() {
+            if deps.iter().all(|(d, st)| stamp(d) == *st) {
+                return result.clone();
+            }
+        }
+        let started = std::time::SystemTime::now();
+        let fs = Recording(Default::default());
+        let result = hidden(doc, run_dir, &fs);
+        let deps: Vec<(String, Option<super::landlock::Stamp>)> =
+            fs.0.into_inner()
+                .into_iter()
+                .map(|d| {
+                    let st = stamp(&d);
+                    (d, st)
+                })
+                .collect();
+        let settled = deps.iter().all(|(d, _)| {
+            std::fs::metadata(d)
+                .and_then(|m| m.modified())
+                .map(|m| m + SETTLE < started)
+                .unwrap_or(true)
+        });
+        *last = settled.then(|| (deps, result.clone()));
+        result
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,6 +290,29 @@ mod tests {
         assert!(h.contains(&"/srv/d/ctl.sock".to_string()), "{h:?}");
         assert!(!h.contains(&"/run/docker.sock".to_string()), "{h:?}");
         assert!(!h.iter().any(|p| p == "/srv/none.sock"));
+    }
+
+    #[test]
+    fn the_cache_sees_a_socket_appear() {
+        let dir = std::env::temp_dir().join(format!("agentsh-ds-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("ctl.sock");
+        let _ = std::fs::remove_file(&sock);
+        let doc = DaemonSocketsDoc {
+            deny: vec![sock.display().to_string()],
+            ..Default::default()
+        };
+        let cache = HiddenCache::default();
+        // Let the directory settle, so the first answer is kept.
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        assert!(!cache
+            .hidden(&doc, None)
+            .contains(&sock.display().to_string()));
+        std::fs::write(&sock, b"").unwrap();
+        assert!(cache
+            .hidden(&doc, None)
+            .contains(&sock.display().to_string()));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

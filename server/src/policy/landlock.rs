@@ -693,17 +693,21 @@ struct RulesetCache {
     result: CompiledLandlock,
 }
 
+/// What a directory looked like: any entry added, removed, renamed or
+/// replaced, or a mount on it, changes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Stamp {
+pub(crate) struct Stamp {
     dev: u64,
     ino: u64,
     ctime: (i64, i64),
     mtime: (i64, i64),
 }
 
-const SETTLE: std::time::Duration = std::time::Duration::from_millis(100);
+/// A directory changed this recently might have changed during a compile
+/// that read it: such a result is not kept.
+pub(crate) const SETTLE: std::time::Duration = std::time::Duration::from_millis(100);
 
-fn stamp(dir: &str) -> Option<Stamp> {
+pub(crate) fn stamp(dir: &str) -> Option<Stamp> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(dir).ok()?;
     Some(Stamp {
