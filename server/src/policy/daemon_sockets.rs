@@ -161,8 +161,12 @@ pub fn hidden(doc: &DaemonSocketsDoc, run_dir: Option<&str>, fs: &dyn SocketFs) 
 /// are made when the tree starts.
 #[derive(Default)]
 pub struct HiddenCache {
-    last: std::sync::Mutex<Option<(Vec<(String, Option<super::landlock::Stamp>)>, Vec<String>)>>,
+    last: std::sync::Mutex<Option<Cached>>,
 }
+
+/// The directories an answer depended on, with their stamps, and the answer.
+type Deps = Vec<(String, Option<super::landlock::Stamp>)>;
+type Cached = (Deps, Vec<String>);
 
 /// [`HostSocketFs`], noting the directories its answers depended on.
 struct Recording(std::cell::RefCell<BTreeSet<String>>);
