@@ -3,9 +3,9 @@
 use agentsh::approval;
 use agentsh::client::Client;
 use agentsh::config::{CONFIG_HELP, EMBEDDED_CONFIG};
+use agentsh::installer::{self, ShimCommand};
 use agentsh::lifecycle;
 use agentsh::policy;
-use agentsh::shim_install::{self, ShimCommand};
 use clap::{CommandFactory, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -370,7 +370,7 @@ fn main() -> ExitCode {
                 }
             }),
         Command::Shim { command } => {
-            let code = shim_install::run(command);
+            let code = installer::run(command);
             return ExitCode::from(code.clamp(0, 255) as u8);
         }
     };

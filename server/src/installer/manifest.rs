@@ -1,0 +1,62 @@
+//! The install manifest: what `install` created, so `uninstall` removes exactly that.
+
+/// What `install` recorded, one entry per line of the manifest.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Manifest {
+    /// Directories created, in creation order (inside the root).
+    pub(super) created_dirs: Vec<String>,
+    /// shim.conf was written by install (removed on uninstall if unchanged).
+    pub(super) created_conf: bool,
+    /// Shells installed (`sh`, `bash`).
+    pub(super) shells: Vec<String>,
+    /// Local diversions added: (diverted path, divert-to).
+    pub(super) diversions: Vec<(String, String)>,
+    /// Package diversions replaced: (path, package, divert-to), restored on uninstall.
+    pub(super) prior_diversions: Vec<(String, String, String)>,
+}
+
+impl Manifest {
+    pub(super) fn render(&self) -> String {
+        let mut s = String::from(
+            "# Written by `agentsh shim install`; read by `agentsh shim uninstall`. Do not edit.\n",
+        );
+        for d in &self.created_dirs {
+            s += &format!("created-dir {d}\n");
+        }
+        if self.created_conf {
+            s += "created-conf\n";
+        }
+        for sh in &self.shells {
+            s += &format!("shell {sh}\n");
+        }
+        for (p, to) in &self.diversions {
+            s += &format!("diversion {p} {to}\n");
+        }
+        for (p, pkg, to) in &self.prior_diversions {
+            s += &format!("prior-diversion {p} {pkg} {to}\n");
+        }
+        s
+    }
+
+    pub(super) fn parse(text: &str) -> Result<Manifest, String> {
+        let mut m = Manifest::default();
+        for (i, line) in text.lines().enumerate() {
+            if line.starts_with('#') || line.trim().is_empty() {
+                continue;
+            }
+            let f: Vec<&str> = line.split(' ').collect();
+            match f.as_slice() {
+                ["created-dir", d] => m.created_dirs.push(d.to_string()),
+                ["created-conf"] => m.created_conf = true,
+                ["shell", s] if *s == "sh" || *s == "bash" => m.shells.push(s.to_string()),
+                ["diversion", p, to] => m.diversions.push((p.to_string(), to.to_string())),
+                ["prior-diversion", p, pkg, to] => {
+                    m.prior_diversions
+                        .push((p.to_string(), pkg.to_string(), to.to_string()))
+                }
+                _ => return Err(format!("line {}: unexpected {line:?}", i + 1)),
+            }
+        }
+        Ok(m)
+    }
+}

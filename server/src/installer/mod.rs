@@ -1,0 +1,363 @@
+//! `agentsh shim install|uninstall|status`: puts agentsh-shell-shim in place of
+//! `/bin/sh` (and optionally `/bin/bash`) and takes it out again.
+//!
+//! Layout after `install` (for each shell `N` of `sh`, `bash`):
+//! * `/bin/N.real` — the original `/bin/N`, as a hard link of the very same
+//!   inode (a symlink such as dash's `sh -> dash` stays a symlink);
+//! * `/usr/lib/agentsh/shells/N` — a symlink to `/bin/N.real`. The shim execs
+//!   this path, so the kernel names the process `N` (`comm` is the basename of
+//!   the exec'd path) and `pgrep -x sh` keeps working;
+//! * `/bin/N` — a copy of the shim binary, put in place with `rename(2)`, so
+//!   `/bin/N` is never missing, not even for a moment;
+//! * on Debian (a dpkg database exists in the root), a *local* dpkg diversion of
+//!   `/bin/N` to `/bin/N.real`: package upgrades (dash, bash) then write their
+//!   `/bin/N` to `/bin/N.real` instead of over the shim, and dash's postinst
+//!   leaves a local diversion alone. A package diversion already there (dash
+//!   diverts `/bin/sh` to `/bin/sh.distrib`) is replaced and restored on
+//!   uninstall;
+//! * `/etc/agentsh/shim.conf` — the documented default, root:root 0644, only if
+//!   absent;
+//! * `/usr/lib/agentsh/shells/.install-manifest` — what this installer created,
+//!   so `uninstall` removes exactly that and nothing else.
+//!
+//! Paths are resolved inside `--root` the way the kernel would resolve them
+//! after a chroot: `/bin -> usr/bin` (usr-merge) and absolute symlinks stay in
+//! the root. Failure modes: every step says what it did; a half-done install is
+//! repaired by running `install` again, and every state the installer cannot
+//! explain (e.g. `/bin/sh.real` exists but `/bin/sh` is not the shim) is refused
+//! with what to check, never overwritten.
+//!
+//! Layout of this folder: `cli` (the `agentsh shim` subcommand), `paths`
+//! (resolving inside a root; a shell's state), `manifest` (what install
+//! created), `fsops` (atomic writes, links, ownership), `dpkg` (diversions);
+//! this file holds install, uninstall and status themselves.
+
+mod cli;
+mod dpkg;
+mod fsops;
+mod manifest;
+mod paths;
+
+pub use cli::{run, ShimCommand};
+pub use paths::in_root;
+
+use dpkg::Dpkg;
+use fsops::*;
+use manifest::*;
+use paths::*;
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// Where the real shells are linked from; must equal the shim's compile-time
+/// `REAL_SHELL_DIR` (the end-to-end tests check that the pair works).
+pub const SHELLS_DIR: &str = agentsh_proto::install::REAL_SHELL_DIR;
+/// The install record, inside [`SHELLS_DIR`].
+pub const MANIFEST: &str = "/usr/lib/agentsh/shells/.install-manifest";
+/// Bytes every agentsh-shell-shim binary carries (`agentsh_shell_shim::SHIM_MARKER`).
+pub const SHIM_MARKER: &[u8] = agentsh_proto::install::SHIM_MARKER;
+/// The default shim.conf written when none exists.
+pub const DEFAULT_SHIM_CONF: &str = include_str!("../../../etc/agentsh/shim.conf");
+
+#[derive(Debug, thiserror::Error)]
+/// Everything that can stop install/uninstall; each says what to do.
+pub enum InstallError {
+    #[error("{what}: {source}")]
+    Io { what: String, source: io::Error },
+    #[error("{0}")]
+    Refused(String),
+    #[error("dpkg-divert {args}: {message}")]
+    Dpkg { args: String, message: String },
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> InstallError {
+    let what = what.into();
+    move |source| InstallError::Io { what, source }
+}
+
+#[derive(Debug, Clone)]
+pub struct InstallOptions {
+    pub root: PathBuf,
+    pub bash: bool,
+    pub shim_binary: PathBuf,
+}
+
+/// Resolves `path` (absolute, as seen inside `root`) to a path on this
+/// machine, following symlinks of every component but the last *inside*
+/// `root`, as the kernel would after chroot(root).
+///
+/// # Errors
+
+/// Installs the shim; see the module docs.
+///
+/// # Errors
+/// The first step that failed, with what to do; earlier steps stay done and a
+/// second run picks up from there.
+pub fn install(opts: &InstallOptions, out: &mut dyn Write) -> Result<(), InstallError> {
+    let root = &opts.root;
+    check_root_dir(root)?;
+    let shim = fs::read(&opts.shim_binary).map_err(io_err(format!(
+        "reading the shim binary {} (pass --shim-binary PATH)",
+        opts.shim_binary.display()
+    )))?;
+    if !contains(&shim, SHIM_MARKER) {
+        return Err(InstallError::Refused(format!(
+            "{} is not an agentsh-shell-shim binary; refusing to install it as /bin/sh",
+            opts.shim_binary.display()
+        )));
+    }
+    let mut manifest = read_manifest(root)?.unwrap_or_default();
+    let dpkg = Dpkg::detect(root, out);
+    let mut names = vec!["sh"];
+    if opts.bash {
+        names.push("bash");
+    }
+    // Every shell is checked before anything changes.
+    let mut plan = Vec::new();
+    for name in names {
+        let paths =
+            ShellPaths::new(root, name).map_err(io_err(format!("resolving /bin/{name}")))?;
+        match paths.state(Some(&shim)) {
+            ShellState::Missing => {
+                return Err(InstallError::Refused(format!(
+                    "/bin/{name} does not exist in {}; install {name} first",
+                    root.display()
+                )))
+            }
+            ShellState::Inconsistent(why) => return Err(InstallError::Refused(why)),
+            state => plan.push((name, paths, state)),
+        }
+    }
+    let mut changed = false;
+    for (name, paths, state) in plan {
+        match state {
+            ShellState::Missing | ShellState::Inconsistent(_) => unreachable!("refused above"),
+            ShellState::Installed { current } => {
+                changed |= ensure_real_link(root, &paths, &mut manifest, out)?;
+                if current {
+                    writeln!(out, "/bin/{name}: the shim is already installed").ok();
+                } else {
+                    write_atomic(&paths.public, &shim, 0o755)?;
+                    writeln!(out, "/bin/{name}: updated the shim binary").ok();
+                    changed = true;
+                }
+                if !manifest.shells.iter().any(|s| s == name) {
+                    manifest.shells.push(name.to_string());
+                    changed = true;
+                }
+            }
+            ShellState::Original => {
+                if let Some(d) = &dpkg {
+                    d.divert(name, &mut manifest, out)?;
+                    write_manifest(root, &mut manifest)?;
+                }
+                // Same directory, so never EXDEV; linkat without
+                // AT_SYMLINK_FOLLOW links a symlink itself.
+                link_no_follow(&paths.public, &paths.real)?;
+                writeln!(
+                    out,
+                    "/bin/{name}: original kept as /bin/{name}.real{}",
+                    describe_link(&paths.real)
+                )
+                .ok();
+                ensure_real_link(root, &paths, &mut manifest, out)?;
+                manifest.shells.push(name.to_string());
+                write_manifest(root, &mut manifest)?;
+                write_atomic(&paths.public, &shim, 0o755)?;
+                writeln!(out, "/bin/{name}: now agentsh-shell-shim").ok();
+                changed = true;
+            }
+        }
+    }
+    changed |= ensure_conf(root, &mut manifest, out)?;
+    if changed {
+        write_manifest(root, &mut manifest)?;
+    } else {
+        writeln!(out, "nothing to do: already installed").ok();
+    }
+    Ok(())
+}
+
+/// Restores the original shells and removes what `install` created.
+///
+/// # Errors
+/// A step that failed; the shells restored before it stay restored.
+pub fn uninstall(root: &Path, out: &mut dyn Write) -> Result<(), InstallError> {
+    check_root_dir(root)?;
+    let Some(manifest) = read_manifest(root)? else {
+        for name in ["sh", "bash"] {
+            let paths =
+                ShellPaths::new(root, name).map_err(io_err(format!("resolving /bin/{name}")))?;
+            if let ShellState::Installed { .. } | ShellState::Inconsistent(_) = paths.state(None) {
+                return Err(InstallError::Refused(format!(
+                    "no install manifest ({MANIFEST}) but /bin/{name} looks modified; restore it by hand \
+                     (`mv /bin/{name}.real /bin/{name}`)"
+                )));
+            }
+        }
+        writeln!(out, "nothing to do: the shim is not installed").ok();
+        return Ok(());
+    };
+    for name in ["sh", "bash"] {
+        if !manifest.shells.iter().any(|s| s == name) {
+            continue;
+        }
+        let paths =
+            ShellPaths::new(root, name).map_err(io_err(format!("resolving /bin/{name}")))?;
+        match paths.state(None) {
+            ShellState::Installed { .. } => {
+                fs::rename(&paths.real, &paths.public).map_err(io_err(format!(
+                    "restoring /bin/{name} from /bin/{name}.real"
+                )))?;
+                writeln!(out, "/bin/{name}: original restored").ok();
+            }
+            ShellState::Original => {
+                writeln!(out, "/bin/{name}: already the original").ok();
+            }
+            ShellState::Missing | ShellState::Inconsistent(_) => {
+                let why = match paths.state(None) {
+                    ShellState::Inconsistent(w) => w,
+                    _ => format!("/bin/{name} is missing"),
+                };
+                return Err(InstallError::Refused(format!(
+                    "not touching /bin/{name}: {why}"
+                )));
+            }
+        }
+        remove_if_symlink(&paths.link)?;
+    }
+    if !manifest.diversions.is_empty() || !manifest.prior_diversions.is_empty() {
+        match Dpkg::detect(root, out) {
+            Some(d) => d.undivert(&manifest, out)?,
+            None => writeln!(
+                out,
+                "warning: the manifest lists dpkg diversions but dpkg-divert or the dpkg database is gone; \
+                 check `dpkg-divert --list`"
+            )
+            .map_err(io_err("writing output"))?,
+        }
+    }
+    let conf = in_root(root, agentsh_proto::shimconf::SHIM_CONF_PATH)
+        .map_err(io_err("resolving shim.conf"))?;
+    if manifest.created_conf {
+        match fs::read(&conf) {
+            Ok(b) if b == DEFAULT_SHIM_CONF.as_bytes() => {
+                fs::remove_file(&conf).map_err(io_err(format!("removing {}", conf.display())))?;
+                writeln!(out, "removed the default /etc/agentsh/shim.conf").ok();
+            }
+            Ok(_) => {
+                writeln!(
+                    out,
+                    "kept /etc/agentsh/shim.conf: it was edited after install"
+                )
+                .ok();
+            }
+            Err(_) => {}
+        }
+    }
+    let manifest_path = in_root(root, MANIFEST).map_err(io_err("resolving the manifest"))?;
+    fs::remove_file(&manifest_path)
+        .map_err(io_err(format!("removing {}", manifest_path.display())))?;
+    for d in manifest.created_dirs.iter().rev() {
+        let p = in_root(root, d).map_err(io_err(format!("resolving {d}")))?;
+        match fs::remove_dir(&p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(_) => {
+                writeln!(out, "kept {d}: not empty").ok();
+            }
+        }
+    }
+    writeln!(out, "uninstalled").ok();
+    Ok(())
+}
+
+/// A human-readable report of what is installed.
+pub struct Status {
+    pub report: String,
+    pub installed_and_consistent: bool,
+}
+
+/// Inspects a root without changing anything.
+///
+/// # Errors
+/// The root is not a directory, or the manifest cannot be read.
+pub fn status(root: &Path) -> Result<Status, InstallError> {
+    check_root_dir(root)?;
+    let manifest = read_manifest(root)?;
+    let mut report = String::new();
+    let mut ok = manifest.is_some();
+    let mut any = false;
+    for name in ["sh", "bash"] {
+        let paths =
+            ShellPaths::new(root, name).map_err(io_err(format!("resolving /bin/{name}")))?;
+        let line = match paths.state(None) {
+            ShellState::Missing => format!("/bin/{name}: not present"),
+            ShellState::Original => {
+                if manifest
+                    .as_ref()
+                    .is_some_and(|m| m.shells.iter().any(|s| s == name))
+                {
+                    ok = false;
+                    format!("/bin/{name}: the ORIGINAL shell, but the manifest says the shim was installed; run `agentsh shim install` again")
+                } else {
+                    format!("/bin/{name}: the original shell (shim not installed)")
+                }
+            }
+            ShellState::Installed { .. } => {
+                any = true;
+                let link_ok = fs::read_link(&paths.link)
+                    .is_ok_and(|t| t == Path::new(&format!("/bin/{name}.real")));
+                if !link_ok {
+                    ok = false;
+                }
+                format!(
+                    "/bin/{name}: agentsh-shell-shim; real shell /bin/{name}.real{}; {SHELLS_DIR}/{name} {}",
+                    describe_link(&paths.real),
+                    if link_ok { "ok" } else { "MISSING or wrong: run `agentsh shim install` again" }
+                )
+            }
+            ShellState::Inconsistent(why) => {
+                ok = false;
+                format!("/bin/{name}: INCONSISTENT: {why}")
+            }
+        };
+        report += &line;
+        report.push('\n');
+    }
+    if let Some(m) = &manifest {
+        for (p, to) in &m.diversions {
+            report += &format!("dpkg: local diversion {p} -> {to}\n");
+        }
+    }
+    let conf_path = in_root(root, agentsh_proto::shimconf::SHIM_CONF_PATH)
+        .map_err(io_err("resolving shim.conf"))?;
+    report += &match agentsh_proto::shimconf::load(&conf_path.to_string_lossy()) {
+        agentsh_proto::shimconf::Loaded::Trusted(c) => format!(
+            "/etc/agentsh/shim.conf: trusted; shim_install={} server={} session={}\n",
+            c.mode.as_str(),
+            c.server,
+            c.session
+        ),
+        agentsh_proto::shimconf::Loaded::Absent => {
+            "/etc/agentsh/shim.conf: absent (defaults: shim_install=auto)\n".to_string()
+        }
+        agentsh_proto::shimconf::Loaded::Untrusted { reason } => {
+            format!(
+                "/etc/agentsh/shim.conf: DISTRUSTED ({reason}); shells act as shim_install=on\n"
+            )
+        }
+        agentsh_proto::shimconf::Loaded::Invalid(e) => {
+            format!("/etc/agentsh/shim.conf: INVALID ({e}); every shell refuses to run\n")
+        }
+    };
+    Ok(Status {
+        report,
+        installed_and_consistent: ok && any,
+    })
+}
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;

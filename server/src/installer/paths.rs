@@ -1,0 +1,131 @@
+//! Paths inside a root as the kernel resolves them after chroot, and the state of one shell there.
+
+use super::*;
+use std::path::Component;
+
+/// ELOOP after 40 symlinks; I/O errors reading a link.
+pub fn in_root(root: &Path, path: &str) -> io::Result<PathBuf> {
+    let mut pending: Vec<std::ffi::OsString> = Path::new(path)
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(s) => Some(s.to_os_string()),
+            Component::ParentDir => Some("..".into()),
+            _ => None,
+        })
+        .collect();
+    let Some(last) = pending.pop() else {
+        return Ok(root.to_path_buf());
+    };
+    pending.reverse(); // used as a stack
+    let mut resolved: Vec<std::ffi::OsString> = Vec::new();
+    let mut hops = 0;
+    while let Some(c) = pending.pop() {
+        if c == ".." {
+            resolved.pop();
+            continue;
+        }
+        let host: PathBuf = std::iter::once(root.as_os_str())
+            .chain(resolved.iter().map(|s| s.as_os_str()))
+            .chain(std::iter::once(c.as_os_str()))
+            .collect();
+        match fs::symlink_metadata(&host) {
+            Ok(m) if m.file_type().is_symlink() => {
+                hops += 1;
+                if hops > 40 {
+                    return Err(io::Error::from_raw_os_error(libc::ELOOP));
+                }
+                let target = fs::read_link(&host)?;
+                if target.is_absolute() {
+                    resolved.clear();
+                }
+                for t in target.components().rev() {
+                    match t {
+                        Component::Normal(s) => pending.push(s.to_os_string()),
+                        Component::ParentDir => pending.push("..".into()),
+                        _ => {}
+                    }
+                }
+            }
+            _ => resolved.push(c),
+        }
+    }
+    let mut out = root.to_path_buf();
+    out.extend(resolved);
+    out.push(last);
+    Ok(out)
+}
+
+/// The state of one shell in a root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum ShellState {
+    /// `/bin/N` does not exist (e.g. bash not installed).
+    Missing,
+    /// The original shell is in place; no shim.
+    Original,
+    /// The shim is in place and `/bin/N.real` exists; `current` when its bytes
+    /// equal the shim binary being installed.
+    Installed { current: bool },
+    /// Something install did not leave that way; the text says what.
+    Inconsistent(String),
+}
+
+pub(super) struct ShellPaths {
+    pub(super) name: &'static str,
+    /// `/bin/N` on this machine.
+    pub(super) public: PathBuf,
+    /// `/bin/N.real` on this machine.
+    pub(super) real: PathBuf,
+    /// `/usr/lib/agentsh/shells/N` on this machine.
+    pub(super) link: PathBuf,
+}
+
+impl ShellPaths {
+    pub(super) fn new(root: &Path, name: &'static str) -> io::Result<ShellPaths> {
+        Ok(ShellPaths {
+            name,
+            public: in_root(root, &format!("/bin/{name}"))?,
+            real: in_root(root, &format!("/bin/{name}.real"))?,
+            link: in_root(root, &format!("{SHELLS_DIR}/{name}"))?,
+        })
+    }
+
+    pub(super) fn state(&self, shim: Option<&[u8]>) -> ShellState {
+        let name = self.name;
+        let public = fs::symlink_metadata(&self.public).ok();
+        let real_exists = fs::symlink_metadata(&self.real).is_ok();
+        let public_bytes = match &public {
+            Some(m) if m.file_type().is_file() => fs::read(&self.public).ok(),
+            _ => None,
+        };
+        let public_is_shim = public_bytes
+            .as_deref()
+            .is_some_and(|b| contains(b, SHIM_MARKER));
+        match (public.is_some(), public_is_shim, real_exists) {
+            (false, _, false) => ShellState::Missing,
+            (false, _, true) => ShellState::Inconsistent(format!(
+                "/bin/{name} is missing but /bin/{name}.real exists; restore it with `mv /bin/{name}.real /bin/{name}`"
+            )),
+            (true, false, false) => ShellState::Original,
+            (true, false, true) => ShellState::Inconsistent(format!(
+                "/bin/{name}.real exists but /bin/{name} is not the agentsh shim; something replaced /bin/{name} \
+                 after install: decide which one is the real shell and remove /bin/{name}.real or restore the shim"
+            )),
+            (true, true, false) => ShellState::Inconsistent(format!(
+                "/bin/{name} is the agentsh shim but /bin/{name}.real is missing; reinstall the package that \
+                 provides /bin/{name} (e.g. `apt-get install --reinstall dash`)"
+            )),
+            (true, true, true) => ShellState::Installed {
+                current: shim.is_some_and(|s| public_bytes.as_deref() == Some(s)),
+            },
+        }
+    }
+}
+
+pub(super) fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+pub(super) fn is_root_user() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
