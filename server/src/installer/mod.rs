@@ -83,12 +83,6 @@ pub struct InstallOptions {
     pub shim_binary: PathBuf,
 }
 
-/// Resolves `path` (absolute, as seen inside `root`) to a path on this
-/// machine, following symlinks of every component but the last *inside*
-/// `root`, as the kernel would after chroot(root).
-///
-/// # Errors
-
 /// Installs the shim; see the module docs.
 ///
 /// # Errors

@@ -3,6 +3,11 @@
 use super::*;
 use std::path::Component;
 
+/// Resolves `path` (absolute, as seen inside `root`) to a path on this
+/// machine, following symlinks of every component but the last *inside*
+/// `root`, as the kernel would after chroot(root).
+///
+/// # Errors
 /// ELOOP after 40 symlinks; I/O errors reading a link.
 pub fn in_root(root: &Path, path: &str) -> io::Result<PathBuf> {
     let mut pending: Vec<std::ffi::OsString> = Path::new(path)
