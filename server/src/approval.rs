@@ -21,8 +21,6 @@
 //! Failure modes: a waiter that cannot answer (tracee gone) records
 //! `cancelled`; a decision whose requester cannot be identified is refused.
 
-pub mod cli;
-
 use crate::audit::{self, AuditLog, EventBody, ExecEvent};
 use crate::config::{ExecveSection, TimeoutAction};
 use crate::trees::Trees;

@@ -4,20 +4,22 @@
 //! `supervisor` serves its notifications, `tracee` reads the calling process,
 //! `policy` decides (pure), `approval` holds execs for an operator, `audit`
 //! records, `api` exposes it all over HTTP on the Unix socket (and TCP for
-//! operators), `trees` knows which processes are supervised. `daemon` starts
-//! the server; `client` is the admin CLI's side of the API.
+//! operators), `trees` knows which processes are supervised.
+//!
+//! Three products live here, each in a folder: `daemon` (the long-running
+//! server's start-up), `cli` (the command line and its tools) and
+//! `installer` (`agentsh shim install|uninstall|status`).
 
 pub mod api;
 pub mod approval;
 pub mod audit;
-pub mod client;
+pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod detect;
 pub mod filter;
 pub mod installer;
 pub mod intake;
-pub mod lifecycle;
 pub mod policy;
 pub mod session;
 pub mod supervisor;

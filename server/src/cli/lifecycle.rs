@@ -3,7 +3,7 @@
 //! first process: start the server, wait until it is ready, then run the
 //! SDK's daemon under it).
 
-use crate::client::Client;
+use crate::cli::client::Client;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};

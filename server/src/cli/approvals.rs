@@ -5,7 +5,7 @@
 //! root-only token read from `--token-file`. Either way these commands must
 //! run as root, and the server refuses them from inside a supervised tree.
 
-use crate::client::{error_text, Client};
+use crate::cli::client::{error_text, Client};
 use clap::{Args, Subcommand};
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;

@@ -1,0 +1,319 @@
+//! The `agentsh` command line: the server (`agentsh server`, see `daemon`)
+//! and the admin tools. One file per tool family: `approvals`, `lifecycle`
+//! (`ready`, `entrypoint`), `events` (here), `client` (how every tool talks
+//! to the server); `installer` (`agentsh shim ...`) has its own folder.
+//!
+//! Failure modes: every tool prints one line `agentsh: <what failed>` and
+//! exits non-zero; nothing here decides anything about a supervised tree.
+
+pub mod approvals;
+pub mod client;
+mod events;
+pub mod lifecycle;
+
+use crate::config::{CONFIG_HELP, EMBEDDED_CONFIG};
+use crate::installer::{self, ShimCommand};
+use crate::policy;
+use clap::{CommandFactory, Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// agentsh: kernel-enforced policy on every command an AI agent runs.
+#[derive(Debug, Parser)]
+#[command(
+    name = "agentsh",
+    version,
+    about = "agentsh: kernel-enforced policy on every command an AI agent runs (server and admin CLI)",
+    long_about = None
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the server: HTTP API, wrap-init, notify-fd intake, exec supervisor, audit.
+    #[command(after_help = CONFIG_HELP)]
+    Server {
+        /// YAML config file; without it the embedded defaults are used.
+        #[arg(long, value_name = "PATH")]
+        config: Option<PathBuf>,
+        /// Print the embedded default config and exit.
+        #[arg(long)]
+        print_config: bool,
+    },
+    /// Policy tools.
+    Policy {
+        #[command(subcommand)]
+        command: PolicyCommand,
+    },
+    /// Print a session's audit events (JSON Lines) from a running server.
+    Events {
+        /// Session id.
+        #[arg(long, default_value = "default")]
+        session: String,
+        /// Keep printing new events as they arrive.
+        #[arg(long)]
+        follow: bool,
+        /// The server: unix:/PATH (its API socket; as root) or http://HOST:PORT
+        /// (its TCP listener; with the operator token).
+        #[arg(long, default_value = agentsh_proto::shimconf::DEFAULT_SERVER)]
+        server: String,
+        /// Output: `json` (one event per line) or `table` (readable columns).
+        #[arg(long, value_enum, default_value = "json")]
+        format: EventFormat,
+    },
+    /// List, decide and watch execs waiting for an operator (`decision: approve`).
+    Approvals {
+        #[command(subcommand)]
+        command: approvals::ApprovalsCommand,
+    },
+    /// Install, remove or inspect the shell shim (/bin/sh).
+    Shim {
+        #[command(subcommand)]
+        command: ShimCommand,
+    },
+    /// Wait until a server answers GET /healthz; exit 0 when it does, 1 at the timeout.
+    ///
+    /// For start-up scripts: `agentsh server & agentsh ready --timeout 10 && exec DAEMON`.
+    /// With --config, the address is the one that config file gives the server
+    /// (so a unit's ExecStartPost follows a changed port).
+    Ready {
+        /// The server: unix:/PATH or http://HOST:PORT [default: unix:/run/agentsh/api.sock].
+        #[arg(long, conflicts_with = "config")]
+        server: Option<String>,
+        /// Take the address from this server config file (server.socket).
+        #[arg(long, value_name = "PATH")]
+        config: Option<PathBuf>,
+        /// Seconds to wait.
+        #[arg(long, default_value_t = 10.0, value_name = "SECS")]
+        timeout: f64,
+    },
+    /// A container's first process where there is no systemd: start the server,
+    /// wait until it is ready, then run CMD (the SDK's daemon).
+    ///
+    /// CMD runs only once the server answers, so no shell of the sandbox starts
+    /// before supervision is possible. SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1
+    /// and SIGUSR2 are forwarded to CMD; when CMD exits, the server is stopped
+    /// and the entrypoint exits with CMD's status (128+N for signal N). A
+    /// server that dies is started again (a supervised tree cannot exec while
+    /// it is down). Exit 1 when the server cannot be started, 127 when CMD is
+    /// not found. Orphans re-parented to it are reaped.
+    ///
+    /// Docker: ENTRYPOINT ["agentsh", "entrypoint", "--"] with CMD ["envd"].
+    /// Exec form matters: a shell-form entrypoint would run /bin/sh (the shim)
+    /// before the server exists.
+    #[command(verbatim_doc_comment)]
+    Entrypoint {
+        /// Server config file (as for `agentsh server --config`); embedded defaults without it.
+        #[arg(long, value_name = "PATH")]
+        config: Option<PathBuf>,
+        /// Seconds to wait for the server to answer before giving up (exit 1).
+        #[arg(long, default_value_t = 10.0, value_name = "SECS")]
+        ready_timeout: f64,
+        /// The command to run once the server is ready, with its arguments.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<std::ffi::OsString>,
+    },
+    /// What this host offers agentsh: seccomp user-notify (WAIT_KILLABLE_RECV,
+    /// SYNC_WAKE_UP), SECCOMP_RET_TRACE + ptrace, the Landlock ABI, fanotify
+    /// permission events, gVisor, Yama, the capabilities that matter; and
+    /// which backend and protections a wrap-init would get here.
+    ///
+    /// Every answer is probed for real in a short-lived child process. The
+    /// server logs the same at start and serves it at GET /api/v1/status.
+    #[command(verbatim_doc_comment)]
+    Detect {
+        /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Take landlock.max_abi from this server config file.
+        #[arg(long, value_name = "PATH")]
+        config: Option<PathBuf>,
+    },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    ///
+    /// bash: agentsh completions bash > /usr/share/bash-completion/completions/agentsh
+    #[command(verbatim_doc_comment)]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Write man pages (agentsh.1 and one per subcommand) into DIR.
+    Man {
+        /// Output directory (created if missing).
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+    },
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum EventFormat {
+    Json,
+    Table,
+}
+
+#[derive(Debug, Subcommand)]
+enum PolicyCommand {
+    /// Validate a policy file; errors name the line and column. Exit 1 if invalid.
+    Check {
+        /// The policy YAML file.
+        file: PathBuf,
+    },
+}
+
+fn init_logging() {
+    use tracing_subscriber::prelude::*;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("AGENTSH_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Audit events already go to the JSONL file and journald; the server's
+    // own log stays readable without them.
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_filter(tracing_subscriber::filter::filter_fn(|m| {
+            m.target() != "agentsh::audit"
+        }));
+    let journald = if std::path::Path::new("/run/systemd/journal/socket").exists() {
+        tracing_journald::layer()
+            .ok()
+            .map(|l| l.with_syslog_identifier("agentsh".into()))
+    } else {
+        None
+    };
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .with(journald)
+        .init();
+}
+
+/// A duration from a number of seconds given on the command line.
+fn seconds(s: f64) -> Result<std::time::Duration, String> {
+    std::time::Duration::try_from_secs_f64(s)
+        .map_err(|_| format!("{s} is not a number of seconds (0 or more)"))
+}
+
+/// `agentsh man --dir DIR`: agentsh.1 plus agentsh-SUB[-SUB].1 for every subcommand.
+fn write_man_pages(dir: &std::path::Path) -> Result<(), String> {
+    fn walk(cmd: clap::Command, name: String, dir: &std::path::Path) -> Result<(), String> {
+        let cmd = cmd.name(name.clone());
+        let path = dir.join(format!("{name}.1"));
+        let mut buf = Vec::new();
+        clap_mangen::Man::new(cmd.clone())
+            .render(&mut buf)
+            .map_err(|e| format!("cannot render {name}.1: {e}"))?;
+        std::fs::write(&path, buf).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        for sub in cmd.get_subcommands() {
+            if sub.get_name() == "help" {
+                continue;
+            }
+            walk(sub.clone(), format!("{name}-{}", sub.get_name()), dir)?;
+        }
+        Ok(())
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let mut cmd = Cli::command();
+    cmd.build();
+    walk(cmd, "agentsh".into(), dir)
+}
+
+/// The whole command line; the binary's `main` is this.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Server {
+            print_config: true, ..
+        } => {
+            print!("{EMBEDDED_CONFIG}");
+            Ok(())
+        }
+        Command::Server { config, .. } => {
+            init_logging();
+            crate::daemon::run(config)
+        }
+        Command::Policy {
+            command: PolicyCommand::Check { file },
+        } => match policy::check_file(&file) {
+            Ok(summary) => {
+                println!("{summary}");
+                Ok(())
+            }
+            Err(e) => Err(e.to_string()),
+        },
+        Command::Events {
+            session,
+            follow,
+            server,
+            format,
+        } => events::print_events(server.trim_end_matches('/'), &session, follow, format),
+        Command::Approvals { command } => approvals::run(command),
+        Command::Ready {
+            server,
+            config,
+            timeout,
+        } => {
+            let url = match (server, config) {
+                (Some(s), _) => Ok(s.trim_end_matches('/').to_string()),
+                (None, Some(c)) => lifecycle::server_url(Some(&c)),
+                (None, None) => Ok(agentsh_proto::shimconf::DEFAULT_SERVER.to_string()),
+            };
+            url.and_then(|u| seconds(timeout).and_then(|t| lifecycle::wait_ready(&u, t)))
+        }
+        Command::Entrypoint {
+            config,
+            ready_timeout,
+            command,
+        } => {
+            let ready_timeout = match seconds(ready_timeout) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("agentsh: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let code = lifecycle::run(lifecycle::Entrypoint {
+                config,
+                ready_timeout,
+                command,
+            });
+            return ExitCode::from(code.clamp(0, 255) as u8);
+        }
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "agentsh",
+                &mut std::io::stdout(),
+            );
+            Ok(())
+        }
+        Command::Man { dir } => write_man_pages(&dir),
+        Command::Detect { json, config } => crate::config::Config::load(config.as_deref())
+            .map_err(|e| e.to_string())
+            .and_then(|c| {
+                let r = crate::detect::detect(c.landlock.cap());
+                if json {
+                    serde_json::to_string_pretty(&r)
+                        .map(|j| println!("{j}"))
+                        .map_err(|e| e.to_string())
+                } else {
+                    print!("{}", crate::detect::human(&r));
+                    Ok(())
+                }
+            }),
+        Command::Shim { command } => {
+            let code = installer::run(command);
+            return ExitCode::from(code.clamp(0, 255) as u8);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("agentsh: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
