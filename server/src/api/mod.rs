@@ -33,6 +33,7 @@
 pub mod peer;
 pub mod routes;
 pub mod transport;
+mod wrap_init;
 
 use crate::audit::AuditLog;
 use crate::config::Config;

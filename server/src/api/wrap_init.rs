@@ -1,0 +1,238 @@
+//! wrap-init: who is asking (from the transport, never the body), the
+//! tree's notify socket, filter, Landlock ruleset and daemon-socket masks,
+//! and the audit event; then the intake task that waits for the handoff.
+
+use super::peer::{Kind, Peer};
+use super::routes::{error, fail, json, read_body, Failure, Resp};
+use super::Api;
+use crate::audit::{EventBody, WrapInitEvent};
+use crate::intake::{self, Caller};
+use agentsh_proto::{WrapInitRequest, WrapInitResponse};
+use hyper::body::Incoming;
+use hyper::Request;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Who the wrap-init is for, from the transport (never from the body).
+async fn caller_of(api: &Arc<Api>, peer: &Peer) -> Result<Caller, Failure> {
+    match *peer {
+        Peer::Local(c) => Ok(Caller {
+            uid: c.uid,
+            pid: Some(c.pid),
+        }),
+        Peer::Tcp(addr) => {
+            if !api.config.server.http.wrap_init {
+                return Err(fail(
+                    403,
+                    format!(
+                        "wrap-init is served on the Unix socket {} (server.http.wrap_init is off)",
+                        api.config.server.socket.display()
+                    ),
+                ));
+            }
+            let port = api.config.tcp_port().unwrap_or(0);
+            let approvals = api.supervisor.approvals.clone();
+            let who = tokio::task::spawn_blocking(move || approvals.identify(addr, port))
+                .await
+                .map_err(|_| fail(500, "peer identification failed"))?;
+            use crate::approval::Requester;
+            match who {
+                Requester::Operator { uid, pid, .. } => Ok(Caller {
+                    uid,
+                    pid: Some(pid),
+                }),
+                Requester::InTree { why, .. } => {
+                    tracing::warn!("wrap-init from inside a supervised tree refused: {why}");
+                    Err(fail(403, "wrap-init cannot come from a supervised tree"))
+                }
+                Requester::Remote(a) => Err(fail(
+                    403,
+                    format!("wrap-init must come from a local process, not {a}"),
+                )),
+                Requester::Unknown(why) => Err(fail(
+                    403,
+                    format!("the requesting process cannot be identified ({why})"),
+                )),
+            }
+        }
+    }
+}
+
+pub(super) async fn wrap_init(
+    api: Arc<Api>,
+    peer: Peer,
+    sid: String,
+    req: Request<Incoming>,
+) -> Resp {
+    let started = std::time::Instant::now();
+    let caller = match caller_of(&api, &peer).await {
+        Ok(c) => c,
+        Err(r) => return r.into(),
+    };
+    let body: WrapInitRequest = match read_body(req).await {
+        Ok(b) => b,
+        Err(r) => return r.into(),
+    };
+    if body.caller_uid != caller.uid {
+        return error(
+            403,
+            format!(
+                "caller_uid {} does not match the connecting process's uid {}",
+                body.caller_uid, caller.uid
+            ),
+        );
+    }
+    let slot = match api.limits.take(Kind::NotifySocket, peer.key()) {
+        Ok(s) => s,
+        Err(e) => return error(429, e),
+    };
+    let prep_api = api.clone();
+    let prepared =
+        tokio::task::spawn_blocking(move || prepare_wrap_init(&prep_api, &sid, body, caller))
+            .await
+            .unwrap_or_else(|e| Err(fail(500, format!("wrap-init failed: {e}"))));
+    let (resp, intake) = match prepared {
+        Ok(p) => p,
+        Err(r) => return r.into(),
+    };
+    tokio::spawn(intake::take_handoff(
+        api.supervisor.clone(),
+        api.trees.clone(),
+        intake,
+        slot,
+    ));
+    let out = match serde_json::to_value(&resp) {
+        Ok(v) => json(200, &v),
+        Err(e) => error(500, format!("cannot serialize response: {e}")),
+    };
+    tracing::debug!(
+        uid = caller.uid,
+        us = started.elapsed().as_micros() as u64,
+        "wrap-init answered"
+    );
+    out
+}
+
+/// The blocking part of wrap-init: the notify socket, the ruleset, the
+/// audit event.
+fn prepare_wrap_init(
+    api: &Api,
+    sid: &str,
+    body: WrapInitRequest,
+    caller: Caller,
+) -> Result<(WrapInitResponse, intake::Pending), Failure> {
+    let started = std::time::Instant::now();
+    let Some(session) = api.sessions.get_or_create(sid) else {
+        return Err(fail(400, format!("session id {sid:?} is not valid")));
+    };
+    let wrapper = api.config.wrapper_binary_path();
+    if !wrapper.is_file() {
+        // The shim treats a 5xx as "cannot install": it refuses (126) once
+        // agentsh has run in this container.
+        return Err(fail(
+            503,
+            format!(
+                "wrapper_binary {} does not exist; set wrapper_binary in the config",
+                wrapper.display()
+            ),
+        ));
+    }
+    // The shim's parent is the SDK daemon; both are protected from the
+    // tree's signals (the filter's register rules), with their groups.
+    let lineage = caller.pid.map(intake::Lineage::of);
+    let daemon = lineage.and_then(|l| {
+        Some(crate::filter::ProcessId {
+            pid: l.parent?,
+            pgid: l.parent_pgrp?,
+        })
+    });
+    // Compiled (or taken from the cache) before anything is created, so a
+    // failure leaves nothing behind.
+    let filter = api
+        .filters
+        .for_tree(daemon, lineage.and_then(|l| l.pgrp))
+        .map_err(|e| {
+            tracing::error!("wrap-init: {e}");
+            fail(500, e.to_string())
+        })?;
+    let pending = intake::open_notify_socket(&api.config.notify_dir(), &session.id, caller)
+        .map_err(|e| {
+            tracing::error!("wrap-init: {e}");
+            fail(500, e.to_string())
+        })?;
+    session
+        .wrap_inits
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut seccomp_config = api.seccomp_config.clone();
+    seccomp_config.filter = filter.encoded.clone();
+    let mut landlock = api.landlock.compile(caller.uid);
+    crate::policy::landlock::cap_abi(&mut landlock, api.config.landlock.cap());
+    let compiled_us = started.elapsed().as_micros() as u64;
+    for w in &landlock.warnings {
+        tracing::warn!(session = %session.id, uid = caller.uid, "landlock: {w}");
+    }
+    seccomp_config.landlock = Some(landlock.config);
+    let run_dir = api.config.run_dir();
+    seccomp_config.daemon_sockets = api
+        .daemon_sockets
+        .hidden(api.supervisor.policy.daemon_sockets(), run_dir.to_str());
+    let daemon_sockets = crate::audit::DaemonSocketsSummary {
+        hidden: seccomp_config.daemon_sockets.clone(),
+        mechanism: masking_mechanism(caller),
+    };
+    let config_json = serde_json::to_string(&seccomp_config)
+        .map_err(|e| fail(500, format!("cannot serialize seccomp config: {e}")))?;
+    let mut wrapper_env = BTreeMap::new();
+    wrapper_env.insert(agentsh_proto::env::SECCOMP_CONFIG.to_string(), config_json);
+    wrapper_env.insert(
+        agentsh_proto::env::SESSION_ID.to_string(),
+        session.id.clone(),
+    );
+    let notify_socket = pending.path.to_string_lossy().into_owned();
+    api.audit.record(
+        &session.id,
+        EventBody::WrapInit(WrapInitEvent {
+            caller_uid: caller.uid,
+            agent_command: body.agent_command,
+            agent_args: body.agent_args,
+            notify_socket: notify_socket.clone(),
+            policy: api.policy_name.clone(),
+            landlock: Some(landlock.summary),
+            seccomp: Some(filter.summary.clone()),
+            daemon_sockets: Some(daemon_sockets),
+            shim_pid: caller.pid,
+            daemon_pid: lineage.as_ref().and_then(|l| l.parent),
+        }),
+    );
+    tracing::debug!(session = %session.id, compiled_us, "wrap-init prepared");
+    Ok((
+        WrapInitResponse {
+            wrapper_binary: wrapper.to_string_lossy().into_owned(),
+            notify_socket,
+            seccomp_config,
+            wrapper_env,
+        },
+        pending,
+    ))
+}
+
+/// How the tree's unixwrap will hide daemon sockets: a private mount
+/// namespace needs CAP_SYS_ADMIN in the caller (read from the shim's
+/// /proc status); without it, a non-root tree is kept out by the sockets'
+/// own root-only modes, and a root tree is not kept out (said plainly).
+fn masking_mechanism(caller: Caller) -> String {
+    const CAP_SYS_ADMIN: u32 = 21;
+    let cap_eff = caller.pid.and_then(|pid| {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()?
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+    });
+    match cap_eff {
+        Some(c) if c & (1 << CAP_SYS_ADMIN) != 0 => "mount namespace".into(),
+        Some(_) if caller.uid != 0 => "not hidden (no CAP_SYS_ADMIN): the sockets' own modes keep this non-root tree out of root-only sockets".into(),
+        Some(_) => "NOT HIDDEN: a root tree without CAP_SYS_ADMIN can reach them".into(),
+        None => "unknown (the caller's capabilities cannot be read)".into(),
+    }
+}
