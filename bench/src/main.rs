@@ -424,7 +424,7 @@ fn fmt_us(us: f64) -> String {
 }
 
 fn s(v: &[&str]) -> Vec<String> {
-    v.iter().map(|x| x.to_string()).collect()
+    v.iter().map(std::string::ToString::to_string).collect()
 }
 
 fn entry(label: &str, argv: Vec<String>, ns: Option<&str>) -> Entry {
@@ -532,7 +532,7 @@ fn timed(
 /// utime + stime of `pid` in seconds.
 fn cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
     let f: Vec<&str> = rest.split_whitespace().collect();
     let ticks: f64 = f.get(11).and_then(|x| x.parse().ok()).unwrap_or(0.0)
         + f.get(12).and_then(|x| x.parse().ok()).unwrap_or(0.0);
@@ -561,7 +561,7 @@ fn machine() -> Value {
         .unwrap_or_default()
         .trim()
         .to_string();
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     let mem_gib = status_meminfo("MemTotal:") as f64 / 1024.0 / 1024.0;
     json!({"cpu": cpu, "kernel": kernel, "cores": cores, "mem_gib": (mem_gib * 10.0).round() / 10.0})
 }

@@ -27,6 +27,7 @@ pub enum Ack {
 }
 
 impl Ack {
+    /// The byte on the wire.
     pub const fn to_byte(self) -> u8 {
         match self {
             Ack::Accepted => 1,

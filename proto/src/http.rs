@@ -23,6 +23,7 @@ pub const MAX_RECORD: usize = 64 * 1024;
 /// One request.
 #[derive(Debug, Clone, Copy)]
 pub struct Request<'a> {
+    /// `GET` or `POST`.
     pub method: &'a str,
     /// Path and query, e.g. `/api/v1/sessions/default/wrap-init`.
     pub target: &'a str,
@@ -35,7 +36,9 @@ pub struct Request<'a> {
 /// A complete response.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Response {
+    /// The HTTP status.
     pub status: u16,
+    /// The body (chunked encoding undone).
     pub body: Vec<u8>,
     /// Who answered.
     pub peer: PeerCred,

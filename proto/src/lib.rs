@@ -9,6 +9,8 @@
 //! The crate stays dependency-light (serde, serde_json, libc) because the shim
 //! links it and the shim runs for every shell in the container.
 
+#![warn(missing_docs)]
+
 pub mod active;
 pub mod bpf;
 pub mod env;

@@ -10,12 +10,17 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 /// One notification, as the kernel reported it.
 #[derive(Debug, Clone, Copy)]
 pub struct Notification {
+    /// The notification's id (for the answer and `id_valid`).
     pub id: u64,
     /// The calling *thread's* id (a tid, not necessarily the tgid).
     pub pid: u32,
+    /// The syscall number (in `arch`'s numbering).
     pub nr: i32,
+    /// The `AUDIT_ARCH_*` of the call.
     pub arch: u32,
+    /// Where the call was made.
     pub instruction_pointer: u64,
+    /// The six register arguments.
     pub args: [u64; 6],
 }
 

@@ -23,8 +23,11 @@ use std::path::Path;
 /// the kernel at that moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerCred {
+    /// The peer's process (the thread group of the caller of `connect`).
     pub pid: u32,
+    /// Its effective uid at `connect`.
     pub uid: u32,
+    /// Its effective gid at `connect`.
     pub gid: u32,
 }
 

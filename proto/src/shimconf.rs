@@ -21,7 +21,9 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 pub const SHIM_CONF_PATH: &str = "/etc/agentsh/shim.conf";
 /// The API socket the server listens on by default.
 pub const DEFAULT_SOCKET: &str = "/run/agentsh/api.sock";
+/// `server=` when shim.conf does not say.
 pub const DEFAULT_SERVER: &str = "unix:/run/agentsh/api.sock";
+/// `session=` when shim.conf does not say.
 pub const DEFAULT_SESSION: &str = "default";
 /// Where packaging installs agentsh-unixwrap: without a `wrapper=` line the
 /// shim runs a `wrapper_binary` only if it is one of these (and root-owned).
@@ -79,6 +81,7 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// `off`, `auto` or `on`.
     pub fn parse(s: &str) -> Option<Mode> {
         match s {
             "off" => Some(Mode::Off),
@@ -88,6 +91,7 @@ impl Mode {
         }
     }
 
+    /// The shim.conf spelling.
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Off => "off",
@@ -103,9 +107,13 @@ impl Mode {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+/// A parsed shim.conf.
 pub struct ShimConf {
+    /// `shim_install=`.
     pub mode: Mode,
+    /// `server=`.
     pub server: Server,
+    /// `session=`.
     pub session: String,
     /// The one wrapper path accepted; `None`: [`DEFAULT_WRAPPERS`].
     pub wrapper: Option<String>,
@@ -135,7 +143,9 @@ impl ShimConf {
 /// A line of shim.conf that cannot be accepted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParseError {
+    /// 1-based line number.
     pub line: usize,
+    /// What is wrong and what is accepted.
     pub message: String,
 }
 
@@ -165,7 +175,7 @@ pub fn parse(text: &str) -> Result<ShimConf, ParseError> {
                     err(format!(
                         "shim_install={value:?} is not valid; accepted values: auto, on, off"
                     ))
-                })?
+                })?;
             }
             "server" => {
                 conf.server = Server::parse(value).ok_or_else(|| {
@@ -212,7 +222,10 @@ pub enum Loaded {
     /// No file: defaults apply.
     Absent,
     /// The file exists but cannot be trusted or read; the shim must act as `on`.
-    Untrusted { reason: String },
+    Untrusted {
+        /// Why (owner, mode, not a regular file, unreadable).
+        reason: String,
+    },
     /// A trusted file that does not parse; the shim must refuse to run.
     Invalid(ParseError),
 }

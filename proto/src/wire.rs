@@ -101,10 +101,15 @@ pub enum LandlockCompat {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FsAccess {
+    /// Read files and list directories.
     Read,
+    /// Write to and truncate files.
     Write,
+    /// Create files, directories, symlinks, FIFOs, sockets (never devices).
     Create,
+    /// Remove files and directories.
     Delete,
+    /// Execute files.
     Execute,
     /// Directory listings only (Landlock's ReadDir); `read` includes it. The
     /// server grants it on a directory whose files it must keep unreadable
@@ -115,18 +120,22 @@ pub enum FsAccess {
 /// Access allowed beneath one path.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FsRule {
+    /// Absolute path; the rule covers it and everything beneath.
     pub path: String,
+    /// What is allowed there.
     pub access: Vec<FsAccess>,
 }
 
 /// The Landlock part of the configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LandlockConfig {
+    /// What to do when the kernel cannot enforce all of it.
     pub compat: LandlockCompat,
     /// Filesystem rights the ruleset handles; anything handled and not
     /// granted by a rule is denied.
     #[serde(default)]
     pub handled_fs: Vec<FsAccess>,
+    /// The grants, one per path.
     #[serde(default)]
     pub fs_rules: Vec<FsRule>,
     /// TCP ports the tree may connect to; `None` leaves TCP connect unhandled.

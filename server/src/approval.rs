@@ -142,7 +142,7 @@ pub struct Approvals {
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn random_hex(bytes: usize) -> std::io::Result<String> {
@@ -469,7 +469,7 @@ impl Approvals {
             st = self
                 .changed
                 .wait_timeout(st, nap)
-                .unwrap_or_else(|p| p.into_inner())
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .0;
         };
         st.pending.remove(id);

@@ -193,7 +193,9 @@ impl AuditLog {
             }
         };
         if let Some(file) = &self.file {
-            let mut f = file.lock().unwrap_or_else(|p| p.into_inner());
+            let mut f = file
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             let mut buf = line.clone().into_bytes();
             buf.push(b'\n');
             if let Err(e) = f.write_all(&buf) {
@@ -202,7 +204,10 @@ impl AuditLog {
         }
         tracing::info!(target: "agentsh::audit", event = %line, "audit");
         {
-            let mut mem = self.memory.lock().unwrap_or_else(|p| p.into_inner());
+            let mut mem = self
+                .memory
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             let q = mem.entry(event.session_id.clone()).or_default();
             if q.len() >= self.memory_cap {
                 q.pop_front();
@@ -215,7 +220,10 @@ impl AuditLog {
 
     /// Events of a session with an id above `after`, oldest first.
     pub fn events(&self, session_id: &str, after: u64) -> Vec<Event> {
-        let mem = self.memory.lock().unwrap_or_else(|p| p.into_inner());
+        let mem = self
+            .memory
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         mem.get(session_id)
             .map(|q| q.iter().filter(|e| e.id > after).cloned().collect())
             .unwrap_or_default()

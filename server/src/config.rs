@@ -410,8 +410,7 @@ impl Config {
         self.server
             .socket
             .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|| PathBuf::from("/run/agentsh"))
+            .map_or_else(|| PathBuf::from("/run/agentsh"), Path::to_path_buf)
     }
 
     pub fn notify_dir(&self) -> PathBuf {

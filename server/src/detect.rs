@@ -400,8 +400,7 @@ pub fn human(r: &Report) -> String {
     s += &format!(
         "Yama ptrace_scope:            {}\n",
         r.yama_ptrace_scope
-            .map(|v| v.to_string())
-            .unwrap_or_else(|| "no Yama".into())
+            .map_or_else(|| "no Yama".into(), |v| v.to_string())
     );
     s += &format!(
         "server capabilities:          CAP_SYS_ADMIN {}, CAP_SYS_PTRACE {}; no_new_privs {}\n",

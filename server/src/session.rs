@@ -38,7 +38,10 @@ impl Sessions {
         if !valid_id(id) {
             return None;
         }
-        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self
+            .map
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         Some(
             map.entry(id.to_string())
                 .or_insert_with(|| {
@@ -53,12 +56,18 @@ impl Sessions {
     }
 
     pub fn get(&self, id: &str) -> Option<Arc<Session>> {
-        let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        let map = self
+            .map
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         map.get(id).cloned()
     }
 
     pub fn list(&self) -> Vec<Arc<Session>> {
-        let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        let map = self
+            .map
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut v: Vec<_> = map.values().cloned().collect();
         v.sort_by(|a, b| a.id.cmp(&b.id));
         v

@@ -190,7 +190,7 @@ pub fn serve(ctx: Arc<SupervisorContext>, tree: Tree) {
             Ok(n) => n,
             Err(e) => match e.raw_os_error() {
                 // The tracee died before we read the notification, or a signal.
-                Some(libc::ENOENT) | Some(libc::EINTR) => continue,
+                Some(libc::ENOENT | libc::EINTR) => continue,
                 _ => {
                     tracing::error!("NOTIF_RECV failed: {e}; tree abandoned");
                     break;

@@ -482,7 +482,13 @@ mod tests {
 
     #[test]
     fn shebang_lines() {
-        let v = |s: &[&str]| Some(s.iter().map(|x| x.to_string()).collect::<Vec<_>>());
+        let v = |s: &[&str]| {
+            Some(
+                s.iter()
+                    .map(std::string::ToString::to_string)
+                    .collect::<Vec<_>>(),
+            )
+        };
         assert_eq!(parse_shebang(b"#!/bin/sh\necho"), v(&["/bin/sh"]));
         assert_eq!(
             parse_shebang(b"#! /usr/bin/env  python3 \n"),

@@ -48,7 +48,7 @@ impl Default for Trees {
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The `Seccomp_filters:` count of `pid` (`self` for this process).

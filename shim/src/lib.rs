@@ -48,10 +48,8 @@ pub fn run(argv: &[&CStr]) -> i32 {
         return code;
     }
     // Nested shell: the tree is already supervised; a second listener would
-    // fail with EBUSY anyway. No config read, no server call. The marker
-    // prctl alone decides: with no filter at all it answers EINVAL, exactly
-    // what the `Seccomp_filters: 0` fast path of `already_supervised()` would
-    // conclude, and it saves reading /proc/self/status (~10 syscalls) per shell.
+    // fail with EBUSY anyway. No config read, no server call: the marker
+    // prctl alone decides (see `agentsh_proto::marker`).
     if marker::agentsh_filter_present() {
         return exec_real(real, argv0, argv);
     }
@@ -120,8 +118,7 @@ fn record_unsupervised(conf: &ShimConf, argv: &[&CStr], why: &str) {
     let line = serde_json::json!({
         "unix_time": std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
+            .map_or(0, |d| d.as_secs()),
         "pid": std::process::id(),
         "ppid": std::os::unix::process::parent_id(),
         "uid": 0,
@@ -249,12 +246,9 @@ pub fn supervise(target: &Target<'_>, conf: &ShimConf, mode: Mode) -> InstallFai
         Err(e) => return InstallFailure::Relay(e.to_string()),
     };
     let envp = wrapper_env(&resp, relay.wrapper_fd, relay.pid);
-    let path = match CString::new(resp.wrapper_binary.as_str()) {
-        Ok(p) => p,
-        Err(_) => {
-            relay.abandon();
-            return InstallFailure::BadResponse("NUL in wrapper_binary".into());
-        }
+    let Ok(path) = CString::new(resp.wrapper_binary.as_str()) else {
+        relay.abandon();
+        return InstallFailure::BadResponse("NUL in wrapper_binary".into());
     };
     let mut aptrs: Vec<*const libc::c_char> = wrapper_argv.iter().map(|a| a.as_ptr()).collect();
     aptrs.push(std::ptr::null());

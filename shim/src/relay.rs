@@ -144,163 +144,185 @@ fn inheritable_above_stdio(fd: RawFd) -> io::Result<RawFd> {
 /// # Safety
 /// Only to be called in the child right after fork.
 unsafe fn relay_main(plan: &RelayPlan, relay_fd: RawFd, wrapper_fd: RawFd) -> ! {
-    libc::prctl(
-        libc::PR_SET_PDEATHSIG,
-        libc::SIGKILL as libc::c_ulong,
-        0,
-        0,
-        0,
-    );
-    if libc::getppid() != plan.shim_pid {
-        libc::_exit(1);
+    // SAFETY: called in the freshly forked child (the caller's contract); raw syscalls on our own fds and the plan prepared before fork.
+    unsafe {
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+        if libc::getppid() != plan.shim_pid {
+            libc::_exit(1);
+        }
+        libc::close(wrapper_fd);
+        // Hold none of the command's fds: a pipe's write end kept open here would
+        // delay the reader's EOF until the relay exits.
+        close_all_but(relay_fd);
+        let ok = relay_once(plan, relay_fd);
+        let ack = if ok {
+            agentsh_proto::handoff::Ack::Accepted
+        } else {
+            agentsh_proto::handoff::Ack::Refused
+        }
+        .to_byte();
+        libc::send(relay_fd, (&ack as *const u8).cast(), 1, libc::MSG_NOSIGNAL);
+        libc::_exit(i32::from(!ok));
     }
-    libc::close(wrapper_fd);
-    // Hold none of the command's fds: a pipe's write end kept open here would
-    // delay the reader's EOF until the relay exits.
-    close_all_but(relay_fd);
-    let ok = relay_once(plan, relay_fd);
-    let ack = if ok {
-        agentsh_proto::handoff::Ack::Accepted
-    } else {
-        agentsh_proto::handoff::Ack::Refused
-    }
-    .to_byte();
-    libc::send(relay_fd, (&ack as *const u8).cast(), 1, libc::MSG_NOSIGNAL);
-    libc::_exit(if ok { 0 } else { 1 });
 }
 
 /// Receives the notify fd and hands it to the server; true only on the server's ACK.
 unsafe fn relay_once(plan: &RelayPlan, relay_fd: RawFd) -> bool {
-    let mut pfd = libc::pollfd {
-        fd: relay_fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    if libc::poll(&mut pfd, 1, plan.deadline_ms) != 1 {
-        return false;
+    // SAFETY: raw syscalls on the relay's own socketpair end, in the forked child.
+    unsafe {
+        let mut pfd = libc::pollfd {
+            fd: relay_fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        if libc::poll(&mut pfd, 1, plan.deadline_ms) != 1 {
+            return false;
+        }
+        let Some(notify_fd) = recv_fd(relay_fd) else {
+            return false;
+        };
+        let ok = hand_to_server(plan, notify_fd);
+        libc::close(notify_fd);
+        ok
     }
-    let Some(notify_fd) = recv_fd(relay_fd) else {
-        return false;
-    };
-    let ok = hand_to_server(plan, notify_fd);
-    libc::close(notify_fd);
-    ok
 }
 
 /// One datagram `[WRAPPER_FD_BYTE]` + one fd in SCM_RIGHTS; anything else is refused.
 unsafe fn recv_fd(sock: RawFd) -> Option<RawFd> {
-    let mut byte = 0u8;
-    let mut iov = libc::iovec {
-        iov_base: (&mut byte as *mut u8).cast(),
-        iov_len: 1,
-    };
-    // Room for a few fds, so a sender passing more than one is detected.
-    let mut cbuf = [0u64; 16];
-    let mut msg: libc::msghdr = std::mem::zeroed();
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
-    let n = libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC);
-    let mut fds = [-1; 8];
-    let mut count = 0;
-    let mut c = libc::CMSG_FIRSTHDR(&msg);
-    while !c.is_null() {
-        if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-            let data = libc::CMSG_DATA(c) as *const RawFd;
-            let payload = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
-            for i in 0..payload / std::mem::size_of::<RawFd>() {
-                if count < fds.len() {
-                    fds[count] = std::ptr::read_unaligned(data.add(i));
-                    count += 1;
+    // SAFETY: recvmsg into buffers we own, sized for the control messages; every fd received is either returned or closed.
+    unsafe {
+        let mut byte = 0u8;
+        let mut iov = libc::iovec {
+            iov_base: (&mut byte as *mut u8).cast(),
+            iov_len: 1,
+        };
+        // Room for a few fds, so a sender passing more than one is detected.
+        let mut cbuf = [0u64; 16];
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+        let n = libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC);
+        let mut fds = [-1; 8];
+        let mut count = 0;
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(c) as *const RawFd;
+                let payload = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                for i in 0..payload / std::mem::size_of::<RawFd>() {
+                    if count < fds.len() {
+                        fds[count] = std::ptr::read_unaligned(data.add(i));
+                        count += 1;
+                    }
                 }
             }
+            c = libc::CMSG_NXTHDR(&msg, c);
         }
-        c = libc::CMSG_NXTHDR(&msg, c);
+        let valid = n == 1
+            && byte == agentsh_proto::handoff::WRAPPER_FD_BYTE
+            && count == 1
+            && msg.msg_flags & libc::MSG_CTRUNC == 0;
+        if valid {
+            return Some(fds[0]);
+        }
+        for fd in &fds[..count] {
+            libc::close(*fd);
+        }
+        None
     }
-    let valid = n == 1
-        && byte == agentsh_proto::handoff::WRAPPER_FD_BYTE
-        && count == 1
-        && msg.msg_flags & libc::MSG_CTRUNC == 0;
-    if valid {
-        return Some(fds[0]);
-    }
-    for fd in &fds[..count] {
-        libc::close(*fd);
-    }
-    None
 }
 
 unsafe fn hand_to_server(plan: &RelayPlan, notify_fd: RawFd) -> bool {
-    let sock = connect(plan);
-    if sock < 0 {
-        return false;
+    // SAFETY: the message and its control buffer live for the call; the fd sent is the one received from unixwrap.
+    unsafe {
+        let sock = connect(plan);
+        if sock < 0 {
+            return false;
+        }
+        let mut iov = libc::iovec {
+            iov_base: plan.handoff.as_ptr() as *mut libc::c_void,
+            iov_len: plan.handoff.len(),
+        };
+        let mut cbuf = [0u64; 4];
+        let space = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.as_mut_ptr().cast();
+        msg.msg_controllen = space as _;
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut RawFd, notify_fd);
+        let sent = libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL);
+        let mut status = 0u8;
+        let ok = sent == plan.handoff.len() as isize
+            && libc::recv(sock, (&mut status as *mut u8).cast(), 1, 0) == 1
+            && agentsh_proto::handoff::Ack::from_byte(status)
+                == agentsh_proto::handoff::Ack::Accepted;
+        libc::close(sock);
+        ok
     }
-    let mut iov = libc::iovec {
-        iov_base: plan.handoff.as_ptr() as *mut libc::c_void,
-        iov_len: plan.handoff.len(),
-    };
-    let mut cbuf = [0u64; 4];
-    let space = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
-    let mut msg: libc::msghdr = std::mem::zeroed();
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
-    let c = libc::CMSG_FIRSTHDR(&msg);
-    (*c).cmsg_level = libc::SOL_SOCKET;
-    (*c).cmsg_type = libc::SCM_RIGHTS;
-    (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
-    std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut RawFd, notify_fd);
-    let sent = libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL);
-    let mut status = 0u8;
-    let ok = sent == plan.handoff.len() as isize
-        && libc::recv(sock, (&mut status as *mut u8).cast(), 1, 0) == 1
-        && agentsh_proto::handoff::Ack::from_byte(status) == agentsh_proto::handoff::Ack::Accepted;
-    libc::close(sock);
-    ok
 }
 
 /// A SEQPACKET socket connected to the notify socket, or -1.
 unsafe fn connect(plan: &RelayPlan) -> RawFd {
-    let s = libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0);
-    if s < 0 {
-        return -1;
+    // SAFETY: a socket of our own connected to the prepared sockaddr_un.
+    unsafe {
+        let s = libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0);
+        if s < 0 {
+            return -1;
+        }
+        let tv = libc::timeval {
+            tv_sec: (plan.deadline_ms / 1000) as libc::time_t,
+            tv_usec: 0,
+        };
+        let tvp = (&tv as *const libc::timeval).cast();
+        let tvlen = std::mem::size_of::<libc::timeval>() as libc::socklen_t;
+        libc::setsockopt(s, libc::SOL_SOCKET, libc::SO_SNDTIMEO, tvp, tvlen);
+        libc::setsockopt(s, libc::SOL_SOCKET, libc::SO_RCVTIMEO, tvp, tvlen);
+        let rc = libc::connect(
+            s,
+            (&plan.socket_addr as *const libc::sockaddr_un).cast(),
+            plan.socket_addr_len,
+        );
+        if rc == 0 {
+            return s;
+        }
+        libc::close(s);
+        -1
     }
-    let tv = libc::timeval {
-        tv_sec: (plan.deadline_ms / 1000) as libc::time_t,
-        tv_usec: 0,
-    };
-    let tvp = (&tv as *const libc::timeval).cast();
-    let tvlen = std::mem::size_of::<libc::timeval>() as libc::socklen_t;
-    libc::setsockopt(s, libc::SOL_SOCKET, libc::SO_SNDTIMEO, tvp, tvlen);
-    libc::setsockopt(s, libc::SOL_SOCKET, libc::SO_RCVTIMEO, tvp, tvlen);
-    let rc = libc::connect(
-        s,
-        (&plan.socket_addr as *const libc::sockaddr_un).cast(),
-        plan.socket_addr_len,
-    );
-    if rc == 0 {
-        return s;
-    }
-    libc::close(s);
-    -1
 }
 
 /// Closes every fd except `keep` (close_range, with a bounded loop as fallback).
 unsafe fn close_all_but(keep: RawFd) {
-    let keep = keep as u32;
-    if keep > 0 {
-        close_range(0, keep - 1);
+    // SAFETY: closing fds of this forked child only.
+    unsafe {
+        let keep = keep as u32;
+        if keep > 0 {
+            close_range(0, keep - 1);
+        }
+        close_range(keep + 1, u32::MAX);
     }
-    close_range(keep + 1, u32::MAX);
 }
 
 unsafe fn close_range(lo: u32, hi: u32) {
-    if libc::syscall(libc::SYS_close_range, lo, hi, 0) != 0 {
-        // Kernels before 5.9: close what a process plausibly holds.
-        for fd in lo..=hi.min(4096) {
-            libc::close(fd as RawFd);
+    // SAFETY: closing fds of this forked child only.
+    unsafe {
+        if libc::syscall(libc::SYS_close_range, lo, hi, 0) != 0 {
+            // Kernels before 5.9: close what a process plausibly holds.
+            for fd in lo..=hi.min(4096) {
+                libc::close(fd as RawFd);
+            }
         }
     }
 }

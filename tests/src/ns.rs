@@ -297,8 +297,7 @@ impl Namespace {
             "log-{}",
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0)
+                .map_or(0, |d| d.as_nanos())
         ));
         let log = std::fs::File::create(&log_path).expect("create log file");
         let log_fd = log.as_raw_fd();

@@ -113,8 +113,7 @@ impl Sandbox {
             .into_iter()
             .rev()
             .find(|e| e["type"] == "wrap_init")
-            .map(|e| e["landlock"].clone())
-            .unwrap_or(Value::Null)
+            .map_or(Value::Null, |e| e["landlock"].clone())
     }
 
     /// A path inside the namespace, reached from outside it.

@@ -28,7 +28,7 @@ pub struct Spawn {
 impl Spawn {
     pub fn argv(argv: &[&str]) -> Spawn {
         Spawn {
-            argv: argv.iter().map(|s| s.to_string()).collect(),
+            argv: argv.iter().map(std::string::ToString::to_string).collect(),
             ..Spawn::default()
         }
     }

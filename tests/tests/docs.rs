@@ -51,7 +51,7 @@ fn doc_files() -> Vec<(String, String)> {
     let mut v = vec![("README.md".to_string(), read("README.md"))];
     let mut names: Vec<String> = std::fs::read_dir(repo().join("docs"))
         .expect("docs/")
-        .filter_map(|e| e.ok())
+        .filter_map(std::result::Result::ok)
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n.ends_with(".md"))
         .collect();
@@ -83,7 +83,7 @@ fn blocks(file: &str, text: &str) -> Vec<Block> {
                         line: i + 1,
                         lang: rest.trim().to_string(),
                         text: String::new(),
-                    })
+                    });
                 }
             }
         } else if let Some(b) = cur.as_mut() {
@@ -708,7 +708,7 @@ fn run_agentsh(words: &[String], srv: &TestServer, tmp: &Path, n: usize) -> Resu
     };
     let follows = args.iter().any(|a| a == "--follow");
     match sub.as_slice() {
-        [_, "--help"] | ["--help", ..] | ["--version", ..] | ["server", "--print-config"] => {
+        [_, "--help"] | ["--help" | "--version", ..] | ["server", "--print-config"] => {
             check(run(&args))
         }
         ["policy", "check"] | ["completions", _] | ["detect", ..] => check(run(&args)),
@@ -756,7 +756,7 @@ fn run_agentsh(words: &[String], srv: &TestServer, tmp: &Path, n: usize) -> Resu
             set_flag(&mut args, "--config", &c.to_string_lossy());
             check(run(&args))
         }
-        ["ready", ..] | ["events", ..] if !follows => {
+        ["ready" | "events", ..] if !follows => {
             set_flag(&mut args, "--server", &srv.url);
             check(run(&args))
         }
@@ -871,7 +871,10 @@ fn the_base_blocklist_in_the_docs_is_the_one_in_the_code() {
         .iter()
         .map(|r| {
             (
-                r.syscalls.iter().map(|s| s.to_string()).collect(),
+                r.syscalls
+                    .iter()
+                    .map(std::string::ToString::to_string)
+                    .collect(),
                 r.when_text.to_string(),
                 r.answer.name().to_string(),
             )

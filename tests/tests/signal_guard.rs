@@ -110,9 +110,8 @@ fn run_at_abi_2(uid: Option<u32>) {
             let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
             let st = state
                 .rsplit_once(')')
-                .map(|(_, r)| r.trim_start().chars().next())
-                .unwrap_or(None);
-            if !matches!(st, Some('S') | Some('R') | Some('D')) {
+                .and_then(|(_, r)| r.trim_start().chars().next());
+            if !matches!(st, Some('S' | 'R' | 'D')) {
                 failures.push(format!(
                     "[{who}] {name}: the {what} is no longer running (state {st:?})"
                 ));

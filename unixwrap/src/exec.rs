@@ -45,9 +45,7 @@ pub fn resolve(cmd: &OsStr, path: Option<&OsStr>) -> Result<PathBuf, ResolveErro
         let abs = if p.is_absolute() {
             p.to_path_buf()
         } else {
-            std::env::current_dir()
-                .map(|cwd| cwd.join(p))
-                .unwrap_or_else(|_| p.to_path_buf())
+            std::env::current_dir().map_or_else(|_| p.to_path_buf(), |cwd| cwd.join(p))
         };
         return match check(&abs) {
             Check::Executable => Ok(abs),
@@ -55,7 +53,7 @@ pub fn resolve(cmd: &OsStr, path: Option<&OsStr>) -> Result<PathBuf, ResolveErro
             Check::NotExecutable => Err(ResolveError::NotExecutable(abs)),
         };
     }
-    let path = path.map(OsStr::as_bytes).unwrap_or(DEFAULT_PATH.as_bytes());
+    let path = path.map_or(DEFAULT_PATH.as_bytes(), OsStr::as_bytes);
     let mut denied = None;
     for dir in path.split(|b| *b == b':') {
         let dir: &Path = if dir.is_empty() {

@@ -240,9 +240,7 @@ pub fn apply(cfg: &LandlockConfig, no_new_privs: bool, log: &Log) -> Result<Stri
                 continue;
             }
         };
-        let is_dir = std::fs::metadata(&rule.path)
-            .map(|m| m.is_dir())
-            .unwrap_or(false);
+        let is_dir = std::fs::metadata(&rule.path).is_ok_and(|m| m.is_dir());
         if !is_dir {
             granted &= file_rights();
         }

@@ -45,10 +45,6 @@ impl Log {
         }
     }
 
-    pub fn is_enabled(&self) -> bool {
-        self.fd.is_some()
-    }
-
     /// Writes one line `agentsh-unixwrap: <msg>`; embedded newlines become spaces.
     pub fn line(&self, args: fmt::Arguments<'_>) {
         let Some(fd) = self.fd else { return };

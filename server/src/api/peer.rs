@@ -111,7 +111,11 @@ pub struct Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut held = self.limits.held.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = self
+            .limits
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(n) = held.get_mut(&(self.kind, self.key)) {
             *n = n.saturating_sub(1);
             if *n == 0 {
@@ -129,7 +133,10 @@ impl Limits {
     pub fn take(self: &Arc<Self>, kind: Kind, key: LimitKey) -> Result<Slot, String> {
         let (root, other) = kind.caps();
         let cap = if key.privileged() { root } else { other };
-        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = self
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let n = held.entry((kind, key)).or_insert(0);
         if *n >= cap {
             return Err(format!(

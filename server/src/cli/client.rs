@@ -36,9 +36,7 @@ impl Client {
         })?;
         Ok(Client {
             server,
-            token_file: token_file
-                .map(Path::to_path_buf)
-                .unwrap_or_else(|| DEFAULT_TOKEN_FILE.into()),
+            token_file: token_file.map_or_else(|| DEFAULT_TOKEN_FILE.into(), Path::to_path_buf),
             timeout: Duration::from_secs(10),
         })
     }
@@ -165,6 +163,5 @@ impl Client {
 pub fn error_text(body: &serde_json::Value) -> String {
     body.get("error")
         .and_then(|e| e.as_str())
-        .map(str::to_string)
-        .unwrap_or_else(|| body.to_string())
+        .map_or_else(|| body.to_string(), str::to_string)
 }

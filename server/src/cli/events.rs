@@ -6,7 +6,11 @@ use crate::cli::client::Client;
 /// One event as a table row.
 fn table_row(ev: &serde_json::Value) -> String {
     let s = |k: &str| ev.get(k).and_then(|v| v.as_str()).unwrap_or("").to_string();
-    let n = |k: &str| ev.get(k).map(|v| v.to_string()).unwrap_or_default();
+    let n = |k: &str| {
+        ev.get(k)
+            .map(std::string::ToString::to_string)
+            .unwrap_or_default()
+    };
     let time = s("timestamp").get(11..23).unwrap_or("").to_string();
     match ev.get("type").and_then(|v| v.as_str()) {
         Some("execve") => {
@@ -67,7 +71,7 @@ pub(super) fn print_events(
                 super::EventFormat::Json => println!("{ev}"),
                 super::EventFormat::Table => println!("{}", table_row(ev)),
             }
-            if let Some(id) = ev.get("id").and_then(|v| v.as_u64()) {
+            if let Some(id) = ev.get("id").and_then(serde_json::Value::as_u64) {
                 after = after.max(id);
             }
         }

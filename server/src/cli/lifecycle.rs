@@ -217,14 +217,14 @@ pub fn run(ep: Entrypoint) -> i32 {
             if pid == child.id() as i32 {
                 let st = child.wait();
                 stop(&mut server);
-                return st.map(code_of).unwrap_or(1);
+                return st.map_or(1, code_of);
             }
             if pid == server.id() as i32 {
                 let st = server.wait();
                 say(&format!(
                     "`agentsh server` exited ({}); supervised commands cannot run until it is \
                      back: starting it again",
-                    st.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string())
+                    st.map_or_else(|e| e.to_string(), |s| s.to_string())
                 ));
                 std::thread::sleep(RESTART_PAUSE);
                 match start_server(ep.config.as_deref())
@@ -235,7 +235,7 @@ pub fn run(ep: Entrypoint) -> i32 {
                         say(&format!("{e}; stopping the command"));
                         let _ = kill(child_pid, Signal::SIGTERM);
                         let st = child.wait();
-                        return st.map(code_of).unwrap_or(1).max(1);
+                        return st.map_or(1, code_of).max(1);
                     }
                 }
                 continue;

@@ -265,7 +265,9 @@ impl Filters {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<FilterSpec, Arc<CompiledFilter>>> {
-        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+        self.cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

@@ -73,11 +73,7 @@ pub fn run(cmd: ShimCommand) -> i32 {
             return match status(&root) {
                 Ok(s) => {
                     let _ = write!(out, "{}", s.report);
-                    if s.installed_and_consistent {
-                        0
-                    } else {
-                        1
-                    }
+                    i32::from(!s.installed_and_consistent)
                 }
                 Err(e) => {
                     eprintln!("agentsh shim status: {e}");

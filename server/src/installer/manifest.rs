@@ -52,7 +52,7 @@ impl Manifest {
                 ["diversion", p, to] => m.diversions.push((p.to_string(), to.to_string())),
                 ["prior-diversion", p, pkg, to] => {
                     m.prior_diversions
-                        .push((p.to_string(), pkg.to_string(), to.to_string()))
+                        .push((p.to_string(), pkg.to_string(), to.to_string()));
                 }
                 _ => return Err(format!("line {}: unexpected {line:?}", i + 1)),
             }

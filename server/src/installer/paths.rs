@@ -30,7 +30,7 @@ pub fn in_root(root: &Path, path: &str) -> io::Result<PathBuf> {
             continue;
         }
         let host: PathBuf = std::iter::once(root.as_os_str())
-            .chain(resolved.iter().map(|s| s.as_os_str()))
+            .chain(resolved.iter().map(std::ffi::OsString::as_os_str))
             .chain(std::iter::once(c.as_os_str()))
             .collect();
         match fs::symlink_metadata(&host) {

@@ -303,7 +303,10 @@ fn dpkg_diversion_is_made_local_and_restored() {
 fn diversion_set(r: &TestRoot) -> std::collections::BTreeSet<Vec<String>> {
     let t = fs::read_to_string(r.dir.join("var/lib/dpkg/diversions")).unwrap();
     let lines: Vec<String> = t.lines().map(str::to_string).collect();
-    lines.chunks(3).map(|c| c.to_vec()).collect()
+    lines
+        .chunks(3)
+        .map(<[std::string::String]>::to_vec)
+        .collect()
 }
 
 #[test]

@@ -200,7 +200,10 @@ impl SocketFs for Recording {
 impl HiddenCache {
     pub fn hidden(&self, doc: &DaemonSocketsDoc, run_dir: Option<&str>) -> Vec<String> {
         use super::landlock::{stamp, SETTLE};
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = self
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some((deps, result)) = last.as_ref() {
             if deps.iter().all(|(d, st)| stamp(d) == *st) {
                 return result.clone();
@@ -220,8 +223,7 @@ impl HiddenCache {
         let settled = deps.iter().all(|(d, _)| {
             std::fs::metadata(d)
                 .and_then(|m| m.modified())
-                .map(|m| m + SETTLE < started)
-                .unwrap_or(true)
+                .map_or(true, |m| m + SETTLE < started)
         });
         *last = settled.then(|| (deps, result.clone()));
         result
@@ -238,7 +240,7 @@ mod tests {
 
     impl SocketFs for Fake {
         fn canonical(&self, path: &str) -> Option<String> {
-            self.0.get(path).map(|s| s.to_string())
+            self.0.get(path).map(std::string::ToString::to_string)
         }
         fn entries(&self, dir: &str) -> Vec<String> {
             let prefix = format!("{}/", dir.trim_end_matches('/'));

@@ -19,7 +19,7 @@ impl fmt::Display for Location {
 }
 
 /// `":LINE:COL"` when known, else nothing: appended to the origin.
-fn at(location: &Option<Location>) -> String {
+fn at(location: Option<&Location>) -> String {
     match location {
         Some(l) => format!(":{l}"),
         None => String::new(),
@@ -38,7 +38,7 @@ pub enum PolicyError {
     },
     /// The text is not YAML, or does not fit the schema (unknown field,
     /// wrong type, unknown decision, missing required field).
-    #[error("{origin}{}: {message}", at(.location))]
+    #[error("{origin}{}: {message}", at(.location.as_ref()))]
     Syntax {
         origin: String,
         location: Option<Location>,
@@ -46,7 +46,7 @@ pub enum PolicyError {
     },
     /// The YAML fits the schema but a value is invalid (bad regex or glob,
     /// duplicate rule name, empty list, port 0, ...).
-    #[error("{origin}{}: {message}", at(.location))]
+    #[error("{origin}{}: {message}", at(.location.as_ref()))]
     Invalid {
         origin: String,
         location: Option<Location>,

@@ -134,7 +134,10 @@ impl SelfProtection {
             set.into_iter().collect::<Vec<_>>()
         };
         let show = |p: &&Path| p.display().to_string();
-        let mut no_write: Vec<String> = SYSTEM_NO_WRITE.iter().map(|s| s.to_string()).collect();
+        let mut no_write: Vec<String> = SYSTEM_NO_WRITE
+            .iter()
+            .map(std::string::ToString::to_string)
+            .collect();
         no_write.extend(extra.iter().map(show));
         SelfProtection {
             no_write: canon(no_write),
@@ -384,7 +387,7 @@ pub fn compile(
                                     path: path.clone(),
                                     protected: false,
                                     rule: Some(rule.name.clone()),
-                                })
+                                });
                             }
                         }
                     }

@@ -209,7 +209,7 @@ pub fn tcp_ports(
             }
             (PortSet::Any, Decision::Allow) if denied.is_empty() => return Ok(None),
             (PortSet::Any, Decision::Allow) => {
-                let by = first_deny.map(|d| rules[d].name.as_str()).unwrap_or("");
+                let by = first_deny.map_or("", |d| rules[d].name.as_str());
                 return Err(Refusal {
                     index: i,
                     field: "ports",

@@ -178,7 +178,11 @@ fn wrappers_yield_their_payload() {
 
 #[test]
 fn env_split_string_is_parsed_in_place() {
-    let sv = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let sv = |v: &[&str]| {
+        v.iter()
+            .map(std::string::ToString::to_string)
+            .collect::<Vec<_>>()
+    };
     let cases: &[(Vec<String>, Want)] = &[
         // A shebang `#!/usr/bin/env -S python3 -u` arrives as one word.
         (

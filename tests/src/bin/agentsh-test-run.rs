@@ -70,7 +70,7 @@ fn main() {
         .iter()
         .map(|a| CString::new(a.as_str()).unwrap_or_else(|_| usage()))
         .collect();
-    let argv: Vec<&std::ffi::CStr> = cargs.iter().map(|c| c.as_c_str()).collect();
+    let argv: Vec<&std::ffi::CStr> = cargs.iter().map(std::ffi::CString::as_c_str).collect();
     let target = agentsh_shell_shim::Target {
         real: &cmd[0],
         public: &cmd[0],

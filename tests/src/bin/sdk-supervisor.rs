@@ -54,7 +54,9 @@ fn main() {
 }
 
 fn emit(out: &Mutex<std::io::Stdout>, v: Value) {
-    let mut o = out.lock().unwrap_or_else(|p| p.into_inner());
+    let mut o = out
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let _ = writeln!(o, "{v}");
     let _ = o.flush();
 }

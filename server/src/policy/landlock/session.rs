@@ -116,7 +116,7 @@ impl SessionLandlock {
         own.extend(config_file.and_then(parent));
         own.extend(std::env::current_exe().ok().as_deref().and_then(parent));
         own.extend(parent(&config.wrapper_binary_path()));
-        let own: Vec<&Path> = own.iter().map(|p| p.as_path()).collect();
+        let own: Vec<&Path> = own.iter().map(std::path::PathBuf::as_path).collect();
         let api_port = config
             .server
             .http
@@ -143,7 +143,10 @@ impl SessionLandlock {
         let home = std::fs::read_to_string("/etc/passwd")
             .ok()
             .and_then(|t| home_of(uid, &t));
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cache = self
+            .cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(c) = cache.as_ref() {
             if c.uid == uid && c.home == home && c.deps.iter().all(|(d, st)| stamp(d) == *st) {
                 return c.result.clone();
