@@ -30,7 +30,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 /// The real shell as the shim execs it (a link to `/bin/sh.real`, so `comm` is `sh`).
-const REAL_SH: &str = "/usr/lib/agentsh/shells/sh";
+const REAL_SH: &str = agentsh_proto::install::REAL_SH;
 const LOOP_1000: &str = "i=0; while [ $i -lt 1000 ]; do /bin/true; i=$((i+1)); done";
 const SCALE_TREES: usize = 64;
 const SCALE_EXECS: usize = 200;

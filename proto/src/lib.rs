@@ -14,7 +14,9 @@
 pub mod active;
 pub mod bpf;
 pub mod env;
+pub mod exit;
 pub mod handoff;
+pub mod hint;
 pub mod http;
 pub mod install;
 pub mod marker;

@@ -3,6 +3,9 @@
 //! is a unit test.
 
 use agentsh_proto::active::State as Active;
+use agentsh_proto::hint::{
+    REAL_SHELL_IS_SHIM, REFUSES_UNSUPERVISED, SHIMCONF_IGNORED, SHIMCONF_INVALID,
+};
 use agentsh_proto::shimconf::{Loaded, Mode, ShimConf, SHIM_CONF_PATH};
 
 /// Where the installer puts the real shells, under names whose basename is the
@@ -44,8 +47,8 @@ impl ShellKind {
     /// The real shell's comm-preserving path, e.g. `/usr/lib/agentsh/shells/sh`.
     pub fn real_path(self) -> &'static str {
         match self {
-            ShellKind::Sh => "/usr/lib/agentsh/shells/sh",
-            ShellKind::Bash => "/usr/lib/agentsh/shells/bash",
+            ShellKind::Sh => agentsh_proto::install::REAL_SH,
+            ShellKind::Bash => agentsh_proto::install::REAL_BASH,
         }
     }
 
@@ -85,13 +88,13 @@ pub fn settings(loaded: Loaded, env_mode: Option<&[u8]>) -> Result<Settings, Str
                 ..ShimConf::default()
             };
             let note = format!(
-                "agentsh-shell-shim: {reason}; ignoring it and acting as shim_install=on (make it root-owned and mode 0644); see docs/troubleshooting.md#shimconf-is-ignored"
+                "agentsh-shell-shim: {reason}; ignoring it and acting as shim_install=on (make it root-owned and mode 0644); see {SHIMCONF_IGNORED}"
             );
             (c, Some(note))
         }
         Loaded::Invalid(e) => {
             return Err(format!(
-                "agentsh-shell-shim: {SHIM_CONF_PATH} line {}: {}; fix the file (see docs/troubleshooting.md#shimconf-is-not-valid)",
+                "agentsh-shell-shim: {SHIM_CONF_PATH} line {}: {}; fix the file (see {SHIMCONF_INVALID})",
                 e.line, e.message
             ))
         }
@@ -183,10 +186,10 @@ pub fn fall_through(
             ))
         }
         (Mode::Auto, Active::Current(_)) => FallThrough::Refuse(format!(
-            "agentsh-shell-shim: {failure}; agentsh has already run in this container, so shim_install=auto refuses to run unsupervised: start the agentsh server ({server}) again; see docs/troubleshooting.md#refuses-to-run-unsupervised"
+            "agentsh-shell-shim: {failure}; agentsh has already run in this container, so shim_install=auto refuses to run unsupervised: start the agentsh server ({server}) again; see {REFUSES_UNSUPERVISED}"
         )),
         (Mode::On, _) => FallThrough::Refuse(format!(
-            "agentsh-shell-shim: {failure}; shim_install=on refuses to run unsupervised: start the agentsh server ({server}) or fix {SHIM_CONF_PATH}; see docs/troubleshooting.md#refuses-to-run-unsupervised"
+            "agentsh-shell-shim: {failure}; shim_install=on refuses to run unsupervised: start the agentsh server ({server}) or fix {SHIM_CONF_PATH}; see {REFUSES_UNSUPERVISED}"
         )),
     }
 }
@@ -194,7 +197,7 @@ pub fn fall_through(
 /// The hint when the real shell is the shim itself.
 pub fn loop_hint(real: &str) -> String {
     format!(
-        "agentsh-shell-shim: {real} is this shim itself, not a real shell; repair the install with `agentsh shim uninstall` then `agentsh shim install`; see docs/troubleshooting.md#the-real-shell-is-this-shim-itself"
+        "agentsh-shell-shim: {real} is this shim itself, not a real shell; repair the install with `agentsh shim uninstall` then `agentsh shim install`; see {REAL_SHELL_IS_SHIM}"
     )
 }
 

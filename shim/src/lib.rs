@@ -20,6 +20,7 @@ pub mod log;
 pub mod relay;
 pub mod wrapinit;
 
+use agentsh_proto::hint::REAL_SHELL_MISSING;
 use agentsh_proto::shimconf::{self, Mode, Server, ShimConf, SHIM_CONF_PATH};
 use agentsh_proto::{active, env, marker, WrapInitRequest, WrapInitResponse};
 use decide::{FallThrough, InstallFailure, ShellKind};
@@ -28,9 +29,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 
 /// Exit status for "refused to run" (the hint is on stderr).
-pub const EXIT_REFUSED: i32 = 126;
+pub const EXIT_REFUSED: i32 = agentsh_proto::exit::REFUSED;
 /// Exit status for "the real shell is missing".
-pub const EXIT_NOT_FOUND: i32 = 127;
+pub const EXIT_NOT_FOUND: i32 = agentsh_proto::exit::NOT_FOUND;
 /// Set by the shim for unixwrap: the pid of the relay helper it must reap.
 pub const RELAY_PID_ENV: &str = agentsh_proto::env::RELAY_PID;
 
@@ -150,7 +151,7 @@ fn check_real_shell(real: &str) -> Result<(), i32> {
         Ok(m) => m,
         Err(e) => {
             let hint = format!(
-                "agentsh-shell-shim: the real shell {real} is missing ({e}); check the install with `agentsh shim status`; see docs/troubleshooting.md#the-real-shell-is-missing-or-cannot-run"
+                "agentsh-shell-shim: the real shell {real} is missing ({e}); check the install with `agentsh shim status`; see {REAL_SHELL_MISSING}"
             );
             eprintln!("{hint}");
             log::log(log::Priority::Warning, &hint);
@@ -193,7 +194,7 @@ fn exec_real(real: &str, argv0: &CStr, argv: &[&CStr]) -> i32 {
     unsafe { libc::execv(path.as_ptr(), ptrs.as_ptr()) };
     let e = std::io::Error::last_os_error();
     let hint = format!(
-        "agentsh-shell-shim: cannot run the real shell {real}: {e}; check the install with `agentsh shim status`; see docs/troubleshooting.md#the-real-shell-is-missing-or-cannot-run"
+        "agentsh-shell-shim: cannot run the real shell {real}: {e}; check the install with `agentsh shim status`; see {REAL_SHELL_MISSING}"
     );
     eprintln!("{hint}");
     log::log(log::Priority::Warning, &hint);

@@ -24,6 +24,7 @@ pub mod landlock;
 pub mod log;
 pub mod mask;
 
+use agentsh_proto::hint::{KERNEL_CANNOT_SUPERVISE, REAL_SHELL_MISSING, UNIXWRAP_REFUSED};
 use std::ffi::{c_int, OsString};
 use std::os::fd::{AsFd, BorrowedFd, RawFd};
 use std::path::Path;
@@ -37,9 +38,9 @@ use crate::exec::{ResolveError, SigpipeGuard};
 use crate::log::Log;
 
 /// Exit status: refused.
-pub const EXIT_REFUSED: c_int = 126;
+pub const EXIT_REFUSED: c_int = agentsh_proto::exit::REFUSED;
 /// Exit status: command not found.
-pub const EXIT_NOT_FOUND: c_int = 127;
+pub const EXIT_NOT_FOUND: c_int = agentsh_proto::exit::NOT_FOUND;
 
 /// How a run ends when it does not exec: the status and the one stderr line.
 #[derive(Debug)]
@@ -69,11 +70,18 @@ pub fn run(argv: Vec<OsString>) -> c_int {
 fn wrap(args: &[OsString], log: &Log, sigpipe: &SigpipeGuard) -> Exit {
     let inv = match args::parse_args(args) {
         Ok(i) => i,
-        Err(e) => return refuse(format!("agentsh-unixwrap: {e} ({}); see docs/troubleshooting.md#unixwrap-refused-to-run-the-command", args::USAGE)),
+        Err(e) => {
+            return refuse(format!(
+                "agentsh-unixwrap: {e} ({}); see {UNIXWRAP_REFUSED}",
+                args::USAGE
+            ))
+        }
     };
     let cmd = inv.command.to_string_lossy().into_owned();
     let refuse_cmd = |msg: &dyn std::fmt::Display| {
-        refuse(format!("refusing to run {cmd}: {msg}; see docs/troubleshooting.md#unixwrap-refused-to-run-the-command"))
+        refuse(format!(
+            "refusing to run {cmd}: {msg}; see {UNIXWRAP_REFUSED}"
+        ))
     };
 
     let config = match args::parse_config(
@@ -105,12 +113,14 @@ fn wrap(args: &[OsString], log: &Log, sigpipe: &SigpipeGuard) -> Exit {
         Err(ResolveError::NotFound) => {
             return Exit {
                 code: EXIT_NOT_FOUND,
-                stderr: format!("agentsh-unixwrap: {cmd}: command not found; see docs/troubleshooting.md#the-real-shell-is-missing-or-cannot-run"),
+                stderr: format!(
+                    "agentsh-unixwrap: {cmd}: command not found; see {REAL_SHELL_MISSING}"
+                ),
             }
         }
         Err(ResolveError::NotExecutable(p)) => {
             return refuse(format!(
-                "{cmd}: permission denied ({} is not an executable file); see docs/troubleshooting.md#the-real-shell-is-missing-or-cannot-run",
+                "{cmd}: permission denied ({} is not an executable file); see {REAL_SHELL_MISSING}",
                 p.display()
             ))
         }
@@ -156,7 +166,7 @@ fn wrap(args: &[OsString], log: &Log, sigpipe: &SigpipeGuard) -> Exit {
         log!(log, "kernel refused: {what}");
         match inv.on_kernel_refusal {
             OnKernelRefusal::Refuse => refuse(format!(
-                "refusing to run {cmd}: the kernel cannot supervise this command ({what}); nothing was installed; see docs/troubleshooting.md#the-kernel-cannot-supervise-this-command"
+                "refusing to run {cmd}: the kernel cannot supervise this command ({what}); nothing was installed; see {KERNEL_CANNOT_SUPERVISE}"
             )),
             OnKernelRefusal::Exec => {
                 log!(
@@ -322,9 +332,12 @@ fn exec_command(
     if e.raw_os_error() == Some(libc::ENOENT) {
         Exit {
             code: EXIT_NOT_FOUND,
-            stderr: format!("agentsh-unixwrap: {cmd}: {e}; see docs/troubleshooting.md#the-real-shell-is-missing-or-cannot-run"),
+            stderr: format!("agentsh-unixwrap: {cmd}: {e}; see {REAL_SHELL_MISSING}"),
         }
     } else {
-        refuse(format!("cannot exec {cmd} ({}): {e}; see docs/troubleshooting.md#the-real-shell-is-missing-or-cannot-run", resolved.display()))
+        refuse(format!(
+            "cannot exec {cmd} ({}): {e}; see {REAL_SHELL_MISSING}",
+            resolved.display()
+        ))
     }
 }

@@ -191,9 +191,9 @@ pub fn run(ep: Entrypoint) -> i32 {
             say(&format!("cannot run {}: {e}", program.to_string_lossy()));
             stop(&mut server);
             return if e.kind() == std::io::ErrorKind::NotFound {
-                127
+                agentsh_proto::exit::NOT_FOUND
             } else {
-                126
+                agentsh_proto::exit::REFUSED
             };
         }
     };

@@ -54,7 +54,7 @@ use std::path::{Path, PathBuf};
 /// `REAL_SHELL_DIR` (the end-to-end tests check that the pair works).
 pub const SHELLS_DIR: &str = agentsh_proto::install::REAL_SHELL_DIR;
 /// The install record, inside [`SHELLS_DIR`].
-pub const MANIFEST: &str = "/usr/lib/agentsh/shells/.install-manifest";
+pub const MANIFEST: &str = agentsh_proto::install::MANIFEST;
 /// Bytes every agentsh-shell-shim binary carries (`agentsh_shell_shim::SHIM_MARKER`).
 pub const SHIM_MARKER: &[u8] = agentsh_proto::install::SHIM_MARKER;
 /// The default shim.conf written when none exists.
