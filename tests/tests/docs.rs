@@ -238,16 +238,12 @@ fn every_hint_in_the_sources_names_a_troubleshooting_section_that_exists() {
             hints.push((f, literal_at(&s, i).to_string()));
         }
     }
-    // unixwrap: every stderr line is built by refuse(...) or an Exit's `stderr`.
-    let s = non_test_source("unixwrap/src/lib.rs");
-    for pat in ["refuse(format!(", "stderr: format!("] {
-        for (i, _) in s.match_indices(pat) {
-            let lit = literal_at(&s, i);
-            if lit == "agentsh: {msg}" {
-                continue; // the prefix every refusal gets
-            }
-            hints.push(("unixwrap/src/lib.rs", lit.to_string()));
-        }
+    // unixwrap: every stderr line is one arm of `WrapError::hint`.
+    let s = non_test_source("unixwrap/src/error.rs");
+    let body = &s[s.find("pub fn hint(").expect("WrapError::hint")..];
+    let body = &body[..body.find("\n    }\n").expect("end of hint")];
+    for (i, _) in body.match_indices("format!(") {
+        hints.push(("unixwrap/src/error.rs", literal_at(body, i).to_string()));
     }
     assert!(hints.len() >= 12, "hint literals found: {hints:#?}");
     for (f, h) in &hints {

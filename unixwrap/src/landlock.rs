@@ -49,7 +49,8 @@
 use agentsh_proto::{FsAccess, LandlockCompat, LandlockConfig};
 use landlock::{
     Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, LandlockStatus, NetPort,
-    PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+    PathBeneath, PathFd, RestrictionStatus, Ruleset, RulesetAttr, RulesetCreated,
+    RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 
 use crate::log;
@@ -106,6 +107,94 @@ fn names<T: std::fmt::Debug>(flags: impl Iterator<Item = T>) -> String {
 
 pub use agentsh_proto::wire::kernel_landlock_abi as kernel_abi;
 
+/// Why Landlock was not applied as the config asks.
+#[derive(Debug)]
+pub enum LandlockError {
+    /// `compat: required`, and the kernel (or the cap) offers less than the
+    /// ruleset needs; found before anything was installed.
+    AbiTooLow {
+        /// The ABI the ruleset needs.
+        need: i64,
+        /// What the kernel offers (0: none).
+        offers: i64,
+    },
+    /// The landlock crate refused a step of building or enforcing the ruleset.
+    Ruleset {
+        /// The step, in words.
+        step: String,
+        /// The crate's error.
+        source: landlock::RulesetError,
+    },
+    /// `/` could not be opened for the reparenting rule.
+    Root(landlock::PathFdError),
+    /// The ruleset fd could not be duplicated.
+    Clone(std::io::Error),
+    /// `compat: required`, and the kernel enforced less than all of it.
+    NotFullyEnforced(Report),
+}
+
+impl std::fmt::Display for LandlockError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LandlockError::AbiTooLow { need, offers } => write!(
+                f,
+                "landlock.compat is required and the ruleset needs Landlock ABI {need}, \
+                 but this kernel offers {}",
+                if *offers == 0 {
+                    "none".to_string()
+                } else {
+                    format!("ABI {offers}")
+                }
+            ),
+            LandlockError::Ruleset { step, source } => write!(f, "landlock {step}: {source}"),
+            LandlockError::Root(e) => write!(f, "landlock: opening /: {e}"),
+            LandlockError::Clone(e) => write!(f, "landlock: cloning the ruleset fd: {e}"),
+            LandlockError::NotFullyEnforced(r) => {
+                write!(f, "landlock is required but only {} ({r})", r.status.name())
+            }
+        }
+    }
+}
+
+/// How much of the ruleset the kernel enforces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Enforcement {
+    /// The config handles nothing: no ruleset was applied.
+    NothingHandled,
+    /// All of it.
+    Full,
+    /// Part of it (an older kernel under best effort).
+    Partial,
+    /// None of it (no Landlock in this kernel, best effort).
+    None,
+}
+
+impl Enforcement {
+    /// The name in the log line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Enforcement::NothingHandled => "nothing_handled",
+            Enforcement::Full => "fully_enforced",
+            Enforcement::Partial => "partially_enforced",
+            Enforcement::None => "not_enforced",
+        }
+    }
+}
+
+/// What was applied: the enforcement and the log line that details it.
+#[derive(Debug)]
+pub struct Report {
+    /// How much the kernel enforces.
+    pub status: Enforcement,
+    line: String,
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.line)
+    }
+}
+
 /// The landlock crate's ABI for a number (above the crate's newest: its newest).
 fn abi_of(n: i64) -> ABI {
     match n {
@@ -127,102 +216,166 @@ fn abi_of(n: i64) -> ABI {
 /// was installed" (auto falls through, on refuses) rather than after.
 ///
 /// # Errors
-/// What the kernel lacks.
-pub fn precheck(cfg: &LandlockConfig, kernel_abi: i64) -> Result<(), String> {
+/// [`LandlockError::AbiTooLow`]: what the kernel lacks.
+pub fn precheck(cfg: &LandlockConfig, kernel_abi: i64) -> Result<(), LandlockError> {
     if cfg.compat != LandlockCompat::Required {
         return Ok(());
     }
     let need = cfg.required_abi();
     if kernel_abi < need {
-        return Err(format!(
-            "landlock.compat is required and the ruleset needs Landlock ABI {need}, \
-             but this kernel offers {}",
-            if kernel_abi == 0 {
-                "none".to_string()
-            } else {
-                format!("ABI {kernel_abi}")
-            }
-        ));
+        return Err(LandlockError::AbiTooLow {
+            need,
+            offers: kernel_abi,
+        });
     }
     Ok(())
+}
+
+/// What the ruleset handles once the ABI cap is applied. Pure: what is asked
+/// of the kernel follows from the config alone.
+#[derive(Debug, PartialEq)]
+struct Plan {
+    handled_fs: BitFlags<AccessFs>,
+    /// Refer handled and granted on `/` (fs rights handled, creation not).
+    refer_everywhere: bool,
+    handled_net: BitFlags<AccessNet>,
+    scopes: BitFlags<Scope>,
+}
+
+impl Plan {
+    fn of(cfg: &LandlockConfig) -> Plan {
+        // What the (possibly capped) ABI offers; a kernel below the cap still
+        // decides for itself through the compatibility level.
+        let cap = cfg.max_abi.filter(|c| *c > 0).map(abi_of);
+        let fs_offered = cap.map_or(BitFlags::all(), AccessFs::from_all);
+        let mut handled_fs = union(&cfg.handled_fs, handled_rights) & fs_offered;
+        // See the module doc: keep reparenting allowed when creation is not handled.
+        let refer_everywhere =
+            !handled_fs.is_empty() && !cfg.handled_fs.contains(&FsAccess::Create);
+        if refer_everywhere {
+            handled_fs |= BitFlags::from(AccessFs::Refer) & fs_offered;
+        }
+        let net_offered = cap.map_or(true, |a| !AccessNet::from_all(a).is_empty());
+        let mut handled_net: BitFlags<AccessNet> = BitFlags::empty();
+        if cfg.tcp_connect_ports.is_some() && net_offered {
+            handled_net |= AccessNet::ConnectTcp;
+        }
+        if cfg.tcp_bind_ports.is_some() && net_offered {
+            handled_net |= AccessNet::BindTcp;
+        }
+        let scopes_offered = cap.map_or(true, |a| !Scope::from_all(a).is_empty());
+        let mut scopes: BitFlags<Scope> = BitFlags::empty();
+        if cfg.scope_signals && scopes_offered {
+            scopes |= Scope::Signal;
+        }
+        if cfg.scope_abstract_unix && scopes_offered {
+            scopes |= Scope::AbstractUnixSocket;
+        }
+        Plan {
+            handled_fs,
+            refer_everywhere,
+            handled_net,
+            scopes,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.handled_fs.is_empty() && self.handled_net.is_empty() && self.scopes.is_empty()
+    }
+
+    /// Ports of a direction that is not handled (an ABI capped below 4) add nothing.
+    fn ports(&self, p: Option<&Vec<u16>>, right: AccessNet) -> Vec<u16> {
+        if self.handled_net.contains(right) {
+            p.cloned().unwrap_or_default()
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+fn ruleset_err(step: impl Into<String>) -> impl FnOnce(landlock::RulesetError) -> LandlockError {
+    let step = step.into();
+    move |source| LandlockError::Ruleset { step, source }
 }
 
 /// Builds and enforces the ruleset on this thread. `no_new_privs` mirrors the
 /// seccomp decision (false only when we hold CAP_SYS_ADMIN).
 ///
 /// # Errors
-/// A message saying what failed; under `required`, also any enforcement
-/// below "fully enforced".
-pub fn apply(cfg: &LandlockConfig, no_new_privs: bool, log: &Log) -> Result<String, String> {
-    let level = match cfg.compat {
-        LandlockCompat::BestEffort => CompatLevel::BestEffort,
-        LandlockCompat::Required => CompatLevel::HardRequirement,
-    };
-    // What the (possibly capped) ABI offers; a kernel below the cap still
-    // decides for itself through the compatibility level.
-    let cap = cfg.max_abi.filter(|c| *c > 0).map(abi_of);
-    let fs_offered = cap.map_or(BitFlags::all(), AccessFs::from_all);
-    let mut handled_fs = union(&cfg.handled_fs, handled_rights) & fs_offered;
-    // See the module doc: keep reparenting allowed when creation is not handled.
-    let refer_everywhere = !handled_fs.is_empty() && !cfg.handled_fs.contains(&FsAccess::Create);
-    if refer_everywhere {
-        handled_fs |= BitFlags::from(AccessFs::Refer) & fs_offered;
-    }
-    let net_offered = cap.map_or(true, |a| !AccessNet::from_all(a).is_empty());
-    let mut handled_net: BitFlags<AccessNet> = BitFlags::empty();
-    if cfg.tcp_connect_ports.is_some() && net_offered {
-        handled_net |= AccessNet::ConnectTcp;
-    }
-    if cfg.tcp_bind_ports.is_some() && net_offered {
-        handled_net |= AccessNet::BindTcp;
-    }
-    let scopes_offered = cap.map_or(true, |a| !Scope::from_all(a).is_empty());
-    let mut scopes: BitFlags<Scope> = BitFlags::empty();
-    if cfg.scope_signals && scopes_offered {
-        scopes |= Scope::Signal;
-    }
-    if cfg.scope_abstract_unix && scopes_offered {
-        scopes |= Scope::AbstractUnixSocket;
-    }
-    if handled_fs.is_empty() && handled_net.is_empty() && scopes.is_empty() {
+/// What failed; under `required`, also any enforcement below "fully enforced".
+pub fn apply(cfg: &LandlockConfig, no_new_privs: bool, log: &Log) -> Result<Report, LandlockError> {
+    let plan = Plan::of(cfg);
+    if plan.is_empty() {
         if !cfg.fs_rules.is_empty() {
             log!(
                 log,
                 "landlock: fs_rules given but handled_fs is empty; rules ignored"
             );
         }
-        return Ok("landlock: nothing handled, no ruleset applied".into());
+        return Ok(Report {
+            status: Enforcement::NothingHandled,
+            line: "landlock: nothing handled, no ruleset applied".into(),
+        });
     }
+    let created = create(cfg, &plan, no_new_privs)?;
+    let (created, fs_added, fs_skipped) = add_fs_rules(cfg, &plan, created, log)?;
+    let created = add_port_rules(cfg, &plan, created)?;
+    let status = created
+        .restrict_self()
+        .map_err(ruleset_err("restrict_self"))?;
+    let report = report(cfg, &plan, &status, fs_added, fs_skipped);
+    if cfg.compat == LandlockCompat::Required && report.status != Enforcement::Full {
+        return Err(LandlockError::NotFullyEnforced(report));
+    }
+    Ok(report)
+}
 
-    let err = |what: &str, e: landlock::RulesetError| format!("landlock {what}: {e}");
+/// The ruleset with its handled rights and scopes, not yet enforced.
+fn create(
+    cfg: &LandlockConfig,
+    plan: &Plan,
+    no_new_privs: bool,
+) -> Result<RulesetCreated, LandlockError> {
+    let level = match cfg.compat {
+        LandlockCompat::BestEffort => CompatLevel::BestEffort,
+        LandlockCompat::Required => CompatLevel::HardRequirement,
+    };
     let mut rs = Ruleset::default().set_compatibility(level);
-    if !handled_fs.is_empty() {
+    if !plan.handled_fs.is_empty() {
         rs = rs
-            .handle_access(handled_fs)
-            .map_err(|e| err("handling fs rights", e))?;
+            .handle_access(plan.handled_fs)
+            .map_err(ruleset_err("handling fs rights"))?;
     }
-    if !handled_net.is_empty() {
+    if !plan.handled_net.is_empty() {
         rs = rs
-            .handle_access(handled_net)
-            .map_err(|e| err("handling TCP rights", e))?;
+            .handle_access(plan.handled_net)
+            .map_err(ruleset_err("handling TCP rights"))?;
     }
-    if !scopes.is_empty() {
-        rs = rs.scope(scopes).map_err(|e| err("scoping", e))?;
+    if !plan.scopes.is_empty() {
+        rs = rs.scope(plan.scopes).map_err(ruleset_err("scoping"))?;
     }
-    let mut created = rs
+    Ok(rs
         .create()
-        .map_err(|e| err("creating the ruleset", e))?
-        .no_new_privs(no_new_privs);
+        .map_err(ruleset_err("creating the ruleset"))?
+        .no_new_privs(no_new_privs))
+}
 
+/// The path rules; returns the ruleset and how many rules were added and skipped.
+fn add_fs_rules(
+    cfg: &LandlockConfig,
+    plan: &Plan,
+    mut created: RulesetCreated,
+    log: &Log,
+) -> Result<(RulesetCreated, usize, usize), LandlockError> {
     let (mut fs_added, mut fs_skipped) = (0usize, 0usize);
-    if refer_everywhere {
-        let root = PathFd::new("/").map_err(|e| format!("landlock: opening /: {e}"))?;
+    if plan.refer_everywhere {
+        let root = PathFd::new("/").map_err(LandlockError::Root)?;
         created = created
             .add_rule(PathBeneath::new(root, AccessFs::Refer))
-            .map_err(|e| err("allowing reparenting under /", e))?;
+            .map_err(ruleset_err("allowing reparenting under /"))?;
     }
     for rule in &cfg.fs_rules {
-        let mut granted = union(&rule.access, granted_rights) & handled_fs;
+        let mut granted = union(&rule.access, granted_rights) & plan.handled_fs;
         if granted.is_empty() {
             log!(
                 log,
@@ -246,75 +399,83 @@ pub fn apply(cfg: &LandlockConfig, no_new_privs: bool, log: &Log) -> Result<Stri
         }
         // A grant that cannot be added (its directory vanished after the server
         // listed it, say) only removes access: skip it under best_effort.
-        created = match created.try_clone() {
-            Ok(c) => match c.add_rule(PathBeneath::new(fd, granted)) {
-                Ok(c) => {
-                    fs_added += 1;
-                    c
-                }
-                Err(e) if cfg.compat == LandlockCompat::BestEffort => {
-                    log!(log, "landlock: rule for {:?} skipped: {e}", rule.path);
-                    fs_skipped += 1;
-                    created
-                }
-                Err(e) => return Err(err(&format!("adding the rule for {:?}", rule.path), e)),
-            },
-            Err(e) => return Err(format!("landlock: cloning the ruleset fd: {e}")),
+        let copy = created.try_clone().map_err(LandlockError::Clone)?;
+        created = match copy.add_rule(PathBeneath::new(fd, granted)) {
+            Ok(c) => {
+                fs_added += 1;
+                c
+            }
+            Err(e) if cfg.compat == LandlockCompat::BestEffort => {
+                log!(log, "landlock: rule for {:?} skipped: {e}", rule.path);
+                fs_skipped += 1;
+                created
+            }
+            Err(e) => {
+                return Err(ruleset_err(format!("adding the rule for {:?}", rule.path))(
+                    e,
+                ))
+            }
         };
     }
-    // Ports of a direction that is not handled (an ABI capped below 4) add nothing.
-    let ports = |p: &Option<Vec<u16>>, right: AccessNet| {
-        if handled_net.contains(right) {
-            p.clone().unwrap_or_default()
-        } else {
-            Vec::new()
-        }
-    };
-    for port in ports(&cfg.tcp_connect_ports, AccessNet::ConnectTcp) {
+    Ok((created, fs_added, fs_skipped))
+}
+
+/// The TCP port rules of the handled directions.
+fn add_port_rules(
+    cfg: &LandlockConfig,
+    plan: &Plan,
+    mut created: RulesetCreated,
+) -> Result<RulesetCreated, LandlockError> {
+    for port in plan.ports(cfg.tcp_connect_ports.as_ref(), AccessNet::ConnectTcp) {
         created = created
             .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
-            .map_err(|e| err(&format!("allowing TCP connect to port {port}"), e))?;
+            .map_err(ruleset_err(format!("allowing TCP connect to port {port}")))?;
     }
-    for port in ports(&cfg.tcp_bind_ports, AccessNet::BindTcp) {
+    for port in plan.ports(cfg.tcp_bind_ports.as_ref(), AccessNet::BindTcp) {
         created = created
             .add_rule(NetPort::new(port, AccessNet::BindTcp))
-            .map_err(|e| err(&format!("allowing TCP bind on port {port}"), e))?;
+            .map_err(ruleset_err(format!("allowing TCP bind on port {port}")))?;
     }
+    Ok(created)
+}
 
-    let status = created
-        .restrict_self()
-        .map_err(|e| err("restrict_self", e))?;
+fn report(
+    cfg: &LandlockConfig,
+    plan: &Plan,
+    status: &RestrictionStatus,
+    fs_added: usize,
+    fs_skipped: usize,
+) -> Report {
     let abi = match status.landlock {
         LandlockStatus::Available { effective_abi, .. } => format!("{effective_abi}"),
         LandlockStatus::NotEnabled => "not enabled".into(),
         LandlockStatus::NotImplemented => "not implemented".into(),
     };
     let enforced = match status.ruleset {
-        RulesetStatus::FullyEnforced => "fully_enforced",
-        RulesetStatus::PartiallyEnforced => "partially_enforced",
-        RulesetStatus::NotEnforced => "not_enforced",
+        RulesetStatus::FullyEnforced => Enforcement::Full,
+        RulesetStatus::PartiallyEnforced => Enforcement::Partial,
+        RulesetStatus::NotEnforced => Enforcement::None,
     };
     let abi = match cfg.max_abi.filter(|c| *c > 0) {
         Some(c) => format!("{abi} (capped to {c} by landlock.max_abi)"),
         None => abi,
     };
-    let report = format!(
-        "landlock: abi={abi} status={enforced} compat={:?} handled_fs={} handled_net={} scopes={} \
+    let line = format!(
+        "landlock: abi={abi} status={} compat={:?} handled_fs={} handled_net={} scopes={} \
          fs_rules={fs_added} skipped={fs_skipped} connect_ports={:?} bind_ports={:?} no_new_privs={}",
+        enforced.name(),
         cfg.compat,
-        names(handled_fs.iter()),
-        names(handled_net.iter()),
-        names(scopes.iter()),
+        names(plan.handled_fs.iter()),
+        names(plan.handled_net.iter()),
+        names(plan.scopes.iter()),
         cfg.tcp_connect_ports,
         cfg.tcp_bind_ports,
         status.no_new_privs,
     );
-    if cfg.compat == LandlockCompat::Required && status.ruleset != RulesetStatus::FullyEnforced {
-        return Err(format!(
-            "landlock is required but only {enforced} ({report})"
-        ));
+    Report {
+        status: enforced,
+        line,
     }
-    Ok(report)
 }
 
 #[cfg(test)]
@@ -338,9 +499,17 @@ mod tests {
     fn required_ruleset_on_an_older_kernel_is_refused_before_install() {
         let c = cfg(LandlockCompat::Required);
         assert_eq!(c.required_abi(), 6);
-        assert!(precheck(&c, 0).unwrap_err().contains("offers none"));
+        assert!(precheck(&c, 0)
+            .unwrap_err()
+            .to_string()
+            .contains("offers none"));
+        assert!(matches!(
+            precheck(&c, 4),
+            Err(LandlockError::AbiTooLow { need: 6, offers: 4 })
+        ));
         assert!(precheck(&c, 4)
             .unwrap_err()
+            .to_string()
             .contains("needs Landlock ABI 6"));
         assert!(precheck(&c, 6).is_ok());
         // best_effort never refuses up front.
@@ -353,11 +522,57 @@ mod tests {
         c.max_abi = Some(2);
         assert!(precheck(&c, c.effective_abi(7))
             .unwrap_err()
+            .to_string()
             .contains("offers ABI 2"));
         assert_eq!(abi_of(2), ABI::V2);
         assert!(AccessNet::from_all(abi_of(2)).is_empty());
         assert!(Scope::from_all(abi_of(5)).is_empty());
         assert!(!Scope::from_all(abi_of(6)).is_empty());
+    }
+
+    #[test]
+    fn the_plan_asks_only_what_the_capped_abi_offers() {
+        let mut c = cfg(LandlockCompat::BestEffort);
+        let full = Plan::of(&c);
+        assert!(
+            full.refer_everywhere,
+            "creation is not handled: reparenting stays allowed"
+        );
+        assert!(full
+            .handled_fs
+            .contains(AccessFs::Truncate | AccessFs::Refer));
+        assert_eq!(full.handled_net, BitFlags::from(AccessNet::ConnectTcp));
+        assert_eq!(full.scopes, BitFlags::from(Scope::Signal));
+        assert_eq!(
+            full.ports(c.tcp_connect_ports.as_ref(), AccessNet::ConnectTcp),
+            [443]
+        );
+        c.max_abi = Some(2);
+        let two = Plan::of(&c);
+        assert!(
+            !two.handled_fs.contains(AccessFs::Truncate),
+            "Truncate needs ABI 3"
+        );
+        assert!(two.handled_fs.contains(AccessFs::Refer));
+        assert!(two.handled_net.is_empty() && two.scopes.is_empty());
+        assert!(two
+            .ports(c.tcp_connect_ports.as_ref(), AccessNet::ConnectTcp)
+            .is_empty());
+        c.max_abi = Some(1);
+        assert!(!Plan::of(&c).handled_fs.contains(AccessFs::Refer));
+        c.handled_fs = vec![FsAccess::Read, FsAccess::Create];
+        c.max_abi = None;
+        assert!(
+            !Plan::of(&c).refer_everywhere,
+            "creation handled: Refer rides with create"
+        );
+        let nothing = LandlockConfig {
+            handled_fs: vec![],
+            tcp_connect_ports: None,
+            scope_signals: false,
+            ..cfg(LandlockCompat::BestEffort)
+        };
+        assert!(Plan::of(&nothing).is_empty());
     }
 
     #[test]

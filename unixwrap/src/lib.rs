@@ -17,6 +17,7 @@
 //! asks to run the command unsupervised.
 
 pub mod args;
+pub mod error;
 pub mod exec;
 pub mod filter;
 pub mod handoff;
@@ -24,16 +25,18 @@ pub mod landlock;
 pub mod log;
 pub mod mask;
 
-use agentsh_proto::hint::{KERNEL_CANNOT_SUPERVISE, REAL_SHELL_MISSING, UNIXWRAP_REFUSED};
+use std::convert::Infallible;
 use std::ffi::{c_int, OsString};
 use std::os::fd::{AsFd, BorrowedFd, RawFd};
-use std::path::Path;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use agentsh_proto::env;
 use agentsh_proto::marker::agentsh_filter_present;
+use agentsh_proto::SeccompConfig;
 
 use crate::args::{Invocation, OnKernelRefusal};
+use crate::error::{KernelRefusal, Refusal, WrapError};
 use crate::exec::{ResolveError, SigpipeGuard};
 use crate::log::Log;
 
@@ -42,93 +45,51 @@ pub const EXIT_REFUSED: c_int = agentsh_proto::exit::REFUSED;
 /// Exit status: command not found.
 pub const EXIT_NOT_FOUND: c_int = agentsh_proto::exit::NOT_FOUND;
 
-/// How a run ends when it does not exec: the status and the one stderr line.
-#[derive(Debug)]
-struct Exit {
-    code: c_int,
-    stderr: String,
-}
-
-fn refuse(msg: impl std::fmt::Display) -> Exit {
-    Exit {
-        code: EXIT_REFUSED,
-        stderr: format!("agentsh: {msg}"),
-    }
-}
-
 /// Runs unixwrap with the full argv (argv[0] included). Returns only when the
 /// command could not be exec'd; the value is the exit status.
 pub fn run(argv: Vec<OsString>) -> c_int {
     let sigpipe = SigpipeGuard::ignore();
     let log = Log::from_env_value(std::env::var_os(env::WRAPPER_LOG_FD).as_deref());
-    let exit = wrap(argv.get(1..).unwrap_or_default(), &log, &sigpipe);
-    log!(log, "exit {}: {}", exit.code, exit.stderr);
-    log::stderr_hint(&exit.stderr);
-    exit.code
+    let err = match wrap(argv.get(1..).unwrap_or_default(), &log, &sigpipe) {
+        Ok(never) => match never {},
+        Err(e) => e,
+    };
+    let hint = err.hint();
+    log!(log, "exit {}: {hint}", err.exit_code());
+    log::stderr_hint(&hint);
+    err.exit_code()
 }
 
-fn wrap(args: &[OsString], log: &Log, sigpipe: &SigpipeGuard) -> Exit {
-    let inv = match args::parse_args(args) {
-        Ok(i) => i,
-        Err(e) => {
-            return refuse(format!(
-                "agentsh-unixwrap: {e} ({}); see {UNIXWRAP_REFUSED}",
-                args::USAGE
-            ))
-        }
-    };
-    let cmd = inv.command.to_string_lossy().into_owned();
-    let refuse_cmd = |msg: &dyn std::fmt::Display| {
-        refuse(format!(
-            "refusing to run {cmd}: {msg}; see {UNIXWRAP_REFUSED}"
-        ))
-    };
+/// What unixwrap was asked to run, read from its arguments and the
+/// environment the shim hands down.
+struct Setup {
+    inv: Invocation,
+    /// The command as given, for messages.
+    cmd: String,
+    resolved: PathBuf,
+    config: SeccompConfig,
+    relay_pid: Option<libc::pid_t>,
+    /// The loader's variables of the caller's environment, for the command only.
+    loader_env: Vec<Vec<u8>>,
+    /// `AGENTSH_NOTIFY_SOCK_FD` as given (checked by [`notify_socket`]).
+    sock_fd_value: Option<OsString>,
+}
 
-    let config = match args::parse_config(
-        env::SECCOMP_CONFIG,
-        std::env::var_os(env::SECCOMP_CONFIG).as_deref(),
-    ) {
-        Ok(c) => c,
-        Err(e) => return refuse_cmd(&e),
-    };
-    let relay_pid =
-        match args::parse_relay_pid(env::RELAY_PID, std::env::var_os(env::RELAY_PID).as_deref()) {
-            Ok(p) => p,
-            Err(e) => return refuse_cmd(&e),
-        };
-    // The loader's variables of the caller's environment, for the command
-    // only (unset: unixwrap was not started by the shim, there are none).
-    let loader_env = match std::env::var_os(env::LOADER_ENV) {
-        None => Vec::new(),
-        Some(v) => {
-            match env::unpack_loader_env(std::os::unix::ffi::OsStrExt::as_bytes(v.as_os_str())) {
-                Ok(l) => l,
-                Err(e) => return refuse_cmd(&e),
-            }
+impl Setup {
+    fn refused(&self, why: Refusal) -> WrapError {
+        WrapError::Refused {
+            cmd: self.cmd.clone(),
+            why,
         }
-    };
+    }
+}
 
-    let resolved = match exec::resolve(&inv.command, std::env::var_os("PATH").as_deref()) {
-        Ok(p) => p,
-        Err(ResolveError::NotFound) => {
-            return Exit {
-                code: EXIT_NOT_FOUND,
-                stderr: format!(
-                    "agentsh-unixwrap: {cmd}: command not found; see {REAL_SHELL_MISSING}"
-                ),
-            }
-        }
-        Err(ResolveError::NotExecutable(p)) => {
-            return refuse(format!(
-                "{cmd}: permission denied ({} is not an executable file); see {REAL_SHELL_MISSING}",
-                p.display()
-            ))
-        }
-    };
-    log!(log, "command {cmd:?} resolved to {}", resolved.display());
-
-    let sock_fd_value = std::env::var_os(env::NOTIFY_SOCK_FD);
-
+/// The steps: read what to run; under an outer agentsh filter, run it (or
+/// refuse); otherwise install supervision and exec the command, or — when the
+/// kernel refused before anything was installed and the caller allows it —
+/// exec it unsupervised.
+fn wrap(args: &[OsString], log: &Log, sigpipe: &SigpipeGuard) -> Result<Infallible, WrapError> {
+    let setup = read_setup(args, log)?;
     // Nested: never attempt a second listener (the kernel says EBUSY, and our
     // own filter answers a NEW_LISTENER request with EPERM anyway).
     if agentsh_filter_present() {
@@ -136,108 +97,140 @@ fn wrap(args: &[OsString], log: &Log, sigpipe: &SigpipeGuard) -> Exit {
             log,
             "already inside an agentsh filter; not loading a second one"
         );
-        return match inv.on_kernel_refusal {
-            OnKernelRefusal::Refuse => refuse_cmd(
-                &"already supervised by agentsh (nested unixwrap); a second filter must not be loaded",
-            ),
-            OnKernelRefusal::Exec => {
-                log!(log, "--on-kernel-refusal exec: running the command under the outer agentsh filter");
-                let fd = args::parse_fd(env::NOTIFY_SOCK_FD, sock_fd_value.as_deref()).ok();
-                exec_unsupervised(&inv, &resolved, &loader_env, fd, relay_pid, log, sigpipe)
-            }
-        };
-    }
-
-    let sock_fd =
-        match args::parse_fd(env::NOTIFY_SOCK_FD, sock_fd_value.as_deref()).and_then(|fd| {
-            handoff::check_seqpacket(fd)
-                .map(|()| fd)
-                .map_err(|e| format!("{}: {e}", env::NOTIFY_SOCK_FD))
-        }) {
-            Ok(fd) => fd,
-            Err(e) => return refuse_cmd(&e),
-        };
-    // SAFETY: check_seqpacket just proved `sock_fd` is an open socket; it is
-    // ours (handed down by the shim) and only closed by `handoff::close_raw`
-    // after the last use of this borrow.
-    let sock = unsafe { BorrowedFd::borrow_raw(sock_fd) };
-
-    let kernel_refused = |what: String| -> Exit {
-        log!(log, "kernel refused: {what}");
-        match inv.on_kernel_refusal {
-            OnKernelRefusal::Refuse => refuse(format!(
-                "refusing to run {cmd}: the kernel cannot supervise this command ({what}); nothing was installed; see {KERNEL_CANNOT_SUPERVISE}"
-            )),
+        return match setup.inv.on_kernel_refusal {
+            OnKernelRefusal::Refuse => Err(setup.refused(Refusal::Nested)),
             OnKernelRefusal::Exec => {
                 log!(
                     log,
-                    "--on-kernel-refusal exec: running the command UNSUPERVISED"
+                    "--on-kernel-refusal exec: running the command under the outer agentsh filter"
                 );
-                exec_unsupervised(&inv, &resolved, &loader_env, Some(sock_fd), relay_pid, log, sigpipe)
+                let fd = args::parse_fd(env::NOTIFY_SOCK_FD, setup.sock_fd_value.as_deref()).ok();
+                exec_unsupervised(&setup, fd, log, sigpipe)
             }
+        };
+    }
+    let sock_fd = notify_socket(&setup)?;
+    match install(&setup, sock_fd, log) {
+        Ok(()) => exec_command(&setup, log, sigpipe),
+        Err(WrapError::KernelCannot { what, .. })
+            if setup.inv.on_kernel_refusal == OnKernelRefusal::Exec =>
+        {
+            log!(log, "kernel refused: {what}");
+            log!(
+                log,
+                "--on-kernel-refusal exec: running the command UNSUPERVISED"
+            );
+            exec_unsupervised(&setup, Some(sock_fd), log, sigpipe)
+        }
+        Err(e) => {
+            if let WrapError::KernelCannot { what, .. } = &e {
+                log!(log, "kernel refused: {what}");
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Arguments, the seccomp config, the relay pid, the loader's variables, and
+/// the command resolved on `PATH`.
+fn read_setup(args: &[OsString], log: &Log) -> Result<Setup, WrapError> {
+    let inv = args::parse_args(args).map_err(WrapError::Usage)?;
+    let cmd = inv.command.to_string_lossy().into_owned();
+    let env_refusal = |e: String| WrapError::Refused {
+        cmd: cmd.clone(),
+        why: Refusal::Environment(e),
+    };
+    let config = args::parse_config(
+        env::SECCOMP_CONFIG,
+        std::env::var_os(env::SECCOMP_CONFIG).as_deref(),
+    )
+    .map_err(env_refusal)?;
+    let relay_pid =
+        args::parse_relay_pid(env::RELAY_PID, std::env::var_os(env::RELAY_PID).as_deref())
+            .map_err(env_refusal)?;
+    // Unset: unixwrap was not started by the shim, there are none.
+    let loader_env = match std::env::var_os(env::LOADER_ENV) {
+        None => Vec::new(),
+        Some(v) => env::unpack_loader_env(std::os::unix::ffi::OsStrExt::as_bytes(v.as_os_str()))
+            .map_err(env_refusal)?,
+    };
+    let resolved = match exec::resolve(&inv.command, std::env::var_os("PATH").as_deref()) {
+        Ok(p) => p,
+        Err(ResolveError::NotFound) => return Err(WrapError::NotFound { cmd }),
+        Err(ResolveError::NotExecutable(path)) => {
+            return Err(WrapError::NotExecutable { cmd, path })
         }
     };
+    log!(log, "command {cmd:?} resolved to {}", resolved.display());
+    Ok(Setup {
+        inv,
+        cmd,
+        resolved,
+        config,
+        relay_pid,
+        loader_env,
+        sock_fd_value: std::env::var_os(env::NOTIFY_SOCK_FD),
+    })
+}
 
-    if let Err(e) = filter::probe_user_notif() {
-        return kernel_refused(format!("no seccomp user notification: {e}"));
-    }
+/// The SEQPACKET socket the notify fd goes up (`AGENTSH_NOTIFY_SOCK_FD`).
+fn notify_socket(setup: &Setup) -> Result<RawFd, WrapError> {
+    args::parse_fd(env::NOTIFY_SOCK_FD, setup.sock_fd_value.as_deref())
+        .and_then(|fd| {
+            handoff::check_seqpacket(fd)
+                .map(|()| fd)
+                .map_err(|e| format!("{}: {e}", env::NOTIFY_SOCK_FD))
+        })
+        .map_err(|e| setup.refused(Refusal::Environment(e)))
+}
+
+/// Everything before the exec: kernel checks, daemon sockets hidden, the
+/// filter loaded and handed over, the relay reaped, Landlock applied.
+/// [`WrapError::KernelCannot`] means nothing was installed.
+fn install(setup: &Setup, sock_fd: RawFd, log: &Log) -> Result<(), WrapError> {
+    let kernel = |what: KernelRefusal| WrapError::KernelCannot {
+        cmd: setup.cmd.clone(),
+        what,
+    };
+    let config = &setup.config;
+    filter::probe_user_notif().map_err(|e| kernel(KernelRefusal::NoUserNotif(e)))?;
     if let Some(ll) = &config.landlock {
-        if let Err(e) = landlock::precheck(ll, ll.effective_abi(landlock::kernel_abi())) {
-            return kernel_refused(e);
-        }
+        landlock::precheck(ll, ll.effective_abi(landlock::kernel_abi()))
+            .map_err(|e| kernel(KernelRefusal::Landlock(e)))?;
     }
 
     let t_decode = Instant::now();
-    let prog = match filter::program(&config) {
-        Ok(p) => p,
-        Err(e) => return refuse_cmd(&format!("{}: {e}", env::SECCOMP_CONFIG)),
-    };
+    let prog = filter::program(config).map_err(|e| setup.refused(Refusal::Program(e)))?;
     let decode_us = t_decode.elapsed().as_micros();
 
     let has_admin = filter::has_cap_sys_admin().unwrap_or(false);
     // Daemon sockets out of the tree's sight, before the filter forbids
     // mounts (see `mask`).
     if let Some(bad) = config.daemon_sockets.iter().find(|p| !mask::acceptable(p)) {
-        return refuse_cmd(&format!("daemon_sockets: {bad:?} is not an absolute path"));
+        return Err(setup.refused(Refusal::DaemonSocketPath(bad.clone())));
     }
-    match mask::hide(&config.daemon_sockets, has_admin, log) {
-        Ok(m) => log!(log, "{m}"),
-        Err(e) => return refuse_cmd(&e),
-    }
+    let masked = mask::hide(&config.daemon_sockets, has_admin, log)
+        .map_err(|e| setup.refused(Refusal::Mask(e)))?;
+    log!(log, "{masked}");
 
-    let no_new_privs = match filter::has_cap_sys_admin() {
-        Ok(true) => {
-            log!(
-                log,
-                "CAP_SYS_ADMIN is effective: loading without no_new_privs"
-            );
-            false
-        }
-        Ok(false) | Err(_) => {
-            if let Err(e) = filter::set_no_new_privs() {
-                return kernel_refused(format!("PR_SET_NO_NEW_PRIVS: {e}"));
-            }
-            log!(log, "no_new_privs set (no CAP_SYS_ADMIN)");
-            true
-        }
+    let no_new_privs = if has_admin {
+        log!(
+            log,
+            "CAP_SYS_ADMIN is effective: loading without no_new_privs"
+        );
+        false
+    } else {
+        filter::set_no_new_privs().map_err(|e| kernel(KernelRefusal::NoNewPrivs(e)))?;
+        log!(log, "no_new_privs set (no CAP_SYS_ADMIN)");
+        true
     };
 
     let t_load = Instant::now();
-    let loaded = match filter::load(&prog, config.wait_killable) {
-        Ok(l) => l,
-        Err(filter::LoadError::KernelRefused(e)) => {
-            return kernel_refused(format!("seccomp(SET_MODE_FILTER, NEW_LISTENER): {e}"))
-        }
-        Err(filter::LoadError::ListenerExists) => {
-            return refuse_cmd(
-                &"a seccomp listener already exists in this process's filter chain (EBUSY); \
-                  a second one must not be loaded",
-            )
-        }
-        Err(filter::LoadError::Failed(e)) => {
-            return refuse_cmd(&format!("loading the seccomp filter: {e}"))
-        }
-    };
+    let loaded = filter::load(&prog, config.wait_killable).map_err(|e| match e {
+        filter::LoadError::KernelRefused(e) => kernel(KernelRefusal::Load(e)),
+        filter::LoadError::ListenerExists => setup.refused(Refusal::ListenerExists),
+        filter::LoadError::Failed(e) => setup.refused(Refusal::Load(e)),
+    })?;
     let load_us = t_load.elapsed().as_micros();
     if loaded.wait_killable_refused {
         log!(
@@ -253,91 +246,84 @@ fn wrap(args: &[OsString], log: &Log, sigpipe: &SigpipeGuard) -> Exit {
     );
 
     // From here on the filter is installed: every failure is a refusal.
-    if !agentsh_filter_present() {
-        return refuse_cmd(&"the seccomp filter loaded but its marker does not answer");
+    hand_over(setup, sock_fd, loaded, log)?;
+    if let Some(ll) = &config.landlock {
+        let report = landlock::apply(ll, no_new_privs, log)
+            .map_err(|e| setup.refused(Refusal::Landlock(e)))?;
+        log!(log, "{report}");
     }
-    if let Err(e) = handoff::send_notify_fd(sock, loaded.notify_fd.as_fd()) {
-        return refuse_cmd(&format!("sending the notify fd on fd {sock_fd}: {e}"));
-    }
-    let timeout = Duration::from_secs(u64::from(config.ack_timeout_secs));
-    if let Err(e) = handoff::wait_ack(sock, timeout) {
-        return refuse_cmd(&e);
-    }
-    log!(log, "ACK accepted: the server supervises this tree");
+    Ok(())
+}
 
-    // No copy of the notify fd may survive into the exec, or execve blocks forever.
+/// Sends the notify fd, waits for the ACK, closes every copy of the notify
+/// fd (or execve would block forever) and reaps the relay.
+fn hand_over(
+    setup: &Setup,
+    sock_fd: RawFd,
+    loaded: filter::Loaded,
+    log: &Log,
+) -> Result<(), WrapError> {
+    if !agentsh_filter_present() {
+        return Err(setup.refused(Refusal::MarkerSilent));
+    }
+    // SAFETY: `notify_socket` proved `sock_fd` is an open socket; it is ours
+    // (handed down by the shim) and only closed by `handoff::close_raw` below,
+    // after the last use of this borrow.
+    let sock = unsafe { BorrowedFd::borrow_raw(sock_fd) };
+    handoff::send_notify_fd(sock, loaded.notify_fd.as_fd())
+        .map_err(|err| setup.refused(Refusal::Send { fd: sock_fd, err }))?;
+    let timeout = Duration::from_secs(u64::from(setup.config.ack_timeout_secs));
+    handoff::wait_ack(sock, timeout).map_err(|e| setup.refused(Refusal::Ack(e)))?;
+    log!(log, "ACK accepted: the server supervises this tree");
     drop(loaded);
     handoff::close_raw(sock_fd);
-    if let Some(pid) = relay_pid {
+    if let Some(pid) = setup.relay_pid {
         log!(
             log,
             "{}",
             handoff::reap_relay(pid, handoff::RELAY_EXIT_DEADLINE)
         );
     }
-
-    if let Some(ll) = &config.landlock {
-        match landlock::apply(ll, no_new_privs, log) {
-            Ok(report) => log!(log, "{report}"),
-            Err(e) => return refuse_cmd(&e),
-        }
-    }
-
-    exec_command(&inv, &resolved, &loader_env, log, sigpipe)
+    Ok(())
 }
 
 /// The fallback: nothing of ours is installed (or an outer agentsh filter
 /// already is). Close fd 3 so the relay sees EOF, reap it, exec.
 fn exec_unsupervised(
-    inv: &Invocation,
-    resolved: &Path,
-    loader_env: &[Vec<u8>],
+    setup: &Setup,
     sock_fd: Option<RawFd>,
-    relay_pid: Option<libc::pid_t>,
     log: &Log,
     sigpipe: &SigpipeGuard,
-) -> Exit {
+) -> Result<Infallible, WrapError> {
     if let Some(fd) = sock_fd {
         handoff::close_raw(fd);
     }
-    if let Some(pid) = relay_pid {
+    if let Some(pid) = setup.relay_pid {
         log!(
             log,
             "{}",
             handoff::reap_relay(pid, handoff::RELAY_EXIT_DEADLINE)
         );
     }
-    exec_command(inv, resolved, loader_env, log, sigpipe)
+    exec_command(setup, log, sigpipe)
 }
 
-fn exec_command(
-    inv: &Invocation,
-    resolved: &Path,
-    loader_env: &[Vec<u8>],
-    log: &Log,
-    sigpipe: &SigpipeGuard,
-) -> Exit {
-    let envp = exec::command_env(std::env::vars_os(), loader_env);
-    let argv = inv.command_argv();
+/// Strips `AGENTSH_*`, puts the loader's variables back, execs the command.
+fn exec_command(setup: &Setup, log: &Log, sigpipe: &SigpipeGuard) -> Result<Infallible, WrapError> {
+    let envp = exec::command_env(std::env::vars_os(), &setup.loader_env);
+    let argv = setup.inv.command_argv();
     log!(
         log,
         "exec {} argv0={:?}",
-        resolved.display(),
+        setup.resolved.display(),
         argv[0].to_string_lossy()
     );
     sigpipe.restore();
-    let e = exec::execve(resolved, &argv, &envp);
+    let err = exec::execve(&setup.resolved, &argv, &envp);
     let _ = SigpipeGuard::ignore();
-    let cmd = inv.command.to_string_lossy();
-    if e.raw_os_error() == Some(libc::ENOENT) {
-        Exit {
-            code: EXIT_NOT_FOUND,
-            stderr: format!("agentsh-unixwrap: {cmd}: {e}; see {REAL_SHELL_MISSING}"),
-        }
-    } else {
-        refuse(format!(
-            "cannot exec {cmd} ({}): {e}; see {REAL_SHELL_MISSING}",
-            resolved.display()
-        ))
-    }
+    Err(WrapError::Exec {
+        cmd: setup.cmd.clone(),
+        path: setup.resolved.clone(),
+        err,
+    })
 }
