@@ -4,6 +4,7 @@
 //! Every check that can fail names the rule and, via `locate`, points at the
 //! line of the offending value. The first error found is reported.
 
+use super::daemon_sockets::DaemonSocketsDoc;
 use super::error::{Location, PolicyError};
 use super::locate::Source;
 use super::pattern::{CommandPattern, Matcher};
@@ -127,12 +128,13 @@ impl<'a> Seen<'a> {
     }
 }
 
+/// The loaded document as a [`Policy`], section by section; the first
+/// refusal is the error, with its place in `text`.
 pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy, PolicyError> {
     let ctx = Ctx {
         origin,
         source: Source::new(text),
     };
-
     let name = match doc.name {
         Some(name) => {
             check_policy_name(&name).map_err(|m| ctx.invalid(ctx.source.key("name"), None, m))?;
@@ -140,23 +142,56 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
         }
         None => stem_of_origin(origin),
     };
+    let unparsable_wrapper = unparsable_wrapper(&ctx, doc.unparsable_wrapper)?;
+    let internal_bypass = internal_bypass(&ctx, doc.internal_bypass.unwrap_or_default())?;
+    let docs = doc.command_rules.unwrap_or_default();
+    let mut seen = Seen::default();
+    let mut command_rules = Vec::with_capacity(docs.len());
+    for (index, rule) in docs.iter().enumerate() {
+        let occurrence = seen.add(&rule.name);
+        command_rules.push(compile_command_rule(&ctx, index, rule, occurrence)?);
+    }
+    let file_rules = doc.file_rules.unwrap_or_default();
+    let network_rules = doc.network_rules.unwrap_or_default();
+    check_file_and_network_rules(&ctx, &file_rules, &network_rules)?;
+    let blocked_syscalls = doc.syscalls.map(|s| s.block).unwrap_or_default();
+    check_blocked_syscalls(&ctx, &blocked_syscalls)?;
+    let daemon_sockets = doc.daemon_sockets.unwrap_or_default();
+    check_daemon_sockets(&ctx, &daemon_sockets)?;
+    Ok(Policy {
+        name,
+        description: doc.description,
+        origin: origin.to_string(),
+        default: doc.default,
+        unparsable_wrapper,
+        internal_bypass,
+        command_rules,
+        file_rules,
+        network_rules,
+        blocked_syscalls,
+        daemon_sockets,
+    })
+}
 
-    let unparsable_wrapper = match doc.unparsable_wrapper {
-        None => Decision::Deny,
-        Some(Decision::Allow) => {
-            return Err(ctx.invalid(
-                ctx.source.key("unparsable_wrapper"),
-                None,
-                "unparsable_wrapper: allow would run payloads nobody judged; use audit \
-                 to let them run and flag them"
-                    .into(),
-            ))
-        }
-        Some(d @ (Decision::Deny | Decision::Approve | Decision::Audit)) => d,
-    };
+/// `unparsable_wrapper:` (deny when absent; allow is refused).
+fn unparsable_wrapper(ctx: &Ctx<'_>, value: Option<Decision>) -> Result<Decision, PolicyError> {
+    match value {
+        None => Ok(Decision::Deny),
+        Some(Decision::Allow) => Err(ctx.invalid(
+            ctx.source.key("unparsable_wrapper"),
+            None,
+            "unparsable_wrapper: allow would run payloads nobody judged; use audit \
+             to let them run and flag them"
+                .into(),
+        )),
+        Some(d @ (Decision::Deny | Decision::Approve | Decision::Audit)) => Ok(d),
+    }
+}
 
-    let mut internal_bypass = Vec::new();
-    for pattern in doc.internal_bypass.unwrap_or_default() {
+/// `internal_bypass:`: absolute paths or path globs.
+fn internal_bypass(ctx: &Ctx<'_>, patterns: Vec<String>) -> Result<Vec<Matcher>, PolicyError> {
+    let mut out = Vec::with_capacity(patterns.len());
+    for pattern in patterns {
         let at = || ctx.source.section_value("internal_bypass", None, &pattern);
         if !pattern.starts_with('/') {
             return Err(ctx.invalid(
@@ -172,24 +207,23 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
                 format!("internal_bypass: invalid glob {pattern:?}: {e}"),
             )
         })?;
-        internal_bypass.push(m);
+        out.push(m);
     }
+    Ok(out)
+}
 
-    let docs = doc.command_rules.unwrap_or_default();
-    let mut seen = Seen::default();
-    let mut command_rules = Vec::with_capacity(docs.len());
-    for (index, rule) in docs.iter().enumerate() {
-        let occurrence = seen.add(&rule.name);
-        command_rules.push(compile_command_rule(&ctx, index, rule, occurrence)?);
-    }
-
-    let file_rules = doc.file_rules.unwrap_or_default();
+/// Each file and network rule on its own, then what they mean together
+/// (an operation's rules, a direction's ports).
+fn check_file_and_network_rules(
+    ctx: &Ctx<'_>,
+    file_rules: &[FileRule],
+    network_rules: &[NetworkRule],
+) -> Result<(), PolicyError> {
     let mut seen = Seen::default();
     for (index, rule) in file_rules.iter().enumerate() {
         let occurrence = seen.add(&rule.name);
-        check_file_rule(&ctx, index, rule, occurrence)?;
+        check_file_rule(ctx, index, rule, occurrence)?;
     }
-
     // Rule names are unique by now: each refusal points at occurrence 0.
     let refused = |section: &str, rule: &str, r: super::semantics::Refusal| {
         ctx.rule_invalid(
@@ -202,22 +236,23 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
             r.message,
         )
     };
-    super::semantics::check_file_rules(&file_rules)
+    super::semantics::check_file_rules(file_rules)
         .map_err(|r| refused("file_rules", &file_rules[r.index].name, r))?;
-
-    let network_rules = doc.network_rules.unwrap_or_default();
     let mut seen = Seen::default();
     for (index, rule) in network_rules.iter().enumerate() {
         let occurrence = seen.add(&rule.name);
-        check_network_rule(&ctx, index, rule, occurrence)?;
+        check_network_rule(ctx, index, rule, occurrence)?;
     }
     for direction in [NetworkDirection::Connect, NetworkDirection::Bind] {
-        super::semantics::tcp_ports(&network_rules, direction)
+        super::semantics::tcp_ports(network_rules, direction)
             .map_err(|r| refused("network_rules", &network_rules[r.index].name, r))?;
     }
+    Ok(())
+}
 
-    let blocked_syscalls = doc.syscalls.map(|s| s.block).unwrap_or_default();
-    for syscall in &blocked_syscalls {
+/// `syscalls: { block: [...] }`: syscall names.
+fn check_blocked_syscalls(ctx: &Ctx<'_>, blocked: &[String]) -> Result<(), PolicyError> {
+    for syscall in blocked {
         if !is_syscall_name(syscall) {
             return Err(ctx.invalid(
                 ctx.source.section_value("syscalls", Some("block"), syscall),
@@ -229,12 +264,12 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
             ));
         }
     }
+    Ok(())
+}
 
-    let daemon_sockets = doc.daemon_sockets.unwrap_or_default();
-    for (key, paths) in [
-        ("allow", &daemon_sockets.allow),
-        ("deny", &daemon_sockets.deny),
-    ] {
+/// `daemon_sockets: { allow, deny }`: absolute paths or component globs.
+fn check_daemon_sockets(ctx: &Ctx<'_>, d: &DaemonSocketsDoc) -> Result<(), PolicyError> {
+    for (key, paths) in [("allow", &d.allow), ("deny", &d.deny)] {
         for p in paths {
             if let Err(message) = super::daemon_sockets::validate(p) {
                 return Err(ctx.invalid(
@@ -245,20 +280,7 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
             }
         }
     }
-
-    Ok(Policy {
-        name,
-        description: doc.description,
-        origin: origin.to_string(),
-        default: doc.default,
-        unparsable_wrapper,
-        internal_bypass,
-        command_rules,
-        file_rules,
-        network_rules,
-        blocked_syscalls,
-        daemon_sockets,
-    })
+    Ok(())
 }
 
 /// `name:` when absent: the file stem of the origin (`embedded:` dropped).
@@ -349,7 +371,6 @@ fn compile_command_rule(
     let fail = |field: &str, value: Option<&str>, what: String| {
         ctx.rule_invalid(SECTION, index, name, occurrence, field, value, what)
     };
-
     if rule.commands.is_empty() {
         return Err(fail(
             "commands",
@@ -363,73 +384,13 @@ fn compile_command_rule(
             .map_err(|why| fail("commands", Some(entry), format!("commands: {why}")))?;
         commands.push(pattern);
     }
-
-    let mut args_patterns = Vec::new();
-    if let Some(patterns) = &rule.args_patterns {
-        if patterns.is_empty() {
-            return Err(fail(
-                "args_patterns",
-                None,
-                "args_patterns: is empty and would match nothing; remove it to match any \
-                 arguments"
-                    .into(),
-            ));
-        }
-        for p in patterns {
-            let re = RegexBuilder::new(p)
-                .size_limit(REGEX_SIZE_LIMIT)
-                .build()
-                .map_err(|e| {
-                    fail(
-                        "args_patterns",
-                        Some(p),
-                        format!(
-                            "args_patterns: invalid regex {p:?}: {}",
-                            one_line(&e.to_string())
-                        ),
-                    )
-                })?;
-            args_patterns.push(re);
-        }
-    }
-
-    let depth = match &rule.context {
-        None => DepthRange::ANY,
-        Some(ContextDoc::Kinds(kinds)) => {
-            let direct = kinds.contains(&DepthKind::Direct);
-            let nested = kinds.contains(&DepthKind::Nested);
-            match (direct, nested) {
-                (true, true) => DepthRange::ANY,
-                (true, false) => DepthRange { min: 0, max: 0 },
-                (false, true) => DepthRange {
-                    min: 1,
-                    max: u32::MAX,
-                },
-                (false, false) => {
-                    return Err(fail(
-                        "context",
-                        None,
-                        "context: is empty and would match nothing; use [direct], [nested] \
-                         or remove it"
-                            .into(),
-                    ))
-                }
-            }
-        }
-        Some(ContextDoc::Range(range)) => {
-            let min = range.min_depth.unwrap_or(0);
-            let max = range.max_depth.unwrap_or(u32::MAX);
-            if min > max {
-                return Err(fail(
-                    "context",
-                    None,
-                    format!("context: min_depth {min} is greater than max_depth {max}"),
-                ));
-            }
-            DepthRange { min, max }
+    let args_patterns = match &rule.args_patterns {
+        None => Vec::new(),
+        Some(patterns) => {
+            args_patterns(patterns).map_err(|(p, why)| fail("args_patterns", p, why))?
         }
     };
-
+    let depth = depth_of(rule.context.as_ref()).map_err(|why| fail("context", None, why))?;
     if rule.message.as_deref().is_some_and(|m| m.trim().is_empty()) {
         return Err(fail(
             "message",
@@ -437,7 +398,6 @@ fn compile_command_rule(
             "message: is empty; remove it or say why".into(),
         ));
     }
-
     Ok(CommandRule {
         name: rule.name.clone(),
         commands_text: rule.commands.clone(),
@@ -447,6 +407,67 @@ fn compile_command_rule(
         decision: rule.decision,
         message: rule.message.clone(),
     })
+}
+
+/// `args_patterns:` compiled; the error names the pattern (if one) and why.
+fn args_patterns(patterns: &[String]) -> Result<Vec<Regex>, (Option<&str>, String)> {
+    if patterns.is_empty() {
+        return Err((
+            None,
+            "args_patterns: is empty and would match nothing; remove it to match any \
+             arguments"
+                .into(),
+        ));
+    }
+    let mut out = Vec::with_capacity(patterns.len());
+    for p in patterns {
+        let re = RegexBuilder::new(p)
+            .size_limit(REGEX_SIZE_LIMIT)
+            .build()
+            .map_err(|e| {
+                (
+                    Some(p.as_str()),
+                    format!(
+                        "args_patterns: invalid regex {p:?}: {}",
+                        one_line(&e.to_string())
+                    ),
+                )
+            })?;
+        out.push(re);
+    }
+    Ok(out)
+}
+
+/// `context:` as a depth range.
+fn depth_of(context: Option<&ContextDoc>) -> Result<DepthRange, String> {
+    match context {
+        None => Ok(DepthRange::ANY),
+        Some(ContextDoc::Kinds(kinds)) => {
+            let direct = kinds.contains(&DepthKind::Direct);
+            let nested = kinds.contains(&DepthKind::Nested);
+            match (direct, nested) {
+                (true, true) => Ok(DepthRange::ANY),
+                (true, false) => Ok(DepthRange { min: 0, max: 0 }),
+                (false, true) => Ok(DepthRange {
+                    min: 1,
+                    max: u32::MAX,
+                }),
+                (false, false) => Err("context: is empty and would match nothing; use \
+                                       [direct], [nested] or remove it"
+                    .into()),
+            }
+        }
+        Some(ContextDoc::Range(range)) => {
+            let min = range.min_depth.unwrap_or(0);
+            let max = range.max_depth.unwrap_or(u32::MAX);
+            if min > max {
+                return Err(format!(
+                    "context: min_depth {min} is greater than max_depth {max}"
+                ));
+            }
+            Ok(DepthRange { min, max })
+        }
+    }
 }
 
 /// Regex errors are multi-line drawings; keep the last line (the reason).

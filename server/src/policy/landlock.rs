@@ -348,7 +348,8 @@ pub fn tcp_ports(
     }
 }
 
-/// Compiles the policy's file and network rules for one session.
+/// Compiles the policy's file and network rules for one session: the grants
+/// and denies per operation, carved into path rules, then the TCP ports.
 pub fn compile(
     policy: &Policy,
     vars: &SessionVars,
@@ -357,6 +358,87 @@ pub fn compile(
     fs: &dyn FsView,
 ) -> CompiledLandlock {
     let mut warnings = Vec::new();
+    let ops = file_operations(policy, vars, protect, fs, &mut warnings);
+    let (fs_rules, carve_failures) = carve_all(&ops, fs, &mut warnings);
+    let mut connect = tcp_ports(
+        policy.network_rules(),
+        NetworkDirection::Connect,
+        &mut warnings,
+    );
+    let bind = tcp_ports(
+        policy.network_rules(),
+        NetworkDirection::Bind,
+        &mut warnings,
+    );
+    if let (Some(ports), Some(api)) = (connect.as_mut(), protect.api_port) {
+        ports.remove(&api);
+    }
+    let api_port_reachable = protect.api_port.is_some() && connect.is_none();
+
+    let handled_fs: Vec<FsAccess> = ALL_ACCESS
+        .into_iter()
+        .filter(|a| ops.handled.contains(a))
+        .collect();
+    let config = LandlockConfig {
+        compat,
+        handled_fs: handled_fs.clone(),
+        fs_rules,
+        tcp_connect_ports: connect.map(|s| s.into_iter().collect()),
+        tcp_bind_ports: bind.map(|s| s.into_iter().collect()),
+        scope_signals: true,
+        scope_abstract_unix: true,
+        max_abi: None,
+    };
+    let required_abi = config.required_abi();
+    let kernel_abi = agentsh_proto::wire::kernel_landlock_abi();
+    let enforcement = match (kernel_abi >= required_abi, compat) {
+        (true, _) => "full",
+        (false, LandlockCompat::BestEffort) => "partial",
+        (false, LandlockCompat::Required) => "refused",
+    };
+    let summary = LandlockSummary {
+        compat,
+        handled_fs,
+        fs_rules: config.fs_rules.len(),
+        tcp_connect_ports: config.tcp_connect_ports.clone(),
+        tcp_bind_ports: config.tcp_bind_ports.clone(),
+        scope_signals: config.scope_signals,
+        scope_abstract_unix: config.scope_abstract_unix,
+        api_port_reachable,
+        workspace: vars.workspace.clone(),
+        home: vars.home.clone(),
+        warnings: warnings.clone(),
+        required_abi,
+        kernel_abi,
+        max_abi: None,
+        enforcement: enforcement.to_string(),
+    };
+    CompiledLandlock {
+        config,
+        summary,
+        warnings,
+        carve_failures,
+    }
+}
+
+/// What the file rules ask, per operation, before carving.
+struct FileOperations {
+    /// The operations the ruleset handles.
+    handled: BTreeSet<FsAccess>,
+    grants: BTreeMap<FsAccess, Vec<Grant>>,
+    denies: BTreeMap<FsAccess, Vec<Deny>>,
+}
+
+/// The policy's file rules and agentsh's self-protection as grants and
+/// denies per operation. Fail closed: an operation with a deny that names
+/// nothing resolvable is granted nowhere.
+fn file_operations(
+    policy: &Policy,
+    vars: &SessionVars,
+    protect: &SelfProtection,
+    fs: &dyn FsView,
+    warnings: &mut Vec<String>,
+) -> FileOperations {
     let mut always: Vec<(FsAccess, &[String])> = MODIFY
         .iter()
         .map(|op| (*op, protect.no_write.as_slice()))
@@ -441,7 +523,20 @@ pub fn compile(
             "{why}, so it cannot be denied: {op:?} is granted nowhere rather than everywhere"
         ));
     }
+    FileOperations {
+        handled,
+        grants,
+        denies,
+    }
+}
 
+/// Each operation's grants minus its denies, as path rules (at most
+/// [`MAX_FS_RULES`]), and the paths that could not be carved.
+fn carve_all(
+    ops: &FileOperations,
+    fs: &dyn FsView,
+    warnings: &mut Vec<String>,
+) -> (Vec<FsRule>, Vec<CarveFailure>) {
     let mut carver = Carver {
         fs,
         warnings: Vec::new(),
@@ -449,8 +544,8 @@ pub fn compile(
         split: Vec::new(),
     };
     let mut by_path: BTreeMap<String, BTreeSet<FsAccess>> = BTreeMap::new();
-    for (op, list) in &grants {
-        let d = denies.get(op).map(Vec::as_slice).unwrap_or_default();
+    for (op, list) in &ops.grants {
+        let d = ops.denies.get(op).map(Vec::as_slice).unwrap_or_default();
         let mut out = Vec::new();
         for g in list {
             if let (Some(name), Some(inner)) = (&g.rule, split_by_protection(&g.path, d)) {
@@ -477,14 +572,13 @@ pub fn compile(
         }
     }
     warnings.append(&mut carver.warnings);
-    let carve_failures = std::mem::take(&mut carver.failures);
     if by_path.len() > MAX_FS_RULES {
         warnings.push(format!(
             "{} filesystem rules exceed {MAX_FS_RULES}; the rest are dropped",
             by_path.len()
         ));
     }
-    let fs_rules: Vec<FsRule> = by_path
+    let fs_rules = by_path
         .into_iter()
         .take(MAX_FS_RULES)
         .map(|(path, ops)| FsRule {
@@ -492,66 +586,7 @@ pub fn compile(
             access: ops.into_iter().collect(),
         })
         .collect();
-
-    let mut connect = tcp_ports(
-        policy.network_rules(),
-        NetworkDirection::Connect,
-        &mut warnings,
-    );
-    let bind = tcp_ports(
-        policy.network_rules(),
-        NetworkDirection::Bind,
-        &mut warnings,
-    );
-    if let (Some(ports), Some(api)) = (connect.as_mut(), protect.api_port) {
-        ports.remove(&api);
-    }
-    let api_port_reachable = protect.api_port.is_some() && connect.is_none();
-
-    let handled_fs: Vec<FsAccess> = ALL_ACCESS
-        .into_iter()
-        .filter(|a| handled.contains(a))
-        .collect();
-    let config = LandlockConfig {
-        compat,
-        handled_fs: handled_fs.clone(),
-        fs_rules,
-        tcp_connect_ports: connect.map(|s| s.into_iter().collect()),
-        tcp_bind_ports: bind.map(|s| s.into_iter().collect()),
-        scope_signals: true,
-        scope_abstract_unix: true,
-        max_abi: None,
-    };
-    let summary = LandlockSummary {
-        compat,
-        handled_fs,
-        fs_rules: config.fs_rules.len(),
-        tcp_connect_ports: config.tcp_connect_ports.clone(),
-        tcp_bind_ports: config.tcp_bind_ports.clone(),
-        scope_signals: config.scope_signals,
-        scope_abstract_unix: config.scope_abstract_unix,
-        api_port_reachable,
-        workspace: vars.workspace.clone(),
-        home: vars.home.clone(),
-        warnings: warnings.clone(),
-        required_abi: config.required_abi(),
-        kernel_abi: agentsh_proto::wire::kernel_landlock_abi(),
-        max_abi: None,
-        enforcement: String::new(),
-    };
-    let mut summary = summary;
-    summary.enforcement = match (summary.kernel_abi >= summary.required_abi, compat) {
-        (true, _) => "full",
-        (false, LandlockCompat::BestEffort) => "partial",
-        (false, LandlockCompat::Required) => "refused",
-    }
-    .to_string();
-    CompiledLandlock {
-        config,
-        summary,
-        warnings,
-        carve_failures,
-    }
+    (fs_rules, carver.failures)
 }
 
 /// Applies the operator's `landlock.max_abi` to a compiled ruleset: the
