@@ -176,6 +176,10 @@ fn probe_sync_wakeup() -> Probe {
 /// A child asks to be traced (it stops itself), loads a filter answering
 /// `getppid` with `RET_TRACE` and calls it; the parent seizes it and must
 /// see `PTRACE_EVENT_SECCOMP`.
+///
+/// Long because the child's half (after fork, async-signal-safe calls only)
+/// and the parent's half must be read together to see that every path
+/// reaps the child.
 fn probe_trace() -> Probe {
     // SAFETY: the child only makes raw syscalls, then _exits.
     let child = unsafe { libc::fork() };

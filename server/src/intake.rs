@@ -171,6 +171,11 @@ pub fn open_notify_socket(
 /// Waits for the one handoff of `pending`, then supervises the tree on a
 /// thread of its own. `slot` (the caller's count of unused notify sockets)
 /// is given back when this returns.
+///
+/// Long because the handoff is one sequence against one deadline (accept,
+/// identify the peer, receive the fd, check it, ACK, audit) and every early
+/// return must audit a refusal before the status byte; split, each piece
+/// would carry the whole state.
 pub async fn take_handoff(
     ctx: Arc<SupervisorContext>,
     trees: Arc<Trees>,

@@ -35,6 +35,9 @@ impl Namespace {
     /// Creates the namespace and its overlays.
     ///
     /// Panics with the reason (the tests need root and overlayfs).
+    ///
+    /// Long because the mounts must be made in this order inside the
+    /// child that holds the namespace, and the order is the point.
     pub fn new() -> Namespace {
         let dir = TempDir::new("ns");
         let mut mounts = Vec::new();

@@ -115,6 +115,9 @@ pub(super) async fn wrap_init(
 
 /// The blocking part of wrap-init: the notify socket, the ruleset, the
 /// audit event.
+///
+/// Long because every refusal on the way must release the caller's notify
+/// socket slot and audit the refusal; one body keeps that visible.
 fn prepare_wrap_init(
     api: &Api,
     sid: &str,

@@ -140,6 +140,10 @@ fn code_of(st: ExitStatus) -> i32 {
 
 /// Runs the entrypoint; returns the exit code of the command (or 1 when
 /// the server cannot be started, 127/126 when the command cannot be).
+///
+/// Long because it owns two processes' lifetimes (the server and the
+/// command) and every exit path must stop the server; one body keeps each
+/// `stop` next to its return.
 pub fn run(ep: Entrypoint) -> i32 {
     let Some((program, args)) = ep.command.split_first() else {
         say("no command given: agentsh entrypoint [OPTIONS] -- CMD [ARGS...]");

@@ -221,6 +221,8 @@ fn write_man_pages(dir: &std::path::Path) -> Result<(), String> {
 }
 
 /// The whole command line; the binary's `main` is this.
+///
+/// Long because it is one `match` over the subcommands, an arm each.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {

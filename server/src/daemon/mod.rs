@@ -27,6 +27,10 @@ use std::sync::Arc;
 
 /// Runs the server; returns only on a start-up error.
 ///
+/// Long because start-up is one ordered sequence (signals blocked before any
+/// thread exists, the run directory before the socket, the marker only after
+/// binding), and reading it top to bottom is how one checks the order.
+///
 /// # Errors
 /// What could not be started, and why.
 pub fn run(config_file: Option<PathBuf>) -> Result<(), String> {

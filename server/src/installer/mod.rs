@@ -85,6 +85,10 @@ pub struct InstallOptions {
 
 /// Installs the shim; see the module docs.
 ///
+/// Long because the steps are ordered for crash safety (manifest first, each
+/// shell replaced by rename) and each step's output line is part of the
+/// contract with the operator.
+///
 /// # Errors
 /// The first step that failed, with what to do; earlier steps stay done and a
 /// second run picks up from there.
@@ -174,6 +178,8 @@ pub fn install(opts: &InstallOptions, out: &mut dyn Write) -> Result<(), Install
 }
 
 /// Restores the original shells and removes what `install` created.
+///
+/// Long for the same reason as [`install`]: the order is the crash safety.
 ///
 /// # Errors
 /// A step that failed; the shells restored before it stay restored.

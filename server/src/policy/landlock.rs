@@ -432,6 +432,10 @@ struct FileOperations {
 /// The policy's file rules and agentsh's self-protection as grants and
 /// denies per operation. Fail closed: an operation with a deny that names
 /// nothing resolvable is granted nowhere.
+///
+/// Long because the three sources (the rules, the default grant on `/`,
+/// the self-protection) fill the same maps and the fail-closed removal
+/// must come after all of them.
 fn file_operations(
     policy: &Policy,
     vars: &SessionVars,

@@ -113,6 +113,9 @@ fn indent(text: &str) -> String {
         .collect::<String>()
 }
 
+/// The demonstration, in the order it is narrated.
+///
+/// Long because it is a script: each step prints what it shows.
 fn run() -> Result<(), String> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
