@@ -85,9 +85,9 @@ pub struct InstallOptions {
 
 /// Installs the shim; see the module docs.
 ///
-/// Long because the steps are ordered for crash safety (manifest first, each
-/// shell replaced by rename) and each step's output line is part of the
-/// contract with the operator.
+/// Long because the steps are ordered for crash safety (the manifest is
+/// written after each shell that changes, so a second run resumes) and each
+/// step's output line is part of what the operator reads.
 ///
 /// # Errors
 /// The first step that failed, with what to do; earlier steps stay done and a
