@@ -12,6 +12,7 @@
 pub mod active;
 pub mod bpf;
 pub mod env;
+pub mod execabi;
 pub mod handoff;
 pub mod http;
 pub mod install;

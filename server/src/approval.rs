@@ -23,7 +23,7 @@
 
 pub mod cli;
 
-use crate::audit::{self, AuditLog, EventBody, ExecEvent};
+use crate::audit::{self, Action, AuditLog, EventBody, ExecEvent, ExecSubject};
 use crate::config::{ExecveSection, TimeoutAction};
 use crate::trees::Trees;
 use agentsh_proto::notif;
@@ -44,25 +44,8 @@ const REISSUE_GRACE: Duration = Duration::from_millis(300);
 /// Name of the token file under the state directory.
 pub const TOKEN_FILE: &str = "approval.token";
 
-/// How a request ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Approved,
-    Denied,
-    Timeout,
-    Cancelled,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Approved => "approved",
-            Outcome::Denied => "denied",
-            Outcome::Timeout => "timeout",
-            Outcome::Cancelled => "cancelled",
-        }
-    }
-}
+/// How a request ended (the audit's enum).
+pub use crate::audit::ApprovalOutcome as Outcome;
 
 /// One exec held for an operator, as the API lists it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -87,14 +70,8 @@ pub struct ApprovalRequest {
 pub struct HeldExec {
     pub session_id: String,
     pub notif_id: u64,
-    pub pid: u32,
-    pub parent_pid: u32,
     pub starttime: u64,
-    pub depth: u32,
-    pub filename: String,
-    pub resolved: Option<String>,
-    pub argv: Vec<String>,
-    pub truncated: bool,
+    pub subject: ExecSubject,
     pub rule: String,
     pub message: Option<String>,
 }
@@ -324,15 +301,15 @@ impl Approvals {
         let id = {
             let mut st = lock(&self.state);
             if let Some(e) = st.pending.values_mut().find(|e| {
-                e.request.pid == exec.pid
+                e.request.pid == exec.subject.pid
                     && e.starttime == exec.starttime
                     && e.request.session_id == exec.session_id
-                    && e.request.filename == exec.filename
-                    && e.request.argv == exec.argv
+                    && e.request.filename == exec.subject.filename
+                    && e.request.argv == exec.subject.argv
             }) {
                 tracing::info!(
                     id = %e.request.id,
-                    pid = exec.pid,
+                    pid = exec.subject.pid,
                     "re-issued exec joins its pending approval"
                 );
                 e.notif_ids.push(exec.notif_id);
@@ -350,10 +327,10 @@ impl Approvals {
                 id: id.clone(),
                 seq,
                 session_id: exec.session_id.clone(),
-                pid: exec.pid,
-                depth: exec.depth,
-                filename: exec.filename.clone(),
-                argv: exec.argv.clone(),
+                pid: exec.subject.pid,
+                depth: exec.subject.depth,
+                filename: exec.subject.filename.clone(),
+                argv: exec.subject.argv.clone(),
                 rule: exec.rule.clone(),
                 message: exec.message.clone(),
                 waiting_since: audit::rfc3339_at(now),
@@ -371,7 +348,7 @@ impl Approvals {
             id
         };
         self.notify_changed();
-        tracing::info!(%id, pid = exec.pid, filename = %exec.filename, "exec waits for approval");
+        tracing::info!(%id, pid = exec.subject.pid, filename = %exec.subject.filename, "exec waits for approval");
         let me = self.clone();
         let spawned = std::thread::Builder::new()
             .name("agentsh-approval".into())
@@ -496,7 +473,7 @@ impl Approvals {
             )
         };
         let effective_allow = allow && live.is_some();
-        tracing::info!(%id, pid = exec.pid, outcome = outcome.as_str(), "approval finished");
+        tracing::info!(%id, pid = exec.subject.pid, outcome = outcome.as_str(), "approval finished");
         self.record(
             &exec,
             id,
@@ -507,7 +484,7 @@ impl Approvals {
         );
         let Some(n) = live else { return };
         let answered = if effective_allow {
-            let _ = allowed.send((exec.pid, exec.starttime, exec.depth));
+            let _ = allowed.send((exec.subject.pid, exec.starttime, exec.subject.depth));
             // SAFETY ARGUMENT for CONTINUE: the facts were read while the
             // tracee was stopped in this syscall (supervisor::handle), the
             // exec stays stopped while it waits, and id_valid just proved the
@@ -518,7 +495,7 @@ impl Approvals {
             notif::respond_errno(fd.as_fd(), n, libc::EACCES)
         };
         if let Err(e) = answered {
-            tracing::info!(%id, pid = exec.pid, "answer not delivered (the process is gone): {e}");
+            tracing::info!(%id, pid = exec.subject.pid, "answer not delivered (the process is gone): {e}");
         }
     }
 
@@ -531,26 +508,16 @@ impl Approvals {
         reason: Option<String>,
         allowed: bool,
     ) {
-        self.audit.record(
-            &exec.session_id,
-            EventBody::Execve(ExecEvent {
-                pid: exec.pid,
-                parent_pid: exec.parent_pid,
-                depth: exec.depth,
-                filename: exec.filename.clone(),
-                resolved: exec.resolved.clone(),
-                argv: exec.argv.clone(),
-                truncated: exec.truncated,
-                decision: "approve".into(),
-                rule: exec.rule.clone(),
-                effective_action: if allowed { "allow" } else { "deny" }.into(),
-                message: exec.message.clone(),
-                approval_id: Some(id.to_string()),
-                approval_outcome: Some(outcome.as_str().into()),
-                approver: Some(approver),
-                reason,
-            }),
-        );
+        let event = ExecEvent::new(
+            exec.subject.clone(),
+            crate::policy::Decision::Approve,
+            exec.rule.clone(),
+            if allowed { Action::Allow } else { Action::Deny },
+            exec.message.clone(),
+        )
+        .with_approval(id, outcome, approver, reason);
+        self.audit
+            .record(&exec.session_id, EventBody::Execve(event));
     }
 
     /// Identifies the process behind an HTTP request from `peer` to the
@@ -743,14 +710,15 @@ mod tests {
         HeldExec {
             session_id: "s".into(),
             notif_id,
-            pid: 4242,
-            parent_pid: 1,
             starttime: 7,
-            depth: 1,
-            filename: "/usr/bin/pip".into(),
-            resolved: None,
-            argv: vec!["pip".into(), "install".into(), "x".into()],
-            truncated: false,
+            subject: ExecSubject {
+                pid: 4242,
+                parent_pid: 1,
+                depth: 1,
+                filename: "/usr/bin/pip".into(),
+                argv: vec!["pip".into(), "install".into(), "x".into()],
+                ..ExecSubject::default()
+            },
             rule: "approve-pip".into(),
             message: None,
         }
@@ -772,7 +740,7 @@ mod tests {
         let pending = a.pending(0);
         assert_eq!(pending.len(), 1, "one prompt for a re-issued exec");
         let mut other = held(3);
-        other.argv.push("y".into());
+        other.subject.argv.push("y".into());
         a.hold(fd, other, tx);
         assert_eq!(a.pending(0).len(), 2, "a different argv is a new request");
         let t = Instant::now();
@@ -787,8 +755,8 @@ mod tests {
             let EventBody::Execve(x) = &e.body else {
                 panic!("{e:?}")
             };
-            assert_eq!(x.approval_outcome.as_deref(), Some("cancelled"));
-            assert_eq!(x.effective_action, "deny");
+            assert_eq!(x.approval_outcome, Some(Outcome::Cancelled));
+            assert_eq!(x.effective_action, Action::Deny);
         }
     }
 

@@ -2,12 +2,14 @@
 //!
 //! Everything here reads state the kernel keeps (ppid, thread count, start
 //! time, cwd, root, fds) or the tracee's memory through `process_vm_readv`.
-//! Paths are resolved in the *tracee's* root and cwd, never the server's.
+//! Paths are resolved in the *calling thread's* root, cwd and fd table
+//! (`/proc/<pid>/task/<tid>/…`), never the thread-group leader's and never the
+//! server's: a thread may have its own (`unshare(CLONE_FILES | CLONE_FS)`).
 //!
 //! Failure modes: a process that vanished gives ENOENT/ESRCH; unreadable memory
 //! gives EFAULT; callers turn anything unreadable into a deny. Memory read here
-//! can change after we read it (another thread of the tracee may rewrite it):
-//! the supervisor documents that this is best effort and Landlock is the floor.
+//! could change after the read if another task shared it: the supervisor
+//! stops every such task first (`supervisor::sharing`).
 
 use std::ffi::{CString, OsStr};
 use std::io;
@@ -189,6 +191,8 @@ pub struct Argv {
     pub args: Vec<String>,
     /// Something was left unread because of `max_argc` / `max_argv_bytes`.
     pub truncated: bool,
+    /// Where each string read lies in the tracee's memory.
+    pub ptrs: Vec<u64>,
 }
 
 /// Reads an argv (array of C strings) within the limits.
@@ -206,13 +210,14 @@ pub fn read_argv(
         return Ok(Argv {
             args: Vec::new(),
             truncated: false,
+            ptrs: Vec::new(),
         });
     }
-    let (ptrs, complete) = read_ptr_array(pid, addr, ptr_size, max_argc)?;
+    let (mut ptrs, complete) = read_ptr_array(pid, addr, ptr_size, max_argc)?;
     let mut truncated = !complete;
     let mut budget = max_bytes;
     let mut args = Vec::with_capacity(ptrs.len());
-    for p in ptrs {
+    for &p in &ptrs {
         if budget == 0 {
             truncated = true;
             break;
@@ -225,7 +230,12 @@ pub fn read_argv(
             break;
         }
     }
-    Ok(Argv { args, truncated })
+    ptrs.truncate(args.len());
+    Ok(Argv {
+        args,
+        truncated,
+        ptrs,
+    })
 }
 
 /// The program an exec names, resolved in the tracee's view.
@@ -240,6 +250,36 @@ pub struct ExecTarget {
     pub anonymous: bool,
     /// An O_PATH fd on the file (keeps its identity for later checks).
     pub file: OwnedFd,
+}
+
+impl ExecTarget {
+    /// (device, inode) of the file judged.
+    ///
+    /// # Errors
+    /// fstat failed (cannot happen on an O_PATH fd we hold, short of EIO).
+    pub fn identity(&self) -> io::Result<(u64, u64)> {
+        fd_identity(self.file.as_raw_fd())
+    }
+}
+
+/// (device, inode) of an open fd.
+///
+/// # Errors
+/// fstat failed.
+pub fn fd_identity(fd: i32) -> io::Result<(u64, u64)> {
+    // SAFETY: stat is plain data, filled by the kernel.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid fd and a pointer to a stat buffer of the right size.
+    if unsafe { libc::fstat(fd, &mut st) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((st.st_dev, st.st_ino))
+}
+
+/// The `/proc` directory of thread `tid` of process `pid`: its own fd table,
+/// cwd and root (which a thread may have unshared from its leader).
+pub fn task_dir(pid: u32, tid: u32) -> String {
+    format!("/proc/{pid}/task/{tid}")
 }
 
 /// Why a path could not be resolved.
@@ -335,7 +375,7 @@ fn rewrite_self(path: &str, pid: u32, tid: u32) -> String {
 
 /// Resolves the program of an `execve`/`execveat` of process `pid` (thread `tid`)
 /// the way the kernel will: relative to `dirfd` (or the cwd), inside the
-/// tracee's root.
+/// tracee's root, each taken from the calling thread's own view.
 pub fn resolve_exec_target(
     pid: u32,
     tid: u32,
@@ -344,17 +384,18 @@ pub fn resolve_exec_target(
     empty_path: bool,
 ) -> Result<ExecTarget, ResolveError> {
     let other = ResolveError::Other;
+    let task = task_dir(pid, tid);
     if path.is_empty() {
         if !empty_path {
             // execve("") fails with ENOENT in the kernel too.
             return Err(ResolveError::Missing(libc::ENOENT));
         }
-        // execveat(fd, "", AT_EMPTY_PATH): the fd itself.
-        let link = format!("/proc/{pid}/fd/{dirfd}");
+        // execveat(fd, "", AT_EMPTY_PATH): the fd itself, in the thread's table.
+        let link = format!("{task}/fd/{dirfd}");
         let filename = readlink(&link).map_err(other)?;
         let file = open_path(&link).map_err(|e| classify(e, true))?;
         let anonymous = is_anonymous(&filename);
-        return Ok(finish(pid, filename, anonymous, file));
+        return Ok(finish(&task, filename, anonymous, file));
     }
     let text = String::from_utf8_lossy(path).into_owned();
     let (filename, file) = if text.starts_with('/') {
@@ -363,35 +404,32 @@ pub fn resolve_exec_target(
         let file = if filename.starts_with("/proc/") {
             // Magic links under /proc are not followed by RESOLVE_IN_ROOT; the
             // tracee's /proc is reached through its root directly.
-            open_path(&format!("/proc/{pid}/root{filename}"))
+            open_path(&format!("{task}/root{filename}"))
         } else {
-            let root = open_path(&format!("/proc/{pid}/root")).map_err(other)?;
+            let root = open_path(&format!("{task}/root")).map_err(other)?;
             openat_path(&root, filename.trim_start_matches('/').as_bytes(), true)
         }
         .map_err(|e| classify(e, false))?;
         (filename, file)
     } else {
-        let (base_link, base_fd_path) = if dirfd == AT_FDCWD {
-            (format!("/proc/{pid}/cwd"), format!("/proc/{pid}/cwd"))
+        let base_link = if dirfd == AT_FDCWD {
+            format!("{task}/cwd")
         } else {
-            (
-                format!("/proc/{pid}/fd/{dirfd}"),
-                format!("/proc/{pid}/fd/{dirfd}"),
-            )
+            format!("{task}/fd/{dirfd}")
         };
-        let base = readlink(&base_link).map_err(other)?;
-        let dir = open_path(&base_fd_path).map_err(|e| classify(e, true))?;
+        let base = strip_root(&task, readlink(&base_link).map_err(other)?);
+        let dir = open_path(&base_link).map_err(|e| classify(e, true))?;
         let file = openat_path(&dir, text.as_bytes(), false).map_err(|e| classify(e, false))?;
         (join_clean(&base, &text), file)
     };
     let anonymous = false;
-    Ok(finish(pid, filename, anonymous, file))
+    Ok(finish(&task, filename, anonymous, file))
 }
 
-fn finish(pid: u32, filename: String, anonymous: bool, file: OwnedFd) -> ExecTarget {
+fn finish(task: &str, filename: String, anonymous: bool, file: OwnedFd) -> ExecTarget {
     let resolved = readlink(&format!("/proc/self/fd/{}", file.as_raw_fd()))
         .ok()
-        .map(|r| strip_root(pid, r))
+        .map(|r| strip_root(task, r))
         .filter(|r| *r != filename);
     let anonymous = anonymous || resolved.as_deref().is_some_and(is_anonymous);
     ExecTarget {
@@ -403,8 +441,8 @@ fn finish(pid: u32, filename: String, anonymous: bool, file: OwnedFd) -> ExecTar
 }
 
 /// Our view of a path to the tracee's view, when the tracee is chrooted.
-fn strip_root(pid: u32, ours: String) -> String {
-    match readlink(&format!("/proc/{pid}/root")) {
+fn strip_root(task: &str, ours: String) -> String {
+    match readlink(&format!("{task}/root")) {
         Ok(root) if root != "/" => match ours.strip_prefix(root.as_str()) {
             Some(rest) if rest.starts_with('/') => rest.to_string(),
             _ => ours,

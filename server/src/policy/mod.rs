@@ -36,7 +36,10 @@ mod tests;
 
 pub use compile::FILE_PATH_VARIABLES;
 pub use error::{Location, PolicyError};
-pub use evaluate::{evaluate, ExecFacts, Verdict};
+pub use evaluate::{
+    evaluate, judge, ExecFacts, Interpreter, ProgramFacts, Truncation, Verdict, RULE_FILELESS_EXEC,
+    RULE_TRUNCATED,
+};
 pub use schema::{Decision, FileOperation, FileRule, NetworkDirection, NetworkRule, PortSet};
 
 use compile::{CommandRule, DepthRange};
