@@ -187,11 +187,13 @@ static int cwd_mode(const char *dir_a, const char *dir_b, const char *name) {
 }
 
 /* One vfork'd exec while a thread flips; the parent then says it runs. */
+static void *spinner(void *unused);
+
 static int hold_mode(const char *allowed, const char *flag) {
     static char p[512], a[64];
     setup(p, a, allowed, allowed);
     pthread_t th;
-    if (pthread_create(&th, NULL, flipper, NULL)) return 1;
+    if (pthread_create(&th, NULL, spinner, NULL)) return 1;
     pid_t pid = vfork();
     if (pid == 0) child_exec();
     int st;

@@ -1,0 +1,373 @@
+//! The exec race guard on the real kernel: attackers that try to change what
+//! an exec runs after the supervisor judged it, each for 10,000 attempts, as
+//! root and as an unprivileged user. No forbidden program may ever run, and
+//! no task may be left stopped. The attackers are C programs compiled at test
+//! time (`tests/attackers/race.c`); the program they exec (`probe.c`) writes
+//! a line to a log whenever it runs as something the policy forbids.
+//!
+//! `AGENTSH_RACE_ATTEMPTS` lowers the count for a quick local run; CI runs
+//! the full 10,000.
+
+use agentsh_tests::attackers::{stopped_or_traced, tally, Arena};
+use agentsh_tests::relay::{run_wrapped, spawn_wrapped, WrapOptions};
+use agentsh_tests::server::{require_root, server_base, TestServer};
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const POLICY: &str = r#"
+name: races
+default: allow
+command_rules:
+  - name: deny-curl
+    commands: [curl]
+    decision: deny
+  - name: deny-secret-argument
+    commands: [okay]
+    args_patterns: ["SECRET"]
+    decision: deny
+"#;
+
+const NOBODY: (u32, u32) = (65534, 65534);
+
+fn attempts() -> u64 {
+    match std::env::var("AGENTSH_RACE_ATTEMPTS") {
+        Ok(v) if std::env::var("CI").as_deref() != Ok("true") => v.parse().unwrap_or(10_000),
+        _ => 10_000,
+    }
+}
+
+fn opts(arena: &Arena, uid: Option<(u32, u32)>) -> WrapOptions {
+    WrapOptions {
+        uid,
+        env: vec![("RACE_LOG".into(), arena.log.display().to_string())],
+        ..Default::default()
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Runs one race mode for the full count; checks nothing forbidden ran,
+/// nothing is left stopped, and every attempt ended as allowed, denied or
+/// "no such file" (a path read half-written). Returns the audit's events.
+fn race(mode: &str, uid: Option<(u32, u32)>, want_ok: bool) -> Vec<Value> {
+    let srv = TestServer::start(POLICY, "");
+    let arena = Arena::new(mode);
+    let n = attempts();
+    let session = format!("race-{mode}");
+    let out = run_wrapped(
+        &srv.url,
+        &session,
+        &[
+            arena.race.to_str().unwrap(),
+            mode,
+            &n.to_string(),
+            arena.okay.to_str().unwrap(),
+            arena.curl.to_str().unwrap(),
+        ],
+        &opts(&arena, uid),
+    );
+    let stdout = text(&out.stdout);
+    let ran = arena.forbidden_runs();
+    assert!(
+        ran.is_empty(),
+        "{mode}: a forbidden program ran ({} times):\n{}",
+        ran.lines().count(),
+        ran.lines().take(5).collect::<Vec<_>>().join("\n")
+    );
+    let (attempts, denied, ok, missing, other) = tally(&stdout)
+        .unwrap_or_else(|| panic!("{mode}: no tally: {stdout} {}", text(&out.stderr)));
+    assert_eq!(attempts, n, "{stdout}");
+    assert_eq!(other, 0, "{mode}: unexpected outcomes: {stdout}");
+    assert_eq!(denied + ok + missing, n);
+    if want_ok {
+        assert!(ok > 0, "{mode}: the allowed exec never ran: {stdout}");
+    } else {
+        assert_eq!(ok, 0, "{mode}: {stdout}");
+    }
+    eprintln!("{mode} ({uid:?}): {stdout}");
+    let left = stopped_or_traced(srv.pid(), None);
+    assert!(left.is_empty(), "{mode}: tasks left stopped: {left:#?}");
+    srv.exec_events(&session)
+}
+
+#[test]
+fn a_sibling_thread_rewriting_path_and_argv_never_runs_a_denied_program() {
+    if !require_root("a_sibling_thread_rewriting_path_and_argv_never_runs_a_denied_program") {
+        return;
+    }
+    for uid in [None, Some(NOBODY)] {
+        let ev = race("thread", uid, true);
+        assert!(
+            ev.iter()
+                .any(|e| e["memory"] == "frozen" && e["effective_action"] == "allow"),
+            "allowed execs of a threaded caller are audited as frozen"
+        );
+    }
+}
+
+#[test]
+fn a_vfork_child_whose_parent_thread_flips_the_buffers_never_runs_a_denied_program() {
+    if !require_root(
+        "a_vfork_child_whose_parent_thread_flips_the_buffers_never_runs_a_denied_program",
+    ) {
+        return;
+    }
+    for uid in [None, Some(NOBODY)] {
+        race("vfork", uid, true);
+    }
+}
+
+#[test]
+fn strings_in_a_shared_memfd_written_by_another_process_are_refused() {
+    if !require_root("strings_in_a_shared_memfd_written_by_another_process_are_refused") {
+        return;
+    }
+    for uid in [None, Some(NOBODY)] {
+        let ev = race("shm", uid, false);
+        let shared: Vec<_> = ev.iter().filter(|e| e["rule"] == "shared_memory").collect();
+        assert!(!shared.is_empty(), "{ev:#?}");
+        assert!(shared[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("shared mapping"));
+    }
+}
+
+/// The exec event of `session` whose filename or argv[0] ends in `name`.
+fn denied_event(srv: &TestServer, session: &str) -> Value {
+    srv.wait_exec_event(session, Duration::from_secs(5), |e| {
+        e["effective_action"] == "deny"
+    })
+    .unwrap_or_else(|| panic!("no deny: {:#?}", srv.exec_events(session)))
+}
+
+#[test]
+fn a_thread_with_its_own_fd_table_cannot_run_a_memfd_as_the_leaders_fd() {
+    if !require_root("a_thread_with_its_own_fd_table_cannot_run_a_memfd_as_the_leaders_fd") {
+        return;
+    }
+    for uid in [None, Some(NOBODY)] {
+        let srv = TestServer::start(POLICY, "");
+        let arena = Arena::new("fdtable");
+        let out = run_wrapped(
+            &srv.url,
+            "fd",
+            &[
+                arena.race.to_str().unwrap(),
+                "fdtable",
+                arena.okay.to_str().unwrap(),
+                arena.curl.to_str().unwrap(),
+            ],
+            &opts(&arena, uid),
+        );
+        let stdout = text(&out.stdout);
+        assert!(arena.forbidden_runs().is_empty(), "the memfd copy ran");
+        assert!(
+            stdout.contains("result=13"),
+            "{stdout} {}",
+            text(&out.stderr)
+        );
+        let e = denied_event(&srv, "fd");
+        assert_eq!(e["rule"], "fileless_exec", "{e}");
+        assert!(
+            e["filename"].as_str().unwrap().contains("memfd:copy"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn a_thread_with_its_own_cwd_is_judged_in_its_own_cwd() {
+    if !require_root("a_thread_with_its_own_cwd_is_judged_in_its_own_cwd") {
+        return;
+    }
+    for uid in [None, Some(NOBODY)] {
+        let srv = TestServer::start(POLICY, "");
+        let arena = Arena::new("cwd");
+        // In the leader's cwd `x` is okay; in the thread's, a link to curl.
+        let a = arena.dir.path().join("a");
+        let b = arena.dir.path().join("b");
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        std::fs::copy(&arena.okay, a.join("x")).unwrap();
+        std::os::unix::fs::symlink(&arena.curl, b.join("x")).unwrap();
+        let out = run_wrapped(
+            &srv.url,
+            "cwd",
+            &[
+                arena.race.to_str().unwrap(),
+                "cwd",
+                a.to_str().unwrap(),
+                b.to_str().unwrap(),
+                "./x",
+            ],
+            &opts(&arena, uid),
+        );
+        let stdout = text(&out.stdout);
+        assert!(
+            arena.forbidden_runs().is_empty(),
+            "curl ran from the thread's cwd"
+        );
+        assert!(
+            stdout.contains("result=13"),
+            "{stdout} {}",
+            text(&out.stderr)
+        );
+        let e = denied_event(&srv, "cwd");
+        assert_eq!(e["rule"], "deny-curl", "{e}");
+        assert!(e["filename"].as_str().unwrap().ends_with("/b/x"), "{e}");
+    }
+}
+
+/// A server whose freezes hold `ms` before CONTINUE (debug builds only).
+fn holding_server(ms: u64) -> TestServer {
+    TestServer::start_with(&server_base(), POLICY, "", |p| {
+        let mut c = Command::new(p);
+        c.env("AGENTSH_TEST_HOLD_FROZEN_MS", ms.to_string());
+        c
+    })
+}
+
+/// Starts `race hold`; waits until the supervisor holds its freeze (the
+/// allow event is written just before the hold). Returns the exec event.
+fn start_hold(
+    srv: &TestServer,
+    arena: &Arena,
+    flag: &Path,
+) -> (agentsh_tests::relay::Wrapped, Value) {
+    let w = spawn_wrapped(
+        &srv.url,
+        "hold",
+        &[
+            arena.race.to_str().unwrap(),
+            "hold",
+            arena.okay.to_str().unwrap(),
+            flag.to_str().unwrap(),
+        ],
+        &opts(arena, None),
+    );
+    let ev = srv
+        .wait_exec_event("hold", Duration::from_secs(10), |e| {
+            e["memory"] == "frozen" && e["effective_action"] == "allow"
+        })
+        .unwrap_or_else(|| panic!("no frozen exec: {:#?}", srv.exec_events("hold")));
+    (w, ev)
+}
+
+fn wait_for(path: &Path, limit: Duration) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if path.exists() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+#[test]
+fn the_caller_killed_while_frozen_leaves_nothing_stopped() {
+    if !require_root("the_caller_killed_while_frozen_leaves_nothing_stopped") {
+        return;
+    }
+    let srv = holding_server(1500);
+    let arena = Arena::new("kill-caller");
+    let flag = arena.dir.path().join("parent-runs");
+    let (w, ev) = start_hold(&srv, &arena, &flag);
+    let caller = ev["pid"].as_u64().unwrap() as i32;
+    let root = w.child.id();
+    // SAFETY: kill takes two integers.
+    assert_eq!(unsafe { libc::kill(caller, libc::SIGKILL) }, 0);
+    assert!(
+        wait_for(&flag, Duration::from_secs(10)),
+        "the vfork parent never ran again: {:?}",
+        stopped_or_traced(srv.pid(), Some(root))
+    );
+    let left = stopped_or_traced(srv.pid(), Some(root));
+    let (_, out) = w.wait();
+    assert!(
+        text(&out.stdout).contains("child-status=9"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(left.is_empty(), "{left:#?}");
+}
+
+#[test]
+fn the_server_killed_while_tasks_are_frozen_leaves_nothing_stopped() {
+    if !require_root("the_server_killed_while_tasks_are_frozen_leaves_nothing_stopped") {
+        return;
+    }
+    let mut srv = holding_server(3000);
+    let arena = Arena::new("kill-server");
+    let flag = arena.dir.path().join("parent-runs");
+    let (w, _ev) = start_hold(&srv, &arena, &flag);
+    let root = w.child.id();
+    assert!(
+        !stopped_or_traced(srv.pid(), Some(root)).is_empty(),
+        "the freeze should hold tasks now"
+    );
+    srv.kill();
+    // PTRACE_SEIZE without EXITKILL: the kernel detaches every tracee when
+    // the tracer dies; the parent runs on, the child's exec fails (ENOSYS).
+    assert!(
+        wait_for(&flag, Duration::from_secs(10)),
+        "the vfork parent stayed stopped after the server died: {:?}",
+        stopped_or_traced(0, Some(root))
+    );
+    let left = stopped_or_traced(0, Some(root));
+    let (_, out) = w.wait();
+    assert!(
+        text(&out.stdout).contains("child-status="),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(left.is_empty(), "{left:#?}");
+}
+
+#[test]
+fn frozen_execs_that_fail_release_everyone() {
+    if !require_root("frozen_execs_that_fail_release_everyone") {
+        return;
+    }
+    let srv = TestServer::start(POLICY, "execve:\n  on_truncated: evaluate\n");
+    let arena = Arena::new("fail");
+    let garbage = arena.dir.path().join("garbage");
+    std::fs::write(&garbage, "not a program\n").unwrap();
+    std::fs::set_permissions(
+        &garbage,
+        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755),
+    )
+    .unwrap();
+    let cases = [
+        (arena.okay.to_str().unwrap(), "plain", "child-exit=0"),
+        (garbage.to_str().unwrap(), "plain", "child-exit=18"), // ENOEXEC
+        (arena.okay.to_str().unwrap(), "big", "child-exit=17"), // E2BIG
+        ("/nonexistent/prog", "plain", "child-exit=14"),       // ENOENT
+    ];
+    for (target, kind, want) in cases {
+        let out = run_wrapped(
+            &srv.url,
+            "fail",
+            &[arena.race.to_str().unwrap(), "spawn", target, kind],
+            &opts(&arena, None),
+        );
+        let stdout = text(&out.stdout);
+        assert!(
+            stdout.contains(want),
+            "{target} {kind}: {stdout} {}",
+            text(&out.stderr)
+        );
+        let left = stopped_or_traced(srv.pid(), None);
+        assert!(left.is_empty(), "{target} {kind}: {left:#?}");
+    }
+    let ev = srv.exec_events("fail");
+    assert!(
+        ev.iter().any(|e| e["memory"] == "frozen"),
+        "the spawns were frozen: {ev:#?}"
+    );
+}
