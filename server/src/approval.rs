@@ -58,6 +58,9 @@ pub struct ApprovalRequest {
     pub depth: u32,
     pub filename: String,
     pub argv: Vec<String>,
+    /// The file the operator approves (device, inode): what runs must be it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<crate::audit::FileIdentity>,
     pub rule: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
@@ -70,7 +73,13 @@ pub struct ApprovalRequest {
 pub struct HeldExec {
     pub session_id: String,
     pub notif_id: u64,
+    /// The calling thread (watched through the exec once approved).
+    pub tid: u32,
     pub starttime: u64,
+    /// What the operator approves: the file (device, inode) and argv that
+    /// must run; `None` if the file's identity could not be read (then the
+    /// exec is refused when approved).
+    pub expected: Option<crate::supervisor::Expected>,
     pub subject: ExecSubject,
     pub rule: String,
     pub message: Option<String>,
@@ -331,6 +340,7 @@ impl Approvals {
                 depth: exec.subject.depth,
                 filename: exec.subject.filename.clone(),
                 argv: exec.subject.argv.clone(),
+                file: exec.subject.file.clone(),
                 rule: exec.rule.clone(),
                 message: exec.message.clone(),
                 waiting_since: audit::rfc3339_at(now),
@@ -483,20 +493,48 @@ impl Approvals {
             effective_allow,
         );
         let Some(n) = live else { return };
-        let answered = if effective_allow {
-            let _ = allowed.send((exec.subject.pid, exec.starttime, exec.subject.depth));
-            // SAFETY ARGUMENT for CONTINUE: the facts were read while the
-            // tracee was stopped in this syscall (supervisor::handle), the
-            // exec stays stopped while it waits, and id_valid just proved the
-            // notification still names that tracee. The argv-rewrite TOCTOU
-            // of the supervisor's module doc applies unchanged.
-            notif::respond_continue(fd.as_fd(), n)
-        } else {
-            notif::respond_errno(fd.as_fd(), n, libc::EACCES)
-        };
-        if let Err(e) = answered {
-            tracing::info!(%id, pid = exec.subject.pid, "answer not delivered (the process is gone): {e}");
+        if !effective_allow {
+            if let Err(e) = notif::respond_errno(fd.as_fd(), n, libc::EACCES) {
+                tracing::info!(%id, pid = exec.subject.pid, "answer not delivered (the process is gone): {e}");
+            }
+            return;
         }
+        let _ = allowed.send((exec.subject.pid, exec.starttime, exec.subject.depth));
+        // The operator approved this file and argv: the supervisor lets the
+        // exec proceed and kills what runs if it is anything else.
+        let resumed = match &exec.expected {
+            Some(e) => crate::supervisor::resume_approved(
+                fd.as_fd(),
+                n,
+                exec.tid,
+                exec.subject.pid,
+                Some(e),
+            ),
+            None => {
+                let _ = notif::respond_errno(fd.as_fd(), n, libc::EACCES);
+                crate::supervisor::Resumed::Refused(
+                    "the approved file's identity could not be read".into(),
+                )
+            }
+        };
+        let refusal = match resumed {
+            crate::supervisor::Resumed::AsApproved => return,
+            crate::supervisor::Resumed::Refused(why) => ("unverifiable", why),
+            crate::supervisor::Resumed::Killed(what) => (
+                "exec_mismatch",
+                format!("killed before its first instruction: {what} (approval {id})"),
+            ),
+        };
+        tracing::warn!(%id, pid = exec.subject.pid, "approved exec refused: {}", refusal.1);
+        let event = ExecEvent::new(
+            exec.subject.clone(),
+            crate::policy::Decision::Deny,
+            refusal.0,
+            Action::Deny,
+            Some(refusal.1),
+        );
+        self.audit
+            .record(&exec.session_id, EventBody::Execve(event));
     }
 
     fn record(
@@ -710,7 +748,9 @@ mod tests {
         HeldExec {
             session_id: "s".into(),
             notif_id,
+            tid: 4242,
             starttime: 7,
+            expected: None,
             subject: ExecSubject {
                 pid: 4242,
                 parent_pid: 1,

@@ -472,6 +472,160 @@ pub fn shebang(target: &ExecTarget) -> Option<Vec<String>> {
     parse_shebang(&buf[..n])
 }
 
+/// How deep the kernel follows `#!` interpreters that are scripts themselves
+/// (`BINPRM_MAX_RECURSION`): one more fails the exec with ELOOP.
+pub const MAX_INTERPRETER_DEPTH: usize = 4;
+
+/// One `#!` interpreter the kernel will start.
+#[derive(Debug)]
+pub struct ChainLink {
+    /// The path on the `#!` line.
+    pub path: String,
+    /// The argv the kernel builds for it.
+    pub argv: Vec<String>,
+    /// The file, resolved like an exec in the caller's view; `None` when it
+    /// does not exist (the exec then fails with ENOENT).
+    pub target: Option<ExecTarget>,
+}
+
+/// Why an interpreter chain cannot be followed.
+#[derive(Debug)]
+pub enum ChainError {
+    /// Deeper than the kernel follows: the exec fails with ELOOP anyway.
+    TooDeep,
+    Unresolvable(String, io::Error),
+}
+
+/// The `#!` interpreters the kernel will start for `target`, outermost
+/// first, each resolved like an exec in thread `tid`'s view, with the argv
+/// the kernel builds: `[interpreter, optional argument, file name, args...]`
+/// where the file name is `script_name` (the name the kernel was given) for
+/// the first level and the previous interpreter's path after that.
+///
+/// # Errors
+/// A chain deeper than [`MAX_INTERPRETER_DEPTH`], or an interpreter that
+/// exists but cannot be resolved.
+pub fn interpreter_chain(
+    pid: u32,
+    tid: u32,
+    target: &ExecTarget,
+    script_name: &str,
+    argv: &[String],
+) -> Result<Vec<ChainLink>, ChainError> {
+    let mut chain: Vec<ChainLink> = Vec::new();
+    let mut name = script_name.to_string();
+    let mut args: Vec<String> = argv.to_vec();
+    loop {
+        let current = match chain.last() {
+            None => Some(target),
+            Some(l) => l.target.as_ref(),
+        };
+        let Some(current) = current else {
+            return Ok(chain);
+        };
+        let Some(line) = shebang(current) else {
+            return Ok(chain);
+        };
+        if chain.len() == MAX_INTERPRETER_DEPTH {
+            return Err(ChainError::TooDeep);
+        }
+        let interp = line[0].clone();
+        let mut new_args = line.clone();
+        new_args.push(name.clone());
+        new_args.extend(args.iter().skip(1).cloned());
+        let t = match resolve_exec_target(pid, tid, AT_FDCWD, interp.as_bytes(), false) {
+            Ok(t) => Some(t),
+            Err(ResolveError::Missing(_)) => None,
+            Err(ResolveError::Other(e)) => return Err(ChainError::Unresolvable(interp, e)),
+        };
+        name = interp.clone();
+        args = new_args.clone();
+        chain.push(ChainLink {
+            path: interp,
+            argv: new_args,
+            target: t,
+        });
+    }
+}
+
+/// Is every directory a lookup of `path` passes through (following its
+/// symlinks, in the tracee's root `root`) one the tree cannot change? A
+/// directory counts as changeable when, for a caller with uid `uid` other
+/// than 0, it is not owned by root or is group- or other-writable; for a root
+/// caller, when it is neither beneath `no_write` (Landlock keeps every tree
+/// from writing there) nor an ancestor of such a path. `false` also when the
+/// walk fails or loops. An approximation: see docs/security-model.md.
+pub fn path_is_stable(root: &str, path: &str, uid: u32, no_write: &[&str]) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let beneath = |p: &str, d: &str| {
+        p == d || p.strip_prefix(d).is_some_and(|r| r.starts_with('/')) || d == "/"
+    };
+    let changeable = |dir: &str| -> bool {
+        let Ok(m) = std::fs::metadata(format!("{root}{dir}")) else {
+            return true;
+        };
+        if uid != 0 {
+            return m.uid() != 0 || m.mode() & 0o022 != 0;
+        }
+        !no_write
+            .iter()
+            .any(|d| beneath(dir, d) || (beneath(d, dir) && dir != *d))
+    };
+    let mut todo: Vec<String> = path
+        .split('/')
+        .filter(|c| !c.is_empty())
+        .map(str::to_string)
+        .rev()
+        .collect();
+    let mut dir = String::from("/");
+    let mut hops = 0;
+    while let Some(comp) = todo.pop() {
+        if comp == "." {
+            continue;
+        }
+        if comp == ".." {
+            dir = match dir.rsplit_once('/') {
+                Some(("", _)) | None => "/".into(),
+                Some((parent, _)) => parent.into(),
+            };
+            continue;
+        }
+        if changeable(&dir) {
+            return false;
+        }
+        let here = if dir == "/" {
+            format!("/{comp}")
+        } else {
+            format!("{dir}/{comp}")
+        };
+        match std::fs::symlink_metadata(format!("{root}{here}")) {
+            Ok(m) if m.file_type().is_symlink() => {
+                hops += 1;
+                if hops > 40 {
+                    return false;
+                }
+                let Ok(target) = std::fs::read_link(format!("{root}{here}")) else {
+                    return false;
+                };
+                let target = target.to_string_lossy().into_owned();
+                if target.starts_with('/') {
+                    dir = "/".into();
+                }
+                todo.extend(
+                    target
+                        .split('/')
+                        .filter(|c| !c.is_empty())
+                        .map(str::to_string)
+                        .rev(),
+                );
+            }
+            Ok(_) => dir = here,
+            Err(_) => return false,
+        }
+    }
+    true
+}
+
 fn parse_shebang(head: &[u8]) -> Option<Vec<String>> {
     let rest = head.strip_prefix(b"#!")?;
     let line = rest.split(|b| *b == b'\n').next()?;
@@ -602,6 +756,20 @@ mod tests {
             Err(ResolveError::Missing(e)) => assert_eq!(e, libc::ENOENT),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn stable_paths() {
+        let nw = ["/usr/bin", "/usr/lib"];
+        // Root-owned, not writable by others: stable for an ordinary user.
+        assert!(path_is_stable("", "/usr/bin/env", 1000, &nw));
+        // /tmp is world-writable.
+        assert!(!path_is_stable("", "/tmp/x", 1000, &nw));
+        // For root, only what Landlock keeps every tree from writing.
+        assert!(path_is_stable("", "/usr/bin/env", 0, &nw));
+        assert!(!path_is_stable("", "/var/tmp/x", 0, &nw));
+        // A missing component is not stable.
+        assert!(!path_is_stable("", "/nonexistent-dir/x", 1000, &nw));
     }
 
     #[test]

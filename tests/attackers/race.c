@@ -15,6 +15,12 @@
  *                                  writes FLAG when it is running again
  *   race spawn   PATH big|plain    vfork + a running thread, the child execs
  *                                  PATH (with a 200 KiB argument: E2BIG)
+ *   race symlink N DIR ALLOWED DENIED  another process flips DIR/link between
+ *                                  ALLOWED and DENIED (rename over it); the
+ *                                  caller execs DIR/link
+ *   race approve ALLOWED GO DONE   a threaded child execs ALLOWED with argv
+ *                                  "benign"; once GO exists its other thread
+ *                                  rewrites the argument and creates DONE
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -47,19 +53,20 @@ static void *flipper(void *unused) {
     return NULL;
 }
 
-struct tally { long attempts, denied, ok, missing, other; };
+struct tally { long attempts, denied, ok, missing, killed, other; };
 
 static void count(struct tally *t, int status) {
     t->attempts++;
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) t->ok++;
     else if (WIFEXITED(status) && WEXITSTATUS(status) == 13) t->denied++;
     else if (WIFEXITED(status) && WEXITSTATUS(status) == 12) t->missing++;
+    else if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) t->killed++;
     else t->other++;
 }
 
 static void report(struct tally *t) {
-    printf("attempts=%ld denied=%ld ok=%ld missing=%ld other=%ld\n", t->attempts, t->denied,
-           t->ok, t->missing, t->other);
+    printf("attempts=%ld denied=%ld ok=%ld missing=%ld killed=%ld other=%ld\n", t->attempts,
+           t->denied, t->ok, t->missing, t->killed, t->other);
 }
 
 static void child_exec(void) {
@@ -205,6 +212,64 @@ static int hold_mode(const char *allowed, const char *flag) {
     return 0;
 }
 
+static int symlink_mode(long n, const char *dir, const char *allowed, const char *denied) {
+    static char p[512], a[64], link[512], t1[512], t2[512];
+    snprintf(link, sizeof link, "%s/link", dir);
+    snprintf(t1, sizeof t1, "%s/.t1", dir);
+    snprintf(t2, sizeof t2, "%s/.t2", dir);
+    setup(p, a, link, link);
+    unlink(t1);
+    unlink(t2);
+    if (symlink(allowed, t1) || rename(t1, link)) { perror("symlink"); return 1; }
+    pid_t flipper_pid = fork();
+    if (flipper_pid == 0) {
+        for (;;) {
+            if (symlink(denied, t2) == 0) rename(t2, link);
+            if (symlink(allowed, t1) == 0) rename(t1, link);
+        }
+    }
+    struct tally t = {0};
+    for (long i = 0; i < n; i++) {
+        pid_t pid = fork();
+        if (pid == 0) child_exec();
+        int st;
+        waitpid(pid, &st, 0);
+        count(&t, st);
+    }
+    kill(flipper_pid, SIGKILL);
+    waitpid(flipper_pid, NULL, 0);
+    report(&t);
+    return 0;
+}
+
+static const char *go_flag, *done_flag;
+static void *rewriter(void *unused) {
+    (void)unused;
+    while (access(go_flag, F_OK) != 0) usleep(1000);
+    memcpy(arg, "SECRET", 7);
+    int fd = open(done_flag, O_WRONLY | O_CREAT, 0666);
+    close(fd);
+    return NULL;
+}
+
+static int approve_mode(const char *allowed, const char *go, const char *done) {
+    static char p[512], a[64];
+    setup(p, a, allowed, allowed);
+    go_flag = go;
+    done_flag = done;
+    pid_t pid = fork();
+    if (pid == 0) {
+        pthread_t th;
+        if (pthread_create(&th, NULL, rewriter, NULL)) _exit(15);
+        child_exec();
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    printf("child-status=%d signal=%d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+           WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    return 0;
+}
+
 static volatile long spin;
 static void *spinner(void *unused) {
     (void)unused;
@@ -239,6 +304,8 @@ int main(int argc, char **argv) {
     if (argc >= 5 && !strcmp(argv[1], "cwd")) return cwd_mode(argv[2], argv[3], argv[4]);
     if (argc >= 4 && !strcmp(argv[1], "hold")) return hold_mode(argv[2], argv[3]);
     if (argc >= 4 && !strcmp(argv[1], "spawn")) return spawn_mode(argv[2], argv[3]);
+    if (argc >= 6 && !strcmp(argv[1], "symlink")) return symlink_mode(atol(argv[2]), argv[3], argv[4], argv[5]);
+    if (argc >= 5 && !strcmp(argv[1], "approve")) return approve_mode(argv[2], argv[3], argv[4]);
     fprintf(stderr, "usage: see the comment at the top of race.c\n");
     return 2;
 }

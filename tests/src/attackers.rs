@@ -80,8 +80,24 @@ impl Arena {
     }
 }
 
-/// The summary line a race mode prints: (attempts, denied, ok, missing, other).
-pub fn tally(stdout: &str) -> Option<(u64, u64, u64, u64, u64)> {
+/// The summary line a race mode prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tally {
+    pub attempts: u64,
+    /// Refused with EACCES.
+    pub denied: u64,
+    /// The allowed program ran.
+    pub ok: u64,
+    /// ENOENT/ENOTDIR (a path read half-written).
+    pub missing: u64,
+    /// Killed by SIGKILL (a new image that was not what was judged).
+    pub killed: u64,
+    /// Anything else: a forbidden program ran, or an unexpected errno.
+    pub other: u64,
+}
+
+/// Parses the summary line a race mode prints.
+pub fn tally(stdout: &str) -> Option<Tally> {
     let line = stdout.lines().find(|l| l.starts_with("attempts="))?;
     let get = |k: &str| -> Option<u64> {
         line.split_whitespace()
@@ -89,13 +105,14 @@ pub fn tally(stdout: &str) -> Option<(u64, u64, u64, u64, u64)> {
             .parse()
             .ok()
     };
-    Some((
-        get("attempts")?,
-        get("denied")?,
-        get("ok")?,
-        get("missing")?,
-        get("other")?,
-    ))
+    Some(Tally {
+        attempts: get("attempts")?,
+        denied: get("denied")?,
+        ok: get("ok")?,
+        missing: get("missing")?,
+        killed: get("killed")?,
+        other: get("other")?,
+    })
 }
 
 /// Threads traced by a thread of process `tracer`, or stopped by ptrace

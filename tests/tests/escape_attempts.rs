@@ -197,6 +197,29 @@ fn attempts(c: &Ctx) -> Vec<Attempt> {
             "/srv/ws/s2",
         ),
         rule(
+            "script whose interpreter is a workspace symlink to curl",
+            "ln -sf /usr/bin/curl /srv/ws/innocent && \
+             printf '#!/srv/ws/innocent --version\\n' > /srv/ws/s3 && chmod +x /srv/ws/s3",
+            "/srv/ws/s3",
+            "deny-nested-network-tools",
+            "/srv/ws/s3",
+        ),
+        rule(
+            "script whose interpreter is a script whose interpreter is curl",
+            "printf '#!/usr/bin/curl --version\\n' > /srv/ws/i1 && chmod +x /srv/ws/i1 && \
+             printf '#!/srv/ws/i1\\n' > /srv/ws/s4 && chmod +x /srv/ws/s4",
+            "/srv/ws/s4",
+            "deny-nested-network-tools",
+            "/srv/ws/s4",
+        ),
+        rule(
+            "script run by #!/usr/bin/env curl",
+            "printf '#!/usr/bin/env curl\\n' > /srv/ws/s5 && chmod +x /srv/ws/s5",
+            "/srv/ws/s5",
+            "deny-nested-network-tools",
+            "/srv/ws/s5",
+        ),
+        rule(
             "script in /tmp",
             "printf '#!/bin/sh\\necho ran\\n' > /tmp/s-$$ && chmod +x /tmp/s-$$",
             "/tmp/s-$$",

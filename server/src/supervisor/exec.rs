@@ -25,8 +25,9 @@
 //! (EACCES) audited with the rule `unreadable`, `unresolvable`,
 //! `memory_not_frozen` or `shared_memory` and the reason.
 
-use super::ptrace::{self, Event, Lingering};
+use super::ptrace::Lingering;
 use super::sharing::{self, Frozen, Sharing};
+use super::verify::{self, Expected};
 use super::vma;
 use super::{signals, DepthBook, SupervisorContext, Tree};
 use crate::approval::HeldExec;
@@ -43,9 +44,6 @@ use std::time::{Duration, Instant};
 
 pub use crate::policy::RULE_FILELESS_EXEC;
 
-/// How long an allowed exec of a frozen caller may take before the tasks
-/// stopped for it are released anyway (the kernel has long copied the strings).
-const EXEC_DEADLINE: Duration = Duration::from_secs(10);
 /// How long, after the exec, tasks asleep in the kernel get to reach their stop.
 const RELEASE_GRACE: Duration = Duration::from_millis(5);
 
@@ -124,6 +122,54 @@ struct Gathered {
     target: ExecTarget,
     argv: tracee::Argv,
     memory: Memory,
+    /// The `#!` interpreters the kernel will start, outermost first.
+    chain: Vec<tracee::ChainLink>,
+    /// Every path lookup the kernel will repeat passes only through
+    /// directories the tree cannot change (`tracee::path_is_stable`).
+    stable: bool,
+}
+
+/// The name the kernel gives a script's interpreter (`bprm->filename`).
+fn kernel_filename(args: &ExecArgs, path: &[u8]) -> String {
+    let p = String::from_utf8_lossy(path).into_owned();
+    if p.starts_with('/') || args.dirfd == libc::AT_FDCWD {
+        p
+    } else if p.is_empty() {
+        format!("/dev/fd/{}", args.dirfd)
+    } else {
+        format!("/dev/fd/{}/{p}", args.dirfd)
+    }
+}
+
+/// Whether the lookups of the program and of its interpreters can be
+/// changed by the tree between the decision and the kernel's lookup.
+fn lookups_stable(
+    pid: u32,
+    tid: u32,
+    args: &ExecArgs,
+    target: &ExecTarget,
+    chain: &[tracee::ChainLink],
+) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let task = tracee::task_dir(pid, tid);
+    let root = match std::fs::read_link(format!("{task}/root")) {
+        Ok(r) if r.as_os_str() == "/" => String::new(),
+        Ok(_) => format!("{task}/root"),
+        Err(_) => return false,
+    };
+    // The owner of /proc/<pid> is the process's effective uid (root when it
+    // is not dumpable: the stricter reading).
+    let Ok(uid) = std::fs::metadata(format!("/proc/{pid}")).map(|m| m.uid()) else {
+        return false;
+    };
+    let no_write = crate::policy::landlock::SYSTEM_NO_WRITE;
+    // execveat(fd, "", AT_EMPTY_PATH) looks nothing up: the fd is the file.
+    let program = (args.flags & libc::AT_EMPTY_PATH != 0 && target.filename.is_empty())
+        || tracee::path_is_stable(&root, &target.filename, uid, no_write);
+    program
+        && chain
+            .iter()
+            .all(|l| tracee::path_is_stable(&root, &l.path, uid, no_write))
 }
 
 /// The outcome of reading the path once.
@@ -251,15 +297,15 @@ fn gather(
         },
         Err(why) => return fail(&first.1.filename, undecidable("memory_not_frozen", why)),
     };
-    let target = if memory == Memory::Frozen {
+    let (path, target) = if memory == Memory::Frozen {
         // The first read raced with tasks that were still running.
         match read_path(pid, req) {
             Ok(PathRead::Missing(errno)) => return Gather::Answer(errno),
-            Ok(PathRead::Target(_, t)) => t,
+            Ok(PathRead::Target(p, t)) => (p, t),
             Err(u) => return fail(&first.1.filename, u),
         }
     } else {
-        first.1
+        first
     };
     let argv = match tracee::read_argv(
         tid,
@@ -279,6 +325,32 @@ fn gather(
     if let Err(u) = check_mappings(pid, req, &argv) {
         return fail(&target.filename, u);
     }
+    let script_name = kernel_filename(&req.args, &path);
+    let chain = match tracee::interpreter_chain(pid, tid, &target, &script_name, &argv.args) {
+        Ok(c) => c,
+        Err(tracee::ChainError::TooDeep) => {
+            return fail(
+                &target.filename,
+                undecidable(
+                    "interpreter_chain",
+                    format!(
+                        "#! interpreters nested deeper than the kernel follows ({})",
+                        tracee::MAX_INTERPRETER_DEPTH
+                    ),
+                ),
+            )
+        }
+        Err(tracee::ChainError::Unresolvable(i, e)) => {
+            return fail(
+                &target.filename,
+                undecidable(
+                    "unresolvable",
+                    format!("#! interpreter {i:?} cannot be resolved in the caller's view: {e}"),
+                ),
+            )
+        }
+    };
+    let stable = lookups_stable(pid, tid, &req.args, &target, &chain);
     Gather::Ready(
         pid,
         Gathered {
@@ -286,6 +358,8 @@ fn gather(
             target,
             argv,
             memory,
+            chain,
+            stable,
         },
     )
 }
@@ -310,21 +384,35 @@ fn subject(pid: u32, g: &Gathered, depth: u32) -> ExecSubject {
     }
 }
 
-/// The `#!` interpreter of the program, with the argv the kernel builds.
+/// The `#!` interpreters as the policy and the audit see them.
 fn interpreters_of(g: &Gathered) -> Vec<policy::Interpreter> {
-    tracee::shebang(&g.target)
-        .map(|mut argv| {
-            let path = argv[0].clone();
-            argv.push(g.target.filename.clone());
-            argv.extend(g.argv.args.iter().skip(1).cloned());
-            vec![policy::Interpreter {
-                path,
-                resolved: None,
-                argv,
-                copy_of: Vec::new(),
-            }]
+    g.chain
+        .iter()
+        .map(|l| policy::Interpreter {
+            path: l.path.clone(),
+            resolved: l
+                .target
+                .as_ref()
+                .and_then(|t| t.resolved.clone().or_else(|| Some(t.filename.clone())))
+                .filter(|r| *r != l.path),
+            argv: l.argv.clone(),
+            copy_of: Vec::new(),
         })
-        .unwrap_or_default()
+        .collect()
+}
+
+/// What the exec must turn out to run: the program (or the script's last
+/// interpreter) with the argv the kernel builds.
+fn expected_of(g: &Gathered) -> Option<Expected> {
+    let (file, argv) = match g.chain.last() {
+        Some(l) => (l.target.as_ref()?.identity().ok()?, l.argv.clone()),
+        None => (g.target.identity().ok()?, g.argv.args.clone()),
+    };
+    Some(Expected {
+        file,
+        argv,
+        argv_complete: !g.argv.truncated,
+    })
 }
 
 /// The facts the policy judges, from what was gathered.
@@ -423,7 +511,9 @@ pub fn handle(
                 HeldExec {
                     session_id: tree.session_id.clone(),
                     notif_id: id,
+                    tid: req.tid,
                     starttime: g.stat.starttime,
+                    expected: expected_of(&g),
                     subject,
                     rule: verdict.rule,
                     message: verdict.message,
@@ -435,27 +525,33 @@ pub fn handle(
     };
     let mut rule = verdict.rule;
     let mut message = verdict.message;
-    // With stopped tasks, the caller is watched through its exec: seized
-    // (TRACEEXEC) with a stop pending, so it stops at PTRACE_EVENT_EXEC on
-    // success and on its way back to user space on failure.
-    if allow && frozen.is_some() {
-        if let Err(e) = ptrace::seize(req.tid, libc::PTRACE_O_TRACEEXEC)
-            .and_then(|()| ptrace::interrupt(req.tid))
-        {
+    // Watched through the exec when anything could change what runs after
+    // CONTINUE: stopped tasks (released only once the exec is over), or a
+    // path lookup the tree can change (a symlink or rename swap). The caller
+    // is seized with a stop pending: PTRACE_EVENT_EXEC on success, a stop on
+    // its way back to user space on failure.
+    let expected = expected_of(&g);
+    let watched = allow && (frozen.is_some() || !g.stable);
+    if watched {
+        if let Err(e) = verify::arm(req.tid) {
             allow = false;
-            rule = "memory_not_frozen".into();
-            message = Some(format!("cannot watch the exec of thread {}: {e}", req.tid));
+            rule = "unverifiable".into();
+            message = Some(format!(
+                "cannot watch the exec of thread {} to verify what runs (ptrace: {e}); \
+                 the server needs CAP_SYS_PTRACE",
+                req.tid
+            ));
         }
     }
-    // The event is written before the answer: whatever the exec does next,
-    // the audit trail already has it.
     let event = ExecEvent::new(
-        subject,
+        subject.clone(),
         verdict.decision,
-        rule,
+        rule.clone(),
         if allow { Action::Allow } else { Action::Deny },
         message,
     );
+    // The event is written before the answer: whatever the exec does next,
+    // the audit trail already has it.
     ctx.audit.record(&tree.session_id, EventBody::Execve(event));
     // The supervisor's own time for this exec (facts, freeze, policy,
     // audit); taken before the answer, which may hand this CPU to the tracee.
@@ -469,17 +565,19 @@ pub fn handle(
         return;
     }
     // SAFETY ARGUMENT for CONTINUE. The kernel reads the path and argv again
-    // after this answer. (a) Nothing else can write them: either no other
-    // task shares the caller's address space (`Sharing::Exclusive`: a single
-    // thread whose parent does not share it, and the base filter keeps
-    // CLONE_VM children to threads and vfork), or every task that does is
-    // ptrace-stopped or asleep in the kernel with a stop pending, and stays so
-    // until the exec completed or failed (`watch_exec` below). (b) No other
-    // process can write them: `check_mappings` refused strings in shared
-    // mappings and in private pages of files a tree may write. (c) The path
-    // resolved to the file judged: see the remaining symlink/rename window in
-    // docs/security-model.md. (d) `still_waiting` proved the thread id still
-    // names the thread stopped in this very syscall.
+    // after this answer and resolves the path again. (a) Nothing else can
+    // write the strings: either no other task shares the caller's address
+    // space (`Sharing::Exclusive`: a single thread whose parent does not share
+    // it; the base filter keeps CLONE_VM children to threads and vfork), or
+    // every task that does is ptrace-stopped or asleep in the kernel with a
+    // stop pending, and stays so until the exec completed or failed
+    // (`verify::watch`). (b) No other process can write them: `check_mappings`
+    // refused strings in shared mappings and in private pages of files a tree
+    // may write. (c) The file that runs is the file judged: every lookup went
+    // through directories the tree cannot change (`lookups_stable`), or the
+    // exec is watched and the new image is checked at PTRACE_EVENT_EXEC,
+    // before its first instruction (`verify`). (d) `still_waiting` proved the
+    // thread id still names the thread stopped in this very syscall.
     if frozen.is_some() {
         hold_for_tests();
     }
@@ -491,14 +589,49 @@ pub fn handle(
     if answered.is_ok() {
         st.book.record(pid, g.stat.starttime, depth);
     }
-    if let Some(mut f) = frozen {
-        if answered.is_ok() {
-            watch_exec(req.tid, pid, &mut f, &mut st.lingering);
-        } else {
-            st.lingering.add(req.tid);
-        }
-        f.release(&mut st.lingering, RELEASE_GRACE);
+    if !watched {
+        return;
     }
+    let outcome = if answered.is_ok() {
+        verify::watch(
+            req.tid,
+            pid,
+            expected.as_ref(),
+            frozen.as_mut(),
+            &mut st.lingering,
+        )
+    } else {
+        st.lingering.add(req.tid);
+        verify::Outcome::Gone
+    };
+    release(st, frozen, RELEASE_GRACE);
+    if let verify::Outcome::Killed(what) = outcome {
+        record_mismatch(ctx, &tree.session_id, subject, &rule, what);
+    }
+}
+
+/// The audit event of an exec whose new image was not what was judged.
+pub(super) fn record_mismatch(
+    ctx: &SupervisorContext,
+    session: &str,
+    subject: ExecSubject,
+    judged_rule: &str,
+    what: String,
+) {
+    tracing::warn!(
+        pid = subject.pid,
+        "exec mismatch, killed before its first instruction: {what}"
+    );
+    let event = ExecEvent::new(
+        subject,
+        Decision::Deny,
+        "exec_mismatch",
+        Action::Deny,
+        Some(format!(
+            "killed before its first instruction: {what} (allowed by rule {judged_rule})"
+        )),
+    );
+    ctx.audit.record(session, EventBody::Execve(event));
 }
 
 /// Debug builds only: `AGENTSH_TEST_HOLD_FROZEN_MS` keeps stopped tasks
@@ -522,58 +655,5 @@ fn hold_for_tests() {
 fn release(st: &mut TreeState, frozen: Option<Frozen>, grace: Duration) {
     if let Some(f) = frozen {
         f.release(&mut st.lingering, grace);
-    }
-}
-
-/// How a watched exec ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Outcome {
-    /// `PTRACE_EVENT_EXEC`: the new image, not yet run, as thread `tid` (the
-    /// thread-group id when a non-leader thread exec'd).
-    Completed {
-        tid: u32,
-    },
-    /// The caller came back to user space: the exec failed.
-    Failed,
-    Gone,
-    TimedOut,
-}
-
-/// Waits for the caller's exec to complete or fail, recording what the other
-/// stopped tasks do meanwhile (they die in `de_thread`, or a vfork parent
-/// wakes); detaches the caller.
-fn watch_exec(tid: u32, pid: u32, frozen: &mut Frozen, lingering: &mut Lingering) -> Outcome {
-    let deadline = Instant::now() + EXEC_DEADLINE;
-    loop {
-        let Some((t, ev)) = ptrace::wait_any(deadline) else {
-            tracing::warn!(tid, "exec not finished within {EXEC_DEADLINE:?}; releasing");
-            lingering.add(tid);
-            return Outcome::TimedOut;
-        };
-        if (t == tid || t == pid)
-            && matches!(
-                ev,
-                Event::Stopped {
-                    event: ptrace::EVENT_EXEC,
-                    ..
-                }
-            )
-        {
-            let _ = ptrace::detach(t, 0);
-            return Outcome::Completed { tid: t };
-        }
-        if t == tid {
-            if let Event::Stopped { .. } = ev {
-                let _ = ptrace::detach(t, ev.detach_signal());
-                return Outcome::Failed;
-            }
-            return Outcome::Gone;
-        }
-        if !frozen.saw(t, ev) {
-            if let Event::Stopped { .. } = ev {
-                let _ = ptrace::detach(t, ev.detach_signal());
-                lingering.take(t);
-            }
-        }
     }
 }

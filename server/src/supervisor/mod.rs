@@ -24,10 +24,12 @@ mod notify;
 mod ptrace;
 mod sharing;
 mod signals;
+mod verify;
 mod vma;
 
 pub use depth::DepthBook;
 pub use exec::RULE_FILELESS_EXEC;
+pub use verify::Expected;
 
 use crate::approval::Approvals;
 use crate::audit::AuditLog;
@@ -57,4 +59,49 @@ pub struct Tree {
 /// Serves `tree` until every process in it has exited.
 pub fn serve(ctx: Arc<SupervisorContext>, tree: Tree) {
     notify::serve(ctx, tree)
+}
+
+/// How a held exec ended once an operator approved it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resumed {
+    /// It ran as approved (or failed, or its caller died: nothing else ran).
+    AsApproved,
+    /// It could not be watched: refused with EACCES instead.
+    Refused(String),
+    /// What ran was not what the operator approved: killed before its first
+    /// instruction. The text says what it was.
+    Killed(String),
+}
+
+/// Lets an approved exec proceed and makes sure it runs exactly the file and
+/// argv the operator saw: the calling thread is seized before CONTINUE and
+/// checked at `PTRACE_EVENT_EXEC` (see `verify`). Called on the approval
+/// waiter's thread, which is then the tracer (its tracees are detached by the
+/// kernel when the thread ends).
+pub fn resume_approved(
+    fd: std::os::fd::BorrowedFd<'_>,
+    id: u64,
+    tid: u32,
+    pid: u32,
+    expected: Option<&Expected>,
+) -> Resumed {
+    use agentsh_proto::notif;
+    if let Err(e) = verify::arm(tid) {
+        let _ = notif::respond_errno(fd, id, libc::EACCES);
+        return Resumed::Refused(format!(
+            "cannot watch the approved exec to verify what runs (ptrace: {e})"
+        ));
+    }
+    // SAFETY ARGUMENT for CONTINUE: the operator approved a file identity and
+    // an argv; another thread may have changed the path or argv since, so
+    // what the kernel starts is checked at PTRACE_EVENT_EXEC, before its first
+    // instruction, and killed if it is not exactly that (`verify::watch`).
+    if notif::respond_continue(fd, id).is_err() {
+        return Resumed::AsApproved; // the caller is gone: nothing runs
+    }
+    let mut lingering = ptrace::Lingering::default();
+    match verify::watch(tid, pid, expected, None, &mut lingering) {
+        verify::Outcome::Killed(what) => Resumed::Killed(what),
+        _ => Resumed::AsApproved,
+    }
 }
