@@ -18,6 +18,9 @@
  *   race symlink N DIR ALLOWED DENIED  another process flips DIR/link between
  *                                  ALLOWED and DENIED (rename over it); the
  *                                  caller execs DIR/link
+ *   race spawners N ALLOWED        not an attack: 8 threads each posix_spawn
+ *                                  ALLOWED N times, then N Go-style raw
+ *                                  clone(CLONE_VM|CLONE_VFORK) spawns
  *   race approve ALLOWED GO DONE   a threaded child execs ALLOWED with argv
  *                                  "benign"; once GO exists its other thread
  *                                  rewrites the argument and creates DONE
@@ -27,6 +30,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -270,6 +274,55 @@ static int approve_mode(const char *allowed, const char *go, const char *done) {
     return 0;
 }
 
+static long spawn_n;
+static const char *spawn_target;
+static volatile long spawn_failed, spawn_ok;
+static pthread_mutex_t spawn_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *spawn_thread(void *unused) {
+    (void)unused;
+    for (long i = 0; i < spawn_n; i++) {
+        pid_t pid;
+        char *argv[] = {(char *)spawn_target, "benign", NULL};
+        int rc = posix_spawn(&pid, spawn_target, NULL, NULL, argv, environ);
+        int st = -1;
+        if (rc == 0) waitpid(pid, &st, 0);
+        pthread_mutex_lock(&spawn_lock);
+        if (rc == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0) spawn_ok++;
+        else spawn_failed++;
+        pthread_mutex_unlock(&spawn_lock);
+    }
+    return NULL;
+}
+
+static int go_child(void *target) {
+    char *argv[] = {(char *)target, "benign", NULL};
+    execve((char *)target, argv, environ);
+    _exit(127);
+}
+
+static int spawners_mode(long n, const char *target) {
+    spawn_n = n;
+    spawn_target = target;
+    pthread_t th[8];
+    for (int i = 0; i < 8; i++) pthread_create(&th[i], NULL, spawn_thread, NULL);
+    for (int i = 0; i < 8; i++) pthread_join(th[i], NULL);
+    /* Go's os/exec: clone(CLONE_VM|CLONE_VFORK|SIGCHLD) on a fresh stack. */
+    static char stack[64 * 1024];
+    long go_ok = 0, go_failed = 0;
+    for (long i = 0; i < n; i++) {
+        pid_t pid = clone(go_child, stack + sizeof stack, CLONE_VM | CLONE_VFORK | SIGCHLD,
+                          (void *)target);
+        int st = -1;
+        if (pid > 0) waitpid(pid, &st, 0);
+        if (pid > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0) go_ok++;
+        else go_failed++;
+    }
+    printf("posix_spawn ok=%ld failed=%ld go ok=%ld failed=%ld\n", spawn_ok, spawn_failed, go_ok,
+           go_failed);
+    return 0;
+}
+
 static volatile long spin;
 static void *spinner(void *unused) {
     (void)unused;
@@ -306,6 +359,7 @@ int main(int argc, char **argv) {
     if (argc >= 4 && !strcmp(argv[1], "spawn")) return spawn_mode(argv[2], argv[3]);
     if (argc >= 6 && !strcmp(argv[1], "symlink")) return symlink_mode(atol(argv[2]), argv[3], argv[4], argv[5]);
     if (argc >= 5 && !strcmp(argv[1], "approve")) return approve_mode(argv[2], argv[3], argv[4]);
+    if (argc >= 4 && !strcmp(argv[1], "spawners")) return spawners_mode(atol(argv[2]), argv[3]);
     fprintf(stderr, "usage: see the comment at the top of race.c\n");
     return 2;
 }

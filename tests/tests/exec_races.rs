@@ -540,3 +540,69 @@ fn an_argv_rewritten_after_the_approval_is_killed_before_it_runs() {
     let left = stopped_or_traced(srv.pid(), None);
     assert!(left.is_empty(), "{left:#?}");
 }
+
+#[test]
+fn ordinary_threaded_spawners_still_work() {
+    if !require_root("ordinary_threaded_spawners_still_work") {
+        return;
+    }
+    for uid in [None, Some(NOBODY)] {
+        let srv = TestServer::start(POLICY, "");
+        let arena = Arena::new("spawners");
+        // posix_spawn from 8 threads at once, then Go-style raw vfork clones.
+        let out = run_wrapped(
+            &srv.url,
+            "sp",
+            &[
+                arena.race.to_str().unwrap(),
+                "spawners",
+                "25",
+                arena.okay.to_str().unwrap(),
+            ],
+            &opts(&arena, uid),
+        );
+        let stdout = text(&out.stdout);
+        assert!(
+            stdout.contains("posix_spawn ok=200 failed=0 go ok=25 failed=0"),
+            "{stdout} {}",
+            text(&out.stderr)
+        );
+        // make -j: parallel recipes, each a fork of make's children.
+        let mk = arena.dir.path().join("mk");
+        std::fs::create_dir_all(&mk).unwrap();
+        if let Some((u, g)) = uid {
+            std::os::unix::fs::chown(&mk, Some(u), Some(g)).unwrap();
+        }
+        let okay = arena.okay.display();
+        let rules: String = (0..8)
+            .map(|i| format!("t{i}:\n\t{okay} benign && touch t{i}\n"))
+            .collect();
+        std::fs::write(
+            mk.join("Makefile"),
+            format!(
+                "all: {}\n{rules}",
+                (0..8)
+                    .map(|i| format!("t{i}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ),
+        )
+        .unwrap();
+        let out = run_wrapped(
+            &srv.url,
+            "mk",
+            &["/usr/bin/make", "-s", "-j4", "-C", mk.to_str().unwrap()],
+            &opts(&arena, uid),
+        );
+        assert!(out.status.success(), "make -j: {}", text(&out.stderr));
+        assert!(mk.join("t7").exists());
+        assert!(arena.forbidden_runs().is_empty());
+        let left = stopped_or_traced(srv.pid(), None);
+        assert!(left.is_empty(), "{left:#?}");
+        let ev = srv.exec_events("sp");
+        assert!(
+            ev.iter().all(|e| e["effective_action"] == "allow"),
+            "{ev:#?}"
+        );
+    }
+}
