@@ -221,9 +221,8 @@ fn read_path(pid: u32, req: &ExecRequest) -> Result<PathRead, Undecidable> {
 fn check_mappings(pid: u32, req: &ExecRequest, argv: &tracee::Argv) -> Result<(), Undecidable> {
     let mut maps = vma::Maps::open(pid)
         .map_err(|e| undecidable("unreadable", format!("memory map cannot be read: {e}")))?;
-    let own_exe = std::fs::read_link(format!("/proc/{pid}/exe"))
-        .map(|p| p.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    // Read only when a file mapping holds a string (rare).
+    let mut own_exe: Option<String> = None;
     let no_write = crate::policy::landlock::SYSTEM_NO_WRITE;
     let mut addrs = vec![("path", req.args.path)];
     if req.args.argv != 0 {
@@ -234,7 +233,14 @@ fn check_mappings(pid: u32, req: &ExecRequest, argv: &tracee::Argv) -> Result<()
         let v = maps.find(addr).map_err(|e| {
             undecidable("unreadable", format!("the exec's {what} at {addr:#x}: {e}"))
         })?;
-        if let Some(why) = vma::refusal(&v, &own_exe, no_write) {
+        if v.inode != 0 && !v.shared && own_exe.is_none() {
+            own_exe = Some(
+                std::fs::read_link(format!("/proc/{pid}/exe"))
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            );
+        }
+        if let Some(why) = vma::refusal(&v, own_exe.as_deref().unwrap_or(""), no_write) {
             return Err(undecidable(
                 "shared_memory",
                 format!("the exec's {what} lies in {why}"),
