@@ -106,6 +106,22 @@ static int thread_mode(long n, const char *allowed, const char *denied) {
     return 0;
 }
 
+/* Not an attack: the common case, a single-threaded fork + exec. */
+static int plain_mode(long n, const char *allowed) {
+    static char p[512], a[64];
+    setup(p, a, allowed, allowed);
+    struct tally t = {0};
+    for (long i = 0; i < n; i++) {
+        pid_t pid = fork();
+        if (pid == 0) child_exec();
+        int st;
+        waitpid(pid, &st, 0);
+        count(&t, st);
+    }
+    report(&t);
+    return 0;
+}
+
 static int vfork_mode(long n, const char *allowed, const char *denied) {
     static char p[512], a[64];
     setup(p, a, allowed, denied);
@@ -351,6 +367,7 @@ static int spawn_mode(const char *target, const char *kind) {
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IONBF, 0);
     if (argc >= 5 && !strcmp(argv[1], "thread")) return thread_mode(atol(argv[2]), argv[3], argv[4]);
+    if (argc >= 4 && !strcmp(argv[1], "plain")) return plain_mode(atol(argv[2]), argv[3]);
     if (argc >= 5 && !strcmp(argv[1], "vfork")) return vfork_mode(atol(argv[2]), argv[3], argv[4]);
     if (argc >= 5 && !strcmp(argv[1], "shm")) return shm_mode(atol(argv[2]), argv[3], argv[4]);
     if (argc >= 4 && !strcmp(argv[1], "fdtable")) return fdtable_mode(argv[2], argv[3]);
