@@ -126,12 +126,13 @@ fn attempts(c: &Ctx) -> Vec<Attempt> {
         rule("copy to /tmp and run", "cp /usr/bin/true /tmp/t-$$", "/tmp/t-$$", "default", "/tmp/t-"),
         rule("copy to /dev/shm and run", "cp /usr/bin/true /dev/shm/t-$$", "/dev/shm/t-$$", "default", "/dev/shm/t-"),
         rule("copy to /var/tmp and run", "cp /usr/bin/true /var/tmp/t-$$", "/var/tmp/t-$$", "default", "/var/tmp/t-"),
-        kernel(
-            "curl renamed in the workspace, to a denied port",
+        // A copy is recognised by its content (the identity index).
+        rule(
+            "curl copied and renamed in the workspace",
             "cp /usr/bin/curl /srv/ws/fetch",
             &format!("/srv/ws/fetch -sS --max-time 3 http://127.0.0.1:{}/", c.denied_port),
-            "",
-            |r, c| port_not_allowed(r, c.denied_port),
+            "deny-nested-network-tools",
+            "/srv/ws/fetch",
         ),
         // --- symlinks ---
         rule("symlink to su", "ln -sf /usr/bin/su /srv/ws/notsu", "/srv/ws/notsu -c id", "deny-privilege-escalation", "/usr/bin/su"),

@@ -437,15 +437,6 @@ fn print_supervisor_time() {
             })
             .collect();
         us.sort();
-        for l in srv
-            .log()
-            .lines()
-            .filter(|l| l.contains("frozen exec released"))
-            .skip(100)
-            .take(4)
-        {
-            eprintln!("{l}");
-        }
         eprintln!(
             "{mode}: {} wall {:?} per attempt {:?}; supervisor p50 {} p90 {} us ({} samples)",
             text(&out.stdout).trim(),
@@ -605,5 +596,108 @@ fn ordinary_threaded_spawners_still_work() {
             ev.iter().all(|e| e["effective_action"] == "allow"),
             "{ev:#?}"
         );
+    }
+}
+
+#[test]
+fn copies_hardlinks_renames_and_interpreters_of_a_denied_program_are_judged_as_it() {
+    if !require_root(
+        "copies_hardlinks_renames_and_interpreters_of_a_denied_program_are_judged_as_it",
+    ) {
+        return;
+    }
+    let curl = Path::new("/usr/bin/curl");
+    assert!(
+        curl.is_file(),
+        "the test needs /usr/bin/curl (tests/setup.sh)"
+    );
+    for uid in [None, Some(NOBODY)] {
+        let arena = Arena::new("copies");
+        let d = arena.dir.path();
+        let digest = {
+            let o = Command::new("sha256sum").arg(&arena.okay).output().unwrap();
+            text(&o.stdout)
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .to_string()
+        };
+        let policy = format!(
+            "name: identity\ndefault: allow\ncommand_rules:\n  - name: deny-curl\n    \
+             commands: [curl]\n    decision: deny\n  - name: deny-by-digest\n    \
+             commands: [\"sha256:{digest}\"]\n    decision: deny\n"
+        );
+        let srv = TestServer::start(&policy, "");
+        std::fs::copy(curl, d.join("fetch")).unwrap();
+        std::fs::hard_link(d.join("fetch"), d.join("hardlink")).unwrap();
+        std::fs::copy(curl, d.join("tmpname")).unwrap();
+        std::fs::rename(d.join("tmpname"), d.join("renamed")).unwrap();
+        std::fs::write(
+            d.join("script"),
+            format!("#!{}/fetch --version\n", d.display()),
+        )
+        .unwrap();
+        std::fs::copy(&arena.okay, d.join("digest-copy")).unwrap();
+        std::fs::set_permissions(
+            d.join("script"),
+            <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755),
+        )
+        .unwrap();
+        let names = ["fetch", "hardlink", "renamed", "script", "digest-copy"];
+        let script: String = names
+            .iter()
+            .map(|n| {
+                format!(
+                    "{}/{n} --version >/dev/null 2>&1; echo {n}=$?; ",
+                    d.display()
+                )
+            })
+            .collect();
+        let out = run_wrapped(
+            &srv.url,
+            "id",
+            &["/bin/sh", "-c", &script],
+            &opts(&arena, uid),
+        );
+        let stdout = text(&out.stdout);
+        for n in names {
+            assert!(
+                stdout.contains(&format!("{n}=126")),
+                "{n} ran ({uid:?}): {stdout}"
+            );
+        }
+        let ev = srv.exec_events("id");
+        let of = |name: &str| -> Value {
+            ev.iter()
+                .find(|e| {
+                    e["filename"]
+                        .as_str()
+                        .is_some_and(|f| f.ends_with(&format!("/{name}")))
+                })
+                .cloned()
+                .unwrap_or_else(|| panic!("no event for {name}: {ev:#?}"))
+        };
+        for n in ["fetch", "hardlink", "renamed"] {
+            let e = of(n);
+            assert_eq!(e["rule"], "deny-curl", "{e}");
+            assert!(
+                e["copy_of"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|c| c == "/usr/bin/curl"),
+                "{e}"
+            );
+            assert!(e["file"]["sha256"].as_str().is_some(), "{e}");
+        }
+        let s = of("script");
+        assert_eq!(s["rule"], "deny-curl", "{s}");
+        assert!(
+            s["interpreters"][0]["copy_of"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|c| c == "/usr/bin/curl")),
+            "{s}"
+        );
+        assert_eq!(of("digest-copy")["rule"], "deny-by-digest");
     }
 }

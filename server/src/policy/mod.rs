@@ -168,6 +168,15 @@ impl Policy {
         &self.network_rules
     }
 
+    /// Every entry of every command rule's `commands:`, as written (for the
+    /// supervisor's identity index: which programs to recognise by content).
+    pub fn command_entries(&self) -> Vec<String> {
+        self.command_rules
+            .iter()
+            .flat_map(|r| r.commands_text.iter().cloned())
+            .collect()
+    }
+
     /// Extra seccomp blocklist names from `syscalls: { block: [...] }`.
     pub fn blocked_syscalls(&self) -> &[String] {
         &self.blocked_syscalls

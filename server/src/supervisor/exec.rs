@@ -127,6 +127,9 @@ struct Gathered {
     /// Every path lookup the kernel will repeat passes only through
     /// directories the tree cannot change (`tracee::path_is_stable`).
     stable: bool,
+    /// What the identity index says about the program and each interpreter.
+    recognised: super::identity::Recognised,
+    recognised_chain: Vec<super::identity::Recognised>,
 }
 
 /// The name the kernel gives a script's interpreter (`bprm->filename`).
@@ -357,6 +360,19 @@ fn gather(
         }
     };
     let stable = lookups_stable(pid, tid, &req.args, &target, &chain);
+    let index = super::identity_index(&ctx.policy);
+    // A program is not "a copy of" itself.
+    let recognise = |t: &ExecTarget| {
+        let mut r = index.recognise(&t.file);
+        r.copy_of
+            .retain(|c| *c != t.filename && Some(c) != t.resolved.as_ref());
+        r
+    };
+    let recognised = recognise(&target);
+    let recognised_chain = chain
+        .iter()
+        .map(|l| l.target.as_ref().map(recognise).unwrap_or_default())
+        .collect();
     Gather::Ready(
         pid,
         Gathered {
@@ -366,6 +382,8 @@ fn gather(
             memory,
             chain,
             stable,
+            recognised,
+            recognised_chain,
         },
     )
 }
@@ -382,10 +400,10 @@ fn subject(pid: u32, g: &Gathered, depth: u32) -> ExecSubject {
         file: g.target.identity().ok().map(|(dev, ino)| FileIdentity {
             dev,
             ino,
-            sha256: None,
+            sha256: g.recognised.sha256.clone(),
         }),
         interpreters: Vec::new(),
-        copy_of: Vec::new(),
+        copy_of: g.recognised.copy_of.clone(),
         memory: Some(g.memory),
     }
 }
@@ -394,7 +412,8 @@ fn subject(pid: u32, g: &Gathered, depth: u32) -> ExecSubject {
 fn interpreters_of(g: &Gathered) -> Vec<policy::Interpreter> {
     g.chain
         .iter()
-        .map(|l| policy::Interpreter {
+        .zip(&g.recognised_chain)
+        .map(|(l, r)| policy::Interpreter {
             path: l.path.clone(),
             resolved: l
                 .target
@@ -402,7 +421,7 @@ fn interpreters_of(g: &Gathered) -> Vec<policy::Interpreter> {
                 .and_then(|t| t.resolved.clone().or_else(|| Some(t.filename.clone())))
                 .filter(|r| *r != l.path),
             argv: l.argv.clone(),
-            copy_of: Vec::new(),
+            copy_of: r.copy_of.clone(),
         })
         .collect()
 }
@@ -442,7 +461,7 @@ fn judge(
             max_argv_bytes: ctx.limits.max_argv_bytes,
         }),
         interpreters,
-        copy_of: &[],
+        copy_of: &g.recognised.copy_of,
     };
     policy::judge(&ctx.policy, &facts)
 }

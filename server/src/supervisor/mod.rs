@@ -20,6 +20,7 @@
 
 mod depth;
 mod exec;
+mod identity;
 mod notify;
 mod ptrace;
 mod sharing;
@@ -58,7 +59,44 @@ pub struct Tree {
 
 /// Serves `tree` until every process in it has exited.
 pub fn serve(ctx: Arc<SupervisorContext>, tree: Tree) {
+    identity_index(&ctx.policy);
     notify::serve(ctx, tree)
+}
+
+/// The identity index of the server's policy, built on first use (the first
+/// tree) and kept: the server has one policy for its life.
+fn identity_index(policy: &Policy) -> &'static identity::IdentityIndex {
+    static INDEX: std::sync::OnceLock<identity::IdentityIndex> = std::sync::OnceLock::new();
+    INDEX.get_or_init(|| {
+        let t = std::time::Instant::now();
+        let index = identity::IdentityIndex::build(&policy.command_entries());
+        tracing::info!(
+            programs = index.len(),
+            ms = t.elapsed().as_millis() as u64,
+            "identity index built: copies of these programs are judged as them"
+        );
+        report_ptrace();
+        index
+    })
+}
+
+/// Says at start whether the server can stop tasks and watch execs.
+fn report_ptrace() {
+    let cap_eff = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .unwrap_or(0);
+    const CAP_SYS_PTRACE: u32 = 19;
+    if cap_eff & (1 << CAP_SYS_PTRACE) == 0 {
+        tracing::warn!(
+            "no CAP_SYS_PTRACE: execs from threaded or vfork'd callers and execs through \
+             directories a tree can change will be refused (they cannot be frozen or verified)"
+        );
+    }
 }
 
 /// How a held exec ended once an operator approved it.
