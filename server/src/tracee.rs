@@ -277,9 +277,14 @@ pub fn fd_identity(fd: i32) -> io::Result<(u64, u64)> {
 }
 
 /// The `/proc` directory of thread `tid` of process `pid`: its own fd table,
-/// cwd and root (which a thread may have unshared from its leader).
+/// cwd and root (which a thread may have unshared from its leader). For the
+/// leader itself that is `/proc/<pid>` (cheaper: no task directory to look up).
 pub fn task_dir(pid: u32, tid: u32) -> String {
-    format!("/proc/{pid}/task/{tid}")
+    if pid == tid {
+        format!("/proc/{pid}")
+    } else {
+        format!("/proc/{pid}/task/{tid}")
+    }
 }
 
 /// Why a path could not be resolved.
@@ -554,8 +559,16 @@ pub fn interpreter_chain(
 /// than 0, it is not owned by root or is group- or other-writable; for a root
 /// caller, when it is neither beneath `no_write` (Landlock keeps every tree
 /// from writing there) nor an ancestor of such a path. `false` also when the
-/// walk fails or loops. An approximation: see docs/security-model.md.
-pub fn path_is_stable(root: &str, path: &str, uid: u32, no_write: &[&str]) -> bool {
+/// walk fails or loops. `no_symlinks`: the path is already canonical (the
+/// caller resolved it), so no component is looked at, only its directories.
+/// An approximation: see docs/security-model.md.
+pub fn path_is_stable(
+    root: &str,
+    path: &str,
+    uid: u32,
+    no_write: &[&str],
+    no_symlinks: bool,
+) -> bool {
     use std::os::unix::fs::MetadataExt;
     let beneath = |p: &str, d: &str| {
         p == d || p.strip_prefix(d).is_some_and(|r| r.starts_with('/')) || d == "/"
@@ -597,6 +610,11 @@ pub fn path_is_stable(root: &str, path: &str, uid: u32, no_write: &[&str]) -> bo
         } else {
             format!("{dir}/{comp}")
         };
+        if no_symlinks {
+            // The kernel's own resolution equals the path: nothing to follow.
+            dir = here;
+            continue;
+        }
         match std::fs::symlink_metadata(format!("{root}{here}")) {
             Ok(m) if m.file_type().is_symlink() => {
                 hops += 1;
@@ -761,14 +779,16 @@ mod tests {
     fn stable_paths() {
         let nw = ["/usr/bin", "/usr/lib"];
         // Root-owned, not writable by others: stable for an ordinary user.
-        assert!(path_is_stable("", "/usr/bin/env", 1000, &nw));
+        assert!(path_is_stable("", "/usr/bin/env", 1000, &nw, false));
+        assert!(path_is_stable("", "/usr/bin/env", 1000, &nw, true));
         // /tmp is world-writable.
-        assert!(!path_is_stable("", "/tmp/x", 1000, &nw));
+        assert!(!path_is_stable("", "/tmp/x", 1000, &nw, false));
+        assert!(!path_is_stable("", "/tmp/x", 1000, &nw, true));
         // For root, only what Landlock keeps every tree from writing.
-        assert!(path_is_stable("", "/usr/bin/env", 0, &nw));
-        assert!(!path_is_stable("", "/var/tmp/x", 0, &nw));
+        assert!(path_is_stable("", "/usr/bin/env", 0, &nw, false));
+        assert!(!path_is_stable("", "/var/tmp/x", 0, &nw, false));
         // A missing component is not stable.
-        assert!(!path_is_stable("", "/nonexistent-dir/x", 1000, &nw));
+        assert!(!path_is_stable("", "/nonexistent-dir/x", 1000, &nw, false));
     }
 
     #[test]

@@ -48,11 +48,14 @@ static size_t la, ld;
 
 static void *flipper(void *unused) {
     (void)unused;
-    for (;;) {
+    for (unsigned long i = 0;; i++) {
         memcpy(path, D, ld + 1);
         memcpy(arg, "SECRET", 7);
         memcpy(path, A, la + 1);
         memcpy(arg, "benign", 7);
+        /* Flip millions of times a second, but let the others run on a
+         * small machine (the race is about the window, not starving it). */
+        if ((i & 0xfff) == 0) sched_yield();
     }
     return NULL;
 }

@@ -168,11 +168,17 @@ fn lookups_stable(
     let no_write = crate::policy::landlock::SYSTEM_NO_WRITE;
     // execveat(fd, "", AT_EMPTY_PATH) looks nothing up: the fd is the file.
     let program = (args.flags & libc::AT_EMPTY_PATH != 0 && target.filename.is_empty())
-        || tracee::path_is_stable(&root, &target.filename, uid, no_write);
+        || tracee::path_is_stable(
+            &root,
+            &target.filename,
+            uid,
+            no_write,
+            target.resolved.is_none(),
+        );
     program
         && chain
             .iter()
-            .all(|l| tracee::path_is_stable(&root, &l.path, uid, no_write))
+            .all(|l| tracee::path_is_stable(&root, &l.path, uid, no_write, false))
 }
 
 /// The outcome of reading the path once.
