@@ -401,8 +401,12 @@ fn frozen_execs_that_fail_release_everyone() {
 #[test]
 #[ignore]
 fn print_supervisor_time() {
+    let policy = std::env::var("AGENTSH_PRINT_POLICY")
+        .ok()
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .unwrap_or_else(|| POLICY.to_string());
     for mode in ["plain", "thread", "vfork"] {
-        let srv = TestServer::start_with(&server_base(), POLICY, "", |p| {
+        let srv = TestServer::start_with(&server_base(), &policy, "", |p| {
             let mut c = Command::new(p);
             c.env("AGENTSH_LOG", "info,agentsh::supervisor=trace");
             c
@@ -417,8 +421,8 @@ fn print_supervisor_time() {
                 mode,
                 "1000",
                 // The common case: a program in a directory no tree may change.
-                "/usr/bin/true",
-                "/usr/bin/true",
+                "/bin/true",
+                "/bin/true",
             ],
             &opts(&arena, None),
         );
@@ -437,6 +441,12 @@ fn print_supervisor_time() {
             })
             .collect();
         us.sort();
+        let watched = srv
+            .log()
+            .lines()
+            .filter(|l| l.contains("exec answered") && l.contains("watched=true"))
+            .count();
+        eprintln!("{mode}: {watched} watched execs");
         eprintln!(
             "{mode}: {} wall {:?} per attempt {:?}; supervisor p50 {} p90 {} us ({} samples)",
             text(&out.stdout).trim(),

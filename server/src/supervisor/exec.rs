@@ -559,8 +559,9 @@ pub fn handle(
     // Watched through the exec when anything could change what runs after
     // CONTINUE: stopped tasks (released only once the exec is over), or a
     // path lookup the tree can change (a symlink or rename swap). The caller
-    // is seized with a stop pending: PTRACE_EVENT_EXEC on success, a stop on
-    // its way back to user space on failure.
+    // is seized before CONTINUE and asked to stop right after it:
+    // PTRACE_EVENT_EXEC on success, a stop on its way back to user space on
+    // failure.
     let expected = expected_of(&g);
     let watched = allow && (frozen.is_some() || !g.stable);
     if watched {
@@ -613,7 +614,7 @@ pub fn handle(
         hold_for_tests();
     }
     let answered = stop.proceed();
-    tracing::trace!(pid, us = own_us, "exec answered");
+    tracing::trace!(pid, us = own_us, watched, memory = ?g.memory, "exec answered");
     if let Err(e) = &answered {
         tracing::debug!(pid, "answer not delivered (tracee gone?): {e}");
     }
@@ -624,6 +625,7 @@ pub fn handle(
         return;
     }
     let outcome = if answered.is_ok() {
+        verify::started(req.tid);
         verify::watch(
             req.tid,
             pid,

@@ -137,6 +137,7 @@ pub fn resume_approved(
     if notif::respond_continue(fd, id).is_err() {
         return Resumed::AsApproved; // the caller is gone: nothing runs
     }
+    verify::started(tid);
     let mut lingering = ptrace::Lingering::default();
     match verify::watch(tid, pid, expected, None, &mut lingering) {
         verify::Outcome::Killed(what) => Resumed::Killed(what),

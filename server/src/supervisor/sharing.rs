@@ -117,6 +117,9 @@ pub fn sharing(pid: u32, tid: u32, stat: &tracee::ProcStat) -> Result<Sharing, S
     if stat.num_threads <= 1 && (stat.ppid <= 1 || !parent_shares(stat.ppid)?) {
         return Ok(Sharing::Exclusive);
     }
+    if stat.num_threads <= 1 && vfork_of_a_lone_thread(stat.ppid, &parent_shares)? {
+        return Ok(Sharing::Exclusive);
+    }
     let mut procs: Vec<u32> = vec![pid];
     let mut p = stat.ppid;
     while p > 1 && procs.len() < MAX_PROCESSES && parent_shares(p)? {
@@ -152,6 +155,57 @@ pub fn sharing(pid: u32, tid: u32, stat: &tracee::ProcStat) -> Result<Sharing, S
         Ok(Sharing::Exclusive)
     } else {
         Ok(Sharing::Shared(tasks))
+    }
+}
+
+/// Is the caller (single-threaded, sharing its parent's memory) the vfork
+/// child of a single-threaded parent that waits in `vfork` for it, with no
+/// other process sharing that memory above it? Then nothing else can run on
+/// the memory until this exec completes or the caller dies: the parent's one
+/// thread returns from `vfork` only then (dash, and posix_spawn from a
+/// single-threaded program, spawn this way). A single thread has one vfork
+/// child outstanding, and the only process that shares its memory and has it
+/// as parent is that child: the caller.
+///
+/// `/proc/<ppid>/syscall` names the call the thread is blocked in; only the
+/// native ABI's numbers are believed (a compat task blocked in a call of the
+/// same number is not in vfork, and is then frozen like any other).
+fn vfork_of_a_lone_thread(
+    ppid: u32,
+    parent_shares: &dyn Fn(u32) -> Result<bool, String>,
+) -> Result<bool, String> {
+    let Ok(ps) = tracee::proc_stat(ppid) else {
+        return Ok(false);
+    };
+    if ps.num_threads != 1 || (ps.ppid > 1 && parent_shares(ps.ppid)?) {
+        return Ok(false);
+    }
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{ppid}/syscall")) else {
+        return Ok(false);
+    };
+    Ok(in_vfork_wait(&text))
+}
+
+/// Whether a `/proc/<tid>/syscall` line shows a thread blocked in `vfork`
+/// (or `clone` with `CLONE_VFORK`) on the native ABI. Pure.
+pub fn in_vfork_wait(syscall_line: &str) -> bool {
+    let mut f = syscall_line.split_whitespace();
+    let Some(nr) = f.next().and_then(|n| n.parse::<i64>().ok()) else {
+        return false; // "running", or "-1 ..." (not in a syscall)
+    };
+    let flags = f
+        .next()
+        .and_then(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok())
+        .unwrap_or(0);
+    let vfork_flags = (libc::CLONE_VFORK | libc::CLONE_VM) as u64;
+    let clone_vfork = flags & vfork_flags == vfork_flags;
+    #[cfg(target_arch = "x86_64")]
+    {
+        nr == libc::SYS_vfork || (nr == libc::SYS_clone && clone_vfork)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        nr == libc::SYS_clone && clone_vfork
     }
 }
 
@@ -334,6 +388,24 @@ mod tests {
         let tid = rx.recv().unwrap();
         assert!(same_vm(me, tid).unwrap());
         t.join().unwrap();
+    }
+
+    #[test]
+    fn vfork_waits_are_recognised_and_nothing_else() {
+        #[cfg(target_arch = "x86_64")]
+        {
+            assert!(in_vfork_wait("58 0x0 0x0 0x0 0x0 0x0 0x0 0x7ffc 0x7f00"));
+            assert!(in_vfork_wait("56 0x4111 0x0 0x0 0x0 0x0 0x0 0x7ffc 0x7f00"));
+            // fork-like clone, a read, not in a syscall, running.
+            assert!(!in_vfork_wait(
+                "56 0x1200011 0x0 0x0 0x0 0x0 0x0 0x7ffc 0x7f00"
+            ));
+            assert!(!in_vfork_wait(
+                "0 0x3 0x7ffc 0x100 0x0 0x0 0x0 0x7ffc 0x7f00"
+            ));
+        }
+        assert!(!in_vfork_wait("-1 0x7ffc 0x7f00"));
+        assert!(!in_vfork_wait("running"));
     }
 
     #[test]

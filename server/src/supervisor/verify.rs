@@ -4,7 +4,8 @@
 //! swapped in a directory the tree can change runs another file; an approval
 //! leaves seconds in which another thread may rewrite the argv. For such
 //! execs (and every exec whose caller's memory was frozen) the calling thread
-//! is seized before CONTINUE (`PTRACE_O_TRACEEXEC`, with a stop pending), and
+//! is seized before CONTINUE (`PTRACE_O_TRACEEXEC`; a stop is requested right
+//! after CONTINUE, so a failed exec shows too), and
 //! when the exec completes it stops at `PTRACE_EVENT_EXEC`, before the new
 //! image runs a single instruction. There `/proc/<pid>/exe` must be the file
 //! judged (device, inode) and `/proc/<pid>/cmdline` the argv judged (for a
@@ -41,14 +42,25 @@ pub struct Expected {
     pub argv_complete: bool,
 }
 
-/// Seizes the calling thread so its exec can be watched: it will stop at
-/// `PTRACE_EVENT_EXEC` on success, on its way back to user space on failure.
+/// Seizes the calling thread, before CONTINUE, so its exec can be watched:
+/// on success it stops at `PTRACE_EVENT_EXEC`, inside the exec. Nothing is
+/// sent to it yet: on a kernel without `WAIT_KILLABLE_RECV` a stop request
+/// would wake it from the notification and withdraw it. [`started`] follows
+/// the CONTINUE.
 ///
 /// # Errors
 /// The kernel's reason (EPERM: no CAP_SYS_PTRACE or traced by another).
 pub fn arm(tid: u32) -> std::io::Result<()> {
-    ptrace::seize(tid, libc::PTRACE_O_TRACEEXEC)?;
-    ptrace::interrupt(tid)
+    ptrace::seize(tid, libc::PTRACE_O_TRACEEXEC)
+}
+
+/// After CONTINUE: asks the caller to stop, so a failed exec shows as a stop
+/// on its way back to user space (a successful one stops at
+/// `PTRACE_EVENT_EXEC` first, inside the syscall, whatever this does).
+pub fn started(tid: u32) {
+    if let Err(e) = ptrace::interrupt(tid) {
+        tracing::debug!(tid, "PTRACE_INTERRUPT after CONTINUE: {e}");
+    }
 }
 
 /// How a watched exec ended.
