@@ -49,18 +49,6 @@ const MAX_HASHED: u64 = 512 << 20;
 /// The cheap key of a file: it changes whenever the content may have.
 type FileKey = (u64, u64, u64, i64, i64, i64, i64);
 
-fn key_of(m: &std::fs::Metadata) -> FileKey {
-    (
-        m.dev(),
-        m.ino(),
-        m.size(),
-        m.mtime(),
-        m.mtime_nsec(),
-        m.ctime(),
-        m.ctime_nsec(),
-    )
-}
-
 /// A binary whose applets share one file: indexing it under one applet's
 /// name would judge every applet as that one.
 fn is_multi_call(canon: &str, m: &std::fs::Metadata) -> bool {
@@ -170,17 +158,29 @@ impl IdentityIndex {
 
     /// What the file open at `fd` (an `O_PATH` fd is fine) is.
     pub fn recognise(&self, fd: &OwnedFd) -> Recognised {
+        // SAFETY: stat is plain data, filled by the kernel.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid fd (O_PATH works) and a stat buffer of the right size.
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } < 0 {
+            return Recognised::default();
+        }
+        let size = st.st_size as u64;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG || size > MAX_HASHED {
+            return Recognised::default();
+        }
+        if !self.digests_named && self.sizes.binary_search(&size).is_err() {
+            return Recognised::default();
+        }
         let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
-        let Ok(m) = std::fs::metadata(&path) else {
-            return Recognised::default();
-        };
-        if !m.is_file() || m.size() > MAX_HASHED {
-            return Recognised::default();
-        }
-        if !self.digests_named && self.sizes.binary_search(&m.size()).is_err() {
-            return Recognised::default();
-        }
-        let key = key_of(&m);
+        let key: FileKey = (
+            st.st_dev,
+            st.st_ino,
+            size,
+            st.st_mtime,
+            st.st_mtime_nsec,
+            st.st_ctime,
+            st.st_ctime_nsec,
+        );
         let cached = {
             let c = self.cache.lock().unwrap_or_else(|p| p.into_inner());
             c.0.get(&key).cloned()

@@ -90,7 +90,13 @@ impl Maps {
             return Ok(v.clone());
         }
         let v = if self.query {
-            match self.ioctl(addr) {
+            // The name is only needed for a file mapping (rare for exec strings).
+            let first = self.ioctl(addr, false);
+            let first = match first {
+                Ok(v) if v.inode != 0 => self.ioctl(addr, true),
+                other => other,
+            };
+            match first {
                 Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTTY | libc::EINVAL)) => {
                     self.query = false;
                     self.parse(addr)?
@@ -104,15 +110,17 @@ impl Maps {
         Ok(v)
     }
 
-    fn ioctl(&self, addr: u64) -> io::Result<Vma> {
+    fn ioctl(&self, addr: u64, with_name: bool) -> io::Result<Vma> {
         let mut name = [0u8; 4096];
         let mut q = ProcmapQuery {
             size: std::mem::size_of::<ProcmapQuery>() as u64,
             query_addr: addr,
-            vma_name_size: name.len() as u32,
-            vma_name_addr: name.as_mut_ptr() as u64,
             ..ProcmapQuery::default()
         };
+        if with_name {
+            q.vma_name_size = name.len() as u32;
+            q.vma_name_addr = name.as_mut_ptr() as u64;
+        }
         // SAFETY: `q` is a correctly sized procmap_query; the kernel writes
         // at most `vma_name_size` bytes to `name`, which outlives the call.
         let rc = unsafe { libc::ioctl(self.file.as_raw_fd(), PROCMAP_QUERY, &mut q) };
@@ -126,7 +134,7 @@ impl Maps {
             }
             return Err(e);
         }
-        let name = if q.vma_name_size > 0 {
+        let name = if with_name && q.vma_name_size > 0 {
             CStr::from_bytes_until_nul(&name)
                 .map(|c| c.to_string_lossy().into_owned())
                 .unwrap_or_default()
