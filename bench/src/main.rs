@@ -915,6 +915,14 @@ fn run(o: &Opts) -> Result<(), String> {
         "supervisor".into(),
         json!({"n": us.len(), "p50_us": q(0.5), "p90_us": q(0.9), "p99_us": q(0.99)}),
     );
+    spawner_times(
+        &mut rep,
+        &shim_ns,
+        &srv,
+        &ws,
+        q(0.5),
+        if o.quick { 300 } else { 1000 },
+    )?;
     drop(srv);
     rep.line(&format!(
         "\n(whole run: {:.0} s)",
@@ -930,6 +938,85 @@ fn run(o: &Opts) -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     println!("\nwritten: {}/results.{{md,json}}", o.out.display());
     drop(cleanup);
+    Ok(())
+}
+
+/// The supervisor's own time per exec for callers whose memory is shared:
+/// an exec from a multi-threaded process, and vfork'd children of a
+/// process with a second thread (how Go, Java, Node and Python spawn). The
+/// supervisor stops the other tasks before it reads the exec (see
+/// `server/src/supervisor/sharing.rs`); `common_p50` is the figure above.
+fn spawner_times(
+    rep: &mut Report,
+    ns: &Namespace,
+    srv: &TestServer,
+    ws: &Path,
+    common_p50: u64,
+    n: usize,
+) -> Result<(), String> {
+    let spawner = ws.join("bin/spawner");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("spawner.c");
+    let out = Command::new("cc")
+        .args(["-O2", "-pthread", "-o"])
+        .arg(&spawner)
+        .arg(&src)
+        .output()
+        .map_err(|e| format!("cc spawner.c: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "cc spawner.c: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    rep.line(
+        "\n### Supervisor time per exec when the caller's memory is shared (tasks stopped first)\n",
+    );
+    for mode in ["threaded", "vfork"] {
+        let before = srv.log().lines().count();
+        let run = ns
+            .command("/bin/sh")
+            .arg("-c")
+            .arg(format!("exec {} {mode} {n} /bin/true", spawner.display()))
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("spawner {mode}: {e}"))?;
+        if !run.status.success() {
+            return Err(format!(
+                "spawner {mode} failed: {}",
+                String::from_utf8_lossy(&run.stderr).trim()
+            ));
+        }
+        let mut us: Vec<u64> = srv
+            .log()
+            .lines()
+            .skip(before)
+            .filter(|l| l.contains("exec answered"))
+            .filter_map(|l| {
+                let v = l.split("us=").nth(1)?;
+                v.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+            })
+            .collect();
+        us.sort_unstable();
+        if us.len() < n {
+            return Err(format!(
+                "spawner {mode}: only {} `exec answered` trace lines for {n} spawns",
+                us.len()
+            ));
+        }
+        let q = |p: f64| us[((us.len() - 1) as f64 * p).round() as usize];
+        rep.line(&format!(
+            "* {mode} caller, {} execs: p50 **{} µs** ({:+} µs against the common case), p90 {} µs, p99 {} µs; target: within 25 µs of the common case",
+            us.len(),
+            q(0.5),
+            q(0.5) as i64 - common_p50 as i64,
+            q(0.9),
+            q(0.99)
+        ));
+        rep.json.insert(
+            format!("supervisor_{mode}"),
+            json!({"n": us.len(), "p50_us": q(0.5), "p90_us": q(0.9), "p99_us": q(0.99)}),
+        );
+    }
     Ok(())
 }
 

@@ -14,6 +14,7 @@
 pub mod active;
 pub mod bpf;
 pub mod env;
+pub mod execabi;
 pub mod exit;
 pub mod handoff;
 pub mod hint;

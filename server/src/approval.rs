@@ -21,7 +21,7 @@
 //! Failure modes: a waiter that cannot answer (tracee gone) records
 //! `cancelled`; a decision whose requester cannot be identified is refused.
 
-use crate::audit::{self, AuditLog, EventBody, ExecEvent};
+use crate::audit::{self, Action, AuditLog, EventBody, ExecEvent, ExecSubject};
 use crate::config::{ExecveSection, TimeoutAction};
 use crate::trees::Trees;
 use agentsh_proto::notif;
@@ -42,25 +42,8 @@ const REISSUE_GRACE: Duration = Duration::from_millis(300);
 /// Name of the token file under the state directory.
 pub const TOKEN_FILE: &str = "approval.token";
 
-/// How a request ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Approved,
-    Denied,
-    Timeout,
-    Cancelled,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Approved => "approved",
-            Outcome::Denied => "denied",
-            Outcome::Timeout => "timeout",
-            Outcome::Cancelled => "cancelled",
-        }
-    }
-}
+/// How a request ended (the audit's enum).
+pub use crate::audit::ApprovalOutcome as Outcome;
 
 /// One exec held for an operator, as the API lists it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -73,6 +56,9 @@ pub struct ApprovalRequest {
     pub depth: u32,
     pub filename: String,
     pub argv: Vec<String>,
+    /// The file the operator approves (device, inode): what runs must be it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<crate::audit::FileIdentity>,
     pub rule: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
@@ -85,14 +71,14 @@ pub struct ApprovalRequest {
 pub struct HeldExec {
     pub session_id: String,
     pub notif_id: u64,
-    pub pid: u32,
-    pub parent_pid: u32,
+    /// The calling thread (watched through the exec once approved).
+    pub tid: u32,
     pub starttime: u64,
-    pub depth: u32,
-    pub filename: String,
-    pub resolved: Option<String>,
-    pub argv: Vec<String>,
-    pub truncated: bool,
+    /// What the operator approves: the file (device, inode) and argv that
+    /// must run; `None` if the file's identity could not be read (then the
+    /// exec is refused when approved).
+    pub expected: Option<crate::supervisor::Expected>,
+    pub subject: ExecSubject,
     pub rule: String,
     pub message: Option<String>,
 }
@@ -322,15 +308,15 @@ impl Approvals {
         let id = {
             let mut st = lock(&self.state);
             if let Some(e) = st.pending.values_mut().find(|e| {
-                e.request.pid == exec.pid
+                e.request.pid == exec.subject.pid
                     && e.starttime == exec.starttime
                     && e.request.session_id == exec.session_id
-                    && e.request.filename == exec.filename
-                    && e.request.argv == exec.argv
+                    && e.request.filename == exec.subject.filename
+                    && e.request.argv == exec.subject.argv
             }) {
                 tracing::info!(
                     id = %e.request.id,
-                    pid = exec.pid,
+                    pid = exec.subject.pid,
                     "re-issued exec joins its pending approval"
                 );
                 e.notif_ids.push(exec.notif_id);
@@ -348,10 +334,11 @@ impl Approvals {
                 id: id.clone(),
                 seq,
                 session_id: exec.session_id.clone(),
-                pid: exec.pid,
-                depth: exec.depth,
-                filename: exec.filename.clone(),
-                argv: exec.argv.clone(),
+                pid: exec.subject.pid,
+                depth: exec.subject.depth,
+                filename: exec.subject.filename.clone(),
+                argv: exec.subject.argv.clone(),
+                file: exec.subject.file.clone(),
                 rule: exec.rule.clone(),
                 message: exec.message.clone(),
                 waiting_since: audit::rfc3339_at(now),
@@ -369,7 +356,7 @@ impl Approvals {
             id
         };
         self.notify_changed();
-        tracing::info!(%id, pid = exec.pid, filename = %exec.filename, "exec waits for approval");
+        tracing::info!(%id, pid = exec.subject.pid, filename = %exec.subject.filename, "exec waits for approval");
         let me = self.clone();
         let spawned = std::thread::Builder::new()
             .name("agentsh-approval".into())
@@ -494,7 +481,7 @@ impl Approvals {
             )
         };
         let effective_allow = allow && live.is_some();
-        tracing::info!(%id, pid = exec.pid, outcome = outcome.as_str(), "approval finished");
+        tracing::info!(%id, pid = exec.subject.pid, outcome = outcome.as_str(), "approval finished");
         self.record(
             &exec,
             id,
@@ -504,20 +491,48 @@ impl Approvals {
             effective_allow,
         );
         let Some(n) = live else { return };
-        let answered = if effective_allow {
-            let _ = allowed.send((exec.pid, exec.starttime, exec.depth));
-            // SAFETY ARGUMENT for CONTINUE: the facts were read while the
-            // tracee was stopped in this syscall (supervisor::handle), the
-            // exec stays stopped while it waits, and id_valid just proved the
-            // notification still names that tracee. The argv-rewrite TOCTOU
-            // of the supervisor's module doc applies unchanged.
-            notif::respond_continue(fd.as_fd(), n)
-        } else {
-            notif::respond_errno(fd.as_fd(), n, libc::EACCES)
-        };
-        if let Err(e) = answered {
-            tracing::info!(%id, pid = exec.pid, "answer not delivered (the process is gone): {e}");
+        if !effective_allow {
+            if let Err(e) = notif::respond_errno(fd.as_fd(), n, libc::EACCES) {
+                tracing::info!(%id, pid = exec.subject.pid, "answer not delivered (the process is gone): {e}");
+            }
+            return;
         }
+        let _ = allowed.send((exec.subject.pid, exec.starttime, exec.subject.depth));
+        // The operator approved this file and argv: the supervisor lets the
+        // exec proceed and kills what runs if it is anything else.
+        let resumed = match &exec.expected {
+            Some(e) => crate::supervisor::resume_approved(
+                fd.as_fd(),
+                n,
+                exec.tid,
+                exec.subject.pid,
+                Some(e),
+            ),
+            None => {
+                let _ = notif::respond_errno(fd.as_fd(), n, libc::EACCES);
+                crate::supervisor::Resumed::Refused(
+                    "the approved file's identity could not be read".into(),
+                )
+            }
+        };
+        let refusal = match resumed {
+            crate::supervisor::Resumed::AsApproved => return,
+            crate::supervisor::Resumed::Refused(why) => ("unverifiable", why),
+            crate::supervisor::Resumed::Killed(what) => (
+                "exec_mismatch",
+                format!("killed before its first instruction: {what} (approval {id})"),
+            ),
+        };
+        tracing::warn!(%id, pid = exec.subject.pid, "approved exec refused: {}", refusal.1);
+        let event = ExecEvent::new(
+            exec.subject.clone(),
+            crate::policy::Decision::Deny,
+            refusal.0,
+            Action::Deny,
+            Some(refusal.1),
+        );
+        self.audit
+            .record(&exec.session_id, EventBody::Execve(event));
     }
 
     fn record(
@@ -529,26 +544,16 @@ impl Approvals {
         reason: Option<String>,
         allowed: bool,
     ) {
-        self.audit.record(
-            &exec.session_id,
-            EventBody::Execve(ExecEvent {
-                pid: exec.pid,
-                parent_pid: exec.parent_pid,
-                depth: exec.depth,
-                filename: exec.filename.clone(),
-                resolved: exec.resolved.clone(),
-                argv: exec.argv.clone(),
-                truncated: exec.truncated,
-                decision: "approve".into(),
-                rule: exec.rule.clone(),
-                effective_action: if allowed { "allow" } else { "deny" }.into(),
-                message: exec.message.clone(),
-                approval_id: Some(id.to_string()),
-                approval_outcome: Some(outcome.as_str().into()),
-                approver: Some(approver),
-                reason,
-            }),
-        );
+        let event = ExecEvent::new(
+            exec.subject.clone(),
+            crate::policy::Decision::Approve,
+            exec.rule.clone(),
+            if allowed { Action::Allow } else { Action::Deny },
+            exec.message.clone(),
+        )
+        .with_approval(id, outcome, approver, reason);
+        self.audit
+            .record(&exec.session_id, EventBody::Execve(event));
     }
 
     /// Identifies the process behind an HTTP request from `peer` to the
@@ -741,14 +746,17 @@ mod tests {
         HeldExec {
             session_id: "s".into(),
             notif_id,
-            pid: 4242,
-            parent_pid: 1,
+            tid: 4242,
             starttime: 7,
-            depth: 1,
-            filename: "/usr/bin/pip".into(),
-            resolved: None,
-            argv: vec!["pip".into(), "install".into(), "x".into()],
-            truncated: false,
+            expected: None,
+            subject: ExecSubject {
+                pid: 4242,
+                parent_pid: 1,
+                depth: 1,
+                filename: "/usr/bin/pip".into(),
+                argv: vec!["pip".into(), "install".into(), "x".into()],
+                ..ExecSubject::default()
+            },
             rule: "approve-pip".into(),
             message: None,
         }
@@ -770,7 +778,7 @@ mod tests {
         let pending = a.pending(0);
         assert_eq!(pending.len(), 1, "one prompt for a re-issued exec");
         let mut other = held(3);
-        other.argv.push("y".into());
+        other.subject.argv.push("y".into());
         a.hold(fd, other, tx);
         assert_eq!(a.pending(0).len(), 2, "a different argv is a new request");
         let t = Instant::now();
@@ -785,8 +793,8 @@ mod tests {
             let EventBody::Execve(x) = &e.body else {
                 panic!("{e:?}")
             };
-            assert_eq!(x.approval_outcome.as_deref(), Some("cancelled"));
-            assert_eq!(x.effective_action, "deny");
+            assert_eq!(x.approval_outcome, Some(Outcome::Cancelled));
+            assert_eq!(x.effective_action, Action::Deny);
         }
     }
 

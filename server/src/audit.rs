@@ -17,9 +17,58 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::SystemTime;
 
-/// One exec, as decided by the supervisor.
-#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
-pub struct ExecEvent {
+/// What happened to the exec syscall.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    Allow,
+    Deny,
+}
+
+/// How an approval request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalOutcome {
+    Approved,
+    Denied,
+    Timeout,
+    Cancelled,
+}
+
+impl ApprovalOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalOutcome::Approved => "approved",
+            ApprovalOutcome::Denied => "denied",
+            ApprovalOutcome::Timeout => "timeout",
+            ApprovalOutcome::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Whether anything else could write the caller's memory while its path and
+/// argv were read: `exclusive` (nothing shares it), `frozen` (every task
+/// sharing it was stopped by the supervisor).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Memory {
+    Exclusive,
+    Frozen,
+}
+
+/// The identity of a file as the kernel knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct FileIdentity {
+    pub dev: u64,
+    pub ino: u64,
+    /// SHA-256 of the content, when it was computed.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub sha256: Option<String>,
+}
+
+/// Who execs what: the part of an exec event the supervisor gathered.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq)]
+pub struct ExecSubject {
     pub pid: u32,
     pub parent_pid: u32,
     pub depth: u32,
@@ -28,24 +77,79 @@ pub struct ExecEvent {
     pub resolved: Option<String>,
     pub argv: Vec<String>,
     pub truncated: bool,
-    /// What the policy said: allow | deny | audit | approve.
-    pub decision: String,
+    /// The executed file (device, inode, digest when computed).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub file: Option<FileIdentity>,
+    /// The `#!` interpreters the kernel starts, outermost script's first.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub interpreters: Vec<crate::policy::Interpreter>,
+    /// Programs of the policy the file is a byte-identical copy of.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub copy_of: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub memory: Option<Memory>,
+}
+
+/// One exec, as decided by the supervisor. Built by [`ExecEvent::new`] only.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct ExecEvent {
+    #[serde(flatten)]
+    pub subject: ExecSubject,
+    /// What the policy said.
+    pub decision: crate::policy::Decision,
     pub rule: String,
-    /// What happened to the syscall: allow | deny.
-    pub effective_action: String,
+    /// What happened to the syscall.
+    pub effective_action: Action,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub message: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub approval_id: Option<String>,
-    /// approved | denied | timeout | cancelled
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub approval_outcome: Option<String>,
+    pub approval_outcome: Option<ApprovalOutcome>,
     /// Who decided (the operator's identity as the server saw it), or `timeout`.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub approver: Option<String>,
     /// The operator's stated reason, if any.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub reason: Option<String>,
+}
+
+impl ExecEvent {
+    /// The event of a decided exec.
+    pub fn new(
+        subject: ExecSubject,
+        decision: crate::policy::Decision,
+        rule: impl Into<String>,
+        effective_action: Action,
+        message: Option<String>,
+    ) -> ExecEvent {
+        ExecEvent {
+            subject,
+            decision,
+            rule: rule.into(),
+            effective_action,
+            message,
+            approval_id: None,
+            approval_outcome: None,
+            approver: None,
+            reason: None,
+        }
+    }
+
+    /// The same, as the outcome of approval request `id`.
+    pub fn with_approval(
+        mut self,
+        id: &str,
+        outcome: ApprovalOutcome,
+        approver: String,
+        reason: Option<String>,
+    ) -> ExecEvent {
+        self.approval_id = Some(id.to_string());
+        self.approval_outcome = Some(outcome);
+        self.approver = Some(approver);
+        self.reason = reason;
+        self
+    }
 }
 
 /// One wrap-init: a shim asked to supervise a new tree.
@@ -301,23 +405,24 @@ mod tests {
     }
 
     fn exec(decision: &str) -> EventBody {
-        EventBody::Execve(ExecEvent {
-            pid: 10,
-            parent_pid: 9,
-            depth: 1,
-            filename: "/usr/bin/curl".into(),
-            resolved: None,
-            argv: vec!["curl".into()],
-            truncated: false,
-            decision: decision.into(),
-            rule: "r".into(),
-            effective_action: decision.into(),
-            message: None,
-            approval_id: None,
-            approval_outcome: None,
-            approver: None,
-            reason: None,
-        })
+        let (d, a) = match decision {
+            "allow" => (crate::policy::Decision::Allow, Action::Allow),
+            _ => (crate::policy::Decision::Deny, Action::Deny),
+        };
+        EventBody::Execve(ExecEvent::new(
+            ExecSubject {
+                pid: 10,
+                parent_pid: 9,
+                depth: 1,
+                filename: "/usr/bin/curl".into(),
+                argv: vec!["curl".into()],
+                ..ExecSubject::default()
+            },
+            d,
+            "r",
+            a,
+            None,
+        ))
     }
 
     #[test]
@@ -370,6 +475,8 @@ mod tests {
             assert!(v.get(k).is_some(), "missing {k} in {v}");
         }
         assert_eq!(v["type"], "execve");
+        assert_eq!(v["decision"], "deny");
+        assert_eq!(v["effective_action"], "deny");
         std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -2,12 +2,14 @@
 //!
 //! Everything here reads state the kernel keeps (ppid, thread count, start
 //! time, cwd, root, fds) or the tracee's memory through `process_vm_readv`.
-//! Paths are resolved in the *tracee's* root and cwd, never the server's.
+//! Paths are resolved in the *calling thread's* root, cwd and fd table
+//! (`/proc/<pid>/task/<tid>/…`), never the thread-group leader's and never the
+//! server's: a thread may have its own (`unshare(CLONE_FILES | CLONE_FS)`).
 //!
 //! Failure modes: a process that vanished gives ENOENT/ESRCH; unreadable memory
 //! gives EFAULT; callers turn anything unreadable into a deny. Memory read here
-//! can change after we read it (another thread of the tracee may rewrite it):
-//! the supervisor documents that this is best effort and Landlock is the floor.
+//! could change after the read if another task shared it: the supervisor
+//! stops every such task first (`supervisor::sharing`).
 
 use std::ffi::{CString, OsStr};
 use std::io;
@@ -189,6 +191,8 @@ pub struct Argv {
     pub args: Vec<String>,
     /// Something was left unread because of `max_argc` / `max_argv_bytes`.
     pub truncated: bool,
+    /// Where each string read lies in the tracee's memory.
+    pub ptrs: Vec<u64>,
 }
 
 /// Reads an argv (array of C strings) within the limits.
@@ -206,13 +210,14 @@ pub fn read_argv(
         return Ok(Argv {
             args: Vec::new(),
             truncated: false,
+            ptrs: Vec::new(),
         });
     }
-    let (ptrs, complete) = read_ptr_array(pid, addr, ptr_size, max_argc)?;
+    let (mut ptrs, complete) = read_ptr_array(pid, addr, ptr_size, max_argc)?;
     let mut truncated = !complete;
     let mut budget = max_bytes;
     let mut args = Vec::with_capacity(ptrs.len());
-    for p in ptrs {
+    for &p in &ptrs {
         if budget == 0 {
             truncated = true;
             break;
@@ -225,7 +230,12 @@ pub fn read_argv(
             break;
         }
     }
-    Ok(Argv { args, truncated })
+    ptrs.truncate(args.len());
+    Ok(Argv {
+        args,
+        truncated,
+        ptrs,
+    })
 }
 
 /// The program an exec names, resolved in the tracee's view.
@@ -240,6 +250,41 @@ pub struct ExecTarget {
     pub anonymous: bool,
     /// An O_PATH fd on the file (keeps its identity for later checks).
     pub file: OwnedFd,
+}
+
+impl ExecTarget {
+    /// (device, inode) of the file judged.
+    ///
+    /// # Errors
+    /// fstat failed (cannot happen on an O_PATH fd we hold, short of EIO).
+    pub fn identity(&self) -> io::Result<(u64, u64)> {
+        fd_identity(self.file.as_raw_fd())
+    }
+}
+
+/// (device, inode) of an open fd.
+///
+/// # Errors
+/// fstat failed.
+pub fn fd_identity(fd: i32) -> io::Result<(u64, u64)> {
+    // SAFETY: stat is plain data, filled by the kernel.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid fd and a pointer to a stat buffer of the right size.
+    if unsafe { libc::fstat(fd, &mut st) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((st.st_dev, st.st_ino))
+}
+
+/// The `/proc` directory of thread `tid` of process `pid`: its own fd table,
+/// cwd and root (which a thread may have unshared from its leader). For the
+/// leader itself that is `/proc/<pid>` (cheaper: no task directory to look up).
+pub fn task_dir(pid: u32, tid: u32) -> String {
+    if pid == tid {
+        format!("/proc/{pid}")
+    } else {
+        format!("/proc/{pid}/task/{tid}")
+    }
 }
 
 /// Why a path could not be resolved.
@@ -335,7 +380,7 @@ fn rewrite_self(path: &str, pid: u32, tid: u32) -> String {
 
 /// Resolves the program of an `execve`/`execveat` of process `pid` (thread `tid`)
 /// the way the kernel will: relative to `dirfd` (or the cwd), inside the
-/// tracee's root.
+/// tracee's root, each taken from the calling thread's own view.
 pub fn resolve_exec_target(
     pid: u32,
     tid: u32,
@@ -344,17 +389,18 @@ pub fn resolve_exec_target(
     empty_path: bool,
 ) -> Result<ExecTarget, ResolveError> {
     let other = ResolveError::Other;
+    let task = task_dir(pid, tid);
     if path.is_empty() {
         if !empty_path {
             // execve("") fails with ENOENT in the kernel too.
             return Err(ResolveError::Missing(libc::ENOENT));
         }
-        // execveat(fd, "", AT_EMPTY_PATH): the fd itself.
-        let link = format!("/proc/{pid}/fd/{dirfd}");
+        // execveat(fd, "", AT_EMPTY_PATH): the fd itself, in the thread's table.
+        let link = format!("{task}/fd/{dirfd}");
         let filename = readlink(&link).map_err(other)?;
         let file = open_path(&link).map_err(|e| classify(e, true))?;
         let anonymous = is_anonymous(&filename);
-        return Ok(finish(pid, filename, anonymous, file));
+        return Ok(finish(&task, filename, anonymous, file));
     }
     let text = String::from_utf8_lossy(path).into_owned();
     let (filename, file) = if text.starts_with('/') {
@@ -363,35 +409,32 @@ pub fn resolve_exec_target(
         let file = if filename.starts_with("/proc/") {
             // Magic links under /proc are not followed by RESOLVE_IN_ROOT; the
             // tracee's /proc is reached through its root directly.
-            open_path(&format!("/proc/{pid}/root{filename}"))
+            open_path(&format!("{task}/root{filename}"))
         } else {
-            let root = open_path(&format!("/proc/{pid}/root")).map_err(other)?;
+            let root = open_path(&format!("{task}/root")).map_err(other)?;
             openat_path(&root, filename.trim_start_matches('/').as_bytes(), true)
         }
         .map_err(|e| classify(e, false))?;
         (filename, file)
     } else {
-        let (base_link, base_fd_path) = if dirfd == AT_FDCWD {
-            (format!("/proc/{pid}/cwd"), format!("/proc/{pid}/cwd"))
+        let base_link = if dirfd == AT_FDCWD {
+            format!("{task}/cwd")
         } else {
-            (
-                format!("/proc/{pid}/fd/{dirfd}"),
-                format!("/proc/{pid}/fd/{dirfd}"),
-            )
+            format!("{task}/fd/{dirfd}")
         };
-        let base = readlink(&base_link).map_err(other)?;
-        let dir = open_path(&base_fd_path).map_err(|e| classify(e, true))?;
+        let base = strip_root(&task, readlink(&base_link).map_err(other)?);
+        let dir = open_path(&base_link).map_err(|e| classify(e, true))?;
         let file = openat_path(&dir, text.as_bytes(), false).map_err(|e| classify(e, false))?;
         (join_clean(&base, &text), file)
     };
     let anonymous = false;
-    Ok(finish(pid, filename, anonymous, file))
+    Ok(finish(&task, filename, anonymous, file))
 }
 
-fn finish(pid: u32, filename: String, anonymous: bool, file: OwnedFd) -> ExecTarget {
+fn finish(task: &str, filename: String, anonymous: bool, file: OwnedFd) -> ExecTarget {
     let resolved = readlink(&format!("/proc/self/fd/{}", file.as_raw_fd()))
         .ok()
-        .map(|r| strip_root(pid, r))
+        .map(|r| strip_root(task, r))
         .filter(|r| *r != filename);
     let anonymous = anonymous || resolved.as_deref().is_some_and(is_anonymous);
     ExecTarget {
@@ -403,8 +446,8 @@ fn finish(pid: u32, filename: String, anonymous: bool, file: OwnedFd) -> ExecTar
 }
 
 /// Our view of a path to the tracee's view, when the tracee is chrooted.
-fn strip_root(pid: u32, ours: String) -> String {
-    match readlink(&format!("/proc/{pid}/root")) {
+fn strip_root(task: &str, ours: String) -> String {
+    match readlink(&format!("{task}/root")) {
         Ok(root) if root != "/" => match ours.strip_prefix(root.as_str()) {
             Some(rest) if rest.starts_with('/') => rest.to_string(),
             _ => ours,
@@ -432,6 +475,172 @@ pub fn shebang(target: &ExecTarget) -> Option<Vec<String>> {
         }
     }
     parse_shebang(&buf[..n])
+}
+
+/// How deep the kernel follows `#!` interpreters that are scripts themselves
+/// (`BINPRM_MAX_RECURSION`): one more fails the exec with ELOOP.
+pub const MAX_INTERPRETER_DEPTH: usize = 4;
+
+/// One `#!` interpreter the kernel will start.
+#[derive(Debug)]
+pub struct ChainLink {
+    /// The path on the `#!` line.
+    pub path: String,
+    /// The argv the kernel builds for it.
+    pub argv: Vec<String>,
+    /// The file, resolved like an exec in the caller's view; `None` when it
+    /// does not exist (the exec then fails with ENOENT).
+    pub target: Option<ExecTarget>,
+}
+
+/// Why an interpreter chain cannot be followed.
+#[derive(Debug)]
+pub enum ChainError {
+    /// Deeper than the kernel follows: the exec fails with ELOOP anyway.
+    TooDeep,
+    Unresolvable(String, io::Error),
+}
+
+/// The `#!` interpreters the kernel will start for `target`, outermost
+/// first, each resolved like an exec in thread `tid`'s view, with the argv
+/// the kernel builds: `[interpreter, optional argument, file name, args...]`
+/// where the file name is `script_name` (the name the kernel was given) for
+/// the first level and the previous interpreter's path after that.
+///
+/// # Errors
+/// A chain deeper than [`MAX_INTERPRETER_DEPTH`], or an interpreter that
+/// exists but cannot be resolved.
+pub fn interpreter_chain(
+    pid: u32,
+    tid: u32,
+    target: &ExecTarget,
+    script_name: &str,
+    argv: &[String],
+) -> Result<Vec<ChainLink>, ChainError> {
+    let mut chain: Vec<ChainLink> = Vec::new();
+    let mut name = script_name.to_string();
+    let mut args: Vec<String> = argv.to_vec();
+    loop {
+        let current = match chain.last() {
+            None => Some(target),
+            Some(l) => l.target.as_ref(),
+        };
+        let Some(current) = current else {
+            return Ok(chain);
+        };
+        let Some(line) = shebang(current) else {
+            return Ok(chain);
+        };
+        if chain.len() == MAX_INTERPRETER_DEPTH {
+            return Err(ChainError::TooDeep);
+        }
+        let interp = line[0].clone();
+        let mut new_args = line.clone();
+        new_args.push(name.clone());
+        new_args.extend(args.iter().skip(1).cloned());
+        let t = match resolve_exec_target(pid, tid, AT_FDCWD, interp.as_bytes(), false) {
+            Ok(t) => Some(t),
+            Err(ResolveError::Missing(_)) => None,
+            Err(ResolveError::Other(e)) => return Err(ChainError::Unresolvable(interp, e)),
+        };
+        name = interp.clone();
+        args = new_args.clone();
+        chain.push(ChainLink {
+            path: interp,
+            argv: new_args,
+            target: t,
+        });
+    }
+}
+
+/// Is every directory a lookup of `path` passes through (following its
+/// symlinks, in the tracee's root `root`) one the tree cannot change? A
+/// directory counts as changeable when, for a caller with uid `uid` other
+/// than 0, it is not owned by root or is group- or other-writable; for a root
+/// caller, when it is neither beneath `no_write` (Landlock keeps every tree
+/// from writing there) nor an ancestor of such a path. `false` also when the
+/// walk fails or loops. `no_symlinks`: the path is already canonical (the
+/// caller resolved it), so no component is looked at, only its directories.
+/// An approximation: see docs/security-model.md.
+pub fn path_is_stable(
+    root: &str,
+    path: &str,
+    uid: u32,
+    no_write: &[&str],
+    no_symlinks: bool,
+) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let beneath = |p: &str, d: &str| {
+        p == d || p.strip_prefix(d).is_some_and(|r| r.starts_with('/')) || d == "/"
+    };
+    let changeable = |dir: &str| -> bool {
+        if uid == 0 {
+            // Root may write anything Landlock does not keep from every tree.
+            return !no_write.iter().any(|d| beneath(dir, d) || beneath(d, dir));
+        }
+        match std::fs::metadata(format!("{root}{dir}")) {
+            Ok(m) => m.uid() != 0 || m.mode() & 0o022 != 0,
+            Err(_) => true,
+        }
+    };
+    let mut todo: Vec<String> = path
+        .split('/')
+        .filter(|c| !c.is_empty())
+        .map(str::to_string)
+        .rev()
+        .collect();
+    let mut dir = String::from("/");
+    let mut hops = 0;
+    while let Some(comp) = todo.pop() {
+        if comp == "." {
+            continue;
+        }
+        if comp == ".." {
+            dir = match dir.rsplit_once('/') {
+                Some(("", _)) | None => "/".into(),
+                Some((parent, _)) => parent.into(),
+            };
+            continue;
+        }
+        if changeable(&dir) {
+            return false;
+        }
+        let here = if dir == "/" {
+            format!("/{comp}")
+        } else {
+            format!("{dir}/{comp}")
+        };
+        if no_symlinks {
+            // The kernel's own resolution equals the path: nothing to follow.
+            dir = here;
+            continue;
+        }
+        match std::fs::symlink_metadata(format!("{root}{here}")) {
+            Ok(m) if m.file_type().is_symlink() => {
+                hops += 1;
+                if hops > 40 {
+                    return false;
+                }
+                let Ok(target) = std::fs::read_link(format!("{root}{here}")) else {
+                    return false;
+                };
+                let target = target.to_string_lossy().into_owned();
+                if target.starts_with('/') {
+                    dir = "/".into();
+                }
+                todo.extend(
+                    target
+                        .split('/')
+                        .filter(|c| !c.is_empty())
+                        .map(str::to_string)
+                        .rev(),
+                );
+            }
+            Ok(_) => dir = here,
+            Err(_) => return false,
+        }
+    }
+    true
 }
 
 fn parse_shebang(head: &[u8]) -> Option<Vec<String>> {
@@ -570,6 +779,22 @@ mod tests {
             Err(ResolveError::Missing(e)) => assert_eq!(e, libc::ENOENT),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn stable_paths() {
+        let nw = ["/usr/bin", "/usr/lib"];
+        // Root-owned, not writable by others: stable for an ordinary user.
+        assert!(path_is_stable("", "/usr/bin/env", 1000, &nw, false));
+        assert!(path_is_stable("", "/usr/bin/env", 1000, &nw, true));
+        // /tmp is world-writable.
+        assert!(!path_is_stable("", "/tmp/x", 1000, &nw, false));
+        assert!(!path_is_stable("", "/tmp/x", 1000, &nw, true));
+        // For root, only what Landlock keeps every tree from writing.
+        assert!(path_is_stable("", "/usr/bin/env", 0, &nw, false));
+        assert!(!path_is_stable("", "/var/tmp/x", 0, &nw, false));
+        // A missing component is not stable.
+        assert!(!path_is_stable("", "/nonexistent-dir/x", 1000, &nw, false));
     }
 
     #[test]

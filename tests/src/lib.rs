@@ -8,6 +8,7 @@
 //! `rootfs` builds (and caches) a debootstrapped Debian root and runs commands
 //! chrooted in it, for the package install tests.
 
+pub mod attackers;
 pub mod ns;
 pub mod relay;
 pub mod rootfs;

@@ -149,16 +149,14 @@ fn attempts(c: &Ctx) -> Vec<Attempt> {
         rule("copy to /tmp and run", "cp /usr/bin/true /tmp/t-$$", "/tmp/t-$$", "default", "/tmp/t-"),
         rule("copy to /dev/shm and run", "cp /usr/bin/true /dev/shm/t-$$", "/dev/shm/t-$$", "default", "/dev/shm/t-"),
         rule("copy to /var/tmp and run", "cp /usr/bin/true /var/tmp/t-$$", "/var/tmp/t-$$", "default", "/var/tmp/t-"),
-        Attempt {
-            min_abi: 4,
-            ..kernel(
-            "curl renamed in the workspace, to a denied port",
+        // A copy is recognised by its content (the identity index).
+        rule(
+            "curl copied and renamed in the workspace",
             "cp /usr/bin/curl /srv/ws/fetch",
             &format!("/srv/ws/fetch -sS --max-time 3 http://127.0.0.1:{}/", c.denied_port),
-            "",
-            |r, c| port_not_allowed(r, c.denied_port),
-        )
-        },
+            "deny-nested-network-tools",
+            "/srv/ws/fetch",
+        ),
         // --- symlinks ---
         rule("symlink to su", "ln -sf /usr/bin/su /srv/ws/notsu", "/srv/ws/notsu -c id", "deny-privilege-escalation", "/usr/bin/su"),
         rule("symlink to curl", "ln -sf /usr/bin/curl /srv/ws/fetch2", "/srv/ws/fetch2 --version", "deny-nested-network-tools", "/usr/bin/curl"),
@@ -221,6 +219,29 @@ fn attempts(c: &Ctx) -> Vec<Attempt> {
             "/srv/ws/s2",
             "deny-nested-network-tools",
             "/srv/ws/s2",
+        ),
+        rule(
+            "script whose interpreter is a workspace symlink to curl",
+            "ln -sf /usr/bin/curl /srv/ws/innocent && \
+             printf '#!/srv/ws/innocent --version\\n' > /srv/ws/s3 && chmod +x /srv/ws/s3",
+            "/srv/ws/s3",
+            "deny-nested-network-tools",
+            "/srv/ws/s3",
+        ),
+        rule(
+            "script whose interpreter is a script whose interpreter is curl",
+            "printf '#!/usr/bin/curl --version\\n' > /srv/ws/i1 && chmod +x /srv/ws/i1 && \
+             printf '#!/srv/ws/i1\\n' > /srv/ws/s4 && chmod +x /srv/ws/s4",
+            "/srv/ws/s4",
+            "deny-nested-network-tools",
+            "/srv/ws/s4",
+        ),
+        rule(
+            "script run by #!/usr/bin/env curl",
+            "printf '#!/usr/bin/env curl\\n' > /srv/ws/s5 && chmod +x /srv/ws/s5",
+            "/srv/ws/s5",
+            "deny-nested-network-tools",
+            "/srv/ws/s5",
         ),
         rule(
             "script in /tmp",

@@ -112,6 +112,16 @@ fn command_of(r: &serde_json::Value) -> String {
     argv.join(" ")
 }
 
+/// `[PROGRAM dev:inode]`: the file the operator approves; what runs after the
+/// approval must be that file with that argv, or it is killed.
+fn program_of(r: &serde_json::Value) -> String {
+    let name = r["filename"].as_str().unwrap_or("");
+    match (r["file"]["dev"].as_u64(), r["file"]["ino"].as_u64()) {
+        (Some(dev), Some(ino)) => format!("{name} {dev}:{ino}"),
+        _ => name.to_string(),
+    }
+}
+
 fn row(r: &serde_json::Value) -> String {
     let s = |k: &str| r[k].as_str().unwrap_or("").to_string();
     format!(
@@ -123,11 +133,11 @@ fn row(r: &serde_json::Value) -> String {
         s("rule"),
         s("expires_at"),
         command_of(r),
-        s("filename"),
+        program_of(r),
     )
 }
 
-const HEADER: &str = "ID               SESSION      PID     DEPTH RULE                     EXPIRES AT                  COMMAND  [PROGRAM]";
+const HEADER: &str = "ID               SESSION      PID     DEPTH RULE                     EXPIRES AT                  COMMAND  [PROGRAM DEV:INODE]";
 
 /// Runs one `agentsh approvals` command.
 ///

@@ -270,7 +270,7 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
     let mut ctx =
         ScmpFilterContext::new(ScmpAction::Allow).map_err(|err| e("seccomp_init", err))?;
     for arch in extra_arches() {
-        ctx.add_arch(*arch)
+        ctx.add_arch(arch)
             .map_err(|err| e(&format!("adding arch {arch:?}"), err))?;
     }
     ctx.set_act_badarch(ScmpAction::KillProcess)
@@ -301,19 +301,19 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
     export(&ctx)
 }
 
-fn extra_arches() -> &'static [ScmpArch] {
-    #[cfg(target_arch = "x86_64")]
-    {
-        &[ScmpArch::X86, ScmpArch::X32]
-    }
-    #[cfg(target_arch = "aarch64")]
-    {
-        &[ScmpArch::Arm]
-    }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    {
-        &[]
-    }
+/// The compat ABIs of [`agentsh_proto::execabi::filter_abis`] (the native one
+/// is the context's own): the supervisor classifies execs from the same table.
+fn extra_arches() -> Vec<ScmpArch> {
+    agentsh_proto::execabi::filter_abis()
+        .iter()
+        .skip(1)
+        .filter_map(|abi| match *abi {
+            "i386" => Some(ScmpArch::X86),
+            "x32" => Some(ScmpArch::X32),
+            "arm" => Some(ScmpArch::Arm),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Exports the BPF through a memfd (libseccomp 2.5.4 has no export-to-memory).

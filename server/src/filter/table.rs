@@ -82,6 +82,11 @@ pub const UNSHARE_NEW_FLAGS: u64 = (libc::CLONE_NEWNS
 pub const CLONE_NEW_FLAGS: u64 = UNSHARE_NEW_FLAGS & !CLONE_NEWTIME;
 const CLONE_NEWTIME: u64 = 0x80;
 
+const CLONE_VM: u64 = libc::CLONE_VM as u64;
+const CLONE_THREAD: u64 = libc::CLONE_THREAD as u64;
+const CLONE_VFORK: u64 = libc::CLONE_VFORK as u64;
+const CLONE_PARENT: u64 = libc::CLONE_PARENT as u64;
+
 /// `MSG_FASTOPEN`: connect and send in one call, past Landlock's connect hook.
 pub const MSG_FASTOPEN: u64 = 0x2000_0000;
 /// `TCP_FASTOPEN_CONNECT` (setsockopt level IPPROTO_TCP).
@@ -134,6 +139,20 @@ pub const BASE_RULES: &[BaseRule] = &[
         when_text: "flags has any CLONE_NEW* (NS, CGROUP, UTS, IPC, USER, PID, NET; 0x80 is the exit signal here)",
         answer: Answer::Eperm,
         why: "as unshare",
+    },
+    BaseRule {
+        syscalls: &["clone"],
+        when: When::All(&[Cmp { arg: 0, mask: CLONE_VM | CLONE_THREAD | CLONE_VFORK, value: CLONE_VM }]),
+        when_text: "flags has CLONE_VM but neither CLONE_THREAD nor CLONE_VFORK",
+        answer: Answer::Eperm,
+        why: "a process sharing another's memory without being its thread or vfork child could rewrite an exec's path and argv after the supervisor read them; threads and vfork children are found and stopped (the exec race guard)",
+    },
+    BaseRule {
+        syscalls: &["clone"],
+        when: When::All(&[Cmp { arg: 0, mask: CLONE_VM | CLONE_PARENT | CLONE_THREAD, value: CLONE_VM | CLONE_PARENT }]),
+        when_text: "flags has CLONE_VM and CLONE_PARENT but not CLONE_THREAD",
+        answer: Answer::Eperm,
+        why: "a vfork child made a sibling of its parent would share memory with a process the race guard does not walk to",
     },
     BaseRule {
         syscalls: &["clone3"],

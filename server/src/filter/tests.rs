@@ -178,6 +178,22 @@ fn check(prog: &[libc::sock_filter], cases: &[Case]) {
 const EPERM: i32 = libc::EPERM;
 
 #[test]
+fn every_compat_abi_of_the_exec_table_is_in_the_filter() {
+    // The supervisor classifies execs from the same table
+    // (agentsh_proto::execabi): an ABI the filter covers has exec rows.
+    let abis = agentsh_proto::execabi::filter_abis();
+    assert!(!abis.is_empty());
+    for abi in abis {
+        assert!(
+            agentsh_proto::execabi::EXEC_SYSCALLS
+                .iter()
+                .any(|s| s.abi == *abi),
+            "{abi}"
+        );
+    }
+}
+
+#[test]
 fn base_rules_refuse_on_the_real_kernel_and_near_misses_pass() {
     let prog = compile(&spec(7)).unwrap().program;
     check(
@@ -232,6 +248,55 @@ fn base_rules_refuse_on_the_real_kernel_and_near_misses_pass() {
             Case {
                 what: "clone(exit signal 0x80|CLONE_THREAD)",
                 call: sys!(libc::SYS_clone, 0x80 | libc::CLONE_THREAD, 0, 0, 0, 0),
+                want: libc::EINVAL,
+            },
+            // Memory sharing outside threads and vfork. CLONE_PIDFD with
+            // CLONE_PARENT_SETTID is EINVAL in the kernel, so nothing is
+            // created whatever the filter does.
+            Case {
+                what: "clone(CLONE_VM) without CLONE_THREAD or CLONE_VFORK",
+                call: sys!(
+                    libc::SYS_clone,
+                    libc::CLONE_VM
+                        | libc::CLONE_SIGHAND
+                        | libc::CLONE_PIDFD
+                        | libc::CLONE_PARENT_SETTID,
+                    0,
+                    0,
+                    0,
+                    0
+                ),
+                want: EPERM,
+            },
+            Case {
+                what: "clone(CLONE_VM|CLONE_VFORK|CLONE_PARENT)",
+                call: sys!(
+                    libc::SYS_clone,
+                    libc::CLONE_VM
+                        | libc::CLONE_VFORK
+                        | libc::CLONE_PARENT
+                        | libc::CLONE_PIDFD
+                        | libc::CLONE_PARENT_SETTID,
+                    0,
+                    0,
+                    0,
+                    0
+                ),
+                want: EPERM,
+            },
+            Case {
+                what: "clone(CLONE_VM|CLONE_VFORK) (posix_spawn) passes the filter",
+                call: sys!(
+                    libc::SYS_clone,
+                    libc::CLONE_VM
+                        | libc::CLONE_VFORK
+                        | libc::CLONE_PIDFD
+                        | libc::CLONE_PARENT_SETTID,
+                    0,
+                    0,
+                    0,
+                    0
+                ),
                 want: libc::EINVAL,
             },
             Case {

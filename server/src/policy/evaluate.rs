@@ -1,6 +1,16 @@
-//! The decision: `evaluate(policy, facts) -> Verdict`, pure (no I/O, no
-//! clock, no environment), so the supervisor gathers facts, calls it and acts,
-//! and tests drive it with tables.
+//! The decision: [`judge`]`(policy, exec facts) -> Verdict` for a whole exec,
+//! and [`evaluate`]`(policy, program facts) -> Verdict` for one program name;
+//! both pure (no I/O, no clock, no environment), so the supervisor gathers
+//! facts, calls `judge` and acts, and tests drive them with tables.
+//!
+//! `judge` decides, in order: a program without a name on disk (memfd,
+//! deleted file) is denied (`fileless_exec`: Landlock cannot see it, so
+//! nothing else would stop it); an argv cut by the limits is denied when the
+//! configuration says so (`execve_truncated`); otherwise the program is
+//! evaluated under its exec'd name, its resolved target, every program of the
+//! policy it is a byte-identical copy of, and every `#!` interpreter the
+//! kernel will start for it (with the argv the kernel builds), and the
+//! stricter verdict stands.
 //!
 //! Order for one program name:
 //! 1. an absolute name matching `internal_bypass` is allowed as is
@@ -29,9 +39,14 @@ use serde::Serialize;
 /// `env env env ...` only exists to tire a checker.
 const MAX_WRAPPER_NESTING: usize = 16;
 
-/// What the supervisor knows about one trapped exec.
+/// The rule that denies exec of a memfd or deleted file, for every policy.
+pub const RULE_FILELESS_EXEC: &str = "fileless_exec";
+/// The rule that denies an argv cut by `execve.max_argc` / `max_argv_bytes`.
+pub const RULE_TRUNCATED: &str = "execve_truncated";
+
+/// One program name as the rules see it.
 #[derive(Debug, Clone, Copy)]
-pub struct ExecFacts<'a> {
+pub struct ProgramFacts<'a> {
     /// Absolute path of the program, as the tracee named it (against its cwd).
     pub filename: &'a str,
     /// Its canonical target when different (symlinks).
@@ -40,6 +55,47 @@ pub struct ExecFacts<'a> {
     pub argv: &'a [String],
     /// 0 = the command the SDK asked for, >= 1 nested.
     pub depth: u32,
+}
+
+/// The argv limits, when the argv read was cut by them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Truncation {
+    /// `execve.on_truncated: deny`.
+    pub deny: bool,
+    pub max_argc: usize,
+    pub max_argv_bytes: usize,
+}
+
+/// A `#!` interpreter the kernel starts for a script, as the supervisor
+/// resolved it in the caller's view.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+pub struct Interpreter {
+    /// The path on the `#!` line.
+    pub path: String,
+    /// Its canonical target when different (symlinks).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub resolved: Option<String>,
+    /// The argv the kernel gives it: `[path, optional argument, script, args...]`.
+    #[serde(skip)]
+    pub argv: Vec<String>,
+    /// Programs of the policy this file is a byte-identical copy of.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub copy_of: Vec<String>,
+}
+
+/// Everything the supervisor gathered about one trapped exec.
+#[derive(Debug, Clone, Copy)]
+pub struct ExecFacts<'a> {
+    /// The program under its exec'd name and resolved target.
+    pub program: ProgramFacts<'a>,
+    /// The file has no name on disk (memfd, deleted).
+    pub anonymous: bool,
+    /// `Some` when the argv was cut by the limits.
+    pub truncated: Option<Truncation>,
+    /// The `#!` interpreters the kernel will start, outermost script's first.
+    pub interpreters: &'a [Interpreter],
+    /// Programs of the policy the executed file is a byte-identical copy of.
+    pub copy_of: &'a [String],
 }
 
 /// The policy's answer for one exec.
@@ -65,9 +121,81 @@ impl Verdict {
     }
 }
 
-/// Judge one exec.
-pub fn evaluate(policy: &Policy, facts: &ExecFacts<'_>) -> Verdict {
-    let exec = |name| judge(policy, ProgramName::exec(name), facts.argv, facts.depth, 0);
+/// Judge one exec: see the module doc for the order.
+pub fn judge(policy: &Policy, facts: &ExecFacts<'_>) -> Verdict {
+    let p = &facts.program;
+    if facts.anonymous {
+        return Verdict {
+            decision: Decision::Deny,
+            rule: RULE_FILELESS_EXEC.into(),
+            message: Some(
+                "running a program from memory (memfd) or from a deleted file is not allowed"
+                    .into(),
+            ),
+            judged: p.filename.into(),
+        };
+    }
+    if let Some(t) = facts.truncated.filter(|t| t.deny) {
+        return Verdict {
+            decision: Decision::Deny,
+            rule: RULE_TRUNCATED.into(),
+            message: Some(format!(
+                "argv exceeds execve.max_argc={} or execve.max_argv_bytes={}",
+                t.max_argc, t.max_argv_bytes
+            )),
+            judged: p.filename.into(),
+        };
+    }
+    let mut verdict = evaluate(policy, p);
+    verdict = as_copies(policy, verdict, facts.copy_of, p.argv, p.depth);
+    for i in facts.interpreters {
+        let own = evaluate(
+            policy,
+            &ProgramFacts {
+                filename: &i.path,
+                resolved: i.resolved.as_deref(),
+                argv: &i.argv,
+                depth: p.depth,
+            },
+        );
+        let own = as_copies(policy, own, &i.copy_of, &i.argv, p.depth);
+        verdict = verdict.stricter(own);
+    }
+    verdict
+}
+
+/// `verdict`, or the stricter verdict of a program the file is a copy of
+/// (judged by that program's path, with the same argv and depth).
+fn as_copies(
+    policy: &Policy,
+    verdict: Verdict,
+    copy_of: &[String],
+    argv: &[String],
+    depth: u32,
+) -> Verdict {
+    copy_of.iter().fold(verdict, |v, original| {
+        let mut c = evaluate(
+            policy,
+            &ProgramFacts {
+                filename: original,
+                resolved: None,
+                argv,
+                depth,
+            },
+        );
+        if c.decision.strictness() > v.decision.strictness() {
+            c.message = Some(match c.message.take() {
+                Some(m) => format!("{m} (the file is a copy of {original})"),
+                None => format!("the file is a copy of {original}"),
+            });
+        }
+        v.stricter(c)
+    })
+}
+
+/// Judge one program name (and its resolved target).
+pub fn evaluate(policy: &Policy, facts: &ProgramFacts<'_>) -> Verdict {
+    let exec = |name| judge_name(policy, ProgramName::exec(name), facts.argv, facts.depth, 0);
     let verdict = exec(facts.filename);
     match facts.resolved {
         Some(resolved) if resolved != facts.filename => verdict.stricter(exec(resolved)),
@@ -75,7 +203,7 @@ pub fn evaluate(policy: &Policy, facts: &ExecFacts<'_>) -> Verdict {
     }
 }
 
-fn judge(
+fn judge_name(
     policy: &Policy,
     program: ProgramName<'_>,
     argv: &[String],
@@ -120,7 +248,7 @@ fn judge(
         Ok(Unwrapped::NoPayload) => own,
         Ok(Unwrapped::Payload { program, argv }) => {
             let payload = ProgramName::payload(&program);
-            own.stricter(judge(policy, payload, &argv, depth, nesting + 1))
+            own.stricter(judge_name(policy, payload, &argv, depth, nesting + 1))
         }
         Err(wrappers::Unparsable(why)) => unparsable(policy, own, name, &why),
     }

@@ -37,7 +37,10 @@ mod tests;
 
 pub use compile::FILE_PATH_VARIABLES;
 pub use error::{Location, PolicyError};
-pub use evaluate::{evaluate, ExecFacts, Verdict};
+pub use evaluate::{
+    evaluate, judge, ExecFacts, Interpreter, ProgramFacts, Truncation, Verdict, RULE_FILELESS_EXEC,
+    RULE_TRUNCATED,
+};
 pub use schema::{Decision, FileOperation, FileRule, NetworkDirection, NetworkRule, PortSet};
 
 use compile::{CommandRule, DepthRange};
@@ -170,6 +173,15 @@ impl Policy {
     /// `daemon_sockets: {allow, deny}` (the built-in list is in `daemon_sockets`).
     pub fn daemon_sockets(&self) -> &daemon_sockets::DaemonSocketsDoc {
         &self.daemon_sockets
+    }
+
+    /// Every entry of every command rule's `commands:`, as written (for the
+    /// supervisor's identity index: which programs to recognise by content).
+    pub fn command_entries(&self) -> Vec<String> {
+        self.command_rules
+            .iter()
+            .flat_map(|r| r.commands_text.iter().cloned())
+            .collect()
     }
 
     /// Extra seccomp blocklist names from `syscalls: { block: [...] }`.

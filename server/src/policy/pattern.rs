@@ -82,6 +82,18 @@ impl CommandPattern {
         if entry.contains('\0') {
             return Err(format!("command entry {entry:?} contains a NUL byte"));
         }
+        if let Some(hex) = entry.strip_prefix("sha256:") {
+            // A program named by its content: the supervisor's identity index
+            // gives every executed file with this digest this name too.
+            if hex.len() != 64 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+                return Err(format!(
+                    "command entry {entry:?}: a digest is `sha256:` and 64 lowercase hex digits"
+                ));
+            }
+            return Ok(CommandPattern::Basename(Matcher::Literal(
+                entry.to_string(),
+            )));
+        }
         if !entry.contains('/') {
             return Matcher::new(entry)
                 .map(CommandPattern::Basename)

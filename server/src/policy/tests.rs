@@ -93,7 +93,7 @@ fn case(
 
 fn run(policy: &Policy, cases: &[Case]) {
     for c in cases {
-        let facts = ExecFacts {
+        let facts = ProgramFacts {
             filename: c.filename,
             resolved: c.resolved,
             argv: &c.argv,
@@ -226,7 +226,7 @@ fn verdict_carries_the_rule_message() {
     let args = argv("env curl x");
     let v = evaluate(
         &p,
-        &ExecFacts {
+        &ProgramFacts {
             filename: "/usr/bin/env",
             resolved: None,
             argv: &args,
@@ -240,7 +240,7 @@ fn verdict_carries_the_rule_message() {
     let args = argv("env --bogus curl");
     let v = evaluate(
         &p,
-        &ExecFacts {
+        &ProgramFacts {
             filename: "/usr/bin/env",
             resolved: None,
             argv: &args,
@@ -889,4 +889,197 @@ fn the_summary_says_what_each_file_operation_means() {
     ] {
         assert!(s.contains(needle), "{needle}\n{s}");
     }
+}
+
+/// `judge`: the whole exec, table-driven: (what, facts, decision, rule, judged).
+#[test]
+fn judge_decides_the_whole_exec() {
+    let p = policy(
+        r#"
+name: judge
+default: allow
+command_rules:
+  - name: deny-curl
+    commands: [curl]
+    context: [nested]
+    decision: deny
+  - name: approve-pip
+    commands: [pip]
+    decision: approve
+  - name: audit-make
+    commands: [make]
+    decision: audit
+"#,
+    );
+    let prog = |filename: &'static str, args: &'static str| ProgramFacts {
+        filename,
+        resolved: None,
+        argv: Box::leak(argv(args).into_boxed_slice()),
+        depth: 1,
+    };
+    let plain = |program| ExecFacts {
+        program,
+        anonymous: false,
+        truncated: None,
+        interpreters: &[],
+        copy_of: &[],
+    };
+    let interp = |path: &str, resolved: Option<&str>, copy_of: &[&str]| Interpreter {
+        path: path.into(),
+        resolved: resolved.map(str::to_string),
+        argv: argv(&format!("{path} /w/s")),
+        copy_of: copy_of
+            .iter()
+            .map(std::string::ToString::to_string)
+            .collect(),
+    };
+    let limits = |deny| Truncation {
+        deny,
+        max_argc: 10,
+        max_argv_bytes: 100,
+    };
+    let chain_curl = [
+        interp("/w/inner", None, &[]),
+        interp("/usr/bin/curl", None, &[]),
+    ];
+    let symlinked = [interp("/w/innocent", Some("/usr/bin/curl"), &[])];
+    let copied = [interp("/w/fetch", None, &["/usr/bin/curl"])];
+    let env_curl = [Interpreter {
+        path: "/usr/bin/env".into(),
+        resolved: None,
+        argv: argv("/usr/bin/env curl /w/s"),
+        copy_of: vec![],
+    }];
+    let curl_copy = ["/usr/bin/curl".to_string()];
+    let pip_copy = ["/usr/bin/pip".to_string()];
+    let cases: Vec<(&str, ExecFacts<'_>, Decision, &str, &str)> = vec![
+        (
+            "plain allow",
+            plain(prog("/usr/bin/ls", "ls")),
+            Decision::Allow,
+            "default",
+            "/usr/bin/ls",
+        ),
+        (
+            "plain deny",
+            plain(prog("/usr/bin/curl", "curl x")),
+            Decision::Deny,
+            "deny-curl",
+            "/usr/bin/curl",
+        ),
+        (
+            "a memfd is denied whatever the policy",
+            ExecFacts {
+                anonymous: true,
+                ..plain(prog("/memfd:x (deleted)", "x"))
+            },
+            Decision::Deny,
+            RULE_FILELESS_EXEC,
+            "/memfd:x (deleted)",
+        ),
+        (
+            "truncated and on_truncated deny",
+            ExecFacts {
+                truncated: Some(limits(true)),
+                ..plain(prog("/usr/bin/ls", "ls"))
+            },
+            Decision::Deny,
+            RULE_TRUNCATED,
+            "/usr/bin/ls",
+        ),
+        (
+            "truncated and on_truncated allow",
+            ExecFacts {
+                truncated: Some(limits(false)),
+                ..plain(prog("/usr/bin/ls", "ls"))
+            },
+            Decision::Allow,
+            "default",
+            "/usr/bin/ls",
+        ),
+        (
+            "a script whose interpreter's interpreter is curl",
+            ExecFacts {
+                interpreters: &chain_curl,
+                ..plain(prog("/w/s", "s"))
+            },
+            Decision::Deny,
+            "deny-curl",
+            "/usr/bin/curl",
+        ),
+        (
+            "a script whose interpreter is a symlink to curl",
+            ExecFacts {
+                interpreters: &symlinked,
+                ..plain(prog("/w/s", "s"))
+            },
+            Decision::Deny,
+            "deny-curl",
+            "/usr/bin/curl",
+        ),
+        (
+            "a script whose interpreter is a copy of curl",
+            ExecFacts {
+                interpreters: &copied,
+                ..plain(prog("/w/s", "s"))
+            },
+            Decision::Deny,
+            "deny-curl",
+            "/usr/bin/curl",
+        ),
+        (
+            "#!/usr/bin/env curl",
+            ExecFacts {
+                interpreters: &env_curl,
+                ..plain(prog("/w/s", "s"))
+            },
+            Decision::Deny,
+            "deny-curl",
+            "curl",
+        ),
+        (
+            "a renamed copy of curl",
+            ExecFacts {
+                copy_of: &curl_copy,
+                ..plain(prog("/tmp/x", "x"))
+            },
+            Decision::Deny,
+            "deny-curl",
+            "/usr/bin/curl",
+        ),
+        (
+            "a copy of pip needs approval",
+            ExecFacts {
+                copy_of: &pip_copy,
+                ..plain(prog("/w/p", "p install"))
+            },
+            Decision::Approve,
+            "approve-pip",
+            "/usr/bin/pip",
+        ),
+        (
+            "audit stays audit when nothing stricter",
+            plain(prog("/usr/bin/make", "make -j2")),
+            Decision::Audit,
+            "audit-make",
+            "/usr/bin/make",
+        ),
+    ];
+    for (what, facts, decision, rule, judged) in cases {
+        let v = judge(&p, &facts);
+        assert_eq!(
+            (v.decision, v.rule.as_str(), v.judged.as_str()),
+            (decision, rule, judged),
+            "{what}: {v:?}"
+        );
+    }
+    // A copy's verdict says what it is a copy of.
+    let v = judge(
+        &p,
+        &ExecFacts {
+            copy_of: &curl_copy,
+            ..plain(prog("/tmp/x", "x"))
+        },
+    );
+    assert!(v.message.unwrap().contains("copy of /usr/bin/curl"));
 }

@@ -1,0 +1,692 @@
+//! The backend-neutral exec path: from a caught exec to its answer.
+//!
+//! A backend (`notify` today, ptrace later) hands over the calling thread's
+//! id, the syscall and its register arguments, and an [`ExecStop`] to answer
+//! through. Here, in order:
+//!
+//! 1. who: the thread's stat and thread group;
+//! 2. the path, read and resolved in the thread's own view: a path that
+//!    names nothing is answered with the kernel's own errno (no decision: a
+//!    failing errno is safe whatever was read);
+//! 3. the race guard: who else shares the caller's memory (`sharing`); if
+//!    anyone, they are stopped before anything is read for the decision, and
+//!    the path is read again;
+//! 4. argv, and where the strings live (`vma`: no shared mappings);
+//! 5. the notification is still the same waiting thread (`still_waiting`);
+//! 6. depth, then the pure decision (`policy::judge`);
+//! 7. approve: hand to `approval` (the tasks stopped are released first);
+//!    otherwise audit, then answer;
+//! 8. after CONTINUE with stopped tasks: watch the caller (seized with
+//!    `PTRACE_O_TRACEEXEC` and a pending interrupt) until its exec completed
+//!    (`PTRACE_EVENT_EXEC`: the new image has not run an instruction) or
+//!    failed (it stops on its way back to user space), then release everyone.
+//!
+//! Failure modes: anything that cannot be read, resolved or frozen is a deny
+//! (EACCES) audited with the rule `unreadable`, `unresolvable`,
+//! `memory_not_frozen` or `shared_memory` and the reason.
+
+use super::ptrace::Lingering;
+use super::sharing::{self, Frozen, Sharing};
+use super::verify::{self, Expected};
+use super::vma;
+use super::{signals, DepthBook, SupervisorContext, Tree};
+use crate::approval::HeldExec;
+use crate::audit::{Action, EventBody, ExecEvent, ExecSubject, FileIdentity, Memory};
+use crate::config::OnTruncated;
+use crate::policy::{self, Decision, ExecFacts, ProgramFacts, Truncation, Verdict};
+use crate::tracee::{self, ExecTarget, ResolveError};
+use agentsh_proto::execabi::{ExecArgs, ExecSyscall};
+use std::io;
+use std::os::fd::OwnedFd;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub use crate::policy::RULE_FILELESS_EXEC;
+
+/// How long, after the exec, tasks asleep in the kernel get to reach their stop.
+const RELEASE_GRACE: Duration = Duration::from_millis(5);
+
+/// A caught exec, as its backend answers it.
+pub trait ExecStop {
+    /// The exec still waits, and its thread id still names the same thread.
+    fn still_waiting(&self) -> bool;
+    /// Let the exec proceed (user-notify: CONTINUE).
+    fn proceed(&self) -> io::Result<()>;
+    /// Fail the exec with `errno`.
+    fn refuse(&self, errno: i32) -> io::Result<()>;
+}
+
+/// What an approval waiter needs to answer a held exec later.
+pub enum Holder {
+    Notify { fd: Arc<OwnedFd>, id: u64 },
+}
+
+/// One caught exec.
+pub struct ExecRequest {
+    /// The calling thread.
+    pub tid: u32,
+    pub call: &'static ExecSyscall,
+    pub args: ExecArgs,
+}
+
+/// What the tree's thread keeps between execs.
+pub struct TreeState {
+    pub root_pid: u32,
+    pub book: DepthBook,
+    pub protected: signals::Protected,
+    /// Tasks stopped for an exec that had not reached their stop when it ended.
+    pub lingering: Lingering,
+    approved_tx: Sender<(u32, u64, u32)>,
+    approved_rx: Receiver<(u32, u64, u32)>,
+}
+
+impl TreeState {
+    pub fn new(root_pid: u32) -> TreeState {
+        // Approved execs are let through by approval waiters; they report
+        // here so the book (owned by the tree's thread) stays right.
+        let (approved_tx, approved_rx) = mpsc::channel();
+        TreeState {
+            root_pid,
+            book: DepthBook::default(),
+            // Read once, while the tree's root (unixwrap, waiting for the
+            // ACK) is surely alive: its parent is the SDK daemon.
+            protected: signals::Protected::for_tree(root_pid),
+            lingering: Lingering::default(),
+            approved_tx,
+            approved_rx,
+        }
+    }
+
+    /// Records the execs approval waiters let through since the last call.
+    pub fn take_approved(&mut self) {
+        while let Ok((pid, starttime, depth)) = self.approved_rx.try_recv() {
+            self.book.record(pid, starttime, depth);
+        }
+    }
+}
+
+/// Why the exec cannot be judged: deny and audit with this rule and reason.
+struct Undecidable {
+    rule: &'static str,
+    reason: String,
+}
+
+fn undecidable(rule: &'static str, reason: String) -> Undecidable {
+    Undecidable { rule, reason }
+}
+
+/// The facts of one exec, once gathered.
+struct Gathered {
+    stat: tracee::ProcStat,
+    target: ExecTarget,
+    argv: tracee::Argv,
+    memory: Memory,
+    /// The `#!` interpreters the kernel will start, outermost first.
+    chain: Vec<tracee::ChainLink>,
+    /// Every path lookup the kernel will repeat passes only through
+    /// directories the tree cannot change (`tracee::path_is_stable`).
+    stable: bool,
+    /// What the identity index says about the program and each interpreter.
+    recognised: super::identity::Recognised,
+    recognised_chain: Vec<super::identity::Recognised>,
+}
+
+/// The name the kernel gives a script's interpreter (`bprm->filename`).
+fn kernel_filename(args: &ExecArgs, path: &[u8]) -> String {
+    let p = String::from_utf8_lossy(path).into_owned();
+    if p.starts_with('/') || args.dirfd == libc::AT_FDCWD {
+        p
+    } else if p.is_empty() {
+        format!("/dev/fd/{}", args.dirfd)
+    } else {
+        format!("/dev/fd/{}/{p}", args.dirfd)
+    }
+}
+
+/// Whether the lookups of the program and of its interpreters can be
+/// changed by the tree between the decision and the kernel's lookup.
+fn lookups_stable(
+    pid: u32,
+    tid: u32,
+    args: &ExecArgs,
+    target: &ExecTarget,
+    chain: &[tracee::ChainLink],
+) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let task = tracee::task_dir(pid, tid);
+    let root = match std::fs::read_link(format!("{task}/root")) {
+        Ok(r) if r.as_os_str() == "/" => String::new(),
+        Ok(_) => format!("{task}/root"),
+        Err(_) => return false,
+    };
+    // The owner of /proc/<pid> is the process's effective uid (root when it
+    // is not dumpable: the stricter reading).
+    let Ok(uid) = std::fs::metadata(format!("/proc/{pid}")).map(|m| m.uid()) else {
+        return false;
+    };
+    let no_write = crate::policy::landlock::SYSTEM_NO_WRITE;
+    // execveat(fd, "", AT_EMPTY_PATH) looks nothing up: the fd is the file.
+    let program = (args.flags & libc::AT_EMPTY_PATH != 0 && target.filename.is_empty())
+        || tracee::path_is_stable(
+            &root,
+            &target.filename,
+            uid,
+            no_write,
+            target.resolved.is_none(),
+        );
+    program
+        && chain
+            .iter()
+            .all(|l| tracee::path_is_stable(&root, &l.path, uid, no_write, false))
+}
+
+/// The outcome of reading the path once.
+enum PathRead {
+    Target(Vec<u8>, ExecTarget),
+    /// The kernel would answer this errno: no exec happens.
+    Missing(i32),
+}
+
+fn read_path(pid: u32, req: &ExecRequest) -> Result<PathRead, Undecidable> {
+    let a = &req.args;
+    if a.path == 0 {
+        return Err(undecidable(
+            "unreadable",
+            "exec path pointer is NULL".into(),
+        ));
+    }
+    let path = match tracee::read_cstring(req.tid, a.path, libc::PATH_MAX as usize) {
+        Ok((p, true)) => p,
+        Ok((_, false)) => {
+            return Err(undecidable(
+                "unreadable",
+                "exec path longer than PATH_MAX".into(),
+            ))
+        }
+        Err(e) => {
+            return Err(undecidable(
+                "unreadable",
+                format!("exec path cannot be read: {e}"),
+            ))
+        }
+    };
+    let empty_path = a.flags & libc::AT_EMPTY_PATH != 0;
+    match tracee::resolve_exec_target(pid, req.tid, a.dirfd, &path, empty_path) {
+        Ok(t) => Ok(PathRead::Target(path, t)),
+        Err(ResolveError::Missing(errno)) => Ok(PathRead::Missing(errno)),
+        Err(ResolveError::Other(e)) => Err(undecidable(
+            "unresolvable",
+            format!(
+                "exec path {:?} cannot be resolved in the calling thread's view: {e}",
+                String::from_utf8_lossy(&path)
+            ),
+        )),
+    }
+}
+
+/// Every string address the kernel will read again after CONTINUE: the path,
+/// the argv pointer array and each argv string.
+fn check_mappings(pid: u32, req: &ExecRequest, argv: &tracee::Argv) -> Result<(), Undecidable> {
+    let mut maps = vma::Maps::open(pid)
+        .map_err(|e| undecidable("unreadable", format!("memory map cannot be read: {e}")))?;
+    // Read only when a file mapping holds a string (rare).
+    let mut own_exe: Option<String> = None;
+    let no_write = crate::policy::landlock::SYSTEM_NO_WRITE;
+    let mut addrs = vec![("path", req.args.path)];
+    if req.args.argv != 0 {
+        addrs.push(("argv", req.args.argv));
+        addrs.extend(argv.ptrs.iter().map(|&p| ("an argv string", p)));
+    }
+    for (what, addr) in addrs {
+        let v = maps.find(addr).map_err(|e| {
+            undecidable("unreadable", format!("the exec's {what} at {addr:#x}: {e}"))
+        })?;
+        if v.inode != 0 && !v.shared && own_exe.is_none() {
+            own_exe = Some(
+                std::fs::read_link(format!("/proc/{pid}/exe"))
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            );
+        }
+        if let Some(why) = vma::refusal(&v, own_exe.as_deref().unwrap_or(""), no_write) {
+            return Err(undecidable(
+                "shared_memory",
+                format!("the exec's {what} lies in {why}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// What gathering came to.
+enum Gather {
+    /// Judge these facts of process `pid`.
+    Ready(u32, Gathered),
+    /// Answer this errno without a decision or an event (no such program,
+    /// or the caller vanished).
+    Answer(i32),
+    /// Deny and audit.
+    Refused {
+        pid: u32,
+        ppid: u32,
+        filename: String,
+        why: Undecidable,
+    },
+}
+
+/// Steps 1–5 of the module doc. `frozen` receives the tasks stopped, which
+/// the caller releases whatever the outcome.
+fn gather(
+    ctx: &SupervisorContext,
+    st: &mut TreeState,
+    req: &ExecRequest,
+    frozen: &mut Option<Frozen>,
+) -> Gather {
+    let tid = req.tid;
+    let Ok(stat) = tracee::proc_stat(tid) else {
+        return Gather::Answer(libc::EACCES); // vanished: nothing to audit
+    };
+    let Ok(pid) = tracee::tgid_of(tid, &stat) else {
+        return Gather::Answer(libc::EACCES);
+    };
+    let fail = |filename: &str, why| Gather::Refused {
+        pid,
+        ppid: stat.ppid,
+        filename: filename.to_string(),
+        why,
+    };
+    let first = match read_path(pid, req) {
+        Ok(PathRead::Missing(errno)) => return Gather::Answer(errno),
+        Ok(PathRead::Target(p, t)) => (p, t),
+        Err(u) => return fail("", u),
+    };
+    let memory = match sharing::sharing(pid, tid, &stat) {
+        Ok(Sharing::Exclusive) => Memory::Exclusive,
+        Ok(Sharing::Shared(tasks)) => match sharing::freeze(pid, tid, tasks, &mut st.lingering) {
+            Ok(f) => {
+                *frozen = Some(f);
+                Memory::Frozen
+            }
+            Err(why) => return fail(&first.1.filename, undecidable("memory_not_frozen", why)),
+        },
+        Err(why) => return fail(&first.1.filename, undecidable("memory_not_frozen", why)),
+    };
+    let (path, target) = if memory == Memory::Frozen {
+        // The first read raced with tasks that were still running.
+        match read_path(pid, req) {
+            Ok(PathRead::Missing(errno)) => return Gather::Answer(errno),
+            Ok(PathRead::Target(p, t)) => (p, t),
+            Err(u) => return fail(&first.1.filename, u),
+        }
+    } else {
+        first
+    };
+    let argv = match tracee::read_argv(
+        tid,
+        req.args.argv,
+        req.args.ptr_size,
+        ctx.limits.max_argc,
+        ctx.limits.max_argv_bytes,
+    ) {
+        Ok(a) => a,
+        Err(e) => {
+            return fail(
+                &target.filename,
+                undecidable("unreadable", format!("argv cannot be read: {e}")),
+            )
+        }
+    };
+    if let Err(u) = check_mappings(pid, req, &argv) {
+        return fail(&target.filename, u);
+    }
+    let script_name = kernel_filename(&req.args, &path);
+    let chain = match tracee::interpreter_chain(pid, tid, &target, &script_name, &argv.args) {
+        Ok(c) => c,
+        Err(tracee::ChainError::TooDeep) => {
+            return fail(
+                &target.filename,
+                undecidable(
+                    "interpreter_chain",
+                    format!(
+                        "#! interpreters nested deeper than the kernel follows ({})",
+                        tracee::MAX_INTERPRETER_DEPTH
+                    ),
+                ),
+            )
+        }
+        Err(tracee::ChainError::Unresolvable(i, e)) => {
+            return fail(
+                &target.filename,
+                undecidable(
+                    "unresolvable",
+                    format!("#! interpreter {i:?} cannot be resolved in the caller's view: {e}"),
+                ),
+            )
+        }
+    };
+    let stable = lookups_stable(pid, tid, &req.args, &target, &chain);
+    let index = super::identity_index(&ctx.policy);
+    // A program is not "a copy of" itself.
+    let recognise = |t: &ExecTarget| {
+        let mut r = index.recognise(&t.file);
+        r.copy_of
+            .retain(|c| *c != t.filename && Some(c) != t.resolved.as_ref());
+        r
+    };
+    let recognised = recognise(&target);
+    let recognised_chain = chain
+        .iter()
+        .map(|l| l.target.as_ref().map(recognise).unwrap_or_default())
+        .collect();
+    Gather::Ready(
+        pid,
+        Gathered {
+            stat,
+            target,
+            argv,
+            memory,
+            chain,
+            stable,
+            recognised,
+            recognised_chain,
+        },
+    )
+}
+
+fn subject(pid: u32, g: &Gathered, depth: u32) -> ExecSubject {
+    ExecSubject {
+        pid,
+        parent_pid: g.stat.ppid,
+        depth,
+        filename: g.target.filename.clone(),
+        resolved: g.target.resolved.clone(),
+        argv: g.argv.args.clone(),
+        truncated: g.argv.truncated,
+        file: g.target.identity().ok().map(|(dev, ino)| FileIdentity {
+            dev,
+            ino,
+            sha256: g.recognised.sha256.clone(),
+        }),
+        interpreters: Vec::new(),
+        copy_of: g.recognised.copy_of.clone(),
+        memory: Some(g.memory),
+    }
+}
+
+/// The `#!` interpreters as the policy and the audit see them.
+fn interpreters_of(g: &Gathered) -> Vec<policy::Interpreter> {
+    g.chain
+        .iter()
+        .zip(&g.recognised_chain)
+        .map(|(l, r)| policy::Interpreter {
+            path: l.path.clone(),
+            resolved: l
+                .target
+                .as_ref()
+                .and_then(|t| t.resolved.clone().or_else(|| Some(t.filename.clone())))
+                .filter(|r| *r != l.path),
+            argv: l.argv.clone(),
+            copy_of: r.copy_of.clone(),
+        })
+        .collect()
+}
+
+/// What the exec must turn out to run: the program (or the script's last
+/// interpreter) with the argv the kernel builds.
+fn expected_of(g: &Gathered) -> Option<Expected> {
+    let (file, argv) = match g.chain.last() {
+        Some(l) => (l.target.as_ref()?.identity().ok()?, l.argv.clone()),
+        None => (g.target.identity().ok()?, g.argv.args.clone()),
+    };
+    Some(Expected {
+        file,
+        argv,
+        argv_complete: !g.argv.truncated,
+    })
+}
+
+/// The facts the policy judges, from what was gathered.
+fn judge(
+    ctx: &SupervisorContext,
+    g: &Gathered,
+    depth: u32,
+    interpreters: &[policy::Interpreter],
+) -> Verdict {
+    let facts = ExecFacts {
+        program: ProgramFacts {
+            filename: &g.target.filename,
+            resolved: g.target.resolved.as_deref(),
+            argv: &g.argv.args,
+            depth,
+        },
+        anonymous: g.target.anonymous,
+        truncated: g.argv.truncated.then_some(Truncation {
+            deny: ctx.limits.on_truncated == OnTruncated::Deny,
+            max_argc: ctx.limits.max_argc,
+            max_argv_bytes: ctx.limits.max_argv_bytes,
+        }),
+        interpreters,
+        copy_of: &g.recognised.copy_of,
+    };
+    policy::judge(&ctx.policy, &facts)
+}
+
+/// Handles one caught exec: gather, decide, answer, audit (module doc).
+pub fn handle(
+    ctx: &SupervisorContext,
+    tree: &Tree,
+    st: &mut TreeState,
+    req: &ExecRequest,
+    stop: &dyn ExecStop,
+    holder: Holder,
+) {
+    let started = Instant::now();
+    let mut frozen: Option<Frozen> = None;
+    let (pid, g) = match gather(ctx, st, req, &mut frozen) {
+        Gather::Ready(pid, g) => (pid, g),
+        Gather::Answer(errno) => {
+            release(st, frozen, Duration::ZERO);
+            let _ = stop.refuse(errno);
+            return;
+        }
+        Gather::Refused {
+            pid,
+            ppid,
+            filename,
+            why: u,
+        } => {
+            release(st, frozen, Duration::ZERO);
+            tracing::warn!(pid, abi = req.call.abi, "exec denied: {}", u.reason);
+            let event = ExecEvent::new(
+                ExecSubject {
+                    pid,
+                    parent_pid: ppid,
+                    filename,
+                    ..ExecSubject::default()
+                },
+                Decision::Deny,
+                u.rule,
+                Action::Deny,
+                Some(u.reason),
+            );
+            ctx.audit.record(&tree.session_id, EventBody::Execve(event));
+            let _ = stop.refuse(libc::EACCES);
+            return;
+        }
+    };
+    // The facts above were read from a pid; prove it still names the tracee
+    // that is waiting in this very syscall.
+    if !stop.still_waiting() {
+        release(st, frozen, Duration::ZERO);
+        tracing::debug!(pid, "tracee gone after reading its exec");
+        return;
+    }
+    let depth = st
+        .book
+        .depth_of(pid, &g.stat, st.root_pid, |p| tracee::proc_stat(p).ok());
+    let interpreters = interpreters_of(&g);
+    let verdict = judge(ctx, &g, depth, &interpreters);
+    let mut subject = subject(pid, &g, depth);
+    subject.interpreters = interpreters;
+    let mut allow = match verdict.decision {
+        Decision::Allow | Decision::Audit => true,
+        Decision::Deny => false,
+        Decision::Approve => {
+            // Held: a waiter thread answers and audits it; this thread goes
+            // on serving the tree. Nothing stays stopped while a human thinks.
+            release(st, frozen, Duration::ZERO);
+            let Holder::Notify { fd, id } = holder;
+            ctx.approvals.hold(
+                fd,
+                HeldExec {
+                    session_id: tree.session_id.clone(),
+                    notif_id: id,
+                    tid: req.tid,
+                    starttime: g.stat.starttime,
+                    expected: expected_of(&g),
+                    subject,
+                    rule: verdict.rule,
+                    message: verdict.message,
+                },
+                st.approved_tx.clone(),
+            );
+            return;
+        }
+    };
+    let mut rule = verdict.rule;
+    let mut message = verdict.message;
+    // Watched through the exec when anything could change what runs after
+    // CONTINUE: stopped tasks (released only once the exec is over), or a
+    // path lookup the tree can change (a symlink or rename swap). The caller
+    // is seized before CONTINUE and asked to stop right after it:
+    // PTRACE_EVENT_EXEC on success, a stop on its way back to user space on
+    // failure.
+    let expected = expected_of(&g);
+    let watched = allow && (frozen.is_some() || !g.stable);
+    if watched {
+        if let Err(e) = verify::arm(req.tid) {
+            allow = false;
+            rule = "unverifiable".into();
+            message = Some(format!(
+                "cannot watch the exec of thread {} to verify what runs (ptrace: {e}); \
+                 the server needs CAP_SYS_PTRACE",
+                req.tid
+            ));
+        }
+    }
+    let event = ExecEvent::new(
+        subject.clone(),
+        verdict.decision,
+        rule.clone(),
+        if allow { Action::Allow } else { Action::Deny },
+        message,
+    );
+    // The event is written before the answer: whatever the exec does next,
+    // the audit trail already has it.
+    ctx.audit.record(&tree.session_id, EventBody::Execve(event));
+    // The supervisor's own time for this exec (facts, freeze, policy,
+    // audit); taken before the answer, which may hand this CPU to the tracee.
+    let own_us = started.elapsed().as_micros() as u64;
+    if !allow {
+        release(st, frozen, Duration::ZERO);
+        if let Err(e) = stop.refuse(libc::EACCES) {
+            tracing::debug!(pid, "answer not delivered (tracee gone?): {e}");
+        }
+        tracing::trace!(pid, us = own_us, "exec answered");
+        return;
+    }
+    // SAFETY ARGUMENT for CONTINUE. The kernel reads the path and argv again
+    // after this answer and resolves the path again. (a) Nothing else can
+    // write the strings: either no other task shares the caller's address
+    // space (`Sharing::Exclusive`: a single thread whose parent does not share
+    // it; the base filter keeps CLONE_VM children to threads and vfork), or
+    // every task that does is ptrace-stopped or asleep in the kernel with a
+    // stop pending, and stays so until the exec completed or failed
+    // (`verify::watch`). (b) No other process can write them: `check_mappings`
+    // refused strings in shared mappings and in private pages of files a tree
+    // may write. (c) The file that runs is the file judged: every lookup went
+    // through directories the tree cannot change (`lookups_stable`), or the
+    // exec is watched and the new image is checked at PTRACE_EVENT_EXEC,
+    // before its first instruction (`verify`). (d) `still_waiting` proved the
+    // thread id still names the thread stopped in this very syscall.
+    if frozen.is_some() {
+        hold_for_tests();
+    }
+    let answered = stop.proceed();
+    tracing::trace!(pid, us = own_us, watched, memory = ?g.memory, "exec answered");
+    if let Err(e) = &answered {
+        tracing::debug!(pid, "answer not delivered (tracee gone?): {e}");
+    }
+    if answered.is_ok() {
+        st.book.record(pid, g.stat.starttime, depth);
+    }
+    if !watched {
+        return;
+    }
+    let outcome = if answered.is_ok() {
+        verify::started(req.tid);
+        verify::watch(
+            req.tid,
+            pid,
+            expected.as_ref(),
+            frozen.as_mut(),
+            &mut st.lingering,
+        )
+    } else {
+        st.lingering.add(req.tid);
+        verify::Outcome::Gone
+    };
+    release(st, frozen, RELEASE_GRACE);
+    if let verify::Outcome::Killed(what) = outcome {
+        record_mismatch(ctx, &tree.session_id, subject, &rule, what);
+    }
+}
+
+/// The audit event of an exec whose new image was not what was judged.
+pub(super) fn record_mismatch(
+    ctx: &SupervisorContext,
+    session: &str,
+    subject: ExecSubject,
+    judged_rule: &str,
+    what: String,
+) {
+    tracing::warn!(
+        pid = subject.pid,
+        "exec mismatch, killed before its first instruction: {what}"
+    );
+    let event = ExecEvent::new(
+        subject,
+        Decision::Deny,
+        "exec_mismatch",
+        Action::Deny,
+        Some(format!(
+            "killed before its first instruction: {what} (allowed by rule {judged_rule})"
+        )),
+    );
+    ctx.audit.record(session, EventBody::Execve(event));
+}
+
+/// Debug builds only: `AGENTSH_TEST_HOLD_FROZEN_MS` keeps stopped tasks
+/// stopped that long before CONTINUE, so the tests can kill the caller or
+/// the server while a freeze holds. Release builds ignore it.
+fn hold_for_tests() {
+    #[cfg(debug_assertions)]
+    {
+        static HOLD: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+        let hold = HOLD.get_or_init(|| {
+            std::env::var("AGENTSH_TEST_HOLD_FROZEN_MS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+        });
+        if let Some(ms) = hold {
+            std::thread::sleep(Duration::from_millis(*ms));
+        }
+    }
+}
+
+fn release(st: &mut TreeState, frozen: Option<Frozen>, grace: Duration) {
+    if let Some(f) = frozen {
+        f.release(&mut st.lingering, grace);
+    }
+}

@@ -1,0 +1,146 @@
+//! The exec supervisor: rules on every `execve`/`execveat` of a supervised tree.
+//!
+//! The folder is the architecture. A *backend* catches an exec and answers
+//! it: today `notify` (one seccomp user-notify fd per tree, a thread each);
+//! a ptrace backend (`SECCOMP_RET_TRACE`, for gVisor) will be a sibling.
+//! Everything after the catch is one backend-neutral path, `exec`: gather the
+//! facts in the calling thread's view (`crate::tracee`), make sure nothing
+//! else can change them (`sharing`: stop every task that shares the caller's
+//! memory; `vma`: refuse strings in memory another process could write), ask
+//! the pure policy (`policy::judge`), hold for an operator (`approval`),
+//! audit, answer, and watch the exec complete (`ptrace`). `depth` keeps the
+//! tree's depth book; `signals` is the signal guard's user-notify half.
+//!
+//! Fail-closed: any fact that cannot be read, decided or frozen is answered
+//! EACCES (never CONTINUE) and audited with the reason. A program path that
+//! does not exist is answered ENOENT/ENOTDIR without a decision: shells probe
+//! every PATH entry, and those probes are not execs. If the server dies, the
+//! kernel fails every later trapped syscall of the tree with ENOSYS, and
+//! detaches every task the supervisor had stopped.
+
+mod depth;
+mod exec;
+mod identity;
+mod notify;
+mod ptrace;
+mod sharing;
+mod signals;
+mod verify;
+mod vma;
+
+pub use depth::DepthBook;
+pub use exec::RULE_FILELESS_EXEC;
+pub use verify::Expected;
+
+use crate::approval::Approvals;
+use crate::audit::AuditLog;
+use crate::config::ExecveSection;
+use crate::policy::Policy;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+
+/// What every tree's supervisor shares.
+pub struct SupervisorContext {
+    pub policy: Arc<Policy>,
+    pub limits: ExecveSection,
+    pub audit: Arc<AuditLog>,
+    /// Execs held for an operator (`decision: approve`).
+    pub approvals: Arc<Approvals>,
+}
+
+/// One supervised tree.
+pub struct Tree {
+    pub session_id: String,
+    /// The wrapper's pid: its first exec (of the shell) is depth 0.
+    pub root_pid: u32,
+    /// Shared with approval waiters, which answer held execs on it.
+    pub fd: Arc<OwnedFd>,
+}
+
+/// Serves `tree` until every process in it has exited.
+pub fn serve(ctx: Arc<SupervisorContext>, tree: Tree) {
+    identity_index(&ctx.policy);
+    notify::serve(ctx, tree);
+}
+
+/// The identity index of the server's policy, built on first use (the first
+/// tree) and kept: the server has one policy for its life.
+fn identity_index(policy: &Policy) -> &'static identity::IdentityIndex {
+    static INDEX: std::sync::OnceLock<identity::IdentityIndex> = std::sync::OnceLock::new();
+    INDEX.get_or_init(|| {
+        let t = std::time::Instant::now();
+        let index = identity::IdentityIndex::build(&policy.command_entries());
+        tracing::info!(
+            programs = index.len(),
+            ms = t.elapsed().as_millis() as u64,
+            "identity index built: copies of these programs are judged as them"
+        );
+        report_ptrace();
+        index
+    })
+}
+
+/// Says at start whether the server can stop tasks and watch execs.
+fn report_ptrace() {
+    let cap_eff = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .unwrap_or(0);
+    const CAP_SYS_PTRACE: u32 = 19;
+    if cap_eff & (1 << CAP_SYS_PTRACE) == 0 {
+        tracing::warn!(
+            "no CAP_SYS_PTRACE: execs from threaded or vfork'd callers and execs through \
+             directories a tree can change will be refused (they cannot be frozen or verified)"
+        );
+    }
+}
+
+/// How a held exec ended once an operator approved it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resumed {
+    /// It ran as approved (or failed, or its caller died: nothing else ran).
+    AsApproved,
+    /// It could not be watched: refused with EACCES instead.
+    Refused(String),
+    /// What ran was not what the operator approved: killed before its first
+    /// instruction. The text says what it was.
+    Killed(String),
+}
+
+/// Lets an approved exec proceed and makes sure it runs exactly the file and
+/// argv the operator saw: the calling thread is seized before CONTINUE and
+/// checked at `PTRACE_EVENT_EXEC` (see `verify`). Called on the approval
+/// waiter's thread, which is then the tracer (its tracees are detached by the
+/// kernel when the thread ends).
+pub fn resume_approved(
+    fd: std::os::fd::BorrowedFd<'_>,
+    id: u64,
+    tid: u32,
+    pid: u32,
+    expected: Option<&Expected>,
+) -> Resumed {
+    use agentsh_proto::notif;
+    if let Err(e) = verify::arm(tid) {
+        let _ = notif::respond_errno(fd, id, libc::EACCES);
+        return Resumed::Refused(format!(
+            "cannot watch the approved exec to verify what runs (ptrace: {e})"
+        ));
+    }
+    // SAFETY ARGUMENT for CONTINUE: the operator approved a file identity and
+    // an argv; another thread may have changed the path or argv since, so
+    // what the kernel starts is checked at PTRACE_EVENT_EXEC, before its first
+    // instruction, and killed if it is not exactly that (`verify::watch`).
+    if notif::respond_continue(fd, id).is_err() {
+        return Resumed::AsApproved; // the caller is gone: nothing runs
+    }
+    verify::started(tid);
+    let mut lingering = ptrace::Lingering::default();
+    match verify::watch(tid, pid, expected, None, &mut lingering) {
+        verify::Outcome::Killed(what) => Resumed::Killed(what),
+        _ => Resumed::AsApproved,
+    }
+}

@@ -1,0 +1,139 @@
+//! The user-notify backend: receive a notification, classify it, hand it on,
+//! answer through the notify fd.
+//!
+//! One thread per tree serves that tree's notify fd; notifications are taken
+//! one at a time (an exec held for an operator waits on a thread of its own,
+//! see `approval`, so the tree does not). Execs go to the backend-neutral
+//! `exec` path with a [`NotifyStop`] to answer through; signal calls (Landlock
+//! ABI < 6) to `signals`; anything else is denied as `unexpected_syscall`.
+//! The same thread is the ptrace tracer of every task `exec` stops, so it
+//! also sweeps the tasks left to detach (`ptrace::Lingering`).
+//!
+//! Failure modes: a poll or receive error other than "tracee gone" or EINTR
+//! abandons the tree (its execs then fail with ENOSYS: closed).
+
+use super::exec::{self, ExecRequest, ExecStop, TreeState};
+use super::{signals, SupervisorContext, Tree};
+use crate::audit::{EventBody, ExecEvent, ExecSubject};
+use crate::policy::Decision;
+use agentsh_proto::execabi;
+use agentsh_proto::notif::{self, Notification};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::sync::Arc;
+
+/// A trapped exec as user-notify holds it: the notification's id on the fd.
+pub struct NotifyStop<'a> {
+    pub fd: BorrowedFd<'a>,
+    pub id: u64,
+}
+
+impl ExecStop for NotifyStop<'_> {
+    fn still_waiting(&self) -> bool {
+        notif::id_valid(self.fd, self.id)
+    }
+
+    fn proceed(&self) -> io::Result<()> {
+        notif::respond_continue(self.fd, self.id)
+    }
+
+    fn refuse(&self, errno: i32) -> io::Result<()> {
+        notif::respond_errno(self.fd, self.id, errno)
+    }
+}
+
+/// How long the loop sleeps between sweeps while tasks wait to be detached.
+const SWEEP_MS: i32 = 20;
+
+/// Serves `tree` until every process in it has exited.
+pub fn serve(ctx: Arc<SupervisorContext>, tree: Tree) {
+    let mut st = TreeState::new(tree.root_pid);
+    tracing::info!(session = %tree.session_id, root_pid = tree.root_pid, "supervising tree");
+    if let Err(e) = notif::set_sync_wakeup(tree.fd.as_fd()) {
+        // Only a cost: every exec waits for an ordinary wake-up instead.
+        tracing::debug!("synchronous wake-up not available on this kernel: {e}");
+    }
+    loop {
+        let mut pfd = libc::pollfd {
+            fd: tree.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let timeout = if st.lingering.is_empty() {
+            -1
+        } else {
+            SWEEP_MS
+        };
+        // SAFETY: one valid pollfd.
+        let rc = unsafe { libc::poll(&mut pfd, 1, timeout) };
+        if !st.lingering.is_empty() {
+            st.lingering.sweep();
+        }
+        if rc == 0 {
+            continue;
+        }
+        if rc < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            tracing::error!("poll on notify fd failed: {e}; tree abandoned (its execs now fail)");
+            break;
+        }
+        if pfd.revents & libc::POLLIN == 0 {
+            // POLLHUP: no process uses the filter any more.
+            break;
+        }
+        let n = match notif::recv(tree.fd.as_fd()) {
+            Ok(n) => n,
+            Err(e) => match e.raw_os_error() {
+                // The tracee died before we read the notification, or a signal.
+                Some(libc::ENOENT | libc::EINTR) => continue,
+                _ => {
+                    tracing::error!("NOTIF_RECV failed: {e}; tree abandoned");
+                    break;
+                }
+            },
+        };
+        st.take_approved();
+        dispatch(&ctx, &tree, &mut st, n);
+    }
+    // Returning ends this thread: the kernel detaches whatever it still traces.
+    tracing::info!(session = %tree.session_id, root_pid = tree.root_pid, "tree finished");
+}
+
+fn dispatch(ctx: &SupervisorContext, tree: &Tree, st: &mut TreeState, n: Notification) {
+    let stop = NotifyStop {
+        fd: tree.fd.as_fd(),
+        id: n.id,
+    };
+    if let Some(call) = execabi::classify(n.arch, n.nr) {
+        let req = ExecRequest {
+            tid: n.pid,
+            call,
+            args: call.args(&n.args),
+        };
+        let held = exec::Holder::Notify {
+            fd: tree.fd.clone(),
+            id: n.id,
+        };
+        return exec::handle(ctx, tree, st, &req, &stop, held);
+    }
+    if let Some(call) = signals::classify(n.arch, n.nr) {
+        return signals::handle(ctx, tree, &st.protected, call, &n);
+    }
+    ctx.audit.record(
+        &tree.session_id,
+        EventBody::Execve(ExecEvent::new(
+            ExecSubject {
+                pid: n.pid,
+                ..ExecSubject::default()
+            },
+            Decision::Deny,
+            "unexpected_syscall",
+            crate::audit::Action::Deny,
+            Some(format!("unexpected syscall {} on arch {:#x}", n.nr, n.arch)),
+        )),
+    );
+    let _ = stop.refuse(libc::EACCES);
+}

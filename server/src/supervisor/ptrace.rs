@@ -1,0 +1,223 @@
+//! The few ptrace requests the supervisor makes, as safe functions: seize
+//! without stopping, interrupt, detach, and a bounded wait for the next event
+//! of the calling thread's tracees.
+//!
+//! Why ptrace at all: seccomp user-notify stops only the calling thread. To
+//! make its decision hold, the supervisor stops every other task that shares
+//! the caller's memory (`sharing`) and watches the exec complete
+//! (`PTRACE_EVENT_EXEC`, `verify`). `PTRACE_SEIZE` (not `ATTACH`) sends no
+//! SIGSTOP and changes nothing the tracee can see but the stop itself; no
+//! `PTRACE_O_EXITKILL`, so if the server dies the kernel detaches every tracee
+//! and they run on (tested).
+//!
+//! ptrace belongs to the tracer *thread*: every request and wait here must be
+//! made by the thread that seized (a tree's thread, or an approval waiter).
+//! Waits use `__WNOTHREAD`, so one thread never reaps another's events.
+//!
+//! Failure modes: every request returns the kernel's errno; a wait that sees
+//! nothing by its deadline returns `None` (callers fail closed or keep the
+//! tracee on a list to detach once it stops: see `Lingering`).
+
+use std::collections::HashSet;
+use std::io;
+use std::time::{Duration, Instant};
+
+/// `PTRACE_EVENT_EXEC`.
+pub const EVENT_EXEC: i32 = 4;
+
+fn check(rc: libc::c_long) -> io::Result<()> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Seizes thread `tid` with `options` (`PTRACE_O_*`); it keeps running.
+///
+/// # Errors
+/// EPERM (already traced, no capability), ESRCH (gone).
+pub fn seize(tid: u32, options: libc::c_int) -> io::Result<()> {
+    // SAFETY: PTRACE_SEIZE takes the options by value; no memory is passed.
+    check(unsafe {
+        libc::ptrace(
+            libc::PTRACE_SEIZE,
+            tid as libc::pid_t,
+            std::ptr::null_mut::<libc::c_void>(),
+            options as libc::c_long as *mut libc::c_void,
+        )
+    })
+}
+
+/// Asks seized thread `tid` to stop. Any return to user space traps first.
+///
+/// # Errors
+/// ESRCH when it is not our tracee (or gone).
+pub fn interrupt(tid: u32) -> io::Result<()> {
+    // SAFETY: no memory is passed.
+    check(unsafe {
+        libc::ptrace(
+            libc::PTRACE_INTERRUPT,
+            tid as libc::pid_t,
+            std::ptr::null_mut::<libc::c_void>(),
+            std::ptr::null_mut::<libc::c_void>(),
+        )
+    })
+}
+
+/// Detaches stopped tracee `tid`, delivering `signal` (0: none).
+///
+/// # Errors
+/// ESRCH when it is not stopped (or not ours, or gone).
+pub fn detach(tid: u32, signal: i32) -> io::Result<()> {
+    // SAFETY: the signal is passed by value; no memory is passed.
+    check(unsafe {
+        libc::ptrace(
+            libc::PTRACE_DETACH,
+            tid as libc::pid_t,
+            std::ptr::null_mut::<libc::c_void>(),
+            signal as libc::c_long as *mut libc::c_void,
+        )
+    })
+}
+
+/// What a wait saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// A ptrace stop: `event` is the `PTRACE_EVENT_*` (0 for a
+    /// signal-delivery stop, whose signal must be passed on at detach).
+    Stopped { signal: i32, event: i32 },
+    /// It exited or was killed: nothing to detach.
+    Gone,
+}
+
+impl Event {
+    /// The signal to pass to `detach` so nothing the tracee was sent is lost.
+    pub fn detach_signal(self) -> i32 {
+        match self {
+            Event::Stopped { signal, event: 0 } => signal,
+            _ => 0,
+        }
+    }
+}
+
+fn decode(status: i32) -> Event {
+    if libc::WIFSTOPPED(status) {
+        Event::Stopped {
+            signal: libc::WSTOPSIG(status),
+            event: (status >> 16) & 0xff,
+        }
+    } else {
+        Event::Gone
+    }
+}
+
+/// Waits for the next event of any of this thread's tracees until
+/// `deadline`: `(tid, event)`, or `None` at the deadline or when there is no
+/// tracee left. Polls (`WNOHANG`) because waits have no timeout: a few yields
+/// first (stops arrive within microseconds), then short sleeps.
+pub fn wait_any(deadline: Instant) -> Option<(u32, Event)> {
+    let mut spins = 0u32;
+    loop {
+        let mut status = 0;
+        // SAFETY: a valid pointer to an int the kernel writes.
+        let pid = unsafe {
+            libc::waitpid(
+                -1,
+                &mut status,
+                libc::__WALL | libc::__WNOTHREAD | libc::WNOHANG,
+            )
+        };
+        if pid > 0 {
+            return Some((pid as u32, decode(status)));
+        }
+        if pid < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINTR) {
+                return None; // ECHILD: no tracee left
+            }
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        spins += 1;
+        if spins < 64 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(if spins < 200 { 20 } else { 500 }));
+        }
+    }
+}
+
+/// Waits for an event of `tid` only, until `deadline`.
+pub fn wait_one(tid: u32, deadline: Instant) -> Option<Event> {
+    let mut spins = 0u32;
+    loop {
+        let mut status = 0;
+        // SAFETY: a valid pointer to an int the kernel writes.
+        let pid = unsafe {
+            libc::waitpid(
+                tid as libc::pid_t,
+                &mut status,
+                libc::__WALL | libc::__WNOTHREAD | libc::WNOHANG,
+            )
+        };
+        if pid > 0 {
+            return Some(decode(status));
+        }
+        if pid < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINTR) {
+                return Some(Event::Gone);
+            }
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        spins += 1;
+        if spins < 64 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(if spins < 200 { 20 } else { 500 }));
+        }
+    }
+}
+
+/// Tracees this thread seized that had not stopped when it was done with
+/// them (asleep in the kernel, e.g. a vfork parent whose child's exec failed,
+/// with a stop pending): detached as soon as they stop. A pending stop means
+/// they cannot run a single user instruction before that.
+#[derive(Debug, Default)]
+pub struct Lingering {
+    tids: HashSet<u32>,
+}
+
+impl Lingering {
+    pub fn add(&mut self, tid: u32) {
+        self.tids.insert(tid);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tids.is_empty()
+    }
+
+    /// Takes `tid` back (a new freeze found it again: it is still ours).
+    pub fn take(&mut self, tid: u32) -> bool {
+        self.tids.remove(&tid)
+    }
+
+    /// Detaches every one that has stopped, forgets every one that is gone.
+    pub fn sweep(&mut self) {
+        self.tids
+            .retain(|&tid| match wait_one(tid, Instant::now()) {
+                None => true,
+                Some(Event::Gone) => false,
+                Some(ev @ Event::Stopped { .. }) => {
+                    if let Err(e) = detach(tid, ev.detach_signal()) {
+                        tracing::debug!(tid, "detach of a lingering tracee: {e}");
+                    }
+                    false
+                }
+            });
+    }
+}

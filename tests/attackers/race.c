@@ -1,0 +1,385 @@
+/* Attackers of the exec supervisor, one mode per attack. Each prints one
+ * summary line "attempts=N denied=D ok=O other=X" and exits 0; the test reads
+ * $RACE_LOG to see whether a forbidden program ever ran.
+ *
+ *   race thread  N ALLOWED DENIED  a sibling thread flips the path and argv
+ *   race vfork   N ALLOWED DENIED  a vfork child execs while another thread of
+ *                                  its parent flips the buffers
+ *   race shm     N ALLOWED DENIED  path and argv strings in a MAP_SHARED memfd
+ *                                  that another process flips
+ *   race fdtable ALLOWED DENIED    a thread with its own fd table puts a memfd
+ *                                  copy of DENIED where the leader has ALLOWED
+ *   race cwd     DIR_A DIR_B NAME  a thread with its own cwd execs NAME
+ *                                  (allowed in DIR_A, the leader's cwd)
+ *   race hold    ALLOWED FLAG      vfork + flipper thread once; the parent
+ *                                  writes FLAG when it is running again
+ *   race spawn   PATH big|plain    vfork + a running thread, the child execs
+ *                                  PATH (with a 200 KiB argument: E2BIG)
+ *   race symlink N DIR ALLOWED DENIED  another process flips DIR/link between
+ *                                  ALLOWED and DENIED (rename over it); the
+ *                                  caller execs DIR/link
+ *   race spawners N ALLOWED        not an attack: 8 threads each posix_spawn
+ *                                  ALLOWED N times, then N Go-style raw
+ *                                  clone(CLONE_VM|CLONE_VFORK) spawns
+ *   race approve ALLOWED GO DONE   a threaded child execs ALLOWED with argv
+ *                                  "benign"; once GO exists its other thread
+ *                                  rewrites the argument and creates DONE
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static char *path;  /* the path buffer being flipped */
+static char *arg;   /* argv[1] being flipped */
+static const char *A, *D;
+static size_t la, ld;
+
+static void *flipper(void *unused) {
+    (void)unused;
+    for (unsigned long i = 0;; i++) {
+        memcpy(path, D, ld + 1);
+        memcpy(arg, "SECRET", 7);
+        memcpy(path, A, la + 1);
+        memcpy(arg, "benign", 7);
+        /* Flip millions of times a second, but let the others run on a
+         * small machine (the race is about the window, not starving it). */
+        if ((i & 0xfff) == 0) sched_yield();
+    }
+    return NULL;
+}
+
+struct tally { long attempts, denied, ok, missing, killed, other; };
+
+static void count(struct tally *t, int status) {
+    t->attempts++;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) t->ok++;
+    else if (WIFEXITED(status) && WEXITSTATUS(status) == 13) t->denied++;
+    else if (WIFEXITED(status) && WEXITSTATUS(status) == 12) t->missing++;
+    else if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) t->killed++;
+    else t->other++;
+}
+
+static void report(struct tally *t) {
+    printf("attempts=%ld denied=%ld ok=%ld missing=%ld killed=%ld other=%ld\n", t->attempts,
+           t->denied, t->ok, t->missing, t->killed, t->other);
+}
+
+static void child_exec(void) {
+    char *argv[] = {path, arg, NULL};
+    execve(path, argv, environ);
+    _exit(errno == EACCES ? 13 : errno == ENOENT || errno == ENOTDIR ? 12 : 14);
+}
+
+static void setup(char *p, char *a, const char *allowed, const char *denied) {
+    path = p; arg = a; A = allowed; D = denied; la = strlen(A); ld = strlen(D);
+    memcpy(path, A, la + 1);
+    memcpy(arg, "benign", 7);
+}
+
+static int thread_mode(long n, const char *allowed, const char *denied) {
+    static char p[512], a[64];
+    setup(p, a, allowed, denied);
+    struct tally t = {0};
+    for (long i = 0; i < n; i++) {
+        pid_t pid = fork();
+        if (pid < 0) { perror("fork"); return 1; }
+        if (pid == 0) {
+            pthread_t th;
+            if (pthread_create(&th, NULL, flipper, NULL)) _exit(15);
+            for (volatile int k = 0; k < 200; k++) {} /* let it start */
+            child_exec();
+        }
+        int st;
+        waitpid(pid, &st, 0);
+        count(&t, st);
+    }
+    report(&t);
+    return 0;
+}
+
+/* Not an attack: the common case, a single-threaded fork + exec. */
+static int plain_mode(long n, const char *allowed) {
+    static char p[512], a[64];
+    setup(p, a, allowed, allowed);
+    struct tally t = {0};
+    for (long i = 0; i < n; i++) {
+        pid_t pid = fork();
+        if (pid == 0) child_exec();
+        int st;
+        waitpid(pid, &st, 0);
+        count(&t, st);
+    }
+    report(&t);
+    return 0;
+}
+
+static int vfork_mode(long n, const char *allowed, const char *denied) {
+    static char p[512], a[64];
+    setup(p, a, allowed, denied);
+    pthread_t th;
+    if (pthread_create(&th, NULL, flipper, NULL)) return 1;
+    struct tally t = {0};
+    for (long i = 0; i < n; i++) {
+        pid_t pid = vfork();
+        if (pid < 0) { perror("vfork"); return 1; }
+        if (pid == 0) child_exec();
+        int st;
+        waitpid(pid, &st, 0);
+        count(&t, st);
+    }
+    report(&t);
+    return 0;
+}
+
+static int shm_mode(long n, const char *allowed, const char *denied) {
+    int fd = memfd_create("race", 0);
+    if (fd < 0 || ftruncate(fd, 4096)) return 1;
+    char *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) return 1;
+    setup(m, m + 1024, allowed, denied);
+    pid_t writer = fork();
+    if (writer == 0) { flipper(NULL); _exit(0); }
+    struct tally t = {0};
+    for (long i = 0; i < n; i++) {
+        pid_t pid = fork();
+        if (pid == 0) child_exec();
+        int st;
+        waitpid(pid, &st, 0);
+        count(&t, st);
+    }
+    kill(writer, SIGKILL);
+    waitpid(writer, NULL, 0);
+    report(&t);
+    return 0;
+}
+
+/* fdtable and cwd: the exec happens on a thread with its own view. */
+static const char *g_allowed, *g_denied, *g_name;
+static int result = -1;
+
+static void *fd_thread(void *unused) {
+    (void)unused;
+    if (syscall(SYS_unshare, CLONE_FILES)) { result = 20; return NULL; }
+    int src = open(g_denied, O_RDONLY);
+    int mfd = memfd_create("copy", MFD_CLOEXEC);
+    char buf[65536];
+    ssize_t r;
+    while ((r = read(src, buf, sizeof buf)) > 0)
+        if (write(mfd, buf, r) != r) { result = 21; return NULL; }
+    if (dup2(mfd, 100) != 100) { result = 22; return NULL; }
+    char *argv[] = {"copy", "x", NULL};
+    syscall(SYS_execveat, 100, "", argv, environ, AT_EMPTY_PATH);
+    result = errno == EACCES ? 13 : 14;
+    return NULL;
+}
+
+static int fdtable_mode(const char *allowed, const char *denied) {
+    g_allowed = allowed; g_denied = denied;
+    int fd = open(allowed, O_RDONLY);
+    if (fd < 0 || dup2(fd, 100) != 100) return 1;
+    pthread_t th;
+    pthread_create(&th, NULL, fd_thread, NULL);
+    pthread_join(th, NULL);
+    printf("result=%d\n", result);
+    return 0;
+}
+
+static void *cwd_thread(void *unused) {
+    (void)unused;
+    if (syscall(SYS_unshare, CLONE_FS)) { result = 20; return NULL; }
+    if (chdir(g_denied)) { result = 21; return NULL; }
+    char *argv[] = {(char *)g_name, "x", NULL};
+    execve(g_name, argv, environ);
+    result = errno == EACCES ? 13 : 14;
+    return NULL;
+}
+
+static int cwd_mode(const char *dir_a, const char *dir_b, const char *name) {
+    g_denied = dir_b; g_name = name;
+    if (chdir(dir_a)) return 1;
+    pthread_t th;
+    pthread_create(&th, NULL, cwd_thread, NULL);
+    pthread_join(th, NULL);
+    printf("result=%d\n", result);
+    return 0;
+}
+
+/* One vfork'd exec while a thread flips; the parent then says it runs. */
+static void *spinner(void *unused);
+
+static int hold_mode(const char *allowed, const char *flag) {
+    static char p[512], a[64];
+    setup(p, a, allowed, allowed);
+    pthread_t th;
+    if (pthread_create(&th, NULL, spinner, NULL)) return 1;
+    pid_t pid = vfork();
+    if (pid == 0) child_exec();
+    int st;
+    waitpid(pid, &st, 0);
+    int fd = open(flag, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+    dprintf(fd, "parent-runs child-status=%d\n", st);
+    close(fd);
+    printf("child-status=%d\n", st);
+    return 0;
+}
+
+static int symlink_mode(long n, const char *dir, const char *allowed, const char *denied) {
+    static char p[512], a[64], link[512], t1[512], t2[512];
+    snprintf(link, sizeof link, "%s/link", dir);
+    snprintf(t1, sizeof t1, "%s/.t1", dir);
+    snprintf(t2, sizeof t2, "%s/.t2", dir);
+    setup(p, a, link, link);
+    unlink(t1);
+    unlink(t2);
+    if (symlink(allowed, t1) || rename(t1, link)) { perror("symlink"); return 1; }
+    pid_t flipper_pid = fork();
+    if (flipper_pid == 0) {
+        for (;;) {
+            if (symlink(denied, t2) == 0) rename(t2, link);
+            if (symlink(allowed, t1) == 0) rename(t1, link);
+        }
+    }
+    struct tally t = {0};
+    for (long i = 0; i < n; i++) {
+        pid_t pid = fork();
+        if (pid == 0) child_exec();
+        int st;
+        waitpid(pid, &st, 0);
+        count(&t, st);
+    }
+    kill(flipper_pid, SIGKILL);
+    waitpid(flipper_pid, NULL, 0);
+    report(&t);
+    return 0;
+}
+
+static const char *go_flag, *done_flag;
+static void *rewriter(void *unused) {
+    (void)unused;
+    while (access(go_flag, F_OK) != 0) usleep(1000);
+    memcpy(arg, "SECRET", 7);
+    int fd = open(done_flag, O_WRONLY | O_CREAT, 0666);
+    close(fd);
+    return NULL;
+}
+
+static int approve_mode(const char *allowed, const char *go, const char *done) {
+    static char p[512], a[64];
+    setup(p, a, allowed, allowed);
+    go_flag = go;
+    done_flag = done;
+    pid_t pid = fork();
+    if (pid == 0) {
+        pthread_t th;
+        if (pthread_create(&th, NULL, rewriter, NULL)) _exit(15);
+        child_exec();
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    printf("child-status=%d signal=%d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+           WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    return 0;
+}
+
+static long spawn_n;
+static const char *spawn_target;
+static volatile long spawn_failed, spawn_ok;
+static pthread_mutex_t spawn_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *spawn_thread(void *unused) {
+    (void)unused;
+    for (long i = 0; i < spawn_n; i++) {
+        pid_t pid;
+        char *argv[] = {(char *)spawn_target, "benign", NULL};
+        int rc = posix_spawn(&pid, spawn_target, NULL, NULL, argv, environ);
+        int st = -1;
+        if (rc == 0) waitpid(pid, &st, 0);
+        pthread_mutex_lock(&spawn_lock);
+        if (rc == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0) spawn_ok++;
+        else spawn_failed++;
+        pthread_mutex_unlock(&spawn_lock);
+    }
+    return NULL;
+}
+
+static int go_child(void *target) {
+    char *argv[] = {(char *)target, "benign", NULL};
+    execve((char *)target, argv, environ);
+    _exit(127);
+}
+
+static int spawners_mode(long n, const char *target) {
+    spawn_n = n;
+    spawn_target = target;
+    pthread_t th[8];
+    for (int i = 0; i < 8; i++) pthread_create(&th[i], NULL, spawn_thread, NULL);
+    for (int i = 0; i < 8; i++) pthread_join(th[i], NULL);
+    /* Go's os/exec: clone(CLONE_VM|CLONE_VFORK|SIGCHLD) on a fresh stack. */
+    static char stack[64 * 1024];
+    long go_ok = 0, go_failed = 0;
+    for (long i = 0; i < n; i++) {
+        pid_t pid = clone(go_child, stack + sizeof stack, CLONE_VM | CLONE_VFORK | SIGCHLD,
+                          (void *)target);
+        int st = -1;
+        if (pid > 0) waitpid(pid, &st, 0);
+        if (pid > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0) go_ok++;
+        else go_failed++;
+    }
+    printf("posix_spawn ok=%ld failed=%ld go ok=%ld failed=%ld\n", spawn_ok, spawn_failed, go_ok,
+           go_failed);
+    return 0;
+}
+
+static volatile long spin;
+static void *spinner(void *unused) {
+    (void)unused;
+    for (;;) spin++;
+    return NULL;
+}
+
+/* The exec outcomes a freeze must survive: success, ENOEXEC, E2BIG... */
+static int spawn_mode(const char *target, const char *kind) {
+    pthread_t th;
+    if (pthread_create(&th, NULL, spinner, NULL)) return 1;
+    static char big[200 * 1024];
+    memset(big, 'x', sizeof big - 1);
+    char *argv[] = {(char *)target, strcmp(kind, "big") ? "plain" : big, NULL};
+    pid_t pid = vfork();
+    if (pid == 0) {
+        execve(target, argv, environ);
+        _exit(errno == E2BIG ? 17 : errno == ENOEXEC ? 18 : errno == EACCES ? 13 : 14);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    printf("child-exit=%d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IONBF, 0);
+    if (argc >= 5 && !strcmp(argv[1], "thread")) return thread_mode(atol(argv[2]), argv[3], argv[4]);
+    if (argc >= 4 && !strcmp(argv[1], "plain")) return plain_mode(atol(argv[2]), argv[3]);
+    if (argc >= 5 && !strcmp(argv[1], "vfork")) return vfork_mode(atol(argv[2]), argv[3], argv[4]);
+    if (argc >= 5 && !strcmp(argv[1], "shm")) return shm_mode(atol(argv[2]), argv[3], argv[4]);
+    if (argc >= 4 && !strcmp(argv[1], "fdtable")) return fdtable_mode(argv[2], argv[3]);
+    if (argc >= 5 && !strcmp(argv[1], "cwd")) return cwd_mode(argv[2], argv[3], argv[4]);
+    if (argc >= 4 && !strcmp(argv[1], "hold")) return hold_mode(argv[2], argv[3]);
+    if (argc >= 4 && !strcmp(argv[1], "spawn")) return spawn_mode(argv[2], argv[3]);
+    if (argc >= 6 && !strcmp(argv[1], "symlink")) return symlink_mode(atol(argv[2]), argv[3], argv[4], argv[5]);
+    if (argc >= 5 && !strcmp(argv[1], "approve")) return approve_mode(argv[2], argv[3], argv[4]);
+    if (argc >= 4 && !strcmp(argv[1], "spawners")) return spawners_mode(atol(argv[2]), argv[3]);
+    fprintf(stderr, "usage: see the comment at the top of race.c\n");
+    return 2;
+}

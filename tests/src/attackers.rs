@@ -1,0 +1,186 @@
+//! The C attackers of `tests/attackers/`, compiled at test time with `cc`,
+//! and what the race tests check after them.
+//!
+//! `race` (modes: a thread, a vfork child, a shared memfd, a private fd
+//! table or cwd) runs thousands of exec attempts a second; `probe` is the
+//! program they exec, installed as `okay` (allowed) and `curl` (denied): if a
+//! forbidden program ever runs, it writes a line to `$RACE_LOG`.
+
+use crate::server::TempDir;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The attackers' source directory.
+fn sources() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("attackers")
+}
+
+/// Compiles `tests/attackers/<name>.c` to `out/<name>`.
+///
+/// Panics with cc's output when it fails.
+pub fn compile(name: &str, out: &Path, static_link: bool) -> PathBuf {
+    let bin = out.join(name);
+    let mut c = Command::new("cc");
+    c.args(["-O2", "-Wall", "-pthread"]);
+    if static_link {
+        c.arg("-static");
+    }
+    let o = c
+        .arg("-o")
+        .arg(&bin)
+        .arg(sources().join(format!("{name}.c")))
+        .output()
+        .expect("run cc");
+    assert!(
+        o.status.success(),
+        "cc {name}.c: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    bin
+}
+
+/// A directory with `race`, `okay`, `curl` and an empty, world-writable log,
+/// reachable by an unprivileged user.
+pub struct Arena {
+    pub dir: TempDir,
+    pub race: PathBuf,
+    pub okay: PathBuf,
+    pub curl: PathBuf,
+    pub log: PathBuf,
+}
+
+impl Arena {
+    pub fn new(tag: &str) -> Arena {
+        let dir = TempDir::new(tag);
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod the arena");
+        let race = compile("race", dir.path(), false);
+        let probe = compile("probe", dir.path(), true);
+        let okay = dir.path().join("okay");
+        let curl = dir.path().join("curl");
+        std::fs::copy(&probe, &okay).expect("install okay");
+        std::fs::rename(&probe, &curl).expect("install curl");
+        let log = dir.path().join("ran.log");
+        std::fs::write(&log, "").expect("create the log");
+        std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o666))
+            .expect("chmod the log");
+        Arena {
+            dir,
+            race,
+            okay,
+            curl,
+            log,
+        }
+    }
+
+    /// What ran that must not have.
+    pub fn forbidden_runs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// The summary line a race mode prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tally {
+    pub attempts: u64,
+    /// Refused with EACCES.
+    pub denied: u64,
+    /// The allowed program ran.
+    pub ok: u64,
+    /// ENOENT/ENOTDIR (a path read half-written).
+    pub missing: u64,
+    /// Killed by SIGKILL (a new image that was not what was judged).
+    pub killed: u64,
+    /// Anything else: a forbidden program ran, or an unexpected errno.
+    pub other: u64,
+}
+
+/// Parses the summary line a race mode prints.
+pub fn tally(stdout: &str) -> Option<Tally> {
+    let line = stdout.lines().find(|l| l.starts_with("attempts="))?;
+    let get = |k: &str| -> Option<u64> {
+        line.split_whitespace()
+            .find_map(|f| f.strip_prefix(k)?.strip_prefix('='))?
+            .parse()
+            .ok()
+    };
+    Some(Tally {
+        attempts: get("attempts")?,
+        denied: get("denied")?,
+        ok: get("ok")?,
+        missing: get("missing")?,
+        killed: get("killed")?,
+        other: get("other")?,
+    })
+}
+
+/// Threads traced by a thread of process `tracer`, or stopped by ptrace
+/// (`t`) in a process descending from `root`: after a race, none may be left.
+/// (Tests run in parallel: a machine-wide scan would see other tests' freezes.)
+pub fn stopped_or_traced(tracer: u32, root: Option<u32>) -> Vec<String> {
+    let mut found = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    let tracer_threads: Vec<String> = std::fs::read_dir(format!("/proc/{tracer}/task"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        let mine = root.is_some_and(|r| descends_from(pid, r));
+        for t in tasks.flatten() {
+            let Ok(status) = std::fs::read_to_string(t.path().join("status")) else {
+                continue;
+            };
+            let field = |k: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(k))
+                    .map(|v| v.trim().to_string())
+                    .unwrap_or_default()
+            };
+            let state = field("State:");
+            let traced_by = field("TracerPid:");
+            if (mine && state.starts_with('t')) || tracer_threads.contains(&traced_by) {
+                found.push(format!(
+                    "pid {pid} tid {} ({}) state {state} tracer {traced_by}",
+                    t.file_name().to_string_lossy(),
+                    field("Name:")
+                ));
+            }
+        }
+    }
+    found
+}
+
+fn descends_from(mut pid: u32, root: u32) -> bool {
+    for _ in 0..64 {
+        if pid == root {
+            return true;
+        }
+        if pid <= 1 {
+            return false;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return false;
+        };
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            return false;
+        };
+        pid = match rest.split_whitespace().nth(1).and_then(|p| p.parse().ok()) {
+            Some(p) => p,
+            None => return false,
+        };
+    }
+    false
+}

@@ -1,0 +1,713 @@
+//! The exec race guard on the real kernel: attackers that try to change what
+//! an exec runs after the supervisor judged it, each for 10,000 attempts, as
+//! root and as an unprivileged user. No forbidden program may ever run, and
+//! no task may be left stopped. The attackers are C programs compiled at test
+//! time (`tests/attackers/race.c`); the program they exec (`probe.c`) writes
+//! a line to a log whenever it runs as something the policy forbids.
+//!
+//! `AGENTSH_RACE_ATTEMPTS` lowers the count for a quick local run; CI runs
+//! the full 10,000.
+
+use agentsh_tests::attackers::{stopped_or_traced, tally, Arena};
+use agentsh_tests::relay::{run_wrapped, spawn_wrapped, WrapOptions};
+use agentsh_tests::server::{require_root, server_base, TestServer};
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const POLICY: &str = r#"
+name: races
+default: allow
+command_rules:
+  - name: deny-curl
+    commands: [curl]
+    decision: deny
+  - name: deny-secret-argument
+    commands: [okay]
+    args_patterns: ["SECRET"]
+    decision: deny
+"#;
+
+const NOBODY: (u32, u32) = (65534, 65534);
+
+fn attempts() -> u64 {
+    match std::env::var("AGENTSH_RACE_ATTEMPTS") {
+        Ok(v) if std::env::var("CI").as_deref() != Ok("true") => v.parse().unwrap_or(10_000),
+        _ => 10_000,
+    }
+}
+
+fn opts(arena: &Arena, uid: Option<(u32, u32)>) -> WrapOptions {
+    WrapOptions {
+        uid,
+        env: vec![("RACE_LOG".into(), arena.log.display().to_string())],
+        ..Default::default()
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Runs one race mode for the full count; checks nothing forbidden ran,
+/// nothing is left stopped, and every attempt ended as allowed, denied or
+/// "no such file" (a path read half-written). Returns the audit's events.
+fn race(mode: &str, uid: Option<(u32, u32)>, want_ok: bool) -> Vec<Value> {
+    let srv = TestServer::start(POLICY, "");
+    let arena = Arena::new(mode);
+    let n = attempts();
+    let session = format!("race-{mode}");
+    let mut argv: Vec<String> = vec![arena.race.display().to_string(), mode.into(), n.to_string()];
+    if mode == "symlink" {
+        // A directory the attacker may change (the tree's own, as a workspace is).
+        let dir = arena.dir.path().join("ws");
+        std::fs::create_dir_all(&dir).unwrap();
+        if let Some((u, g)) = uid {
+            std::os::unix::fs::chown(&dir, Some(u), Some(g)).unwrap();
+        }
+        argv.push(dir.display().to_string());
+    }
+    argv.push(arena.okay.display().to_string());
+    argv.push(arena.curl.display().to_string());
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let out = run_wrapped(&srv.url, &session, &argv, &opts(&arena, uid));
+    let stdout = text(&out.stdout);
+    let ran = arena.forbidden_runs();
+    assert!(
+        ran.is_empty(),
+        "{mode}: a forbidden program ran ({} times):\n{}",
+        ran.lines().count(),
+        ran.lines().take(5).collect::<Vec<_>>().join("\n")
+    );
+    let t = tally(&stdout)
+        .unwrap_or_else(|| panic!("{mode}: no tally: {stdout} {}", text(&out.stderr)));
+    assert_eq!(t.attempts, n, "{stdout}");
+    assert_eq!(t.other, 0, "{mode}: unexpected outcomes: {stdout}");
+    assert_eq!(t.denied + t.ok + t.missing + t.killed, n);
+    if want_ok {
+        assert!(t.ok > 0, "{mode}: the allowed exec never ran: {stdout}");
+    } else {
+        assert_eq!(t.ok, 0, "{mode}: {stdout}");
+    }
+    eprintln!("{mode} ({uid:?}): {stdout}");
+    let left = stopped_or_traced(srv.pid(), None);
+    assert!(left.is_empty(), "{mode}: tasks left stopped: {left:#?}");
+    srv.exec_events(&session)
+}
+
+#[test]
+fn a_sibling_thread_rewriting_path_and_argv_never_runs_a_denied_program() {
+    if !require_root("a_sibling_thread_rewriting_path_and_argv_never_runs_a_denied_program") {
+        return;
+    }
+    for uid in [None, Some(NOBODY)] {
+        let ev = race("thread", uid, true);
+        assert!(
+            ev.iter()
+                .any(|e| e["memory"] == "frozen" && e["effective_action"] == "allow"),
+            "allowed execs of a threaded caller are audited as frozen"
+        );
+    }
+}
+
+#[test]
+fn a_vfork_child_whose_parent_thread_flips_the_buffers_never_runs_a_denied_program() {
+    if !require_root(
+        "a_vfork_child_whose_parent_thread_flips_the_buffers_never_runs_a_denied_program",
+    ) {
+        return;
+    }
+    for uid in [None, Some(NOBODY)] {
+        race("vfork", uid, true);
+    }
+}
+
+#[test]
+fn strings_in_a_shared_memfd_written_by_another_process_are_refused() {
+    if !require_root("strings_in_a_shared_memfd_written_by_another_process_are_refused") {
+        return;
+    }
+    for uid in [None, Some(NOBODY)] {
+        let ev = race("shm", uid, false);
+        let shared: Vec<_> = ev.iter().filter(|e| e["rule"] == "shared_memory").collect();
+        assert!(!shared.is_empty(), "{ev:#?}");
+        assert!(shared[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("shared mapping"));
+    }
+}
+
+#[test]
+fn a_workspace_symlink_flipped_between_allowed_and_denied_never_runs_the_denied_program() {
+    if !require_root(
+        "a_workspace_symlink_flipped_between_allowed_and_denied_never_runs_the_denied_program",
+    ) {
+        return;
+    }
+    for uid in [None, Some(NOBODY)] {
+        let ev = race("symlink", uid, true);
+        // Some flips land between the decision and the kernel's lookup: the
+        // new image is killed before its first instruction, and audited.
+        let mismatches: Vec<_> = ev.iter().filter(|e| e["rule"] == "exec_mismatch").collect();
+        eprintln!(
+            "symlink ({uid:?}): {} exec_mismatch events",
+            mismatches.len()
+        );
+        if let Some(m) = mismatches.first() {
+            assert!(m["message"].as_str().unwrap().contains("/curl"), "{m}");
+        }
+    }
+}
+
+/// The first denied exec event of `session`.
+fn denied_event(srv: &TestServer, session: &str) -> Value {
+    srv.wait_exec_event(session, Duration::from_secs(5), |e| {
+        e["effective_action"] == "deny"
+    })
+    .unwrap_or_else(|| panic!("no deny: {:#?}", srv.exec_events(session)))
+}
+
+#[test]
+fn a_thread_with_its_own_fd_table_cannot_run_a_memfd_as_the_leaders_fd() {
+    if !require_root("a_thread_with_its_own_fd_table_cannot_run_a_memfd_as_the_leaders_fd") {
+        return;
+    }
+    for uid in [None, Some(NOBODY)] {
+        let srv = TestServer::start(POLICY, "");
+        let arena = Arena::new("fdtable");
+        let out = run_wrapped(
+            &srv.url,
+            "fd",
+            &[
+                arena.race.to_str().unwrap(),
+                "fdtable",
+                arena.okay.to_str().unwrap(),
+                arena.curl.to_str().unwrap(),
+            ],
+            &opts(&arena, uid),
+        );
+        let stdout = text(&out.stdout);
+        assert!(arena.forbidden_runs().is_empty(), "the memfd copy ran");
+        assert!(
+            stdout.contains("result=13"),
+            "{stdout} {}",
+            text(&out.stderr)
+        );
+        let e = denied_event(&srv, "fd");
+        assert_eq!(e["rule"], "fileless_exec", "{e}");
+        assert!(
+            e["filename"].as_str().unwrap().contains("memfd:copy"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn a_thread_with_its_own_cwd_is_judged_in_its_own_cwd() {
+    if !require_root("a_thread_with_its_own_cwd_is_judged_in_its_own_cwd") {
+        return;
+    }
+    for uid in [None, Some(NOBODY)] {
+        let srv = TestServer::start(POLICY, "");
+        let arena = Arena::new("cwd");
+        // In the leader's cwd `x` is okay; in the thread's, a link to curl.
+        let a = arena.dir.path().join("a");
+        let b = arena.dir.path().join("b");
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        std::fs::copy(&arena.okay, a.join("x")).unwrap();
+        std::os::unix::fs::symlink(&arena.curl, b.join("x")).unwrap();
+        let out = run_wrapped(
+            &srv.url,
+            "cwd",
+            &[
+                arena.race.to_str().unwrap(),
+                "cwd",
+                a.to_str().unwrap(),
+                b.to_str().unwrap(),
+                "./x",
+            ],
+            &opts(&arena, uid),
+        );
+        let stdout = text(&out.stdout);
+        assert!(
+            arena.forbidden_runs().is_empty(),
+            "curl ran from the thread's cwd"
+        );
+        assert!(
+            stdout.contains("result=13"),
+            "{stdout} {}",
+            text(&out.stderr)
+        );
+        let e = denied_event(&srv, "cwd");
+        assert_eq!(e["rule"], "deny-curl", "{e}");
+        assert!(e["filename"].as_str().unwrap().ends_with("/b/x"), "{e}");
+    }
+}
+
+/// A server whose freezes hold `ms` before CONTINUE (debug builds only).
+fn holding_server(ms: u64) -> TestServer {
+    TestServer::start_with(&server_base(), POLICY, "", |p| {
+        let mut c = Command::new(p);
+        c.env("AGENTSH_TEST_HOLD_FROZEN_MS", ms.to_string());
+        c
+    })
+}
+
+/// Starts `race hold`; waits until the supervisor holds its freeze (the
+/// allow event is written just before the hold). Returns the exec event.
+fn start_hold(
+    srv: &TestServer,
+    arena: &Arena,
+    flag: &Path,
+) -> (agentsh_tests::relay::Wrapped, Value) {
+    let w = spawn_wrapped(
+        &srv.url,
+        "hold",
+        &[
+            arena.race.to_str().unwrap(),
+            "hold",
+            arena.okay.to_str().unwrap(),
+            flag.to_str().unwrap(),
+        ],
+        &opts(arena, None),
+    );
+    let ev = srv
+        .wait_exec_event("hold", Duration::from_secs(10), |e| {
+            e["memory"] == "frozen" && e["effective_action"] == "allow"
+        })
+        .unwrap_or_else(|| panic!("no frozen exec: {:#?}", srv.exec_events("hold")));
+    (w, ev)
+}
+
+fn wait_for(path: &Path, limit: Duration) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if path.exists() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+#[test]
+fn the_caller_killed_while_frozen_leaves_nothing_stopped() {
+    if !require_root("the_caller_killed_while_frozen_leaves_nothing_stopped") {
+        return;
+    }
+    let srv = holding_server(1500);
+    let arena = Arena::new("kill-caller");
+    let flag = arena.dir.path().join("parent-runs");
+    let (w, ev) = start_hold(&srv, &arena, &flag);
+    let caller = ev["pid"].as_u64().unwrap() as i32;
+    let root = w.child.id();
+    // SAFETY: kill takes two integers.
+    assert_eq!(unsafe { libc::kill(caller, libc::SIGKILL) }, 0);
+    assert!(
+        wait_for(&flag, Duration::from_secs(10)),
+        "the vfork parent never ran again: {:?}",
+        stopped_or_traced(srv.pid(), Some(root))
+    );
+    let left = stopped_or_traced(srv.pid(), Some(root));
+    let (_, out) = w.wait();
+    assert!(
+        text(&out.stdout).contains("child-status=9"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(left.is_empty(), "{left:#?}");
+}
+
+#[test]
+fn the_server_killed_while_tasks_are_frozen_leaves_nothing_stopped() {
+    if !require_root("the_server_killed_while_tasks_are_frozen_leaves_nothing_stopped") {
+        return;
+    }
+    let mut srv = holding_server(3000);
+    let arena = Arena::new("kill-server");
+    let flag = arena.dir.path().join("parent-runs");
+    let (w, _ev) = start_hold(&srv, &arena, &flag);
+    let root = w.child.id();
+    assert!(
+        !stopped_or_traced(srv.pid(), Some(root)).is_empty(),
+        "the freeze should hold tasks now"
+    );
+    srv.kill();
+    // PTRACE_SEIZE without EXITKILL: the kernel detaches every tracee when
+    // the tracer dies; the parent runs on, the child's exec fails (ENOSYS).
+    assert!(
+        wait_for(&flag, Duration::from_secs(10)),
+        "the vfork parent stayed stopped after the server died: {:?}",
+        stopped_or_traced(0, Some(root))
+    );
+    let left = stopped_or_traced(0, Some(root));
+    let (_, out) = w.wait();
+    assert!(
+        text(&out.stdout).contains("child-status="),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(left.is_empty(), "{left:#?}");
+}
+
+#[test]
+fn frozen_execs_that_fail_release_everyone() {
+    if !require_root("frozen_execs_that_fail_release_everyone") {
+        return;
+    }
+    let srv = TestServer::start(POLICY, "execve:\n  on_truncated: evaluate\n");
+    let arena = Arena::new("fail");
+    let garbage = arena.dir.path().join("garbage");
+    std::fs::write(&garbage, "not a program\n").unwrap();
+    std::fs::set_permissions(
+        &garbage,
+        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755),
+    )
+    .unwrap();
+    let cases = [
+        (arena.okay.to_str().unwrap(), "plain", "child-exit=0"),
+        (garbage.to_str().unwrap(), "plain", "child-exit=18"), // ENOEXEC
+        (arena.okay.to_str().unwrap(), "big", "child-exit=17"), // E2BIG
+        ("/nonexistent/prog", "plain", "child-exit=14"),       // ENOENT
+    ];
+    for (target, kind, want) in cases {
+        let out = run_wrapped(
+            &srv.url,
+            "fail",
+            &[arena.race.to_str().unwrap(), "spawn", target, kind],
+            &opts(&arena, None),
+        );
+        let stdout = text(&out.stdout);
+        assert!(
+            stdout.contains(want),
+            "{target} {kind}: {stdout} {}",
+            text(&out.stderr)
+        );
+        let left = stopped_or_traced(srv.pid(), None);
+        assert!(left.is_empty(), "{target} {kind}: {left:#?}");
+    }
+    let ev = srv.exec_events("fail");
+    assert!(
+        ev.iter().any(|e| e["memory"] == "frozen"),
+        "the spawns were frozen: {ev:#?}"
+    );
+}
+
+/// Not a test of behaviour: prints the supervisor's own time per exec for a
+/// threaded and a vfork'd caller (run with --ignored --nocapture).
+#[test]
+#[ignore]
+fn print_supervisor_time() {
+    let policy = std::env::var("AGENTSH_PRINT_POLICY")
+        .ok()
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .unwrap_or_else(|| POLICY.to_string());
+    for mode in ["plain", "thread", "vfork"] {
+        let srv = TestServer::start_with(&server_base(), &policy, "", |p| {
+            let mut c = Command::new(p);
+            c.env("AGENTSH_LOG", "info,agentsh::supervisor=trace");
+            c
+        });
+        let arena = Arena::new(mode);
+        let t = Instant::now();
+        let out = run_wrapped(
+            &srv.url,
+            "t",
+            &[
+                arena.race.to_str().unwrap(),
+                mode,
+                "1000",
+                // The common case: a program in a directory no tree may change.
+                "/bin/true",
+                "/bin/true",
+            ],
+            &opts(&arena, None),
+        );
+        let wall = t.elapsed();
+        let mut us: Vec<u64> = srv
+            .log()
+            .lines()
+            .filter(|l| l.contains("exec answered"))
+            .filter_map(|l| {
+                l.split("us=")
+                    .nth(1)?
+                    .split_whitespace()
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        us.sort();
+        let watched = srv
+            .log()
+            .lines()
+            .filter(|l| l.contains("exec answered") && l.contains("watched=true"))
+            .count();
+        eprintln!("{mode}: {watched} watched execs");
+        eprintln!(
+            "{mode}: {} wall {:?} per attempt {:?}; supervisor p50 {} p90 {} us ({} samples)",
+            text(&out.stdout).trim(),
+            wall,
+            wall / 1000,
+            us.get(us.len() / 2).unwrap_or(&0),
+            us.get(us.len() * 9 / 10).unwrap_or(&0),
+            us.len()
+        );
+    }
+}
+
+const APPROVE_POLICY: &str = r#"
+name: approve-races
+default: allow
+command_rules:
+  - name: approve-okay
+    commands: [okay]
+    decision: approve
+"#;
+
+#[test]
+fn an_argv_rewritten_after_the_approval_is_killed_before_it_runs() {
+    if !require_root("an_argv_rewritten_after_the_approval_is_killed_before_it_runs") {
+        return;
+    }
+    let srv = TestServer::start(APPROVE_POLICY, "execve:\n  approval_timeout: 30s\n");
+    let arena = Arena::new("approve");
+    let go = arena.dir.path().join("go");
+    let done = arena.dir.path().join("done");
+    let w = spawn_wrapped(
+        &srv.url,
+        "ap",
+        &[
+            arena.race.to_str().unwrap(),
+            "approve",
+            arena.okay.to_str().unwrap(),
+            go.to_str().unwrap(),
+            done.to_str().unwrap(),
+        ],
+        &opts(&arena, None),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let req = loop {
+        let list = srv.get_json("/api/v1/approvals");
+        if let Some(r) = list.as_array().and_then(|a| a.first()).cloned() {
+            break r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no approval request: {}",
+            srv.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // The operator sees the file (device, inode) and the argv it approves.
+    assert_eq!(req["argv"][1], "benign", "{req}");
+    assert!(req["file"]["ino"].as_u64().is_some(), "{req}");
+    // Another thread of the caller rewrites the argument, then the operator
+    // approves what they saw.
+    std::fs::write(&go, "").unwrap();
+    assert!(
+        wait_for(&done, Duration::from_secs(10)),
+        "the rewrite never happened"
+    );
+    let id = req["id"].as_str().unwrap();
+    let out = Command::new(agentsh_tests::server::bin("agentsh"))
+        .args([
+            "approvals",
+            "approve",
+            id,
+            "--server",
+            &srv.url,
+            "--token-file",
+        ])
+        .arg(srv.dir.path().join("state").join("approval.token"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (_, out) = w.wait();
+    let stdout = text(&out.stdout);
+    assert!(arena.forbidden_runs().is_empty(), "the rewritten argv ran");
+    assert!(
+        stdout.contains("signal=9"),
+        "killed before it ran: {stdout}"
+    );
+    let ev = srv
+        .wait_exec_event("ap", Duration::from_secs(5), |e| {
+            e["rule"] == "exec_mismatch"
+        })
+        .unwrap_or_else(|| panic!("{:#?}", srv.exec_events("ap")));
+    assert!(ev["message"].as_str().unwrap().contains("SECRET"), "{ev}");
+    let left = stopped_or_traced(srv.pid(), None);
+    assert!(left.is_empty(), "{left:#?}");
+}
+
+#[test]
+fn ordinary_threaded_spawners_still_work() {
+    if !require_root("ordinary_threaded_spawners_still_work") {
+        return;
+    }
+    for uid in [None, Some(NOBODY)] {
+        let srv = TestServer::start(POLICY, "");
+        let arena = Arena::new("spawners");
+        // posix_spawn from 8 threads at once, then Go-style raw vfork clones.
+        let out = run_wrapped(
+            &srv.url,
+            "sp",
+            &[
+                arena.race.to_str().unwrap(),
+                "spawners",
+                "25",
+                arena.okay.to_str().unwrap(),
+            ],
+            &opts(&arena, uid),
+        );
+        let stdout = text(&out.stdout);
+        assert!(
+            stdout.contains("posix_spawn ok=200 failed=0 go ok=25 failed=0"),
+            "{stdout} {}",
+            text(&out.stderr)
+        );
+        // make -j: parallel recipes, each a fork of make's children.
+        let mk = arena.dir.path().join("mk");
+        std::fs::create_dir_all(&mk).unwrap();
+        if let Some((u, g)) = uid {
+            std::os::unix::fs::chown(&mk, Some(u), Some(g)).unwrap();
+        }
+        let okay = arena.okay.display();
+        let rules: String = (0..8)
+            .map(|i| format!("t{i}:\n\t{okay} benign && touch t{i}\n"))
+            .collect();
+        std::fs::write(
+            mk.join("Makefile"),
+            format!(
+                "all: {}\n{rules}",
+                (0..8)
+                    .map(|i| format!("t{i}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ),
+        )
+        .unwrap();
+        let out = run_wrapped(
+            &srv.url,
+            "mk",
+            &["/usr/bin/make", "-s", "-j4", "-C", mk.to_str().unwrap()],
+            &opts(&arena, uid),
+        );
+        assert!(out.status.success(), "make -j: {}", text(&out.stderr));
+        assert!(mk.join("t7").exists());
+        assert!(arena.forbidden_runs().is_empty());
+        let left = stopped_or_traced(srv.pid(), None);
+        assert!(left.is_empty(), "{left:#?}");
+        let ev = srv.exec_events("sp");
+        assert!(
+            ev.iter().all(|e| e["effective_action"] == "allow"),
+            "{ev:#?}"
+        );
+    }
+}
+
+#[test]
+fn copies_hardlinks_renames_and_interpreters_of_a_denied_program_are_judged_as_it() {
+    if !require_root(
+        "copies_hardlinks_renames_and_interpreters_of_a_denied_program_are_judged_as_it",
+    ) {
+        return;
+    }
+    let curl = Path::new("/usr/bin/curl");
+    assert!(
+        curl.is_file(),
+        "the test needs /usr/bin/curl (tests/setup.sh)"
+    );
+    for uid in [None, Some(NOBODY)] {
+        let arena = Arena::new("copies");
+        let d = arena.dir.path();
+        let digest = {
+            let o = Command::new("sha256sum").arg(&arena.okay).output().unwrap();
+            text(&o.stdout)
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .to_string()
+        };
+        let policy = format!(
+            "name: identity\ndefault: allow\ncommand_rules:\n  - name: deny-curl\n    \
+             commands: [curl]\n    decision: deny\n  - name: deny-by-digest\n    \
+             commands: [\"sha256:{digest}\"]\n    decision: deny\n"
+        );
+        let srv = TestServer::start(&policy, "");
+        std::fs::copy(curl, d.join("fetch")).unwrap();
+        std::fs::hard_link(d.join("fetch"), d.join("hardlink")).unwrap();
+        std::fs::copy(curl, d.join("tmpname")).unwrap();
+        std::fs::rename(d.join("tmpname"), d.join("renamed")).unwrap();
+        std::fs::write(
+            d.join("script"),
+            format!("#!{}/fetch --version\n", d.display()),
+        )
+        .unwrap();
+        std::fs::copy(&arena.okay, d.join("digest-copy")).unwrap();
+        std::fs::set_permissions(
+            d.join("script"),
+            <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755),
+        )
+        .unwrap();
+        let names = ["fetch", "hardlink", "renamed", "script", "digest-copy"];
+        let script: String = names
+            .iter()
+            .map(|n| {
+                format!(
+                    "{}/{n} --version >/dev/null 2>&1; echo {n}=$?; ",
+                    d.display()
+                )
+            })
+            .collect();
+        let out = run_wrapped(
+            &srv.url,
+            "id",
+            &["/bin/sh", "-c", &script],
+            &opts(&arena, uid),
+        );
+        let stdout = text(&out.stdout);
+        for n in names {
+            assert!(
+                stdout.contains(&format!("{n}=126")),
+                "{n} ran ({uid:?}): {stdout}"
+            );
+        }
+        let ev = srv.exec_events("id");
+        let of = |name: &str| -> Value {
+            ev.iter()
+                .find(|e| {
+                    e["filename"]
+                        .as_str()
+                        .is_some_and(|f| f.ends_with(&format!("/{name}")))
+                })
+                .cloned()
+                .unwrap_or_else(|| panic!("no event for {name}: {ev:#?}"))
+        };
+        for n in ["fetch", "hardlink", "renamed"] {
+            let e = of(n);
+            assert_eq!(e["rule"], "deny-curl", "{e}");
+            assert!(
+                e["copy_of"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|c| c == "/usr/bin/curl"),
+                "{e}"
+            );
+            assert!(e["file"]["sha256"].as_str().is_some(), "{e}");
+        }
+        let s = of("script");
+        assert_eq!(s["rule"], "deny-curl", "{s}");
+        assert!(
+            s["interpreters"][0]["copy_of"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|c| c == "/usr/bin/curl")),
+            "{s}"
+        );
+        assert_eq!(of("digest-copy")["rule"], "deny-by-digest");
+    }
+}
