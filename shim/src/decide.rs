@@ -1,6 +1,6 @@
 //! The shim's decisions as pure functions: which shell, which mode, and what a
-//! failure means. No I/O here, so every row of the ARCHITECTURE decision table
-//! is a unit test.
+//! failure means. No I/O here, so every row of the decision table in
+//! docs/shim.md ("How the shim decides") is a unit test.
 
 use agentsh_proto::active::State as Active;
 use agentsh_proto::hint::{

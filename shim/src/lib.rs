@@ -1,7 +1,7 @@
 //! agentsh-shell-shim: the program installed as `/bin/sh` (and optionally
 //! `/bin/bash`) that puts kernel supervision on every shell an SDK spawns.
 //!
-//! Flow (ARCHITECTURE, "The kernel-install path"): pick the real shell from
+//! Flow (docs/architecture.md, "The path of a shell"): pick the real shell from
 //! argv[0]; if this process already runs under the agentsh filter, exec the
 //! real shell in place with zero server calls; otherwise read the vetted
 //! shim.conf, call wrap-init, fork the relay helper and exec `agentsh-unixwrap`

@@ -3,8 +3,8 @@
 //!
 //! The daemon runs inside a [`Namespace`] (where `/bin/sh` is the shim) and is
 //! a sibling of the agentsh server, never its descendant: exactly the shape of
-//! a container where an SDK daemon spawns shells. See KERNEL-NOTES "Where the
-//! SDKs run commands" for the spawn lines reproduced here.
+//! a container where an SDK daemon spawns shells. docs/sdk-cookbook.md says,
+//! per SDK, how it spawns commands; the spawn lines are reproduced here.
 
 use crate::ns::Namespace;
 use crate::server::bin;

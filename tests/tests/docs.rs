@@ -916,3 +916,57 @@ fn the_base_blocklist_in_the_docs_is_the_one_in_the_code() {
          (rows in order: syscalls, condition, answer)"
     );
 }
+
+/// Every repository path `docs/architecture.md` names (in backquotes) exists,
+/// and the path of a shell names the module of every step.
+#[test]
+fn the_architecture_map_names_paths_that_exist() {
+    let doc = read("docs/architecture.md");
+    let roots = [
+        "server/",
+        "shim/",
+        "unixwrap/",
+        "proto/",
+        "tests/",
+        "bench/",
+        "packaging/",
+        "etc/",
+        "docs/",
+    ];
+    let mut named = Vec::new();
+    for (i, chunk) in doc.split('`').enumerate() {
+        // Odd chunks are inside backquotes.
+        if i % 2 == 1 && roots.iter().any(|r| chunk.starts_with(r)) && !chunk.contains(' ') {
+            named.push(chunk.to_string());
+        }
+    }
+    assert!(named.len() >= 40, "paths named: {named:?}");
+    let missing: Vec<&String> = named
+        .iter()
+        .filter(|p| !repo().join(p.as_str()).exists())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md names paths that do not exist: {missing:?}"
+    );
+    let path = &doc[doc
+        .find("## The path of a shell")
+        .expect("the path of a shell")..];
+    let path = &path[..path.find("\n## ").expect("a next section")];
+    for step in [
+        "shim/src/lib.rs",
+        "shim/src/wrapinit.rs",
+        "server/src/api/wrap_init.rs",
+        "unixwrap/src/lib.rs",
+        "shim/src/relay.rs",
+        "server/src/intake.rs",
+        "server/src/supervisor/exec.rs",
+        "server/src/policy/evaluate.rs",
+        "server/src/audit.rs",
+    ] {
+        assert!(
+            path.contains(&format!("`{step}`")),
+            "the path of a shell skips {step}"
+        );
+    }
+}
