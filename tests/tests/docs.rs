@@ -16,6 +16,15 @@ const EXERCISED_ELSEWHERE: &[(&str, &str)] = &[
     ("./tests/run.sh", ".ci/run"),
     ("./tests/demo.sh", "tests/demo.sh"),
     ("./bench/run.sh", ".ci/run"),
+    // docs/architecture.md: what tests/run.sh does, one test at a time.
+    (
+        "cargo build --workspace --all-targets && bash packaging/build-static.sh",
+        "tests/run.sh",
+    ),
+    (
+        "CI=true cargo test -p agentsh-tests --test exec_supervision -- --nocapture",
+        "tests/run.sh",
+    ),
     ("packaging/build-release.sh", "bench/run.sh"),
     (
         "packaging/deb/build.sh",
