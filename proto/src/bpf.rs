@@ -141,9 +141,17 @@ const RET_K: u16 = 0x06;
 /// Does `prog` ever return `SECCOMP_RET_USER_NOTIF`? A program that never
 /// traps cannot be agentsh's (execs would go unsupervised).
 pub fn traps_to_user_notif(prog: &[libc::sock_filter]) -> bool {
-    prog.iter().any(|i| {
-        i.code == RET_K && i.k & libc::SECCOMP_RET_ACTION_FULL == libc::SECCOMP_RET_USER_NOTIF
-    })
+    returns(prog, libc::SECCOMP_RET_USER_NOTIF)
+}
+
+/// Does `prog` ever return `SECCOMP_RET_TRACE`? (The ptrace backend's trap.)
+pub fn traps_to_tracer(prog: &[libc::sock_filter]) -> bool {
+    returns(prog, libc::SECCOMP_RET_TRACE)
+}
+
+fn returns(prog: &[libc::sock_filter], action: u32) -> bool {
+    prog.iter()
+        .any(|i| i.code == RET_K && i.k & libc::SECCOMP_RET_ACTION_FULL == action)
 }
 
 #[cfg(test)]

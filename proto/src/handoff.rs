@@ -9,6 +9,11 @@
 //!    (`notify_socket`): one message [`HANDOFF_MAGIC`], the wrapper's pid as
 //!    u32 little-endian, and the fd in SCM_RIGHTS. The server answers one
 //!    [`Ack`] byte.
+//!
+//! The ptrace backend has no fd to carry: unixwrap sends [`TRACE_ME_BYTE`]
+//! alone, the relay sends [`TRACE_MAGIC`] and the pid alone, and the server
+//! answers only once it has seized the wrapper (`PTRACE_SEIZE`), so nothing
+//! of the tree runs untraced.
 
 /// First byte of a relay -> server handoff message.
 pub const HANDOFF_MAGIC: u8 = 0xA7;
@@ -16,6 +21,19 @@ pub const HANDOFF_MAGIC: u8 = 0xA7;
 pub const HANDOFF_LEN: usize = 5;
 /// Payload byte of the unixwrap -> relay datagram.
 pub const WRAPPER_FD_BYTE: u8 = b'N';
+/// Payload byte of the unixwrap -> relay datagram asking to be traced (no fd).
+pub const TRACE_ME_BYTE: u8 = b'T';
+/// First byte of a relay -> server "seize this pid" message (no fd).
+pub const TRACE_MAGIC: u8 = 0xA8;
+
+/// A relay -> server message, decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handoff {
+    /// The notify fd of the wrapper with this pid (the fd rides in SCM_RIGHTS).
+    Notify(u32),
+    /// Seize the wrapper with this pid (ptrace backend; no fd).
+    Trace(u32),
+}
 
 /// The one-byte answer of the server (to the relay) and of the relay (to unixwrap).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,10 +69,17 @@ pub fn encode_handoff(wrapper_pid: u32) -> [u8; HANDOFF_LEN] {
     [HANDOFF_MAGIC, p[0], p[1], p[2], p[3]]
 }
 
+/// Encodes the relay -> server "seize this pid" payload.
+pub fn encode_trace(wrapper_pid: u32) -> [u8; HANDOFF_LEN] {
+    let p = wrapper_pid.to_le_bytes();
+    [TRACE_MAGIC, p[0], p[1], p[2], p[3]]
+}
+
 /// Decodes the relay -> server payload; `None` if it is not exactly a handoff.
-pub fn decode_handoff(buf: &[u8]) -> Option<u32> {
+pub fn decode_handoff(buf: &[u8]) -> Option<Handoff> {
     match buf {
-        [HANDOFF_MAGIC, a, b, c, d] => Some(u32::from_le_bytes([*a, *b, *c, *d])),
+        [HANDOFF_MAGIC, a, b, c, d] => Some(Handoff::Notify(u32::from_le_bytes([*a, *b, *c, *d]))),
+        [TRACE_MAGIC, a, b, c, d] => Some(Handoff::Trace(u32::from_le_bytes([*a, *b, *c, *d]))),
         _ => None,
     }
 }
@@ -65,7 +90,11 @@ mod tests {
 
     #[test]
     fn handoff_round_trips() {
-        assert_eq!(decode_handoff(&encode_handoff(4242)), Some(4242));
+        assert_eq!(
+            decode_handoff(&encode_handoff(4242)),
+            Some(Handoff::Notify(4242))
+        );
+        assert_eq!(decode_handoff(&encode_trace(7)), Some(Handoff::Trace(7)));
     }
 
     #[test]
@@ -73,6 +102,7 @@ mod tests {
         assert_eq!(decode_handoff(&[0xA6, 1, 0, 0, 0]), None);
         assert_eq!(decode_handoff(&[0xA7, 1, 0, 0]), None);
         assert_eq!(decode_handoff(&[0xA7, 1, 0, 0, 0, 0]), None);
+        assert_eq!(decode_handoff(&[0xA8, 1, 0, 0]), None);
     }
 
     #[test]

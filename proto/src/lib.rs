@@ -27,6 +27,6 @@ pub mod shimconf;
 pub mod wire;
 
 pub use wire::{
-    FsAccess, FsRule, LandlockCompat, LandlockConfig, SeccompConfig, WrapInitRequest,
+    ExecBackend, FsAccess, FsRule, LandlockCompat, LandlockConfig, SeccompConfig, WrapInitRequest,
     WrapInitResponse,
 };

@@ -59,6 +59,34 @@ pub struct SeccompConfig {
     /// namespace before the filter is loaded, where it can (CAP_SYS_ADMIN).
     #[serde(default)]
     pub daemon_sockets: Vec<String>,
+    /// How the tree's execs reach the server: a user-notify fd handed up
+    /// (`notify`), or ptrace stops at `SECCOMP_RET_TRACE` (`ptrace`: the
+    /// server seizes unixwrap before it runs anything).
+    #[serde(default)]
+    pub backend: ExecBackend,
+}
+
+/// The way a tree's execs reach the server (`execve.backend`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecBackend {
+    /// Seccomp user notification: the filter answers `USER_NOTIF`, the
+    /// notify fd goes to the server.
+    #[default]
+    Notify,
+    /// ptrace: the filter answers `SECCOMP_RET_TRACE`, the server is the
+    /// tracer of every task of the tree (gVisor, restrictive seccomp profiles).
+    Ptrace,
+}
+
+impl ExecBackend {
+    /// The name in configs, events and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExecBackend::Notify => "notify",
+            ExecBackend::Ptrace => "ptrace",
+        }
+    }
 }
 
 /// Current [`SeccompConfig::version`].
@@ -83,6 +111,7 @@ impl Default for SeccompConfig {
             ack_timeout_secs: default_ack_timeout(),
             landlock: None,
             daemon_sockets: Vec::new(),
+            backend: ExecBackend::Notify,
         }
     }
 }

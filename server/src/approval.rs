@@ -3,8 +3,9 @@
 //! The supervisor's tree thread never waits for a human. It hands the held
 //! notification to [`Approvals::hold`], which registers a pending request and
 //! starts one waiter thread for it; the tree thread goes back to serving the
-//! rest of the tree. The waiter answers the kernel on the same notify fd
-//! (shared through `Arc<OwnedFd>`; the notify ioctls are thread-safe) when an
+//! rest of the tree. The waiter answers the kernel through the exec's backend
+//! (`supervisor::Holder`: the tree's notify fd, shared through `Arc<OwnedFd>`
+//! since the notify ioctls are thread-safe; or the ptrace tracer thread) when an
 //! operator decides, when the timeout expires (`execve.approval_timeout_action`,
 //! deny by default) or when the tracee goes away (`cancelled`). Every outcome
 //! is exactly one audit event.
@@ -23,12 +24,11 @@
 
 use crate::audit::{self, Action, AuditLog, EventBody, ExecEvent, ExecSubject};
 use crate::config::{ExecveSection, TimeoutAction};
+use crate::supervisor::{Holder, Verification};
 use crate::trees::Trees;
-use agentsh_proto::notif;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -300,7 +300,7 @@ impl Approvals {
     /// instead of prompting twice.
     pub fn hold(
         self: &Arc<Self>,
-        fd: Arc<OwnedFd>,
+        holder: Holder,
         exec: HeldExec,
         allowed: Sender<(u32, u64, u32)>,
     ) {
@@ -362,15 +362,15 @@ impl Approvals {
             .name("agentsh-approval".into())
             .spawn({
                 let id = id.clone();
-                let fd = fd.clone();
+                let holder = holder.clone();
                 let exec = exec.clone();
-                move || me.wait_and_answer(&id, &fd, exec, allowed)
+                move || me.wait_and_answer(&id, &holder, exec, allowed)
             });
         if let Err(e) = spawned {
             // Fail closed: no thread to wait, so no approval.
             tracing::error!(%id, "cannot start approval waiter: {e}; exec denied");
             lock(&self.state).pending.remove(&id);
-            let _ = notif::respond_errno(fd.as_fd(), exec.notif_id, libc::EACCES);
+            holder.refuse(exec.notif_id);
             self.record(
                 &exec,
                 &id,
@@ -386,7 +386,7 @@ impl Approvals {
     fn wait_and_answer(
         &self,
         id: &str,
-        fd: &OwnedFd,
+        holder: &Holder,
         exec: HeldExec,
         allowed: Sender<(u32, u64, u32)>,
     ) {
@@ -400,12 +400,7 @@ impl Approvals {
                 return;
             };
             // The last id still valid is the one to answer.
-            let live = e
-                .notif_ids
-                .iter()
-                .rev()
-                .copied()
-                .find(|&n| notif::id_valid(fd.as_fd(), n));
+            let live = holder.live(&e.notif_ids);
             match live {
                 Some(_) => lost_since = None,
                 None => {
@@ -471,7 +466,7 @@ impl Approvals {
         // Re-check right before answering: the notification must still name
         // the tracee whose facts were judged. The event is written before the
         // answer, as for every exec (see supervisor::handle).
-        let live = live.filter(|n| notif::id_valid(fd.as_fd(), *n));
+        let live = live.and_then(|n| holder.live(&[n]));
         let (outcome, reason) = if live.is_some() || verdict.outcome == Outcome::Cancelled {
             (verdict.outcome, verdict.reason)
         } else {
@@ -492,29 +487,18 @@ impl Approvals {
         );
         let Some(n) = live else { return };
         if !effective_allow {
-            if let Err(e) = notif::respond_errno(fd.as_fd(), n, libc::EACCES) {
-                tracing::info!(%id, pid = exec.subject.pid, "answer not delivered (the process is gone): {e}");
-            }
+            holder.refuse(n);
             return;
         }
         let _ = allowed.send((exec.subject.pid, exec.starttime, exec.subject.depth));
         // The operator approved this file and argv: the supervisor lets the
         // exec proceed and kills what runs if it is anything else.
-        let resumed = match &exec.expected {
-            Some(e) => crate::supervisor::resume_approved(
-                fd.as_fd(),
-                n,
-                exec.tid,
-                exec.subject.pid,
-                Some(e),
-            ),
-            None => {
-                let _ = notif::respond_errno(fd.as_fd(), n, libc::EACCES);
-                crate::supervisor::Resumed::Refused(
-                    "the approved file's identity could not be read".into(),
-                )
-            }
-        };
+        let what = exec.expected.clone().map(|expected| Verification {
+            expected,
+            subject: exec.subject.clone(),
+            rule: exec.rule.clone(),
+        });
+        let resumed = holder.resume(n, exec.tid, exec.subject.pid, what);
         let refusal = match resumed {
             crate::supervisor::Resumed::AsApproved => return,
             crate::supervisor::Resumed::Refused(why) => ("unverifiable", why),
@@ -771,15 +755,17 @@ mod tests {
             Arc::new(Trees::new()),
         ));
         // Not a notify fd: every id reads as invalid, like a killed tracee.
-        let fd: Arc<OwnedFd> = Arc::new(std::fs::File::open("/dev/null").unwrap().into());
+        let fd: Arc<std::os::fd::OwnedFd> =
+            Arc::new(std::fs::File::open("/dev/null").unwrap().into());
+        let holder = |id| Holder::Notify { fd: fd.clone(), id };
         let (tx, _rx) = std::sync::mpsc::channel();
-        a.hold(fd.clone(), held(1), tx.clone());
-        a.hold(fd.clone(), held(2), tx.clone());
+        a.hold(holder(1), held(1), tx.clone());
+        a.hold(holder(2), held(2), tx.clone());
         let pending = a.pending(0);
         assert_eq!(pending.len(), 1, "one prompt for a re-issued exec");
         let mut other = held(3);
         other.subject.argv.push("y".into());
-        a.hold(fd, other, tx);
+        a.hold(holder(3), other, tx);
         assert_eq!(a.pending(0).len(), 2, "a different argv is a new request");
         let t = Instant::now();
         while !a.pending(0).is_empty() {

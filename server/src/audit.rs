@@ -54,6 +54,9 @@ impl ApprovalOutcome {
 pub enum Memory {
     Exclusive,
     Frozen,
+    /// Neither: the ptrace backend checks the new image against what was
+    /// judged at `PTRACE_EVENT_EXEC`, before its first instruction.
+    Verified,
 }
 
 /// The identity of a file as the kernel knows it.
@@ -177,6 +180,14 @@ pub struct WrapInitEvent {
     /// and which processes are protected.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub seccomp: Option<crate::filter::FilterSummary>,
+    /// How the tree's execs reach the supervisor: `notify` or `ptrace`.
+    #[serde(default)]
+    pub backend: agentsh_proto::ExecBackend,
+    /// What the policy asks that this host does not enforce for the tree
+    /// (e.g. without Landlock: file rules, network rules, the protection of
+    /// agentsh's own files).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_enforced: Vec<String>,
 }
 
 /// What the wrap-init event records of the daemon-socket masks.

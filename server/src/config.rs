@@ -43,6 +43,10 @@ CONFIG KEYS (YAML; all optional; defaults shown):
                                                      kernel's. A cap reproduces an older kernel (2:
                                                      E2B's 6.1: no TCP rules, no signal scoping, so
                                                      the seccomp signal guard asks the supervisor)
+  execve.backend                   auto              auto | notify | ptrace: how execs reach the
+                                                     supervisor. auto: seccomp user-notify where
+                                                     the kernel has it, else ptrace (gVisor,
+                                                     restrictive seccomp profiles)
   execve.max_argc                  1000              argv entries read per exec
   execve.max_argv_bytes            65536             argv bytes read per exec
   execve.on_truncated              deny              deny | evaluate: what an exec whose argv
@@ -150,9 +154,20 @@ pub enum TimeoutAction {
     Allow,
 }
 
+/// `execve.backend`: how a tree's execs reach the supervisor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendChoice {
+    /// notify where the kernel has seccomp user-notify, else ptrace.
+    Auto,
+    Notify,
+    Ptrace,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ExecveSection {
+    pub backend: BackendChoice,
     pub max_argc: usize,
     pub max_argv_bytes: usize,
     pub on_truncated: OnTruncated,
@@ -225,6 +240,7 @@ impl Default for AuditSection {
 impl Default for ExecveSection {
     fn default() -> Self {
         ExecveSection {
+            backend: BackendChoice::Auto,
             max_argc: 1000,
             max_argv_bytes: 65536,
             on_truncated: OnTruncated::Deny,

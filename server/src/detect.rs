@@ -10,6 +10,8 @@
 //! Failure modes: a probe that cannot run (fork fails, a child dies) reports
 //! the capability as absent with the reason; nothing here changes the host.
 
+use crate::config::BackendChoice;
+use agentsh_proto::ExecBackend;
 use serde::Serialize;
 use std::io;
 
@@ -62,9 +64,46 @@ pub struct Report {
     pub cap_sys_ptrace: bool,
     /// The server itself runs with no_new_privs.
     pub no_new_privs: bool,
-    /// What a wrap-init gets on this host.
+    /// What a wrap-init gets on this host, in words.
     pub backend: String,
+    /// The exec backend a wrap-init gets (`None`: none can work here).
+    pub exec_backend: Option<agentsh_proto::ExecBackend>,
     pub protections: Vec<String>,
+}
+
+/// The exec backend `choice` (`execve.backend`) comes to on a host with
+/// these probes.
+///
+/// # Errors
+/// The choice cannot work here (an explicit `notify` without user-notify,
+/// `ptrace` without `SECCOMP_RET_TRACE` + ptrace, or `auto` with neither).
+pub fn choose_backend(
+    choice: BackendChoice,
+    notify: &Probe,
+    trace: &Probe,
+) -> Result<ExecBackend, String> {
+    let why = |p: &Probe| p.detail.clone().unwrap_or_else(|| "unavailable".into());
+    match choice {
+        BackendChoice::Notify if notify.available => Ok(ExecBackend::Notify),
+        BackendChoice::Notify => Err(format!(
+            "execve.backend is notify, but this kernel has no seccomp user notification ({}); \
+             use auto or ptrace",
+            why(notify)
+        )),
+        BackendChoice::Ptrace if trace.available => Ok(ExecBackend::Ptrace),
+        BackendChoice::Ptrace => Err(format!(
+            "execve.backend is ptrace, but SECCOMP_RET_TRACE + ptrace does not work here ({})",
+            why(trace)
+        )),
+        BackendChoice::Auto if notify.available => Ok(ExecBackend::Notify),
+        BackendChoice::Auto if trace.available => Ok(ExecBackend::Ptrace),
+        BackendChoice::Auto => Err(format!(
+            "this host can supervise no exec: no seccomp user notification ({}) and no \
+             SECCOMP_RET_TRACE + ptrace ({})",
+            why(notify),
+            why(trace)
+        )),
+    }
 }
 
 fn read(path: &str) -> Option<String> {
@@ -296,7 +335,8 @@ fn probe_fanotify() -> Probe {
 }
 
 /// Probes everything; `max_abi` is the config's `landlock.max_abi` cap.
-pub fn detect(max_abi: Option<i64>) -> Report {
+/// Probes this host; `choice` is the configured `execve.backend`.
+pub fn detect(max_abi: Option<i64>, choice: BackendChoice) -> Report {
     let version = read("/proc/version").unwrap_or_default();
     // runsc presents this fixed, fake kernel identity.
     let gvisor = version.contains("#1 SMP Sun Jan 10 15:06:54 PST 2016")
@@ -325,14 +365,13 @@ pub fn detect(max_abi: Option<i64>) -> Report {
     let trace = probe_trace();
     let kernel_abi = agentsh_proto::wire::kernel_landlock_abi();
     let abi = agentsh_proto::wire::effective_landlock_abi(kernel_abi, max_abi);
-    let backend = if notify.available {
-        "notify (seccomp user-notify)".to_string()
-    } else if trace.available {
-        "none yet: seccomp user-notify is missing; SECCOMP_RET_TRACE + ptrace works here, \
-         which the planned ptrace backend needs"
-            .to_string()
-    } else {
-        "none: neither seccomp user-notify nor SECCOMP_RET_TRACE + ptrace".to_string()
+    let exec_backend = choose_backend(choice, &notify, &trace);
+    let backend = match &exec_backend {
+        Ok(ExecBackend::Notify) => "notify (seccomp user-notify)".to_string(),
+        Ok(ExecBackend::Ptrace) => "ptrace (SECCOMP_RET_TRACE: the server traces every task of \
+             the tree and checks every exec at PTRACE_EVENT_EXEC)"
+            .to_string(),
+        Err(e) => format!("none: {e}"),
     };
     let mut protections = Vec::new();
     protections.push(match abi {
@@ -366,6 +405,7 @@ pub fn detect(max_abi: Option<i64>) -> Report {
         cap_sys_ptrace,
         no_new_privs,
         backend,
+        exec_backend: exec_backend.ok(),
         protections,
     }
 }
@@ -423,7 +463,7 @@ mod tests {
 
     #[test]
     fn this_machine_offers_user_notify_and_tracing() {
-        let r = detect(None);
+        let r = detect(None, BackendChoice::Auto);
         if std::env::var("CI").as_deref() == Ok("true") {
             assert!(r.seccomp_user_notif.available, "{r:?}");
             assert!(r.seccomp_trace_ptrace.available, "{r:?}");
@@ -434,11 +474,35 @@ mod tests {
         assert!(text.contains("seccomp user-notify:"), "{text}");
         let json = serde_json::to_value(&r).unwrap();
         assert!(json["seccomp_user_notif"]["available"].is_boolean());
+        if r.seccomp_user_notif.available {
+            assert_eq!(r.exec_backend, Some(ExecBackend::Notify));
+            assert_eq!(json["exec_backend"], "notify");
+            let forced = detect(None, BackendChoice::Ptrace);
+            assert_eq!(forced.exec_backend, Some(ExecBackend::Ptrace), "{forced:?}");
+            assert!(forced.backend.starts_with("ptrace"), "{}", forced.backend);
+        }
+    }
+
+    #[test]
+    fn the_backend_follows_the_choice_and_the_host() {
+        let yes = Probe::yes();
+        let no = Probe::no("EINVAL");
+        use BackendChoice::{Auto, Notify, Ptrace};
+        assert_eq!(choose_backend(Auto, &yes, &yes), Ok(ExecBackend::Notify));
+        assert_eq!(choose_backend(Auto, &no, &yes), Ok(ExecBackend::Ptrace));
+        assert!(choose_backend(Auto, &no, &no)
+            .unwrap_err()
+            .contains("can supervise no exec"));
+        assert_eq!(choose_backend(Ptrace, &yes, &yes), Ok(ExecBackend::Ptrace));
+        assert!(choose_backend(Notify, &no, &yes)
+            .unwrap_err()
+            .contains("use auto or ptrace"));
+        assert!(choose_backend(Ptrace, &yes, &no).is_err());
     }
 
     #[test]
     fn a_cap_lowers_what_trees_get() {
-        let r = detect(Some(2));
+        let r = detect(Some(2), BackendChoice::Auto);
         assert!(r.protections[0].contains("ABI 2"), "{:?}", r.protections);
     }
 }

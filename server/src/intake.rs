@@ -26,8 +26,9 @@ use crate::api::transport::SeqpacketListener;
 use crate::audit::{EventBody, HandoffEvent};
 use crate::supervisor::{self, SupervisorContext, Tree};
 use crate::trees::Trees;
-use agentsh_proto::handoff::{decode_handoff, Ack, HANDOFF_LEN};
+use agentsh_proto::handoff::{decode_handoff, Ack, Handoff, HANDOFF_LEN};
 use agentsh_proto::seqpacket;
+use agentsh_proto::ExecBackend;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{chown, DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -128,6 +129,8 @@ pub struct Pending {
     listener: OwnedFd,
     session: String,
     caller: Caller,
+    /// What the handoff must be: a notify fd, or a request to be traced.
+    backend: ExecBackend,
 }
 
 /// Creates a fresh notify socket for `caller` (blocking: filesystem work).
@@ -138,6 +141,7 @@ pub fn open_notify_socket(
     notify_dir: &Path,
     session_id: &str,
     caller: Caller,
+    backend: ExecBackend,
 ) -> Result<Pending, IntakeError> {
     let n = SOCKET_COUNTER.fetch_add(1, Ordering::Relaxed);
     let path = notify_dir.join(format!("{session_id}-{n}-{}.sock", random_token()));
@@ -165,6 +169,7 @@ pub fn open_notify_socket(
         listener,
         session: session_id.to_string(),
         caller,
+        backend,
     })
 }
 
@@ -187,6 +192,7 @@ pub async fn take_handoff(
         listener,
         session,
         caller,
+        backend,
     } = pending;
     let listener = match SeqpacketListener::from_fd(listener) {
         Ok(l) => l,
@@ -218,13 +224,34 @@ pub async fn take_handoff(
     let checked = match received {
         Err(_) => Err(format!("no handoff within {HANDOFF_READ_TIMEOUT:?}")),
         Ok(Err(e)) => Err(format!("handoff read failed: {e}")),
-        Ok(Ok((n, fds))) => check_handoff(&buf[..n], fds, cred, caller),
+        Ok(Ok((n, fds))) => check_handoff(&buf[..n], fds, cred, caller, backend),
+    };
+    // ptrace: the wrapper is seized before the status byte, so nothing of
+    // the tree runs untraced.
+    let checked = match checked {
+        Ok(Taken::Trace(pid)) => {
+            let tree = Tree {
+                session_id: session.clone(),
+                root_pid: pid,
+            };
+            let (c, t) = (ctx.clone(), trees.clone());
+            match tokio::task::spawn_blocking(move || supervisor::trace::attach(&c, t, tree)).await
+            {
+                Ok(Ok(())) => Ok(Taken::Trace(pid)),
+                Ok(Err(e)) => Err(e),
+                Err(e) => Err(format!("attach failed: {e}")),
+            }
+        }
+        other => other,
     };
     match checked {
-        Ok((pid, fd)) => {
+        Ok(taken) => {
+            let pid = taken.pid();
             if let Err(e) = conn.send_record(&[Ack::Accepted.to_byte()]).await {
                 // The relay will not ACK unixwrap, which then refuses to run;
-                // dropping the fd makes any exec in the tree fail (ENOSYS).
+                // dropping the fd makes any exec in the tree fail (ENOSYS);
+                // a traced wrapper is killed with the tracer's tracees (it
+                // exits, refusing to run, and the tree ends with it).
                 tracing::warn!(pid, "relay gone before the status byte: {e}");
                 return;
             }
@@ -233,20 +260,25 @@ pub async fn take_handoff(
                 EventBody::Handoff(HandoffEvent {
                     pid,
                     accepted: true,
-                    reason: "notify fd taken".into(),
+                    reason: match taken {
+                        Taken::Notify(..) => "notify fd taken".into(),
+                        Taken::Trace(_) => "wrapper seized (ptrace backend)".into(),
+                    },
                 }),
             );
+            let Taken::Notify(pid, fd) = taken else {
+                return; // the tracer thread supervises it from here
+            };
             let tree = Tree {
                 session_id: session,
                 root_pid: pid,
-                fd: Arc::new(fd),
             };
             let spawned = std::thread::Builder::new()
                 .name("agentsh-tree".into())
                 .spawn(move || {
                     trees.started(tree.root_pid, &tree.session_id);
                     let root = tree.root_pid;
-                    supervisor::serve(ctx, tree);
+                    supervisor::serve(ctx, tree, Arc::new(fd));
                     trees.finished(root);
                 });
             if let Err(e) = spawned {
@@ -270,41 +302,86 @@ pub async fn take_handoff(
     }
 }
 
-/// The checks of the module doc; returns the wrapper pid and the notify fd.
+/// What an accepted handoff gives.
+enum Taken {
+    /// The wrapper's pid and its notify fd.
+    Notify(u32, OwnedFd),
+    /// The wrapper's pid, to be seized.
+    Trace(u32),
+}
+
+impl Taken {
+    fn pid(&self) -> u32 {
+        match self {
+            Taken::Notify(pid, _) | Taken::Trace(pid) => *pid,
+        }
+    }
+}
+
+/// The checks of the module doc: who connected, which pid the message
+/// names, and what it carries (a seccomp notify fd, or nothing for ptrace).
 fn check_handoff(
     msg: &[u8],
     fds: Vec<OwnedFd>,
     cred: seqpacket::PeerCred,
     caller: Caller,
-) -> Result<(u32, OwnedFd), String> {
+    backend: ExecBackend,
+) -> Result<Taken, String> {
     if cred.uid != caller.uid {
         return Err(format!(
             "connection from uid {}, but the socket was issued to uid {}",
             cred.uid, caller.uid
         ));
     }
-    let pid = decode_handoff(msg).ok_or_else(|| {
+    let handoff = decode_handoff(msg).ok_or_else(|| {
         format!(
             "malformed handoff ({} bytes, first {:#04x})",
             msg.len(),
             msg.first().copied().unwrap_or(0)
         )
     })?;
-    if let Some(shim) = caller.pid {
-        if pid != shim {
+    let pid = match (handoff, backend) {
+        (Handoff::Notify(pid), ExecBackend::Notify)
+        | (Handoff::Trace(pid), ExecBackend::Ptrace) => pid,
+        (h, b) => {
             return Err(format!(
-                "handoff names pid {pid}, but wrap-init was called by pid {shim}"
-            ));
+                "a {} handoff, but this tree's backend is {}",
+                match h {
+                    Handoff::Notify(_) => "notify-fd",
+                    Handoff::Trace(_) => "trace-me",
+                },
+                b.name()
+            ))
         }
-        let relay_parent = crate::tracee::proc_stat(cred.pid).map(|s| s.ppid);
-        if relay_parent.as_ref().ok() != Some(&shim) {
-            return Err(format!(
-                "the relay (pid {}) is not a child of pid {shim} ({relay_parent:?})",
-                cred.pid
-            ));
+    };
+    match caller.pid {
+        Some(shim) => {
+            if pid != shim {
+                return Err(format!(
+                    "handoff names pid {pid}, but wrap-init was called by pid {shim}"
+                ));
+            }
+            let relay_parent = crate::tracee::proc_stat(cred.pid).map(|s| s.ppid);
+            if relay_parent.as_ref().ok() != Some(&shim) {
+                return Err(format!(
+                    "the relay (pid {}) is not a child of pid {shim} ({relay_parent:?})",
+                    cred.pid
+                ));
+            }
         }
+        // Seizing needs to know whom: only a caller the kernel named.
+        None if backend == ExecBackend::Ptrace => {
+            return Err("a trace handoff from a caller whose pid is unknown".into())
+        }
+        None => {}
     }
     let mut fds = fds.into_iter();
+    if backend == ExecBackend::Ptrace {
+        return match fds.next() {
+            None => Ok(Taken::Trace(pid)),
+            Some(_) => Err("a trace handoff carried an fd".into()),
+        };
+    }
     let fd = match (fds.next(), fds.next()) {
         (Some(fd), None) => fd,
         (None, _) => return Err("handoff carried no fd".into()),
@@ -316,5 +393,5 @@ fn check_handoff(
     if link != "anon_inode:seccomp notify" {
         return Err(format!("the fd is not a seccomp notify fd ({link:?})"));
     }
-    Ok((pid, fd))
+    Ok(Taken::Notify(pid, fd))
 }

@@ -104,9 +104,28 @@ fn read_mem(pid: u32, addr: u64, buf: &mut [u8]) -> io::Result<usize> {
     // address is only interpreted by the kernel in the other process.
     let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
     if n < 0 {
-        return Err(io::Error::last_os_error());
+        let e = io::Error::last_os_error();
+        // gVisor has no process_vm_readv; its /proc/<pid>/mem reads the same.
+        if e.raw_os_error() == Some(libc::ENOSYS) {
+            return read_proc_mem(pid, addr, buf);
+        }
+        return Err(e);
     }
     Ok(n as usize)
+}
+
+/// [`read_mem`] through `/proc/<pid>/mem` (ptrace-mode access, like
+/// process_vm_readv's).
+fn read_proc_mem(pid: u32, addr: u64, buf: &mut [u8]) -> io::Result<usize> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(format!("/proc/{pid}/mem"))?;
+    match f.read_at(buf, addr) {
+        // An unmapped address reads as EIO here; process_vm_readv says EFAULT.
+        Err(e) if e.raw_os_error() == Some(libc::EIO) => {
+            Err(io::Error::from_raw_os_error(libc::EFAULT))
+        }
+        r => r,
+    }
 }
 
 const PAGE: u64 = 4096;

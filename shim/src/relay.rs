@@ -4,7 +4,10 @@
 //! receives the notify fd on its end of the SOCK_SEQPACKET socketpair, connects
 //! to the server's `notify_socket`, sends `[0xA7][shim pid u32 LE]` with the fd
 //! in SCM_RIGHTS, reads the server's status byte and writes the ACK to unixwrap:
-//! 1 only if the server said 1, 0 on every failure (fail closed). It closes its
+//! 1 only if the server said 1, 0 on every failure (fail closed). Under the
+//! ptrace backend unixwrap sends [`agentsh_proto::handoff::TRACE_ME_BYTE`]
+//! without an fd and the relay sends `[0xA8][shim pid u32 LE]` alone: the
+//! server seizes the wrapper before it answers. It closes its
 //! copy of the notify fd *before* the ACK (a copy held anywhere would make the
 //! tree's execs block forever once the server is gone), then `_exit`s; unixwrap
 //! reaps it, so nothing is left for PID 1.
@@ -25,6 +28,7 @@ pub struct RelayPlan {
     socket_addr: libc::sockaddr_un,
     socket_addr_len: libc::socklen_t,
     handoff: [u8; agentsh_proto::handoff::HANDOFF_LEN],
+    trace: [u8; agentsh_proto::handoff::HANDOFF_LEN],
     deadline_ms: i32,
     shim_pid: libc::pid_t,
 }
@@ -55,6 +59,7 @@ impl RelayPlan {
             socket_addr: addr,
             socket_addr_len: len as libc::socklen_t,
             handoff: agentsh_proto::handoff::encode_handoff(shim_pid as u32),
+            trace: agentsh_proto::handoff::encode_trace(shim_pid as u32),
             deadline_ms: (deadline_secs.clamp(1, 60) * 1000) as i32,
             shim_pid,
         })
@@ -172,7 +177,16 @@ unsafe fn relay_main(plan: &RelayPlan, relay_fd: RawFd, wrapper_fd: RawFd) -> ! 
     }
 }
 
-/// Receives the notify fd and hands it to the server; true only on the server's ACK.
+/// What unixwrap sent up the socketpair.
+enum Received {
+    /// The notify fd.
+    Fd(RawFd),
+    /// "Have the server trace me" (no fd).
+    Trace,
+}
+
+/// Receives the notify fd (or the trace request) and hands it to the
+/// server; true only on the server's ACK.
 unsafe fn relay_once(plan: &RelayPlan, relay_fd: RawFd) -> bool {
     // SAFETY: raw syscalls on the relay's own socketpair end, in the forked child.
     unsafe {
@@ -184,17 +198,21 @@ unsafe fn relay_once(plan: &RelayPlan, relay_fd: RawFd) -> bool {
         if libc::poll(&mut pfd, 1, plan.deadline_ms) != 1 {
             return false;
         }
-        let Some(notify_fd) = recv_fd(relay_fd) else {
-            return false;
-        };
-        let ok = hand_to_server(plan, notify_fd);
-        libc::close(notify_fd);
-        ok
+        match recv_fd(relay_fd) {
+            Some(Received::Fd(notify_fd)) => {
+                let ok = hand_to_server(plan, &plan.handoff, notify_fd);
+                libc::close(notify_fd);
+                ok
+            }
+            Some(Received::Trace) => hand_to_server(plan, &plan.trace, -1),
+            None => false,
+        }
     }
 }
 
-/// One datagram `[WRAPPER_FD_BYTE]` + one fd in SCM_RIGHTS; anything else is refused.
-unsafe fn recv_fd(sock: RawFd) -> Option<RawFd> {
+/// One datagram `[WRAPPER_FD_BYTE]` + one fd in SCM_RIGHTS, or
+/// `[TRACE_ME_BYTE]` with no fd; anything else is refused.
+unsafe fn recv_fd(sock: RawFd) -> Option<Received> {
     // SAFETY: recvmsg into buffers we own, sized for the control messages; every fd received is either returned or closed.
     unsafe {
         let mut byte = 0u8;
@@ -226,12 +244,12 @@ unsafe fn recv_fd(sock: RawFd) -> Option<RawFd> {
             }
             c = libc::CMSG_NXTHDR(&msg, c);
         }
-        let valid = n == 1
-            && byte == agentsh_proto::handoff::WRAPPER_FD_BYTE
-            && count == 1
-            && msg.msg_flags & libc::MSG_CTRUNC == 0;
-        if valid {
-            return Some(fds[0]);
+        let whole = n == 1 && msg.msg_flags & libc::MSG_CTRUNC == 0;
+        if whole && byte == agentsh_proto::handoff::WRAPPER_FD_BYTE && count == 1 {
+            return Some(Received::Fd(fds[0]));
+        }
+        if whole && byte == agentsh_proto::handoff::TRACE_ME_BYTE && count == 0 {
+            return Some(Received::Trace);
         }
         for fd in &fds[..count] {
             libc::close(*fd);
@@ -240,7 +258,13 @@ unsafe fn recv_fd(sock: RawFd) -> Option<RawFd> {
     }
 }
 
-unsafe fn hand_to_server(plan: &RelayPlan, notify_fd: RawFd) -> bool {
+/// Sends `record` (with `notify_fd` in SCM_RIGHTS unless it is -1) and
+/// reads the server's status byte.
+unsafe fn hand_to_server(
+    plan: &RelayPlan,
+    record: &[u8; agentsh_proto::handoff::HANDOFF_LEN],
+    notify_fd: RawFd,
+) -> bool {
     // SAFETY: the message and its control buffer live for the call; the fd sent is the one received from unixwrap.
     unsafe {
         let sock = connect(plan);
@@ -248,24 +272,26 @@ unsafe fn hand_to_server(plan: &RelayPlan, notify_fd: RawFd) -> bool {
             return false;
         }
         let mut iov = libc::iovec {
-            iov_base: plan.handoff.as_ptr() as *mut libc::c_void,
-            iov_len: plan.handoff.len(),
+            iov_base: record.as_ptr() as *mut libc::c_void,
+            iov_len: record.len(),
         };
         let mut cbuf = [0u64; 4];
         let space = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
         let mut msg: libc::msghdr = std::mem::zeroed();
         msg.msg_iov = &mut iov;
         msg.msg_iovlen = 1;
-        msg.msg_control = cbuf.as_mut_ptr().cast();
-        msg.msg_controllen = space as _;
-        let c = libc::CMSG_FIRSTHDR(&msg);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut RawFd, notify_fd);
+        if notify_fd >= 0 {
+            msg.msg_control = cbuf.as_mut_ptr().cast();
+            msg.msg_controllen = space as _;
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut RawFd, notify_fd);
+        }
         let sent = libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL);
         let mut status = 0u8;
-        let ok = sent == plan.handoff.len() as isize
+        let ok = sent == record.len() as isize
             && libc::recv(sock, (&mut status as *mut u8).cast(), 1, 0) == 1
             && agentsh_proto::handoff::Ack::from_byte(status)
                 == agentsh_proto::handoff::Ack::Accepted;

@@ -22,7 +22,7 @@
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
 
-use agentsh_proto::SeccompConfig;
+use agentsh_proto::{ExecBackend, SeccompConfig};
 
 /// The program the server shipped in `cfg`, decoded and vetted.
 ///
@@ -34,10 +34,14 @@ pub fn program(cfg: &SeccompConfig) -> Result<Vec<libc::sock_filter>, String> {
         return Err("the config carries no seccomp filter (the server compiles it; is the server older than this unixwrap?)".into());
     }
     let prog = agentsh_proto::bpf::decode_program(&cfg.filter)?;
-    if !agentsh_proto::bpf::traps_to_user_notif(&prog) {
-        return Err(
-            "the seccomp filter never answers USER_NOTIF, so execs would go unsupervised".into(),
-        );
+    let (traps, action) = match cfg.backend {
+        ExecBackend::Notify => (agentsh_proto::bpf::traps_to_user_notif(&prog), "USER_NOTIF"),
+        ExecBackend::Ptrace => (agentsh_proto::bpf::traps_to_tracer(&prog), "TRACE"),
+    };
+    if !traps {
+        return Err(format!(
+            "the seccomp filter never answers {action}, so execs would go unsupervised"
+        ));
     }
     Ok(prog)
 }
@@ -133,10 +137,11 @@ pub enum LoadError {
     Failed(io::Error),
 }
 
-/// A loaded filter: its notify fd and the flags the kernel accepted.
+/// A loaded filter: its notify fd (none under the ptrace backend) and the
+/// flags the kernel accepted.
 #[derive(Debug)]
 pub struct Loaded {
-    pub notify_fd: OwnedFd,
+    pub notify_fd: Option<OwnedFd>,
     pub flags: libc::c_ulong,
     /// Set when WAIT_KILLABLE_RECV was asked for but refused (EINVAL).
     pub wait_killable_refused: bool,
@@ -154,12 +159,25 @@ pub fn flag_names(flags: libc::c_ulong) -> String {
     v.join("|")
 }
 
-/// Loads `prog` with NEW_LISTENER (and WAIT_KILLABLE_RECV when asked, retried
-/// without it on EINVAL: kernels before 5.19).
+/// Loads `prog` for `backend`: with NEW_LISTENER (and WAIT_KILLABLE_RECV
+/// when asked, retried without it on EINVAL: kernels before 5.19) for
+/// `notify`; with no flag for `ptrace` (the server is the tracer).
 ///
 /// # Errors
 /// See [`LoadError`]. On error nothing was installed.
-pub fn load(prog: &[libc::sock_filter], wait_killable: bool) -> Result<Loaded, LoadError> {
+pub fn load(
+    prog: &[libc::sock_filter],
+    wait_killable: bool,
+    backend: ExecBackend,
+) -> Result<Loaded, LoadError> {
+    if backend == ExecBackend::Ptrace {
+        seccomp_set_mode_filter(prog, 0).map_err(classify)?;
+        return Ok(Loaded {
+            notify_fd: None,
+            flags: 0,
+            wait_killable_refused: false,
+        });
+    }
     let base = libc::SECCOMP_FILTER_FLAG_NEW_LISTENER;
     if wait_killable {
         match seccomp_set_mode_filter(prog, base | libc::SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV) {
@@ -199,10 +217,12 @@ fn classify(e: io::Error) -> LoadError {
     }
 }
 
+/// `seccomp(SET_MODE_FILTER, flags, prog)`; the listener fd when `flags`
+/// has NEW_LISTENER, `None` otherwise.
 fn seccomp_set_mode_filter(
     prog: &[libc::sock_filter],
     flags: libc::c_ulong,
-) -> io::Result<OwnedFd> {
+) -> io::Result<Option<OwnedFd>> {
     let len = u16::try_from(prog.len())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "BPF program too long"))?;
     let fprog = libc::sock_fprog {
@@ -222,11 +242,14 @@ fn seccomp_set_mode_filter(
     if rc < 0 {
         return Err(io::Error::last_os_error());
     }
+    if flags & libc::SECCOMP_FILTER_FLAG_NEW_LISTENER == 0 {
+        return Ok(None);
+    }
     let fd = i32::try_from(rc)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "listener fd out of range"))?;
     // SAFETY: with NEW_LISTENER the kernel returns a fresh (close-on-exec)
     // listener fd that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
 #[cfg(test)]

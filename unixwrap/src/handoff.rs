@@ -51,6 +51,37 @@ pub fn check_seqpacket(fd: RawFd) -> Result<(), String> {
     Ok(())
 }
 
+/// Asks the relay to have the server trace this process (ptrace backend):
+/// one datagram `[TRACE_ME_BYTE]`, no fd.
+///
+/// # Errors
+/// send's errno (EPIPE/ECONNRESET when the relay is gone).
+pub fn send_trace_request(sock: BorrowedFd<'_>) -> io::Result<()> {
+    let payload = [agentsh_proto::handoff::TRACE_ME_BYTE];
+    loop {
+        // SAFETY: sends one byte from a live buffer.
+        let n = unsafe {
+            libc::send(
+                sock.as_raw_fd(),
+                payload.as_ptr().cast(),
+                payload.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if n == 1 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if n >= 0 || e.raw_os_error() != Some(libc::EINTR) {
+            return Err(if n >= 0 {
+                io::Error::other("short send of the trace request")
+            } else {
+                e
+            });
+        }
+    }
+}
+
 /// Sends `notify_fd` up `sock` in one datagram.
 ///
 /// # Errors

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use agentsh_proto::env;
 use agentsh_proto::marker::agentsh_filter_present;
-use agentsh_proto::SeccompConfig;
+use agentsh_proto::{ExecBackend, SeccompConfig};
 
 use crate::args::{Invocation, OnKernelRefusal};
 use crate::error::{KernelRefusal, Refusal, WrapError};
@@ -193,7 +193,9 @@ fn install(setup: &Setup, sock_fd: RawFd, log: &Log) -> Result<(), WrapError> {
         what,
     };
     let config = &setup.config;
-    filter::probe_user_notif().map_err(|e| kernel(KernelRefusal::NoUserNotif(e)))?;
+    if config.backend == ExecBackend::Notify {
+        filter::probe_user_notif().map_err(|e| kernel(KernelRefusal::NoUserNotif(e)))?;
+    }
     if let Some(ll) = &config.landlock {
         landlock::precheck(ll, ll.effective_abi(landlock::kernel_abi()))
             .map_err(|e| kernel(KernelRefusal::Landlock(e)))?;
@@ -226,11 +228,12 @@ fn install(setup: &Setup, sock_fd: RawFd, log: &Log) -> Result<(), WrapError> {
     };
 
     let t_load = Instant::now();
-    let loaded = filter::load(&prog, config.wait_killable).map_err(|e| match e {
-        filter::LoadError::KernelRefused(e) => kernel(KernelRefusal::Load(e)),
-        filter::LoadError::ListenerExists => setup.refused(Refusal::ListenerExists),
-        filter::LoadError::Failed(e) => setup.refused(Refusal::Load(e)),
-    })?;
+    let loaded =
+        filter::load(&prog, config.wait_killable, config.backend).map_err(|e| match e {
+            filter::LoadError::KernelRefused(e) => kernel(KernelRefusal::Load(e)),
+            filter::LoadError::ListenerExists => setup.refused(Refusal::ListenerExists),
+            filter::LoadError::Failed(e) => setup.refused(Refusal::Load(e)),
+        })?;
     let load_us = t_load.elapsed().as_micros();
     if loaded.wait_killable_refused {
         log!(
@@ -240,7 +243,8 @@ fn install(setup: &Setup, sock_fd: RawFd, log: &Log) -> Result<(), WrapError> {
     }
     log!(
         log,
-        "filter loaded: flags={} insns={} decode={decode_us}us load={load_us}us",
+        "filter loaded: backend={} flags={} insns={} decode={decode_us}us load={load_us}us",
+        config.backend.name(),
         filter::flag_names(loaded.flags),
         prog.len()
     );
@@ -255,8 +259,9 @@ fn install(setup: &Setup, sock_fd: RawFd, log: &Log) -> Result<(), WrapError> {
     Ok(())
 }
 
-/// Sends the notify fd, waits for the ACK, closes every copy of the notify
-/// fd (or execve would block forever) and reaps the relay.
+/// Sends the notify fd (ptrace backend: the request to be traced), waits
+/// for the ACK, closes every copy of the notify fd (or execve would block
+/// forever) and reaps the relay.
 fn hand_over(
     setup: &Setup,
     sock_fd: RawFd,
@@ -270,8 +275,13 @@ fn hand_over(
     // (handed down by the shim) and only closed by `handoff::close_raw` below,
     // after the last use of this borrow.
     let sock = unsafe { BorrowedFd::borrow_raw(sock_fd) };
-    handoff::send_notify_fd(sock, loaded.notify_fd.as_fd())
-        .map_err(|err| setup.refused(Refusal::Send { fd: sock_fd, err }))?;
+    let sent = match &loaded.notify_fd {
+        Some(fd) => handoff::send_notify_fd(sock, fd.as_fd()),
+        // ptrace: the server seizes this process before it answers, so the
+        // exec below is already a traced one.
+        None => handoff::send_trace_request(sock),
+    };
+    sent.map_err(|err| setup.refused(Refusal::Send { fd: sock_fd, err }))?;
     let timeout = Duration::from_secs(u64::from(setup.config.ack_timeout_secs));
     handoff::wait_ack(sock, timeout).map_err(|e| setup.refused(Refusal::Ack(e)))?;
     log!(log, "ACK accepted: the server supervises this tree");

@@ -158,18 +158,22 @@ fn prepare_wrap_init(
             tracing::error!("wrap-init: {e}");
             fail(500, e.to_string())
         })?;
-    let pending = intake::open_notify_socket(&api.config.notify_dir(), &session.id, caller)
-        .map_err(|e| {
-            tracing::error!("wrap-init: {e}");
-            fail(500, e.to_string())
-        })?;
+    let backend = api.filters.backend();
+    let pending =
+        intake::open_notify_socket(&api.config.notify_dir(), &session.id, caller, backend)
+            .map_err(|e| {
+                tracing::error!("wrap-init: {e}");
+                fail(500, e.to_string())
+            })?;
     session
         .wrap_inits
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut seccomp_config = api.seccomp_config.clone();
     seccomp_config.filter = filter.encoded.clone();
+    seccomp_config.backend = backend;
     let mut landlock = api.landlock.compile(caller.uid);
     crate::policy::landlock::cap_abi(&mut landlock, api.config.landlock.cap());
+    let not_enforced = not_enforced(&landlock.summary);
     let compiled_us = started.elapsed().as_micros() as u64;
     for w in &landlock.warnings {
         tracing::warn!(session = %session.id, uid = caller.uid, "landlock: {w}");
@@ -205,6 +209,8 @@ fn prepare_wrap_init(
             daemon_sockets: Some(daemon_sockets),
             shim_pid: caller.pid,
             daemon_pid: lineage.as_ref().and_then(|l| l.parent),
+            backend,
+            not_enforced,
         }),
     );
     tracing::debug!(session = %session.id, compiled_us, "wrap-init prepared");
@@ -217,6 +223,24 @@ fn prepare_wrap_init(
         },
         pending,
     ))
+}
+
+/// What the tree does not get on this host, said rather than implied: with
+/// no Landlock at all (gVisor), the file and network rules and the
+/// protection of agentsh's own files do not exist.
+fn not_enforced(l: &crate::policy::landlock::LandlockSummary) -> Vec<String> {
+    if l.kernel_abi > 0 {
+        return Vec::new();
+    }
+    let mut v = Vec::new();
+    if !l.handled_fs.is_empty() {
+        v.push("file rules (no Landlock on this kernel)".to_string());
+        v.push("the protection of agentsh's own files (no Landlock)".to_string());
+    }
+    if l.tcp_connect_ports.is_some() || l.tcp_bind_ports.is_some() {
+        v.push("network rules (no Landlock on this kernel)".to_string());
+    }
+    v
 }
 
 /// How the tree's unixwrap will hide daemon sockets: a private mount

@@ -296,7 +296,7 @@ pub fn main() -> ExitCode {
         Command::Detect { json, config } => crate::config::Config::load(config.as_deref())
             .map_err(|e| e.to_string())
             .and_then(|c| {
-                let r = crate::detect::detect(c.landlock.cap());
+                let r = crate::detect::detect(c.landlock.cap(), c.execve.backend);
                 if json {
                     serde_json::to_string_pretty(&r)
                         .map(|j| println!("{j}"))

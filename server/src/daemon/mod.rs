@@ -48,8 +48,6 @@ pub fn run(config_file: Option<PathBuf>) -> Result<(), String> {
             )
         })?;
     let audit = Arc::new(audit);
-    let filters = Filters::new(policy.blocked_syscalls(), config.landlock.effective_abi())
-        .map_err(|e| format!("policy {:?}: {e}", config.policy))?;
     let policy_name = policy.name().to_string();
     let policy = Arc::new(policy);
     let landlock = SessionLandlock::for_server(policy.clone(), &config, config_file.as_deref());
@@ -61,7 +59,7 @@ pub fn run(config_file: Option<PathBuf>) -> Result<(), String> {
         )
     })?;
     tracing::info!(token_file = %token_path.display(), "operator token written (root-only)");
-    let detected = crate::detect::detect(config.landlock.cap());
+    let detected = crate::detect::detect(config.landlock.cap(), config.execve.backend);
     tracing::info!(
         backend = %detected.backend,
         user_notif = detected.seccomp_user_notif.available,
@@ -73,6 +71,24 @@ pub fn run(config_file: Option<PathBuf>) -> Result<(), String> {
     for p in &detected.protections {
         tracing::info!("{p}");
     }
+    // Fail closed at start: a server that can supervise no exec serves none.
+    let backend = crate::detect::choose_backend(
+        config.execve.backend,
+        &detected.seccomp_user_notif,
+        &detected.seccomp_trace_ptrace,
+    )?;
+    if backend == agentsh_proto::ExecBackend::Ptrace && detected.landlock_abi == 0 {
+        tracing::warn!(
+            "ptrace backend without Landlock: command rules are enforced; file and network \
+             rules and the protection of agentsh's own files are NOT (see docs/security-model.md)"
+        );
+    }
+    let filters = Filters::new(
+        policy.blocked_syscalls(),
+        config.landlock.effective_abi(),
+        backend,
+    )
+    .map_err(|e| format!("policy {:?}: {e}", config.policy))?;
     let run_dir = config.run_dir();
     rundir::prepare(&run_dir)?;
     crate::intake::prepare_notify_dir(&config.notify_dir()).map_err(|e| e.to_string())?;

@@ -10,7 +10,9 @@
 //! the rule; names are checked before any rule is added.
 
 use super::table::{Answer, Cmp, When, BASE_RULES, RESERVED};
-use super::{FilterError, FilterSpec, SignalGuard};
+use super::{
+    ExecBackend, FilterError, FilterSpec, SignalGuard, TRACE_DATA_EXEC, TRACE_DATA_SIGNAL,
+};
 use agentsh_proto::marker::{MARKER_ERRNO, MARKER_PRCTL_ARG, MARKER_PRCTL_OPTION};
 use libseccomp::{
     ScmpAction, ScmpArch, ScmpArgCompare, ScmpCompareOp, ScmpFilterContext, ScmpSyscall,
@@ -77,8 +79,13 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
     let mut set_always = |name: &str, action: ScmpAction, what: String| {
         always.entry(name.to_string()).or_insert((action, what));
     };
+    // Where the supervisor's traps go: the notify fd, or the tracer.
+    let trap = |data: u16| match spec.backend {
+        ExecBackend::Notify => ScmpAction::Notify,
+        ExecBackend::Ptrace => ScmpAction::Trace(data),
+    };
     for name in ["execve", "execveat"] {
-        set_always(name, ScmpAction::Notify, "exec supervision".into());
+        set_always(name, trap(TRACE_DATA_EXEC), "exec supervision".into());
     }
     for name in &spec.blocked {
         set_always(
@@ -100,7 +107,11 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
     }
     if spec.signal_guard == SignalGuard::UserNotif {
         for name in SIGNAL_CALLS_NOTIFIED {
-            set_always(name, ScmpAction::Notify, format!("signal guard for {name}"));
+            set_always(
+                name,
+                trap(TRACE_DATA_SIGNAL),
+                format!("signal guard for {name}"),
+            );
         }
     }
 
@@ -238,7 +249,7 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
     if spec.signal_guard == SignalGuard::UserNotif {
         add(
             "pidfd_open",
-            ScmpAction::Notify,
+            trap(TRACE_DATA_SIGNAL),
             vec![Cmp {
                 arg: 1,
                 mask: PIDFD_THREAD,

@@ -9,7 +9,8 @@
 //! few pids).
 //!
 //! What the program does (default ALLOW):
-//! * `execve`, `execveat` → USER_NOTIF: the server rules on every exec;
+//! * `execve`, `execveat` → USER_NOTIF (ptrace backend: `SECCOMP_RET_TRACE`
+//!   with [`TRACE_DATA_EXEC`]): the server rules on every exec;
 //! * the marker `prctl` → its distinctive errno (`agentsh_proto::marker`);
 //! * `seccomp(SET_MODE_FILTER, NEW_LISTENER)` → EPERM: no second supervisor;
 //! * the base rules of [`table::BASE_RULES`] and the policy's
@@ -19,7 +20,8 @@
 //!   groups fail with EPERM, on register arguments. Where Landlock cannot
 //!   scope signals (effective ABI < 6) the calls whose target a register cannot
 //!   name (`kill` of any thread id, `tkill`, `rt_sigqueueinfo`,
-//!   `pidfd_send_signal`, `pidfd_open(PIDFD_THREAD)`) go to USER_NOTIF and the
+//!   `pidfd_send_signal`, `pidfd_open(PIDFD_THREAD)`) go to USER_NOTIF (ptrace
+//!   backend: `SECCOMP_RET_TRACE` with [`TRACE_DATA_SIGNAL`]) and the
 //!   supervisor judges them (`supervisor::signals`);
 //! * on x86_64 the i386 and x32 ABIs carry the same rules; any other
 //!   architecture is KILL_PROCESS.
@@ -38,7 +40,14 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
+pub use agentsh_proto::ExecBackend;
 pub use table::{Answer, BaseRule, Cmp, When, BASE_RULES, RESERVED};
+
+/// `SECCOMP_RET_DATA` of the ptrace backend's exec trap (read by the tracer
+/// with `PTRACE_GETEVENTMSG`).
+pub const TRACE_DATA_EXEC: u16 = 1;
+/// `SECCOMP_RET_DATA` of the ptrace backend's signal-guard trap.
+pub const TRACE_DATA_SIGNAL: u16 = 2;
 
 /// How signals aimed at protected processes are refused beyond what register
 /// arguments decide.
@@ -98,6 +107,8 @@ pub struct FilterSpec {
     /// The tree starts in a protected process group, so `kill(0, ..)` is refused.
     pub refuse_kill_own_group: bool,
     pub signal_guard: SignalGuard,
+    /// Where the traps go: USER_NOTIF or `SECCOMP_RET_TRACE`.
+    pub backend: ExecBackend,
 }
 
 impl FilterSpec {
@@ -130,6 +141,7 @@ impl FilterSpec {
             protected_pids,
             protected_pgids,
             signal_guard: SignalGuard::for_landlock_abi(effective_abi),
+            backend: ExecBackend::Notify,
         }
     }
 }
@@ -138,6 +150,9 @@ impl FilterSpec {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FilterSummary {
     pub instructions: usize,
+    /// Where the exec (and signal-guard) traps go.
+    #[serde(default)]
+    pub backend: ExecBackend,
     pub signal_guard: SignalGuard,
     pub protected_pids: Vec<u32>,
     pub protected_pgids: Vec<u32>,
@@ -176,6 +191,7 @@ pub fn compile(spec: &FilterSpec) -> Result<CompiledFilter, FilterError> {
     Ok(CompiledFilter {
         summary: FilterSummary {
             instructions: program.len(),
+            backend: spec.backend,
             signal_guard: spec.signal_guard,
             protected_pids: spec.protected_pids.iter().copied().collect(),
             protected_pgids: spec.protected_pgids.iter().copied().collect(),
@@ -195,6 +211,7 @@ const CACHE_ENTRIES: usize = 64;
 pub struct Filters {
     blocked: BTreeSet<String>,
     effective_landlock_abi: i64,
+    backend: ExecBackend,
     cache: Mutex<HashMap<FilterSpec, Arc<CompiledFilter>>>,
 }
 
@@ -206,10 +223,12 @@ impl Filters {
     pub fn new(
         policy_blocked: &[String],
         effective_landlock_abi: i64,
+        backend: ExecBackend,
     ) -> Result<Filters, FilterError> {
         let f = Filters {
             blocked: policy_blocked.iter().cloned().collect(),
             effective_landlock_abi,
+            backend,
             cache: Mutex::new(HashMap::new()),
         };
         f.compile(FilterSpec::for_tree(
@@ -226,6 +245,11 @@ impl Filters {
         self.effective_landlock_abi
     }
 
+    /// Where this server's trees' traps go.
+    pub fn backend(&self) -> ExecBackend {
+        self.backend
+    }
+
     /// The program for `spec` plus the policy's blocklist, from the cache when
     /// it was compiled before.
     ///
@@ -233,6 +257,7 @@ impl Filters {
     /// See [`compile`].
     pub fn compile(&self, mut spec: FilterSpec) -> Result<Arc<CompiledFilter>, FilterError> {
         spec.blocked = self.blocked.clone();
+        spec.backend = self.backend;
         if let Some(c) = self.lock().get(&spec) {
             return Ok(c.clone());
         }

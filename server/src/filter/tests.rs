@@ -87,14 +87,14 @@ fn reserved_and_unknown_policy_names_are_refused() {
 
 #[test]
 fn the_cache_returns_the_same_program_for_the_same_spec() {
-    let f = Filters::new(&["keyctl".to_string()], 7).unwrap();
+    let f = Filters::new(&["keyctl".to_string()], 7, ExecBackend::Notify).unwrap();
     let a = f.compile(spec(7)).unwrap();
     let b = f.compile(spec(7)).unwrap();
     assert!(Arc::ptr_eq(&a, &b));
     assert_eq!(a.summary.policy_blocked, ["keyctl"]);
     let c = f.compile(spec(2)).unwrap();
     assert!(!Arc::ptr_eq(&a, &c));
-    assert!(Filters::new(&["execve".to_string()], 7).is_err());
+    assert!(Filters::new(&["execve".to_string()], 7, ExecBackend::Notify).is_err());
 }
 
 /// Loads `prog` in a forked child (no listener: a USER_NOTIF answer is then
@@ -751,5 +751,40 @@ fn a_policy_block_applies_whatever_the_arguments() {
             call: sys!(libc::SYS_socket, libc::AF_UNIX, libc::SOCK_STREAM, 0),
             want: EPERM,
         }],
+    );
+}
+
+#[test]
+fn the_ptrace_backend_traps_to_the_tracer_and_without_one_nothing_execs() {
+    let mut s = spec(2);
+    s.backend = ExecBackend::Ptrace;
+    let c = compile(&s).unwrap();
+    assert_eq!(c.summary.backend, ExecBackend::Ptrace);
+    assert!(agentsh_proto::bpf::traps_to_tracer(&c.program));
+    assert!(
+        !agentsh_proto::bpf::traps_to_user_notif(&c.program),
+        "no USER_NOTIF left: a tree without a listener would see ENOSYS where it must see the tracer"
+    );
+    // No tracer attached: SECCOMP_RET_TRACE fails the call with ENOSYS, so
+    // a tree the server lost cannot exec (or signal through the guard).
+    check(
+        &c.program,
+        &[
+            Case {
+                what: "execve with no tracer",
+                call: sys!(libc::SYS_execve, c"/bin/true".as_ptr(), 0, 0),
+                want: libc::ENOSYS,
+            },
+            Case {
+                what: "kill(self, 0) with no tracer (signal guard below ABI 6)",
+                call: sys!(libc::SYS_kill, 0x7fff_fff0, 0),
+                want: libc::ENOSYS,
+            },
+            Case {
+                what: "the base blocklist stays errno rules",
+                call: sys!(libc::SYS_ptrace, libc::PTRACE_TRACEME, 0, 0, 0),
+                want: EPERM,
+            },
+        ],
     );
 }

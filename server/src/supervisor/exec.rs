@@ -21,6 +21,13 @@
 //!    (`PTRACE_EVENT_EXEC`: the new image has not run an instruction) or
 //!    failed (it stops on its way back to user space), then release everyone.
 //!
+//! A backend that checks every exec it lets through at `PTRACE_EVENT_EXEC`
+//! itself (ptrace: it traces every task anyway) says so
+//! ([`ExecStop::verifies_every_exec`]): then steps 3, 4's mapping check and 8
+//! are skipped, since whatever another task changes after the read, the new
+//! image is checked against what was judged before its first instruction
+//! ([`ExecStop::expect`] receives it), and the audit says `memory: verified`.
+//!
 //! Failure modes: anything that cannot be read, resolved or frozen is a deny
 //! (EACCES) audited with the rule `unreadable`, `unresolvable`,
 //! `memory_not_frozen` or `shared_memory` and the reason.
@@ -55,11 +62,34 @@ pub trait ExecStop {
     fn proceed(&self) -> io::Result<()>;
     /// Fail the exec with `errno`.
     fn refuse(&self, errno: i32) -> io::Result<()>;
+    /// The backend checks every exec it lets through at `PTRACE_EVENT_EXEC`
+    /// (ptrace), so nothing needs freezing or watching here.
+    fn verifies_every_exec(&self) -> bool {
+        false
+    }
+    /// What the exec about to proceed must turn out to run (called before
+    /// [`ExecStop::proceed`] when [`ExecStop::verifies_every_exec`]).
+    fn expect(&self, _what: Verification) {}
+}
+
+/// What a verifying backend checks at `PTRACE_EVENT_EXEC`, and what it
+/// audits if the new image is something else.
+#[derive(Debug, Clone)]
+pub struct Verification {
+    pub expected: Expected,
+    pub subject: ExecSubject,
+    /// The rule that allowed it (named in the `exec_mismatch` event).
+    pub rule: String,
 }
 
 /// What an approval waiter needs to answer a held exec later.
+#[derive(Clone)]
 pub enum Holder {
+    /// The notification `id` on the tree's notify fd.
     Notify { fd: Arc<OwnedFd>, id: u64 },
+    /// Thread `tid` (started at `starttime`) waits in its seccomp stop; the
+    /// tracer thread answers it (`trace::answer`).
+    Trace { tid: u32, starttime: u64 },
 }
 
 /// One caught exec.
@@ -282,6 +312,7 @@ fn gather(
     st: &mut TreeState,
     req: &ExecRequest,
     frozen: &mut Option<Frozen>,
+    verified: bool,
 ) -> Gather {
     let tid = req.tid;
     let Ok(stat) = tracee::proc_stat(tid) else {
@@ -301,16 +332,23 @@ fn gather(
         Ok(PathRead::Target(p, t)) => (p, t),
         Err(u) => return fail("", u),
     };
-    let memory = match sharing::sharing(pid, tid, &stat) {
-        Ok(Sharing::Exclusive) => Memory::Exclusive,
-        Ok(Sharing::Shared(tasks)) => match sharing::freeze(pid, tid, tasks, &mut st.lingering) {
-            Ok(f) => {
-                *frozen = Some(f);
-                Memory::Frozen
-            }
+    // A verifying backend checks the new image: whoever writes the strings
+    // now only gets the exec killed.
+    let memory = if verified {
+        Memory::Verified
+    } else {
+        match sharing::sharing(pid, tid, &stat) {
+            Ok(Sharing::Exclusive) => Memory::Exclusive,
+            Ok(Sharing::Shared(tasks)) => match sharing::freeze(pid, tid, tasks, &mut st.lingering)
+            {
+                Ok(f) => {
+                    *frozen = Some(f);
+                    Memory::Frozen
+                }
+                Err(why) => return fail(&first.1.filename, undecidable("memory_not_frozen", why)),
+            },
             Err(why) => return fail(&first.1.filename, undecidable("memory_not_frozen", why)),
-        },
-        Err(why) => return fail(&first.1.filename, undecidable("memory_not_frozen", why)),
+        }
     };
     let (path, target) = if memory == Memory::Frozen {
         // The first read raced with tasks that were still running.
@@ -337,8 +375,10 @@ fn gather(
             )
         }
     };
-    if let Err(u) = check_mappings(pid, req, &argv) {
-        return fail(&target.filename, u);
+    if !verified {
+        if let Err(u) = check_mappings(pid, req, &argv) {
+            return fail(&target.filename, u);
+        }
     }
     let script_name = kernel_filename(&req.args, &path);
     let chain = match tracee::interpreter_chain(pid, tid, &target, &script_name, &argv.args) {
@@ -365,7 +405,8 @@ fn gather(
             )
         }
     };
-    let stable = lookups_stable(pid, tid, &req.args, &target, &chain);
+    // Verified execs need no stable lookups: a swapped file is caught at exec.
+    let stable = verified || lookups_stable(pid, tid, &req.args, &target, &chain);
     let index = super::identity_index(&ctx.policy);
     // A program is not "a copy of" itself.
     let recognise = |t: &ExecTarget| {
@@ -483,7 +524,8 @@ pub fn handle(
 ) {
     let started = Instant::now();
     let mut frozen: Option<Frozen> = None;
-    let (pid, g) = match gather(ctx, st, req, &mut frozen) {
+    let verified = stop.verifies_every_exec();
+    let (pid, g) = match gather(ctx, st, req, &mut frozen, verified) {
         Gather::Ready(pid, g) => (pid, g),
         Gather::Answer(errno) => {
             release(st, frozen, Duration::ZERO);
@@ -536,12 +578,15 @@ pub fn handle(
             // Held: a waiter thread answers and audits it; this thread goes
             // on serving the tree. Nothing stays stopped while a human thinks.
             release(st, frozen, Duration::ZERO);
-            let Holder::Notify { fd, id } = holder;
+            let notif_id = match &holder {
+                Holder::Notify { id, .. } => *id,
+                Holder::Trace { .. } => 0,
+            };
             ctx.approvals.hold(
-                fd,
+                holder,
                 HeldExec {
                     session_id: tree.session_id.clone(),
-                    notif_id: id,
+                    notif_id,
                     tid: req.tid,
                     starttime: g.stat.starttime,
                     expected: expected_of(&g),
@@ -563,7 +608,27 @@ pub fn handle(
     // PTRACE_EVENT_EXEC on success, a stop on its way back to user space on
     // failure.
     let expected = expected_of(&g);
-    let watched = allow && (frozen.is_some() || !g.stable);
+    if allow && verified {
+        // The backend checks the new image; without an identity to check
+        // against, nothing may run.
+        match &expected {
+            Some(e) => stop.expect(Verification {
+                expected: e.clone(),
+                subject: subject.clone(),
+                rule: rule.clone(),
+            }),
+            None => {
+                allow = false;
+                rule = "unverifiable".into();
+                message = Some(
+                    "the identity of the file to run cannot be read, so the exec cannot be \
+                     verified"
+                        .into(),
+                );
+            }
+        }
+    }
+    let watched = allow && !verified && (frozen.is_some() || !g.stable);
     if watched {
         if let Err(e) = verify::arm(req.tid) {
             allow = false;

@@ -1,8 +1,9 @@
 //! The exec supervisor: rules on every `execve`/`execveat` of a supervised tree.
 //!
 //! The folder is the architecture. A *backend* catches an exec and answers
-//! it: today `notify` (one seccomp user-notify fd per tree, a thread each);
-//! a ptrace backend (`SECCOMP_RET_TRACE`, for gVisor) will be a sibling.
+//! it: `notify` (one seccomp user-notify fd per tree, a thread each) or
+//! `trace` (`SECCOMP_RET_TRACE` stops of every task of every tree, on one
+//! tracer thread: gVisor, restrictive seccomp profiles).
 //! Everything after the catch is one backend-neutral path, `exec`: gather the
 //! facts in the calling thread's view (`crate::tracee`), make sure nothing
 //! else can change them (`sharing`: stop every task that shares the caller's
@@ -25,11 +26,12 @@ mod notify;
 mod ptrace;
 mod sharing;
 mod signals;
+pub mod trace;
 mod verify;
 mod vma;
 
 pub use depth::DepthBook;
-pub use exec::RULE_FILELESS_EXEC;
+pub use exec::{Holder, Verification, RULE_FILELESS_EXEC};
 pub use verify::Expected;
 
 use crate::approval::Approvals;
@@ -53,14 +55,13 @@ pub struct Tree {
     pub session_id: String,
     /// The wrapper's pid: its first exec (of the shell) is depth 0.
     pub root_pid: u32,
-    /// Shared with approval waiters, which answer held execs on it.
-    pub fd: Arc<OwnedFd>,
 }
 
-/// Serves `tree` until every process in it has exited.
-pub fn serve(ctx: Arc<SupervisorContext>, tree: Tree) {
+/// Serves `tree`'s notify fd (shared with approval waiters, which answer
+/// held execs on it) until every process in it has exited.
+pub fn serve(ctx: Arc<SupervisorContext>, tree: Tree, fd: Arc<OwnedFd>) {
     identity_index(&ctx.policy);
-    notify::serve(ctx, tree);
+    notify::serve(ctx, tree, fd);
 }
 
 /// The identity index of the server's policy, built on first use (the first
@@ -142,5 +143,60 @@ pub fn resume_approved(
     match verify::watch(tid, pid, expected, None, &mut lingering) {
         verify::Outcome::Killed(what) => Resumed::Killed(what),
         _ => Resumed::AsApproved,
+    }
+}
+
+impl Holder {
+    /// Which of `ids` (notification ids of one held exec, oldest first) is
+    /// still waiting: for user-notify the last valid one; for ptrace the
+    /// thread itself, while it is alive (it cannot leave its stop unanswered).
+    pub fn live(&self, ids: &[u64]) -> Option<u64> {
+        match self {
+            Holder::Notify { fd, .. } => {
+                use std::os::fd::AsFd;
+                ids.iter()
+                    .rev()
+                    .copied()
+                    .find(|&n| agentsh_proto::notif::id_valid(fd.as_fd(), n))
+            }
+            Holder::Trace { tid, starttime } => {
+                trace::still_held(*tid, *starttime).then(|| ids.last().copied().unwrap_or(0))
+            }
+        }
+    }
+
+    /// Fails the held exec with EACCES.
+    pub fn refuse(&self, id: u64) {
+        match self {
+            Holder::Notify { fd, .. } => {
+                use std::os::fd::AsFd;
+                if let Err(e) = agentsh_proto::notif::respond_errno(fd.as_fd(), id, libc::EACCES) {
+                    tracing::info!("answer not delivered (the process is gone): {e}");
+                }
+            }
+            Holder::Trace { tid, starttime } => trace::answer(*tid, *starttime, None),
+        }
+    }
+
+    /// Lets the approved exec of thread `tid` (process `pid`) proceed,
+    /// making sure what runs is `what` (`None`: its identity is unknown, so
+    /// it is refused instead).
+    pub fn resume(&self, id: u64, tid: u32, pid: u32, what: Option<Verification>) -> Resumed {
+        let Some(v) = what else {
+            self.refuse(id);
+            return Resumed::Refused("the approved file's identity could not be read".into());
+        };
+        match self {
+            Holder::Notify { fd, .. } => {
+                use std::os::fd::AsFd;
+                resume_approved(fd.as_fd(), id, tid, pid, Some(&v.expected))
+            }
+            // The tracer checks the new image at PTRACE_EVENT_EXEC and audits
+            // a mismatch itself.
+            Holder::Trace { tid, starttime } => {
+                trace::answer(*tid, *starttime, Some(v));
+                Resumed::AsApproved
+            }
+        }
     }
 }

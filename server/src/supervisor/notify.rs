@@ -19,7 +19,7 @@ use crate::policy::Decision;
 use agentsh_proto::execabi;
 use agentsh_proto::notif::{self, Notification};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 /// A trapped exec as user-notify holds it: the notification's id on the fd.
@@ -45,17 +45,17 @@ impl ExecStop for NotifyStop<'_> {
 /// How long the loop sleeps between sweeps while tasks wait to be detached.
 const SWEEP_MS: i32 = 20;
 
-/// Serves `tree` until every process in it has exited.
-pub fn serve(ctx: Arc<SupervisorContext>, tree: Tree) {
+/// Serves `tree` through its notify fd until every process in it has exited.
+pub fn serve(ctx: Arc<SupervisorContext>, tree: Tree, fd: Arc<OwnedFd>) {
     let mut st = TreeState::new(tree.root_pid);
     tracing::info!(session = %tree.session_id, root_pid = tree.root_pid, "supervising tree");
-    if let Err(e) = notif::set_sync_wakeup(tree.fd.as_fd()) {
+    if let Err(e) = notif::set_sync_wakeup(fd.as_fd()) {
         // Only a cost: every exec waits for an ordinary wake-up instead.
         tracing::debug!("synchronous wake-up not available on this kernel: {e}");
     }
     loop {
         let mut pfd = libc::pollfd {
-            fd: tree.fd.as_raw_fd(),
+            fd: fd.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         };
@@ -84,7 +84,7 @@ pub fn serve(ctx: Arc<SupervisorContext>, tree: Tree) {
             // POLLHUP: no process uses the filter any more.
             break;
         }
-        let n = match notif::recv(tree.fd.as_fd()) {
+        let n = match notif::recv(fd.as_fd()) {
             Ok(n) => n,
             Err(e) => match e.raw_os_error() {
                 // The tracee died before we read the notification, or a signal.
@@ -96,15 +96,21 @@ pub fn serve(ctx: Arc<SupervisorContext>, tree: Tree) {
             },
         };
         st.take_approved();
-        dispatch(&ctx, &tree, &mut st, n);
+        dispatch(&ctx, &tree, &fd, &mut st, n);
     }
     // Returning ends this thread: the kernel detaches whatever it still traces.
     tracing::info!(session = %tree.session_id, root_pid = tree.root_pid, "tree finished");
 }
 
-fn dispatch(ctx: &SupervisorContext, tree: &Tree, st: &mut TreeState, n: Notification) {
+fn dispatch(
+    ctx: &SupervisorContext,
+    tree: &Tree,
+    fd: &Arc<OwnedFd>,
+    st: &mut TreeState,
+    n: Notification,
+) {
     let stop = NotifyStop {
-        fd: tree.fd.as_fd(),
+        fd: fd.as_fd(),
         id: n.id,
     };
     if let Some(call) = execabi::classify(n.arch, n.nr) {
@@ -114,13 +120,13 @@ fn dispatch(ctx: &SupervisorContext, tree: &Tree, st: &mut TreeState, n: Notific
             args: call.args(&n.args),
         };
         let held = exec::Holder::Notify {
-            fd: tree.fd.clone(),
+            fd: fd.clone(),
             id: n.id,
         };
         return exec::handle(ctx, tree, st, &req, &stop, held);
     }
     if let Some(call) = signals::classify(n.arch, n.nr) {
-        return signals::handle(ctx, tree, &st.protected, call, &n);
+        return signals::handle(ctx, &tree.session_id, &st.protected, call, &n, &stop);
     }
     ctx.audit.record(
         &tree.session_id,

@@ -28,10 +28,10 @@
 //! refusal with the reason, never a CONTINUE; a target that does not exist is
 //! CONTINUEd (the kernel answers ESRCH).
 
-use super::{SupervisorContext, Tree};
+use super::exec::ExecStop;
+use super::SupervisorContext;
 use crate::audit::{EventBody, SignalEvent};
-use agentsh_proto::notif::{self, Notification};
-use std::os::fd::AsFd;
+use agentsh_proto::notif::Notification;
 
 /// A signal call the filter sends to the supervisor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -295,28 +295,29 @@ fn gather(
     })
 }
 
-/// Answers one signal notification (see the module doc).
+/// Answers one signal notification (see the module doc) through `stop`
+/// (the notify fd, or the tracer).
 pub fn handle(
     ctx: &SupervisorContext,
-    tree: &Tree,
+    session_id: &str,
     protected: &Protected,
     call: SignalCall,
     n: &Notification,
+    stop: &dyn ExecStop,
 ) {
-    let fd = tree.fd.as_fd();
     let verdict = gather(call, n, protected).and_then(|f| judge(&f).map(|()| f));
     match verdict {
         Ok(_) => {
             // SAFETY ARGUMENT for CONTINUE: see the module doc (register
             // arguments; the residual races are documented there).
-            if notif::id_valid(fd, n.id) {
-                let _ = notif::respond_continue(fd, n.id);
+            if stop.still_waiting() {
+                let _ = stop.proceed();
             }
         }
         Err(reason) => {
             tracing::warn!(tid = n.pid, call = call.name(), "signal refused: {reason}");
             ctx.audit.record(
-                &tree.session_id,
+                session_id,
                 EventBody::Signal(SignalEvent {
                     pid: n.pid,
                     syscall: call.name().into(),
@@ -326,7 +327,7 @@ pub fn handle(
                     reason,
                 }),
             );
-            let _ = notif::respond_errno(fd, n.id, libc::EPERM);
+            let _ = stop.refuse(libc::EPERM);
         }
     }
 }

@@ -1,0 +1,176 @@
+//! The ptrace requests of the tracer thread, and a tracee's registers at a
+//! seccomp stop (x86_64: `PTRACE_GETREGS`/`SETREGS`; the filter's arch tells
+//! compat tasks apart by their code segment).
+//!
+//! Only x86_64 is implemented: elsewhere [`Regs::get`] fails, so a seccomp
+//! stop kills its tracee (fail closed), and `agentsh detect` reports the
+//! backend as unavailable.
+//!
+//! Failure modes: every request returns the kernel's errno (ESRCH: the
+//! tracee is gone or not stopped).
+
+use std::io;
+
+fn check(rc: libc::c_long) -> io::Result<()> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+fn request(req: libc::c_uint, tid: u32, addr: usize, data: usize) -> io::Result<()> {
+    // SAFETY: requests whose `data` is a value (options, a signal) or a
+    // pointer the caller keeps valid for the call.
+    check(unsafe {
+        libc::ptrace(
+            req,
+            tid as libc::pid_t,
+            addr as *mut libc::c_void,
+            data as *mut libc::c_void,
+        )
+    })
+}
+
+/// `PTRACE_SEIZE` with `options`; the task keeps running.
+///
+/// # Errors
+/// EPERM (traced already, no capability), ESRCH (gone).
+pub fn seize(tid: u32, options: libc::c_int) -> io::Result<()> {
+    request(libc::PTRACE_SEIZE, tid, 0, options as usize)
+}
+
+/// Resumes a stopped tracee, delivering `signal` (0: none).
+///
+/// # Errors
+/// ESRCH: not stopped, or gone.
+pub fn cont(tid: u32, signal: i32) -> io::Result<()> {
+    request(libc::PTRACE_CONT, tid, 0, signal as usize)
+}
+
+/// Leaves a tracee in its group-stop but reports when the stop ends.
+///
+/// # Errors
+/// ESRCH: not in a group-stop, or gone.
+pub fn listen(tid: u32) -> io::Result<()> {
+    request(libc::PTRACE_LISTEN, tid, 0, 0)
+}
+
+/// `PTRACE_GETEVENTMSG`: the filter's data at a seccomp stop, the new task
+/// at a fork event, the former thread id at an exec event.
+///
+/// # Errors
+/// ESRCH: not stopped, or gone.
+pub fn event_msg(tid: u32) -> io::Result<u64> {
+    let mut msg: libc::c_ulong = 0;
+    request(
+        libc::PTRACE_GETEVENTMSG,
+        tid,
+        0,
+        (&mut msg as *mut libc::c_ulong) as usize,
+    )?;
+    #[allow(clippy::useless_conversion)] // c_ulong is u32 on 32-bit targets
+    Ok(u64::from(msg))
+}
+
+/// A tracee's registers at a syscall stop.
+pub struct Regs {
+    #[cfg(target_arch = "x86_64")]
+    r: libc::user_regs_struct,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Regs {
+    /// The code segment of a 32-bit (i386) task on x86_64.
+    const CS_COMPAT: u64 = 0x23;
+
+    /// # Errors
+    /// ESRCH: not stopped, or gone.
+    pub fn get(tid: u32) -> io::Result<Regs> {
+        // SAFETY: user_regs_struct is plain data; the kernel fills it.
+        let mut r: libc::user_regs_struct = unsafe { std::mem::zeroed() };
+        request(
+            libc::PTRACE_GETREGS,
+            tid,
+            0,
+            (&mut r as *mut libc::user_regs_struct) as usize,
+        )?;
+        Ok(Regs { r })
+    }
+
+    /// The `AUDIT_ARCH_*` and number of the syscall (x32's carry their bit).
+    pub fn arch_nr(&self) -> (u32, i32) {
+        let arch = if self.r.cs == Self::CS_COMPAT {
+            agentsh_proto::execabi::AUDIT_ARCH_I386
+        } else {
+            agentsh_proto::execabi::AUDIT_ARCH_X86_64
+        };
+        (arch, self.r.orig_rax as i32)
+    }
+
+    /// The six syscall arguments in the ABI's registers.
+    pub fn args(&self) -> [u64; 6] {
+        let r = &self.r;
+        if r.cs == Self::CS_COMPAT {
+            let low = |v: u64| v & 0xffff_ffff;
+            [
+                low(r.rbx),
+                low(r.rcx),
+                low(r.rdx),
+                low(r.rsi),
+                low(r.rdi),
+                low(r.rbp),
+            ]
+        } else {
+            [r.rdi, r.rsi, r.rdx, r.r10, r.r8, r.r9]
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+impl Regs {
+    /// # Errors
+    /// Always: only x86_64 is implemented.
+    pub fn get(_tid: u32) -> io::Result<Regs> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "the ptrace backend is implemented for x86_64 only",
+        ))
+    }
+
+    pub fn arch_nr(&self) -> (u32, i32) {
+        (0, -1)
+    }
+
+    pub fn args(&self) -> [u64; 6] {
+        [0; 6]
+    }
+}
+
+/// Makes the syscall the tracee is stopped in fail with `errno` without
+/// running it (the syscall number becomes -1, the return value `-errno`).
+///
+/// # Errors
+/// The registers cannot be read or written (the tracee is gone).
+#[cfg(target_arch = "x86_64")]
+pub fn skip_syscall(tid: u32, errno: i32) -> io::Result<()> {
+    let mut regs = Regs::get(tid)?;
+    regs.r.orig_rax = u64::MAX;
+    regs.r.rax = (-i64::from(errno)) as u64;
+    request(
+        libc::PTRACE_SETREGS,
+        tid,
+        0,
+        (&regs.r as *const libc::user_regs_struct) as usize,
+    )
+}
+
+/// # Errors
+/// Always: only x86_64 is implemented.
+#[cfg(not(target_arch = "x86_64"))]
+pub fn skip_syscall(_tid: u32, _errno: i32) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "the ptrace backend is implemented for x86_64 only",
+    ))
+}
