@@ -42,9 +42,15 @@ pub enum State {
 }
 
 /// This container's life: `boot=<boot id> pid1=<start time of PID 1>`.
-/// `None` if either cannot be read.
+/// Where the kernel has no boot id (gVisor), the boot time from
+/// `/proc/stat` stands in (`boot=btime:<seconds>`). `None` if neither, or
+/// PID 1's start time, can be read.
 pub fn life() -> Option<String> {
-    let boot = read_small("/proc/sys/kernel/random/boot_id")?;
+    let boot = read_small("/proc/sys/kernel/random/boot_id").or_else(|| {
+        let stat = read_small("/proc/stat")?;
+        let btime = stat.lines().find_map(|l| l.strip_prefix("btime "))?;
+        Some(format!("btime:{}", btime.trim()))
+    })?;
     let stat = read_small("/proc/1/stat")?;
     let close = stat.rfind(')')?;
     // Field 22 (starttime) is the 20th after the ')' that ends comm.

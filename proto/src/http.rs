@@ -123,7 +123,8 @@ fn exchange(
             bytes.len()
         )));
     }
-    seqpacket::send_record(fd.as_fd(), &bytes).map_err(Error::Io)?;
+    // The request carries our credentials: the server's proof of who asks.
+    seqpacket::send_record_with_creds(fd.as_fd(), &bytes).map_err(Error::Io)?;
     let mut buf: Vec<u8> = Vec::with_capacity(4096);
     let mut rec = vec![0u8; MAX_RECORD];
     loop {

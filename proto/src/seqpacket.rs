@@ -10,6 +10,14 @@
 //! Landlock offers. `socketpair` stays allowed (a connected pair cannot be
 //! pointed at a path).
 //!
+//! Who is on the other end: every client sends its first record with an
+//! explicit `SCM_CREDENTIALS` of its own pid, uid and gid
+//! ([`send_record_with_creds`]), which the kernel checks (no process may
+//! claim another pid or uid without CAP_SYS_ADMIN / CAP_SETUID), and the
+//! server reads them ([`enable_passcred`], [`peek_creds`]). `SO_PEERCRED`
+//! says the same on Linux, but gVisor answers it with the *listener's*
+//! credentials; the credentials a record carries are right on both.
+//!
 //! Failure modes: every function returns the kernel's error; paths that do
 //! not fit a `sockaddr_un` are `InvalidInput`.
 
@@ -216,6 +224,139 @@ pub fn peer_cred(fd: BorrowedFd<'_>) -> io::Result<PeerCred> {
     })
 }
 
+/// Asks the kernel to attach the sender's credentials to every record read
+/// from `fd` (`SO_PASSCRED`).
+///
+/// # Errors
+/// setsockopt's errno.
+pub fn enable_passcred(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt reads one c_int through a valid pointer.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PASSCRED,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        return Err(last());
+    }
+    Ok(())
+}
+
+/// The `SCM_CREDENTIALS` of the next record on `fd` (which needs
+/// [`enable_passcred`]), without consuming it: `Ok(None)` when the record
+/// carries none. Non-blocking: `WouldBlock` when no record is there yet.
+///
+/// # Errors
+/// recvmsg's errno; end of stream is `UnexpectedEof`.
+pub fn peek_creds(fd: BorrowedFd<'_>) -> io::Result<Option<PeerCred>> {
+    let mut byte = 0u8;
+    let mut iov = libc::iovec {
+        iov_base: (&mut byte as *mut u8).cast(),
+        iov_len: 1,
+    };
+    let mut cbuf = [0u64; 8];
+    // SAFETY: msghdr is plain data; the fields used are set below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+    // SAFETY: recvmsg into buffers we own; MSG_PEEK leaves the record (and
+    // any fd it carries) queued.
+    let n = unsafe {
+        libc::recvmsg(
+            fd.as_raw_fd(),
+            &mut msg,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        return Err(last());
+    }
+    if n == 0 {
+        return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
+    }
+    Ok(creds_of(&msg))
+}
+
+/// The `SCM_CREDENTIALS` among the control messages of a received `msg`.
+pub fn creds_of(msg: &libc::msghdr) -> Option<PeerCred> {
+    // SAFETY: walks the control buffer the kernel filled, within
+    // msg_controllen, with the libc macros.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_CREDENTIALS {
+                let u: libc::ucred = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                return Some(PeerCred {
+                    pid: u.pid.max(0) as u32,
+                    uid: u.uid,
+                    gid: u.gid,
+                });
+            }
+            c = libc::CMSG_NXTHDR(msg, c);
+        }
+    }
+    None
+}
+
+/// Sends one record carrying this process's own credentials
+/// (`SCM_CREDENTIALS`: pid, effective uid and gid, which the kernel checks),
+/// retrying on EINTR. Clients send their first record this way.
+///
+/// # Errors
+/// sendmsg's errno; a short send is `WriteZero`.
+pub fn send_record_with_creds(fd: BorrowedFd<'_>, data: &[u8]) -> io::Result<()> {
+    // SAFETY: getpid/geteuid/getegid cannot fail.
+    let me = unsafe {
+        libc::ucred {
+            pid: libc::getpid(),
+            uid: libc::geteuid(),
+            gid: libc::getegid(),
+        }
+    };
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    let mut cbuf = [0u64; 8];
+    // SAFETY: msghdr is plain data; the fields used are set below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE/CMSG_LEN are size computations; the header and data
+    // written fit the zeroed, aligned control buffer.
+    unsafe {
+        msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<libc::ucred>() as u32) as _;
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_CREDENTIALS;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::ucred>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::ucred>(), me);
+    }
+    loop {
+        // SAFETY: msg and everything it points at are live for the call.
+        let n = unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+        if n >= 0 {
+            return if n as usize == data.len() {
+                Ok(())
+            } else {
+                Err(io::Error::new(io::ErrorKind::WriteZero, "short record"))
+            };
+        }
+        let e = last();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+}
+
 /// Is `fd` a SEQPACKET socket?
 ///
 /// # Errors
@@ -328,6 +469,18 @@ mod tests {
         check_type(a.as_raw_fd()).unwrap();
         let me = peer_cred(b.as_fd()).unwrap();
         assert_eq!(me.pid, std::process::id());
+        enable_passcred(b.as_fd()).unwrap();
+        send_record_with_creds(a.as_fd(), b"three").unwrap();
+        let c = peek_creds(b.as_fd())
+            .unwrap()
+            .expect("credentials on the record");
+        assert_eq!(c, me);
+        assert_eq!(
+            recv_record(b.as_fd(), &mut buf).unwrap(),
+            5,
+            "peek left the record"
+        );
+        assert!(peek_creds(b.as_fd()).is_err(), "nothing queued: WouldBlock");
     }
 
     #[test]

@@ -224,7 +224,14 @@ pub async fn take_handoff(
     let checked = match received {
         Err(_) => Err(format!("no handoff within {HANDOFF_READ_TIMEOUT:?}")),
         Ok(Err(e)) => Err(format!("handoff read failed: {e}")),
-        Ok(Ok((n, fds))) => check_handoff(&buf[..n], fds, cred, caller, backend),
+        Ok(Ok((n, fds, scm))) => {
+            // SO_PEERCRED unless the kernel answers it with our own (gVisor).
+            let cred = match scm {
+                Some(c) if cred.pid == std::process::id() => c,
+                _ => cred,
+            };
+            check_handoff(&buf[..n], fds, cred, caller, backend)
+        }
     };
     // ptrace: the wrapper is seized before the status byte, so nothing of
     // the tree runs untraced.

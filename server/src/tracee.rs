@@ -431,7 +431,18 @@ pub fn resolve_exec_target(
             open_path(&format!("{task}/root{filename}"))
         } else {
             let root = open_path(&format!("{task}/root")).map_err(other)?;
-            openat_path(&root, filename.trim_start_matches('/').as_bytes(), true)
+            let rel = filename.trim_start_matches('/').as_bytes();
+            match openat_path(&root, rel, true) {
+                // No openat2 (gVisor): a tracee whose root is ours resolves
+                // the same without RESOLVE_IN_ROOT; any other is refused.
+                Err(e)
+                    if e.raw_os_error() == Some(libc::ENOSYS)
+                        && readlink(&format!("{task}/root")).is_ok_and(|r| r == "/") =>
+                {
+                    openat_path(&root, rel, false)
+                }
+                r => r,
+            }
         }
         .map_err(|e| classify(e, false))?;
         (filename, file)

@@ -275,15 +275,32 @@ unsafe fn hand_to_server(
             iov_base: record.as_ptr() as *mut libc::c_void,
             iov_len: record.len(),
         };
-        let mut cbuf = [0u64; 4];
-        let space = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
+        // The credentials (the server's proof of who sends: gVisor answers
+        // SO_PEERCRED with the listener's own) and, for notify, the fd.
+        let mut cbuf = [0u64; 8];
+        let cred_space = libc::CMSG_SPACE(std::mem::size_of::<libc::ucred>() as u32) as usize;
+        let fd_space = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
         let mut msg: libc::msghdr = std::mem::zeroed();
         msg.msg_iov = &mut iov;
         msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.as_mut_ptr().cast();
+        msg.msg_controllen = (cred_space + if notify_fd >= 0 { fd_space } else { 0 }) as _;
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_CREDENTIALS;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::ucred>() as u32) as _;
+        let me = libc::ucred {
+            pid: libc::getpid(),
+            uid: libc::geteuid(),
+            gid: libc::getegid(),
+        };
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::ucred>(), me);
         if notify_fd >= 0 {
-            msg.msg_control = cbuf.as_mut_ptr().cast();
-            msg.msg_controllen = space as _;
-            let c = libc::CMSG_FIRSTHDR(&msg);
+            let c = libc::CMSG_NXTHDR(&msg, c);
+            if c.is_null() {
+                libc::close(sock);
+                return false;
+            }
             (*c).cmsg_level = libc::SOL_SOCKET;
             (*c).cmsg_type = libc::SCM_RIGHTS;
             (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;

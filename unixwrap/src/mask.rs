@@ -84,9 +84,19 @@ pub fn hide(paths: &[String], has_admin: bool, log: &Log) -> Result<Masked, Stri
             "no CAP_SYS_ADMIN for a private mount namespace".into(),
         ));
     }
+    let before = std::fs::read_link("/proc/self/ns/mnt").ok();
     // SAFETY: unshare only changes this (single-threaded) process's namespaces.
     if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
         return Err(last("unshare(CLONE_NEWNS) for the daemon-socket masks"));
+    }
+    // A mask mounted in a namespace that is not ours alone would hide the
+    // sockets from everyone, the server's own clients included (gVisor shows
+    // no namespace identity): then nothing is mounted.
+    let after = std::fs::read_link("/proc/self/ns/mnt").ok();
+    if before.is_none() || before == after {
+        return Ok(Masked::NotHidden(
+            "this kernel cannot show that the new mount namespace is private (gVisor?)".into(),
+        ));
     }
     let root = cstr("/")?;
     // SAFETY: a propagation change on "/" with valid C strings and no data.
@@ -199,21 +209,28 @@ fn unescape(s: &str) -> String {
 fn mount_empty_dir(target: &CString) -> Result<(), String> {
     let fstype = cstr("tmpfs")?;
     let source = cstr("agentsh-hidden")?;
-    let opts = cstr("size=4k,nr_inodes=1,mode=0555")?;
-    // SAFETY: valid C strings; mounts an empty read-only tmpfs.
-    let rc = unsafe {
-        libc::mount(
-            source.as_ptr(),
-            target.as_ptr(),
-            fstype.as_ptr(),
-            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            opts.as_ptr().cast(),
-        )
-    };
-    if rc != 0 {
-        return Err(last("mount tmpfs"));
+    // gVisor's tmpfs knows neither size nor nr_inodes: read-only, the
+    // mount stays empty without them.
+    for opts in ["size=4k,nr_inodes=1,mode=0555", "mode=0555"] {
+        let opts = cstr(opts)?;
+        // SAFETY: valid C strings; mounts an empty read-only tmpfs.
+        let rc = unsafe {
+            libc::mount(
+                source.as_ptr(),
+                target.as_ptr(),
+                fstype.as_ptr(),
+                libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                opts.as_ptr().cast(),
+            )
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
+            break;
+        }
     }
-    Ok(())
+    Err(last("mount tmpfs"))
 }
 
 fn cover_file(target: &CString) -> Result<(), String> {

@@ -97,6 +97,14 @@ pub async fn serve_unix(api: Arc<Api>, listener: SeqpacketListener) {
         };
         let api = api.clone();
         tokio::spawn(async move {
+            let cred = match tokio::time::timeout(HEADER_TIMEOUT, conn.identify(cred)).await {
+                Ok(Ok(c)) => c,
+                Ok(Err(e)) => {
+                    tracing::warn!("API connection refused: peer unidentifiable: {e}");
+                    return;
+                }
+                Err(_) => return,
+            };
             let peer = Peer::Local(cred);
             let Ok(_slot) = api.limits.take(Kind::Connection, peer.key()) else {
                 tracing::warn!(

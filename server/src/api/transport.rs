@@ -78,6 +78,8 @@ impl SeqpacketListener {
             match res {
                 Ok(Ok(fd)) => {
                     let cred = seqpacket::peer_cred(fd.as_fd())?;
+                    // Records then say who sent them (see `identify`).
+                    seqpacket::enable_passcred(fd.as_fd())?;
                     return Ok((SeqpacketConn::new(fd)?, cred));
                 }
                 Ok(Err(e)) if e.raw_os_error() == Some(libc::ECONNABORTED) => continue,
@@ -108,9 +110,38 @@ impl SeqpacketConn {
         })
     }
 
+    /// Who is on the other end: `SO_PEERCRED` (`so`, from `accept`) where
+    /// the kernel tells the truth, else (gVisor answers with the listener's
+    /// own credentials, i.e. this process) the `SCM_CREDENTIALS` of the first
+    /// record, which waits for it. Linux checks those too: nobody can claim
+    /// another pid or uid without CAP_SYS_ADMIN / CAP_SETUID.
+    ///
+    /// # Errors
+    /// The peer hung up, or its first record carries no credentials.
+    pub async fn identify(&self, so: PeerCred) -> io::Result<PeerCred> {
+        if so.pid != std::process::id() {
+            return Ok(so);
+        }
+        loop {
+            let mut guard = self.fd.readable().await?;
+            match guard.try_io(|fd| seqpacket::peek_creds(fd.as_fd())) {
+                Ok(Ok(Some(c))) => return Ok(c),
+                Ok(Ok(None)) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::PermissionDenied,
+                        "the kernel names no peer (SO_PEERCRED is this process) and the \
+                         request carries no SCM_CREDENTIALS",
+                    ))
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
     /// Receives one record with the file descriptors it carries (at most
     /// `max_fds`; more is `InvalidData`, and every fd received is owned, so
-    /// none leaks).
+    /// none leaks) and the credentials it carries, if any.
     ///
     /// # Errors
     /// recvmsg's errno; a truncated record or control message.
@@ -118,7 +149,7 @@ impl SeqpacketConn {
         &self,
         data: &mut [u8],
         max_fds: usize,
-    ) -> io::Result<(usize, Vec<OwnedFd>)> {
+    ) -> io::Result<(usize, Vec<OwnedFd>, Option<PeerCred>)> {
         loop {
             let mut guard = self.fd.readable().await?;
             match guard.try_io(|fd| recv_fds(fd.as_raw_fd(), data, max_fds)) {
@@ -190,13 +221,18 @@ fn recv_nb(fd: i32, buf: &mut [u8]) -> io::Result<usize> {
     Ok(n)
 }
 
-fn recv_fds(fd: i32, data: &mut [u8], max_fds: usize) -> io::Result<(usize, Vec<OwnedFd>)> {
+fn recv_fds(
+    fd: i32,
+    data: &mut [u8],
+    max_fds: usize,
+) -> io::Result<(usize, Vec<OwnedFd>, Option<PeerCred>)> {
     let mut iov = libc::iovec {
         iov_base: data.as_mut_ptr().cast(),
         iov_len: data.len(),
     };
-    // Room for 8 fds: a sender passing more than `max_fds` is detected.
-    let mut cbuf = [0u64; 8];
+    // Room for the credentials and 8 fds: a sender passing more than
+    // `max_fds` is detected.
+    let mut cbuf = [0u64; 16];
     // SAFETY: msghdr is plain data; the fields used are set below.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &mut iov;
@@ -237,7 +273,7 @@ fn recv_fds(fd: i32, data: &mut [u8], max_fds: usize) -> io::Result<(usize, Vec<
             format!("{} fds where at most {max_fds} belong", fds.len()),
         ));
     }
-    Ok((n as usize, fds))
+    Ok((n as usize, fds, seqpacket::creds_of(&msg)))
 }
 
 impl AsyncRead for SeqpacketConn {

@@ -284,8 +284,12 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
         ctx.add_arch(arch)
             .map_err(|err| e(&format!("adding arch {arch:?}"), err))?;
     }
-    ctx.set_act_badarch(ScmpAction::KillProcess)
-        .map_err(|err| e("setting the bad-arch action", err))?;
+    // gVisor's seccomp reports no SECCOMP_RET_KILL_PROCESS to libseccomp's
+    // probe: there a syscall of another architecture kills the thread.
+    if ctx.set_act_badarch(ScmpAction::KillProcess).is_err() {
+        ctx.set_act_badarch(ScmpAction::KillThread)
+            .map_err(|err| e("setting the bad-arch action", err))?;
+    }
     // A binary tree over syscall numbers: every syscall of the tree runs this
     // program, and with ~60 rules per arch a linear chain would cost each
     // one dozens of comparisons.
