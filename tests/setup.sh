@@ -21,6 +21,8 @@ command -v make >/dev/null || need_pkgs+=(make)
 command -v dpkg-shlibdeps >/dev/null || need_pkgs+=(dpkg-dev)
 [ -x /usr/sbin/debootstrap ] || need_pkgs+=(debootstrap)
 command -v systemd-analyze >/dev/null || need_pkgs+=(systemd)
+# gVisor, for the ptrace backend's tests under what Modal runs.
+command -v runsc >/dev/null || need_pkgs+=(runsc)
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "agentsh setup: missing packages ${need_pkgs[*]}; run as root (or sudo) so they can be installed" >&2

@@ -39,9 +39,17 @@ impl Namespace {
     /// Long because the mounts must be made in this order inside the
     /// child that holds the namespace, and the order is the point.
     pub fn new() -> Namespace {
+        Namespace::with_overlays(&[])
+    }
+
+    /// [`Namespace::new`] with more directories overlaid (before the usual
+    /// ones), e.g. `/var/log` and `/var/lib` for a scenario that runs the
+    /// server on its default paths.
+    pub fn with_overlays(extra: &[&str]) -> Namespace {
         let dir = TempDir::new("ns");
         let mut mounts = Vec::new();
-        for (i, target) in OVERLAID.iter().enumerate() {
+        let targets: Vec<&str> = extra.iter().chain(OVERLAID).copied().collect();
+        for (i, target) in targets.iter().enumerate() {
             if !Path::new(target).is_dir() {
                 continue;
             }

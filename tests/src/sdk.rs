@@ -163,6 +163,12 @@ impl Supervisor {
         if allow_all_filter {
             cmd.arg("--seccomp-allow-all");
         }
+        Supervisor::start_command(cmd)
+    }
+
+    /// Starts the daemon with `cmd` (the `sdk-supervisor` binary, with its
+    /// arguments), e.g. directly inside a gVisor sandbox.
+    pub fn start_command(mut cmd: std::process::Command) -> Supervisor {
         let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

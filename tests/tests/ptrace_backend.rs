@@ -3,8 +3,9 @@
 //! exec verified at `PTRACE_EVENT_EXEC`, signals and exit statuses passing
 //! through, and the tree dying with the server.
 
+use agentsh_tests::ns::Namespace;
 use agentsh_tests::relay::{run_wrapped, WrapOptions};
-use agentsh_tests::server::{require_root, TempDir, TestServer};
+use agentsh_tests::server::{bin, require_root, TempDir, TestServer};
 use serde_json::Value;
 
 const POLICY: &str = r#"
@@ -94,4 +95,27 @@ fn nested_curl_is_denied_under_ptrace_with_the_same_audit() {
         .collect();
     assert_eq!(wi[0]["backend"], "ptrace", "{wi:#?}");
     assert_eq!(wi[0]["seccomp"]["backend"], "ptrace", "{wi:#?}");
+}
+
+#[test]
+fn the_sdk_scenarios_hold_under_the_ptrace_backend_on_this_kernel() {
+    if !require_root("the_sdk_scenarios_hold_under_the_ptrace_backend_on_this_kernel") {
+        return;
+    }
+    let before = agentsh_tests::ns::host_sh_fingerprint();
+    // The scenario runs the server on its default paths: those are overlaid.
+    let ns = Namespace::with_overlays(&["/var/log", "/var/lib"]);
+    let out = ns
+        .command(bin("agentsh-sandbox-scenario"))
+        .args(["--backend", "ptrace"])
+        .output()
+        .expect("run the scenario");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains(" checks, 0 failed"),
+        "{text}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("ok: a nested curl fails with 126"), "{text}");
+    assert_eq!(agentsh_tests::ns::host_sh_fingerprint(), before);
 }

@@ -1,0 +1,326 @@
+//! The SDK scenarios inside a sandbox of their own: a gVisor sandbox
+//! (`runsc do`, where the ptrace backend is all there is) or a test mount
+//! namespace (with `--backend ptrace`). Run as root, as a container's init
+//! would: it lays the binaries out as an image layer does, runs
+//! `agentsh shim install --bash`, sets `shim_install=on`, starts the server
+//! (on the embedded defaults unless `--backend` forces one), starts an
+//! SDK-style daemon that is *not* the server's child, and has it spawn
+//! shells the way the SDKs do. Then it checks what came out, and what the
+//! audit log says, and prints one line per check: `ok: ...` or `FAIL: ...`.
+//! The last line is `scenario: N checks, M failed`; the exit status is 0
+//! only when none failed.
+//!
+//! Everything it writes lands in the sandbox's overlay (runsc) or the
+//! namespace's overlays: never on the host.
+
+use agentsh_tests::sdk::{e2b, runloop, tensorlake, Finished, Spawn, Supervisor};
+use agentsh_tests::server::bin;
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SOCKET: &str = "/run/agentsh/api.sock";
+const AUDIT: &str = "/var/log/agentsh/audit.jsonl";
+const CONFIG: &str = "/etc/agentsh/config.yaml";
+
+struct Checks {
+    total: usize,
+    failed: usize,
+}
+
+impl Checks {
+    fn check(&mut self, what: &str, ok: bool, detail: impl FnOnce() -> String) {
+        self.total += 1;
+        if ok {
+            println!("ok: {what}");
+        } else {
+            self.failed += 1;
+            println!("FAIL: {what}: {}", detail());
+        }
+    }
+}
+
+fn fatal(what: &str) -> ! {
+    println!("FAIL: {what}");
+    println!("scenario: aborted");
+    std::process::exit(1);
+}
+
+fn run(cmd: &mut Command) -> std::process::Output {
+    cmd.output()
+        .unwrap_or_else(|e| fatal(&format!("cannot run {cmd:?}: {e}")))
+}
+
+/// The binaries as an image layer puts them: next to each other in /usr/bin.
+fn lay_out_binaries() {
+    for name in ["agentsh", "agentsh-unixwrap", "agentsh-shell-shim"] {
+        let to = format!("/usr/bin/{name}");
+        let tmp = format!("{to}.new");
+        if let Err(e) = std::fs::copy(bin(name), &tmp).and_then(|_| std::fs::rename(&tmp, &to)) {
+            fatal(&format!("cannot install {name} into /usr/bin: {e}"));
+        }
+    }
+}
+
+fn start_server(config: Option<&str>) -> Child {
+    let _ = std::fs::remove_file(SOCKET);
+    let log = std::fs::File::create("/var/log/agentsh-scenario-server.log")
+        .unwrap_or_else(|e| fatal(&format!("server log: {e}")));
+    let mut c = Command::new("/usr/bin/agentsh");
+    c.arg("server");
+    if let Some(path) = config {
+        c.args(["--config", path]);
+    }
+    let child = c
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap_or_else(|e| fatal(&e.to_string())))
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| fatal(&format!("cannot start the server: {e}")));
+    let t = Instant::now();
+    while !Path::new(SOCKET).exists() {
+        if t.elapsed() > Duration::from_secs(30) {
+            let log =
+                std::fs::read_to_string("/var/log/agentsh-scenario-server.log").unwrap_or_default();
+            fatal(&format!("the server did not start within 30 s:\n{log}"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child
+}
+
+/// SIGTERM from outside every tree stops the server; it must be gone
+/// within 10 s (then SIGKILL, and the check fails).
+fn stop_server(c: &mut Checks, mut server: Child) {
+    // SAFETY: kill takes two integers.
+    unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(10) {
+        if let Ok(Some(_)) = server.try_wait() {
+            c.check(
+                "SIGTERM from outside the trees stops the server",
+                true,
+                String::new,
+            );
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    c.check(
+        "SIGTERM from outside the trees stops the server",
+        false,
+        || "still running after 10 s; killed".into(),
+    );
+}
+
+fn audit() -> Vec<Value> {
+    std::fs::read_to_string(AUDIT)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn execs_of(base: &str) -> Vec<Value> {
+    audit()
+        .into_iter()
+        .filter(|e| {
+            e["type"] == "execve"
+                && e["filename"]
+                    .as_str()
+                    .is_some_and(|f| f.rsplit('/').next() == Some(base))
+        })
+        .collect()
+}
+
+fn show(f: &Finished) -> String {
+    format!(
+        "code {:?} signal {:?} stdout {:?} stderr {:?}",
+        f.code, f.signal, f.stdout, f.stderr
+    )
+}
+
+/// Phase 1: ordinary SDK work under the defaults.
+fn ordinary(c: &mut Checks, sdk: &mut Supervisor) {
+    let f = sdk.run(&runloop(
+        "git init -q /tmp/sc-repo && test -d /tmp/sc-repo/.git && for i in 1 2 3; do echo n$i; done",
+    ));
+    c.check(
+        "ordinary work runs (git init, a shell loop)",
+        f.code == Some(0) && f.stdout == "n1\nn2\nn3\n",
+        || show(&f),
+    );
+    let f = sdk.run(&e2b("echo hello | tr a-z A-Z"));
+    c.check(
+        "a pipeline through E2B's login bash",
+        f.code == Some(0) && f.stdout.trim() == "HELLO",
+        || show(&f),
+    );
+    let f = sdk.run(&tensorlake("curl --version >/dev/null; echo rc=$?"));
+    c.check(
+        "a nested curl fails with 126",
+        f.code == Some(0) && f.stdout.trim() == "rc=126",
+        || show(&f),
+    );
+    let curl = execs_of("curl");
+    c.check(
+        "the denied curl is audited with its rule",
+        !curl.is_empty()
+            && curl.iter().all(|e| {
+                e["rule"] == "deny-nested-network-tools" && e["effective_action"] == "deny"
+            }),
+        || format!("{curl:#?}"),
+    );
+    let f = sdk.run(&Spawn::argv(&["/bin/sh", "-c", "echo $$"]));
+    c.check(
+        "$$ is the pid the SDK spawned",
+        f.stdout.trim() == f.pid.to_string(),
+        || format!("spawned {}: {}", f.pid, show(&f)),
+    );
+    let f = sdk.run(&runloop("exit 42"));
+    c.check("an exit status passes through", f.code == Some(42), || {
+        show(&f)
+    });
+    let f = sdk.run(&Spawn::argv(&["/bin/sh", "-c", "kill -TERM $$; sleep 5"]));
+    c.check(
+        "a death by signal passes through",
+        f.signal == Some(libc::SIGTERM),
+        || show(&f),
+    );
+    let sh = execs_of("sh");
+    c.check(
+        "every shell was supervised (audited at depth 0)",
+        sh.iter()
+            .any(|e| e["depth"] == 0 && e["memory"] == "verified"),
+        || format!("{sh:#?}"),
+    );
+}
+
+fn pending_approval() -> Option<String> {
+    // One JSON object per waiting exec, a line each.
+    let o = run(Command::new("/usr/bin/agentsh").args(["approvals", "list", "--json"]));
+    let line = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .next()?
+        .to_string();
+    let v: Value = serde_json::from_str(&line).ok()?;
+    v["id"].as_str().map(str::to_string)
+}
+
+/// Phase 2: one approval granted, one timed out.
+fn approvals(c: &mut Checks, sdk: &mut Supervisor) {
+    let r = sdk.spawn(&runloop("id -u; echo rc=$?"));
+    let t = Instant::now();
+    let mut id = None;
+    while id.is_none() && t.elapsed() < Duration::from_secs(15) {
+        id = pending_approval();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    c.check("a nested id waits for an operator", id.is_some(), || {
+        "no pending approval within 15 s".into()
+    });
+    if let Some(id) = id {
+        let o = run(Command::new("/usr/bin/agentsh").args(["approvals", "approve", &id]));
+        c.check("the operator approves it", o.status.success(), || {
+            String::from_utf8_lossy(&o.stderr).into_owned()
+        });
+    }
+    let f = sdk.wait(r, Duration::from_secs(20));
+    c.check("the approved id runs", f.stdout == "0\nrc=0\n", || show(&f));
+    let r = sdk.spawn(&runloop("id -u; echo rc=$?"));
+    let f = sdk.wait(r, Duration::from_secs(30));
+    c.check(
+        "an unanswered approval times out and is denied",
+        f.stdout.trim() == "rc=126",
+        || show(&f),
+    );
+    let outcomes: Vec<Value> = execs_of("id")
+        .iter()
+        .map(|e| e["approval_outcome"].clone())
+        .collect();
+    c.check(
+        "the audit has one approved and one timed-out id",
+        outcomes.contains(&Value::from("approved")) && outcomes.contains(&Value::from("timeout")),
+        || format!("{outcomes:?}"),
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let forced = args
+        .iter()
+        .position(|a| a == "--backend")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
+    let mut c = Checks {
+        total: 0,
+        failed: 0,
+    };
+    lay_out_binaries();
+    let detect = run(Command::new("/usr/bin/agentsh").args(["detect", "--json"]));
+    let report: Value = serde_json::from_slice(&detect.stdout).unwrap_or_default();
+    println!(
+        "detect: gvisor={} exec_backend={} user_notif={} landlock_abi={}",
+        report["gvisor"],
+        report["exec_backend"],
+        report["seccomp_user_notif"]["available"],
+        report["landlock_abi"]
+    );
+    let o = run(Command::new("/usr/bin/agentsh").args(["shim", "install", "--bash"]));
+    c.check("agentsh shim install --bash", o.status.success(), || {
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    });
+    if let Err(e) = std::fs::write("/etc/agentsh/shim.conf", "shim_install=on\n") {
+        fatal(&format!("shim.conf: {e}"));
+    }
+    let _ = std::fs::create_dir_all("/etc/agentsh/policies");
+    let config = forced.as_ref().map(|b| {
+        let text = format!("execve:\n  backend: {b}\n");
+        std::fs::write(CONFIG, text).unwrap_or_else(|e| fatal(&format!("config: {e}")));
+        CONFIG
+    });
+    let server = start_server(config);
+    let mut sdk = Supervisor::start_command(Command::new(bin("sdk-supervisor")));
+    ordinary(&mut c, &mut sdk);
+    let wrap_inits: Vec<Value> = audit()
+        .into_iter()
+        .filter(|e| e["type"] == "wrap_init")
+        .collect();
+    c.check(
+        "every wrap-init says the ptrace backend",
+        !wrap_inits.is_empty() && wrap_inits.iter().all(|e| e["backend"] == "ptrace"),
+        || format!("{wrap_inits:#?}"),
+    );
+    if report["landlock_abi"] == 0 {
+        c.check(
+            "without Landlock the wrap-init says what is not enforced",
+            wrap_inits.iter().all(|e| {
+                e["not_enforced"].as_array().is_some_and(|a| {
+                    a.iter()
+                        .any(|x| x.as_str().is_some_and(|s| s.starts_with("file rules")))
+                })
+            }),
+            || format!("{wrap_inits:#?}"),
+        );
+    }
+    stop_server(&mut c, server);
+    std::fs::write(
+        "/etc/agentsh/policies/approve-sc.yaml",
+        "name: approve-sc\ndefault: allow\ncommand_rules:\n  - name: approve-nested-id\n    commands: [id]\n    context: [nested]\n    decision: approve\n",
+    )
+    .unwrap_or_else(|e| fatal(&format!("policy: {e}")));
+    let backend = forced.as_deref().unwrap_or("auto");
+    std::fs::write(
+        CONFIG,
+        format!("policy: approve-sc\nexecve:\n  backend: {backend}\n  approval_timeout: 3s\n"),
+    )
+    .unwrap_or_else(|e| fatal(&format!("config: {e}")));
+    let server = start_server(Some(CONFIG));
+    approvals(&mut c, &mut sdk);
+    stop_server(&mut c, server);
+    println!("scenario: {} checks, {} failed", c.total, c.failed);
+    std::process::exit(i32::from(c.failed > 0));
+}

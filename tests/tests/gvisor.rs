@@ -1,0 +1,78 @@
+//! What Modal users get: agentsh inside a real gVisor sandbox (Debian's
+//! `runsc`), where seccomp user-notify and Landlock do not exist and the
+//! ptrace backend is all there is.
+//!
+//! `runsc --network=none do` runs the scenario over this machine's root
+//! filesystem with every write going to the sandbox's overlay: the
+//! scenario installs the shim, runs the server on its embedded defaults and
+//! drives an SDK-style daemon (`agentsh-sandbox-scenario`, whose module doc
+//! lists the checks). This test proves the host kept its `/bin/sh`.
+
+use agentsh_tests::server::{bin, require_root};
+use std::process::Command;
+
+fn runsc() -> Option<String> {
+    ["/usr/bin/runsc", "/usr/sbin/runsc", "/usr/local/bin/runsc"]
+        .iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .map(std::string::ToString::to_string)
+}
+
+#[test]
+fn the_sdk_scenarios_hold_inside_gvisor() {
+    if !require_root("the_sdk_scenarios_hold_inside_gvisor") {
+        return;
+    }
+    let Some(runsc) = runsc() else {
+        let why =
+            "runsc (gVisor) is not installed; tests/setup.sh installs it (apt-get install runsc)";
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+        eprintln!("skipped: {why}");
+        return;
+    };
+    let before = agentsh_tests::ns::host_sh_fingerprint();
+    let host_paths = ["/bin/sh.real", "/usr/bin/agentsh", "/etc/agentsh/shim.conf"];
+    let existed: Vec<bool> = host_paths
+        .iter()
+        .map(|p| std::path::Path::new(p).exists())
+        .collect();
+    let out = Command::new("timeout")
+        .args(["600", &runsc, "--network=none", "do", "-force-overlay=true"])
+        .arg(bin("agentsh-sandbox-scenario"))
+        .output()
+        .expect("run runsc");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("detect: gvisor=true"),
+        "runsc did not run the scenario in gVisor (status {:?}):\n{text}\n{err}",
+        out.status
+    );
+    assert!(
+        text.contains("exec_backend=\"ptrace\"") && text.contains("user_notif=false"),
+        "{text}"
+    );
+    assert!(
+        out.status.success() && text.contains(" checks, 0 failed"),
+        "{text}\nstderr: {err}"
+    );
+    for check in [
+        "ok: a nested curl fails with 126",
+        "ok: the denied curl is audited with its rule",
+        "ok: $$ is the pid the SDK spawned",
+        "ok: a death by signal passes through",
+        "ok: the approved id runs",
+        "ok: an unanswered approval times out and is denied",
+    ] {
+        assert!(text.contains(check), "missing {check:?}:\n{text}");
+    }
+    assert_eq!(agentsh_tests::ns::host_sh_fingerprint(), before);
+    let now: Vec<bool> = host_paths
+        .iter()
+        .map(|p| std::path::Path::new(p).exists())
+        .collect();
+    assert_eq!(
+        existed, now,
+        "the sandbox wrote to the host: {host_paths:?}"
+    );
+}
