@@ -3,10 +3,13 @@
 //! exec verified at `PTRACE_EVENT_EXEC`, signals and exit statuses passing
 //! through, and the tree dying with the server.
 
+use agentsh_tests::attackers::{compile, stopped_or_traced, tally, Arena};
 use agentsh_tests::ns::Namespace;
-use agentsh_tests::relay::{run_wrapped, WrapOptions};
+use agentsh_tests::relay::{run_wrapped, spawn_wrapped, WrapOptions, WrapOptions as Opts};
 use agentsh_tests::server::{bin, require_root, TempDir, TestServer};
 use serde_json::Value;
+use std::os::unix::process::ExitStatusExt;
+use std::time::{Duration, Instant};
 
 const POLICY: &str = r#"
 name: e2e-ptrace
@@ -118,4 +121,252 @@ fn the_sdk_scenarios_hold_under_the_ptrace_backend_on_this_kernel() {
     );
     assert!(text.contains("ok: a nested curl fails with 126"), "{text}");
     assert_eq!(agentsh_tests::ns::host_sh_fingerprint(), before);
+}
+
+const RACE_POLICY: &str = r#"
+name: races
+default: allow
+command_rules:
+  - name: deny-curl
+    commands: [curl]
+    decision: deny
+  - name: deny-secret-argument
+    commands: [okay]
+    args_patterns: ["SECRET"]
+    decision: deny
+"#;
+
+const NOBODY: (u32, u32) = (65534, 65534);
+
+fn attempts() -> u64 {
+    match std::env::var("AGENTSH_RACE_ATTEMPTS") {
+        Ok(v) if std::env::var("CI").as_deref() != Ok("true") => v.parse().unwrap_or(10_000),
+        _ => 10_000,
+    }
+}
+
+/// One race of `tests/attackers/race.c` under the ptrace backend, for the
+/// full count: nothing forbidden may run (the new image is checked at
+/// PTRACE_EVENT_EXEC, whatever was rewritten after the read), and nothing
+/// may be left traced or stopped.
+fn race(mode: &str, uid: Option<(u32, u32)>) -> Vec<Value> {
+    let srv = TestServer::start(RACE_POLICY, PTRACE);
+    let arena = Arena::new(&format!("pt-{mode}"));
+    let n = attempts();
+    let session = format!("pt-race-{mode}");
+    let mut argv: Vec<String> = vec![arena.race.display().to_string(), mode.into(), n.to_string()];
+    if mode == "symlink" {
+        let dir = arena.dir.path().join("ws");
+        std::fs::create_dir_all(&dir).unwrap();
+        if let Some((u, g)) = uid {
+            std::os::unix::fs::chown(&dir, Some(u), Some(g)).unwrap();
+        }
+        argv.push(dir.display().to_string());
+    }
+    argv.push(arena.okay.display().to_string());
+    argv.push(arena.curl.display().to_string());
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let o = Opts {
+        uid,
+        env: vec![("RACE_LOG".into(), arena.log.display().to_string())],
+        ..Default::default()
+    };
+    let out = run_wrapped(&srv.url, &session, &argv, &o);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let ran = arena.forbidden_runs();
+    assert!(
+        ran.is_empty(),
+        "{mode} under ptrace: a forbidden program ran ({} times):\n{}",
+        ran.lines().count(),
+        ran.lines().take(5).collect::<Vec<_>>().join("\n")
+    );
+    let t = tally(&stdout).unwrap_or_else(|| {
+        panic!(
+            "{mode}: no tally: {stdout} {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(t.attempts, n, "{stdout}");
+    assert_eq!(t.other, 0, "{mode}: unexpected outcomes: {stdout}");
+    eprintln!("{mode} under ptrace ({uid:?}): {stdout}");
+    let left = stopped_or_traced(srv.pid(), None);
+    assert!(
+        left.is_empty(),
+        "{mode}: tasks left stopped or traced: {left:#?}"
+    );
+    srv.exec_events(&session)
+}
+
+#[test]
+fn racing_threads_vfork_parents_shared_memory_and_symlink_flips_never_run_a_denied_program() {
+    if !require_root(
+        "racing_threads_vfork_parents_shared_memory_and_symlink_flips_never_run_a_denied_program",
+    ) {
+        return;
+    }
+    for mode in ["thread", "vfork", "shm", "symlink"] {
+        for uid in [None, Some(NOBODY)] {
+            let ev = race(mode, uid);
+            assert!(
+                ev.iter()
+                    .all(|e| e["memory"].is_null() || e["memory"] == "verified"),
+                "{mode}: every exec judged under ptrace is verified"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_child_cloned_untraced_cannot_exec_and_ptrace_stays_refused() {
+    if !require_root("a_child_cloned_untraced_cannot_exec_and_ptrace_stays_refused") {
+        return;
+    }
+    let srv = TestServer::start(POLICY, PTRACE);
+    let dir = TempDir::new("pt-untraced");
+    let attacker = compile("untraced", dir.path(), false);
+    let a = attacker.display().to_string();
+    // CLONE_UNTRACED keeps the child from being auto-attached; the filter
+    // still traps its exec, and with no tracer the kernel fails it (ENOSYS).
+    let out = run_wrapped(
+        &srv.url,
+        "untraced",
+        &[&a, "untraced", "/usr/bin/true"],
+        &Opts::default(),
+    );
+    let so = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        so.trim(),
+        format!("exec errno={}", libc::ENOSYS),
+        "{so} {}",
+        stderr(&out)
+    );
+    let out = run_wrapped(
+        &srv.url,
+        "traceme",
+        &[&a, "traceme", "/usr/bin/true"],
+        &Opts::default(),
+    );
+    let so = String::from_utf8_lossy(&out.stdout);
+    assert!(so.contains("traceme refused"), "{so}");
+}
+
+const APPROVE: &str = r#"
+name: approve
+default: allow
+command_rules:
+  - name: approve-nested-id
+    commands: [id]
+    context: [nested]
+    decision: approve
+"#;
+
+#[test]
+fn the_tree_dies_with_the_server_even_while_an_exec_waits_for_approval() {
+    if !require_root("the_tree_dies_with_the_server_even_while_an_exec_waits_for_approval") {
+        return;
+    }
+    let mut srv = TestServer::start(
+        APPROVE,
+        "execve:\n  backend: ptrace\n  approval_timeout: 60s\n",
+    );
+    let dir = TempDir::new("pt-death");
+    let flag = dir.path().join("ran");
+    let script = format!("id -u > {}; sleep 30", flag.display());
+    let w = spawn_wrapped(
+        &srv.url,
+        "death",
+        &["/bin/sh", "-c", &script],
+        &Opts::default(),
+    );
+    let t = Instant::now();
+    while srv
+        .get_json("/api/v1/approvals")
+        .as_array()
+        .is_none_or(Vec::is_empty)
+    {
+        assert!(t.elapsed() < Duration::from_secs(10), "no approval request");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // A tracee detached in its seccomp stop would run the held exec: with
+    // PTRACE_O_EXITKILL the kernel kills the tree instead.
+    srv.kill();
+    let (_, out) = w.wait();
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{out:?}");
+    // The shell made the redirect's file before the exec; id never wrote to it.
+    let written = std::fs::read_to_string(&flag).unwrap_or_default();
+    assert!(
+        written.is_empty(),
+        "the held exec ran after the server died: {written:?}"
+    );
+}
+
+#[test]
+fn job_control_and_timeouts_pass_through_the_tracer() {
+    if !require_root("job_control_and_timeouts_pass_through_the_tracer") {
+        return;
+    }
+    let srv = TestServer::start(POLICY, PTRACE);
+    // A group-stop stays a stop until SIGCONT (PTRACE_LISTEN), then the job
+    // finishes; timeout(1) kills its child and says 124.
+    // With job control on (set -m) the shell itself must see the stop. The
+    // pause after SIGCONT lets the shell hear of the continue before `wait`
+    // (bash's `wait` on a job it still believes stopped returns 128+SIGSTOP:
+    // a race of its own, without agentsh too).
+    let script = "set -m; sleep 0.3 & p=$!; kill -STOP $p; sleep 0.5; \
+                  s=$(ps -o stat= -p $p); j=$(jobs -l); kill -CONT $p; sleep 0.2; wait $p; \
+                  echo \"stopped=$s rc=$? jobs=$j\"; \
+                  timeout 0.2 sleep 5; echo timeout=$?";
+    let out = run_wrapped(
+        &srv.url,
+        "jobs",
+        &["/bin/bash", "-c", script],
+        &Opts::default(),
+    );
+    let so = String::from_utf8_lossy(&out.stdout);
+    // A stopped tracee reads `t` (tracing stop) in ps rather than `T`.
+    assert!(
+        so.contains("stopped=T") || so.contains("stopped=t"),
+        "the stopped job was not stopped: {so} {}",
+        stderr(&out)
+    );
+    assert!(
+        so.contains("Stopped"),
+        "the shell did not see its job stop: {so}"
+    );
+    assert!(so.contains("rc=0"), "{so}");
+    assert!(so.contains("timeout=124"), "{so}");
+}
+
+#[test]
+fn an_interactive_pty_shell_under_ptrace_takes_ctrl_c_and_job_control_as_without_agentsh() {
+    if !require_root(
+        "an_interactive_pty_shell_under_ptrace_takes_ctrl_c_and_job_control_as_without_agentsh",
+    ) {
+        return;
+    }
+    let srv = TestServer::start(POLICY, PTRACE);
+    let ns = Namespace::new();
+    ns.install_shim(true);
+    ns.configure(&srv.url, "on");
+    let mut sup = agentsh_tests::sdk::Supervisor::start(&ns, false);
+    // E2B's PTY session: an interactive login bash. ^C interrupts the
+    // foreground sleep; ^Z stops the next one, `fg` brings it back and a
+    // second ^C ends it; then the shell goes on.
+    let typed = "sleep 30\n\x01\x03\x01echo after-ctrl-c=$?\nsleep 30\n\x01\x1a\x01jobs\nfg\n\x01\x03\x01echo after-fg=$?; exit 3\n";
+    let r = sup.spawn(&agentsh_tests::sdk::e2b_pty(typed));
+    let f = sup.wait(r, Duration::from_secs(20));
+    assert!(f.stdout.contains("after-ctrl-c=130"), "{f:?}");
+    assert!(
+        f.stdout.contains("Stopped"),
+        "^Z did not stop the job: {f:?}"
+    );
+    assert!(f.stdout.contains("after-fg=130"), "{f:?}");
+    assert_eq!(f.code, Some(3), "{f:?}");
+    let wi: Vec<Value> = srv
+        .events("default")
+        .into_iter()
+        .filter(|e| e["type"] == "wrap_init")
+        .collect();
+    assert_eq!(wi.len(), 1, "{wi:#?}");
+    assert_eq!(wi[0]["backend"], "ptrace");
 }

@@ -386,6 +386,13 @@ impl Loop {
     }
 
     fn event(&mut self, tid: u32, status: i32) {
+        tracing::trace!(
+            tid,
+            stopped = libc::WIFSTOPPED(status),
+            signal = libc::WSTOPSIG(status),
+            event = (status >> 16) & 0xffff,
+            "tracer event"
+        );
         if !libc::WIFSTOPPED(status) {
             self.gone(tid);
             return;

@@ -6,6 +6,9 @@
 //!
 //! `{"id":1,"argv":["/bin/sh","-c","echo hi"],"stdin":"..","setpgid":true,"pty":false,"env":{"K":"V"}}`
 //!
+//! With `"pty":true` the command gets a new session on a pty whose master
+//! is typed `stdin`; a `\x01` byte in it is a 500 ms pause.
+//!
 //! `argv[0]` without a `/` is looked up on PATH, as Go's `exec.Command` and
 //! Rust's `Command` do. Answers are JSON lines on stdout:
 //! `{"id":1,"event":"spawned","pid":1234}` as soon as the child exists, then
@@ -173,8 +176,15 @@ fn run_pty(
     );
     if let Some(text) = input {
         let mut w = master.try_clone()?;
+        // A \x01 in the typed text is a pause of 500 ms: time for a command
+        // to start before what follows (a ^C, say) is typed.
         std::thread::spawn(move || {
-            let _ = w.write_all(text.as_bytes());
+            for (i, part) in text.split('\x01').enumerate() {
+                if i > 0 {
+                    std::thread::sleep(std::time::Duration::from_millis(500));
+                }
+                let _ = w.write_all(part.as_bytes());
+            }
         });
     }
     let mut buf = Vec::new();
