@@ -583,10 +583,15 @@ fn copy_exec(from: &Path, to: &Path) -> Result<(), String> {
 }
 
 fn start_server(ns: &Namespace, ws: &Path, log_filter: &str) -> TestServer {
+    start_server_with(ns, ws, log_filter, "")
+}
+
+/// [`start_server`] with more config (e.g. `execve: {backend: ptrace}`).
+fn start_server_with(ns: &Namespace, ws: &Path, log_filter: &str, extra: &str) -> TestServer {
     let filter = log_filter.to_string();
     TestServer::start_on_default_policy(
         &server_base(),
-        &format!("workspace: {}\n", ws.display()),
+        &format!("workspace: {}\n{extra}", ws.display()),
         move |program| {
             let mut c = ns.command(program);
             c.env("AGENTSH_LOG", filter);
@@ -871,6 +876,18 @@ fn run(o: &Opts) -> Result<(), String> {
     // 5. 64 trees at once.
     scale(&mut rep, &shim_ns, &plain_ns, &srv, &audit)?;
 
+    // 6. The ptrace backend beside notify.
+    ptrace_backend(
+        &mut rep,
+        o,
+        &ws,
+        &Mounts {
+            notify: &shim_mnt,
+            plain: &plain_mnt,
+        },
+        (install_rounds, loop_rounds, conf_rounds),
+    )?;
+
     // The supervisor's own time per exec, from its trace log (a second
     // server, so the trace lines cost the pairs above nothing).
     drop(srv);
@@ -938,6 +955,140 @@ fn run(o: &Opts) -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     println!("\nwritten: {}/results.{{md,json}}", o.out.display());
     drop(cleanup);
+    Ok(())
+}
+
+/// The mount namespaces the timer runs entries in.
+struct Mounts<'a> {
+    /// The shim installed, its server on the notify backend.
+    notify: &'a str,
+    /// No shim.
+    plain: &'a str,
+}
+
+/// Step 6: the same shells under the ptrace backend (what gVisor/Modal
+/// gets), side by side with notify and with no supervision: the install path, the
+/// loop of 1000 execs and, with the tarball, `./configure`.
+fn ptrace_backend(
+    rep: &mut Report,
+    o: &Opts,
+    ws: &Path,
+    m: &Mounts<'_>,
+    (install_rounds, loop_rounds, conf_rounds): (usize, usize, usize),
+) -> Result<(), String> {
+    let ns = Namespace::new();
+    let mnt = format!("/proc/{}/ns/mnt", ns_pid(&ns));
+    let srv = start_server_with(&ns, ws, "info", "execve:\n  backend: ptrace\n");
+    ns.install_shim(false);
+    ns.configure(&srv.url, "on");
+    let audit = srv.dir.path().join("audit.jsonl");
+    let sh = |mnt: &str, label: &str, script: &str| {
+        entry(label, s(&["/bin/sh", "-c", script]), Some(mnt))
+    };
+    let spec = Spec {
+        rounds: install_rounds,
+        warmup: install_rounds / 10 + 5,
+        entries: vec![
+            sh(&mnt, "install, ptrace", "true"),
+            sh(m.notify, "install, notify", "true"),
+            sh(m.plain, "real sh -c true", "true"),
+        ],
+    };
+    let (install, got) = timed(ws, &spec, "ptrace-install", None, &audit)?;
+    if got.wrap_inits != spec.runs() {
+        return Err(format!(
+            "ptrace install: expected {} wrap-inits on the ptrace server, saw {}",
+            spec.runs(),
+            got.wrap_inits
+        ));
+    }
+    rep.pair(
+        "6. The ptrace backend (gVisor, Modal) beside notify: the install path",
+        "ptrace_install",
+        &spec,
+        &install,
+        &[
+            ("install, ptrace", "install, notify", ""),
+            ("install, ptrace", "real sh -c true", ""),
+        ],
+    );
+    let spec = Spec {
+        rounds: loop_rounds,
+        warmup: 1,
+        entries: vec![
+            sh(&mnt, "loop, ptrace", LOOP_1000),
+            sh(m.notify, "loop, notify", LOOP_1000),
+            sh(m.plain, "loop unsupervised", LOOP_1000),
+        ],
+    };
+    let (looped, got) = timed(ws, &spec, "ptrace-loop", None, &audit)?;
+    if got.execs < 1000 * spec.runs() {
+        return Err(format!(
+            "ptrace loop: expected ≥ {} audited execs, saw {}",
+            1000 * spec.runs(),
+            got.execs
+        ));
+    }
+    rep.pair(
+        "6b. The ptrace backend: a loop of 1000 `/bin/true`",
+        "ptrace_loop",
+        &spec,
+        &looped,
+        &[
+            ("loop, ptrace", "loop, notify", ""),
+            ("loop, ptrace", "loop unsupervised", ""),
+        ],
+    );
+    let per_exec = |l: &str| stats(&looped[l]).median_us / 1000.0;
+    rep.line(&format!(
+        "\nPer exec of the loop: {} under ptrace, {} under notify, {} unsupervised.",
+        fmt_us(per_exec("loop, ptrace")),
+        fmt_us(per_exec("loop, notify")),
+        fmt_us(per_exec("loop unsupervised")),
+    ));
+    let Some(tarball) = &o.tarball else {
+        return Ok(());
+    };
+    let cf = ws.join("cf-ptrace");
+    let prep = s(&[
+        "/bin/sh",
+        "-c",
+        &format!(
+            "rm -rf {d} && mkdir -p {d} && tar -xzf {t} -C {d} --strip-components=1",
+            d = cf.display(),
+            t = tarball.display()
+        ),
+    ]);
+    let configure = format!("cd {} && ./configure >/dev/null", cf.display());
+    let entries: Vec<Entry> = [
+        (mnt.as_str(), "configure, ptrace"),
+        (m.notify, "configure, notify"),
+        (m.plain, "configure, real shell"),
+    ]
+    .into_iter()
+    .map(|(ns, label)| {
+        let mut e = sh(ns, label, &configure);
+        e.prep = Some(prep.clone());
+        e.prep_ns = Some(m.plain.to_string());
+        e
+    })
+    .collect();
+    let spec = Spec {
+        rounds: conf_rounds,
+        warmup: 1,
+        entries,
+    };
+    let (conf, _) = timed(ws, &spec, "ptrace-configure", None, &audit)?;
+    rep.pair(
+        "6c. The ptrace backend: `./configure`",
+        "ptrace_configure",
+        &spec,
+        &conf,
+        &[
+            ("configure, ptrace", "configure, notify", ""),
+            ("configure, ptrace", "configure, real shell", ""),
+        ],
+    );
     Ok(())
 }
 
