@@ -1303,6 +1303,112 @@ mod tests {
     }
 
     #[test]
+    fn a_canonical_hint_never_skips_a_detour_through_a_changeable_directory() {
+        // For a root caller, with `no_write` = [<d>/a]: <d> (an ancestor) and
+        // <d>/a are unchangeable, <d>/b is not.
+        let d = std::env::temp_dir().join(format!("agentsh-walk-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("a")).unwrap();
+        std::fs::create_dir_all(d.join("b")).unwrap();
+        std::fs::write(d.join("a/f"), b"x").unwrap();
+        std::os::unix::fs::symlink("a", d.join("link")).unwrap();
+        std::os::unix::fs::symlink("../a/f", d.join("b/hop")).unwrap();
+        std::os::unix::fs::symlink("b/hop", d.join("detour")).unwrap();
+        let d = d.display().to_string();
+        let a = format!("{d}/a");
+        let nw = [a.as_str()];
+        let f = format!("{d}/a/f");
+        for hint in [None, Some(f.as_str())] {
+            assert!(path_is_stable("", &f, hint, 0, &nw), "{hint:?}");
+            assert!(path_is_stable("", &format!("{d}/link/f"), hint, 0, &nw));
+            // Ends at <d>/a/f too, but through <d>/b.
+            assert!(!path_is_stable("", &format!("{d}/detour"), hint, 0, &nw));
+        }
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn who_may_write_the_file_itself() {
+        let m = |uid, mode| FileMeta {
+            dev: 1,
+            ino: 2,
+            mode: libc::S_IFREG | mode,
+            uid,
+            size: 3,
+            mtime: (0, 0),
+            ctime: (0, 0),
+        };
+        let nw = ["/usr/bin"];
+        assert!(file_is_stable(&m(0, 0o755), "/opt/x", 1000, &nw));
+        assert!(!file_is_stable(&m(1000, 0o755), "/opt/x", 1000, &nw));
+        assert!(!file_is_stable(&m(0, 0o775), "/opt/x", 1000, &nw));
+        assert!(!file_is_stable(&m(0, 0o757), "/opt/x", 1000, &nw));
+        assert!(file_is_stable(&m(0, 0o755), "/usr/bin/x", 0, &nw));
+        assert!(!file_is_stable(&m(0, 0o755), "/opt/x", 0, &nw));
+        assert!(!file_is_stable(&m(0, 0o755), "/usr/binx", 0, &nw));
+    }
+
+    /// Two pages mapped, the second then unmapped: a string or array may end
+    /// right at the hole.
+    fn page_before_a_hole() -> *mut u8 {
+        // SAFETY: an anonymous private mapping of two pages.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                8192,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        // SAFETY: unmapping the second page of the mapping just made.
+        unsafe { libc::munmap(p.cast::<u8>().add(4096).cast(), 4096) };
+        p.cast()
+    }
+
+    #[test]
+    fn strings_and_arrays_at_page_edges() {
+        let me = std::process::id();
+        let page = page_before_a_hole();
+        // SAFETY: writes inside the first page, which stays mapped.
+        unsafe {
+            std::ptr::write_bytes(page, b'a', 4096);
+            *page.add(4095) = 0;
+        }
+        let end = page as u64 + 4096;
+        let mut mem = MemReader::new(me);
+        mem.prefetch(&[(end - 10, 100), (end - 4000, 100)]);
+        let (s, whole) = mem.cstring(end - 10, 100).unwrap();
+        assert_eq!((s.len(), whole), (9, true));
+        // No NUL before the hole: unreadable, not a short string.
+        // SAFETY: inside the first page.
+        unsafe { *page.add(4095) = b'a' };
+        assert!(MemReader::new(me).cstring(end - 10, 100).is_err());
+        // An unaligned pointer array that crosses a page boundary.
+        let two = std::ptr::from_mut(Box::leak(Box::new([0u8; 16384])));
+        let base = (two as u64).next_multiple_of(4096) + 4096 - 4;
+        if base + 24 <= two as u64 + 16384 {
+            let words = [0x1111_u64, 0x2222, 0];
+            // SAFETY: 24 bytes inside the leaked buffer, written unaligned.
+            unsafe {
+                std::ptr::copy_nonoverlapping(words.as_ptr().cast::<u8>(), base as *mut u8, 24);
+            };
+            let (ptrs, complete) = MemReader::new(me).ptr_array(base, 8, 10).unwrap();
+            assert_eq!((ptrs, complete), (vec![0x1111, 0x2222], true));
+        }
+    }
+
+    #[test]
+    fn a_view_sees_its_root_unchanged() {
+        let me = std::process::id();
+        let v = View::open(me, me).unwrap();
+        assert!(v.root_unchanged());
+        assert_eq!(v.root_prefix(), "");
+    }
+
+    #[test]
     fn basename_cases() {
         assert_eq!(basename("/usr/bin/ls"), "ls");
         assert_eq!(basename("ls"), "ls");
