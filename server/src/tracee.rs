@@ -68,15 +68,9 @@ impl StatFile {
         })
     }
 
-    /// Opens `/proc/<pid>/task/<tid>/stat` (thread `tid`'s own state).
-    ///
-    /// # Errors
-    /// ENOENT when the thread is gone.
-    pub fn open_thread(pid: u32, tid: u32) -> io::Result<StatFile> {
-        Ok(StatFile {
-            file: std::fs::File::open(format!("/proc/{pid}/task/{tid}/stat"))?,
-            pid: tid,
-        })
+    /// A `stat` file of `pid` (or of a thread) opened elsewhere.
+    pub fn from_file(file: std::fs::File, pid: u32) -> StatFile {
+        StatFile { file, pid }
     }
 
     /// What the file says now.

@@ -119,6 +119,7 @@ impl TreeState {
     pub fn take_approved(&mut self) {
         while let Ok((pid, starttime, depth)) = self.approved_rx.try_recv() {
             self.book.record(pid, starttime, depth);
+            self.files.approved(pid);
         }
     }
 }
@@ -294,14 +295,21 @@ fn read_path_again(
 
 /// Every string address the kernel will read again after CONTINUE: the path,
 /// the argv pointer array and each argv string. Returns the open maps (to
-/// close after the answer).
+/// close after the answer). `mm_parent`: the caller's parent, which `kcmp`
+/// said shares the caller's address space (in this exec): its kept maps
+/// file answers for that address space (see `procfiles`).
 fn check_mappings(
     pid: u32,
     req: &ExecRequest,
     argv: &tracee::Argv,
+    mm_parent: Option<u32>,
+    files: &mut ProcFiles,
 ) -> Result<vma::Maps, Undecidable> {
-    let mut maps = vma::Maps::open(pid)
-        .map_err(|e| undecidable("unreadable", format!("memory map cannot be read: {e}")))?;
+    let mut maps = match mm_parent.and_then(|p| files.maps(p)) {
+        Some(f) => vma::Maps::over(f),
+        None => vma::Maps::open(pid)
+            .map_err(|e| undecidable("unreadable", format!("memory map cannot be read: {e}")))?,
+    };
     // Read only when a file mapping holds a string (rare).
     let mut own_exe: Option<String> = None;
     let no_write = crate::policy::landlock::SYSTEM_NO_WRITE;
@@ -386,28 +394,33 @@ fn gather(
         Err(u) => return fail("", u),
     };
     phases::mark("path");
-    let memory = match sharing::sharing(pid, tid, &stat, &mut st.files) {
-        Ok(Sharing::Exclusive) => Memory::Exclusive,
-        Ok(Sharing::Shared(set)) => match sharing::freeze(
-            pid,
-            tid,
-            &stat_file,
-            set,
-            hold,
-            &mut st.lingering,
-            &mut st.files,
-        ) {
-            Ok(f) => {
-                *frozen = Some(f);
-                Memory::Frozen
+    // The caller's parent, when it shares the caller's memory (see
+    // `check_mappings`).
+    let (memory, mm_parent) = match sharing::sharing(pid, tid, &stat, &mut st.files) {
+        Ok(Sharing::Exclusive { parent }) => (Memory::Exclusive, parent.then_some(stat.ppid)),
+        Ok(Sharing::Shared(set)) => {
+            let parent = (set.procs.get(1) == Some(&stat.ppid)).then_some(stat.ppid);
+            match sharing::freeze(
+                pid,
+                tid,
+                &stat_file,
+                set,
+                hold,
+                &mut st.lingering,
+                &mut st.files,
+            ) {
+                Ok(f) => {
+                    *frozen = Some(f);
+                    (Memory::Frozen, parent)
+                }
+                Err(why) => {
+                    return fail(
+                        &first.target.filename,
+                        undecidable("memory_not_frozen", why),
+                    )
+                }
             }
-            Err(why) => {
-                return fail(
-                    &first.target.filename,
-                    undecidable("memory_not_frozen", why),
-                )
-            }
-        },
+        }
         Err(why) => {
             return fail(
                 &first.target.filename,
@@ -444,7 +457,7 @@ fn gather(
         }
     };
     phases::mark("argv");
-    let maps = match check_mappings(pid, req, &argv) {
+    let maps = match check_mappings(pid, req, &argv, mm_parent, &mut st.files) {
         Ok(m) => m,
         Err(u) => return fail(&target.filename, u),
     };
@@ -663,6 +676,7 @@ pub fn handle(
             // Held: a waiter thread answers and audits it; this thread goes
             // on serving the tree. Nothing stays stopped while a human thinks.
             release(st, frozen, Duration::ZERO);
+            st.files.held(pid);
             let Holder::Notify { fd, id } = holder;
             ctx.approvals.hold(
                 fd,
@@ -749,6 +763,8 @@ pub fn handle(
     }
     if answered.is_ok() {
         st.book.record(pid, g.stat.starttime, depth);
+        // Its address space may be new: kept maps of it no longer answer.
+        st.files.exec_seen(pid);
     }
     if !watched {
         return;

@@ -9,7 +9,10 @@
 //! `getdents64`): a read costs no path lookup and no open or close. An open
 //! `/proc/<pid>/…` file belongs to the process it was opened on, not to the
 //! number: once that process is gone its `stat` fails to read (ESRCH), and
-//! the entry is reopened by number (a new process may have it now). At most
+//! the entry is reopened by number (a new process may have it now). Every
+//! file of an entry is opened beneath the entry's own `/proc/<pid>`
+//! directory fd, so all of them are that one process's even when opened
+//! later (beneath a process that is gone, nothing opens). At most
 //! [`KEPT`] processes are kept per tree (a few file descriptors each), the
 //! least recently used closed first; the files close with the tree.
 //!
@@ -17,13 +20,24 @@
 //! this exec already read (the sharing check and the depth read the same
 //! parent); [`ProcFiles::stat_now`] always reads.
 //!
+//! A parent's `/proc/<pid>/maps` is kept too, for its vfork children: an
+//! open maps file answers `PROCMAP_QUERY` about the address space the
+//! process had when it was opened, which is the one it has now unless it
+//! exec'd since, and the child's own as long as `kcmp` says they share it.
+//! Every exec of a tree comes to its supervisor, so the file is dropped
+//! whenever the supervisor lets an exec of that process proceed
+//! ([`ProcFiles::exec_seen`]), and not used while an exec of the process
+//! waits for an operator, whose answer may let it proceed from another
+//! thread at any moment ([`ProcFiles::held`], [`ProcFiles::approved`]).
+//!
 //! Failure modes: every read returns the kernel's error; a file that cannot
 //! be kept open (EMFILE) is read the ordinary way instead.
 
 use crate::tracee::{self, ProcStat, StatFile};
+use std::ffi::CString;
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 
 /// Processes kept per tree.
@@ -35,11 +49,14 @@ const THREADS_KEPT: usize = 8;
 
 struct Kept {
     pid: u32,
+    /// `/proc/<pid>`, everything else is opened beneath it.
+    dir: OwnedFd,
     stat: StatFile,
     syscall: Option<File>,
     task: Option<File>,
     children: Vec<(u32, File)>,
     thread_stats: Vec<(u32, StatFile)>,
+    maps: Option<File>,
 }
 
 /// See the module doc.
@@ -49,6 +66,8 @@ pub struct ProcFiles {
     kept: Vec<Kept>,
     /// (pid, stat) read during the current exec.
     memo: Vec<(u32, ProcStat)>,
+    /// Processes with an exec held for an operator.
+    holding: Vec<u32>,
 }
 
 impl ProcFiles {
@@ -63,17 +82,20 @@ impl ProcFiles {
             let k = self.kept.remove(i);
             self.kept.push(k);
         } else {
-            let stat = StatFile::open(pid)?;
+            let dir = open_dir(&format!("/proc/{pid}"))?;
+            let stat = StatFile::from_file(open_in(&dir, "stat")?, pid);
             if self.kept.len() == KEPT {
                 self.kept.remove(0);
             }
             self.kept.push(Kept {
                 pid,
+                dir,
                 stat,
                 syscall: None,
                 task: None,
                 children: Vec::new(),
                 thread_stats: Vec::new(),
+                maps: None,
             });
         }
         Ok(self.kept.last_mut().expect("just pushed"))
@@ -122,7 +144,7 @@ impl ProcFiles {
     pub fn syscall_line(&mut self, pid: u32) -> io::Result<String> {
         let k = self.entry(pid)?;
         if k.syscall.is_none() {
-            k.syscall = Some(File::open(format!("/proc/{pid}/syscall"))?);
+            k.syscall = Some(open_in(&k.dir, "syscall")?);
         }
         read_small(k.syscall.as_ref().expect("opened above"))
     }
@@ -141,9 +163,48 @@ impl ProcFiles {
             .map_or(usize::MAX, |(_, s)| s.num_threads as usize);
         let k = self.entry(pid)?;
         if k.task.is_none() {
-            k.task = Some(File::open(format!("/proc/{pid}/task"))?);
+            k.task = Some(open_in(&k.dir, "task")?);
         }
         list_dir_numbers(k.task.as_ref().expect("opened above"), expected)
+    }
+
+    /// A duplicate of `pid`'s kept `/proc/<pid>/maps` (opened now if
+    /// needed), for a vfork child that shares its memory: see the module
+    /// doc. Call only after a successful [`ProcFiles::stat`] of `pid` in this
+    /// exec (so the entry is the live process's) and a `kcmp` that says the
+    /// child shares `pid`'s memory. `None` while an exec of `pid` is held.
+    pub fn maps(&mut self, pid: u32) -> Option<File> {
+        if self.holding.contains(&pid) || !self.memo.iter().any(|(p, _)| *p == pid) {
+            return None;
+        }
+        let k = self.kept.iter_mut().find(|k| k.pid == pid)?;
+        if k.maps.is_none() {
+            k.maps = Some(open_in(&k.dir, "maps").ok()?);
+        }
+        k.maps.as_ref()?.try_clone().ok()
+    }
+
+    /// The supervisor let an exec of `pid` proceed: its address space may
+    /// be new.
+    pub fn exec_seen(&mut self, pid: u32) {
+        if let Some(k) = self.kept.iter_mut().find(|k| k.pid == pid) {
+            k.maps = None;
+        }
+    }
+
+    /// An exec of `pid` waits for an operator, who may let it proceed at
+    /// any moment.
+    pub fn held(&mut self, pid: u32) {
+        self.exec_seen(pid);
+        if !self.holding.contains(&pid) {
+            self.holding.push(pid);
+        }
+    }
+
+    /// The operator let `pid`'s held exec proceed, and it has.
+    pub fn approved(&mut self, pid: u32) {
+        self.exec_seen(pid);
+        self.holding.retain(|&p| p != pid);
     }
 
     /// The scheduler state of thread `tid` of `pid`, read now (its stat is
@@ -157,7 +218,8 @@ impl ProcFiles {
         let i = match k.thread_stats.iter().position(|(t, _)| *t == tid) {
             Some(i) => i,
             None => {
-                let f = StatFile::open_thread(pid, tid).ok()?;
+                let f =
+                    StatFile::from_file(open_in(&k.dir, &format!("task/{tid}/stat")).ok()?, tid);
                 if k.thread_stats.len() == THREADS_KEPT {
                     k.thread_stats.remove(0);
                 }
@@ -183,7 +245,7 @@ impl ProcFiles {
         let i = match k.children.iter().position(|(t, _)| *t == tid) {
             Some(i) => i,
             None => {
-                let f = File::open(format!("/proc/{pid}/task/{tid}/children"))?;
+                let f = open_in(&k.dir, &format!("task/{tid}/children"))?;
                 if k.children.len() == CHILDREN_KEPT {
                     k.children.remove(0);
                 }
@@ -197,6 +259,41 @@ impl ProcFiles {
             .filter_map(|c| c.parse().ok())
             .collect())
     }
+}
+
+/// Opens directory `path` (`O_PATH`).
+fn open_dir(path: &str) -> io::Result<OwnedFd> {
+    let c = CString::new(path).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: a valid C string; O_PATH opens nothing for I/O.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by open and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Opens `rel` beneath directory `dir`, read-only.
+fn open_in(dir: &OwnedFd, rel: &str) -> io::Result<File> {
+    let c = CString::new(rel).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: a valid dirfd and C string.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by openat and is owned by nobody else.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
 /// Reads a small `/proc` text file from its start (one `pread` when it fits
@@ -295,6 +392,23 @@ mod tests {
         let later = files.stat(me).unwrap();
         assert!(later.num_threads < after.num_threads);
         assert!(files.children(me, me).is_ok());
+    }
+
+    #[test]
+    fn maps_only_of_a_process_read_in_this_exec_and_not_while_it_waits() {
+        let me = std::process::id();
+        let mut files = ProcFiles::default();
+        assert!(files.maps(me).is_none(), "not read in this exec");
+        files.stat(me).unwrap();
+        let x = 7u64;
+        let mut maps = crate::supervisor::vma::Maps::over(files.maps(me).unwrap());
+        assert!(!maps.find(std::ptr::from_ref(&x) as u64).unwrap().shared);
+        files.held(me);
+        assert!(files.maps(me).is_none(), "an exec of it is held");
+        files.approved(me);
+        assert!(files.maps(me).is_some());
+        files.begin_exec();
+        assert!(files.maps(me).is_none(), "a new exec: read it first");
     }
 
     #[test]

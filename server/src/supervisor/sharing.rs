@@ -97,8 +97,9 @@ fn shares(tid: u32, other: u32) -> Result<bool, String> {
 /// The tasks that share the caller's memory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Sharing {
-    /// Nothing else can write it.
-    Exclusive,
+    /// Nothing else can write it. `parent`: the caller's parent shares it
+    /// all the same (a vfork child whose lone parent thread waits for it).
+    Exclusive { parent: bool },
     /// These can.
     Shared(Members),
 }
@@ -191,10 +192,10 @@ pub fn sharing(
 ) -> Result<Sharing, String> {
     let parent_shares = stat.ppid > 1 && shares(tid, stat.ppid)?;
     if stat.num_threads <= 1 && !parent_shares {
-        return Ok(Sharing::Exclusive);
+        return Ok(Sharing::Exclusive { parent: false });
     }
     if stat.num_threads <= 1 && vfork_of_a_lone_thread(tid, stat.ppid, files)? {
-        return Ok(Sharing::Exclusive);
+        return Ok(Sharing::Exclusive { parent: true });
     }
     let mut set = Members {
         procs: vec![pid],
@@ -221,7 +222,9 @@ pub fn sharing(
         }
     }
     if set.tasks.is_empty() {
-        Ok(Sharing::Exclusive)
+        Ok(Sharing::Exclusive {
+            parent: parent_shares,
+        })
     } else {
         Ok(Sharing::Shared(set))
     }
@@ -682,7 +685,7 @@ mod tests {
                     assert!(!s.tasks.contains_key(&me) && !s.tasks.is_empty());
                     assert_eq!(s.procs, vec![me]);
                 }
-                Sharing::Exclusive => panic!("threads share memory"),
+                Sharing::Exclusive { .. } => panic!("threads share memory"),
             }
         }
     }
