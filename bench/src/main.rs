@@ -17,6 +17,8 @@
 //!
 //! `agentsh-bench time --spec FILE` is the timer (an internal mode).
 
+mod compare;
+
 use agentsh_tests::ns::Namespace;
 use agentsh_tests::server::{bin, server_base, TestServer};
 use serde::{Deserialize, Serialize};
@@ -1283,6 +1285,26 @@ fn scale(
     Ok(())
 }
 
+/// `agentsh-bench compare`: a workspace under /srv (as `run` has), the
+/// comparison, the table printed and written to `--out`.
+fn run_compare(o: &compare::CompareOpts) -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("needs root (mount namespaces, seccomp listeners)".into());
+    }
+    let ws = PathBuf::from(format!("/srv/agentsh-bench/ws-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&ws);
+    std::fs::create_dir_all(ws.join("bin")).map_err(|e| format!("{}: {e}", ws.display()))?;
+    let cleanup = WsGuard(ws.clone());
+    let md = compare::run(o, &ws)?;
+    println!("{md}");
+    if let Some(out) = &o.out {
+        std::fs::write(out, &md).map_err(|e| format!("{}: {e}", out.display()))?;
+    }
+    drop(cleanup);
+    Ok(())
+}
+
 fn ns_pid(ns: &Namespace) -> String {
     // Namespace::path gives /proc/<holder>/root<p>; take the holder's pid from it.
     let p = ns.path("/");
@@ -1309,6 +1331,9 @@ impl Drop for WsGuard {
 const USAGE: &str =
     "usage: agentsh-bench run --hop PATH [--configure-tarball PATH] [--out DIR] [--quick]
        (normally through: sudo ./bench/run.sh [--quick])
+       agentsh-bench compare --server LABEL=PATH [--server LABEL=PATH ...] [--rounds R] [--n N] [--only W,..] [--out FILE]
+                                        (the supervisor's time per exec of several server builds,
+                                         side by side: see bench/src/compare.rs)
        agentsh-bench time --spec FILE   (internal: the timer)";
 
 fn main() -> ExitCode {
@@ -1316,6 +1341,7 @@ fn main() -> ExitCode {
     let res = match args.first().map(String::as_str) {
         Some("time") if args.len() == 3 && args[1] == "--spec" => timer_main(&args[2]),
         Some("run") => parse_run(&args[1..]).and_then(|o| run(&o)),
+        Some("compare") => compare::parse(&args[1..]).and_then(|o| run_compare(&o)),
         Some("-h" | "--help") => {
             println!("{USAGE}");
             Ok(())

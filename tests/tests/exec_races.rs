@@ -609,6 +609,191 @@ fn ordinary_threaded_spawners_still_work() {
     }
 }
 
+/// Where `go` is, if installed (`golang-go`: tests/setup.sh installs it).
+/// Without it the Go test skips, except under CI=true, where it fails.
+fn go_tool(test: &str) -> Option<std::path::PathBuf> {
+    let found = ["/usr/bin/go", "/usr/lib/go/bin/go", "/usr/local/go/bin/go"]
+        .iter()
+        .map(std::path::PathBuf::from)
+        .find(|p| p.is_file());
+    if found.is_none() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{test}: no Go toolchain (apt-get install golang-go; tests/setup.sh does); \
+             CI=true forbids skipping"
+        );
+        eprintln!("SKIP {test}: no Go toolchain (apt-get install golang-go)");
+    }
+    found
+}
+
+/// A Go program: 8 goroutines (GOMAXPROCS 4: the runtime's threads run them)
+/// each start `ECHO go-G-I` five times with `os/exec` and check its output.
+/// The runtime spawns with `clone(CLONE_VM|CLONE_VFORK)` from whichever
+/// thread runs the goroutine: a vfork child of a multi-threaded process.
+const GO_SPAWNER: &str = r#"package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+)
+
+func main() {
+	runtime.GOMAXPROCS(4)
+	echo := os.Args[1]
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	ok, failed := 0, 0
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 5; i++ {
+				want := fmt.Sprintf("go-%d-%d", g, i)
+				out, err := exec.Command(echo, want).Output()
+				mu.Lock()
+				if err == nil && strings.TrimSpace(string(out)) == want {
+					ok++
+				} else {
+					failed++
+					fmt.Fprintln(os.Stderr, want, err, string(out))
+				}
+				mu.Unlock()
+			}
+		}(g)
+	}
+	wg.Wait()
+	fmt.Printf("go ok=%d failed=%d\n", ok, failed)
+}
+"#;
+
+/// Python: 8 threads each run `ECHO py-T-I` five times with `subprocess`
+/// (which vforks, from a process with threads) and check its output.
+const PY_SPAWNER: &str = r#"
+import subprocess, sys, threading
+echo = sys.argv[1]
+ok = failed = 0
+lock = threading.Lock()
+def run(t):
+    global ok, failed
+    for i in range(5):
+        want = "py-%d-%d" % (t, i)
+        r = subprocess.run([echo, want], capture_output=True, text=True)
+        with lock:
+            if r.returncode == 0 and r.stdout.strip() == want:
+                ok += 1
+            else:
+                failed += 1
+                print(want, r, file=sys.stderr)
+ts = [threading.Thread(target=run, args=(t,)) for t in range(8)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+print("py ok=%d failed=%d" % (ok, failed))
+"#;
+
+const ECHO: &str = "/usr/bin/echo";
+
+/// Runs `argv` supervised as root and as an unprivileged user; checks that
+/// every child printed what it was asked to (`summary` is the spawner's
+/// last line: all 40 ok), that the audit has an allowed event for each of
+/// the 40 execs of `ECHO` with the argument asked for, that execs from the
+/// spawner's threads were frozen (not merely exclusive), and that nothing
+/// is left stopped.
+fn real_spawner_runs_supervised(session: &str, argv: &[&str], tag: &str, summary: &str) {
+    for uid in [None, Some(NOBODY)] {
+        let srv = TestServer::start(POLICY, "");
+        let arena = Arena::new("real-spawner");
+        let out = run_wrapped(&srv.url, session, argv, &opts(&arena, uid));
+        let stdout = text(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains(summary),
+            "{session} ({uid:?}): {stdout} {}",
+            text(&out.stderr)
+        );
+        let ev = srv.exec_events(session);
+        let echoes: Vec<&Value> = ev
+            .iter()
+            .filter(|e| {
+                e["filename"] == ECHO
+                    && e["argv"][1]
+                        .as_str()
+                        .is_some_and(|a| a.starts_with(&format!("{tag}-")))
+            })
+            .collect();
+        assert_eq!(
+            echoes.len(),
+            40,
+            "{session} ({uid:?}): one event per child: {ev:#?}"
+        );
+        assert!(
+            echoes.iter().all(|e| e["effective_action"] == "allow"),
+            "{session} ({uid:?}): {echoes:#?}"
+        );
+        assert!(
+            echoes.iter().any(|e| e["memory"] == "frozen"),
+            "{session} ({uid:?}): the spawns from threads were frozen: {echoes:#?}"
+        );
+        let left = stopped_or_traced(srv.pid(), None);
+        assert!(left.is_empty(), "{session} ({uid:?}): {left:#?}");
+    }
+}
+
+#[test]
+fn a_go_programs_os_exec_spawns_run_under_supervision() {
+    let test = "a_go_programs_os_exec_spawns_run_under_supervision";
+    if !require_root(test) {
+        return;
+    }
+    let Some(go) = go_tool(test) else { return };
+    // Compiled at test time, outside any tree, into a directory an
+    // unprivileged user can read.
+    let dir = agentsh_tests::server::TempDir::new("go-spawner");
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("main.go"), GO_SPAWNER).unwrap();
+    let bin = dir.path().join("gospawn");
+    let build = Command::new(&go)
+        .arg("build")
+        .arg("-o")
+        .arg(&bin)
+        .arg(dir.path().join("main.go"))
+        .env("GOCACHE", dir.path().join("cache"))
+        .env("GOPATH", dir.path().join("gopath"))
+        .env("HOME", dir.path())
+        .env("CGO_ENABLED", "0")
+        .env("GOFLAGS", "-mod=mod")
+        .env("GOTOOLCHAIN", "local")
+        .output()
+        .expect("run go build");
+    assert!(build.status.success(), "go build: {}", text(&build.stderr));
+    real_spawner_runs_supervised(
+        "go",
+        &[bin.to_str().unwrap(), ECHO],
+        "go",
+        "go ok=40 failed=0",
+    );
+}
+
+#[test]
+fn pythons_subprocess_from_eight_threads_runs_under_supervision() {
+    if !require_root("pythons_subprocess_from_eight_threads_runs_under_supervision") {
+        return;
+    }
+    real_spawner_runs_supervised(
+        "py",
+        &["/usr/bin/python3", "-c", PY_SPAWNER, ECHO],
+        "py",
+        "py ok=40 failed=0",
+    );
+}
+
 #[test]
 fn copies_hardlinks_renames_and_interpreters_of_a_denied_program_are_judged_as_it() {
     if !require_root(

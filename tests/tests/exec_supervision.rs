@@ -293,6 +293,46 @@ fn fexecve_of_allowed_binary_runs_and_is_judged_by_real_path() {
 }
 
 #[test]
+fn an_exec_of_a_fifo_is_answered_not_waited_on() {
+    if !require_root("an_exec_of_a_fifo_is_answered_not_waited_on") {
+        return;
+    }
+    // The supervisor reads a program's first bytes (a `#!` line) only from a
+    // regular file: opening a FIFO that nobody writes would block the tree's
+    // supervisor, and with it every exec of the tree.
+    let srv = TestServer::start(POLICY, "");
+    let tmp = TempDir::new("fifo");
+    let fifo = tmp.path().join("prog");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string; mkfifo creates the node.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o755) }, 0);
+    let script = format!("{}; echo rc=$?; /bin/echo after", fifo.display());
+    let w = spawn_wrapped(
+        &srv.url,
+        "fifo",
+        &["/bin/sh", "-c", &script],
+        &WrapOptions::default(),
+    );
+    let mut child = w.child;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the tree hung on an exec of a FIFO: {}", srv.log());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("rc=126") && stdout.contains("after"),
+        "{stdout} {}",
+        stderr(&out)
+    );
+}
+
+#[test]
 fn killing_the_server_stops_every_later_exec() {
     if !require_root("killing_the_server_stops_every_later_exec") {
         return;

@@ -84,6 +84,7 @@ mod tests {
 
     fn st(ppid: u32, starttime: u64) -> ProcStat {
         ProcStat {
+            state: b'S',
             ppid,
             pgrp: ppid,
             num_threads: 1,

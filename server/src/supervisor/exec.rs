@@ -4,14 +4,17 @@
 //! id, the syscall and its register arguments, and an [`ExecStop`] to answer
 //! through. Here, in order:
 //!
-//! 1. who: the thread's stat and thread group;
-//! 2. the path, read and resolved in the thread's own view: a path that
-//!    names nothing is answered with the kernel's own errno (no decision: a
-//!    failing errno is safe whatever was read);
+//! 1. who: the thread's stat (kept open: a freeze reads it again) and
+//!    thread group;
+//! 2. the path (read together with the argv array, one `process_vm_readv`),
+//!    resolved in the thread's own view: a path that names nothing is
+//!    answered with the kernel's own errno (no decision: a failing errno is
+//!    safe whatever was read);
 //! 3. the race guard: who else shares the caller's memory (`sharing`); if
 //!    anyone, they are stopped before anything is read for the decision, and
-//!    the path is read again;
-//! 4. argv, and where the strings live (`vma`: no shared mappings);
+//!    the path is read again (`read_path_again`);
+//! 4. argv (mostly from the pages already read), and where the strings live
+//!    (`vma`: no shared mappings);
 //! 5. the notification is still the same waiting thread (`still_waiting`);
 //! 6. depth, then the pure decision (`policy::judge`);
 //! 7. approve: hand to `approval` (the tasks stopped are released first);
@@ -28,10 +31,16 @@
 //! image is checked against what was judged before its first instruction
 //! ([`ExecStop::expect`] receives it), and the audit says `memory: verified`.
 //!
+//! This runs for every exec, so it counts system calls: the parents' `/proc`
+//! files are kept open between execs (`procfiles`), this exec's are closed
+//! after the answer, and `phases` says where the time goes.
+//!
 //! Failure modes: anything that cannot be read, resolved or frozen is a deny
 //! (EACCES) audited with the rule `unreadable`, `unresolvable`,
 //! `memory_not_frozen` or `shared_memory` and the reason.
 
+use super::phases;
+use super::procfiles::ProcFiles;
 use super::ptrace::Lingering;
 use super::sharing::{self, Frozen, Sharing};
 use super::verify::{self, Expected};
@@ -41,7 +50,7 @@ use crate::approval::HeldExec;
 use crate::audit::{Action, EventBody, ExecEvent, ExecSubject, FileIdentity, Memory};
 use crate::config::OnTruncated;
 use crate::policy::{self, Decision, ExecFacts, ProgramFacts, Truncation, Verdict};
-use crate::tracee::{self, ExecTarget, ResolveError};
+use crate::tracee::{self, ExecTarget, MemReader, ResolveError, StatFile, View};
 use agentsh_proto::execabi::{ExecArgs, ExecSyscall};
 use std::io;
 use std::os::fd::OwnedFd;
@@ -107,6 +116,8 @@ pub struct TreeState {
     pub protected: signals::Protected,
     /// Tasks stopped for an exec that had not reached their stop when it ended.
     pub lingering: Lingering,
+    /// `/proc` files of the parents the tree's execs ask about, kept open.
+    pub(super) files: ProcFiles,
     approved_tx: Sender<(u32, u64, u32)>,
     approved_rx: Receiver<(u32, u64, u32)>,
 }
@@ -123,6 +134,7 @@ impl TreeState {
             // ACK) is surely alive: its parent is the SDK daemon.
             protected: signals::Protected::for_tree(root_pid),
             lingering: Lingering::default(),
+            files: ProcFiles::default(),
             approved_tx,
             approved_rx,
         }
@@ -132,6 +144,7 @@ impl TreeState {
     pub fn take_approved(&mut self) {
         while let Ok((pid, starttime, depth)) = self.approved_rx.try_recv() {
             self.book.record(pid, starttime, depth);
+            self.files.approved(pid);
         }
     }
 }
@@ -160,6 +173,9 @@ struct Gathered {
     /// What the identity index says about the program and each interpreter.
     recognised: super::identity::Recognised,
     recognised_chain: Vec<super::identity::Recognised>,
+    /// Open `/proc` files, closed after the answer (each close costs
+    /// microseconds the tracee need not wait for).
+    _close_later: (View, StatFile, Option<vma::Maps>),
 }
 
 /// The name the kernel gives a script's interpreter (`bprm->filename`).
@@ -175,50 +191,66 @@ fn kernel_filename(args: &ExecArgs, path: &[u8]) -> String {
 }
 
 /// Whether the lookups of the program and of its interpreters can be
-/// changed by the tree between the decision and the kernel's lookup.
+/// changed by the tree between the decision and the kernel's lookup, and
+/// whether the tree can write the files themselves (their `#!` lines). `uid`
+/// is the caller's (the owner of its `/proc` entries: root when it is not
+/// dumpable, the stricter reading).
 fn lookups_stable(
-    pid: u32,
-    tid: u32,
+    view: &View,
+    uid: u32,
     args: &ExecArgs,
     target: &ExecTarget,
     chain: &[tracee::ChainLink],
 ) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let task = tracee::task_dir(pid, tid);
-    let root = match std::fs::read_link(format!("{task}/root")) {
-        Ok(r) if r.as_os_str() == "/" => String::new(),
-        Ok(_) => format!("{task}/root"),
-        Err(_) => return false,
-    };
-    // The owner of /proc/<pid> is the process's effective uid (root when it
-    // is not dumpable: the stricter reading).
-    let Ok(uid) = std::fs::metadata(format!("/proc/{pid}")).map(|m| m.uid()) else {
-        return false;
-    };
+    let root = view.root_prefix();
     let no_write = crate::policy::landlock::SYSTEM_NO_WRITE;
+    let file = |t: &ExecTarget| tracee::file_is_stable(&t.meta, t.canonical(), uid, no_write);
     // execveat(fd, "", AT_EMPTY_PATH) looks nothing up: the fd is the file.
     let program = (args.flags & libc::AT_EMPTY_PATH != 0 && target.filename.is_empty())
         || tracee::path_is_stable(
             &root,
             &target.filename,
+            Some(target.canonical()),
             uid,
             no_write,
-            target.resolved.is_none(),
         );
     program
-        && chain
-            .iter()
-            .all(|l| tracee::path_is_stable(&root, &l.path, uid, no_write, false))
+        && file(target)
+        && chain.iter().all(|l| {
+            let canonical = l.target.as_ref().map(ExecTarget::canonical);
+            tracee::path_is_stable(&root, &l.path, canonical, uid, no_write)
+                && l.target.as_ref().is_none_or(file)
+        })
 }
 
 /// The outcome of reading the path once.
 enum PathRead {
-    Target(Vec<u8>, ExecTarget),
+    Target(Box<Resolved>),
     /// The kernel would answer this errno: no exec happens.
     Missing(i32),
 }
 
-fn read_path(pid: u32, req: &ExecRequest) -> Result<PathRead, Undecidable> {
+/// A path read and resolved: its bytes, the view it was resolved in, the file.
+struct Resolved {
+    path: Vec<u8>,
+    view: View,
+    target: ExecTarget,
+}
+
+/// A reader of the caller's memory that has read, in one system call, the
+/// pages the path and the argv array start in (argv[0] is usually the path
+/// itself, the other strings next to it).
+fn strings_reader(req: &ExecRequest, max_argc: usize) -> MemReader {
+    let a = &req.args;
+    let mut mem = MemReader::new(req.tid);
+    mem.prefetch(&[
+        (a.path, libc::PATH_MAX as usize + 1),
+        (a.argv, (max_argc + 1) * a.ptr_size),
+    ]);
+    mem
+}
+
+fn read_path(pid: u32, req: &ExecRequest, mem: &mut MemReader) -> Result<PathRead, Undecidable> {
     let a = &req.args;
     if a.path == 0 {
         return Err(undecidable(
@@ -226,7 +258,7 @@ fn read_path(pid: u32, req: &ExecRequest) -> Result<PathRead, Undecidable> {
             "exec path pointer is NULL".into(),
         ));
     }
-    let path = match tracee::read_cstring(req.tid, a.path, libc::PATH_MAX as usize) {
+    let path = match mem.cstring(a.path, libc::PATH_MAX as usize) {
         Ok((p, true)) => p,
         Ok((_, false)) => {
             return Err(undecidable(
@@ -241,25 +273,68 @@ fn read_path(pid: u32, req: &ExecRequest) -> Result<PathRead, Undecidable> {
             ))
         }
     };
-    let empty_path = a.flags & libc::AT_EMPTY_PATH != 0;
-    match tracee::resolve_exec_target(pid, req.tid, a.dirfd, &path, empty_path) {
-        Ok(t) => Ok(PathRead::Target(path, t)),
-        Err(ResolveError::Missing(errno)) => Ok(PathRead::Missing(errno)),
-        Err(ResolveError::Other(e)) => Err(undecidable(
+    let unresolvable = |e: std::io::Error| {
+        undecidable(
             "unresolvable",
             format!(
                 "exec path {:?} cannot be resolved in the calling thread's view: {e}",
                 String::from_utf8_lossy(&path)
             ),
-        )),
+        )
+    };
+    let view = View::open(pid, req.tid).map_err(unresolvable)?;
+    let empty_path = a.flags & libc::AT_EMPTY_PATH != 0;
+    match tracee::resolve_in(&view, a.dirfd, &path, empty_path) {
+        Ok(target) => Ok(PathRead::Target(Box::new(Resolved { path, view, target }))),
+        Err(ResolveError::Missing(errno)) => Ok(PathRead::Missing(errno)),
+        Err(ResolveError::Other(e)) => Err(unresolvable(e)),
     }
 }
 
+/// The path read again once the tasks sharing the caller's memory are
+/// stopped. When it reads the same bytes, names an absolute path outside
+/// `/proc` and `/dev` (no fd table, no cwd, no `/proc/self` in the lookup)
+/// and the caller's root is still the directory the first resolution used,
+/// a second resolution would take the same inputs: the first one stands
+/// (whether the file system changed meanwhile is the stability check's and
+/// the verification's question, as for any resolution). Otherwise it is
+/// resolved again.
+fn read_path_again(
+    pid: u32,
+    req: &ExecRequest,
+    mem: &mut MemReader,
+    first: Box<Resolved>,
+) -> Result<PathRead, Undecidable> {
+    let same = mem
+        .cstring(req.args.path, libc::PATH_MAX as usize)
+        .is_ok_and(|(p, whole)| whole && p == first.path);
+    let plain = first.path.starts_with(b"/") && {
+        let clean = tracee::join_clean("/", &String::from_utf8_lossy(&first.path));
+        !clean.starts_with("/proc/") && !clean.starts_with("/dev/")
+    };
+    if same && plain && first.view.root_unchanged() {
+        return Ok(PathRead::Target(first));
+    }
+    read_path(pid, req, mem)
+}
+
 /// Every string address the kernel will read again after CONTINUE: the path,
-/// the argv pointer array and each argv string.
-fn check_mappings(pid: u32, req: &ExecRequest, argv: &tracee::Argv) -> Result<(), Undecidable> {
-    let mut maps = vma::Maps::open(pid)
-        .map_err(|e| undecidable("unreadable", format!("memory map cannot be read: {e}")))?;
+/// the argv pointer array and each argv string. Returns the open maps (to
+/// close after the answer). `mm_parent`: the caller's parent, which `kcmp`
+/// said shares the caller's address space (in this exec): its kept maps
+/// file answers for that address space (see `procfiles`).
+fn check_mappings(
+    pid: u32,
+    req: &ExecRequest,
+    argv: &tracee::Argv,
+    mm_parent: Option<u32>,
+    files: &mut ProcFiles,
+) -> Result<vma::Maps, Undecidable> {
+    let mut maps = match mm_parent.and_then(|p| files.maps(p)) {
+        Some(f) => vma::Maps::over(f),
+        None => vma::Maps::open(pid)
+            .map_err(|e| undecidable("unreadable", format!("memory map cannot be read: {e}")))?,
+    };
     // Read only when a file mapping holds a string (rare).
     let mut own_exe: Option<String> = None;
     let no_write = crate::policy::landlock::SYSTEM_NO_WRITE;
@@ -286,13 +361,13 @@ fn check_mappings(pid: u32, req: &ExecRequest, argv: &tracee::Argv) -> Result<()
             ));
         }
     }
-    Ok(())
+    Ok(maps)
 }
 
 /// What gathering came to.
 enum Gather {
     /// Judge these facts of process `pid`.
-    Ready(u32, Gathered),
+    Ready(u32, Box<Gathered>),
     /// Answer this errno without a decision or an event (no such program,
     /// or the caller vanished).
     Answer(i32),
@@ -307,6 +382,9 @@ enum Gather {
 
 /// Steps 1–5 of the module doc. `frozen` receives the tasks stopped, which
 /// the caller releases whatever the outcome.
+///
+/// Long because the steps share the facts read before the freeze and the
+/// order of reads is the race guard; each step is a call.
 fn gather(
     ctx: &SupervisorContext,
     st: &mut TreeState,
@@ -315,56 +393,83 @@ fn gather(
     verified: bool,
 ) -> Gather {
     let tid = req.tid;
-    let Ok(stat) = tracee::proc_stat(tid) else {
+    st.files.begin_exec();
+    // Kept open: read again after a freeze (thread count) and for the owner.
+    let Ok(stat_file) = StatFile::open(tid) else {
         return Gather::Answer(libc::EACCES); // vanished: nothing to audit
+    };
+    let Ok(stat) = stat_file.read() else {
+        return Gather::Answer(libc::EACCES);
     };
     let Ok(pid) = tracee::tgid_of(tid, &stat) else {
         return Gather::Answer(libc::EACCES);
     };
+    phases::mark("stat");
     let fail = |filename: &str, why| Gather::Refused {
         pid,
         ppid: stat.ppid,
         filename: filename.to_string(),
         why,
     };
-    let first = match read_path(pid, req) {
+    let max_argc = ctx.limits.max_argc;
+    let mut mem = strings_reader(req, max_argc);
+    let first = match read_path(pid, req, &mut mem) {
         Ok(PathRead::Missing(errno)) => return Gather::Answer(errno),
-        Ok(PathRead::Target(p, t)) => (p, t),
+        Ok(PathRead::Target(r)) => r,
         Err(u) => return fail("", u),
     };
-    // A verifying backend checks the new image: whoever writes the strings
-    // now only gets the exec killed.
-    let memory = if verified {
-        Memory::Verified
+    phases::mark("path");
+    // The caller's parent, when it shares the caller's memory (see
+    // `check_mappings`). A verifying backend checks the new image: whoever
+    // writes the strings now only gets the exec killed.
+    let shared = if verified {
+        None
     } else {
-        match sharing::sharing(pid, tid, &stat) {
-            Ok(Sharing::Exclusive) => Memory::Exclusive,
-            Ok(Sharing::Shared(tasks)) => match sharing::freeze(pid, tid, tasks, &mut st.lingering)
-            {
+        Some(sharing::sharing(pid, tid, &stat, &mut st.files))
+    };
+    let (memory, mm_parent) = match shared {
+        None => (Memory::Verified, None),
+        Some(Ok(Sharing::Exclusive { parent })) => (Memory::Exclusive, parent.then_some(stat.ppid)),
+        Some(Ok(Sharing::Shared(set))) => {
+            let parent = (set.procs.get(1) == Some(&stat.ppid)).then_some(stat.ppid);
+            match sharing::freeze(pid, tid, &stat_file, set, &mut st.lingering, &mut st.files) {
                 Ok(f) => {
                     *frozen = Some(f);
-                    Memory::Frozen
+                    (Memory::Frozen, parent)
                 }
-                Err(why) => return fail(&first.1.filename, undecidable("memory_not_frozen", why)),
-            },
-            Err(why) => return fail(&first.1.filename, undecidable("memory_not_frozen", why)),
+                Err(why) => {
+                    return fail(
+                        &first.target.filename,
+                        undecidable("memory_not_frozen", why),
+                    )
+                }
+            }
+        }
+        Some(Err(why)) => {
+            return fail(
+                &first.target.filename,
+                undecidable("memory_not_frozen", why),
+            )
         }
     };
-    let (path, target) = if memory == Memory::Frozen {
+    phases::mark("share");
+    let resolved = if memory == Memory::Frozen {
         // The first read raced with tasks that were still running.
-        match read_path(pid, req) {
+        mem = strings_reader(req, max_argc);
+        let first_name = first.target.filename.clone();
+        match read_path_again(pid, req, &mut mem, first) {
             Ok(PathRead::Missing(errno)) => return Gather::Answer(errno),
-            Ok(PathRead::Target(p, t)) => (p, t),
-            Err(u) => return fail(&first.1.filename, u),
+            Ok(PathRead::Target(r)) => r,
+            Err(u) => return fail(&first_name, u),
         }
     } else {
         first
     };
-    let argv = match tracee::read_argv(
-        tid,
+    let Resolved { path, view, target } = *resolved;
+    let argv = match mem.argv(
         req.args.argv,
         req.args.ptr_size,
-        ctx.limits.max_argc,
+        max_argc,
         ctx.limits.max_argv_bytes,
     ) {
         Ok(a) => a,
@@ -375,13 +480,18 @@ fn gather(
             )
         }
     };
-    if !verified {
-        if let Err(u) = check_mappings(pid, req, &argv) {
-            return fail(&target.filename, u);
+    phases::mark("argv");
+    let maps = if verified {
+        None
+    } else {
+        match check_mappings(pid, req, &argv, mm_parent, &mut st.files) {
+            Ok(m) => Some(m),
+            Err(u) => return fail(&target.filename, u),
         }
-    }
+    };
+    phases::mark("maps");
     let script_name = kernel_filename(&req.args, &path);
-    let chain = match tracee::interpreter_chain(pid, tid, &target, &script_name, &argv.args) {
+    let chain = match tracee::interpreter_chain(&view, &target, &script_name, &argv.args) {
         Ok(c) => c,
         Err(tracee::ChainError::TooDeep) => {
             return fail(
@@ -405,12 +515,18 @@ fn gather(
             )
         }
     };
-    // Verified execs need no stable lookups: a swapped file is caught at exec.
-    let stable = verified || lookups_stable(pid, tid, &req.args, &target, &chain);
+    phases::mark("chain");
+    // Verified execs need no stable lookups: a swapped file is caught at
+    // exec. The owner of the caller's /proc entries; unreadable: not stable.
+    let stable = verified
+        || stat_file
+            .owner()
+            .is_ok_and(|uid| lookups_stable(&view, uid, &req.args, &target, &chain));
+    phases::mark("stable");
     let index = super::identity_index(&ctx.policy);
     // A program is not "a copy of" itself.
     let recognise = |t: &ExecTarget| {
-        let mut r = index.recognise(&t.file);
+        let mut r = index.recognise(&t.file, &t.meta);
         r.copy_of
             .retain(|c| *c != t.filename && Some(c) != t.resolved.as_ref());
         r
@@ -420,9 +536,10 @@ fn gather(
         .iter()
         .map(|l| l.target.as_ref().map(recognise).unwrap_or_default())
         .collect();
+    phases::mark("ident");
     Gather::Ready(
         pid,
-        Gathered {
+        Box::new(Gathered {
             stat,
             target,
             argv,
@@ -431,7 +548,8 @@ fn gather(
             stable,
             recognised,
             recognised_chain,
-        },
+            _close_later: (view, stat_file, maps),
+        }),
     )
 }
 
@@ -444,9 +562,9 @@ fn subject(pid: u32, g: &Gathered, depth: u32) -> ExecSubject {
         resolved: g.target.resolved.clone(),
         argv: g.argv.args.clone(),
         truncated: g.argv.truncated,
-        file: g.target.identity().ok().map(|(dev, ino)| FileIdentity {
-            dev,
-            ino,
+        file: Some(FileIdentity {
+            dev: g.target.meta.dev,
+            ino: g.target.meta.ino,
             sha256: g.recognised.sha256.clone(),
         }),
         interpreters: Vec::new(),
@@ -477,8 +595,8 @@ fn interpreters_of(g: &Gathered) -> Vec<policy::Interpreter> {
 /// interpreter) with the argv the kernel builds.
 fn expected_of(g: &Gathered) -> Option<Expected> {
     let (file, argv) = match g.chain.last() {
-        Some(l) => (l.target.as_ref()?.identity().ok()?, l.argv.clone()),
-        None => (g.target.identity().ok()?, g.argv.args.clone()),
+        Some(l) => (l.target.as_ref()?.identity(), l.argv.clone()),
+        None => (g.target.identity(), g.argv.args.clone()),
     };
     Some(Expected {
         file,
@@ -514,6 +632,9 @@ fn judge(
 }
 
 /// Handles one caught exec: gather, decide, answer, audit (module doc).
+///
+/// Long because the answer's safety argument reads top to bottom: every way
+/// to CONTINUE is in sight of the checks it relies on.
 pub fn handle(
     ctx: &SupervisorContext,
     tree: &Tree,
@@ -523,6 +644,7 @@ pub fn handle(
     holder: Holder,
 ) {
     let started = Instant::now();
+    phases::begin();
     let mut frozen: Option<Frozen> = None;
     let verified = stop.verifies_every_exec();
     let (pid, g) = match gather(ctx, st, req, &mut frozen, verified) {
@@ -564,9 +686,11 @@ pub fn handle(
         tracing::debug!(pid, "tracee gone after reading its exec");
         return;
     }
-    let depth = st
-        .book
-        .depth_of(pid, &g.stat, st.root_pid, |p| tracee::proc_stat(p).ok());
+    phases::mark("valid");
+    let files = std::cell::RefCell::new(&mut st.files);
+    let depth = st.book.depth_of(pid, &g.stat, st.root_pid, |p| {
+        files.borrow_mut().stat(p).ok()
+    });
     let interpreters = interpreters_of(&g);
     let verdict = judge(ctx, &g, depth, &interpreters);
     let mut subject = subject(pid, &g, depth);
@@ -578,6 +702,7 @@ pub fn handle(
             // Held: a waiter thread answers and audits it; this thread goes
             // on serving the tree. Nothing stays stopped while a human thinks.
             release(st, frozen, Duration::ZERO);
+            st.files.held(pid);
             let notif_id = match &holder {
                 Holder::Notify { id, .. } => *id,
                 Holder::Trace { .. } => 0,
@@ -599,6 +724,7 @@ pub fn handle(
             return;
         }
     };
+    phases::mark("judge");
     let mut rule = verdict.rule;
     let mut message = verdict.message;
     // Watched through the exec when anything could change what runs after
@@ -652,6 +778,7 @@ pub fn handle(
     ctx.audit.record(&tree.session_id, EventBody::Execve(event));
     // The supervisor's own time for this exec (facts, freeze, policy,
     // audit); taken before the answer, which may hand this CPU to the tracee.
+    phases::mark("audit");
     let own_us = started.elapsed().as_micros() as u64;
     if !allow {
         release(st, frozen, Duration::ZERO);
@@ -679,12 +806,14 @@ pub fn handle(
         hold_for_tests();
     }
     let answered = stop.proceed();
-    tracing::trace!(pid, us = own_us, watched, memory = ?g.memory, "exec answered");
+    tracing::trace!(pid, us = own_us, watched, memory = ?g.memory, phases = %phases::text(), "exec answered");
     if let Err(e) = &answered {
         tracing::debug!(pid, "answer not delivered (tracee gone?): {e}");
     }
     if answered.is_ok() {
         st.book.record(pid, g.stat.starttime, depth);
+        // Its address space may be new: kept maps of it no longer answer.
+        st.files.exec_seen(pid);
     }
     if !watched {
         return;

@@ -23,6 +23,7 @@
 //! exec is judged by name, as before) and the reason is logged; a program the
 //! policy names that does not exist here is simply not in the index.
 
+use crate::tracee::FileMeta;
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, VecDeque};
 use std::io::Read;
@@ -156,16 +157,11 @@ impl IdentityIndex {
         self.by_digest.values().map(Vec::len).sum()
     }
 
-    /// What the file open at `fd` (an `O_PATH` fd is fine) is.
-    pub fn recognise(&self, fd: &OwnedFd) -> Recognised {
-        // SAFETY: stat is plain data, filled by the kernel.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: a valid fd (O_PATH works) and a stat buffer of the right size.
-        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } < 0 {
-            return Recognised::default();
-        }
-        let size = st.st_size as u64;
-        if st.st_mode & libc::S_IFMT != libc::S_IFREG || size > MAX_HASHED {
+    /// What the file open at `fd` (an `O_PATH` fd is fine) is; `meta` is
+    /// its `fstat`, taken when it was opened.
+    pub fn recognise(&self, fd: &OwnedFd, meta: &FileMeta) -> Recognised {
+        let size = meta.size;
+        if !meta.is_regular() || size > MAX_HASHED {
             return Recognised::default();
         }
         if !self.digests_named && self.sizes.binary_search(&size).is_err() {
@@ -173,13 +169,13 @@ impl IdentityIndex {
         }
         let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
         let key: FileKey = (
-            st.st_dev,
-            st.st_ino,
+            meta.dev,
+            meta.ino,
             size,
-            st.st_mtime,
-            st.st_mtime_nsec,
-            st.st_ctime,
-            st.st_ctime_nsec,
+            meta.mtime.0,
+            meta.mtime.1,
+            meta.ctime.0,
+            meta.ctime.1,
         );
         let cached = {
             let c = self
@@ -252,15 +248,18 @@ mod tests {
         let idx = IdentityIndex::build(&[orig.display().to_string(), "curl*".into()]);
         assert_eq!(idx.len(), 1);
         let fd = |p: &std::path::Path| -> OwnedFd { std::fs::File::open(p).unwrap().into() };
-        let r = idx.recognise(&fd(&copy));
+        let meta = |f: &OwnedFd| crate::tracee::fd_meta(f.as_raw_fd()).unwrap();
+        let copy = fd(&copy);
+        let r = idx.recognise(&copy, &meta(&copy));
         assert_eq!(r.copy_of, vec![orig.display().to_string()]);
         // Same size, other content: hashed, not recognised.
-        let r = idx.recognise(&fd(&other));
+        let other_fd = fd(&other);
+        let r = idx.recognise(&other_fd, &meta(&other_fd));
         assert!(r.copy_of.is_empty() && r.sha256.is_some());
         // A digest rule recognises content wherever it is.
         let d = sha256_hex(&mut std::fs::File::open(&other).unwrap()).unwrap();
         let idx = IdentityIndex::build(&[format!("sha256:{d}")]);
-        let r = idx.recognise(&fd(&other));
+        let r = idx.recognise(&other_fd, &meta(&other_fd));
         assert_eq!(r.copy_of, vec![format!("sha256:{d}")]);
         std::fs::remove_dir_all(&dir).ok();
     }

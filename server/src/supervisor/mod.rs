@@ -23,6 +23,8 @@ mod depth;
 mod exec;
 mod identity;
 mod notify;
+mod phases;
+mod procfiles;
 mod ptrace;
 mod sharing;
 mod signals;

@@ -48,6 +48,7 @@ const SWEEP_MS: i32 = 20;
 /// Serves `tree` through its notify fd until every process in it has exited.
 pub fn serve(ctx: Arc<SupervisorContext>, tree: Tree, fd: Arc<OwnedFd>) {
     let mut st = TreeState::new(tree.root_pid);
+    super::ptrace::precise_sleeps();
     tracing::info!(session = %tree.session_id, root_pid = tree.root_pid, "supervising tree");
     if let Err(e) = notif::set_sync_wakeup(fd.as_fd()) {
         // Only a cost: every exec waits for an ordinary wake-up instead.

@@ -114,73 +114,80 @@ fn decode(status: i32) -> Event {
 
 /// Waits for the next event of any of this thread's tracees until
 /// `deadline`: `(tid, event)`, or `None` at the deadline or when there is no
-/// tracee left. Polls (`WNOHANG`) because waits have no timeout: a few yields
-/// first (stops arrive within microseconds), then short sleeps.
+/// tracee left. Polls (`WNOHANG`) because waits have no timeout: see
+/// [`Backoff`].
 pub fn wait_any(deadline: Instant) -> Option<(u32, Event)> {
-    let mut spins = 0u32;
-    loop {
-        let mut status = 0;
-        // SAFETY: a valid pointer to an int the kernel writes.
-        let pid = unsafe {
-            libc::waitpid(
-                -1,
-                &mut status,
-                libc::__WALL | libc::__WNOTHREAD | libc::WNOHANG,
-            )
-        };
-        if pid > 0 {
-            return Some((pid as u32, decode(status)));
-        }
-        if pid < 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EINTR) {
-                return None; // ECHILD: no tracee left
-            }
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        spins += 1;
-        if spins < 64 {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(Duration::from_micros(if spins < 200 { 20 } else { 500 }));
-        }
-    }
+    wait_for(-1, deadline).map(|(t, ev)| (t, ev.unwrap_or(Event::Gone)))
 }
 
 /// Waits for an event of `tid` only, until `deadline`.
 pub fn wait_one(tid: u32, deadline: Instant) -> Option<Event> {
-    let mut spins = 0u32;
+    wait_for(tid as libc::pid_t, deadline).map(|(_, ev)| ev.unwrap_or(Event::Gone))
+}
+
+/// `waitpid(who, WNOHANG)` until an event or the deadline; the event is
+/// `None` when there is nothing left to wait for (ECHILD for `who` = -1 is
+/// reported as no event at all).
+fn wait_for(who: libc::pid_t, deadline: Instant) -> Option<(u32, Option<Event>)> {
+    let mut backoff = Backoff::default();
     loop {
         let mut status = 0;
         // SAFETY: a valid pointer to an int the kernel writes.
         let pid = unsafe {
             libc::waitpid(
-                tid as libc::pid_t,
+                who,
                 &mut status,
                 libc::__WALL | libc::__WNOTHREAD | libc::WNOHANG,
             )
         };
         if pid > 0 {
-            return Some(decode(status));
+            return Some((pid as u32, Some(decode(status))));
         }
         if pid < 0 {
             let e = io::Error::last_os_error();
             if e.raw_os_error() != Some(libc::EINTR) {
-                return Some(Event::Gone);
+                // ECHILD: no tracee left (or `who` is not ours).
+                return (who > 0).then_some((who as u32, None));
             }
         }
         if Instant::now() >= deadline {
             return None;
         }
-        spins += 1;
-        if spins < 64 {
+        backoff.pause();
+    }
+}
+
+/// How a poll waits between tries: a few yields (a stop on another CPU
+/// arrives within microseconds), then short sleeps. Sleeping, not spinning,
+/// is what lets a tracee that waits for a CPU run: this thread's CPU goes
+/// idle and takes it. The sleeps grow to half a millisecond only after
+/// several milliseconds (a task asleep in the kernel for long).
+#[derive(Default)]
+struct Backoff {
+    tries: u32,
+}
+
+impl Backoff {
+    fn pause(&mut self) {
+        self.tries += 1;
+        if self.tries <= 8 {
             std::thread::yield_now();
         } else {
-            std::thread::sleep(Duration::from_micros(if spins < 200 { 20 } else { 500 }));
+            std::thread::sleep(Duration::from_micros(if self.tries < 400 {
+                10
+            } else {
+                500
+            }));
         }
     }
+}
+
+/// Asks the kernel to wake this thread's short sleeps on time (the default
+/// slack is 50 µs, five times a [`Backoff`] sleep). For the threads that
+/// wait for tracees.
+pub fn precise_sleeps() {
+    // SAFETY: PR_SET_TIMERSLACK takes an integer; no memory is passed.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong, 0, 0, 0) };
 }
 
 /// Tracees this thread seized that had not stopped when it was done with

@@ -11,10 +11,9 @@
 //!   only by a thread group and by `vfork` relations (a vfork child shares its
 //!   parent's memory until it execs or exits, and only the parent's vforking
 //!   thread waits; its other threads run on);
-//! * so the set is: walk up the parents while `kcmp(KCMP_VM)` says they share
-//!   the caller's memory, then down the children of every thread of every
-//!   process found so far (`/proc/<pid>/task/<tid>/children`), again by
-//!   `kcmp`; every thread of those processes but the caller is a member.
+//! * so the set is: the caller's process and the parents above it while
+//!   `kcmp(KCMP_VM)` says they share its memory, every thread of those, and
+//!   the vfork children of any of them (and their threads, and so on).
 //!
 //! A single-threaded caller whose parent does not share its memory is
 //! `exclusive` (the common case: one `kcmp`): no child can share it either,
@@ -22,14 +21,21 @@
 //! `vfork`, and the one thread is in `execve`. Memory shared with processes
 //! outside this relation (`MAP_SHARED`, private file pages) is `vma`'s job.
 //!
-//! Otherwise every member is seized and interrupted (`PTRACE_SEIZE` +
-//! `PTRACE_INTERRUPT`), and the freeze holds once each is stopped, gone, or
-//! asleep in the kernel (state other than `R` read after the interrupt): a
-//! pending interrupt makes any return to user space stop first, so a sleeper
-//! (a vfork parent's waiting thread, a thread whose own exec waits for an
-//! operator) cannot run a user instruction either. The set is enumerated
-//! again until no new member appears (a thread may have cloned before it
-//! stopped). The tree cannot fight this: `ptrace` is on its blocklist.
+//! Otherwise every member is stopped: seized and interrupted
+//! (`PTRACE_INTERRUPT`). The freeze
+//! holds once each is stopped, gone, or asleep in the kernel (state other
+//! than `R` read after the interrupt): a pending interrupt makes any return
+//! to user space stop first, so a sleeper (a vfork parent's waiting thread, a
+//! thread whose own exec waits for an operator) cannot run a user
+//! instruction either. Then the set is checked for members that joined
+//! before they could be stopped, which costs no second enumeration: a stopped
+//! thread has no vfork child outstanding (a vforking thread sleeps until its
+//! child execs or exits, and cannot stop meanwhile), so vfork children are
+//! looked for only under the members still asleep; and a new thread shows in
+//! its process's thread count, which must equal the threads held (the caller
+//! and the members not yet reaped: a seized thread that exits stays counted
+//! until its tracer, this thread, reaps it). Whatever joined is stopped in
+//! the next round. The tree cannot fight this: `ptrace` is on its blocklist.
 //!
 //! Failure modes: a member that cannot be seized (no CAP_SYS_PTRACE, already
 //! traced by someone else) or that stays running past the deadline makes the
@@ -37,15 +43,20 @@
 //! [`Frozen::release`]; one that has not stopped by then (asleep) is handed to
 //! the tree's [`Lingering`] list and detached as soon as it stops.
 
+use super::procfiles::ProcFiles;
 use super::ptrace::{self, Event, Lingering};
-use crate::tracee;
-use std::collections::{BTreeMap, BTreeSet};
+use crate::tracee::{self, StatFile};
+use std::collections::BTreeMap;
 use std::io;
 use std::time::{Duration, Instant};
 
 /// How long members may take to stop before the exec is denied.
 const FREEZE_DEADLINE: Duration = Duration::from_secs(2);
-/// Enumeration rounds before giving up on a set that keeps growing.
+/// How long to collect stops before reading the state of those still
+/// missing (a running task stops within microseconds of the interrupt).
+const SETTLE_SPIN: Duration = Duration::from_micros(10);
+/// Rounds of stopping newly found members before giving up on a set that
+/// keeps growing.
 const MAX_ROUNDS: usize = 8;
 /// The most processes a set may have (a fork bomb of vfork children).
 const MAX_PROCESSES: usize = 256;
@@ -74,16 +85,64 @@ pub fn same_vm(a: u32, b: u32) -> io::Result<bool> {
     Ok(rc == 0)
 }
 
+/// `tid` shares the memory of process `other` (gone: no).
+fn shares(tid: u32, other: u32) -> Result<bool, String> {
+    match same_vm(tid, other) {
+        Ok(b) => Ok(b),
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(false),
+        Err(e) => Err(format!("cannot compare address spaces (kcmp): {e}")),
+    }
+}
+
 /// The tasks that share the caller's memory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Sharing {
-    /// Nothing else can write it.
-    Exclusive,
-    /// These threads (tids) can.
-    Shared(BTreeSet<u32>),
+    /// Nothing else can write it. `parent`: the caller's parent shares it
+    /// all the same (a vfork child whose lone parent thread waits for it).
+    Exclusive { parent: bool },
+    /// These can.
+    Shared(Members),
 }
 
-fn threads_of(pid: u32) -> Vec<u32> {
+/// Who shares the caller's memory, as far as enumerated.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Members {
+    /// The processes (the caller's first).
+    pub procs: Vec<u32>,
+    /// Their threads but the caller: tid → its process.
+    pub tasks: BTreeMap<u32, u32>,
+}
+
+/// The threads of the caller's own process (`stat` already read): its tid
+/// alone when it is the only one. Otherwise the ids right after the
+/// process's are tried first (a thread usually takes the next free id when
+/// it is created, and most threaded callers are young): `tgkill(pid, t, 0)`
+/// succeeds only for a thread of `pid` (signal 0 sends nothing), and once as
+/// many are found as the thread count says, that is all of them (the count
+/// is read again after the freeze; a thread missed shows there). Else the
+/// task directory is read. The caller's process is new at almost every exec:
+/// it is read, not kept.
+fn own_threads(pid: u32, tid: u32, num_threads: u32) -> Vec<u32> {
+    if num_threads <= 1 {
+        return vec![tid];
+    }
+    let want = num_threads as usize;
+    if want <= GUESS_THREADS {
+        let mut found = vec![tid];
+        let candidates =
+            std::iter::once(pid).chain(pid.saturating_add(1)..=pid.saturating_add(GUESS_SPAN));
+        for t in candidates {
+            if found.len() == want {
+                break;
+            }
+            if !found.contains(&t) && in_thread_group(pid, t) {
+                found.push(t);
+            }
+        }
+        if found.len() == want {
+            return found;
+        }
+    }
     std::fs::read_dir(format!("/proc/{pid}/task"))
         .map(|d| {
             d.flatten()
@@ -93,14 +152,31 @@ fn threads_of(pid: u32) -> Vec<u32> {
         .unwrap_or_default()
 }
 
-fn children_of(pid: u32, tid: u32) -> Vec<u32> {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/children"))
-        .map(|s| {
-            s.split_whitespace()
-                .filter_map(|c| c.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
+/// Thread counts up to which [`own_threads`] tries ids before reading the
+/// task directory, and how many ids after the process's it tries.
+const GUESS_THREADS: usize = 4;
+const GUESS_SPAN: u32 = 8;
+
+/// `tgkill(pid, tid, 0)`: is `tid` a thread of `pid`?
+fn in_thread_group(pid: u32, tid: u32) -> bool {
+    // SAFETY: tgkill takes three integers; signal 0 sends nothing.
+    unsafe {
+        libc::syscall(
+            libc::SYS_tgkill,
+            pid as libc::c_long,
+            tid as libc::c_long,
+            0 as libc::c_long,
+        ) == 0
+    }
+}
+
+/// The threads of another process of the set (kept open in `files`).
+fn threads_of(pid: u32, files: &mut ProcFiles) -> Vec<u32> {
+    match files.stat(pid) {
+        Ok(s) if s.num_threads <= 1 => vec![pid],
+        Ok(_) => files.threads(pid).unwrap_or_default(),
+        Err(_) => Vec::new(), // gone: its threads are gone too
+    }
 }
 
 /// The sharing set of thread `tid` of process `pid` (its stat already read).
@@ -108,79 +184,73 @@ fn children_of(pid: u32, tid: u32) -> Vec<u32> {
 /// # Errors
 /// `kcmp` failed on the caller's own parent (ENOSYS: no way to tell), or
 /// the set is absurdly large.
-pub fn sharing(pid: u32, tid: u32, stat: &tracee::ProcStat) -> Result<Sharing, String> {
-    let parent_shares = |p: u32| match same_vm(tid, p) {
-        Ok(b) => Ok(b),
-        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(false),
-        Err(e) => Err(format!("cannot compare address spaces (kcmp): {e}")),
+pub fn sharing(
+    pid: u32,
+    tid: u32,
+    stat: &tracee::ProcStat,
+    files: &mut ProcFiles,
+) -> Result<Sharing, String> {
+    let parent_shares = stat.ppid > 1 && shares(tid, stat.ppid)?;
+    if stat.num_threads <= 1 && !parent_shares {
+        return Ok(Sharing::Exclusive { parent: false });
+    }
+    if stat.num_threads <= 1 && vfork_of_a_lone_thread(tid, stat.ppid, files)? {
+        return Ok(Sharing::Exclusive { parent: true });
+    }
+    let mut set = Members {
+        procs: vec![pid],
+        tasks: BTreeMap::new(),
     };
-    if stat.num_threads <= 1 && (stat.ppid <= 1 || !parent_shares(stat.ppid)?) {
-        return Ok(Sharing::Exclusive);
-    }
-    if stat.num_threads <= 1 && vfork_of_a_lone_thread(stat.ppid, &parent_shares)? {
-        return Ok(Sharing::Exclusive);
-    }
-    let mut procs: Vec<u32> = vec![pid];
     let mut p = stat.ppid;
-    while p > 1 && procs.len() < MAX_PROCESSES && parent_shares(p)? {
-        procs.push(p);
-        p = match tracee::proc_stat(p) {
+    let mut up_shares = parent_shares;
+    while up_shares && set.procs.len() < MAX_PROCESSES {
+        set.procs.push(p);
+        p = match files.stat(p) {
             Ok(s) => s.ppid,
             Err(_) => break,
         };
+        up_shares = p > 1 && shares(tid, p)?;
     }
-    let mut i = 0;
-    while i < procs.len() {
-        let proc_ = procs[i];
-        for t in threads_of(proc_) {
-            for child in children_of(proc_, t) {
-                if !procs.contains(&child) && parent_shares(child)? {
-                    if procs.len() >= MAX_PROCESSES {
-                        return Err(format!(
-                            "more than {MAX_PROCESSES} processes share the caller's memory"
-                        ));
-                    }
-                    procs.push(child);
-                }
-            }
+    for t in own_threads(pid, tid, stat.num_threads) {
+        if t != tid {
+            set.tasks.insert(t, pid);
         }
-        i += 1;
     }
-    let tasks: BTreeSet<u32> = procs
-        .iter()
-        .flat_map(|&p| threads_of(p))
-        .filter(|&t| t != tid)
-        .collect();
-    if tasks.is_empty() {
-        Ok(Sharing::Exclusive)
+    for &q in &set.procs[1..] {
+        for t in threads_of(q, files) {
+            set.tasks.insert(t, q);
+        }
+    }
+    if set.tasks.is_empty() {
+        Ok(Sharing::Exclusive {
+            parent: parent_shares,
+        })
     } else {
-        Ok(Sharing::Shared(tasks))
+        Ok(Sharing::Shared(set))
     }
 }
 
-/// Is the caller (single-threaded, sharing its parent's memory) the vfork
-/// child of a single-threaded parent that waits in `vfork` for it, with no
-/// other process sharing that memory above it? Then nothing else can run on
-/// the memory until this exec completes or the caller dies: the parent's one
-/// thread returns from `vfork` only then (dash, and posix_spawn from a
-/// single-threaded program, spawn this way). A single thread has one vfork
-/// child outstanding, and the only process that shares its memory and has it
-/// as parent is that child: the caller.
+/// Is the caller `tid` (single-threaded, sharing its parent's memory) the
+/// vfork child of a single-threaded parent that waits in `vfork` for it,
+/// with no other process sharing that memory above it? Then nothing else can
+/// run on the memory until this exec completes or the caller dies: the
+/// parent's one thread returns from `vfork` only then (dash, and posix_spawn
+/// from a single-threaded program, spawn this way). A single thread has one
+/// vfork child outstanding, and the only process that shares its memory and
+/// has it as parent is that child: the caller.
 ///
 /// `/proc/<ppid>/syscall` names the call the thread is blocked in; only the
 /// native ABI's numbers are believed (a compat task blocked in a call of the
-/// same number is not in vfork, and is then frozen like any other).
-fn vfork_of_a_lone_thread(
-    ppid: u32,
-    parent_shares: &dyn Fn(u32) -> Result<bool, String>,
-) -> Result<bool, String> {
-    let Ok(ps) = tracee::proc_stat(ppid) else {
+/// same number is not in vfork, and is then frozen like any other). The
+/// parent's files are kept open between execs (`files`).
+fn vfork_of_a_lone_thread(tid: u32, ppid: u32, files: &mut ProcFiles) -> Result<bool, String> {
+    let Ok(ps) = files.stat_now(ppid) else {
         return Ok(false);
     };
-    if ps.num_threads != 1 || (ps.ppid > 1 && parent_shares(ps.ppid)?) {
+    if ps.num_threads != 1 || (ps.ppid > 1 && shares(tid, ps.ppid)?) {
         return Ok(false);
     }
-    let Ok(text) = std::fs::read_to_string(format!("/proc/{ppid}/syscall")) else {
+    let Ok(text) = files.syscall_line(ppid) else {
         return Ok(false);
     };
     Ok(in_vfork_wait(&text))
@@ -210,17 +280,24 @@ pub fn in_vfork_wait(syscall_line: &str) -> bool {
 }
 
 /// The members a freeze stopped (or left asleep with a stop pending).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Frozen {
-    /// tid → its stop (None: seized, asleep in the kernel, not stopped yet).
-    members: BTreeMap<u32, Option<Event>>,
+    /// tid → its process and its stop (None: asleep in the kernel, not
+    /// stopped yet).
+    members: BTreeMap<u32, (u32, Option<Event>)>,
 }
 
 impl Frozen {
+    fn new() -> Frozen {
+        Frozen {
+            members: BTreeMap::new(),
+        }
+    }
+
     /// Records an event a wait saw for one of the members.
     pub fn saw(&mut self, tid: u32, ev: Event) -> bool {
         match self.members.get_mut(&tid) {
-            Some(slot) => {
+            Some((_, slot)) => {
                 *slot = Some(ev);
                 true
             }
@@ -228,24 +305,27 @@ impl Frozen {
         }
     }
 
-    /// Detaches every stopped member; a member still asleep goes to
-    /// `lingering`, to be detached when it stops. Waits `grace` for the
-    /// sleepers first (after an exec they wake at once).
+    fn pending(&self) -> impl Iterator<Item = u32> + '_ {
+        self.members
+            .iter()
+            .filter(|(_, (_, ev))| ev.is_none())
+            .map(|(&t, _)| t)
+    }
+
+    /// Detaches every stopped member; a member still asleep goes to `lingering`,
+    /// to be detached when it stops. Waits `grace` for the sleepers first
+    /// (after an exec they wake at once).
     pub fn release(mut self, lingering: &mut Lingering, grace: Duration) {
         let deadline = Instant::now() + grace;
-        while self.members.values().any(Option::is_none) {
+        while self.pending().next().is_some() {
             let Some((tid, ev)) = ptrace::wait_any(deadline) else {
                 break;
             };
             if !self.saw(tid, ev) {
-                // Not one of ours in this set (a lingering one): leave it be.
-                if let Event::Stopped { .. } = ev {
-                    let _ = ptrace::detach(tid, ev.detach_signal());
-                    lingering.take(tid);
-                }
+                stray(tid, ev, lingering);
             }
         }
-        for (tid, ev) in std::mem::take(&mut self.members) {
+        for (tid, (_, ev)) in std::mem::take(&mut self.members) {
             match ev {
                 Some(Event::Gone) => {}
                 Some(ev @ Event::Stopped { .. }) => {
@@ -259,69 +339,70 @@ impl Frozen {
     }
 }
 
-/// A task's scheduler state letter from `/proc/<tid>/stat` (`R`, `S`, `D`,
-/// `t`, ...); `None` if it is gone.
-fn state_of(tid: u32) -> Option<u8> {
-    let text = std::fs::read(format!("/proc/{tid}/stat")).ok()?;
-    let close = text.iter().rposition(|&b| b == b')')?;
-    text.get(close + 2).copied()
+/// An event of a tracee that is not a member of this freeze (a lingering
+/// one from an earlier exec): detach it if it stopped.
+fn stray(tid: u32, ev: Event, lingering: &mut Lingering) {
+    if let Event::Stopped { .. } = ev {
+        let _ = ptrace::detach(tid, ev.detach_signal());
+        lingering.take(tid);
+    }
 }
 
 /// Stops every member of the sharing set of (`pid`, `tid`), starting from
-/// `tasks`; see the module doc.
+/// `set`; see the module doc. `caller` is the caller's open stat (its thread
+/// count is read again after the stop), `files` the tree's kept `/proc`
+/// files.
 ///
 /// # Errors
-/// The reason the set could not be frozen; whatever was seized is released.
+/// The reason the set could not be frozen; whatever was stopped is released.
 pub fn freeze(
     pid: u32,
     tid: u32,
-    tasks: BTreeSet<u32>,
+    caller: &StatFile,
+    set: Members,
     lingering: &mut Lingering,
+    files: &mut ProcFiles,
 ) -> Result<Frozen, String> {
-    let mut frozen = Frozen::default();
-    let mut todo = tasks;
+    let mut frozen = Frozen::new();
+    // The parents found above the caller live on between execs: their files
+    // are kept; vfork children found later are read, not kept.
+    let parents = set.procs[1..].to_vec();
+    let caller_alone = !set.tasks.values().any(|&p| p == pid);
+    let mut procs = set.procs;
+    let mut todo = set.tasks;
+    super::phases::mark("enum");
     for _ in 0..MAX_ROUNDS {
-        for &t in &todo {
-            if !lingering.take(t) {
-                match ptrace::seize(t, 0) {
-                    Ok(()) => {}
-                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) => continue,
-                    Err(e) => {
-                        frozen.release(lingering, Duration::ZERO);
-                        return Err(format!(
-                            "cannot stop thread {t} that shares the caller's memory \
-                             (PTRACE_SEIZE: {e})"
-                        ));
+        let done = stop_all(&mut frozen, &todo, lingering)
+            .and_then(|()| {
+                super::phases::mark("stop");
+                settle(&mut frozen, lingering, &mut |t, p| {
+                    if parents.contains(&p) {
+                        files.thread_state(p, t)
+                    } else {
+                        tracee::proc_stat(t).ok().map(|s| s.state)
                     }
+                })
+            })
+            .and_then(|()| {
+                super::phases::mark("settle");
+                Round {
+                    pid,
+                    tid,
+                    caller,
+                    caller_alone,
+                    parents: &parents,
+                    files,
                 }
-            }
-            frozen.members.insert(t, None);
-            if let Err(e) = ptrace::interrupt(t) {
-                if e.raw_os_error() != Some(libc::ESRCH) {
-                    frozen.release(lingering, Duration::ZERO);
-                    return Err(format!("cannot stop thread {t} (PTRACE_INTERRUPT: {e})"));
-                }
-            }
-        }
-        if let Err(why) = settle(&mut frozen, lingering) {
-            frozen.release(lingering, Duration::ZERO);
-            return Err(why);
-        }
-        let stat = tracee::proc_stat(tid).map_err(|e| format!("the caller vanished: {e}"))?;
-        let again = match sharing(pid, tid, &stat) {
-            Ok(Sharing::Exclusive) => BTreeSet::new(),
-            Ok(Sharing::Shared(s)) => s,
+                .joined(&mut procs, &frozen)
+            });
+        super::phases::mark("joined");
+        match done {
+            Ok(more) if more.is_empty() => return Ok(frozen),
+            Ok(more) => todo = more,
             Err(why) => {
                 frozen.release(lingering, Duration::ZERO);
                 return Err(why);
             }
-        };
-        todo = again
-            .into_iter()
-            .filter(|t| !frozen.members.contains_key(t))
-            .collect();
-        if todo.is_empty() {
-            return Ok(frozen);
         }
     }
     frozen.release(lingering, Duration::ZERO);
@@ -330,28 +411,79 @@ pub fn freeze(
     ))
 }
 
-/// Waits until every member is stopped, gone or asleep in the kernel.
-fn settle(frozen: &mut Frozen, lingering: &mut Lingering) -> Result<(), String> {
-    let deadline = Instant::now() + FREEZE_DEADLINE;
-    loop {
-        // Collect what has arrived without waiting.
-        while let Some((t, ev)) = ptrace::wait_any(Instant::now()) {
-            if !frozen.saw(t, ev) {
-                if let Event::Stopped { .. } = ev {
-                    let _ = ptrace::detach(t, ev.detach_signal());
-                    lingering.take(t);
+/// Seizes and interrupts every task of `todo`: all of them
+/// are asked to stop before any is waited for.
+fn stop_all(
+    frozen: &mut Frozen,
+    todo: &BTreeMap<u32, u32>,
+    lingering: &mut Lingering,
+) -> Result<(), String> {
+    for (&t, &p) in todo {
+        // A task an earlier exec left lingering is still seized.
+        if !lingering.take(t) {
+            match ptrace::seize(t, 0) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => continue,
+                Err(e) => {
+                    return Err(format!(
+                        "cannot stop thread {t} that shares the caller's memory \
+                         (PTRACE_SEIZE: {e})"
+                    ))
                 }
             }
         }
-        let running: Vec<u32> = frozen
-            .members
-            .iter()
-            .filter(|(_, ev)| ev.is_none())
-            .map(|(&t, _)| t)
-            .filter(|&t| matches!(state_of(t), Some(b'R')))
-            .collect();
-        if running.is_empty() {
-            return Ok(());
+        frozen.members.insert(t, (p, None));
+        if let Err(e) = ptrace::interrupt(t) {
+            if e.raw_os_error() != Some(libc::ESRCH) {
+                return Err(format!("cannot stop thread {t} (PTRACE_INTERRUPT: {e})"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Collects the events that have arrived, without waiting.
+fn collect(frozen: &mut Frozen, lingering: &mut Lingering) {
+    while let Some((t, ev)) = ptrace::wait_any(Instant::now()) {
+        if !frozen.saw(t, ev) {
+            stray(t, ev, lingering);
+        }
+    }
+}
+
+/// Waits until every member is stopped, gone or asleep in the kernel. The
+/// state (`state(tid, pid)`, read after the interrupt) of each member whose
+/// stop has not arrived tells which: anything but `R` is asleep with the stop
+/// pending (an interruptible sleep cannot last with an interrupt pending, so
+/// that is a killable or uninterruptible one, such as a vfork parent's wait).
+/// The running ones are waited for: their stops are collected as they come
+/// for [`SETTLE_SPIN`], then their states read again, and so on.
+fn settle(
+    frozen: &mut Frozen,
+    lingering: &mut Lingering,
+    state: &mut dyn FnMut(u32, u32) -> Option<u8>,
+) -> Result<(), String> {
+    let deadline = Instant::now() + FREEZE_DEADLINE;
+    collect(frozen, lingering);
+    let mut running: Vec<u32> = Vec::new();
+    loop {
+        running.clear();
+        for (&t, &(p, ev)) in &frozen.members {
+            if ev.is_none() && state(t, p) == Some(b'R') {
+                running.push(t);
+            }
+        }
+        let spin = Instant::now() + SETTLE_SPIN;
+        loop {
+            collect(frozen, lingering);
+            running.retain(|t| matches!(frozen.members.get(t), Some((_, None))));
+            if running.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= spin {
+                break;
+            }
+            std::hint::spin_loop();
         }
         if Instant::now() >= deadline {
             return Err(format!(
@@ -361,13 +493,125 @@ fn settle(frozen: &mut Frozen, lingering: &mut Lingering) -> Result<(), String> 
         }
         if let Some((t, ev)) = ptrace::wait_any(Instant::now() + Duration::from_millis(2)) {
             if !frozen.saw(t, ev) {
-                if let Event::Stopped { .. } = ev {
-                    let _ = ptrace::detach(t, ev.detach_signal());
-                    lingering.take(t);
-                }
+                stray(t, ev, lingering);
             }
         }
     }
+}
+
+/// What [`Round::joined`] reads with.
+struct Round<'a> {
+    pid: u32,
+    tid: u32,
+    caller: &'a StatFile,
+    /// The caller was its process's only thread (it is in `execve`).
+    caller_alone: bool,
+    parents: &'a [u32],
+    files: &'a mut ProcFiles,
+}
+
+impl Round<'_> {
+    /// (thread count, threads) of process `p` of the set, read now; `None`
+    /// when it is gone (and its threads with it).
+    fn count(&mut self, p: u32) -> Result<Option<u32>, String> {
+        if p == self.pid && self.caller_alone {
+            // Only a running thread of the process could add one.
+            return Ok(Some(1));
+        }
+        if p == self.pid {
+            return self
+                .caller
+                .read()
+                .map(|s| Some(s.num_threads))
+                .map_err(|e| format!("the caller vanished: {e}"));
+        }
+        if self.parents.contains(&p) {
+            return Ok(self.files.stat_now(p).ok().map(|s| s.num_threads));
+        }
+        Ok(tracee::proc_stat(p).ok().map(|s| s.num_threads))
+    }
+
+    fn threads(&mut self, p: u32, num_threads: u32) -> Vec<u32> {
+        if p == self.pid || !self.parents.contains(&p) {
+            own_threads(p, p, num_threads)
+        } else {
+            threads_of(p, self.files)
+        }
+    }
+
+    /// After a round: the tasks that joined the set before they could be
+    /// stopped (module doc), to stop in the next round; empty when none did.
+    fn joined(
+        &mut self,
+        procs: &mut Vec<u32>,
+        frozen: &Frozen,
+    ) -> Result<BTreeMap<u32, u32>, String> {
+        let (pid, tid) = (self.pid, self.tid);
+        let mut more = BTreeMap::new();
+        let held = |p: u32| {
+            frozen
+                .members
+                .values()
+                .filter(|(q, ev)| *q == p && *ev != Some(Event::Gone))
+                .count()
+                + usize::from(p == pid)
+        };
+        let fresh = |t: &u32| *t != tid && !frozen.members.contains_key(t);
+        for &p in procs.iter() {
+            let Some(n) = self.count(p)? else { continue };
+            if n as usize != held(p) {
+                for t in self.threads(p, n) {
+                    if fresh(&t) {
+                        more.insert(t, p);
+                    }
+                }
+            }
+        }
+        // vfork children of the members still asleep.
+        let asleep: Vec<(u32, u32)> = frozen
+            .members
+            .iter()
+            .filter(|(_, (_, ev))| ev.is_none())
+            .map(|(&t, &(p, _))| (t, p))
+            .collect();
+        for (t, p) in asleep {
+            let children = if t == p && self.parents.contains(&p) {
+                self.files.children(p, t).unwrap_or_default()
+            } else {
+                children_once(p, t)
+            };
+            for child in children {
+                if procs.contains(&child) || !shares(tid, child)? {
+                    continue;
+                }
+                if procs.len() >= MAX_PROCESSES {
+                    return Err(format!(
+                        "more than {MAX_PROCESSES} processes share the caller's memory"
+                    ));
+                }
+                procs.push(child);
+                let n = tracee::proc_stat(child).map_or(2, |s| s.num_threads);
+                for ct in own_threads(child, child, n) {
+                    if fresh(&ct) {
+                        more.insert(ct, child);
+                    }
+                }
+            }
+        }
+        Ok(more)
+    }
+}
+
+/// The children of thread `tid` of `pid`, read once: a thread other than
+/// the leader is not kept open (its id could be another thread's later).
+fn children_once(pid: u32, tid: u32) -> Vec<u32> {
+    use std::io::Read;
+    let mut text = String::new();
+    let _ = std::fs::File::open(format!("/proc/{pid}/task/{tid}/children"))
+        .and_then(|mut f| f.read_to_string(&mut text));
+    text.split_ascii_whitespace()
+        .filter_map(|c| c.parse().ok())
+        .collect()
 }
 
 #[cfg(test)]
@@ -414,9 +658,12 @@ mod tests {
         let stat = tracee::proc_stat(me).unwrap();
         // The test harness runs tests on threads: this process has several.
         if stat.num_threads > 1 {
-            match sharing(me, me, &stat).unwrap() {
-                Sharing::Shared(s) => assert!(!s.contains(&me) && !s.is_empty()),
-                Sharing::Exclusive => panic!("threads share memory"),
+            match sharing(me, me, &stat, &mut ProcFiles::default()).unwrap() {
+                Sharing::Shared(s) => {
+                    assert!(!s.tasks.contains_key(&me) && !s.tasks.is_empty());
+                    assert_eq!(s.procs, vec![me]);
+                }
+                Sharing::Exclusive { .. } => panic!("threads share memory"),
             }
         }
     }

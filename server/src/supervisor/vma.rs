@@ -74,11 +74,17 @@ impl Maps {
     /// # Errors
     /// The process is gone or its maps cannot be read.
     pub fn open(pid: u32) -> io::Result<Maps> {
-        Ok(Maps {
-            file: File::open(format!("/proc/{pid}/maps"))?,
+        Ok(Maps::over(File::open(format!("/proc/{pid}/maps"))?))
+    }
+
+    /// Queries through a `/proc/<pid>/maps` already open (it answers about
+    /// the address space it was opened on).
+    pub fn over(file: File) -> Maps {
+        Maps {
+            file,
             query: true,
             seen: Vec::new(),
-        })
+        }
     }
 
     /// The mapping holding `addr`.
