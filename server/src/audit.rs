@@ -115,6 +115,15 @@ pub struct ExecEvent {
     /// The operator's stated reason, if any.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub reason: Option<String>,
+    /// Which attempt this exec belongs to (a server-wide number). A refused
+    /// exec retried by the same process for the same file and argv (a PATH
+    /// search trying `/usr/bin/x`, then `/bin/x`) is the same attempt.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub attempt: Option<u64>,
+    /// This exec repeats a refused attempt and was answered like it, without
+    /// a new decision or approval request.
+    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
+    pub retry: bool,
 }
 
 impl ExecEvent {
@@ -136,7 +145,16 @@ impl ExecEvent {
             approval_outcome: None,
             approver: None,
             reason: None,
+            attempt: None,
+            retry: false,
         }
+    }
+
+    /// The same, as (a retry of) attempt `attempt`.
+    pub fn in_attempt(mut self, attempt: u64, retry: bool) -> ExecEvent {
+        self.attempt = Some(attempt);
+        self.retry = retry;
+        self
     }
 
     /// The same, as the outcome of approval request `id`.
@@ -257,6 +275,8 @@ pub struct Event {
 /// The audit sinks. Shared by every supervisor thread.
 pub struct AuditLog {
     next_id: AtomicU64,
+    /// The last exec attempt number handed out ([`AuditLog::next_attempt`]).
+    attempts: AtomicU64,
     file: Option<Mutex<File>>,
     memory: Mutex<HashMap<String, VecDeque<Event>>>,
     memory_cap: usize,
@@ -285,11 +305,17 @@ impl AuditLog {
     fn with_file(file: Option<File>, memory_cap: usize) -> AuditLog {
         AuditLog {
             next_id: AtomicU64::new(1),
+            attempts: AtomicU64::new(0),
             file: file.map(Mutex::new),
             memory: Mutex::new(HashMap::new()),
             memory_cap: memory_cap.max(1),
             latest: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// A new exec attempt number (see [`ExecEvent::attempt`]).
+    pub fn next_attempt(&self) -> u64 {
+        self.attempts.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// Records one event in every sink; returns it with its id.

@@ -27,7 +27,7 @@ command_rules:
 /// retried on a real pip elsewhere; the scripts name other tools by path.
 struct Fixture {
     srv: TestServer,
-    _tmp: TempDir,
+    tmp: TempDir,
     opts: WrapOptions,
 }
 
@@ -46,11 +46,7 @@ fn start(approval_timeout: &str) -> Fixture {
         env: vec![("PATH".into(), b.display().to_string())],
         ..Default::default()
     };
-    Fixture {
-        srv,
-        _tmp: tmp,
-        opts,
-    }
+    Fixture { srv, tmp, opts }
 }
 
 impl Fixture {
@@ -249,6 +245,65 @@ fn unanswered_pip_install_is_denied_at_the_timeout() {
     assert_eq!(ev["approval_outcome"], "timeout");
     assert_eq!(ev["approver"], "timeout");
     assert_eq!(ev["effective_action"], "deny");
+    assert!(f.pending().is_empty());
+}
+
+#[test]
+fn a_path_retry_of_a_refused_exec_is_not_a_second_request() {
+    if !require_root("a_path_retry_of_a_refused_exec_is_not_a_second_request") {
+        return;
+    }
+    // PATH names the directory twice (as /usr/bin and /bin do): after the
+    // timeout's EACCES the shell tries the same pip through the second entry.
+    // That is the same attempt: refused like the first at once, audited as a
+    // retry of the same request, and no second request is opened.
+    let f = start("1s");
+    let bin = f.tmp.path().join("bin");
+    let alias = f.tmp.path().join("alias");
+    std::os::unix::fs::symlink(&bin, &alias).unwrap();
+    let opts = WrapOptions {
+        env: vec![(
+            "PATH".into(),
+            format!("{}:{}", bin.display(), alias.display()),
+        )],
+        ..Default::default()
+    };
+    let w = spawn_wrapped(
+        &f.srv.url,
+        "retry",
+        &["/bin/sh", "-c", "pip install x; echo rc=$?"],
+        &opts,
+    );
+    let id = f.wait_pending()["id"].as_str().unwrap().to_string();
+    let (_, out) = w.wait();
+    assert!(
+        text(&out.stdout).contains("rc=126"),
+        "stdout: {} stderr: {}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let pips: Vec<Value> = f
+        .srv
+        .exec_events("retry")
+        .into_iter()
+        .filter(|e| e["argv"][0] == "pip")
+        .collect();
+    assert_eq!(pips.len(), 2, "{pips:#?}");
+    for e in &pips {
+        assert_eq!(e["approval_id"], id.as_str(), "one request: {e}");
+        assert_eq!(e["approval_outcome"], "timeout", "{e}");
+        assert_eq!(e["effective_action"], "deny", "{e}");
+    }
+    assert!(pips[0]["attempt"].as_u64().is_some(), "{pips:#?}");
+    assert_eq!(pips[0]["attempt"], pips[1]["attempt"], "{pips:#?}");
+    assert_eq!(pips[0].get("retry"), None, "{pips:#?}");
+    assert_eq!(pips[1]["retry"], true, "{pips:#?}");
+    assert!(
+        pips[1]["filename"]
+            .as_str()
+            .is_some_and(|p| p.starts_with(&alias.display().to_string())),
+        "{pips:#?}"
+    );
     assert!(f.pending().is_empty());
 }
 

@@ -450,3 +450,73 @@ fn notify_socket_refuses_another_uid_and_a_handoff_not_bound_to_its_caller() {
         "connect as uid 65534 must get EACCES"
     );
 }
+
+#[test]
+fn a_path_search_retrying_a_denied_program_is_one_attempt() {
+    if !require_root("a_path_search_retrying_a_denied_program_is_one_attempt") {
+        return;
+    }
+    // Two PATH entries that name one directory, as /usr/bin and /bin do on a
+    // merged-/usr system: after EACCES from the first, the shell tries the
+    // same file through the second. Two commands: two attempts, each audited
+    // as its first try and one retry.
+    let srv = TestServer::start(POLICY, "");
+    let tmp = TempDir::new("retry");
+    let fb = fake_bin(&tmp);
+    let alias = tmp.path().join("alias");
+    std::os::unix::fs::symlink(&fb, &alias).unwrap();
+    let opts = WrapOptions {
+        env: vec![("PATH".into(), format!("{fb}:{}", alias.display()))],
+        ..Default::default()
+    };
+    let out = run_wrapped(
+        &srv.url,
+        "retry",
+        &[
+            "/bin/sh",
+            "-c",
+            "curl --version; echo rc=$?; curl --version; echo rc=$?",
+        ],
+        &opts,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.matches("rc=126").count(),
+        2,
+        "{stdout} {}",
+        stderr(&out)
+    );
+    let ev = srv.exec_events("retry");
+    let curls = find(&ev, "curl");
+    let got: Vec<(String, Option<u64>, bool)> = curls
+        .iter()
+        .map(|e| {
+            (
+                e["filename"].as_str().unwrap_or("").to_string(),
+                e["attempt"].as_u64(),
+                e["retry"].as_bool().unwrap_or(false),
+            )
+        })
+        .collect();
+    assert_eq!(got.len(), 4, "{got:?}");
+    for e in &curls {
+        assert_eq!(e["rule"], "deny-nested-curl", "{e}");
+        assert_eq!(e["effective_action"], "deny", "{e}");
+    }
+    let first = format!("{fb}/curl");
+    let second = format!("{}/curl", alias.display());
+    assert_eq!(
+        (got[0].0.as_str(), got[1].0.as_str()),
+        (first.as_str(), second.as_str()),
+        "{got:?}"
+    );
+    assert!(got[0].1.is_some() && got[2].1.is_some(), "{got:?}");
+    assert_eq!(got[0].1, got[1].1, "one command, one attempt: {got:?}");
+    assert_eq!(got[2].1, got[3].1, "one command, one attempt: {got:?}");
+    assert_ne!(got[0].1, got[2].1, "two commands, two attempts: {got:?}");
+    assert_eq!(
+        got.iter().map(|g| g.2).collect::<Vec<_>>(),
+        [false, true, false, true],
+        "{got:?}"
+    );
+}

@@ -42,6 +42,7 @@
 use super::phases;
 use super::procfiles::ProcFiles;
 use super::ptrace::Lingering;
+use super::retry::{Lookup, Refusals};
 use super::sharing::{self, Frozen, Sharing};
 use super::verify::{self, Expected};
 use super::vma;
@@ -118,6 +119,8 @@ pub struct TreeState {
     pub lingering: Lingering,
     /// `/proc` files of the parents the tree's execs ask about, kept open.
     pub(super) files: ProcFiles,
+    /// Denied execs, for the retries of the same PATH lookup (`retry`).
+    refused: Refusals<()>,
     approved_tx: Sender<(u32, u64, u32)>,
     approved_rx: Receiver<(u32, u64, u32)>,
 }
@@ -135,6 +138,7 @@ impl TreeState {
             protected: signals::Protected::for_tree(root_pid),
             lingering: Lingering::default(),
             files: ProcFiles::default(),
+            refused: Refusals::default(),
             approved_tx,
             approved_rx,
         }
@@ -673,7 +677,8 @@ pub fn handle(
                 u.rule,
                 Action::Deny,
                 Some(u.reason),
-            );
+            )
+            .in_attempt(ctx.audit.next_attempt(), false);
             ctx.audit.record(&tree.session_id, EventBody::Execve(event));
             let _ = stop.refuse(libc::EACCES);
             return;
@@ -695,6 +700,14 @@ pub fn handle(
     let verdict = judge(ctx, &g, depth, &interpreters);
     let mut subject = subject(pid, &g, depth);
     subject.interpreters = interpreters;
+    // A denied exec the same process just tried for the same file and argv
+    // (the next PATH entry) is the same attempt: see `retry`.
+    let lookup = Lookup::of(&subject, g.stat.starttime);
+    let repeat = match (&lookup, verdict.decision) {
+        (Some(k), Decision::Deny) => st.refused.find(k, Instant::now()).map(|(a, ())| a),
+        _ => None,
+    };
+    let attempt = repeat.unwrap_or_else(|| ctx.audit.next_attempt());
     let mut allow = match verdict.decision {
         Decision::Allow | Decision::Audit => true,
         Decision::Deny => false,
@@ -718,6 +731,8 @@ pub fn handle(
                     subject,
                     rule: verdict.rule,
                     message: verdict.message,
+                    attempt,
+                    lookup,
                 },
                 st.approved_tx.clone(),
             );
@@ -772,7 +787,8 @@ pub fn handle(
         rule.clone(),
         if allow { Action::Allow } else { Action::Deny },
         message,
-    );
+    )
+    .in_attempt(attempt, repeat.is_some());
     // The event is written before the answer: whatever the exec does next,
     // the audit trail already has it.
     ctx.audit.record(&tree.session_id, EventBody::Execve(event));
@@ -782,6 +798,9 @@ pub fn handle(
     let own_us = started.elapsed().as_micros() as u64;
     if !allow {
         release(st, frozen, Duration::ZERO);
+        if let (Some(k), Decision::Deny, None) = (lookup, verdict.decision, repeat) {
+            st.refused.remember(k, attempt, (), Instant::now());
+        }
         if let Err(e) = stop.refuse(libc::EACCES) {
             tracing::debug!(pid, "answer not delivered (tracee gone?): {e}");
         }

@@ -26,6 +26,7 @@ mod notify;
 mod phases;
 mod procfiles;
 mod ptrace;
+pub mod retry;
 mod sharing;
 mod signals;
 pub mod trace;

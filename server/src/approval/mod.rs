@@ -24,23 +24,26 @@
 
 use crate::audit::{self, Action, AuditLog, EventBody, ExecEvent, ExecSubject};
 use crate::config::{ExecveSection, TimeoutAction};
+use crate::supervisor::retry::{Lookup, Refusals};
 use crate::supervisor::{Holder, Verification};
 use crate::trees::Trees;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
+
+mod peer;
+mod token;
+
+pub use peer::Requester;
+pub use token::{create_token_file, TOKEN_FILE};
 
 /// How often a waiter checks that its tracee is still waiting.
 const LIVENESS_POLL: Duration = Duration::from_millis(150);
 /// How long a request may have no live notification before it is cancelled:
 /// long enough for a signal-restarted execve to be re-issued and re-attached.
 const REISSUE_GRACE: Duration = Duration::from_millis(300);
-/// Name of the token file under the state directory.
-pub const TOKEN_FILE: &str = "approval.token";
 
 /// How a request ended (the audit's enum).
 pub use crate::audit::ApprovalOutcome as Outcome;
@@ -81,6 +84,10 @@ pub struct HeldExec {
     pub subject: ExecSubject,
     pub rule: String,
     pub message: Option<String>,
+    /// The attempt this exec is (see `supervisor::retry`).
+    pub attempt: u64,
+    /// Its key for the retries of the same lookup (`None`: not reused).
+    pub lookup: Option<Lookup>,
 }
 
 /// An operator's answer.
@@ -104,6 +111,16 @@ struct Entry {
 struct State {
     pending: BTreeMap<String, Entry>,
     seq: u64,
+    /// Requests that ended in a refusal, for the retries of the same lookup
+    /// (`supervisor::retry`): answered the same, without a new request.
+    refused: Refusals<Finished>,
+}
+
+/// How a refused request ended, as its retries repeat it.
+#[derive(Debug, Clone)]
+struct Finished {
+    id: String,
+    verdict: Verdict,
 }
 
 /// Why a decision was not taken.
@@ -129,79 +146,6 @@ pub struct Approvals {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn random_hex(bytes: usize) -> std::io::Result<String> {
-    let mut b = vec![0u8; bytes];
-    let mut got = 0;
-    while got < bytes {
-        // SAFETY: getrandom writes at most `bytes - got` bytes into the tail of b.
-        let n = unsafe { libc::getrandom(b[got..].as_mut_ptr().cast(), bytes - got, 0) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            return Err(e);
-        }
-        got += n as usize;
-    }
-    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
-}
-
-/// Writes a fresh random token to `<state_dir>/approval.token` (mode 0600,
-/// owned by the server's uid) and returns it. A token from an earlier run is
-/// replaced, so a leaked old token is worthless after a restart.
-///
-/// # Errors
-/// The state directory or the file cannot be created, or no randomness.
-pub fn create_token_file(state_dir: &Path) -> std::io::Result<(String, PathBuf)> {
-    use std::io::Write;
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o711)
-        .create(state_dir)?;
-    let token = random_hex(32)?;
-    let path = state_dir.join(TOKEN_FILE);
-    let tmp = state_dir.join(format!(".{TOKEN_FILE}.{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)?;
-    f.write_all(token.as_bytes())?;
-    f.write_all(b"\n")?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, &path)?;
-    Ok((token, path))
-}
-
-/// Who sent a decision, as far as the server can tell.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Requester {
-    /// A local process outside every supervised tree.
-    Operator { uid: u32, pid: u32, comm: String },
-    /// A peer on another host (only possible with a non-loopback listen address).
-    Remote(SocketAddr),
-    /// A process of a supervised tree: refused.
-    InTree { pid: u32, why: String },
-    /// A local peer whose process cannot be found: refused (fail closed).
-    Unknown(String),
-}
-
-impl Requester {
-    /// The `approver` recorded in the audit event.
-    pub fn label(&self) -> String {
-        match self {
-            Requester::Operator { uid, pid, comm } => format!("uid {uid} pid {pid} ({comm})"),
-            Requester::Remote(a) => format!("remote {a}"),
-            Requester::InTree { pid, .. } => format!("in-tree pid {pid}"),
-            Requester::Unknown(_) => "unknown".into(),
-        }
-    }
 }
 
 impl Approvals {
@@ -297,7 +241,9 @@ impl Approvals {
     ///
     /// A notification for the same pid, program and argv as a request that is
     /// still open (a signal made the kernel re-issue it) joins that request
-    /// instead of prompting twice.
+    /// instead of prompting twice; one for the same process, file and argv as
+    /// a request refused moments ago (the next PATH entry) is refused the same
+    /// way at once, audited as a retry of it.
     pub fn hold(
         self: &Arc<Self>,
         holder: Holder,
@@ -307,6 +253,18 @@ impl Approvals {
         let now = SystemTime::now();
         let id = {
             let mut st = lock(&self.state);
+            let repeat = exec
+                .lookup
+                .as_ref()
+                .and_then(|k| st.refused.find(k, Instant::now()));
+            if let Some((attempt, f)) = repeat {
+                drop(st);
+                tracing::info!(id = %f.id, pid = exec.subject.pid, "a retry of a refused exec is refused like it");
+                let exec = HeldExec { attempt, ..exec };
+                self.record(&exec, &f.id, f.verdict, false, true);
+                holder.refuse(exec.notif_id);
+                return;
+            }
             if let Some(e) = st.pending.values_mut().find(|e| {
                 e.request.pid == exec.subject.pid
                     && e.starttime == exec.starttime
@@ -328,7 +286,7 @@ impl Approvals {
             let seq = st.seq;
             let id = format!(
                 "ap-{seq}-{}",
-                random_hex(4).unwrap_or_else(|_| format!("{:08x}", exec.notif_id as u32))
+                token::random_hex(4).unwrap_or_else(|_| format!("{:08x}", exec.notif_id as u32))
             );
             let request = ApprovalRequest {
                 id: id.clone(),
@@ -371,14 +329,12 @@ impl Approvals {
             tracing::error!(%id, "cannot start approval waiter: {e}; exec denied");
             lock(&self.state).pending.remove(&id);
             holder.refuse(exec.notif_id);
-            self.record(
-                &exec,
-                &id,
-                Outcome::Denied,
-                "server".into(),
-                Some(format!("cannot wait for approval: {e}")),
-                false,
-            );
+            let verdict = Verdict {
+                outcome: Outcome::Denied,
+                approver: "server".into(),
+                reason: Some(format!("cannot wait for approval: {e}")),
+            };
+            self.record(&exec, &id, verdict, false, false);
         }
     }
 
@@ -477,16 +433,24 @@ impl Approvals {
         };
         let effective_allow = allow && live.is_some();
         tracing::info!(%id, pid = exec.subject.pid, outcome = outcome.as_str(), "approval finished");
-        self.record(
-            &exec,
-            id,
+        let verdict = Verdict {
             outcome,
-            verdict.approver,
+            approver: verdict.approver,
             reason,
-            effective_allow,
-        );
+        };
+        self.record(&exec, id, verdict.clone(), effective_allow, false);
         let Some(n) = live else { return };
         if !effective_allow {
+            // Remembered before the answer: the retry it may cause finds it.
+            if let Some(k) = exec.lookup.clone() {
+                let finished = Finished {
+                    id: id.to_string(),
+                    verdict,
+                };
+                lock(&self.state)
+                    .refused
+                    .remember(k, exec.attempt, finished, Instant::now());
+            }
             holder.refuse(n);
             return;
         }
@@ -514,20 +478,13 @@ impl Approvals {
             refusal.0,
             Action::Deny,
             Some(refusal.1),
-        );
+        )
+        .in_attempt(exec.attempt, false);
         self.audit
             .record(&exec.session_id, EventBody::Execve(event));
     }
 
-    fn record(
-        &self,
-        exec: &HeldExec,
-        id: &str,
-        outcome: Outcome,
-        approver: String,
-        reason: Option<String>,
-        allowed: bool,
-    ) {
+    fn record(&self, exec: &HeldExec, id: &str, verdict: Verdict, allowed: bool, retry: bool) {
         let event = ExecEvent::new(
             exec.subject.clone(),
             crate::policy::Decision::Approve,
@@ -535,161 +492,16 @@ impl Approvals {
             if allowed { Action::Allow } else { Action::Deny },
             exec.message.clone(),
         )
-        .with_approval(id, outcome, approver, reason);
+        .with_approval(id, verdict.outcome, verdict.approver, verdict.reason)
+        .in_attempt(exec.attempt, retry);
         self.audit
             .record(&exec.session_id, EventBody::Execve(event));
     }
-
-    /// Identifies the process behind an HTTP request from `peer` to the
-    /// server's `server_port`, and whether it belongs to a supervised tree.
-    pub fn identify(&self, peer: SocketAddr, server_port: u16) -> Requester {
-        let peer = normalize(peer);
-        let Some((uid, inode)) = find_tcp_socket(peer, server_port) else {
-            if peer.ip().is_loopback() {
-                return Requester::Unknown(format!(
-                    "no local socket {peer} -> port {server_port} found in /proc/net/tcp"
-                ));
-            }
-            return Requester::Remote(peer);
-        };
-        let owners = socket_owners(inode);
-        if owners.is_empty() {
-            return Requester::Unknown(format!("no process holds socket inode {inode}"));
-        }
-        for &pid in &owners {
-            if let Some(why) = self.in_tree(pid) {
-                return Requester::InTree { pid, why };
-            }
-        }
-        let pid = owners[0];
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
-            .map(|s| s.trim().to_string())
-            .unwrap_or_default();
-        Requester::Operator { uid, pid, comm }
-    }
-
-    /// Why `pid` counts as part of a supervised tree, if it does.
-    fn in_tree(&self, pid: u32) -> Option<String> {
-        self.trees.in_tree_or_filtered(pid)
-    }
-}
-
-fn normalize(a: SocketAddr) -> SocketAddr {
-    match a.ip() {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => SocketAddr::new(IpAddr::V4(v4), a.port()),
-            None => a,
-        },
-        IpAddr::V4(_) => a,
-    }
-}
-
-/// Parses one `/proc/net/tcp{,6}` address (`0100007F:1F90`).
-fn parse_proc_addr(s: &str) -> Option<SocketAddr> {
-    let (ip, port) = s.split_once(':')?;
-    let port = u16::from_str_radix(port, 16).ok()?;
-    let ip = match ip.len() {
-        8 => {
-            let v = u32::from_str_radix(ip, 16).ok()?;
-            IpAddr::from(v.to_ne_bytes())
-        }
-        32 => {
-            let mut b = [0u8; 16];
-            for i in 0..4 {
-                let w = u32::from_str_radix(&ip[i * 8..i * 8 + 8], 16).ok()?;
-                b[i * 4..i * 4 + 4].copy_from_slice(&w.to_ne_bytes());
-            }
-            IpAddr::from(b)
-        }
-        _ => return None,
-    };
-    Some(normalize(SocketAddr::new(ip, port)))
-}
-
-/// The socket whose local end is `peer` and remote port is `server_port`:
-/// (owner uid, inode).
-fn find_tcp_socket(peer: SocketAddr, server_port: u16) -> Option<(u32, u64)> {
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(table) else {
-            continue;
-        };
-        if let Some(hit) = find_in_table(&text, peer, server_port) {
-            return Some(hit);
-        }
-    }
-    None
-}
-
-fn find_in_table(text: &str, peer: SocketAddr, server_port: u16) -> Option<(u32, u64)> {
-    text.lines().skip(1).find_map(|line| {
-        let f: Vec<&str> = line.split_ascii_whitespace().collect();
-        let local = parse_proc_addr(f.get(1)?)?;
-        let remote = parse_proc_addr(f.get(2)?)?;
-        if local != peer || remote.port() != server_port {
-            return None;
-        }
-        let uid = f.get(7)?.parse().ok()?;
-        let inode = f.get(9)?.parse().ok()?;
-        (inode != 0).then_some((uid, inode))
-    })
-}
-
-/// Every process that holds socket `inode` open.
-fn socket_owners(inode: u64) -> Vec<u32> {
-    let want = format!("socket:[{inode}]");
-    let mut owners = Vec::new();
-    let Ok(procs) = std::fs::read_dir("/proc") else {
-        return owners;
-    };
-    for p in procs.flatten() {
-        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else {
-            continue;
-        };
-        if fds
-            .flatten()
-            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == want.as_str()))
-        {
-            owners.push(pid);
-        }
-    }
-    owners
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_proc_net_addresses() {
-        assert_eq!(
-            parse_proc_addr("0100007F:1F90"),
-            Some("127.0.0.1:8080".parse().unwrap())
-        );
-        assert_eq!(
-            parse_proc_addr("00000000000000000000000001000000:0016"),
-            Some("[::1]:22".parse().unwrap())
-        );
-        // ::ffff:127.0.0.1 becomes 127.0.0.1
-        assert_eq!(
-            parse_proc_addr("0000000000000000FFFF00000100007F:0050"),
-            Some("127.0.0.1:80".parse().unwrap())
-        );
-        assert_eq!(parse_proc_addr("zz:1"), None);
-    }
-
-    #[test]
-    fn finds_the_client_socket_of_a_connection() {
-        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
-   0: 0100007F:46A0 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 111 1 0 100 0 0 10 0\n\
-   1: 0100007F:46A0 0100007F:D431 01 00000000:00000000 00:00000000 00000000     0        0 222 1 0 20 4 30 10 -1\n\
-   2: 0100007F:D431 0100007F:46A0 01 00000000:00000000 00:00000000 00000000  1000        0 333 1 0 20 4 30 10 -1\n";
-        let peer: SocketAddr = "127.0.0.1:54321".parse().unwrap();
-        assert_eq!(find_in_table(table, peer, 18080), Some((1000, 333)));
-        assert_eq!(find_in_table(table, peer, 18081), None);
-    }
 
     fn approvals(timeout_ms: u64) -> Arc<Approvals> {
         let limits = ExecveSection {
@@ -743,6 +555,8 @@ mod tests {
             },
             rule: "approve-pip".into(),
             message: None,
+            attempt: 1,
+            lookup: None,
         }
     }
 
