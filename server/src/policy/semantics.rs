@@ -17,7 +17,7 @@
 //! leaves it open; a `ports: any` rule settles every port not matched yet; a
 //! port list that only `deny` rules name would mean "every port but these",
 //! which Landlock can only express as an allow-list of the 65,535 others
-//! (about 0.1 s more for every shell: `docs/benchmarks.md`),
+//! (25–117 ms more for every shell: `docs/benchmarks.md`),
 //! so it is refused with the allow-list to write instead.
 //!
 //! Failure modes: [`check_file_rules`] and [`tcp_ports`] return a
@@ -186,7 +186,7 @@ pub fn tcp_ports(
     let instead = |ports: &BTreeSet<u16>| {
         format!(
             "Landlock keeps open only the ports a ruleset lists, so every other port would have \
-             to be listed (about 65,000 rules, some 0.1 s more for every shell). Write the ports \
+             to be listed (about 65,000 rules: 25 ms or more for every shell, even prebuilt). Write the ports \
              to keep open instead, e.g. `- {{name: open-ports, ports: [80, 443], direction: \
              {dir}, decision: allow}}` (every port not listed is closed, {} included), or \
              remove the deny to leave {dir} unrestricted",
