@@ -1,0 +1,178 @@
+//! `agentsh-bench run`: the steps of the report, one module each, in the
+//! order the report numbers them. Every step times its pair through the
+//! timer, checks in the audit trail that its supervised side really ran
+//! supervised (and fails the run otherwise), and adds its table to the
+//! report. Steps 1 to 5 share two mount namespaces, one with the shim as
+//! `/bin/sh` and a server on the notify backend, one without; step 6 adds
+//! a third on the ptrace backend; the supervisor's own time comes last,
+//! from a second, tracing server.
+
+mod configure;
+mod exec_loop;
+mod install;
+mod nested;
+mod ptrace;
+mod scale;
+mod supervisor;
+
+use crate::cli::Opts;
+use crate::host::machine;
+use crate::report::Report;
+use crate::setup::{copy_exec, mount_ns_path, start_server, Workspace};
+use agentsh_tests::ns::Namespace;
+use agentsh_tests::server::bin;
+use configure::configure;
+use exec_loop::exec_loop;
+use install::install_path;
+use nested::nested_path;
+use ptrace::ptrace_backend;
+use scale::scale;
+use serde_json::json;
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+use supervisor::supervisor_time;
+
+/// How many timed rounds each pair gets (warm-up not counted).
+#[derive(Debug, Clone, Copy)]
+pub struct Rounds {
+    pub nested: usize,
+    pub install: usize,
+    pub exec_loop: usize,
+    pub configure: usize,
+}
+
+impl Rounds {
+    fn for_run(quick: bool) -> Rounds {
+        let (nested, install, exec_loop, configure) = if quick {
+            (60, 40, 4, 1)
+        } else {
+            (400, 200, 15, 5)
+        };
+        Rounds {
+            nested,
+            install,
+            exec_loop,
+            configure,
+        }
+    }
+}
+
+/// What the steps share.
+pub struct Bench<'a> {
+    /// The agent's workspace; `bin/` holds the timer and `hop`.
+    pub ws: &'a Path,
+    /// `bin/hop`: a static program that only execs its arguments.
+    pub hop: &'a str,
+    /// The shim installed as `/bin/sh`, supervised by the notify server.
+    pub shim_ns: &'a Namespace,
+    /// No shim: `/bin/sh` is the real shell.
+    pub plain_ns: &'a Namespace,
+    /// The mount namespaces of the two, as the timer enters them.
+    pub shim_mnt: &'a str,
+    pub plain_mnt: &'a str,
+    /// The notify server's audit trail.
+    pub audit: &'a Path,
+    pub rounds: Rounds,
+    pub quick: bool,
+    /// The autoconf package to `./configure` (steps 4 and 6c; none: skipped).
+    pub tarball: Option<&'a Path>,
+}
+
+/// Sets up, runs every step in the report's order, and writes the results.
+///
+/// # Errors
+/// Not root, a setup that fails, or any step's error (a failed run, or a
+/// supervised side that did not run supervised).
+pub fn run(o: &Opts) -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("needs root (mount namespaces, seccomp listeners): sudo ./bench/run.sh".into());
+    }
+    let rounds = Rounds::for_run(o.quick);
+    let started = Instant::now();
+    let workspace = prepare_workspace(&o.hop)?;
+    let ws = workspace.path();
+    let hop = ws.join("bin/hop").display().to_string();
+
+    let shim_ns = Namespace::new();
+    let plain_ns = Namespace::new();
+    let shim_mnt = mount_ns_path(&shim_ns);
+    let plain_mnt = mount_ns_path(&plain_ns);
+    let srv = start_server(&shim_ns, ws, "info");
+    shim_ns.install_shim(false);
+    shim_ns.configure(&srv.url, "on");
+    let audit = srv.dir.path().join("audit.jsonl");
+    let b = Bench {
+        ws,
+        hop: &hop,
+        shim_ns: &shim_ns,
+        plain_ns: &plain_ns,
+        shim_mnt: &shim_mnt,
+        plain_mnt: &plain_mnt,
+        audit: &audit,
+        rounds,
+        quick: o.quick,
+        tarball: o.tarball.as_deref(),
+    };
+
+    let mut rep = Report::default();
+    describe_setup(&mut rep, o.quick);
+    nested_path(&mut rep, &b)?;
+    install_path(&mut rep, &b)?;
+    exec_loop(&mut rep, &b)?;
+    configure(&mut rep, &b)?;
+    scale(&mut rep, &b, &srv)?;
+    ptrace_backend(&mut rep, &b)?;
+    // The supervisor's own time per exec, from its trace log (a second
+    // server, so the trace lines cost the pairs above nothing).
+    drop(srv);
+    supervisor_time(&mut rep, &b)?;
+    rep.line(&format!(
+        "\n(whole run: {:.0} s)",
+        started.elapsed().as_secs_f64()
+    ));
+
+    rep.write(&o.out)?;
+    drop(workspace);
+    Ok(())
+}
+
+/// A fresh workspace with this binary (the timer) and `hop` in its `bin/`.
+fn prepare_workspace(hop: &Path) -> Result<Workspace, String> {
+    let workspace = Workspace::create()?;
+    let ws = workspace.path();
+    copy_exec(
+        &std::env::current_exe().map_err(|e| e.to_string())?,
+        &ws.join("bin/agentsh-bench"),
+    )?;
+    copy_exec(hop, &ws.join("bin/hop"))?;
+    Ok(workspace)
+}
+
+/// The report's first lines: the machine, and how the shim was linked.
+fn describe_setup(rep: &mut Report, quick: bool) {
+    let m = machine();
+    rep.line(&format!(
+        "Machine: {} ({} cores, {} GiB), Linux {}; {} run.",
+        m["cpu"].as_str().unwrap_or("?"),
+        m["cores"],
+        m["mem_gib"],
+        m["kernel"].as_str().unwrap_or("?"),
+        if quick { "a quick" } else { "a full" }
+    ));
+    rep.json.insert("machine".into(), m);
+    let shim_link = match Command::new("readelf")
+        .arg("-l")
+        .arg(bin("agentsh-shell-shim"))
+        .output()
+    {
+        Ok(o) if String::from_utf8_lossy(&o.stdout).contains("INTERP") => "dynamic",
+        Ok(o) if o.status.success() => "static-pie",
+        _ => "unknown",
+    };
+    rep.line(&format!(
+        "The shim is {shim_link} (packaging/build-release.sh builds it static-pie)."
+    ));
+    rep.json.insert("shim_link".into(), json!(shim_link));
+}
