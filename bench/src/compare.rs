@@ -21,6 +21,7 @@
 //! traced fewer execs than the workload made, fails the run: a figure of a
 //! run that was not supervised would be worse than none.
 
+use crate::workload::compile_spawner;
 use agentsh_tests::ns::Namespace;
 use agentsh_tests::server::{server_base, TestServer};
 use std::collections::BTreeMap;
@@ -159,24 +160,35 @@ fn quantile(sorted: &[u64], q: f64) -> u64 {
 /// What failed: a server that would not start a tree, a workload that
 /// failed, a server that traced fewer execs than were made.
 pub fn run(o: &CompareOpts, ws: &Path) -> Result<String, String> {
-    let spawner = ws.join("bin/spawner");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("spawner.c");
-    let out = Command::new("cc")
-        .args(["-O2", "-pthread", "-o"])
-        .arg(&spawner)
-        .arg(&src)
-        .output()
-        .map_err(|e| format!("cc spawner.c: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "cc spawner.c: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
+    let spawner = compile_spawner(ws)?;
     let ns = Namespace::new();
     ns.install_shim(false);
-    let mut subjects: Vec<Subject> = o
-        .servers
+    let mut subjects = start_subjects(o, &ns, ws);
+    let s = subjects.len();
+    for round in 0..o.rounds {
+        for k in 0..s {
+            let sub = &mut subjects[(round + k) % s];
+            ns.configure(&sub.srv.url, "on");
+            for &w in &o.only {
+                sub.measure(&ns, &spawner, w, o.n)?;
+            }
+        }
+        eprintln!("compare: round {} of {} done", round + 1, o.rounds);
+    }
+    if let Ok(dir) = std::env::var("AGENTSH_BENCH_KEEP_LOGS") {
+        for sub in &subjects {
+            let _ = std::fs::write(
+                Path::new(&dir).join(format!("{}.log", sub.label)),
+                sub.srv.log(),
+            );
+        }
+    }
+    Ok(report(o, &mut subjects))
+}
+
+/// Every `--server`, started in `ns` with its supervisor's log at trace.
+fn start_subjects(o: &CompareOpts, ns: &Namespace, ws: &Path) -> Vec<Subject> {
+    o.servers
         .iter()
         .map(|(label, path)| {
             let path = path.clone();
@@ -197,54 +209,49 @@ pub fn run(o: &CompareOpts, ws: &Path) -> Result<String, String> {
                 cpu: BTreeMap::new(),
             }
         })
-        .collect();
-    let s = subjects.len();
-    for round in 0..o.rounds {
-        for k in 0..s {
-            let sub = &mut subjects[(round + k) % s];
-            ns.configure(&sub.srv.url, "on");
-            for &w in &o.only {
-                let (_, lines) = answered_us(&sub.srv.log(), 0);
-                sub.seen = lines;
-                let cpu0 = cpu_ticks(sub.srv.pid());
-                let run = workload_cmd(&ns, &spawner, w, o.n)
-                    .output()
-                    .map_err(|e| format!("{} {w}: {e}", sub.label))?;
-                let cpu1 = cpu_ticks(sub.srv.pid());
-                if !run.status.success() {
-                    return Err(format!(
-                        "{} {w}: {} {}",
-                        sub.label,
-                        run.status,
-                        String::from_utf8_lossy(&run.stderr).trim()
-                    ));
-                }
-                let (us, _) = answered_us(&sub.srv.log(), sub.seen);
-                if us.len() < o.n {
-                    return Err(format!(
-                        "{} {w}: {} `exec answered` lines for {} execs (is its log at trace?)",
-                        sub.label,
-                        us.len(),
-                        o.n
-                    ));
-                }
-                let c = sub.cpu.entry(w).or_default();
-                c.0 += cpu1.saturating_sub(cpu0);
-                c.1 += us.len();
-                sub.us.entry(w).or_default().extend(us);
-            }
+        .collect()
+}
+
+impl Subject {
+    /// Runs workload `w` (`n` execs) once, `ns`'s shim pointed at this
+    /// server, and keeps the supervisor's times and the server's CPU ticks.
+    fn measure(
+        &mut self,
+        ns: &Namespace,
+        spawner: &Path,
+        w: &'static str,
+        n: usize,
+    ) -> Result<(), String> {
+        let (_, lines) = answered_us(&self.srv.log(), 0);
+        self.seen = lines;
+        let cpu0 = cpu_ticks(self.srv.pid());
+        let run = workload_cmd(ns, spawner, w, n)
+            .output()
+            .map_err(|e| format!("{} {w}: {e}", self.label))?;
+        let cpu1 = cpu_ticks(self.srv.pid());
+        if !run.status.success() {
+            return Err(format!(
+                "{} {w}: {} {}",
+                self.label,
+                run.status,
+                String::from_utf8_lossy(&run.stderr).trim()
+            ));
         }
-        eprintln!("compare: round {} of {} done", round + 1, o.rounds);
-    }
-    if let Ok(dir) = std::env::var("AGENTSH_BENCH_KEEP_LOGS") {
-        for sub in &subjects {
-            let _ = std::fs::write(
-                Path::new(&dir).join(format!("{}.log", sub.label)),
-                sub.srv.log(),
-            );
+        let (us, _) = answered_us(&self.srv.log(), self.seen);
+        if us.len() < n {
+            return Err(format!(
+                "{} {w}: {} `exec answered` lines for {} execs (is its log at trace?)",
+                self.label,
+                us.len(),
+                n
+            ));
         }
+        let c = self.cpu.entry(w).or_default();
+        c.0 += cpu1.saturating_sub(cpu0);
+        c.1 += us.len();
+        self.us.entry(w).or_default().extend(us);
+        Ok(())
     }
-    Ok(report(o, &mut subjects))
 }
 
 fn report(o: &CompareOpts, subjects: &mut [Subject]) -> String {
