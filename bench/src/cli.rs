@@ -51,3 +51,28 @@ pub fn parse_run(args: &[String]) -> Result<Opts, String> {
     }
     Ok(o)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(v: &[&str]) -> Vec<String> {
+        v.iter().map(|a| (*a).to_string()).collect()
+    }
+
+    #[test]
+    fn run_without_hop_is_refused_with_the_usage() {
+        let err = parse_run(&args(&["--quick"])).err().unwrap_or_default();
+        assert!(err.starts_with("--hop is required\n"));
+        assert!(err.ends_with(USAGE));
+    }
+
+    #[test]
+    fn run_options_default_to_a_full_run_into_target_bench() {
+        let o = parse_run(&args(&["--hop", "h"])).expect("parses");
+        assert!(!o.quick);
+        assert_eq!(o.hop, PathBuf::from("h"));
+        assert_eq!(o.tarball, None);
+        assert_eq!(o.out, PathBuf::from("target/bench"));
+    }
+}

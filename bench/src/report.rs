@@ -118,3 +118,51 @@ pub fn fmt_us(us: f64) -> String {
         format!("{us:.0} µs")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::entry;
+
+    #[test]
+    fn times_from_1000_us_on_are_shown_in_ms() {
+        assert_eq!(fmt_us(999.4), "999 µs");
+        assert_eq!(fmt_us(1500.0), "1.50 ms");
+        assert_eq!(fmt_us(-2000.0), "-2.00 ms");
+    }
+
+    #[test]
+    fn a_pair_is_a_table_of_its_entries_then_its_ratios() {
+        let spec = Spec {
+            rounds: 2,
+            warmup: 0,
+            entries: vec![entry("a", vec![], None), entry("b", vec![], None)],
+        };
+        let samples: Samples = [
+            ("a".to_string(), vec![2_000_000, 2_000_000]),
+            ("b".to_string(), vec![1_000_000, 1_000_000]),
+        ]
+        .into();
+        let mut rep = Report::default();
+        rep.pair(
+            "T",
+            "k",
+            &spec,
+            &samples,
+            &[("a", "b", "≤ 1.10×"), ("b", "a", "")],
+        );
+        assert_eq!(
+            rep.md,
+            "\n### T\n\n\
+             | command | n | median | p10 | p90 |\n\
+             |---|---:|---:|---:|---:|\n\
+             | a | 2 | 2.00 ms | 2.00 ms | 2.00 ms |\n\
+             | b | 2 | 1.00 ms | 1.00 ms | 1.00 ms |\n\
+             \n\
+             * a / b: **2.00×** (median difference 1.00 ms); target ≤ 1.10×\n\
+             * b / a: **0.50×** (median difference -1.00 ms)\n"
+        );
+        assert_eq!(rep.json["k"]["ratios"][0]["ratio"], 2.0);
+        assert_eq!(rep.json["k"]["a"]["n"], 2);
+    }
+}
