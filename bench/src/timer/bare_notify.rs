@@ -13,6 +13,10 @@ use std::process::Command;
 /// execs and send the listener here; the returned thread answers every
 /// notification with CONTINUE until the tree has exited, and returns how
 /// many it answered.
+///
+/// Long because the filter, its load and the listener's send all run in
+/// the child between fork and exec (async-signal-safe calls only), in one
+/// `pre_exec` closure: kept together so that constraint is seen in one place.
 pub fn bare_notify(cmd: &mut Command) -> Result<std::thread::JoinHandle<u64>, String> {
     use std::os::fd::{FromRawFd, OwnedFd};
     let mut sv = [0; 2];
