@@ -7,7 +7,7 @@ use std::path::PathBuf;
 pub const USAGE: &str =
     "usage: agentsh-bench run --hop PATH [--configure-tarball PATH] [--out DIR] [--quick]
        (normally through: sudo ./bench/run.sh [--quick])
-       agentsh-bench compare --server LABEL=PATH [--server LABEL=PATH ...] [--rounds R] [--n N] [--only W,..] [--out FILE]
+       agentsh-bench compare --server LABEL=PATH [--server LABEL=PATH ...] [--config LABEL=FILE] [--rounds R] [--n N] [--only W,..] [--out FILE]
                                         (the supervisor's time per exec of several server builds,
                                          side by side: see bench/src/compare.rs)
        agentsh-bench time --spec FILE   (internal: the timer)";

@@ -40,6 +40,9 @@ pub struct CompareOpts {
     pub out: Option<PathBuf>,
     /// The workloads to run (default: all of [`WORKLOADS`]).
     pub only: Vec<&'static str>,
+    /// label → configuration text added to that server's config
+    /// (`--config LABEL=FILE`: the same binary under another setting).
+    pub configs: BTreeMap<String, String>,
 }
 
 /// Parses `compare`'s arguments.
@@ -53,6 +56,7 @@ pub fn parse(args: &[String]) -> Result<CompareOpts, String> {
         n: 300,
         out: None,
         only: WORKLOADS.to_vec(),
+        configs: BTreeMap::new(),
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -64,6 +68,15 @@ pub fn parse(args: &[String]) -> Result<CompareOpts, String> {
                     .split_once('=')
                     .ok_or(format!("--server LABEL=PATH, not {v:?}"))?;
                 o.servers.push((label.to_string(), PathBuf::from(path)));
+            }
+            "--config" => {
+                let v = val()?;
+                let (label, file) = v
+                    .split_once('=')
+                    .ok_or(format!("--config LABEL=FILE, not {v:?}"))?;
+                let text = std::fs::read_to_string(file)
+                    .map_err(|e| format!("--config {label}: cannot read {file}: {e}"))?;
+                o.configs.insert(label.to_string(), text);
             }
             "--rounds" => o.rounds = val()?.parse().map_err(|e| format!("--rounds: {e}"))?,
             "--n" => o.n = val()?.parse().map_err(|e| format!("--n: {e}"))?,
@@ -86,6 +99,13 @@ pub fn parse(args: &[String]) -> Result<CompareOpts, String> {
     }
     if o.servers.is_empty() {
         return Err("compare needs at least one --server LABEL=PATH".into());
+    }
+    if let Some(l) = o
+        .configs
+        .keys()
+        .find(|l| !o.servers.iter().any(|(s, _)| s == *l))
+    {
+        return Err(format!("--config {l}: no --server {l}=PATH"));
     }
     Ok(o)
 }
@@ -192,9 +212,10 @@ fn start_subjects(o: &CompareOpts, ns: &Namespace, ws: &Path) -> Vec<Subject> {
         .iter()
         .map(|(label, path)| {
             let path = path.clone();
+            let extra = o.configs.get(label).map_or("", String::as_str);
             let srv = TestServer::start_on_default_policy(
                 &server_base(),
-                &format!("workspace: {}\n", ws.display()),
+                &format!("workspace: {}\n{extra}", ws.display()),
                 |_| {
                     let mut c = ns.command(path);
                     c.env("AGENTSH_LOG", "info,agentsh::supervisor=trace");

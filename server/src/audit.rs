@@ -54,8 +54,10 @@ impl ApprovalOutcome {
 pub enum Memory {
     Exclusive,
     Frozen,
-    /// Neither: the ptrace backend checks the new image against what was
-    /// judged at `PTRACE_EVENT_EXEC`, before its first instruction.
+    /// Other tasks may run on (the ptrace backend, or `execve.race_guard:
+    /// verify` with tasks sharing the memory): the new image is checked
+    /// against what was judged at `PTRACE_EVENT_EXEC`, before its first
+    /// instruction.
     Verified,
 }
 

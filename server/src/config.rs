@@ -47,6 +47,14 @@ CONFIG KEYS (YAML; all optional; defaults shown):
                                                      supervisor. auto: seccomp user-notify where
                                                      the kernel has it, else ptrace (gVisor,
                                                      restrictive seccomp profiles)
+  execve.race_guard                verify            verify | freeze: an exec whose caller shares its
+                                                     memory with running tasks (threads, a vfork
+                                                     parent's threads) is watched and its new image
+                                                     checked against what was judged before its first
+                                                     instruction (killed if it differs); freeze also
+                                                     stops every such task while the exec is read
+                                                     and runs (no racing write reaches the kernel;
+                                                     about 60 µs more per such exec)
   execve.max_argc                  1000              argv entries read per exec
   execve.max_argv_bytes            65536             argv bytes read per exec
   execve.on_truncated              deny              deny | evaluate: what an exec whose argv
@@ -164,10 +172,24 @@ pub enum BackendChoice {
     Ptrace,
 }
 
+/// `execve.race_guard`: what makes an exec hold when other tasks share the
+/// caller's memory (see `docs/security-model.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RaceGuard {
+    /// Watch the exec and check the new image (file and argv) at
+    /// `PTRACE_EVENT_EXEC`, before its first instruction.
+    Verify,
+    /// The same, and stop every task sharing the memory while the exec is
+    /// read and runs.
+    Freeze,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ExecveSection {
     pub backend: BackendChoice,
+    pub race_guard: RaceGuard,
     pub max_argc: usize,
     pub max_argv_bytes: usize,
     pub on_truncated: OnTruncated,
@@ -241,6 +263,7 @@ impl Default for ExecveSection {
     fn default() -> Self {
         ExecveSection {
             backend: BackendChoice::Auto,
+            race_guard: RaceGuard::Verify,
             max_argc: 1000,
             max_argv_bytes: 65536,
             on_truncated: OnTruncated::Deny,

@@ -31,6 +31,14 @@ command_rules:
 
 const NOBODY: (u32, u32) = (65534, 65534);
 
+/// Both `execve.race_guard` settings, with the `memory` their execs of a
+/// caller that shares its memory are audited with.
+const GUARDS: [(&str, &str); 2] = [("verify", "verified"), ("freeze", "frozen")];
+
+fn guard_config(guard: &str) -> String {
+    format!("execve:\n  race_guard: {guard}\n")
+}
+
 fn attempts() -> u64 {
     match std::env::var("AGENTSH_RACE_ATTEMPTS") {
         Ok(v) if std::env::var("CI").as_deref() != Ok("true") => v.parse().unwrap_or(10_000),
@@ -53,8 +61,8 @@ fn text(b: &[u8]) -> String {
 /// Runs one race mode for the full count; checks nothing forbidden ran,
 /// nothing is left stopped, and every attempt ended as allowed, denied or
 /// "no such file" (a path read half-written). Returns the audit's events.
-fn race(mode: &str, uid: Option<(u32, u32)>, want_ok: bool) -> Vec<Value> {
-    let srv = TestServer::start(POLICY, "");
+fn race(mode: &str, uid: Option<(u32, u32)>, want_ok: bool, guard: &str) -> Vec<Value> {
+    let srv = TestServer::start(POLICY, &guard_config(guard));
     let arena = Arena::new(mode);
     let n = attempts();
     let session = format!("race-{mode}");
@@ -76,7 +84,7 @@ fn race(mode: &str, uid: Option<(u32, u32)>, want_ok: bool) -> Vec<Value> {
     let ran = arena.forbidden_runs();
     assert!(
         ran.is_empty(),
-        "{mode}: a forbidden program ran ({} times):\n{}",
+        "{mode} ({guard}): a forbidden program ran ({} times):\n{}",
         ran.lines().count(),
         ran.lines().take(5).collect::<Vec<_>>().join("\n")
     );
@@ -90,7 +98,7 @@ fn race(mode: &str, uid: Option<(u32, u32)>, want_ok: bool) -> Vec<Value> {
     } else {
         assert_eq!(t.ok, 0, "{mode}: {stdout}");
     }
-    eprintln!("{mode} ({uid:?}): {stdout}");
+    eprintln!("{mode} ({uid:?}, race_guard {guard}): {stdout}");
     let left = stopped_or_traced(srv.pid(), None);
     assert!(left.is_empty(), "{mode}: tasks left stopped: {left:#?}");
     srv.exec_events(&session)
@@ -101,13 +109,15 @@ fn a_sibling_thread_rewriting_path_and_argv_never_runs_a_denied_program() {
     if !require_root("a_sibling_thread_rewriting_path_and_argv_never_runs_a_denied_program") {
         return;
     }
-    for uid in [None, Some(NOBODY)] {
-        let ev = race("thread", uid, true);
-        assert!(
-            ev.iter()
-                .any(|e| e["memory"] == "frozen" && e["effective_action"] == "allow"),
-            "allowed execs of a threaded caller are audited as frozen"
-        );
+    for (guard, memory) in GUARDS {
+        for uid in [None, Some(NOBODY)] {
+            let ev = race("thread", uid, true, guard);
+            assert!(
+                ev.iter()
+                    .any(|e| e["memory"] == memory && e["effective_action"] == "allow"),
+                "allowed execs of a threaded caller are audited as {memory}"
+            );
+        }
     }
 }
 
@@ -118,8 +128,10 @@ fn a_vfork_child_whose_parent_thread_flips_the_buffers_never_runs_a_denied_progr
     ) {
         return;
     }
-    for uid in [None, Some(NOBODY)] {
-        race("vfork", uid, true);
+    for (guard, _) in GUARDS {
+        for uid in [None, Some(NOBODY)] {
+            race("vfork", uid, true, guard);
+        }
     }
 }
 
@@ -129,7 +141,7 @@ fn strings_in_a_shared_memfd_written_by_another_process_are_refused() {
         return;
     }
     for uid in [None, Some(NOBODY)] {
-        let ev = race("shm", uid, false);
+        let ev = race("shm", uid, false, "verify");
         let shared: Vec<_> = ev.iter().filter(|e| e["rule"] == "shared_memory").collect();
         assert!(!shared.is_empty(), "{ev:#?}");
         assert!(shared[0]["message"]
@@ -147,7 +159,7 @@ fn a_workspace_symlink_flipped_between_allowed_and_denied_never_runs_the_denied_
         return;
     }
     for uid in [None, Some(NOBODY)] {
-        let ev = race("symlink", uid, true);
+        let ev = race("symlink", uid, true, "verify");
         // Some flips land between the decision and the kernel's lookup: the
         // new image is killed before its first instruction, and audited.
         let mismatches: Vec<_> = ev.iter().filter(|e| e["rule"] == "exec_mismatch").collect();
@@ -249,7 +261,7 @@ fn a_thread_with_its_own_cwd_is_judged_in_its_own_cwd() {
 
 /// A server whose freezes hold `ms` before CONTINUE (debug builds only).
 fn holding_server(ms: u64) -> TestServer {
-    TestServer::start_with(&server_base(), POLICY, "", |p| {
+    TestServer::start_with(&server_base(), POLICY, &guard_config("freeze"), |p| {
         let mut c = Command::new(p);
         c.env("AGENTSH_TEST_HOLD_FROZEN_MS", ms.to_string());
         c
@@ -358,42 +370,48 @@ fn frozen_execs_that_fail_release_everyone() {
     if !require_root("frozen_execs_that_fail_release_everyone") {
         return;
     }
-    let srv = TestServer::start(POLICY, "execve:\n  on_truncated: evaluate\n");
-    let arena = Arena::new("fail");
-    let garbage = arena.dir.path().join("garbage");
-    std::fs::write(&garbage, "not a program\n").unwrap();
-    std::fs::set_permissions(
-        &garbage,
-        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755),
-    )
-    .unwrap();
-    let cases = [
-        (arena.okay.to_str().unwrap(), "plain", "child-exit=0"),
-        (garbage.to_str().unwrap(), "plain", "child-exit=18"), // ENOEXEC
-        (arena.okay.to_str().unwrap(), "big", "child-exit=17"), // E2BIG
-        ("/nonexistent/prog", "plain", "child-exit=14"),       // ENOENT
-    ];
-    for (target, kind, want) in cases {
-        let out = run_wrapped(
-            &srv.url,
-            "fail",
-            &[arena.race.to_str().unwrap(), "spawn", target, kind],
-            &opts(&arena, None),
+    // Under both race guards: frozen tasks, or the watched caller alone.
+    for (guard, memory) in GUARDS {
+        let srv = TestServer::start(
+            POLICY,
+            &format!("execve:\n  on_truncated: evaluate\n  race_guard: {guard}\n"),
         );
-        let stdout = text(&out.stdout);
+        let arena = Arena::new("fail");
+        let garbage = arena.dir.path().join("garbage");
+        std::fs::write(&garbage, "not a program\n").unwrap();
+        std::fs::set_permissions(
+            &garbage,
+            <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755),
+        )
+        .unwrap();
+        let cases = [
+            (arena.okay.to_str().unwrap(), "plain", "child-exit=0"),
+            (garbage.to_str().unwrap(), "plain", "child-exit=18"), // ENOEXEC
+            (arena.okay.to_str().unwrap(), "big", "child-exit=17"), // E2BIG
+            ("/nonexistent/prog", "plain", "child-exit=14"),       // ENOENT
+        ];
+        for (target, kind, want) in cases {
+            let out = run_wrapped(
+                &srv.url,
+                "fail",
+                &[arena.race.to_str().unwrap(), "spawn", target, kind],
+                &opts(&arena, None),
+            );
+            let stdout = text(&out.stdout);
+            assert!(
+                stdout.contains(want),
+                "{guard}: {target} {kind}: {stdout} {}",
+                text(&out.stderr)
+            );
+            let left = stopped_or_traced(srv.pid(), None);
+            assert!(left.is_empty(), "{guard}: {target} {kind}: {left:#?}");
+        }
+        let ev = srv.exec_events("fail");
         assert!(
-            stdout.contains(want),
-            "{target} {kind}: {stdout} {}",
-            text(&out.stderr)
+            ev.iter().any(|e| e["memory"] == memory),
+            "{guard}: the spawns were {memory}: {ev:#?}"
         );
-        let left = stopped_or_traced(srv.pid(), None);
-        assert!(left.is_empty(), "{target} {kind}: {left:#?}");
     }
-    let ev = srv.exec_events("fail");
-    assert!(
-        ev.iter().any(|e| e["memory"] == "frozen"),
-        "the spawns were frozen: {ev:#?}"
-    );
 }
 
 /// Not a test of behaviour: prints the supervisor's own time per exec for a
@@ -701,11 +719,15 @@ const ECHO: &str = "/usr/bin/echo";
 /// every child printed what it was asked to (`summary` is the spawner's
 /// last line: all 40 ok), that the audit has an allowed event for each of
 /// the 40 execs of `ECHO` with the argument asked for, that execs from the
-/// spawner's threads were frozen (not merely exclusive), and that nothing
-/// is left stopped.
+/// spawner's threads were seen to share its memory (verified or frozen, not
+/// merely exclusive), and that nothing is left stopped; under both race
+/// guards.
 fn real_spawner_runs_supervised(session: &str, argv: &[&str], tag: &str, summary: &str) {
-    for uid in [None, Some(NOBODY)] {
-        let srv = TestServer::start(POLICY, "");
+    for ((guard, memory), uid) in GUARDS
+        .into_iter()
+        .flat_map(|g| [(g, None), (g, Some(NOBODY))])
+    {
+        let srv = TestServer::start(POLICY, &guard_config(guard));
         let arena = Arena::new("real-spawner");
         let out = run_wrapped(&srv.url, session, argv, &opts(&arena, uid));
         let stdout = text(&out.stdout);
@@ -734,8 +756,8 @@ fn real_spawner_runs_supervised(session: &str, argv: &[&str], tag: &str, summary
             "{session} ({uid:?}): {echoes:#?}"
         );
         assert!(
-            echoes.iter().any(|e| e["memory"] == "frozen"),
-            "{session} ({uid:?}): the spawns from threads were frozen: {echoes:#?}"
+            echoes.iter().any(|e| e["memory"] == memory),
+            "{session} ({uid:?}, {guard}): the spawns from threads were {memory}: {echoes:#?}"
         );
         let left = stopped_or_traced(srv.pid(), None);
         assert!(left.is_empty(), "{session} ({uid:?}): {left:#?}");

@@ -49,7 +49,7 @@ use super::vma;
 use super::{signals, DepthBook, SupervisorContext, Tree};
 use crate::approval::HeldExec;
 use crate::audit::{Action, EventBody, ExecEvent, ExecSubject, FileIdentity, Memory};
-use crate::config::OnTruncated;
+use crate::config::{OnTruncated, RaceGuard};
 use crate::policy::{self, Decision, ExecFacts, ProgramFacts, Truncation, Verdict};
 use crate::tracee::{self, ExecTarget, MemReader, ResolveError, StatFile, View};
 use agentsh_proto::execabi::{ExecArgs, ExecSyscall};
@@ -434,6 +434,12 @@ fn gather(
     let (memory, mm_parent) = match shared {
         None => (Memory::Verified, None),
         Some(Ok(Sharing::Exclusive { parent })) => (Memory::Exclusive, parent.then_some(stat.ppid)),
+        Some(Ok(Sharing::Shared(set))) if ctx.limits.race_guard == RaceGuard::Verify => {
+            // Nothing is stopped: the exec is watched and the new image
+            // checked before its first instruction (see `handle`).
+            let parent = (set.procs.get(1) == Some(&stat.ppid)).then_some(stat.ppid);
+            (Memory::Verified, parent)
+        }
         Some(Ok(Sharing::Shared(set))) => {
             let parent = (set.procs.get(1) == Some(&stat.ppid)).then_some(stat.ppid);
             match sharing::freeze(pid, tid, &stat_file, set, &mut st.lingering, &mut st.files) {
@@ -749,27 +755,26 @@ pub fn handle(
     // PTRACE_EVENT_EXEC on success, a stop on its way back to user space on
     // failure.
     let expected = expected_of(&g);
-    if allow && verified {
-        // The backend checks the new image; without an identity to check
-        // against, nothing may run.
-        match &expected {
-            Some(e) => stop.expect(Verification {
-                expected: e.clone(),
-                subject: subject.clone(),
-                rule: rule.clone(),
-            }),
-            None => {
-                allow = false;
-                rule = "unverifiable".into();
-                message = Some(
-                    "the identity of the file to run cannot be read, so the exec cannot be \
-                     verified"
-                        .into(),
-                );
-            }
-        }
+    // Other tasks share the caller's memory and run on (`race_guard:
+    // verify`): this thread watches the exec and checks the new image.
+    let checks_here = !verified && g.memory == Memory::Verified;
+    if allow && (verified || checks_here) && expected.is_none() {
+        // Without an identity to check against, nothing may run.
+        allow = false;
+        rule = "unverifiable".into();
+        message = Some(
+            "the identity of the file to run cannot be read, so the exec cannot be verified".into(),
+        );
     }
-    let watched = allow && !verified && (frozen.is_some() || !g.stable);
+    if let (true, true, Some(e)) = (allow, verified, &expected) {
+        // The backend checks the new image.
+        stop.expect(Verification {
+            expected: e.clone(),
+            subject: subject.clone(),
+            rule: rule.clone(),
+        });
+    }
+    let watched = allow && !verified && (frozen.is_some() || !g.stable || checks_here);
     if watched {
         if let Err(e) = verify::arm(req.tid) {
             allow = false;
