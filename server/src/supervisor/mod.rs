@@ -21,6 +21,7 @@
 
 mod depth;
 mod exec;
+mod gather;
 mod identity;
 mod notify;
 mod phases;
