@@ -269,17 +269,9 @@ pub(super) fn gather(
     frozen: &mut Option<Frozen>,
     verified: bool,
 ) -> Gather {
-    let tid = req.tid;
     st.files.begin_exec();
-    // Kept open: read again after a freeze (thread count) and for the owner.
-    let Ok(stat_file) = StatFile::open(tid) else {
+    let Some((stat_file, stat, pid)) = who(req.tid) else {
         return Gather::Answer(libc::EACCES); // vanished: nothing to audit
-    };
-    let Ok(stat) = stat_file.read() else {
-        return Gather::Answer(libc::EACCES);
-    };
-    let Ok(pid) = tracee::tgid_of(tid, &stat) else {
-        return Gather::Answer(libc::EACCES);
     };
     phases::mark("stat");
     let fail = |filename: &str, why| Gather::Refused {
@@ -296,39 +288,16 @@ pub(super) fn gather(
         Err(u) => return fail("", u),
     };
     phases::mark("path");
-    // The caller's parent, when it shares the caller's memory (see
-    // `check_mappings`). A verifying backend checks the new image: whoever
-    // writes the strings now only gets the exec killed.
-    let shared = if verified {
-        None
-    } else {
-        Some(sharing::sharing(pid, tid, &stat, &mut st.files))
-    };
-    let (memory, mm_parent) = match shared {
-        None => (Memory::Verified, None),
-        Some(Ok(Sharing::Exclusive { parent })) => (Memory::Exclusive, parent.then_some(stat.ppid)),
-        Some(Ok(Sharing::Shared(set))) => {
-            let parent = (set.procs.get(1) == Some(&stat.ppid)).then_some(stat.ppid);
-            match sharing::freeze(pid, tid, &stat_file, set, &mut st.lingering, &mut st.files) {
-                Ok(f) => {
-                    *frozen = Some(f);
-                    (Memory::Frozen, parent)
-                }
-                Err(why) => {
-                    return fail(
-                        &first.target.filename,
-                        undecidable("memory_not_frozen", why),
-                    )
-                }
+    let (memory, mm_parent) =
+        match stop_sharers(pid, req.tid, &stat, &stat_file, st, frozen, verified) {
+            Ok(m) => m,
+            Err(why) => {
+                return fail(
+                    &first.target.filename,
+                    undecidable("memory_not_frozen", why),
+                )
             }
-        }
-        Some(Err(why)) => {
-            return fail(
-                &first.target.filename,
-                undecidable("memory_not_frozen", why),
-            )
-        }
-    };
+        };
     phases::mark("share");
     let resolved = if memory == Memory::Frozen {
         // The first read raced with tasks that were still running.
@@ -343,19 +312,9 @@ pub(super) fn gather(
         first
     };
     let Resolved { path, view, target } = *resolved;
-    let argv = match mem.argv(
-        req.args.argv,
-        req.args.ptr_size,
-        max_argc,
-        ctx.limits.max_argv_bytes,
-    ) {
+    let argv = match read_argv(ctx, req, &mut mem) {
         Ok(a) => a,
-        Err(e) => {
-            return fail(
-                &target.filename,
-                undecidable("unreadable", format!("argv cannot be read: {e}")),
-            )
-        }
+        Err(u) => return fail(&target.filename, u),
     };
     phases::mark("argv");
     let maps = if verified {
@@ -367,30 +326,9 @@ pub(super) fn gather(
         }
     };
     phases::mark("maps");
-    let script_name = kernel_filename(&req.args, &path);
-    let chain = match tracee::interpreter_chain(&view, &target, &script_name, &argv.args) {
+    let chain = match interpreters(&view, &target, &req.args, &path, &argv) {
         Ok(c) => c,
-        Err(tracee::ChainError::TooDeep) => {
-            return fail(
-                &target.filename,
-                undecidable(
-                    "interpreter_chain",
-                    format!(
-                        "#! interpreters nested deeper than the kernel follows ({})",
-                        tracee::MAX_INTERPRETER_DEPTH
-                    ),
-                ),
-            )
-        }
-        Err(tracee::ChainError::Unresolvable(i, e)) => {
-            return fail(
-                &target.filename,
-                undecidable(
-                    "unresolvable",
-                    format!("#! interpreter {i:?} cannot be resolved in the caller's view: {e}"),
-                ),
-            )
-        }
+        Err(u) => return fail(&target.filename, u),
     };
     phases::mark("chain");
     // Verified execs need no stable lookups: a swapped file is caught at
@@ -400,19 +338,7 @@ pub(super) fn gather(
             .owner()
             .is_ok_and(|uid| lookups_stable(&view, uid, &req.args, &target, &chain));
     phases::mark("stable");
-    let index = super::identity_index(&ctx.policy);
-    // A program is not "a copy of" itself.
-    let recognise = |t: &ExecTarget| {
-        let mut r = index.recognise(&t.file, &t.meta);
-        r.copy_of
-            .retain(|c| *c != t.filename && Some(c) != t.resolved.as_ref());
-        r
-    };
-    let recognised = recognise(&target);
-    let recognised_chain = chain
-        .iter()
-        .map(|l| l.target.as_ref().map(recognise).unwrap_or_default())
-        .collect();
+    let (recognised, recognised_chain) = recognise(ctx, &target, &chain);
     phases::mark("ident");
     Gather::Ready(
         pid,
@@ -428,4 +354,113 @@ pub(super) fn gather(
             _close_later: (view, stat_file, maps),
         }),
     )
+}
+
+/// Step 1, who: the calling thread's stat and its thread group (the
+/// process id). `None`: the thread vanished.
+fn who(tid: u32) -> Option<(StatFile, tracee::ProcStat, u32)> {
+    // Kept open: read again after a freeze (thread count) and for the owner.
+    let stat_file = StatFile::open(tid).ok()?;
+    let stat = stat_file.read().ok()?;
+    let pid = tracee::tgid_of(tid, &stat).ok()?;
+    Some((stat_file, stat, pid))
+}
+
+/// Step 4's argv, within the configured limits, mostly from the pages
+/// `mem` already read.
+fn read_argv(
+    ctx: &SupervisorContext,
+    req: &ExecRequest,
+    mem: &mut MemReader,
+) -> Result<tracee::Argv, Undecidable> {
+    mem.argv(
+        req.args.argv,
+        req.args.ptr_size,
+        ctx.limits.max_argc,
+        ctx.limits.max_argv_bytes,
+    )
+    .map_err(|e| undecidable("unreadable", format!("argv cannot be read: {e}")))
+}
+
+/// Step 3, the race guard: who else shares the caller's memory; anyone who
+/// does is stopped (`frozen` receives them). Returns what the audit says of
+/// the caller's memory, and the caller's parent when it shares that memory
+/// (see `check_mappings`). A verifying backend checks the new image: whoever
+/// writes the strings now only gets the exec killed.
+///
+/// # Errors
+/// Why the tasks that share the memory cannot be found or stopped.
+fn stop_sharers(
+    pid: u32,
+    tid: u32,
+    stat: &tracee::ProcStat,
+    stat_file: &StatFile,
+    st: &mut TreeState,
+    frozen: &mut Option<Frozen>,
+    verified: bool,
+) -> Result<(Memory, Option<u32>), String> {
+    if verified {
+        return Ok((Memory::Verified, None));
+    }
+    match sharing::sharing(pid, tid, stat, &mut st.files)? {
+        Sharing::Exclusive { parent } => Ok((Memory::Exclusive, parent.then_some(stat.ppid))),
+        Sharing::Shared(set) => {
+            let parent = (set.procs.get(1) == Some(&stat.ppid)).then_some(stat.ppid);
+            let f = sharing::freeze(pid, tid, stat_file, set, &mut st.lingering, &mut st.files)?;
+            *frozen = Some(f);
+            Ok((Memory::Frozen, parent))
+        }
+    }
+}
+
+/// The `#!` interpreters the kernel will start for `target`, each resolved
+/// in `view`; the script is named as the kernel names it
+/// ([`kernel_filename`]).
+fn interpreters(
+    view: &View,
+    target: &ExecTarget,
+    args: &ExecArgs,
+    path: &[u8],
+    argv: &tracee::Argv,
+) -> Result<Vec<tracee::ChainLink>, Undecidable> {
+    let script_name = kernel_filename(args, path);
+    tracee::interpreter_chain(view, target, &script_name, &argv.args).map_err(|e| match e {
+        tracee::ChainError::TooDeep => undecidable(
+            "interpreter_chain",
+            format!(
+                "#! interpreters nested deeper than the kernel follows ({})",
+                tracee::MAX_INTERPRETER_DEPTH
+            ),
+        ),
+        tracee::ChainError::Unresolvable(i, e) => undecidable(
+            "unresolvable",
+            format!("#! interpreter {i:?} cannot be resolved in the caller's view: {e}"),
+        ),
+    })
+}
+
+/// What the identity index says about the program and about each
+/// interpreter (nothing for one that does not exist).
+fn recognise(
+    ctx: &SupervisorContext,
+    target: &ExecTarget,
+    chain: &[tracee::ChainLink],
+) -> (
+    super::identity::Recognised,
+    Vec<super::identity::Recognised>,
+) {
+    let index = super::identity_index(&ctx.policy);
+    // A program is not "a copy of" itself.
+    let recognise = |t: &ExecTarget| {
+        let mut r = index.recognise(&t.file, &t.meta);
+        r.copy_of
+            .retain(|c| *c != t.filename && Some(c) != t.resolved.as_ref());
+        r
+    };
+    let recognised = recognise(target);
+    let recognised_chain = chain
+        .iter()
+        .map(|l| l.target.as_ref().map(recognise).unwrap_or_default())
+        .collect();
+    (recognised, recognised_chain)
 }
