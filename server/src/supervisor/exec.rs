@@ -43,7 +43,7 @@
 //! (EACCES) audited with the rule `unreadable`, `unresolvable`,
 //! `memory_not_frozen` or `shared_memory` and the reason.
 
-use super::gather::{gather, Gather, Gathered};
+use super::gather::{gather, Gather, Gathered, Undecidable};
 use super::phases;
 use super::procfiles::ProcFiles;
 use super::ptrace::Lingering;
@@ -237,7 +237,8 @@ fn judge(
 /// Handles one caught exec: gather, decide, answer, audit (module doc).
 ///
 /// Long because the answer's safety argument reads top to bottom: every way
-/// to CONTINUE is in sight of the checks it relies on.
+/// to CONTINUE is in sight of the checks it relies on (the refusals, the
+/// hold for an operator and the watch after CONTINUE are calls).
 pub fn handle(
     ctx: &SupervisorContext,
     tree: &Tree,
@@ -261,25 +262,16 @@ pub fn handle(
             pid,
             ppid,
             filename,
-            why: u,
+            why,
         } => {
             release(st, frozen, Duration::ZERO);
-            tracing::warn!(pid, abi = req.call.abi, "exec denied: {}", u.reason);
-            let event = ExecEvent::new(
-                ExecSubject {
-                    pid,
-                    parent_pid: ppid,
-                    filename,
-                    ..ExecSubject::default()
-                },
-                Decision::Deny,
-                u.rule,
-                Action::Deny,
-                Some(u.reason),
-            )
-            .in_attempt(ctx.audit.next_attempt(), false);
-            ctx.audit.record(&tree.session_id, EventBody::Execve(event));
-            let _ = stop.refuse(libc::EACCES);
+            let subject = ExecSubject {
+                pid,
+                parent_pid: ppid,
+                filename,
+                ..ExecSubject::default()
+            };
+            refuse_undecidable(ctx, tree, req, stop, subject, why);
             return;
         }
     };
@@ -291,56 +283,22 @@ pub fn handle(
         return;
     }
     phases::mark("valid");
-    let files = std::cell::RefCell::new(&mut st.files);
-    let depth = st.book.depth_of(pid, &g.stat, st.root_pid, |p| {
-        files.borrow_mut().stat(p).ok()
-    });
-    let interpreters = interpreters_of(&g);
-    let verdict = judge(ctx, &g, depth, &interpreters);
-    let mut subject = subject(pid, &g, depth);
-    subject.interpreters = interpreters;
-    // A denied exec the same process just tried for the same file and argv
-    // (the next PATH entry) is the same attempt: see `retry`.
-    let lookup = Lookup::of(&subject, g.stat.starttime);
-    let repeat = match (&lookup, verdict.decision) {
-        (Some(k), Decision::Deny) => st.refused.find(k, Instant::now()).map(|(a, ())| a),
-        _ => None,
-    };
-    let attempt = repeat.unwrap_or_else(|| ctx.audit.next_attempt());
-    let mut allow = match verdict.decision {
+    let j = decide(ctx, st, pid, &g);
+    let mut allow = match j.verdict.decision {
         Decision::Allow | Decision::Audit => true,
         Decision::Deny => false,
         Decision::Approve => {
             // Held: a waiter thread answers and audits it; this thread goes
             // on serving the tree. Nothing stays stopped while a human thinks.
             release(st, frozen, Duration::ZERO);
-            st.files.held(pid);
-            let notif_id = match &holder {
-                Holder::Notify { id, .. } => *id,
-                Holder::Trace { .. } => 0,
-            };
-            ctx.approvals.hold(
-                holder,
-                HeldExec {
-                    session_id: tree.session_id.clone(),
-                    notif_id,
-                    tid: req.tid,
-                    starttime: g.stat.starttime,
-                    expected: expected_of(&g),
-                    subject,
-                    rule: verdict.rule,
-                    message: verdict.message,
-                    attempt,
-                    lookup,
-                },
-                st.approved_tx.clone(),
-            );
+            hold_for_operator(ctx, tree, st, req, &g, holder, j);
             return;
         }
     };
     phases::mark("judge");
-    let mut rule = verdict.rule;
-    let mut message = verdict.message;
+    let decision = j.verdict.decision;
+    let mut rule = j.verdict.rule;
+    let mut message = j.verdict.message;
     // Watched through the exec when anything could change what runs after
     // CONTINUE: stopped tasks (released only once the exec is over), or a
     // path lookup the tree can change (a symlink or rename swap). The caller
@@ -354,7 +312,7 @@ pub fn handle(
         match &expected {
             Some(e) => stop.expect(Verification {
                 expected: e.clone(),
-                subject: subject.clone(),
+                subject: j.subject.clone(),
                 rule: rule.clone(),
             }),
             None => {
@@ -381,13 +339,13 @@ pub fn handle(
         }
     }
     let event = ExecEvent::new(
-        subject.clone(),
-        verdict.decision,
+        j.subject.clone(),
+        decision,
         rule.clone(),
         if allow { Action::Allow } else { Action::Deny },
         message,
     )
-    .in_attempt(attempt, repeat.is_some());
+    .in_attempt(j.attempt, j.repeat.is_some());
     // The event is written before the answer: whatever the exec does next,
     // the audit trail already has it.
     ctx.audit.record(&tree.session_id, EventBody::Execve(event));
@@ -397,8 +355,8 @@ pub fn handle(
     let own_us = started.elapsed().as_micros() as u64;
     if !allow {
         release(st, frozen, Duration::ZERO);
-        if let (Some(k), Decision::Deny, None) = (lookup, verdict.decision, repeat) {
-            st.refused.remember(k, attempt, (), Instant::now());
+        if let (Some(k), Decision::Deny, None) = (j.lookup, decision, j.repeat) {
+            st.refused.remember(k, j.attempt, (), Instant::now());
         }
         if let Err(e) = stop.refuse(libc::EACCES) {
             tracing::debug!(pid, "answer not delivered (tracee gone?): {e}");
@@ -429,30 +387,149 @@ pub fn handle(
         tracing::debug!(pid, "answer not delivered (tracee gone?): {e}");
     }
     if answered.is_ok() {
-        st.book.record(pid, g.stat.starttime, depth);
+        st.book.record(pid, g.stat.starttime, j.depth);
         // Its address space may be new: kept maps of it no longer answer.
         st.files.exec_seen(pid);
     }
     if !watched {
         return;
     }
-    let outcome = if answered.is_ok() {
-        verify::started(req.tid);
-        verify::watch(
-            req.tid,
-            pid,
-            expected.as_ref(),
-            frozen.as_mut(),
-            &mut st.lingering,
-        )
+    let outcome = watch_through(
+        st,
+        req.tid,
+        pid,
+        expected.as_ref(),
+        frozen,
+        answered.is_ok(),
+    );
+    if let verify::Outcome::Killed(what) = outcome {
+        record_mismatch(ctx, &tree.session_id, j.subject, &rule, what);
+    }
+}
+
+/// An exec that cannot be judged (`subject` says what is known of it):
+/// audited with the rule and reason, answered EACCES.
+fn refuse_undecidable(
+    ctx: &SupervisorContext,
+    tree: &Tree,
+    req: &ExecRequest,
+    stop: &dyn ExecStop,
+    subject: ExecSubject,
+    why: Undecidable,
+) {
+    tracing::warn!(
+        pid = subject.pid,
+        abi = req.call.abi,
+        "exec denied: {}",
+        why.reason
+    );
+    let event = ExecEvent::new(
+        subject,
+        Decision::Deny,
+        why.rule,
+        Action::Deny,
+        Some(why.reason),
+    )
+    .in_attempt(ctx.audit.next_attempt(), false);
+    ctx.audit.record(&tree.session_id, EventBody::Execve(event));
+    let _ = stop.refuse(libc::EACCES);
+}
+
+/// The decision on one exec, and what its audit and answer need.
+struct Judged {
+    depth: u32,
+    verdict: Verdict,
+    subject: ExecSubject,
+    /// Its key for the retries of the same PATH lookup (`retry`).
+    lookup: Option<Lookup>,
+    /// The attempt this denied exec repeats, when it is a retry of one.
+    repeat: Option<u64>,
+    attempt: u64,
+}
+
+/// Step 6: the depth, the pure decision, and which attempt this is (a
+/// denied exec the same process just tried for the same file and argv, the
+/// next PATH entry, is the same attempt: see `retry`).
+fn decide(ctx: &SupervisorContext, st: &mut TreeState, pid: u32, g: &Gathered) -> Judged {
+    let files = std::cell::RefCell::new(&mut st.files);
+    let depth = st.book.depth_of(pid, &g.stat, st.root_pid, |p| {
+        files.borrow_mut().stat(p).ok()
+    });
+    let interpreters = interpreters_of(g);
+    let verdict = judge(ctx, g, depth, &interpreters);
+    let mut subject = subject(pid, g, depth);
+    subject.interpreters = interpreters;
+    let lookup = Lookup::of(&subject, g.stat.starttime);
+    let repeat = match (&lookup, verdict.decision) {
+        (Some(k), Decision::Deny) => st.refused.find(k, Instant::now()).map(|(a, ())| a),
+        _ => None,
+    };
+    let attempt = repeat.unwrap_or_else(|| ctx.audit.next_attempt());
+    Judged {
+        depth,
+        verdict,
+        subject,
+        lookup,
+        repeat,
+        attempt,
+    }
+}
+
+/// Step 7's approve: hands the exec to `approval`, whose waiter answers and
+/// audits it (the tasks stopped are released before).
+fn hold_for_operator(
+    ctx: &SupervisorContext,
+    tree: &Tree,
+    st: &mut TreeState,
+    req: &ExecRequest,
+    g: &Gathered,
+    holder: Holder,
+    j: Judged,
+) {
+    st.files.held(j.subject.pid);
+    let notif_id = match &holder {
+        Holder::Notify { id, .. } => *id,
+        Holder::Trace { .. } => 0,
+    };
+    ctx.approvals.hold(
+        holder,
+        HeldExec {
+            session_id: tree.session_id.clone(),
+            notif_id,
+            tid: req.tid,
+            starttime: g.stat.starttime,
+            expected: expected_of(g),
+            subject: j.subject,
+            rule: j.verdict.rule,
+            message: j.verdict.message,
+            attempt: j.attempt,
+            lookup: j.lookup,
+        },
+        st.approved_tx.clone(),
+    );
+}
+
+/// Step 8: after CONTINUE of a watched exec (`answered`: the answer was
+/// delivered), waits until the exec completed or failed, then releases the
+/// tasks stopped. Says whether what runs was killed for not being what was
+/// judged.
+fn watch_through(
+    st: &mut TreeState,
+    tid: u32,
+    pid: u32,
+    expected: Option<&Expected>,
+    mut frozen: Option<Frozen>,
+    answered: bool,
+) -> verify::Outcome {
+    let outcome = if answered {
+        verify::started(tid);
+        verify::watch(tid, pid, expected, frozen.as_mut(), &mut st.lingering)
     } else {
-        st.lingering.add(req.tid);
+        st.lingering.add(tid);
         verify::Outcome::Gone
     };
     release(st, frozen, RELEASE_GRACE);
-    if let verify::Outcome::Killed(what) = outcome {
-        record_mismatch(ctx, &tree.session_id, subject, &rule, what);
-    }
+    outcome
 }
 
 /// The audit event of an exec whose new image was not what was judged.
