@@ -12,7 +12,7 @@
 //!    safe whatever was read);
 //! 3. the race guard: who else shares the caller's memory (`sharing`); if
 //!    anyone, they are stopped before anything is read for the decision, and
-//!    the path is read again (`read_path_again`);
+//!    the path is read again (`gather::read_path_again`);
 //! 4. argv (mostly from the pages already read), and where the strings live
 //!    (`vma`: no shared mappings);
 //! 5. the notification is still the same waiting thread (`still_waiting`);
@@ -371,13 +371,14 @@ pub fn handle(
     // it; the base filter keeps CLONE_VM children to threads and vfork), or
     // every task that does is ptrace-stopped or asleep in the kernel with a
     // stop pending, and stays so until the exec completed or failed
-    // (`verify::watch`). (b) No other process can write them: `check_mappings`
-    // refused strings in shared mappings and in private pages of files a tree
-    // may write. (c) The file that runs is the file judged: every lookup went
-    // through directories the tree cannot change (`lookups_stable`), or the
-    // exec is watched and the new image is checked at PTRACE_EVENT_EXEC,
-    // before its first instruction (`verify`). (d) `still_waiting` proved the
-    // thread id still names the thread stopped in this very syscall.
+    // (`verify::watch`). (b) No other process can write them:
+    // `gather::check_mappings` refused strings in shared mappings and in
+    // private pages of files a tree may write. (c) The file that runs is the
+    // file judged: every lookup went through directories the tree cannot
+    // change (`gather::lookups_stable`), or the exec is watched and the new
+    // image is checked at PTRACE_EVENT_EXEC, before its first instruction
+    // (`verify`). (d) `still_waiting` proved the thread id still names the
+    // thread stopped in this very syscall.
     if frozen.is_some() {
         hold_for_tests();
     }
