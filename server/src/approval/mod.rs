@@ -259,62 +259,94 @@ impl Approvals {
                 .and_then(|k| st.refused.find(k, Instant::now()));
             if let Some((attempt, f)) = repeat {
                 drop(st);
-                tracing::info!(id = %f.id, pid = exec.subject.pid, "a retry of a refused exec is refused like it");
-                let exec = HeldExec { attempt, ..exec };
-                self.record(&exec, &f.id, f.verdict, false, true);
-                holder.refuse(exec.notif_id);
+                self.refuse_retry(&holder, HeldExec { attempt, ..exec }, f);
                 return;
             }
-            if let Some(e) = st.pending.values_mut().find(|e| {
-                e.request.pid == exec.subject.pid
-                    && e.starttime == exec.starttime
-                    && e.request.session_id == exec.session_id
-                    && e.request.filename == exec.subject.filename
-                    && e.request.argv == exec.subject.argv
-            }) {
-                tracing::info!(
-                    id = %e.request.id,
-                    pid = exec.subject.pid,
-                    "re-issued exec joins its pending approval"
-                );
-                e.notif_ids.push(exec.notif_id);
+            if Self::join_open_request(&mut st, &exec) {
                 drop(st);
                 self.notify_changed();
                 return;
             }
-            st.seq += 1;
-            let seq = st.seq;
-            let id = format!(
-                "ap-{seq}-{}",
-                token::random_hex(4).unwrap_or_else(|_| format!("{:08x}", exec.notif_id as u32))
-            );
-            let request = ApprovalRequest {
-                id: id.clone(),
-                seq,
-                session_id: exec.session_id.clone(),
-                pid: exec.subject.pid,
-                depth: exec.subject.depth,
-                filename: exec.subject.filename.clone(),
-                argv: exec.subject.argv.clone(),
-                file: exec.subject.file.clone(),
-                rule: exec.rule.clone(),
-                message: exec.message.clone(),
-                waiting_since: audit::rfc3339_at(now),
-                expires_at: audit::rfc3339_at(now + self.timeout),
-            };
-            st.pending.insert(
-                id.clone(),
-                Entry {
-                    request,
-                    notif_ids: vec![exec.notif_id],
-                    starttime: exec.starttime,
-                    verdict: None,
-                },
-            );
-            id
+            self.new_request(&mut st, &exec, now)
         };
         self.notify_changed();
         tracing::info!(%id, pid = exec.subject.pid, filename = %exec.subject.filename, "exec waits for approval");
+        self.start_waiter(id, holder, exec, allowed);
+    }
+
+    /// A retry of the exec refused as `f`: refused the same way at once,
+    /// audited as a retry of it.
+    fn refuse_retry(&self, holder: &Holder, exec: HeldExec, f: Finished) {
+        tracing::info!(id = %f.id, pid = exec.subject.pid, "a retry of a refused exec is refused like it");
+        self.record(&exec, &f.id, f.verdict, false, true);
+        holder.refuse(exec.notif_id);
+    }
+
+    /// A re-issued notification (same pid, program and argv as a request
+    /// still open) joins that request: whether it did.
+    fn join_open_request(st: &mut State, exec: &HeldExec) -> bool {
+        let Some(e) = st.pending.values_mut().find(|e| {
+            e.request.pid == exec.subject.pid
+                && e.starttime == exec.starttime
+                && e.request.session_id == exec.session_id
+                && e.request.filename == exec.subject.filename
+                && e.request.argv == exec.subject.argv
+        }) else {
+            return false;
+        };
+        tracing::info!(
+            id = %e.request.id,
+            pid = exec.subject.pid,
+            "re-issued exec joins its pending approval"
+        );
+        e.notif_ids.push(exec.notif_id);
+        true
+    }
+
+    /// Registers a new pending request for `exec` (held since `now`) and
+    /// returns its id.
+    fn new_request(&self, st: &mut State, exec: &HeldExec, now: SystemTime) -> String {
+        st.seq += 1;
+        let seq = st.seq;
+        let id = format!(
+            "ap-{seq}-{}",
+            token::random_hex(4).unwrap_or_else(|_| format!("{:08x}", exec.notif_id as u32))
+        );
+        let request = ApprovalRequest {
+            id: id.clone(),
+            seq,
+            session_id: exec.session_id.clone(),
+            pid: exec.subject.pid,
+            depth: exec.subject.depth,
+            filename: exec.subject.filename.clone(),
+            argv: exec.subject.argv.clone(),
+            file: exec.subject.file.clone(),
+            rule: exec.rule.clone(),
+            message: exec.message.clone(),
+            waiting_since: audit::rfc3339_at(now),
+            expires_at: audit::rfc3339_at(now + self.timeout),
+        };
+        st.pending.insert(
+            id.clone(),
+            Entry {
+                request,
+                notif_ids: vec![exec.notif_id],
+                starttime: exec.starttime,
+                verdict: None,
+            },
+        );
+        id
+    }
+
+    /// Starts the waiter of request `id`; without one, the exec is denied
+    /// (fail closed: no thread to wait, so no approval).
+    fn start_waiter(
+        self: &Arc<Self>,
+        id: String,
+        holder: Holder,
+        exec: HeldExec,
+        allowed: Sender<(u32, u64, u32)>,
+    ) {
         let me = self.clone();
         let spawned = std::thread::Builder::new()
             .name("agentsh-approval".into())
@@ -346,74 +378,10 @@ impl Approvals {
         exec: HeldExec,
         allowed: Sender<(u32, u64, u32)>,
     ) {
-        let expires = Instant::now() + self.timeout;
-        let mut lost_since: Option<Instant> = None;
-        let mut st = lock(&self.state);
-        // Ends with the verdict and the live notification id (None: the tracee is gone).
-        let (verdict, live) = loop {
-            let Some(e) = st.pending.get(id) else {
-                // Cannot happen (only this thread removes its entry); fail closed.
-                return;
-            };
-            // The last id still valid is the one to answer.
-            let live = holder.live(&e.notif_ids);
-            match live {
-                Some(_) => lost_since = None,
-                None => {
-                    let since = *lost_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() >= REISSUE_GRACE {
-                        break (
-                            Verdict {
-                                outcome: Outcome::Cancelled,
-                                approver: "none".into(),
-                                reason: Some(
-                                    "the process stopped waiting (killed or exited)".into(),
-                                ),
-                            },
-                            None,
-                        );
-                    }
-                }
-            }
-            if live.is_some() {
-                if let Some(v) = &e.verdict {
-                    break (v.clone(), live);
-                }
-                if Instant::now() >= expires {
-                    let outcome = Outcome::Timeout;
-                    break (
-                        Verdict {
-                            outcome,
-                            approver: "timeout".into(),
-                            reason: Some(format!(
-                                "no answer within {:?}; execve.approval_timeout_action={}",
-                                self.timeout,
-                                match self.timeout_action {
-                                    TimeoutAction::Deny => "deny",
-                                    TimeoutAction::Allow => "allow",
-                                }
-                            )),
-                        },
-                        live,
-                    );
-                }
-            }
-            let left = expires.saturating_duration_since(Instant::now());
-            let nap = if left.is_zero() {
-                LIVENESS_POLL
-            } else {
-                left.min(LIVENESS_POLL)
-            };
-            st = self
-                .changed
-                .wait_timeout(st, nap)
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .0;
+        let Some((verdict, live)) = self.wait_for_verdict(id, holder) else {
+            // Cannot happen (only this thread removes its entry); fail closed.
+            return;
         };
-        st.pending.remove(id);
-        drop(st);
-        self.notify_changed();
-
         let allow = match verdict.outcome {
             Outcome::Approved => true,
             Outcome::Denied | Outcome::Cancelled => false,
@@ -455,8 +423,85 @@ impl Approvals {
             return;
         }
         let _ = allowed.send((exec.subject.pid, exec.starttime, exec.subject.depth));
-        // The operator approved this file and argv: the supervisor lets the
-        // exec proceed and kills what runs if it is anything else.
+        self.resume_approved(id, holder, &exec, n);
+    }
+
+    /// Waits until request `id` is decided, times out, or its tracee stops
+    /// waiting (no live notification for [`REISSUE_GRACE`]), then removes
+    /// it. Returns the verdict and the live notification id (`None`: the
+    /// tracee is gone); `None` if the request is not there.
+    fn wait_for_verdict(&self, id: &str, holder: &Holder) -> Option<(Verdict, Option<u64>)> {
+        let expires = Instant::now() + self.timeout;
+        let mut lost_since: Option<Instant> = None;
+        let mut st = lock(&self.state);
+        let (verdict, live) = loop {
+            let e = st.pending.get(id)?;
+            // The last id still valid is the one to answer.
+            let live = holder.live(&e.notif_ids);
+            match live {
+                Some(_) => lost_since = None,
+                None => {
+                    let since = *lost_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= REISSUE_GRACE {
+                        break (
+                            Verdict {
+                                outcome: Outcome::Cancelled,
+                                approver: "none".into(),
+                                reason: Some(
+                                    "the process stopped waiting (killed or exited)".into(),
+                                ),
+                            },
+                            None,
+                        );
+                    }
+                }
+            }
+            if live.is_some() {
+                if let Some(v) = &e.verdict {
+                    break (v.clone(), live);
+                }
+                if Instant::now() >= expires {
+                    break (self.timed_out(), live);
+                }
+            }
+            let left = expires.saturating_duration_since(Instant::now());
+            let nap = if left.is_zero() {
+                LIVENESS_POLL
+            } else {
+                left.min(LIVENESS_POLL)
+            };
+            st = self
+                .changed
+                .wait_timeout(st, nap)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        };
+        st.pending.remove(id);
+        drop(st);
+        self.notify_changed();
+        Some((verdict, live))
+    }
+
+    /// The verdict of a request nobody answered in time.
+    fn timed_out(&self) -> Verdict {
+        Verdict {
+            outcome: Outcome::Timeout,
+            approver: "timeout".into(),
+            reason: Some(format!(
+                "no answer within {:?}; execve.approval_timeout_action={}",
+                self.timeout,
+                match self.timeout_action {
+                    TimeoutAction::Deny => "deny",
+                    TimeoutAction::Allow => "allow",
+                }
+            )),
+        }
+    }
+
+    /// Lets the approved exec of notification `n` proceed. The operator
+    /// approved this file and argv: the supervisor kills what runs if it is
+    /// anything else, and that refusal is audited here.
+    fn resume_approved(&self, id: &str, holder: &Holder, exec: &HeldExec, n: u64) {
         let what = exec.expected.clone().map(|expected| Verification {
             expected,
             subject: exec.subject.clone(),
@@ -500,115 +545,4 @@ impl Approvals {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn approvals(timeout_ms: u64) -> Arc<Approvals> {
-        let limits = ExecveSection {
-            approval_timeout: Duration::from_millis(timeout_ms),
-            ..ExecveSection::default()
-        };
-        Arc::new(Approvals::new(
-            &limits,
-            Arc::new(AuditLog::in_memory(10)),
-            Arc::new(Trees::new()),
-        ))
-    }
-
-    #[test]
-    fn unknown_request_cannot_be_decided() {
-        let a = approvals(1000);
-        assert_eq!(
-            a.decide("ap-1-x", true, "op".into(), None),
-            Err(DecideError::NotFound("ap-1-x".into()))
-        );
-    }
-
-    #[test]
-    fn long_poll_returns_empty_after_its_wait() {
-        let a = approvals(1000);
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
-        let t = Instant::now();
-        assert!(rt
-            .block_on(a.wait_pending(0, Duration::from_millis(100)))
-            .is_empty());
-        assert!(t.elapsed() >= Duration::from_millis(100));
-    }
-
-    fn held(notif_id: u64) -> HeldExec {
-        HeldExec {
-            session_id: "s".into(),
-            notif_id,
-            tid: 4242,
-            starttime: 7,
-            expected: None,
-            subject: ExecSubject {
-                pid: 4242,
-                parent_pid: 1,
-                depth: 1,
-                filename: "/usr/bin/pip".into(),
-                argv: vec!["pip".into(), "install".into(), "x".into()],
-                ..ExecSubject::default()
-            },
-            rule: "approve-pip".into(),
-            message: None,
-            attempt: 1,
-            lookup: None,
-        }
-    }
-
-    #[test]
-    fn reissued_notification_joins_its_request_and_a_dead_one_is_cancelled() {
-        let audit = Arc::new(AuditLog::in_memory(10));
-        let a = Arc::new(Approvals::new(
-            &ExecveSection::default(),
-            audit.clone(),
-            Arc::new(Trees::new()),
-        ));
-        // Not a notify fd: every id reads as invalid, like a killed tracee.
-        let fd: Arc<std::os::fd::OwnedFd> =
-            Arc::new(std::fs::File::open("/dev/null").unwrap().into());
-        let holder = |id| Holder::Notify { fd: fd.clone(), id };
-        let (tx, _rx) = std::sync::mpsc::channel();
-        a.hold(holder(1), held(1), tx.clone());
-        a.hold(holder(2), held(2), tx.clone());
-        let pending = a.pending(0);
-        assert_eq!(pending.len(), 1, "one prompt for a re-issued exec");
-        let mut other = held(3);
-        other.subject.argv.push("y".into());
-        a.hold(holder(3), other, tx);
-        assert_eq!(a.pending(0).len(), 2, "a different argv is a new request");
-        let t = Instant::now();
-        while !a.pending(0).is_empty() {
-            assert!(t.elapsed() < Duration::from_secs(3));
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-        let ev = audit.events("s", 0);
-        assert_eq!(ev.len(), 2, "{ev:#?}");
-        for e in &ev {
-            let EventBody::Execve(x) = &e.body else {
-                panic!("{e:?}")
-            };
-            assert_eq!(x.approval_outcome, Some(Outcome::Cancelled));
-            assert_eq!(x.effective_action, Action::Deny);
-        }
-    }
-
-    #[test]
-    fn outcomes_have_their_audit_names() {
-        let names: Vec<_> = [
-            Outcome::Approved,
-            Outcome::Denied,
-            Outcome::Timeout,
-            Outcome::Cancelled,
-        ]
-        .iter()
-        .map(|o| o.as_str())
-        .collect();
-        assert_eq!(names, ["approved", "denied", "timeout", "cancelled"]);
-    }
-}
+mod tests;

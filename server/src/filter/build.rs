@@ -63,7 +63,30 @@ fn eq32(arg: u32, v: i64) -> Cmp {
     }
 }
 
+/// The BPF program of `spec`, one step per part of it: the names checked,
+/// the unconditional rules, the conditional ones (agentsh's own, the base
+/// table's, the signal guard's on registers, the guard's rules where
+/// Landlock cannot scope signals), then libseccomp's context, the rules
+/// added, the program exported.
+///
+/// # Errors
+/// See [`FilterError`].
 pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError> {
+    check_names(spec)?;
+    let always = unconditional_rules(spec);
+    let mut conditional = Conditional::default();
+    own_rules(&mut conditional);
+    base_conditional_rules(&mut conditional);
+    signal_guard_rules(spec, &mut conditional);
+    unscoped_signal_rules(spec, &mut conditional);
+    let mut ctx = context()?;
+    add_rules(&mut ctx, &always, &conditional)?;
+    export(&ctx)
+}
+
+/// The policy's blocklist names only syscalls libseccomp knows and none the
+/// filter needs for itself ([`RESERVED`]); checked before any rule is added.
+fn check_names(spec: &FilterSpec) -> Result<(), FilterError> {
     for name in &spec.blocked {
         if let Some((_, why)) = RESERVED.iter().find(|(r, _)| r == name) {
             return Err(FilterError::Reserved {
@@ -73,22 +96,43 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
         }
         ScmpSyscall::from_name(name).map_err(|_| FilterError::Unknown(name.clone()))?;
     }
+    Ok(())
+}
 
-    // Unconditional actions, by syscall.
-    let mut always: BTreeMap<String, (ScmpAction, String)> = BTreeMap::new();
-    let mut set_always = |name: &str, action: ScmpAction, what: String| {
-        always.entry(name.to_string()).or_insert((action, what));
-    };
-    // Where the supervisor's traps go: the notify fd, or the tracer.
-    let trap = |data: u16| match spec.backend {
+/// Where the supervisor's traps go: the notify fd, or the tracer (with
+/// `data` saying which trap it is).
+fn trap(backend: ExecBackend, data: u16) -> ScmpAction {
+    match backend {
         ExecBackend::Notify => ScmpAction::Notify,
         ExecBackend::Ptrace => ScmpAction::Trace(data),
-    };
+    }
+}
+
+/// Unconditional actions, by syscall: the first one set for a syscall stays.
+#[derive(Default)]
+struct Unconditional(BTreeMap<String, (ScmpAction, String)>);
+
+impl Unconditional {
+    fn set(&mut self, name: &str, action: ScmpAction, what: String) {
+        self.0.entry(name.to_string()).or_insert((action, what));
+    }
+}
+
+/// The rules that hold whatever the arguments, in the order that decides
+/// which wins for a syscall named twice: the exec trap, the policy's
+/// `syscalls.block`, the base table's unconditional rules, and (without
+/// Landlock's signal scope) the signal calls the supervisor judges.
+fn unconditional_rules(spec: &FilterSpec) -> Unconditional {
+    let mut always = Unconditional::default();
     for name in ["execve", "execveat"] {
-        set_always(name, trap(TRACE_DATA_EXEC), "exec supervision".into());
+        always.set(
+            name,
+            trap(spec.backend, TRACE_DATA_EXEC),
+            "exec supervision".into(),
+        );
     }
     for name in &spec.blocked {
-        set_always(
+        always.set(
             name,
             ScmpAction::Errno(libc::EPERM),
             "policy syscalls.block".into(),
@@ -97,7 +141,7 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
     for rule in BASE_RULES {
         if rule.when == When::Always {
             for name in rule.syscalls {
-                set_always(
+                always.set(
                     name,
                     ScmpAction::Errno(rule.answer.errno()),
                     format!("base rule for {name}"),
@@ -107,18 +151,23 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
     }
     if spec.signal_guard == SignalGuard::UserNotif {
         for name in SIGNAL_CALLS_NOTIFIED {
-            set_always(
+            always.set(
                 name,
-                trap(TRACE_DATA_SIGNAL),
+                trap(spec.backend, TRACE_DATA_SIGNAL),
                 format!("signal guard for {name}"),
             );
         }
     }
+    always
+}
 
-    // Conditional rules, by syscall.
-    let mut conditional: Vec<(String, Rule)> = Vec::new();
-    let mut add = |name: &str, action: ScmpAction, conds: Vec<Cmp>, what: String| {
-        conditional.push((
+/// Conditional rules, by syscall, in the order they are added.
+#[derive(Default)]
+struct Conditional(Vec<(String, Rule)>);
+
+impl Conditional {
+    fn add(&mut self, name: &str, action: ScmpAction, conds: Vec<Cmp>, what: String) {
+        self.0.push((
             name.to_string(),
             Rule {
                 action,
@@ -126,8 +175,14 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
                 what,
             },
         ));
-    };
-    add(
+    }
+}
+
+/// agentsh's own rules: the marker `prctl` answers its distinctive errno
+/// (a shim inside a filter knows it is supervised), and no second
+/// user-notify listener can be installed (no second supervisor).
+fn own_rules(rules: &mut Conditional) {
+    rules.add(
         "prctl",
         ScmpAction::Errno(MARKER_ERRNO),
         vec![
@@ -146,7 +201,7 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
     );
     #[allow(clippy::unnecessary_cast)]
     let nl = libc::SECCOMP_FILTER_FLAG_NEW_LISTENER as u64;
-    add(
+    rules.add(
         "seccomp",
         ScmpAction::Errno(libc::EPERM),
         vec![
@@ -163,6 +218,12 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
         ],
         "no second listener".into(),
     );
+}
+
+/// The base table's conditional rules: "any of these bits" is one rule per
+/// bit (a rule holds when all its comparisons do), "all of these" one rule
+/// with every comparison.
+fn base_conditional_rules(rules: &mut Conditional) {
     for rule in BASE_RULES {
         let errno = ScmpAction::Errno(rule.answer.errno());
         match rule.when {
@@ -170,7 +231,7 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
             When::AnyBit { arg, bits } => {
                 for name in rule.syscalls {
                     for bit in (0..64).map(|b| 1u64 << b).filter(|b| bits & b != 0) {
-                        add(
+                        rules.add(
                             name,
                             errno,
                             vec![Cmp {
@@ -185,7 +246,7 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
             }
             When::All(cmps) => {
                 for name in rule.syscalls {
-                    add(name, errno, cmps.to_vec(), format!("base rule for {name}"));
+                    rules.add(name, errno, cmps.to_vec(), format!("base rule for {name}"));
                 }
             }
         }
@@ -193,13 +254,17 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
     debug_assert!(BASE_RULES
         .iter()
         .all(|r| r.answer == Answer::Eperm || r.when == When::Always));
+}
 
-    // The signal guard on register arguments.
+/// The signal guard on register arguments: signals, pidfds and SIGIO
+/// ownership aimed at a protected process or group, `kill(-1)`, and
+/// `kill(0)` from a protected group.
+fn signal_guard_rules(spec: &FilterSpec, rules: &mut Conditional) {
     let eperm = ScmpAction::Errno(libc::EPERM);
     for pid in &spec.protected_pids {
         let pid = i64::from(*pid);
         for name in SIGNAL_CALLS_BY_PID {
-            add(
+            rules.add(
                 name,
                 eperm,
                 vec![eq32(0, pid)],
@@ -207,7 +272,7 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
             );
         }
         for name in ["fcntl", "fcntl64"] {
-            add(
+            rules.add(
                 name,
                 eperm,
                 vec![eq32(1, F_SETOWN as i64), eq32(2, pid)],
@@ -217,14 +282,14 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
     }
     for pgid in &spec.protected_pgids {
         let neg = -i64::from(*pgid);
-        add(
+        rules.add(
             "kill",
             eperm,
             vec![eq32(0, neg)],
             format!("signal guard: kill({neg})"),
         );
         for name in ["fcntl", "fcntl64"] {
-            add(
+            rules.add(
                 name,
                 eperm,
                 vec![eq32(1, F_SETOWN as i64), eq32(2, neg)],
@@ -232,24 +297,31 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
             );
         }
     }
-    add(
+    rules.add(
         "kill",
         eperm,
         vec![eq32(0, -1)],
         "signal guard: kill(-1)".into(),
     );
     if spec.refuse_kill_own_group {
-        add(
+        rules.add(
             "kill",
             eperm,
             vec![eq32(0, 0)],
             "signal guard: kill(0) from a protected group".into(),
         );
     }
+}
+
+/// Without Landlock's signal scope, the signal guard's calls a register
+/// cannot judge: `pidfd_open(PIDFD_THREAD)` goes to the supervisor, the
+/// owner calls whose target lies behind a pointer are refused.
+fn unscoped_signal_rules(spec: &FilterSpec, rules: &mut Conditional) {
+    let eperm = ScmpAction::Errno(libc::EPERM);
     if spec.signal_guard == SignalGuard::UserNotif {
-        add(
+        rules.add(
             "pidfd_open",
-            trap(TRACE_DATA_SIGNAL),
+            trap(spec.backend, TRACE_DATA_SIGNAL),
             vec![Cmp {
                 arg: 1,
                 mask: PIDFD_THREAD,
@@ -258,7 +330,7 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
             "signal guard: pidfd_open(PIDFD_THREAD)".into(),
         );
         for name in ["fcntl", "fcntl64"] {
-            add(
+            rules.add(
                 name,
                 eperm,
                 vec![eq32(1, F_SETOWN_EX as i64)],
@@ -266,7 +338,7 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
             );
         }
         for req in [FIOSETOWN, SIOCSPGRP] {
-            add(
+            rules.add(
                 "ioctl",
                 eperm,
                 vec![eq32(1, req as i64)],
@@ -274,10 +346,17 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
             );
         }
     }
+}
 
-    let e = |what: &str, err: libseccomp::error::SeccompError| {
-        FilterError::Build(format!("{what}: {err}"))
-    };
+/// A libseccomp failure, naming what was being done.
+fn build_error(what: &str, err: libseccomp::error::SeccompError) -> FilterError {
+    FilterError::Build(format!("{what}: {err}"))
+}
+
+/// libseccomp's context: default ALLOW, the compat architectures, another
+/// architecture killed, the binary-tree layout.
+fn context() -> Result<ScmpFilterContext, FilterError> {
+    let e = build_error;
     let mut ctx =
         ScmpFilterContext::new(ScmpAction::Allow).map_err(|err| e("seccomp_init", err))?;
     for arch in extra_arches() {
@@ -295,14 +374,25 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
     // one dozens of comparisons.
     ctx.set_ctl_optimize(2)
         .map_err(|err| e("asking for the binary-tree layout", err))?;
+    Ok(ctx)
+}
+
+/// The rules, unconditional first (see the module doc); a syscall with an
+/// unconditional rule gets none of its conditional ones.
+fn add_rules(
+    ctx: &mut ScmpFilterContext,
+    always: &Unconditional,
+    conditional: &Conditional,
+) -> Result<(), FilterError> {
+    let e = build_error;
     let syscall =
         |name: &str| ScmpSyscall::from_name(name).map_err(|err| e(&format!("syscall {name}"), err));
-    for (name, (action, what)) in &always {
+    for (name, (action, what)) in &always.0 {
         ctx.add_rule(*action, syscall(name)?)
             .map_err(|err| e(what, err))?;
     }
-    for (name, rule) in &conditional {
-        if always.contains_key(name) {
+    for (name, rule) in &conditional.0 {
+        if always.0.contains_key(name) {
             continue;
         }
         let conds: Vec<ScmpArgCompare> = rule
@@ -313,7 +403,7 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
         ctx.add_rule_conditional(rule.action, syscall(name)?, &conds)
             .map_err(|err| e(&rule.what, err))?;
     }
-    export(&ctx)
+    Ok(())
 }
 
 /// The compat ABIs of [`agentsh_proto::execabi::filter_abis`] (the native one

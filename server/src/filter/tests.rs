@@ -788,3 +788,90 @@ fn the_ptrace_backend_traps_to_the_tracer_and_without_one_nothing_execs() {
         ],
     );
 }
+
+/// FNV-1a over every instruction: a digest of a program that stays the same
+/// across Rust releases (unlike `DefaultHasher`).
+fn digest(prog: &[libc::sock_filter]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for i in prog {
+        let bytes = [
+            &i.code.to_le_bytes()[..],
+            &[i.jt, i.jf],
+            &i.k.to_le_bytes()[..],
+        ]
+        .concat();
+        for b in bytes {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// The specs whose programs are pinned: between them they reach every
+/// section of `build::program` (both guards, both backends, a policy block
+/// that overrides base and guard rules, a tree with no protected group).
+fn pinned_specs() -> Vec<(&'static str, FilterSpec)> {
+    let mut ptrace = spec(2);
+    ptrace.backend = ExecBackend::Ptrace;
+    ptrace.blocked.extend(
+        ["keyctl", "kill", "socket", "seccomp"]
+            .iter()
+            .map(ToString::to_string),
+    );
+    vec![
+        ("landlock scope", spec(7)),
+        ("user-notif guard", spec(2)),
+        ("ptrace with blocks", ptrace),
+        (
+            "no protected group",
+            FilterSpec::for_tree(ProcessId { pid: 10, pgid: 1 }, None, None, 6),
+        ),
+    ]
+}
+
+/// (libseccomp version, architecture, (instructions, digest) of each of
+/// [`pinned_specs`]).
+type Pins = ((u32, u32, u32), &'static str, [(usize, u64); 4]);
+
+const PINS: &[Pins] = &[(
+    (2, 5, 4),
+    "x86_64",
+    [
+        (397, 0x944d_b8a0_46ef_8757),
+        (404, 0xf162_aa17_d0a3_9648),
+        (378, 0x0c1a_1c95_148b_140c),
+        (389, 0x2dbe_f272_4cc6_9f1f),
+    ],
+)];
+
+/// A change detector: the program a spec compiles to is exactly the one
+/// pinned, so a change of `build` that means to keep the program (a
+/// refactoring) shows if it does not. Pinned for the libseccomp the project
+/// builds against (Debian 12's); on another one the test fails and prints
+/// the values to pin once the real-kernel tests above pass there.
+#[test]
+fn the_emitted_programs_are_pinned() {
+    let v = libseccomp::ScmpVersion::current().unwrap();
+    let version = (v.major, v.minor, v.micro);
+    let arch = std::env::consts::ARCH;
+    let got: Vec<(usize, u64)> = pinned_specs()
+        .iter()
+        .map(|(_, s)| {
+            let prog = compile(s).unwrap().program;
+            (prog.len(), digest(&prog))
+        })
+        .collect();
+    let Some((_, _, want)) = PINS.iter().find(|(v, a, _)| *v == version && *a == arch) else {
+        panic!("no pinned programs for libseccomp {version:?} on {arch}; this build's: {got:x?}");
+    };
+    let changed: Vec<&str> = pinned_specs()
+        .iter()
+        .zip(want.iter().zip(&got))
+        .filter(|(_, (w, g))| w != g)
+        .map(|((what, _), _)| *what)
+        .collect();
+    assert!(
+        changed.is_empty(),
+        "the programs of {changed:?} changed; this build's: {got:#x?}"
+    );
+}

@@ -12,7 +12,7 @@
 //!    safe whatever was read);
 //! 3. the race guard: who else shares the caller's memory (`sharing`); if
 //!    anyone, they are stopped before anything is read for the decision, and
-//!    the path is read again (`read_path_again`);
+//!    the path is read again (`gather::read_path_again`);
 //! 4. argv (mostly from the pages already read), and where the strings live
 //!    (`vma`: no shared mappings);
 //! 5. the notification is still the same waiting thread (`still_waiting`);
@@ -23,6 +23,10 @@
 //!    `PTRACE_O_TRACEEXEC` and a pending interrupt) until its exec completed
 //!    (`PTRACE_EVENT_EXEC`: the new image has not run an instruction) or
 //!    failed (it stops on its way back to user space), then release everyone.
+//!
+//! Steps 1–4, with the facts step 6 judges (the `#!` interpreters, whether
+//! the lookups are stable, what the identity index recognises), are
+//! `gather`; the rest is here.
 //!
 //! A backend that checks every exec it lets through at `PTRACE_EVENT_EXEC`
 //! itself (ptrace: it traces every task anyway) says so
@@ -39,19 +43,18 @@
 //! (EACCES) audited with the rule `unreadable`, `unresolvable`,
 //! `memory_not_frozen` or `shared_memory` and the reason.
 
+use super::gather::{gather, Gather, Gathered, Undecidable};
 use super::phases;
 use super::procfiles::ProcFiles;
 use super::ptrace::Lingering;
 use super::retry::{Lookup, Refusals};
-use super::sharing::{self, Frozen, Sharing};
+use super::sharing::Frozen;
 use super::verify::{self, Expected};
-use super::vma;
 use super::{signals, DepthBook, SupervisorContext, Tree};
 use crate::approval::HeldExec;
 use crate::audit::{Action, EventBody, ExecEvent, ExecSubject, FileIdentity, Memory};
-use crate::config::{OnTruncated, RaceGuard};
+use crate::config::OnTruncated;
 use crate::policy::{self, Decision, ExecFacts, ProgramFacts, Truncation, Verdict};
-use crate::tracee::{self, ExecTarget, MemReader, ResolveError, StatFile, View};
 use agentsh_proto::execabi::{ExecArgs, ExecSyscall};
 use std::io;
 use std::os::fd::OwnedFd;
@@ -153,416 +156,6 @@ impl TreeState {
     }
 }
 
-/// Why the exec cannot be judged: deny and audit with this rule and reason.
-struct Undecidable {
-    rule: &'static str,
-    reason: String,
-}
-
-fn undecidable(rule: &'static str, reason: String) -> Undecidable {
-    Undecidable { rule, reason }
-}
-
-/// The facts of one exec, once gathered.
-struct Gathered {
-    stat: tracee::ProcStat,
-    target: ExecTarget,
-    argv: tracee::Argv,
-    memory: Memory,
-    /// The `#!` interpreters the kernel will start, outermost first.
-    chain: Vec<tracee::ChainLink>,
-    /// Every path lookup the kernel will repeat passes only through
-    /// directories the tree cannot change (`tracee::path_is_stable`).
-    stable: bool,
-    /// What the identity index says about the program and each interpreter.
-    recognised: super::identity::Recognised,
-    recognised_chain: Vec<super::identity::Recognised>,
-    /// Open `/proc` files, closed after the answer (each close costs
-    /// microseconds the tracee need not wait for).
-    _close_later: (View, StatFile, Option<vma::Maps>),
-}
-
-/// The name the kernel gives a script's interpreter (`bprm->filename`).
-fn kernel_filename(args: &ExecArgs, path: &[u8]) -> String {
-    let p = String::from_utf8_lossy(path).into_owned();
-    if p.starts_with('/') || args.dirfd == libc::AT_FDCWD {
-        p
-    } else if p.is_empty() {
-        format!("/dev/fd/{}", args.dirfd)
-    } else {
-        format!("/dev/fd/{}/{p}", args.dirfd)
-    }
-}
-
-/// Whether the lookups of the program and of its interpreters can be
-/// changed by the tree between the decision and the kernel's lookup, and
-/// whether the tree can write the files themselves (their `#!` lines). `uid`
-/// is the caller's (the owner of its `/proc` entries: root when it is not
-/// dumpable, the stricter reading).
-fn lookups_stable(
-    view: &View,
-    uid: u32,
-    args: &ExecArgs,
-    target: &ExecTarget,
-    chain: &[tracee::ChainLink],
-) -> bool {
-    let root = view.root_prefix();
-    let no_write = crate::policy::landlock::SYSTEM_NO_WRITE;
-    let file = |t: &ExecTarget| tracee::file_is_stable(&t.meta, t.canonical(), uid, no_write);
-    // execveat(fd, "", AT_EMPTY_PATH) looks nothing up: the fd is the file.
-    let program = (args.flags & libc::AT_EMPTY_PATH != 0 && target.filename.is_empty())
-        || tracee::path_is_stable(
-            &root,
-            &target.filename,
-            Some(target.canonical()),
-            uid,
-            no_write,
-        );
-    program
-        && file(target)
-        && chain.iter().all(|l| {
-            let canonical = l.target.as_ref().map(ExecTarget::canonical);
-            tracee::path_is_stable(&root, &l.path, canonical, uid, no_write)
-                && l.target.as_ref().is_none_or(file)
-        })
-}
-
-/// The outcome of reading the path once.
-enum PathRead {
-    Target(Box<Resolved>),
-    /// The kernel would answer this errno: no exec happens.
-    Missing(i32),
-}
-
-/// A path read and resolved: its bytes, the view it was resolved in, the file.
-struct Resolved {
-    path: Vec<u8>,
-    view: View,
-    target: ExecTarget,
-}
-
-/// A reader of the caller's memory that has read, in one system call, the
-/// pages the path and the argv array start in (argv[0] is usually the path
-/// itself, the other strings next to it).
-fn strings_reader(req: &ExecRequest, max_argc: usize) -> MemReader {
-    let a = &req.args;
-    let mut mem = MemReader::new(req.tid);
-    mem.prefetch(&[
-        (a.path, libc::PATH_MAX as usize + 1),
-        (a.argv, (max_argc + 1) * a.ptr_size),
-    ]);
-    mem
-}
-
-fn read_path(pid: u32, req: &ExecRequest, mem: &mut MemReader) -> Result<PathRead, Undecidable> {
-    let a = &req.args;
-    if a.path == 0 {
-        return Err(undecidable(
-            "unreadable",
-            "exec path pointer is NULL".into(),
-        ));
-    }
-    let path = match mem.cstring(a.path, libc::PATH_MAX as usize) {
-        Ok((p, true)) => p,
-        Ok((_, false)) => {
-            return Err(undecidable(
-                "unreadable",
-                "exec path longer than PATH_MAX".into(),
-            ))
-        }
-        Err(e) => {
-            return Err(undecidable(
-                "unreadable",
-                format!("exec path cannot be read: {e}"),
-            ))
-        }
-    };
-    let unresolvable = |e: std::io::Error| {
-        undecidable(
-            "unresolvable",
-            format!(
-                "exec path {:?} cannot be resolved in the calling thread's view: {e}",
-                String::from_utf8_lossy(&path)
-            ),
-        )
-    };
-    let view = View::open(pid, req.tid).map_err(unresolvable)?;
-    let empty_path = a.flags & libc::AT_EMPTY_PATH != 0;
-    match tracee::resolve_in(&view, a.dirfd, &path, empty_path) {
-        Ok(target) => Ok(PathRead::Target(Box::new(Resolved { path, view, target }))),
-        Err(ResolveError::Missing(errno)) => Ok(PathRead::Missing(errno)),
-        Err(ResolveError::Other(e)) => Err(unresolvable(e)),
-    }
-}
-
-/// The path read again once the tasks sharing the caller's memory are
-/// stopped. When it reads the same bytes, names an absolute path outside
-/// `/proc` and `/dev` (no fd table, no cwd, no `/proc/self` in the lookup)
-/// and the caller's root is still the directory the first resolution used,
-/// a second resolution would take the same inputs: the first one stands
-/// (whether the file system changed meanwhile is the stability check's and
-/// the verification's question, as for any resolution). Otherwise it is
-/// resolved again.
-fn read_path_again(
-    pid: u32,
-    req: &ExecRequest,
-    mem: &mut MemReader,
-    first: Box<Resolved>,
-) -> Result<PathRead, Undecidable> {
-    let same = mem
-        .cstring(req.args.path, libc::PATH_MAX as usize)
-        .is_ok_and(|(p, whole)| whole && p == first.path);
-    let plain = first.path.starts_with(b"/") && {
-        let clean = tracee::join_clean("/", &String::from_utf8_lossy(&first.path));
-        !clean.starts_with("/proc/") && !clean.starts_with("/dev/")
-    };
-    if same && plain && first.view.root_unchanged() {
-        return Ok(PathRead::Target(first));
-    }
-    read_path(pid, req, mem)
-}
-
-/// Every string address the kernel will read again after CONTINUE: the path,
-/// the argv pointer array and each argv string. Returns the open maps (to
-/// close after the answer). `mm_parent`: the caller's parent, which `kcmp`
-/// said shares the caller's address space (in this exec): its kept maps
-/// file answers for that address space (see `procfiles`).
-fn check_mappings(
-    pid: u32,
-    req: &ExecRequest,
-    argv: &tracee::Argv,
-    mm_parent: Option<u32>,
-    files: &mut ProcFiles,
-) -> Result<vma::Maps, Undecidable> {
-    let mut maps = match mm_parent.and_then(|p| files.maps(p)) {
-        Some(f) => vma::Maps::over(f),
-        None => vma::Maps::open(pid)
-            .map_err(|e| undecidable("unreadable", format!("memory map cannot be read: {e}")))?,
-    };
-    // Read only when a file mapping holds a string (rare).
-    let mut own_exe: Option<String> = None;
-    let no_write = crate::policy::landlock::SYSTEM_NO_WRITE;
-    let mut addrs = vec![("path", req.args.path)];
-    if req.args.argv != 0 {
-        addrs.push(("argv", req.args.argv));
-        addrs.extend(argv.ptrs.iter().map(|&p| ("an argv string", p)));
-    }
-    for (what, addr) in addrs {
-        let v = maps.find(addr).map_err(|e| {
-            undecidable("unreadable", format!("the exec's {what} at {addr:#x}: {e}"))
-        })?;
-        if v.inode != 0 && !v.shared && own_exe.is_none() {
-            own_exe = Some(
-                std::fs::read_link(format!("/proc/{pid}/exe"))
-                    .map(|p| p.to_string_lossy().into_owned())
-                    .unwrap_or_default(),
-            );
-        }
-        if let Some(why) = vma::refusal(&v, own_exe.as_deref().unwrap_or(""), no_write) {
-            return Err(undecidable(
-                "shared_memory",
-                format!("the exec's {what} lies in {why}"),
-            ));
-        }
-    }
-    Ok(maps)
-}
-
-/// What gathering came to.
-enum Gather {
-    /// Judge these facts of process `pid`.
-    Ready(u32, Box<Gathered>),
-    /// Answer this errno without a decision or an event (no such program,
-    /// or the caller vanished).
-    Answer(i32),
-    /// Deny and audit.
-    Refused {
-        pid: u32,
-        ppid: u32,
-        filename: String,
-        why: Undecidable,
-    },
-}
-
-/// Steps 1–5 of the module doc. `frozen` receives the tasks stopped, which
-/// the caller releases whatever the outcome.
-///
-/// Long because the steps share the facts read before the freeze and the
-/// order of reads is the race guard; each step is a call.
-fn gather(
-    ctx: &SupervisorContext,
-    st: &mut TreeState,
-    req: &ExecRequest,
-    frozen: &mut Option<Frozen>,
-    verified: bool,
-) -> Gather {
-    let tid = req.tid;
-    st.files.begin_exec();
-    // Kept open: read again after a freeze (thread count) and for the owner.
-    let Ok(stat_file) = StatFile::open(tid) else {
-        return Gather::Answer(libc::EACCES); // vanished: nothing to audit
-    };
-    let Ok(stat) = stat_file.read() else {
-        return Gather::Answer(libc::EACCES);
-    };
-    let Ok(pid) = tracee::tgid_of(tid, &stat) else {
-        return Gather::Answer(libc::EACCES);
-    };
-    phases::mark("stat");
-    let fail = |filename: &str, why| Gather::Refused {
-        pid,
-        ppid: stat.ppid,
-        filename: filename.to_string(),
-        why,
-    };
-    let max_argc = ctx.limits.max_argc;
-    let mut mem = strings_reader(req, max_argc);
-    let first = match read_path(pid, req, &mut mem) {
-        Ok(PathRead::Missing(errno)) => return Gather::Answer(errno),
-        Ok(PathRead::Target(r)) => r,
-        Err(u) => return fail("", u),
-    };
-    phases::mark("path");
-    // The caller's parent, when it shares the caller's memory (see
-    // `check_mappings`). A verifying backend checks the new image: whoever
-    // writes the strings now only gets the exec killed.
-    let shared = if verified {
-        None
-    } else {
-        Some(sharing::sharing(pid, tid, &stat, &mut st.files))
-    };
-    let (memory, mm_parent) = match shared {
-        None => (Memory::Verified, None),
-        Some(Ok(Sharing::Exclusive { parent })) => (Memory::Exclusive, parent.then_some(stat.ppid)),
-        Some(Ok(Sharing::Shared(set))) if ctx.limits.race_guard == RaceGuard::Verify => {
-            // Nothing is stopped: the exec is watched and the new image
-            // checked before its first instruction (see `handle`).
-            let parent = (set.procs.get(1) == Some(&stat.ppid)).then_some(stat.ppid);
-            (Memory::Verified, parent)
-        }
-        Some(Ok(Sharing::Shared(set))) => {
-            let parent = (set.procs.get(1) == Some(&stat.ppid)).then_some(stat.ppid);
-            match sharing::freeze(pid, tid, &stat_file, set, &mut st.lingering, &mut st.files) {
-                Ok(f) => {
-                    *frozen = Some(f);
-                    (Memory::Frozen, parent)
-                }
-                Err(why) => {
-                    return fail(
-                        &first.target.filename,
-                        undecidable("memory_not_frozen", why),
-                    )
-                }
-            }
-        }
-        Some(Err(why)) => {
-            return fail(
-                &first.target.filename,
-                undecidable("memory_not_frozen", why),
-            )
-        }
-    };
-    phases::mark("share");
-    let resolved = if memory == Memory::Frozen {
-        // The first read raced with tasks that were still running.
-        mem = strings_reader(req, max_argc);
-        let first_name = first.target.filename.clone();
-        match read_path_again(pid, req, &mut mem, first) {
-            Ok(PathRead::Missing(errno)) => return Gather::Answer(errno),
-            Ok(PathRead::Target(r)) => r,
-            Err(u) => return fail(&first_name, u),
-        }
-    } else {
-        first
-    };
-    let Resolved { path, view, target } = *resolved;
-    let argv = match mem.argv(
-        req.args.argv,
-        req.args.ptr_size,
-        max_argc,
-        ctx.limits.max_argv_bytes,
-    ) {
-        Ok(a) => a,
-        Err(e) => {
-            return fail(
-                &target.filename,
-                undecidable("unreadable", format!("argv cannot be read: {e}")),
-            )
-        }
-    };
-    phases::mark("argv");
-    let maps = if verified {
-        None
-    } else {
-        match check_mappings(pid, req, &argv, mm_parent, &mut st.files) {
-            Ok(m) => Some(m),
-            Err(u) => return fail(&target.filename, u),
-        }
-    };
-    phases::mark("maps");
-    let script_name = kernel_filename(&req.args, &path);
-    let chain = match tracee::interpreter_chain(&view, &target, &script_name, &argv.args) {
-        Ok(c) => c,
-        Err(tracee::ChainError::TooDeep) => {
-            return fail(
-                &target.filename,
-                undecidable(
-                    "interpreter_chain",
-                    format!(
-                        "#! interpreters nested deeper than the kernel follows ({})",
-                        tracee::MAX_INTERPRETER_DEPTH
-                    ),
-                ),
-            )
-        }
-        Err(tracee::ChainError::Unresolvable(i, e)) => {
-            return fail(
-                &target.filename,
-                undecidable(
-                    "unresolvable",
-                    format!("#! interpreter {i:?} cannot be resolved in the caller's view: {e}"),
-                ),
-            )
-        }
-    };
-    phases::mark("chain");
-    // Verified execs need no stable lookups: a swapped file is caught at
-    // exec. The owner of the caller's /proc entries; unreadable: not stable.
-    let stable = verified
-        || stat_file
-            .owner()
-            .is_ok_and(|uid| lookups_stable(&view, uid, &req.args, &target, &chain));
-    phases::mark("stable");
-    let index = super::identity_index(&ctx.policy);
-    // A program is not "a copy of" itself.
-    let recognise = |t: &ExecTarget| {
-        let mut r = index.recognise(&t.file, &t.meta);
-        r.copy_of
-            .retain(|c| *c != t.filename && Some(c) != t.resolved.as_ref());
-        r
-    };
-    let recognised = recognise(&target);
-    let recognised_chain = chain
-        .iter()
-        .map(|l| l.target.as_ref().map(recognise).unwrap_or_default())
-        .collect();
-    phases::mark("ident");
-    Gather::Ready(
-        pid,
-        Box::new(Gathered {
-            stat,
-            target,
-            argv,
-            memory,
-            chain,
-            stable,
-            recognised,
-            recognised_chain,
-            _close_later: (view, stat_file, maps),
-        }),
-    )
-}
-
 fn subject(pid: u32, g: &Gathered, depth: u32) -> ExecSubject {
     ExecSubject {
         pid,
@@ -644,7 +237,8 @@ fn judge(
 /// Handles one caught exec: gather, decide, answer, audit (module doc).
 ///
 /// Long because the answer's safety argument reads top to bottom: every way
-/// to CONTINUE is in sight of the checks it relies on.
+/// to CONTINUE is in sight of the checks it relies on (the refusals, the
+/// hold for an operator and the watch after CONTINUE are calls).
 pub fn handle(
     ctx: &SupervisorContext,
     tree: &Tree,
@@ -668,25 +262,16 @@ pub fn handle(
             pid,
             ppid,
             filename,
-            why: u,
+            why,
         } => {
             release(st, frozen, Duration::ZERO);
-            tracing::warn!(pid, abi = req.call.abi, "exec denied: {}", u.reason);
-            let event = ExecEvent::new(
-                ExecSubject {
-                    pid,
-                    parent_pid: ppid,
-                    filename,
-                    ..ExecSubject::default()
-                },
-                Decision::Deny,
-                u.rule,
-                Action::Deny,
-                Some(u.reason),
-            )
-            .in_attempt(ctx.audit.next_attempt(), false);
-            ctx.audit.record(&tree.session_id, EventBody::Execve(event));
-            let _ = stop.refuse(libc::EACCES);
+            let subject = ExecSubject {
+                pid,
+                parent_pid: ppid,
+                filename,
+                ..ExecSubject::default()
+            };
+            refuse_undecidable(ctx, tree, req, stop, subject, why);
             return;
         }
     };
@@ -698,59 +283,26 @@ pub fn handle(
         return;
     }
     phases::mark("valid");
-    let files = std::cell::RefCell::new(&mut st.files);
-    let depth = st.book.depth_of(pid, &g.stat, st.root_pid, |p| {
-        files.borrow_mut().stat(p).ok()
-    });
-    let interpreters = interpreters_of(&g);
-    let verdict = judge(ctx, &g, depth, &interpreters);
-    let mut subject = subject(pid, &g, depth);
-    subject.interpreters = interpreters;
-    // A denied exec the same process just tried for the same file and argv
-    // (the next PATH entry) is the same attempt: see `retry`.
-    let lookup = Lookup::of(&subject, g.stat.starttime);
-    let repeat = match (&lookup, verdict.decision) {
-        (Some(k), Decision::Deny) => st.refused.find(k, Instant::now()).map(|(a, ())| a),
-        _ => None,
-    };
-    let attempt = repeat.unwrap_or_else(|| ctx.audit.next_attempt());
-    let mut allow = match verdict.decision {
+    let j = decide(ctx, st, pid, &g);
+    let mut allow = match j.verdict.decision {
         Decision::Allow | Decision::Audit => true,
         Decision::Deny => false,
         Decision::Approve => {
             // Held: a waiter thread answers and audits it; this thread goes
             // on serving the tree. Nothing stays stopped while a human thinks.
             release(st, frozen, Duration::ZERO);
-            st.files.held(pid);
-            let notif_id = match &holder {
-                Holder::Notify { id, .. } => *id,
-                Holder::Trace { .. } => 0,
-            };
-            ctx.approvals.hold(
-                holder,
-                HeldExec {
-                    session_id: tree.session_id.clone(),
-                    notif_id,
-                    tid: req.tid,
-                    starttime: g.stat.starttime,
-                    expected: expected_of(&g),
-                    subject,
-                    rule: verdict.rule,
-                    message: verdict.message,
-                    attempt,
-                    lookup,
-                },
-                st.approved_tx.clone(),
-            );
+            hold_for_operator(ctx, tree, st, req, &g, holder, j);
             return;
         }
     };
     phases::mark("judge");
-    let mut rule = verdict.rule;
-    let mut message = verdict.message;
+    let decision = j.verdict.decision;
+    let mut rule = j.verdict.rule;
+    let mut message = j.verdict.message;
     // Watched through the exec when anything could change what runs after
-    // CONTINUE: stopped tasks (released only once the exec is over), or a
-    // path lookup the tree can change (a symlink or rename swap). The caller
+    // CONTINUE: tasks sharing the caller's memory (running, or stopped and
+    // released only once the exec is over), or a path lookup the tree can
+    // change (a symlink or rename swap). The caller
     // is seized before CONTINUE and asked to stop right after it:
     // PTRACE_EVENT_EXEC on success, a stop on its way back to user space on
     // failure.
@@ -770,7 +322,7 @@ pub fn handle(
         // The backend checks the new image.
         stop.expect(Verification {
             expected: e.clone(),
-            subject: subject.clone(),
+            subject: j.subject.clone(),
             rule: rule.clone(),
         });
     }
@@ -787,13 +339,13 @@ pub fn handle(
         }
     }
     let event = ExecEvent::new(
-        subject.clone(),
-        verdict.decision,
+        j.subject.clone(),
+        decision,
         rule.clone(),
         if allow { Action::Allow } else { Action::Deny },
         message,
     )
-    .in_attempt(attempt, repeat.is_some());
+    .in_attempt(j.attempt, j.repeat.is_some());
     // The event is written before the answer: whatever the exec does next,
     // the audit trail already has it.
     ctx.audit.record(&tree.session_id, EventBody::Execve(event));
@@ -803,8 +355,8 @@ pub fn handle(
     let own_us = started.elapsed().as_micros() as u64;
     if !allow {
         release(st, frozen, Duration::ZERO);
-        if let (Some(k), Decision::Deny, None) = (lookup, verdict.decision, repeat) {
-            st.refused.remember(k, attempt, (), Instant::now());
+        if let (Some(k), Decision::Deny, None) = (j.lookup, decision, j.repeat) {
+            st.refused.remember(k, j.attempt, (), Instant::now());
         }
         if let Err(e) = stop.refuse(libc::EACCES) {
             tracing::debug!(pid, "answer not delivered (tracee gone?): {e}");
@@ -819,13 +371,14 @@ pub fn handle(
     // it; the base filter keeps CLONE_VM children to threads and vfork), or
     // every task that does is ptrace-stopped or asleep in the kernel with a
     // stop pending, and stays so until the exec completed or failed
-    // (`verify::watch`). (b) No other process can write them: `check_mappings`
-    // refused strings in shared mappings and in private pages of files a tree
-    // may write. (c) The file that runs is the file judged: every lookup went
-    // through directories the tree cannot change (`lookups_stable`), or the
-    // exec is watched and the new image is checked at PTRACE_EVENT_EXEC,
-    // before its first instruction (`verify`). (d) `still_waiting` proved the
-    // thread id still names the thread stopped in this very syscall.
+    // (`verify::watch`). (b) No other process can write them:
+    // `gather::check_mappings` refused strings in shared mappings and in
+    // private pages of files a tree may write. (c) The file that runs is the
+    // file judged: every lookup went through directories the tree cannot
+    // change (`gather::lookups_stable`), or the exec is watched and the new
+    // image is checked at PTRACE_EVENT_EXEC, before its first instruction
+    // (`verify`). (d) `still_waiting` proved the thread id still names the
+    // thread stopped in this very syscall.
     if frozen.is_some() {
         hold_for_tests();
     }
@@ -835,30 +388,149 @@ pub fn handle(
         tracing::debug!(pid, "answer not delivered (tracee gone?): {e}");
     }
     if answered.is_ok() {
-        st.book.record(pid, g.stat.starttime, depth);
+        st.book.record(pid, g.stat.starttime, j.depth);
         // Its address space may be new: kept maps of it no longer answer.
         st.files.exec_seen(pid);
     }
     if !watched {
         return;
     }
-    let outcome = if answered.is_ok() {
-        verify::started(req.tid);
-        verify::watch(
-            req.tid,
-            pid,
-            expected.as_ref(),
-            frozen.as_mut(),
-            &mut st.lingering,
-        )
+    let outcome = watch_through(
+        st,
+        req.tid,
+        pid,
+        expected.as_ref(),
+        frozen,
+        answered.is_ok(),
+    );
+    if let verify::Outcome::Killed(what) = outcome {
+        record_mismatch(ctx, &tree.session_id, j.subject, &rule, what);
+    }
+}
+
+/// An exec that cannot be judged (`subject` says what is known of it):
+/// audited with the rule and reason, answered EACCES.
+fn refuse_undecidable(
+    ctx: &SupervisorContext,
+    tree: &Tree,
+    req: &ExecRequest,
+    stop: &dyn ExecStop,
+    subject: ExecSubject,
+    why: Undecidable,
+) {
+    tracing::warn!(
+        pid = subject.pid,
+        abi = req.call.abi,
+        "exec denied: {}",
+        why.reason
+    );
+    let event = ExecEvent::new(
+        subject,
+        Decision::Deny,
+        why.rule,
+        Action::Deny,
+        Some(why.reason),
+    )
+    .in_attempt(ctx.audit.next_attempt(), false);
+    ctx.audit.record(&tree.session_id, EventBody::Execve(event));
+    let _ = stop.refuse(libc::EACCES);
+}
+
+/// The decision on one exec, and what its audit and answer need.
+struct Judged {
+    depth: u32,
+    verdict: Verdict,
+    subject: ExecSubject,
+    /// Its key for the retries of the same PATH lookup (`retry`).
+    lookup: Option<Lookup>,
+    /// The attempt this denied exec repeats, when it is a retry of one.
+    repeat: Option<u64>,
+    attempt: u64,
+}
+
+/// Step 6: the depth, the pure decision, and which attempt this is (a
+/// denied exec the same process just tried for the same file and argv, the
+/// next PATH entry, is the same attempt: see `retry`).
+fn decide(ctx: &SupervisorContext, st: &mut TreeState, pid: u32, g: &Gathered) -> Judged {
+    let files = std::cell::RefCell::new(&mut st.files);
+    let depth = st.book.depth_of(pid, &g.stat, st.root_pid, |p| {
+        files.borrow_mut().stat(p).ok()
+    });
+    let interpreters = interpreters_of(g);
+    let verdict = judge(ctx, g, depth, &interpreters);
+    let mut subject = subject(pid, g, depth);
+    subject.interpreters = interpreters;
+    let lookup = Lookup::of(&subject, g.stat.starttime);
+    let repeat = match (&lookup, verdict.decision) {
+        (Some(k), Decision::Deny) => st.refused.find(k, Instant::now()).map(|(a, ())| a),
+        _ => None,
+    };
+    let attempt = repeat.unwrap_or_else(|| ctx.audit.next_attempt());
+    Judged {
+        depth,
+        verdict,
+        subject,
+        lookup,
+        repeat,
+        attempt,
+    }
+}
+
+/// Step 7's approve: hands the exec to `approval`, whose waiter answers and
+/// audits it (the tasks stopped are released before).
+fn hold_for_operator(
+    ctx: &SupervisorContext,
+    tree: &Tree,
+    st: &mut TreeState,
+    req: &ExecRequest,
+    g: &Gathered,
+    holder: Holder,
+    j: Judged,
+) {
+    st.files.held(j.subject.pid);
+    let notif_id = match &holder {
+        Holder::Notify { id, .. } => *id,
+        Holder::Trace { .. } => 0,
+    };
+    ctx.approvals.hold(
+        holder,
+        HeldExec {
+            session_id: tree.session_id.clone(),
+            notif_id,
+            tid: req.tid,
+            starttime: g.stat.starttime,
+            expected: expected_of(g),
+            subject: j.subject,
+            rule: j.verdict.rule,
+            message: j.verdict.message,
+            attempt: j.attempt,
+            lookup: j.lookup,
+        },
+        st.approved_tx.clone(),
+    );
+}
+
+/// Step 8: after CONTINUE of a watched exec (`answered`: the answer was
+/// delivered), waits until the exec completed or failed, then releases the
+/// tasks stopped. Says whether what runs was killed for not being what was
+/// judged.
+fn watch_through(
+    st: &mut TreeState,
+    tid: u32,
+    pid: u32,
+    expected: Option<&Expected>,
+    mut frozen: Option<Frozen>,
+    answered: bool,
+) -> verify::Outcome {
+    let outcome = if answered {
+        verify::started(tid);
+        verify::watch(tid, pid, expected, frozen.as_mut(), &mut st.lingering)
     } else {
-        st.lingering.add(req.tid);
+        st.lingering.add(tid);
         verify::Outcome::Gone
     };
     release(st, frozen, RELEASE_GRACE);
-    if let verify::Outcome::Killed(what) = outcome {
-        record_mismatch(ctx, &tree.session_id, subject, &rule, what);
-    }
+    outcome
 }
 
 /// The audit event of an exec whose new image was not what was judged.

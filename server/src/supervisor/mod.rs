@@ -5,11 +5,11 @@
 //! `trace` (`SECCOMP_RET_TRACE` stops of every task of every tree, on one
 //! tracer thread: gVisor, restrictive seccomp profiles).
 //! Everything after the catch is one backend-neutral path, `exec`: gather the
-//! facts in the calling thread's view (`crate::tracee`), make sure nothing
-//! else can change them (`sharing`: stop every task that shares the caller's
-//! memory; `vma`: refuse strings in memory another process could write), ask
-//! the pure policy (`policy::judge`), hold for an operator (`approval`),
-//! audit, answer, and watch the exec complete (`ptrace`). `depth` keeps the
+//! facts (`gather`) in the calling thread's view (`crate::tracee`), make sure
+//! nothing else can change them (`sharing`: stop every task that shares the
+//! caller's memory; `vma`: refuse strings in memory another process could
+//! write), ask the pure policy (`policy::judge`), hold for an operator
+//! (`approval`), audit, answer, and watch the exec complete (`ptrace`). `depth` keeps the
 //! tree's depth book; `signals` is the signal guard's user-notify half.
 //!
 //! Fail-closed: any fact that cannot be read, decided or frozen is answered
@@ -21,6 +21,7 @@
 
 mod depth;
 mod exec;
+mod gather;
 mod identity;
 mod notify;
 mod phases;

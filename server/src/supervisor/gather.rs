@@ -1,0 +1,476 @@
+//! Gathering the facts of one exec in the calling thread's view: steps 1–4
+//! of `exec`'s module doc (who, the path, the race guard, argv and where its
+//! strings live), then what the decision needs besides: the `#!`
+//! interpreters the kernel will start, whether every lookup it will repeat
+//! passes only through directories the tree cannot change, and what the
+//! identity index recognises.
+//!
+//! The order of the reads is the race guard: the path is read and resolved
+//! first, and read again once every task that shares the caller's memory is
+//! stopped; argv and the mappings of its strings are read after that.
+//!
+//! Failure modes: anything that cannot be read, resolved or frozen is
+//! [`Gather::Refused`] with its rule (`unreadable`, `unresolvable`,
+//! `memory_not_frozen`, `shared_memory`, `interpreter_chain`) and the reason;
+//! a caller that vanished, or a path that names nothing, is
+//! [`Gather::Answer`] with the errno to answer (no decision, no event).
+
+use super::exec::{ExecRequest, TreeState};
+use super::phases;
+use super::procfiles::ProcFiles;
+use super::sharing::{self, Frozen, Sharing};
+use super::vma;
+use super::SupervisorContext;
+use crate::audit::Memory;
+use crate::config::RaceGuard;
+use crate::tracee::{self, ExecTarget, MemReader, ResolveError, StatFile, View};
+use agentsh_proto::execabi::ExecArgs;
+
+/// Why the exec cannot be judged: deny and audit with this rule and reason.
+pub(super) struct Undecidable {
+    pub(super) rule: &'static str,
+    pub(super) reason: String,
+}
+
+fn undecidable(rule: &'static str, reason: String) -> Undecidable {
+    Undecidable { rule, reason }
+}
+
+/// The facts of one exec, once gathered.
+pub(super) struct Gathered {
+    pub(super) stat: tracee::ProcStat,
+    pub(super) target: ExecTarget,
+    pub(super) argv: tracee::Argv,
+    pub(super) memory: Memory,
+    /// The `#!` interpreters the kernel will start, outermost first.
+    pub(super) chain: Vec<tracee::ChainLink>,
+    /// Every path lookup the kernel will repeat passes only through
+    /// directories the tree cannot change (`tracee::path_is_stable`).
+    pub(super) stable: bool,
+    /// What the identity index says about the program and each interpreter.
+    pub(super) recognised: super::identity::Recognised,
+    pub(super) recognised_chain: Vec<super::identity::Recognised>,
+    /// Open `/proc` files, closed after the answer (each close costs
+    /// microseconds the tracee need not wait for).
+    _close_later: (View, StatFile, Option<vma::Maps>),
+}
+
+/// The name the kernel gives a script's interpreter (`bprm->filename`).
+fn kernel_filename(args: &ExecArgs, path: &[u8]) -> String {
+    let p = String::from_utf8_lossy(path).into_owned();
+    if p.starts_with('/') || args.dirfd == libc::AT_FDCWD {
+        p
+    } else if p.is_empty() {
+        format!("/dev/fd/{}", args.dirfd)
+    } else {
+        format!("/dev/fd/{}/{p}", args.dirfd)
+    }
+}
+
+/// Whether the lookups of the program and of its interpreters can be
+/// changed by the tree between the decision and the kernel's lookup, and
+/// whether the tree can write the files themselves (their `#!` lines). `uid`
+/// is the caller's (the owner of its `/proc` entries: root when it is not
+/// dumpable, the stricter reading).
+fn lookups_stable(
+    view: &View,
+    uid: u32,
+    args: &ExecArgs,
+    target: &ExecTarget,
+    chain: &[tracee::ChainLink],
+) -> bool {
+    let root = view.root_prefix();
+    let no_write = crate::policy::landlock::SYSTEM_NO_WRITE;
+    let file = |t: &ExecTarget| tracee::file_is_stable(&t.meta, t.canonical(), uid, no_write);
+    // execveat(fd, "", AT_EMPTY_PATH) looks nothing up: the fd is the file.
+    let program = (args.flags & libc::AT_EMPTY_PATH != 0 && target.filename.is_empty())
+        || tracee::path_is_stable(
+            &root,
+            &target.filename,
+            Some(target.canonical()),
+            uid,
+            no_write,
+        );
+    program
+        && file(target)
+        && chain.iter().all(|l| {
+            let canonical = l.target.as_ref().map(ExecTarget::canonical);
+            tracee::path_is_stable(&root, &l.path, canonical, uid, no_write)
+                && l.target.as_ref().is_none_or(file)
+        })
+}
+
+/// The outcome of reading the path once.
+enum PathRead {
+    Target(Box<Resolved>),
+    /// The kernel would answer this errno: no exec happens.
+    Missing(i32),
+}
+
+/// A path read and resolved: its bytes, the view it was resolved in, the file.
+struct Resolved {
+    path: Vec<u8>,
+    view: View,
+    target: ExecTarget,
+}
+
+/// A reader of the caller's memory that has read, in one system call, the
+/// pages the path and the argv array start in (argv[0] is usually the path
+/// itself, the other strings next to it).
+fn strings_reader(req: &ExecRequest, max_argc: usize) -> MemReader {
+    let a = &req.args;
+    let mut mem = MemReader::new(req.tid);
+    mem.prefetch(&[
+        (a.path, libc::PATH_MAX as usize + 1),
+        (a.argv, (max_argc + 1) * a.ptr_size),
+    ]);
+    mem
+}
+
+fn read_path(pid: u32, req: &ExecRequest, mem: &mut MemReader) -> Result<PathRead, Undecidable> {
+    let a = &req.args;
+    if a.path == 0 {
+        return Err(undecidable(
+            "unreadable",
+            "exec path pointer is NULL".into(),
+        ));
+    }
+    let path = match mem.cstring(a.path, libc::PATH_MAX as usize) {
+        Ok((p, true)) => p,
+        Ok((_, false)) => {
+            return Err(undecidable(
+                "unreadable",
+                "exec path longer than PATH_MAX".into(),
+            ))
+        }
+        Err(e) => {
+            return Err(undecidable(
+                "unreadable",
+                format!("exec path cannot be read: {e}"),
+            ))
+        }
+    };
+    let unresolvable = |e: std::io::Error| {
+        undecidable(
+            "unresolvable",
+            format!(
+                "exec path {:?} cannot be resolved in the calling thread's view: {e}",
+                String::from_utf8_lossy(&path)
+            ),
+        )
+    };
+    let view = View::open(pid, req.tid).map_err(unresolvable)?;
+    let empty_path = a.flags & libc::AT_EMPTY_PATH != 0;
+    match tracee::resolve_in(&view, a.dirfd, &path, empty_path) {
+        Ok(target) => Ok(PathRead::Target(Box::new(Resolved { path, view, target }))),
+        Err(ResolveError::Missing(errno)) => Ok(PathRead::Missing(errno)),
+        Err(ResolveError::Other(e)) => Err(unresolvable(e)),
+    }
+}
+
+/// The path read again once the tasks sharing the caller's memory are
+/// stopped. When it reads the same bytes, names an absolute path outside
+/// `/proc` and `/dev` (no fd table, no cwd, no `/proc/self` in the lookup)
+/// and the caller's root is still the directory the first resolution used,
+/// a second resolution would take the same inputs: the first one stands
+/// (whether the file system changed meanwhile is the stability check's and
+/// the verification's question, as for any resolution). Otherwise it is
+/// resolved again.
+fn read_path_again(
+    pid: u32,
+    req: &ExecRequest,
+    mem: &mut MemReader,
+    first: Box<Resolved>,
+) -> Result<PathRead, Undecidable> {
+    let same = mem
+        .cstring(req.args.path, libc::PATH_MAX as usize)
+        .is_ok_and(|(p, whole)| whole && p == first.path);
+    let plain = first.path.starts_with(b"/") && {
+        let clean = tracee::join_clean("/", &String::from_utf8_lossy(&first.path));
+        !clean.starts_with("/proc/") && !clean.starts_with("/dev/")
+    };
+    if same && plain && first.view.root_unchanged() {
+        return Ok(PathRead::Target(first));
+    }
+    read_path(pid, req, mem)
+}
+
+/// Every string address the kernel will read again after CONTINUE: the path,
+/// the argv pointer array and each argv string. Returns the open maps (to
+/// close after the answer). `mm_parent`: the caller's parent, which `kcmp`
+/// said shares the caller's address space (in this exec): its kept maps
+/// file answers for that address space (see `procfiles`).
+fn check_mappings(
+    pid: u32,
+    req: &ExecRequest,
+    argv: &tracee::Argv,
+    mm_parent: Option<u32>,
+    files: &mut ProcFiles,
+) -> Result<vma::Maps, Undecidable> {
+    let mut maps = match mm_parent.and_then(|p| files.maps(p)) {
+        Some(f) => vma::Maps::over(f),
+        None => vma::Maps::open(pid)
+            .map_err(|e| undecidable("unreadable", format!("memory map cannot be read: {e}")))?,
+    };
+    // Read only when a file mapping holds a string (rare).
+    let mut own_exe: Option<String> = None;
+    let no_write = crate::policy::landlock::SYSTEM_NO_WRITE;
+    let mut addrs = vec![("path", req.args.path)];
+    if req.args.argv != 0 {
+        addrs.push(("argv", req.args.argv));
+        addrs.extend(argv.ptrs.iter().map(|&p| ("an argv string", p)));
+    }
+    for (what, addr) in addrs {
+        let v = maps.find(addr).map_err(|e| {
+            undecidable("unreadable", format!("the exec's {what} at {addr:#x}: {e}"))
+        })?;
+        if v.inode != 0 && !v.shared && own_exe.is_none() {
+            own_exe = Some(
+                std::fs::read_link(format!("/proc/{pid}/exe"))
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            );
+        }
+        if let Some(why) = vma::refusal(&v, own_exe.as_deref().unwrap_or(""), no_write) {
+            return Err(undecidable(
+                "shared_memory",
+                format!("the exec's {what} lies in {why}"),
+            ));
+        }
+    }
+    Ok(maps)
+}
+
+/// What gathering came to.
+pub(super) enum Gather {
+    /// Judge these facts of process `pid`.
+    Ready(u32, Box<Gathered>),
+    /// Answer this errno without a decision or an event (no such program,
+    /// or the caller vanished).
+    Answer(i32),
+    /// Deny and audit.
+    Refused {
+        pid: u32,
+        ppid: u32,
+        filename: String,
+        why: Undecidable,
+    },
+}
+
+/// Steps 1–4 of `exec`'s module doc, then the facts the decision needs
+/// besides (the module doc). `frozen` receives the tasks stopped, which the
+/// caller releases whatever the outcome.
+///
+/// Long because the steps share the facts read before the freeze and the
+/// order of reads is the race guard; each step is a call.
+pub(super) fn gather(
+    ctx: &SupervisorContext,
+    st: &mut TreeState,
+    req: &ExecRequest,
+    frozen: &mut Option<Frozen>,
+    verified: bool,
+) -> Gather {
+    st.files.begin_exec();
+    let Some((stat_file, stat, pid)) = who(req.tid) else {
+        return Gather::Answer(libc::EACCES); // vanished: nothing to audit
+    };
+    phases::mark("stat");
+    let fail = |filename: &str, why| Gather::Refused {
+        pid,
+        ppid: stat.ppid,
+        filename: filename.to_string(),
+        why,
+    };
+    let max_argc = ctx.limits.max_argc;
+    let mut mem = strings_reader(req, max_argc);
+    let first = match read_path(pid, req, &mut mem) {
+        Ok(PathRead::Missing(errno)) => return Gather::Answer(errno),
+        Ok(PathRead::Target(r)) => r,
+        Err(u) => return fail("", u),
+    };
+    phases::mark("path");
+    // A verifying backend checks every new image: no guard here.
+    let guard = (!verified).then_some(ctx.limits.race_guard);
+    let (memory, mm_parent) = match stop_sharers(guard, pid, req.tid, &stat, &stat_file, st, frozen)
+    {
+        Ok(m) => m,
+        Err(why) => {
+            return fail(
+                &first.target.filename,
+                undecidable("memory_not_frozen", why),
+            )
+        }
+    };
+    phases::mark("share");
+    let resolved = if memory == Memory::Frozen {
+        // The first read raced with tasks that were still running.
+        mem = strings_reader(req, max_argc);
+        let first_name = first.target.filename.clone();
+        match read_path_again(pid, req, &mut mem, first) {
+            Ok(PathRead::Missing(errno)) => return Gather::Answer(errno),
+            Ok(PathRead::Target(r)) => r,
+            Err(u) => return fail(&first_name, u),
+        }
+    } else {
+        first
+    };
+    let Resolved { path, view, target } = *resolved;
+    let argv = match read_argv(ctx, req, &mut mem) {
+        Ok(a) => a,
+        Err(u) => return fail(&target.filename, u),
+    };
+    phases::mark("argv");
+    let maps = if verified {
+        None
+    } else {
+        match check_mappings(pid, req, &argv, mm_parent, &mut st.files) {
+            Ok(m) => Some(m),
+            Err(u) => return fail(&target.filename, u),
+        }
+    };
+    phases::mark("maps");
+    let chain = match interpreters(&view, &target, &req.args, &path, &argv) {
+        Ok(c) => c,
+        Err(u) => return fail(&target.filename, u),
+    };
+    phases::mark("chain");
+    // Verified execs need no stable lookups: a swapped file is caught at
+    // exec. The owner of the caller's /proc entries; unreadable: not stable.
+    let stable = verified
+        || stat_file
+            .owner()
+            .is_ok_and(|uid| lookups_stable(&view, uid, &req.args, &target, &chain));
+    phases::mark("stable");
+    let (recognised, recognised_chain) = recognise(ctx, &target, &chain);
+    phases::mark("ident");
+    Gather::Ready(
+        pid,
+        Box::new(Gathered {
+            stat,
+            target,
+            argv,
+            memory,
+            chain,
+            stable,
+            recognised,
+            recognised_chain,
+            _close_later: (view, stat_file, maps),
+        }),
+    )
+}
+
+/// Step 1, who: the calling thread's stat and its thread group (the
+/// process id). `None`: the thread vanished.
+fn who(tid: u32) -> Option<(StatFile, tracee::ProcStat, u32)> {
+    // Kept open: read again after a freeze (thread count) and for the owner.
+    let stat_file = StatFile::open(tid).ok()?;
+    let stat = stat_file.read().ok()?;
+    let pid = tracee::tgid_of(tid, &stat).ok()?;
+    Some((stat_file, stat, pid))
+}
+
+/// Step 4's argv, within the configured limits, mostly from the pages
+/// `mem` already read.
+fn read_argv(
+    ctx: &SupervisorContext,
+    req: &ExecRequest,
+    mem: &mut MemReader,
+) -> Result<tracee::Argv, Undecidable> {
+    mem.argv(
+        req.args.argv,
+        req.args.ptr_size,
+        ctx.limits.max_argc,
+        ctx.limits.max_argv_bytes,
+    )
+    .map_err(|e| undecidable("unreadable", format!("argv cannot be read: {e}")))
+}
+
+/// Step 3, the race guard: who else shares the caller's memory; under
+/// `execve.race_guard: freeze` anyone who does is stopped (`frozen` receives
+/// them), under `verify` the exec is watched instead (`Memory::Verified`). Returns what the audit says of
+/// the caller's memory, and the caller's parent when it shares that memory
+/// (see `check_mappings`). A verifying backend checks the new image: whoever
+/// writes the strings now only gets the exec killed.
+///
+/// # Errors
+/// Why the tasks that share the memory cannot be found or stopped.
+fn stop_sharers(
+    guard: Option<RaceGuard>,
+    pid: u32,
+    tid: u32,
+    stat: &tracee::ProcStat,
+    stat_file: &StatFile,
+    st: &mut TreeState,
+    frozen: &mut Option<Frozen>,
+) -> Result<(Memory, Option<u32>), String> {
+    let Some(guard) = guard else {
+        return Ok((Memory::Verified, None));
+    };
+    match sharing::sharing(pid, tid, stat, &mut st.files)? {
+        Sharing::Exclusive { parent } => Ok((Memory::Exclusive, parent.then_some(stat.ppid))),
+        Sharing::Shared(set) if guard == RaceGuard::Verify => {
+            // Nothing is stopped: the exec is watched and the new image
+            // checked before its first instruction (see `exec::handle`).
+            let parent = (set.procs.get(1) == Some(&stat.ppid)).then_some(stat.ppid);
+            Ok((Memory::Verified, parent))
+        }
+        Sharing::Shared(set) => {
+            let parent = (set.procs.get(1) == Some(&stat.ppid)).then_some(stat.ppid);
+            let f = sharing::freeze(pid, tid, stat_file, set, &mut st.lingering, &mut st.files)?;
+            *frozen = Some(f);
+            Ok((Memory::Frozen, parent))
+        }
+    }
+}
+
+/// The `#!` interpreters the kernel will start for `target`, each resolved
+/// in `view`; the script is named as the kernel names it
+/// ([`kernel_filename`]).
+fn interpreters(
+    view: &View,
+    target: &ExecTarget,
+    args: &ExecArgs,
+    path: &[u8],
+    argv: &tracee::Argv,
+) -> Result<Vec<tracee::ChainLink>, Undecidable> {
+    let script_name = kernel_filename(args, path);
+    tracee::interpreter_chain(view, target, &script_name, &argv.args).map_err(|e| match e {
+        tracee::ChainError::TooDeep => undecidable(
+            "interpreter_chain",
+            format!(
+                "#! interpreters nested deeper than the kernel follows ({})",
+                tracee::MAX_INTERPRETER_DEPTH
+            ),
+        ),
+        tracee::ChainError::Unresolvable(i, e) => undecidable(
+            "unresolvable",
+            format!("#! interpreter {i:?} cannot be resolved in the caller's view: {e}"),
+        ),
+    })
+}
+
+/// What the identity index says about the program and about each
+/// interpreter (nothing for one that does not exist).
+fn recognise(
+    ctx: &SupervisorContext,
+    target: &ExecTarget,
+    chain: &[tracee::ChainLink],
+) -> (
+    super::identity::Recognised,
+    Vec<super::identity::Recognised>,
+) {
+    let index = super::identity_index(&ctx.policy);
+    // A program is not "a copy of" itself.
+    let recognise = |t: &ExecTarget| {
+        let mut r = index.recognise(&t.file, &t.meta);
+        r.copy_of
+            .retain(|c| *c != t.filename && Some(c) != t.resolved.as_ref());
+        r
+    };
+    let recognised = recognise(target);
+    let recognised_chain = chain
+        .iter()
+        .map(|l| l.target.as_ref().map(recognise).unwrap_or_default())
+        .collect();
+    (recognised, recognised_chain)
+}

@@ -1,0 +1,491 @@
+//! The tracer thread: every ptrace request and every wait of the ptrace
+//! backend is made here (ptrace belongs to a thread). One loop waits for
+//! tracee events (SIGCHLD through a signalfd) and for requests (an eventfd),
+//! keeps which task belongs to which tree (fork, vfork and clone events; a
+//! task that stops before its parent's event is claimed through `/proc`),
+//! and answers each stop: a seccomp stop goes to `exec` or `signals`, a
+//! `PTRACE_EVENT_EXEC` is checked against what was judged, signals and
+//! group-stops pass through.
+//!
+//! Failure modes: a tracee whose registers cannot be read at a seccomp stop
+//! is killed; a new image that is not what was judged, or that nothing
+//! judged, is killed before its first instruction and audited; without a
+//! signalfd, events are found by polling every [`POLL_MS`] ms.
+
+use super::regs;
+use super::{Request, TraceStop};
+use crate::audit::{Action, EventBody, ExecEvent, ExecSubject};
+use crate::policy::Decision;
+use crate::supervisor::exec::{self, ExecRequest, ExecStop, Holder, TreeState, Verification};
+use crate::supervisor::{signals, verify, SupervisorContext, Tree};
+use crate::trees::Trees;
+use agentsh_proto::execabi;
+use agentsh_proto::notif::Notification;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+
+const EVENT_FORK: i32 = 1;
+const EVENT_VFORK: i32 = 2;
+const EVENT_CLONE: i32 = 3;
+const EVENT_EXEC: i32 = 4;
+const EVENT_SECCOMP: i32 = 7;
+const EVENT_STOP: i32 = 128;
+
+/// The options every tracee gets (children inherit them).
+const OPTIONS: libc::c_int = libc::PTRACE_O_TRACESECCOMP
+    | libc::PTRACE_O_TRACEEXEC
+    | libc::PTRACE_O_TRACEFORK
+    | libc::PTRACE_O_TRACEVFORK
+    | libc::PTRACE_O_TRACECLONE
+    | libc::PTRACE_O_EXITKILL;
+
+/// The tracer's poll timeout: a lost wake-up costs at most this.
+const POLL_MS: i32 = 250;
+
+/// One ptrace tree.
+struct TraceTree {
+    tree: Tree,
+    st: TreeState,
+    trees: Arc<Trees>,
+    /// Live tracees of this tree.
+    members: usize,
+}
+
+/// One traced task.
+struct Tracee {
+    /// The tree's root pid (its key).
+    root: u32,
+    /// What its last allowed exec must run.
+    expect: Option<Verification>,
+}
+
+/// The tracer thread's state.
+pub(super) struct Loop {
+    ctx: Arc<SupervisorContext>,
+    rx: Receiver<Request>,
+    wake: OwnedFd,
+    trees: HashMap<u32, TraceTree>,
+    tracees: HashMap<u32, Tracee>,
+    /// New tasks whose first stop came before their parent's fork event.
+    unclaimed: HashMap<u32, i32>,
+    /// Threads held in their seccomp stop for an operator: their start time.
+    held: HashMap<u32, u64>,
+}
+
+impl Loop {
+    pub(super) fn new(ctx: Arc<SupervisorContext>, rx: Receiver<Request>, wake: OwnedFd) -> Loop {
+        Loop {
+            ctx,
+            rx,
+            wake,
+            trees: HashMap::new(),
+            tracees: HashMap::new(),
+            unclaimed: HashMap::new(),
+            held: HashMap::new(),
+        }
+    }
+
+    /// Waits for tracee events (SIGCHLD through a signalfd) and requests
+    /// (the eventfd), forever.
+    pub(super) fn run(mut self) {
+        let sigfd = match chld_signalfd() {
+            Ok(fd) => Some(fd),
+            Err(e) => {
+                // Only a cost: events are then found by the poll timeout.
+                tracing::warn!("tracer: no SIGCHLD signalfd ({e}); polling every {POLL_MS} ms");
+                None
+            }
+        };
+        loop {
+            while let Ok(r) = self.rx.try_recv() {
+                self.request(r);
+            }
+            self.drain_events();
+            let mut fds = [
+                libc::pollfd {
+                    fd: self.wake.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: sigfd.as_ref().map_or(-1, AsRawFd::as_raw_fd),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: two valid pollfds (a negative fd is ignored by poll).
+            unsafe { libc::poll(fds.as_mut_ptr(), 2, POLL_MS) };
+            drain_fd(self.wake.as_raw_fd(), 8);
+            if let Some(fd) = &sigfd {
+                drain_fd(
+                    fd.as_raw_fd(),
+                    std::mem::size_of::<libc::signalfd_siginfo>(),
+                );
+            }
+        }
+    }
+
+    fn request(&mut self, r: Request) {
+        match r {
+            Request::Attach { tree, trees, reply } => {
+                let _ = reply.send(self.attach(tree, trees));
+            }
+            Request::Answer {
+                tid,
+                starttime,
+                what,
+            } => self.answer(tid, starttime, what),
+        }
+    }
+
+    fn attach(&mut self, tree: Tree, trees: Arc<Trees>) -> Result<(), String> {
+        let pid = tree.root_pid;
+        regs::seize(pid, OPTIONS).map_err(|e| {
+            format!(
+                "PTRACE_SEIZE of pid {pid}: {e} (traced by another process, or no CAP_SYS_PTRACE)"
+            )
+        })?;
+        tracing::info!(session = %tree.session_id, root_pid = pid, "supervising tree (ptrace)");
+        trees.started(pid, &tree.session_id);
+        self.tracees.insert(
+            pid,
+            Tracee {
+                root: pid,
+                expect: None,
+            },
+        );
+        self.trees.insert(
+            pid,
+            TraceTree {
+                st: TreeState::new(pid),
+                tree,
+                trees,
+                members: 1,
+            },
+        );
+        Ok(())
+    }
+
+    fn answer(&mut self, tid: u32, starttime: u64, what: Option<Box<Verification>>) {
+        if self.held.get(&tid) != Some(&starttime) {
+            tracing::debug!(tid, "answer for an exec that no longer waits; ignored");
+            return;
+        }
+        self.held.remove(&tid);
+        let done = match what {
+            Some(v) => {
+                if let Some(t) = self.tracees.get_mut(&tid) {
+                    t.expect = Some(*v);
+                }
+                regs::cont(tid, 0)
+            }
+            None => regs::skip_syscall(tid, libc::EACCES).and_then(|()| regs::cont(tid, 0)),
+        };
+        if let Err(e) = done {
+            tracing::debug!(tid, "held exec not resumed (gone?): {e}");
+        }
+    }
+
+    /// Every event that is ready, without blocking.
+    fn drain_events(&mut self) {
+        loop {
+            let mut status = 0;
+            // SAFETY: a valid pointer to an int the kernel writes.
+            let tid = unsafe {
+                libc::waitpid(
+                    -1,
+                    &mut status,
+                    libc::__WALL | libc::__WNOTHREAD | libc::WNOHANG,
+                )
+            };
+            if tid > 0 {
+                self.event(tid as u32, status);
+                continue;
+            }
+            if tid < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return; // 0: nothing ready; ECHILD: no tracee at all
+        }
+    }
+
+    fn event(&mut self, tid: u32, status: i32) {
+        tracing::trace!(
+            tid,
+            stopped = libc::WIFSTOPPED(status),
+            signal = libc::WSTOPSIG(status),
+            event = (status >> 16) & 0xffff,
+            "tracer event"
+        );
+        if !libc::WIFSTOPPED(status) {
+            self.gone(tid);
+            return;
+        }
+        if !self.tracees.contains_key(&tid) && !self.claim(tid) {
+            // Its parent's fork event names it; until then it waits here.
+            self.unclaimed.insert(tid, status);
+            return;
+        }
+        let signal = libc::WSTOPSIG(status);
+        let resumed = match (status >> 16) & 0xffff {
+            EVENT_SECCOMP => {
+                self.seccomp_stop(tid);
+                Ok(())
+            }
+            EVENT_EXEC => {
+                self.exec_stop(tid);
+                regs::cont(tid, 0)
+            }
+            EVENT_FORK | EVENT_VFORK | EVENT_CLONE => {
+                if let Ok(child) = regs::event_msg(tid) {
+                    self.adopt(child as u32, tid);
+                }
+                regs::cont(tid, 0)
+            }
+            EVENT_STOP => match signal {
+                // A group-stop: stay stopped, but tell us when it ends.
+                libc::SIGSTOP | libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU => regs::listen(tid),
+                _ => regs::cont(tid, 0),
+            },
+            // A signal on its way: deliver it.
+            0 => regs::cont(tid, signal),
+            _ => regs::cont(tid, 0),
+        };
+        if let Err(e) = resumed {
+            tracing::debug!(tid, "tracee not resumed (gone?): {e}");
+        }
+    }
+
+    /// A task that stopped before its parent's fork event: its tree is its
+    /// thread group's or its parent's, if either is a tracee.
+    fn claim(&mut self, tid: u32) -> bool {
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{tid}/status")) else {
+            return false;
+        };
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().parse::<u32>().ok())
+        };
+        let root = [field("Tgid:"), field("PPid:")]
+            .into_iter()
+            .flatten()
+            .find_map(|p| self.tracees.get(&p).map(|t| t.root));
+        match root {
+            Some(root) => {
+                self.add(tid, root);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// `child` was started by tracee `parent` (a fork, vfork or clone event).
+    fn adopt(&mut self, child: u32, parent: u32) {
+        let Some(root) = self.tracees.get(&parent).map(|t| t.root) else {
+            return;
+        };
+        if !self.tracees.contains_key(&child) {
+            self.add(child, root);
+        }
+        if let Some(status) = self.unclaimed.remove(&child) {
+            self.event(child, status);
+        }
+    }
+
+    fn add(&mut self, tid: u32, root: u32) {
+        self.tracees.insert(tid, Tracee { root, expect: None });
+        if let Some(t) = self.trees.get_mut(&root) {
+            t.members += 1;
+        }
+    }
+
+    /// `tid` exited, was killed, or (the former id of a thread that exec'd)
+    /// vanished.
+    fn gone(&mut self, tid: u32) {
+        self.held.remove(&tid);
+        self.unclaimed.remove(&tid);
+        let Some(t) = self.tracees.remove(&tid) else {
+            return;
+        };
+        let Some(tree) = self.trees.get_mut(&t.root) else {
+            return;
+        };
+        tree.members = tree.members.saturating_sub(1);
+        if tree.members == 0 {
+            if let Some(tree) = self.trees.remove(&t.root) {
+                tracing::info!(session = %tree.tree.session_id, root_pid = t.root, "tree finished");
+                tree.trees.finished(t.root);
+            }
+        }
+    }
+
+    fn seccomp_stop(&mut self, tid: u32) {
+        let Some(root) = self.tracees.get(&tid).map(|t| t.root) else {
+            return;
+        };
+        let regs = match regs::Regs::get(tid) {
+            Ok(r) => r,
+            Err(e) => {
+                // Stopped in a syscall nobody can judge: it must not go on.
+                tracing::warn!(
+                    tid,
+                    "registers unreadable at a seccomp stop ({e}); killing it"
+                );
+                kill(tid);
+                let _ = regs::cont(tid, 0);
+                return;
+            }
+        };
+        let Some(tt) = self.trees.get_mut(&root) else {
+            return;
+        };
+        tt.st.take_approved();
+        let stop = TraceStop {
+            tid,
+            answered: Cell::new(false),
+            expect: RefCell::new(None),
+        };
+        let (arch, nr) = regs.arch_nr();
+        let args = regs.args();
+        if let Some(call) = execabi::classify(arch, nr) {
+            let starttime = crate::tracee::proc_stat(tid).map_or(0, |s| s.starttime);
+            let req = ExecRequest {
+                tid,
+                call,
+                args: call.args(&args),
+            };
+            let holder = Holder::Trace { tid, starttime };
+            exec::handle(&self.ctx, &tt.tree, &mut tt.st, &req, &stop, holder);
+            if !stop.answered.get() {
+                self.held.insert(tid, starttime);
+            }
+        } else if let Some(call) = signals::classify(arch, nr) {
+            let n = Notification {
+                id: 0,
+                pid: tid,
+                nr,
+                arch,
+                instruction_pointer: 0,
+                args,
+            };
+            signals::handle(
+                &self.ctx,
+                &tt.tree.session_id,
+                &tt.st.protected,
+                call,
+                &n,
+                &stop,
+            );
+        } else {
+            self.ctx.audit.record(
+                &tt.tree.session_id,
+                EventBody::Execve(ExecEvent::new(
+                    ExecSubject {
+                        pid: tid,
+                        ..ExecSubject::default()
+                    },
+                    Decision::Deny,
+                    "unexpected_syscall",
+                    Action::Deny,
+                    Some(format!("unexpected traced syscall {nr} on arch {arch:#x}")),
+                )),
+            );
+            let _ = stop.refuse(libc::EACCES);
+        }
+        if let Some(v) = stop.expect.take() {
+            if let Some(t) = self.tracees.get_mut(&tid) {
+                t.expect = Some(v);
+            }
+        }
+    }
+
+    /// `PTRACE_EVENT_EXEC` of process `pid`: the new image has not run an
+    /// instruction. It must be what was judged, or it dies here.
+    fn exec_stop(&mut self, pid: u32) {
+        // The thread that exec'd, by its id before the exec.
+        let former = regs::event_msg(pid).map_or(pid, |m| m as u32);
+        let expect = if former == pid {
+            self.tracees.get_mut(&pid).and_then(|t| t.expect.take())
+        } else {
+            // The former id vanishes without an exit report.
+            let e = self.tracees.get_mut(&former).and_then(|t| t.expect.take());
+            self.gone(former);
+            if let Some(t) = self.tracees.get_mut(&pid) {
+                t.expect = None;
+            }
+            e
+        };
+        let Some(root) = self.tracees.get(&pid).map(|t| t.root) else {
+            return;
+        };
+        let session = self
+            .trees
+            .get(&root)
+            .map(|t| t.tree.session_id.clone())
+            .unwrap_or_default();
+        match expect {
+            Some(v) => {
+                if let Err(what) = verify::check(pid, &v.expected) {
+                    kill(pid);
+                    exec::record_mismatch(&self.ctx, &session, v.subject, &v.rule, what);
+                }
+            }
+            None => {
+                kill(pid);
+                tracing::warn!(pid, "an exec nothing judged completed; killed");
+                self.ctx.audit.record(
+                    &session,
+                    EventBody::Execve(ExecEvent::new(
+                        ExecSubject {
+                            pid,
+                            ..ExecSubject::default()
+                        },
+                        Decision::Deny,
+                        "unverified_exec",
+                        Action::Deny,
+                        Some("an exec completed that no seccomp stop judged; killed before its first instruction".into()),
+                    )),
+                );
+            }
+        }
+    }
+}
+
+/// SIGKILL to a stopped tracee: it dies as soon as it is resumed.
+fn kill(tid: u32) {
+    // SAFETY: tkill takes two integers; no memory is passed.
+    unsafe { libc::syscall(libc::SYS_tkill, tid as libc::c_long, libc::SIGKILL) };
+}
+
+/// A signalfd for SIGCHLD, blocked in this thread (the server blocks every
+/// signal in every thread; this makes the tracer independent of that).
+fn chld_signalfd() -> io::Result<OwnedFd> {
+    // SAFETY: sigset_t is plain data, initialised by sigemptyset.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers to our own sigset and no old-set out-parameter.
+    let fd = unsafe {
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK)
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Reads a non-blocking fd until it is empty.
+fn drain_fd(fd: i32, size: usize) {
+    let mut buf = [0u8; 256];
+    let size = size.min(buf.len());
+    // SAFETY: reads at most `size` bytes into our buffer.
+    while unsafe { libc::read(fd, buf.as_mut_ptr().cast(), size) } > 0 {}
+}

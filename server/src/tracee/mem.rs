@@ -1,0 +1,425 @@
+//! Reading a tracee's memory: C strings, pointer arrays and argv, through
+//! `process_vm_readv` (`/proc/<pid>/mem` where there is none: gVisor), a
+//! page at a time and kept ([`MemReader`]), so an exec's strings cost as
+//! few system calls as their layout allows.
+//!
+//! Failure modes: unreadable memory gives EFAULT, a vanished process ESRCH.
+//! Memory read here could change after the read if another task shared it:
+//! the supervisor stops every such task first (`supervisor::sharing`).
+
+use std::io;
+
+/// Reads up to `buf.len()` bytes of `pid`'s memory at `addr`.
+fn read_mem(pid: u32, addr: u64, buf: &mut [u8]) -> io::Result<usize> {
+    if buf.is_empty() {
+        return Ok(0);
+    }
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: `local` points into `buf`, valid for its length; the remote
+    // address is only interpreted by the kernel in the other process.
+    let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        // gVisor has no process_vm_readv; its /proc/<pid>/mem reads the same.
+        if e.raw_os_error() == Some(libc::ENOSYS) {
+            return read_proc_mem(pid, addr, buf);
+        }
+        return Err(e);
+    }
+    Ok(n as usize)
+}
+
+/// [`read_mem`] through `/proc/<pid>/mem` (ptrace-mode access, like
+/// process_vm_readv's).
+fn read_proc_mem(pid: u32, addr: u64, buf: &mut [u8]) -> io::Result<usize> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(format!("/proc/{pid}/mem"))?;
+    match f.read_at(buf, addr) {
+        // An unmapped address reads as EIO here; process_vm_readv says EFAULT.
+        Err(e) if e.raw_os_error() == Some(libc::EIO) => {
+            Err(io::Error::from_raw_os_error(libc::EFAULT))
+        }
+        r => r,
+    }
+}
+
+const PAGE: u64 = 4096;
+
+/// Bytes from `addr` to the end of its page.
+fn page_rest(addr: u64) -> usize {
+    (PAGE - (addr % PAGE)) as usize
+}
+
+/// Reads a NUL-terminated string of at most `max` bytes (without the NUL).
+/// Returns the bytes and whether the NUL was found within `max`.
+///
+/// # Errors
+/// EFAULT if the first byte is unreadable; ESRCH if the process is gone.
+pub fn read_cstring(pid: u32, addr: u64, max: usize) -> io::Result<(Vec<u8>, bool)> {
+    MemReader::new(pid).cstring(addr, max)
+}
+
+/// Reads a NULL-terminated array of pointers (`ptr_size` 4 or 8 bytes each),
+/// at most `max` entries. Returns the pointers and whether the NULL was found.
+///
+/// # Errors
+/// As [`read_cstring`].
+pub fn read_ptr_array(
+    pid: u32,
+    addr: u64,
+    ptr_size: usize,
+    max: usize,
+) -> io::Result<(Vec<u64>, bool)> {
+    MemReader::new(pid).ptr_array(addr, ptr_size, max)
+}
+
+/// An argv as read from the tracee.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Argv {
+    pub args: Vec<String>,
+    /// Something was left unread because of `max_argc` / `max_argv_bytes`.
+    pub truncated: bool,
+    /// Where each string read lies in the tracee's memory.
+    pub ptrs: Vec<u64>,
+}
+
+/// Reads an argv (array of C strings) within the limits.
+///
+/// # Errors
+/// As [`read_cstring`]; a NULL argv pointer gives an empty argv.
+pub fn read_argv(
+    pid: u32,
+    addr: u64,
+    ptr_size: usize,
+    max_argc: usize,
+    max_bytes: usize,
+) -> io::Result<Argv> {
+    MemReader::new(pid).argv(addr, ptr_size, max_argc, max_bytes)
+}
+
+/// Reads one process's memory, keeping what it read: an exec's path, argv
+/// array and strings usually lie in one or two pages (argv[0] is often the
+/// path itself), so [`MemReader::prefetch`] reads the spans it is given in
+/// one `process_vm_readv` and later reads inside them cost nothing. Reads
+/// never cross a page boundary in one piece, so a string that ends just
+/// before an unmapped page is still read. What was read is one snapshot per
+/// span: callers read only memory nobody else can write (see
+/// `supervisor::sharing`), and take a fresh reader after anything may have.
+pub struct MemReader {
+    pid: u32,
+    /// (address, bytes read there), each within one page.
+    chunks: Vec<(u64, Vec<u8>)>,
+}
+
+/// The most spans one prefetch reads (`IOV_MAX` is 1024).
+const PREFETCH_SPANS: usize = 64;
+
+impl MemReader {
+    pub fn new(pid: u32) -> MemReader {
+        MemReader {
+            pid,
+            chunks: Vec::new(),
+        }
+    }
+
+    /// Reads the spans `(address, length)` in one system call, each clipped
+    /// to its page and skipped when already read. What cannot be read is
+    /// left for the later reads to report.
+    pub fn prefetch(&mut self, spans: &[(u64, usize)]) {
+        let mut want: Vec<(u64, usize)> = Vec::new();
+        for &(addr, len) in spans {
+            let len = len.min(page_rest(addr));
+            if addr == 0 || len == 0 || self.cached(addr).is_some() {
+                continue;
+            }
+            if want.iter().any(|&(a, l)| a <= addr && addr < a + l as u64) {
+                continue;
+            }
+            want.push((addr, len));
+            if want.len() == PREFETCH_SPANS {
+                break;
+            }
+        }
+        if want.is_empty() {
+            return;
+        }
+        let mut bufs: Vec<Vec<u8>> = want.iter().map(|&(_, l)| vec![0u8; l]).collect();
+        let local: Vec<libc::iovec> = bufs
+            .iter_mut()
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: b.len(),
+            })
+            .collect();
+        let remote: Vec<libc::iovec> = want
+            .iter()
+            .map(|&(a, l)| libc::iovec {
+                iov_base: a as *mut libc::c_void,
+                iov_len: l,
+            })
+            .collect();
+        // SAFETY: each local iovec points into a buffer of `bufs`, valid for
+        // its length and alive across the call; the remote addresses are
+        // only interpreted by the kernel in the other process.
+        let n = unsafe {
+            libc::process_vm_readv(
+                self.pid as libc::pid_t,
+                local.as_ptr(),
+                local.len() as libc::c_ulong,
+                remote.as_ptr(),
+                remote.len() as libc::c_ulong,
+                0,
+            )
+        };
+        // The kernel stops at the first span it cannot read: keep those before.
+        let mut left = usize::try_from(n).unwrap_or(0);
+        for ((addr, _), mut buf) in want.into_iter().zip(bufs) {
+            if left == 0 {
+                break;
+            }
+            let k = buf.len().min(left);
+            buf.truncate(k);
+            left -= k;
+            self.chunks.push((addr, buf));
+        }
+    }
+
+    /// The bytes read at `addr` onwards, if a chunk holds `addr`.
+    fn cached(&self, addr: u64) -> Option<&[u8]> {
+        self.chunks.iter().find_map(|(a, b)| {
+            let off = addr.checked_sub(*a)?;
+            (off < b.len() as u64).then(|| &b[off as usize..])
+        })
+    }
+
+    /// Up to `want` bytes at `addr`, within its page: from a chunk, or read
+    /// now (and kept).
+    fn bytes(&mut self, addr: u64, want: usize) -> io::Result<&[u8]> {
+        let want = want.min(page_rest(addr));
+        let hit = self
+            .chunks
+            .iter()
+            .position(|(a, b)| *a <= addr && addr < *a + b.len() as u64);
+        let i = match hit {
+            Some(i) => i,
+            None => {
+                let mut buf = vec![0u8; want];
+                let n = read_mem(self.pid, addr, &mut buf)?;
+                if n == 0 {
+                    return Err(io::Error::from_raw_os_error(libc::EFAULT));
+                }
+                buf.truncate(n);
+                self.chunks.push((addr, buf));
+                self.chunks.len() - 1
+            }
+        };
+        let (a, b) = &self.chunks[i];
+        let off = (addr - a) as usize;
+        let end = b.len().min(off + want);
+        Ok(&b[off..end])
+    }
+
+    /// Reads a NUL-terminated string of at most `max` bytes (without the
+    /// NUL). Returns the bytes and whether the NUL was found within `max`.
+    ///
+    /// # Errors
+    /// EFAULT if the first byte is unreadable; ESRCH if the process is gone.
+    pub fn cstring(&mut self, addr: u64, max: usize) -> io::Result<(Vec<u8>, bool)> {
+        let mut out = Vec::new();
+        let mut cur = addr;
+        while out.len() < max {
+            let chunk = self.bytes(cur, max - out.len() + 1)?;
+            if let Some(nul) = chunk.iter().position(|&b| b == 0) {
+                out.extend_from_slice(&chunk[..nul]);
+                return Ok((out, true));
+            }
+            let n = chunk.len();
+            out.extend_from_slice(chunk);
+            cur += n as u64;
+        }
+        out.truncate(max);
+        Ok((out, false))
+    }
+
+    /// Reads a NULL-terminated array of pointers (`ptr_size` 4 or 8 bytes
+    /// each), at most `max` entries. Returns the pointers and whether the
+    /// NULL was found.
+    ///
+    /// # Errors
+    /// As [`MemReader::cstring`].
+    pub fn ptr_array(
+        &mut self,
+        addr: u64,
+        ptr_size: usize,
+        max: usize,
+    ) -> io::Result<(Vec<u64>, bool)> {
+        let mut out = Vec::new();
+        let mut cur = addr;
+        while out.len() <= max {
+            let want = page_rest(cur).min((max + 1 - out.len()) * ptr_size);
+            let want = (want - want % ptr_size).max(ptr_size);
+            let chunk = self.bytes(cur, want)?;
+            let n = chunk.len() - chunk.len() % ptr_size;
+            let raw = if n == 0 {
+                // A pointer split across a page boundary: read it whole.
+                let mut whole = vec![0u8; ptr_size];
+                if read_mem(self.pid, cur, &mut whole)? < ptr_size {
+                    return Err(io::Error::from_raw_os_error(libc::EFAULT));
+                }
+                whole
+            } else {
+                chunk[..n].to_vec()
+            };
+            let n = raw.len();
+            for c in raw.chunks_exact(ptr_size) {
+                let p = if ptr_size == 8 {
+                    u64::from_ne_bytes(c.try_into().unwrap_or([0; 8]))
+                } else {
+                    u64::from(u32::from_ne_bytes(c.try_into().unwrap_or([0; 4])))
+                };
+                if p == 0 {
+                    return Ok((out, true));
+                }
+                if out.len() == max {
+                    return Ok((out, false));
+                }
+                out.push(p);
+            }
+            cur += n as u64;
+        }
+        Ok((out, false))
+    }
+
+    /// Reads an argv (array of C strings) within the limits; the strings
+    /// not already read are fetched together first.
+    ///
+    /// # Errors
+    /// As [`MemReader::cstring`]; a NULL argv pointer gives an empty argv.
+    pub fn argv(
+        &mut self,
+        addr: u64,
+        ptr_size: usize,
+        max_argc: usize,
+        max_bytes: usize,
+    ) -> io::Result<Argv> {
+        if addr == 0 {
+            return Ok(Argv {
+                args: Vec::new(),
+                truncated: false,
+                ptrs: Vec::new(),
+            });
+        }
+        let (mut ptrs, complete) = self.ptr_array(addr, ptr_size, max_argc)?;
+        let spans: Vec<(u64, usize)> = ptrs.iter().map(|&p| (p, max_bytes + 1)).collect();
+        self.prefetch(&spans);
+        let mut truncated = !complete;
+        let mut budget = max_bytes;
+        let mut args = Vec::with_capacity(ptrs.len());
+        for &p in &ptrs {
+            if budget == 0 {
+                truncated = true;
+                break;
+            }
+            let (bytes, whole) = self.cstring(p, budget)?;
+            budget = budget.saturating_sub(bytes.len() + 1);
+            args.push(String::from_utf8_lossy(&bytes).into_owned());
+            if !whole {
+                truncated = true;
+                break;
+            }
+        }
+        ptrs.truncate(args.len());
+        Ok(Argv {
+            args,
+            truncated,
+            ptrs,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CString;
+
+    #[test]
+    fn reads_own_memory_strings_and_arrays() {
+        let s = b"hello\0";
+        let me = std::process::id();
+        let (b, whole) = read_cstring(me, s.as_ptr() as u64, 100).unwrap();
+        assert_eq!((b.as_slice(), whole), (&b"hello"[..], true));
+        let (b, whole) = read_cstring(me, s.as_ptr() as u64, 3).unwrap();
+        assert_eq!((b.as_slice(), whole), (&b"hel"[..], false));
+
+        let a = CString::new("a").unwrap();
+        let bb = CString::new("bb").unwrap();
+        let arr: [u64; 3] = [a.as_ptr() as u64, bb.as_ptr() as u64, 0];
+        let argv = read_argv(me, arr.as_ptr() as u64, 8, 10, 100).unwrap();
+        assert_eq!(argv.args, vec!["a", "bb"]);
+        assert!(!argv.truncated);
+        let argv = read_argv(me, arr.as_ptr() as u64, 8, 1, 100).unwrap();
+        assert_eq!(argv.args, vec!["a"]);
+        assert!(argv.truncated);
+        let argv = read_argv(me, arr.as_ptr() as u64, 8, 10, 3).unwrap();
+        assert!(argv.truncated);
+    }
+
+    /// Two pages mapped, the second then unmapped: a string or array may end
+    /// right at the hole.
+    fn page_before_a_hole() -> *mut u8 {
+        // SAFETY: an anonymous private mapping of two pages.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                8192,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        // SAFETY: unmapping the second page of the mapping just made.
+        unsafe { libc::munmap(p.cast::<u8>().add(4096).cast(), 4096) };
+        p.cast()
+    }
+
+    #[test]
+    fn strings_and_arrays_at_page_edges() {
+        let me = std::process::id();
+        let page = page_before_a_hole();
+        // SAFETY: writes inside the first page, which stays mapped.
+        unsafe {
+            std::ptr::write_bytes(page, b'a', 4096);
+            *page.add(4095) = 0;
+        }
+        let end = page as u64 + 4096;
+        let mut mem = MemReader::new(me);
+        mem.prefetch(&[(end - 10, 100), (end - 4000, 100)]);
+        let (s, whole) = mem.cstring(end - 10, 100).unwrap();
+        assert_eq!((s.len(), whole), (9, true));
+        // No NUL before the hole: unreadable, not a short string.
+        // SAFETY: inside the first page.
+        unsafe { *page.add(4095) = b'a' };
+        assert!(MemReader::new(me).cstring(end - 10, 100).is_err());
+        // An unaligned pointer array that crosses a page boundary.
+        let two = std::ptr::from_mut(Box::leak(Box::new([0u8; 16384])));
+        let base = (two as u64).next_multiple_of(4096) + 4096 - 4;
+        if base + 24 <= two as u64 + 16384 {
+            let words = [0x1111_u64, 0x2222, 0];
+            // SAFETY: 24 bytes inside the leaked buffer, written unaligned.
+            unsafe {
+                std::ptr::copy_nonoverlapping(words.as_ptr().cast::<u8>(), base as *mut u8, 24);
+            };
+            let (ptrs, complete) = MemReader::new(me).ptr_array(base, 8, 10).unwrap();
+            assert_eq!((ptrs, complete), (vec![0x1111, 0x2222], true));
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! Reading a trapped process: its /proc entries and its memory.
+//!
+//! Everything here reads state the kernel keeps (ppid, thread count, start
+//! time, cwd, root, fds) or the tracee's memory through `process_vm_readv`.
+//! Paths are resolved in the *calling thread's* root, cwd and fd table
+//! (`/proc/<pid>/task/<tid>/…`), never the thread-group leader's and never the
+//! server's: a thread may have its own (`unshare(CLONE_FILES | CLONE_FS)`).
+//!
+//! The supervisor runs this for every exec, so it counts system calls: a
+//! `/proc/<pid>/stat` can be kept open and read again ([`StatFile`]); one
+//! exec's resolutions share one [`View`] (the thread's root opened and read
+//! once); a resolved program is `fstat`ed once ([`ExecTarget::meta`]); the
+//! exec's strings are read with as few `process_vm_readv` as their layout
+//! allows ([`MemReader`]).
+//!
+//! Failure modes: a process that vanished gives ENOENT/ESRCH; unreadable memory
+//! gives EFAULT; callers turn anything unreadable into a deny. Memory read here
+//! could change after the read if another task shared it: the supervisor
+//! stops every such task first (`supervisor::sharing`).
+//!
+//! The rooms: `stat` (what `/proc/<pid>/stat` and `status` say), `mem` (the
+//! tracee's memory), `file` (what `fstat` says about a resolved file),
+//! `resolve` (a path in the calling thread's view), `shebang` (the `#!`
+//! interpreter chain), `stable` (whether the tree can change what a lookup
+//! finds).
+
+mod file;
+mod mem;
+mod resolve;
+mod shebang;
+mod stable;
+mod stat;
+
+pub use file::{fd_identity, fd_meta, FileKey, FileMeta};
+pub use mem::{read_argv, read_cstring, read_ptr_array, Argv, MemReader};
+pub use resolve::{
+    basename, join_clean, resolve_exec_target, resolve_in, task_dir, ExecTarget, ResolveError, View,
+};
+pub use shebang::{interpreter_chain, shebang, ChainError, ChainLink, MAX_INTERPRETER_DEPTH};
+pub use stable::{file_is_stable, path_is_stable};
+pub use stat::{proc_stat, tgid_of, ProcStat, StatFile};
