@@ -228,8 +228,38 @@ impl Policy {
                 r.commands_text.join(" "),
             );
         }
+        self.summarize_files(&mut s);
+        self.summarize_network(&mut s);
         let _ = writeln!(
             s,
+            "  daemon_sockets: the built-in list{}{}",
+            if self.daemon_sockets.deny.is_empty() {
+                String::new()
+            } else {
+                format!(" + {}", self.daemon_sockets.deny.join(", "))
+            },
+            if self.daemon_sockets.allow.is_empty() {
+                String::new()
+            } else {
+                format!(", except {}", self.daemon_sockets.allow.join(", "))
+            }
+        );
+        let _ = write!(
+            s,
+            "  syscalls.block: {}",
+            if self.blocked_syscalls.is_empty() {
+                "-".to_string()
+            } else {
+                self.blocked_syscalls.join(", ")
+            }
+        );
+        s
+    }
+
+    /// `summary`'s file section: what each operation compiles to.
+    fn summarize_files(&self, s: &mut String) {
+        let _ = writeln!(
+            *s,
             "  file_rules: {} (Landlock; write/create/delete beneath agentsh's own and system \
              files are always denied)",
             self.file_rules.len()
@@ -256,9 +286,13 @@ impl Policy {
                     format!("allowed everywhere except beneath {denied} (deny-only)")
                 }
             };
-            let _ = writeln!(s, "    {}: {text}", semantics::op_name(op));
+            let _ = writeln!(*s, "    {}: {text}", semantics::op_name(op));
         }
-        let _ = writeln!(s, "  network_rules: {}", self.network_rules.len());
+    }
+
+    /// `summary`'s network section: what each TCP direction compiles to.
+    fn summarize_network(&self, s: &mut String) {
+        let _ = writeln!(*s, "  network_rules: {}", self.network_rules.len());
         let mut warnings = Vec::new();
         for (what, dir) in [
             ("connect", NetworkDirection::Connect),
@@ -273,35 +307,11 @@ impl Policy {
                 Some(p) if p.is_empty() => "closed".to_string(),
                 Some(p) => format!("only {p:?}"),
             };
-            let _ = writeln!(s, "    TCP {what}: {text}");
+            let _ = writeln!(*s, "    TCP {what}: {text}");
         }
         for w in warnings {
-            let _ = writeln!(s, "    warning: {w}");
+            let _ = writeln!(*s, "    warning: {w}");
         }
-        let _ = writeln!(
-            s,
-            "  daemon_sockets: the built-in list{}{}",
-            if self.daemon_sockets.deny.is_empty() {
-                String::new()
-            } else {
-                format!(" + {}", self.daemon_sockets.deny.join(", "))
-            },
-            if self.daemon_sockets.allow.is_empty() {
-                String::new()
-            } else {
-                format!(", except {}", self.daemon_sockets.allow.join(", "))
-            }
-        );
-        let _ = write!(
-            s,
-            "  syscalls.block: {}",
-            if self.blocked_syscalls.is_empty() {
-                "-".to_string()
-            } else {
-                self.blocked_syscalls.join(", ")
-            }
-        );
-        s
     }
 }
 
