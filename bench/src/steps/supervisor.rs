@@ -82,9 +82,11 @@ fn answered_us(log: &str, skip: usize) -> Vec<u64> {
 
 /// The supervisor's own time per exec for callers whose memory is shared:
 /// an exec from a multi-threaded process, and vfork'd children of a
-/// process with a second thread (how Go, Java, Node and Python spawn). The
-/// supervisor stops the other tasks before it reads the exec (see
-/// `server/src/supervisor/sharing.rs`); `common_p50` is the figure above.
+/// process with a second thread (how Go, Java, Node and Python spawn). On
+/// the default `execve.race_guard: verify` the supervisor watches such an
+/// exec and checks its new image (`freeze` would stop the other tasks
+/// first, `server/src/supervisor/sharing.rs`); `common_p50` is the figure
+/// above.
 fn spawner_times(
     rep: &mut Report,
     ns: &Namespace,
@@ -95,7 +97,7 @@ fn spawner_times(
 ) -> Result<(), String> {
     let spawner = compile_spawner(ws)?;
     rep.line(
-        "\n### Supervisor time per exec when the caller's memory is shared (tasks stopped first)\n",
+        "\n### Supervisor time per exec when the caller's memory is shared (race guard on its default, verify: the exec watched and checked)\n",
     );
     for mode in ["threaded", "vfork"] {
         let before = srv.log().lines().count();
