@@ -414,6 +414,51 @@ fn frozen_execs_that_fail_release_everyone() {
     }
 }
 
+#[test]
+fn a_watched_exec_that_does_not_finish_in_time_is_killed_not_released() {
+    if !require_root("a_watched_exec_that_does_not_finish_in_time_is_killed_not_released") {
+        return;
+    }
+    // The watch gives an exec a deadline; a tree that could make its exec
+    // outlast it must not get it released unchecked. Debug builds let the
+    // test shrink the deadline to nothing, so every watched exec outlasts it:
+    // a program in a directory the tree can change (its lookup is watched)
+    // is killed and audited, and nothing stays stopped. The shell itself
+    // comes from /usr/bin, which no tree can change: not watched, it runs.
+    let srv = TestServer::start_with(&server_base(), POLICY, &guard_config("verify"), |p| {
+        let mut c = Command::new(p);
+        c.env("AGENTSH_TEST_EXEC_DEADLINE_MS", "0");
+        c
+    });
+    let arena = Arena::new("deadline");
+    let script = format!("{} benign; echo rc=$?", arena.okay.display());
+    let out = run_wrapped(
+        &srv.url,
+        "deadline",
+        &["/bin/sh", "-c", &script],
+        &opts(&arena, None),
+    );
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("rc=137"),
+        "the exec was not killed: {stdout} {}",
+        text(&out.stderr)
+    );
+    let ev = srv
+        .wait_exec_event("deadline", Duration::from_secs(10), |e| {
+            e["rule"] == "unverifiable" && e["effective_action"] == "deny"
+        })
+        .unwrap_or_else(|| panic!("no unverifiable event: {:#?}", srv.exec_events("deadline")));
+    assert!(
+        ev["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("did not finish")),
+        "{ev}"
+    );
+    let left = stopped_or_traced(srv.pid(), None);
+    assert!(left.is_empty(), "{left:#?}");
+}
+
 /// Not a test of behaviour: prints the supervisor's own time per exec for a
 /// threaded and a vfork'd caller (run with --ignored --nocapture).
 #[test]

@@ -403,8 +403,12 @@ pub fn handle(
         frozen,
         answered.is_ok(),
     );
-    if let verify::Outcome::Killed(what) = outcome {
-        record_mismatch(ctx, &tree.session_id, j.subject, &rule, what);
+    match outcome {
+        verify::Outcome::Killed(what) => {
+            record_mismatch(ctx, &tree.session_id, j.subject, &rule, what);
+        }
+        verify::Outcome::TimedOut => record_unfinished(ctx, &tree.session_id, j.subject),
+        verify::Outcome::Ran | verify::Outcome::Failed | verify::Outcome::Gone => {}
     }
 }
 
@@ -552,6 +556,22 @@ pub(super) fn record_mismatch(
         Action::Deny,
         Some(format!(
             "killed before its first instruction: {what} (allowed by rule {judged_rule})"
+        )),
+    );
+    ctx.audit.record(session, EventBody::Execve(event));
+}
+
+/// The audit event of a watched exec killed for not finishing in time.
+fn record_unfinished(ctx: &SupervisorContext, session: &str, subject: ExecSubject) {
+    let event = ExecEvent::new(
+        subject,
+        Decision::Deny,
+        "unverifiable",
+        Action::Deny,
+        Some(format!(
+            "killed: the exec did not finish within {:?}, so what it runs could not be \
+             checked",
+            verify::EXEC_DEADLINE
         )),
     );
     ctx.audit.record(session, EventBody::Execve(event));

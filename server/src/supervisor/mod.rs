@@ -146,7 +146,14 @@ pub fn resume_approved(
     let mut lingering = ptrace::Lingering::default();
     match verify::watch(tid, pid, expected, None, &mut lingering) {
         verify::Outcome::Killed(what) => Resumed::Killed(what),
-        _ => Resumed::AsApproved,
+        verify::Outcome::TimedOut => Resumed::Refused(format!(
+            "killed: the exec did not finish within {:?}, so what it runs could not be \
+             checked",
+            verify::EXEC_DEADLINE
+        )),
+        verify::Outcome::Ran | verify::Outcome::Failed | verify::Outcome::Gone => {
+            Resumed::AsApproved
+        }
     }
 }
 

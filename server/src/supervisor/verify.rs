@@ -18,16 +18,32 @@
 //!
 //! Failure modes: a caller that cannot be seized makes the exec a deny (the
 //! caller of [`arm`] decides); a new image whose identity or argv cannot be
-//! read is treated as a mismatch (killed); an exec that takes longer than the
-//! deadline is released unverified and logged.
+//! read is treated as a mismatch (killed); an exec that does not finish
+//! within the deadline is killed too ([`Outcome::TimedOut`]): what it would
+//! run could not be checked.
 
 use super::ptrace::{self, Event, Lingering};
 use super::sharing::Frozen;
 use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
 
-/// How long an exec may take before it is released anyway.
+/// How long an exec may take before it is killed unverified.
 pub const EXEC_DEADLINE: Duration = Duration::from_secs(10);
+
+/// [`EXEC_DEADLINE`]; debug builds read `AGENTSH_TEST_EXEC_DEADLINE_MS` so a
+/// test can make every watched exec time out. Release builds ignore it.
+fn exec_deadline() -> Duration {
+    #[cfg(debug_assertions)]
+    {
+        if let Some(ms) = std::env::var("AGENTSH_TEST_EXEC_DEADLINE_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            return Duration::from_millis(ms);
+        }
+    }
+    EXEC_DEADLINE
+}
 
 /// What the exec must turn out to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,6 +91,8 @@ pub enum Outcome {
     Failed,
     /// The caller died.
     Gone,
+    /// The exec did not finish within the deadline: the caller was killed,
+    /// since what it would run could not be checked.
     TimedOut,
 }
 
@@ -88,14 +106,16 @@ pub fn watch(
     mut frozen: Option<&mut Frozen>,
     lingering: &mut Lingering,
 ) -> Outcome {
-    let deadline = Instant::now() + EXEC_DEADLINE;
+    let limit = exec_deadline();
+    let deadline = Instant::now() + limit;
     loop {
         let Some((t, ev)) = ptrace::wait_any(deadline) else {
+            // Fail closed: released now, the exec would run unchecked.
             tracing::warn!(
                 tid,
-                "exec not finished within {EXEC_DEADLINE:?}; released unverified"
+                "exec not finished within {limit:?}: killed, what it runs cannot be checked"
             );
-            lingering.add(tid);
+            kill_unfinished(tid, pid, lingering);
             return Outcome::TimedOut;
         };
         let exec_stop = matches!(
@@ -131,6 +151,28 @@ pub fn watch(
             if let Event::Stopped { .. } = ev {
                 let _ = ptrace::detach(t, ev.detach_signal());
                 lingering.take(t);
+            }
+        }
+    }
+}
+
+/// SIGKILLs the process of a watched exec that has not finished (its thread
+/// `tid` may still be on its way into the new image) and reaps its death;
+/// a thread that is not gone within the wait stays seized in `lingering`.
+fn kill_unfinished(tid: u32, pid: u32, lingering: &mut Lingering) {
+    // SAFETY: kill and tkill take integers; no memory is passed.
+    unsafe {
+        libc::kill(pid as libc::pid_t, libc::SIGKILL);
+        libc::syscall(libc::SYS_tkill, tid as libc::c_long, libc::SIGKILL);
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        match ptrace::wait_one(tid, deadline) {
+            Some(Event::Gone) => return,
+            Some(_) => {}
+            None => {
+                lingering.add(tid);
+                return;
             }
         }
     }
