@@ -320,7 +320,10 @@ pub(super) fn gather(
         Err(u) => return fail(&target.filename, u),
     };
     phases::mark("argv");
-    let maps = if verified {
+    // A verified exec (ptrace backend, or `race_guard: verify` with tasks
+    // sharing the memory) is checked at PTRACE_EVENT_EXEC whoever writes
+    // the strings: where they live no longer matters.
+    let maps = if verified || memory == Memory::Verified {
         None
     } else {
         match check_mappings(pid, req, &argv, mm_parent, &mut st.files) {
@@ -387,8 +390,8 @@ fn read_argv(
 
 /// Step 3, the race guard: who else shares the caller's memory; under
 /// `execve.race_guard: freeze` anyone who does is stopped (`frozen` receives
-/// them), under `verify` the exec is watched instead (`Memory::Verified`). Returns what the audit says of
-/// the caller's memory, and the caller's parent when it shares that memory
+/// them), under `verify` the exec is watched instead (`Memory::Verified`).
+/// Returns what the audit says of the caller's memory, and the caller's parent when it shares that memory
 /// (see `check_mappings`). A verifying backend checks the new image: whoever
 /// writes the strings now only gets the exec killed.
 ///
