@@ -146,9 +146,9 @@ fn attempts(c: &Ctx) -> Vec<Attempt> {
                      cc -shared -fPIC -o /srv/ws/libp.so /srv/ws/p.c";
     let mut v = vec![
         // --- renamed or copied binaries ---
-        rule("copy to /tmp and run", "cp /usr/bin/true /tmp/t-$$", "/tmp/t-$$", "default", "/tmp/t-"),
-        rule("copy to /dev/shm and run", "cp /usr/bin/true /dev/shm/t-$$", "/dev/shm/t-$$", "default", "/dev/shm/t-"),
-        rule("copy to /var/tmp and run", "cp /usr/bin/true /var/tmp/t-$$", "/var/tmp/t-$$", "default", "/var/tmp/t-"),
+        rule("copy to /tmp and run", "cp /usr/bin/true /tmp/t-@T@-$$", "/tmp/t-@T@-$$", "default", "/tmp/t-"),
+        rule("copy to /dev/shm and run", "cp /usr/bin/true /dev/shm/t-@T@-$$", "/dev/shm/t-@T@-$$", "default", "/dev/shm/t-"),
+        rule("copy to /var/tmp and run", "cp /usr/bin/true /var/tmp/t-@T@-$$", "/var/tmp/t-@T@-$$", "default", "/var/tmp/t-"),
         // A copy is recognised by its content (the identity index).
         rule(
             "curl copied and renamed in the workspace",
@@ -162,14 +162,14 @@ fn attempts(c: &Ctx) -> Vec<Attempt> {
         rule("symlink to curl", "ln -sf /usr/bin/curl /srv/ws/fetch2", "/srv/ws/fetch2 --version", "deny-nested-network-tools", "/usr/bin/curl"),
         rule(
             "workspace symlink to a program in /tmp",
-            "cp /usr/bin/true /tmp/u-$$ && ln -sf /tmp/u-$$ /srv/ws/u",
+            "cp /usr/bin/true /tmp/u-@T@-$$ && ln -sf /tmp/u-@T@-$$ /srv/ws/u",
             "/srv/ws/u",
             "default",
             "/tmp/u-",
         ),
         // --- the dynamic loader ---
         rule("ld.so runs curl", "true", &format!("{ld} /usr/bin/curl --version"), "deny-nested-network-tools", ld),
-        rule("ld.so runs a file in /tmp", "cp /usr/bin/true /tmp/v-$$", &format!("{ld} /tmp/v-$$"), "default", ld),
+        rule("ld.so runs a file in /tmp", "cp /usr/bin/true /tmp/v-@T@-$$", &format!("{ld} /tmp/v-@T@-$$"), "default", ld),
         rule("ld.so runs su", "true", &format!("{ld} /usr/bin/su -c id"), "deny-privilege-escalation", ld),
         // --- interpreters exec'ing directly ---
         rule(
@@ -188,8 +188,8 @@ fn attempts(c: &Ctx) -> Vec<Attempt> {
         ),
         rule(
             "python execv a file in /tmp",
-            "cp /usr/bin/true /tmp/w-$$",
-            &format!("{py} -c 'import os, sys; os.execv(sys.argv[1], [\"w\"])' /tmp/w-$$"),
+            "cp /usr/bin/true /tmp/w-@T@-$$",
+            &format!("{py} -c 'import os, sys; os.execv(sys.argv[1], [\"w\"])' /tmp/w-@T@-$$"),
             "default",
             "/tmp/w-",
         ),
@@ -245,8 +245,8 @@ fn attempts(c: &Ctx) -> Vec<Attempt> {
         ),
         rule(
             "script in /tmp",
-            "printf '#!/bin/sh\\necho ran\\n' > /tmp/s-$$ && chmod +x /tmp/s-$$",
-            "/tmp/s-$$",
+            "printf '#!/bin/sh\\necho ran\\n' > /tmp/s-@T@-$$ && chmod +x /tmp/s-@T@-$$",
+            "/tmp/s-@T@-$$",
             "default",
             "/tmp/s-",
         ),
@@ -417,6 +417,34 @@ fn last_wrap_init(sb: &Sandbox) -> Value {
         .unwrap_or(Value::Null)
 }
 
+/// What names this test process's scratch copies (`@T@` in an attempt):
+/// its pid and start time, so no other run, earlier or concurrent, uses it.
+fn scratch_token() -> &'static str {
+    static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TOKEN.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        format!("{}x{nanos}", std::process::id())
+    })
+}
+
+/// Removes this run's scratch copies the trees could not (a tree may not
+/// delete in /var/tmp under `agent-default`).
+fn remove_scratch() {
+    let mark = format!("-{}-", scratch_token());
+    for dir in ["/tmp", "/var/tmp", "/dev/shm"] {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().contains(&mark) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
 fn run_suite(uid: Option<u32>, max_abi: Option<i64>) {
     let denied = Listener::start();
     let extra = max_abi
@@ -466,11 +494,16 @@ fn run_suite(uid: Option<u32>, max_abi: Option<i64>) {
             continue;
         }
         let mark = sb.mark();
-        // Scratch copies go away afterwards (this machine's /tmp and /dev/shm).
+        // Scratch copies are named for this run (`@T@`), so a copy an earlier
+        // run could not remove never collides with this one; the tree removes
+        // what it may, the test the rest (this machine's /tmp, /var/tmp,
+        // /dev/shm).
+        let tok = scratch_token();
         let script = format!(
             "cd {WORKSPACE} && {} && echo SETUP-OK; ({}); echo ATTEMPT-RC=$?; \
-             rm -f /tmp/?-$$ /var/tmp/?-$$ /dev/shm/?-$$",
-            a.setup, a.attempt
+             rm -f /tmp/?-{tok}-$$ /var/tmp/?-{tok}-$$ /dev/shm/?-{tok}-$$",
+            a.setup.replace("@T@", tok),
+            a.attempt.replace("@T@", tok)
         );
         let mut spawn = Spawn::argv(&["/bin/sh", "-c", &script]);
         for (k, v) in &a.env {
@@ -554,6 +587,7 @@ fn run_suite(uid: Option<u32>, max_abi: Option<i64>) {
         "{who}"
     );
     eprintln!("[{who}] not enforced at this ABI (see the security model): {not_enforced:?}");
+    remove_scratch();
     assert!(
         failures.is_empty(),
         "{} attempt(s) misbehaved:\n{}",

@@ -109,7 +109,14 @@ pub fn watch(
     let limit = exec_deadline();
     let deadline = Instant::now() + limit;
     loop {
-        let Some((t, ev)) = ptrace::wait_any(deadline) else {
+        // The deadline first: an exec that finished just after it is as
+        // unchecked as one that never does.
+        let next = if Instant::now() >= deadline {
+            None
+        } else {
+            ptrace::wait_any(deadline)
+        };
+        let Some((t, ev)) = next else {
             // Fail closed: released now, the exec would run unchecked.
             tracing::warn!(
                 tid,
