@@ -340,11 +340,19 @@ pub fn send_record_with_creds(fd: BorrowedFd<'_>, data: &[u8]) -> io::Result<()>
         (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::ucred>() as u32) as _;
         std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::ucred>(), me);
     }
-    loop {
+    whole_record(data.len(), || {
         // SAFETY: msg and everything it points at are live for the call.
-        let n = unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+        unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) }
+    })
+}
+
+/// Runs `send` until it is not interrupted (EINTR); a record sent short of
+/// its `len` bytes is `WriteZero`.
+fn whole_record(len: usize, mut send: impl FnMut() -> isize) -> io::Result<()> {
+    loop {
+        let n = send();
         if n >= 0 {
-            return if n as usize == data.len() {
+            return if n as usize == len {
                 Ok(())
             } else {
                 Err(io::Error::new(io::ErrorKind::WriteZero, "short record"))
@@ -395,28 +403,17 @@ pub fn check_type(fd: RawFd) -> Result<(), String> {
 /// # Errors
 /// send's errno; a short send is `WriteZero`.
 pub fn send_record(fd: BorrowedFd<'_>, data: &[u8]) -> io::Result<()> {
-    loop {
+    whole_record(data.len(), || {
         // SAFETY: data is valid for its length.
-        let n = unsafe {
+        unsafe {
             libc::send(
                 fd.as_raw_fd(),
                 data.as_ptr().cast(),
                 data.len(),
                 libc::MSG_NOSIGNAL,
             )
-        };
-        if n >= 0 {
-            return if n as usize == data.len() {
-                Ok(())
-            } else {
-                Err(io::Error::new(io::ErrorKind::WriteZero, "short record"))
-            };
         }
-        let e = last();
-        if e.raw_os_error() != Some(libc::EINTR) {
-            return Err(e);
-        }
-    }
+    })
 }
 
 /// Receives one record into `buf`; `Ok(0)` is end of stream.
