@@ -78,6 +78,24 @@ impl Arena {
     pub fn forbidden_runs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// The command line of `race MODE N ...` against this arena's programs;
+    /// `symlink` gets a directory of its own to flip links in, owned by
+    /// `uid` as a workspace is by the tree's user.
+    pub fn race_argv(&self, mode: &str, n: u64, uid: Option<(u32, u32)>) -> Vec<String> {
+        let mut argv = vec![self.race.display().to_string(), mode.into(), n.to_string()];
+        if mode == "symlink" {
+            let dir = self.dir.path().join("ws");
+            std::fs::create_dir_all(&dir).expect("create the symlink directory");
+            if let Some((u, g)) = uid {
+                std::os::unix::fs::chown(&dir, Some(u), Some(g)).expect("chown it");
+            }
+            argv.push(dir.display().to_string());
+        }
+        argv.push(self.okay.display().to_string());
+        argv.push(self.curl.display().to_string());
+        argv
+    }
 }
 
 /// The summary line a race mode prints.

@@ -431,3 +431,16 @@ impl Drop for TestServer {
         self.kill();
     }
 }
+
+/// The exec events among `events` whose program's file name is `base`
+/// (`curl` for `/usr/bin/curl`).
+pub fn execs_of<'a>(events: &'a [serde_json::Value], base: &str) -> Vec<&'a serde_json::Value> {
+    events
+        .iter()
+        .filter(|e| {
+            e["filename"]
+                .as_str()
+                .is_some_and(|f| f.rsplit('/').next() == Some(base))
+        })
+        .collect()
+}

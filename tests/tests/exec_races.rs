@@ -66,18 +66,7 @@ fn race(mode: &str, uid: Option<(u32, u32)>, want_ok: bool, guard: &str) -> Vec<
     let arena = Arena::new(mode);
     let n = attempts();
     let session = format!("race-{mode}");
-    let mut argv: Vec<String> = vec![arena.race.display().to_string(), mode.into(), n.to_string()];
-    if mode == "symlink" {
-        // A directory the attacker may change (the tree's own, as a workspace is).
-        let dir = arena.dir.path().join("ws");
-        std::fs::create_dir_all(&dir).unwrap();
-        if let Some((u, g)) = uid {
-            std::os::unix::fs::chown(&dir, Some(u), Some(g)).unwrap();
-        }
-        argv.push(dir.display().to_string());
-    }
-    argv.push(arena.okay.display().to_string());
-    argv.push(arena.curl.display().to_string());
+    let argv = arena.race_argv(mode, n, uid);
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
     let out = run_wrapped(&srv.url, &session, &argv, &opts(&arena, uid));
     let stdout = text(&out.stdout);

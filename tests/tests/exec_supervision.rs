@@ -3,7 +3,7 @@
 //! sibling of the server, never its child.
 
 use agentsh_tests::relay::{run_wrapped, spawn_wrapped, WrapOptions};
-use agentsh_tests::server::{bin, require_root, TempDir, TestServer};
+use agentsh_tests::server::{bin, execs_of, require_root, TempDir, TestServer};
 use serde_json::Value;
 use std::time::Duration;
 
@@ -38,17 +38,6 @@ fn path_with(extra: &str) -> String {
     format!("/nonexistent-a:/nonexistent-b:{extra}:/usr/local/bin:/usr/bin:/bin")
 }
 
-fn find<'a>(events: &'a [Value], base: &str) -> Vec<&'a Value> {
-    events
-        .iter()
-        .filter(|e| {
-            e["filename"]
-                .as_str()
-                .is_some_and(|f| f.rsplit('/').next() == Some(base))
-        })
-        .collect()
-}
-
 fn stderr(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -78,17 +67,17 @@ fn nested_curl_is_denied_and_audited_with_depths() {
         stderr(&out)
     );
     let ev = srv.exec_events("s1");
-    let sh = find(&ev, "sh");
+    let sh = execs_of(&ev, "sh");
     assert_eq!(sh.len(), 1, "{ev:#?}");
     assert_eq!(sh[0]["depth"], 0);
     assert_eq!(sh[0]["effective_action"], "allow");
-    let ls = find(&ev, "ls");
+    let ls = execs_of(&ev, "ls");
     assert_eq!(ls.len(), 1, "{ev:#?}");
     assert_eq!(ls[0]["depth"], 1);
     assert_eq!(ls[0]["effective_action"], "allow");
     // dash tries every PATH entry holding a `curl` after EACCES: each is a real
     // exec attempt, each is denied and audited.
-    let curl = find(&ev, "curl");
+    let curl = execs_of(&ev, "curl");
     assert!(!curl.is_empty(), "{ev:#?}");
     for c in &curl {
         assert_eq!(c["depth"], 1);
@@ -139,12 +128,12 @@ fn direct_only_rule_applies_at_depth_zero_only() {
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("uid="));
     let d = srv.exec_events("d");
-    let id = find(&d, "id");
+    let id = execs_of(&d, "id");
     assert_eq!(id[0]["depth"], 0, "{d:#?}");
     assert_eq!(id[0]["rule"], "deny-direct-id");
-    assert_eq!(id[0]["pid"], find(&d, "bash")[0]["pid"]);
+    assert_eq!(id[0]["pid"], execs_of(&d, "bash")[0]["pid"]);
     let n = srv.exec_events("n");
-    let id = find(&n, "id");
+    let id = execs_of(&n, "id");
     assert_eq!(id.len(), 1, "{n:#?}");
     assert_eq!(id[0]["depth"], 1);
     assert_eq!(id[0]["rule"], "default");
@@ -177,7 +166,7 @@ fn args_pattern_denies_rm_rf_but_not_rm_f() {
     assert!(a.exists(), "rm -rf must not have run");
     assert!(!b.exists(), "rm -f must have run");
     let ev = srv.exec_events("rm");
-    let rms = find(&ev, "rm");
+    let rms = execs_of(&ev, "rm");
     let rf: Vec<_> = rms.iter().filter(|e| e["argv"][1] == "-rf").collect();
     let f: Vec<_> = rms.iter().filter(|e| e["argv"][1] == "-f").collect();
     assert!(
@@ -208,9 +197,9 @@ fn wrappers_are_judged_on_their_payload() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("rc=126"));
     let ev = srv.exec_events("env");
-    let env = find(&ev, "env");
+    let env = execs_of(&ev, "env");
     assert_eq!(env[0]["rule"], "deny-nested-curl", "{ev:#?}");
-    assert!(find(&ev, "curl").is_empty(), "curl itself never ran");
+    assert!(execs_of(&ev, "curl").is_empty(), "curl itself never ran");
 
     let ld = "/lib64/ld-linux-x86-64.so.2";
     if std::path::Path::new(ld).exists() {
@@ -223,7 +212,7 @@ fn wrappers_are_judged_on_their_payload() {
             stderr(&out)
         );
         let ev = srv.exec_events("ld");
-        let l = find(&ev, "ld-linux-x86-64.so.2");
+        let l = execs_of(&ev, "ld-linux-x86-64.so.2");
         assert_eq!(l[0]["rule"], "deny-nested-curl", "{ev:#?}");
     }
 }
@@ -246,7 +235,7 @@ fn too_many_arguments_are_denied_as_truncated() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("rc=126"));
     let ev = srv.exec_events("t");
-    let echo = find(&ev, "echo");
+    let echo = execs_of(&ev, "echo");
     assert_eq!(echo.len(), 1);
     assert_eq!(echo[0]["truncated"], true);
     assert_eq!(echo[0]["rule"], "execve_truncated");
@@ -271,7 +260,7 @@ fn fexecve_of_allowed_binary_runs_and_is_judged_by_real_path() {
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("hello-fexec"));
     let ev = srv.exec_events("fx");
-    let echo = find(&ev, "echo");
+    let echo = execs_of(&ev, "echo");
     assert_eq!(echo.len(), 1, "{ev:#?}");
     let f = echo[0]["filename"].as_str().unwrap();
     assert!(f.starts_with('/') && f.ends_with("/echo"), "{f}");
@@ -289,7 +278,7 @@ fn fexecve_of_allowed_binary_runs_and_is_judged_by_real_path() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("rc=126"));
     let ev = srv.exec_events("fx2");
-    assert_eq!(find(&ev, "curl")[0]["rule"], "deny-nested-curl");
+    assert_eq!(execs_of(&ev, "curl")[0]["rule"], "deny-nested-curl");
 }
 
 #[test]
@@ -487,7 +476,7 @@ fn a_path_search_retrying_a_denied_program_is_one_attempt() {
         stderr(&out)
     );
     let ev = srv.exec_events("retry");
-    let curls = find(&ev, "curl");
+    let curls = execs_of(&ev, "curl");
     let got: Vec<(String, Option<u64>, bool)> = curls
         .iter()
         .map(|e| {

@@ -6,7 +6,7 @@
 use agentsh_tests::attackers::{compile, stopped_or_traced, tally, Arena};
 use agentsh_tests::ns::Namespace;
 use agentsh_tests::relay::{run_wrapped, spawn_wrapped, WrapOptions, WrapOptions as Opts};
-use agentsh_tests::server::{bin, require_root, TempDir, TestServer};
+use agentsh_tests::server::{bin, execs_of, require_root, TempDir, TestServer};
 use serde_json::Value;
 use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
@@ -33,17 +33,6 @@ fn fake_bin(dir: &TempDir) -> String {
     std::fs::create_dir_all(&b).unwrap();
     std::fs::copy("/bin/true", b.join("curl")).unwrap();
     b.display().to_string()
-}
-
-fn find<'a>(events: &'a [Value], base: &str) -> Vec<&'a Value> {
-    events
-        .iter()
-        .filter(|e| {
-            e["filename"]
-                .as_str()
-                .is_some_and(|f| f.rsplit('/').next() == Some(base))
-        })
-        .collect()
 }
 
 fn stderr(o: &std::process::Output) -> String {
@@ -76,15 +65,15 @@ fn nested_curl_is_denied_under_ptrace_with_the_same_audit() {
         stderr(&out)
     );
     let ev = srv.exec_events("p1");
-    let sh = find(&ev, "sh");
+    let sh = execs_of(&ev, "sh");
     assert_eq!(sh.len(), 1, "{ev:#?}");
     assert_eq!(sh[0]["depth"], 0);
     assert_eq!(sh[0]["memory"], "verified");
-    let ls = find(&ev, "ls");
+    let ls = execs_of(&ev, "ls");
     assert_eq!(ls.len(), 1, "{ev:#?}");
     assert_eq!(ls[0]["depth"], 1);
     assert_eq!(ls[0]["effective_action"], "allow");
-    let curl = find(&ev, "curl");
+    let curl = execs_of(&ev, "curl");
     assert!(!curl.is_empty(), "{ev:#?}");
     for c in &curl {
         assert_eq!(c["rule"], "deny-nested-curl", "{c:#}");
@@ -154,17 +143,7 @@ fn race(mode: &str, uid: Option<(u32, u32)>) -> Vec<Value> {
     let arena = Arena::new(&format!("pt-{mode}"));
     let n = attempts();
     let session = format!("pt-race-{mode}");
-    let mut argv: Vec<String> = vec![arena.race.display().to_string(), mode.into(), n.to_string()];
-    if mode == "symlink" {
-        let dir = arena.dir.path().join("ws");
-        std::fs::create_dir_all(&dir).unwrap();
-        if let Some((u, g)) = uid {
-            std::os::unix::fs::chown(&dir, Some(u), Some(g)).unwrap();
-        }
-        argv.push(dir.display().to_string());
-    }
-    argv.push(arena.okay.display().to_string());
-    argv.push(arena.curl.display().to_string());
+    let argv = arena.race_argv(mode, n, uid);
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
     let o = Opts {
         uid,
