@@ -464,7 +464,12 @@ fn decide(ctx: &SupervisorContext, st: &mut TreeState, pid: u32, g: &Gathered) -
     let verdict = judge(ctx, g, depth, &interpreters);
     let mut subject = subject(pid, g, depth);
     subject.interpreters = interpreters;
-    let lookup = Lookup::of(&subject, g.stat.starttime);
+    // Only a refusal is ever reused: an allowed exec needs no key (and no
+    // copy of its argv).
+    let lookup = match verdict.decision {
+        Decision::Deny | Decision::Approve => Lookup::of(&subject, g.stat.starttime),
+        Decision::Allow | Decision::Audit => None,
+    };
     let repeat = match (&lookup, verdict.decision) {
         (Some(k), Decision::Deny) => st.refused.find(k, Instant::now()).map(|(a, ())| a),
         _ => None,
