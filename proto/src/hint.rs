@@ -20,6 +20,10 @@ pub const UNIXWRAP_REFUSED: &str = "docs/troubleshooting.md#unixwrap-refused-to-
 pub const KERNEL_CANNOT_SUPERVISE: &str =
     "docs/troubleshooting.md#the-kernel-cannot-supervise-this-command";
 
+/// The server cannot read this shell's processes (no `CAP_SYS_PTRACE`, and
+/// the shell does not descend from it, or ptrace access is refused).
+pub const SERVER_CANNOT_READ: &str = "docs/troubleshooting.md#the-server-cannot-read-this-shell";
+
 /// Every section above, for the test that checks them.
 pub const ALL: &[&str] = &[
     SHIMCONF_IGNORED,
@@ -29,4 +33,5 @@ pub const ALL: &[&str] = &[
     REAL_SHELL_MISSING,
     UNIXWRAP_REFUSED,
     KERNEL_CANNOT_SUPERVISE,
+    SERVER_CANNOT_READ,
 ];

@@ -64,11 +64,179 @@ pub struct Report {
     pub cap_sys_ptrace: bool,
     /// The server itself runs with no_new_privs.
     pub no_new_privs: bool,
+    /// Whether the server can read processes (ptrace access, as
+    /// `process_vm_readv` needs) of its own and of others.
+    pub tree_access: TreeAccess,
     /// What a wrap-init gets on this host, in words.
     pub backend: String,
     /// The exec backend a wrap-init gets (`None`: none can work here).
     pub exec_backend: Option<agentsh_proto::ExecBackend>,
     pub protections: Vec<String>,
+}
+
+/// Whether ptrace access (what reading a tree's memory, its `/proc` links
+/// and `PTRACE_SEIZE` need) reaches a process this one started, and one it
+/// did not. Without `CAP_SYS_PTRACE`, Yama's `ptrace_scope` 1 (Ubuntu's and
+/// Debian's default, host-wide, so inside every container too) allows only
+/// the first; `ptrace_scope` 2 and 3 neither.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TreeAccess {
+    /// A child of this process (a tree under `agentsh entrypoint`).
+    pub descendants: Probe,
+    /// A process this one did not start (a tree an SDK daemon started).
+    pub others: Probe,
+}
+
+/// Which trees a server can supervise, from [`TreeAccess`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reach {
+    /// Every tree (as root; another uid's tree through `tracee::access`).
+    Any,
+    /// Only trees whose root descends from the server.
+    Descendants,
+    /// None: ptrace access is refused even for its own children.
+    Nothing,
+}
+
+impl TreeAccess {
+    pub fn reach(&self) -> Reach {
+        if self.others.available {
+            Reach::Any
+        } else if self.descendants.available {
+            Reach::Descendants
+        } else {
+            Reach::Nothing
+        }
+    }
+}
+
+/// What to do about a [`Reach`] short of [`Reach::Any`], for the log,
+/// `agentsh ready` and the shim's refusal; `None` for [`Reach::Any`].
+pub fn reach_remedy(reach: Reach, yama: Option<u32>) -> Option<String> {
+    let yama = match yama {
+        Some(s) => format!("Yama ptrace_scope {s}"),
+        None => "the kernel".into(),
+    };
+    match reach {
+        Reach::Any => None,
+        Reach::Descendants => Some(format!(
+            "the server lacks CAP_SYS_PTRACE and {yama} lets it read only the processes it \
+             started: run the SDK's daemon under `agentsh entrypoint -- DAEMON` (the server is \
+             then an ancestor of every shell), or give the container CAP_SYS_PTRACE \
+             (`docker run --cap-add SYS_PTRACE`)"
+        )),
+        Reach::Nothing => Some(format!(
+            "the server cannot read even its own children's memory (ptrace access refused by \
+             {yama} or a seccomp profile): give the container CAP_SYS_PTRACE \
+             (`docker run --cap-add SYS_PTRACE`), or set kernel.yama.ptrace_scope to 1 or 0 on \
+             the host"
+        )),
+    }
+}
+
+/// Probes [`TreeAccess`]: one byte of a child's memory, and of a grandchild
+/// whose parent has exited (so it is no descendant of this process any
+/// more: its new parent is init or a subreaper above us). Both children
+/// wait on a pipe and are killed afterwards; nothing is traced.
+fn probe_tree_access() -> TreeAccess {
+    let unknown = |why: String| TreeAccess {
+        descendants: Probe::no(why.clone()),
+        others: Probe::no(why),
+    };
+    let mut hold = [0i32; 2];
+    let mut report = [0i32; 2];
+    // SAFETY: pipe writes two fds into arrays we own.
+    if unsafe { libc::pipe2(hold.as_mut_ptr(), libc::O_CLOEXEC) } != 0
+        // SAFETY: as above.
+        || unsafe { libc::pipe2(report.as_mut_ptr(), libc::O_CLOEXEC) } != 0
+    {
+        return unknown(format!("pipe: {}", io::Error::last_os_error()));
+    }
+    // The children block reading `hold` until we close its write end.
+    let wait_and_exit = move || -> ! {
+        let mut b = 0u8;
+        // SAFETY: raw syscalls in a forked child.
+        unsafe {
+            libc::close(hold[1]);
+            libc::read(hold[0], (&mut b as *mut u8).cast(), 1);
+            libc::_exit(0)
+        }
+    };
+    // SAFETY: the child only makes raw syscalls.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        wait_and_exit();
+    }
+    // SAFETY: as above; the middle child forks the grandchild, reports its
+    // pid and exits at once.
+    let middle = unsafe { libc::fork() };
+    if middle == 0 {
+        // SAFETY: raw syscalls in a forked child.
+        unsafe {
+            let g = libc::fork();
+            if g == 0 {
+                wait_and_exit();
+            }
+            libc::write(report[1], (&g as *const i32).cast(), 4);
+            libc::_exit(0)
+        }
+    }
+    let mut grandchild: i32 = -1;
+    // SAFETY: closing our copies, reading 4 bytes into an i32 we own, and
+    // reaping the middle child (ours).
+    unsafe {
+        libc::close(hold[0]);
+        libc::close(report[1]);
+        if middle > 0 {
+            libc::read(report[0], (&mut grandchild as *mut i32).cast(), 4);
+            let mut st = 0;
+            libc::waitpid(middle, &mut st, 0);
+        }
+        libc::close(report[0]);
+    }
+    let read_one = |pid: i32| -> Probe {
+        if pid <= 0 {
+            return Probe::no("cannot start the probe process");
+        }
+        static PROBE_BYTE: u8 = 0xA7;
+        let mut b = 0u8;
+        let local = libc::iovec {
+            iov_base: (&mut b as *mut u8).cast(),
+            iov_len: 1,
+        };
+        let remote = libc::iovec {
+            iov_base: (&PROBE_BYTE as *const u8).cast_mut().cast(),
+            iov_len: 1,
+        };
+        // SAFETY: one byte into our local; the remote address is only read
+        // by the kernel in the probe process (a fork of us: same layout).
+        let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+        if n == 1 && b == PROBE_BYTE {
+            Probe::yes()
+        } else {
+            Probe::no(format!("process_vm_readv: {}", io::Error::last_os_error()))
+        }
+    };
+    let descendants = read_one(child);
+    let others = read_one(grandchild);
+    // SAFETY: ending the probes: closing the pipe wakes them; the kill makes
+    // sure; our child is reaped (the grandchild's new parent reaps it).
+    unsafe {
+        libc::close(hold[1]);
+        if child > 0 {
+            libc::kill(child, libc::SIGKILL);
+            let mut st = 0;
+            libc::waitpid(child, &mut st, 0);
+        }
+        if grandchild > 0 {
+            libc::kill(grandchild, libc::SIGKILL);
+        }
+    }
+    TreeAccess {
+        descendants,
+        others,
+    }
 }
 
 /// The exec backend `choice` (`execve.backend`) comes to on a host with
@@ -385,10 +553,16 @@ pub fn detect(max_abi: Option<i64>, choice: BackendChoice) -> Report {
     } else {
         "daemon sockets: this process lacks CAP_SYS_ADMIN; root trees here likely too: NOT hidden (non-root trees: the sockets' modes)".into()
     });
-    protections.push(if cap_sys_ptrace {
-        "ptrace: available to the server (exec verification)".into()
-    } else {
-        "ptrace: the server lacks CAP_SYS_PTRACE".into()
+    let tree_access = probe_tree_access();
+    let yama = read("/proc/sys/kernel/yama/ptrace_scope").and_then(|s| s.trim().parse().ok());
+    protections.push(match tree_access.reach() {
+        Reach::Any if cap_sys_ptrace => {
+            "trees: every tree can be read and watched (CAP_SYS_PTRACE)".into()
+        }
+        Reach::Any => "trees: every tree can be read and watched without CAP_SYS_PTRACE \
+                       (another uid's tree with its own credentials)"
+            .into(),
+        r => format!("trees: {}", reach_remedy(r, yama).unwrap_or_default()),
     });
     Report {
         gvisor,
@@ -399,11 +573,11 @@ pub fn detect(max_abi: Option<i64>, choice: BackendChoice) -> Report {
         seccomp_trace_ptrace: trace,
         landlock_abi: kernel_abi,
         fanotify_permission: probe_fanotify(),
-        yama_ptrace_scope: read("/proc/sys/kernel/yama/ptrace_scope")
-            .and_then(|s| s.trim().parse().ok()),
+        yama_ptrace_scope: yama,
         cap_sys_admin,
         cap_sys_ptrace,
         no_new_privs,
+        tree_access,
         backend,
         exec_backend: exec_backend.ok(),
         protections,
@@ -449,6 +623,11 @@ pub fn human(r: &Report) -> String {
     s += &format!(
         "server capabilities:          CAP_SYS_ADMIN {}, CAP_SYS_PTRACE {}; no_new_privs {}\n",
         r.cap_sys_admin, r.cap_sys_ptrace, r.no_new_privs
+    );
+    s += &format!(
+        "read a child / another tree: {} / {}\n",
+        p(&r.tree_access.descendants),
+        p(&r.tree_access.others)
     );
     s += &format!("a wrap-init here gets:        {}\n", r.backend);
     for prot in &r.protections {

@@ -127,8 +127,13 @@ pub fn settings(loaded: Loaded, env_mode: Option<&[u8]>) -> Result<Settings, Str
 pub enum InstallFailure {
     /// Connection refused, timeout, DNS, ...
     Unreachable(String),
-    /// The server answered with a non-2xx status.
-    Status(u16),
+    /// The server answered with a non-2xx status, and said why (its
+    /// `error`, cleaned) and where to read more (a known `hint` anchor).
+    Status {
+        status: u16,
+        reason: Option<String>,
+        hint: Option<&'static str>,
+    },
     /// A 2xx answer that is not a usable `WrapInitResponse`.
     BadResponse(String),
     /// What answered is not agentsh as shim.conf describes it: the socket or
@@ -147,7 +152,12 @@ impl std::fmt::Display for InstallFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             InstallFailure::Unreachable(e) => write!(f, "wrap-init unreachable: {e}"),
-            InstallFailure::Status(s) => write!(f, "wrap-init answered HTTP {s}"),
+            InstallFailure::Status {
+                status,
+                reason: Some(r),
+                ..
+            } => write!(f, "the agentsh server refused (HTTP {status}): {r}"),
+            InstallFailure::Status { status, .. } => write!(f, "wrap-init answered HTTP {status}"),
             InstallFailure::BadResponse(e) => write!(f, "wrap-init answer unusable: {e}"),
             InstallFailure::Untrusted(e) => write!(f, "not trusting the server: {e}"),
             InstallFailure::NoKernelInstall => {
@@ -155,6 +165,16 @@ impl std::fmt::Display for InstallFailure {
             }
             InstallFailure::Relay(e) => write!(f, "cannot start the relay helper: {e}"),
             InstallFailure::WrapperExec { path, error } => write!(f, "cannot run {path}: {error}"),
+        }
+    }
+}
+
+impl InstallFailure {
+    /// The troubleshooting section the server named for this refusal.
+    pub fn hint(&self) -> Option<&'static str> {
+        match self {
+            InstallFailure::Status { hint, .. } => *hint,
+            _ => None,
         }
     }
 }
@@ -185,6 +205,10 @@ pub fn fall_through(
                 "{failure}; shim_install=auto and agentsh has not started in this container yet: running the shell UNSUPERVISED (server {server})"
             ))
         }
+        (Mode::Auto | Mode::On, _) if failure.hint().is_some() => FallThrough::Refuse(format!(
+            "agentsh-shell-shim: {failure}; see {}",
+            failure.hint().unwrap_or(REFUSES_UNSUPERVISED)
+        )),
         (Mode::Auto, Active::Current(_)) => FallThrough::Refuse(format!(
             "agentsh-shell-shim: {failure}; agentsh has already run in this container, so shim_install=auto refuses to run unsupervised: start the agentsh server ({server}) again; see {REFUSES_UNSUPERVISED}"
         )),
@@ -299,7 +323,11 @@ mod tests {
 
     #[test]
     fn failures_fall_through_only_in_auto_before_agentsh_ran() {
-        let f = InstallFailure::Status(503);
+        let f = InstallFailure::Status {
+            status: 503,
+            reason: None,
+            hint: None,
+        };
         for active in [Active::Absent, Active::Stale] {
             match fall_through(Mode::Auto, "unix:/x", &f, &active) {
                 FallThrough::RunUnsupervised(m) => assert!(m.contains("503")),

@@ -46,11 +46,41 @@ pub fn call(conf: &ShimConf, req: &WrapInitRequest) -> Result<WrapInitResponse, 
         Server::Http(base) => call_http(base, &target, req)?,
     };
     if !(200..300).contains(&status) {
-        return Err(InstallFailure::Status(status));
+        let (reason, hint) = refusal_of(&answer);
+        return Err(InstallFailure::Status {
+            status,
+            reason,
+            hint,
+        });
     }
     let resp: WrapInitResponse =
         serde_json::from_slice(&answer).map_err(|e| InstallFailure::BadResponse(e.to_string()))?;
     validate(resp, conf)
+}
+
+/// What a refusing server said: its `error` (control characters dropped, at
+/// most 512 bytes: it goes on one stderr line) and its `hint`, kept only when
+/// it is one of the troubleshooting sections this shim knows.
+fn refusal_of(body: &[u8]) -> (Option<String>, Option<&'static str>) {
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return (None, None);
+    };
+    let reason = v["error"].as_str().map(|e| {
+        let mut clean: String = e.chars().filter(|c| !c.is_control()).collect();
+        if clean.len() > 512 {
+            let mut cut = 512;
+            while !clean.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            clean.truncate(cut);
+            clean.push('…');
+        }
+        clean
+    });
+    let hint = v["hint"]
+        .as_str()
+        .and_then(|h| agentsh_proto::hint::ALL.iter().copied().find(|k| *k == h));
+    (reason, hint)
 }
 
 fn call_unix(socket: &Path, target: &str, body: &[u8]) -> Result<(u16, Vec<u8>), InstallFailure> {

@@ -51,11 +51,21 @@ fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
 }
 
 /// The pids of `pid`'s children.
+/// The children of every thread of `pid` (a child started by a thread is
+/// listed under that thread).
 fn children(pid: u32) -> Vec<u32> {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .flat_map(|t| {
+            std::fs::read_to_string(t.path().join("children"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
         .collect()
 }
 
@@ -120,7 +130,10 @@ fn ready_waits_for_a_server_and_fails_with_a_reason_without_one() {
         .unwrap();
     assert_eq!(bad.status.code(), Some(1));
     let err = String::from_utf8_lossy(&bad.stderr);
-    assert!(err.contains("did not answer /healthz within 0.3s"), "{err}");
+    assert!(
+        err.contains("did not answer /healthz as ready within 0.3s"),
+        "{err}"
+    );
     assert!(bad.stdout.is_empty());
 }
 
@@ -183,8 +196,21 @@ fn entrypoint_fails_when_the_server_cannot_start() {
     assert!(!marker.exists(), "the command ran without a server");
 }
 
+/// Every process below `pid`.
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        for c in children(p) {
+            out.push(c);
+            todo.push(c);
+        }
+    }
+    out
+}
+
 #[test]
-fn entrypoint_forwards_sigterm_and_restarts_a_dead_server() {
+fn entrypoint_runs_the_command_below_the_server_forwards_sigterm_and_restarts_both() {
     let dir = TempDir::new_in(&server_base(), "epsig");
     let (cfg, url) = config(&dir);
     let mut ep = Command::new(bin("agentsh"))
@@ -196,23 +222,34 @@ fn entrypoint_forwards_sigterm_and_restarts_a_dead_server() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    eventually("the command started", || {
-        children(ep.id()).iter().any(|p| comm(*p) == "sleep")
-    });
+    let sleep_of = |ep: u32| descendants(ep).into_iter().find(|p| comm(*p) == "sleep");
+    eventually("the command started", || sleep_of(ep.id()).is_some());
     assert!(answers(&url), "the command ran before the server answered");
-
-    // A server that dies is started again.
     let server = children(ep.id())
         .into_iter()
         .find(|p| comm(*p) == "agentsh")
         .expect("the server is the entrypoint's child");
+    let first = sleep_of(ep.id()).unwrap();
+    // The command descends from the server (through its reaper), so a
+    // server without CAP_SYS_PTRACE can read every shell it starts.
+    assert!(
+        descendants(server).contains(&first),
+        "the command is not below the server"
+    );
+
+    // A server that dies is started again, and the command with it: the
+    // old one and everything below it are gone.
     // SAFETY: plain kill(2) of our grandchild.
     unsafe { libc::kill(server as i32, libc::SIGKILL) };
-    eventually("a new server answers", || {
+    eventually("a new server and a new command", || {
         children(ep.id())
             .iter()
             .any(|p| comm(*p) == "agentsh" && *p != server)
             && answers(&url)
+            && sleep_of(ep.id()).is_some_and(|s| s != first)
+    });
+    eventually("the old command is gone", || {
+        !std::path::Path::new(&format!("/proc/{first}")).exists() || comm(first) != "sleep"
     });
 
     // SIGTERM goes to the command; its death ends the entrypoint.
@@ -223,7 +260,7 @@ fn entrypoint_forwards_sigterm_and_restarts_a_dead_server() {
     assert!(!answers(&url), "the server outlived the entrypoint");
     let mut err = String::new();
     std::io::Read::read_to_string(ep.stderr.as_mut().unwrap(), &mut err).unwrap();
-    assert!(err.contains("starting it again"), "{err}");
+    assert!(err.contains("starting both again"), "{err}");
 }
 
 #[test]

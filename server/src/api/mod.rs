@@ -70,6 +70,8 @@ pub struct Api {
     pub detected: crate::detect::Report,
     /// The daemon sockets to hide, resolved once while nothing changes.
     pub daemon_sockets: crate::policy::daemon_sockets::HiddenCache,
+    /// Whether shells can be supervised now, and which (see `daemon::command`).
+    pub gate: Arc<crate::daemon::command::Gate>,
 }
 
 /// How long a client may take to send its request headers.

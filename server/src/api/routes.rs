@@ -36,18 +36,32 @@ pub(super) fn error(status: u16, msg: impl Into<String>) -> Resp {
 pub(super) struct Failure {
     status: u16,
     msg: String,
+    /// A section of `docs/troubleshooting.md` (`agentsh_proto::hint`) the
+    /// shim names instead of its generic one.
+    hint: Option<&'static str>,
 }
 
 pub(super) fn fail(status: u16, msg: impl Into<String>) -> Failure {
     Failure {
         status,
         msg: msg.into(),
+        hint: None,
+    }
+}
+
+impl Failure {
+    pub(super) fn with_hint(mut self, hint: &'static str) -> Failure {
+        self.hint = Some(hint);
+        self
     }
 }
 
 impl From<Failure> for Resp {
     fn from(f: Failure) -> Resp {
-        json(f.status, &serde_json::json!({ "error": f.msg }))
+        match f.hint {
+            Some(h) => json(f.status, &serde_json::json!({ "error": f.msg, "hint": h })),
+            None => json(f.status, &serde_json::json!({ "error": f.msg })),
+        }
     }
 }
 
@@ -61,11 +75,7 @@ pub async fn handle(api: Arc<Api>, peer: Peer, req: Request<Incoming>) -> Result
     let query = req.uri().query().unwrap_or("").to_string();
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     let resp = match (&method, segs.as_slice()) {
-        (&Method::GET, ["healthz"]) => {
-            let mut r = Response::new(Full::new(Bytes::from_static(b"ok\n")));
-            *r.status_mut() = StatusCode::OK;
-            r
-        }
+        (&Method::GET, ["healthz"]) => healthz(&api),
         (&Method::POST, ["api", "v1", "sessions", sid, "wrap-init"]) => {
             super::wrap_init::wrap_init(api, peer, sid.to_string(), req).await
         }
@@ -100,6 +110,32 @@ pub async fn handle(api: Arc<Api>, peer: Peer, req: Request<Incoming>) -> Result
         },
     };
     Ok(resp)
+}
+
+/// `GET /healthz`: 200 `ok` when shells can be supervised; 503 with
+/// `{"error", "ready": false, "permanent"}` otherwise (`permanent`: it will
+/// not become ready by waiting, e.g. a missing capability).
+fn healthz(api: &Api) -> Resp {
+    use crate::daemon::command::Readiness;
+    match api.gate.get() {
+        Readiness::Ready => {
+            let mut r = Response::new(Full::new(Bytes::from_static(b"ok\n")));
+            *r.status_mut() = StatusCode::OK;
+            r
+        }
+        Readiness::Starting(why) => json(
+            503,
+            &serde_json::json!({ "error": why, "ready": false, "permanent": false }),
+        ),
+        Readiness::Unable(why) => json(
+            503,
+            &serde_json::json!({
+                "error": format!("agentsh cannot supervise shells here: {why}"),
+                "ready": false,
+                "permanent": true,
+            }),
+        ),
+    }
 }
 
 /// Every route but `/healthz` and wrap-init: uid 0 on the Unix socket, the

@@ -113,6 +113,45 @@ pub(super) async fn wrap_init(
     out
 }
 
+/// Refuses a shell this server cannot supervise: it is not ready, or it can
+/// read only its descendants and the shell is not one (see
+/// `daemon::command`). The shim prints the reason in its refusal.
+fn gate(api: &Api, caller: Caller) -> Result<(), Failure> {
+    use crate::daemon::command::{descends_from_us, Readiness};
+    const HINT: &str = agentsh_proto::hint::SERVER_CANNOT_READ;
+    match api.gate.get() {
+        Readiness::Ready => {}
+        Readiness::Starting(why) => {
+            return Err(fail(503, format!("the agentsh server is starting: {why}")));
+        }
+        Readiness::Unable(why) => {
+            return Err(
+                fail(503, format!("agentsh cannot supervise shells here: {why}")).with_hint(HINT),
+            );
+        }
+    }
+    if api.gate.descendants_only {
+        let below = caller.pid.is_some_and(descends_from_us);
+        if !below {
+            let pid = caller.pid.map_or_else(|| "?".into(), |p| p.to_string());
+            tracing::warn!(
+                pid,
+                "wrap-init refused: the shell does not descend from the server"
+            );
+            return Err(fail(
+                503,
+                format!(
+                    "this shell (pid {pid}) was not started below the agentsh server, which can \
+                     supervise only processes it started: {}",
+                    api.gate.remedy
+                ),
+            )
+            .with_hint(HINT));
+        }
+    }
+    Ok(())
+}
+
 /// The blocking part of wrap-init: the notify socket, the ruleset, the
 /// audit event.
 ///
@@ -125,6 +164,7 @@ fn prepare_wrap_init(
     caller: Caller,
 ) -> Result<(WrapInitResponse, intake::Pending), Failure> {
     let started = std::time::Instant::now();
+    gate(api, caller)?;
     let Some(session) = api.sessions.get_or_create(sid) else {
         return Err(fail(400, format!("session id {sid:?} is not valid")));
     };

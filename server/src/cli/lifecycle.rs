@@ -1,12 +1,13 @@
 //! Starting the server where there is no service manager: `agentsh ready`
-//! (wait until a server answers) and `agentsh entrypoint` (a container's
-//! first process: start the server, wait until it is ready, then run the
-//! SDK's daemon under it).
+//! (wait until a server is ready to supervise) and `agentsh entrypoint` (a
+//! container's first process: start the server with the SDK's daemon as its
+//! command, so the daemon and every shell it starts descend from the server,
+//! see `daemon::command`).
 
 use crate::cli::client::Client;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, SigSet, Signal};
@@ -20,11 +21,30 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 /// Pause before a server that died is started again.
 const RESTART_PAUSE: Duration = Duration::from_secs(1);
 
+/// Why a readiness probe failed.
+pub enum NotReady {
+    /// Worth waiting for (no answer yet, or still starting).
+    Yet(String),
+    /// Waiting will not help: the server says it cannot supervise shells here.
+    Never(String),
+}
+
 /// One readiness probe: `GET /healthz` answered 200.
-pub fn probe(client: &Client) -> Result<(), String> {
-    match client.call("GET", "/healthz", None, false)? {
-        (200, _) => Ok(()),
-        (status, _) => Err(format!("/healthz answered HTTP {status}")),
+pub fn probe(client: &Client) -> Result<(), NotReady> {
+    match client.call("GET", "/healthz", None, false) {
+        Ok((200, _)) => Ok(()),
+        Ok((status, body)) => {
+            let why = body["error"].as_str().map_or_else(
+                || format!("/healthz answered HTTP {status}"),
+                str::to_string,
+            );
+            if body["permanent"].as_bool() == Some(true) {
+                Err(NotReady::Never(why))
+            } else {
+                Err(NotReady::Yet(why))
+            }
+        }
+        Err(e) => Err(NotReady::Yet(e)),
     }
 }
 
@@ -39,13 +59,14 @@ pub fn wait_ready(server: &str, timeout: Duration) -> Result<(), String> {
     loop {
         match probe(&client) {
             Ok(()) => return Ok(()),
-            Err(e) if Instant::now() >= deadline => {
+            Err(NotReady::Never(why)) => return Err(why),
+            Err(NotReady::Yet(e)) if Instant::now() >= deadline => {
                 return Err(format!(
-                    "the agentsh server at {server} did not answer /healthz within {}s (last error: {e})",
+                    "the agentsh server at {server} did not answer /healthz as ready within {}s (last answer: {e})",
                     timeout.as_secs_f32()
                 ))
             }
-            Err(_) => std::thread::sleep(POLL),
+            Err(NotReady::Yet(_)) => std::thread::sleep(POLL),
         }
     }
 }
@@ -69,51 +90,147 @@ fn say(msg: &str) {
     eprintln!("agentsh entrypoint: {msg}");
 }
 
-fn start_server(config: Option<&Path>) -> Result<Child, String> {
+/// A server started with the command, and the pipe it reports on.
+struct Started {
+    server: Child,
+    report: std::fs::File,
+    /// What has been read of the report and not yet taken as lines.
+    pending: String,
+    /// The command's process (the reaper), once the server said.
+    command_pid: Option<i32>,
+    /// The command's exit status, once the server said.
+    exited: Option<i32>,
+}
+
+/// What the server reported.
+enum Line {
+    Started,
+    Unable(String),
+    Exit,
+}
+
+impl Started {
+    /// The lines read so far, without blocking.
+    fn lines(&mut self) -> Vec<Line> {
+        use std::io::Read;
+        let mut buf = [0u8; 4096];
+        loop {
+            match self.report.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => self.pending.push_str(&String::from_utf8_lossy(&buf[..n])),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+        let mut out = Vec::new();
+        while let Some(i) = self.pending.find('\n') {
+            let line: String = self.pending.drain(..=i).collect();
+            let line = line.trim_end();
+            let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
+            match word {
+                "started" => {
+                    if let Ok(pid) = rest.parse() {
+                        self.command_pid = Some(pid);
+                        out.push(Line::Started);
+                    }
+                }
+                "unable" => out.push(Line::Unable(rest.to_string())),
+                "exit" => {
+                    if let Ok(code) = rest.parse() {
+                        self.exited = Some(code);
+                        out.push(Line::Exit);
+                    }
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+}
+
+/// Starts `agentsh server [--config C] --report-fd N -- CMD`.
+fn start_server(config: Option<&Path>, command: &[OsString]) -> Result<Started, String> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::process::CommandExt;
     let exe =
         std::env::current_exe().map_err(|e| format!("cannot find the agentsh binary: {e}"))?;
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2 writes two fds into the array we own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+        return Err(format!(
+            "cannot create a pipe: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: both fds were just created and are owned by nobody else.
+    let (read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // The server gets the write end as fd 3, blocking.
+    const REPORT_FD: i32 = 3;
     let mut cmd = Command::new(exe);
     cmd.arg("server");
     if let Some(c) = config {
         cmd.arg("--config").arg(c);
     }
-    cmd.stdin(Stdio::null());
-    unblock_in_child(&mut cmd);
-    cmd.spawn()
-        .map_err(|e| format!("cannot start `agentsh server`: {e}"))
-}
-
-/// The entrypoint blocks the signals it handles; its children must not
-/// inherit that.
-fn unblock_in_child(cmd: &mut Command) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs between fork and exec and only calls
-    // pthread_sigmask (async-signal-safe), allocating nothing.
+    cmd.arg("--report-fd").arg(REPORT_FD.to_string());
+    cmd.arg("--").args(command);
+    let w = write_end.as_raw_fd();
+    // SAFETY: between fork and exec the closure only calls dup2, fcntl and
+    // pthread_sigmask (async-signal-safe) and allocates nothing.
     unsafe {
-        cmd.pre_exec(|| SigSet::all().thread_unblock().map_err(std::io::Error::from));
+        cmd.pre_exec(move || {
+            if libc::dup2(w, REPORT_FD) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let flags = libc::fcntl(REPORT_FD, libc::F_GETFL);
+            libc::fcntl(REPORT_FD, libc::F_SETFL, flags & !libc::O_NONBLOCK);
+            SigSet::all().thread_unblock().map_err(std::io::Error::from)
+        });
     }
+    let server = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start `agentsh server`: {e}"))?;
+    drop(write_end);
+    Ok(Started {
+        server,
+        report: std::fs::File::from(read_end),
+        pending: String::new(),
+        command_pid: None,
+        exited: None,
+    })
 }
 
-/// Waits until the server answers, failing early if it exits.
-fn await_server(server: &mut Child, url: &str, timeout: Duration) -> Result<(), String> {
-    let client = client(url)?;
+/// Waits until the server has started the command, failing early if it
+/// says it cannot supervise shells here or exits.
+fn await_command(s: &mut Started, timeout: Duration) -> Result<(), String> {
     let deadline = Instant::now() + timeout;
     loop {
-        if let Ok(Some(st)) = server.try_wait() {
+        let lines = s.lines();
+        if let Some(why) = lines.iter().find_map(|l| match l {
+            Line::Unable(why) => Some(why.clone()),
+            _ => None,
+        }) {
+            return Err(format!("agentsh cannot supervise shells here: {why}"));
+        }
+        if lines
+            .iter()
+            .any(|l| matches!(l, Line::Started | Line::Exit))
+        {
+            // Ended at once: the exit is reported as the command's.
+            return Ok(());
+        }
+        if let Ok(Some(st)) = s.server.try_wait() {
             return Err(format!(
                 "`agentsh server` exited during start-up ({st}); its log is above"
             ));
         }
-        match probe(&client) {
-            Ok(()) => return Ok(()),
-            Err(e) if Instant::now() >= deadline => {
-                return Err(format!(
-                    "`agentsh server` did not answer {url}/healthz within {}s (last error: {e})",
-                    timeout.as_secs_f32()
-                ))
-            }
-            Err(_) => std::thread::sleep(POLL),
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "`agentsh server` did not start the command within {}s",
+                timeout.as_secs_f32()
+            ));
         }
+        std::thread::sleep(POLL);
     }
 }
 
@@ -131,31 +248,40 @@ fn stop(child: &mut Child) {
     let _ = child.wait();
 }
 
-fn code_of(st: ExitStatus) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
-    st.code()
-        .or_else(|| st.signal().map(|s| 128 + s))
-        .unwrap_or(1)
+/// Starts the server with the command and waits for it to run; on failure
+/// the server is stopped and the entrypoint's exit code returned.
+fn launch(ep: &Entrypoint) -> Result<Started, i32> {
+    let mut s = match start_server(ep.config.as_deref(), &ep.command) {
+        Ok(s) => s,
+        Err(e) => {
+            say(&e);
+            return Err(1);
+        }
+    };
+    if let Err(e) = await_command(&mut s, ep.ready_timeout) {
+        say(&e);
+        stop(&mut s.server);
+        return Err(1);
+    }
+    Ok(s)
 }
 
 /// Runs the entrypoint; returns the exit code of the command (or 1 when
-/// the server cannot be started, 127/126 when the command cannot be).
+/// the server cannot be started or cannot supervise shells here, 127/126
+/// when the command cannot be).
 ///
-/// Long because it owns two processes' lifetimes (the server and the
-/// command) and every exit path must stop the server; one body keeps each
-/// `stop` next to its return.
+/// Long because it owns the server's lifetime, and with it the command's:
+/// every exit path must stop the server; one body keeps each `stop` next to
+/// its return.
 pub fn run(ep: Entrypoint) -> i32 {
-    let Some((program, args)) = ep.command.split_first() else {
+    if ep.command.is_empty() {
         say("no command given: agentsh entrypoint [OPTIONS] -- CMD [ARGS...]");
         return 2;
-    };
-    let url = match server_url(ep.config.as_deref()) {
-        Ok(u) => u,
-        Err(e) => {
-            say(&e);
-            return 1;
-        }
-    };
+    }
+    if let Err(e) = server_url(ep.config.as_deref()) {
+        say(&e);
+        return 1;
+    }
     // Block the signals handled below before any child or thread exists;
     // they are taken with sigwait.
     let mut handled = SigSet::empty();
@@ -174,34 +300,14 @@ pub fn run(ep: Entrypoint) -> i32 {
         say(&format!("cannot block signals: {e}"));
         return 1;
     }
-    let mut server = match start_server(ep.config.as_deref()) {
-        Ok(c) => c,
-        Err(e) => {
-            say(&e);
-            return 1;
-        }
+    // The command's orphans, and the command's reaper if the server dies,
+    // come to us (as they would to a container's init) to be reaped.
+    // SAFETY: prctl with integer arguments.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    let mut cur = match launch(&ep) {
+        Ok(s) => s,
+        Err(code) => return code,
     };
-    if let Err(e) = await_server(&mut server, &url, ep.ready_timeout) {
-        say(&e);
-        stop(&mut server);
-        return 1;
-    }
-    let mut cmd = Command::new(program);
-    cmd.args(args);
-    unblock_in_child(&mut cmd);
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            say(&format!("cannot run {}: {e}", program.to_string_lossy()));
-            stop(&mut server);
-            return if e.kind() == std::io::ErrorKind::NotFound {
-                agentsh_proto::exit::NOT_FOUND
-            } else {
-                agentsh_proto::exit::REFUSED
-            };
-        }
-    };
-    let child_pid = Pid::from_raw(child.id() as i32);
     loop {
         let sig = match handled.wait() {
             Ok(s) => s,
@@ -211,42 +317,42 @@ pub fn run(ep: Entrypoint) -> i32 {
             }
         };
         if sig != Signal::SIGCHLD {
-            // Forwarded to the command; its exit ends the entrypoint.
-            let _ = kill(child_pid, sig);
+            // Forwarded to the command (through its reaper); its exit ends
+            // the server, which ends the entrypoint.
+            match cur.command_pid {
+                Some(pid) => {
+                    let _ = kill(Pid::from_raw(pid), sig);
+                }
+                None => {
+                    let _ = kill(Pid::from_raw(cur.server.id() as i32), sig);
+                }
+            }
             continue;
         }
         // One SIGCHLD may stand for several exits: look at each exited
         // child without reaping it, then deal with it.
         while let Some(pid) = peek_exited() {
-            if pid == child.id() as i32 {
-                let st = child.wait();
-                stop(&mut server);
-                return st.map_or(1, code_of);
-            }
-            if pid == server.id() as i32 {
-                let st = server.wait();
-                say(&format!(
-                    "`agentsh server` exited ({}); supervised commands cannot run until it is \
-                     back: starting it again",
-                    st.map_or_else(|e| e.to_string(), |s| s.to_string())
-                ));
-                std::thread::sleep(RESTART_PAUSE);
-                match start_server(ep.config.as_deref())
-                    .and_then(|mut s| await_server(&mut s, &url, ep.ready_timeout).map(|()| s))
-                {
-                    Ok(s) => server = s,
-                    Err(e) => {
-                        say(&format!("{e}; stopping the command"));
-                        let _ = kill(child_pid, Signal::SIGTERM);
-                        let st = child.wait();
-                        return st.map_or(1, code_of).max(1);
-                    }
-                }
+            if pid != cur.server.id() as i32 {
+                // An orphan re-parented to us: reap it.
+                let _ = waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG));
                 continue;
             }
-            // An orphan re-parented to us (a container's first process
-            // inherits them): reap it.
-            let _ = waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG));
+            let st = cur.server.wait();
+            cur.lines();
+            if let Some(code) = cur.exited {
+                return code;
+            }
+            say(&format!(
+                "`agentsh server` exited ({}); its command and every shell below it are \
+                 stopped with it (a new server can supervise only what it starts): starting \
+                 both again",
+                st.map_or_else(|e| e.to_string(), |s| s.to_string())
+            ));
+            std::thread::sleep(RESTART_PAUSE);
+            cur = match launch(&ep) {
+                Ok(s) => s,
+                Err(code) => return code.max(1),
+            };
         }
     }
 }

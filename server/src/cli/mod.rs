@@ -42,6 +42,30 @@ enum Command {
         /// Print the embedded default config and exit.
         #[arg(long)]
         print_config: bool,
+        /// Where `agentsh entrypoint` reads what became of CMD (internal).
+        #[arg(long, hide = true, value_name = "FD")]
+        report_fd: Option<i32>,
+        /// A command to run below the server once it is ready (the SDK's
+        /// daemon), so that every shell it starts descends from the server:
+        /// what a server without CAP_SYS_PTRACE needs under Yama ptrace_scope 1
+        /// (Docker's defaults on Ubuntu hosts). The server stops when CMD
+        /// exits, with CMD's status; stop signals from outside every tree are
+        /// passed to CMD. `agentsh entrypoint` runs the server this way.
+        #[arg(last = true, value_name = "CMD")]
+        command: Vec<std::ffi::OsString>,
+    },
+    /// Internal: the subreaper between the server and its CMD (see
+    /// `agentsh server -- CMD`).
+    #[command(hide = true)]
+    Reaper {
+        /// The server's pid (our parent).
+        #[arg(long)]
+        server: u32,
+        /// The soft open-file limit to give CMD.
+        #[arg(long)]
+        nofile_soft: Option<u64>,
+        #[arg(last = true, required = true)]
+        command: Vec<std::ffi::OsString>,
     },
     /// Policy tools.
     Policy {
@@ -232,9 +256,26 @@ pub fn main() -> ExitCode {
             print!("{EMBEDDED_CONFIG}");
             Ok(())
         }
-        Command::Server { config, .. } => {
+        Command::Server {
+            config,
+            report_fd,
+            command,
+            ..
+        } => {
             init_logging();
-            crate::daemon::run(config)
+            crate::daemon::run(crate::daemon::Start {
+                config_file: config,
+                command,
+                report_fd,
+            })
+        }
+        Command::Reaper {
+            server,
+            nofile_soft,
+            command,
+        } => {
+            let code = crate::daemon::reaper::run(server, nofile_soft, &command);
+            return ExitCode::from(code.clamp(0, 255) as u8);
         }
         Command::Policy {
             command: PolicyCommand::Check { file },

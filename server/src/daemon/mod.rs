@@ -8,6 +8,8 @@
 //! shims recorded before agentsh started become audit events; then the API
 //! is served until a stop signal from outside every tree.
 
+pub mod command;
+pub mod reaper;
 pub mod rundir;
 pub mod signals;
 
@@ -22,8 +24,19 @@ use crate::session::Sessions;
 use crate::supervisor::SupervisorContext;
 use crate::trees::Trees;
 use agentsh_proto::SeccompConfig;
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
+
+/// How `agentsh server` was started.
+#[derive(Debug, Default)]
+pub struct Start {
+    pub config_file: Option<PathBuf>,
+    /// `-- CMD ARGS`: run below the server once ready (see `command`).
+    pub command: Vec<OsString>,
+    /// Where `agentsh entrypoint` reads what became of the command.
+    pub report_fd: Option<i32>,
+}
 
 /// Runs the server; returns only on a start-up error.
 ///
@@ -33,9 +46,15 @@ use std::sync::Arc;
 ///
 /// # Errors
 /// What could not be started, and why.
-pub fn run(config_file: Option<PathBuf>) -> Result<(), String> {
+pub fn run(start: Start) -> Result<(), String> {
+    let Start {
+        config_file,
+        command,
+        report_fd,
+    } = start;
+    let report = command::Report::from_fd(report_fd);
     signals::block_all()?;
-    raise_fd_limit();
+    let nofile_soft = raise_fd_limit();
     let config = Config::load(config_file.as_deref()).map_err(|e| e.to_string())?;
     config.check_own_locations(config_file.as_deref())?;
     let policy = Policy::resolve(&config.policy, &config.policies_dir)
@@ -70,6 +89,17 @@ pub fn run(config_file: Option<PathBuf>) -> Result<(), String> {
     );
     for p in &detected.protections {
         tracing::info!("{p}");
+    }
+    // Without CAP_SYS_PTRACE, a tree of another uid is read with its ids.
+    crate::tracee::access::match_owners(!detected.cap_sys_ptrace);
+    let gate = Arc::new(command::Gate::new(
+        detected.tree_access.reach(),
+        detected.yama_ptrace_scope,
+        !command.is_empty(),
+    ));
+    if let command::Readiness::Unable(why) = gate.get() {
+        tracing::error!("not ready: no shell can be supervised: {why}");
+        report.line(&format!("unable {why}"));
     }
     // Fail closed at start: a server that can supervise no exec serves none.
     let backend = crate::detect::choose_backend(
@@ -126,6 +156,19 @@ pub fn run(config_file: Option<PathBuf>) -> Result<(), String> {
         rundir::write_marker(&run_dir)?;
         rundir::ingest_unsupervised(&run_dir, &audit);
         signals::spawn_waiter(trees.clone(), config.server.socket.clone());
+        if !command.is_empty() && gate.get() == command::Readiness::Ready {
+            let socket = config.server.socket.clone();
+            command::start(
+                command::Spawn {
+                    command,
+                    nofile_soft,
+                },
+                report,
+                move || {
+                    let _ = std::fs::remove_file(&socket);
+                },
+            );
+        }
         tracing::info!(
             socket = %config.server.socket.display(),
             tcp = %config.server.http.addr,
@@ -148,6 +191,7 @@ pub fn run(config_file: Option<PathBuf>) -> Result<(), String> {
             token,
             detected,
             daemon_sockets: Default::default(),
+            gate,
         });
         if let Some(tcp) = tcp {
             tokio::spawn(api::serve_tcp(api.clone(), tcp));
@@ -162,7 +206,8 @@ pub fn run(config_file: Option<PathBuf>) -> Result<(), String> {
 /// life, so the usual soft limit of 1024 would cap the number of trees. If the
 /// limit cannot be raised the server still runs; a tree that cannot be taken in
 /// fails its wrap-init (closed), and this says why in advance.
-fn raise_fd_limit() {
+/// Returns the soft limit it started with (what children get back).
+fn raise_fd_limit() -> Option<u64> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -171,10 +216,10 @@ fn raise_fd_limit() {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
         let e = std::io::Error::last_os_error();
         tracing::warn!("cannot read the open-file limit: {e}");
-        return;
+        return None;
     }
     if lim.rlim_cur >= lim.rlim_max {
-        return;
+        return Some(lim.rlim_cur);
     }
     let from = lim.rlim_cur;
     lim.rlim_cur = lim.rlim_max;
@@ -189,6 +234,7 @@ fn raise_fd_limit() {
     } else {
         tracing::debug!(from, to = lim.rlim_max, "raised the open-file limit");
     }
+    Some(from)
 }
 
 /// Logs, once, what every tree's Landlock ruleset will hold (as for root).

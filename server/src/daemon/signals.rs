@@ -70,6 +70,18 @@ fn wait_loop(trees: &Trees, socket: &std::path::Path) {
                 continue;
             }
         }
+        if let Some(pid) = super::command::running() {
+            // The server stops when its command has: pass the signal on.
+            tracing::info!(
+                signal = sig,
+                sender,
+                pid,
+                "passing the signal to the command"
+            );
+            // SAFETY: kill takes integers.
+            unsafe { libc::kill(pid as libc::pid_t, sig) };
+            continue;
+        }
         tracing::info!(signal = sig, sender, "stopping");
         let _ = std::fs::remove_file(socket);
         std::process::exit(0);

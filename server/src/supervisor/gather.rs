@@ -225,6 +225,7 @@ fn check_mappings(
             undecidable("unreadable", format!("the exec's {what} at {addr:#x}: {e}"))
         })?;
         if v.inode != 0 && !v.shared && own_exe.is_none() {
+            let _owner = crate::tracee::as_owner(pid);
             own_exe = Some(
                 std::fs::read_link(format!("/proc/{pid}/exe"))
                     .map(|p| p.to_string_lossy().into_owned())

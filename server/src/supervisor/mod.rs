@@ -97,9 +97,11 @@ fn report_ptrace() {
         .unwrap_or(0);
     const CAP_SYS_PTRACE: u32 = 19;
     if cap_eff & (1 << CAP_SYS_PTRACE) == 0 {
-        tracing::warn!(
-            "no CAP_SYS_PTRACE: execs from threaded or vfork'd callers and execs through \
-             directories a tree can change will be refused (they cannot be frozen or verified)"
+        tracing::info!(
+            "no CAP_SYS_PTRACE: trees are read and watched with their owners' credentials; a \
+             process that changed its credentials and has not exec'd since cannot be read (its \
+             execs are refused), and where Yama allows ptrace only of descendants, only trees \
+             started below the server (agentsh entrypoint) can be supervised"
         );
     }
 }

@@ -142,6 +142,8 @@ impl ProcFiles {
     /// # Errors
     /// The file cannot be read.
     pub fn syscall_line(&mut self, pid: u32) -> io::Result<String> {
+        // Checked at every read, not only at open.
+        let _owner = crate::tracee::as_owner(pid);
         let k = self.entry(pid)?;
         if k.syscall.is_none() {
             k.syscall = Some(open_in(&k.dir, "syscall")?);
@@ -179,6 +181,7 @@ impl ProcFiles {
         }
         let k = self.kept.iter_mut().find(|k| k.pid == pid)?;
         if k.maps.is_none() {
+            let _owner = crate::tracee::as_owner(pid);
             k.maps = Some(open_in(&k.dir, "maps").ok()?);
         }
         k.maps.as_ref()?.try_clone().ok()

@@ -38,6 +38,7 @@ fn check(rc: libc::c_long) -> io::Result<()> {
 /// # Errors
 /// EPERM (already traced, no capability), ESRCH (gone).
 pub fn seize(tid: u32, options: libc::c_int) -> io::Result<()> {
+    let _owner = crate::tracee::as_owner(tid);
     // SAFETY: PTRACE_SEIZE takes the options by value; no memory is passed.
     check(unsafe {
         libc::ptrace(

@@ -68,6 +68,7 @@ const KCMP_VM: libc::c_long = 1;
 /// # Errors
 /// ESRCH (one is gone), ENOSYS (kernel without kcmp), EPERM.
 pub fn same_vm(a: u32, b: u32) -> io::Result<bool> {
+    let _owner = crate::tracee::as_owner(b);
     // SAFETY: kcmp takes five integers; no memory is passed.
     let rc = unsafe {
         libc::syscall(
@@ -85,12 +86,85 @@ pub fn same_vm(a: u32, b: u32) -> io::Result<bool> {
     Ok(rc == 0)
 }
 
-/// `tid` shares the memory of process `other` (gone: no).
-fn shares(tid: u32, other: u32) -> Result<bool, String> {
+/// How a process is related to the caller, for when `kcmp` is refused.
+#[derive(Debug, Clone, Copy)]
+enum Relation {
+    /// An ancestor of the caller (its parent, or a parent's parent that
+    /// shares).
+    Ancestor(u32),
+    /// `child`, a child of thread `tid` of process `pid` (a member of the set
+    /// that is asleep).
+    ChildOf { child: u32, pid: u32, tid: u32 },
+}
+
+/// `tid` shares the memory of the process `rel` names (gone: no).
+///
+/// `kcmp` answers exactly. Where it is refused (Docker's default seccomp
+/// profile refuses it without `CAP_SYS_PTRACE`; kernels without it), the
+/// base filter's sharing model answers conservatively: two processes of a
+/// tree share memory only through `vfork`, while the vforking thread waits
+/// for its child, so a process may share the caller's memory only if a
+/// thread it shares through is blocked in `vfork` ([`in_vfork_wait`]).
+/// Whatever cannot be read counts as sharing: the exec is then watched
+/// (`race_guard: verify`) or its sharers stopped, never let through on a
+/// guess.
+fn shares(tid: u32, rel: Relation, files: &mut ProcFiles) -> Result<bool, String> {
+    let other = match rel {
+        Relation::Ancestor(p) => p,
+        Relation::ChildOf { child, .. } => child,
+    };
     match same_vm(tid, other) {
         Ok(b) => Ok(b),
         Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(false),
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EPERM | libc::ENOSYS | libc::EACCES)
+            ) =>
+        {
+            note_kcmp_refused(&e);
+            Ok(match rel {
+                Relation::Ancestor(p) => any_thread_in_vfork(p, files),
+                Relation::ChildOf { pid, tid, .. } => thread_in_vfork(pid, tid),
+            })
+        }
         Err(e) => Err(format!("cannot compare address spaces (kcmp): {e}")),
+    }
+}
+
+/// Says once, in the log, that sharing is judged without `kcmp`.
+fn note_kcmp_refused(e: &io::Error) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        tracing::info!(
+            "kcmp refused ({e}): which processes share a caller's memory is judged from vfork \
+             waits instead (more execs are watched; none is let through on a guess)"
+        );
+    });
+}
+
+/// Whether any thread of process `pid` is blocked in `vfork` (unreadable:
+/// yes; gone: no).
+fn any_thread_in_vfork(pid: u32, files: &mut ProcFiles) -> bool {
+    let Ok(st) = files.stat_now(pid) else {
+        return false;
+    };
+    if st.num_threads <= 1 {
+        return files.syscall_line(pid).map_or(true, |l| in_vfork_wait(&l));
+    }
+    match files.threads(pid) {
+        Ok(threads) if !threads.is_empty() => threads.iter().any(|&t| thread_in_vfork(pid, t)),
+        _ => true,
+    }
+}
+
+/// Whether thread `tid` of `pid` is blocked in `vfork` (unreadable: yes;
+/// gone: no).
+fn thread_in_vfork(pid: u32, tid: u32) -> bool {
+    let _owner = crate::tracee::as_owner(tid);
+    match std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")) {
+        Ok(line) => in_vfork_wait(&line),
+        Err(e) => e.raw_os_error() != Some(libc::ENOENT) && e.raw_os_error() != Some(libc::ESRCH),
     }
 }
 
@@ -190,7 +264,7 @@ pub fn sharing(
     stat: &tracee::ProcStat,
     files: &mut ProcFiles,
 ) -> Result<Sharing, String> {
-    let parent_shares = stat.ppid > 1 && shares(tid, stat.ppid)?;
+    let parent_shares = stat.ppid > 1 && shares(tid, Relation::Ancestor(stat.ppid), files)?;
     if stat.num_threads <= 1 && !parent_shares {
         return Ok(Sharing::Exclusive { parent: false });
     }
@@ -209,7 +283,7 @@ pub fn sharing(
             Ok(s) => s.ppid,
             Err(_) => break,
         };
-        up_shares = p > 1 && shares(tid, p)?;
+        up_shares = p > 1 && shares(tid, Relation::Ancestor(p), files)?;
     }
     for t in own_threads(pid, tid, stat.num_threads) {
         if t != tid {
@@ -247,7 +321,7 @@ fn vfork_of_a_lone_thread(tid: u32, ppid: u32, files: &mut ProcFiles) -> Result<
     let Ok(ps) = files.stat_now(ppid) else {
         return Ok(false);
     };
-    if ps.num_threads != 1 || (ps.ppid > 1 && shares(tid, ps.ppid)?) {
+    if ps.num_threads != 1 || (ps.ppid > 1 && shares(tid, Relation::Ancestor(ps.ppid), files)?) {
         return Ok(false);
     }
     let Ok(text) = files.syscall_line(ppid) else {
@@ -581,7 +655,17 @@ impl Round<'_> {
                 children_once(p, t)
             };
             for child in children {
-                if procs.contains(&child) || !shares(tid, child)? {
+                if procs.contains(&child)
+                    || !shares(
+                        tid,
+                        Relation::ChildOf {
+                            child,
+                            pid: p,
+                            tid: t,
+                        },
+                        self.files,
+                    )?
+                {
                     continue;
                 }
                 if procs.len() >= MAX_PROCESSES {

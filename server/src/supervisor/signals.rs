@@ -224,6 +224,7 @@ fn pidfd_target(tid: u32, fd: i64) -> Result<Target, String> {
     if !(0..=i64::from(i32::MAX)).contains(&fd) {
         return Ok(Target::Nobody);
     }
+    let _owner = crate::tracee::as_owner(tid);
     let info = std::fs::read_to_string(format!("/proc/{tid}/fdinfo/{fd}"))
         .map_err(|e| format!("cannot tell what fd {fd} of thread {tid} refers to: {e}"))?;
     if let Some(pid) = info.lines().find_map(|l| l.strip_prefix("Pid:")) {

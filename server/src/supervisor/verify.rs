@@ -200,10 +200,12 @@ fn kill_stopped(tid: u32) {
 
 /// Whether the new image of `tid` is what was expected; `Err` says what ran.
 pub fn check(tid: u32, e: &Expected) -> Result<(), String> {
+    let owner = crate::tracee::as_owner(tid);
     let exe = std::fs::metadata(format!("/proc/{tid}/exe"));
     let exe_path = std::fs::read_link(format!("/proc/{tid}/exe"))
         .map_or_else(|_| "?".into(), |p| p.to_string_lossy().into_owned());
     let cmdline = std::fs::read(format!("/proc/{tid}/cmdline")).unwrap_or_default();
+    drop(owner);
     let argv: Vec<String> = cmdline
         .split(|b| *b == 0)
         .map(|a| String::from_utf8_lossy(a).into_owned())

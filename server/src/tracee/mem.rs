@@ -22,6 +22,7 @@ fn read_mem(pid: u32, addr: u64, buf: &mut [u8]) -> io::Result<usize> {
         iov_base: addr as *mut libc::c_void,
         iov_len: buf.len(),
     };
+    let _owner = super::access::as_owner(pid);
     // SAFETY: `local` points into `buf`, valid for its length; the remote
     // address is only interpreted by the kernel in the other process.
     let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
@@ -165,6 +166,7 @@ impl MemReader {
                 iov_len: l,
             })
             .collect();
+        let owner = super::access::as_owner(self.pid);
         // SAFETY: each local iovec points into a buffer of `bufs`, valid for
         // its length and alive across the call; the remote addresses are
         // only interpreted by the kernel in the other process.
@@ -178,6 +180,7 @@ impl MemReader {
                 0,
             )
         };
+        drop(owner);
         // The kernel stops at the first span it cannot read: keep those before.
         let mut left = usize::try_from(n).unwrap_or(0);
         for ((addr, _), mut buf) in want.into_iter().zip(bufs) {

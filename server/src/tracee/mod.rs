@@ -18,12 +18,17 @@
 //! could change after the read if another task shared it: the supervisor
 //! stops every such task first (`supervisor::sharing`).
 //!
-//! The rooms: `stat` (what `/proc/<pid>/stat` and `status` say), `mem` (the
+//! A server without `CAP_SYS_PTRACE` reaches another uid's process only
+//! with that uid's credentials: every read of a process goes through
+//! `access`.
+//!
+//! The rooms: `access` (whose credentials an access takes), `stat` (what `/proc/<pid>/stat` and `status` say), `mem` (the
 //! tracee's memory), `file` (what `fstat` says about a resolved file),
 //! `resolve` (a path in the calling thread's view), `shebang` (the `#!`
 //! interpreter chain), `stable` (whether the tree can change what a lookup
 //! finds).
 
+pub mod access;
 mod file;
 mod mem;
 mod resolve;
@@ -31,6 +36,7 @@ mod shebang;
 mod stable;
 mod stat;
 
+pub use access::{as_owner, with_owner};
 pub use file::{fd_identity, fd_meta, FileKey, FileMeta};
 pub use mem::{read_argv, read_cstring, read_ptr_array, Argv, MemReader};
 pub use resolve::{

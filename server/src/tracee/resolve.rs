@@ -75,6 +75,7 @@ impl View {
     /// # Errors
     /// The thread is gone (ENOENT) or its root cannot be read.
     pub fn open(pid: u32, tid: u32) -> io::Result<View> {
+        let _owner = super::access::as_owner(tid);
         let task = task_dir(pid, tid);
         let link = format!("{task}/root");
         let root_fd = open_path(&link)?;
@@ -107,7 +108,10 @@ impl View {
     /// (the same mount and inode): a `chroot` by a task sharing the thread's
     /// filesystem context since then would show. `false` when unsure.
     pub fn root_unchanged(&self) -> bool {
-        let Ok(now) = open_path(&format!("{}/root", self.task)) else {
+        let owner = super::access::as_owner(self.tid);
+        let now = open_path(&format!("{}/root", self.task));
+        drop(owner);
+        let Ok(now) = now else {
             return false;
         };
         match (
@@ -275,6 +279,10 @@ pub fn resolve_in(
 ) -> Result<ExecTarget, ResolveError> {
     let other = ResolveError::Other;
     let task = &view.task;
+    // The thread's /proc links are read with its owner's ids (see
+    // `access`); the program's own lookup then runs with them too, as the
+    // kernel's will.
+    let _owner = super::access::as_owner(view.tid);
     if path.is_empty() {
         if !empty_path {
             // execve("") fails with ENOENT in the kernel too.

@@ -37,6 +37,7 @@ fn request(req: libc::c_uint, tid: u32, addr: usize, data: usize) -> io::Result<
 /// # Errors
 /// EPERM (traced already, no capability), ESRCH (gone).
 pub fn seize(tid: u32, options: libc::c_int) -> io::Result<()> {
+    let _owner = crate::tracee::as_owner(tid);
     request(libc::PTRACE_SEIZE, tid, 0, options as usize)
 }
 

@@ -1,0 +1,170 @@
+//! `agentsh reaper` (internal): the process between the server and the
+//! command it runs (`agentsh server -- CMD`, which `agentsh entrypoint`
+//! uses), so that every shell the command starts stays a descendant of the
+//! server.
+//!
+//! Why: without `CAP_SYS_PTRACE`, Yama's `ptrace_scope` 1 lets the server
+//! read and trace only its descendants. A shell orphaned by its parent (a
+//! double fork, `setsid cmd &`, a daemonizing tool) would be re-parented to
+//! the container's init and leave the server's reach: every later exec of it
+//! would be refused. This process is a child subreaper
+//! (`PR_SET_CHILD_SUBREAPER`), so orphans of the command's tree come to it,
+//! below the server, and it reaps them. It is a separate process, not the
+//! server, because a reaper's `waitpid(-1)` would also take the ptrace stops
+//! of the server's tracees.
+//!
+//! Signals: SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are passed
+//! to the command. If the server dies (its death signal: SIGTERM, and our
+//! parent is no longer the server), every process below this one is killed
+//! and it exits: a new server could not read them, and they could not exec
+//! anything anyway. When the command exits, this exits with its status
+//! (128+N for signal N); its leftover children are re-parented upwards.
+//!
+//! Failure modes: a command that cannot be started exits 127 (not found) or
+//! 126, with the reason on stderr (the container log).
+
+use nix::sys::signal::{kill, SigSet, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+fn say(msg: &str) {
+    eprintln!("agentsh reaper: {msg}");
+}
+
+/// Runs `command` below this process; returns the exit code for it.
+/// `server` is the pid of the server that started us (our parent).
+pub fn run(server: u32, nofile_soft: Option<u64>, command: &[OsString]) -> i32 {
+    let Some((program, args)) = command.split_first() else {
+        say("no command given");
+        return 2;
+    };
+    // SAFETY: prctl with integer arguments; affects only this process.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0);
+    }
+    let mut handled = SigSet::empty();
+    for s in [
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+        Signal::SIGCHLD,
+    ] {
+        handled.add(s);
+    }
+    if let Err(e) = handled.thread_block() {
+        say(&format!("cannot block signals: {e}"));
+        return 1;
+    }
+    // The server may have died before the death signal was armed.
+    if std::os::unix::process::parent_id() != server {
+        say("the server that started this command is gone");
+        return 1;
+    }
+    let mut cmd = Command::new(program);
+    cmd.args(args);
+    // SAFETY: between fork and exec the closure only calls setrlimit and
+    // pthread_sigmask (async-signal-safe) and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            if let Some(soft) = nofile_soft {
+                let mut lim = libc::rlimit {
+                    rlim_cur: 0,
+                    rlim_max: 0,
+                };
+                if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+                    lim.rlim_cur = soft.min(lim.rlim_max);
+                    libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+                }
+            }
+            SigSet::all().thread_unblock().map_err(std::io::Error::from)
+        });
+    }
+    let child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            say(&format!("cannot run {}: {e}", program.to_string_lossy()));
+            return if e.kind() == std::io::ErrorKind::NotFound {
+                agentsh_proto::exit::NOT_FOUND
+            } else {
+                agentsh_proto::exit::REFUSED
+            };
+        }
+    };
+    let child = Pid::from_raw(child.id() as i32);
+    loop {
+        let sig = match handled.wait() {
+            Ok(s) => s,
+            Err(e) => {
+                say(&format!("sigwait failed: {e}"));
+                continue;
+            }
+        };
+        if sig != Signal::SIGCHLD {
+            if std::os::unix::process::parent_id() != server {
+                say("the agentsh server died: stopping every process of the command");
+                kill_everything_below();
+                return 1;
+            }
+            let _ = kill(child, sig);
+            continue;
+        }
+        // Reap every child that has exited: the command, and orphans.
+        loop {
+            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(pid, code)) if pid == child => return code,
+                Ok(WaitStatus::Signaled(pid, s, _)) if pid == child => return 128 + s as i32,
+                Ok(WaitStatus::StillAlive) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    }
+}
+
+/// SIGKILLs every descendant of this process, round after round, until none
+/// is left (a process being killed forks no more; orphans come back to us).
+fn kill_everything_below() {
+    let me = std::process::id();
+    for _ in 0..64 {
+        let below = descendants(me);
+        if below.is_empty() {
+            break;
+        }
+        for pid in below {
+            // SAFETY: kill takes integers.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+        while let Ok(st) = waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+            if st == WaitStatus::StillAlive {
+                break;
+            }
+        }
+    }
+}
+
+/// Every process whose chain of parents leads to `root`.
+fn descendants(root: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let parents: Vec<(u32, u32)> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| Some((pid, crate::tracee::proc_stat(pid).ok()?.ppid)))
+        .collect();
+    let mut out = vec![root];
+    let mut i = 0;
+    while i < out.len() {
+        let p = out[i];
+        out.extend(parents.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    out.remove(0);
+    out
+}

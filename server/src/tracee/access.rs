@@ -1,0 +1,220 @@
+//! Reaching another user's process without `CAP_SYS_PTRACE`: for the length
+//! of one access, the calling thread takes the credentials the kernel
+//! compares with the target's.
+//!
+//! Why: every read of a tracee (its memory with `process_vm_readv`, its
+//! `/proc/<pid>/{root,cwd,fd,exe,maps,mem,syscall}`) and every
+//! `PTRACE_SEIZE` passes the kernel's ptrace access check. Without
+//! `CAP_SYS_PTRACE` (Docker's and podman's default capability set) that check
+//! lets root reach only processes whose uids and gids all equal its own: a
+//! tree an SDK daemon runs as `user` cannot be read at all, and every one of
+//! its execs would be refused. The check compares the *real* uid and gid for
+//! `process_vm_readv` and ptrace attach, and the *filesystem* uid and gid for
+//! `/proc` files; both are per-thread credentials in Linux. So [`as_owner`]
+//! sets the calling thread's real and filesystem ids to the owner of the
+//! target's `/proc` entry (its effective ids, while it is dumpable), and the
+//! guard it returns puts them back. The effective and saved ids stay 0, so
+//! the thread keeps its capabilities (`CAP_SETUID`/`CAP_SETGID` to restore;
+//! the filesystem capabilities return with the filesystem uid 0).
+//!
+//! Only a few system calls, only while a server without `CAP_SYS_PTRACE`
+//! ([`match_owners`]) touches a process of another uid; never while the
+//! thread could create a thread or a file: callers hold the guard around the
+//! one access (the guard is not `Send`). A tree cannot use the moment: it can
+//! neither signal the server (Landlock's signal scope or the signal guard) nor
+//! read its thread (the kernel compares the target's effective and saved ids
+//! too, which stay 0).
+//!
+//! What this cannot do: reach a process that is not dumpable (one that changed
+//! its credentials and has not exec'd since): its `/proc` entry is root's and
+//! the kernel wants `CAP_SYS_PTRACE` for it; the access fails and the caller
+//! refuses the exec. Nor get past Yama's `ptrace_scope` 1, which wants the
+//! server to be an ancestor of the tree (`agentsh entrypoint`, see
+//! `detect`).
+//!
+//! Failure modes: a target that vanished leaves the credentials alone (the
+//! access then fails on its own). Credentials that cannot be put back abort
+//! the server: a thread left with a tree's ids must not go on.
+
+use std::marker::PhantomData;
+use std::os::unix::fs::MetadataExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static MATCH_OWNERS: AtomicBool = AtomicBool::new(false);
+
+/// Says whether accesses must take the target's ids: true when this process
+/// lacks `CAP_SYS_PTRACE` (set once at start; tests of the server set it to
+/// exercise the path).
+pub fn match_owners(on: bool) {
+    MATCH_OWNERS.store(on, Ordering::Relaxed);
+}
+
+/// Whether [`as_owner`] switches credentials at all.
+pub fn matching_owners() -> bool {
+    MATCH_OWNERS.load(Ordering::Relaxed)
+}
+
+/// The ids the calling thread had before [`as_owner`] changed them.
+#[derive(Debug, Clone, Copy)]
+struct Saved {
+    ruid: u32,
+    rgid: u32,
+    fsuid: u32,
+    fsgid: u32,
+}
+
+/// While alive, the calling thread acts with the target's ids (or with its
+/// own, when no switch was needed). Not `Send`: credentials are per thread.
+#[must_use = "the credentials are put back when the guard is dropped"]
+pub struct AsOwner {
+    saved: Option<Saved>,
+    _thread: PhantomData<*const ()>,
+}
+
+fn raw_ids() -> (u32, u32, u32, u32) {
+    let (mut r, mut e, mut s) = (0u32, 0u32, 0u32);
+    let (mut gr, mut ge, mut gs) = (0u32, 0u32, 0u32);
+    // SAFETY: getresuid/getresgid write three ids each into our locals.
+    unsafe {
+        libc::getresuid(&mut r, &mut e, &mut s);
+        libc::getresgid(&mut gr, &mut ge, &mut gs);
+    }
+    // setfsuid/setfsgid with an invalid id change nothing and return the
+    // current value.
+    // SAFETY: plain syscalls taking an integer.
+    let (fsu, fsg) = unsafe {
+        (
+            libc::syscall(libc::SYS_setfsuid, u32::MAX) as u32,
+            libc::syscall(libc::SYS_setfsgid, u32::MAX) as u32,
+        )
+    };
+    (r, gr, fsu, fsg)
+}
+
+/// Sets this thread's real and filesystem ids (raw system calls: glibc's
+/// wrappers would change every thread of the process).
+fn set_ids(ruid: u32, rgid: u32, fsuid: u32, fsgid: u32) -> bool {
+    const KEEP: libc::c_long = -1;
+    // SAFETY: plain syscalls taking integers; they change only this thread.
+    unsafe {
+        // gid first: the uid change must not come first in case it ever
+        // cost the capability to change gids.
+        let g = libc::syscall(libc::SYS_setresgid, rgid as libc::c_long, KEEP, KEEP);
+        let u = libc::syscall(libc::SYS_setresuid, ruid as libc::c_long, KEEP, KEEP);
+        libc::syscall(libc::SYS_setfsgid, fsgid as libc::c_long);
+        libc::syscall(libc::SYS_setfsuid, fsuid as libc::c_long);
+        g == 0 && u == 0
+    }
+}
+
+/// Takes, for the life of the guard, the ids of the owner of `/proc/<tid>`
+/// (the thread's effective uid and gid while it is dumpable), when this
+/// server must ([`match_owners`]) and they differ from the thread's own.
+pub fn as_owner(tid: u32) -> AsOwner {
+    let none = AsOwner {
+        saved: None,
+        _thread: PhantomData,
+    };
+    if !matching_owners() {
+        return none;
+    }
+    let Ok(m) = std::fs::metadata(format!("/proc/{tid}")) else {
+        return none;
+    };
+    let (uid, gid) = (m.uid(), m.gid());
+    let (ruid, rgid, fsuid, fsgid) = raw_ids();
+    if (uid, gid) == (ruid, rgid) && (uid, gid) == (fsuid, fsgid) {
+        return none;
+    }
+    let saved = Saved {
+        ruid,
+        rgid,
+        fsuid,
+        fsgid,
+    };
+    if !set_ids(uid, gid, uid, gid) {
+        // Half changed is worse than not at all.
+        restore(saved);
+        return none;
+    }
+    let (r, g, fu, fg) = raw_ids();
+    if (r, g, fu, fg) != (uid, gid, uid, gid) {
+        restore(saved);
+        return none;
+    }
+    AsOwner {
+        saved: Some(saved),
+        _thread: PhantomData,
+    }
+}
+
+fn restore(s: Saved) {
+    let ok = set_ids(s.ruid, s.rgid, s.fsuid, s.fsgid);
+    if !ok || raw_ids() != (s.ruid, s.rgid, s.fsuid, s.fsgid) {
+        // A supervisor thread must never run on with a tree's ids.
+        tracing::error!(
+            "cannot restore this thread's credentials after reading a tracee: stopping the server"
+        );
+        std::process::abort();
+    }
+}
+
+impl Drop for AsOwner {
+    fn drop(&mut self) {
+        if let Some(s) = self.saved.take() {
+            restore(s);
+        }
+    }
+}
+
+/// Runs `f` as the owner of `/proc/<tid>` ([`as_owner`]).
+pub fn with_owner<T>(tid: u32, f: impl FnOnce() -> T) -> T {
+    let _g = as_owner(tid);
+    f()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A child of another uid, exec'd so it is dumpable, is readable only
+    /// with the guard, and the thread's ids come back afterwards.
+    #[test]
+    fn the_guard_reaches_another_uid_and_puts_the_ids_back() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: needs root");
+            return;
+        }
+        let before = raw_ids();
+        let child = std::process::Command::new("/bin/sleep")
+            .arg("30")
+            .uid(65534)
+            .gid(65534)
+            .spawn();
+        use std::os::unix::process::CommandExt;
+        let Ok(mut child) = child else {
+            panic!("cannot start a child as nobody");
+        };
+        let pid = child.id();
+        // Wait until it has exec'd (its /proc entry is nobody's).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::fs::metadata(format!("/proc/{pid}")).map_or(0, |m| m.uid()) != 65534 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the child never ran as nobody"
+            );
+            std::thread::yield_now();
+        }
+        match_owners(true);
+        {
+            let _g = as_owner(pid);
+            assert_eq!(raw_ids(), (65534, 65534, 65534, 65534));
+            assert!(std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok());
+        }
+        match_owners(false);
+        assert_eq!(raw_ids(), before);
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
