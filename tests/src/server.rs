@@ -207,6 +207,36 @@ impl TestServer {
         extra_config: &str,
         command: impl FnOnce(PathBuf) -> Command,
     ) -> TestServer {
+        let files = ServerFiles::write(base, policy_yaml, extra_config);
+        let child = spawn_server(&files.dir, command);
+        let mut s = TestServer {
+            child: Some(child),
+            url: files.url,
+            socket: files.socket,
+            addr: files.addr,
+            dir: files.dir,
+        };
+        s.wait_ready();
+        s
+    }
+}
+
+/// A server's files (config, policy, where its state, socket and audit go)
+/// written but no server started: for tests that start it their own way
+/// (`agentsh entrypoint`).
+pub struct ServerFiles {
+    pub dir: TempDir,
+    pub config: PathBuf,
+    /// `unix:<socket>`.
+    pub url: String,
+    pub socket: PathBuf,
+    /// The TCP listener's address, when the config gave one.
+    pub addr: String,
+}
+
+impl ServerFiles {
+    /// Writes the config [`TestServer::start_with`] would use.
+    pub fn write(base: &Path, policy_yaml: Option<&str>, extra_config: &str) -> ServerFiles {
         let dir = TempDir::new_in(base, "server");
         let policy_line = match policy_yaml {
             Some(yaml) => {
@@ -247,18 +277,26 @@ impl TestServer {
         );
         let config_path = dir.path().join("config.yaml");
         std::fs::write(&config_path, config).expect("write config");
-        let child = spawn_server(&dir, command);
-        let mut s = TestServer {
-            child: Some(child),
+        ServerFiles {
             url: format!("unix:{}", socket.display()),
+            config: config_path,
             socket,
             addr,
             dir,
-        };
-        s.wait_ready();
-        s
+        }
     }
 
+    /// The audit events written so far.
+    pub fn events(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.dir.path().join("audit.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+}
+
+impl TestServer {
     /// Starts the server again on the same config (same socket, state and
     /// audit log), after killing it if it still runs; waits until it answers.
     pub fn restart_with(&mut self, command: impl FnOnce(PathBuf) -> Command) {
