@@ -175,8 +175,8 @@ fn start_server(config: Option<&Path>, command: &[OsString]) -> Result<Started, 
     cmd.arg("--report-fd").arg(REPORT_FD.to_string());
     cmd.arg("--").args(command);
     let w = write_end.as_raw_fd();
-    // SAFETY: between fork and exec the closure only calls dup2, fcntl and
-    // pthread_sigmask (async-signal-safe) and allocates nothing.
+    // SAFETY: between fork and exec the closure only calls dup2, fcntl, prctl
+    // and pthread_sigmask (async-signal-safe) and allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
             if libc::dup2(w, REPORT_FD) < 0 {
@@ -184,6 +184,8 @@ fn start_server(config: Option<&Path>, command: &[OsString]) -> Result<Started, 
             }
             let flags = libc::fcntl(REPORT_FD, libc::F_GETFL);
             libc::fcntl(REPORT_FD, libc::F_SETFL, flags & !libc::O_NONBLOCK);
+            // The server (and so the command) stops if the entrypoint dies.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0);
             SigSet::all().thread_unblock().map_err(std::io::Error::from)
         });
     }

@@ -1,0 +1,211 @@
+//! agentsh where the SDKs run it: a container with Docker's default
+//! capability set and seccomp refusals (`agentsh-container --profile
+//! docker-default`), and one with every capability but `CAP_SYS_ADMIN`.
+//!
+//! The container is emulated as runc starts one (see
+//! `tests/src/bin/agentsh-container.rs`): the filter refusing `kcmp`,
+//! `pidfd_getfd` and `process_madvise` is loaded first, then the
+//! capabilities are cut. Inside, `agentsh entrypoint` starts the server with
+//! an SDK-style daemon as its command, as docs/sdk-cookbook.md says for
+//! Daytona, Tensorlake and Runloop, and the daemon spawns the SDKs' shells as
+//! root or as an ordinary user. Each scenario checks that the shells are
+//! supervised for real: a nested `curl` is refused (126) and audited, what
+//! the policy allows runs, threaded spawners (which the race guard watches)
+//! work, and the server's own view says what it lacked.
+
+use agentsh_tests::ns::Namespace;
+use agentsh_tests::sandbox::{AGENT_DEFAULT, NOBODY, SERVER_BASE, WORKSPACE};
+use agentsh_tests::sdk::{self, Finished, Spawn, Supervisor};
+use agentsh_tests::server::{bin, execs_of, require_root, ServerFiles};
+use serde_json::Value;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// A container of `profile` with the server and an SDK daemon (as `uid`)
+/// started the cookbook's way: `agentsh entrypoint -- DAEMON`.
+struct Container {
+    sup: Supervisor,
+    files: ServerFiles,
+    ns: Namespace,
+}
+
+impl Container {
+    fn start(profile: &str, uid: Option<u32>) -> Container {
+        let ns = Namespace::new();
+        ns.mount_scratch("/srv", WORKSPACE);
+        let files = ServerFiles::write(
+            Path::new(SERVER_BASE),
+            Some(AGENT_DEFAULT),
+            &format!("workspace: {WORKSPACE}\n"),
+        );
+        ns.install_shim(true);
+        ns.configure(&files.url, "on");
+        let ws = ns.path(WORKSPACE);
+        std::fs::create_dir_all(&ws).expect("create the workspace");
+        if let Some(uid) = uid {
+            std::os::unix::fs::chown(&ws, Some(uid), Some(uid)).expect("chown the workspace");
+        }
+        let mut cmd = ns.command_in(bin("agentsh-container"), WORKSPACE);
+        cmd.args(["--profile", profile, "--"])
+            .arg(bin("agentsh"))
+            .args(["entrypoint", "--config"])
+            .arg(&files.config)
+            .arg("--");
+        if let Some(uid) = uid {
+            cmd.arg("/usr/bin/setpriv")
+                .arg(format!("--reuid={uid}"))
+                .arg(format!("--regid={uid}"))
+                .args(["--clear-groups", "--"]);
+        }
+        cmd.arg(bin("sdk-supervisor"));
+        let sup = Supervisor::start_command(cmd);
+        Container { sup, files, ns }
+    }
+
+    fn run(&mut self, s: &Spawn) -> Finished {
+        let r = self.sup.spawn(s);
+        self.sup.wait(r, Duration::from_secs(60))
+    }
+
+    /// The exec events of `base` written so far, waiting until there is one
+    /// (the event is written before the exec is answered, but the file is
+    /// read from outside).
+    fn execs_of(&self, base: &str) -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let events = self.files.events();
+            let found: Vec<Value> = execs_of(&events, base).into_iter().cloned().collect();
+            if !found.is_empty() || Instant::now() >= deadline {
+                return found;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Writes `text` to `name` in the workspace, owned by `uid`.
+    fn workspace_file(&self, name: &str, text: &str, uid: Option<u32>) {
+        let p = self.ns.path(&format!("{WORKSPACE}/{name}"));
+        std::fs::write(&p, text).expect("write into the workspace");
+        if let Some(uid) = uid {
+            std::os::unix::fs::chown(&p, Some(uid), Some(uid)).expect("chown");
+        }
+    }
+}
+
+/// Eight threads each run a program through `subprocess` (vfork from a
+/// threaded process).
+const THREADS_PY: &str = "import subprocess, threading
+def go():
+    subprocess.run(['/bin/true'], check=True)
+ts = [threading.Thread(target=go) for _ in range(8)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+print('threads ok')
+";
+
+/// The SDKs' shells in `profile`, as `uid`: supervised, refused where the
+/// policy says, audited.
+fn sdk_shells_are_supervised(profile: &str, uid: Option<u32>) {
+    let mut c = Container::start(profile, uid);
+    // Tensorlake's `sh -lc` with a nested curl: refused, audited.
+    let f = c.run(&sdk::tensorlake("true; curl --version"));
+    assert_eq!(f.code, Some(126), "{profile} {uid:?}: {f:?}");
+    let curl = c.execs_of("curl");
+    assert!(
+        curl.iter()
+            .any(|e| e["decision"] == "deny" && e["depth"].as_u64() == Some(1)),
+        "{profile} {uid:?}: no denied curl event: {curl:?}"
+    );
+    // E2B's wrapper (bash -l -c through the oom line): allowed work runs.
+    let f = c.run(&sdk::e2b("id -u; ls / >/dev/null && echo listed"));
+    assert_eq!(f.code, Some(0), "{profile} {uid:?}: {f:?}");
+    let want_uid = uid.unwrap_or(0).to_string();
+    assert!(
+        f.stdout.contains(&want_uid) && f.stdout.contains("listed"),
+        "{f:?}"
+    );
+    let ls = c.execs_of("ls");
+    assert!(
+        ls.iter().any(|e| e["decision"] == "allow"),
+        "{profile} {uid:?}: ls not audited: {ls:?}"
+    );
+    // Threaded spawners: their execs share memory with running threads, so
+    // the race guard watches them (ptrace, as the tree's owner; kcmp is
+    // refused in docker-default).
+    c.workspace_file("threads.py", THREADS_PY, uid);
+    let f = c.run(&Spawn::argv(&["/bin/sh", "-c", "python3 threads.py"]));
+    assert_eq!(f.code, Some(0), "{profile} {uid:?}: {f:?}");
+    assert!(f.stdout.contains("threads ok"), "{f:?}");
+}
+
+#[test]
+fn docker_default_root_shells_under_entrypoint_are_supervised() {
+    if !require_root("docker_default_root_shells_under_entrypoint_are_supervised") {
+        return;
+    }
+    sdk_shells_are_supervised("docker-default", None);
+}
+
+#[test]
+fn docker_default_user_shells_under_entrypoint_are_supervised() {
+    if !require_root("docker_default_user_shells_under_entrypoint_are_supervised") {
+        return;
+    }
+    sdk_shells_are_supervised("docker-default", Some(NOBODY));
+}
+
+#[test]
+fn no_sys_admin_root_shells_are_supervised() {
+    if !require_root("no_sys_admin_root_shells_are_supervised") {
+        return;
+    }
+    sdk_shells_are_supervised("no-sys-admin", None);
+}
+
+#[test]
+fn no_sys_admin_user_shells_are_supervised() {
+    if !require_root("no_sys_admin_user_shells_are_supervised") {
+        return;
+    }
+    sdk_shells_are_supervised("no-sys-admin", Some(NOBODY));
+}
+
+/// What the emulation itself does, so a scenario above cannot pass on a
+/// container that is not one.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_docker_default_emulation_refuses_kcmp_and_cuts_capabilities() {
+    if !require_root("the_docker_default_emulation_refuses_kcmp_and_cuts_capabilities") {
+        return;
+    }
+    let py = "import ctypes,os\n\
+              l=ctypes.CDLL(None,use_errno=True)\n\
+              r=l.syscall(312,os.getpid(),os.getpid(),0,0,0)\n\
+              print('kcmp',r,ctypes.get_errno())\n\
+              print([l for l in open('/proc/self/status') if l.startswith('CapEff')][0].split()[1])";
+    let out = std::process::Command::new(bin("agentsh-container"))
+        .args([
+            "--profile",
+            "docker-default",
+            "--",
+            "/usr/bin/python3",
+            "-c",
+            py,
+        ])
+        .output()
+        .expect("run the emulation");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("kcmp -1 1"),
+        "kcmp not refused with EPERM: {text}"
+    );
+    assert!(
+        text.contains("00000000a80425fb"),
+        "not Docker's capability set: {text}"
+    );
+}
