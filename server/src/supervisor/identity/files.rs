@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use std::collections::HashSet;
 use std::io::Read;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 
@@ -150,13 +150,22 @@ pub(super) fn locate(path: &str) -> Result<Option<(String, FileKey)>, String> {
 /// A file's key and digest as it was hashed, or why it was not.
 pub(super) type Hashed = Result<(FileKey, String), String>;
 
-/// The key and digest of `c`'s file as it is now.
+/// The key and digest of `c`'s file as it is now. Opened `O_PATH` first
+/// (no side effect, never blocks) and read only once `fstat` says it is a
+/// regular file: a name in a directory others can write may have become a
+/// FIFO or a device since it was located.
 pub(super) fn hash(c: &Candidate) -> Hashed {
-    let mut f = std::fs::File::open(&c.canon).map_err(|e| format!("cannot open it: {e}"))?;
-    let meta = fd_meta(f.as_raw_fd()).map_err(|e| format!("cannot stat it: {e}"))?;
+    let path = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW)
+        .open(&c.canon)
+        .map_err(|e| format!("cannot open it: {e}"))?;
+    let meta = fd_meta(path.as_raw_fd()).map_err(|e| format!("cannot stat it: {e}"))?;
     if !meta.is_regular() || meta.size == 0 || meta.size > MAX_HASHED {
         return Err("it is no longer a regular file of a size the index takes".into());
     }
+    let mut f = std::fs::File::open(format!("/proc/self/fd/{}", path.as_raw_fd()))
+        .map_err(|e| format!("cannot open it: {e}"))?;
     let digest = sha256_hex(&mut f).map_err(|e| format!("cannot read it: {e}"))?;
     Ok((meta.key(), digest))
 }
