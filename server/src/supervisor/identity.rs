@@ -54,10 +54,7 @@ mod files;
 mod watch;
 
 use crate::tracee::{FileKey, FileMeta};
-use files::{
-    hash, hash_all, locate, named_paths, sha256_hex, split, still_being_written, Candidate,
-    MAX_HASHED,
-};
+use files::{hash, hash_all, locate, named_paths, sha256_hex, split, Candidate, MAX_HASHED};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock};
@@ -521,7 +518,11 @@ impl IdentityIndex {
                         }
                     }
                 }
-                if names.is_empty() || (ev.only_created() && still_being_written(&path)) {
+                // A file just created empty (`cp`, `open(O_CREAT)`) is left
+                // alone (`locate` skips empty files): its close comes as an
+                // event of its own. One created whole (a hard link,
+                // `O_TMPFILE` linked in) is taken now.
+                if names.is_empty() {
                     continue;
                 }
                 seen.push((path, names));
@@ -785,22 +786,26 @@ mod tests {
         let bin = dir.join("bin");
         std::fs::create_dir_all(&bin).unwrap();
         let named = |n: &str| bin.join(n).display().to_string();
-        let (idx, built) =
-            IdentityIndex::start(&[named("written"), named("moved"), named("linked")], true);
+        let names = ["written", "moved", "linked", "hardlinked"].map(named);
+        let (idx, built) = IdentityIndex::start(&names, true);
         assert_eq!((idx.len(), built.watched), (0, 1), "{built:?}");
-        let cases: [(&str, &[u8]); 3] = [
+        let cases: [(&str, &[u8]); 4] = [
             ("written", b"written program"),
             ("moved", b"moved-in program"),
             ("linked", b"symlinked program"),
+            ("hardlinked", b"hard-linked program"),
         ];
         // written in place (cp), renamed into place (dpkg), a symlink to a
-        // file in another directory (update-alternatives).
+        // file in another directory (update-alternatives), a hard link
+        // (created whole: no write follows).
         std::fs::write(bin.join("written"), cases[0].1).unwrap();
         std::fs::write(dir.join("moved.tmp"), cases[1].1).unwrap();
         std::fs::rename(dir.join("moved.tmp"), bin.join("moved")).unwrap();
         std::fs::create_dir_all(dir.join("opt")).unwrap();
         std::fs::write(dir.join("opt/linked-1.0"), cases[2].1).unwrap();
         std::os::unix::fs::symlink(dir.join("opt/linked-1.0"), bin.join("linked")).unwrap();
+        std::fs::write(dir.join("hard.tmp"), cases[3].1).unwrap();
+        std::fs::hard_link(dir.join("hard.tmp"), bin.join("hardlinked")).unwrap();
         for (name, content) in cases {
             let copy = dir.join(format!("copy-of-{name}"));
             std::fs::write(&copy, content).unwrap();
@@ -825,7 +830,7 @@ mod tests {
         std::fs::write(&copy, b"unnamed program").unwrap();
         let c = fd(&copy);
         assert!(idx.recognise(&c, &meta(&c)).copy_of.is_empty());
-        assert_eq!(idx.len(), 3);
+        assert_eq!(idx.len(), 4);
         std::fs::remove_dir_all(&dir).ok();
     }
 

@@ -10,7 +10,9 @@
 //! caller's memory; `vma`: refuse strings in memory another process could
 //! write), ask the pure policy (`policy::judge`), hold for an operator
 //! (`approval`), audit, answer, and watch the exec complete (`ptrace`). `depth` keeps the
-//! tree's depth book; `signals` is the signal guard's user-notify half.
+//! tree's depth book; `signals` is the signal guard's user-notify half;
+//! `identity` recognises copies of the programs the policy names, from an
+//! index [`prepare`] builds at server start (no exec waits for it).
 //!
 //! Fail-closed: any fact that cannot be read, decided or frozen is answered
 //! EACCES (never CONTINUE) and audited with the reason. A program path that

@@ -170,12 +170,6 @@ pub(super) fn hash(c: &Candidate) -> Hashed {
     Ok((meta.key(), digest))
 }
 
-/// A name just created for a regular file with one link: a file being
-/// written (its close comes as its own event), not a link to a whole one.
-pub(super) fn still_being_written(path: &str) -> bool {
-    std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file() && m.nlink() == 1)
-}
-
 /// Hashes `cands` on up to [`START_THREADS`] threads (this one included),
 /// largest first; returns the results in `cands`' order and how many
 /// threads hashed.

@@ -53,13 +53,6 @@ impl Event {
     pub fn watch_gone(&self) -> bool {
         self.mask & (libc::IN_IGNORED | libc::IN_DELETE_SELF | libc::IN_MOVE_SELF) != 0
     }
-
-    /// A name was created (not moved in, not written): a symlink or hard
-    /// link is complete now, a new regular file is still being written.
-    pub fn only_created(&self) -> bool {
-        self.mask & (libc::IN_MOVED_TO | libc::IN_CLOSE_WRITE) == 0
-            && self.mask & libc::IN_CREATE != 0
-    }
 }
 
 impl Inotify {
@@ -215,10 +208,8 @@ mod tests {
         let ev = parse(&buf);
         assert_eq!(ev.len(), 3);
         assert_eq!((ev[0].wd, ev[0].name.as_str()), (3, "curl"));
-        assert!(!ev[0].only_created());
         assert!(ev[1].overflowed());
         assert_eq!(ev[2].name, "a-much-longer-name-than-sixteen");
-        assert!(ev[2].only_created());
         assert_eq!(parse(&buf[..buf.len() - 1]).len(), 2);
     }
 
