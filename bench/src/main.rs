@@ -10,10 +10,12 @@
 //!
 //! Pairs: the nested path (timed by a timer that itself runs inside a
 //! supervised tree), the install path, a 1000-exec shell loop, a real
-//! `./configure`, and 64 trees at once; plus the supervisor's own time per
-//! exec from its trace log. Every pair checks that what it timed really ran
-//! supervised (audit events, wrap-init counts) and fails the run otherwise:
-//! a benchmark of a bypass would be worse than none.
+//! `./configure`, 64 trees at once, the ptrace backend beside notify, and
+//! the first shell after `ready` against later ones (fresh servers); plus
+//! the supervisor's own time per exec from its trace log. Every pair checks
+//! that what it timed really ran supervised (audit events, wrap-init counts)
+//! and fails the run otherwise: a benchmark of a bypass would be worse than
+//! none.
 //!
 //! `agentsh-bench time --spec FILE` is the timer (an internal mode).
 //!

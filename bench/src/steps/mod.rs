@@ -4,11 +4,13 @@
 //! supervised (and fails the run otherwise), and adds its table to the
 //! report. Steps 1 to 5 share two mount namespaces, one with the shim as
 //! `/bin/sh` and a server on the notify backend, one without; step 6 adds
-//! a third on the ptrace backend; the supervisor's own time comes last,
-//! from a second, tracing server.
+//! a third on the ptrace backend; step 7 starts fresh servers in the first
+//! (the first shell after `ready`); the supervisor's own time comes last,
+//! from another, tracing server.
 
 mod configure;
 mod exec_loop;
+mod first_shell;
 mod install;
 mod nested;
 mod ptrace;
@@ -23,6 +25,7 @@ use agentsh_tests::ns::Namespace;
 use agentsh_tests::server::bin;
 use configure::configure;
 use exec_loop::exec_loop;
+use first_shell::first_shell;
 use install::install_path;
 use nested::nested_path;
 use ptrace::ptrace_backend;
@@ -124,9 +127,11 @@ pub fn run(o: &Opts) -> Result<(), String> {
     configure(&mut rep, &b)?;
     scale(&mut rep, &b, &srv)?;
     ptrace_backend(&mut rep, &b)?;
-    // The supervisor's own time per exec, from its trace log (a second
-    // server, so the trace lines cost the pairs above nothing).
+    // Fresh servers of its own (the shim namespace is pointed at each).
     drop(srv);
+    first_shell(&mut rep, &b)?;
+    // The supervisor's own time per exec, from its trace log (another
+    // server, so the trace lines cost the pairs above nothing).
     supervisor_time(&mut rep, &b)?;
     rep.line(&format!(
         "\n(whole run: {:.0} s)",

@@ -3,7 +3,9 @@
 //! Start-up order matters: signals are blocked before any thread exists;
 //! the config, policy, audit log and token are loaded (any failure stops the
 //! server with a message); the run directory is checked; the API socket is
-//! bound; the `active` marker is written only then (a server that cannot
+//! bound (only once the identity index, built on its own thread from the
+//! moment the policy is loaded, is ready: the first exec must not wait for
+//! it); the `active` marker is written only then (a server that cannot
 //! serve must not make `auto` shims refuse); the unsupervised runs the root
 //! shims recorded before agentsh started become audit events; then the API
 //! is served until a stop signal from outside every tree.
@@ -69,6 +71,7 @@ pub fn run(start: Start) -> Result<(), String> {
     let audit = Arc::new(audit);
     let policy_name = policy.name().to_string();
     let policy = Arc::new(policy);
+    let prepared = crate::supervisor::prepare(&policy);
     let landlock = SessionLandlock::for_server(policy.clone(), &config, config_file.as_deref());
     landlock_startup_report(&landlock);
     let (token, token_path) = approval::create_token_file(&config.state_dir).map_err(|e| {
@@ -131,6 +134,8 @@ pub fn run(start: Start) -> Result<(), String> {
         audit: audit.clone(),
         approvals,
     });
+    // Nothing answers (no `ready`, no tree) before the index exists.
+    prepared.wait()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("agentsh-api")

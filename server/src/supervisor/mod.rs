@@ -10,7 +10,9 @@
 //! caller's memory; `vma`: refuse strings in memory another process could
 //! write), ask the pure policy (`policy::judge`), hold for an operator
 //! (`approval`), audit, answer, and watch the exec complete (`ptrace`). `depth` keeps the
-//! tree's depth book; `signals` is the signal guard's user-notify half.
+//! tree's depth book; `signals` is the signal guard's user-notify half;
+//! `identity` recognises copies of the programs the policy names, from an
+//! index [`prepare`] builds at server start (no exec waits for it).
 //!
 //! Fail-closed: any fact that cannot be read, decided or frozen is answered
 //! EACCES (never CONTINUE) and audited with the reason. A program path that
@@ -64,24 +66,91 @@ pub struct Tree {
 /// Serves `tree`'s notify fd (shared with approval waiters, which answer
 /// held execs on it) until every process in it has exited.
 pub fn serve(ctx: Arc<SupervisorContext>, tree: Tree, fd: Arc<OwnedFd>) {
-    identity_index(&ctx.policy);
     notify::serve(ctx, tree, fd);
 }
 
-/// The identity index of the server's policy, built on first use (the first
-/// tree) and kept: the server has one policy for its life.
+/// The identity index of the server's policy: built by [`prepare`] before the
+/// server answers, and kept (the server has one policy for its life).
+static INDEX: std::sync::OnceLock<identity::IdentityIndex> = std::sync::OnceLock::new();
+
+/// Start-up work the first exec must not pay for, under way on its own
+/// thread: the identity index (hashing every program the policy names) and
+/// the report of what ptrace allows. The server waits for it
+/// ([`Preparing::wait`]) before it answers `/healthz`.
+pub struct Preparing(Result<std::thread::JoinHandle<()>, Vec<String>>);
+
+/// Starts [`Preparing`] for `policy`.
+pub fn prepare(policy: &Policy) -> Preparing {
+    let commands = policy.command_entries();
+    let copy = commands.clone();
+    Preparing(
+        std::thread::Builder::new()
+            .name("agentsh-index".into())
+            .spawn(move || prepare_now(&copy))
+            .map_err(|e| {
+                tracing::debug!("start-up work on the main thread (no thread: {e})");
+                commands
+            }),
+    )
+}
+
+impl Preparing {
+    /// Waits until the identity index is built and watched.
+    ///
+    /// # Errors
+    /// The thread building it panicked (its message is in the log above).
+    pub fn wait(self) -> Result<(), String> {
+        match self.0 {
+            Ok(h) => h.join().map_err(|_| {
+                "building the identity index failed (see the panic above); the server does not \
+                 start without it"
+                    .to_string()
+            }),
+            Err(commands) => {
+                prepare_now(&commands);
+                Ok(())
+            }
+        }
+    }
+}
+
+fn prepare_now(commands: &[String]) {
+    report_ptrace();
+    let t = std::time::Instant::now();
+    let (index, built) = identity::IdentityIndex::start(commands, true);
+    tracing::info!(
+        programs = built.programs,
+        files = built.files,
+        mib = format!("{:.1}", built.bytes as f64 / f64::from(1u32 << 20)),
+        threads = built.threads,
+        ms = t.elapsed().as_millis() as u64,
+        watched_dirs = built.watched,
+        deferred = built.deferred,
+        "identity index built: copies of these programs are judged as them"
+    );
+    if INDEX.set(index).is_err() {
+        tracing::error!("identity index built twice: the first one stays");
+        return;
+    }
+    let Some(index) = INDEX.get() else {
+        return;
+    };
+    if index.has_background_work() {
+        if let Err(e) = index.watch_in_background() {
+            tracing::warn!(
+                "{e}: a program the policy names that is installed after the server started is \
+                 indexed only when it restarts"
+            );
+        }
+    }
+}
+
+/// The identity index ([`prepare`] built it before the server answered).
 fn identity_index(policy: &Policy) -> &'static identity::IdentityIndex {
-    static INDEX: std::sync::OnceLock<identity::IdentityIndex> = std::sync::OnceLock::new();
     INDEX.get_or_init(|| {
-        let t = std::time::Instant::now();
-        let index = identity::IdentityIndex::build(&policy.command_entries());
-        tracing::info!(
-            programs = index.len(),
-            ms = t.elapsed().as_millis() as u64,
-            "identity index built: copies of these programs are judged as them"
-        );
-        report_ptrace();
-        index
+        // Unreachable in the server: no tree exists before `prepare` is done.
+        tracing::error!("the identity index was not built at start: building it on an exec");
+        identity::IdentityIndex::start(&policy.command_entries(), false).0
     })
 }
 
