@@ -365,36 +365,83 @@ fn list_dir_numbers(dir: &File, enough: usize) -> io::Result<Vec<u32>> {
 mod tests {
     use super::*;
 
+    /// A python child that starts and ends one thread on request: its
+    /// thread count is ours to change (this process's is not: the test
+    /// harness runs other tests on threads beside this one).
+    struct Threaded {
+        child: std::process::Child,
+        stdin: std::process::ChildStdin,
+        stdout: std::io::BufReader<std::process::ChildStdout>,
+    }
+
+    impl Threaded {
+        fn start() -> Threaded {
+            use std::process::{Command, Stdio};
+            let script = "import sys, threading\n\
+                          ev = threading.Event()\n\
+                          t = None\n\
+                          for line in sys.stdin:\n    \
+                          if line.strip() == 'start':\n        \
+                          t = threading.Thread(target=ev.wait); t.start(); print('started', flush=True)\n    \
+                          elif line.strip() == 'stop':\n        \
+                          ev.set(); t.join(); print('stopped', flush=True)\n";
+            let mut child = Command::new("python3")
+                .args(["-c", script])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("python3");
+            let stdin = child.stdin.take().expect("stdin");
+            let stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+            Threaded {
+                child,
+                stdin,
+                stdout,
+            }
+        }
+
+        fn ask(&mut self, what: &str) {
+            use std::io::{BufRead, Write};
+            writeln!(self.stdin, "{what}").expect("write");
+            let mut line = String::new();
+            self.stdout.read_line(&mut line).expect("read");
+            assert!(!line.is_empty(), "the child ended");
+        }
+    }
+
+    impl Drop for Threaded {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
     #[test]
     fn reads_again_what_changes() {
-        let me = std::process::id();
+        let mut p = Threaded::start();
+        let pid = p.child.id();
         let mut files = ProcFiles::default();
-        let before = files.stat_now(me).unwrap();
-        let threads = files.threads(me).unwrap();
-        assert!(threads.contains(&me));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-        let t = std::thread::spawn(move || {
-            // SAFETY: gettid has no preconditions.
-            tx.send(unsafe { libc::gettid() } as u32).unwrap();
-            done_rx.recv().ok();
-        });
-        let tid = rx.recv().unwrap();
+        let before = files.stat_now(pid).unwrap();
+        assert_eq!(before.num_threads, 1);
+        assert_eq!(files.threads(pid).unwrap(), vec![pid]);
+        p.ask("start");
         // The same open files see the new thread.
-        let after = files.stat_now(me).unwrap();
-        assert!(
-            after.num_threads > before.num_threads,
-            "{before:?} {after:?}"
-        );
-        assert!(files.threads(me).unwrap().contains(&tid));
+        let after = files.stat_now(pid).unwrap();
+        assert_eq!(after.num_threads, 2, "{before:?} {after:?}");
+        let threads = files.threads(pid).unwrap();
+        assert_eq!(threads.len(), 2, "{threads:?}");
         // Within an exec, stat answers from the memo; stat_now reads.
-        assert_eq!(files.stat(me).unwrap(), after);
-        done_tx.send(()).unwrap();
-        t.join().unwrap();
+        assert_eq!(files.stat(pid).unwrap(), after);
+        p.ask("stop");
+        assert_eq!(
+            files.stat(pid).unwrap(),
+            after,
+            "the memo holds within an exec"
+        );
         files.begin_exec();
-        let later = files.stat(me).unwrap();
-        assert!(later.num_threads < after.num_threads);
-        assert!(files.children(me, me).is_ok());
+        let later = files.stat(pid).unwrap();
+        assert_eq!(later.num_threads, 1);
+        assert!(files.children(pid, pid).is_ok());
     }
 
     #[test]
