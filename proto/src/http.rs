@@ -1,4 +1,6 @@
-//! A minimal HTTP/1.1 client over agentsh's Unix SOCK_SEQPACKET API socket.
+//! A minimal HTTP/1.1 client over agentsh's Unix SOCK_SEQPACKET API socket,
+//! and over TCP for an operator's `http://` listener ([`call_tcp`]): the
+//! shim's one HTTP client.
 //!
 //! The shim runs for every shell in the container and must stay small, so
 //! this is not a general client: one request per connection
@@ -86,6 +88,86 @@ pub fn call(
     let peer = seqpacket::peer_cred(fd.as_fd()).map_err(Error::Io)?;
     check_peer(&peer).map_err(Error::Peer)?;
     exchange(&fd, peer, req, max_body)
+}
+
+/// `http://HOST[:PORT]` (no path) as a socket address: an IP literal as is
+/// (IPv6 in brackets), a name through the system resolver; port 80 when
+/// none is given.
+///
+/// # Errors
+/// Not `http://`, a path, a bad port, or a name that does not resolve.
+pub fn tcp_addr(base: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+    let auth = base
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("{base}: not an http:// address"))?
+        .trim_end_matches('/');
+    if auth.contains('/') {
+        return Err(format!("{base}: no path may follow the address"));
+    }
+    let (host, port) = match auth.rsplit_once(':') {
+        Some((h, p)) if !h.is_empty() && (!h.contains(':') || h.ends_with(']')) => (
+            h,
+            p.parse::<u16>()
+                .map_err(|_| format!("{base}: bad port {p:?}"))?,
+        ),
+        _ => (auth, 80),
+    };
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = bare.parse::<IpAddr>() {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    (bare, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("{base}: cannot resolve {bare}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{base}: {bare} has no address"))
+}
+
+/// Sends `req` to an HTTP listener at `addr` over TCP and returns the status
+/// and body (at most `max_body` bytes). `connect` bounds the connection,
+/// `io` each read and write.
+///
+/// # Errors
+/// See [`Error`] (there is no peer to check on TCP).
+pub fn call_tcp(
+    addr: std::net::SocketAddr,
+    connect: Duration,
+    io: Duration,
+    req: &Request<'_>,
+    max_body: usize,
+) -> Result<(u16, Vec<u8>), Error> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&addr, connect).map_err(Error::Connect)?;
+    s.set_read_timeout(Some(io)).map_err(Error::Io)?;
+    s.set_write_timeout(Some(io)).map_err(Error::Io)?;
+    s.write_all(&encode(req)).map_err(Error::Io)?;
+    let mut buf: Vec<u8> = Vec::with_capacity(4096);
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = match s.read(&mut chunk) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::Io(e)),
+        };
+        if n == 0 {
+            return parse(&buf, max_body)?.ok_or_else(|| {
+                Error::Malformed(format!(
+                    "the server closed after {} bytes of an incomplete answer",
+                    buf.len()
+                ))
+            });
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if buf.len() > max_body + 16 * 1024 {
+            return Err(Error::Malformed(format!(
+                "answer larger than {max_body} bytes"
+            )));
+        }
+        if let Some(answer) = parse(&buf, max_body)? {
+            return Ok(answer);
+        }
+    }
 }
 
 /// The request's bytes.
@@ -240,6 +322,51 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tcp_addresses_parse_literals_and_refuse_paths() {
+        assert_eq!(
+            tcp_addr("http://127.0.0.1:18080").unwrap(),
+            "127.0.0.1:18080".parse().unwrap()
+        );
+        assert_eq!(
+            tcp_addr("http://[::1]:9/").unwrap(),
+            "[::1]:9".parse().unwrap()
+        );
+        assert_eq!(
+            tcp_addr("http://10.0.0.1").unwrap(),
+            "10.0.0.1:80".parse().unwrap()
+        );
+        assert!(tcp_addr("http://127.0.0.1:9/api").is_err());
+        assert!(tcp_addr("https://127.0.0.1:9").is_err());
+        assert!(tcp_addr("http://127.0.0.1:x").is_err());
+    }
+
+    #[test]
+    fn a_tcp_exchange_reads_the_whole_answer() {
+        use std::io::{Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let t = std::thread::spawn(move || {
+            let (mut c, _) = l.accept().unwrap();
+            let mut got = [0u8; 512];
+            let n = c.read(&mut got).unwrap();
+            assert!(got[..n].starts_with(b"POST /x HTTP/1.1\r\n"));
+            c.write_all(b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\n")
+                .unwrap();
+            c.write_all(b"ok").unwrap();
+        });
+        let req = Request {
+            method: "POST",
+            target: "/x",
+            body: b"{}",
+            bearer: None,
+        };
+        let limit = Duration::from_secs(30);
+        let (status, body) = call_tcp(addr, limit, limit, &req, 1024).unwrap();
+        assert_eq!((status, body.as_slice()), (201, &b"ok"[..]));
+        t.join().unwrap();
+    }
 
     #[test]
     fn encodes_one_request() {

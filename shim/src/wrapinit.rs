@@ -13,20 +13,19 @@
 //!   impostor can at most make the shim refuse, never run its code before
 //!   the filter.
 //!
-//! Over `http://` (an operator's choice, off by default) the client ignores
-//! proxy variables (they come from the environment). Timeouts are short
-//! (connect 1 s, whole call 5 s): every shell in the container waits on them.
+//! Over `http://` (an operator's choice, off by default) the same small
+//! client (`agentsh_proto::http`) speaks HTTP/1.1 over TCP: no proxy, no
+//! redirect, an IP literal used as is (a name goes through the system
+//! resolver). Timeouts are short (connect 1 s, each read and write 5 s):
+//! every shell in the container waits on them.
 
 use crate::decide::InstallFailure;
 use agentsh_proto::http::{self, Request};
 use agentsh_proto::shimconf::{Server, ShimConf};
 use agentsh_proto::{WrapInitRequest, WrapInitResponse};
-use std::net::{IpAddr, SocketAddr};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 use std::time::Duration;
-use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
-use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const TOTAL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -178,63 +177,23 @@ fn call_http(
     target: &str,
     req: &WrapInitRequest,
 ) -> Result<(u16, Vec<u8>), InstallFailure> {
-    let config = ureq::Agent::config_builder()
-        .proxy(None)
-        .max_redirects(0)
-        .http_status_as_error(false)
-        .timeout_connect(Some(CONNECT_TIMEOUT))
-        .timeout_global(Some(TOTAL_TIMEOUT))
-        // 128 KiB each by default, zeroed on every shell; a wrap-init
-        // request is < 1 KiB and the answer's body is streamed through.
-        .input_buffer_size(16 * 1024)
-        .output_buffer_size(4 * 1024)
-        .build();
-    let agent = ureq::Agent::with_parts(config, DefaultConnector::new(), LiteralFirst);
-    let url = format!("{base}{target}");
-    let mut resp = agent
-        .post(&url)
-        .send_json(req)
-        .map_err(|e| InstallFailure::Unreachable(format!("{url}: {e}")))?;
-    let status = resp.status().as_u16();
-    let body = resp
-        .body_mut()
-        .with_config()
-        .limit(MAX_ANSWER as u64)
-        .read_to_vec()
-        .map_err(|e| InstallFailure::BadResponse(e.to_string()))?;
-    Ok((status, body))
-}
-
-/// The server is almost always an IP literal: use it as is. ureq's resolver
-/// would start a thread to bound the lookup's time even for a literal.
-#[derive(Debug)]
-struct LiteralFirst;
-
-impl Resolver for LiteralFirst {
-    fn resolve(
-        &self,
-        uri: &ureq::http::Uri,
-        config: &ureq::config::Config,
-        timeout: NextTimeout,
-    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
-        if let Some(addr) = literal_addr(uri) {
-            let mut v = self.empty();
-            v.push(addr);
-            return Ok(v);
-        }
-        DefaultResolver::default().resolve(uri, config, timeout)
-    }
-}
-
-/// `http://IP:PORT/...` or `http://[IPv6]:PORT/...` (port defaulting to 80).
-fn literal_addr(uri: &ureq::http::Uri) -> Option<SocketAddr> {
-    if uri.scheme_str() != Some("http") {
-        return None;
-    }
-    let auth = uri.authority()?;
-    let host = auth.host().trim_start_matches('[').trim_end_matches(']');
-    let ip: IpAddr = host.parse().ok()?;
-    Some(SocketAddr::new(ip, auth.port_u16().unwrap_or(80)))
+    let addr = http::tcp_addr(base).map_err(InstallFailure::Unreachable)?;
+    let body = serde_json::to_vec(req)
+        .map_err(|e| InstallFailure::BadResponse(format!("cannot encode the request: {e}")))?;
+    let request = Request {
+        method: "POST",
+        target,
+        body: &body,
+        bearer: None,
+    };
+    // TCP has no peer credentials: what answers is vetted by the wrapper it
+    // names (`validate`), as on the Unix socket.
+    http::call_tcp(addr, CONNECT_TIMEOUT, TOTAL_TIMEOUT, &request, MAX_ANSWER).map_err(
+        |e| match e {
+            http::Error::Malformed(m) => InstallFailure::BadResponse(m),
+            e => InstallFailure::Unreachable(format!("{base}{target}: {e}")),
+        },
+    )
 }
 
 /// An empty `wrapper_binary` or `notify_socket` means "no kernel install";
@@ -347,20 +306,6 @@ mod tests {
         let e = vet_socket(Path::new("/tmp/agentsh-no-such/api.sock")).unwrap_err();
         assert!(e.contains("/tmp"), "{e}");
         assert!(vet_socket(Path::new("/run/agentsh-no-such-dir/api.sock")).is_err());
-    }
-
-    #[test]
-    fn ip_literals_skip_the_resolver_names_do_not() {
-        let u = |s: &str| s.parse::<ureq::http::Uri>().unwrap();
-        assert_eq!(
-            literal_addr(&u("http://127.0.0.1:18080/api")),
-            Some("127.0.0.1:18080".parse().unwrap())
-        );
-        assert_eq!(
-            literal_addr(&u("http://[::1]:9/x")),
-            Some("[::1]:9".parse().unwrap())
-        );
-        assert_eq!(literal_addr(&u("http://localhost:18080/x")), None);
     }
 
     #[test]

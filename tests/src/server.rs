@@ -149,6 +149,8 @@ pub fn free_port() -> u16 {
 /// Put first in `extra_config`: the server also gets a TCP listener on a
 /// free loopback port (`TestServer::addr`).
 pub const TCP: &str = "#tcp\n";
+/// Like [`TCP`], and wrap-init is served there too (`server.http.wrap_init`).
+pub const TCP_WRAP_INIT: &str = "#tcp-wrap-init\n";
 
 /// A running `agentsh server`.
 pub struct TestServer {
@@ -249,14 +251,21 @@ impl ServerFiles {
         let socket = dir.path().join("run").join("api.sock");
         // A test that wants the TCP listener says so with TCP first in
         // extra_config (`server:` cannot be given twice).
-        let (server_yaml, extra_config) = match extra_config.strip_prefix(TCP) {
-            Some(rest) => (
+        let tcp = |rest, more: &str| {
+            (
                 format!(
-                    "server:\n  socket: {}\n  http:\n    addr: \"127.0.0.1:{}\"\n",
+                    "server:\n  socket: {}\n  http:\n    addr: \"127.0.0.1:{}\"\n{more}",
                     socket.display(),
                     free_port()
                 ),
                 rest,
+            )
+        };
+        let (server_yaml, extra_config) = match extra_config.strip_prefix(TCP) {
+            Some(rest) => tcp(rest, ""),
+            None if extra_config.starts_with(TCP_WRAP_INIT) => tcp(
+                &extra_config[TCP_WRAP_INIT.len()..],
+                "    wrap_init: true\n",
             ),
             None => (
                 format!("server:\n  socket: {}\n", socket.display()),

@@ -3,7 +3,7 @@
 //! table, and shim.conf trust. Needs root (skips outside CI otherwise).
 
 use agentsh_tests::ns::{host_sh_fingerprint, Namespace};
-use agentsh_tests::server::require_root;
+use agentsh_tests::server::{require_root, TestServer, TCP_WRAP_INIT};
 
 /// A loopback URL where nothing listens.
 const DEAD_SERVER: &str = "http://127.0.0.1:1";
@@ -208,5 +208,35 @@ fn invalid_shim_conf_value_refuses_naming_file_line_and_values() {
     assert!(
         err.contains("/etc/agentsh/shim.conf line 2") && err.contains("auto, on, off"),
         "{err}"
+    );
+}
+
+/// An operator's `http://` server (wrap-init over TCP, `server.http.wrap_init`)
+/// works through the shim's own small client: supervised, refusals included.
+#[test]
+fn wrap_init_over_tcp_supervises_the_shell() {
+    if !require_root("wrap_init_over_tcp_supervises_the_shell") {
+        return;
+    }
+    let ns = Namespace::new();
+    let srv = TestServer::start_with(
+        std::path::Path::new("/run/agentsh-tests"),
+        "name: tcp\ndefault: allow\ncommand_rules:\n  - name: no-curl\n    commands: [curl]\n    decision: deny\n",
+        TCP_WRAP_INIT,
+        |p| ns.command(p),
+    );
+    ns.install_shim(false);
+    ns.configure(&format!("http://{}", srv.addr), "on");
+    let ok = ns.run(&["/bin/sh", "-c", "echo supervised"], &[]);
+    assert_eq!(stdout(&ok), "supervised\n", "{}", stderr(&ok));
+    let denied = ns.run(&["/bin/sh", "-c", "true; curl --version"], &[]);
+    assert_ne!(denied.status.code(), Some(0), "{}", stdout(&denied));
+    let events = srv.exec_events("default");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["decision"] == "deny"
+                && e["filename"].as_str().unwrap_or("").ends_with("curl")),
+        "{events:?}"
     );
 }
