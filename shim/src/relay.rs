@@ -187,6 +187,10 @@ enum Received {
 
 /// Receives the notify fd (or the trace request) and hands it to the
 /// server; true only on the server's ACK.
+///
+/// # Safety
+/// Only in the relay child after fork (async-signal-safe calls only);
+/// `relay_fd` is its end of the socketpair.
 unsafe fn relay_once(plan: &RelayPlan, relay_fd: RawFd) -> bool {
     // SAFETY: raw syscalls on the relay's own socketpair end, in the forked child.
     unsafe {
@@ -212,6 +216,10 @@ unsafe fn relay_once(plan: &RelayPlan, relay_fd: RawFd) -> bool {
 
 /// One datagram `[WRAPPER_FD_BYTE]` + one fd in SCM_RIGHTS, or
 /// `[TRACE_ME_BYTE]` with no fd; anything else is refused.
+///
+/// # Safety
+/// `sock` is an open SEQPACKET socket owned by the caller; only in the relay
+/// child (no allocation).
 unsafe fn recv_fd(sock: RawFd) -> Option<Received> {
     // SAFETY: recvmsg into buffers we own, sized for the control messages; every fd received is either returned or closed.
     unsafe {
@@ -260,6 +268,9 @@ unsafe fn recv_fd(sock: RawFd) -> Option<Received> {
 
 /// Sends `record` (with `notify_fd` in SCM_RIGHTS unless it is -1) and
 /// reads the server's status byte.
+///
+/// # Safety
+/// `notify_fd` is -1 or an fd the caller owns; only in the relay child.
 unsafe fn hand_to_server(
     plan: &RelayPlan,
     record: &[u8; agentsh_proto::handoff::HANDOFF_LEN],
@@ -318,6 +329,9 @@ unsafe fn hand_to_server(
 }
 
 /// A SEQPACKET socket connected to the notify socket, or -1.
+///
+/// # Safety
+/// Only in the relay child (raw syscalls, no allocation).
 unsafe fn connect(plan: &RelayPlan) -> RawFd {
     // SAFETY: a socket of our own connected to the prepared sockaddr_un.
     unsafe {
@@ -347,6 +361,10 @@ unsafe fn connect(plan: &RelayPlan) -> RawFd {
 }
 
 /// Closes every fd except `keep` (close_range, with a bounded loop as fallback).
+///
+/// # Safety
+/// Closes fds other code may hold: only in the relay child, where nothing
+/// else runs.
 unsafe fn close_all_but(keep: RawFd) {
     // SAFETY: closing fds of this forked child only.
     unsafe {
@@ -358,6 +376,10 @@ unsafe fn close_all_but(keep: RawFd) {
     }
 }
 
+/// `close_range(lo, hi)`, or a loop of `close` where the kernel lacks it.
+///
+/// # Safety
+/// As [`close_all_but`].
 unsafe fn close_range(lo: u32, hi: u32) {
     // SAFETY: closing fds of this forked child only.
     unsafe {

@@ -2,6 +2,9 @@
 //! on the real kernel, with the test process playing the shim (see
 //! `agentsh_tests::relay`) and the operator (the `agentsh approvals` CLI).
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 use agentsh_tests::relay::{spawn_wrapped, WrapOptions, Wrapped};
 use agentsh_tests::server::{bin, require_root, TempDir, TestServer, TCP};
 use serde_json::Value;

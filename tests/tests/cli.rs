@@ -1,5 +1,8 @@
 //! End-to-end: the admin CLI's read-only commands (`policy check`, `events`).
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 use agentsh_tests::relay::{run_wrapped, WrapOptions};
 use agentsh_tests::server::{bin, require_root, TempDir, TestServer};
 use std::io::{BufRead, BufReader};

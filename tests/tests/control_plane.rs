@@ -4,6 +4,9 @@
 //! kernel through the shim and an SDK-style daemon (a sibling of the
 //! server), as root and as an unprivileged user where it matters.
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 use agentsh_tests::ns::Namespace;
 use agentsh_tests::sandbox::{Sandbox, AGENT_DEFAULT, NOBODY, WORKSPACE};
 use agentsh_tests::sdk::{self, Supervisor};

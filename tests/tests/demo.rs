@@ -1,5 +1,8 @@
 //! The README's demo runs and shows what it claims (it checks itself too).
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 use agentsh_tests::server::{bin, require_root};
 
 #[test]

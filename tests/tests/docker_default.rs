@@ -13,6 +13,9 @@
 //! the policy allows runs, threaded spawners (which the race guard watches)
 //! work, and the server's own view says what it lacked.
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 use agentsh_tests::ns::Namespace;
 use agentsh_tests::sandbox::{AGENT_DEFAULT, NOBODY, SERVER_BASE, WORKSPACE};
 use agentsh_tests::sdk::{self, Finished, Spawn, Supervisor};

@@ -4,6 +4,9 @@
 //! docs/*.md (run against a test server or a temporary root, or listed with
 //! the test that exercises it elsewhere).
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 use agentsh_tests::ns::Namespace;
 use agentsh_tests::server::{bin, require_root, server_base, TempDir, TestServer};
 use std::collections::BTreeSet;

@@ -13,6 +13,9 @@
 //! (`min_abi`), is listed as not enforced there, and is what the security
 //! model's per-ABI table documents. Needs root, Landlock ABI >= 6.
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 use agentsh_tests::sandbox::{Listener, Sandbox, AGENT_DEFAULT, NOBODY, WORKSPACE};
 use agentsh_tests::sdk::Spawn;
 use agentsh_tests::server::{bin, require_root};

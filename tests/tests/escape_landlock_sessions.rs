@@ -3,6 +3,9 @@
 //! session: git clone, a C build with make, its tests) runs under the shipped
 //! `agent-default`. Needs root and Landlock ABI >= 4 (TCP) / 6 (scopes).
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 use agentsh_tests::sandbox::{Listener, Sandbox, AGENT_DEFAULT, NOBODY, WORKSPACE};
 use agentsh_tests::sdk;
 use agentsh_tests::server::require_root;

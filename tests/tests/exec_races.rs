@@ -8,6 +8,9 @@
 //! `AGENTSH_RACE_ATTEMPTS` lowers the count for a quick local run; CI runs
 //! the full 10,000.
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 use agentsh_tests::attackers::{stopped_or_traced, tally, Arena};
 use agentsh_tests::relay::{run_wrapped, spawn_wrapped, WrapOptions};
 use agentsh_tests::server::{require_root, server_base, TestServer};

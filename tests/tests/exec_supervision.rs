@@ -2,6 +2,9 @@
 //! playing the shim (see `agentsh_tests::relay`). The supervised tree is a
 //! sibling of the server, never its child.
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 use agentsh_tests::relay::{run_wrapped, spawn_wrapped, WrapOptions};
 use agentsh_tests::server::{bin, execs_of, require_root, TempDir, TestServer};
 use serde_json::Value;
@@ -403,6 +406,7 @@ fn notify_socket_refuses_another_uid_and_a_handoff_not_bound_to_its_caller() {
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0);
     if pid == 0 {
+        // SAFETY: async-signal-safe calls only, then _exit.
         unsafe {
             let code = if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
                 2

@@ -14,6 +14,9 @@
 //!
 //! Needs root (mount namespaces, seccomp listeners).
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 use agentsh_tests::sandbox::{
     Listener, Sandbox, AGENT_DEFAULT, AGENT_OBSERVE, AGENT_STRICT, NOBODY, WORKSPACE,
 };

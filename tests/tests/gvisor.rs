@@ -8,6 +8,9 @@
 //! drives an SDK-style daemon (`agentsh-sandbox-scenario`, whose module doc
 //! lists the checks). This test proves the host kept its `/bin/sh`.
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 use agentsh_tests::server::{bin, require_root};
 use std::process::Command;
 

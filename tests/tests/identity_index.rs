@@ -5,6 +5,9 @@
 //! kernel; the programs are installed into the test's private mount
 //! namespace (its `/usr` overlay), never into this machine's `/usr`.
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 use agentsh_tests::sandbox::{Sandbox, WORKSPACE};
 use agentsh_tests::server::require_root;
 use serde_json::Value;

@@ -13,6 +13,9 @@
 //! ENTRYPOINT runs an SDK daemon. Needs root; the first run builds the cached
 //! root (network, minutes).
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 use agentsh_tests::rootfs::{text, Root, SdkDaemon, BOOKWORM_MINBASE};
 use agentsh_tests::sdk;
 use agentsh_tests::server::{bin, require_root, TempDir};

@@ -5,6 +5,9 @@
 //! cannot express (a deny-only TCP port list) is refused by `agentsh policy
 //! check` and by the server, with what to write instead. Needs root.
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 use agentsh_tests::sandbox::{Sandbox, WORKSPACE};
 use agentsh_tests::sdk;
 use agentsh_tests::server::{bin, require_root, server_base, TempDir};

@@ -1,6 +1,9 @@
 //! End-to-end: starting the server without a service manager (`agentsh
 //! ready`, `agentsh entrypoint`), and the generated man pages and completions.
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 use agentsh_tests::server::{bin, free_port, server_base, TempDir, TestServer};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -8,6 +8,9 @@
 //! and the shim keeps the variables from unixwrap anyway
 //! (`AGENTSH_LOADER_ENV`). Needs root.
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 use agentsh_tests::sandbox::{Sandbox, AGENT_DEFAULT};
 use agentsh_tests::sdk::Spawn;
 use agentsh_tests::server::require_root;

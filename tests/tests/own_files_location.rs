@@ -5,6 +5,9 @@
 //! (`/tmp`, `/var/tmp`, `/dev/shm`) refuses to start and says what to use;
 //! with its files elsewhere, a tree writes `/tmp` as usual. Needs root.
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 use agentsh_tests::sandbox::{Sandbox, AGENT_DEFAULT};
 use agentsh_tests::sdk;
 use agentsh_tests::server::{bin, free_port, require_root, server_base, TempDir};

@@ -3,6 +3,9 @@
 //! exec verified at `PTRACE_EVENT_EXEC`, signals and exit statuses passing
 //! through, and the tree dying with the server.
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 use agentsh_tests::attackers::{compile, stopped_or_traced, tally, Arena};
 use agentsh_tests::ns::Namespace;
 use agentsh_tests::relay::{run_wrapped, spawn_wrapped, WrapOptions, WrapOptions as Opts};

@@ -2,6 +2,9 @@
 //! private mount namespace where `/bin/sh` and `/bin/bash` are the shim. The
 //! daemon is a sibling of the agentsh server, never its descendant. Needs root.
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 use agentsh_tests::ns::Namespace;
 use agentsh_tests::sdk::{self, Finished, Spawn, Supervisor};
 use agentsh_tests::server::{require_root, TestServer};

@@ -2,6 +2,9 @@
 //! transparency of the exec path, the fall-through rows of the decision
 //! table, and shim.conf trust. Needs root (skips outside CI otherwise).
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 use agentsh_tests::ns::{host_sh_fingerprint, Namespace};
 use agentsh_tests::server::{require_root, TestServer, TCP_WRAP_INIT};
 

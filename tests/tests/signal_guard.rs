@@ -11,6 +11,9 @@
 //! and the daemon must still answer afterwards; a signal to the tree's own
 //! processes must still work. Needs root.
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 use agentsh_tests::sandbox::{Sandbox, AGENT_DEFAULT, NOBODY};
 use agentsh_tests::sdk::Spawn;
 use agentsh_tests::server::require_root;

@@ -3,6 +3,9 @@
 //! `LD_PRELOAD`/`LD_AUDIT` have nothing to load into them). The binaries the
 //! tests run are the ones checked (bin() takes them from target/static/).
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 use agentsh_tests::server::{bin, STATIC_BINARIES};
 use std::process::Command;
 

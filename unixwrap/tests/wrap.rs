@@ -4,6 +4,9 @@
 //! scenario; its name states the behaviour. Root is required (see
 //! `common::require_root`).
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::time::{Duration, Instant};
@@ -32,11 +35,8 @@ fn exec_proceeds_and_output_arrives_only_after_ack() {
         revents: 0,
     };
     // SAFETY: one valid pollfd.
-    assert_eq!(
-        unsafe { libc::poll(&mut pfd, 1, 200) },
-        0,
-        "output before the ACK"
-    );
+    let ready = unsafe { libc::poll(&mut pfd, 1, 200) };
+    assert_eq!(ready, 0, "output before the ACK");
     w.send_ack(Ack::Accepted);
     let r = Responder::start(fd, allow_all());
     let out = w.finish(T);
