@@ -24,6 +24,7 @@ pub mod marker;
 pub mod notif;
 pub mod seqpacket;
 pub mod shimconf;
+pub mod sigabi;
 pub mod wire;
 
 pub use wire::{

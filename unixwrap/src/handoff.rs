@@ -18,39 +18,6 @@ use std::time::{Duration, Instant};
 
 use agentsh_proto::handoff::{Ack, WRAPPER_FD_BYTE};
 
-/// Checks that `fd` is an open SOCK_SEQPACKET socket.
-///
-/// # Errors
-/// A message saying what `fd` is instead.
-pub fn check_seqpacket(fd: RawFd) -> Result<(), String> {
-    let mut ty: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: SO_TYPE writes one c_int through a valid pointer with its length.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_TYPE,
-            (&mut ty as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    if rc < 0 {
-        let e = io::Error::last_os_error();
-        return Err(match e.raw_os_error() {
-            Some(libc::EBADF) => format!("fd {fd} is not open"),
-            Some(libc::ENOTSOCK) => format!("fd {fd} is not a socket"),
-            _ => format!("fd {fd}: {e}"),
-        });
-    }
-    if ty != libc::SOCK_SEQPACKET {
-        return Err(format!(
-            "fd {fd} is not a SOCK_SEQPACKET socket (type {ty})"
-        ));
-    }
-    Ok(())
-}
-
 /// Asks the relay to have the server trace this process (ptrace backend):
 /// one datagram `[TRACE_ME_BYTE]`, no fd.
 ///

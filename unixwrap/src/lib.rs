@@ -177,7 +177,7 @@ fn read_setup(args: &[OsString], log: &Log) -> Result<Setup, WrapError> {
 fn notify_socket(setup: &Setup) -> Result<RawFd, WrapError> {
     args::parse_fd(env::NOTIFY_SOCK_FD, setup.sock_fd_value.as_deref())
         .and_then(|fd| {
-            handoff::check_seqpacket(fd)
+            agentsh_proto::seqpacket::check_type(fd)
                 .map(|()| fd)
                 .map_err(|e| format!("{}: {e}", env::NOTIFY_SOCK_FD))
         })

@@ -33,57 +33,9 @@ use super::SupervisorContext;
 use crate::audit::{EventBody, SignalEvent};
 use agentsh_proto::notif::Notification;
 
-/// A signal call the filter sends to the supervisor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SignalCall {
-    Kill,
-    Tkill,
-    RtSigqueueinfo,
-    PidfdSendSignal,
-    PidfdOpen,
-}
-
-impl SignalCall {
-    pub fn name(self) -> &'static str {
-        match self {
-            SignalCall::Kill => "kill",
-            SignalCall::Tkill => "tkill",
-            SignalCall::RtSigqueueinfo => "rt_sigqueueinfo",
-            SignalCall::PidfdSendSignal => "pidfd_send_signal",
-            SignalCall::PidfdOpen => "pidfd_open",
-        }
-    }
-}
-
-const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
-const AUDIT_ARCH_I386: u32 = 0x4000_0003;
-const AUDIT_ARCH_AARCH64: u32 = 0xC000_00B7;
-const X32: i32 = 0x4000_0000;
-
-/// Which signal call a notification is, if any.
-pub fn classify(arch: u32, nr: i32) -> Option<SignalCall> {
-    use SignalCall::*;
-    let nr = if arch == AUDIT_ARCH_X86_64 && nr & X32 != 0 {
-        match nr & !X32 {
-            524 => return Some(RtSigqueueinfo), // x32's compat rt_sigqueueinfo
-            n => n,
-        }
-    } else {
-        nr
-    };
-    match (arch, nr) {
-        (AUDIT_ARCH_X86_64, 62) | (AUDIT_ARCH_I386, 37) | (AUDIT_ARCH_AARCH64, 129) => Some(Kill),
-        (AUDIT_ARCH_X86_64, 200) | (AUDIT_ARCH_I386, 238) | (AUDIT_ARCH_AARCH64, 130) => {
-            Some(Tkill)
-        }
-        (AUDIT_ARCH_X86_64, 129) | (AUDIT_ARCH_I386, 178) | (AUDIT_ARCH_AARCH64, 138) => {
-            Some(RtSigqueueinfo)
-        }
-        (_, 424) => Some(PidfdSendSignal),
-        (_, 434) => Some(PidfdOpen),
-        _ => None,
-    }
-}
+/// The signal calls the filter sends here, and which call a notification
+/// is: one table in `agentsh_proto::sigabi`, every ABI the filter covers.
+pub use agentsh_proto::sigabi::{classify, SignalCall};
 
 /// The processes a tree must not signal, as read when the tree started.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -403,25 +355,6 @@ mod tests {
         assert!(judge(&facts(in_daemon_session, Target::OwnGroup))
             .unwrap_err()
             .contains("could join"));
-    }
-
-    #[test]
-    fn classifies_signal_calls_per_arch() {
-        assert_eq!(classify(AUDIT_ARCH_X86_64, 62), Some(SignalCall::Kill));
-        assert_eq!(classify(AUDIT_ARCH_I386, 37), Some(SignalCall::Kill));
-        assert_eq!(
-            classify(AUDIT_ARCH_X86_64, X32 | 62),
-            Some(SignalCall::Kill)
-        );
-        assert_eq!(
-            classify(AUDIT_ARCH_X86_64, X32 | 524),
-            Some(SignalCall::RtSigqueueinfo)
-        );
-        assert_eq!(
-            classify(AUDIT_ARCH_X86_64, 424),
-            Some(SignalCall::PidfdSendSignal)
-        );
-        assert_eq!(classify(AUDIT_ARCH_X86_64, 59), None);
     }
 
     #[test]
