@@ -23,13 +23,15 @@
 //! not a thread, so no number of long-polls, event streams or slow clients
 //! can make wrap-init wait; blocking work (wrap-init's ruleset compile, the
 //! `/proc` scans) runs on the blocking pool. Module layout: `transport`
-//! (sockets), `peer` (identification and limits), `routes` (the handlers).
+//! (sockets), `peer` (identification and limits), `routes` (the handlers),
+//! `answer` (JSON answers, errors, request bodies).
 //!
 //! Failure modes: errors are JSON `{"error": "..."}` with a 4xx/5xx status;
 //! a listener that fails is logged and the server exits non-zero (a server
 //! without its socket would leave `auto` shims refusing, which is safe, but
 //! an operator must see it).
 
+mod answer;
 pub mod peer;
 pub mod routes;
 pub mod transport;

@@ -2,68 +2,20 @@
 //!
 //! Errors are JSON `{"error": "..."}` with a 4xx/5xx status, never a guess.
 
+use super::answer::{error, fail, json, read_body, read_json, Failure, Resp};
 use super::peer::{Kind, Peer};
 use super::Api;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use hyper::header::AUTHORIZATION;
 use hyper::{Method, Request, Response, StatusCode};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(super) type Resp = Response<Full<Bytes>>;
-
-const MAX_BODY: usize = 1 << 20;
 /// The longest `?wait=` a long-poll may ask for.
 const MAX_WAIT: Duration = Duration::from_secs(60);
-
-pub(super) fn json(status: u16, body: &serde_json::Value) -> Resp {
-    let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
-    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    r.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    r
-}
-
-pub(super) fn error(status: u16, msg: impl Into<String>) -> Resp {
-    fail(status, msg).into()
-}
-
-/// An error answer not yet rendered (small, so `Result`s stay cheap).
-#[derive(Debug)]
-pub(super) struct Failure {
-    status: u16,
-    msg: String,
-    /// A section of `docs/troubleshooting.md` (`agentsh_proto::hint`) the
-    /// shim names instead of its generic one.
-    hint: Option<&'static str>,
-}
-
-pub(super) fn fail(status: u16, msg: impl Into<String>) -> Failure {
-    Failure {
-        status,
-        msg: msg.into(),
-        hint: None,
-    }
-}
-
-impl Failure {
-    pub(super) fn with_hint(mut self, hint: &'static str) -> Failure {
-        self.hint = Some(hint);
-        self
-    }
-}
-
-impl From<Failure> for Resp {
-    fn from(f: Failure) -> Resp {
-        match f.hint {
-            Some(h) => json(f.status, &serde_json::json!({ "error": f.msg, "hint": h })),
-            None => json(f.status, &serde_json::json!({ "error": f.msg })),
-        }
-    }
-}
 
 /// Serves one request; never fails (errors are responses).
 ///
@@ -218,31 +170,6 @@ fn token_matches(token: &str, presented: &str) -> bool {
     !a.is_empty()
         && a.len() == b.len()
         && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-async fn read_raw(req: Request<Incoming>) -> Result<Bytes, Failure> {
-    match Limited::new(req.into_body(), MAX_BODY).collect().await {
-        Ok(c) => Ok(c.to_bytes()),
-        Err(e) => Err(fail(
-            400,
-            format!("cannot read the request body (at most 1 MiB): {e}"),
-        )),
-    }
-}
-
-pub(super) async fn read_body<T: serde::de::DeserializeOwned>(
-    req: Request<Incoming>,
-) -> Result<T, Failure> {
-    let body = read_raw(req).await?;
-    serde_json::from_slice(&body).map_err(|e| fail(400, format!("invalid JSON body: {e}")))
-}
-
-async fn read_json(req: Request<Incoming>) -> Result<serde_json::Value, Failure> {
-    let body = read_raw(req).await?;
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(serde_json::json!({}));
-    }
-    serde_json::from_slice(&body).map_err(|e| fail(400, format!("invalid JSON body: {e}")))
 }
 
 fn list_sessions(api: &Api) -> Resp {

@@ -2,8 +2,8 @@
 //! tree's notify socket, filter, Landlock ruleset and daemon-socket masks,
 //! and the audit event; then the intake task that waits for the handoff.
 
+use super::answer::{error, fail, json, read_body, Failure, Resp};
 use super::peer::{Kind, Peer};
-use super::routes::{error, fail, json, read_body, Failure, Resp};
 use super::Api;
 use crate::audit::{EventBody, WrapInitEvent};
 use crate::intake::{self, Caller};
