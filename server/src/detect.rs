@@ -135,6 +135,14 @@ pub fn reach_remedy(reach: Reach, yama: Option<u32>) -> Option<String> {
     }
 }
 
+/// `None` when this process may read and trace `pid` (attach-mode ptrace
+/// access, as [`crate::tracee::access::can_attach`] checks), else why not.
+fn read_one_of(pid: i32) -> Option<String> {
+    crate::tracee::access::can_attach(pid as u32)
+        .err()
+        .map(|e| format!("ptrace access: {e}"))
+}
+
 /// Probes [`TreeAccess`]: one byte of a child's memory, and of a grandchild
 /// whose parent has exited (so it is no descendant of this process any
 /// more: its new parent is init or a subreaper above us). Both children
@@ -219,7 +227,21 @@ fn probe_tree_access() -> TreeAccess {
         }
     };
     let descendants = read_one(child);
-    let others = read_one(grandchild);
+    // Another process this one did not start: the grandchild (orphaned) and
+    // our own parent. Both must be readable: a rule that follows domains
+    // rather than ancestry (Landlock's ptrace scope) lets the orphan through
+    // but not the parent; Yama refuses both.
+    let others = match read_one(grandchild) {
+        p if !p.available => p,
+        p => {
+            let parent = std::os::unix::process::parent_id();
+            if parent > 0 {
+                read_one_of(parent as i32).map_or(p, |why| Probe::no(format!("our parent: {why}")))
+            } else {
+                p
+            }
+        }
+    };
     // SAFETY: ending the probes: closing the pipe wakes them; the kill makes
     // sure; our child is reaped (the grandchild's new parent reaps it).
     unsafe {

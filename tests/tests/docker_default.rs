@@ -33,7 +33,13 @@ struct Container {
 }
 
 impl Container {
-    fn start(profile: &str, uid: Option<u32>) -> Container {
+    /// `yama`: on a host with Yama `ptrace_scope` 1 (emulated: see
+    /// `agentsh-container --descendants-only`, which puts the server and
+    /// what it starts in a domain of their own). Then the server is started
+    /// the way `agentsh entrypoint` starts it, `agentsh server -- DAEMON`
+    /// (the entrypoint itself would be inside the emulated domain too, and
+    /// a daemon beside the server would not be told apart from one below it).
+    fn start_on(profile: &str, yama: bool, uid: Option<u32>) -> Container {
         let ns = Namespace::new();
         ns.mount_scratch("/srv", WORKSPACE);
         let files = ServerFiles::write(
@@ -49,9 +55,14 @@ impl Container {
             std::os::unix::fs::chown(&ws, Some(uid), Some(uid)).expect("chown the workspace");
         }
         let mut cmd = ns.command_in(bin("agentsh-container"), WORKSPACE);
-        cmd.args(["--profile", profile, "--"])
+        cmd.args(["--profile", profile]);
+        if yama {
+            cmd.arg("--descendants-only");
+        }
+        cmd.arg("--")
             .arg(bin("agentsh"))
-            .args(["entrypoint", "--config"])
+            .arg(if yama { "server" } else { "entrypoint" })
+            .arg("--config")
             .arg(&files.config)
             .arg("--");
         if let Some(uid) = uid {
@@ -109,7 +120,13 @@ print('threads ok')
 /// The SDKs' shells in `profile`, as `uid`: supervised, refused where the
 /// policy says, audited.
 fn sdk_shells_are_supervised(profile: &str, uid: Option<u32>) {
-    let mut c = Container::start(profile, uid);
+    sdk_shells_are_supervised_on(profile, false, uid);
+}
+
+/// `yama`: see [`Container::start_on`].
+
+fn sdk_shells_are_supervised_on(profile: &str, yama: bool, uid: Option<u32>) {
+    let mut c = Container::start_on(profile, yama, uid);
     // Tensorlake's `sh -lc` with a nested curl: refused, audited.
     let f = c.run(&sdk::tensorlake("true; curl --version"));
     assert_eq!(f.code, Some(126), "{profile} {uid:?}: {f:?}");
@@ -211,4 +228,107 @@ fn the_docker_default_emulation_refuses_kcmp_and_cuts_capabilities() {
         text.contains("00000000a80425fb"),
         "not Docker's capability set: {text}"
     );
+}
+
+#[test]
+fn docker_default_on_a_yama_host_root_shells_below_the_server_are_supervised() {
+    if !require_root("docker_default_on_a_yama_host_root_shells_below_the_server_are_supervised") {
+        return;
+    }
+    sdk_shells_are_supervised_on("docker-default", true, None);
+}
+
+#[test]
+fn docker_default_on_a_yama_host_user_shells_below_the_server_are_supervised() {
+    if !require_root("docker_default_on_a_yama_host_user_shells_below_the_server_are_supervised") {
+        return;
+    }
+    sdk_shells_are_supervised_on("docker-default", true, Some(NOBODY));
+}
+
+/// Docker's defaults on a Yama host, the server started on its own (not
+/// above the SDK's daemon): it can read no shell the daemon starts, so it
+/// is never ready, `agentsh ready` says why at once, and every shell is
+/// refused with the cause, never run unsupervised.
+#[test]
+fn docker_default_on_a_yama_host_a_server_not_above_the_daemon_refuses_and_says_why() {
+    if !require_root(
+        "docker_default_on_a_yama_host_a_server_not_above_the_daemon_refuses_and_says_why",
+    ) {
+        return;
+    }
+    let ns = Namespace::new();
+    ns.mount_scratch("/srv", WORKSPACE);
+    let files = ServerFiles::write(
+        Path::new(SERVER_BASE),
+        Some(AGENT_DEFAULT),
+        &format!("workspace: {WORKSPACE}\n"),
+    );
+    ns.install_shim(true);
+    ns.configure(&files.url, "on");
+    std::fs::create_dir_all(ns.path(WORKSPACE)).expect("create the workspace");
+    let log = std::fs::File::create(files.dir.path().join("server.log")).expect("server log");
+    let mut server = ns
+        .command(bin("agentsh-container"))
+        .args(["--profile", "docker-default", "--descendants-only", "--"])
+        .arg(bin("agentsh"))
+        .args(["server", "--config"])
+        .arg(&files.config)
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().expect("dup"))
+        .stderr(log)
+        .spawn()
+        .expect("start the server");
+    struct Kill<'a>(&'a mut std::process::Child);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _guard = Kill(&mut server);
+    // `agentsh ready` fails with the cause as soon as the server answers.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let ready = loop {
+        let out = ns
+            .command(bin("agentsh"))
+            .args(["ready", "--timeout", "60", "--config"])
+            .arg(&files.config)
+            .output()
+            .expect("run agentsh ready");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        if err.contains("cannot supervise") || Instant::now() >= deadline {
+            break (out.status.code(), err);
+        }
+    };
+    assert_eq!(ready.0, Some(1), "{}", ready.1);
+    assert!(
+        ready.1.contains("CAP_SYS_PTRACE") && ready.1.contains("agentsh entrypoint"),
+        "{}",
+        ready.1
+    );
+    // The SDK's daemon, started apart from the server (as by the container's
+    // own entrypoint): each shell is refused (126) with the cause.
+    let mut daemon = Supervisor::start_command({
+        let mut c = ns.command_in(bin("agentsh-container"), WORKSPACE);
+        c.args(["--profile", "docker-default", "--"])
+            .arg(bin("sdk-supervisor"));
+        c
+    });
+    let f = daemon.run(&sdk::tensorlake("touch /srv/ws/ran"));
+    assert_eq!(f.code, Some(126), "{f:?}");
+    assert!(
+        f.stderr
+            .contains("docs/troubleshooting.md#the-server-cannot-read-this-shell")
+            && f.stderr.contains("agentsh entrypoint"),
+        "{}",
+        f.stderr
+    );
+    assert!(
+        !ns.path("/srv/ws/ran").exists(),
+        "a shell ran although it could not be supervised"
+    );
+    let f = daemon.run(&sdk::e2b("touch /srv/ws/ran"));
+    assert_eq!(f.code, Some(126), "{f:?}");
+    assert!(!ns.path("/srv/ws/ran").exists());
 }

@@ -130,8 +130,8 @@ fn gate(api: &Api, caller: Caller) -> Result<(), Failure> {
             );
         }
     }
+    let below = caller.pid.is_some_and(descends_from_us);
     if api.gate.descendants_only {
-        let below = caller.pid.is_some_and(descends_from_us);
         if !below {
             let pid = caller.pid.map_or_else(|| "?".into(), |p| p.to_string());
             tracing::warn!(
@@ -144,6 +144,32 @@ fn gate(api: &Api, caller: Caller) -> Result<(), Failure> {
                     "this shell (pid {pid}) was not started below the agentsh server, which can \
                      supervise only processes it started: {}",
                     api.gate.remedy
+                ),
+            )
+            .with_hint(HINT));
+        }
+    }
+    // The check that decides, whatever the host's rules: this shell's own
+    // process can be read and traced now (the tree starts as this process).
+    if let Some(pid) = caller.pid {
+        if let Err(e) = crate::tracee::access::can_attach(pid) {
+            let what_to_do = if below {
+                "even processes the server started cannot be read here: give the container \
+                 CAP_SYS_PTRACE (`docker run --cap-add SYS_PTRACE`)"
+                    .to_string()
+            } else if api.gate.remedy.is_empty() {
+                "give the server CAP_SYS_PTRACE, or run the SDK's daemon under `agentsh \
+                 entrypoint -- DAEMON` (the server is then an ancestor of every shell)"
+                    .to_string()
+            } else {
+                api.gate.remedy.clone()
+            };
+            tracing::warn!(pid, "wrap-init refused: the shell cannot be read: {e}");
+            return Err(fail(
+                503,
+                format!(
+                    "the agentsh server cannot read this shell's process (pid {pid}: {e}), so it \
+                     could not judge its execs: {what_to_do}"
                 ),
             )
             .with_hint(HINT));

@@ -61,6 +61,8 @@ struct Saved {
     rgid: u32,
     fsuid: u32,
     fsgid: u32,
+    /// The effective capabilities, compared after the ids come back.
+    caps: u64,
 }
 
 /// While alive, the calling thread acts with the target's ids (or with its
@@ -91,19 +93,83 @@ fn raw_ids() -> (u32, u32, u32, u32) {
     (r, gr, fsu, fsg)
 }
 
-/// Sets this thread's real and filesystem ids (raw system calls: glibc's
-/// wrappers would change every thread of the process).
-fn set_ids(ruid: u32, rgid: u32, fsuid: u32, fsgid: u32) -> bool {
-    const KEEP: libc::c_long = -1;
+/// This thread's effective capability set (`capget`), 0 when unreadable.
+fn effective_caps() -> u64 {
+    let mut h = CapHeader {
+        version: CAP_V3,
+        pid: 0,
+    };
+    let mut d = [CapData::default(); 2];
+    // SAFETY: capget writes two data structs we own; the header is ours.
+    let rc = unsafe { libc::syscall(libc::SYS_capget, &mut h as *mut CapHeader, d.as_mut_ptr()) };
+    if rc != 0 {
+        return 0;
+    }
+    u64::from(d[0].effective) | (u64::from(d[1].effective) << 32)
+}
+
+/// Sets this thread's effective capability set back to `eff` (a subset of
+/// its permitted set, which nothing here changes).
+fn set_effective_caps(eff: u64) -> bool {
+    let mut h = CapHeader {
+        version: CAP_V3,
+        pid: 0,
+    };
+    let mut d = [CapData::default(); 2];
+    // SAFETY: as in `effective_caps`.
+    if unsafe { libc::syscall(libc::SYS_capget, &mut h as *mut CapHeader, d.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    d[0].effective = eff as u32;
+    d[1].effective = (eff >> 32) as u32;
+    // SAFETY: capset reads the header and two data structs we own.
+    unsafe { libc::syscall(libc::SYS_capset, &mut h as *mut CapHeader, d.as_ptr()) == 0 }
+}
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const CAP_V3: u32 = 0x2008_0522;
+
+const KEEP: libc::c_long = -1;
+
+/// Takes the tree's ids: real ids first (`setresuid` also resets the
+/// filesystem id to the effective one, 0), then the filesystem ids (which
+/// drops the filesystem capabilities from the effective set). Raw system
+/// calls: glibc's wrappers would change every thread of the process.
+fn take_ids(uid: u32, gid: u32) -> bool {
     // SAFETY: plain syscalls taking integers; they change only this thread.
     unsafe {
-        // gid first: the uid change must not come first in case it ever
-        // cost the capability to change gids.
-        let g = libc::syscall(libc::SYS_setresgid, rgid as libc::c_long, KEEP, KEEP);
-        let u = libc::syscall(libc::SYS_setresuid, ruid as libc::c_long, KEEP, KEEP);
-        libc::syscall(libc::SYS_setfsgid, fsgid as libc::c_long);
-        libc::syscall(libc::SYS_setfsuid, fsuid as libc::c_long);
+        let g = libc::syscall(libc::SYS_setresgid, gid as libc::c_long, KEEP, KEEP);
+        let u = libc::syscall(libc::SYS_setresuid, uid as libc::c_long, KEEP, KEEP);
+        libc::syscall(libc::SYS_setfsgid, gid as libc::c_long);
+        libc::syscall(libc::SYS_setfsuid, uid as libc::c_long);
         g == 0 && u == 0
+    }
+}
+
+/// Puts the ids back in the reverse order: the filesystem ids first (the
+/// kernel gives the filesystem capabilities back only when the filesystem
+/// uid itself returns to 0), then the real ones.
+fn give_back_ids(s: Saved) -> bool {
+    // SAFETY: as in `take_ids`.
+    unsafe {
+        libc::syscall(libc::SYS_setfsuid, s.fsuid as libc::c_long);
+        libc::syscall(libc::SYS_setfsgid, s.fsgid as libc::c_long);
+        let u = libc::syscall(libc::SYS_setresuid, s.ruid as libc::c_long, KEEP, KEEP);
+        let g = libc::syscall(libc::SYS_setresgid, s.rgid as libc::c_long, KEEP, KEEP);
+        u == 0 && g == 0
     }
 }
 
@@ -131,8 +197,9 @@ pub fn as_owner(tid: u32) -> AsOwner {
         rgid,
         fsuid,
         fsgid,
+        caps: effective_caps(),
     };
-    if !set_ids(uid, gid, uid, gid) {
+    if !take_ids(uid, gid) {
         // Half changed is worse than not at all.
         restore(saved);
         return none;
@@ -149,7 +216,9 @@ pub fn as_owner(tid: u32) -> AsOwner {
 }
 
 fn restore(s: Saved) {
-    let ok = set_ids(s.ruid, s.rgid, s.fsuid, s.fsgid);
+    let ok = give_back_ids(s)
+        && (effective_caps() == s.caps || set_effective_caps(s.caps))
+        && effective_caps() == s.caps;
     if !ok || raw_ids() != (s.ruid, s.rgid, s.fsuid, s.fsgid) {
         // A supervisor thread must never run on with a tree's ids.
         tracing::error!(
@@ -165,6 +234,17 @@ impl Drop for AsOwner {
             restore(s);
         }
     }
+}
+
+/// Whether this thread may read and trace `pid` (the kernel's ptrace access
+/// check in attach mode, with the owner's ids where [`match_owners`]): opens
+/// `/proc/<pid>/mem`, which takes exactly that check, and closes it.
+///
+/// # Errors
+/// The kernel's refusal (EPERM/EACCES), or ENOENT when `pid` is gone.
+pub fn can_attach(pid: u32) -> std::io::Result<()> {
+    let _owner = as_owner(pid);
+    std::fs::File::open(format!("/proc/{pid}/mem")).map(drop)
 }
 
 /// Runs `f` as the owner of `/proc/<tid>` ([`as_owner`]).
@@ -187,6 +267,7 @@ mod tests {
             return;
         }
         let before = raw_ids();
+        let caps_before = effective_caps();
         let child = std::process::Command::new("/bin/sleep")
             .arg("30")
             .uid(65534)
@@ -214,6 +295,12 @@ mod tests {
         }
         match_owners(false);
         assert_eq!(raw_ids(), before);
+        // The filesystem capabilities came back with the ids.
+        assert_eq!(
+            effective_caps(),
+            caps_before,
+            "effective capabilities changed"
+        );
         let _ = child.kill();
         let _ = child.wait();
     }

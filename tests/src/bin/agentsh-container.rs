@@ -1,4 +1,4 @@
-//! `agentsh-container --profile PROFILE [--cgroup DIR] -- CMD [ARGS...]`:
+//! `agentsh-container --profile PROFILE [--descendants-only] [--cgroup DIR] -- CMD [ARGS...]`:
 //! runs CMD the way a container runtime starts a container's process, so the
 //! tests can put agentsh where the SDKs run it.
 //!
@@ -16,8 +16,22 @@
 //!   native ABI is filtered (the emulation runs native programs).
 //! * `no-sys-admin`: every capability but `CAP_SYS_ADMIN`, no filter.
 //!
-//! `--cgroup DIR` first moves this process into the cgroup v2 directory DIR
-//! (so a test can scope an emulation to it and its descendants).
+//! `--descendants-only` emulates a host whose Yama `ptrace_scope` is 1
+//! (Ubuntu's and Debian's default; this project's test machines run kernels
+//! without Yama, and cannot load BPF LSM programs to add it): CMD and what it
+//! starts may ptrace only processes started under CMD. It puts CMD in a
+//! Landlock domain of its own (its ruleset handles only `EXECUTE` and grants it
+//! on `/`, so nothing else changes), and Landlock lets a process reach by
+//! ptrace — attach, `process_vm_readv`, `/proc/<pid>/mem`, and also the read
+//! mode (`/proc/<pid>/cwd`) that Yama leaves alone — only processes in its
+//! domain or one nested in it. Two differences from Yama, both stricter or
+//! equal for what the tests check: a process started under CMD and orphaned
+//! stays reachable (it keeps the domain; Yama would refuse it once its
+//! parents are gone: agentsh's reaper keeps such orphans below the server,
+//! so the tests do not depend on it), and `CAP_SYS_PTRACE` does not lift the
+//! rule (the profiles here never grant it).
+//!
+//! `--cgroup DIR` first moves this process into the cgroup v2 directory DIR.
 //!
 //! Failure modes: any step that fails prints why and exits 125, before CMD
 //! runs.
@@ -194,6 +208,70 @@ fn keep_caps(keep: u64) {
     }
 }
 
+/// Puts this process in a Landlock domain that restricts nothing but ptrace
+/// reach (see the module doc). Done while we still hold CAP_SYS_ADMIN, so
+/// without no_new_privs.
+fn descendants_only() {
+    #[repr(C)]
+    struct RulesetAttr {
+        handled_access_fs: u64,
+    }
+    #[repr(C, packed)]
+    struct PathBeneath {
+        allowed_access: u64,
+        parent_fd: i32,
+    }
+    const EXECUTE: u64 = 1;
+    const RULE_PATH_BENEATH: libc::c_int = 1;
+    let attr = RulesetAttr {
+        handled_access_fs: EXECUTE,
+    };
+    // SAFETY: landlock_create_ruleset reads `attr` of the size given.
+    let ruleset = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            &attr as *const RulesetAttr,
+            std::mem::size_of::<RulesetAttr>(),
+            0u32,
+        )
+    } as i32;
+    if ruleset < 0 {
+        die(&format!("landlock_create_ruleset: {}", last_error()));
+    }
+    let root = CString::new("/").unwrap_or_else(|_| die("CString"));
+    // SAFETY: open of a NUL-terminated path.
+    let root_fd = unsafe { libc::open(root.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    if root_fd < 0 {
+        die(&format!("open /: {}", last_error()));
+    }
+    let rule = PathBeneath {
+        allowed_access: EXECUTE,
+        parent_fd: root_fd,
+    };
+    // SAFETY: landlock_add_rule reads the rule struct we own.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset,
+            RULE_PATH_BENEATH,
+            &rule as *const PathBeneath,
+            0u32,
+        )
+    };
+    if rc != 0 {
+        die(&format!("landlock_add_rule: {}", last_error()));
+    }
+    // SAFETY: restricts this thread (the only one) with the ruleset fd.
+    if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0u32) } != 0 {
+        die(&format!("landlock_restrict_self: {}", last_error()));
+    }
+    // SAFETY: closing fds we own.
+    unsafe {
+        libc::close(root_fd);
+        libc::close(ruleset);
+    }
+}
+
 fn join_cgroup(dir: &str) {
     let procs = format!("{dir}/cgroup.procs");
     if let Err(e) = std::fs::write(&procs, std::process::id().to_string()) {
@@ -205,12 +283,17 @@ fn main() {
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     let mut profile = None;
     let mut cgroup = None;
+    let mut scope = false;
     let mut i = 0;
     while i < args.len() {
         match args[i].to_str() {
             Some("--profile") => {
                 profile = args.get(i + 1).and_then(|a| a.to_str()).map(String::from);
                 i += 2;
+            }
+            Some("--descendants-only") => {
+                scope = true;
+                i += 1;
             }
             Some("--cgroup") => {
                 cgroup = args.get(i + 1).and_then(|a| a.to_str()).map(String::from);
@@ -220,7 +303,7 @@ fn main() {
                 i += 1;
                 break;
             }
-            _ => die("usage: agentsh-container --profile docker-default|no-sys-admin [--cgroup DIR] -- CMD [ARGS...]"),
+            _ => die("usage: agentsh-container --profile docker-default|no-sys-admin [--descendants-only] [--cgroup DIR] -- CMD [ARGS...]"),
         }
     }
     let command = &args[i..];
@@ -229,6 +312,9 @@ fn main() {
     }
     if let Some(dir) = &cgroup {
         join_cgroup(dir);
+    }
+    if scope {
+        descendants_only();
     }
     match profile.as_deref() {
         Some("docker-default") => {
