@@ -124,7 +124,6 @@ fn sdk_shells_are_supervised(profile: &str, uid: Option<u32>) {
 }
 
 /// `yama`: see [`Container::start_on`].
-
 fn sdk_shells_are_supervised_on(profile: &str, yama: bool, uid: Option<u32>) {
     let mut c = Container::start_on(profile, yama, uid);
     // Tensorlake's `sh -lc` with a nested curl: refused, audited.

@@ -131,23 +131,21 @@ fn gate(api: &Api, caller: Caller) -> Result<(), Failure> {
         }
     }
     let below = caller.pid.is_some_and(descends_from_us);
-    if api.gate.descendants_only {
-        if !below {
-            let pid = caller.pid.map_or_else(|| "?".into(), |p| p.to_string());
-            tracing::warn!(
-                pid,
-                "wrap-init refused: the shell does not descend from the server"
-            );
-            return Err(fail(
-                503,
-                format!(
-                    "this shell (pid {pid}) was not started below the agentsh server, which can \
-                     supervise only processes it started: {}",
-                    api.gate.remedy
-                ),
-            )
-            .with_hint(HINT));
-        }
+    if api.gate.descendants_only && !below {
+        let pid = caller.pid.map_or_else(|| "?".into(), |p| p.to_string());
+        tracing::warn!(
+            pid,
+            "wrap-init refused: the shell does not descend from the server"
+        );
+        return Err(fail(
+            503,
+            format!(
+                "this shell (pid {pid}) was not started below the agentsh server, which can \
+                 supervise only processes it started: {}",
+                api.gate.remedy
+            ),
+        )
+        .with_hint(HINT));
     }
     // The check that decides, whatever the host's rules: this shell's own
     // process can be read and traced now (the tree starts as this process).
