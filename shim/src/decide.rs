@@ -4,7 +4,8 @@
 
 use agentsh_proto::active::State as Active;
 use agentsh_proto::hint::{
-    REAL_SHELL_IS_SHIM, REFUSES_UNSUPERVISED, SHIMCONF_IGNORED, SHIMCONF_INVALID,
+    REAL_SHELL_IS_SHIM, REFUSES_UNSUPERVISED, SERVER_CANNOT_READ, SHIMCONF_IGNORED,
+    SHIMCONF_INVALID,
 };
 use agentsh_proto::shimconf::{Loaded, Mode, ShimConf, SHIM_CONF_PATH};
 
@@ -205,10 +206,12 @@ pub fn fall_through(
                 "{failure}; shim_install=auto and agentsh has not started in this container yet: running the shell UNSUPERVISED (server {server})"
             ))
         }
-        (Mode::Auto | Mode::On, _) if failure.hint().is_some() => FallThrough::Refuse(format!(
-            "agentsh-shell-shim: {failure}; see {}",
-            failure.hint().unwrap_or(REFUSES_UNSUPERVISED)
-        )),
+        // The server says it cannot read this shell: its reason is the hint.
+        (Mode::Auto | Mode::On, _) if failure.hint() == Some(SERVER_CANNOT_READ) => {
+            FallThrough::Refuse(format!(
+                "agentsh-shell-shim: {failure}; see {SERVER_CANNOT_READ}"
+            ))
+        }
         (Mode::Auto, Active::Current(_)) => FallThrough::Refuse(format!(
             "agentsh-shell-shim: {failure}; agentsh has already run in this container, so shim_install=auto refuses to run unsupervised: start the agentsh server ({server}) again; see {REFUSES_UNSUPERVISED}"
         )),
