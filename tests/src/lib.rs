@@ -10,6 +10,7 @@
 
 pub mod attackers;
 pub mod ns;
+pub mod recipes;
 pub mod relay;
 pub mod rootfs;
 pub mod sandbox;

@@ -98,11 +98,15 @@ enum Command {
         #[command(subcommand)]
         command: ShimCommand,
     },
-    /// Wait until a server answers GET /healthz; exit 0 when it does, 1 at the timeout.
+    /// Wait until a server is ready to supervise shells; exit 0 when it is, 1 at
+    /// the timeout, or at once when the server says it cannot supervise shells
+    /// here (the reason is printed).
     ///
     /// For start-up scripts: `agentsh server & agentsh ready --timeout 10 && exec DAEMON`.
     /// With --config, the address is the one that config file gives the server
-    /// (so a unit's ExecStartPost follows a changed port).
+    /// (so a unit's ExecStartPost follows a changed port). Run inside a shell
+    /// agentsh supervises (an SDK's ready command), it exits 0 at once: that
+    /// shell's supervision is the proof that its server is up.
     Ready {
         /// The server: unix:/PATH or http://HOST:PORT [default: unix:/run/agentsh/api.sock].
         #[arg(long, conflicts_with = "config")]
@@ -293,6 +297,10 @@ pub fn main() -> ExitCode {
             format,
         } => events::print_events(server.trim_end_matches('/'), &session, follow, format),
         Command::Approvals { command } => approvals::run(command),
+        // Inside a supervised shell the server's socket cannot be reached
+        // (by design), but the shell's own supervision is the answer: its
+        // server took it in, and this exec was let through by it.
+        Command::Ready { .. } if agentsh_proto::marker::agentsh_filter_present() => Ok(()),
         Command::Ready {
             server,
             config,

@@ -305,6 +305,16 @@ fn agent_default_scenarios() {
         case("unshare", "/usr/bin/unshare", "unshare -r sh", 1, Deny, "deny-kernel-admin-tools", "/usr/bin/unshare"),
         case("agentsh", "/usr/bin/agentsh", "agentsh approvals approve x", 1, Deny, "deny-agentsh-cli", "/usr/bin/agentsh"),
         case("agentsh via env", "/usr/bin/env", "env agentsh server", 0, Deny, "deny-agentsh-cli", "agentsh"),
+        // The readiness probe an SDK runs through its own shell: exactly it.
+        case("agentsh ready", "/usr/bin/agentsh", "agentsh ready", 0, Allow, "allow-ready-probe", "/usr/bin/agentsh"),
+        case("agentsh ready --timeout", "/usr/bin/agentsh", "agentsh ready --timeout 10", 1, Allow, "allow-ready-probe", "/usr/bin/agentsh"),
+        case("agentsh ready --timeout=", "/usr/local/bin/agentsh", "agentsh ready --timeout=2.5", 1, Allow, "allow-ready-probe", "/usr/local/bin/agentsh"),
+        case("agentsh ready --config", "/usr/bin/agentsh", "agentsh ready --config /x", 1, Deny, "deny-agentsh-cli", "/usr/bin/agentsh"),
+        case("agentsh ready and more", "/usr/bin/agentsh", "agentsh ready --timeout 1 extra", 1, Deny, "deny-agentsh-cli", "/usr/bin/agentsh"),
+        case("agentsh ready elsewhere", "/tmp/agentsh", "agentsh ready", 1, Deny, "deny-agentsh-cli", "/tmp/agentsh"),
+        // (env's payload is the probe too; env's exec of it is judged again.)
+        case("agentsh ready via env", "/usr/bin/env", "env agentsh ready", 0, Allow, "ordinary-locations", "/usr/bin/env"),
+        case("agentsh approvals via env", "/usr/bin/env", "env agentsh approvals list", 0, Deny, "deny-agentsh-cli", "agentsh"),
         case("unixwrap bypass", "/usr/bin/agentsh-unixwrap", "agentsh-unixwrap", 0, Allow, "internal_bypass", "/usr/bin/agentsh-unixwrap"),
         case("shim bypass", "/usr/lib/agentsh/agentsh-shell-shim", "sh", 0, Allow, "internal_bypass", "/usr/lib/agentsh/agentsh-shell-shim"),
         // ordinary work

@@ -464,11 +464,19 @@ fn recognise(
     Vec<super::identity::Recognised>,
 ) {
     let index = super::identity_index(&ctx.policy);
-    // A program is not "a copy of" itself.
+    // A program is not "a copy of" itself, whatever name the index knows it
+    // by (`/bin/x` on a usr-merged system is `/usr/bin/x`): an indexed name
+    // whose canonical path is the file's own path is the file itself. A
+    // hard link elsewhere has a path of its own, so it stays a copy.
     let recognise = |t: &ExecTarget| {
         let mut r = index.recognise(&t.file, &t.meta);
-        r.copy_of
-            .retain(|c| *c != t.filename && Some(c) != t.resolved.as_ref());
+        let own = t.canonical();
+        r.copy_of.retain(|c| {
+            *c != t.filename
+                && Some(c) != t.resolved.as_ref()
+                && !(c.starts_with('/')
+                    && std::fs::canonicalize(c).is_ok_and(|p| p.as_os_str() == own))
+        });
         r
     };
     let recognised = recognise(target);

@@ -1,0 +1,238 @@
+//! The recipes of `docs/sdk-cookbook.md`, run as written: each test reads
+//! its commands from the page (`agentsh_tests::recipes`) and runs them where
+//! the package puts agentsh (default config, default socket), with an
+//! SDK-style daemon that is not a child of the test.
+//!
+//! * E2B: envd runs the template's start command and then polls its ready
+//!   command, both through `/bin/bash -l -c`; the ready command must succeed
+//!   once the server supervises shells (it runs supervised then), and SDK
+//!   commands are supervised.
+//! * Tensorlake: the image's `ENTRYPOINT` with the daemon as `CMD`.
+//! * Daytona: the same inside Docker's default container (emulated, see
+//!   `tests/src/bin/agentsh-container.rs`), as root and as nobody.
+//!
+//! Modal's start command runs inside gVisor: `tests/tests/gvisor.rs`.
+
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+use agentsh_tests::recipes::{agentsh_run_commands, dockerfile_array, one_line, recipe, Installed};
+use agentsh_tests::sandbox::NOBODY;
+use agentsh_tests::sdk::{self, Finished, Spawn, Supervisor};
+use agentsh_tests::server::{bin, require_root};
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+/// The shell commands an SDK sends, run as `uid` the way envd does for a
+/// non-root user: it switches user, then execs the shell.
+fn as_user(uid: Option<u32>, s: Spawn) -> Spawn {
+    let Some(uid) = uid else { return s };
+    let mut argv = vec![
+        "/usr/bin/setpriv".to_string(),
+        format!("--reuid={uid}"),
+        format!("--regid={uid}"),
+        "--clear-groups".into(),
+        "--".into(),
+    ];
+    argv.extend(s.argv);
+    Spawn { argv, ..s }
+}
+
+fn wait_for_event(env: &Installed, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(e) = env.events().into_iter().find(|e| pred(e)) {
+            return e;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no audit event: {what}: {:?}",
+            env.events()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn denied_curl(e: &Value) -> bool {
+    e["decision"] == "deny" && e["filename"].as_str().unwrap_or("").ends_with("curl")
+}
+
+/// Stops what the start command started (the entrypoint forwards SIGTERM and
+/// the server stops with its command), and waits until it is gone.
+struct StopOnDrop(u32);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) with integers.
+        unsafe { libc::kill(self.0 as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::path::Path::new(&format!("/proc/{}", self.0)).exists()
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn e2b_recipe(uid: Option<u32>) {
+    let env = Installed::new();
+    for argv in agentsh_run_commands("e2b-image") {
+        env.run_ok(&argv);
+    }
+    env.ns.write_shim_conf(&recipe("e2b-shimconf"), 0o644);
+    let mut envd = Supervisor::start(&env.ns, false);
+    let start = envd.spawn(&Spawn::argv(&[
+        "/bin/bash",
+        "-l",
+        "-c",
+        &one_line("e2b-start"),
+    ]));
+    let _stop = StopOnDrop(start.pid);
+    // envd polls the ready command until it exits 0.
+    let ready_cmd = one_line("e2b-ready");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let f = envd.run(&Spawn::argv(&["/bin/bash", "-l", "-c", &ready_cmd]));
+        if f.code == Some(0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the ready command never succeeded: {f:?}"
+        );
+    }
+    // Once the server has run, the ready command runs supervised, and still
+    // succeeds (it is allowed, and answers from inside the tree).
+    let f = envd.run(&Spawn::argv(&["/bin/bash", "-l", "-c", &ready_cmd]));
+    assert_eq!(
+        f.code,
+        Some(0),
+        "the supervised ready command: {f:?}\n{:#?}",
+        env.events()
+            .iter()
+            .filter(|e| e["filename"]
+                .as_str()
+                .is_some_and(|f| f.contains("agentsh")))
+            .collect::<Vec<_>>()
+    );
+    wait_for_event(&env, "the supervised ready probe", |e| {
+        e["rule"] == "allow-ready-probe" && e["decision"] == "allow"
+    });
+    // An SDK command: supervised, a nested curl refused and audited.
+    let r = envd.spawn(&as_user(uid, sdk::e2b("(curl --version)")));
+    let f: Finished = envd.wait(r, Duration::from_secs(60));
+    assert_eq!(f.code, Some(126), "{f:?}");
+    let e = wait_for_event(&env, "the nested curl", denied_curl);
+    assert_eq!(e["depth"], 1, "{e}");
+    let f = envd.run(&as_user(uid, sdk::e2b("id -u")));
+    assert_eq!(f.code, Some(0), "{f:?}");
+    assert_eq!(f.stdout.trim(), uid.unwrap_or(0).to_string());
+}
+
+#[test]
+fn e2b_recipe_as_written_supervises_root_commands_after_its_ready_command() {
+    if !require_root("e2b_recipe_as_written_supervises_root_commands_after_its_ready_command") {
+        return;
+    }
+    e2b_recipe(None);
+}
+
+#[test]
+fn e2b_recipe_as_written_supervises_user_commands_after_its_ready_command() {
+    if !require_root("e2b_recipe_as_written_supervises_user_commands_after_its_ready_command") {
+        return;
+    }
+    e2b_recipe(Some(NOBODY));
+}
+
+/// The image's `ENTRYPOINT` from recipe `name`, with the SDK-style daemon
+/// (as `uid`) in place of the image's `CMD`, inside `container` (an
+/// `agentsh-container` profile, or none).
+fn entrypoint_recipe(
+    name: &str,
+    container: Option<&str>,
+    uid: Option<u32>,
+) -> (Installed, Supervisor) {
+    let env = Installed::new();
+    let shim_install = if name.starts_with("daytona") {
+        vec!["agentsh", "shim", "install", "--bash"]
+    } else {
+        vec!["agentsh", "shim", "install"]
+    };
+    env.run_ok(
+        &shim_install
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+    );
+    env.ns.write_shim_conf("shim_install=on\n", 0o644);
+    let entrypoint = dockerfile_array(name, "ENTRYPOINT");
+    let cmd = dockerfile_array(name, "CMD");
+    assert_eq!(cmd.len(), 1, "{name}: CMD is the SDK daemon: {cmd:?}");
+    let mut argv: Vec<String> = Vec::new();
+    if let Some(profile) = container {
+        argv.extend([
+            bin("agentsh-container").display().to_string(),
+            "--profile".into(),
+            profile.into(),
+            "--".into(),
+        ]);
+    }
+    // The image's PATH finds `agentsh` in /usr/bin, where the package is.
+    let program = if entrypoint[0].contains('/') {
+        entrypoint[0].clone()
+    } else {
+        format!("/usr/bin/{}", entrypoint[0])
+    };
+    argv.push(program);
+    argv.extend(entrypoint[1..].iter().cloned());
+    if let Some(uid) = uid {
+        argv.extend([
+            "/usr/bin/setpriv".into(),
+            format!("--reuid={uid}"),
+            format!("--regid={uid}"),
+            "--clear-groups".into(),
+            "--".into(),
+        ]);
+    }
+    argv.push(bin("sdk-supervisor").display().to_string());
+    let mut c = env.ns.command(&argv[0]);
+    c.args(&argv[1..]);
+    let sup = Supervisor::start_command(c);
+    (env, sup)
+}
+
+fn entrypoint_recipe_supervises(name: &str, container: Option<&str>, uid: Option<u32>) {
+    let (env, mut sup) = entrypoint_recipe(name, container, uid);
+    let f = sup.run(&sdk::tensorlake("true; curl --version"));
+    assert_eq!(f.code, Some(126), "{name} {container:?} {uid:?}: {f:?}");
+    let e = wait_for_event(&env, "the nested curl", denied_curl);
+    assert_eq!(e["depth"], 1, "{e}");
+    let f = sup.run(&sdk::tensorlake("id -u; echo done"));
+    assert_eq!(f.code, Some(0), "{f:?}");
+    assert!(f.stdout.starts_with(&uid.unwrap_or(0).to_string()), "{f:?}");
+}
+
+#[test]
+fn tensorlake_recipe_entrypoint_supervises_sh_lc() {
+    if !require_root("tensorlake_recipe_entrypoint_supervises_sh_lc") {
+        return;
+    }
+    entrypoint_recipe_supervises("tensorlake-entrypoint", None, None);
+}
+
+#[test]
+fn daytona_recipe_in_dockers_default_container_supervises_root_shells() {
+    if !require_root("daytona_recipe_in_dockers_default_container_supervises_root_shells") {
+        return;
+    }
+    entrypoint_recipe_supervises("daytona-entrypoint", Some("docker-default"), None);
+}
+
+#[test]
+fn daytona_recipe_in_dockers_default_container_supervises_user_shells() {
+    if !require_root("daytona_recipe_in_dockers_default_container_supervises_user_shells") {
+        return;
+    }
+    entrypoint_recipe_supervises("daytona-entrypoint", Some("docker-default"), Some(NOBODY));
+}
