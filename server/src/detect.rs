@@ -143,10 +143,12 @@ fn read_one_of(pid: i32) -> Option<String> {
         .map(|e| format!("ptrace access: {e}"))
 }
 
-/// Probes [`TreeAccess`]: one byte of a child's memory, and of a grandchild
-/// whose parent has exited (so it is no descendant of this process any
-/// more: its new parent is init or a subreaper above us). Both children
-/// wait on a pipe and are killed afterwards; nothing is traced.
+/// Probes [`TreeAccess`]: ptrace access (attach mode, the check reading a
+/// tree's memory takes; `/proc/<pid>/mem` is opened, which also works where
+/// `process_vm_readv` does not exist, as in gVisor) to a child, and to a
+/// grandchild whose parent has exited (so it is no descendant of this
+/// process any more: its new parent is init or a subreaper above us). Both
+/// children wait on a pipe and are killed afterwards; nothing is traced.
 fn probe_tree_access() -> TreeAccess {
     let unknown = |why: String| TreeAccess {
         descendants: Probe::no(why.clone()),
@@ -207,23 +209,9 @@ fn probe_tree_access() -> TreeAccess {
         if pid <= 0 {
             return Probe::no("cannot start the probe process");
         }
-        static PROBE_BYTE: u8 = 0xA7;
-        let mut b = 0u8;
-        let local = libc::iovec {
-            iov_base: (&mut b as *mut u8).cast(),
-            iov_len: 1,
-        };
-        let remote = libc::iovec {
-            iov_base: (&PROBE_BYTE as *const u8).cast_mut().cast(),
-            iov_len: 1,
-        };
-        // SAFETY: one byte into our local; the remote address is only read
-        // by the kernel in the probe process (a fork of us: same layout).
-        let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
-        if n == 1 && b == PROBE_BYTE {
-            Probe::yes()
-        } else {
-            Probe::no(format!("process_vm_readv: {}", io::Error::last_os_error()))
+        match read_one_of(pid) {
+            None => Probe::yes(),
+            Some(why) => Probe::no(why),
         }
     };
     let descendants = read_one(child);

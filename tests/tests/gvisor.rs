@@ -42,6 +42,7 @@ fn the_sdk_scenarios_hold_inside_gvisor() {
     let out = Command::new("timeout")
         .args(["600", &runsc, "--network=none", "do", "-force-overlay=true"])
         .arg(bin("agentsh-sandbox-scenario"))
+        .arg("--modal")
         .output()
         .expect("run runsc");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -60,6 +61,8 @@ fn the_sdk_scenarios_hold_inside_gvisor() {
         "{text}\nstderr: {err}"
     );
     for check in [
+        // docs/sdk-cookbook.md's Modal recipe, as written.
+        "ok: agentsh shim install --bash",
         "ok: a nested curl fails with 126",
         "ok: the denied curl is audited with its rule",
         "ok: $$ is the pid the SDK spawned",

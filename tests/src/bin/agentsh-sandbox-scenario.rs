@@ -10,6 +10,11 @@
 //! The last line is `scenario: N checks, M failed`; the exit status is 0
 //! only when none failed.
 //!
+//! With `--modal` it does what docs/sdk-cookbook.md's Modal recipe says, read
+//! from the page: the image layer's `agentsh` commands, and the sandbox's
+//! start command (`modal-start`), exec'd as Modal execs an entrypoint argv
+//! (no shell), instead of starting the server itself.
+//!
 //! Everything it writes lands in the sandbox's overlay (runsc) or the
 //! namespace's overlays: never on the host.
 
@@ -63,15 +68,27 @@ fn lay_out_binaries() {
     }
 }
 
-fn start_server(config: Option<&str>) -> Child {
+/// Starts the server: `agentsh server [--config PATH]`, or the `argv` of a
+/// recipe's start command (a program on /usr/bin and its arguments).
+fn start_server(config: Option<&str>, argv: Option<&[String]>) -> Child {
     let _ = std::fs::remove_file(SOCKET);
     let log = std::fs::File::create("/var/log/agentsh-scenario-server.log")
         .unwrap_or_else(|e| fatal(&format!("server log: {e}")));
-    let mut c = Command::new("/usr/bin/agentsh");
-    c.arg("server");
-    if let Some(path) = config {
-        c.args(["--config", path]);
-    }
+    let mut c = match argv {
+        Some(argv) => {
+            let mut c = Command::new(format!("/usr/bin/{}", argv[0]));
+            c.args(&argv[1..]);
+            c
+        }
+        None => {
+            let mut c = Command::new("/usr/bin/agentsh");
+            c.arg("server");
+            if let Some(path) = config {
+                c.args(["--config", path]);
+            }
+            c
+        }
+    };
     let child = c
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap_or_else(|e| fatal(&e.to_string())))
@@ -255,6 +272,7 @@ fn main() {
         .position(|a| a == "--backend")
         .and_then(|i| args.get(i + 1))
         .cloned();
+    let modal = args.iter().any(|a| a == "--modal");
     let mut c = Checks {
         total: 0,
         failed: 0,
@@ -269,10 +287,21 @@ fn main() {
         report["seccomp_user_notif"]["available"],
         report["landlock_abi"]
     );
-    let o = run(Command::new("/usr/bin/agentsh").args(["shim", "install", "--bash"]));
-    c.check("agentsh shim install --bash", o.status.success(), || {
-        String::from_utf8_lossy(&o.stderr).into_owned()
-    });
+    let image: Vec<Vec<String>> = if modal {
+        agentsh_tests::recipes::agentsh_run_commands("modal-image")
+    } else {
+        vec![["agentsh", "shim", "install", "--bash"]
+            .iter()
+            .map(ToString::to_string)
+            .collect()]
+    };
+    for argv in &image {
+        let o = run(Command::new(format!("/usr/bin/{}", argv[0])).args(&argv[1..]));
+        c.check(&argv.join(" "), o.status.success(), || {
+            String::from_utf8_lossy(&o.stderr).into_owned()
+        });
+    }
+    // (The Modal recipe's `printf 'shim_install=on\n' > shim.conf`.)
     if let Err(e) = std::fs::write("/etc/agentsh/shim.conf", "shim_install=on\n") {
         fatal(&format!("shim.conf: {e}"));
     }
@@ -282,7 +311,13 @@ fn main() {
         std::fs::write(CONFIG, text).unwrap_or_else(|e| fatal(&format!("config: {e}")));
         CONFIG
     });
-    let server = start_server(config);
+    let start: Option<Vec<String>> = modal.then(|| {
+        agentsh_tests::recipes::one_line("modal-start")
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    });
+    let server = start_server(config, start.as_deref());
     let mut sdk = Supervisor::start_command(Command::new(bin("sdk-supervisor")));
     ordinary(&mut c, &mut sdk);
     let wrap_inits: Vec<Value> = audit()
@@ -318,7 +353,7 @@ fn main() {
         format!("policy: approve-sc\nexecve:\n  backend: {backend}\n  approval_timeout: 3s\n"),
     )
     .unwrap_or_else(|e| fatal(&format!("config: {e}")));
-    let server = start_server(Some(CONFIG));
+    let server = start_server(Some(CONFIG), None);
     approvals(&mut c, &mut sdk);
     stop_server(&mut c, server);
     println!("scenario: {} checks, {} failed", c.total, c.failed);
