@@ -24,6 +24,9 @@ pub const KERNEL_CANNOT_SUPERVISE: &str =
 /// the shell does not descend from it, or ptrace access is refused).
 pub const SERVER_CANNOT_READ: &str = "docs/troubleshooting.md#the-server-cannot-read-this-shell";
 
+/// `admin-shell` was run inside a supervised tree, or cannot mark its session.
+pub const ADMIN_SHELL_IN_TREE: &str = "docs/troubleshooting.md#the-admin-shell-refuses";
+
 /// Every section above, for the test that checks them.
 pub const ALL: &[&str] = &[
     SHIMCONF_IGNORED,
@@ -34,4 +37,5 @@ pub const ALL: &[&str] = &[
     UNIXWRAP_REFUSED,
     KERNEL_CANNOT_SUPERVISE,
     SERVER_CANNOT_READ,
+    ADMIN_SHELL_IN_TREE,
 ];

@@ -231,6 +231,20 @@ pub struct UnsupervisedEvent {
     pub reason: String,
 }
 
+/// An admin's unsupervised login (`admin-shell`), as its process asked the
+/// server to record it.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct AdminSessionEvent {
+    /// Who asked (the connection's peer), and its parent.
+    pub pid: u32,
+    pub ppid: u32,
+    pub uid: u32,
+    /// The parent's name (`sshd`, `login`, `runc`...).
+    pub parent_comm: String,
+    /// The admin shell's stdin, when it is a terminal.
+    pub tty: String,
+}
+
 /// One tree whose notify fd the server took over (or refused).
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct HandoffEvent {
@@ -263,6 +277,7 @@ pub enum EventBody {
     Handoff(HandoffEvent),
     UnsupervisedRun(UnsupervisedEvent),
     Signal(SignalEvent),
+    AdminSession(AdminSessionEvent),
 }
 
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]

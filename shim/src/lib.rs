@@ -15,6 +15,7 @@
 //! signal disposition or mask (see `main.rs` for SIGPIPE), no fd except the
 //! one socketpair end it hands to unixwrap, no cwd, umask or rlimit.
 
+pub mod admin;
 pub mod decide;
 pub mod log;
 pub mod relay;
@@ -43,6 +44,9 @@ pub static SHIM_MARKER: &[u8] = agentsh_proto::install::SHIM_MARKER;
 pub fn run(argv: &[&CStr]) -> i32 {
     std::hint::black_box(SHIM_MARKER.as_ptr());
     let argv0: &CStr = argv.first().copied().unwrap_or(c"sh");
+    if admin::wanted(argv0.to_bytes()) {
+        return admin::run(argv);
+    }
     let kind = ShellKind::from_argv0(argv0.to_bytes());
     let real = kind.real_path();
     if let Err(code) = check_real_shell(real) {
@@ -52,6 +56,11 @@ pub fn run(argv: &[&CStr]) -> i32 {
     // fail with EBUSY anyway. No config read, no server call: the marker
     // prctl alone decides (see `agentsh_proto::marker`).
     if marker::agentsh_filter_present() {
+        return exec_real(real, argv0, argv);
+    }
+    // A shell of the admin's session (`admin-shell`): the kernel says so,
+    // and only code outside every tree can have made it say so.
+    if marker::admin_session_present() {
         return exec_real(real, argv0, argv);
     }
     let env_mode = std::env::var_os(env::SHIM_INSTALL);

@@ -51,6 +51,10 @@ pub async fn handle(api: Arc<Api>, peer: Peer, req: Request<Incoming>) -> Result
                 (&Method::GET, ["api", "v1", "sessions", sid, "events"]) => {
                     events(&api, &peer, sid, &query).await
                 }
+                (&Method::POST, ["api", "v1", "admin-sessions"]) => match read_json(req).await {
+                    Ok(v) => admin_session(&api, &requester, &v),
+                    Err(e) => e.into(),
+                },
                 (&Method::GET, ["api", "v1", "approvals"]) => {
                     list_approvals(&api, &peer, &query).await
                 }
@@ -170,6 +174,32 @@ fn token_matches(token: &str, presented: &str) -> bool {
     !a.is_empty()
         && a.len() == b.len()
         && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// `POST /api/v1/admin-sessions`: records an `admin_session` event for the
+/// operator process asking (the shim as `admin-shell`; see its module doc).
+fn admin_session(api: &Api, who: &crate::approval::Requester, v: &serde_json::Value) -> Resp {
+    let crate::approval::Requester::Operator { uid, pid, .. } = who else {
+        return error(
+            403,
+            "only a local process outside every tree records an admin session",
+        );
+    };
+    let ppid = crate::tracee::proc_stat(*pid).map_or(0, |s| s.ppid);
+    let parent_comm = std::fs::read_to_string(format!("/proc/{ppid}/comm"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    let event = crate::audit::AdminSessionEvent {
+        pid: *pid,
+        ppid,
+        uid: *uid,
+        parent_comm,
+        tty: v["tty"].as_str().unwrap_or("").chars().take(256).collect(),
+    };
+    tracing::warn!(pid, uid, "admin session started: unsupervised, by design");
+    api.audit
+        .record("admin", crate::audit::EventBody::AdminSession(event));
+    json(201, &serde_json::json!({ "recorded": true }))
 }
 
 fn list_sessions(api: &Api) -> Resp {

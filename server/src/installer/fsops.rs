@@ -77,6 +77,33 @@ pub(super) fn ensure_real_link(
     Ok(true)
 }
 
+/// Where the admin's unsupervised login shell is installed.
+pub const ADMIN_SHELL: &str = "/usr/lib/agentsh/admin-shell";
+
+/// Installs (or updates) the admin shell: the shim binary, which acts as
+/// `admin-shell` when called by that name.
+pub(super) fn ensure_admin_shell(
+    root: &Path,
+    shim: &[u8],
+    m: &mut Manifest,
+    out: &mut dyn Write,
+) -> Result<bool, InstallError> {
+    let p = in_root(root, ADMIN_SHELL).map_err(io_err("resolving the admin shell"))?;
+    if fs::read(&p).is_ok_and(|b| b == shim) && m.admin_shell {
+        return Ok(false);
+    }
+    ensure_dirs(root, "/usr/lib/agentsh", m)?;
+    write_atomic(&p, shim, 0o755)?;
+    m.admin_shell = true;
+    writeln!(
+        out,
+        "{ADMIN_SHELL}: the admin's unsupervised login shell (use it from outside the trees: \
+         console, docker exec, sshd; see docs/shim.md)"
+    )
+    .ok();
+    Ok(true)
+}
+
 /// Writes the default shim.conf if none exists.
 pub(super) fn ensure_conf(
     root: &Path,

@@ -7,6 +7,8 @@ pub(super) struct Manifest {
     pub(super) created_dirs: Vec<String>,
     /// shim.conf was written by install (removed on uninstall if unchanged).
     pub(super) created_conf: bool,
+    /// The admin's shell (`/usr/lib/agentsh/admin-shell`) was installed.
+    pub(super) admin_shell: bool,
     /// Shells installed (`sh`, `bash`).
     pub(super) shells: Vec<String>,
     /// Local diversions added: (diverted path, divert-to).
@@ -25,6 +27,9 @@ impl Manifest {
         }
         if self.created_conf {
             s += "created-conf\n";
+        }
+        if self.admin_shell {
+            s += "admin-shell\n";
         }
         for sh in &self.shells {
             s += &format!("shell {sh}\n");
@@ -48,6 +53,7 @@ impl Manifest {
             match f.as_slice() {
                 ["created-dir", d] => m.created_dirs.push(d.to_string()),
                 ["created-conf"] => m.created_conf = true,
+                ["admin-shell"] => m.admin_shell = true,
                 ["shell", s] if *s == "sh" || *s == "bash" => m.shells.push(s.to_string()),
                 ["diversion", p, to] => m.diversions.push((p.to_string(), to.to_string())),
                 ["prior-diversion", p, pkg, to] => {

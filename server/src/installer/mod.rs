@@ -17,6 +17,10 @@
 //!   uninstall;
 //! * `/etc/agentsh/shim.conf` — the documented default, root:root 0644, only if
 //!   absent;
+//! * `/usr/lib/agentsh/admin-shell` — a copy of the shim that, run from
+//!   outside every supervised tree, gives the machine's admin an unsupervised
+//!   (and audited) login shell (see the shim's `admin` module); not in
+//!   /etc/shells;
 //! * `/usr/lib/agentsh/shells/.install-manifest` — what this installer created,
 //!   so `uninstall` removes exactly that and nothing else.
 //!
@@ -169,6 +173,7 @@ pub fn install(opts: &InstallOptions, out: &mut dyn Write) -> Result<(), Install
         }
     }
     changed |= ensure_conf(root, &mut manifest, out)?;
+    changed |= ensure_admin_shell(root, &shim, &mut manifest, out)?;
     if changed {
         write_manifest(root, &mut manifest)?;
     } else {
@@ -254,6 +259,16 @@ pub fn uninstall(root: &Path, out: &mut dyn Write) -> Result<(), InstallError> {
                 .ok();
             }
             Err(_) => {}
+        }
+    }
+    if manifest.admin_shell {
+        let p = in_root(root, ADMIN_SHELL).map_err(io_err("resolving the admin shell"))?;
+        match fs::remove_file(&p) {
+            Ok(()) => {
+                writeln!(out, "removed {ADMIN_SHELL}").ok();
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err(format!("removing {ADMIN_SHELL}"))(e)),
         }
     }
     let manifest_path = in_root(root, MANIFEST).map_err(io_err("resolving the manifest"))?;

@@ -314,6 +314,7 @@ fn manifest_round_trips() {
     let m = Manifest {
         created_dirs: vec!["/usr/lib/agentsh".into()],
         created_conf: true,
+        admin_shell: true,
         shells: vec!["sh".into(), "bash".into()],
         diversions: vec![("/bin/sh".into(), "/bin/sh.real".into())],
         prior_diversions: vec![("/bin/sh".into(), "dash".into(), "/bin/sh.distrib".into())],
