@@ -134,7 +134,7 @@ pub fn hand_to_server(notify_socket: &str, wrapper_pid: u32, fd: &OwnedFd) -> Re
     use std::os::fd::{AsFd, AsRawFd};
     let s = agentsh_proto::seqpacket::connect(
         std::path::Path::new(notify_socket),
-        std::time::Duration::from_secs(10),
+        std::time::Duration::from_secs(60),
     )
     .map_err(|e| format!("connect {notify_socket}: {e}"))?;
     let payload = agentsh_proto::handoff::encode_handoff(wrapper_pid);

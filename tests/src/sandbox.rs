@@ -70,13 +70,13 @@ impl Sandbox {
         Sandbox { sup, ns, srv, uid }
     }
 
-    /// Runs `script` the way Tensorlake does (`sh -c`), 20 s at most.
+    /// Runs `script` the way Tensorlake does (`sh -c`), 120 s at most.
     pub fn sh(&mut self, script: &str) -> Finished {
         self.spawn(&Spawn::argv(&["/bin/sh", "-c", script]))
     }
 
     pub fn spawn(&mut self, s: &Spawn) -> Finished {
-        self.spawn_for(s, Duration::from_secs(20))
+        self.spawn_for(s, Duration::from_secs(120))
     }
 
     /// Like [`Sandbox::spawn`], waiting up to `limit` (toolchains at work).

@@ -189,7 +189,7 @@ impl Supervisor {
             }
         });
         let ready = rx
-            .recv_timeout(Duration::from_secs(10))
+            .recv_timeout(Duration::from_secs(60))
             .expect("sdk-supervisor ready");
         assert_eq!(ready["event"], "ready", "{ready}");
         Supervisor {
@@ -217,7 +217,7 @@ impl Supervisor {
         });
         writeln!(self.stdin, "{req}").expect("write to sdk-supervisor");
         self.stdin.flush().expect("flush");
-        let ev = self.next_event(id, Duration::from_secs(10));
+        let ev = self.next_event(id, Duration::from_secs(60));
         assert_eq!(ev["event"], "spawned", "{ev}");
         Running {
             id,
@@ -238,10 +238,10 @@ impl Supervisor {
         }
     }
 
-    /// Spawn and wait (10 s).
+    /// Spawn and wait (a generous bound: it only limits a failure).
     pub fn run(&mut self, s: &Spawn) -> Finished {
         let r = self.spawn(s);
-        self.wait(r, Duration::from_secs(10))
+        self.wait(r, Duration::from_secs(120))
     }
 
     fn next_event(&mut self, id: u64, timeout: Duration) -> Value {

@@ -315,7 +315,7 @@ impl TestServer {
     }
 
     fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + Duration::from_secs(120);
         while Instant::now() < deadline {
             if let Some(c) = self.child.as_mut() {
                 if let Ok(Some(st)) = c.try_wait() {
@@ -330,7 +330,7 @@ impl TestServer {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        panic!("agentsh server not ready in 20 s: {}", self.log());
+        panic!("agentsh server not ready in 120 s: {}", self.log());
     }
 
     /// The server's pid (0 once killed).

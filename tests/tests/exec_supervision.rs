@@ -344,7 +344,7 @@ fn killing_the_server_stops_every_later_exec() {
         &["/bin/sh", "-c", &script],
         &WrapOptions::default(),
     );
-    let seen = srv.wait_exec_event("k", Duration::from_secs(10), |e| {
+    let seen = srv.wait_exec_event("k", Duration::from_secs(60), |e| {
         e["filename"]
             .as_str()
             .is_some_and(|f| f.ends_with("/sleep"))

@@ -69,7 +69,7 @@ impl Scenario {
         );
         let ev = self
             .srv
-            .wait_exec_event("default", Duration::from_secs(5), |e| {
+            .wait_exec_event("default", Duration::from_secs(60), |e| {
                 e["filename"]
                     .as_str()
                     .is_some_and(|f| f.rsplit('/').next() == Some("curl"))
@@ -112,7 +112,7 @@ fn kill(pid: i32, sig: i32) {
 
 /// No process of the process group `pgid` is left.
 fn group_is_gone(pgid: u32) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         // SAFETY: signal 0 only probes.
         let alive = unsafe { libc::kill(-(pgid as i32), 0) } == 0;
@@ -166,7 +166,7 @@ fn e2b_pty_session_is_supervised_transparently() {
     let mut s = Scenario::new("on", false);
     let typed = "echo pid=$$ tty=$(tty | cut -c1-8); curl --version >/dev/null 2>&1; echo curl-rc=$?; exit 5\n";
     let r = s.sup.spawn(&sdk::e2b_pty(typed));
-    let f = s.sup.wait(r, Duration::from_secs(10));
+    let f = s.sup.wait(r, Duration::from_secs(60));
     assert!(
         f.stdout.contains(&format!("pid={} tty=/dev/pts", f.pid)),
         "{f:?}"
@@ -213,14 +213,14 @@ fn daytona_killing_the_process_group_stops_the_whole_command() {
     // Let the tree get installed and the sleeps start.
     let sleeping = s
         .srv
-        .wait_exec_event("default", Duration::from_secs(5), |e| {
+        .wait_exec_event("default", Duration::from_secs(60), |e| {
             e["filename"]
                 .as_str()
                 .is_some_and(|f| f.ends_with("/sleep"))
         });
     assert!(sleeping.is_some(), "{}", s.srv.log());
     kill(-(r.pid as i32), libc::SIGKILL);
-    let f = s.sup.wait(r, Duration::from_secs(5));
+    let f = s.sup.wait(r, Duration::from_secs(60));
     assert_eq!(f.signal, Some(libc::SIGKILL), "{f:?}");
     assert!(
         group_is_gone(r.pid),
@@ -239,7 +239,7 @@ fn e2b_signalling_the_pid_ends_the_command_with_that_signal() {
     let r = s.sup.spawn(&sdk::e2b("while :; do sleep 0.1; done"));
     std::thread::sleep(Duration::from_millis(300));
     kill(r.pid as i32, libc::SIGTERM);
-    let f = s.sup.wait(r, Duration::from_secs(5));
+    let f = s.sup.wait(r, Duration::from_secs(60));
     assert_eq!(f.signal, Some(libc::SIGTERM), "{f:?}");
 }
 

@@ -46,7 +46,20 @@ impl Checks {
     }
 }
 
+/// The server this scenario started, while it runs (0: none): a failure
+/// (fatal, or a panic) kills it, so nothing is left behind.
+static SERVER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+fn kill_server() {
+    let pid = SERVER.swap(0, std::sync::atomic::Ordering::SeqCst);
+    if pid != 0 {
+        // SAFETY: kill takes two integers.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+}
+
 fn fatal(what: &str) -> ! {
+    kill_server();
     println!("FAIL: {what}");
     println!("scenario: aborted");
     std::process::exit(1);
@@ -89,18 +102,19 @@ fn start_server(config: Option<&str>, argv: Option<&[String]>) -> Child {
             c
         }
     };
-    let child = c
+    let child: Child = c
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap_or_else(|e| fatal(&e.to_string())))
         .stderr(log)
         .spawn()
         .unwrap_or_else(|e| fatal(&format!("cannot start the server: {e}")));
+    SERVER.store(child.id(), std::sync::atomic::Ordering::SeqCst);
     let t = Instant::now();
     while !Path::new(SOCKET).exists() {
-        if t.elapsed() > Duration::from_secs(30) {
+        if t.elapsed() > Duration::from_secs(120) {
             let log =
                 std::fs::read_to_string("/var/log/agentsh-scenario-server.log").unwrap_or_default();
-            fatal(&format!("the server did not start within 30 s:\n{log}"));
+            fatal(&format!("the server did not start within 120 s:\n{log}"));
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -108,12 +122,14 @@ fn start_server(config: Option<&str>, argv: Option<&[String]>) -> Child {
 }
 
 /// SIGTERM from outside every tree stops the server; it must be gone
-/// within 10 s (then SIGKILL, and the check fails).
+/// within 60 s (then SIGKILL, and the check fails).
 fn stop_server(c: &mut Checks, mut server: Child) {
+    // Stopped here; a failure from now on has no server to kill.
+    SERVER.store(0, std::sync::atomic::Ordering::SeqCst);
     // SAFETY: kill takes two integers.
     unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
     let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(10) {
+    while t.elapsed() < Duration::from_secs(60) {
         if let Ok(Some(_)) = server.try_wait() {
             c.check(
                 "SIGTERM from outside the trees stops the server",
@@ -129,7 +145,7 @@ fn stop_server(c: &mut Checks, mut server: Child) {
     c.check(
         "SIGTERM from outside the trees stops the server",
         false,
-        || "still running after 10 s; killed".into(),
+        || "still running after 60 s; killed".into(),
     );
 }
 
@@ -232,7 +248,7 @@ fn approvals(c: &mut Checks, sdk: &mut Supervisor) {
     let r = sdk.spawn(&runloop("id -u; echo rc=$?"));
     let t = Instant::now();
     let mut id = None;
-    while id.is_none() && t.elapsed() < Duration::from_secs(15) {
+    while id.is_none() && t.elapsed() < Duration::from_secs(60) {
         id = pending_approval();
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -245,10 +261,10 @@ fn approvals(c: &mut Checks, sdk: &mut Supervisor) {
             String::from_utf8_lossy(&o.stderr).into_owned()
         });
     }
-    let f = sdk.wait(r, Duration::from_secs(20));
+    let f = sdk.wait(r, Duration::from_secs(120));
     c.check("the approved id runs", f.stdout == "0\nrc=0\n", || show(&f));
     let r = sdk.spawn(&runloop("id -u; echo rc=$?"));
-    let f = sdk.wait(r, Duration::from_secs(30));
+    let f = sdk.wait(r, Duration::from_secs(120));
     c.check(
         "an unanswered approval times out and is denied",
         f.stdout.trim() == "rc=126",
@@ -273,6 +289,11 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .cloned();
     let modal = args.iter().any(|a| a == "--modal");
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        kill_server();
+        report(info);
+    }));
     let mut c = Checks {
         total: 0,
         failed: 0,
