@@ -186,9 +186,13 @@ pub enum FilterError {
 /// # Errors
 /// See [`FilterError`].
 pub fn compile(spec: &FilterSpec) -> Result<CompiledFilter, FilterError> {
-    let program = build::program(spec)?;
+    Ok(compiled(spec, build::program(spec)?))
+}
+
+/// The [`CompiledFilter`] of `spec` whose program is `program`.
+fn compiled(spec: &FilterSpec, program: Vec<libc::sock_filter>) -> CompiledFilter {
     let encoded = agentsh_proto::bpf::encode_program(&program);
-    Ok(CompiledFilter {
+    CompiledFilter {
         summary: FilterSummary {
             instructions: program.len(),
             backend: spec.backend,
@@ -200,11 +204,119 @@ pub fn compile(spec: &FilterSpec) -> Result<CompiledFilter, FilterError> {
         },
         program,
         encoded,
-    })
+    }
 }
 
 /// How many compiled programs the cache keeps (it is emptied when full).
 const CACHE_ENTRIES: usize = 64;
+
+/// Placeholder ids above the kernel's largest pid (`PID_MAX_LIMIT`, 2^22):
+/// no process has them.
+const HIGH: [u32; 4] = [0x3ffe_1001, 0x3ffe_3003, 0x3ffe_2002, 0x3ffe_4004];
+
+/// A program compiled once for a shape of spec (which protected ids there
+/// are, and on which side of the server's own ids the daemon's fall:
+/// libseccomp orders a syscall's comparisons by value), with the daemon's
+/// pid and process group as placeholders, and where they sit. Compiling a
+/// filter with libseccomp costs about a millisecond, on the first shell of
+/// every new SDK daemon; patching constants costs nothing. A template is used
+/// only if compiling the shape with two different placeholder pairs of the
+/// same side gives the same program but for those constants, at the same
+/// places, and the placeholders appear nowhere else: then within that side
+/// the values decide nothing else in the program. Anything else falls back
+/// to compiling in full.
+#[derive(Debug)]
+struct Template {
+    program: Vec<libc::sock_filter>,
+    pid_at: Vec<usize>,
+    neg_pgid_at: Vec<usize>,
+}
+
+/// Which protected ids a tree's spec has besides the server's, and on which
+/// side of the server's the daemon's fall: the template key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Shape {
+    /// The daemon's process group is protected too (it is not the server's).
+    daemon_pgid: bool,
+    refuse_kill_own_group: bool,
+    pid_above: bool,
+    pgid_above: bool,
+}
+
+fn low32(v: i64) -> u32 {
+    v as u32
+}
+
+impl Template {
+    /// Builds the template of `shape`, or `None` when the program depends
+    /// on the values (the cache then compiles each spec in full).
+    fn build(f: &Filters, server: ProcessId, shape: Shape) -> Option<Template> {
+        let spec = |pid: u32, pgid: u32| {
+            let mut s = FilterSpec::for_tree(server, None, None, f.effective_landlock_abi);
+            s.protected_pids.insert(pid);
+            if shape.daemon_pgid {
+                s.protected_pgids.insert(pgid);
+            }
+            s.refuse_kill_own_group = shape.refuse_kill_own_group;
+            s.blocked = f.blocked.clone();
+            s.backend = f.backend;
+            s
+        };
+        // Two placeholders on the daemon's side of `own`.
+        let side = |above: bool, own: u32, high: [u32; 2]| -> Option<[u32; 2]> {
+            if above {
+                Some(high)
+            } else {
+                let a = own.checked_sub(1).filter(|v| *v >= 2)?;
+                let b = own.checked_sub(2).filter(|v| *v >= 2)?;
+                Some([a, b])
+            }
+        };
+        let pids = side(shape.pid_above, server.pid, [HIGH[0], HIGH[1]])?;
+        let pgids = side(shape.pgid_above, server.pgid, [HIGH[2], HIGH[3]])?;
+        let a = build::program(&spec(pids[0], pgids[0])).ok()?;
+        let b = build::program(&spec(pids[1], pgids[1])).ok()?;
+        if a.len() != b.len() {
+            return None;
+        }
+        let neg = |g: u32| low32(-i64::from(g));
+        let placed = [pids[0], pids[1], neg(pgids[0]), neg(pgids[1])];
+        let (mut pid_at, mut neg_pgid_at) = (Vec::new(), Vec::new());
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            if (x.code, x.jt, x.jf) != (y.code, y.jt, y.jf) {
+                return None;
+            }
+            if (x.k, y.k) == (pids[0], pids[1]) {
+                pid_at.push(i);
+            } else if shape.daemon_pgid && (x.k, y.k) == (neg(pgids[0]), neg(pgids[1])) {
+                neg_pgid_at.push(i);
+            } else if x.k != y.k || placed.contains(&x.k) {
+                // A placeholder where it was not put, or a value that moved:
+                // patching would not give the compiled program.
+                return None;
+            }
+        }
+        if pid_at.is_empty() || shape.daemon_pgid == neg_pgid_at.is_empty() {
+            return None;
+        }
+        Some(Template {
+            program: a,
+            pid_at,
+            neg_pgid_at,
+        })
+    }
+
+    fn patch(&self, pid: u32, pgid: u32) -> Vec<libc::sock_filter> {
+        let mut p = self.program.clone();
+        for &i in &self.pid_at {
+            p[i].k = pid;
+        }
+        for &i in &self.neg_pgid_at {
+            p[i].k = low32(-i64::from(pgid));
+        }
+        p
+    }
+}
 
 /// The server's filter compiler: the policy's blocklist, the effective
 /// Landlock ABI, and a cache of compiled programs.
@@ -213,6 +325,8 @@ pub struct Filters {
     effective_landlock_abi: i64,
     backend: ExecBackend,
     cache: Mutex<HashMap<FilterSpec, Arc<CompiledFilter>>>,
+    /// Per shape: its template, or `None` when it cannot have one.
+    templates: Mutex<HashMap<Shape, Option<Arc<Template>>>>,
 }
 
 impl Filters {
@@ -230,6 +344,7 @@ impl Filters {
             effective_landlock_abi,
             backend,
             cache: Mutex::new(HashMap::new()),
+            templates: Mutex::new(HashMap::new()),
         };
         f.compile(FilterSpec::for_tree(
             ProcessId::current(),
@@ -237,7 +352,44 @@ impl Filters {
             None,
             effective_landlock_abi,
         ))?;
+        // The usual shapes are ready before the first shell, which then
+        // costs what later ones cost: a daemon started after the server (its
+        // command, or a later one) in a group of its own or the server's.
+        let server = ProcessId::current();
+        for daemon_pgid in [false, true] {
+            f.template(
+                server,
+                Shape {
+                    daemon_pgid,
+                    refuse_kill_own_group: true,
+                    pid_above: true,
+                    pgid_above: true,
+                },
+            );
+        }
         Ok(f)
+    }
+
+    /// The template of `shape` (built on first use).
+    fn template(&self, server: ProcessId, shape: Shape) -> Option<Arc<Template>> {
+        if let Some(t) = self.lock_templates().get(&shape) {
+            return t.clone();
+        }
+        let t = Template::build(self, server, shape).map(Arc::new);
+        if t.is_none() {
+            tracing::debug!(
+                ?shape,
+                "no filter template for this shape: each spec compiled in full"
+            );
+        }
+        self.lock_templates().insert(shape, t.clone());
+        t
+    }
+
+    fn lock_templates(&self) -> std::sync::MutexGuard<'_, HashMap<Shape, Option<Arc<Template>>>> {
+        self.templates
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The Landlock ABI agentsh uses (the kernel's, capped by `landlock.max_abi`).
@@ -255,7 +407,17 @@ impl Filters {
     ///
     /// # Errors
     /// See [`compile`].
-    pub fn compile(&self, mut spec: FilterSpec) -> Result<Arc<CompiledFilter>, FilterError> {
+    pub fn compile(&self, spec: FilterSpec) -> Result<Arc<CompiledFilter>, FilterError> {
+        self.compile_from(spec, None)
+    }
+
+    /// [`Filters::compile`]; with `template` (its daemon's pid and group),
+    /// from the template instead of libseccomp when one fits.
+    fn compile_from(
+        &self,
+        mut spec: FilterSpec,
+        template: Option<(&Template, ProcessId)>,
+    ) -> Result<Arc<CompiledFilter>, FilterError> {
         spec.blocked = self.blocked.clone();
         spec.backend = self.backend;
         if let Some(c) = self.lock().get(&spec) {
@@ -263,7 +425,10 @@ impl Filters {
         }
         // Compiled outside the lock: two wrap-inits may both compile a new
         // spec, and the second result simply replaces the first.
-        let c = Arc::new(compile(&spec)?);
+        let c = Arc::new(match template {
+            Some((t, daemon)) => compiled(&spec, t.patch(daemon.pid, daemon.pgid)),
+            None => compile(&spec)?,
+        });
         let mut cache = self.lock();
         if cache.len() >= CACHE_ENTRIES {
             cache.clear();
@@ -281,12 +446,22 @@ impl Filters {
         daemon: Option<ProcessId>,
         tree_pgid: Option<u32>,
     ) -> Result<Arc<CompiledFilter>, FilterError> {
-        self.compile(FilterSpec::for_tree(
-            ProcessId::current(),
-            daemon,
-            tree_pgid,
-            self.effective_landlock_abi,
-        ))
+        let server = ProcessId::current();
+        let spec = FilterSpec::for_tree(server, daemon, tree_pgid, self.effective_landlock_abi);
+        // Templates cover a daemon of its own (not the server), in a group
+        // of its own or the server's.
+        let template = daemon
+            .filter(|d| d.pid > 1 && d.pid != server.pid && server.pgid > 1 && d.pgid > 1)
+            .and_then(|d| {
+                let shape = Shape {
+                    daemon_pgid: d.pgid != server.pgid,
+                    refuse_kill_own_group: spec.refuse_kill_own_group,
+                    pid_above: d.pid > server.pid,
+                    pgid_above: d.pgid > server.pgid,
+                };
+                self.template(server, shape).map(|t| (t, d))
+            });
+        self.compile_from(spec, template.as_ref().map(|(t, d)| (t.as_ref(), *d)))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<FilterSpec, Arc<CompiledFilter>>> {

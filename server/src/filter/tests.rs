@@ -875,3 +875,47 @@ fn the_emitted_programs_are_pinned() {
         "the programs of {changed:?} changed; this build's: {got:#x?}"
     );
 }
+
+/// A program patched from a template is exactly the one libseccomp compiles
+/// for the same spec, for daemons whose ids fall below, between and above
+/// the server's, in groups of their own.
+#[test]
+fn templates_give_exactly_the_compiled_program() {
+    let server = ProcessId::current();
+    for abi in [7, 5] {
+        let f = Filters::new(&["mount".to_string()], abi, ExecBackend::Notify).unwrap();
+        for (pid, pgid) in [
+            (3, 4),
+            (server.pid + 1, server.pid + 1),
+            (server.pid + 7, server.pgid),
+            (4_000_000, 7),
+            (4_000_000, 3_999_999),
+            (server.pid.saturating_sub(1).max(5), 9),
+        ] {
+            if pid == server.pid {
+                continue;
+            }
+            let daemon = ProcessId { pid, pgid };
+            for tree_pgid in [Some(pgid), Some(pgid + 1), None] {
+                let fast = f.for_tree(Some(daemon), tree_pgid).unwrap();
+                let mut spec = FilterSpec::for_tree(server, Some(daemon), tree_pgid, abi);
+                spec.blocked = ["mount".to_string()].into();
+                let slow = compile(&spec).unwrap();
+                assert_eq!(
+                    fast.encoded, slow.encoded,
+                    "abi {abi} daemon {daemon:?} tree pgid {tree_pgid:?}"
+                );
+            }
+        }
+        let templates = f.lock_templates();
+        let usual = templates
+            .iter()
+            .filter(|(k, t)| k.pid_above && k.pgid_above && t.is_some())
+            .count();
+        assert!(
+            usual >= 2,
+            "the usual shapes have no template: every spec is compiled in full: {:?}",
+            templates.keys().collect::<Vec<_>>()
+        );
+    }
+}
