@@ -1,7 +1,9 @@
-/* The program the race tests exec. Installed under two names: `ok` (allowed
- * unless its first argument contains SECRET) and `curl` (denied). If it runs
- * as `curl`, or with SECRET in argv[1], a forbidden program ran: it appends a
- * line saying what to $RACE_LOG. Static, so an exec costs little. */
+/* The program the race tests exec. Installed as `okay` (allowed unless its
+ * first argument contains SECRET), `curl` (denied), and as `tool` in a
+ * directory `allowed/` and one `denied/` (denied by path). If it runs as
+ * `curl`, from a `denied/` directory, or with SECRET in argv[1], a forbidden
+ * program ran: it appends a line saying what to $RACE_LOG. Static, so an
+ * exec costs little. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +18,7 @@ int main(int argc, char **argv) {
     const char *base = strrchr(exe, '/');
     base = base ? base + 1 : exe;
     const char *arg = argc > 1 ? argv[1] : "";
-    if (strcmp(base, "curl") == 0 || strstr(arg, "SECRET")) {
+    if (strcmp(base, "curl") == 0 || strstr(exe, "/denied/") || strstr(arg, "SECRET")) {
         const char *log = getenv("RACE_LOG");
         int fd = log ? open(log, O_WRONLY | O_APPEND | O_CREAT, 0666) : -1;
         if (fd >= 0) {

@@ -24,6 +24,23 @@
  *   race approve ALLOWED GO DONE   a threaded child execs ALLOWED with argv
  *                                  "benign"; once GO exists its other thread
  *                                  rewrites the argument and creates DONE
+ *   race procmem N ALLOWED DENIED  the parent rewrites the child's private
+ *                                  path string through /proc/<child>/mem
+ *                                  while the child execs it
+ *   race fdflip N ALLOWED DENIED   a sibling sharing the fd table flips the
+ *                                  file behind execveat(100, "", AT_EMPTY_PATH)
+ *                                  (a thread; a CLONE_FILES process first)
+ *   race dirflip N ALLOWED DENIED  a sibling sharing the fd table flips the
+ *                                  dirfd of execveat(100, NAME, 0) between
+ *                                  ALLOWED's and DENIED's directories
+ *   race cwdflip N ALLOWED DENIED  a sibling sharing the fs context fchdirs
+ *                                  between the two directories while the
+ *                                  caller execs ./NAME
+ *   race aio N DIR ALLOWED DENIED  the caller's own Linux AIO read (O_DIRECT,
+ *                                  of a file in DIR)
+ *                                  of DENIED's path lands in its path buffer
+ *                                  as it execs ALLOWED
+ * For dirflip and cwdflip, ALLOWED and DENIED must have the same basename.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -31,6 +48,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <spawn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -367,6 +385,170 @@ static int spawn_mode(const char *target, const char *kind) {
     return 0;
 }
 
+
+/* procmem: the parent writes the child's memory through /proc/<pid>/mem. */
+static int procmem_mode(long n, const char *allowed, const char *denied) {
+    static char p[512], a[64];
+    setup(p, a, allowed, denied);
+    struct tally t = {0};
+    long refused = 0;
+    for (long i = 0; i < n; i++) {
+        int go[2];
+        if (pipe(go)) return 1;
+        pid_t pid = fork();
+        if (pid == 0) {
+            char c;
+            close(go[1]);
+            if (read(go[0], &c, 1) != 1) _exit(16);
+            child_exec();
+        }
+        close(go[0]);
+        char mem[64];
+        snprintf(mem, sizeof mem, "/proc/%d/mem", pid);
+        int fd = open(mem, O_RDWR);
+        if (fd < 0) refused++;
+        if (write(go[1], "x", 1) != 1) return 1;
+        close(go[1]);
+        if (fd >= 0) {
+            for (int k = 0; k < 2000; k++) {
+                if (pwrite(fd, D, ld + 1, (off_t)(uintptr_t)path) < 0) break;
+                if (pwrite(fd, A, la + 1, (off_t)(uintptr_t)path) < 0) break;
+            }
+            close(fd);
+        }
+        int st;
+        waitpid(pid, &st, 0);
+        count(&t, st);
+    }
+    printf("mem-refused=%ld\n", refused);
+    report(&t);
+    return 0;
+}
+
+/* fdflip, dirflip, cwdflip: a thread (sharing fd table and fs context with
+ * the caller, and its memory) flips fd 100 or the cwd. A CLONE_FILES or
+ * CLONE_FS sibling that does not share the memory is tried first: the base
+ * filter refuses it. */
+static int flip_a, flip_b;
+static volatile int flip_cwd;
+static void *fd_flipper(void *unused) {
+    (void)unused;
+    for (unsigned long i = 0;; i++) {
+        if (flip_cwd) {
+            if (fchdir(flip_b)) return NULL;
+            if (fchdir(flip_a)) return NULL;
+        } else {
+            dup2(flip_b, 100);
+            dup2(flip_a, 100);
+        }
+        if ((i & 0xfff) == 0) sched_yield();
+    }
+    return NULL;
+}
+
+static char *dir_of(const char *p) {
+    static char d[2][512];
+    static int k;
+    char *out = d[k++ & 1];
+    snprintf(out, 512, "%s", p);
+    char *slash = strrchr(out, '/');
+    if (slash) *slash = 0;
+    return out;
+}
+
+static int flip_mode(const char *mode, long n, const char *allowed, const char *denied) {
+    const char *name = strrchr(allowed, '/') ? strrchr(allowed, '/') + 1 : allowed;
+    int dirs = strcmp(mode, "fdflip") != 0;
+    flip_cwd = strcmp(mode, "cwdflip") == 0;
+    /* A sibling sharing the table (or fs) but not the memory: refused. */
+    long sib = syscall(SYS_clone, (flip_cwd ? CLONE_FS : CLONE_FILES) | SIGCHLD, 0, 0, 0, 0);
+    if (sib == 0) _exit(0);
+    if (sib > 0) waitpid((pid_t)sib, NULL, 0);
+    printf("sibling=%s\n", sib < 0 && errno == EPERM ? "refused" : "created");
+    struct tally t = {0};
+    for (long i = 0; i < n; i++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            int flags = dirs ? O_RDONLY | O_DIRECTORY : O_RDONLY;
+            flip_a = open(dirs ? dir_of(allowed) : allowed, flags);
+            flip_b = open(dirs ? dir_of(denied) : denied, flags);
+            if (flip_a < 0 || flip_b < 0 || dup2(flip_a, 100) != 100) _exit(17);
+            if (flip_cwd && fchdir(flip_a)) _exit(17);
+            pthread_t th;
+            if (pthread_create(&th, NULL, fd_flipper, NULL)) _exit(15);
+            for (volatile int k = 0; k < 200; k++) {}
+            char rel[512];
+            snprintf(rel, sizeof rel, "./%s", name);
+            char *argv[] = {(char *)name, "benign", NULL};
+            if (flip_cwd)
+                execve(rel, argv, environ);
+            else
+                syscall(SYS_execveat, 100, dirs ? name : "", argv, environ,
+                        dirs ? 0 : AT_EMPTY_PATH);
+            _exit(errno == EACCES ? 13 : errno == ENOENT || errno == ENOTDIR ? 12 : 14);
+        }
+        int st;
+        waitpid(pid, &st, 0);
+        count(&t, st);
+    }
+    report(&t);
+    return 0;
+}
+
+/* aio: the caller's own asynchronous O_DIRECT read lands in its path. */
+struct iocb_ {
+    unsigned long long data;
+    unsigned key, rw_flags;
+    unsigned short opcode;
+    short prio;
+    unsigned fd;
+    unsigned long long buf, nbytes;
+    long long offset;
+    unsigned long long reserved2;
+    unsigned flags, resfd;
+};
+
+static int aio_mode(long n, const char *allowed, const char *denied, const char *dir) {
+    char file[600];
+    snprintf(file, sizeof file, "%s/.aio-path", dir);
+    /* The denied path, padded to one 4096-byte block for O_DIRECT. */
+    static char block[4096] __attribute__((aligned(4096)));
+    memset(block, 0, sizeof block);
+    snprintf(block, sizeof block, "%s", denied);
+    int w = open(file, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (w < 0 || write(w, block, sizeof block) != (ssize_t)sizeof block) { perror("aio file"); return 1; }
+    close(w);
+    struct tally t = {0};
+    long unsupported = 0;
+    for (long i = 0; i < n; i++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            static char buf[4096] __attribute__((aligned(4096)));
+            snprintf(buf, sizeof buf, "%s", allowed);
+            int fd = open(file, O_RDONLY | O_DIRECT);
+            unsigned long ctx = 0;
+            if (fd < 0 || syscall(SYS_io_setup, 1, &ctx)) _exit(18);
+            struct iocb_ cb = {0};
+            cb.opcode = 0; /* IOCB_CMD_PREAD */
+            cb.fd = fd;
+            cb.buf = (unsigned long long)(uintptr_t)buf;
+            cb.nbytes = sizeof buf;
+            struct iocb_ *cbs[1] = {&cb};
+            if (syscall(SYS_io_submit, ctx, 1, cbs) != 1) _exit(18);
+            char *argv[] = {buf, "benign", NULL};
+            execve(buf, argv, environ);
+            _exit(errno == EACCES ? 13 : errno == ENOENT || errno == ENOTDIR ? 12 : 14);
+        }
+        int st;
+        waitpid(pid, &st, 0);
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 18) { unsupported++; continue; }
+        count(&t, st);
+    }
+    printf("aio-unsupported=%ld\n", unsupported);
+    report(&t);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IONBF, 0);
     if (argc >= 5 && !strcmp(argv[1], "thread")) return thread_mode(atol(argv[2]), argv[3], argv[4]);
@@ -380,6 +562,10 @@ int main(int argc, char **argv) {
     if (argc >= 6 && !strcmp(argv[1], "symlink")) return symlink_mode(atol(argv[2]), argv[3], argv[4], argv[5]);
     if (argc >= 5 && !strcmp(argv[1], "approve")) return approve_mode(argv[2], argv[3], argv[4]);
     if (argc >= 4 && !strcmp(argv[1], "spawners")) return spawners_mode(atol(argv[2]), argv[3]);
+    if (argc >= 5 && !strcmp(argv[1], "procmem")) return procmem_mode(atol(argv[2]), argv[3], argv[4]);
+    if (argc >= 5 && (!strcmp(argv[1], "fdflip") || !strcmp(argv[1], "dirflip") || !strcmp(argv[1], "cwdflip")))
+        return flip_mode(argv[1], atol(argv[2]), argv[3], argv[4]);
+    if (argc >= 6 && !strcmp(argv[1], "aio")) return aio_mode(atol(argv[2]), argv[4], argv[5], argv[3]);
     fprintf(stderr, "usage: see the comment at the top of race.c\n");
     return 2;
 }

@@ -47,12 +47,27 @@ pub struct Arena {
     pub race: PathBuf,
     pub okay: PathBuf,
     pub curl: PathBuf,
+    /// `allowed/tool` and `denied/tool`: one name, two directories (the
+    /// probe, denied by path).
+    pub allowed_tool: PathBuf,
+    pub denied_tool: PathBuf,
     pub log: PathBuf,
 }
 
 impl Arena {
     pub fn new(tag: &str) -> Arena {
-        let dir = TempDir::new(tag);
+        Arena::in_dir(TempDir::new(tag))
+    }
+
+    /// An arena whose programs a tree cannot rename or replace, even as root:
+    /// in root-owned directories none of which any tree may write (not under
+    /// /tmp). There an exec whose caller shares nothing is not watched, so
+    /// an attack on it meets the defence under test, not the watch.
+    pub fn stable(tag: &str) -> Arena {
+        Arena::in_dir(TempDir::new_in(&crate::server::server_base(), tag))
+    }
+
+    fn in_dir(dir: TempDir) -> Arena {
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
             .expect("chmod the arena");
         let race = compile("race", dir.path(), false);
@@ -60,6 +75,17 @@ impl Arena {
         let okay = dir.path().join("okay");
         let curl = dir.path().join("curl");
         std::fs::copy(&probe, &okay).expect("install okay");
+        let mut tools = Vec::new();
+        for sub in ["allowed", "denied"] {
+            let d = dir.path().join(sub);
+            std::fs::create_dir_all(&d).expect("create a tool directory");
+            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).expect("chmod it");
+            let t = d.join("tool");
+            std::fs::copy(&probe, &t).expect("install a tool");
+            tools.push(t);
+        }
+        let denied_tool = tools.pop().expect("denied");
+        let allowed_tool = tools.pop().expect("allowed");
         std::fs::rename(&probe, &curl).expect("install curl");
         let log = dir.path().join("ran.log");
         std::fs::write(&log, "").expect("create the log");
@@ -70,6 +96,8 @@ impl Arena {
             race,
             okay,
             curl,
+            allowed_tool,
+            denied_tool,
             log,
         }
     }
@@ -80,11 +108,13 @@ impl Arena {
     }
 
     /// The command line of `race MODE N ...` against this arena's programs;
-    /// `symlink` gets a directory of its own to flip links in, owned by
-    /// `uid` as a workspace is by the tree's user.
+    /// `symlink` and `aio` get a directory of their own (to flip links in,
+    /// to write the file the AIO reads: O_DIRECT needs a real file system,
+    /// as the arena's is), owned by `uid` as a workspace is by the tree's
+    /// user.
     pub fn race_argv(&self, mode: &str, n: u64, uid: Option<(u32, u32)>) -> Vec<String> {
         let mut argv = vec![self.race.display().to_string(), mode.into(), n.to_string()];
-        if mode == "symlink" {
+        if mode == "symlink" || mode == "aio" {
             let dir = self.dir.path().join("ws");
             std::fs::create_dir_all(&dir).expect("create the symlink directory");
             if let Some((u, g)) = uid {
@@ -92,8 +122,13 @@ impl Arena {
             }
             argv.push(dir.display().to_string());
         }
-        argv.push(self.okay.display().to_string());
-        argv.push(self.curl.display().to_string());
+        if mode == "dirflip" || mode == "cwdflip" {
+            argv.push(self.allowed_tool.display().to_string());
+            argv.push(self.denied_tool.display().to_string());
+        } else {
+            argv.push(self.okay.display().to_string());
+            argv.push(self.curl.display().to_string());
+        }
         argv
     }
 }

@@ -30,6 +30,9 @@ command_rules:
     commands: [okay]
     args_patterns: ["SECRET"]
     decision: deny
+  - name: deny-the-denied-directory
+    commands: ["/**/denied/tool"]
+    decision: deny
 "#;
 
 const NOBODY: (u32, u32) = (65534, 65534);
@@ -65,9 +68,28 @@ fn text(b: &[u8]) -> String {
 /// nothing is left stopped, and every attempt ended as allowed, denied or
 /// "no such file" (a path read half-written). Returns the audit's events.
 fn race(mode: &str, uid: Option<(u32, u32)>, want_ok: bool, guard: &str) -> Vec<Value> {
-    let srv = TestServer::start(POLICY, &guard_config(guard));
-    let arena = Arena::new(mode);
-    let n = attempts();
+    race_in(mode, uid, Some(want_ok), &guard_config(guard), attempts()).0
+}
+
+/// [`race`] under the server config `config`, `n` attempts; also returns
+/// what the attacker printed. `want_ok`: whether the allowed program must
+/// have run at least once (`Some(true)`), never (`Some(false)`), or either.
+fn race_in(
+    mode: &str,
+    uid: Option<(u32, u32)>,
+    want_ok: Option<bool>,
+    config: &str,
+    n: u64,
+) -> (Vec<Value>, String) {
+    let guard = config.trim().replace('\n', "; ");
+    let srv = TestServer::start(POLICY, config);
+    // The round-two attacks on a caller that shares nothing need programs in
+    // stable directories (else the exec would be watched anyway).
+    let arena = if ["procmem", "aio"].contains(&mode) {
+        Arena::stable(mode)
+    } else {
+        Arena::new(mode)
+    };
     let session = format!("race-{mode}");
     let argv = arena.race_argv(mode, n, uid);
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
@@ -85,15 +107,117 @@ fn race(mode: &str, uid: Option<(u32, u32)>, want_ok: bool, guard: &str) -> Vec<
     assert_eq!(t.attempts, n, "{stdout}");
     assert_eq!(t.other, 0, "{mode}: unexpected outcomes: {stdout}");
     assert_eq!(t.denied + t.ok + t.missing + t.killed, n);
-    if want_ok {
-        assert!(t.ok > 0, "{mode}: the allowed exec never ran: {stdout}");
-    } else {
-        assert_eq!(t.ok, 0, "{mode}: {stdout}");
+    match want_ok {
+        Some(true) => assert!(t.ok > 0, "{mode}: the allowed exec never ran: {stdout}"),
+        Some(false) => assert_eq!(t.ok, 0, "{mode}: {stdout}"),
+        None => {}
     }
     eprintln!("{mode} ({uid:?}, race_guard {guard}): {stdout}");
     let left = stopped_or_traced(srv.pid(), None);
     assert!(left.is_empty(), "{mode}: tasks left stopped: {left:#?}");
-    srv.exec_events(&session)
+    (srv.exec_events(&session), stdout)
+}
+
+/// Where the round-two races run (issue 21): the notify backend with the
+/// default guard (every attempt), the ptrace backend and Landlock ABI 2 (E2B's
+/// kernel) with a fifth of them each.
+const ROUND_TWO: &[(&str, &str, u64)] = &[
+    ("notify", "execve:\n  race_guard: verify\n", 1),
+    ("ptrace", "execve:\n  backend: ptrace\n", 5),
+    ("abi2", "landlock:\n  max_abi: 2\n", 5),
+];
+
+/// Runs `mode` in every [`ROUND_TWO`] setting, as root and as nobody;
+/// returns what each attacker printed.
+fn round_two(mode: &str, want_ok: Option<bool>) -> Vec<String> {
+    round_two_of(mode, want_ok, 1)
+}
+
+/// [`round_two`] with `slower` times fewer attempts (an attempt that waits
+/// for a disk costs ten times one that does not).
+fn round_two_of(mode: &str, want_ok: Option<bool>, slower: u64) -> Vec<String> {
+    let mut printed = Vec::new();
+    for (label, config, fraction) in ROUND_TWO {
+        for uid in [None, Some(NOBODY)] {
+            let n = (attempts() / fraction / slower).max(100);
+            let (_, out) = race_in(mode, uid, want_ok, config, n);
+            eprintln!("{mode} [{label}] {uid:?}: {out}");
+            printed.push(out);
+        }
+    }
+    printed
+}
+
+#[test]
+fn a_parent_writing_its_childs_path_through_proc_mem_never_runs_a_denied_program() {
+    if !require_root(
+        "a_parent_writing_its_childs_path_through_proc_mem_never_runs_a_denied_program",
+    ) {
+        return;
+    }
+    for out in round_two("procmem", Some(true)) {
+        // Landlock refuses every open of another process's memory for writing.
+        let refused = out
+            .lines()
+            .find_map(|l| l.strip_prefix("mem-refused="))
+            .and_then(|n| n.parse::<u64>().ok());
+        let attempts = agentsh_tests::attackers::tally(&out).map(|t| t.attempts);
+        assert_eq!(refused, attempts, "{out}");
+    }
+}
+
+#[test]
+fn a_sibling_flipping_the_fd_of_execveat_never_runs_a_denied_program() {
+    if !require_root("a_sibling_flipping_the_fd_of_execveat_never_runs_a_denied_program") {
+        return;
+    }
+    for out in round_two("fdflip", Some(true)) {
+        assert!(
+            out.contains("sibling=refused"),
+            "a CLONE_FILES process was created: {out}"
+        );
+    }
+}
+
+#[test]
+fn a_sibling_flipping_the_dirfd_of_execveat_never_runs_a_denied_program() {
+    if !require_root("a_sibling_flipping_the_dirfd_of_execveat_never_runs_a_denied_program") {
+        return;
+    }
+    for out in round_two("dirflip", Some(true)) {
+        assert!(
+            out.contains("sibling=refused"),
+            "a CLONE_FILES process was created: {out}"
+        );
+    }
+}
+
+#[test]
+fn a_sibling_flipping_the_cwd_never_runs_a_denied_program() {
+    if !require_root("a_sibling_flipping_the_cwd_never_runs_a_denied_program") {
+        return;
+    }
+    for out in round_two("cwdflip", Some(true)) {
+        assert!(
+            out.contains("sibling=refused"),
+            "a CLONE_FS process was created: {out}"
+        );
+    }
+}
+
+#[test]
+fn the_callers_own_aio_landing_in_its_path_never_runs_a_denied_program() {
+    if !require_root("the_callers_own_aio_landing_in_its_path_never_runs_a_denied_program") {
+        return;
+    }
+    // Whether the allowed path is read before the read lands is the
+    // device's timing: the allowed program may run or not. Each attempt
+    // waits for an O_DIRECT read of the disk: a tenth of the attempts (the
+    // attack ran a denied program about 3 times in 100 without the defence).
+    for out in round_two_of("aio", None, 10) {
+        // The attack really ran: AIO with O_DIRECT worked in the arena.
+        assert!(out.contains("aio-unsupported=0"), "{out}");
+    }
 }
 
 #[test]

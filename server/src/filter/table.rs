@@ -86,6 +86,11 @@ const CLONE_VM: u64 = libc::CLONE_VM as u64;
 const CLONE_THREAD: u64 = libc::CLONE_THREAD as u64;
 const CLONE_VFORK: u64 = libc::CLONE_VFORK as u64;
 const CLONE_PARENT: u64 = libc::CLONE_PARENT as u64;
+const CLONE_FILES: u64 = libc::CLONE_FILES as u64;
+const CLONE_FS: u64 = libc::CLONE_FS as u64;
+
+/// `IPPROTO_MPTCP`: Multipath TCP, which Landlock's TCP rules do not cover.
+pub const IPPROTO_MPTCP: u64 = 262;
 
 /// `MSG_FASTOPEN`: connect and send in one call, past Landlock's connect hook.
 pub const MSG_FASTOPEN: u64 = 0x2000_0000;
@@ -153,6 +158,20 @@ pub const BASE_RULES: &[BaseRule] = &[
         when_text: "flags has CLONE_VM and CLONE_PARENT but not CLONE_THREAD",
         answer: Answer::Eperm,
         why: "a vfork child made a sibling of its parent would share memory with a process the race guard does not walk to",
+    },
+    BaseRule {
+        syscalls: &["clone"],
+        when: When::All(&[Cmp { arg: 0, mask: CLONE_VM | CLONE_FILES, value: CLONE_FILES }]),
+        when_text: "flags has CLONE_FILES but not CLONE_VM",
+        answer: Answer::Eperm,
+        why: "a process sharing the caller's fd table without sharing its memory could swap the file behind execveat's fd or dirfd after the supervisor judged it; sharing the table only with memory puts the sharer in the race guard's set",
+    },
+    BaseRule {
+        syscalls: &["clone"],
+        when: When::All(&[Cmp { arg: 0, mask: CLONE_VM | CLONE_FS, value: CLONE_FS }]),
+        when_text: "flags has CLONE_FS but not CLONE_VM",
+        answer: Answer::Eperm,
+        why: "as CLONE_FILES, for the cwd and root a relative exec path is resolved in",
     },
     BaseRule {
         syscalls: &["clone3"],
@@ -250,6 +269,13 @@ pub const BASE_RULES: &[BaseRule] = &[
         when_text: "AF_UNIX, SOCK_SEQPACKET (with any SOCK_CLOEXEC / SOCK_NONBLOCK)",
         answer: Answer::Eperm,
         why: "agentsh's API and notify sockets are SOCK_SEQPACKET: a tree cannot even connect to them (socketpair stays allowed)",
+    },
+    BaseRule {
+        syscalls: &["socket"],
+        when: When::All(&[Cmp { arg: 2, mask: LOW32, value: IPPROTO_MPTCP }]),
+        when_text: "protocol IPPROTO_MPTCP",
+        answer: Answer::Eperm,
+        why: "Multipath TCP is not covered by Landlock's TCP connect and bind rules: any port",
     },
     BaseRule {
         syscalls: &["socketcall"],

@@ -299,6 +299,59 @@ fn base_rules_refuse_on_the_real_kernel_and_near_misses_pass() {
                 ),
                 want: libc::EINVAL,
             },
+            // An fd table or fs context shared without the memory (issue 21).
+            Case {
+                what: "clone(CLONE_FILES) without CLONE_VM",
+                call: sys!(
+                    libc::SYS_clone,
+                    libc::CLONE_FILES | libc::CLONE_PIDFD | libc::CLONE_PARENT_SETTID,
+                    0,
+                    0,
+                    0,
+                    0
+                ),
+                want: EPERM,
+            },
+            Case {
+                what: "clone(CLONE_FS) without CLONE_VM",
+                call: sys!(
+                    libc::SYS_clone,
+                    libc::CLONE_FS | libc::CLONE_PIDFD | libc::CLONE_PARENT_SETTID,
+                    0,
+                    0,
+                    0,
+                    0
+                ),
+                want: EPERM,
+            },
+            Case {
+                what: "clone(CLONE_VM|CLONE_FS|CLONE_FILES|CLONE_THREAD) (a thread) passes",
+                call: sys!(
+                    libc::SYS_clone,
+                    libc::CLONE_VM
+                        | libc::CLONE_FS
+                        | libc::CLONE_FILES
+                        | libc::CLONE_SIGHAND
+                        | libc::CLONE_THREAD
+                        | libc::CLONE_PIDFD
+                        | libc::CLONE_PARENT_SETTID,
+                    0,
+                    0,
+                    0,
+                    0
+                ),
+                want: libc::EINVAL,
+            },
+            Case {
+                what: "socket(AF_INET, SOCK_STREAM, IPPROTO_MPTCP)",
+                call: sys!(libc::SYS_socket, libc::AF_INET, libc::SOCK_STREAM, 262),
+                want: EPERM,
+            },
+            Case {
+                what: "socket(AF_INET6, SOCK_STREAM, IPPROTO_MPTCP)",
+                call: sys!(libc::SYS_socket, libc::AF_INET6, libc::SOCK_STREAM, 262),
+                want: EPERM,
+            },
             Case {
                 what: "clone3",
                 call: sys!(libc::SYS_clone3, 0, 0),
@@ -836,11 +889,13 @@ type Pins = ((u32, u32, u32), &'static str, [(usize, u64); 4]);
 const PINS: &[Pins] = &[(
     (2, 5, 4),
     "x86_64",
+    // Re-pinned deliberately (issue 21): clone with CLONE_FILES or CLONE_FS
+    // but not CLONE_VM, and socket(IPPROTO_MPTCP), joined the base rules.
     [
-        (397, 0x944d_b8a0_46ef_8757),
-        (404, 0xf162_aa17_d0a3_9648),
-        (378, 0x0c1a_1c95_148b_140c),
-        (389, 0x2dbe_f272_4cc6_9f1f),
+        (0x19c, 0x708e_a7e2_8a4a_2e9a),
+        (0x1a1, 0x6d22_06d0_52aa_b089),
+        (0x180, 0x4b78_d5e6_1d71_e708),
+        (0x193, 0x09ab_432d_1136_3d87),
     ],
 )];
 

@@ -94,6 +94,23 @@ pub const SYSTEM_NO_WRITE: &[&str] = &[
     "/usr/local/sbin",
 ];
 
+/// The kernel's own file systems no tree may write, whatever the policy, but
+/// where an explicit `allow` beneath (the shipped policies' tree root's
+/// `/proc/self/oom_score_adj`, which E2B writes) still holds. Threats: a
+/// process writing another's memory through `/proc/<pid>/mem` (a parent
+/// rewriting its child's exec path after the supervisor read it: issue 21),
+/// and a root tree changing the kernel's behaviour for everyone
+/// (`/proc/sys/kernel/core_pattern`'s crash hook and `kernel.modprobe` run
+/// as root outside every tree; cgroup v1 `release_agent`, binfmt_misc,
+/// `/proc/sysrq-trigger`).
+pub const KERNEL_NO_WRITE: &[&str] = &["/proc", "/sys"];
+
+/// The one file under [`KERNEL_NO_WRITE`] every tree may write, whatever the
+/// policy: its root's own `oom_score_adj` (`/proc/self` is resolved by
+/// unixwrap, in the process that becomes the tree's shell), which E2B's
+/// wrapper writes before every command (`echo 100 > /proc/$$/oom_score_adj`).
+pub const OWN_OOM_SCORE_ADJ: &str = "/proc/self/oom_score_adj";
+
 /// The per-session values of the path variables.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SessionVars {
@@ -506,6 +523,20 @@ fn file_operations(
         {
             grants.entry(a).or_default().push(Grant {
                 path: "/".into(),
+                rule: None,
+            });
+        }
+    }
+    grants.entry(FsAccess::Write).or_default().push(Grant {
+        path: OWN_OOM_SCORE_ADJ.into(),
+        rule: None,
+    });
+    for op in MODIFY {
+        let d = denies.entry(op).or_default();
+        for p in KERNEL_NO_WRITE {
+            d.push(Deny {
+                path: (*p).to_string(),
+                protected: false,
                 rule: None,
             });
         }

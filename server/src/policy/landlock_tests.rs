@@ -304,11 +304,12 @@ fn unset_workspace_skips_its_rules_and_says_so() {
         LandlockCompat::Required,
         &fs,
     );
+    // Only the tree root's own oom_score_adj, which every tree may write.
     assert!(!c
         .config
         .fs_rules
         .iter()
-        .any(|r| r.access.contains(&FsAccess::Write)));
+        .any(|r| r.access.contains(&FsAccess::Write) && r.path != OWN_OOM_SCORE_ADJ));
     assert!(
         c.warnings.iter().any(|w| w.contains("WORKSPACE")),
         "{:?}",
@@ -331,7 +332,7 @@ fn symlinked_grants_are_judged_by_their_target() {
         !c.config
             .fs_rules
             .iter()
-            .any(|r| r.access.contains(&FsAccess::Write)),
+            .any(|r| r.access.contains(&FsAccess::Write) && r.path != OWN_OOM_SCORE_ADJ),
         "{:?}",
         c.config.fs_rules
     );
@@ -619,4 +620,34 @@ fn shipped_policies_protect_agentsh_and_keep_agent_work_open() {
             assert!(!ports.contains(&18080), "{name}");
         }
     }
+}
+
+/// Whatever the policy, nothing under /proc or /sys is granted write but the
+/// tree root's own oom_score_adj: a deny-only policy's grant on `/` is carved
+/// around them, an explicit allow beneath them still holds.
+#[test]
+fn proc_and_sys_are_never_writable_but_the_roots_oom_score_adj() {
+    let fs = fake();
+    let deny_only = compile(
+        &pol("default: allow\nfile_rules:\n  - {name: no-etc, paths: [/etc/**], operations: [write], decision: deny}\n"),
+        &vars(),
+        &protect(&fs),
+        LandlockCompat::BestEffort,
+        &fs,
+    );
+    let writable: Vec<&str> = deny_only
+        .config
+        .fs_rules
+        .iter()
+        .filter(|r| r.access.contains(&FsAccess::Write))
+        .map(|r| r.path.as_str())
+        .collect();
+    assert!(writable.contains(&"/tmp"), "{writable:?}");
+    for p in &writable {
+        assert!(
+            !(p.starts_with("/proc") || p.starts_with("/sys")) || *p == OWN_OOM_SCORE_ADJ,
+            "{p} is writable: {writable:?}"
+        );
+    }
+    assert!(writable.contains(&OWN_OOM_SCORE_ADJ), "{writable:?}");
 }

@@ -324,7 +324,7 @@ pub(super) fn gather(
     // A verified exec (ptrace backend, or `race_guard: verify` with tasks
     // sharing the memory) is checked at PTRACE_EVENT_EXEC whoever writes
     // the strings: where they live no longer matters.
-    let maps = if verified || memory == Memory::Verified {
+    let mut maps = if verified || memory == Memory::Verified {
         None
     } else {
         match check_mappings(pid, req, &argv, mm_parent, &mut st.files) {
@@ -332,6 +332,23 @@ pub(super) fn gather(
             Err(u) => return fail(&target.filename, u),
         }
     };
+    // The kernel itself may still write the caller's memory: a Linux AIO
+    // read it submitted lands whenever the device completes it, after our
+    // read of the path as well as before. Such an exec is watched and its
+    // new image checked, as for a caller others share memory with.
+    let mut memory = memory;
+    if let Some(m) = maps.as_mut() {
+        match vma::aio_ring(m) {
+            Ok(false) => {}
+            Ok(true) => memory = Memory::Verified,
+            Err(e) => {
+                return fail(
+                    &target.filename,
+                    undecidable("unreadable", format!("memory map cannot be read: {e}")),
+                )
+            }
+        }
+    }
     phases::mark("maps");
     let chain = match interpreters(&view, &target, &req.args, &path, &argv) {
         Ok(c) => c,

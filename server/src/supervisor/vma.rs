@@ -61,6 +61,46 @@ pub struct Vma {
     pub name: String,
 }
 
+/// Whether the process whose maps `m` reads has a Linux AIO ring (an
+/// `io_setup` context: the kernel writes the results of its submissions
+/// into the process's memory whenever they complete). Asked only while some
+/// process on the machine has AIO events allocated (`/proc/sys/fs/aio-nr`
+/// above 0, one small read); then the maps are read through for `[aio]`.
+///
+/// # Errors
+/// The maps cannot be read (the caller refuses the exec).
+pub fn aio_ring(m: &mut Maps) -> io::Result<bool> {
+    if !aio_in_use() {
+        return Ok(false);
+    }
+    use std::io::Read;
+    let mut text = String::new();
+    let mut f = m.file.try_clone()?;
+    std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(0))?;
+    f.read_to_string(&mut text)?;
+    Ok(text
+        .lines()
+        .any(|l| l.contains("/[aio]") || l.ends_with("[aio]")))
+}
+
+/// Whether any process has Linux AIO events allocated (unreadable: yes).
+/// The file is kept open and read again (one `pread`: it runs per exec).
+fn aio_in_use() -> bool {
+    use std::os::unix::fs::FileExt;
+    static AIO_NR: std::sync::OnceLock<Option<File>> = std::sync::OnceLock::new();
+    let Some(f) = AIO_NR.get_or_init(|| File::open("/proc/sys/fs/aio-nr").ok()) else {
+        return true;
+    };
+    let mut buf = [0u8; 32];
+    match f.read_at(&mut buf, 0) {
+        Ok(n) => std::str::from_utf8(&buf[..n])
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .is_none_or(|n| n > 0),
+        Err(_) => true,
+    }
+}
+
 /// Finds mappings of one process, remembering those found.
 pub struct Maps {
     file: File,
