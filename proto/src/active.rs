@@ -27,6 +27,11 @@ use std::path::{Path, PathBuf};
 
 /// File name of the marker in the run directory.
 pub const MARKER: &str = "active";
+/// Where the server also writes the marker, whatever its config, and where
+/// every shim also looks: a shim.conf that names another socket (edited, or
+/// emptied by a truncation below Landlock ABI 3) cannot make the shim look
+/// for the marker in a directory where there is none.
+pub const FIXED_MARKER: &str = "/run/agentsh/active";
 /// File name of the root shims' record of unsupervised runs.
 pub const UNSUPERVISED_LOG: &str = "unsupervised.jsonl";
 
@@ -105,6 +110,22 @@ pub fn write(path: &Path) -> std::io::Result<String> {
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644))?;
     std::fs::rename(&tmp, path)?;
     Ok(life)
+}
+
+/// The state the shim acts on: the marker beside the configured socket and
+/// the one at [`FIXED_MARKER`], the stronger of the two (agentsh has run if
+/// either says so).
+pub fn combined(beside_socket: &Path, life: Option<&str>) -> State {
+    let a = state(beside_socket, life);
+    if beside_socket == Path::new(FIXED_MARKER) {
+        return a;
+    }
+    let b = state(Path::new(FIXED_MARKER), life);
+    match (a, b) {
+        (s @ State::Current(_), _) | (_, s @ State::Current(_)) => s,
+        (State::Stale, _) | (_, State::Stale) => State::Stale,
+        (State::Absent, State::Absent) => State::Absent,
+    }
 }
 
 /// The marker's path for an API socket path: the socket's directory.

@@ -263,6 +263,18 @@ pub fn load(path: &str) -> Loaded {
             reason: format!("{path} cannot be read: {e}"),
         };
     }
+    // An existing file with no setting at all was truncated or written
+    // empty: nothing in it was meant as "defaults", and below Landlock ABI 3
+    // a root tree can truncate it. It means `on`.
+    let has_setting = text.lines().any(|l| {
+        let l = l.trim();
+        !l.is_empty() && !l.starts_with('#')
+    });
+    if !has_setting {
+        return Loaded::Untrusted {
+            reason: format!("{path} holds no setting (empty: truncated?)"),
+        };
+    }
     match parse(&text) {
         Ok(c) => Loaded::Trusted(c),
         Err(e) => Loaded::Invalid(e),

@@ -88,7 +88,7 @@ pub fn run(argv: &[&CStr]) -> i32 {
     let failure = supervise(&target, &settings.conf, settings.mode);
     // Read only on this failure path: whether agentsh has run in this
     // container decides if `auto` may still fall through.
-    let active = active::state(&marker_path(&settings.conf), active::life().as_deref());
+    let active = active::combined(&marker_path(&settings.conf), active::life().as_deref());
     let server = settings.conf.server.to_string();
     match decide::fall_through(settings.mode, &server, &failure, &active) {
         FallThrough::RunUnsupervised(msg) => {

@@ -115,6 +115,25 @@ pub fn write_marker(dir: &Path) -> Result<(), String> {
     let life = agentsh_proto::active::write(&path)
         .map_err(|e| format!("cannot write the marker {}: {e}", path.display()))?;
     tracing::info!(marker = %path.display(), %life, "marked agentsh active for this container's life");
+    // Also where every shim looks whatever its shim.conf says.
+    let fixed = Path::new(agentsh_proto::active::FIXED_MARKER);
+    if fixed != path {
+        if let Some(parent) = fixed.parent() {
+            use std::os::unix::fs::DirBuilderExt;
+            let _ = std::fs::DirBuilder::new()
+                .mode(0o755)
+                .recursive(true)
+                .create(parent);
+        }
+        match agentsh_proto::active::write(fixed) {
+            Ok(_) => {
+                tracing::info!(marker = %fixed.display(), "marked agentsh active at the fixed path too")
+            }
+            // Only the fixed path is missing: shims configured for this
+            // server still see the marker beside its socket.
+            Err(e) => tracing::warn!("cannot write the marker {}: {e}", fixed.display()),
+        }
+    }
     Ok(())
 }
 

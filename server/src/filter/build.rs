@@ -149,6 +149,15 @@ fn unconditional_rules(spec: &FilterSpec) -> Unconditional {
             }
         }
     }
+    if spec.refuse_truncate {
+        for name in ["truncate", "truncate64"] {
+            always.set(
+                name,
+                ScmpAction::Errno(libc::EPERM),
+                "no Landlock truncate right below ABI 3".into(),
+            );
+        }
+    }
     if spec.signal_guard == SignalGuard::UserNotif {
         for name in SIGNAL_CALLS_NOTIFIED {
             always.set(

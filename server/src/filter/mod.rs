@@ -107,6 +107,11 @@ pub struct FilterSpec {
     /// The tree starts in a protected process group, so `kill(0, ..)` is refused.
     pub refuse_kill_own_group: bool,
     pub signal_guard: SignalGuard,
+    /// Below Landlock ABI 3 truncation is no right Landlock controls, so
+    /// `truncate(path)` would empty a file the tree may not write (a root
+    /// tree: `/etc/agentsh/shim.conf`): refused. (`open(O_TRUNC)` and
+    /// `ftruncate` need a file opened for writing, which Landlock refuses.)
+    pub refuse_truncate: bool,
     /// Where the traps go: USER_NOTIF or `SECCOMP_RET_TRACE`.
     pub backend: ExecBackend,
 }
@@ -141,6 +146,7 @@ impl FilterSpec {
             protected_pids,
             protected_pgids,
             signal_guard: SignalGuard::for_landlock_abi(effective_abi),
+            refuse_truncate: effective_abi < 3,
             backend: ExecBackend::Notify,
         }
     }

@@ -890,11 +890,12 @@ const PINS: &[Pins] = &[(
     (2, 5, 4),
     "x86_64",
     // Re-pinned deliberately (issue 21): clone with CLONE_FILES or CLONE_FS
-    // but not CLONE_VM, and socket(IPPROTO_MPTCP), joined the base rules.
+    // but not CLONE_VM, and socket(IPPROTO_MPTCP), joined the base rules;
+    // below Landlock ABI 3 (the second and third specs) truncate is refused.
     [
         (0x19c, 0x708e_a7e2_8a4a_2e9a),
-        (0x1a1, 0x6d22_06d0_52aa_b089),
-        (0x180, 0x4b78_d5e6_1d71_e708),
+        (0x1a8, 0xb65c_add3_4a86_d939),
+        (0x186, 0xf2e8_3e26_0ec3_c397),
         (0x193, 0x09ab_432d_1136_3d87),
     ],
 )];

@@ -1,0 +1,105 @@
+//! A root tree must not change the kernel's behaviour for everyone, nor
+//! agentsh's own configuration, whatever the policy and the Landlock ABI
+//! (issue 21, class 7): `/proc/sys` (a crash hook in `core_pattern` runs as
+//! root outside every tree), `/sys`, `/proc/sysrq-trigger` are read-only;
+//! below ABI 3, where truncation is no Landlock right, `truncate(2)` is
+//! refused, and a shim.conf emptied anyway means `on`, never defaults.
+//!
+//! Nothing here changes the machine: each write is of the value already
+//! there, so a defence that failed would leave the kernel as it was.
+
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+use agentsh_tests::ns::Namespace;
+use agentsh_tests::sandbox::{Sandbox, NOBODY};
+use agentsh_tests::server::require_root;
+
+/// A policy that restricts no file operation: only agentsh's own rules apply.
+const OPEN_POLICY: &str = "name: open\ndefault: allow\n";
+
+/// Writes each kernel file back with its own content; prints, per file,
+/// `ok` (written: the defence failed) or the errno.
+const WRITE_BACK: &str = r#"
+import os
+for p in ["/proc/sys/kernel/core_pattern", "/proc/sys/kernel/modprobe", "/proc/sysrq-trigger",
+          "/sys/kernel/mm/transparent_hugepage/enabled"]:
+    try:
+        cur = open(p).read() if p != "/proc/sysrq-trigger" else ""
+        fd = os.open(p, os.O_WRONLY)
+        try:
+            if cur:
+                os.write(fd, cur.split("[")[-1].split("]")[0].encode() if "[" in cur else cur.encode())
+        finally:
+            os.close(fd)
+        print(p, "ok")
+    except OSError as e:
+        print(p, e.errno)
+"#;
+
+fn kernel_files_are_read_only_for(uid: Option<u32>, config: &str) {
+    let mut s = Sandbox::with_config(OPEN_POLICY, uid, config);
+    let f = s.sh(&format!(
+        "python3 -c '{}'",
+        WRITE_BACK.replace('\'', "'\\''")
+    ));
+    assert_eq!(f.code, Some(0), "{f:?}");
+    let lines: Vec<&str> = f.stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{}", f.stdout);
+    for l in lines {
+        assert!(
+            !l.ends_with(" ok"),
+            "a tree wrote a kernel file ({config:?}, {uid:?}): {l}"
+        );
+    }
+}
+
+#[test]
+fn a_root_tree_cannot_write_proc_sys_sys_or_sysrq_at_any_abi() {
+    if !require_root("a_root_tree_cannot_write_proc_sys_sys_or_sysrq_at_any_abi") {
+        return;
+    }
+    for config in [
+        "",
+        "landlock:\n  max_abi: 2\n",
+        "execve:\n  backend: ptrace\n",
+    ] {
+        kernel_files_are_read_only_for(None, config);
+    }
+    kernel_files_are_read_only_for(Some(NOBODY), "");
+}
+
+#[test]
+fn below_landlock_abi_3_a_root_tree_cannot_truncate_shim_conf() {
+    if !require_root("below_landlock_abi_3_a_root_tree_cannot_truncate_shim_conf") {
+        return;
+    }
+    for config in ["landlock:\n  max_abi: 2\n", ""] {
+        let mut s = Sandbox::with_config(OPEN_POLICY, None, config);
+        let before = std::fs::read(s.ns.path("/etc/agentsh/shim.conf")).unwrap();
+        let f = s.sh(
+            "python3 -c 'import os\ntry:\n    os.truncate(\"/etc/agentsh/shim.conf\", 0); print(\"truncated\")\nexcept OSError as e:\n    print(\"errno\", e.errno)'",
+        );
+        assert!(f.stdout.starts_with("errno "), "{config:?}: {f:?}");
+        let after = std::fs::read(s.ns.path("/etc/agentsh/shim.conf")).unwrap();
+        assert_eq!(before, after, "{config:?}: shim.conf changed");
+        assert!(!after.is_empty());
+    }
+}
+
+#[test]
+fn an_empty_shim_conf_means_on_not_defaults() {
+    if !require_root("an_empty_shim_conf_means_on_not_defaults") {
+        return;
+    }
+    let ns = Namespace::new();
+    ns.install_shim(false);
+    // No server anywhere: with defaults (`auto`, before agentsh ever ran) the
+    // shell would run unsupervised; an emptied file must refuse instead.
+    ns.write_shim_conf("", 0o644);
+    let o = ns.run(&["/bin/sh", "-c", "echo ran"], &[]);
+    assert_eq!(o.status.code(), Some(126), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stdout).is_empty());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("holds no setting"), "{err}");
+}
