@@ -127,7 +127,7 @@ pub fn write_marker(dir: &Path) -> Result<(), String> {
         }
         match agentsh_proto::active::write(fixed) {
             Ok(_) => {
-                tracing::info!(marker = %fixed.display(), "marked agentsh active at the fixed path too")
+                tracing::info!(marker = %fixed.display(), "marked agentsh active at the fixed path too");
             }
             // Only the fixed path is missing: shims configured for this
             // server still see the marker beside its socket.
