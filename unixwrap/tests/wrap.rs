@@ -529,6 +529,42 @@ fn landlock_denies_reads_outside_the_allowed_paths() {
     drop(r.join());
 }
 
+/// A grant the server computed for a plain file (a carve lists entries that
+/// are not symlinks) that the tree turned into a symlink to a file it must not
+/// read, before unixwrap opened it: no symlink is followed, the grant is
+/// skipped, the secret stays unreadable (issue 21).
+#[test]
+fn landlock_grants_never_follow_a_symlink_swapped_in() {
+    root_or_skip!();
+    let dir = tempdir("ll-swap");
+    let secret = dir.join("secret");
+    std::fs::write(&secret, "s3cret\n").unwrap();
+    let entry = dir.join("entry");
+    let _ = std::fs::remove_file(&entry);
+    std::os::unix::fs::symlink(&secret, &entry).unwrap();
+    let read = |p: &str| FsRule {
+        path: p.into(),
+        access: vec![FsAccess::Read],
+    };
+    let cfg = landlock(|ll| {
+        ll.handled_fs = vec![FsAccess::Read];
+        ll.fs_rules = ["/usr", "/lib", "/lib64", "/bin", "/etc"]
+            .into_iter()
+            .map(read)
+            .chain(std::iter::once(read(&entry.display().to_string())))
+            .collect();
+    });
+    let script = format!("cat {}; echo rc=$?", secret.display());
+    let w = spawn(Spec::new(&["--", "sh", "-c", &script]).config(&cfg));
+    let r = w.accept(allow_all());
+    let out = w.finish(T);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(!out.stdout.contains("s3cret"), "{out:#?}");
+    assert!(out.stdout.contains("rc=1"), "{out:#?}");
+    assert!(out.log.contains("entry\" skipped"), "{}", out.log);
+    drop(r.join());
+}
+
 #[test]
 fn landlock_read_rules_leave_cross_directory_rename_working() {
     root_or_skip!();
