@@ -5,8 +5,9 @@
 use std::path::PathBuf;
 
 pub const USAGE: &str =
-    "usage: agentsh-bench run --hop PATH [--configure-tarball PATH] [--out DIR] [--quick]
-       (normally through: sudo ./bench/run.sh [--quick])
+    "usage: agentsh-bench run --hop PATH [--configure-tarball PATH] [--out DIR] [--quick] [--only STEP,..]
+       (normally through: sudo ./bench/run.sh [--quick] [--only STEP,..]; steps: nested, install,
+        exec_loop, configure, scale, ptrace, first_shell, supervisor)
        agentsh-bench compare --server LABEL=PATH [--server LABEL=PATH ...] [--config LABEL=FILE] [--rounds R] [--n N] [--only W,..] [--out FILE]
                                         (the supervisor's time per exec of several server builds,
                                          side by side: see bench/src/compare.rs)
@@ -18,6 +19,27 @@ pub struct Opts {
     pub hop: PathBuf,
     pub tarball: Option<PathBuf>,
     pub out: PathBuf,
+    /// The steps to run (empty: all of them).
+    pub only: Vec<String>,
+}
+
+/// The steps `--only` names, in the report's order.
+pub const STEPS: [&str; 8] = [
+    "nested",
+    "install",
+    "exec_loop",
+    "configure",
+    "scale",
+    "ptrace",
+    "first_shell",
+    "supervisor",
+];
+
+impl Opts {
+    /// Whether step `name` runs.
+    pub fn runs(&self, name: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|s| s == name)
+    }
 }
 
 /// Parses `run`'s arguments.
@@ -30,6 +52,7 @@ pub fn parse_run(args: &[String]) -> Result<Opts, String> {
         hop: PathBuf::new(),
         tarball: None,
         out: PathBuf::from("target/bench"),
+        only: Vec::new(),
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -43,6 +66,17 @@ pub fn parse_run(args: &[String]) -> Result<Opts, String> {
             "--hop" => o.hop = PathBuf::from(val("--hop")?),
             "--configure-tarball" => o.tarball = Some(PathBuf::from(val("--configure-tarball")?)),
             "--out" => o.out = PathBuf::from(val("--out")?),
+            "--only" => {
+                for step in val("--only")?.split(',') {
+                    if !STEPS.contains(&step) {
+                        return Err(format!(
+                            "--only: no step {step:?} (steps: {})\n{USAGE}",
+                            STEPS.join(", ")
+                        ));
+                    }
+                    o.only.push(step.to_string());
+                }
+            }
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
     }
@@ -74,5 +108,19 @@ mod tests {
         assert_eq!(o.hop, PathBuf::from("h"));
         assert_eq!(o.tarball, None);
         assert_eq!(o.out, PathBuf::from("target/bench"));
+    }
+
+    #[test]
+    fn only_names_steps_and_refuses_an_unknown_one() {
+        let o =
+            parse_run(&args(&["--hop", "h", "--only", "first_shell,supervisor"])).expect("parses");
+        assert!(o.runs("first_shell") && o.runs("supervisor"));
+        assert!(!o.runs("nested"));
+        let all = parse_run(&args(&["--hop", "h"])).expect("parses");
+        assert!(STEPS.iter().all(|s| all.runs(s)));
+        let err = parse_run(&args(&["--hop", "h", "--only", "first-shell"]))
+            .err()
+            .unwrap_or_default();
+        assert!(err.starts_with("--only: no step \"first-shell\""), "{err}");
     }
 }

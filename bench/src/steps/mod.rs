@@ -121,18 +121,34 @@ pub fn run(o: &Opts) -> Result<(), String> {
 
     let mut rep = Report::default();
     describe_setup(&mut rep, o.quick);
-    nested_path(&mut rep, &b)?;
-    install_path(&mut rep, &b)?;
-    exec_loop(&mut rep, &b)?;
-    configure(&mut rep, &b)?;
-    scale(&mut rep, &b, &srv)?;
-    ptrace_backend(&mut rep, &b)?;
+    if o.runs("nested") {
+        nested_path(&mut rep, &b)?;
+    }
+    if o.runs("install") {
+        install_path(&mut rep, &b)?;
+    }
+    if o.runs("exec_loop") {
+        exec_loop(&mut rep, &b)?;
+    }
+    if o.runs("configure") {
+        configure(&mut rep, &b)?;
+    }
+    if o.runs("scale") {
+        scale(&mut rep, &b, &srv)?;
+    }
+    if o.runs("ptrace") {
+        ptrace_backend(&mut rep, &b)?;
+    }
     // Fresh servers of its own (the shim namespace is pointed at each).
     drop(srv);
-    first_shell(&mut rep, &b)?;
+    if o.runs("first_shell") {
+        first_shell(&mut rep, &b)?;
+    }
     // The supervisor's own time per exec, from its trace log (another
     // server, so the trace lines cost the pairs above nothing).
-    supervisor_time(&mut rep, &b)?;
+    if o.runs("supervisor") {
+        supervisor_time(&mut rep, &b)?;
+    }
     rep.line(&format!(
         "\n(whole run: {:.0} s)",
         started.elapsed().as_secs_f64()

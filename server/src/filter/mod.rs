@@ -249,6 +249,24 @@ struct Shape {
     pgid_above: bool,
 }
 
+impl Shape {
+    /// The key: without the daemon's group among the protected ones, the
+    /// side its group falls on decides nothing and is not part of it.
+    fn new(
+        daemon_pgid: bool,
+        refuse_kill_own_group: bool,
+        pid_above: bool,
+        pgid_above: bool,
+    ) -> Shape {
+        Shape {
+            daemon_pgid,
+            refuse_kill_own_group,
+            pid_above,
+            pgid_above: daemon_pgid && pgid_above,
+        }
+    }
+}
+
 fn low32(v: i64) -> u32 {
     v as u32
 }
@@ -279,7 +297,12 @@ impl Template {
             }
         };
         let pids = side(shape.pid_above, server.pid, [HIGH[0], HIGH[1]])?;
-        let pgids = side(shape.pgid_above, server.pgid, [HIGH[2], HIGH[3]])?;
+        // Without the daemon's group in the spec its side decides nothing.
+        let pgids = if shape.daemon_pgid {
+            side(shape.pgid_above, server.pgid, [HIGH[2], HIGH[3]])?
+        } else {
+            [HIGH[2], HIGH[3]]
+        };
         let a = build::program(&spec(pids[0], pgids[0])).ok()?;
         let b = build::program(&spec(pids[1], pgids[1])).ok()?;
         if a.len() != b.len() {
@@ -361,17 +384,17 @@ impl Filters {
         // The usual shapes are ready before the first shell, which then
         // costs what later ones cost: a daemon started after the server (its
         // command, or a later one) in a group of its own or the server's.
+        // Whether the tree's own group is protected (the shell is in the
+        // daemon's group, or the SDK gave it one of its own) is known only
+        // at its wrap-init: both are ready.
         let server = ProcessId::current();
         for daemon_pgid in [false, true] {
-            f.template(
-                server,
-                Shape {
-                    daemon_pgid,
-                    refuse_kill_own_group: true,
-                    pid_above: true,
-                    pgid_above: true,
-                },
-            );
+            for refuse_kill_own_group in [true, false] {
+                f.template(
+                    server,
+                    Shape::new(daemon_pgid, refuse_kill_own_group, true, true),
+                );
+            }
         }
         Ok(f)
     }
@@ -459,12 +482,12 @@ impl Filters {
         let template = daemon
             .filter(|d| d.pid > 1 && d.pid != server.pid && server.pgid > 1 && d.pgid > 1)
             .and_then(|d| {
-                let shape = Shape {
-                    daemon_pgid: d.pgid != server.pgid,
-                    refuse_kill_own_group: spec.refuse_kill_own_group,
-                    pid_above: d.pid > server.pid,
-                    pgid_above: d.pgid > server.pgid,
-                };
+                let shape = Shape::new(
+                    d.pgid != server.pgid,
+                    spec.refuse_kill_own_group,
+                    d.pid > server.pid,
+                    d.pgid > server.pgid,
+                );
                 self.template(server, shape).map(|t| (t, d))
             });
         self.compile_from(spec, template.as_ref().map(|(t, d)| (t.as_ref(), *d)))
