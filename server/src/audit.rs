@@ -91,6 +91,9 @@ pub struct ExecSubject {
     /// Programs of the policy the file is a byte-identical copy of.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub copy_of: Vec<String>,
+    /// When the program is a dynamic loader: what it will map, outermost first.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub loader_payloads: Vec<crate::policy::Interpreter>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub memory: Option<Memory>,
 }

@@ -172,8 +172,62 @@ fn attempts(c: &Ctx) -> Vec<Attempt> {
         ),
         // --- the dynamic loader ---
         rule("ld.so runs curl", "true", &format!("{ld} /usr/bin/curl --version"), "deny-nested-network-tools", ld),
-        rule("ld.so runs a file in /tmp", "cp /usr/bin/true /tmp/v-@T@-$$", &format!("{ld} /tmp/v-@T@-$$"), "default", ld),
+        rule("ld.so runs a file in /tmp", "cp /usr/bin/true /tmp/v-@T@-$$", &format!("{ld} /tmp/v-@T@-$$"), "loader_payload", ld),
         rule("ld.so runs su", "true", &format!("{ld} /usr/bin/su -c id"), "deny-privilege-escalation", ld),
+        // The loader's payload is resolved as the loader will open it and
+        // judged like an exec; one the tree can change after the decision
+        // (its own files, its directories) is refused outright.
+        rule(
+            "ld.so runs a workspace symlink to curl",
+            "ln -sf /usr/bin/curl /srv/ws/x5",
+            &format!("{ld} /srv/ws/x5 --version"),
+            "loader_payload",
+            ld,
+        ),
+        rule(
+            "ld.so runs an exact copy of curl",
+            "cp /usr/bin/curl /srv/ws/c7",
+            &format!("{ld} /srv/ws/c7 --version"),
+            "loader_payload",
+            ld,
+        ),
+        rule(
+            "ld.so runs curl through /proc/self/fd",
+            "true",
+            &format!("exec 3</usr/bin/curl; {ld} /proc/self/fd/3 --version"),
+            "loader_payload",
+            ld,
+        ),
+        rule(
+            "ld.so finds a program by a bare name in its library path",
+            "true",
+            &format!("{ld} --library-path /usr/bin curl --version"),
+            "unparsable_wrapper",
+            ld,
+        ),
+        // A loader is known by its content.
+        rule(
+            "a renamed copy of the loader runs curl",
+            &format!("cp {ld} /srv/ws/myld"),
+            "/srv/ws/myld /usr/bin/curl --version",
+            "deny-nested-network-tools",
+            "/srv/ws/myld",
+        ),
+        // --- multi-call binaries and loaders by another name ---
+        rule(
+            "a multi-call binary run as -wget (a login name)",
+            "printf 'int main(void) { return 0; }\\n' > /srv/ws/bb.c && cc -o /srv/ws/busybox /srv/ws/bb.c",
+            &format!("{py} -c 'import os; os.execv(\"/srv/ws/busybox\", [\"-wget\", \"-q\", \"http://127.0.0.1:1/\"])'"),
+            "deny-nested-network-tools",
+            "/srv/ws/busybox",
+        ),
+        rule(
+            "valgrind runs curl",
+            "true",
+            "valgrind --tool=none /usr/bin/curl --version",
+            "deny-foreign-loaders",
+            "valgrind",
+        ),
         // --- interpreters exec'ing directly ---
         rule(
             "python execv curl",

@@ -9,8 +9,9 @@
 //! configuration says so (`execve_truncated`); otherwise the program is
 //! evaluated under its exec'd name, its resolved target, every program of the
 //! policy it is a byte-identical copy of, and every `#!` interpreter the
-//! kernel will start for it (with the argv the kernel builds), and the
-//! stricter verdict stands.
+//! kernel will start for it (with the argv the kernel builds), and, when it
+//! is a dynamic loader, every program the loader will map (resolved as it
+//! will open it), and the stricter verdict stands.
 //!
 //! Order for one program name:
 //! 1. an absolute name matching `internal_bypass` is allowed as is
@@ -96,6 +97,10 @@ pub struct ExecFacts<'a> {
     pub interpreters: &'a [Interpreter],
     /// Programs of the policy the executed file is a byte-identical copy of.
     pub copy_of: &'a [String],
+    /// When the program is a dynamic loader: the programs it will map,
+    /// outermost first, resolved as it will open them (names and content),
+    /// with their argv.
+    pub loader_payloads: &'a [Interpreter],
 }
 
 /// The policy's answer for one exec.
@@ -148,7 +153,7 @@ pub fn judge(policy: &Policy, facts: &ExecFacts<'_>) -> Verdict {
     }
     let mut verdict = evaluate(policy, p);
     verdict = as_copies(policy, verdict, facts.copy_of, p.argv, p.depth);
-    for i in facts.interpreters {
+    for i in facts.interpreters.iter().chain(facts.loader_payloads) {
         let own = evaluate(
             policy,
             &ProgramFacts {

@@ -30,7 +30,7 @@ mod locate;
 mod pattern;
 mod schema;
 pub mod semantics;
-mod wrappers;
+pub(crate) mod wrappers;
 
 #[cfg(test)]
 mod tests;
@@ -175,12 +175,15 @@ impl Policy {
         &self.daemon_sockets
     }
 
-    /// Every entry of every command rule's `commands:`, as written (for the
-    /// supervisor's identity index: which programs to recognise by content).
+    /// Every entry of every command rule's `commands:`, as written, then
+    /// the wrappers known by content whatever the rules name (the dynamic
+    /// loaders, busybox, toybox): for the supervisor's identity index, which
+    /// programs to recognise by content.
     pub fn command_entries(&self) -> Vec<String> {
         self.command_rules
             .iter()
             .flat_map(|r| r.commands_text.iter().cloned())
+            .chain(wrappers::ALWAYS_INDEXED.iter().map(|p| (*p).to_string()))
             .collect()
     }
 

@@ -299,6 +299,13 @@ fn agent_default_scenarios() {
         case("rm in workspace", "/bin/rm", "rm -rf ./target /tmp/build /home/user/proj/dist", 1, Allow, "ordinary-locations", "/bin/rm"),
         case("rm a dotfile at /", "/bin/rm", "rm /.dockerenv", 1, Allow, "ordinary-locations", "/bin/rm"),
         case("sudo", "/usr/bin/sudo", "sudo ls", 0, Deny, "deny-privilege-escalation", "/usr/bin/sudo"),
+        case("valgrind runs curl", "/usr/bin/valgrind", "valgrind --tool=none /usr/bin/curl", 1, Deny, "deny-foreign-loaders", "/usr/bin/valgrind"),
+        case("a valgrind tool run directly", "/usr/libexec/valgrind/none-amd64-linux", "none-amd64-linux /usr/bin/curl", 1, Deny, "deny-foreign-loaders", "/usr/libexec/valgrind/none-amd64-linux"),
+        case("qemu-user", "/usr/bin/qemu-x86_64-static", "qemu-x86_64-static /usr/bin/curl", 0, Deny, "deny-foreign-loaders", "/usr/bin/qemu-x86_64-static"),
+        case("box64", "/usr/local/bin/box64", "box64 /w/curl", 1, Deny, "deny-foreign-loaders", "/usr/local/bin/box64"),
+        case("FEX", "/usr/bin/FEXInterpreter", "FEXInterpreter /usr/bin/curl", 1, Deny, "deny-foreign-loaders", "/usr/bin/FEXInterpreter"),
+        case("rr", "/usr/bin/rr", "rr record /usr/bin/curl", 1, Deny, "deny-foreign-loaders", "/usr/bin/rr"),
+        case("busybox as a login-named applet", "/usr/bin/busybox", "-wget http://x/", 1, Deny, "deny-nested-network-tools", "wget"),
         case("su nested", "/bin/su", "su -", 3, Deny, "deny-privilege-escalation", "/bin/su"),
         case("mount", "/usr/bin/mount", "mount -t tmpfs x /mnt", 0, Deny, "deny-kernel-admin-tools", "/usr/bin/mount"),
         case("iptables-legacy", "/usr/sbin/iptables-legacy", "iptables -F", 0, Deny, "deny-kernel-admin-tools", "/usr/sbin/iptables-legacy"),
@@ -933,6 +940,7 @@ command_rules:
         truncated: None,
         interpreters: &[],
         copy_of: &[],
+        loader_payloads: &[],
     };
     let interp = |path: &str, resolved: Option<&str>, copy_of: &[&str]| Interpreter {
         path: path.into(),
@@ -1066,6 +1074,29 @@ command_rules:
             Decision::Approve,
             "approve-pip",
             "/usr/bin/pip",
+        ),
+        (
+            "the loader's payload: a symlink to curl",
+            ExecFacts {
+                loader_payloads: &symlinked,
+                ..plain(prog(
+                    "/lib64/ld-linux-x86-64.so.2",
+                    "ld-linux-x86-64.so.2 ./innocent",
+                ))
+            },
+            Decision::Deny,
+            "deny-curl",
+            "/usr/bin/curl",
+        ),
+        (
+            "the loader's payload: a renamed copy of curl",
+            ExecFacts {
+                loader_payloads: &copied,
+                ..plain(prog("/w/myld", "myld /w/fetch"))
+            },
+            Decision::Deny,
+            "deny-curl",
+            "/usr/bin/curl",
         ),
         (
             "audit stays audit when nothing stricter",

@@ -53,12 +53,17 @@ impl Wrapper {
             "chrt" => Wrapper::Chrt,
             "taskset" => Wrapper::Taskset,
             "time" => Wrapper::Time,
-            "busybox" | "toybox" => Wrapper::MultiCall,
+            _ if is_multi_call_name(stem) => Wrapper::MultiCall,
             _ if is_dynamic_loader(stem) => Wrapper::DynamicLoader,
             _ => return None,
         };
         Some(wrapper)
     }
+}
+
+/// Whether the program at `path` is a dynamic loader, by its name.
+pub(crate) fn names_a_loader(path: &str) -> bool {
+    Wrapper::of(&ProgramName::exec(path)) == Some(Wrapper::DynamicLoader)
 }
 
 fn is_dynamic_loader(base: &str) -> bool {
@@ -391,13 +396,57 @@ fn taskset(args: VecDeque<String>) -> Result<Unwrapped, Unparsable> {
     Ok(payload(operands))
 }
 
+/// Multi-call binaries: every applet is one file, chosen by argv[0].
+pub(crate) const MULTI_CALL: [&str; 2] = ["busybox", "toybox"];
+
+/// Where the multi-call binaries and the dynamic loaders are installed: they
+/// are always in the identity index, so a copy under any name is still one
+/// of them (a renamed loader still loads, a renamed busybox still picks its
+/// applet by argv[0]).
+pub(crate) const ALWAYS_INDEXED: [&str; 16] = [
+    "/usr/bin/busybox",
+    "/bin/busybox",
+    "/usr/sbin/busybox",
+    "/sbin/busybox",
+    "/usr/bin/toybox",
+    "/bin/toybox",
+    "/lib64/ld-linux-x86-64.so.2",
+    "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+    "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+    "/lib/ld-linux-aarch64.so.1",
+    "/lib/aarch64-linux-gnu/ld-linux-aarch64.so.1",
+    "/usr/lib/aarch64-linux-gnu/ld-linux-aarch64.so.1",
+    "/lib/ld-linux.so.2",
+    "/lib/ld-musl-x86_64.so.1",
+    "/lib/ld-musl-aarch64.so.1",
+    "/usr/lib/ld-linux-x86-64.so.2",
+];
+
+/// Whether a file's base name is a multi-call binary's own name.
+pub(crate) fn is_multi_call_name(base: &str) -> bool {
+    MULTI_CALL.iter().any(|m| base.starts_with(m))
+}
+
+/// The applet a multi-call binary runs for `name`, by busybox's own rule
+/// (`appletlib.c`): one leading `-` (a login shell's argv[0]) is dropped,
+/// then the last path component. `exec -a -wget busybox` runs `wget`.
+fn applet_of(name: &str) -> &str {
+    let name = name.strip_prefix('-').unwrap_or(name);
+    name.rsplit('/').next().unwrap_or(name)
+}
+
 /// `busybox APPLET [ARG]...`, or any name linked to it (`wget` -> busybox).
 fn multi_call(argv: &[String]) -> Result<Unwrapped, Unparsable> {
     let Some(argv0) = argv.first() else {
         return Ok(Unwrapped::NoPayload);
     };
-    let applet = ProgramName::payload(argv0).stem();
-    if !(applet.starts_with("busybox") || applet.starts_with("toybox")) {
+    let applet = applet_of(argv0);
+    if applet.is_empty() {
+        return Err(Unparsable(format!(
+            "argv[0] {argv0:?} names no applet of a multi-call binary"
+        )));
+    }
+    if !is_multi_call_name(applet) {
         // Invoked under an applet's name: argv[0] picks the applet.
         return Ok(Unwrapped::Payload {
             program: applet.to_string(),
@@ -412,8 +461,9 @@ fn multi_call(argv: &[String]) -> Result<Unwrapped, Unparsable> {
         Some(other) if other.starts_with('-') => Err(Unparsable(format!(
             "unknown option `{other}` of a multi-call binary"
         ))),
+        // `busybox /any/path/wget` runs the applet of the last component.
         Some(applet) => Ok(Unwrapped::Payload {
-            program: applet.to_string(),
+            program: applet_of(applet).to_string(),
             argv: argv[1..].to_vec(),
         }),
     }
@@ -446,6 +496,15 @@ fn dynamic_loader(mut args: VecDeque<String>) -> Result<Unwrapped, Unparsable> {
             other if other.starts_with('-') => {
                 return Err(Unparsable(format!(
                     "unknown option `{other}` of the dynamic loader"
+                )))
+            }
+            // Without a `/` the loader looks the name up in its library
+            // path (`--library-path`, LD_LIBRARY_PATH, its cache), which
+            // the tree can point anywhere: no file can be judged.
+            _ if !arg.contains('/') => {
+                return Err(Unparsable(format!(
+                    "program `{arg}` is named without a `/`: the loader would look for it in its \
+                     library path"
                 )))
             }
             _ => {

@@ -140,6 +140,8 @@ fn wrappers_yield_their_payload() {
         (MultiCall, "busybox", Ok(None)),
         (MultiCall, "busybox --list", Ok(None)),
         (MultiCall, "busybox --bogus", Err("unknown option")),
+        (MultiCall, "-busybox wget x", Ok(Some("wget x"))),
+        (MultiCall, "- x", Err("names no applet")),
         // dynamic loader
         (
             DynamicLoader,
@@ -153,8 +155,14 @@ fn wrappers_yield_their_payload() {
         ),
         (
             DynamicLoader,
-            "ld.so --audit a.so --inhibit-rpath x --glibc-hwcaps-mask y --verify curl",
-            Ok(Some("curl")),
+            "ld.so --audit a.so --inhibit-rpath x --glibc-hwcaps-mask y --verify ./curl",
+            Ok(Some("./curl")),
+        ),
+        // A bare name is looked up in the library path the tree controls.
+        (
+            DynamicLoader,
+            "ld.so --library-path /tmp/lib curl",
+            Err("without a `/`"),
         ),
         (DynamicLoader, "ld.so --list ./a.out", Ok(Some("./a.out"))),
         (DynamicLoader, "ld.so --help", Ok(None)),
@@ -236,6 +244,32 @@ fn multi_call_applet_from_argv0_path() {
             program: "wget".into(),
             argv: words("/bin/wget x"),
         }
+    );
+}
+
+/// busybox drops one leading `-` of argv[0] (a login shell's), then takes
+/// the last path component, for its own name and for the applet's: the
+/// payload is that applet, whatever argv[0] says.
+#[test]
+fn multi_call_applets_are_chosen_by_busyboxs_own_rule() {
+    for (argv, applet) in [
+        ("-wget x", "wget"),
+        ("-/usr/bin/wget x", "wget"),
+        ("/tmp/-wget x", "-wget"),
+        ("busybox /tmp/x/wget x", "wget"),
+        ("-busybox -wget", "-wget"),
+    ] {
+        match unwrap(Wrapper::MultiCall, &words(argv)) {
+            Ok(Unwrapped::Payload { program, .. }) => assert_eq!(program, applet, "{argv}"),
+            Err(Unparsable(why)) if applet == "-wget" && argv.starts_with("-busybox") => {
+                assert!(why.contains("unknown option"), "{why}");
+            }
+            other => panic!("{argv}: {other:?}"),
+        }
+    }
+    assert_eq!(
+        Wrapper::of(&ProgramName::exec("/usr/bin/busybox.static")),
+        Some(Wrapper::MultiCall)
     );
 }
 

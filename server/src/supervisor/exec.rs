@@ -172,6 +172,7 @@ fn subject(pid: u32, g: &Gathered, depth: u32) -> ExecSubject {
         }),
         interpreters: Vec::new(),
         copy_of: g.recognised.copy_of.clone(),
+        loader_payloads: g.payloads.clone(),
         memory: Some(g.memory),
     }
 }
@@ -230,6 +231,7 @@ fn judge(
         }),
         interpreters,
         copy_of: &g.recognised.copy_of,
+        loader_payloads: &g.payloads,
     };
     policy::judge(&ctx.policy, &facts)
 }

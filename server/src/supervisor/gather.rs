@@ -50,6 +50,9 @@ pub(super) struct Gathered {
     /// What the identity index says about the program and each interpreter.
     pub(super) recognised: super::identity::Recognised,
     pub(super) recognised_chain: Vec<super::identity::Recognised>,
+    /// When the program is a dynamic loader: the programs it will map,
+    /// outermost first, each resolved as the loader will open it.
+    pub(super) payloads: Vec<crate::policy::Interpreter>,
     /// Open `/proc` files, closed after the answer (each close costs
     /// microseconds the tracee need not wait for).
     _close_later: (View, StatFile, Option<vma::Maps>),
@@ -363,6 +366,18 @@ pub(super) fn gather(
             .is_ok_and(|uid| lookups_stable(&view, uid, &req.args, &target, &chain));
     phases::mark("stable");
     let (recognised, recognised_chain) = recognise(ctx, &target, &chain);
+    let payloads = match loader_payloads(
+        ctx,
+        &view,
+        &stat_file,
+        &target,
+        &recognised,
+        &argv.args,
+        memory,
+    ) {
+        Ok(p) => p,
+        Err(u) => return fail(&target.filename, u),
+    };
     phases::mark("ident");
     Gather::Ready(
         pid,
@@ -375,6 +390,7 @@ pub(super) fn gather(
             stable,
             recognised,
             recognised_chain,
+            payloads,
             _close_later: (view, stat_file, maps),
         }),
     )
@@ -470,6 +486,117 @@ fn interpreters(
     })
 }
 
+/// How deep loaders run by loaders are followed (`ld.so ld.so PROG`).
+const MAX_LOADER_DEPTH: usize = 4;
+
+/// Whether any of `names` is a dynamic loader (`ld-linux-*.so*`, ...).
+fn is_loader<'a>(mut names: impl Iterator<Item = &'a str>) -> bool {
+    names.any(crate::policy::wrappers::names_a_loader)
+}
+
+/// When the program is a dynamic loader, by its name, its target or its
+/// content (a renamed copy of `ld.so` is one): the program it will map,
+/// resolved as its `open(2)` will resolve it in the caller's view (relative
+/// to the cwd, symlinks followed, `/proc/self` the caller), so the policy
+/// judges that file's names and content as it judges an exec's; and again
+/// while that program is a loader too. Nothing when the loader has no
+/// payload or its arguments cannot be parsed (the policy's name-level
+/// judgement of the wrapper decides: `unparsable_wrapper`), or when the
+/// payload does not exist (the loader fails).
+///
+/// # Errors
+/// The payload exists but cannot be resolved; it is a memfd or deleted
+/// file; the tree can change what the loader will open after the decision
+/// (a directory on its path or the file itself is the tree's to write, or a
+/// `/proc` fd link while another task shares the caller's fd table); or
+/// loaders are nested deeper than [`MAX_LOADER_DEPTH`].
+fn loader_payloads(
+    ctx: &SupervisorContext,
+    view: &View,
+    stat_file: &StatFile,
+    target: &ExecTarget,
+    recognised: &super::identity::Recognised,
+    argv: &[String],
+    memory: Memory,
+) -> Result<Vec<crate::policy::Interpreter>, Undecidable> {
+    use crate::policy::wrappers::{unwrap, Unwrapped, Wrapper};
+    let mut names: Vec<String> = std::iter::once(target.filename.clone())
+        .chain(target.resolved.clone())
+        .chain(recognised.copy_of.iter().cloned())
+        .collect();
+    let mut args = argv.to_vec();
+    let mut out = Vec::new();
+    while is_loader(names.iter().map(String::as_str)) {
+        if out.len() == MAX_LOADER_DEPTH {
+            return Err(undecidable(
+                "loader_payload",
+                format!("dynamic loaders nested deeper than {MAX_LOADER_DEPTH}"),
+            ));
+        }
+        let Ok(Unwrapped::Payload { program, argv }) = unwrap(Wrapper::DynamicLoader, &args) else {
+            break;
+        };
+        let t = match tracee::resolve_in(view, libc::AT_FDCWD, program.as_bytes(), false) {
+            Ok(t) => t,
+            Err(ResolveError::Missing(_)) => break,
+            Err(ResolveError::Other(e)) => {
+                return Err(undecidable(
+                    "unresolvable",
+                    format!("the dynamic loader's program {program:?} cannot be resolved in the caller's view: {e}"),
+                ))
+            }
+        };
+        if t.anonymous {
+            return Err(undecidable(
+                "fileless_exec",
+                format!("the dynamic loader would run {program:?}, a memfd or deleted file"),
+            ));
+        }
+        let root = view.root_prefix();
+        let no_write = crate::policy::landlock::SYSTEM_NO_WRITE;
+        let stable = stat_file.owner().is_ok_and(|uid| {
+            tracee::path_is_stable(&root, &t.filename, Some(t.canonical()), uid, no_write)
+                && tracee::file_is_stable(&t.meta, t.canonical(), uid, no_write)
+        }) && !(t.filename.starts_with("/proc/") && memory != Memory::Exclusive);
+        if !stable {
+            return Err(undecidable(
+                "loader_payload",
+                format!(
+                    "the dynamic loader would open {program:?} after the decision, and the tree \
+                     can change what that is (a directory on its path, the file itself, or an fd \
+                     another task shares): run the program itself"
+                ),
+            ));
+        }
+        let r = recognise_target(ctx, &t);
+        names = std::iter::once(t.filename.clone())
+            .chain(t.resolved.clone())
+            .chain(r.copy_of.iter().cloned())
+            .collect();
+        out.push(crate::policy::Interpreter {
+            path: t.filename.clone(),
+            resolved: t.resolved.clone(),
+            argv: argv.clone(),
+            copy_of: r.copy_of,
+        });
+        args = argv;
+    }
+    Ok(out)
+}
+
+/// What the identity index says about one file (see [`recognise`]).
+fn recognise_target(ctx: &SupervisorContext, t: &ExecTarget) -> super::identity::Recognised {
+    let index = super::identity_index(&ctx.policy);
+    let mut r = index.recognise(&t.file, &t.meta);
+    let own = t.canonical();
+    r.copy_of.retain(|c| {
+        *c != t.filename
+            && Some(c) != t.resolved.as_ref()
+            && !(c.starts_with('/') && std::fs::canonicalize(c).is_ok_and(|p| p.as_os_str() == own))
+    });
+    r
+}
+
 /// What the identity index says about the program and about each
 /// interpreter (nothing for one that does not exist).
 fn recognise(
@@ -480,22 +607,11 @@ fn recognise(
     super::identity::Recognised,
     Vec<super::identity::Recognised>,
 ) {
-    let index = super::identity_index(&ctx.policy);
     // A program is not "a copy of" itself, whatever name the index knows it
     // by (`/bin/x` on a usr-merged system is `/usr/bin/x`): an indexed name
     // whose canonical path is the file's own path is the file itself. A
     // hard link elsewhere has a path of its own, so it stays a copy.
-    let recognise = |t: &ExecTarget| {
-        let mut r = index.recognise(&t.file, &t.meta);
-        let own = t.canonical();
-        r.copy_of.retain(|c| {
-            *c != t.filename
-                && Some(c) != t.resolved.as_ref()
-                && !(c.starts_with('/')
-                    && std::fs::canonicalize(c).is_ok_and(|p| p.as_os_str() == own))
-        });
-        r
-    };
+    let recognise = |t: &ExecTarget| recognise_target(ctx, t);
     let recognised = recognise(target);
     let recognised_chain = chain
         .iter()

@@ -762,19 +762,34 @@ mod tests {
         std::fs::remove_dir_all(&dir).ok();
     }
 
+    /// An empty file is no program; a multi-call binary named by an
+    /// applet's link (`wget` -> busybox) is not indexed as that applet (every
+    /// applet would be judged as `wget`), but under its own name it is: a
+    /// copy is then judged as busybox, which picks its applet by argv[0].
     #[test]
-    fn empty_files_and_multi_call_binaries_are_not_indexed() {
+    fn empty_files_and_multi_call_applet_links_are_not_indexed() {
         let dir = scratch("skip");
         std::fs::write(dir.join("empty"), b"").unwrap();
         std::fs::write(dir.join("busybox"), b"applets").unwrap();
+        std::os::unix::fs::symlink(dir.join("busybox"), dir.join("wget")).unwrap();
         let (idx, _) = IdentityIndex::start(
             &[
                 dir.join("empty").display().to_string(),
-                dir.join("busybox").display().to_string(),
+                dir.join("wget").display().to_string(),
             ],
             false,
         );
         assert_eq!(idx.len(), 0);
+        let own = dir.join("busybox").display().to_string();
+        let (idx, _) = IdentityIndex::start(
+            &[dir.join("wget").display().to_string(), own.clone()],
+            false,
+        );
+        assert_eq!(idx.len(), 1);
+        let copy = dir.join("bb");
+        std::fs::write(&copy, b"applets").unwrap();
+        let c = fd(&copy);
+        assert_eq!(idx.recognise(&c, &meta(&c)).copy_of, vec![own]);
         std::fs::remove_dir_all(&dir).ok();
     }
 

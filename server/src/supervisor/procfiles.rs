@@ -438,8 +438,17 @@ mod tests {
             after,
             "the memo holds within an exec"
         );
-        files.begin_exec();
-        let later = files.stat(pid).unwrap();
+        // A joined thread is gone from the process a moment later: each new
+        // exec reads again, until it is (the wait is for the state, not a time).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let later = loop {
+            files.begin_exec();
+            let s = files.stat(pid).unwrap();
+            if s.num_threads == 1 || std::time::Instant::now() > deadline {
+                break s;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        };
         assert_eq!(later.num_threads, 1);
         assert!(files.children(pid, pid).is_ok());
     }

@@ -8,6 +8,7 @@
 //! than [`MAX_HASHED`], is an error naming the file and the reason, which the
 //! index logs.
 
+use crate::policy::wrappers::is_multi_call_name;
 use crate::tracee::{fd_meta, FileKey};
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
@@ -33,11 +34,18 @@ pub const MAX_HASHED: u64 = 512 << 20;
 /// How many threads hash at start (fewer on a machine with fewer cores).
 const START_THREADS: usize = 4;
 
-/// A binary whose applets share one file: indexing it under one applet's
-/// name would judge every applet as that one.
-pub(super) fn is_multi_call(canon: &str, nlink: u64) -> bool {
-    let base = canon.rsplit('/').next().unwrap_or(canon);
-    base.starts_with("busybox") || base.starts_with("toybox") || nlink > 32
+/// A binary whose applets share one file, reached under `named` (the path a
+/// rule or [`ALWAYS_INDEXED`] names): indexing it under one applet's name
+/// would judge every applet as that one. Under its own name (`busybox`) it
+/// is indexed: a copy is then judged as busybox, which picks the applet by
+/// argv[0] as busybox does.
+pub(super) fn is_multi_call(named: &str, canon: &str, nlink: u64) -> bool {
+    let base = |p: &str| p.rsplit('/').next().unwrap_or(p).to_string();
+    let (named, canon) = (base(named), base(canon));
+    if is_multi_call_name(&canon) {
+        return !is_multi_call_name(&named);
+    }
+    nlink > 32
 }
 
 /// The SHA-256 of a file, hex.
@@ -135,7 +143,7 @@ pub(super) fn locate(path: &str) -> Result<Option<(String, FileKey)>, String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("cannot stat {canon}: {e}")),
     };
-    if !m.is_file() || m.size() == 0 || is_multi_call(&canon, m.nlink()) {
+    if !m.is_file() || m.size() == 0 || is_multi_call(path, &canon, m.nlink()) {
         return Ok(None);
     }
     if m.size() > MAX_HASHED {
