@@ -158,6 +158,8 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
     check_blocked_syscalls(&ctx, &blocked_syscalls)?;
     let daemon_sockets = doc.daemon_sockets.unwrap_or_default();
     check_daemon_sockets(&ctx, &daemon_sockets)?;
+    let exec_sources = doc.exec_sources.unwrap_or_default();
+    check_exec_sources(&ctx, &exec_sources, &file_rules)?;
     Ok(Policy {
         name,
         description: doc.description,
@@ -170,7 +172,59 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
         network_rules,
         blocked_syscalls,
         daemon_sockets,
+        exec_sources,
     })
+}
+
+/// `exec_sources:`: `writable` is allow or deny; with deny, the places the
+/// tree can write must be listed (write and create allow-listed by file
+/// rules: a deny-list would make every path writable, and so nothing
+/// runnable); `except` paths are file-rule paths.
+fn check_exec_sources(
+    ctx: &Ctx<'_>,
+    e: &super::schema::ExecSources,
+    file_rules: &[FileRule],
+) -> Result<(), PolicyError> {
+    use super::semantics::{file_op_kind, FileOpKind};
+    let at = |key: &str, value: &str| ctx.source.section_value("exec_sources", Some(key), value);
+    match e.writable {
+        None | Some(Decision::Allow | Decision::Deny) => {}
+        Some(d @ (Decision::Approve | Decision::Audit)) => {
+            return Err(ctx.invalid(
+                at("writable", d.as_str()),
+                None,
+                format!(
+                    "exec_sources.writable: {d} is not possible (the kernel enforces it and can \
+                     neither ask nor log); use allow or deny"
+                ),
+            ))
+        }
+    }
+    if e.writable_denied() {
+        for op in [
+            super::schema::FileOperation::Write,
+            super::schema::FileOperation::Create,
+        ] {
+            if file_op_kind(file_rules, op) != FileOpKind::AllowList {
+                return Err(ctx.invalid(
+                    at("writable", "deny"),
+                    None,
+                    format!(
+                        "exec_sources.writable: deny needs the places the tree can write listed: \
+                         no file rule allows `{}` on named paths, so every path is writable and \
+                         nothing could run",
+                        super::semantics::op_name(op)
+                    ),
+                ));
+            }
+        }
+    }
+    for p in &e.except {
+        check_file_path(p).map_err(|why| {
+            ctx.invalid(at("except", p), None, format!("exec_sources.except: {why}"))
+        })?;
+    }
+    Ok(())
 }
 
 /// `unparsable_wrapper:` (deny when absent; allow is refused).

@@ -515,6 +515,15 @@ fn file_operations(
             }
         }
     }
+    exec_sources(
+        policy,
+        vars,
+        fs,
+        &mut handled,
+        &mut grants,
+        &mut denies,
+        warnings,
+    );
     // An operation no allow names stays allowed on `/`, minus what is denied.
     for op in super::semantics::FILE_OPERATIONS {
         let a = access_of(op);
@@ -562,6 +571,58 @@ fn file_operations(
         handled,
         grants,
         denies,
+    }
+}
+
+/// The rule name the audit and `policy check` show for `exec_sources`.
+pub const RULE_EXEC_SOURCES: &str = "exec_sources";
+
+/// `exec_sources: {writable: deny}`: execute is handled, and denied beneath
+/// every path the policy's own rules grant write or create on (the places
+/// the tree can put a file), so nothing the tree wrote runs, modified copies
+/// included; `except` paths are granted execute again (more specific, they
+/// win). A deny at the same path as an execute grant wins, as for any file
+/// rule.
+fn exec_sources(
+    policy: &Policy,
+    vars: &SessionVars,
+    fs: &dyn FsView,
+    handled: &mut BTreeSet<FsAccess>,
+    grants: &mut BTreeMap<FsAccess, Vec<Grant>>,
+    denies: &mut BTreeMap<FsAccess, Vec<Deny>>,
+    warnings: &mut Vec<String>,
+) {
+    let sources = policy.exec_sources();
+    if !sources.writable_denied() {
+        return;
+    }
+    handled.insert(FsAccess::Execute);
+    let writable: BTreeSet<String> = [FsAccess::Write, FsAccess::Create]
+        .iter()
+        .flat_map(|op| grants.get(op).into_iter().flatten())
+        .filter(|g| g.rule.is_some())
+        .map(|g| g.path.clone())
+        .collect();
+    let d = denies.entry(FsAccess::Execute).or_default();
+    for path in writable {
+        d.push(Deny {
+            path,
+            protected: false,
+            rule: Some(RULE_EXEC_SOURCES.into()),
+        });
+    }
+    for pattern in &sources.except {
+        match expand(pattern, vars) {
+            Ok(Some(p)) => grants.entry(FsAccess::Execute).or_default().push(Grant {
+                path: resolve(&p, fs),
+                rule: Some(format!("{RULE_EXEC_SOURCES}.except")),
+            }),
+            // Skipping an exception only removes access.
+            Ok(None) => warnings.push(format!(
+                "exec_sources.except: {pattern}: its variable has no value; skipped"
+            )),
+            Err(e) => warnings.push(format!("exec_sources.except: {e}; skipped")),
+        }
     }
 }
 

@@ -651,3 +651,84 @@ fn proc_and_sys_are_never_writable_but_the_roots_oom_score_adj() {
     }
     assert!(writable.contains(&OWN_OOM_SCORE_ADJ), "{writable:?}");
 }
+
+/// `exec_sources: {writable: deny}`: nothing runs beneath a place the tree
+/// can write or create in, even where an execute rule grants it at the same
+/// path (the workspace of agent-strict); `except` is more specific and runs;
+/// everything else keeps execute.
+#[test]
+fn exec_sources_deny_carves_execute_out_of_every_writable_place() {
+    let fs = fake();
+    let c = compile(
+        &pol("default: allow\n\
+              exec_sources: {writable: deny, except: [\"${WORKSPACE}/src/**\"]}\n\
+              file_rules:\n\
+              - {name: run, paths: [\"/\", \"/**\"], operations: [read, execute], decision: allow}\n\
+              - {name: ws, paths: [\"${WORKSPACE}\", \"${WORKSPACE}/**\"], operations: [write, create, delete, execute], decision: allow}\n\
+              - {name: scratch, paths: [/tmp/**, /dev/shm/**], operations: [write, create], decision: allow}\n"),
+        &vars(),
+        &protect(&fs),
+        LandlockCompat::BestEffort,
+        &fs,
+    );
+    for (path, runs) in [
+        ("/home/u/proj/README", false),
+        ("/home/u/proj", false),
+        ("/tmp/x", false),
+        ("/dev/shm/x", false),
+        ("/home/u/proj/src/main", true),
+        ("/usr/bin/true", true),
+        ("/home/u/notes", true),
+    ] {
+        assert_eq!(
+            has(&c, path, FsAccess::Execute),
+            runs,
+            "{path}: {:?}",
+            rules_of(&c)
+        );
+    }
+    assert!(c.config.handled_fs.contains(&FsAccess::Execute));
+    // Without it, the workspace runs what it writes.
+    let open = compile(
+        &pol("default: allow\n\
+              file_rules:\n\
+              - {name: run, paths: [\"/\", \"/**\"], operations: [read, execute], decision: allow}\n\
+              - {name: ws, paths: [\"${WORKSPACE}\", \"${WORKSPACE}/**\"], operations: [write, create, delete, execute], decision: allow}\n"),
+        &vars(),
+        &protect(&fs),
+        LandlockCompat::BestEffort,
+        &fs,
+    );
+    assert!(has(&open, "/home/u/proj/README", FsAccess::Execute));
+}
+
+#[test]
+fn exec_sources_deny_needs_the_writable_places_listed() {
+    let err = Policy::from_yaml(
+        "default: allow\nexec_sources: {writable: deny}\nfile_rules:\n- {name: s, paths: [/etc/**], operations: [write], decision: deny}\n",
+        "t.yaml",
+    )
+    .err()
+    .map(|e| e.to_string())
+    .unwrap_or_default();
+    assert!(
+        err.contains("needs the places the tree can write listed"),
+        "{err}"
+    );
+    let err = Policy::from_yaml(
+        "default: allow\nexec_sources: {writable: approve}\n",
+        "t.yaml",
+    )
+    .err()
+    .map(|e| e.to_string())
+    .unwrap_or_default();
+    assert!(err.contains("use allow or deny"), "{err}");
+    let err = Policy::from_yaml(
+        "default: allow\nexec_sources: {writable: deny, except: [relative/x]}\nfile_rules:\n- {name: w, paths: [/tmp/**], operations: [write, create], decision: allow}\n",
+        "t.yaml",
+    )
+    .err()
+    .map(|e| e.to_string())
+    .unwrap_or_default();
+    assert!(err.contains("exec_sources.except"), "{err}");
+}

@@ -41,7 +41,9 @@ pub use evaluate::{
     evaluate, judge, ExecFacts, Interpreter, ProgramFacts, Truncation, Verdict, RULE_FILELESS_EXEC,
     RULE_TRUNCATED,
 };
-pub use schema::{Decision, FileOperation, FileRule, NetworkDirection, NetworkRule, PortSet};
+pub use schema::{
+    Decision, ExecSources, FileOperation, FileRule, NetworkDirection, NetworkRule, PortSet,
+};
 
 use compile::{CommandRule, DepthRange};
 use pattern::Matcher;
@@ -78,6 +80,7 @@ pub struct Policy {
     network_rules: Vec<NetworkRule>,
     blocked_syscalls: Vec<String>,
     daemon_sockets: daemon_sockets::DaemonSocketsDoc,
+    exec_sources: schema::ExecSources,
 }
 
 impl Policy {
@@ -163,6 +166,11 @@ impl Policy {
     /// Validated; compiled to Landlock by the caller.
     pub fn file_rules(&self) -> &[FileRule] {
         &self.file_rules
+    }
+
+    /// `exec_sources:` as written (default: files the tree writes may run).
+    pub fn exec_sources(&self) -> &schema::ExecSources {
+        &self.exec_sources
     }
 
     /// Validated; compiled to Landlock by the caller.

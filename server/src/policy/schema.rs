@@ -73,6 +73,28 @@ pub(crate) struct PolicyDoc {
     pub network_rules: Option<Vec<NetworkRule>>,
     pub syscalls: Option<SyscallsDoc>,
     pub daemon_sockets: Option<super::daemon_sockets::DaemonSocketsDoc>,
+    pub exec_sources: Option<ExecSources>,
+}
+
+/// `exec_sources:`: whether files in places the tree can write may run.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ExecSources {
+    /// `deny`: nothing beneath a path a file rule lets the tree write or
+    /// create in runs (Landlock's execute right is carved out there).
+    /// Absent or `allow`: programs run wherever `execute` rules say.
+    pub writable: Option<Decision>,
+    /// Paths beneath those where programs still run (literal or `/**`,
+    /// `${WORKSPACE}`, `${HOME}`): more specific, so they win.
+    #[serde(default)]
+    pub except: Vec<String>,
+}
+
+impl ExecSources {
+    /// Whether files the tree can write are kept from running.
+    pub fn writable_denied(&self) -> bool {
+        self.writable == Some(Decision::Deny)
+    }
 }
 
 #[derive(Debug, Deserialize)]
