@@ -118,6 +118,7 @@ pub fn run(start: Start) -> Result<(), String> {
     }
     let filters = Filters::new(
         policy.blocked_syscalls(),
+        policy.exec_memory_denied(),
         config.landlock.effective_abi(),
         backend,
     )

@@ -79,6 +79,9 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
     base_conditional_rules(&mut conditional);
     signal_guard_rules(spec, &mut conditional);
     unscoped_signal_rules(spec, &mut conditional);
+    if spec.refuse_exec_memory {
+        exec_memory_rules(&mut conditional);
+    }
     let mut ctx = context()?;
     add_rules(&mut ctx, &always, &conditional)?;
     export(&ctx)
@@ -148,6 +151,13 @@ fn unconditional_rules(spec: &FilterSpec) -> Unconditional {
                 );
             }
         }
+    }
+    if spec.refuse_exec_memory {
+        always.set(
+            "memfd_create",
+            ScmpAction::Errno(libc::EACCES),
+            "exec_memory: no memfd".into(),
+        );
     }
     if spec.refuse_truncate {
         for name in ["truncate", "truncate64"] {
@@ -226,6 +236,73 @@ fn own_rules(rules: &mut Conditional) {
             },
         ],
         "no second listener".into(),
+    );
+}
+
+/// The policy's `exec_memory: deny`, on register arguments (EACCES, as a
+/// refused `execmem` is): memory a program writes itself never becomes code.
+/// `mmap`/`mmap2` of executable anonymous memory, or of a mapping both
+/// writable and executable; `mprotect`/`pkey_mprotect` to executable (a
+/// file's code is mapped executable by `mmap`, never changed to it); `shmat`
+/// with `SHM_EXEC`; `memfd_create` (a memfd is the file a program writes and
+/// maps executable). A file the tree wrote, mapped executable from a
+/// read-only fd, is not caught here (see docs/security-model.md).
+fn exec_memory_rules(rules: &mut Conditional) {
+    const PROT_EXEC: u64 = libc::PROT_EXEC as u64;
+    const PROT_WRITE: u64 = libc::PROT_WRITE as u64;
+    const MAP_ANONYMOUS: u64 = libc::MAP_ANONYMOUS as u64;
+    const SHM_EXEC: u64 = 0o100000;
+    let eacces = ScmpAction::Errno(libc::EACCES);
+    for name in ["mmap", "mmap2"] {
+        rules.add(
+            name,
+            eacces,
+            vec![
+                Cmp {
+                    arg: 2,
+                    mask: PROT_EXEC,
+                    value: PROT_EXEC,
+                },
+                Cmp {
+                    arg: 3,
+                    mask: MAP_ANONYMOUS,
+                    value: MAP_ANONYMOUS,
+                },
+            ],
+            format!("exec_memory: {name} of executable anonymous memory"),
+        );
+        rules.add(
+            name,
+            eacces,
+            vec![Cmp {
+                arg: 2,
+                mask: PROT_EXEC | PROT_WRITE,
+                value: PROT_EXEC | PROT_WRITE,
+            }],
+            format!("exec_memory: {name} writable and executable"),
+        );
+    }
+    for name in ["mprotect", "pkey_mprotect"] {
+        rules.add(
+            name,
+            eacces,
+            vec![Cmp {
+                arg: 2,
+                mask: PROT_EXEC,
+                value: PROT_EXEC,
+            }],
+            format!("exec_memory: {name} to executable"),
+        );
+    }
+    rules.add(
+        "shmat",
+        eacces,
+        vec![Cmp {
+            arg: 2,
+            mask: SHM_EXEC,
+            value: SHM_EXEC,
+        }],
+        "exec_memory: shmat with SHM_EXEC".into(),
     );
 }
 

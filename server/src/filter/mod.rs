@@ -112,6 +112,10 @@ pub struct FilterSpec {
     /// tree: `/etc/agentsh/shim.conf`): refused. (`open(O_TRUNC)` and
     /// `ftruncate` need a file opened for writing, which Landlock refuses.)
     pub refuse_truncate: bool,
+    /// The policy's `exec_memory: deny`: no executable anonymous memory, no
+    /// writable-and-executable mapping, no `mprotect` to executable, no
+    /// memfd (see `build::exec_memory_rules`).
+    pub refuse_exec_memory: bool,
     /// Where the traps go: USER_NOTIF or `SECCOMP_RET_TRACE`.
     pub backend: ExecBackend,
 }
@@ -147,6 +151,7 @@ impl FilterSpec {
             protected_pgids,
             signal_guard: SignalGuard::for_landlock_abi(effective_abi),
             refuse_truncate: effective_abi < 3,
+            refuse_exec_memory: false,
             backend: ExecBackend::Notify,
         }
     }
@@ -166,6 +171,9 @@ pub struct FilterSummary {
     /// The policy's additions to the base blocklist.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub policy_blocked: Vec<String>,
+    /// The policy's `exec_memory: deny` is in the program.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub refuse_exec_memory: bool,
 }
 
 /// A compiled program, ready to ship.
@@ -207,6 +215,7 @@ fn compiled(spec: &FilterSpec, program: Vec<libc::sock_filter>) -> CompiledFilte
             protected_pgids: spec.protected_pgids.iter().copied().collect(),
             refuse_kill_own_group: spec.refuse_kill_own_group,
             policy_blocked: spec.blocked.iter().cloned().collect(),
+            refuse_exec_memory: spec.refuse_exec_memory,
         },
         program,
         encoded,
@@ -283,6 +292,7 @@ impl Template {
             }
             s.refuse_kill_own_group = shape.refuse_kill_own_group;
             s.blocked = f.blocked.clone();
+            s.refuse_exec_memory = f.refuse_exec_memory;
             s.backend = f.backend;
             s
         };
@@ -351,6 +361,7 @@ impl Template {
 /// Landlock ABI, and a cache of compiled programs.
 pub struct Filters {
     blocked: BTreeSet<String>,
+    refuse_exec_memory: bool,
     effective_landlock_abi: i64,
     backend: ExecBackend,
     cache: Mutex<HashMap<FilterSpec, Arc<CompiledFilter>>>,
@@ -365,11 +376,13 @@ impl Filters {
     /// The policy's blocklist cannot be compiled.
     pub fn new(
         policy_blocked: &[String],
+        refuse_exec_memory: bool,
         effective_landlock_abi: i64,
         backend: ExecBackend,
     ) -> Result<Filters, FilterError> {
         let f = Filters {
             blocked: policy_blocked.iter().cloned().collect(),
+            refuse_exec_memory,
             effective_landlock_abi,
             backend,
             cache: Mutex::new(HashMap::new()),
@@ -448,6 +461,7 @@ impl Filters {
         template: Option<(&Template, ProcessId)>,
     ) -> Result<Arc<CompiledFilter>, FilterError> {
         spec.blocked = self.blocked.clone();
+        spec.refuse_exec_memory = self.refuse_exec_memory;
         spec.backend = self.backend;
         if let Some(c) = self.lock().get(&spec) {
             return Ok(c.clone());

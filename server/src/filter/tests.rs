@@ -87,14 +87,14 @@ fn reserved_and_unknown_policy_names_are_refused() {
 
 #[test]
 fn the_cache_returns_the_same_program_for_the_same_spec() {
-    let f = Filters::new(&["keyctl".to_string()], 7, ExecBackend::Notify).unwrap();
+    let f = Filters::new(&["keyctl".to_string()], false, 7, ExecBackend::Notify).unwrap();
     let a = f.compile(spec(7)).unwrap();
     let b = f.compile(spec(7)).unwrap();
     assert!(Arc::ptr_eq(&a, &b));
     assert_eq!(a.summary.policy_blocked, ["keyctl"]);
     let c = f.compile(spec(2)).unwrap();
     assert!(!Arc::ptr_eq(&a, &c));
-    assert!(Filters::new(&["execve".to_string()], 7, ExecBackend::Notify).is_err());
+    assert!(Filters::new(&["execve".to_string()], false, 7, ExecBackend::Notify).is_err());
 }
 
 /// Loads `prog` in a forked child (no listener: a USER_NOTIF answer is then
@@ -939,7 +939,7 @@ fn the_emitted_programs_are_pinned() {
 fn templates_give_exactly_the_compiled_program() {
     let server = ProcessId::current();
     for abi in [7, 5] {
-        let f = Filters::new(&["mount".to_string()], abi, ExecBackend::Notify).unwrap();
+        let f = Filters::new(&["mount".to_string()], false, abi, ExecBackend::Notify).unwrap();
         for (pid, pgid) in [
             (3, 4),
             (server.pid + 1, server.pid + 1),
@@ -973,5 +973,80 @@ fn templates_give_exactly_the_compiled_program() {
             "the usual shapes have no template: every spec is compiled in full: {:?}",
             templates.keys().collect::<Vec<_>>()
         );
+    }
+}
+
+/// `exec_memory: deny`: executable anonymous memory, writable-and-executable
+/// mappings, mprotect to executable, SHM_EXEC and memfds are refused
+/// (EACCES); ordinary mappings, and a file's code mapped executable, are not.
+/// Without the switch every one of them succeeds.
+#[test]
+fn exec_memory_deny_refuses_memory_that_becomes_code() {
+    let mut s = spec(7);
+    s.refuse_exec_memory = true;
+    let on = compile(&s).unwrap();
+    let off = compile(&spec(7)).unwrap();
+    assert!(on.summary.refuse_exec_memory && !off.summary.refuse_exec_memory);
+    const RX: i32 = libc::PROT_READ | libc::PROT_EXEC;
+    const ANON: i32 = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+    let refused: [(&str, fn() -> libc::c_long); 5] = [
+        (
+            "mmap anonymous PROT_EXEC",
+            sys!(libc::SYS_mmap, 0, 4096, RX, ANON, -1, 0),
+        ),
+        (
+            "mmap anonymous PROT_WRITE|PROT_EXEC",
+            sys!(libc::SYS_mmap, 0, 4096, RX | libc::PROT_WRITE, ANON, -1, 0),
+        ),
+        ("mprotect to PROT_EXEC", || {
+            // SAFETY: maps a fresh page of the child's own and changes it.
+            unsafe {
+                let p = libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ, ANON, -1, 0);
+                libc::syscall(libc::SYS_mprotect, p, 4096, RX)
+            }
+        }),
+        ("memfd_create", || {
+            // SAFETY: a NUL-terminated name; the fd is the child's own.
+            unsafe { libc::syscall(libc::SYS_memfd_create, c"x".as_ptr(), 0) }
+        }),
+        ("pkey_mprotect to PROT_EXEC", || {
+            // SAFETY: maps a fresh page of the child's own and changes it.
+            unsafe {
+                let p = libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ, ANON, -1, 0);
+                libc::syscall(libc::SYS_pkey_mprotect, p, 4096, RX, -1)
+            }
+        }),
+    ];
+    for (what, call) in refused {
+        assert_eq!(errno_under(&on.program, call), libc::EACCES, "{what}");
+        assert_eq!(
+            errno_under(&off.program, call),
+            0,
+            "{what} without the switch"
+        );
+    }
+    let allowed: [(&str, fn() -> libc::c_long); 2] = [
+        (
+            "mmap anonymous read-write",
+            sys!(
+                libc::SYS_mmap,
+                0,
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                ANON,
+                -1,
+                0
+            ),
+        ),
+        ("a file's code mapped executable", || {
+            // SAFETY: opens a system file read-only and maps it privately.
+            unsafe {
+                let fd = libc::open(c"/bin/true".as_ptr(), libc::O_RDONLY);
+                libc::syscall(libc::SYS_mmap, 0, 4096, RX, libc::MAP_PRIVATE, fd, 0)
+            }
+        }),
+    ];
+    for (what, call) in allowed {
+        assert_eq!(errno_under(&on.program, call), 0, "{what}");
     }
 }

@@ -160,6 +160,20 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
     check_daemon_sockets(&ctx, &daemon_sockets)?;
     let exec_sources = doc.exec_sources.unwrap_or_default();
     check_exec_sources(&ctx, &exec_sources, &file_rules)?;
+    let exec_memory_denied = match doc.exec_memory {
+        None | Some(Decision::Allow) => false,
+        Some(Decision::Deny) => true,
+        Some(d @ (Decision::Approve | Decision::Audit)) => {
+            return Err(ctx.invalid(
+                ctx.source.key("exec_memory"),
+                None,
+                format!(
+                    "exec_memory: {d} is not possible (the seccomp filter refuses it in the \
+                     kernel, which can neither ask nor log); use allow or deny"
+                ),
+            ))
+        }
+    };
     Ok(Policy {
         name,
         description: doc.description,
@@ -173,6 +187,7 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
         blocked_syscalls,
         daemon_sockets,
         exec_sources,
+        exec_memory_denied,
     })
 }
 

@@ -81,6 +81,7 @@ pub struct Policy {
     blocked_syscalls: Vec<String>,
     daemon_sockets: daemon_sockets::DaemonSocketsDoc,
     exec_sources: schema::ExecSources,
+    exec_memory_denied: bool,
 }
 
 impl Policy {
@@ -166,6 +167,11 @@ impl Policy {
     /// Validated; compiled to Landlock by the caller.
     pub fn file_rules(&self) -> &[FileRule] {
         &self.file_rules
+    }
+
+    /// `exec_memory: deny`: no executable memory a program wrote itself.
+    pub fn exec_memory_denied(&self) -> bool {
+        self.exec_memory_denied
     }
 
     /// `exec_sources:` as written (default: files the tree writes may run).

@@ -74,6 +74,9 @@ pub(crate) struct PolicyDoc {
     pub syscalls: Option<SyscallsDoc>,
     pub daemon_sockets: Option<super::daemon_sockets::DaemonSocketsDoc>,
     pub exec_sources: Option<ExecSources>,
+    /// `deny`: memory a program writes never becomes code (the seccomp
+    /// filter's `exec_memory` rules). Default `allow`.
+    pub exec_memory: Option<Decision>,
 }
 
 /// `exec_sources:`: whether files in places the tree can write may run.
