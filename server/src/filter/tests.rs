@@ -989,7 +989,8 @@ fn exec_memory_deny_refuses_memory_that_becomes_code() {
     assert!(on.summary.refuse_exec_memory && !off.summary.refuse_exec_memory);
     const RX: i32 = libc::PROT_READ | libc::PROT_EXEC;
     const ANON: i32 = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
-    let refused: [(&str, fn() -> libc::c_long); 5] = [
+    type Call = fn() -> libc::c_long;
+    let refused: [(&str, Call); 5] = [
         (
             "mmap anonymous PROT_EXEC",
             sys!(libc::SYS_mmap, 0, 4096, RX, ANON, -1, 0),
@@ -1025,7 +1026,7 @@ fn exec_memory_deny_refuses_memory_that_becomes_code() {
             "{what} without the switch"
         );
     }
-    let allowed: [(&str, fn() -> libc::c_long); 2] = [
+    let allowed: [(&str, Call); 2] = [
         (
             "mmap anonymous read-write",
             sys!(
