@@ -59,6 +59,8 @@ struct Ctx {
     audit_file: String,
     agentsh: String,
     fexec: String,
+    /// An abstract Unix socket a process outside the tree listens on.
+    abstract_name: String,
 }
 
 fn rule(name: &'static str, setup: &str, attempt: &str, rule: &'static str, path: &str) -> Attempt {
@@ -442,6 +444,23 @@ fn attempts(c: &Ctx) -> Vec<Attempt> {
             |r, c| port_not_allowed(r, c.denied_port),
         )
         },
+        // Abstract sockets have no file for Landlock's file rules; the
+        // abstract-socket scope (ABI 6) keeps a tree to its own. Below it a
+        // root daemon's abstract socket is reachable: the security model's
+        // ABI table says so, and kernel_surface.rs measures it.
+        Attempt {
+            min_abi: 6,
+            ..kernel(
+            "connect to an abstract socket outside the tree",
+            "true",
+            &format!(
+                "{py} -c 'import socket; s = socket.socket(socket.AF_UNIX); s.connect(\"\\0{}\")'",
+                c.abstract_name
+            ),
+            "PermissionError",
+            |r, _| r["landlock"]["scope_abstract_unix"] == true,
+        )
+        },
         // --- writing outside the workspace ---
         kernel("write /etc", "true", "echo x > /etc/agentsh-escape", "Permission denied", writes_handled),
         kernel("create beside the workspace", "true", "touch /srv/outside", "", writes_handled),
@@ -512,7 +531,21 @@ fn run_suite(uid: Option<u32>, max_abi: Option<i64>) {
     let abi = max_abi
         .unwrap_or(i64::MAX)
         .min(agentsh_proto::wire::kernel_landlock_abi());
+    // One per suite run (the runs of this file share a process).
+    static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let abstract_name = format!(
+        "agentsh-test-abstract-{}-{}",
+        std::process::id(),
+        RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    let _abstract = {
+        use std::os::linux::net::SocketAddrExt;
+        let addr =
+            std::os::unix::net::SocketAddr::from_abstract_name(abstract_name.as_bytes()).unwrap();
+        std::os::unix::net::UnixListener::bind_addr(&addr).unwrap()
+    };
     let c = Ctx {
+        abstract_name,
         api_socket: sb.srv.socket.display().to_string(),
         marker: sb
             .srv

@@ -103,3 +103,38 @@ fn an_empty_shim_conf_means_on_not_defaults() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("holds no setting"), "{err}");
 }
+
+/// Below Landlock ABI 6 there is no abstract-socket scope: a tree reaches an
+/// abstract socket a process outside it listens on (the security model's
+/// ABI table says "open"; a defence there would make this test fail and the
+/// table change). At the kernel's own ABI the scope refuses it.
+#[test]
+fn below_landlock_abi_6_abstract_sockets_outside_the_tree_are_reachable() {
+    if !require_root("below_landlock_abi_6_abstract_sockets_outside_the_tree_are_reachable") {
+        return;
+    }
+    use std::os::linux::net::SocketAddrExt;
+    let name = format!("agentsh-test-abstract-surface-{}", std::process::id());
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let _listener = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+    let connect = format!(
+        "python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); s.connect(\"\\0{name}\"); print(\"connected\")'"
+    );
+    let native = agentsh_proto::wire::kernel_landlock_abi();
+    for (config, abi) in [
+        ("landlock:\n  max_abi: 2\n", 2),
+        ("landlock:\n  max_abi: 5\n", 5),
+        ("", native),
+    ] {
+        let mut s = Sandbox::with_config(OPEN_POLICY, Some(NOBODY), config);
+        let f = s.sh(&connect);
+        if abi >= 6 {
+            assert!(
+                !f.stdout.contains("connected") && f.stderr.contains("PermissionError"),
+                "ABI {abi}: {f:?}"
+            );
+        } else {
+            assert!(f.stdout.contains("connected"), "ABI {abi}: {f:?}");
+        }
+    }
+}
