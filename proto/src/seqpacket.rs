@@ -83,17 +83,36 @@ pub fn pair() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// `path` as a `sockaddr_un` and its length.
+/// `path` as a `sockaddr_un` and its length. A path that starts with `@`
+/// names an abstract socket (`@name`: no file, the name after a NUL byte),
+/// as `ss` prints them.
 ///
 /// # Errors
 /// `InvalidInput` for a path with a NUL or longer than `sun_path`.
 pub fn sockaddr(path: &Path) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
     use std::os::unix::ffi::OsStrExt;
-    let c = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in socket path"))?;
     // SAFETY: sockaddr_un is plain data; all-zero is a valid value.
     let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
     addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    if let Some(name) = path.as_os_str().as_bytes().strip_prefix(b"@") {
+        if name.is_empty() || name.contains(&0) || name.len() + 1 > addr.sun_path.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "abstract socket name {} is empty, has a NUL or is too long",
+                    path.display()
+                ),
+            ));
+        }
+        // sun_path[0] stays 0: the abstract namespace.
+        for (d, s) in addr.sun_path[1..].iter_mut().zip(name) {
+            *d = *s as libc::c_char;
+        }
+        let len = std::mem::size_of::<libc::sa_family_t>() + 1 + name.len();
+        return Ok((addr, len as libc::socklen_t));
+    }
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in socket path"))?;
     let bytes = c.as_bytes_with_nul();
     if bytes.len() > addr.sun_path.len() {
         return Err(io::Error::new(
@@ -478,6 +497,27 @@ mod tests {
             "peek left the record"
         );
         assert!(peek_creds(b.as_fd()).is_err(), "nothing queued: WouldBlock");
+    }
+
+    /// `@name` binds and connects in the abstract namespace: no file.
+    #[test]
+    fn an_at_name_is_an_abstract_socket() {
+        let name = format!("@agentsh-proto-test-{}", std::process::id());
+        let l = bind_listen(Path::new(&name), 1).unwrap();
+        assert!(!Path::new(&name).exists());
+        let c = connect(Path::new(&name), std::time::Duration::from_secs(5)).unwrap();
+        send_record(c.as_fd(), b"hi").unwrap();
+        // SAFETY: accept on our own listening socket.
+        let a = unsafe { libc::accept(l.as_raw_fd(), std::ptr::null_mut(), std::ptr::null_mut()) };
+        assert!(a >= 0, "accept: {}", io::Error::last_os_error());
+        // SAFETY: a is a fresh fd accept just returned.
+        let a = unsafe { OwnedFd::from_raw_fd(a) };
+        let mut buf = [0u8; 4];
+        assert_eq!(recv_record(a.as_fd(), &mut buf).unwrap(), 2);
+        for bad in ["@", "@a\0b"] {
+            assert!(sockaddr(Path::new(bad)).is_err(), "{bad:?}");
+        }
+        assert!(sockaddr(Path::new(&format!("@{}", "x".repeat(108)))).is_err());
     }
 
     #[test]

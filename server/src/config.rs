@@ -452,10 +452,6 @@ impl Config {
             .map_or_else(|| PathBuf::from("/run/agentsh"), Path::to_path_buf)
     }
 
-    pub fn notify_dir(&self) -> PathBuf {
-        self.run_dir().join("notify")
-    }
-
     /// The TCP listener's port, if there is one.
     pub fn tcp_port(&self) -> Option<u16> {
         self.server

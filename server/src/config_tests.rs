@@ -7,7 +7,6 @@ fn embedded_defaults_parse() {
     let c = Config::load(None).unwrap();
     assert_eq!(c.server.http.addr, "");
     assert_eq!(c.server.socket, Path::new("/run/agentsh/api.sock"));
-    assert_eq!(c.notify_dir(), Path::new("/run/agentsh/notify"));
     assert_eq!(c.execve.max_argc, 1000);
     assert_eq!(c.execve.max_argv_bytes, 65536);
     assert_eq!(c.execve.on_truncated, OnTruncated::Deny);

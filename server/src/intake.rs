@@ -1,22 +1,21 @@
-//! Notify-fd intake: one SOCK_SEQPACKET socket per wrap-init, one accepted
-//! handoff.
+//! Notify-fd intake: one abstract SOCK_SEQPACKET socket per wrap-init, one
+//! accepted handoff.
 //!
-//! wrap-init creates `<run_dir>/notify/<session>-<n>-<random>.sock` (mode
-//! 0600, owned by the caller's uid, in a directory trees cannot list or
-//! create in). The relay helper connects, sends one record
-//! `[0xA7][wrapper pid u32 LE]` with the notify fd in SCM_RIGHTS, and reads
-//! one status byte (1 accepted, 0 refused).
+//! wrap-init creates `@agentsh-notify-<server pid>-<n>-<random>`: abstract,
+//! so no shell leaves a file in a filesystem a tree could fill. The relay
+//! helper connects, sends one record `[0xA7][wrapper pid u32 LE]` with the
+//! notify fd in SCM_RIGHTS, and reads one status byte (1 accepted, 0
+//! refused).
 //!
-//! Trust: the socket accepts exactly one connection, within
-//! [`ACCEPT_DEADLINE`], and only from the uid that asked for it
-//! (SO_PEERCRED). The handoff is bound to the process that called
-//! wrap-init: the pid in the message must be that process (the shim, which
-//! became unixwrap in place), and the connecting relay must be its child.
+//! Trust: the socket accepts connections within [`ACCEPT_DEADLINE`] until
+//! one handoff passes the checks: the uid that asked for it (SO_PEERCRED),
+//! the pid in the message is the process that called wrap-init (the shim,
+//! which became unixwrap in place), and the connecting relay is its child.
 //! The fd must be a seccomp notify fd (checked through /proc/self/fd). A
 //! supervised tree cannot create a SEQPACKET socket, so it cannot connect
-//! here at all. Anything else is refused and recorded as a `handoff` audit
-//! event; the socket file is removed as soon as its one connection is
-//! accepted or the deadline passes.
+//! here at all; a process outside every tree can see the name, so a
+//! connection that fails is refused and recorded as a `handoff` audit event
+//! and the socket waits on for its own relay.
 //!
 //! Failure modes: every refusal leaves the wrapped shell refusing to run
 //! (unixwrap waits for an accepted ACK), never running unsupervised.
@@ -30,8 +29,7 @@ use agentsh_proto::handoff::{decode_handoff, Ack, Handoff, HANDOFF_LEN};
 use agentsh_proto::seqpacket;
 use agentsh_proto::ExecBackend;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::{chown, DirBuilderExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -78,11 +76,6 @@ impl Lineage {
 
 #[derive(Debug, thiserror::Error)]
 pub enum IntakeError {
-    #[error("cannot create notify socket directory {path}: {source}")]
-    Dir {
-        path: PathBuf,
-        source: std::io::Error,
-    },
     #[error("cannot create notify socket {path}: {source}")]
     Socket {
         path: PathBuf,
@@ -105,24 +98,6 @@ fn random_token() -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// Creates the notify directory: search-only for others (a non-root relay
-/// reaches its socket by name but cannot list the others).
-///
-/// # Errors
-/// It cannot be created or its mode set.
-pub fn prepare_notify_dir(notify_dir: &Path) -> Result<(), IntakeError> {
-    let dir_err = |source| IntakeError::Dir {
-        path: notify_dir.to_path_buf(),
-        source,
-    };
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o711)
-        .create(notify_dir)
-        .map_err(dir_err)?;
-    std::fs::set_permissions(notify_dir, std::fs::Permissions::from_mode(0o711)).map_err(dir_err)
-}
-
 /// A notify socket waiting for its handoff.
 pub struct Pending {
     pub path: PathBuf,
@@ -133,37 +108,28 @@ pub struct Pending {
     backend: ExecBackend,
 }
 
-/// Creates a fresh notify socket for `caller` (blocking: filesystem work).
+/// Creates a fresh notify socket for `caller`: an abstract one
+/// (`@agentsh-notify-<server pid>-<n>-<random>`), so no shell leaves a file
+/// anywhere: a tree that fills the inodes of `/run` (or of whatever
+/// filesystem holds the run directory) cannot stop the next wrap-init.
 ///
 /// # Errors
-/// The directory or the socket cannot be created, or its owner set.
+/// The socket cannot be created.
 pub fn open_notify_socket(
-    notify_dir: &Path,
     session_id: &str,
     caller: Caller,
     backend: ExecBackend,
 ) -> Result<Pending, IntakeError> {
     let n = SOCKET_COUNTER.fetch_add(1, Ordering::Relaxed);
-    let path = notify_dir.join(format!("{session_id}-{n}-{}.sock", random_token()));
-    let sock_err = |source| IntakeError::Socket {
+    let path = PathBuf::from(format!(
+        "@agentsh-notify-{}-{n}-{}",
+        std::process::id(),
+        random_token()
+    ));
+    let listener = seqpacket::bind_listen(&path, 8).map_err(|source| IntakeError::Socket {
         path: path.clone(),
         source,
-    };
-    let listener = match seqpacket::bind_listen(&path, 1) {
-        Ok(l) => l,
-        // The directory is made at start; made again if someone removed it.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            prepare_notify_dir(notify_dir)?;
-            seqpacket::bind_listen(&path, 1).map_err(sock_err)?
-        }
-        Err(e) => return Err(sock_err(e)),
-    };
-    let undo = |e| {
-        let _ = std::fs::remove_file(&path);
-        sock_err(e)
-    };
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(undo)?;
-    chown(&path, Some(caller.uid), None).map_err(undo)?;
+    })?;
     Ok(Pending {
         path,
         listener,
@@ -173,14 +139,15 @@ pub fn open_notify_socket(
     })
 }
 
-/// Waits for the one handoff of `pending`, then supervises the tree on a
-/// thread of its own. `slot` (the caller's count of unused notify sockets)
-/// is given back when this returns.
-///
-/// Long because the handoff is one sequence against one deadline (accept,
-/// identify the peer, receive the fd, check it, ACK, audit) and every early
-/// return must audit a refusal before the status byte; split, each piece
-/// would carry the whole state.
+/// Waits for the one accepted handoff of `pending`, then supervises the
+/// tree on a thread of its own. A connection that fails the checks (another
+/// uid, a pid that did not call wrap-init, no notify fd) is refused and
+/// audited, and the socket keeps waiting for its own relay until
+/// [`ACCEPT_DEADLINE`]: an abstract name is visible to every process of
+/// the network namespace (`/proc/net/unix`), and one outside every tree
+/// must not be able to use up another's socket (trees cannot create
+/// SEQPACKET sockets at all). `slot` (the caller's count of unused notify
+/// sockets) is given back when this returns.
 pub async fn take_handoff(
     ctx: Arc<SupervisorContext>,
     trees: Arc<Trees>,
@@ -198,26 +165,58 @@ pub async fn take_handoff(
         Ok(l) => l,
         Err(e) => {
             tracing::error!(socket = %path.display(), "notify socket unusable: {e}");
-            let _ = std::fs::remove_file(&path);
             return;
         }
     };
-    let accepted = tokio::time::timeout(ACCEPT_DEADLINE, listener.accept()).await;
-    // One connection only: the name goes away whatever happened.
-    let _ = std::fs::remove_file(&path);
-    drop(listener);
-    drop(slot);
-    let (conn, cred) = match accepted {
-        Ok(Ok(c)) => c,
-        Ok(Err(e)) => {
-            tracing::warn!(socket = %path.display(), "accept on notify socket failed: {e}");
-            return;
+    let deadline = tokio::time::Instant::now() + ACCEPT_DEADLINE;
+    loop {
+        let (conn, cred) = match tokio::time::timeout_at(deadline, listener.accept()).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
+                tracing::warn!(socket = %path.display(), "accept on notify socket failed: {e}");
+                return;
+            }
+            Err(_) => {
+                tracing::warn!(socket = %path.display(), "no handoff within {ACCEPT_DEADLINE:?}; socket closed");
+                return;
+            }
+        };
+        match handoff(&ctx, &trees, &session, &conn, cred, caller, backend).await {
+            Ok(taken) => {
+                drop(listener);
+                drop(slot);
+                supervise(ctx, trees, &conn, session, taken).await;
+                return;
+            }
+            Err(reason) => {
+                tracing::warn!(socket = %path.display(), "handoff refused: {reason}");
+                // Recorded before the answer, as every decision is.
+                ctx.audit.record(
+                    &session,
+                    EventBody::Handoff(HandoffEvent {
+                        pid: 0,
+                        accepted: false,
+                        reason,
+                    }),
+                );
+                let _ = conn.send_record(&[Ack::Refused.to_byte()]).await;
+            }
         }
-        Err(_) => {
-            tracing::warn!(socket = %path.display(), "no handoff within {ACCEPT_DEADLINE:?}; socket removed");
-            return;
-        }
-    };
+    }
+}
+
+/// One connection's handoff: received within [`HANDOFF_READ_TIMEOUT`],
+/// checked, and under ptrace the wrapper seized before any answer, so
+/// nothing of the tree runs untraced.
+async fn handoff(
+    ctx: &Arc<SupervisorContext>,
+    trees: &Arc<Trees>,
+    session: &str,
+    conn: &crate::api::transport::SeqpacketConn,
+    cred: seqpacket::PeerCred,
+    caller: Caller,
+    backend: ExecBackend,
+) -> Result<Taken, String> {
     let mut buf = [0u8; HANDOFF_LEN + 1];
     let received =
         tokio::time::timeout(HANDOFF_READ_TIMEOUT, conn.recv_with_fds(&mut buf, 1)).await;
@@ -233,12 +232,10 @@ pub async fn take_handoff(
             check_handoff(&buf[..n], fds, cred, caller, backend)
         }
     };
-    // ptrace: the wrapper is seized before the status byte, so nothing of
-    // the tree runs untraced.
-    let checked = match checked {
+    match checked {
         Ok(Taken::Trace(pid)) => {
             let tree = Tree {
-                session_id: session.clone(),
+                session_id: session.to_string(),
                 root_pid: pid,
             };
             let (c, t) = (ctx.clone(), trees.clone());
@@ -250,62 +247,56 @@ pub async fn take_handoff(
             }
         }
         other => other,
+    }
+}
+
+/// An accepted handoff: the status byte, the audit event, and the tree's
+/// supervisor thread (under ptrace the tracer thread already has it).
+async fn supervise(
+    ctx: Arc<SupervisorContext>,
+    trees: Arc<Trees>,
+    conn: &crate::api::transport::SeqpacketConn,
+    session: String,
+    taken: Taken,
+) {
+    let pid = taken.pid();
+    if let Err(e) = conn.send_record(&[Ack::Accepted.to_byte()]).await {
+        // The relay will not ACK unixwrap, which then refuses to run;
+        // dropping the fd makes any exec in the tree fail (ENOSYS);
+        // a traced wrapper is killed with the tracer's tracees (it
+        // exits, refusing to run, and the tree ends with it).
+        tracing::warn!(pid, "relay gone before the status byte: {e}");
+        return;
+    }
+    ctx.audit.record(
+        &session,
+        EventBody::Handoff(HandoffEvent {
+            pid,
+            accepted: true,
+            reason: match taken {
+                Taken::Notify(..) => "notify fd taken".into(),
+                Taken::Trace(_) => "wrapper seized (ptrace backend)".into(),
+            },
+        }),
+    );
+    let Taken::Notify(pid, fd) = taken else {
+        return; // the tracer thread supervises it from here
     };
-    match checked {
-        Ok(taken) => {
-            let pid = taken.pid();
-            if let Err(e) = conn.send_record(&[Ack::Accepted.to_byte()]).await {
-                // The relay will not ACK unixwrap, which then refuses to run;
-                // dropping the fd makes any exec in the tree fail (ENOSYS);
-                // a traced wrapper is killed with the tracer's tracees (it
-                // exits, refusing to run, and the tree ends with it).
-                tracing::warn!(pid, "relay gone before the status byte: {e}");
-                return;
-            }
-            ctx.audit.record(
-                &session,
-                EventBody::Handoff(HandoffEvent {
-                    pid,
-                    accepted: true,
-                    reason: match taken {
-                        Taken::Notify(..) => "notify fd taken".into(),
-                        Taken::Trace(_) => "wrapper seized (ptrace backend)".into(),
-                    },
-                }),
-            );
-            let Taken::Notify(pid, fd) = taken else {
-                return; // the tracer thread supervises it from here
-            };
-            let tree = Tree {
-                session_id: session,
-                root_pid: pid,
-            };
-            let spawned = std::thread::Builder::new()
-                .name("agentsh-tree".into())
-                .spawn(move || {
-                    trees.started(tree.root_pid, &tree.session_id);
-                    let root = tree.root_pid;
-                    supervisor::serve(ctx, tree, Arc::new(fd));
-                    trees.finished(root);
-                });
-            if let Err(e) = spawned {
-                // The fd is dropped with the closure: the tree's execs fail (closed).
-                tracing::error!(pid, "cannot start the tree's supervisor thread: {e}");
-            }
-        }
-        Err(reason) => {
-            tracing::warn!(socket = %path.display(), "handoff refused: {reason}");
-            // Recorded before the answer, as every decision is.
-            ctx.audit.record(
-                &session,
-                EventBody::Handoff(HandoffEvent {
-                    pid: 0,
-                    accepted: false,
-                    reason,
-                }),
-            );
-            let _ = conn.send_record(&[Ack::Refused.to_byte()]).await;
-        }
+    let tree = Tree {
+        session_id: session,
+        root_pid: pid,
+    };
+    let spawned = std::thread::Builder::new()
+        .name("agentsh-tree".into())
+        .spawn(move || {
+            trees.started(tree.root_pid, &tree.session_id);
+            let root = tree.root_pid;
+            supervisor::serve(ctx, tree, Arc::new(fd));
+            trees.finished(root);
+        });
+    if let Err(e) = spawned {
+        // The fd is dropped with the closure: the tree's execs fail (closed).
+        tracing::error!(pid, "cannot start the tree's supervisor thread: {e}");
     }
 }
 

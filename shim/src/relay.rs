@@ -19,7 +19,6 @@
 //! The child runs only raw syscalls on memory prepared before fork (no
 //! allocation), so a lock held by another thread at fork time cannot bite.
 
-use std::ffi::CString;
 use std::io;
 use std::os::fd::RawFd;
 
@@ -37,27 +36,13 @@ impl RelayPlan {
     /// # Errors
     /// `InvalidInput` if `notify_socket` does not fit a `sockaddr_un`.
     pub fn new(notify_socket: &str, deadline_secs: u32) -> io::Result<RelayPlan> {
-        let path = CString::new(notify_socket)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in notify_socket"))?;
-        // SAFETY: sockaddr_un is plain data; all-zero is a valid value.
-        let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-        let bytes = path.as_bytes_with_nul();
-        if bytes.len() > addr.sun_path.len() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "notify_socket path too long",
-            ));
-        }
-        for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
-            *d = *s as libc::c_char;
-        }
-        let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len();
+        // A path, or `@name` (abstract): what the server issues.
+        let (addr, len) = agentsh_proto::seqpacket::sockaddr(std::path::Path::new(notify_socket))?;
         // SAFETY: getpid cannot fail.
         let shim_pid = unsafe { libc::getpid() };
         Ok(RelayPlan {
             socket_addr: addr,
-            socket_addr_len: len as libc::socklen_t,
+            socket_addr_len: len,
             handoff: agentsh_proto::handoff::encode_handoff(shim_pid as u32),
             trace: agentsh_proto::handoff::encode_trace(shim_pid as u32),
             deadline_ms: (deadline_secs.clamp(1, 60) * 1000) as i32,

@@ -218,9 +218,11 @@ fn validate(r: WrapInitResponse, conf: &ShimConf) -> Result<WrapInitResponse, In
         )));
     }
     vet_wrapper(&r.wrapper_binary).map_err(InstallFailure::Untrusted)?;
+    // A path, or `@name`: an abstract socket (what the server issues).
     if r.notify_socket.len() >= 108
         || r.notify_socket.contains('\0')
-        || !r.notify_socket.starts_with('/')
+        || !(r.notify_socket.starts_with('/')
+            || r.notify_socket.len() > 1 && r.notify_socket.starts_with('@'))
     {
         return Err(InstallFailure::BadResponse(format!(
             "notify_socket {:?} is not a usable unix socket path",
@@ -301,6 +303,14 @@ mod tests {
         let long = format!("/{}", "x".repeat(120));
         assert!(validate(resp(sh, &long), &conf_with(sh)).is_err());
         assert!(validate(resp(sh, "x.sock"), &conf_with(sh)).is_err());
+        assert!(validate(resp(sh, "@"), &conf_with(sh)).is_err());
+        let long = format!("@{}", "x".repeat(120));
+        assert!(validate(resp(sh, &long), &conf_with(sh)).is_err());
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        if root || std::fs::metadata(sh).unwrap().uid() == 0 {
+            assert!(validate(resp(sh, "@agentsh-notify-1-2-ab"), &conf_with(sh)).is_ok());
+        }
     }
 
     #[test]

@@ -209,7 +209,12 @@ impl TestServer {
         extra_config: &str,
         command: impl FnOnce(PathBuf) -> Command,
     ) -> TestServer {
-        let files = ServerFiles::write(base, policy_yaml, extra_config);
+        TestServer::start_files(ServerFiles::write(base, policy_yaml, extra_config), command)
+    }
+
+    /// Starts a server on files written earlier ([`ServerFiles::write`]),
+    /// for tests that prepare its directories first.
+    pub fn start_files(files: ServerFiles, command: impl FnOnce(PathBuf) -> Command) -> TestServer {
         let child = spawn_server(&files.dir, command);
         let mut s = TestServer {
             child: Some(child),

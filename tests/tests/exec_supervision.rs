@@ -216,7 +216,9 @@ fn wrappers_are_judged_on_their_payload() {
         );
         let ev = srv.exec_events("ld");
         let l = execs_of(&ev, "ld-linux-x86-64.so.2");
-        assert_eq!(l[0]["rule"], "deny-nested-curl", "{ev:#?}");
+        // The fake curl lives in a directory the tree could change before
+        // the loader opens it: refused before any name is judged.
+        assert_eq!(l[0]["rule"], "loader_payload", "{ev:#?}");
     }
 }
 
@@ -367,13 +369,17 @@ fn notify_socket_refuses_another_uid_and_a_handoff_not_bound_to_its_caller() {
     use agentsh_tests::relay::{hand_to_server, seqpacket_pair, wrap_init_as};
     let srv = TestServer::start(POLICY, "");
     // Socket issued to uid 65534 (its wrap-init came from a uid-65534
-    // process); root connects (file mode does not stop root), SO_PEERCRED does.
+    // process); root connects, SO_PEERCRED refuses it.
     let resp = wrap_init_as(&srv.url, "u", Some((65534, 65534)), &["/bin/sh"]).unwrap();
+    // Abstract: no file in any directory a tree could fill.
+    assert!(
+        resp.notify_socket.starts_with('@'),
+        "{}",
+        resp.notify_socket
+    );
     let (a, _b) = seqpacket_pair(); // any fd: the uid check comes first
     let got = hand_to_server(&resp.notify_socket, 1, &a);
     assert_eq!(got, Ok(agentsh_proto::handoff::Ack::Refused));
-    // The socket is single-use: it is gone now.
-    assert!(!std::path::Path::new(&resp.notify_socket).exists());
     let ev = srv.events("u");
     assert!(
         ev.iter().any(|e| e["type"] == "handoff"
@@ -381,6 +387,11 @@ fn notify_socket_refuses_another_uid_and_a_handoff_not_bound_to_its_caller() {
             && e["reason"].as_str().unwrap_or("").contains("uid 0")),
         "{ev:#?}"
     );
+    // A refused connection does not use the socket up (anyone outside the
+    // trees can see an abstract name): it waits on for its own relay, and
+    // refuses the next impostor too.
+    let got = hand_to_server(&resp.notify_socket, 1, &a);
+    assert_eq!(got, Ok(agentsh_proto::handoff::Ack::Refused));
 
     // Issued to root, but the handoff names another pid than the process
     // that called wrap-init: refused (a local process cannot hand in a fd
@@ -397,50 +408,6 @@ fn notify_socket_refuses_another_uid_and_a_handoff_not_bound_to_its_caller() {
                 .unwrap_or("")
                 .contains("wrap-init was called by pid")),
         "{ev:#?}"
-    );
-
-    // Socket issued to root (mode 0600): an unprivileged process cannot connect at all.
-    let resp = wrap_init_as(&srv.url, "u2", None, &["/bin/sh"]).unwrap();
-    let sock = std::ffi::CString::new(resp.notify_socket.clone()).unwrap();
-    // SAFETY: the child only makes async-signal-safe calls before _exit.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0);
-    if pid == 0 {
-        // SAFETY: async-signal-safe calls only, then _exit.
-        unsafe {
-            let code = if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
-                2
-            } else {
-                let fd = libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0);
-                let mut addr: libc::sockaddr_un = std::mem::zeroed();
-                addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-                for (i, b) in sock.as_bytes().iter().enumerate() {
-                    addr.sun_path[i] = *b as libc::c_char;
-                }
-                let rc = libc::connect(
-                    fd,
-                    (&addr as *const libc::sockaddr_un).cast(),
-                    std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
-                );
-                if rc == 0 {
-                    0
-                } else if *libc::__errno_location() == libc::EACCES {
-                    13
-                } else {
-                    3
-                }
-            };
-            libc::_exit(code);
-        }
-    }
-    let mut status = 0;
-    // SAFETY: waiting for our own child.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
-    assert!(libc::WIFEXITED(status));
-    assert_eq!(
-        libc::WEXITSTATUS(status),
-        13,
-        "connect as uid 65534 must get EACCES"
     );
 }
 

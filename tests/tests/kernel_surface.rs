@@ -138,3 +138,97 @@ fn below_landlock_abi_6_abstract_sockets_outside_the_tree_are_reachable() {
         }
     }
 }
+
+/// A tree that fills the inodes of the filesystem holding agentsh's run
+/// directory (`/run`, through a world-writable `/run/lock` on the same
+/// tmpfs) must not stop the next wrap-init: no shell leaves a file there
+/// (the notify socket is abstract). Emulated with a small tmpfs whose `run`
+/// is the server's run directory and whose `lock` is world-writable.
+#[test]
+fn a_tree_filling_the_run_directorys_filesystem_does_not_stop_the_next_shell() {
+    if !require_root("a_tree_filling_the_run_directorys_filesystem_does_not_stop_the_next_shell") {
+        return;
+    }
+    use agentsh_tests::sandbox::{SERVER_BASE, WORKSPACE};
+    use agentsh_tests::sdk::Supervisor;
+    use agentsh_tests::server::{ServerFiles, TestServer};
+    /// Unmounts what the test mounted on this machine, whatever happens.
+    struct Mounts(Vec<String>);
+    impl Drop for Mounts {
+        fn drop(&mut self) {
+            for m in self.0.iter().rev() {
+                let _ = std::process::Command::new("umount")
+                    .args(["-l", m])
+                    .status();
+                let _ = std::fs::remove_dir(m);
+            }
+        }
+    }
+    let sh = |cmd: &str| {
+        let out = std::process::Command::new("/bin/sh")
+            .args(["-c", cmd])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{cmd}: {out:?}");
+    };
+    let files = ServerFiles::write(
+        std::path::Path::new(SERVER_BASE),
+        Some(OPEN_POLICY),
+        &format!("workspace: {WORKSPACE}\n"),
+    );
+    // A small tmpfs (beside the test servers' own directories) whose `run`
+    // is this server's run directory and whose `lock` anyone may fill.
+    let fill = format!("{SERVER_BASE}/fill-{}", std::process::id());
+    let run = files.dir.path().join("run").display().to_string();
+    let mut mounts = Mounts(Vec::new());
+    std::fs::create_dir_all(&fill).unwrap();
+    sh(&format!(
+        "mount -t tmpfs -o nr_inodes=400,size=8m,mode=0755 tmpfs {fill}"
+    ));
+    mounts.0.push(fill.clone());
+    sh(&format!(
+        "mkdir {fill}/run {fill}/lock && chmod 1777 {fill}/lock && mkdir -p {run}"
+    ));
+    sh(&format!("mount --bind {fill}/run {run}"));
+    mounts.0.push(run);
+    // The namespace is made after the mounts: it sees them.
+    let ns = Namespace::new();
+    ns.mount_scratch("/srv", WORKSPACE);
+    let srv = TestServer::start_files(files, |program| ns.command(program));
+    ns.install_shim(true);
+    ns.configure(&srv.url, "on");
+    let sup = Supervisor::start_as(&ns, false, None);
+    let mut s = Sandbox {
+        sup,
+        ns,
+        srv,
+        uid: None,
+    };
+    let filled = s.sh(&format!(
+        "i=0; while touch {fill}/lock/f$i 2>/dev/null; do i=$((i+1)); done; echo filled $i"
+    ));
+    assert!(filled.stdout.starts_with("filled "), "{filled:?}");
+    // Full: not one more inode, for root outside any tree either.
+    let full =
+        s.ns.run(&["/usr/bin/touch", &format!("{fill}/run/one-more")], &[]);
+    assert!(!full.status.success(), "the tmpfs is not full: {full:?}");
+    let before = s.mark();
+    for n in 0..5 {
+        let f = s.sh(&format!("/bin/echo alive-{n}"));
+        assert_eq!(
+            f.code,
+            Some(0),
+            "shell {n} after the fill: {f:?}\n{}",
+            s.srv.log()
+        );
+        assert!(f.stdout.contains(&format!("alive-{n}")), "{f:?}");
+    }
+    let echoes = s
+        .execs_since(before)
+        .into_iter()
+        .filter(|e| e["filename"].as_str().is_some_and(|f| f.ends_with("/echo")))
+        .count();
+    assert_eq!(echoes, 5, "each shell after the fill was supervised");
+    drop(s);
+    drop(mounts);
+}

@@ -223,12 +223,10 @@ fn prepare_wrap_init(
             fail(500, e.to_string())
         })?;
     let backend = api.filters.backend();
-    let pending =
-        intake::open_notify_socket(&api.config.notify_dir(), &session.id, caller, backend)
-            .map_err(|e| {
-                tracing::error!("wrap-init: {e}");
-                fail(500, e.to_string())
-            })?;
+    let pending = intake::open_notify_socket(&session.id, caller, backend).map_err(|e| {
+        tracing::error!("wrap-init: {e}");
+        fail(500, e.to_string())
+    })?;
     session
         .wrap_inits
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

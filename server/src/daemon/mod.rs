@@ -125,7 +125,6 @@ pub fn run(start: Start) -> Result<(), String> {
     .map_err(|e| format!("policy {:?}: {e}", config.policy))?;
     let run_dir = config.run_dir();
     rundir::prepare(&run_dir)?;
-    crate::intake::prepare_notify_dir(&config.notify_dir()).map_err(|e| e.to_string())?;
     rundir::clear_stale_socket(&config.server.socket)?;
     let trees = Arc::new(Trees::new());
     let approvals = Arc::new(Approvals::new(&config.execve, audit.clone(), trees.clone()));
