@@ -471,10 +471,16 @@ os.rmdir(ws)
 "#;
 
 fn daemon_socket_scenario(uid: Option<u32>, grant: bool) -> String {
-    use agentsh_tests::server::TempDir;
     // In /dev/shm: the tree may create files there (agent-default), so a
     // hard link to the socket on the same filesystem is a real attempt.
-    let dir = TempDir::new_in(std::path::Path::new("/dev/shm"), "daemon");
+    daemon_socket_scenario_in("/dev/shm", uid, grant, true)
+}
+
+/// [`daemon_socket_scenario`] with the daemon's socket directory in `base`,
+/// named in the policy's `daemon_sockets.deny` or (`listed` false) not.
+fn daemon_socket_scenario_in(base: &str, uid: Option<u32>, grant: bool, listed: bool) -> String {
+    use agentsh_tests::server::TempDir;
+    let dir = TempDir::new_in(std::path::Path::new(base), "daemon");
     std::fs::set_permissions(
         dir.path(),
         std::os::unix::fs::PermissionsExt::from_mode(0o700),
@@ -499,14 +505,17 @@ fn daemon_socket_scenario(uid: Option<u32>, grant: bool) -> String {
     )
     .unwrap();
     assert_eq!(first.trim(), "ready");
-    let section = if grant {
-        format!(
-            "daemon_sockets:\n  deny: [{}]\n  allow: [{}]\n",
-            sock.display(),
-            sock.display()
-        )
+    let deny = if listed {
+        format!("  deny: [{}]\n", sock.display())
     } else {
-        format!("daemon_sockets:\n  deny: [{}]\n", sock.display())
+        String::new()
+    };
+    let section = if grant {
+        format!("daemon_sockets:\n{deny}  allow: [{}]\n", sock.display())
+    } else if listed {
+        format!("daemon_sockets:\n{deny}")
+    } else {
+        String::new()
     };
     let policy = format!("{AGENT_DEFAULT}\n{section}");
     let mut sb = Sandbox::new(&policy, uid);
@@ -556,6 +565,34 @@ fn a_root_tree_cannot_reach_a_root_only_daemon_socket_any_way_but_a_policy_grant
             .unwrap_or_default();
         assert!(line.contains("ran outside any tree"), "{attempt}:\n{out}");
     }
+}
+
+/// A root daemon nobody listed, with its socket in a directory of its own
+/// under /run (the test servers' directory, which the test namespace's
+/// private /run shares): hidden by default (every socket beneath /run is, but the
+/// journal's and name caches'); the policy's allow makes it reachable.
+#[test]
+fn a_root_tree_cannot_reach_an_unlisted_root_daemons_socket_under_run() {
+    if !require_root("a_root_tree_cannot_reach_an_unlisted_root_daemons_socket_under_run") {
+        return;
+    }
+    let out = daemon_socket_scenario_in(agentsh_tests::sandbox::SERVER_BASE, None, false, false);
+    for attempt in ["direct", "symlink", "proc-root"] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("{attempt}: ")))
+            .unwrap_or_else(|| panic!("no {attempt} line:\n{out}"));
+        assert!(
+            !line.contains("ran outside"),
+            "{attempt} reached the daemon:\n{out}"
+        );
+    }
+    let out = daemon_socket_scenario_in(agentsh_tests::sandbox::SERVER_BASE, None, true, false);
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("direct: "))
+        .unwrap_or_default();
+    assert!(line.contains("ran outside any tree"), "{out}");
 }
 
 #[test]

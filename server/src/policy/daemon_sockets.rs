@@ -47,6 +47,29 @@ pub const BUILT_IN: &[&str] = &[
     "/run/user/*/podman",
 ];
 
+/// Where a daemon nobody listed keeps its socket: every path-named Unix
+/// socket beneath these is hidden too (a root daemon's own directory under
+/// `/run`), unless it is one of [`HARMLESS`] or the policy allows it.
+pub const SOCKET_ROOTS: &[&str] = &["/run"];
+
+/// How deep [`SOCKET_ROOTS`] are searched, and how many entries at most.
+const WALK_DEPTH: usize = 6;
+const WALK_ENTRIES: usize = 4096;
+
+/// Sockets of daemons that start nothing for their peers and that ordinary
+/// programs use: the journal (syslog(3), stdout of services), name-service
+/// caches. Reachable unless the policy denies them.
+pub const HARMLESS: &[&str] = &[
+    "/run/systemd/journal/socket",
+    "/run/systemd/journal/stdout",
+    "/run/systemd/journal/dev-log",
+    "/run/systemd/journal/syslog",
+    "/run/nscd/socket",
+    "/run/systemd/userdb/io.systemd.Multiplexer",
+    "/run/systemd/userdb/io.systemd.DynamicUser",
+    "/run/systemd/userdb/io.systemd.NameServiceSwitch",
+];
+
 /// The policy's `daemon_sockets` section.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -86,6 +109,16 @@ pub trait SocketFs {
     fn canonical(&self, path: &str) -> Option<String>;
     /// Names of a directory's entries.
     fn entries(&self, dir: &str) -> Vec<String>;
+    /// What `path` is, not following a symlink there.
+    fn kind(&self, path: &str) -> Kind;
+}
+
+/// A directory entry's type, as the walk needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Socket,
+    Directory,
+    Other,
 }
 
 /// The server's own view.
@@ -107,6 +140,47 @@ impl SocketFs for HostSocketFs {
             })
             .unwrap_or_default()
     }
+
+    fn kind(&self, path: &str) -> Kind {
+        use std::os::unix::fs::FileTypeExt;
+        match std::fs::symlink_metadata(path).map(|m| m.file_type()) {
+            Ok(t) if t.is_socket() => Kind::Socket,
+            Ok(t) if t.is_dir() => Kind::Directory,
+            _ => Kind::Other,
+        }
+    }
+}
+
+/// Every Unix socket beneath [`SOCKET_ROOTS`] (not through symlinks, not
+/// into what `skip` already hides), canonical; at most [`WALK_ENTRIES`]
+/// entries looked at, [`WALK_DEPTH`] deep. Returns the sockets and whether
+/// the walk stopped early.
+fn sockets_under_roots(fs: &dyn SocketFs, skip: &BTreeSet<String>) -> (Vec<String>, bool) {
+    let mut found = Vec::new();
+    let mut seen = 0usize;
+    let mut stack: Vec<(String, usize)> = SOCKET_ROOTS
+        .iter()
+        .filter_map(|r| fs.canonical(r))
+        .map(|r| (r, 0))
+        .collect();
+    while let Some((dir, depth)) = stack.pop() {
+        for e in fs.entries(&dir) {
+            seen += 1;
+            if seen > WALK_ENTRIES {
+                return (found, true);
+            }
+            let p = format!("{}/{e}", dir.trim_end_matches('/'));
+            if skip.contains(&p) {
+                continue;
+            }
+            match fs.kind(&p) {
+                Kind::Socket => found.push(p),
+                Kind::Directory if depth + 1 < WALK_DEPTH => stack.push((p, depth + 1)),
+                _ => {}
+            }
+        }
+    }
+    (found, false)
 }
 
 /// Every existing path a pattern names, canonical.
@@ -138,6 +212,11 @@ fn expand(pattern: &str, fs: &dyn SocketFs) -> Vec<String> {
 
 /// What a policy's section plus the built-in list and agentsh's own run
 /// directory resolve to on `fs`: canonical paths, sorted.
+///
+/// Besides the lists, every socket a root daemon nobody listed keeps
+/// beneath [`SOCKET_ROOTS`] is hidden (but [`HARMLESS`]): a default that
+/// holds for daemons nobody thought of. A walk cut short by its bounds is
+/// logged; what it did not reach is not hidden.
 pub fn hidden(doc: &DaemonSocketsDoc, run_dir: Option<&str>, fs: &dyn SocketFs) -> Vec<String> {
     let mut set: BTreeSet<String> = BUILT_IN
         .iter()
@@ -146,6 +225,15 @@ pub fn hidden(doc: &DaemonSocketsDoc, run_dir: Option<&str>, fs: &dyn SocketFs) 
         .chain(run_dir)
         .flat_map(|p| expand(p, fs))
         .collect();
+    let (found, cut) = sockets_under_roots(fs, &set);
+    if cut {
+        tracing::warn!(
+            "daemon sockets: more than {WALK_ENTRIES} entries beneath {SOCKET_ROOTS:?}; sockets \
+             beyond them are not hidden from root trees (list them in daemon_sockets.deny)"
+        );
+    }
+    let harmless: BTreeSet<String> = HARMLESS.iter().flat_map(|p| expand(p, fs)).collect();
+    set.extend(found.into_iter().filter(|p| !harmless.contains(p)));
     for a in &doc.allow {
         for p in expand(a, fs) {
             set.remove(&p);
@@ -194,6 +282,11 @@ impl SocketFs for Recording {
     fn entries(&self, dir: &str) -> Vec<String> {
         self.0.borrow_mut().insert(dir.to_string());
         HostSocketFs.entries(dir)
+    }
+
+    fn kind(&self, path: &str) -> Kind {
+        self.note_parent(path);
+        HostSocketFs.kind(path)
     }
 }
 
@@ -254,6 +347,18 @@ mod tests {
             v.dedup();
             v
         }
+        fn kind(&self, path: &str) -> Kind {
+            let prefix = format!("{}/", path.trim_end_matches('/'));
+            if self.0.keys().any(|k| k.starts_with(&prefix)) {
+                Kind::Directory
+            } else if self.0.contains_key(path)
+                && (path.ends_with(".sock") || path.ends_with("/bus") || path.ends_with("socket"))
+            {
+                Kind::Socket
+            } else {
+                Kind::Other
+            }
+        }
     }
 
     fn fake() -> Fake {
@@ -269,6 +374,51 @@ mod tests {
             ("/run/agentsh", "/run/agentsh"),
             ("/srv/d/ctl.sock", "/srv/d/ctl.sock"),
         ]))
+    }
+
+    /// [`fake`] with `/run` walkable: an unlisted daemon's socket, the
+    /// journal's, and a plain file.
+    fn fake_run() -> Fake {
+        let mut f = fake();
+        for p in [
+            "/run",
+            "/run/mydaemon",
+            "/run/mydaemon/ctl.sock",
+            "/run/mydaemon/state",
+            "/run/systemd",
+            "/run/systemd/journal",
+            "/run/systemd/journal/socket",
+        ] {
+            f.0.insert(p, p);
+        }
+        f
+    }
+
+    #[test]
+    fn an_unlisted_daemons_socket_under_run_is_hidden_but_not_a_harmless_or_allowed_one() {
+        let h = hidden(
+            &DaemonSocketsDoc::default(),
+            Some("/run/agentsh"),
+            &fake_run(),
+        );
+        assert!(h.contains(&"/run/mydaemon/ctl.sock".to_string()), "{h:?}");
+        assert!(!h.contains(&"/run/mydaemon/state".to_string()), "{h:?}");
+        assert!(
+            !h.iter().any(|p| p.starts_with("/run/systemd/journal")),
+            "{h:?}"
+        );
+        // Beneath what is hidden whole (the run dir, containerd) nothing is listed twice.
+        assert!(!h.iter().any(|p| p.starts_with("/run/agentsh/")), "{h:?}");
+        let doc = DaemonSocketsDoc {
+            allow: vec!["/run/mydaemon/ctl.sock".into()],
+            deny: vec!["/run/systemd/journal/socket".into()],
+        };
+        let h = hidden(&doc, None, &fake_run());
+        assert!(!h.contains(&"/run/mydaemon/ctl.sock".to_string()), "{h:?}");
+        assert!(
+            h.contains(&"/run/systemd/journal/socket".to_string()),
+            "{h:?}"
+        );
     }
 
     #[test]
