@@ -522,10 +522,16 @@ fn remove_scratch() {
 }
 
 fn run_suite(uid: Option<u32>, max_abi: Option<i64>) {
+    run_suite_with(uid, max_abi, "");
+}
+
+/// [`run_suite`] with more server config (the ptrace backend).
+fn run_suite_with(uid: Option<u32>, max_abi: Option<i64>, more: &str) {
     let denied = Listener::start();
     let extra = max_abi
         .map(|a| format!("landlock:\n  max_abi: {a}\n"))
-        .unwrap_or_default();
+        .unwrap_or_default()
+        + more;
     let mut sb = Sandbox::with_config(AGENT_DEFAULT, uid, &extra);
     let state = sb.srv.dir.path().join("state");
     let abi = max_abi
@@ -718,4 +724,16 @@ fn escape_attempts_at_landlock_abi_2_as_root_and_as_a_user() {
     }
     run_suite(None, Some(2));
     run_suite(Some(NOBODY), Some(2));
+}
+
+/// The ptrace backend (gVisor, Modal): the same suite, judged by the same
+/// supervisor through the tracer.
+#[test]
+fn escape_attempts_under_the_ptrace_backend_as_root_and_as_a_user() {
+    if !require_root("escape_attempts_under_the_ptrace_backend_as_root_and_as_a_user") {
+        return;
+    }
+    let ptrace = "execve:\n  backend: ptrace\n";
+    run_suite_with(None, None, ptrace);
+    run_suite_with(Some(NOBODY), Some(2), ptrace);
 }
