@@ -22,6 +22,7 @@
 //! detaches every task the supervisor had stopped.
 
 mod depth;
+mod dispatch;
 mod exec;
 mod gather;
 mod identity;

@@ -3,20 +3,17 @@
 //!
 //! One thread per tree serves that tree's notify fd; notifications are taken
 //! one at a time (an exec held for an operator waits on a thread of its own,
-//! see `approval`, so the tree does not). Execs go to the backend-neutral
-//! `exec` path with a [`NotifyStop`] to answer through; signal calls (Landlock
-//! ABI < 6) to `signals`; anything else is denied as `unexpected_syscall`.
+//! see `approval`, so the tree does not). Each goes to `dispatch`, with a
+//! [`NotifyStop`] to answer through.
 //! The same thread is the ptrace tracer of every task `exec` stops, so it
 //! also sweeps the tasks left to detach (`ptrace::Lingering`).
 //!
 //! Failure modes: a poll or receive error other than "tracee gone" or EINTR
 //! abandons the tree (its execs then fail with ENOSYS: closed).
 
-use super::exec::{self, ExecRequest, ExecStop, TreeState};
-use super::{signals, SupervisorContext, Tree};
-use crate::audit::{EventBody, ExecEvent, ExecSubject};
-use crate::policy::Decision;
-use agentsh_proto::execabi;
+use super::dispatch::Caught;
+use super::exec::{self, ExecStop, TreeState};
+use super::{SupervisorContext, Tree};
 use agentsh_proto::notif::{self, Notification};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -114,33 +111,15 @@ fn dispatch(
         fd: fd.as_fd(),
         id: n.id,
     };
-    if let Some(call) = execabi::classify(n.arch, n.nr) {
-        let req = ExecRequest {
-            tid: n.pid,
-            call,
-            args: call.args(&n.args),
-        };
-        let held = exec::Holder::Notify {
-            fd: fd.clone(),
-            id: n.id,
-        };
-        return exec::handle(ctx, tree, st, &req, &stop, held);
-    }
-    if let Some(call) = signals::classify(n.arch, n.nr) {
-        return signals::handle(ctx, &tree.session_id, &st.protected, call, &n, &stop);
-    }
-    ctx.audit.record(
-        &tree.session_id,
-        EventBody::Execve(ExecEvent::new(
-            ExecSubject {
-                pid: n.pid,
-                ..ExecSubject::default()
-            },
-            Decision::Deny,
-            "unexpected_syscall",
-            crate::audit::Action::Deny,
-            Some(format!("unexpected syscall {} on arch {:#x}", n.nr, n.arch)),
-        )),
-    );
-    let _ = stop.refuse(libc::EACCES);
+    let caught = Caught {
+        tid: n.pid,
+        arch: n.arch,
+        nr: n.nr,
+        args: n.args,
+    };
+    let holder = || exec::Holder::Notify {
+        fd: fd.clone(),
+        id: n.id,
+    };
+    super::dispatch::dispatch(ctx, tree, st, &caught, &stop, holder);
 }

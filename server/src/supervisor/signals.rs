@@ -31,7 +31,7 @@
 use super::exec::ExecStop;
 use super::SupervisorContext;
 use crate::audit::{EventBody, SignalEvent};
-use agentsh_proto::notif::Notification;
+use super::dispatch::Caught;
 
 /// The signal calls the filter sends here, and which call a notification
 /// is: one table in `agentsh_proto::sigabi`, every ABI the filter covers.
@@ -218,10 +218,10 @@ fn pidfd_target(tid: u32, fd: i64) -> Result<Target, String> {
 /// Reads the facts for notification `n`.
 fn gather(
     call: SignalCall,
-    n: &Notification,
+    n: &Caught,
     protected: &Protected,
 ) -> Result<SignalFacts, String> {
-    let caller = standing(n.pid).map_err(|e| format!("cannot read the caller {}: {e}", n.pid))?;
+    let caller = standing(n.tid).map_err(|e| format!("cannot read the caller {}: {e}", n.tid))?;
     let arg0 = i64::from(n.args[0] as u32 as i32);
     let target = match call {
         SignalCall::Kill => match arg0 {
@@ -233,7 +233,7 @@ fn gather(
         SignalCall::Tkill | SignalCall::RtSigqueueinfo | SignalCall::PidfdOpen => {
             process_target(arg0)?
         }
-        SignalCall::PidfdSendSignal => pidfd_target(n.pid, arg0)?,
+        SignalCall::PidfdSendSignal => pidfd_target(n.tid, arg0)?,
     };
     let protected = protected
         .pids
@@ -255,7 +255,7 @@ pub fn handle(
     session_id: &str,
     protected: &Protected,
     call: SignalCall,
-    n: &Notification,
+    n: &Caught,
     stop: &dyn ExecStop,
 ) {
     let verdict = gather(call, n, protected).and_then(|f| judge(&f).map(|()| f));
@@ -268,11 +268,11 @@ pub fn handle(
             }
         }
         Err(reason) => {
-            tracing::warn!(tid = n.pid, call = call.name(), "signal refused: {reason}");
+            tracing::warn!(tid = n.tid, call = call.name(), "signal refused: {reason}");
             ctx.audit.record(
                 session_id,
                 EventBody::Signal(SignalEvent {
-                    pid: n.pid,
+                    pid: n.tid,
                     syscall: call.name().into(),
                     target: n.args[0] as u32 as i32 as i64,
                     signal: signal_arg(call, n),
@@ -285,7 +285,7 @@ pub fn handle(
     }
 }
 
-fn signal_arg(call: SignalCall, n: &Notification) -> Option<i64> {
+fn signal_arg(call: SignalCall, n: &Caught) -> Option<i64> {
     match call {
         SignalCall::Kill
         | SignalCall::Tkill

@@ -16,11 +16,11 @@ use super::regs;
 use super::{Request, TraceStop};
 use crate::audit::{Action, EventBody, ExecEvent, ExecSubject};
 use crate::policy::Decision;
-use crate::supervisor::exec::{self, ExecRequest, ExecStop, Holder, TreeState, Verification};
-use crate::supervisor::{signals, verify, SupervisorContext, Tree};
+use crate::supervisor::dispatch::{dispatch, Caught};
+use crate::supervisor::exec::{self, Holder, TreeState, Verification};
+use crate::supervisor::{verify, SupervisorContext, Tree};
 use crate::trees::Trees;
 use agentsh_proto::execabi;
-use agentsh_proto::notif::Notification;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::io;
@@ -352,51 +352,22 @@ impl Loop {
             expect: RefCell::new(None),
         };
         let (arch, nr) = regs.arch_nr();
-        let args = regs.args();
-        if let Some(call) = execabi::classify(arch, nr) {
-            let starttime = crate::tracee::proc_stat(tid).map_or(0, |s| s.starttime);
-            let req = ExecRequest {
-                tid,
-                call,
-                args: call.args(&args),
-            };
-            let holder = Holder::Trace { tid, starttime };
-            exec::handle(&self.ctx, &tt.tree, &mut tt.st, &req, &stop, holder);
-            if !stop.answered.get() {
-                self.held.insert(tid, starttime);
-            }
-        } else if let Some(call) = signals::classify(arch, nr) {
-            let n = Notification {
-                id: 0,
-                pid: tid,
-                nr,
-                arch,
-                instruction_pointer: 0,
-                args,
-            };
-            signals::handle(
-                &self.ctx,
-                &tt.tree.session_id,
-                &tt.st.protected,
-                call,
-                &n,
-                &stop,
-            );
-        } else {
-            self.ctx.audit.record(
-                &tt.tree.session_id,
-                EventBody::Execve(ExecEvent::new(
-                    ExecSubject {
-                        pid: tid,
-                        ..ExecSubject::default()
-                    },
-                    Decision::Deny,
-                    "unexpected_syscall",
-                    Action::Deny,
-                    Some(format!("unexpected traced syscall {nr} on arch {arch:#x}")),
-                )),
-            );
-            let _ = stop.refuse(libc::EACCES);
+        let caught = Caught {
+            tid,
+            arch,
+            nr,
+            args: regs.args(),
+        };
+        let exec = execabi::classify(arch, nr).is_some();
+        let starttime = Cell::new(0);
+        let holder = || {
+            let t = crate::tracee::proc_stat(tid).map_or(0, |s| s.starttime);
+            starttime.set(t);
+            Holder::Trace { tid, starttime: t }
+        };
+        dispatch(&self.ctx, &tt.tree, &mut tt.st, &caught, &stop, holder);
+        if exec && !stop.answered.get() {
+            self.held.insert(tid, starttime.get());
         }
         if let Some(v) = stop.expect.take() {
             if let Some(t) = self.tracees.get_mut(&tid) {

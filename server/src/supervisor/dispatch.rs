@@ -1,0 +1,73 @@
+//! One route for every syscall a tree's filter hands to the supervisor,
+//! whichever backend caught it: the notify loop (`notify.rs`) and the
+//! tracer (`trace/tracer_loop.rs`) each turn what they caught into a
+//! [`Caught`] and an [`ExecStop`] to answer through, and call [`dispatch`].
+//! A new class of supervised syscall is one handler module and one arm here.
+//!
+//! Classes: execs (`execve`, `execveat`) to `exec::handle`; the signal
+//! calls the filter traps below Landlock ABI 6 to `signals::handle`;
+//! anything else is refused as `unexpected_syscall` and audited: the filter
+//! traps nothing this module does not route, so one means a filter and a
+//! supervisor that disagree, and refusing is the closed answer.
+//!
+//! Failure modes: none of its own; each handler answers and audits.
+
+use super::exec::{self, ExecRequest, ExecStop, Holder, TreeState};
+use super::{signals, SupervisorContext, Tree};
+use crate::audit::{Action, EventBody, ExecEvent, ExecSubject};
+use crate::policy::Decision;
+use agentsh_proto::execabi;
+
+/// A syscall a tree's filter handed to the supervisor, as both backends
+/// see it: the calling thread, the syscall's ABI and number, and its six
+/// register arguments.
+#[derive(Debug, Clone, Copy)]
+pub struct Caught {
+    /// The calling thread (a tid; the process is read from `/proc`).
+    pub tid: u32,
+    /// `AUDIT_ARCH_*` of the call.
+    pub arch: u32,
+    pub nr: i32,
+    pub args: [u64; 6],
+}
+
+/// Routes `c` to its handler, which answers it through `stop` and audits.
+/// `holder` says how an exec held for an operator is answered later (built
+/// only for execs).
+pub fn dispatch(
+    ctx: &SupervisorContext,
+    tree: &Tree,
+    st: &mut TreeState,
+    c: &Caught,
+    stop: &dyn ExecStop,
+    holder: impl FnOnce() -> Holder,
+) {
+    if let Some(call) = execabi::classify(c.arch, c.nr) {
+        let req = ExecRequest {
+            tid: c.tid,
+            call,
+            args: call.args(&c.args),
+        };
+        return exec::handle(ctx, tree, st, &req, stop, holder());
+    }
+    if let Some(call) = signals::classify(c.arch, c.nr) {
+        return signals::handle(ctx, &tree.session_id, &st.protected, call, c, stop);
+    }
+    ctx.audit.record(
+        &tree.session_id,
+        EventBody::Execve(ExecEvent::new(
+            ExecSubject {
+                pid: c.tid,
+                ..ExecSubject::default()
+            },
+            Decision::Deny,
+            "unexpected_syscall",
+            Action::Deny,
+            Some(format!(
+                "unexpected syscall {} on arch {:#x}",
+                c.nr, c.arch
+            )),
+        )),
+    );
+    let _ = stop.refuse(libc::EACCES);
+}
