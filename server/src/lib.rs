@@ -1,6 +1,6 @@
 //! The agentsh server and admin CLI, as a library so tests can drive its parts.
 //!
-//! Where an exec is decided: `intake` takes a notify fd from a relay,
+//! Where an exec is decided: `handoff` takes a notify fd from a relay,
 //! `supervisor` serves its notifications, `tracee` reads the calling process,
 //! `policy` decides (pure), `approval` holds execs for an operator, `audit`
 //! records, `api` exposes it all over HTTP on the Unix socket (and TCP for
@@ -18,8 +18,8 @@ pub mod config;
 pub mod daemon;
 pub mod detect;
 pub mod filter;
+pub mod handoff;
 pub mod installer;
-pub mod intake;
 pub mod policy;
 pub mod session;
 pub mod supervisor;

@@ -1,6 +1,6 @@
 //! The live supervised trees, and "is this process inside one?".
 //!
-//! A tree is registered when the server takes its notify fd (`intake`) and
+//! A tree is registered when the server takes its notify fd (`handoff`) and
 //! forgotten when its last process has exited (`supervisor::serve` returns).
 //! The question "is pid P in a tree?" is asked of every API peer, of every
 //! operator decision and of every signal the server receives.

@@ -129,7 +129,7 @@ pub fn spawn_wrapped(server: &str, session: &str, cmd: &[&str], opts: &WrapOptio
 }
 
 /// Connects the notify socket and sends a handoff for `wrapper_pid` carrying
-/// `fd`; returns the server's answer. For tests of the intake's checks.
+/// `fd`; returns the server's answer. For tests of the handoff's checks.
 pub fn hand_to_server(notify_socket: &str, wrapper_pid: u32, fd: &OwnedFd) -> Result<Ack, String> {
     use std::os::fd::{AsFd, AsRawFd};
     let s = agentsh_proto::seqpacket::connect(

@@ -961,6 +961,38 @@ fn the_architecture_map_names_paths_that_exist() {
         missing.is_empty(),
         "docs/architecture.md names paths that do not exist: {missing:?}"
     );
+    // A name cited with its file (`path.rs` (`name`...) is defined there:
+    // a function, a type or a trait of that name.
+    let mut cited = 0;
+    let mut wrong = Vec::new();
+    for (i, _) in doc.match_indices(".rs` (`") {
+        let start = doc[..i].rfind('`').expect("an opening backquote") + 1;
+        let file = &doc[start..i + 3];
+        let rest = &doc[i + 7..];
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let Ok(text) = std::fs::read_to_string(format!("{}/../{file}", env!("CARGO_MANIFEST_DIR")))
+        else {
+            continue; // a missing path is the check above's to report
+        };
+        cited += 1;
+        let defined = ["fn ", "struct ", "enum ", "trait ", "type "]
+            .iter()
+            .any(|k| text.contains(&format!("{k}{name}")));
+        if !defined {
+            wrong.push(format!("{file} ({name})"));
+        }
+    }
+    assert!(
+        cited >= 5,
+        "the function names cited were not found ({cited})"
+    );
+    assert!(
+        wrong.is_empty(),
+        "docs/architecture.md cites names its files do not define: {wrong:?}"
+    );
     let path = &doc[doc
         .find("## The path of a shell")
         .expect("the path of a shell")..];
@@ -971,9 +1003,9 @@ fn the_architecture_map_names_paths_that_exist() {
         "server/src/api/wrap_init.rs",
         "unixwrap/src/lib.rs",
         "shim/src/relay.rs",
-        "server/src/intake.rs",
+        "server/src/handoff.rs",
         "server/src/supervisor/exec.rs",
-        "server/src/policy/evaluate.rs",
+        "server/src/policy/judge.rs",
         "server/src/audit.rs",
     ] {
         assert!(

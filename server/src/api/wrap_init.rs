@@ -1,12 +1,12 @@
 //! wrap-init: who is asking (from the transport, never the body), the
 //! tree's notify socket, filter, Landlock ruleset and daemon-socket masks,
-//! and the audit event; then the intake task that waits for the handoff.
+//! and the audit event; then the task that waits for the handoff.
 
 use super::answer::{error, fail, json, read_body, Failure, Resp};
 use super::peer::{Kind, Peer};
 use super::Api;
 use crate::audit::{EventBody, WrapInitEvent};
-use crate::intake::{self, Caller};
+use crate::handoff::{self, Caller};
 use agentsh_proto::{WrapInitRequest, WrapInitResponse};
 use hyper::body::Incoming;
 use hyper::Request;
@@ -91,14 +91,14 @@ pub(super) async fn wrap_init(
         tokio::task::spawn_blocking(move || prepare_wrap_init(&prep_api, &sid, body, caller))
             .await
             .unwrap_or_else(|e| Err(fail(500, format!("wrap-init failed: {e}"))));
-    let (resp, intake) = match prepared {
+    let (resp, pending) = match prepared {
         Ok(p) => p,
         Err(r) => return r.into(),
     };
-    tokio::spawn(intake::take_handoff(
+    tokio::spawn(handoff::take_handoff(
         api.supervisor.clone(),
         api.trees.clone(),
-        intake,
+        pending,
         slot,
     ));
     let out = match serde_json::to_value(&resp) {
@@ -186,7 +186,7 @@ fn prepare_wrap_init(
     sid: &str,
     body: WrapInitRequest,
     caller: Caller,
-) -> Result<(WrapInitResponse, intake::Pending), Failure> {
+) -> Result<(WrapInitResponse, handoff::Pending), Failure> {
     let started = std::time::Instant::now();
     gate(api, caller)?;
     let Some(session) = api.sessions.get_or_create(sid) else {
@@ -206,7 +206,7 @@ fn prepare_wrap_init(
     }
     // The shim's parent is the SDK daemon; both are protected from the
     // tree's signals (the filter's register rules), with their groups.
-    let lineage = caller.pid.map(intake::Lineage::of);
+    let lineage = caller.pid.map(handoff::Lineage::of);
     let daemon = lineage.and_then(|l| {
         Some(crate::filter::ProcessId {
             pid: l.parent?,
@@ -223,7 +223,7 @@ fn prepare_wrap_init(
             fail(500, e.to_string())
         })?;
     let backend = api.filters.backend();
-    let pending = intake::open_notify_socket(&session.id, caller, backend).map_err(|e| {
+    let pending = handoff::open_notify_socket(&session.id, caller, backend).map_err(|e| {
         tracing::error!("wrap-init: {e}");
         fail(500, e.to_string())
     })?;

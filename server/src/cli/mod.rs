@@ -33,7 +33,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the server: HTTP API, wrap-init, notify-fd intake, exec supervisor, audit.
+    /// Run the server: HTTP API, wrap-init, notify-fd handoff, exec supervisor, audit.
     #[command(after_help = CONFIG_HELP)]
     Server {
         /// YAML config file; without it the embedded defaults are used.

@@ -8,7 +8,7 @@
 //! parsed strictly (unknown keys are errors, so a typo cannot silently turn a
 //! rule off), validated, and compiled once into a [`Policy`]; after that,
 //! [`evaluate`] is a pure function of the policy and the [`ExecFacts`] the
-//! supervisor gathered. See `evaluate` for the order of judgement and
+//! supervisor gathered. See `judge` for the order of judgement and
 //! `pattern` for how program names match.
 //!
 //! Failure modes: loading fails with a [`PolicyError`] that names the
@@ -24,7 +24,7 @@
 mod compile;
 pub mod daemon_sockets;
 mod error;
-mod evaluate;
+mod judge;
 pub mod landlock;
 mod locate;
 mod pattern;
@@ -37,7 +37,7 @@ mod tests;
 
 pub use compile::FILE_PATH_VARIABLES;
 pub use error::{Location, PolicyError};
-pub use evaluate::{
+pub use judge::{
     evaluate, judge, ExecFacts, Interpreter, ProgramFacts, Truncation, Verdict, RULE_FILELESS_EXEC,
     RULE_TRUNCATED,
 };

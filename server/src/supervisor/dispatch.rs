@@ -63,10 +63,7 @@ pub fn dispatch(
             Decision::Deny,
             "unexpected_syscall",
             Action::Deny,
-            Some(format!(
-                "unexpected syscall {} on arch {:#x}",
-                c.nr, c.arch
-            )),
+            Some(format!("unexpected syscall {} on arch {:#x}", c.nr, c.arch)),
         )),
     );
     let _ = stop.refuse(libc::EACCES);

@@ -210,7 +210,7 @@ fn expected_of(g: &Gathered) -> Option<Expected> {
 }
 
 /// The facts the policy judges, from what was gathered.
-fn judge(
+fn ask_policy(
     ctx: &SupervisorContext,
     g: &Gathered,
     depth: u32,
@@ -463,7 +463,7 @@ fn decide(ctx: &SupervisorContext, st: &mut TreeState, pid: u32, g: &Gathered) -
         files.borrow_mut().stat(p).ok()
     });
     let interpreters = interpreters_of(g);
-    let verdict = judge(ctx, g, depth, &interpreters);
+    let verdict = ask_policy(ctx, g, depth, &interpreters);
     let mut subject = subject(pid, g, depth);
     subject.interpreters = interpreters;
     // Only a refusal is ever reused: an allowed exec needs no key (and no

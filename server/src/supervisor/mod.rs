@@ -21,22 +21,22 @@
 //! kernel fails every later trapped syscall of the tree with ENOSYS, and
 //! detaches every task the supervisor had stopped.
 
+mod backend;
 mod depth;
 mod dispatch;
 mod exec;
 mod gather;
 mod identity;
-mod notify;
 mod phases;
 mod procfiles;
 mod ptrace;
 pub mod retry;
 mod sharing;
 mod signals;
-pub mod trace;
 mod verify;
 mod vma;
 
+pub use backend::{notify, trace};
 pub use depth::DepthBook;
 pub use exec::{Holder, Verification, RULE_FILELESS_EXEC};
 pub use verify::Expected;

@@ -28,10 +28,10 @@
 //! refusal with the reason, never a CONTINUE; a target that does not exist is
 //! CONTINUEd (the kernel answers ESRCH).
 
+use super::dispatch::Caught;
 use super::exec::ExecStop;
 use super::SupervisorContext;
 use crate::audit::{EventBody, SignalEvent};
-use super::dispatch::Caught;
 
 /// The signal calls the filter sends here, and which call a notification
 /// is: one table in `agentsh_proto::sigabi`, every ABI the filter covers.
@@ -92,7 +92,7 @@ pub struct SignalFacts {
 }
 
 /// Refuse (with the reason) or let through. Pure.
-pub fn judge(f: &SignalFacts) -> Result<(), String> {
+pub fn rule_on(f: &SignalFacts) -> Result<(), String> {
     let prot =
         |pred: &dyn Fn(&Standing) -> bool| f.protected.iter().find(|p| pred(p)).map(|p| p.tgid);
     match &f.target {
@@ -216,11 +216,7 @@ fn pidfd_target(tid: u32, fd: i64) -> Result<Target, String> {
 }
 
 /// Reads the facts for notification `n`.
-fn gather(
-    call: SignalCall,
-    n: &Caught,
-    protected: &Protected,
-) -> Result<SignalFacts, String> {
+fn read_call(call: SignalCall, n: &Caught, protected: &Protected) -> Result<SignalFacts, String> {
     let caller = standing(n.tid).map_err(|e| format!("cannot read the caller {}: {e}", n.tid))?;
     let arg0 = i64::from(n.args[0] as u32 as i32);
     let target = match call {
@@ -258,7 +254,7 @@ pub fn handle(
     n: &Caught,
     stop: &dyn ExecStop,
 ) {
-    let verdict = gather(call, n, protected).and_then(|f| judge(&f).map(|()| f));
+    let verdict = read_call(call, n, protected).and_then(|f| rule_on(&f).map(|()| f));
     match verdict {
         Ok(_) => {
             // SAFETY ARGUMENT for CONTINUE: see the module doc (register
@@ -327,32 +323,32 @@ mod tests {
 
     #[test]
     fn protected_processes_and_groups_are_refused() {
-        assert!(judge(&facts(TREE, Target::Process(100))).is_err());
-        assert!(judge(&facts(TREE, Target::Process(200))).is_err());
-        assert!(judge(&facts(TREE, Target::Group(50))).is_err());
-        assert!(judge(&facts(TREE, Target::Group(100))).is_err());
-        assert!(judge(&facts(TREE, Target::Everyone))
+        assert!(rule_on(&facts(TREE, Target::Process(100))).is_err());
+        assert!(rule_on(&facts(TREE, Target::Process(200))).is_err());
+        assert!(rule_on(&facts(TREE, Target::Group(50))).is_err());
+        assert!(rule_on(&facts(TREE, Target::Group(100))).is_err());
+        assert!(rule_on(&facts(TREE, Target::Everyone))
             .unwrap_err()
             .contains("kill(-1)"));
     }
 
     #[test]
     fn everything_else_goes_through() {
-        assert!(judge(&facts(TREE, Target::Process(301))).is_ok());
-        assert!(judge(&facts(TREE, Target::Group(300))).is_ok());
-        assert!(judge(&facts(TREE, Target::Nobody)).is_ok());
-        assert!(judge(&facts(TREE, Target::OwnGroup)).is_ok());
+        assert!(rule_on(&facts(TREE, Target::Process(301))).is_ok());
+        assert!(rule_on(&facts(TREE, Target::Group(300))).is_ok());
+        assert!(rule_on(&facts(TREE, Target::Nobody)).is_ok());
+        assert!(rule_on(&facts(TREE, Target::OwnGroup)).is_ok());
     }
 
     #[test]
     fn kill_0_is_refused_in_a_protected_group_or_session() {
         let in_daemon_group = Standing { pgrp: 50, ..TREE };
-        assert!(judge(&facts(in_daemon_group, Target::OwnGroup)).is_err());
+        assert!(rule_on(&facts(in_daemon_group, Target::OwnGroup)).is_err());
         let in_daemon_session = Standing {
             session: 50,
             ..TREE
         };
-        assert!(judge(&facts(in_daemon_session, Target::OwnGroup))
+        assert!(rule_on(&facts(in_daemon_session, Target::OwnGroup))
             .unwrap_err()
             .contains("could join"));
     }

@@ -7,7 +7,7 @@
 //! in place so CMD keeps this pid) — without installing anything as
 //! `/bin/sh`. The test harness (`agentsh_tests::relay`) spawns it, as
 //! whatever uid a test asks for. `--wrap-init-only` prints the wrap-init
-//! answer as JSON and exits, for tests of the notify-socket intake.
+//! answer as JSON and exits, for tests of the notify-socket handoff.
 //!
 //! Exit status: CMD's, or 126 with one line `agentsh-test-run: ...` on
 //! stderr when supervision could not be installed.

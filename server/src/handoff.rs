@@ -1,4 +1,4 @@
-//! Notify-fd intake: one abstract SOCK_SEQPACKET socket per wrap-init, one
+//! Notify-fd handoff: one abstract SOCK_SEQPACKET socket per wrap-init, one
 //! accepted handoff.
 //!
 //! wrap-init creates `@agentsh-notify-<server pid>-<n>-<random>`: abstract,

@@ -11,9 +11,9 @@
 //! Failure modes: a poll or receive error other than "tracee gone" or EINTR
 //! abandons the tree (its execs then fail with ENOSYS: closed).
 
-use super::dispatch::Caught;
-use super::exec::{self, ExecStop, TreeState};
-use super::{SupervisorContext, Tree};
+use crate::supervisor::dispatch::Caught;
+use crate::supervisor::exec::{self, ExecStop, TreeState};
+use crate::supervisor::{SupervisorContext, Tree};
 use agentsh_proto::notif::{self, Notification};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -45,7 +45,7 @@ const SWEEP_MS: i32 = 20;
 /// Serves `tree` through its notify fd until every process in it has exited.
 pub fn serve(ctx: Arc<SupervisorContext>, tree: Tree, fd: Arc<OwnedFd>) {
     let mut st = TreeState::new(tree.root_pid);
-    super::ptrace::precise_sleeps();
+    crate::supervisor::ptrace::precise_sleeps();
     tracing::info!(session = %tree.session_id, root_pid = tree.root_pid, "supervising tree");
     if let Err(e) = notif::set_sync_wakeup(fd.as_fd()) {
         // Only a cost: every exec waits for an ordinary wake-up instead.
@@ -121,5 +121,5 @@ fn dispatch(
         fd: fd.clone(),
         id: n.id,
     };
-    super::dispatch::dispatch(ctx, tree, st, &caught, &stop, holder);
+    crate::supervisor::dispatch::dispatch(ctx, tree, st, &caught, &stop, holder);
 }

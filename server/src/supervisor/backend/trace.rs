@@ -44,8 +44,8 @@
 mod regs;
 mod tracer_loop;
 
-use super::exec::{ExecStop, Verification};
-use super::{SupervisorContext, Tree};
+use crate::supervisor::exec::{ExecStop, Verification};
+use crate::supervisor::{SupervisorContext, Tree};
 use crate::trees::Trees;
 use std::cell::{Cell, RefCell};
 use std::io;
