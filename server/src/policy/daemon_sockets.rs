@@ -253,7 +253,7 @@ pub struct HiddenCache {
 }
 
 /// The directories an answer depended on, with their stamps, and the answer.
-type Deps = Vec<(String, Option<super::landlock::Stamp>)>;
+type Deps = Vec<(String, Option<super::stamp::Stamp>)>;
 type Cached = (Deps, Vec<String>);
 
 /// [`HostSocketFs`], noting the directories its answers depended on.
@@ -292,7 +292,7 @@ impl SocketFs for Recording {
 
 impl HiddenCache {
     pub fn hidden(&self, doc: &DaemonSocketsDoc, run_dir: Option<&str>) -> Vec<String> {
-        use super::landlock::{stamp, SETTLE};
+        use super::stamp::{stamp, SETTLE};
         let mut last = self
             .last
             .lock()
@@ -305,7 +305,7 @@ impl HiddenCache {
         let started = std::time::SystemTime::now();
         let fs = Recording(Default::default());
         let result = hidden(doc, run_dir, &fs);
-        let deps: Vec<(String, Option<super::landlock::Stamp>)> =
+        let deps: Vec<(String, Option<super::stamp::Stamp>)> =
             fs.0.into_inner()
                 .into_iter()
                 .map(|d| {

@@ -289,25 +289,7 @@ fn at_or_beneath(p: &str, ancestor: &str) -> bool {
         || (p.starts_with(ancestor) && p.as_bytes().get(ancestor.len()) == Some(&b'/'))
 }
 
-/// What a rule path means as a Landlock path-beneath rule, or why it cannot.
-///
-/// # Errors
-/// A glob other than a trailing `/**`.
-pub fn landlock_base(pattern: &str) -> Result<&str, String> {
-    let base = pattern.strip_suffix("/**").unwrap_or(pattern);
-    let base = if base.is_empty() { "/" } else { base };
-    let literal = match base.strip_prefix("${").and_then(|a| a.split_once('}')) {
-        Some((_, rest)) => rest,
-        None => base,
-    };
-    if literal.contains(['*', '?', '[', ']', '{', '}']) {
-        return Err(format!(
-            "{pattern:?}: Landlock grants a path and everything beneath it, so only a \
-             literal path or one ending in /** can be enforced"
-        ));
-    }
-    Ok(base)
-}
+pub use super::semantics::landlock_base;
 
 /// Expands a validated rule path; `Ok(None)` when its variable is unset.
 fn expand(pattern: &str, vars: &SessionVars) -> Result<Option<String>, String> {
@@ -711,7 +693,7 @@ mod session;
 pub use carve::CarveFailure;
 use carve::{split_by_protection, Carver, Deny, Grant};
 pub use session::{home_of, SessionLandlock};
-pub(crate) use session::{stamp, Stamp, SETTLE};
+pub(crate) use super::stamp::{stamp, Stamp, SETTLE};
 
 #[cfg(test)]
 #[path = "landlock_tests.rs"]

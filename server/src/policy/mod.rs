@@ -29,6 +29,7 @@ pub mod landlock;
 mod locate;
 mod pattern;
 mod schema;
+mod stamp;
 pub mod semantics;
 pub(crate) mod wrappers;
 

@@ -25,7 +25,6 @@
 //! loader turns it into an error, so the server never starts on a policy
 //! whose meaning it could not enforce.
 
-use super::landlock::landlock_base;
 use super::schema::{Decision, FileOperation, FileRule, NetworkDirection, NetworkRule, PortSet};
 use std::collections::BTreeSet;
 
@@ -251,3 +250,24 @@ fn list(ports: &BTreeSet<u16>) -> String {
         _ => format!("ports {}", v.join(", ")),
     }
 }
+
+/// What a rule path means as a Landlock path-beneath rule, or why it cannot.
+///
+/// # Errors
+/// A glob other than a trailing `/**`.
+pub fn landlock_base(pattern: &str) -> Result<&str, String> {
+    let base = pattern.strip_suffix("/**").unwrap_or(pattern);
+    let base = if base.is_empty() { "/" } else { base };
+    let literal = match base.strip_prefix("${").and_then(|a| a.split_once('}')) {
+        Some((_, rest)) => rest,
+        None => base,
+    };
+    if literal.contains(['*', '?', '[', ']', '{', '}']) {
+        return Err(format!(
+            "{pattern:?}: Landlock grants a path and everything beneath it, so only a \
+             literal path or one ending in /** can be enforced"
+        ));
+    }
+    Ok(base)
+}
+

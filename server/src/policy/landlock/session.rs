@@ -35,31 +35,6 @@ pub(in crate::policy) struct RulesetCache {
     result: CompiledLandlock,
 }
 
-/// What a directory looked like: any entry added, removed, renamed or
-/// replaced, or a mount on it, changes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Stamp {
-    dev: u64,
-    ino: u64,
-    ctime: (i64, i64),
-    mtime: (i64, i64),
-}
-
-/// A directory changed this recently might have changed during a compile
-/// that read it: such a result is not kept.
-pub(crate) const SETTLE: std::time::Duration = std::time::Duration::from_millis(100);
-
-pub(crate) fn stamp(dir: &str) -> Option<Stamp> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(dir).ok()?;
-    Some(Stamp {
-        dev: m.dev(),
-        ino: m.ino(),
-        ctime: (m.ctime(), m.ctime_nsec()),
-        mtime: (m.mtime(), m.mtime_nsec()),
-    })
-}
-
 /// [`HostFs`], noting every directory whose entries an answer depended on:
 /// each ancestor of a path it canonicalized (and of the result), and each
 /// directory it listed.
