@@ -57,6 +57,9 @@ pub struct Api {
     pub sessions: Sessions,
     pub audit: Arc<AuditLog>,
     pub supervisor: Arc<SupervisorContext>,
+    /// Execs held for an operator (the supervisor reaches them through its
+    /// `Hold` seam; the routes list and decide them here).
+    pub approvals: Arc<crate::approval::Approvals>,
     /// Flags and deadlines of every tree's config (its filter comes from `filters`).
     pub seccomp_config: SeccompConfig,
     /// Compiles (and caches) each tree's seccomp program.

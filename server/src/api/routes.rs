@@ -119,7 +119,7 @@ async fn operator(
     // tree (a root tree can read the token file where the policy does not
     // hide it): map the connection to its processes and refuse those.
     let port = api.config.tcp_port().unwrap_or(0);
-    let approvals = api.supervisor.approvals.clone();
+    let approvals = api.approvals.clone();
     let who = tokio::task::spawn_blocking(move || approvals.identify(addr, port))
         .await
         .unwrap_or_else(|_| Requester::Unknown("identification failed".into()));
@@ -282,7 +282,7 @@ async fn list_approvals(api: &Api, peer: &Peer, query: &str) -> Resp {
         Ok(v) => v,
         Err(r) => return r.into(),
     };
-    let approvals = &api.supervisor.approvals;
+    let approvals = &api.approvals;
     let pending = if wait.is_zero() {
         approvals.pending(after)
     } else {
@@ -374,7 +374,6 @@ async fn decide_approval(
         approver = format!("{} via {approver}", name.trim());
     }
     match api
-        .supervisor
         .approvals
         .decide(&id, approve, approver.clone(), body.reason)
     {

@@ -31,7 +31,7 @@ async fn caller_of(api: &Arc<Api>, peer: &Peer) -> Result<Caller, Failure> {
                 ));
             }
             let port = api.config.tcp_port().unwrap_or(0);
-            let approvals = api.supervisor.approvals.clone();
+            let approvals = api.approvals.clone();
             let who = tokio::task::spawn_blocking(move || approvals.identify(addr, port))
                 .await
                 .map_err(|_| fail(500, "peer identification failed"))?;

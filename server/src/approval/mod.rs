@@ -22,10 +22,10 @@
 //! Failure modes: a waiter that cannot answer (tracee gone) records
 //! `cancelled`; a decision whose requester cannot be identified is refused.
 
-use crate::audit::{self, Action, AuditLog, EventBody, ExecEvent, ExecSubject};
+use crate::audit::{self, Action, AuditLog, EventBody, ExecEvent};
 use crate::config::{ExecveSection, TimeoutAction};
-use crate::supervisor::retry::{Lookup, Refusals};
-use crate::supervisor::{Holder, Verification};
+use crate::supervisor::retry::Refusals;
+use crate::supervisor::{HeldExec, Holder, Verification};
 use crate::trees::Trees;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -69,26 +69,6 @@ pub struct ApprovalRequest {
     pub expires_at: String,
 }
 
-/// Everything the supervisor knows about a held exec.
-#[derive(Debug, Clone)]
-pub struct HeldExec {
-    pub session_id: String,
-    pub notif_id: u64,
-    /// The calling thread (watched through the exec once approved).
-    pub tid: u32,
-    pub starttime: u64,
-    /// What the operator approves: the file (device, inode) and argv that
-    /// must run; `None` if the file's identity could not be read (then the
-    /// exec is refused when approved).
-    pub expected: Option<crate::supervisor::Expected>,
-    pub subject: ExecSubject,
-    pub rule: String,
-    pub message: Option<String>,
-    /// The attempt this exec is (see `supervisor::retry`).
-    pub attempt: u64,
-    /// Its key for the retries of the same lookup (`None`: not reused).
-    pub lookup: Option<Lookup>,
-}
 
 /// An operator's answer.
 #[derive(Debug, Clone)]
@@ -146,6 +126,17 @@ pub struct Approvals {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl crate::supervisor::Hold for Approvals {
+    fn hold(
+        self: Arc<Self>,
+        holder: Holder,
+        exec: HeldExec,
+        allowed: Sender<(u32, u64, u32)>,
+    ) {
+        self.hold_exec(holder, exec, allowed);
+    }
 }
 
 impl Approvals {
@@ -244,7 +235,7 @@ impl Approvals {
     /// instead of prompting twice; one for the same process, file and argv as
     /// a request refused moments ago (the next PATH entry) is refused the same
     /// way at once, audited as a retry of it.
-    pub fn hold(
+    pub fn hold_exec(
         self: &Arc<Self>,
         holder: Holder,
         exec: HeldExec,

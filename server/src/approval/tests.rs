@@ -1,6 +1,7 @@
 //! Approvals without a kernel: requests, re-issued notifications, outcomes.
 
 use super::*;
+use crate::audit::ExecSubject;
 
 fn approvals(timeout_ms: u64) -> Arc<Approvals> {
     let limits = ExecveSection {
@@ -71,13 +72,13 @@ fn reissued_notification_joins_its_request_and_a_dead_one_is_cancelled() {
     let fd: Arc<std::os::fd::OwnedFd> = Arc::new(std::fs::File::open("/dev/null").unwrap().into());
     let holder = |id| Holder::Notify { fd: fd.clone(), id };
     let (tx, _rx) = std::sync::mpsc::channel();
-    a.hold(holder(1), held(1), tx.clone());
-    a.hold(holder(2), held(2), tx.clone());
+    a.hold_exec(holder(1), held(1), tx.clone());
+    a.hold_exec(holder(2), held(2), tx.clone());
     let pending = a.pending(0);
     assert_eq!(pending.len(), 1, "one prompt for a re-issued exec");
     let mut other = held(3);
     other.subject.argv.push("y".into());
-    a.hold(holder(3), other, tx);
+    a.hold_exec(holder(3), other, tx);
     assert_eq!(a.pending(0).len(), 2, "a different argv is a new request");
     let t = Instant::now();
     while !a.pending(0).is_empty() {

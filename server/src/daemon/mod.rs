@@ -132,7 +132,7 @@ pub fn run(start: Start) -> Result<(), String> {
         policy,
         limits: config.execve.clone(),
         audit: audit.clone(),
-        approvals,
+        approvals: approvals.clone(),
     });
     // Nothing answers (no `ready`, no tree) before the index exists.
     prepared.wait()?;
@@ -187,6 +187,7 @@ pub fn run(start: Start) -> Result<(), String> {
             sessions: Sessions::default(),
             audit,
             supervisor,
+            approvals,
             seccomp_config: SeccompConfig::default(),
             filters,
             policy_name,

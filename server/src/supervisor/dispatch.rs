@@ -12,24 +12,14 @@
 //!
 //! Failure modes: none of its own; each handler answers and audits.
 
-use super::exec::{self, ExecRequest, ExecStop, Holder, TreeState};
+pub use super::seam::Caught;
+use super::exec;
+use super::seam::{ExecRequest, ExecStop, Holder};
+use super::state::TreeState;
 use super::{signals, SupervisorContext, Tree};
 use crate::audit::{Action, EventBody, ExecEvent, ExecSubject};
 use crate::policy::Decision;
 use agentsh_proto::execabi;
-
-/// A syscall a tree's filter handed to the supervisor, as both backends
-/// see it: the calling thread, the syscall's ABI and number, and its six
-/// register arguments.
-#[derive(Debug, Clone, Copy)]
-pub struct Caught {
-    /// The calling thread (a tid; the process is read from `/proc`).
-    pub tid: u32,
-    /// `AUDIT_ARCH_*` of the call.
-    pub arch: u32,
-    pub nr: i32,
-    pub args: [u64; 6],
-}
 
 /// Routes `c` to its handler, which answers it through `stop` and audits.
 /// `holder` says how an exec held for an operator is answered later (built

@@ -45,116 +45,22 @@
 
 use super::gather::{gather, Gather, Gathered, Undecidable};
 use super::phases;
-use super::procfiles::ProcFiles;
-use super::ptrace::Lingering;
-use super::retry::{Lookup, Refusals};
+use super::retry::Lookup;
 use super::sharing::Frozen;
 use super::verify::{self, Expected};
-use super::{signals, DepthBook, SupervisorContext, Tree};
-use crate::approval::HeldExec;
+use super::{SupervisorContext, Tree};
+use super::seam::HeldExec;
 use crate::audit::{Action, EventBody, ExecEvent, ExecSubject, FileIdentity, Memory};
 use crate::config::OnTruncated;
 use crate::policy::{self, Decision, ExecFacts, ProgramFacts, Truncation, Verdict};
-use agentsh_proto::execabi::{ExecArgs, ExecSyscall};
-use std::io;
-use std::os::fd::OwnedFd;
-use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub use super::seam::{ExecRequest, ExecStop, Holder, Verification};
+pub use super::state::TreeState;
 pub use crate::policy::RULE_FILELESS_EXEC;
 
 /// How long, after the exec, tasks asleep in the kernel get to reach their stop.
 const RELEASE_GRACE: Duration = Duration::from_millis(5);
-
-/// A caught exec, as its backend answers it.
-pub trait ExecStop {
-    /// The exec still waits, and its thread id still names the same thread.
-    fn still_waiting(&self) -> bool;
-    /// Let the exec proceed (user-notify: CONTINUE).
-    fn proceed(&self) -> io::Result<()>;
-    /// Fail the exec with `errno`.
-    fn refuse(&self, errno: i32) -> io::Result<()>;
-    /// The backend checks every exec it lets through at `PTRACE_EVENT_EXEC`
-    /// (ptrace), so nothing needs freezing or watching here.
-    fn verifies_every_exec(&self) -> bool {
-        false
-    }
-    /// What the exec about to proceed must turn out to run (called before
-    /// [`ExecStop::proceed`] when [`ExecStop::verifies_every_exec`]).
-    fn expect(&self, _what: Verification) {}
-}
-
-/// What a verifying backend checks at `PTRACE_EVENT_EXEC`, and what it
-/// audits if the new image is something else.
-#[derive(Debug, Clone)]
-pub struct Verification {
-    pub expected: Expected,
-    pub subject: ExecSubject,
-    /// The rule that allowed it (named in the `exec_mismatch` event).
-    pub rule: String,
-}
-
-/// What an approval waiter needs to answer a held exec later.
-#[derive(Clone)]
-pub enum Holder {
-    /// The notification `id` on the tree's notify fd.
-    Notify { fd: Arc<OwnedFd>, id: u64 },
-    /// Thread `tid` (started at `starttime`) waits in its seccomp stop; the
-    /// tracer thread answers it (`trace::answer`).
-    Trace { tid: u32, starttime: u64 },
-}
-
-/// One caught exec.
-pub struct ExecRequest {
-    /// The calling thread.
-    pub tid: u32,
-    pub call: &'static ExecSyscall,
-    pub args: ExecArgs,
-}
-
-/// What the tree's thread keeps between execs.
-pub struct TreeState {
-    pub root_pid: u32,
-    pub book: DepthBook,
-    pub protected: signals::Protected,
-    /// Tasks stopped for an exec that had not reached their stop when it ended.
-    pub lingering: Lingering,
-    /// `/proc` files of the parents the tree's execs ask about, kept open.
-    pub(super) files: ProcFiles,
-    /// Denied execs, for the retries of the same PATH lookup (`retry`).
-    refused: Refusals<()>,
-    approved_tx: Sender<(u32, u64, u32)>,
-    approved_rx: Receiver<(u32, u64, u32)>,
-}
-
-impl TreeState {
-    pub fn new(root_pid: u32) -> TreeState {
-        // Approved execs are let through by approval waiters; they report
-        // here so the book (owned by the tree's thread) stays right.
-        let (approved_tx, approved_rx) = mpsc::channel();
-        TreeState {
-            root_pid,
-            book: DepthBook::default(),
-            // Read once, while the tree's root (unixwrap, waiting for the
-            // ACK) is surely alive: its parent is the SDK daemon.
-            protected: signals::Protected::for_tree(root_pid),
-            lingering: Lingering::default(),
-            files: ProcFiles::default(),
-            refused: Refusals::default(),
-            approved_tx,
-            approved_rx,
-        }
-    }
-
-    /// Records the execs approval waiters let through since the last call.
-    pub fn take_approved(&mut self) {
-        while let Ok((pid, starttime, depth)) = self.approved_rx.try_recv() {
-            self.book.record(pid, starttime, depth);
-            self.files.approved(pid);
-        }
-    }
-}
 
 fn subject(pid: u32, g: &Gathered, depth: u32) -> ExecSubject {
     ExecSubject {
@@ -503,7 +409,7 @@ fn hold_for_operator(
         Holder::Notify { id, .. } => *id,
         Holder::Trace { .. } => 0,
     };
-    ctx.approvals.hold(
+    ctx.approvals.clone().hold(
         holder,
         HeldExec {
             session_id: tree.session_id.clone(),

@@ -15,7 +15,8 @@
 //! a caller that vanished, or a path that names nothing, is
 //! [`Gather::Answer`] with the errno to answer (no decision, no event).
 
-use super::exec::{ExecRequest, TreeState};
+use super::seam::ExecRequest;
+use super::state::TreeState;
 use super::phases;
 use super::procfiles::ProcFiles;
 use super::sharing::{self, Frozen, Sharing};

@@ -31,17 +31,19 @@ mod phases;
 mod procfiles;
 mod ptrace;
 pub mod retry;
+mod seam;
 mod sharing;
 mod signals;
+mod state;
 mod verify;
 mod vma;
 
 pub use backend::{notify, trace};
 pub use depth::DepthBook;
-pub use exec::{Holder, Verification, RULE_FILELESS_EXEC};
+pub use exec::RULE_FILELESS_EXEC;
+pub use seam::{HeldExec, Hold, Holder, Verification};
 pub use verify::Expected;
 
-use crate::approval::Approvals;
 use crate::audit::AuditLog;
 use crate::config::ExecveSection;
 use crate::policy::Policy;
@@ -54,7 +56,7 @@ pub struct SupervisorContext {
     pub limits: ExecveSection,
     pub audit: Arc<AuditLog>,
     /// Execs held for an operator (`decision: approve`).
-    pub approvals: Arc<Approvals>,
+    pub approvals: Arc<dyn Hold>,
 }
 
 /// One supervised tree.

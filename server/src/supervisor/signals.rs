@@ -28,8 +28,8 @@
 //! refusal with the reason, never a CONTINUE; a target that does not exist is
 //! CONTINUEd (the kernel answers ESRCH).
 
-use super::dispatch::Caught;
-use super::exec::ExecStop;
+use super::seam::Caught;
+use super::seam::ExecStop;
 use super::SupervisorContext;
 use crate::audit::{EventBody, SignalEvent};
 

@@ -1,0 +1,53 @@
+//! What a tree's supervisor thread keeps between the syscalls it handles.
+//!
+//! Failure modes: none of its own.
+
+use super::procfiles::ProcFiles;
+use super::ptrace::Lingering;
+use super::retry::Refusals;
+use super::{signals, DepthBook};
+use std::sync::mpsc::{self, Receiver, Sender};
+
+/// What the tree's thread keeps between execs.
+pub struct TreeState {
+    pub root_pid: u32,
+    pub book: DepthBook,
+    pub protected: signals::Protected,
+    /// Tasks stopped for an exec that had not reached their stop when it ended.
+    pub lingering: Lingering,
+    /// `/proc` files of the parents the tree's execs ask about, kept open.
+    pub(super) files: ProcFiles,
+    /// Denied execs, for the retries of the same PATH lookup (`retry`).
+    pub(super) refused: Refusals<()>,
+    pub(super) approved_tx: Sender<(u32, u64, u32)>,
+    approved_rx: Receiver<(u32, u64, u32)>,
+}
+
+impl TreeState {
+    pub fn new(root_pid: u32) -> TreeState {
+        // Approved execs are let through by approval waiters; they report
+        // here so the book (owned by the tree's thread) stays right.
+        let (approved_tx, approved_rx) = mpsc::channel();
+        TreeState {
+            root_pid,
+            book: DepthBook::default(),
+            // Read once, while the tree's root (unixwrap, waiting for the
+            // ACK) is surely alive: its parent is the SDK daemon.
+            protected: signals::Protected::for_tree(root_pid),
+            lingering: Lingering::default(),
+            files: ProcFiles::default(),
+            refused: Refusals::default(),
+            approved_tx,
+            approved_rx,
+        }
+    }
+
+    /// Records the execs approval waiters let through since the last call.
+    pub fn take_approved(&mut self) {
+        while let Ok((pid, starttime, depth)) = self.approved_rx.try_recv() {
+            self.book.record(pid, starttime, depth);
+            self.files.approved(pid);
+        }
+    }
+}
+
