@@ -1014,3 +1014,22 @@ fn the_architecture_map_names_paths_that_exist() {
         );
     }
 }
+
+/// Every refusal of the mechanism's own (`supervisor::Refusal`) is in the
+/// table of what is never a CONTINUE, as the audit event names it.
+#[test]
+fn every_refusal_rule_is_documented_in_exec_supervision() {
+    let doc = read("docs/exec-supervision.md");
+    let table = &doc[doc
+        .find("## What is never a CONTINUE")
+        .expect("the table of refusals")..];
+    let missing: Vec<&str> = agentsh::supervisor::Refusal::ALL
+        .iter()
+        .map(|r| r.rule())
+        .filter(|rule| !table.contains(&format!("`rule: {rule}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/exec-supervision.md does not document these refusals: {missing:?}"
+    );
+}

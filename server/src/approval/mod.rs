@@ -25,7 +25,7 @@
 use crate::audit::{self, Action, AuditLog, EventBody, ExecEvent};
 use crate::config::{ExecveSection, TimeoutAction};
 use crate::supervisor::retry::Refusals;
-use crate::supervisor::{HeldExec, Holder, Verification};
+use crate::supervisor::{HeldExec, Holder, Refusal, Verification};
 use crate::trees::Trees;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -68,7 +68,6 @@ pub struct ApprovalRequest {
     pub waiting_since: String,
     pub expires_at: String,
 }
-
 
 /// An operator's answer.
 #[derive(Debug, Clone)]
@@ -129,12 +128,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl crate::supervisor::Hold for Approvals {
-    fn hold(
-        self: Arc<Self>,
-        holder: Holder,
-        exec: HeldExec,
-        allowed: Sender<(u32, u64, u32)>,
-    ) {
+    fn hold(self: Arc<Self>, holder: Holder, exec: HeldExec, allowed: Sender<(u32, u64, u32)>) {
         self.hold_exec(holder, exec, allowed);
     }
 }
@@ -501,9 +495,9 @@ impl Approvals {
         let resumed = holder.resume(n, exec.tid, exec.subject.pid, what);
         let refusal = match resumed {
             crate::supervisor::Resumed::AsApproved => return,
-            crate::supervisor::Resumed::Refused(why) => ("unverifiable", why),
+            crate::supervisor::Resumed::Refused(why) => (Refusal::Unverifiable.rule(), why),
             crate::supervisor::Resumed::Killed(what) => (
-                "exec_mismatch",
+                Refusal::ExecMismatch.rule(),
                 format!("killed before its first instruction: {what} (approval {id})"),
             ),
         };

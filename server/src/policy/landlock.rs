@@ -690,10 +690,10 @@ pub fn cap_abi(compiled: &mut CompiledLandlock, max_abi: Option<i64>) {
 
 mod carve;
 mod session;
+pub(crate) use super::stamp::{stamp, Stamp, SETTLE};
 pub use carve::CarveFailure;
 use carve::{split_by_protection, Carver, Deny, Grant};
 pub use session::{home_of, SessionLandlock};
-pub(crate) use super::stamp::{stamp, Stamp, SETTLE};
 
 #[cfg(test)]
 #[path = "landlock_tests.rs"]

@@ -29,8 +29,8 @@ pub mod landlock;
 mod locate;
 mod pattern;
 mod schema;
-mod stamp;
 pub mod semantics;
+mod stamp;
 pub(crate) mod wrappers;
 
 #[cfg(test)]

@@ -270,4 +270,3 @@ pub fn landlock_base(pattern: &str) -> Result<&str, String> {
     }
     Ok(base)
 }
-

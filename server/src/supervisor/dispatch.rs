@@ -12,9 +12,9 @@
 //!
 //! Failure modes: none of its own; each handler answers and audits.
 
-pub use super::seam::Caught;
 use super::exec;
-use super::seam::{ExecRequest, ExecStop, Holder};
+pub use super::seam::Caught;
+use super::seam::{ExecRequest, ExecStop, Holder, Refusal};
 use super::state::TreeState;
 use super::{signals, SupervisorContext, Tree};
 use crate::audit::{Action, EventBody, ExecEvent, ExecSubject};
@@ -51,7 +51,7 @@ pub fn dispatch(
                 ..ExecSubject::default()
             },
             Decision::Deny,
-            "unexpected_syscall",
+            Refusal::UnexpectedSyscall.rule(),
             Action::Deny,
             Some(format!("unexpected syscall {} on arch {:#x}", c.nr, c.arch)),
         )),

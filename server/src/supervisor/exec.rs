@@ -46,10 +46,10 @@
 use super::gather::{gather, Gather, Gathered, Undecidable};
 use super::phases;
 use super::retry::Lookup;
+use super::seam::{HeldExec, Refusal};
 use super::sharing::Frozen;
 use super::verify::{self, Expected};
 use super::{SupervisorContext, Tree};
-use super::seam::HeldExec;
 use crate::audit::{Action, EventBody, ExecEvent, ExecSubject, FileIdentity, Memory};
 use crate::config::OnTruncated;
 use crate::policy::{self, Decision, ExecFacts, ProgramFacts, Truncation, Verdict};
@@ -221,7 +221,7 @@ pub fn handle(
     if allow && (verified || checks_here) && expected.is_none() {
         // Without an identity to check against, nothing may run.
         allow = false;
-        rule = "unverifiable".into();
+        rule = Refusal::Unverifiable.rule().into();
         message = Some(
             "the identity of the file to run cannot be read, so the exec cannot be verified".into(),
         );
@@ -238,7 +238,7 @@ pub fn handle(
     if watched {
         if let Err(e) = verify::arm(req.tid) {
             allow = false;
-            rule = "unverifiable".into();
+            rule = Refusal::Unverifiable.rule().into();
             message = Some(format!(
                 "cannot watch the exec of thread {} to verify what runs (ptrace: {e}); \
                  the server needs CAP_SYS_PTRACE",
@@ -339,7 +339,7 @@ fn refuse_undecidable(
     let event = ExecEvent::new(
         subject,
         Decision::Deny,
-        why.rule,
+        why.rule.rule(),
         Action::Deny,
         Some(why.reason),
     )
@@ -465,7 +465,7 @@ pub(super) fn record_mismatch(
     let event = ExecEvent::new(
         subject,
         Decision::Deny,
-        "exec_mismatch",
+        Refusal::ExecMismatch.rule(),
         Action::Deny,
         Some(format!(
             "killed before its first instruction: {what} (allowed by rule {judged_rule})"
@@ -479,7 +479,7 @@ fn record_unfinished(ctx: &SupervisorContext, session: &str, subject: ExecSubjec
     let event = ExecEvent::new(
         subject,
         Decision::Deny,
-        "unverifiable",
+        Refusal::Unverifiable.rule(),
         Action::Deny,
         Some(format!(
             "killed: the exec did not finish within {:?}, so what it runs could not be \

@@ -15,11 +15,11 @@
 //! a caller that vanished, or a path that names nothing, is
 //! [`Gather::Answer`] with the errno to answer (no decision, no event).
 
-use super::seam::ExecRequest;
-use super::state::TreeState;
 use super::phases;
 use super::procfiles::ProcFiles;
+use super::seam::{ExecRequest, Refusal};
 use super::sharing::{self, Frozen, Sharing};
+use super::state::TreeState;
 use super::vma;
 use super::SupervisorContext;
 use crate::audit::Memory;
@@ -29,11 +29,11 @@ use agentsh_proto::execabi::ExecArgs;
 
 /// Why the exec cannot be judged: deny and audit with this rule and reason.
 pub(super) struct Undecidable {
-    pub(super) rule: &'static str,
+    pub(super) rule: Refusal,
     pub(super) reason: String,
 }
 
-fn undecidable(rule: &'static str, reason: String) -> Undecidable {
+fn undecidable(rule: Refusal, reason: String) -> Undecidable {
     Undecidable { rule, reason }
 }
 
@@ -135,7 +135,7 @@ fn read_path(pid: u32, req: &ExecRequest, mem: &mut MemReader) -> Result<PathRea
     let a = &req.args;
     if a.path == 0 {
         return Err(undecidable(
-            "unreadable",
+            Refusal::Unreadable,
             "exec path pointer is NULL".into(),
         ));
     }
@@ -143,20 +143,20 @@ fn read_path(pid: u32, req: &ExecRequest, mem: &mut MemReader) -> Result<PathRea
         Ok((p, true)) => p,
         Ok((_, false)) => {
             return Err(undecidable(
-                "unreadable",
+                Refusal::Unreadable,
                 "exec path longer than PATH_MAX".into(),
             ))
         }
         Err(e) => {
             return Err(undecidable(
-                "unreadable",
+                Refusal::Unreadable,
                 format!("exec path cannot be read: {e}"),
             ))
         }
     };
     let unresolvable = |e: std::io::Error| {
         undecidable(
-            "unresolvable",
+            Refusal::Unresolvable,
             format!(
                 "exec path {:?} cannot be resolved in the calling thread's view: {e}",
                 String::from_utf8_lossy(&path)
@@ -213,8 +213,12 @@ fn check_mappings(
 ) -> Result<vma::Maps, Undecidable> {
     let mut maps = match mm_parent.and_then(|p| files.maps(p)) {
         Some(f) => vma::Maps::over(f),
-        None => vma::Maps::open(pid)
-            .map_err(|e| undecidable("unreadable", format!("memory map cannot be read: {e}")))?,
+        None => vma::Maps::open(pid).map_err(|e| {
+            undecidable(
+                Refusal::Unreadable,
+                format!("memory map cannot be read: {e}"),
+            )
+        })?,
     };
     // Read only when a file mapping holds a string (rare).
     let mut own_exe: Option<String> = None;
@@ -226,7 +230,10 @@ fn check_mappings(
     }
     for (what, addr) in addrs {
         let v = maps.find(addr).map_err(|e| {
-            undecidable("unreadable", format!("the exec's {what} at {addr:#x}: {e}"))
+            undecidable(
+                Refusal::Unreadable,
+                format!("the exec's {what} at {addr:#x}: {e}"),
+            )
         })?;
         if v.inode != 0 && !v.shared && own_exe.is_none() {
             let _owner = crate::tracee::as_owner(pid);
@@ -238,7 +245,7 @@ fn check_mappings(
         }
         if let Some(why) = vma::refusal(&v, own_exe.as_deref().unwrap_or(""), no_write) {
             return Err(undecidable(
-                "shared_memory",
+                Refusal::SharedMemory,
                 format!("the exec's {what} lies in {why}"),
             ));
         }
@@ -302,7 +309,7 @@ pub(super) fn gather(
         Err(why) => {
             return fail(
                 &first.target.filename,
-                undecidable("memory_not_frozen", why),
+                undecidable(Refusal::MemoryNotFrozen, why),
             )
         }
     };
@@ -348,7 +355,10 @@ pub(super) fn gather(
             Err(e) => {
                 return fail(
                     &target.filename,
-                    undecidable("unreadable", format!("memory map cannot be read: {e}")),
+                    undecidable(
+                        Refusal::Unreadable,
+                        format!("memory map cannot be read: {e}"),
+                    ),
                 )
             }
         }
@@ -420,7 +430,7 @@ fn read_argv(
         ctx.limits.max_argc,
         ctx.limits.max_argv_bytes,
     )
-    .map_err(|e| undecidable("unreadable", format!("argv cannot be read: {e}")))
+    .map_err(|e| undecidable(Refusal::Unreadable, format!("argv cannot be read: {e}")))
 }
 
 /// Step 3, the race guard: who else shares the caller's memory; under
@@ -474,14 +484,14 @@ fn interpreters(
     let script_name = kernel_filename(args, path);
     tracee::interpreter_chain(view, target, &script_name, &argv.args).map_err(|e| match e {
         tracee::ChainError::TooDeep => undecidable(
-            "interpreter_chain",
+            Refusal::InterpreterChain,
             format!(
                 "#! interpreters nested deeper than the kernel follows ({})",
                 tracee::MAX_INTERPRETER_DEPTH
             ),
         ),
         tracee::ChainError::Unresolvable(i, e) => undecidable(
-            "unresolvable",
+            Refusal::Unresolvable,
             format!("#! interpreter {i:?} cannot be resolved in the caller's view: {e}"),
         ),
     })
@@ -530,7 +540,7 @@ fn loader_payloads(
     while is_loader(names.iter().map(String::as_str)) {
         if out.len() == MAX_LOADER_DEPTH {
             return Err(undecidable(
-                "loader_payload",
+                Refusal::LoaderPayload,
                 format!("dynamic loaders nested deeper than {MAX_LOADER_DEPTH}"),
             ));
         }
@@ -542,14 +552,14 @@ fn loader_payloads(
             Err(ResolveError::Missing(_)) => break,
             Err(ResolveError::Other(e)) => {
                 return Err(undecidable(
-                    "unresolvable",
+                    Refusal::Unresolvable,
                     format!("the dynamic loader's program {program:?} cannot be resolved in the caller's view: {e}"),
                 ))
             }
         };
         if t.anonymous {
             return Err(undecidable(
-                "fileless_exec",
+                Refusal::FilelessExec,
                 format!("the dynamic loader would run {program:?}, a memfd or deleted file"),
             ));
         }
@@ -561,7 +571,7 @@ fn loader_payloads(
         }) && !(t.filename.starts_with("/proc/") && memory != Memory::Exclusive);
         if !stable {
             return Err(undecidable(
-                "loader_payload",
+                Refusal::LoaderPayload,
                 format!(
                     "the dynamic loader would open {program:?} after the decision, and the tree \
                      can change what that is (a directory on its path, the file itself, or an fd \

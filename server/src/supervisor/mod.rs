@@ -41,7 +41,7 @@ mod vma;
 pub use backend::{notify, trace};
 pub use depth::DepthBook;
 pub use exec::RULE_FILELESS_EXEC;
-pub use seam::{HeldExec, Hold, Holder, Verification};
+pub use seam::{HeldExec, Hold, Holder, Refusal, Verification};
 pub use verify::Expected;
 
 use crate::audit::AuditLog;
