@@ -289,12 +289,9 @@ fn read(path: &str) -> Option<String> {
 }
 
 fn caps() -> (bool, bool) {
-    let eff = read("/proc/self/status")
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("CapEff:"))
-                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        })
+    let eff = crate::tracee::ProcStatus::read("self")
+        .ok()
+        .and_then(|s| s.mask("CapEff"))
         .unwrap_or(0);
     (eff & (1 << 21) != 0, eff & (1 << 19) != 0)
 }
@@ -520,13 +517,9 @@ pub fn detect(max_abi: Option<i64>, choice: BackendChoice) -> Report {
     let gvisor = version.contains("#1 SMP Sun Jan 10 15:06:54 PST 2016")
         || std::path::Path::new("/proc/self/gvisor").exists();
     let (cap_sys_admin, cap_sys_ptrace) = caps();
-    let no_new_privs = read("/proc/self/status")
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("NoNewPrivs:"))
-                .map(|v| v.trim() == "1")
-        })
-        .unwrap_or(false);
+    let no_new_privs = crate::tracee::ProcStatus::read("self")
+        .ok()
+        .is_some_and(|s| s.field("NoNewPrivs") == Some("1"));
     let notify = probe_notify(libc::SECCOMP_FILTER_FLAG_NEW_LISTENER);
     let killable = if notify.available {
         probe_notify(

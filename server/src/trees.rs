@@ -53,16 +53,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// The `Seccomp_filters:` count of `pid` (`self` for this process).
 pub fn seccomp_filters(pid: &str) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().parse::<u32>().ok())
-    };
+    let status = crate::tracee::ProcStatus::read(pid).ok()?;
     // gVisor shows only the mode: 0 is "no filter"; a filter mode without a
     // count is unknown (the caller fails closed).
-    field("Seccomp_filters:").or_else(|| field("Seccomp:").filter(|m| *m == 0))
+    status
+        .number("Seccomp_filters")
+        .or_else(|| status.number("Seccomp").filter(|m| *m == 0))
 }
 
 impl Trees {

@@ -311,13 +311,9 @@ fn not_enforced(l: &crate::policy::landlock::LandlockSummary) -> Vec<String> {
 /// own root-only modes, and a root tree is not kept out (said plainly).
 fn masking_mechanism(caller: Caller) -> String {
     const CAP_SYS_ADMIN: u32 = 21;
-    let cap_eff = caller.pid.and_then(|pid| {
-        std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .ok()?
-            .lines()
-            .find_map(|l| l.strip_prefix("CapEff:"))
-            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-    });
+    let cap_eff = caller
+        .pid
+        .and_then(|pid| crate::tracee::ProcStatus::read(pid).ok()?.mask("CapEff"));
     match cap_eff {
         Some(c) if c & (1 << CAP_SYS_ADMIN) != 0 => "mount namespace".into(),
         Some(_) if caller.uid != 0 => "not hidden (no CAP_SYS_ADMIN): the sockets' own modes keep this non-root tree out of root-only sockets".into(),

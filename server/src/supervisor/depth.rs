@@ -87,6 +87,7 @@ mod tests {
             state: b'S',
             ppid,
             pgrp: ppid,
+            session: ppid,
             num_threads: 1,
             starttime,
         }

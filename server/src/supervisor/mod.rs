@@ -159,13 +159,9 @@ fn identity_index(policy: &Policy) -> &'static identity::IdentityIndex {
 
 /// Says at start whether the server can stop tasks and watch execs.
 fn report_ptrace() {
-    let cap_eff = std::fs::read_to_string("/proc/self/status")
+    let cap_eff = crate::tracee::ProcStatus::read("self")
         .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("CapEff:"))
-                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        })
+        .and_then(|s| s.mask("CapEff"))
         .unwrap_or(0);
     const CAP_SYS_PTRACE: u32 = 19;
     if cap_eff & (1 << CAP_SYS_PTRACE) == 0 {

@@ -128,32 +128,18 @@ pub fn rule_on(f: &SignalFacts) -> Result<(), String> {
 
 /// `/proc/<id>/stat`'s pgrp and session, with the tgid from `status`.
 fn standing(id: u32) -> std::io::Result<Standing> {
-    let stat = std::fs::read_to_string(format!("/proc/{id}/stat"))?;
-    let rest = stat
-        .rsplit_once(')')
-        .map(|(_, r)| r)
-        .ok_or_else(|| std::io::Error::other("malformed stat"))?;
-    // After "(comm)": state ppid pgrp session ...
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let num = |i: usize| -> std::io::Result<u32> {
-        f.get(i)
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| std::io::Error::other("malformed stat"))
-    };
+    let stat = crate::tracee::proc_stat(id)?;
     Ok(Standing {
         tgid: tgid(id)?,
-        pgrp: num(2)?,
-        session: num(3)?,
+        pgrp: stat.pgrp,
+        session: stat.session,
     })
 }
 
 /// The thread group `id` (a pid or any thread's id) belongs to.
 fn tgid(id: u32) -> std::io::Result<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{id}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Tgid:"))
-        .and_then(|v| v.trim().parse().ok())
+    crate::tracee::ProcStatus::read(id)?
+        .number("Tgid")
         .ok_or_else(|| std::io::Error::other("no Tgid in status"))
 }
 

@@ -44,4 +44,4 @@ pub use resolve::{
 };
 pub use shebang::{interpreter_chain, shebang, ChainError, ChainLink, MAX_INTERPRETER_DEPTH};
 pub use stable::{file_is_stable, path_is_stable};
-pub use stat::{proc_stat, tgid_of, ProcStat, StatFile};
+pub use stat::{proc_stat, tgid_of, ProcStat, ProcStatus, StatFile};

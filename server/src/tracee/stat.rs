@@ -16,6 +16,8 @@ pub struct ProcStat {
     pub ppid: u32,
     /// Process group id.
     pub pgrp: u32,
+    /// Session id.
+    pub session: u32,
     pub num_threads: u32,
     /// Start time in clock ticks since boot: with the pid, identifies a process
     /// across pid reuse.
@@ -116,12 +118,14 @@ fn parse_stat(text: &[u8]) -> Option<ProcStat> {
     let state = *f.next()?.as_bytes().first()?;
     let ppid = f.next()?.parse().ok()?;
     let pgrp = f.next()?.parse().ok()?;
-    let num_threads = f.nth(14)?.parse().ok()?;
+    let session = f.next()?.parse().ok()?;
+    let num_threads = f.nth(13)?.parse().ok()?;
     let starttime = f.nth(1)?.parse().ok()?;
     Some(ProcStat {
         state,
         ppid,
         pgrp,
+        session,
         num_threads,
         starttime,
     })
@@ -149,12 +153,40 @@ pub fn tgid_of(tid: u32, stat: &ProcStat) -> io::Result<u32> {
     if leader {
         return Ok(tid);
     }
-    let status = std::fs::read_to_string(format!("/proc/{tid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Tgid:"))
-        .and_then(|v| v.trim().parse().ok())
+    ProcStatus::read(tid)?
+        .number("Tgid")
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no Tgid in status"))
+}
+
+/// `/proc/<who>/status` (`who`: `self`, a pid or a tid), read once: the one
+/// reader of its `Name:\tvalue` lines.
+pub struct ProcStatus(String);
+
+impl ProcStatus {
+    /// # Errors
+    /// The process is gone (`NotFound`) or the file cannot be read.
+    pub fn read(who: impl std::fmt::Display) -> io::Result<ProcStatus> {
+        std::fs::read_to_string(format!("/proc/{who}/status")).map(ProcStatus)
+    }
+
+    /// The value of line `name` (without its colon), trimmed.
+    pub fn field(&self, name: &str) -> Option<&str> {
+        self.0.lines().find_map(|l| {
+            l.strip_prefix(name)
+                .and_then(|r| r.strip_prefix(':'))
+                .map(str::trim)
+        })
+    }
+
+    /// A decimal field (`Tgid`, `PPid`, `Seccomp_filters`).
+    pub fn number(&self, name: &str) -> Option<u32> {
+        self.field(name)?.parse().ok()
+    }
+
+    /// A hexadecimal mask (`CapEff`).
+    pub fn mask(&self, name: &str) -> Option<u64> {
+        u64::from_str_radix(self.field(name)?, 16).ok()
+    }
 }
 
 #[cfg(test)]
@@ -163,12 +195,26 @@ mod tests {
 
     #[test]
     fn parses_stat_with_hostile_comm() {
-        let line = b"1234 (a) b (c)) S 99 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 3 0 777 1000 10 18446744073709551615";
+        let line = b"1234 (a) b (c)) S 99 1234 1230 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 3 0 777 1000 10 18446744073709551615";
         let s = parse_stat(line).unwrap();
         assert_eq!(s.ppid, 99);
         assert_eq!(s.pgrp, 1234);
+        assert_eq!(s.session, 1230);
         assert_eq!(s.num_threads, 3);
         assert_eq!(s.starttime, 777);
+    }
+
+    #[test]
+    fn reads_own_status_fields() {
+        let st = ProcStatus::read("self").unwrap();
+        assert_eq!(st.number("Tgid"), Some(std::process::id()));
+        assert!(st.mask("CapEff").is_some());
+        assert_eq!(st.field("NoSuchField"), None);
+        // A name is a whole name: "Tgid" is not "TgidX".
+        assert_eq!(
+            ProcStatus("Tgidx:\t3\nTgid:\t4\n".into()).number("Tgid"),
+            Some(4)
+        );
     }
 
     #[test]

@@ -158,13 +158,8 @@ pub fn answer(tid: u32, starttime: u64, what: Option<Verification>) {
 /// Whether thread `tid`, started at `starttime`, is alive (a held exec can
 /// leave its stop only by dying).
 pub fn still_held(tid: u32, starttime: u64) -> bool {
-    let alive = std::fs::read_to_string(format!("/proc/{tid}/stat")).is_ok_and(|s| {
-        // The state is the first field after the command's closing parenthesis.
-        s.rfind(')')
-            .and_then(|i| s[i + 1..].trim_start().chars().next())
-            .is_some_and(|c| !matches!(c, 'Z' | 'X' | 'x'))
-    });
-    alive && crate::tracee::proc_stat(tid).is_ok_and(|s| s.starttime == starttime)
+    crate::tracee::proc_stat(tid)
+        .is_ok_and(|s| !matches!(s.state, b'Z' | b'X' | b'x') && s.starttime == starttime)
 }
 
 /// A seccomp stop, as `exec` and `signals` answer it.

@@ -263,16 +263,10 @@ impl Loop {
     /// A task that stopped before its parent's fork event: its tree is its
     /// thread group's or its parent's, if either is a tracee.
     fn claim(&mut self, tid: u32) -> bool {
-        let Ok(status) = std::fs::read_to_string(format!("/proc/{tid}/status")) else {
+        let Ok(status) = crate::tracee::ProcStatus::read(tid) else {
             return false;
         };
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.trim().parse::<u32>().ok())
-        };
-        let root = [field("Tgid:"), field("PPid:")]
+        let root = [status.number("Tgid"), status.number("PPid")]
             .into_iter()
             .flatten()
             .find_map(|p| self.tracees.get(&p).map(|t| t.root));
