@@ -1,6 +1,9 @@
-//! The few ptrace requests the supervisor makes, as safe functions: seize
-//! without stopping, interrupt, detach, and a bounded wait for the next event
-//! of the calling thread's tracees.
+//! The ptrace requests the supervisor makes, as safe functions, for both
+//! of its users: the race guard of the exec path (seize without stopping,
+//! interrupt, detach, a bounded wait for the next event of the calling
+//! thread's tracees) and the ptrace backend (`backend/trace/regs.rs` builds
+//! its requests on [`request`] and [`seize`]). This is not the ptrace
+//! backend: that is `backend/trace`.
 //!
 //! Why ptrace at all: seccomp user-notify stops only the calling thread. To
 //! make its decision hold, the supervisor stops every other task that shares
@@ -31,6 +34,24 @@ fn check(rc: libc::c_long) -> io::Result<()> {
     } else {
         Ok(())
     }
+}
+
+/// One ptrace request whose `data` is a value (options, a signal) or a
+/// pointer the caller keeps valid for the call.
+///
+/// # Errors
+/// The kernel's errno (ESRCH: not our tracee, not stopped, or gone).
+pub(crate) fn request(req: libc::c_uint, tid: u32, addr: usize, data: usize) -> io::Result<()> {
+    // SAFETY: requests whose `data` is a value (options, a signal) or a
+    // pointer the caller keeps valid for the call.
+    check(unsafe {
+        libc::ptrace(
+            req,
+            tid as libc::pid_t,
+            addr as *mut libc::c_void,
+            data as *mut libc::c_void,
+        )
+    })
 }
 
 /// Seizes thread `tid` with `options` (`PTRACE_O_*`); it keeps running.

@@ -11,35 +11,8 @@
 
 use std::io;
 
-fn check(rc: libc::c_long) -> io::Result<()> {
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
-fn request(req: libc::c_uint, tid: u32, addr: usize, data: usize) -> io::Result<()> {
-    // SAFETY: requests whose `data` is a value (options, a signal) or a
-    // pointer the caller keeps valid for the call.
-    check(unsafe {
-        libc::ptrace(
-            req,
-            tid as libc::pid_t,
-            addr as *mut libc::c_void,
-            data as *mut libc::c_void,
-        )
-    })
-}
-
-/// `PTRACE_SEIZE` with `options`; the task keeps running.
-///
-/// # Errors
-/// EPERM (traced already, no capability), ESRCH (gone).
-pub fn seize(tid: u32, options: libc::c_int) -> io::Result<()> {
-    let _owner = crate::tracee::as_owner(tid);
-    request(libc::PTRACE_SEIZE, tid, 0, options as usize)
-}
+pub use crate::supervisor::ptrace::seize;
+use crate::supervisor::ptrace::request;
 
 /// Resumes a stopped tracee, delivering `signal` (0: none).
 ///
