@@ -192,66 +192,32 @@ pub fn handle(
     }
     phases::mark("valid");
     let j = decide(ctx, st, pid, &g);
-    let mut allow = match j.verdict.decision {
-        Decision::Allow | Decision::Audit => true,
-        Decision::Deny => false,
-        Decision::Approve => {
-            // Held: a waiter thread answers and audits it; this thread goes
-            // on serving the tree. Nothing stays stopped while a human thinks.
-            release(st, frozen, Duration::ZERO);
-            hold_for_operator(ctx, tree, st, req, &g, holder, j);
-            return;
-        }
-    };
+    if j.verdict.decision == Decision::Approve {
+        // Held: a waiter thread answers and audits it; this thread goes on
+        // serving the tree. Nothing stays stopped while a human thinks.
+        release(st, frozen, Duration::ZERO);
+        hold_for_operator(ctx, tree, st, req, &g, holder, j);
+        return;
+    }
     phases::mark("judge");
     let decision = j.verdict.decision;
-    let mut rule = j.verdict.rule;
-    let mut message = j.verdict.message;
-    // Watched through the exec when anything could change what runs after
-    // CONTINUE: tasks sharing the caller's memory (running, or stopped and
-    // released only once the exec is over), or a path lookup the tree can
-    // change (a symlink or rename swap). The caller
-    // is seized before CONTINUE and asked to stop right after it:
-    // PTRACE_EVENT_EXEC on success, a stop on its way back to user space on
-    // failure.
     let expected = expected_of(&g);
-    // Other tasks share the caller's memory and run on (`race_guard:
-    // verify`): this thread watches the exec and checks the new image.
-    let checks_here = !verified && g.memory == Memory::Verified;
-    if allow && (verified || checks_here) && expected.is_none() {
-        // Without an identity to check against, nothing may run.
-        allow = false;
-        rule = Refusal::Unverifiable.rule().into();
-        message = Some(
-            "the identity of the file to run cannot be read, so the exec cannot be verified".into(),
-        );
-    }
-    if let (true, true, Some(e)) = (allow, verified, &expected) {
+    let a = settle(j.verdict, req, &g, verified, frozen.is_some(), expected.as_ref());
+    if let (true, true, Some(e)) = (a.allow, verified, &expected) {
         // The backend checks the new image.
         stop.expect(Verification {
             expected: e.clone(),
             subject: j.subject.clone(),
-            rule: rule.clone(),
+            rule: a.rule.clone(),
         });
     }
-    let watched = allow && !verified && (frozen.is_some() || !g.stable || checks_here);
-    if watched {
-        if let Err(e) = verify::arm(req.tid) {
-            allow = false;
-            rule = Refusal::Unverifiable.rule().into();
-            message = Some(format!(
-                "cannot watch the exec of thread {} to verify what runs (ptrace: {e}); \
-                 the server needs CAP_SYS_PTRACE",
-                req.tid
-            ));
-        }
-    }
+    let (allow, rule, watched) = (a.allow, a.rule, a.watched);
     let event = ExecEvent::new(
         j.subject.clone(),
         decision,
         rule.clone(),
         if allow { Action::Allow } else { Action::Deny },
-        message,
+        a.message,
     )
     .in_attempt(j.attempt, j.repeat.is_some());
     // The event is written before the answer: whatever the exec does next,
@@ -318,6 +284,72 @@ pub fn handle(
         verify::Outcome::TimedOut => record_unfinished(ctx, &tree.session_id, j.subject),
         verify::Outcome::Ran | verify::Outcome::Failed | verify::Outcome::Gone => {}
     }
+}
+
+/// The one answer to an exec the policy allowed or denied.
+struct Answer {
+    allow: bool,
+    /// The audit event's rule: the verdict's, or `unverifiable`.
+    rule: String,
+    message: Option<String>,
+    /// Watched through the exec here (see [`settle`]).
+    watched: bool,
+}
+
+/// The verdict, unless what keeps an allowed exec's decision is missing,
+/// which turns it into an `unverifiable` refusal: the identity of the file
+/// to check the new image against (a verifying backend, or other tasks that
+/// share the caller's memory under `race_guard: verify`), or the watch
+/// itself. An exec is watched here when anything could change what runs
+/// after CONTINUE: tasks sharing the caller's memory (running, or stopped
+/// and released only once the exec is over), or a path lookup the tree can
+/// change (a symlink or rename swap); the caller is seized before CONTINUE
+/// and asked to stop right after it (`PTRACE_EVENT_EXEC` on success, a stop
+/// on its way back to user space on failure).
+fn settle(
+    verdict: Verdict,
+    req: &ExecRequest,
+    g: &Gathered,
+    verified: bool,
+    frozen: bool,
+    expected: Option<&Expected>,
+) -> Answer {
+    let unverifiable = |message: String| Answer {
+        allow: false,
+        rule: Refusal::Unverifiable.rule().into(),
+        message: Some(message),
+        watched: false,
+    };
+    let allow = matches!(verdict.decision, Decision::Allow | Decision::Audit);
+    let as_judged = |watched| Answer {
+        allow,
+        rule: verdict.rule.clone(),
+        message: verdict.message.clone(),
+        watched,
+    };
+    if !allow {
+        return as_judged(false);
+    }
+    // Other tasks share the caller's memory and run on (`race_guard:
+    // verify`): this thread watches the exec and checks the new image.
+    let checks_here = !verified && g.memory == Memory::Verified;
+    if (verified || checks_here) && expected.is_none() {
+        // Without an identity to check against, nothing may run.
+        return unverifiable(
+            "the identity of the file to run cannot be read, so the exec cannot be verified".into(),
+        );
+    }
+    let watched = !verified && (frozen || !g.stable || checks_here);
+    if watched {
+        if let Err(e) = verify::arm(req.tid) {
+            return unverifiable(format!(
+                "cannot watch the exec of thread {} to verify what runs (ptrace: {e}); \
+                 the server needs CAP_SYS_PTRACE",
+                req.tid
+            ));
+        }
+    }
+    as_judged(watched)
 }
 
 /// An exec that cannot be judged (`subject` says what is known of it):
