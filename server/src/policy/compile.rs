@@ -160,6 +160,16 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
     check_daemon_sockets(&ctx, &daemon_sockets)?;
     let exec_sources = doc.exec_sources.unwrap_or_default();
     check_exec_sources(&ctx, &exec_sources, &file_rules)?;
+    let multi_call = doc.multi_call.unwrap_or_default();
+    for name in &multi_call {
+        if name.is_empty() || name.contains('/') || name.contains(['*', '?', '[', ']']) {
+            return Err(ctx.invalid(
+                ctx.source.section_value("multi_call", None, name),
+                None,
+                format!("multi_call: {name:?} is not a file name (no `/`, no glob: `mybox`)"),
+            ));
+        }
+    }
     let exec_memory_denied = match doc.exec_memory {
         None | Some(Decision::Allow) => false,
         Some(Decision::Deny) => true,
@@ -188,6 +198,7 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
         daemon_sockets,
         exec_sources,
         exec_memory_denied,
+        multi_call,
     })
 }
 

@@ -238,7 +238,13 @@ fn judge_name(
             judged: name.into(),
         },
     };
-    let Some(wrapper) = Wrapper::of(&program) else {
+    let own_names = &policy.multi_call;
+    let Some(wrapper) = Wrapper::of(&program).or_else(|| {
+        own_names
+            .iter()
+            .any(|m| program.basenames().any(|b| b == m))
+            .then_some(Wrapper::MultiCall)
+    }) else {
         return own;
     };
     if nesting >= MAX_WRAPPER_NESTING {
@@ -249,7 +255,11 @@ fn judge_name(
             &format!("wrappers nested more than {MAX_WRAPPER_NESTING} deep"),
         );
     }
-    match wrappers::unwrap(wrapper, argv) {
+    let unwrapped = match wrapper {
+        Wrapper::MultiCall => wrappers::multi_call_with(argv, own_names),
+        _ => wrappers::unwrap(wrapper, argv),
+    };
+    match unwrapped {
         Ok(Unwrapped::NoPayload) => own,
         Ok(Unwrapped::Payload { program, argv }) => {
             let payload = ProgramName::payload(&program);

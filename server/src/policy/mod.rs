@@ -83,6 +83,8 @@ pub struct Policy {
     daemon_sockets: daemon_sockets::DaemonSocketsDoc,
     exec_sources: schema::ExecSources,
     exec_memory_denied: bool,
+    /// `multi_call:`: more multi-call binaries, by file name.
+    multi_call: Vec<String>,
 }
 
 impl Policy {

@@ -77,6 +77,9 @@ pub(crate) struct PolicyDoc {
     /// `deny`: memory a program writes never becomes code (the seccomp
     /// filter's `exec_memory` rules). Default `allow`.
     pub exec_memory: Option<Decision>,
+    /// More multi-call binaries (file names), judged as the applet argv[0]
+    /// picks, as busybox and toybox are.
+    pub multi_call: Option<Vec<String>>,
 }
 
 /// `exec_sources:`: whether files in places the tree can write may run.

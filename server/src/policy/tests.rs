@@ -1124,3 +1124,44 @@ command_rules:
     );
     assert!(v.message.unwrap().contains("copy of /usr/bin/curl"));
 }
+
+/// `multi_call:` names more multi-call binaries: judged as the applet
+/// argv[0] (or, under its own name, argv[1]) picks, by busybox's rule.
+#[test]
+fn a_policy_names_more_multi_call_binaries() {
+    let yaml = |extra: &str| {
+        format!(
+            "default: allow\n{extra}command_rules:\n  - {{name: no-wget, commands: [wget], decision: deny}}\n"
+        )
+    };
+    let with = Policy::from_yaml(&yaml("multi_call: [mybox]\n"), "t.yaml").unwrap();
+    let without = Policy::from_yaml(&yaml(""), "t.yaml").unwrap();
+    let run = |p: &Policy, argv: &[&str]| {
+        let argv: Vec<String> = argv.iter().map(|a| (*a).to_string()).collect();
+        evaluate(
+            p,
+            &ProgramFacts {
+                filename: "/usr/local/bin/mybox",
+                resolved: None,
+                argv: &argv,
+                depth: 1,
+            },
+        )
+        .rule
+    };
+    for argv in [
+        &["-wget", "-q", "x"][..],
+        &["wget", "x"],
+        &["mybox", "wget", "x"],
+        &["/opt/mybox", "/x/wget"],
+    ] {
+        assert_eq!(run(&with, argv), "no-wget", "{argv:?}");
+        assert_eq!(run(&without, argv), "default", "{argv:?}");
+    }
+    assert_eq!(run(&with, &["mybox", "ls"]), "default");
+    let err = Policy::from_yaml(&yaml("multi_call: [/bin/mybox]\n"), "t.yaml")
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("is not a file name"), "{err}");
+}

@@ -437,6 +437,13 @@ fn applet_of(name: &str) -> &str {
 
 /// `busybox APPLET [ARG]...`, or any name linked to it (`wget` -> busybox).
 fn multi_call(argv: &[String]) -> Result<Unwrapped, Unparsable> {
+    multi_call_with(argv, &[])
+}
+
+/// [`multi_call`] for a binary whose own names are busybox's, toybox's and
+/// `own` (the policy's `multi_call` list): under one of them argv[1] is the
+/// applet, under any other name argv[0] is.
+pub(crate) fn multi_call_with(argv: &[String], own: &[String]) -> Result<Unwrapped, Unparsable> {
     let Some(argv0) = argv.first() else {
         return Ok(Unwrapped::NoPayload);
     };
@@ -446,7 +453,7 @@ fn multi_call(argv: &[String]) -> Result<Unwrapped, Unparsable> {
             "argv[0] {argv0:?} names no applet of a multi-call binary"
         )));
     }
-    if !is_multi_call_name(applet) {
+    if !(is_multi_call_name(applet) || own.iter().any(|o| o == applet)) {
         // Invoked under an applet's name: argv[0] picks the applet.
         return Ok(Unwrapped::Payload {
             program: applet.to_string(),

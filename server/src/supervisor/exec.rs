@@ -202,7 +202,14 @@ pub fn handle(
     phases::mark("judge");
     let decision = j.verdict.decision;
     let expected = expected_of(&g);
-    let a = settle(j.verdict, req, &g, verified, frozen.is_some(), expected.as_ref());
+    let a = settle(
+        j.verdict,
+        req,
+        &g,
+        verified,
+        frozen.is_some(),
+        expected.as_ref(),
+    );
     if let (true, true, Some(e)) = (a.allow, verified, &expected) {
         // The backend checks the new image.
         stop.expect(Verification {

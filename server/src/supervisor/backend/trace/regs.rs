@@ -11,8 +11,8 @@
 
 use std::io;
 
-pub use crate::supervisor::ptrace::seize;
 use crate::supervisor::ptrace::request;
+pub use crate::supervisor::ptrace::seize;
 
 /// Resumes a stopped tracee, delivering `signal` (0: none).
 ///
