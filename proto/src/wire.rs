@@ -184,6 +184,12 @@ pub struct LandlockConfig {
     /// ABI are not asked for, exactly as on a kernel that stops there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_abi: Option<i64>,
+    /// Directories the policy keeps from running what the tree writes there
+    /// (`exec_sources: {writable: deny}`): where unixwrap has a private mount
+    /// namespace, it also mounts them `noexec`, which also stops
+    /// `mmap(PROT_EXEC)` of their files (Landlock sees only `execve`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub noexec_mounts: Vec<String>,
 }
 
 impl LandlockConfig {

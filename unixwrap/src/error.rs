@@ -170,7 +170,7 @@ impl fmt::Display for Refusal {
                 "already supervised by agentsh (nested unixwrap); a second filter must not be loaded"
             ),
             Refusal::DaemonSocketPath(p) => {
-                write!(f, "daemon_sockets: {p:?} is not an absolute path")
+                write!(f, "daemon_sockets or noexec_mounts: {p:?} is not a clean absolute path")
             }
             Refusal::Program(e) => write!(f, "{}: {e}", agentsh_proto::env::SECCOMP_CONFIG),
             Refusal::ListenerExists => write!(

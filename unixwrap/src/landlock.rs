@@ -559,6 +559,7 @@ mod tests {
             scope_signals: true,
             scope_abstract_unix: false,
             max_abi: None,
+            noexec_mounts: vec![],
         }
     }
 

@@ -211,7 +211,15 @@ fn install(setup: &Setup, sock_fd: RawFd, log: &Log) -> Result<(), WrapError> {
     if let Some(bad) = config.daemon_sockets.iter().find(|p| !mask::acceptable(p)) {
         return Err(setup.refused(Refusal::DaemonSocketPath(bad.clone())));
     }
-    let masked = mask::hide(&config.daemon_sockets, has_admin, log)
+    let noexec = config
+        .landlock
+        .as_ref()
+        .map(|l| l.noexec_mounts.clone())
+        .unwrap_or_default();
+    if let Some(bad) = noexec.iter().find(|p| !mask::acceptable(p)) {
+        return Err(setup.refused(Refusal::DaemonSocketPath(bad.clone())));
+    }
+    let masked = mask::hide(&config.daemon_sockets, &noexec, has_admin, log)
         .map_err(|e| setup.refused(Refusal::Mask(e)))?;
     log!(log, "{masked}");
 

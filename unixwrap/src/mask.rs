@@ -71,12 +71,20 @@ fn last(what: &str) -> String {
 }
 
 /// Hides `paths` (absolute, canonical) from this process and everything it
-/// starts. `has_admin` is whether CAP_SYS_ADMIN is effective.
+/// starts, and mounts each of `noexec` (the policy's `exec_sources` places)
+/// again `noexec`, so no file the tree writes there is mapped executable
+/// either (Landlock's execute right covers `execve` only). `has_admin` is
+/// whether CAP_SYS_ADMIN is effective.
 ///
 /// # Errors
 /// unshare or a mount failed for a path that exists.
-pub fn hide(paths: &[String], has_admin: bool, log: &Log) -> Result<Masked, String> {
-    if paths.is_empty() {
+pub fn hide(
+    paths: &[String],
+    noexec: &[String],
+    has_admin: bool,
+    log: &Log,
+) -> Result<Masked, String> {
+    if paths.is_empty() && noexec.is_empty() {
         return Ok(Masked::Nothing);
     }
     if !has_admin {
@@ -142,7 +150,71 @@ pub fn hide(paths: &[String], has_admin: bool, log: &Log) -> Result<Masked, Stri
         }
         hidden.push(p.clone());
     }
+    for p in noexec {
+        match std::fs::symlink_metadata(p) {
+            Ok(m) if m.is_dir() => {}
+            // A device the tree may write (/dev/null): nothing runs from it.
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                log!(log, "noexec mount {p}: gone, nothing to mount");
+                continue;
+            }
+            Err(e) => return Err(format!("noexec mount {p}: {e}")),
+        }
+        mount_noexec(&cstr(p)?).map_err(|e| format!("noexec mount {p}: {e}"))?;
+        log!(log, "mounted noexec: {p}");
+    }
     Ok(Masked::Hidden(hidden))
+}
+
+/// Binds `target` onto itself and remounts the bind `noexec` (keeping the
+/// flags the kernel would not let a remount drop: nosuid, nodev, read-only,
+/// the atime ones).
+fn mount_noexec(target: &CString) -> Result<(), String> {
+    // SAFETY: a bind of a path onto itself with valid C strings and no data.
+    if unsafe {
+        libc::mount(
+            target.as_ptr(),
+            target.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND | libc::MS_REC,
+            std::ptr::null(),
+        )
+    } != 0
+    {
+        return Err(last("bind"));
+    }
+    // SAFETY: statvfs writes into the struct we pass.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid C string and a struct to fill.
+    if unsafe { libc::statvfs(target.as_ptr(), &mut st) } != 0 {
+        return Err(last("statvfs"));
+    }
+    let keep = [
+        (libc::ST_NOSUID, libc::MS_NOSUID),
+        (libc::ST_NODEV, libc::MS_NODEV),
+        (libc::ST_RDONLY, libc::MS_RDONLY),
+        (libc::ST_NOATIME, libc::MS_NOATIME),
+        (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
+        (libc::ST_RELATIME, libc::MS_RELATIME),
+    ]
+    .iter()
+    .filter(|(st_flag, _)| st.f_flag & *st_flag != 0)
+    .fold(0, |acc, (_, ms)| acc | ms);
+    // SAFETY: a remount of the bind just made, valid C strings, no data.
+    if unsafe {
+        libc::mount(
+            std::ptr::null(),
+            target.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND | libc::MS_REMOUNT | libc::MS_NOEXEC | keep,
+            std::ptr::null(),
+        )
+    } != 0
+    {
+        return Err(last("remount noexec"));
+    }
+    Ok(())
 }
 
 /// For a root that is not a mount point: every mount of `/proc/self/mountinfo`
@@ -282,9 +354,9 @@ mod tests {
     #[test]
     fn nothing_asked_nothing_done_and_no_admin_is_reported() {
         let log = Log::from_env_value(None);
-        assert_eq!(hide(&[], true, &log).unwrap(), Masked::Nothing);
+        assert_eq!(hide(&[], &[], true, &log).unwrap(), Masked::Nothing);
         assert!(matches!(
-            hide(&["/run/x.sock".into()], false, &log).unwrap(),
+            hide(&["/run/x.sock".into()], &[], false, &log).unwrap(),
             Masked::NotHidden(_)
         ));
     }

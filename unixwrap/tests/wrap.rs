@@ -471,6 +471,7 @@ fn landlock(f: impl FnOnce(&mut LandlockConfig)) -> agentsh_proto::SeccompConfig
         scope_signals: false,
         scope_abstract_unix: false,
         max_abi: None,
+        noexec_mounts: vec![],
     };
     f(&mut ll);
     let mut c = default_config();

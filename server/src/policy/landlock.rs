@@ -387,6 +387,7 @@ pub fn compile(
         scope_signals: true,
         scope_abstract_unix: true,
         max_abi: None,
+        noexec_mounts: ops.noexec.clone(),
     };
     let required_abi = config.required_abi();
     let kernel_abi = agentsh_proto::wire::kernel_landlock_abi();
@@ -426,6 +427,8 @@ struct FileOperations {
     handled: BTreeSet<FsAccess>,
     grants: BTreeMap<FsAccess, Vec<Grant>>,
     denies: BTreeMap<FsAccess, Vec<Deny>>,
+    /// `exec_sources` places that can also be mounted `noexec`.
+    noexec: Vec<String>,
 }
 
 /// The policy's file rules and agentsh's self-protection as grants and
@@ -497,7 +500,7 @@ fn file_operations(
             }
         }
     }
-    exec_sources(
+    let noexec = exec_sources(
         policy,
         vars,
         fs,
@@ -553,6 +556,7 @@ fn file_operations(
         handled,
         grants,
         denies,
+        noexec,
     }
 }
 
@@ -573,10 +577,10 @@ fn exec_sources(
     grants: &mut BTreeMap<FsAccess, Vec<Grant>>,
     denies: &mut BTreeMap<FsAccess, Vec<Deny>>,
     warnings: &mut Vec<String>,
-) {
+) -> Vec<String> {
     let sources = policy.exec_sources();
     if !sources.writable_denied() {
-        return;
+        return Vec::new();
     }
     handled.insert(FsAccess::Execute);
     let writable: BTreeSet<String> = [FsAccess::Write, FsAccess::Create]
@@ -586,19 +590,24 @@ fn exec_sources(
         .map(|g| g.path.clone())
         .collect();
     let d = denies.entry(FsAccess::Execute).or_default();
-    for path in writable {
+    for path in &writable {
         d.push(Deny {
-            path,
+            path: path.clone(),
             protected: false,
             rule: Some(RULE_EXEC_SOURCES.into()),
         });
     }
+    let mut excepted = Vec::new();
     for pattern in &sources.except {
         match expand(pattern, vars) {
-            Ok(Some(p)) => grants.entry(FsAccess::Execute).or_default().push(Grant {
-                path: resolve(&p, fs),
-                rule: Some(format!("{RULE_EXEC_SOURCES}.except")),
-            }),
+            Ok(Some(p)) => {
+                let path = resolve(&p, fs);
+                excepted.push(path.clone());
+                grants.entry(FsAccess::Execute).or_default().push(Grant {
+                    path,
+                    rule: Some(format!("{RULE_EXEC_SOURCES}.except")),
+                });
+            }
             // Skipping an exception only removes access.
             Ok(None) => warnings.push(format!(
                 "exec_sources.except: {pattern}: its variable has no value; skipped"
@@ -606,6 +615,10 @@ fn exec_sources(
             Err(e) => warnings.push(format!("exec_sources.except: {e}; skipped")),
         }
     }
+    writable
+        .into_iter()
+        .filter(|w| !excepted.iter().any(|e| at_or_beneath(e, w)))
+        .collect()
 }
 
 /// Each operation's grants minus its denies, as path rules (at most
