@@ -106,6 +106,8 @@ pub struct Pending {
     caller: Caller,
     /// What the handoff must be: a notify fd, or a request to be traced.
     backend: ExecBackend,
+    /// Where the tree's programs may not come from (`exec_sources`).
+    exec_places: crate::policy::landlock::ExecPlaces,
 }
 
 /// Creates a fresh notify socket for `caller`: an abstract one
@@ -119,6 +121,7 @@ pub fn open_notify_socket(
     session_id: &str,
     caller: Caller,
     backend: ExecBackend,
+    exec_places: crate::policy::landlock::ExecPlaces,
 ) -> Result<Pending, IntakeError> {
     let n = SOCKET_COUNTER.fetch_add(1, Ordering::Relaxed);
     let path = PathBuf::from(format!(
@@ -136,6 +139,7 @@ pub fn open_notify_socket(
         session: session_id.to_string(),
         caller,
         backend,
+        exec_places,
     })
 }
 
@@ -160,6 +164,7 @@ pub async fn take_handoff(
         session,
         caller,
         backend,
+        exec_places,
     } = pending;
     let listener = match SeqpacketListener::from_fd(listener) {
         Ok(l) => l,
@@ -181,11 +186,22 @@ pub async fn take_handoff(
                 return;
             }
         };
-        match handoff(&ctx, &trees, &session, &conn, cred, caller, backend).await {
+        match handoff(
+            &ctx,
+            &trees,
+            &session,
+            &exec_places,
+            &conn,
+            cred,
+            caller,
+            backend,
+        )
+        .await
+        {
             Ok(taken) => {
                 drop(listener);
                 drop(slot);
-                supervise(ctx, trees, &conn, session, taken).await;
+                supervise(ctx, trees, &conn, session, exec_places, taken).await;
                 return;
             }
             Err(reason) => {
@@ -208,10 +224,12 @@ pub async fn take_handoff(
 /// One connection's handoff: received within [`HANDOFF_READ_TIMEOUT`],
 /// checked, and under ptrace the wrapper seized before any answer, so
 /// nothing of the tree runs untraced.
+#[allow(clippy::too_many_arguments)]
 async fn handoff(
     ctx: &Arc<SupervisorContext>,
     trees: &Arc<Trees>,
     session: &str,
+    exec_places: &crate::policy::landlock::ExecPlaces,
     conn: &crate::api::transport::SeqpacketConn,
     cred: seqpacket::PeerCred,
     caller: Caller,
@@ -237,6 +255,7 @@ async fn handoff(
             let tree = Tree {
                 session_id: session.to_string(),
                 root_pid: pid,
+                exec_places: exec_places.clone(),
             };
             let (c, t) = (ctx.clone(), trees.clone());
             match tokio::task::spawn_blocking(move || supervisor::trace::attach(&c, t, tree)).await
@@ -257,6 +276,7 @@ async fn supervise(
     trees: Arc<Trees>,
     conn: &crate::api::transport::SeqpacketConn,
     session: String,
+    exec_places: crate::policy::landlock::ExecPlaces,
     taken: Taken,
 ) {
     let pid = taken.pid();
@@ -285,6 +305,7 @@ async fn supervise(
     let tree = Tree {
         session_id: session,
         root_pid: pid,
+        exec_places,
     };
     let spawned = std::thread::Builder::new()
         .name("agentsh-tree".into())

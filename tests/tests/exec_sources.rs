@@ -96,6 +96,20 @@ fn none_runs(uid: Option<u32>, config: &str) {
         "({uid:?}, {config:?}) a modified copy ran:\n{}",
         ran.join("\n")
     );
+    // The supervisor refused it too, by the rule's name (where there is no
+    // Landlock, gVisor, that is the check that holds).
+    let by_rule = s.events().iter().any(|e| {
+        e["type"] == "execve"
+            && e["rule"] == "exec_sources"
+            && e["effective_action"] == "deny"
+            && e["filename"]
+                .as_str()
+                .is_some_and(|f| f.ends_with("/srv/ws/fetch"))
+    });
+    assert!(
+        by_rule,
+        "({uid:?}, {config:?}) no exec_sources refusal audited"
+    );
     // What is installed still runs; a script of the tree's runs through its
     // interpreter, which reads it.
     let ok = s.sh(
@@ -185,4 +199,3 @@ fn a_root_trees_writable_places_are_mounted_noexec() {
         assert!(rw.stdout.contains("hi"), "{rw:?}");
     }
 }
-

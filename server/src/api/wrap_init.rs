@@ -223,18 +223,20 @@ fn prepare_wrap_init(
             fail(500, e.to_string())
         })?;
     let backend = api.filters.backend();
-    let pending = handoff::open_notify_socket(&session.id, caller, backend).map_err(|e| {
-        tracing::error!("wrap-init: {e}");
-        fail(500, e.to_string())
-    })?;
+    let mut landlock = api.landlock.compile(caller.uid);
+    crate::policy::landlock::cap_abi(&mut landlock, api.config.landlock.cap());
+    let pending =
+        handoff::open_notify_socket(&session.id, caller, backend, landlock.exec_places.clone())
+            .map_err(|e| {
+                tracing::error!("wrap-init: {e}");
+                fail(500, e.to_string())
+            })?;
     session
         .wrap_inits
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut seccomp_config = api.seccomp_config.clone();
     seccomp_config.filter = filter.encoded.clone();
     seccomp_config.backend = backend;
-    let mut landlock = api.landlock.compile(caller.uid);
-    crate::policy::landlock::cap_abi(&mut landlock, api.config.landlock.cap());
     let not_enforced = not_enforced(&landlock.summary);
     let compiled_us = started.elapsed().as_micros() as u64;
     for w in &landlock.warnings {

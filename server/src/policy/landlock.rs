@@ -235,6 +235,8 @@ pub struct CompiledLandlock {
     pub warnings: Vec<String>,
     /// Grants that could not be carved (also among the warnings).
     pub carve_failures: Vec<CarveFailure>,
+    /// `exec_sources` places, for the supervisor's own check.
+    pub exec_places: ExecPlaces,
 }
 
 fn access_of(op: FileOperation) -> FsAccess {
@@ -418,6 +420,7 @@ pub fn compile(
         summary,
         warnings,
         carve_failures,
+        exec_places: ops.exec_places.clone(),
     }
 }
 
@@ -429,6 +432,26 @@ struct FileOperations {
     denies: BTreeMap<FsAccess, Vec<Deny>>,
     /// `exec_sources` places that can also be mounted `noexec`.
     noexec: Vec<String>,
+    /// `exec_sources`: where nothing runs, and the exceptions.
+    exec_places: ExecPlaces,
+}
+
+/// Where a tree's `exec_sources: {writable: deny}` keeps programs from (the
+/// places it can write, canonical) and the `except` paths beneath them: the
+/// supervisor checks them too, so the promise holds where Landlock does not
+/// (gVisor) and a refusal is audited with its rule, not only `EACCES`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExecPlaces {
+    pub denied: Vec<String>,
+    pub except: Vec<String>,
+}
+
+impl ExecPlaces {
+    /// Whether a program at `path` (canonical) may not run.
+    pub fn refuses(&self, path: &str) -> bool {
+        self.denied.iter().any(|d| at_or_beneath(path, d))
+            && !self.except.iter().any(|e| at_or_beneath(path, e))
+    }
 }
 
 /// The policy's file rules and agentsh's self-protection as grants and
@@ -500,7 +523,7 @@ fn file_operations(
             }
         }
     }
-    let noexec = exec_sources(
+    let (noexec, exec_places) = exec_sources(
         policy,
         vars,
         fs,
@@ -557,6 +580,7 @@ fn file_operations(
         grants,
         denies,
         noexec,
+        exec_places,
     }
 }
 
@@ -577,10 +601,10 @@ fn exec_sources(
     grants: &mut BTreeMap<FsAccess, Vec<Grant>>,
     denies: &mut BTreeMap<FsAccess, Vec<Deny>>,
     warnings: &mut Vec<String>,
-) -> Vec<String> {
+) -> (Vec<String>, ExecPlaces) {
     let sources = policy.exec_sources();
     if !sources.writable_denied() {
-        return Vec::new();
+        return (Vec::new(), ExecPlaces::default());
     }
     handled.insert(FsAccess::Execute);
     let writable: BTreeSet<String> = [FsAccess::Write, FsAccess::Create]
@@ -615,10 +639,15 @@ fn exec_sources(
             Err(e) => warnings.push(format!("exec_sources.except: {e}; skipped")),
         }
     }
-    writable
+    let places = ExecPlaces {
+        denied: writable.iter().cloned().collect(),
+        except: excepted.clone(),
+    };
+    let noexec = writable
         .into_iter()
         .filter(|w| !excepted.iter().any(|e| at_or_beneath(e, w)))
-        .collect()
+        .collect();
+    (noexec, places)
 }
 
 /// Each operation's grants minus its denies, as path rules (at most

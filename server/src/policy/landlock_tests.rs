@@ -688,6 +688,23 @@ fn exec_sources_deny_carves_execute_out_of_every_writable_place() {
         );
     }
     assert!(c.config.handled_fs.contains(&FsAccess::Execute));
+    // The supervisor's own check says the same.
+    for (path, refused) in [
+        ("/home/u/proj/README", true),
+        ("/tmp/x", true),
+        ("/home/u/proj/src/main", false),
+        ("/usr/bin/true", false),
+    ] {
+        assert_eq!(c.exec_places.refuses(path), refused, "{path}");
+    }
+    // Mounted noexec where it can be: not the workspace, which has an
+    // exception beneath it (a mount flag covers the whole subtree).
+    assert!(
+        c.config.noexec_mounts.contains(&"/tmp".to_string()),
+        "{:?}",
+        c.config.noexec_mounts
+    );
+    assert!(!c.config.noexec_mounts.contains(&"/home/u/proj".to_string()));
     // Without it, the workspace runs what it writes.
     let open = compile(
         &pol("default: allow\n\
@@ -700,6 +717,7 @@ fn exec_sources_deny_carves_execute_out_of_every_writable_place() {
         &fs,
     );
     assert!(has(&open, "/home/u/proj/README", FsAccess::Execute));
+    assert!(open.config.noexec_mounts.is_empty() && open.exec_places.denied.is_empty());
 }
 
 #[test]

@@ -118,6 +118,7 @@ fn expected_of(g: &Gathered) -> Option<Expected> {
 /// The facts the policy judges, from what was gathered.
 fn ask_policy(
     ctx: &SupervisorContext,
+    tree: &Tree,
     g: &Gathered,
     depth: u32,
     interpreters: &[policy::Interpreter],
@@ -139,7 +140,42 @@ fn ask_policy(
         copy_of: &g.recognised.copy_of,
         loader_payloads: &g.payloads,
     };
-    policy::judge(&ctx.policy, &facts)
+    exec_sources(tree, g, policy::judge(&ctx.policy, &facts))
+}
+
+/// `exec_sources: {writable: deny}` as the supervisor checks it: a program,
+/// `#!` interpreter or loader payload beneath a place the tree can write is
+/// refused with the rule's name. Landlock refuses it too where there is
+/// Landlock; under gVisor this is the only check.
+fn exec_sources(tree: &Tree, g: &Gathered, verdict: Verdict) -> Verdict {
+    if verdict.decision == Decision::Deny || tree.exec_places.denied.is_empty() {
+        return verdict;
+    }
+    let files = std::iter::once(g.target.canonical())
+        .chain(
+            g.chain
+                .iter()
+                .filter_map(|l| l.target.as_ref().map(crate::tracee::ExecTarget::canonical)),
+        )
+        .chain(
+            g.payloads
+                .iter()
+                .map(|p| p.resolved.as_deref().unwrap_or(&p.path)),
+        );
+    for f in files {
+        if tree.exec_places.refuses(f) {
+            return Verdict {
+                decision: Decision::Deny,
+                rule: crate::policy::landlock::RULE_EXEC_SOURCES.into(),
+                message: Some(format!(
+                    "{f} is in a place the tree can write, and the policy runs nothing from \
+                     there (exec_sources: writable: deny)"
+                )),
+                judged: f.to_string(),
+            };
+        }
+    }
+    verdict
 }
 
 /// Handles one caught exec: gather, decide, answer, audit (module doc).
@@ -191,7 +227,7 @@ pub fn handle(
         return;
     }
     phases::mark("valid");
-    let j = decide(ctx, st, pid, &g);
+    let j = decide(ctx, tree, st, pid, &g);
     if j.verdict.decision == Decision::Approve {
         // Held: a waiter thread answers and audits it; this thread goes on
         // serving the tree. Nothing stays stopped while a human thinks.
@@ -402,13 +438,19 @@ struct Judged {
 /// Step 6: the depth, the pure decision, and which attempt this is (a
 /// denied exec the same process just tried for the same file and argv, the
 /// next PATH entry, is the same attempt: see `retry`).
-fn decide(ctx: &SupervisorContext, st: &mut TreeState, pid: u32, g: &Gathered) -> Judged {
+fn decide(
+    ctx: &SupervisorContext,
+    tree: &Tree,
+    st: &mut TreeState,
+    pid: u32,
+    g: &Gathered,
+) -> Judged {
     let files = std::cell::RefCell::new(&mut st.files);
     let depth = st.book.depth_of(pid, &g.stat, st.root_pid, |p| {
         files.borrow_mut().stat(p).ok()
     });
     let interpreters = interpreters_of(g);
-    let verdict = ask_policy(ctx, g, depth, &interpreters);
+    let verdict = ask_policy(ctx, tree, g, depth, &interpreters);
     let mut subject = subject(pid, g, depth);
     subject.interpreters = interpreters;
     // Only a refusal is ever reused: an allowed exec needs no key (and no

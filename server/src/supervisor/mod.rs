@@ -64,6 +64,9 @@ pub struct Tree {
     pub session_id: String,
     /// The wrapper's pid: its first exec (of the shell) is depth 0.
     pub root_pid: u32,
+    /// Where its programs may not come from (`exec_sources`), checked by
+    /// the supervisor as well as by Landlock.
+    pub exec_places: crate::policy::landlock::ExecPlaces,
 }
 
 /// Serves `tree`'s notify fd (shared with approval waiters, which answer
