@@ -310,10 +310,21 @@ impl AuditLog {
     /// # Errors
     /// The file or its directory cannot be created or opened.
     pub fn open(jsonl: &Path, memory_cap: usize) -> std::io::Result<AuditLog> {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        // Created for the operator's group only: a tree (any uid) must not
+        // read what other commands ran (an existing directory or file keeps
+        // its mode: the package sets it).
         if let Some(dir) = jsonl.parent() {
-            std::fs::create_dir_all(dir)?;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o750)
+                .create(dir)?;
         }
-        let file = OpenOptions::new().create(true).append(true).open(jsonl)?;
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o640)
+            .open(jsonl)?;
         Ok(AuditLog::with_file(Some(file), memory_cap))
     }
 
@@ -453,6 +464,23 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The server creates the log's directory 0750 and the log 0640: no
+    /// tree, whatever its uid, reads what other commands ran (issue 24: in
+    /// an image, with no package scripts, it was 0755/0644).
+    #[test]
+    fn the_log_and_its_directory_are_created_for_the_operator_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = std::env::temp_dir().join(format!("agentsh-audit-mode-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let jsonl = base.join("log").join("audit.jsonl");
+        let log = AuditLog::open(&jsonl, 8).unwrap();
+        drop(log);
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&jsonl), 0o640);
+        assert_eq!(mode(&base.join("log")), 0o750);
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 
     #[test]
     fn formats_known_instants() {

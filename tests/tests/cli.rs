@@ -114,3 +114,73 @@ fn events_prints_and_follows_the_audit_trail() {
     assert!(table.lines().next().unwrap().starts_with("ID"), "{table}");
     assert!(table.contains("/bin/echo hi"), "{table}");
 }
+
+/// A reader that goes away (`agentsh ... | head -1`) ends the output: the
+/// CLI exits 0 and says nothing, where it used to panic (exit 134). The
+/// pipe's read end is closed before the CLI writes, so its first write
+/// meets EPIPE whatever the machine's speed.
+#[test]
+fn the_cli_exits_quietly_when_its_reader_goes_away() {
+    for args in [
+        &["completions", "fish"][..],
+        &["policy", "check", "etc/agentsh/policies/agent-default.yaml"],
+        &["detect"],
+    ] {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills the two fds.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: both fds are fresh and ours.
+        let (read, write) = unsafe {
+            use std::os::fd::FromRawFd;
+            (
+                std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+                std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+            )
+        };
+        drop(read);
+        let out = Command::new(bin("agentsh"))
+            .args(args)
+            .current_dir(repo_root())
+            .stdout(Stdio::from(write))
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+            "agentsh {args:?}: {:?} {stderr}",
+            out.status
+        );
+    }
+}
+
+/// `policy check` fails what the server refuses at start: a blocklist name
+/// libseccomp does not know (the server compiles the filter at start; check
+/// used to say OK), or one the filter needs for itself.
+#[test]
+fn policy_check_refuses_what_the_server_refuses_at_start() {
+    let dir = TempDir::new("check-start");
+    for (name, yaml, says) in [
+        (
+            "unknown.yaml",
+            "default: allow\nsyscalls:\n  block: [not_a_syscall]\n",
+            "not_a_syscall",
+        ),
+        (
+            "reserved.yaml",
+            "default: allow\nsyscalls:\n  block: [execve]\n",
+            "execve",
+        ),
+    ] {
+        let p = dir.path().join(name);
+        std::fs::write(&p, yaml).unwrap();
+        let out = Command::new(bin("agentsh"))
+            .args(["policy", "check"])
+            .arg(&p)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{name}: {stderr}");
+        assert!(stderr.contains(says), "{name}: {stderr}");
+    }
+}

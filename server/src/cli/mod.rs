@@ -251,8 +251,32 @@ fn write_man_pages(dir: &std::path::Path) -> Result<(), String> {
 /// The whole command line; the binary's `main` is this.
 ///
 /// Long because it is one `match` over the subcommands, an arm each.
+/// A reader that went away (`agentsh events | head -1`) ends the output,
+/// not the program with a panic: a write to a closed pipe (println!, or a
+/// library writing completions) exits 0, quietly,
+/// as the other tools of a pipeline do. Any other panic is reported as
+/// usual.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let msg = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.contains("Broken pipe") || msg.contains("BrokenPipe") {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
+}
+
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Server { .. } | Command::Reaper { .. }) {
+        quiet_on_closed_stdout();
+    }
     let result = match cli.command {
         Command::Server {
             print_config: true, ..
@@ -283,7 +307,24 @@ pub fn main() -> ExitCode {
         }
         Command::Policy {
             command: PolicyCommand::Check { file },
-        } => match policy::check_file(&file) {
+        } => match policy::check_file(&file).and_then(|summary| {
+            // What the server does next with a policy at start: its
+            // syscalls.block and exec_memory compiled into the filter.
+            let p = policy::Policy::load(&file)?;
+            crate::filter::Filters::new(
+                p.blocked_syscalls(),
+                p.exec_memory_denied(),
+                agentsh_proto::wire::kernel_landlock_abi(),
+                agentsh_proto::ExecBackend::Notify,
+            )
+            .map(|_| summary)
+            .map_err(|e| policy::PolicyError::Invalid {
+                origin: file.display().to_string(),
+                location: None,
+                rule: None,
+                message: e.to_string(),
+            })
+        }) {
             Ok(summary) => {
                 println!("{summary}");
                 Ok(())
