@@ -304,6 +304,36 @@ pub struct AuditLog {
     latest: tokio::sync::watch::Sender<u64>,
 }
 
+/// The first event id of a server writing `jsonl`: unique across restarts
+/// (issue 24: every start began at 1, so a log held duplicates). The
+/// microseconds since 1970 at start (an event per microsecond is far more
+/// than a server writes, so a later start begins above every id of an
+/// earlier one; below 2^53 until the year 2255, exact in JSON), or one more
+/// than the last id in the file if that is higher (a clock set back).
+fn first_id(jsonl: &Path) -> u64 {
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(1, |d| d.as_micros() as u64);
+    now.max(last_id(jsonl).map_or(0, |id| id + 1)).max(1)
+}
+
+/// The id of the last whole line of `jsonl`, from its last 64 KiB.
+fn last_id(jsonl: &Path) -> Option<u64> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = File::open(jsonl).ok()?;
+    let len = f.metadata().ok()?.len();
+    f.seek(SeekFrom::Start(len.saturating_sub(64 << 10))).ok()?;
+    let mut tail = Vec::new();
+    f.read_to_end(&mut tail).ok()?;
+    let text = String::from_utf8_lossy(&tail);
+    text.lines().rev().find_map(|l| {
+        serde_json::from_str::<serde_json::Value>(l)
+            .ok()?
+            .get("id")?
+            .as_u64()
+    })
+}
+
 impl AuditLog {
     /// Opens (creating) the JSONL file in append mode.
     ///
@@ -325,10 +355,12 @@ impl AuditLog {
             .append(true)
             .mode(0o640)
             .open(jsonl)?;
-        Ok(AuditLog::with_file(Some(file), memory_cap))
+        let log = AuditLog::with_file(Some(file), memory_cap);
+        log.next_id.store(first_id(jsonl), Ordering::Relaxed);
+        Ok(log)
     }
 
-    /// Memory-only log (tests, `policy check`).
+    /// Memory-only log (tests, `policy check`): ids from 1.
     pub fn in_memory(memory_cap: usize) -> AuditLog {
         AuditLog::with_file(None, memory_cap)
     }
@@ -468,6 +500,30 @@ mod tests {
     /// The server creates the log's directory 0750 and the log 0640: no
     /// tree, whatever its uid, reads what other commands ran (issue 24: in
     /// an image, with no package scripts, it was 0755/0644).
+    /// Two servers, one after the other, on one log: no id twice, and the
+    /// second's above the first's (a clock set back included: the file's
+    /// last id is a floor).
+    #[test]
+    fn ids_are_unique_across_restarts() {
+        let base = std::env::temp_dir().join(format!("agentsh-audit-ids-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let jsonl = base.join("audit.jsonl");
+        let ids = |n: usize| {
+            let log = AuditLog::open(&jsonl, 8).unwrap();
+            (0..n)
+                .map(|_| log.record("s", exec("allow")).id)
+                .collect::<Vec<u64>>()
+        };
+        let first = ids(3);
+        let second = ids(3);
+        assert!(second[0] > first[2], "{first:?} {second:?}");
+        // A file whose last id is in the future (a clock set back since).
+        let far = u64::MAX / 4;
+        std::fs::write(&jsonl, format!("{{\"id\":{far}}}\n")).unwrap();
+        assert_eq!(ids(1)[0], far + 1);
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
     #[test]
     fn the_log_and_its_directory_are_created_for_the_operator_only() {
         use std::os::unix::fs::PermissionsExt;
