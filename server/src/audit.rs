@@ -12,7 +12,7 @@ use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::SystemTime;
@@ -298,6 +298,8 @@ pub struct AuditLog {
     /// The last exec attempt number handed out ([`AuditLog::next_attempt`]).
     attempts: AtomicU64,
     file: Option<Mutex<File>>,
+    /// Where `file` was opened, for [`AuditLog::reopen`].
+    path: Option<PathBuf>,
     memory: Mutex<HashMap<String, VecDeque<Event>>>,
     memory_cap: usize,
     /// The latest event id, for the API's async long-polls.
@@ -355,9 +357,32 @@ impl AuditLog {
             .append(true)
             .mode(0o640)
             .open(jsonl)?;
-        let log = AuditLog::with_file(Some(file), memory_cap);
+        let mut log = AuditLog::with_file(Some(file), memory_cap);
         log.next_id.store(first_id(jsonl), Ordering::Relaxed);
+        log.path = Some(jsonl.to_path_buf());
         Ok(log)
+    }
+
+    /// Opens the log's path afresh (SIGHUP, after a rotation renamed the
+    /// file): later events go to the new file, none is lost between (the
+    /// swap is under the writers' lock).
+    ///
+    /// # Errors
+    /// The file cannot be created or opened (the old one stays in use).
+    pub fn reopen(&self) -> std::io::Result<()> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let (Some(file), Some(path)) = (&self.file, &self.path) else {
+            return Ok(());
+        };
+        let fresh = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o640)
+            .open(path)?;
+        *file
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = fresh;
+        Ok(())
     }
 
     /// Memory-only log (tests, `policy check`): ids from 1.
@@ -370,6 +395,7 @@ impl AuditLog {
             next_id: AtomicU64::new(1),
             attempts: AtomicU64::new(0),
             file: file.map(Mutex::new),
+            path: None,
             memory: Mutex::new(HashMap::new()),
             memory_cap: memory_cap.max(1),
             latest: tokio::sync::watch::Sender::new(0),

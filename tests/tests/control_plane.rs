@@ -370,6 +370,45 @@ fn the_server_ignores_stop_signals_from_a_filtered_process_and_obeys_others() {
     srv.kill();
 }
 
+/// Log rotation: after `mv audit.jsonl audit.jsonl.1`, SIGHUP from the
+/// operator reopens the log (it used to stop the server): later events land
+/// in the new file, earlier ones stay in the renamed one, none is lost, and
+/// the server runs on.
+#[test]
+fn sighup_reopens_the_audit_log_after_a_rotation() {
+    if !require_root("sighup_reopens_the_audit_log_after_a_rotation") {
+        return;
+    }
+    use agentsh_tests::relay::{run_wrapped, WrapOptions};
+    let srv = TestServer::start("name: p\ndefault: allow\n", "");
+    let log = srv.dir.path().join("audit.jsonl");
+    let rotated = srv.dir.path().join("audit.jsonl.1");
+    let opts = WrapOptions::default();
+    let out = run_wrapped(&srv.url, "before", &["/bin/sh", "-c", "/bin/true"], &opts);
+    assert!(out.status.success(), "{out:?}");
+    std::fs::rename(&log, &rotated).unwrap();
+    // SAFETY: kill has no memory preconditions.
+    assert_eq!(unsafe { libc::kill(srv.pid() as i32, libc::SIGHUP) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !srv.log().contains("audit log reopened") {
+        assert!(Instant::now() < deadline, "no reopen: {}", srv.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = run_wrapped(&srv.url, "after", &["/bin/sh", "-c", "/bin/true"], &opts);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        srv.try_call("GET", "/healthz", None)
+            .is_ok_and(|(s, _)| s == 200),
+        "the server stopped on SIGHUP"
+    );
+    let old = std::fs::read_to_string(&rotated).unwrap();
+    let new = std::fs::read_to_string(&log).unwrap();
+    assert!(old.contains("\"session_id\":\"before\""), "{old}");
+    assert!(!old.contains("\"session_id\":\"after\""), "{old}");
+    assert!(new.contains("\"session_id\":\"after\""), "{new}");
+    assert!(new.lines().chain(old.lines()).all(|l| l.ends_with('}')), "a cut line");
+}
+
 #[test]
 fn live_trees_are_counted_per_session() {
     if !require_root("live_trees_are_counted_per_session") {

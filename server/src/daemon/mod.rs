@@ -160,7 +160,7 @@ pub fn run(start: Start) -> Result<(), String> {
         };
         rundir::write_marker(&run_dir)?;
         rundir::ingest_unsupervised(&run_dir, &audit);
-        signals::spawn_waiter(trees.clone(), config.server.socket.clone());
+        signals::spawn_waiter(trees.clone(), config.server.socket.clone(), audit.clone());
         if !command.is_empty() && gate.get() == command::Readiness::Ready {
             let socket = config.server.socket.clone();
             command::start(

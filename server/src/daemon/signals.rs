@@ -3,8 +3,9 @@
 //! Every thread of the server blocks every signal (the mask is set before
 //! the first thread starts and inherited by all). One thread takes
 //! SIGTERM, SIGINT, SIGHUP and SIGQUIT with `sigwaitinfo`, which says who
-//! sent each: a sender inside a supervised tree is refused (logged), anyone
-//! else stops the server. So `kill(<any server thread id>, SIGTERM)` and
+//! sent each: a sender inside a supervised tree is refused (logged); from
+//! anyone else SIGHUP reopens the audit log (rotation) and the others stop
+//! the server. So `kill(<any server thread id>, SIGTERM)` and
 //! friends from a tree do nothing, on every kernel. What no process can
 //! block, SIGKILL and SIGSTOP, is kept from trees by the kernel: Landlock's
 //! signal scope (ABI ≥ 6) and the seccomp filter's signal rules.
@@ -30,16 +31,16 @@ pub fn block_all() -> Result<(), String> {
 
 /// Starts the thread that takes the stop signals. `socket` is removed on a
 /// stop (the marker stays: see `agentsh_proto::active`).
-pub fn spawn_waiter(trees: Arc<Trees>, socket: PathBuf) {
+pub fn spawn_waiter(trees: Arc<Trees>, socket: PathBuf, audit: Arc<crate::audit::AuditLog>) {
     let spawned = std::thread::Builder::new()
         .name("agentsh-signals".into())
-        .spawn(move || wait_loop(&trees, &socket));
+        .spawn(move || wait_loop(&trees, &socket, &audit));
     if let Err(e) = spawned {
         tracing::error!("cannot start the signal thread: {e}; stop signals stay blocked");
     }
 }
 
-fn wait_loop(trees: &Trees, socket: &std::path::Path) {
+fn wait_loop(trees: &Trees, socket: &std::path::Path, audit: &crate::audit::AuditLog) {
     let mut set = SigSet::empty();
     for s in [
         Signal::SIGTERM,
@@ -69,6 +70,21 @@ fn wait_loop(trees: &Trees, socket: &std::path::Path) {
                 );
                 continue;
             }
+        }
+        if sig == libc::SIGHUP {
+            // Log rotation: the audit file is opened afresh.
+            match audit.reopen() {
+                Ok(()) => tracing::info!(sender, "SIGHUP: audit log reopened"),
+                Err(e) => tracing::error!(
+                    sender,
+                    "SIGHUP: cannot reopen the audit log ({e}); events still go to the old file"
+                ),
+            }
+            if let Some(pid) = super::command::running() {
+                // SAFETY: kill takes integers.
+                unsafe { libc::kill(pid as libc::pid_t, sig) };
+            }
+            continue;
         }
         if let Some(pid) = super::command::running() {
             // The server stops when its command has: pass the signal on.
