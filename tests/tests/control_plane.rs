@@ -406,7 +406,10 @@ fn sighup_reopens_the_audit_log_after_a_rotation() {
     assert!(old.contains("\"session_id\":\"before\""), "{old}");
     assert!(!old.contains("\"session_id\":\"after\""), "{old}");
     assert!(new.contains("\"session_id\":\"after\""), "{new}");
-    assert!(new.lines().chain(old.lines()).all(|l| l.ends_with('}')), "a cut line");
+    assert!(
+        new.lines().chain(old.lines()).all(|l| l.ends_with('}')),
+        "a cut line"
+    );
 }
 
 #[test]
