@@ -292,6 +292,10 @@ pub struct Event {
     pub body: EventBody,
 }
 
+/// The tracing target of the sinks' own failures: not the events' target
+/// (`agentsh::audit`), which the server's stderr leaves out.
+const SINK: &str = "agentsh::audit_sink";
+
 /// The audit sinks. Shared by every supervisor thread.
 pub struct AuditLog {
     next_id: AtomicU64,
@@ -300,6 +304,9 @@ pub struct AuditLog {
     file: Option<Mutex<File>>,
     /// Where `file` was opened, for [`AuditLog::reopen`].
     path: Option<PathBuf>,
+    write_failures: AtomicU64,
+    /// The last write to the file succeeded (true without a file).
+    healthy: std::sync::atomic::AtomicBool,
     memory: Mutex<HashMap<String, VecDeque<Event>>>,
     memory_cap: usize,
     /// The latest event id, for the API's async long-polls.
@@ -396,6 +403,8 @@ impl AuditLog {
             attempts: AtomicU64::new(0),
             file: file.map(Mutex::new),
             path: None,
+            write_failures: AtomicU64::new(0),
+            healthy: std::sync::atomic::AtomicBool::new(true),
             memory: Mutex::new(HashMap::new()),
             memory_cap: memory_cap.max(1),
             latest: tokio::sync::watch::Sender::new(0),
@@ -409,6 +418,24 @@ impl AuditLog {
 
     /// Records one event in every sink; returns it with its id.
     pub fn record(&self, session_id: &str, body: EventBody) -> Event {
+        self.record_checked(session_id, body).0
+    }
+
+    /// Whether the last write to the JSONL file succeeded.
+    pub fn healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+
+    /// Events the JSONL file could not take since start (each also said on
+    /// the server's stderr).
+    pub fn write_failures(&self) -> u64 {
+        self.write_failures.load(Ordering::Relaxed)
+    }
+
+    /// [`AuditLog::record`], saying whether the event reached the JSONL file
+    /// (always true without one). A write that fails leaves no partial line:
+    /// the file is cut back to where the line began.
+    pub fn record_checked(&self, session_id: &str, body: EventBody) -> (Event, bool) {
         let event = Event {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             timestamp: rfc3339_now(),
@@ -418,19 +445,40 @@ impl AuditLog {
         let line = match serde_json::to_string(&event) {
             Ok(l) => l,
             Err(e) => {
-                tracing::error!("audit event {} cannot be serialized: {e}", event.id);
-                return event;
+                tracing::error!(target: SINK, "audit event {} cannot be serialized: {e}", event.id);
+                return (event, false);
             }
         };
+        let mut written = true;
         if let Some(file) = &self.file {
+            let healthy = &self.healthy;
             let mut f = file
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             let mut buf = line.clone().into_bytes();
             buf.push(b'\n');
+            let before = f.metadata().map(|m| m.len());
             if let Err(e) = f.write_all(&buf) {
-                tracing::error!("audit JSONL write failed: {e}");
+                written = false;
+                let n = self.write_failures.fetch_add(1, Ordering::Relaxed) + 1;
+                // Never a partial line: cut back to where this one began.
+                let cut = match before {
+                    Ok(len) => f
+                        .set_len(len)
+                        .map_err(|c| format!("; cutting it back failed: {c}")),
+                    Err(m) => Err(format!("; its length was unknown: {m}")),
+                }
+                .err()
+                .unwrap_or_default();
+                // Not under the events' target, which stderr leaves out.
+                tracing::error!(
+                    target: SINK,
+                    failures = n,
+                    "audit JSONL write failed: {e}: event {} is not in the file{cut}",
+                    event.id
+                );
             }
+            healthy.store(written, Ordering::Relaxed);
         }
         tracing::info!(target: "agentsh::audit", event = %line, "audit");
         {
@@ -445,7 +493,7 @@ impl AuditLog {
             q.push_back(event.clone());
         }
         self.latest.send_replace(event.id);
-        event
+        (event, written)
     }
 
     /// Events of a session with an id above `after`, oldest first.

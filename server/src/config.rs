@@ -33,6 +33,9 @@ CONFIG KEYS (YAML; all optional; defaults shown):
   state_dir                        /var/lib/agentsh  the operator token (approval.token)
   audit.jsonl                      /var/log/agentsh/audit.jsonl   append-only JSON Lines audit log
   audit.memory_events_per_session  10000             events per session kept for the API
+  audit.on_failure                 continue          continue | refuse: with `refuse`, an exec whose
+                                                     event cannot be written to audit.jsonl is
+                                                     denied (rule audit_unavailable)
   wrapper_binary                   \"\"                agentsh-unixwrap path; empty = next to agentsh
   workspace                        \"\"                the agent's workspace, ${WORKSPACE} in file_rules;
                                                      empty: rules naming it are skipped (and logged)
@@ -143,6 +146,19 @@ pub struct HttpSection {
 pub struct AuditSection {
     pub jsonl: PathBuf,
     pub memory_events_per_session: usize,
+    pub on_failure: AuditOnFailure,
+}
+
+/// What an exec gets when its audit event cannot be written to the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuditOnFailure {
+    /// It runs; the failure is said on stderr and counted.
+    #[default]
+    Continue,
+    /// It is denied (`audit_unavailable`): an unaudited exec is worse
+    /// than a refused one.
+    Refuse,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -255,6 +271,7 @@ impl Default for AuditSection {
         AuditSection {
             jsonl: "/var/log/agentsh/audit.jsonl".into(),
             memory_events_per_session: 10_000,
+            on_failure: AuditOnFailure::Continue,
         }
     }
 }

@@ -655,3 +655,97 @@ fn a_user_tree_cannot_reach_a_root_only_daemon_socket() {
     }
     assert!(out.contains("the sockets' own modes"), "{out}");
 }
+
+/// A full disk under the audit log (a real, small tmpfs): no event leaves a
+/// partial line, the failure is said on the server's stderr, and with
+/// `audit.on_failure: refuse` nothing runs unaudited (until space is back).
+#[test]
+fn a_full_audit_filesystem_loses_no_line_and_refuse_mode_runs_nothing() {
+    if !require_root("a_full_audit_filesystem_loses_no_line_and_refuse_mode_runs_nothing") {
+        return;
+    }
+    use agentsh_tests::relay::{run_wrapped, WrapOptions};
+    use agentsh_tests::server::ServerFiles;
+    /// Unmounts what the test mounted on this machine, whatever happens.
+    struct Mount(String);
+    impl Drop for Mount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").args(["-l", &self.0]).status();
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+    for refuse in [false, true] {
+        let base = std::path::Path::new(agentsh_tests::sandbox::SERVER_BASE);
+        let fill = format!(
+            "{}/auditfill-{}-{refuse}",
+            base.display(),
+            std::process::id()
+        );
+        std::fs::create_dir_all(&fill).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=256k,mode=0755", "tmpfs", &fill])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        let _mount = Mount(fill.clone());
+        let files = ServerFiles::write(base, Some("name: p\ndefault: allow\n"), "");
+        let jsonl = format!("{fill}/audit.jsonl");
+        let config = std::fs::read_to_string(&files.config).unwrap();
+        let old = format!("jsonl: {}", files.dir.path().join("audit.jsonl").display());
+        assert!(config.contains(&old), "{config}");
+        let on_failure = if refuse { "refuse" } else { "continue" };
+        std::fs::write(
+            &files.config,
+            config.replace(&old, &format!("jsonl: {jsonl}\n  on_failure: {on_failure}")),
+        )
+        .unwrap();
+        let srv = TestServer::start_files(files, Command::new);
+        let opts = WrapOptions::default();
+        let run = |s: &str| {
+            run_wrapped(
+                &srv.url,
+                s,
+                &["/bin/sh", "-c", "/bin/echo done"],
+                &opts,
+            )
+        };
+        assert!(String::from_utf8_lossy(&run("room").stdout).contains("done"));
+        // Fill it: not one more byte (whole pages, then what is left).
+        for (bs, name) in [("4k", "pad"), ("1", "pad2")] {
+            let _ = Command::new("dd")
+                .args([
+                    "if=/dev/zero",
+                    &format!("of={fill}/{name}"),
+                    &format!("bs={bs}"),
+                ])
+                .output()
+                .unwrap();
+        }
+        let out = run("full");
+        let said = srv.log();
+        assert!(
+            said.contains("audit JSONL write failed"),
+            "not said: {said}"
+        );
+        let text = std::fs::read_to_string(&jsonl).unwrap();
+        for l in text.lines() {
+            assert!(
+                serde_json::from_str::<serde_json::Value>(l).is_ok(),
+                "a partial line: {l:?}"
+            );
+        }
+        assert!(text.ends_with('\n'), "the file ends mid-line");
+        let ran = String::from_utf8_lossy(&out.stdout).contains("done");
+        assert_eq!(ran, !refuse, "refuse={refuse}: {out:?}");
+        if refuse {
+            assert!(said.contains("audit_unavailable"), "{said}");
+            // Space is back: after the refusal that finds the log writable
+            // again, commands run.
+            std::fs::remove_file(format!("{fill}/pad")).unwrap();
+            std::fs::remove_file(format!("{fill}/pad2")).unwrap();
+            let back =
+                (0..5).any(|_| String::from_utf8_lossy(&run("back").stdout).contains("done"));
+            assert!(back, "never ran again: {}", srv.log());
+        }
+    }
+}

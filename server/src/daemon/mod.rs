@@ -133,6 +133,7 @@ pub fn run(start: Start) -> Result<(), String> {
         limits: config.execve.clone(),
         audit: audit.clone(),
         approvals: approvals.clone(),
+        audit_on_failure: config.audit.on_failure,
     });
     // Nothing answers (no `ready`, no tree) before the index exists.
     prepared.wait()?;

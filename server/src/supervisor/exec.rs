@@ -51,7 +51,7 @@ use super::sharing::Frozen;
 use super::verify::{self, Expected};
 use super::{SupervisorContext, Tree};
 use crate::audit::{Action, EventBody, ExecEvent, ExecSubject, FileIdentity, Memory};
-use crate::config::OnTruncated;
+use crate::config::{AuditOnFailure, OnTruncated};
 use crate::policy::{self, Decision, ExecFacts, ProgramFacts, Truncation, Verdict};
 use std::time::{Duration, Instant};
 
@@ -238,14 +238,26 @@ pub fn handle(
     phases::mark("judge");
     let decision = j.verdict.decision;
     let expected = expected_of(&g);
-    let a = settle(
-        j.verdict,
-        req,
-        &g,
-        verified,
-        frozen.is_some(),
-        expected.as_ref(),
-    );
+    // `audit.on_failure: refuse` with the log failing: nothing runs (decided
+    // before anything is armed or expected).
+    let refuse_unaudited = ctx.audit_on_failure == AuditOnFailure::Refuse;
+    let a = if refuse_unaudited && !ctx.audit.healthy() {
+        Answer {
+            allow: false,
+            rule: Refusal::AuditUnavailable.rule().into(),
+            message: Some("the audit log cannot be written (audit.on_failure: refuse)".into()),
+            watched: false,
+        }
+    } else {
+        settle(
+            j.verdict,
+            req,
+            &g,
+            verified,
+            frozen.is_some(),
+            expected.as_ref(),
+        )
+    };
     if let (true, true, Some(e)) = (a.allow, verified, &expected) {
         // The backend checks the new image.
         stop.expect(Verification {
@@ -264,8 +276,24 @@ pub fn handle(
     )
     .in_attempt(j.attempt, j.repeat.is_some());
     // The event is written before the answer: whatever the exec does next,
-    // the audit trail already has it.
-    ctx.audit.record(&tree.session_id, EventBody::Execve(event));
+    // the audit trail already has it, or (`audit.on_failure: refuse`) it
+    // does not run.
+    let (_, written) = ctx
+        .audit
+        .record_checked(&tree.session_id, EventBody::Execve(event));
+    // This very event failed: refused too, unless the exec is already armed
+    // for a watch or expected by the backend (the next one is refused by the
+    // check above).
+    let allow = if allow && !written && refuse_unaudited && !watched && !verified {
+        tracing::error!(
+            pid,
+            "exec refused (audit_unavailable): its event cannot be written and \
+             audit.on_failure is refuse"
+        );
+        false
+    } else {
+        allow
+    };
     // The supervisor's own time for this exec (facts, freeze, policy,
     // audit); taken before the answer, which may hand this CPU to the tracee.
     phases::mark("audit");

@@ -57,6 +57,8 @@ pub struct SupervisorContext {
     pub audit: Arc<AuditLog>,
     /// Execs held for an operator (`decision: approve`).
     pub approvals: Arc<dyn Hold>,
+    /// `audit.on_failure`.
+    pub audit_on_failure: crate::config::AuditOnFailure,
 }
 
 /// One supervised tree.

@@ -42,10 +42,12 @@ pub enum Refusal {
     ExecMismatch,
     /// A syscall the filter handed over that nothing here handles.
     UnexpectedSyscall,
+    /// Its event cannot be written and `audit.on_failure` is `refuse`.
+    AuditUnavailable,
 }
 
 impl Refusal {
-    pub const ALL: [Refusal; 10] = [
+    pub const ALL: [Refusal; 11] = [
         Refusal::Unreadable,
         Refusal::Unresolvable,
         Refusal::MemoryNotFrozen,
@@ -56,6 +58,7 @@ impl Refusal {
         Refusal::Unverifiable,
         Refusal::ExecMismatch,
         Refusal::UnexpectedSyscall,
+        Refusal::AuditUnavailable,
     ];
 
     /// The audit event's `rule`.
@@ -71,6 +74,7 @@ impl Refusal {
             Refusal::Unverifiable => "unverifiable",
             Refusal::ExecMismatch => "exec_mismatch",
             Refusal::UnexpectedSyscall => "unexpected_syscall",
+            Refusal::AuditUnavailable => "audit_unavailable",
         }
     }
 }
