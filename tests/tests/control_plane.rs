@@ -701,14 +701,7 @@ fn a_full_audit_filesystem_loses_no_line_and_refuse_mode_runs_nothing() {
         .unwrap();
         let srv = TestServer::start_files(files, Command::new);
         let opts = WrapOptions::default();
-        let run = |s: &str| {
-            run_wrapped(
-                &srv.url,
-                s,
-                &["/bin/sh", "-c", "/bin/echo done"],
-                &opts,
-            )
-        };
+        let run = |s: &str| run_wrapped(&srv.url, s, &["/bin/sh", "-c", "/bin/echo done"], &opts);
         assert!(String::from_utf8_lossy(&run("room").stdout).contains("done"));
         // Fill it: not one more byte (whole pages, then what is left).
         for (bs, name) in [("4k", "pad"), ("1", "pad2")] {
