@@ -437,11 +437,13 @@ impl Config {
         for (key, path, instead) in own {
             if let Some(shared) = shared_ancestor(&real_path(path), &world_writable_dir) {
                 return Err(format!(
-                    "{key} {} is inside {}, which supervised trees must be able to write: \
-                     agentsh keeps trees out of its own files, and would have to take create \
-                     rights on {} away from every tree to do it there; use a directory such as \
-                     {instead}",
+                    "{key} {} is inside {}, which anyone can write: agentsh keeps trees out of \
+                     its own files, and would have to take create rights on {} away from every \
+                     tree to do it there; use a directory such as {instead} (or, if {} is \
+                     writable by mistake, `chmod o-w {}`)",
                     path.display(),
+                    shared.display(),
+                    shared.display(),
                     shared.display(),
                     shared.display()
                 ));

@@ -116,7 +116,10 @@ fn own_files_in_a_world_writable_directory_are_found() {
 fn state_under_tmp_is_refused_with_what_to_use() {
     let c = Config::from_yaml("state_dir: /tmp/agentsh-state\n", "t").unwrap();
     let e = c.check_own_locations(None).unwrap_err();
-    assert!(e.starts_with("state_dir /tmp/agentsh-state is inside /tmp, which supervised trees must be able to write"), "{e}");
+    assert!(
+        e.starts_with("state_dir /tmp/agentsh-state is inside /tmp, which anyone can write"),
+        "{e}"
+    );
     assert!(e.contains("/var/lib/agentsh"), "{e}");
     let c = Config::from_yaml("audit: {jsonl: /var/tmp/a/audit.jsonl}\n", "t").unwrap();
     let e = c.check_own_locations(None).unwrap_err();

@@ -213,11 +213,26 @@ pub fn fall_through(
             ))
         }
         (Mode::Auto, Active::Current(_)) => FallThrough::Refuse(format!(
-            "agentsh-shell-shim: {failure}; agentsh has already run in this container, so shim_install=auto refuses to run unsupervised: start the agentsh server ({server}) again; see {REFUSES_UNSUPERVISED}"
+            "agentsh-shell-shim: {failure}; agentsh has already run in this container, so shim_install=auto refuses to run unsupervised: {}; see {REFUSES_UNSUPERVISED}",
+            remedy(failure, &format!("start the agentsh server ({server}) again"))
         )),
         (Mode::On, _) => FallThrough::Refuse(format!(
-            "agentsh-shell-shim: {failure}; shim_install=on refuses to run unsupervised: start the agentsh server ({server}) or fix {SHIM_CONF_PATH}; see {REFUSES_UNSUPERVISED}"
+            "agentsh-shell-shim: {failure}; shim_install=on refuses to run unsupervised: {}; see {REFUSES_UNSUPERVISED}",
+            remedy(failure, &format!("start the agentsh server ({server}) or fix {SHIM_CONF_PATH}"))
         )),
+    }
+}
+
+/// What to do: a server that may be running but whose files the shim
+/// cannot trust needs its files fixed, not a restart.
+fn remedy(failure: &InstallFailure, otherwise: &str) -> String {
+    match failure {
+        InstallFailure::Untrusted(_) => {
+            "fix the ownership or mode named above (agentsh trusts only root-owned files in \
+             directories nobody else can write)"
+                .to_string()
+        }
+        _ => otherwise.to_string(),
     }
 }
 
@@ -232,6 +247,28 @@ pub fn loop_hint(real: &str) -> String {
 mod tests {
     use super::*;
     use agentsh_proto::shimconf::ParseError;
+
+    /// A server whose files cannot be trusted is running: the advice is to
+    /// fix them, not to start it again; anything else keeps "start it".
+    #[test]
+    fn the_refusal_advises_what_fixes_the_failure() {
+        let untrusted = InstallFailure::Untrusted("/run/agentsh has mode 777".into());
+        let down = InstallFailure::Unreachable("no agentsh server socket at x".into());
+        for mode in [Mode::On, Mode::Auto] {
+            let active = Active::Current(Default::default());
+            let FallThrough::Refuse(m) = fall_through(mode, "unix:/x", &untrusted, &active) else {
+                panic!("{mode:?}: not a refusal");
+            };
+            assert!(
+                m.contains("fix the ownership or mode") && !m.contains("start the agentsh"),
+                "{m}"
+            );
+            let FallThrough::Refuse(m) = fall_through(mode, "unix:/x", &down, &active) else {
+                panic!("{mode:?}: not a refusal");
+            };
+            assert!(m.contains("start the agentsh server (unix:/x)"), "{m}");
+        }
+    }
 
     #[test]
     fn shell_kind_from_argv0() {

@@ -83,6 +83,14 @@ fn refusal_of(body: &[u8]) -> (Option<String>, Option<&'static str>) {
 }
 
 fn call_unix(socket: &Path, target: &str, body: &[u8]) -> Result<(u16, Vec<u8>), InstallFailure> {
+    if std::fs::symlink_metadata(socket).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+        // Nothing to trust or distrust: the server is not there.
+        return Err(InstallFailure::Unreachable(format!(
+            "no agentsh server socket at {} (the server is not running, or shim.conf names \
+             another socket)",
+            socket.display()
+        )));
+    }
     vet_socket(socket).map_err(InstallFailure::Untrusted)?;
     let req = Request {
         method: "POST",
@@ -340,7 +348,13 @@ mod tests {
             server: Server::Unix("/run/agentsh-no-such-dir/api.sock".into()),
             ..ShimConf::default()
         };
-        assert!(call(&conf, &req).is_err());
+        // No socket there: the server is not running (not "not trusting").
+        match call(&conf, &req) {
+            Err(InstallFailure::Unreachable(e)) => {
+                assert!(e.contains("no agentsh server socket at"), "{e}")
+            }
+            other => panic!("{other:?}"),
+        }
         assert!(t.elapsed() < Duration::from_secs(2));
     }
 }

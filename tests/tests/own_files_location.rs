@@ -86,7 +86,7 @@ fn a_server_with_its_state_or_audit_log_under_tmp_refuses_to_start_and_says_what
             let (code, err) = server_exit(dir.path(), s, a);
             assert_eq!(code, Some(1), "{key} under {shared}: {err}");
             let want = format!(
-                "{key} {} is inside {shared}, which supervised trees must be able to write",
+                "{key} {} is inside {shared}, which anyone can write",
                 names.display()
             );
             assert!(err.contains(&want), "{key} under {shared}: {err}");
