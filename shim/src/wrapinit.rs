@@ -351,7 +351,7 @@ mod tests {
         // No socket there: the server is not running (not "not trusting").
         match call(&conf, &req) {
             Err(InstallFailure::Unreachable(e)) => {
-                assert!(e.contains("no agentsh server socket at"), "{e}")
+                assert!(e.contains("no agentsh server socket at"), "{e}");
             }
             other => panic!("{other:?}"),
         }
