@@ -184,3 +184,37 @@ fn policy_check_refuses_what_the_server_refuses_at_start() {
         assert!(stderr.contains(says), "{name}: {stderr}");
     }
 }
+
+/// The server runs only a config nobody else could have changed (as the
+/// shim trusts only such a shim.conf): a group- or other-writable file is
+/// refused at start with the fix; the same file made 0644 is accepted.
+#[test]
+fn the_server_refuses_a_config_others_could_write() {
+    if !require_root("the_server_refuses_a_config_others_could_write") {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let files = agentsh_tests::server::ServerFiles::write(
+        std::path::Path::new(agentsh_tests::sandbox::SERVER_BASE),
+        Some("name: p\ndefault: allow\n"),
+        "",
+    );
+    std::fs::set_permissions(&files.config, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let out = Command::new(bin("agentsh"))
+        .args(["server", "--config"])
+        .arg(&files.config)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("has mode 666") && stderr.contains("chmod go-w"),
+        "{stderr}"
+    );
+    std::fs::set_permissions(&files.config, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let srv = TestServer::start_files(files, Command::new);
+    assert!(srv
+        .try_call("GET", "/healthz", None)
+        .is_ok_and(|(s, _)| s == 200));
+}

@@ -57,6 +57,9 @@ pub fn run(start: Start) -> Result<(), String> {
     let report = command::Report::from_fd(report_fd);
     signals::block_all()?;
     let nofile_soft = raise_fd_limit();
+    if let Some(path) = config_file.as_deref() {
+        trust_config(path)?;
+    }
     let config = Config::load(config_file.as_deref()).map_err(|e| e.to_string())?;
     config.check_own_locations(config_file.as_deref())?;
     let policy = Policy::resolve(&config.policy, &config.policies_dir)
@@ -259,4 +262,37 @@ fn landlock_startup_report(landlock: &SessionLandlock) {
     for w in &c.warnings {
         tracing::warn!("landlock: {w}");
     }
+}
+
+/// The config decides what is enforced, so the server runs only one no one
+/// else could have changed, as the shim trusts only such a shim.conf:
+/// owned by root (or by the server's own user) and writable by no group or
+/// other.
+///
+/// # Errors
+/// What is wrong with the file, and the command that fixes it.
+fn trust_config(path: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).map_err(|e| format!("config {}: {e}", path.display()))?;
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    if m.uid() != 0 && m.uid() != euid {
+        return Err(format!(
+            "config {} is owned by uid {}: only root (or the server's own user) may own the file \
+             that decides what agentsh enforces; `chown root {}`",
+            path.display(),
+            m.uid(),
+            path.display()
+        ));
+    }
+    if m.mode() & 0o022 != 0 {
+        return Err(format!(
+            "config {} has mode {:o}: group or others could change what agentsh enforces; \
+             `chmod go-w {}`",
+            path.display(),
+            m.mode() & 0o7777,
+            path.display()
+        ));
+    }
+    Ok(())
 }
