@@ -64,6 +64,9 @@ pub fn run(start: Start) -> Result<(), String> {
     config.check_own_locations(config_file.as_deref())?;
     let policy = Policy::resolve(&config.policy, &config.policies_dir)
         .map_err(|e| format!("cannot load policy {:?}: {e}", config.policy))?;
+    for w in policy.shadowed_rules() {
+        tracing::warn!("policy {:?}: {w}", config.policy);
+    }
     let audit = AuditLog::open(&config.audit.jsonl, config.audit.memory_events_per_session)
         .map_err(|e| {
             format!(

@@ -210,6 +210,39 @@ impl Policy {
     }
 
     /// A human summary, as `agentsh policy check` prints it.
+    /// Rules that can never decide anything: an earlier rule (first match
+    /// wins) matches every program they name, at every depth they apply
+    /// to, whatever the arguments. Conservative: a warning means the later
+    /// rule is unreachable for every input; a rule not listed may still be.
+    pub fn shadowed_rules(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (j, later) in self.command_rules.iter().enumerate() {
+            let shadow = self.command_rules[..j].iter().find(|earlier| {
+                earlier.args_patterns.is_empty()
+                    && earlier.depth.min <= later.depth.min
+                    && later.depth.max <= earlier.depth.max
+                    && later
+                        .commands_text
+                        .iter()
+                        .all(|c| covers(&earlier.commands, &earlier.commands_text, c))
+            });
+            if let Some(earlier) = shadow {
+                out.push(format!(
+                    "rule {:?} is never reached: the earlier rule {:?} ({}) matches every \
+                     program it names ({}), at every depth, whatever the arguments; move it \
+                     above {:?} or narrow {:?}",
+                    later.name,
+                    earlier.name,
+                    earlier.decision,
+                    later.commands_text.join(" "),
+                    earlier.name,
+                    earlier.name
+                ));
+            }
+        }
+        out
+    }
+
     pub fn summary(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(s, "policy {:?} ({}): OK", self.name, self.origin);
@@ -340,6 +373,30 @@ pub fn shipped(name: &str) -> Option<&'static str> {
     SHIPPED.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
 }
 
+/// Whether the patterns `earlier` (their texts `texts`) match every
+/// program the command entry `entry` matches: an absolute path is matched
+/// as that program; a bare name (which matches that name in any directory,
+/// and a payload named so) only by the same name or a basename glob that
+/// matches it; a glob or a digest only by the same text.
+fn covers(earlier: &[pattern::CommandPattern], texts: &[String], entry: &str) -> bool {
+    if texts.iter().any(|t| t == entry) {
+        return true;
+    }
+    let is_glob = entry.contains(['*', '?', '[']);
+    if is_glob || entry.starts_with("sha256:") {
+        return texts.iter().any(|t| t == "*");
+    }
+    if entry.starts_with('/') {
+        return earlier
+            .iter()
+            .any(|p| p.matches(&pattern::ProgramName::exec(entry)));
+    }
+    earlier
+        .iter()
+        .zip(texts)
+        .any(|(p, t)| !t.contains('/') && p.matches(&pattern::ProgramName::exec(entry)))
+}
+
 /// For `agentsh policy check FILE`: the summary, or the error to print.
 ///
 /// Besides loading it, compiles its Landlock rules on this machine's
@@ -353,7 +410,11 @@ pub fn shipped(name: &str) -> Option<&'static str> {
 pub fn check_file(path: &Path) -> Result<String, PolicyError> {
     let policy = Policy::load(path)?;
     carvable_here(&policy)?;
-    Ok(policy.summary())
+    let mut s = policy.summary();
+    for w in policy.shadowed_rules() {
+        let _ = write!(s, "\n  warning: {w}");
+    }
+    Ok(s)
 }
 
 fn carvable_here(policy: &Policy) -> Result<(), PolicyError> {

@@ -1165,3 +1165,50 @@ fn a_policy_names_more_multi_call_binaries() {
         .unwrap_or_default();
     assert!(err.contains("is not a file name"), "{err}");
 }
+
+/// An earlier first-match rule that matches everything a later one names,
+/// at its depths, whatever the arguments, makes it unreachable: the design
+/// documents' own default policy had `dev-tools` allowing pip and npm before
+/// `pkg-install` could ask. A narrower earlier rule (arguments, depth, other
+/// programs) shadows nothing; the shipped policies have no such rule.
+#[test]
+fn shadowed_rules_are_found_and_only_they() {
+    let p = |rules: &[&str]| {
+        let rules: String = rules.iter().map(|r| format!("  - {r}\n")).collect();
+        Policy::from_yaml(&format!("default: deny\ncommand_rules:\n{rules}"), "t.yaml").unwrap()
+    };
+    let shadowed = p(&[
+        "{name: dev-tools, commands: [pip, npm, node], decision: allow}",
+        "{name: pkg-install, commands: [pip, npm], args_patterns: ['^install'], decision: approve}",
+        "{name: usr, commands: [\"/usr/**\"], decision: allow}",
+        "{name: usr-curl, commands: [/usr/bin/curl], decision: deny}",
+    ]);
+    let w = shadowed.shadowed_rules();
+    assert_eq!(w.len(), 2, "{w:?}");
+    assert!(
+        w[0].contains("\"pkg-install\" is never reached") && w[0].contains("\"dev-tools\""),
+        "{w:?}"
+    );
+    assert!(w[1].contains("\"usr-curl\" is never reached"), "{w:?}");
+    let fine = p(&[
+        "{name: pkg-install, commands: [pip], args_patterns: ['^install'], decision: approve}",
+        "{name: dev-tools, commands: [pip, npm], decision: allow}",
+        "{name: nested, commands: [curl], context: [nested], decision: deny}",
+        "{name: any-curl, commands: [curl], decision: allow}",
+        "{name: usr, commands: [\"/usr/**\"], decision: allow}",
+        "{name: other, commands: [wget], decision: deny}",
+    ]);
+    assert!(
+        fine.shadowed_rules().is_empty(),
+        "{:?}",
+        fine.shadowed_rules()
+    );
+    for name in ["agent-default", "agent-strict", "agent-observe"] {
+        let policy = Policy::from_yaml(shipped(name).unwrap(), name).unwrap();
+        assert!(
+            policy.shadowed_rules().is_empty(),
+            "{name}: {:?}",
+            policy.shadowed_rules()
+        );
+    }
+}
