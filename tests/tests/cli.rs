@@ -218,3 +218,68 @@ fn the_server_refuses_a_config_others_could_write() {
         .try_call("GET", "/healthz", None)
         .is_ok_and(|(s, _)| s == 200));
 }
+
+/// `agentsh events query` searches the log files as written (the rotated
+/// copy first), no server needed: by session, decision, rule and age,
+/// filters combined, as JSON or a table.
+#[test]
+fn events_query_filters_the_log_and_its_rotated_copies() {
+    let dir = TempDir::new("query");
+    let log = dir.path().join("audit.jsonl");
+    let ev = |id: u64, ts: &str, session: &str, decision: &str, rule: &str| {
+        format!(
+            "{{\"id\":{id},\"timestamp\":\"{ts}\",\"session_id\":\"{session}\",\"type\":\"execve\",\
+             \"pid\":1,\"depth\":1,\"filename\":\"/usr/bin/x\",\"argv\":[\"x\"],\"decision\":\"{decision}\",\
+             \"rule\":\"{rule}\",\"effective_action\":\"{decision}\"}}\n"
+        )
+    };
+    let now = agentsh::audit::rfc3339_now();
+    std::fs::write(
+        dir.path().join("audit.jsonl.1"),
+        ev(1, "2020-01-01T00:00:00.000000Z", "a", "deny", "old-rule"),
+    )
+    .unwrap();
+    std::fs::write(
+        &log,
+        ev(2, &now, "a", "deny", "deny-curl")
+            + &ev(3, &now, "b", "allow", "default")
+            + "not json\n",
+    )
+    .unwrap();
+    let q = |args: &[&str]| {
+        let out = Command::new(bin("agentsh"))
+            .args(["events", "query", "--json", "--file"])
+            .arg(&log)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["id"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect::<Vec<u64>>()
+    };
+    assert_eq!(q(&[]), [1, 2, 3], "oldest (rotated) first");
+    assert_eq!(q(&["--decision", "deny"]), [1, 2]);
+    assert_eq!(q(&["--session", "a", "--since", "1h"]), [2]);
+    assert_eq!(q(&["--rule", "default"]), [3]);
+    assert_eq!(
+        q(&["--session", "b", "--decision", "deny"]),
+        Vec::<u64>::new()
+    );
+    let bad = Command::new(bin("agentsh"))
+        .args(["events", "query", "--since", "3w", "--file"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("the unit is s, m, h or d"));
+}

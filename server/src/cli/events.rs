@@ -1,5 +1,6 @@
 //! `agentsh events`: a session's audit trail from a running server, as JSON
-//! lines or a table, once or following.
+//! lines or a table, once or following; `agentsh events query`: the audit
+//! log files searched by session, decision, rule and age.
 
 use crate::cli::client::Client;
 
@@ -28,7 +29,7 @@ fn table_row(ev: &serde_json::Value) -> String {
                 cmd.push_str("...");
             }
             format!(
-                "{:<5} {:<12} {:<7} {:<5} {:<7} {:<6} {:<26} {}  [{}]",
+                "{:<16} {:<12} {:<7} {:<5} {:<7} {:<6} {:<26} {}  [{}]",
                 n("id"),
                 time,
                 n("pid"),
@@ -40,9 +41,117 @@ fn table_row(ev: &serde_json::Value) -> String {
                 s("filename")
             )
         }
-        Some(other) => format!("{:<5} {:<12} {other}", n("id"), time),
+        Some(other) => format!("{:<16} {:<12} {other}", n("id"), time),
         None => ev.to_string(),
     }
+}
+
+/// What `events query` keeps.
+pub(super) struct Filter {
+    pub session: Option<String>,
+    pub decision: Option<String>,
+    pub rule: Option<String>,
+    pub since: Option<String>,
+}
+
+/// `90s`, `15m`, `2h`, `7d` as seconds.
+fn duration_secs(text: &str) -> Result<u64, String> {
+    let (n, unit) = text.split_at(text.len().saturating_sub(1));
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("--since {text:?}: a number and a unit (s, m, h, d), e.g. 15m"))?;
+    let unit = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(format!("--since {text:?}: the unit is s, m, h or d")),
+    };
+    Ok(n.saturating_mul(unit))
+}
+
+/// The log and its rotated copies, oldest first (FILE.N ... FILE.1, FILE).
+fn log_files(file: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut rotated: Vec<(u32, std::path::PathBuf)> = Vec::new();
+    if let (Some(dir), Some(name)) = (file.parent(), file.file_name()) {
+        let prefix = format!("{}.", name.to_string_lossy());
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let entry = e.file_name().to_string_lossy().into_owned();
+            if let Some(n) = entry
+                .strip_prefix(&prefix)
+                .and_then(|n| n.parse::<u32>().ok())
+            {
+                rotated.push((n, e.path()));
+            }
+        }
+    }
+    rotated.sort_by_key(|r| std::cmp::Reverse(r.0));
+    rotated
+        .into_iter()
+        .map(|(_, p)| p)
+        .chain(std::iter::once(file.to_path_buf()))
+        .collect()
+}
+
+/// `agentsh events query`: prints the events of the log files that pass
+/// `f`, oldest first.
+///
+/// # Errors
+/// A bad `--since`, or no log file to read.
+pub(super) fn query(file: &std::path::Path, f: &Filter, json: bool) -> Result<(), String> {
+    let after = match &f.since {
+        Some(s) => {
+            let secs = duration_secs(s)?;
+            Some(crate::audit::rfc3339_at(
+                std::time::SystemTime::now() - std::time::Duration::from_secs(secs),
+            ))
+        }
+        None => None,
+    };
+    let files = log_files(file);
+    if !files.iter().any(|p| p.exists()) {
+        return Err(format!(
+            "no audit log at {} (give the server's audit.jsonl with --file)",
+            file.display()
+        ));
+    }
+    if !json {
+        println!(
+            "{:<16} {:<12} {:<7} {:<5} {:<7} {:<6} {:<26} COMMAND  [PROGRAM]",
+            "ID", "TIME", "PID", "DEPTH", "POLICY", "ACTION", "RULE"
+        );
+    }
+    let is = |ev: &serde_json::Value, key: &str, want: &Option<String>| {
+        want.as_ref()
+            .is_none_or(|w| ev.get(key).and_then(|v| v.as_str()) == Some(w.as_str()))
+    };
+    for path in files {
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        for line in text.lines() {
+            let Ok(ev) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            let recent = after.as_ref().is_none_or(|a| {
+                ev.get("timestamp")
+                    .and_then(|t| t.as_str())
+                    .is_some_and(|t| t >= a.as_str())
+            });
+            if recent
+                && is(&ev, "session_id", &f.session)
+                && is(&ev, "decision", &f.decision)
+                && is(&ev, "rule", &f.rule)
+            {
+                if json {
+                    println!("{ev}");
+                } else {
+                    println!("{}", table_row(&ev));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 pub(super) fn print_events(
@@ -55,7 +164,7 @@ pub(super) fn print_events(
     let mut after = 0u64;
     if matches!(format, super::EventFormat::Table) {
         println!(
-            "{:<5} {:<12} {:<7} {:<5} {:<7} {:<6} {:<26} COMMAND  [PROGRAM]",
+            "{:<16} {:<12} {:<7} {:<5} {:<7} {:<6} {:<26} COMMAND  [PROGRAM]",
             "ID", "TIME", "PID", "DEPTH", "POLICY", "ACTION", "RULE"
         );
     }

@@ -72,8 +72,12 @@ enum Command {
         #[command(subcommand)]
         command: PolicyCommand,
     },
-    /// Print a session's audit events (JSON Lines) from a running server.
+    /// Print a session's audit events (JSON Lines) from a running server, or
+    /// search the audit log files (`events query`).
+    #[command(args_conflicts_with_subcommands = true)]
     Events {
+        #[command(subcommand)]
+        query: Option<EventsCommand>,
         /// Session id.
         #[arg(long, default_value = "default")]
         session: String,
@@ -173,6 +177,35 @@ enum Command {
         /// Output directory (created if missing).
         #[arg(long, value_name = "DIR")]
         dir: PathBuf,
+    },
+}
+
+/// `agentsh events query`.
+#[derive(Debug, Subcommand)]
+enum EventsCommand {
+    /// Search the audit log as written (the JSONL file and its rotated
+    /// copies FILE.1, FILE.2, ..., oldest first); no server needed. Filters
+    /// combine (all must hold).
+    Query {
+        /// Only this session.
+        #[arg(long)]
+        session: Option<String>,
+        /// Only this policy decision: allow, deny, audit or approve.
+        #[arg(long)]
+        decision: Option<String>,
+        /// Only events with this rule (a policy rule, or a refusal such as
+        /// `loader_payload`).
+        #[arg(long)]
+        rule: Option<String>,
+        /// Only the last DURATION: 90s, 15m, 2h, 7d.
+        #[arg(long)]
+        since: Option<String>,
+        /// One JSON object per line instead of the table.
+        #[arg(long)]
+        json: bool,
+        /// The log file.
+        #[arg(long, default_value = "/var/log/agentsh/audit.jsonl")]
+        file: std::path::PathBuf,
     },
 }
 
@@ -332,10 +365,32 @@ pub fn main() -> ExitCode {
             Err(e) => Err(e.to_string()),
         },
         Command::Events {
+            query:
+                Some(EventsCommand::Query {
+                    session,
+                    decision,
+                    rule,
+                    since,
+                    json,
+                    file,
+                }),
+            ..
+        } => events::query(
+            &file,
+            &events::Filter {
+                session,
+                decision,
+                rule,
+                since,
+            },
+            json,
+        ),
+        Command::Events {
             session,
             follow,
             server,
             format,
+            ..
         } => events::print_events(server.trim_end_matches('/'), &session, follow, format),
         Command::Approvals { command } => approvals::run(command),
         // Inside a supervised shell the server's socket cannot be reached
