@@ -27,6 +27,8 @@ done
 case "$profile" in static|release) ;; *) echo "build-static.sh: --profile must be static or release" >&2; exit 2 ;; esac
 dir="${CARGO_TARGET_DIR:-target}/$profile"
 for b in agentsh-shell-shim agentsh-unixwrap; do
+  # A cold build takes a minute or more: say what is happening.
+  echo "build-static.sh: building $b ($profile, static-pie)..." >&2
   cargo rustc -q --locked --profile "$profile" -p "$b" --bin "$b" -- -C target-feature=+crt-static
   if ! dyn="$(LC_ALL=C readelf -d -l "$dir/$b" 2>&1)" || grep -qE '\(NEEDED\)|Requesting program interpreter' <<<"$dyn"; then
     echo "build-static.sh: $dir/$b is not static: $(grep -E '\(NEEDED\)|interpreter' <<<"$dyn" | tr -s ' ' | head -3)" >&2

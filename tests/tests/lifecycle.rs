@@ -304,6 +304,16 @@ fn man_pages_and_completions_cover_every_subcommand() {
     let server = std::fs::read_to_string(dir.path().join("agentsh-server.1")).unwrap();
     assert!(server.contains("print\\-config") || server.contains("print-config"));
     assert!(dir.path().join("agentsh-shim-install.1").exists());
+    // Only pages that ship are named: no agentsh-help(1), no page for the
+    // hidden reaper (issue 24).
+    for e in std::fs::read_dir(dir.path()).unwrap() {
+        let page = std::fs::read_to_string(e.unwrap().path()).unwrap();
+        assert!(
+            !page.contains("agentsh\\-help"),
+            "a page names agentsh-help"
+        );
+    }
+    assert!(!dir.path().join("agentsh-reaper.1").exists());
 
     let bash = Command::new(bin("agentsh"))
         .args(["completions", "bash"])

@@ -52,14 +52,27 @@ fn client(server: &str) -> Result<Client, String> {
     Ok(Client::new(server, None)?.with_timeout(Duration::from_secs(2)))
 }
 
+/// How long `wait_ready` waits quietly before it says what it waits for.
+const PROGRESS_AFTER: Duration = Duration::from_secs(2);
+
 /// `agentsh ready`: waits until the server at `server` answers `/healthz`.
 pub fn wait_ready(server: &str, timeout: Duration) -> Result<(), String> {
     let client = client(server)?;
-    let deadline = Instant::now() + timeout;
+    let started = Instant::now();
+    let deadline = started + timeout;
+    let mut said = false;
     loop {
         match probe(&client) {
             Ok(()) => return Ok(()),
             Err(NotReady::Never(why)) => return Err(why),
+            // A wait of seconds says what it waits for, once (stderr).
+            Err(NotReady::Yet(_)) if !said && started.elapsed() >= PROGRESS_AFTER => {
+                said = true;
+                eprintln!(
+                    "agentsh: waiting for the agentsh server at {server} to be ready (up to {}s)",
+                    timeout.as_secs_f32()
+                );
+            }
             Err(NotReady::Yet(e)) if Instant::now() >= deadline => {
                 return Err(format!(
                     "the agentsh server at {server} did not answer /healthz as ready within {}s (last answer: {e})",

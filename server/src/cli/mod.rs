@@ -268,7 +268,8 @@ fn write_man_pages(dir: &std::path::Path) -> Result<(), String> {
             .map_err(|e| format!("cannot render {name}.1: {e}"))?;
         std::fs::write(&path, buf).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         for sub in cmd.get_subcommands() {
-            if sub.get_name() == "help" {
+            // `help` is not a page of its own, nor is a hidden command.
+            if sub.get_name() == "help" || sub.is_hide_set() {
                 continue;
             }
             walk(sub.clone(), format!("{name}-{}", sub.get_name()), dir)?;
@@ -276,7 +277,20 @@ fn write_man_pages(dir: &std::path::Path) -> Result<(), String> {
         Ok(())
     }
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let mut cmd = Cli::command();
+    // Without the `help` subcommands: SEE ALSO would name pages that are
+    // not shipped (agentsh-help(1)).
+    fn no_help(cmd: clap::Command) -> clap::Command {
+        let names: Vec<String> = cmd
+            .get_subcommands()
+            .map(|s| s.get_name().to_string())
+            .collect();
+        names
+            .into_iter()
+            .fold(cmd.disable_help_subcommand(true), |c, n| {
+                c.mut_subcommand(n, no_help)
+            })
+    }
+    let mut cmd = no_help(Cli::command());
     cmd.build();
     walk(cmd, "agentsh".into(), dir)
 }
