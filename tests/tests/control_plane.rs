@@ -702,6 +702,20 @@ fn a_full_audit_filesystem_loses_no_line_and_refuse_mode_runs_nothing() {
         let srv = TestServer::start_files(files, Command::new);
         let opts = WrapOptions::default();
         let run = |s: &str| run_wrapped(&srv.url, s, &["/bin/sh", "-c", "/bin/echo done"], &opts);
+        // Thirty execs: more events than the log's last, partly used page
+        // holds (a full tmpfs still takes writes into a page it has).
+        let many = |s: &str| {
+            run_wrapped(
+                &srv.url,
+                s,
+                &[
+                    "/bin/sh",
+                    "-c",
+                    "i=0; while [ $i -lt 30 ]; do /bin/true; i=$((i+1)); done; /bin/echo done",
+                ],
+                &opts,
+            )
+        };
         assert!(String::from_utf8_lossy(&run("room").stdout).contains("done"));
         // Fill it: not one more byte (whole pages, then what is left).
         for (bs, name) in [("4k", "pad"), ("1", "pad2")] {
@@ -714,12 +728,20 @@ fn a_full_audit_filesystem_loses_no_line_and_refuse_mode_runs_nothing() {
                 .output()
                 .unwrap();
         }
-        let out = run("full");
+        let out = many("full");
         let said = srv.log();
         assert!(
             said.contains("audit JSONL write failed"),
             "not said: {said}"
         );
+        // The operator's status says it too.
+        let st = srv.get_json("/api/v1/status");
+        assert_eq!(st["audit"]["writable"], false, "{st}");
+        assert!(
+            st["audit"]["write_failures"].as_u64().unwrap_or(0) > 0,
+            "{st}"
+        );
+        assert_eq!(st["audit"]["on_failure"], on_failure, "{st}");
         let text = std::fs::read_to_string(&jsonl).unwrap();
         for l in text.lines() {
             assert!(

@@ -39,7 +39,18 @@ pub async fn handle(api: Arc<Api>, peer: Peer, req: Request<Incoming>) -> Result
                     match serde_json::to_value(&api.detected) {
                         Ok(v) => json(
                             200,
-                            &serde_json::json!({ "host": v, "policy": api.policy_name }),
+                            &serde_json::json!({
+                                "host": v,
+                                "policy": api.policy_name,
+                                // A log that cannot be written is an operator's
+                                // first question (issue 24).
+                                "audit": {
+                                    "writable": api.audit.healthy(),
+                                    "write_failures": api.audit.write_failures(),
+                                    "on_failure": format!("{:?}", api.config.audit.on_failure)
+                                        .to_lowercase(),
+                                },
+                            }),
                         ),
                         Err(e) => error(500, format!("cannot serialize the status: {e}")),
                     }
