@@ -347,14 +347,18 @@ fn the_server_ignores_stop_signals_from_a_filtered_process_and_obeys_others() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    std::thread::sleep(Duration::from_millis(500));
+    // Wait for the server to have taken them (its log says so), not for a time.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !srv.log().contains("signal from a supervised tree ignored") {
+        assert!(Instant::now() < deadline, "no signal taken: {}", srv.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert!(
         srv.try_call("GET", "/healthz", None)
             .is_ok_and(|(s, _)| s == 200),
         "the server obeyed a signal from a filtered sender: {}",
         srv.log()
     );
-    assert!(srv.log().contains("signal from a supervised tree ignored"));
     // The operator (no extra filter) stops it.
     // SAFETY: kill has no memory preconditions.
     assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGTERM) }, 0);
