@@ -21,6 +21,7 @@ pub mod hint;
 pub mod http;
 pub mod install;
 pub mod marker;
+pub mod netabi;
 pub mod notif;
 pub mod seqpacket;
 pub mod shimconf;

@@ -184,6 +184,8 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
             ))
         }
     };
+    let (socket_families, egress) =
+        check_network_policy(&ctx, doc.socket_families, doc.egress, &network_rules)?;
     Ok(Policy {
         name,
         description: doc.description,
@@ -199,7 +201,88 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
         exec_sources,
         exec_memory_denied,
         multi_call,
+        socket_families,
+        egress,
     })
+}
+
+/// `socket_families:` and `egress:`: names to numbers, rules compiled; with
+/// `egress` and no list, the families are unix, inet and inet6. `egress`
+/// beside a `network_rules` entry that allows every TCP port is refused:
+/// the two would say different things about the same connect.
+fn check_network_policy(
+    ctx: &Ctx<'_>,
+    families: Option<Vec<String>>,
+    egress: Option<super::egress::EgressDoc>,
+    network_rules: &[NetworkRule],
+) -> Result<
+    (
+        Option<std::collections::BTreeSet<u32>>,
+        Option<super::egress::Egress>,
+    ),
+    PolicyError,
+> {
+    let egress = match egress {
+        None => None,
+        Some(doc) => Some(super::egress::compile(doc).map_err(|e| {
+            let location = match &e.rule {
+                Some((_, name)) => {
+                    ctx.source
+                        .rule_value("egress", name, 0, e.field, e.value.as_deref())
+                }
+                None => ctx.source.section_value(
+                    "egress",
+                    Some(e.field),
+                    e.value.as_deref().unwrap_or(""),
+                ),
+            };
+            let what = match &e.rule {
+                Some((i, name)) => format!("egress.rules[{i}] {name:?}: {}", e.message),
+                None => format!("egress.{}", e.message),
+            };
+            ctx.invalid(location, e.rule.as_ref().map(|(_, n)| n.as_str()), what)
+        })?),
+    };
+    let families = match (families, &egress) {
+        (Some(names), _) => {
+            let mut set = std::collections::BTreeSet::new();
+            for n in &names {
+                let v = super::egress::family(n).map_err(|m| {
+                    ctx.invalid(
+                        ctx.source.section_value("socket_families", None, n),
+                        None,
+                        m,
+                    )
+                })?;
+                set.insert(v);
+            }
+            Some(set)
+        }
+        (None, Some(_)) => Some(
+            super::egress::DEFAULT_FAMILIES
+                .iter()
+                .filter_map(|n| super::egress::family(n).ok())
+                .collect(),
+        ),
+        (None, None) => None,
+    };
+    if egress.is_some() {
+        if let Some(open) = network_rules.iter().find(|r| {
+            r.direction == NetworkDirection::Connect
+                && r.decision == Decision::Allow
+                && r.ports == super::schema::PortSet::Any
+        }) {
+            return Err(ctx.invalid(
+                ctx.source.rule("network_rules", &open.name, 0),
+                Some(&open.name),
+                format!(
+                    "network_rules {:?} allows connects to every TCP port while egress: judges                      each destination; remove that rule (egress decides connects) or list its                      ports",
+                    open.name
+                ),
+            ));
+        }
+    }
+    Ok((families, egress))
 }
 
 /// `exec_sources:`: `writable` is allow or deny; with deny, the places the

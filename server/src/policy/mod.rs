@@ -23,6 +23,7 @@
 
 mod compile;
 pub mod daemon_sockets;
+pub mod egress;
 mod error;
 mod judge;
 pub mod landlock;
@@ -85,6 +86,11 @@ pub struct Policy {
     exec_memory_denied: bool,
     /// `multi_call:`: more multi-call binaries, by file name.
     multi_call: Vec<String>,
+    /// `socket_families:` as numbers (with `egress` and no list: unix,
+    /// inet, inet6); `None`: any family.
+    socket_families: Option<std::collections::BTreeSet<u32>>,
+    /// `egress:`; `None`: destinations are not judged.
+    egress: Option<egress::Egress>,
 }
 
 impl Policy {
@@ -185,6 +191,16 @@ impl Policy {
     /// Validated; compiled to Landlock by the caller.
     pub fn network_rules(&self) -> &[NetworkRule] {
         &self.network_rules
+    }
+
+    /// The `socket()` families a tree may create (`None`: any).
+    pub fn socket_families(&self) -> Option<&std::collections::BTreeSet<u32>> {
+        self.socket_families.as_ref()
+    }
+
+    /// `egress:` compiled (`None`: destinations are not judged).
+    pub fn egress(&self) -> Option<&egress::Egress> {
+        self.egress.as_ref()
     }
 
     /// `daemon_sockets: {allow, deny}` (the built-in list is in `daemon_sockets`).

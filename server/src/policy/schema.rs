@@ -80,6 +80,10 @@ pub(crate) struct PolicyDoc {
     /// More multi-call binaries (file names), judged as the applet argv[0]
     /// picks, as busybox and toybox are.
     pub multi_call: Option<Vec<String>>,
+    /// `socket()` families allowed (names; see `egress::FAMILIES`).
+    pub socket_families: Option<Vec<String>>,
+    /// Network policy by destination (see `egress`).
+    pub egress: Option<super::egress::EgressDoc>,
 }
 
 /// `exec_sources:`: whether files in places the tree can write may run.
