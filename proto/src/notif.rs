@@ -94,10 +94,27 @@ pub fn respond_errno(fd: BorrowedFd<'_>, id: u64, errno: i32) -> io::Result<()> 
     send(fd, id, -errno, 0)
 }
 
+/// Answers the trapped syscall (not run) with its return value: `val >= 0`
+/// is the value, `val < 0` is `-errno`.
+///
+/// # Errors
+/// ENOENT when the tracee is gone (nothing to do).
+pub fn respond_value(fd: BorrowedFd<'_>, id: u64, val: i64) -> io::Result<()> {
+    if val < 0 {
+        send_val(fd, id, 0, val as i32, 0)
+    } else {
+        send_val(fd, id, val, 0, 0)
+    }
+}
+
 fn send(fd: BorrowedFd<'_>, id: u64, error: i32, flags: u32) -> io::Result<()> {
+    send_val(fd, id, 0, error, flags)
+}
+
+fn send_val(fd: BorrowedFd<'_>, id: u64, val: i64, error: i32, flags: u32) -> io::Result<()> {
     let mut r = libc::seccomp_notif_resp {
         id,
-        val: 0,
+        val,
         error,
         flags,
     };

@@ -272,10 +272,38 @@ pub struct SignalEvent {
     pub reason: String,
 }
 
+/// One destination a tree named, as egress supervision judged it (the
+/// first time: later calls to the same destination reuse the decision).
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct ConnectEvent {
+    /// The calling thread's id.
+    pub pid: u32,
+    /// connect | sendto | sendmsg | sendmmsg
+    pub syscall: String,
+    /// The name the tree resolved to `ip`, when known.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub host: Option<String>,
+    /// The destination (absent when the call could not be judged at all).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub ip: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub port: Option<u16>,
+    /// tcp | udp
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub protocol: Option<String>,
+    /// The egress rule that decided, `default`, or the mechanism's own
+    /// refusal (`egress_unenforceable`).
+    pub rule: String,
+    pub decision: crate::policy::Decision,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub message: Option<String>,
+}
+
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum EventBody {
     Execve(ExecEvent),
+    Connect(ConnectEvent),
     WrapInit(WrapInitEvent),
     Handoff(HandoffEvent),
     UnsupervisedRun(UnsupervisedEvent),

@@ -99,6 +99,79 @@ pub fn send_notify_fd(sock: BorrowedFd<'_>, notify_fd: BorrowedFd<'_>) -> io::Re
     }
 }
 
+/// A thread started *before* the filter is loaded, which sends the notify
+/// fd once there is one.
+///
+/// Why: with `egress:` the filter traps every `sendmsg` (the destination is
+/// behind a pointer no BPF program can read), and a trapped call of this
+/// thread would wait on a listener nobody holds yet: the fd it is sending.
+/// Filters are per thread and inherited at clone (unixwrap loads without
+/// TSYNC), so a thread cloned before the load is not under the filter; it
+/// runs only [`send_notify_fd`] and is joined before anything else happens,
+/// so nothing of the tree ever runs unfiltered (the exec that follows is the
+/// main thread's, and the courier is gone by then).
+pub struct Courier {
+    tx: Option<std::sync::mpsc::Sender<RawFd>>,
+    thread: Option<std::thread::JoinHandle<io::Result<()>>>,
+}
+
+impl Courier {
+    /// Starts the courier for `sock_fd` (unixwrap's end of the socketpair).
+    /// Must be called after the last `unshare` (a second thread makes
+    /// `unshare(CLONE_NEWNS)` fail) and before the filter is loaded.
+    ///
+    /// # Errors
+    /// The thread could not be started.
+    pub fn start(sock_fd: RawFd) -> io::Result<Courier> {
+        let (tx, rx) = std::sync::mpsc::channel::<RawFd>();
+        let thread = std::thread::Builder::new()
+            .name("notify-courier".into())
+            .spawn(move || {
+                let Ok(fd) = rx.recv() else {
+                    return Ok(());
+                };
+                // SAFETY: both fds stay open until the main thread has joined
+                // this thread (it waits in `send`).
+                let (sock, notify) =
+                    unsafe { (BorrowedFd::borrow_raw(sock_fd), BorrowedFd::borrow_raw(fd)) };
+                send_notify_fd(sock, notify)
+            })?;
+        Ok(Courier {
+            tx: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// Has the courier send `notify_fd` and waits for it to finish.
+    ///
+    /// # Errors
+    /// sendmsg's errno; or the courier died.
+    pub fn send(mut self, notify_fd: BorrowedFd<'_>) -> io::Result<()> {
+        let tx = self
+            .tx
+            .take()
+            .ok_or_else(|| io::Error::other("courier already used"))?;
+        tx.send(notify_fd.as_raw_fd())
+            .map_err(|_| io::Error::other("the courier thread is gone"))?;
+        drop(tx);
+        match self.thread.take().map(std::thread::JoinHandle::join) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err(io::Error::other("the courier thread panicked")),
+            None => Err(io::Error::other("courier already used")),
+        }
+    }
+}
+
+impl Drop for Courier {
+    fn drop(&mut self) {
+        // Unused (the load failed): the closed channel ends the thread.
+        drop(self.tx.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// Why there is no accepted ACK.
 #[derive(Debug)]
 pub enum AckError {

@@ -235,6 +235,15 @@ fn install(setup: &Setup, sock_fd: RawFd, log: &Log) -> Result<(), WrapError> {
         true
     };
 
+    // The thread that will send the notify fd: cloned before the load, so
+    // its sendmsg is not trapped (see `handoff::Courier`).
+    let courier = match config.backend {
+        ExecBackend::Notify => Some(
+            handoff::Courier::start(sock_fd)
+                .map_err(|err| setup.refused(Refusal::Send { fd: sock_fd, err }))?,
+        ),
+        ExecBackend::Ptrace => None,
+    };
     let t_load = Instant::now();
     let loaded =
         filter::load(&prog, config.wait_killable, config.backend).map_err(|e| match e {
@@ -258,7 +267,7 @@ fn install(setup: &Setup, sock_fd: RawFd, log: &Log) -> Result<(), WrapError> {
     );
 
     // From here on the filter is installed: every failure is a refusal.
-    hand_over(setup, sock_fd, loaded, log)?;
+    hand_over(setup, sock_fd, loaded, courier, log)?;
     if let Some(ll) = &config.landlock {
         let report = landlock::apply(ll, no_new_privs, log)
             .map_err(|e| setup.refused(Refusal::Landlock(e)))?;
@@ -274,6 +283,7 @@ fn hand_over(
     setup: &Setup,
     sock_fd: RawFd,
     loaded: filter::Loaded,
+    courier: Option<handoff::Courier>,
     log: &Log,
 ) -> Result<(), WrapError> {
     if !agentsh_filter_present() {
@@ -283,11 +293,14 @@ fn hand_over(
     // (handed down by the shim) and only closed by `handoff::close_raw` below,
     // after the last use of this borrow.
     let sock = unsafe { BorrowedFd::borrow_raw(sock_fd) };
-    let sent = match &loaded.notify_fd {
-        Some(fd) => handoff::send_notify_fd(sock, fd.as_fd()),
+    let sent = match (&loaded.notify_fd, courier) {
+        (Some(fd), Some(courier)) => courier.send(fd.as_fd()),
+        (Some(_), None) => Err(std::io::Error::other(
+            "no courier thread for the notify fd (backend mismatch)",
+        )),
         // ptrace: the server seizes this process before it answers, so the
         // exec below is already a traced one.
-        None => handoff::send_trace_request(sock),
+        (None, _) => handoff::send_trace_request(sock),
     };
     sent.map_err(|err| setup.refused(Refusal::Send { fd: sock_fd, err }))?;
     let timeout = Duration::from_secs(u64::from(setup.config.ack_timeout_secs));

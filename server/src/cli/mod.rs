@@ -361,6 +361,7 @@ pub fn main() -> ExitCode {
             crate::filter::Filters::new(
                 p.blocked_syscalls(),
                 p.exec_memory_denied(),
+                crate::filter::NetFilter::of(&p),
                 agentsh_proto::wire::kernel_landlock_abi(),
                 agentsh_proto::ExecBackend::Notify,
             )

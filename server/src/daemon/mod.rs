@@ -125,6 +125,7 @@ pub fn run(start: Start) -> Result<(), String> {
     let filters = Filters::new(
         policy.blocked_syscalls(),
         policy.exec_memory_denied(),
+        crate::filter::NetFilter::of(&policy),
         config.landlock.effective_abi(),
         backend,
     )

@@ -11,7 +11,8 @@
 
 use super::table::{Answer, Cmp, When, BASE_RULES, RESERVED};
 use super::{
-    ExecBackend, FilterError, FilterSpec, SignalGuard, TRACE_DATA_EXEC, TRACE_DATA_SIGNAL,
+    ExecBackend, FilterError, FilterSpec, SignalGuard, TRACE_DATA_EXEC, TRACE_DATA_NET,
+    TRACE_DATA_SIGNAL,
 };
 use agentsh_proto::marker::{MARKER_ERRNO, MARKER_PRCTL_ARG, MARKER_PRCTL_OPTION};
 use libseccomp::{
@@ -48,6 +49,8 @@ const LOW32: u64 = 0xffff_ffff;
 struct Rule {
     action: ScmpAction,
     conds: Vec<Cmp>,
+    /// Comparisons other than masked equality (argument, operator).
+    ops: Vec<(u32, ScmpCompareOp, u64)>,
     what: String,
 }
 
@@ -73,7 +76,7 @@ fn eq32(arg: u32, v: i64) -> Cmp {
 /// See [`FilterError`].
 pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError> {
     check_names(spec)?;
-    let always = unconditional_rules(spec);
+    let mut always = unconditional_rules(spec);
     let mut conditional = Conditional::default();
     own_rules(&mut conditional);
     base_conditional_rules(&mut conditional);
@@ -82,6 +85,7 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
     if spec.refuse_exec_memory {
         exec_memory_rules(&mut conditional);
     }
+    net_rules(spec, &mut always, &mut conditional);
     let mut ctx = context()?;
     add_rules(&mut ctx, &always, &conditional)?;
     export(&ctx)
@@ -191,6 +195,28 @@ impl Conditional {
             Rule {
                 action,
                 conds,
+                ops: Vec::new(),
+                what,
+            },
+        ));
+    }
+
+    /// A rule with an ordering comparison (`op` on argument `arg`) besides
+    /// the masked equalities `conds`.
+    fn add_op(
+        &mut self,
+        name: &str,
+        action: ScmpAction,
+        conds: Vec<Cmp>,
+        op: (u32, ScmpCompareOp, u64),
+        what: String,
+    ) {
+        self.0.push((
+            name.to_string(),
+            Rule {
+                action,
+                conds,
+                ops: vec![op],
                 what,
             },
         ));
@@ -303,6 +329,104 @@ fn exec_memory_rules(rules: &mut Conditional) {
             value: SHM_EXEC,
         }],
         "exec_memory: shmat with SHM_EXEC".into(),
+    );
+}
+
+/// One past the largest address family (`AF_MAX` on Linux 6.x).
+const AF_MAX: u64 = 46;
+const AF_INET: i64 = 2;
+const AF_INET6: i64 = 10;
+/// `SOCK_TYPE_MASK`: the type without `SOCK_NONBLOCK | SOCK_CLOEXEC`.
+const SOCK_TYPE_MASK: u64 = 0xf;
+
+/// The policy's network part (see [`super::NetFilter`]):
+/// * `socket_families`: `socket`/`socketpair` of another family fail with
+///   EAFNOSUPPORT (each family below `AF_MAX` not listed, and every value
+///   from `AF_MAX` up);
+/// * `egress`: `connect`, `sendmsg`, `sendmmsg` and `sendto` with a
+///   destination (argument 4 not NULL) go to the supervisor, which judges
+///   the destination and performs the call (`supervisor::egress`); an inet
+///   or inet6 socket is a stream or datagram socket of protocol 0, TCP or
+///   UDP (raw, packet, ICMP "ping", SCTP, UDP-Lite: EPERM). A `sendto`
+///   without destination (`send`, and `write` on any socket) is not trapped:
+///   it goes where a judged `connect` pointed the socket.
+///
+/// The policy's `syscalls.block` and the base rules win over the traps (a
+/// syscall they name keeps their answer).
+fn net_rules(spec: &FilterSpec, always: &mut Unconditional, rules: &mut Conditional) {
+    let eafnosupport = ScmpAction::Errno(libc::EAFNOSUPPORT);
+    let eperm = ScmpAction::Errno(libc::EPERM);
+    if let Some(allowed) = &spec.net.families {
+        for name in ["socket", "socketpair"] {
+            for f in (0..AF_MAX).filter(|f| !allowed.contains(&(*f as u32))) {
+                rules.add(
+                    name,
+                    eafnosupport,
+                    vec![eq32(0, f as i64)],
+                    format!("socket_families: {name}({f})"),
+                );
+            }
+            rules.add_op(
+                name,
+                eafnosupport,
+                Vec::new(),
+                (0, ScmpCompareOp::GreaterEqual, AF_MAX),
+                format!("socket_families: {name}(>= {AF_MAX})"),
+            );
+        }
+    }
+    if !spec.net.egress {
+        return;
+    }
+    for family in [AF_INET, AF_INET6] {
+        for ty in [
+            libc::SOCK_RAW,
+            libc::SOCK_RDM,
+            libc::SOCK_SEQPACKET,
+            libc::SOCK_DCCP,
+            10, // SOCK_PACKET (obsolete; AF_PACKET is refused by family)
+        ] {
+            rules.add(
+                "socket",
+                eperm,
+                vec![
+                    eq32(0, family),
+                    Cmp {
+                        arg: 1,
+                        mask: SOCK_TYPE_MASK,
+                        value: ty as u64,
+                    },
+                ],
+                format!("egress: socket({family}, type {ty})"),
+            );
+        }
+        // Protocols 0, 6 (TCP) and 17 (UDP) only.
+        for proto in (1..6).chain(7..17) {
+            rules.add(
+                "socket",
+                eperm,
+                vec![eq32(0, family), eq32(2, proto)],
+                format!("egress: socket({family}, protocol {proto})"),
+            );
+        }
+        rules.add_op(
+            "socket",
+            eperm,
+            vec![eq32(0, family)],
+            (2, ScmpCompareOp::GreaterEqual, 18),
+            format!("egress: socket({family}, protocol >= 18)"),
+        );
+    }
+    let net = trap(spec.backend, TRACE_DATA_NET);
+    for name in ["connect", "sendmsg", "sendmmsg"] {
+        always.set(name, net, format!("egress: {name}"));
+    }
+    rules.add_op(
+        "sendto",
+        net,
+        Vec::new(),
+        (4, ScmpCompareOp::NotEqual, 0),
+        "egress: sendto with a destination".into(),
     );
 }
 
@@ -485,6 +609,11 @@ fn add_rules(
             .conds
             .iter()
             .map(|c| ScmpArgCompare::new(c.arg, ScmpCompareOp::MaskedEqual(c.mask), c.value))
+            .chain(
+                rule.ops
+                    .iter()
+                    .map(|(arg, op, v)| ScmpArgCompare::new(*arg, *op, *v)),
+            )
             .collect();
         ctx.add_rule_conditional(rule.action, syscall(name)?, &conds)
             .map_err(|err| e(&rule.what, err))?;

@@ -48,6 +48,20 @@ pub use table::{Answer, BaseRule, Cmp, When, BASE_RULES, RESERVED};
 pub const TRACE_DATA_EXEC: u16 = 1;
 /// `SECCOMP_RET_DATA` of the ptrace backend's signal-guard trap.
 pub const TRACE_DATA_SIGNAL: u16 = 2;
+/// `SECCOMP_RET_DATA` of the ptrace backend's egress trap.
+pub const TRACE_DATA_NET: u16 = 3;
+
+/// The policy's network part of the filter: which `socket()` families a
+/// tree may create, and whether destinations go to the supervisor.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct NetFilter {
+    /// `socket_families:` (`None`: any family). Others: EAFNOSUPPORT.
+    pub families: Option<BTreeSet<u32>>,
+    /// `egress:` is set: `connect`, `sendto` with a destination, `sendmsg`
+    /// and `sendmmsg` go to the supervisor, and inet sockets are TCP or UDP
+    /// only (no raw, packet, ICMP, SCTP...: EPERM).
+    pub egress: bool,
+}
 
 /// How signals aimed at protected processes are refused beyond what register
 /// arguments decide.
@@ -118,6 +132,18 @@ pub struct FilterSpec {
     pub refuse_exec_memory: bool,
     /// Where the traps go: USER_NOTIF or `SECCOMP_RET_TRACE`.
     pub backend: ExecBackend,
+    /// The policy's `socket_families` and `egress` (see [`NetFilter`]).
+    pub net: NetFilter,
+}
+
+impl NetFilter {
+    /// The network part of `policy`'s filter.
+    pub fn of(policy: &crate::policy::Policy) -> NetFilter {
+        NetFilter {
+            families: policy.socket_families().cloned(),
+            egress: policy.egress().is_some(),
+        }
+    }
 }
 
 impl FilterSpec {
@@ -153,6 +179,7 @@ impl FilterSpec {
             refuse_truncate: effective_abi < 3,
             refuse_exec_memory: false,
             backend: ExecBackend::Notify,
+            net: NetFilter::default(),
         }
     }
 }
@@ -174,6 +201,12 @@ pub struct FilterSummary {
     /// The policy's `exec_memory: deny` is in the program.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub refuse_exec_memory: bool,
+    /// The `socket()` families allowed (absent: any).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket_families: Option<Vec<u32>>,
+    /// Destinations go to the supervisor (the policy's `egress`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub egress: bool,
 }
 
 /// A compiled program, ready to ship.
@@ -216,6 +249,12 @@ fn compiled(spec: &FilterSpec, program: Vec<libc::sock_filter>) -> CompiledFilte
             refuse_kill_own_group: spec.refuse_kill_own_group,
             policy_blocked: spec.blocked.iter().cloned().collect(),
             refuse_exec_memory: spec.refuse_exec_memory,
+            socket_families: spec
+                .net
+                .families
+                .as_ref()
+                .map(|f| f.iter().copied().collect()),
+            egress: spec.net.egress,
         },
         program,
         encoded,
@@ -294,6 +333,7 @@ impl Template {
             s.blocked = f.blocked.clone();
             s.refuse_exec_memory = f.refuse_exec_memory;
             s.backend = f.backend;
+            s.net = f.net.clone();
             s
         };
         // Two placeholders on the daemon's side of `own`.
@@ -362,6 +402,7 @@ impl Template {
 pub struct Filters {
     blocked: BTreeSet<String>,
     refuse_exec_memory: bool,
+    net: NetFilter,
     effective_landlock_abi: i64,
     backend: ExecBackend,
     cache: Mutex<HashMap<FilterSpec, Arc<CompiledFilter>>>,
@@ -377,12 +418,14 @@ impl Filters {
     pub fn new(
         policy_blocked: &[String],
         refuse_exec_memory: bool,
+        net: NetFilter,
         effective_landlock_abi: i64,
         backend: ExecBackend,
     ) -> Result<Filters, FilterError> {
         let f = Filters {
             blocked: policy_blocked.iter().cloned().collect(),
             refuse_exec_memory,
+            net,
             effective_landlock_abi,
             backend,
             cache: Mutex::new(HashMap::new()),
@@ -463,6 +506,7 @@ impl Filters {
         spec.blocked = self.blocked.clone();
         spec.refuse_exec_memory = self.refuse_exec_memory;
         spec.backend = self.backend;
+        spec.net = self.net.clone();
         if let Some(c) = self.lock().get(&spec) {
             return Ok(c.clone());
         }

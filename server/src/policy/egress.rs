@@ -17,7 +17,7 @@
 //! family) are [`EgressError`]s that `compile` turns into a policy error at
 //! the value's line.
 
-use super::schema::Decision;
+use super::decision::Decision;
 use serde::Deserialize;
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

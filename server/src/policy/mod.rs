@@ -23,6 +23,7 @@
 
 mod compile;
 pub mod daemon_sockets;
+mod decision;
 pub mod egress;
 mod error;
 mod judge;

@@ -9,54 +9,7 @@ use serde::de::{self, value::MapAccessDeserializer, value::SeqAccessDeserializer
 use serde::{Deserialize, Deserializer, Serialize};
 use std::fmt;
 
-/// What the policy says about an exec (or a file access, or a port).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Decision {
-    Allow,
-    Deny,
-    /// Ask a human; the supervisor maps it (a timeout is a deny).
-    Approve,
-    /// Allow, and mark the audit event as worth a look.
-    Audit,
-}
-
-impl Decision {
-    /// Rank for "the stricter result stands": deny > approve > audit > allow.
-    pub fn strictness(self) -> u8 {
-        match self {
-            Decision::Allow => 0,
-            Decision::Audit => 1,
-            Decision::Approve => 2,
-            Decision::Deny => 3,
-        }
-    }
-
-    /// The stricter of two decisions (`self` on a tie).
-    pub fn stricter(self, other: Decision) -> Decision {
-        if other.strictness() > self.strictness() {
-            other
-        } else {
-            self
-        }
-    }
-
-    /// The YAML spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Decision::Allow => "allow",
-            Decision::Deny => "deny",
-            Decision::Approve => "approve",
-            Decision::Audit => "audit",
-        }
-    }
-}
-
-impl fmt::Display for Decision {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use super::decision::Decision;
 
 /// The whole file.
 #[derive(Debug, Deserialize)]

@@ -5,17 +5,19 @@
 //! A new class of supervised syscall is one handler module and one arm here.
 //!
 //! Classes: execs (`execve`, `execveat`) to `exec::handle`; the signal
-//! calls the filter traps below Landlock ABI 6 to `signals::handle`;
+//! calls the filter traps below Landlock ABI 6 to `signals::handle`; the
+//! network calls that name a destination (policy `egress`) to
+//! `egress::handle`;
 //! anything else is refused as `unexpected_syscall` and audited: the filter
 //! traps nothing this module does not route, so one means a filter and a
 //! supervisor that disagree, and refusing is the closed answer.
 //!
 //! Failure modes: none of its own; each handler answers and audits.
 
-use super::exec;
 pub use super::seam::Caught;
 use super::seam::{ExecRequest, ExecStop, Holder, Refusal};
 use super::state::TreeState;
+use super::{egress, exec};
 use super::{signals, SupervisorContext, Tree};
 use crate::audit::{Action, EventBody, ExecEvent, ExecSubject};
 use crate::policy::Decision;
@@ -42,6 +44,9 @@ pub fn dispatch(
     }
     if let Some(call) = signals::classify(c.arch, c.nr) {
         return signals::handle(ctx, &tree.session_id, &st.protected, call, c, stop);
+    }
+    if let Some((call, width)) = agentsh_proto::netabi::classify(c.arch, c.nr) {
+        return egress::handle(ctx, tree, st, call, width, c, stop, holder);
     }
     ctx.audit.record(
         &tree.session_id,

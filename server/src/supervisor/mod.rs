@@ -24,6 +24,7 @@
 mod backend;
 mod depth;
 mod dispatch;
+mod egress;
 mod exec;
 mod gather;
 mod identity;
@@ -233,6 +234,23 @@ pub fn resume_approved(
 }
 
 impl Holder {
+    /// Answers the held syscall later, from any thread, without running it:
+    /// `val >= 0` is its return value, `val < 0` is `-errno`. A syscall that
+    /// no longer waits (its thread died) is left alone.
+    pub fn answer_value(self, val: i64) {
+        match self {
+            Holder::Notify { fd, id } => {
+                use std::os::fd::AsFd;
+                if let Err(e) = agentsh_proto::notif::respond_value(fd.as_fd(), id, val) {
+                    tracing::debug!(id, "held syscall not answered (gone?): {e}");
+                }
+            }
+            Holder::Trace { tid, starttime } => {
+                trace::answer_value(tid, starttime, val);
+            }
+        }
+    }
+
     /// Which of `ids` (notification ids of one held exec, oldest first) is
     /// still waiting: for user-notify the last valid one; for ptrace the
     /// thread itself, while it is alive (it cannot leave its stop unanswered).

@@ -100,6 +100,9 @@ pub trait ExecStop {
     fn proceed(&self) -> io::Result<()>;
     /// Fail the exec with `errno`.
     fn refuse(&self, errno: i32) -> io::Result<()>;
+    /// Answer the syscall without running it: `val >= 0` is its return
+    /// value, `val < 0` is `-errno` (a call performed on the tree's behalf).
+    fn answer(&self, val: i64) -> io::Result<()>;
     /// The backend checks every exec it lets through at `PTRACE_EVENT_EXEC`
     /// (ptrace), so nothing needs freezing or watching here.
     fn verifies_every_exec(&self) -> bool {

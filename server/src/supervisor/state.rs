@@ -6,7 +6,17 @@ use super::procfiles::ProcFiles;
 use super::ptrace::Lingering;
 use super::retry::Refusals;
 use super::{signals, DepthBook};
+use crate::policy::egress::Protocol;
+use std::net::IpAddr;
 use std::sync::mpsc::{self, Receiver, Sender};
+
+/// What one judged destination is, for the cache and the audit (`egress`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DestKey {
+    pub ip: IpAddr,
+    pub port: u16,
+    pub protocol: Protocol,
+}
 
 /// What the tree's thread keeps between execs.
 pub struct TreeState {
@@ -21,6 +31,8 @@ pub struct TreeState {
     pub(super) refused: Refusals<()>,
     pub(super) approved_tx: Sender<(u32, u64, u32)>,
     approved_rx: Receiver<(u32, u64, u32)>,
+    /// Destinations judged in this tree, and what was decided (`egress`).
+    pub(super) egress_seen: std::collections::HashMap<DestKey, (crate::policy::Decision, String)>,
 }
 
 impl TreeState {
@@ -39,6 +51,7 @@ impl TreeState {
             refused: Refusals::default(),
             approved_tx,
             approved_rx,
+            egress_seen: std::collections::HashMap::new(),
         }
     }
 

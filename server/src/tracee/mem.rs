@@ -347,6 +347,27 @@ impl MemReader {
     }
 }
 
+/// Reads exactly `len` bytes of `pid`'s memory at `addr` (a copy the
+/// supervisor judges and then uses itself: nothing is read twice).
+///
+/// # Errors
+/// EFAULT if any byte is unreadable; ESRCH if the process is gone.
+pub fn read_bytes(pid: u32, addr: u64, len: usize) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; len];
+    let mut done = 0;
+    while done < len {
+        let at = addr
+            .checked_add(done as u64)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))?;
+        let n = read_mem(pid, at, &mut buf[done..])?;
+        if n == 0 {
+            return Err(io::Error::from_raw_os_error(libc::EFAULT));
+        }
+        done += n;
+    }
+    Ok(buf)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

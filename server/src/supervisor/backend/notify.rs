@@ -37,6 +37,10 @@ impl ExecStop for NotifyStop<'_> {
     fn refuse(&self, errno: i32) -> io::Result<()> {
         notif::respond_errno(self.fd, self.id, errno)
     }
+
+    fn answer(&self, val: i64) -> io::Result<()> {
+        notif::respond_value(self.fd, self.id, val)
+    }
 }
 
 /// How long the loop sleeps between sweeps while tasks wait to be detached.

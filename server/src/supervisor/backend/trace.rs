@@ -72,6 +72,9 @@ enum Request {
         starttime: u64,
         what: Option<Box<Verification>>,
     },
+    /// A held syscall performed on the tree's behalf is done: skip it with
+    /// this return value (`< 0`: `-errno`).
+    Value { tid: u32, starttime: u64, val: i64 },
 }
 
 /// The handle on the tracer thread: a queue and the eventfd that wakes it.
@@ -155,6 +158,22 @@ pub fn answer(tid: u32, starttime: u64, what: Option<Verification>) {
     }
 }
 
+/// The answer to a held syscall performed on the tree's behalf (egress):
+/// skip it with `val` (`< 0`: `-errno`). Ignored if `tid` no longer holds it.
+pub fn answer_value(tid: u32, starttime: u64, val: i64) {
+    let Some(Ok(t)) = TRACER.get() else {
+        tracing::error!(tid, "no tracer to answer a held syscall");
+        return;
+    };
+    if let Err(e) = t.send(Request::Value {
+        tid,
+        starttime,
+        val,
+    }) {
+        tracing::error!(tid, "held syscall not answered: {e}");
+    }
+}
+
 /// Whether thread `tid`, started at `starttime`, is alive (a held exec can
 /// leave its stop only by dying).
 pub fn still_held(tid: u32, starttime: u64) -> bool {
@@ -183,6 +202,12 @@ impl ExecStop for TraceStop {
     fn refuse(&self, errno: i32) -> io::Result<()> {
         self.answered.set(true);
         regs::skip_syscall(self.tid, errno)?;
+        regs::cont(self.tid, 0)
+    }
+
+    fn answer(&self, val: i64) -> io::Result<()> {
+        self.answered.set(true);
+        regs::skip_with(self.tid, val)?;
         regs::cont(self.tid, 0)
     }
 

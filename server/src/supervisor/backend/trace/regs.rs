@@ -128,15 +128,35 @@ impl Regs {
 /// The registers cannot be read or written (the tracee is gone).
 #[cfg(target_arch = "x86_64")]
 pub fn skip_syscall(tid: u32, errno: i32) -> io::Result<()> {
+    skip_with(tid, -i64::from(errno))
+}
+
+/// Makes the syscall the tracee is stopped in return `val` without running
+/// it (`val < 0`: `-errno`; a call performed on its behalf).
+///
+/// # Errors
+/// The registers cannot be read or written (the tracee is gone).
+#[cfg(target_arch = "x86_64")]
+pub fn skip_with(tid: u32, val: i64) -> io::Result<()> {
     let mut regs = Regs::get(tid)?;
     regs.r.orig_rax = u64::MAX;
-    regs.r.rax = (-i64::from(errno)) as u64;
+    regs.r.rax = val as u64;
     request(
         libc::PTRACE_SETREGS,
         tid,
         0,
         (&regs.r as *const libc::user_regs_struct) as usize,
     )
+}
+
+/// # Errors
+/// Always: only x86_64 is implemented.
+#[cfg(not(target_arch = "x86_64"))]
+pub fn skip_with(_tid: u32, _val: i64) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "the ptrace backend is implemented for x86_64 only",
+    ))
 }
 
 /// # Errors

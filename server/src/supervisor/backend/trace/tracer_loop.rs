@@ -139,6 +139,22 @@ impl Loop {
                 starttime,
                 what,
             } => self.answer(tid, starttime, what),
+            Request::Value {
+                tid,
+                starttime,
+                val,
+            } => self.answer_value(tid, starttime, val),
+        }
+    }
+
+    fn answer_value(&mut self, tid: u32, starttime: u64, val: i64) {
+        if self.held.get(&tid) != Some(&starttime) {
+            tracing::debug!(tid, "answer for a syscall that no longer waits; ignored");
+            return;
+        }
+        self.held.remove(&tid);
+        if let Err(e) = regs::skip_with(tid, val).and_then(|()| regs::cont(tid, 0)) {
+            tracing::debug!(tid, "held syscall not resumed (gone?): {e}");
         }
     }
 
@@ -352,7 +368,8 @@ impl Loop {
             nr,
             args: regs.args(),
         };
-        let exec = execabi::classify(arch, nr).is_some();
+        let holds = execabi::classify(arch, nr).is_some()
+            || agentsh_proto::netabi::classify(arch, nr).is_some();
         let starttime = Cell::new(0);
         let holder = || {
             let t = crate::tracee::proc_stat(tid).map_or(0, |s| s.starttime);
@@ -360,7 +377,7 @@ impl Loop {
             Holder::Trace { tid, starttime: t }
         };
         dispatch(&self.ctx, &tt.tree, &mut tt.st, &caught, &stop, holder);
-        if exec && !stop.answered.get() {
+        if holds && !stop.answered.get() {
             self.held.insert(tid, starttime.get());
         }
         if let Some(v) = stop.expect.take() {

@@ -1,0 +1,690 @@
+//! Egress: every destination a tree names is judged on a copy the
+//! supervisor made once, and the call is then performed on the tree's
+//! behalf, never continued where another thread could rewrite the address
+//! after the decision.
+//!
+//! The filter hands over `connect`, `sendto` with a destination, `sendmsg`
+//! and `sendmmsg` (policy `egress:`). For each: the caller's socket is taken
+//! with `pidfd_getfd` (the same open socket, not a copy of its state); a
+//! socket that is not inet or inet6 (a Unix socket: the kernel resolves its
+//! path in the caller's view, with the caller's credentials, which the
+//! supervisor must not lend) is let through (CONTINUE). For an inet socket
+//! the address, and for sends the data and control messages, are read once
+//! into the supervisor's memory; each destination is judged
+//! (`policy::egress::judge`); an allowed call is made by the supervisor on
+//! the taken socket with that copy, and its result is the caller's answer.
+//! A blocking socket's call is made on a thread of its own and answered from
+//! there, so the tree's other syscalls are not held up behind a slow
+//! connect. Each destination is judged once per tree (and audited once, as
+//! a `connect` event); later calls to it reuse the decision.
+//!
+//! What this does not watch: data sent without a destination (`write`,
+//! `send`) on a socket whose destination was judged, which is the point
+//! (the TCP data path costs nothing); and a Unix socket swapped in for an
+//! inet one between the decision and the kernel's lookup of the fd under a
+//! CONTINUE, by a thread sharing the caller's fd table (the inet socket's
+//! own `connect` is then not judged): see docs/security-model.md.
+//!
+//! Failure modes: a socket that cannot be taken (`pidfd_getfd` refused, as
+//! Docker's default profile does without CAP_SYS_PTRACE), memory that
+//! cannot be read, a message layout this does not handle (control messages
+//! of a 32-bit caller): refused with EACCES and audited with the reason.
+//! Never a CONTINUE for an inet destination.
+
+use super::seam::{ExecStop, Holder};
+use super::state::{DestKey, TreeState};
+use super::{SupervisorContext, Tree};
+use crate::audit::{ConnectEvent, EventBody};
+use crate::policy::egress::{self, Destination, Egress, Protocol};
+use crate::policy::Decision;
+use agentsh_proto::netabi::{NetCall, Width};
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// The most a sockaddr may be (`sizeof(struct sockaddr_storage)`).
+const SOCKADDR_MAX: usize = 128;
+/// The most bytes one send copies: more is sent as a short write on a
+/// stream socket, and refused (EMSGSIZE) on a datagram socket, where no
+/// datagram is that large.
+const SEND_MAX: usize = 1 << 20;
+/// The most iovec entries (`UIO_MAXIOV`) and messages (`UIO_MAXIOV`) a call
+/// may name, as the kernel allows.
+const IOV_MAX: usize = 1024;
+/// The most control-message bytes copied.
+const CONTROL_MAX: usize = 64 * 1024;
+
+/// One send or connect, copied out of the caller.
+struct Copied {
+    /// The destination's sockaddr bytes (empty: none named).
+    addr: Vec<u8>,
+    /// The data (sends only).
+    data: Vec<u8>,
+    /// Control messages (native layout), for `sendmsg`.
+    control: Vec<u8>,
+    flags: i32,
+    /// The caller asked for more than [`SEND_MAX`] bytes.
+    clipped: bool,
+}
+
+/// An answer value: the call's result or `-errno`.
+type Answer = i64;
+
+fn errno_of(e: &io::Error) -> i64 {
+    -i64::from(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+/// Handles one trapped network call of `c.tid` (see the module doc).
+#[allow(clippy::too_many_arguments)]
+pub fn handle(
+    ctx: &SupervisorContext,
+    tree: &Tree,
+    st: &mut TreeState,
+    call: NetCall,
+    width: Width,
+    c: &super::seam::Caught,
+    stop: &dyn ExecStop,
+    holder: impl FnOnce() -> Holder,
+) {
+    let refuse = |reason: String| {
+        record(
+            ctx,
+            tree,
+            c.tid,
+            call,
+            None,
+            "egress_unenforceable",
+            Decision::Deny,
+            Some(reason),
+        );
+        let _ = stop.refuse(libc::EACCES);
+    };
+    let Some(policy) = ctx.policy.egress() else {
+        return refuse(format!(
+            "{} reached the supervisor but the policy has no egress section",
+            call.name()
+        ));
+    };
+    let fd = c.args[0] as i32;
+    let sock = match take_socket(c.tid, fd) {
+        Ok(s) => s,
+        Err(Taken::Answer(v)) => {
+            let _ = stop.answer(v);
+            return;
+        }
+        Err(Taken::Refuse(why)) => return refuse(why),
+    };
+    // The pid could have been reused between the notification and the
+    // pidfd: the socket counts only if the call still waits.
+    if !stop.still_waiting() {
+        return;
+    }
+    let domain = match sockopt(&sock, libc::SO_DOMAIN) {
+        Ok(d) => d,
+        Err(e) => {
+            let _ = stop.answer(errno_of(&e));
+            return;
+        }
+    };
+    if domain != libc::AF_INET && domain != libc::AF_INET6 {
+        // Not a destination this judges (Unix sockets: see the module doc).
+        let _ = stop.proceed();
+        return;
+    }
+    let protocol = match sockopt(&sock, libc::SO_TYPE) {
+        Ok(libc::SOCK_STREAM) => Protocol::Tcp,
+        Ok(libc::SOCK_DGRAM) => Protocol::Udp,
+        Ok(t) => {
+            return refuse(format!(
+                "an inet socket of type {t} (the filter allows stream and datagram only)"
+            ))
+        }
+        Err(e) => return refuse(format!("socket type unreadable: {e}")),
+    };
+    let messages = match copy_call(c, call, width) {
+        Ok(m) => m,
+        Err(Copy::Answer(v)) => {
+            let _ = stop.answer(v);
+            return;
+        }
+        Err(Copy::Refuse(why)) => return refuse(why),
+    };
+    // Judge every destination first: one denied destination in a sendmmsg
+    // ends the batch there, as a failed send would.
+    let mut allowed = 0;
+    let mut refusal = None;
+    for m in &messages {
+        if m.addr.is_empty() {
+            allowed += 1;
+            continue;
+        }
+        match parse_sockaddr(&m.addr) {
+            Parsed::Unspec => {
+                allowed += 1;
+                continue;
+            }
+            Parsed::Other => {
+                // The kernel refuses it on this socket (EAFNOSUPPORT or
+                // EINVAL): performing it gives the caller that answer.
+                allowed += 1;
+                continue;
+            }
+            Parsed::Inet(ip, port) => {
+                let key = DestKey {
+                    ip: egress::canonical(ip),
+                    port,
+                    protocol,
+                };
+                let (decision, _rule) = decide(ctx, tree, st, policy, c.tid, call, key);
+                if decision != Decision::Allow {
+                    refusal = Some(libc::EACCES);
+                    break;
+                }
+                allowed += 1;
+            }
+        }
+    }
+    if allowed == 0 {
+        let _ = stop.refuse(refusal.unwrap_or(libc::EACCES));
+        return;
+    }
+    let messages: Vec<Copied> = messages.into_iter().take(allowed).collect();
+    let blocking = !nonblocking(&sock, &messages);
+    let perform = move || perform(&sock, call, &messages);
+    if blocking {
+        let held = holder();
+        let spawned = std::thread::Builder::new()
+            .name("agentsh-egress".into())
+            .spawn(move || held.answer_value(perform()));
+        if let Err(e) = spawned {
+            tracing::error!("cannot start a thread for a blocking network call: {e}");
+        }
+    } else {
+        let _ = stop.answer(perform());
+    }
+}
+
+/// A judged destination's decision, from the tree's cache or judged now
+/// (and audited: one event per destination per tree).
+#[allow(clippy::too_many_arguments)]
+fn decide(
+    ctx: &SupervisorContext,
+    tree: &Tree,
+    st: &mut TreeState,
+    policy: &Egress,
+    tid: u32,
+    call: NetCall,
+    key: DestKey,
+) -> (Decision, String) {
+    if let Some(d) = st.egress_seen.get(&key) {
+        return d.clone();
+    }
+    // Landlock's TCP floor (`network_rules` connect ports) does not see a
+    // connect the supervisor makes for the tree, so it is kept here too.
+    if key.protocol == Protocol::Tcp && !tcp_floor_open(ctx, key.port) {
+        let message = format!(
+            "port {} is not among network_rules' connect ports (the floor every connect \
+             keeps, egress or not)",
+            key.port
+        );
+        let rule = "network_rules".to_string();
+        record(
+            ctx,
+            tree,
+            tid,
+            call,
+            Some(key),
+            &rule,
+            Decision::Deny,
+            Some(message),
+        );
+        remember(st, key, Decision::Deny, &rule);
+        return (Decision::Deny, rule);
+    }
+    let names: Vec<String> = Vec::new();
+    let v = egress::judge(
+        policy,
+        &Destination {
+            ip: key.ip,
+            port: key.port,
+            protocol: key.protocol,
+            names: &names,
+        },
+    );
+    let (decision, message) = match v.decision {
+        Decision::Approve => (
+            Decision::Deny,
+            Some("approval of destinations is not available yet: refused".to_string()),
+        ),
+        d => (d, None),
+    };
+    record(ctx, tree, tid, call, Some(key), &v.rule, decision, message);
+    remember(st, key, decision, &v.rule);
+    (decision, v.rule)
+}
+
+fn remember(st: &mut TreeState, key: DestKey, decision: Decision, rule: &str) {
+    if st.egress_seen.len() >= 4096 {
+        st.egress_seen.clear();
+    }
+    st.egress_seen.insert(key, (decision, rule.to_string()));
+}
+
+/// Whether `network_rules` leave TCP port `port` open for connects (a
+/// policy whose connect ports cannot be computed was refused at load, so
+/// an error here is a closed port).
+fn tcp_floor_open(ctx: &SupervisorContext, port: u16) -> bool {
+    use crate::policy::semantics;
+    use crate::policy::NetworkDirection;
+    match semantics::tcp_ports(ctx.policy.network_rules(), NetworkDirection::Connect) {
+        Ok(None) => true,
+        Ok(Some(ports)) => ports.contains(&port),
+        Err(_) => false,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn record(
+    ctx: &SupervisorContext,
+    tree: &Tree,
+    tid: u32,
+    call: NetCall,
+    key: Option<DestKey>,
+    rule: &str,
+    decision: Decision,
+    message: Option<String>,
+) {
+    if decision != Decision::Allow {
+        tracing::info!(
+            session = %tree.session_id, pid = tid, syscall = call.name(), rule,
+            dest = ?key, "egress refused"
+        );
+    }
+    ctx.audit.record(
+        &tree.session_id,
+        EventBody::Connect(ConnectEvent {
+            pid: tid,
+            syscall: call.name().to_string(),
+            host: None,
+            ip: key.map(|k| k.ip.to_string()),
+            port: key.map(|k| k.port),
+            protocol: key.map(|k| k.protocol.as_str().to_string()),
+            rule: rule.to_string(),
+            decision,
+            message,
+        }),
+    );
+}
+
+enum Taken {
+    /// Answer the caller with this (its fd is not a socket, or not open).
+    Answer(Answer),
+    Refuse(String),
+}
+
+/// The caller's `fd`, taken from thread `tid`'s fd table.
+fn take_socket(tid: u32, fd: i32) -> Result<OwnedFd, Taken> {
+    if fd < 0 {
+        return Err(Taken::Answer(-i64::from(libc::EBADF)));
+    }
+    let _owner = crate::tracee::as_owner(tid);
+    let pidfd = pidfd_of(tid).map_err(|e| match e.raw_os_error() {
+        Some(libc::ESRCH) => Taken::Answer(-i64::from(libc::ESRCH)),
+        _ => Taken::Refuse(format!("pidfd_open({tid}): {e}")),
+    })?;
+    // SAFETY: pidfd_getfd takes a pidfd we own, an fd number and flags 0.
+    let got = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_getfd,
+            pidfd.as_raw_fd() as libc::c_long,
+            fd as libc::c_long,
+            0 as libc::c_long,
+        )
+    };
+    if got < 0 {
+        let e = io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::EBADF) => Taken::Answer(-i64::from(libc::EBADF)),
+            Some(libc::ESRCH) => Taken::Answer(-i64::from(libc::ESRCH)),
+            _ => Taken::Refuse(format!(
+                "cannot take the caller's socket (pidfd_getfd: {e}); without it the destination \
+                 could change after the decision"
+            )),
+        });
+    }
+    // SAFETY: a fresh fd pidfd_getfd installed in our table; we own it.
+    Ok(unsafe { OwnedFd::from_raw_fd(got as RawFd) })
+}
+
+/// A pidfd of thread `tid` (its own fd table, which `unshare(CLONE_FILES)`
+/// may have made differ from its process's); on kernels without
+/// `PIDFD_THREAD` (< 6.9), of its process when `tid` leads it.
+fn pidfd_of(tid: u32) -> io::Result<OwnedFd> {
+    const PIDFD_THREAD: libc::c_long = libc::O_EXCL as libc::c_long;
+    for flags in [PIDFD_THREAD, 0] {
+        // SAFETY: pidfd_open takes two integers.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, tid as libc::c_long, flags) };
+        if fd >= 0 {
+            // SAFETY: a fresh fd we own.
+            return Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) });
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINVAL) {
+            return Err(e);
+        }
+    }
+    Err(io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+fn sockopt(sock: &OwnedFd, opt: libc::c_int) -> io::Result<i32> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `v` and `len` are valid for the sizes given.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            opt,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(v)
+}
+
+/// Whether the call returns at once: the socket is non-blocking, or every
+/// message asks for `MSG_DONTWAIT`.
+fn nonblocking(sock: &OwnedFd, messages: &[Copied]) -> bool {
+    // SAFETY: F_GETFL takes no pointer.
+    let fl = unsafe { libc::fcntl(sock.as_raw_fd(), libc::F_GETFL) };
+    (fl >= 0 && fl & libc::O_NONBLOCK != 0)
+        || (!messages.is_empty() && messages.iter().all(|m| m.flags & libc::MSG_DONTWAIT != 0))
+}
+
+enum Parsed {
+    Inet(IpAddr, u16),
+    /// `AF_UNSPEC`: a datagram socket's destination dissolved.
+    Unspec,
+    /// Another family, or too short: the kernel refuses it.
+    Other,
+}
+
+/// A sockaddr's destination. Pure.
+fn parse_sockaddr(b: &[u8]) -> Parsed {
+    if b.len() < 2 {
+        return Parsed::Other;
+    }
+    let family = i32::from(u16::from_ne_bytes([b[0], b[1]]));
+    match family {
+        libc::AF_UNSPEC => Parsed::Unspec,
+        libc::AF_INET if b.len() >= 8 => {
+            let port = u16::from_be_bytes([b[2], b[3]]);
+            Parsed::Inet(IpAddr::V4(Ipv4Addr::new(b[4], b[5], b[6], b[7])), port)
+        }
+        libc::AF_INET6 if b.len() >= 24 => {
+            let port = u16::from_be_bytes([b[2], b[3]]);
+            let mut a = [0u8; 16];
+            a.copy_from_slice(&b[8..24]);
+            Parsed::Inet(IpAddr::V6(Ipv6Addr::from(a)), port)
+        }
+        _ => Parsed::Other,
+    }
+}
+
+enum Copy {
+    Answer(Answer),
+    Refuse(String),
+}
+
+fn read(tid: u32, addr: u64, len: usize) -> Result<Vec<u8>, Copy> {
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    crate::tracee::read_bytes(tid, addr, len).map_err(|e| match e.raw_os_error() {
+        Some(libc::EFAULT) => Copy::Answer(-i64::from(libc::EFAULT)),
+        _ => Copy::Refuse(format!("the caller's memory is unreadable: {e}")),
+    })
+}
+
+fn word(b: &[u8], at: usize, width: Width) -> u64 {
+    match width {
+        Width::W64 => {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[at..at + 8]);
+            u64::from_ne_bytes(w)
+        }
+        Width::W32 => {
+            let mut w = [0u8; 4];
+            w.copy_from_slice(&b[at..at + 4]);
+            u64::from(u32::from_ne_bytes(w))
+        }
+    }
+}
+
+/// The messages of the call, copied (one for `connect`, `sendto`,
+/// `sendmsg`; up to `vlen` for `sendmmsg`).
+fn copy_call(c: &super::seam::Caught, call: NetCall, width: Width) -> Result<Vec<Copied>, Copy> {
+    let a = c.args;
+    let addr_len = |len: u64| (len as u32 as usize).min(SOCKADDR_MAX);
+    match call {
+        NetCall::Connect => Ok(vec![Copied {
+            addr: read(c.tid, a[1], addr_len(a[2]))?,
+            data: Vec::new(),
+            control: Vec::new(),
+            flags: 0,
+            clipped: false,
+        }]),
+        NetCall::Sendto => {
+            let want = a[2] as usize;
+            let len = want.min(SEND_MAX);
+            Ok(vec![Copied {
+                addr: if a[4] == 0 {
+                    Vec::new()
+                } else {
+                    read(c.tid, a[4], addr_len(a[5]))?
+                },
+                data: read(c.tid, a[1], len)?,
+                control: Vec::new(),
+                flags: a[3] as i32,
+                clipped: want > len,
+            }])
+        }
+        NetCall::Sendmsg => Ok(vec![copy_msghdr(c.tid, a[1], a[2] as i32, width)?]),
+        NetCall::Sendmmsg => {
+            let vlen = (a[2] as u32 as usize).min(IOV_MAX);
+            // struct mmsghdr: a msghdr and an unsigned int (padded).
+            let stride = match width {
+                Width::W64 => 64,
+                Width::W32 => 32,
+            };
+            let mut out = Vec::with_capacity(vlen);
+            for i in 0..vlen {
+                out.push(copy_msghdr(
+                    c.tid,
+                    a[1] + (i * stride) as u64,
+                    a[3] as i32,
+                    width,
+                )?);
+            }
+            if out.is_empty() {
+                return Err(Copy::Answer(0));
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// One `struct msghdr` at `at`, with its name, data and control messages.
+fn copy_msghdr(tid: u32, at: u64, flags: i32, width: Width) -> Result<Copied, Copy> {
+    let (size, w) = match width {
+        Width::W64 => (56, 8),
+        Width::W32 => (28, 4),
+    };
+    let h = read(tid, at, size)?;
+    // name, namelen, iov, iovlen, control, controllen, flags: pointer-sized
+    // except namelen (int, padded on 64-bit) and flags.
+    let (name, namelen, iov, iovlen, control, controllen) = match width {
+        Width::W64 => (
+            word(&h, 0, width),
+            u64::from(u32::from_ne_bytes([h[8], h[9], h[10], h[11]])),
+            word(&h, 16, width),
+            word(&h, 24, width),
+            word(&h, 32, width),
+            word(&h, 40, width),
+        ),
+        Width::W32 => (
+            word(&h, 0, width),
+            word(&h, 4, width),
+            word(&h, 8, width),
+            word(&h, 12, width),
+            word(&h, 16, width),
+            word(&h, 20, width),
+        ),
+    };
+    let iovlen = iovlen as usize;
+    if iovlen > IOV_MAX {
+        return Err(Copy::Answer(-i64::from(libc::EMSGSIZE)));
+    }
+    let addr = if name == 0 {
+        Vec::new()
+    } else {
+        read(tid, name, (namelen as u32 as usize).min(SOCKADDR_MAX))?
+    };
+    let vec = read(tid, iov, iovlen * 2 * w)?;
+    let mut data = Vec::new();
+    let mut clipped = false;
+    for i in 0..iovlen {
+        let base = word(&vec, i * 2 * w, width);
+        let len = word(&vec, i * 2 * w + w, width) as usize;
+        let room = SEND_MAX - data.len();
+        if len > room {
+            clipped = true;
+        }
+        data.extend(read(tid, base, len.min(room))?);
+        if clipped {
+            break;
+        }
+    }
+    let controllen = controllen as usize;
+    if controllen > 0 && width == Width::W32 {
+        return Err(Copy::Refuse(
+            "control messages of a 32-bit caller are not handled".into(),
+        ));
+    }
+    let control = read(tid, control, controllen.min(CONTROL_MAX))?;
+    Ok(Copied {
+        addr,
+        data,
+        control,
+        flags,
+        clipped,
+    })
+}
+
+/// Makes the call on the taken socket with the copies; its answer value.
+fn perform(sock: &OwnedFd, call: NetCall, messages: &[Copied]) -> Answer {
+    let fd = sock.as_raw_fd();
+    let ret = |rc: isize| -> Answer {
+        if rc < 0 {
+            errno_of(&io::Error::last_os_error())
+        } else {
+            rc as i64
+        }
+    };
+    match call {
+        NetCall::Connect => {
+            let m = &messages[0];
+            // SAFETY: the address is our own buffer of the length given.
+            let rc = unsafe {
+                libc::connect(fd, m.addr.as_ptr().cast(), m.addr.len() as libc::socklen_t)
+            };
+            ret(rc as isize)
+        }
+        NetCall::Sendto | NetCall::Sendmsg => send_one(fd, &messages[0], &ret),
+        NetCall::Sendmmsg => {
+            let mut sent = 0i64;
+            for m in messages {
+                let r = send_one(fd, m, &ret);
+                if r < 0 {
+                    return if sent > 0 { sent } else { r };
+                }
+                sent += 1;
+            }
+            sent
+        }
+    }
+}
+
+fn send_one(fd: RawFd, m: &Copied, ret: &dyn Fn(isize) -> Answer) -> Answer {
+    if m.clipped && sock_is_datagram(fd) {
+        return -i64::from(libc::EMSGSIZE);
+    }
+    let mut iov = libc::iovec {
+        iov_base: m.data.as_ptr() as *mut libc::c_void,
+        iov_len: m.data.len(),
+    };
+    // SAFETY: zeroed msghdr is valid; every pointer set below is into our
+    // own buffers, alive for the call.
+    let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+    if !m.addr.is_empty() {
+        h.msg_name = m.addr.as_ptr() as *mut libc::c_void;
+        h.msg_namelen = m.addr.len() as libc::socklen_t;
+    }
+    h.msg_iov = &mut iov;
+    h.msg_iovlen = 1;
+    if !m.control.is_empty() {
+        h.msg_control = m.control.as_ptr() as *mut libc::c_void;
+        h.msg_controllen = m.control.len() as _;
+    }
+    // MSG_NOSIGNAL: a broken pipe is the caller's EPIPE, not our SIGPIPE.
+    // SAFETY: `h` is a valid msghdr (above).
+    let rc = unsafe { libc::sendmsg(fd, &h, m.flags | libc::MSG_NOSIGNAL) };
+    ret(rc)
+}
+
+fn sock_is_datagram(fd: RawFd) -> bool {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `v` and `len` are valid for the sizes given.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_TYPE,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    rc == 0 && v == libc::SOCK_DGRAM
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sockaddrs_parse_to_their_destination() {
+        let mut v4 = vec![0u8; 16];
+        v4[..2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+        v4[2..4].copy_from_slice(&443u16.to_be_bytes());
+        v4[4..8].copy_from_slice(&[10, 1, 2, 3]);
+        assert!(
+            matches!(parse_sockaddr(&v4), Parsed::Inet(ip, 443) if ip == IpAddr::from([10, 1, 2, 3]))
+        );
+        let mut v6 = vec![0u8; 28];
+        v6[..2].copy_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
+        v6[2..4].copy_from_slice(&53u16.to_be_bytes());
+        v6[23] = 1;
+        assert!(
+            matches!(parse_sockaddr(&v6), Parsed::Inet(ip, 53) if ip == IpAddr::from(Ipv6Addr::LOCALHOST))
+        );
+        assert!(matches!(parse_sockaddr(&v6[..20]), Parsed::Other));
+        assert!(matches!(parse_sockaddr(&[0, 0]), Parsed::Unspec));
+        let unix = (libc::AF_UNIX as u16).to_ne_bytes();
+        assert!(matches!(parse_sockaddr(&unix), Parsed::Other));
+        assert!(matches!(parse_sockaddr(&[2]), Parsed::Other));
+    }
+}
