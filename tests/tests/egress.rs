@@ -335,3 +335,89 @@ print(\"DONE\", ok, refused)
     let refused: usize = parts[2].parse().unwrap();
     assert!(ok > 0 && refused > 0, "{f:?}");
 }
+
+/// Siblings swap the socket behind the caller's fd while it sends, 10,000
+/// times each: a UDP socket `dup2`-ed over a Unix socket during `sendto`
+/// (a Unix socket's call is let through, so the swap must not land
+/// between the check and the kernel's lookup), and over a connected TCP
+/// socket during `sendmsg` (performed on the socket the supervisor took).
+/// No datagram ever reaches the denied address.
+#[test]
+fn a_swapped_socket_never_sends_to_the_denied_address() {
+    if !require_root("a_swapped_socket_never_sends_to_the_denied_address") {
+        return;
+    }
+    let tcp = Tcp::start();
+    let (udp, uport) = udp_listener();
+    for config in ["", "landlock:\n  max_abi: 2\n"] {
+        let mut s = Sandbox::with_config(&policy(tcp.port), Some(NOBODY), config);
+        let f = s.sh(&format!(
+            "python3 -c '
+ITER = {iter}
+import ctypes, os, socket, struct, sys, threading, time
+sys.setswitchinterval(1e-5)
+libc = ctypes.CDLL(None, use_errno=True)
+denied = struct.pack(\"=HH4s8x\", socket.AF_INET, socket.htons({uport}), socket.inet_aton(\"{DENIED}\"))
+udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+unix_copy = os.dup(a.fileno())
+tcp = socket.create_connection((\"{ALLOWED}\", {tport}))
+tcp_copy = os.dup(tcp.fileno())
+stop = False
+def swap(fd, back):
+    while not stop:
+        os.dup2(udp.fileno(), fd)
+        os.dup2(back, fd)
+class iovec(ctypes.Structure):
+    _fields_ = [(\"base\", ctypes.c_void_p), (\"len\", ctypes.c_size_t)]
+class msghdr(ctypes.Structure):
+    _fields_ = [(\"name\", ctypes.c_void_p), (\"namelen\", ctypes.c_uint32), (\"iov\", ctypes.POINTER(iovec)),
+                (\"iovlen\", ctypes.c_size_t), (\"control\", ctypes.c_void_p), (\"controllen\", ctypes.c_size_t), (\"flags\", ctypes.c_int)]
+name = ctypes.create_string_buffer(denied, 16)
+data = ctypes.create_string_buffer(b\"swap\", 4)
+io = iovec(ctypes.cast(data, ctypes.c_void_p), 4)
+msg = msghdr(ctypes.cast(name, ctypes.c_void_p), 16, ctypes.pointer(io), 1, None, 0, 0)
+counts = {{}}
+for what, fd, back in ((\"unix\", a.fileno(), unix_copy), (\"tcp\", tcp.fileno(), tcp_copy)):
+    stop = False
+    t = threading.Thread(target=swap, args=(fd, back))
+    t.start()
+    n = {{}}
+    t0 = time.time()
+    for i in range(ITER):
+        if what == \"unix\":
+            r = libc.sendto(fd, data, 4, 0, name, 16)
+        else:
+            r = libc.sendmsg(fd, ctypes.byref(msg), 0)
+        key = \"ok\" if r >= 0 else \"errno%d\" % ctypes.get_errno()
+        n[key] = n.get(key, 0) + 1
+    stop = True
+    t.join()
+    n[\"secs\"] = round(time.time() - t0, 2)
+    counts[what] = n
+print(\"COUNTS\", counts)
+m = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+m.sendto(b\"marker\", (\"{ALLOWED}\", {uport}))
+print(\"MARKER\")
+'",
+            tport = tcp.port,
+            iter = std::env::var("EGRESS_ITER").unwrap_or("10000".into())
+        ));
+        assert!(f.stdout.contains("MARKER"), "({config:?}) {f:?}");
+        let got = datagrams_until(&udp, "marker");
+        assert_eq!(
+            got.len(),
+            1,
+            "({config:?}) a swapped send reached the denied address: {got:?} {f:?}"
+        );
+        // The attack ran: calls met the UDP socket (refused: EACCES) and
+        // the Unix one (let through: the kernel's EINVAL for an inet
+        // address on a Unix socket).
+        let unix = f.stdout.split("'unix': {").nth(1).unwrap_or("");
+        let unix = unix.split('}').next().unwrap_or("");
+        assert!(
+            unix.contains("'errno13'") && unix.contains("'errno22'"),
+            "({config:?}) the swap was not hit both ways: {f:?}"
+        );
+    }
+}

@@ -168,6 +168,13 @@ pub const BASE_RULES: &[BaseRule] = &[
     },
     BaseRule {
         syscalls: &["clone"],
+        when: When::All(&[Cmp { arg: 0, mask: CLONE_FILES | CLONE_THREAD, value: CLONE_FILES }]),
+        when_text: "flags has CLONE_FILES but not CLONE_THREAD",
+        answer: Answer::Eperm,
+        why: "the fd table is then shared by the threads of one process only, which egress stops together before it lets a Unix-socket call through (no sibling can swap an inet socket in at its fd); a vfork child sharing its parent's table would escape that stop",
+    },
+    BaseRule {
+        syscalls: &["clone"],
         when: When::All(&[Cmp { arg: 0, mask: CLONE_VM | CLONE_FS, value: CLONE_FS }]),
         when_text: "flags has CLONE_FS but not CLONE_VM",
         answer: Answer::Eperm,

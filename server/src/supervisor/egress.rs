@@ -127,9 +127,9 @@ pub fn handle(
         }
     };
     if domain != libc::AF_INET && domain != libc::AF_INET6 {
-        // Not a destination this judges (Unix sockets: see the module doc).
-        let _ = stop.proceed();
-        return;
+        // Not a destination this judges (Unix sockets: see the module doc);
+        // let it through only where the fd cannot be swapped meanwhile.
+        return let_through(tree, c.tid, call, (fd, &sock), stop, refuse);
     }
     let protocol = match sockopt(&sock, libc::SO_TYPE) {
         Ok(libc::SOCK_STREAM) => Protocol::Tcp,
@@ -201,6 +201,180 @@ pub fn handle(
         }
     } else {
         let _ = stop.answer(perform());
+    }
+}
+
+/// Lets a call on a socket this does not judge (a Unix socket) run
+/// (CONTINUE), where no other thread can put an inet socket at the same fd
+/// number between this check and the kernel's lookup of the fd: the fd
+/// table is shared only by the threads of the caller's process (the filter
+/// refuses `clone` with `CLONE_FILES` and without `CLONE_THREAD`). A lone
+/// thread: at once. Several: the process is stopped (`SIGSTOP`), the call
+/// let through once every other thread has stopped, and the process
+/// continued once the caller has stopped too, i.e. its call is over (or was
+/// interrupted, and comes back through the filter). A thread that does not
+/// stop within [`STOP_DEADLINE`], or the ptrace backend (whose tracees'
+/// stops are its own): refused.
+fn let_through(
+    tree: &Tree,
+    tid: u32,
+    call: NetCall,
+    (fd, sock): (i32, &OwnedFd),
+    stop: &dyn ExecStop,
+    refuse: impl Fn(String),
+) {
+    let Ok(st) = crate::tracee::proc_stat(tid) else {
+        let _ = stop.answer(-i64::from(libc::ESRCH));
+        return;
+    };
+    if st.num_threads <= 1 {
+        let _ = stop.proceed();
+        return;
+    }
+    if stop.verifies_every_exec() {
+        return refuse(format!(
+            "{} on a Unix socket (fd {fd}) from a process of {} threads under the ptrace \
+             backend: another thread could swap an inet socket in at that fd after the check",
+            call.name(),
+            st.num_threads
+        ));
+    }
+    let tgid = match crate::tracee::tgid_of(tid, &st) {
+        Ok(t) => t,
+        Err(e) => return refuse(format!("the caller's process is unknown: {e}")),
+    };
+    // Once the others are stopped, the fd must still be the socket checked:
+    // before the stop they were free to swap it.
+    let go = || match take_socket(tid, fd) {
+        Ok(now) if same_file(&now, sock) => stop.proceed(),
+        Ok(_) => Err(io::Error::other(format!(
+            "fd {fd} changed to another file while the call was checked"
+        ))),
+        Err(_) => Err(io::Error::other(format!(
+            "fd {fd} could not be taken again"
+        ))),
+    };
+    match stopped_while(tgid, tid, go) {
+        Ok(()) => {}
+        Err(why) => {
+            tracing::info!(session = %tree.session_id, pid = tid, "{why}");
+            refuse(why);
+        }
+    }
+}
+
+/// Whether two fds are the same open socket (socket inodes are unique).
+fn same_file(a: &OwnedFd, b: &OwnedFd) -> bool {
+    let stat = |f: &OwnedFd| {
+        // SAFETY: fstat writes one struct stat.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid fd and a valid out pointer.
+        (unsafe { libc::fstat(f.as_raw_fd(), &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+    };
+    matches!((stat(a), stat(b)), (Some(x), Some(y)) if x == y)
+}
+
+/// How long the threads of a process may take to stop.
+const STOP_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Stops process `tgid`, runs `go` once every thread but `tid` has
+/// stopped, waits for `tid` to stop too, and continues the process.
+fn stopped_while(tgid: u32, tid: u32, go: impl FnOnce() -> io::Result<()>) -> Result<(), String> {
+    // The stop goes to a thread that can take it: sent to the process, the
+    // kernel may hand it to the caller, whose held call waits killably and
+    // would not start the group stop until it is answered. Any thread that
+    // takes a stop signal stops its whole group. None found: every other
+    // thread is held in a notification already (as good as stopped).
+    let taker = std::fs::read_dir(format!("/proc/{tgid}/task"))
+        .map_err(|e| format!("the caller's threads are unreadable: {e}"))?
+        .flatten()
+        .filter_map(|t| t.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+        .find(|&t| t != tid && !in_notification(tgid, t));
+    if let Some(t) = taker {
+        // SAFETY: tgkill takes three integers.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_tgkill,
+                tgid as libc::c_long,
+                t as libc::c_long,
+                libc::SIGSTOP as libc::c_long,
+            )
+        };
+        if rc != 0 {
+            return Err(format!(
+                "cannot stop the caller's process to let its Unix-socket call through: {}",
+                io::Error::last_os_error()
+            ));
+        }
+    }
+    let cont = || {
+        // SAFETY: kill takes two integers.
+        unsafe { libc::kill(tgid as libc::pid_t, libc::SIGCONT) };
+    };
+    let others_stopped = wait_stopped(tgid, |t| t != tid, true);
+    if let Err(why) = others_stopped {
+        cont();
+        return Err(why);
+    }
+    let went = go();
+    if went.is_ok() {
+        // The caller stops on its way back to user space: its call is over.
+        // (Not "held in a notification": right after the answer it still
+        // shows as waiting there, before its call has looked up the fd.)
+        let _ = wait_stopped(tgid, |t| t == tid, false);
+    }
+    cont();
+    went.map_err(|e| format!("the call could not be let through: {e}"))
+}
+
+/// Whether thread `t` waits in a seccomp notification (one the supervisor
+/// holds, e.g. a connect it performs on another thread): it runs no user
+/// code until answered, and then meets the pending stop first.
+fn in_notification(tgid: u32, t: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{tgid}/task/{t}/wchan"))
+        .is_ok_and(|w| w.starts_with("seccomp_do_user_notification"))
+}
+
+/// Waits until every thread of `tgid` that `which` selects is stopped
+/// (`T`/`t`), gone, a zombie, or (`held_counts`) held in a seccomp
+/// notification.
+fn wait_stopped(tgid: u32, which: impl Fn(u32) -> bool, held_counts: bool) -> Result<(), String> {
+    let end = std::time::Instant::now() + STOP_DEADLINE;
+    loop {
+        let tasks = std::fs::read_dir(format!("/proc/{tgid}/task"))
+            .map_err(|e| format!("the caller's threads are unreadable: {e}"))?;
+        let mut running = None;
+        for t in tasks.flatten() {
+            let Some(t) = t.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            if !which(t) {
+                continue;
+            }
+            match std::fs::read_to_string(format!("/proc/{tgid}/task/{t}/stat")) {
+                Ok(line) => {
+                    let state = line.rsplit_once(") ").and_then(|(_, r)| r.bytes().next());
+                    let stopped = matches!(state, Some(b'T' | b't' | b'Z' | b'X' | b'x'));
+                    let held = held_counts && in_notification(tgid, t);
+                    if !(stopped || held) {
+                        running = Some((t, state.map_or('?', char::from)));
+                        break;
+                    }
+                }
+                Err(_) => continue,
+            }
+        }
+        let Some((t, state)) = running else {
+            return Ok(());
+        };
+        if std::time::Instant::now() >= end {
+            return Err(format!(
+                "thread {t} of the caller's process did not stop within {STOP_DEADLINE:?} (state \
+                 {state}, in {}), so its fd table could change under a Unix-socket call",
+                std::fs::read_to_string(format!("/proc/{tgid}/task/{t}/wchan")).unwrap_or_default()
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_micros(200));
     }
 }
 
