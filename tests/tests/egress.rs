@@ -39,14 +39,18 @@ fn policy(port: u16) -> String {
         &format!("    ports: [443, {port}]\n    direction: connect\n"),
         1,
     );
-    if !p.contains("\negress:") {
-        p.push_str(&format!(
-            "egress:\n  default: deny\n  rules:\n    - name: test-allowed\n      cidrs: [{ALLOWED}/32]\n      protocol: any\n      decision: allow\n"
-        ));
+    let rule = format!(
+        "  rules:\n    - name: test-allowed\n      cidrs: [{ALLOWED}/32]\n      protocol: any\n      decision: allow\n"
+    );
+    let shipped = "\negress:\n  default: deny\n";
+    if p.contains(shipped) {
+        p = p.replacen(shipped, &format!("{shipped}{rule}"), 1);
     } else {
-        p.push_str(&format!(
-            "    - name: test-allowed\n      cidrs: [{ALLOWED}/32]\n      protocol: any\n      decision: allow\n"
-        ));
+        assert!(
+            !p.contains("\negress:"),
+            "agent-strict's egress section changed"
+        );
+        p.push_str(&format!("egress:\n  default: deny\n{rule}"));
     }
     p
 }
@@ -420,4 +424,57 @@ print(\"MARKER\")
             "({config:?}) the swap was not hit both ways: {f:?}"
         );
     }
+}
+
+/// The shipped agent-strict, unchanged: the UDP probe and a TCP connect to
+/// port 443 of loopback are refused, and nothing reaches the listeners.
+#[test]
+fn shipped_agent_strict_lets_no_data_out() {
+    if !require_root("shipped_agent_strict_lets_no_data_out") {
+        return;
+    }
+    let (udp, uport) = udp_listener();
+    let mut s = Sandbox::new(AGENT_STRICT, Some(NOBODY));
+    let f = s.sh(&format!(
+        "python3 -c '
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    s.sendto(b\"exfil-secret\", (\"127.0.0.1\", {uport}))
+    print(\"SENT\")
+except PermissionError as e:
+    print(\"REFUSED\", e.errno)
+print(\"TCP443\", socket.socket().connect_ex((\"127.0.0.1\", 443)))
+'"
+    ));
+    assert!(f.stdout.contains("REFUSED 13"), "{f:?}");
+    assert!(f.stdout.contains("TCP443 13"), "{f:?}");
+    // Loopback delivers a datagram within its sendto: ours, sent after the
+    // tree's, is the first to arrive if the tree's never did.
+    UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
+        .unwrap()
+        .send_to(b"marker", ("127.0.0.1", uport))
+        .unwrap();
+    let got = datagrams_until(&udp, "marker");
+    assert_eq!(got.len(), 1, "the secret arrived: {got:?}");
+    let events = s.events();
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "connect" && e["port"] == 443 && e["decision"] == "deny"),
+        "{events:?}"
+    );
+    // `agentsh events query` shows it as a row naming the destination.
+    let o = std::process::Command::new(agentsh_tests::server::bin("agentsh"))
+        .args(["events", "query", "--decision", "deny", "--file"])
+        .arg(s.srv.dir.path().join("audit.jsonl"))
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.contains("connect 127.0.0.1:443 tcp") && l.contains("deny")),
+        "{table}"
+    );
 }

@@ -41,6 +41,29 @@ fn table_row(ev: &serde_json::Value) -> String {
                 s("filename")
             )
         }
+        Some("connect") => {
+            let dest = match (
+                s("ip").as_str(),
+                ev.get("port").and_then(serde_json::Value::as_u64),
+            ) {
+                ("", _) => "(no destination)".to_string(),
+                (ip, Some(port)) if ip.contains(':') => format!("[{ip}]:{port}"),
+                (ip, Some(port)) => format!("{ip}:{port}"),
+                (ip, None) => ip.to_string(),
+            };
+            format!(
+                "{:<16} {:<12} {:<7} {:<5} {:<7} {:<6} {:<26} {} {dest} {}",
+                n("id"),
+                time,
+                n("pid"),
+                "-",
+                s("decision"),
+                s("decision"),
+                s("rule"),
+                s("syscall"),
+                s("protocol")
+            )
+        }
         Some(other) => format!("{:<16} {:<12} {other}", n("id"), time),
         None => ev.to_string(),
     }

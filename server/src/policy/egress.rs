@@ -169,6 +169,130 @@ impl EgressRule {
     }
 }
 
+impl std::fmt::Display for HostPattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HostPattern::Exact(h) => write!(f, "{h}"),
+            HostPattern::Below(h) => write!(f, "*.{h}"),
+        }
+    }
+}
+
+impl std::fmt::Display for Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+impl EgressRule {
+    /// One line: what the rule names.
+    fn describe(&self) -> String {
+        let mut what: Vec<String> = Vec::new();
+        what.extend(self.hosts.iter().map(ToString::to_string));
+        what.extend(self.cidrs.iter().map(ToString::to_string));
+        let what = if what.is_empty() {
+            "every address".to_string()
+        } else {
+            what.join(" ")
+        };
+        let ports = match &self.ports {
+            None => "any port".to_string(),
+            Some(p) => format!(
+                "port {}",
+                p.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+        };
+        format!(
+            "{:<7} {} [{what}, {ports}]",
+            self.decision.as_str(),
+            self.name
+        )
+    }
+}
+
+impl Egress {
+    /// What this version cannot do for the section: a rule by `hosts`
+    /// alone matches nothing (names are bound to addresses by the DNS stub,
+    /// not built yet), and `approve` is a refusal (approving destinations
+    /// is not built yet). Warnings, in the server log and `policy check`.
+    pub fn unbuilt(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for r in &self.rules {
+            if !r.hosts.is_empty() && r.cidrs.is_empty() {
+                out.push(format!(
+                    "egress rule {:?} names hosts only: this version binds no name to an address \
+                     (the DNS stub is not built yet), so it matches nothing and its destinations \
+                     get the rules below it or the default ({}); name the addresses with `cidrs` \
+                     meanwhile",
+                    r.name,
+                    self.default.as_str()
+                ));
+            }
+            if r.decision == Decision::Approve {
+                out.push(format!(
+                    "egress rule {:?} says approve: approving destinations is not built yet, so \
+                     what it matches is refused",
+                    r.name
+                ));
+            }
+        }
+        if self.default == Decision::Approve {
+            out.push(
+                "egress default approve: approving destinations is not built yet, so every \
+                 destination no rule allows is refused"
+                    .to_string(),
+            );
+        }
+        out
+    }
+
+    /// What `agentsh policy check` prints: the rules, then per protocol
+    /// what a tree can reach.
+    pub fn describe(&self) -> Vec<String> {
+        let mut out = vec![format!(
+            "egress: default {}; dns: {} (names are not bound to addresses yet: hosts rules \
+             match nothing, and port 53 is a destination like any other); every connect and \
+             every send naming a destination is judged, once per destination and tree",
+            self.default.as_str(),
+            match self.dns {
+                DnsMode::Stub => "stub",
+                DnsMode::Host => "host",
+            }
+        )];
+        for (i, r) in self.rules.iter().enumerate() {
+            out.push(format!("  {:>2}. {}", i + 1, r.describe()));
+        }
+        for proto in [Protocol::Tcp, Protocol::Udp] {
+            let open: Vec<String> = self
+                .rules
+                .iter()
+                .filter(|r| r.protocol == proto || r.protocol == Protocol::Any)
+                .filter(|r| r.decision != Decision::Deny && !r.cidrs.is_empty())
+                .map(|r| r.name.clone())
+                .collect();
+            let reach = if open.is_empty() {
+                "no address by rule".to_string()
+            } else {
+                format!("the addresses of {}", open.join(", "))
+            };
+            let floor = if proto == Protocol::Tcp {
+                ", and only on the ports network_rules leave open for connect"
+            } else {
+                ""
+            };
+            out.push(format!(
+                "  {}: {reach} (first match wins){floor}; every other destination: {}",
+                proto.as_str().to_uppercase(),
+                self.default.as_str()
+            ));
+        }
+        out
+    }
+}
+
 /// The compiled `egress:` section.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Egress {

@@ -233,6 +233,9 @@ impl Policy {
     /// rule is unreachable for every input; a rule not listed may still be.
     pub fn shadowed_rules(&self) -> Vec<String> {
         let mut out = Vec::new();
+        if let Some(e) = &self.egress {
+            out.extend(e.unbuilt());
+        }
         for (j, later) in self.command_rules.iter().enumerate() {
             let shadow = self.command_rules[..j].iter().find(|earlier| {
                 earlier.args_patterns.is_empty()
@@ -300,6 +303,30 @@ impl Policy {
         }
         self.summarize_files(&mut s);
         self.summarize_network(&mut s);
+        let _ = writeln!(
+            s,
+            "  socket_families: {}",
+            match &self.socket_families {
+                None => "not restricted".to_string(),
+                Some(f) => format!(
+                    "{} (others fail with EAFNOSUPPORT)",
+                    f.iter()
+                        .map(|&n| egress::family_name(n).map_or(n.to_string(), str::to_string))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            }
+        );
+        match &self.egress {
+            None => {
+                let _ = writeln!(s, "  egress: none (destinations are not judged)");
+            }
+            Some(e) => {
+                for l in e.describe() {
+                    let _ = writeln!(s, "  {l}");
+                }
+            }
+        }
         let _ = writeln!(
             s,
             "  daemon_sockets: the built-in list{}{}",
