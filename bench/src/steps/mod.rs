@@ -9,6 +9,7 @@
 //! from another, tracing server.
 
 mod configure;
+mod egress;
 mod exec_loop;
 mod first_shell;
 mod install;
@@ -24,6 +25,7 @@ use crate::setup::{copy_exec, mount_ns_path, start_server, Workspace};
 use agentsh_tests::ns::Namespace;
 use agentsh_tests::server::bin;
 use configure::configure;
+use egress::egress;
 use exec_loop::exec_loop;
 use first_shell::first_shell;
 use install::install_path;
@@ -148,6 +150,10 @@ pub fn run(o: &Opts) -> Result<(), String> {
     // server, so the trace lines cost the pairs above nothing).
     if o.runs("supervisor") {
         supervisor_time(&mut rep, &b)?;
+    }
+    // A server of its own, whose policy judges destinations.
+    if o.runs("egress") {
+        egress(&mut rep, &b)?;
     }
     rep.line(&format!(
         "\n(whole run: {:.0} s)",
