@@ -67,6 +67,10 @@ pub struct Report {
     /// Whether the server can read processes (ptrace access, as
     /// `process_vm_readv` needs) of its own and of others.
     pub tree_access: TreeAccess,
+    /// `pidfd_getfd` works here (egress takes a tree's sockets with it; a
+    /// seccomp profile such as Docker's default refuses it without
+    /// CAP_SYS_PTRACE).
+    pub pidfd_getfd: Probe,
     /// What a wrap-init gets on this host, in words.
     pub backend: String,
     /// The exec backend a wrap-init gets (`None`: none can work here).
@@ -391,6 +395,40 @@ fn probe_sync_wakeup() -> Probe {
 /// `getppid` with `RET_TRACE` and calls it; the parent seizes it and must
 /// see `PTRACE_EVENT_SECCOMP`.
 ///
+/// Can this process take an fd from another with `pidfd_getfd`? Tried on
+/// itself: ptrace access to a tree is `tree_access`'s question; this one is
+/// whether the syscall itself is refused (a seccomp profile, an old kernel).
+fn probe_pidfd_getfd() -> Probe {
+    // SAFETY: pidfd_open takes two integers.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid() as libc::c_long, 0) };
+    if pidfd < 0 {
+        return Probe::no(format!("pidfd_open: {}", io::Error::last_os_error()));
+    }
+    // SAFETY: a pidfd we own, fd 0 (or any open fd), flags 0.
+    let got = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_getfd,
+            pidfd,
+            0 as libc::c_long,
+            0 as libc::c_long,
+        )
+    };
+    let err = io::Error::last_os_error();
+    // SAFETY: closing fds we own.
+    unsafe {
+        libc::close(pidfd as libc::c_int);
+        if got >= 0 {
+            libc::close(got as libc::c_int);
+        }
+    }
+    match got {
+        g if g >= 0 => Probe::yes(),
+        // fd 0 closed: the call itself works.
+        _ if err.raw_os_error() == Some(libc::EBADF) => Probe::yes(),
+        _ => Probe::no(format!("pidfd_getfd: {err}")),
+    }
+}
+
 /// Long because the child's half (after fork, async-signal-safe calls only)
 /// and the parent's half must be read together to see that every path
 /// reaps the child.
@@ -581,6 +619,7 @@ pub fn detect(max_abi: Option<i64>, choice: BackendChoice) -> Report {
         cap_sys_ptrace,
         no_new_privs,
         tree_access,
+        pidfd_getfd: probe_pidfd_getfd(),
         backend,
         exec_backend: exec_backend.ok(),
         protections,
@@ -632,6 +671,7 @@ pub fn human(r: &Report) -> String {
         p(&r.tree_access.descendants),
         p(&r.tree_access.others)
     );
+    s += &format!("take a tree's socket (egress): {}\n", p(&r.pidfd_getfd));
     s += &format!("a wrap-init here gets:        {}\n", r.backend);
     for prot in &r.protections {
         s += &format!("  - {prot}\n");

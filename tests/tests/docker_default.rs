@@ -40,11 +40,16 @@ impl Container {
     /// (the entrypoint itself would be inside the emulated domain too, and
     /// a daemon beside the server would not be told apart from one below it).
     fn start_on(profile: &str, yama: bool, uid: Option<u32>) -> Container {
+        Container::start_with(profile, yama, uid, AGENT_DEFAULT)
+    }
+
+    /// [`Container::start_on`] with the server on `policy`.
+    fn start_with(profile: &str, yama: bool, uid: Option<u32>, policy: &str) -> Container {
         let ns = Namespace::new();
         ns.mount_scratch("/srv", WORKSPACE);
         let files = ServerFiles::write(
             Path::new(SERVER_BASE),
-            Some(AGENT_DEFAULT),
+            Some(policy),
             &format!("workspace: {WORKSPACE}\n"),
         );
         ns.install_shim(true);
@@ -330,4 +335,53 @@ fn docker_default_on_a_yama_host_a_server_not_above_the_daemon_refuses_and_says_
     let f = daemon.run(&sdk::e2b("touch /srv/ws/ran"));
     assert_eq!(f.code, Some(126), "{f:?}");
     assert!(!ns.path("/srv/ws/ran").exists());
+}
+
+/// Egress in Docker's default container: the profile refuses
+/// `pidfd_getfd`, so the supervisor cannot take a tree's socket; every
+/// judged call is refused (fail closed), and the audit event names the cause.
+#[test]
+fn docker_default_egress_fails_closed_and_names_pidfd_getfd() {
+    if !require_root("docker_default_egress_fails_closed_and_names_pidfd_getfd") {
+        return;
+    }
+    let policy = format!(
+        "{AGENT_DEFAULT}\negress:\n  default: deny\n  rules:\n    - name: loopback\n      \
+         cidrs: [127.0.0.0/8]\n      protocol: any\n      decision: allow\n"
+    );
+    let sink = std::net::UdpSocket::bind("127.0.0.2:0").unwrap();
+    let port = sink.local_addr().unwrap().port();
+    for uid in [None, Some(NOBODY)] {
+        let mut c = Container::start_with("docker-default", false, uid, &policy);
+        let f = c.run(&Spawn::argv(&[
+            "/bin/sh",
+            "-c",
+            &format!(
+                "python3 -c 'import socket\ntry:\n    socket.socket(socket.AF_INET, \
+                 socket.SOCK_DGRAM).sendto(b\"x\", (\"127.0.0.2\", {port})); print(\"SENT\")\n\
+                 except PermissionError as e:\n    print(\"REFUSED\", e.errno)'"
+            ),
+        ]));
+        assert!(f.stdout.contains("REFUSED 13"), "{uid:?}: {f:?}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let event = loop {
+            let found = c
+                .files
+                .events()
+                .into_iter()
+                .find(|e| e["type"] == "connect" && e["rule"] == "egress_unenforceable");
+            if found.is_some() || Instant::now() >= deadline {
+                break found;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let event = event.unwrap_or_else(|| panic!("{uid:?}: no egress_unenforceable event"));
+        assert!(
+            event["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("pidfd_getfd"),
+            "{uid:?}: {event}"
+        );
+    }
 }

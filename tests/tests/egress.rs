@@ -17,7 +17,7 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
-use agentsh_tests::sandbox::{Sandbox, AGENT_STRICT, NOBODY};
+use agentsh_tests::sandbox::{Sandbox, AGENT_OBSERVE, AGENT_STRICT, NOBODY, WORKSPACE};
 use agentsh_tests::server::require_root;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -476,5 +476,185 @@ print(\"TCP443\", socket.socket().connect_ex((\"127.0.0.1\", 443)))
             .lines()
             .any(|l| l.contains("connect 127.0.0.1:443 tcp") && l.contains("deny")),
         "{table}"
+    );
+}
+
+/// Serves `dir` over HTTP on `ALLOWED`, outside any tree (python's
+/// http.server); returns the port once it answers.
+struct Http {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Http {
+    fn serve(dir: &std::path::Path) -> Http {
+        let port = {
+            let l = TcpListener::bind((ALLOWED, 0)).unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let child = std::process::Command::new("/usr/bin/python3")
+            .args([
+                "-m",
+                "http.server",
+                "--bind",
+                ALLOWED,
+                &port.to_string(),
+                "--directory",
+            ])
+            .arg(dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while std::net::TcpStream::connect((ALLOWED, port)).is_err() {
+            assert!(
+                std::time::Instant::now() < end,
+                "http.server never listened"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Http { child, port }
+    }
+}
+
+impl Drop for Http {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn host(argv: &[&str], dir: &std::path::Path) {
+    let o = std::process::Command::new(argv[0])
+        .args(&argv[1..])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{argv:?}: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Real clients under a policy that allows one local address: pip installs
+/// a wheel from a local index, git clones over HTTP, npm installs a
+/// tarball, curl downloads; the same curl to a denied address fails; each
+/// destination is one audit event.
+#[test]
+fn pip_git_npm_and_curl_work_where_the_policy_allows() {
+    if !require_root("pip_git_npm_and_curl_work_where_the_policy_allows") {
+        return;
+    }
+    let served = agentsh_tests::server::TempDir::new("egress-served");
+    let d = served.path();
+    // A wheel, a bare repository (dumb HTTP) and an npm tarball.
+    std::fs::create_dir_all(d.join("src/localpkg/localpkg")).unwrap();
+    std::fs::write(d.join("src/localpkg/localpkg/__init__.py"), "VALUE = 42\n").unwrap();
+    std::fs::write(
+        d.join("src/localpkg/setup.py"),
+        "from setuptools import setup\nsetup(name='localpkg', version='1.0', packages=['localpkg'])\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(d.join("simple")).unwrap();
+    host(
+        &[
+            "/usr/bin/python3",
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            "simple",
+            "src/localpkg",
+        ],
+        d,
+    );
+    host(&["git", "init", "-q", "src/repo"], d);
+    std::fs::write(d.join("src/repo/README"), "hello from git\n").unwrap();
+    host(&["git", "-C", "src/repo", "add", "README"], d);
+    host(
+        &[
+            "git",
+            "-C",
+            "src/repo",
+            "-c",
+            "user.email=a@b",
+            "-c",
+            "user.name=a",
+            "commit",
+            "-qm",
+            "one",
+        ],
+        d,
+    );
+    host(&["git", "clone", "-q", "--bare", "src/repo", "repo.git"], d);
+    host(&["git", "-C", "repo.git", "update-server-info"], d);
+    std::fs::create_dir_all(d.join("src/npmpkg")).unwrap();
+    std::fs::write(
+        d.join("src/npmpkg/package.json"),
+        "{\"name\": \"npmpkg\", \"version\": \"1.0.0\", \"main\": \"index.js\"}\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("src/npmpkg/index.js"), "module.exports = 42;\n").unwrap();
+    host(
+        &["npm", "pack", "-q", "--pack-destination", "..", "."],
+        &d.join("src/npmpkg"),
+    );
+    host(&["mv", "src/npmpkg-1.0.0.tgz", "npmpkg-1.0.0.tgz"], d);
+    std::fs::write(d.join("big.bin"), vec![7u8; 8 << 20]).unwrap();
+    let http = Http::serve(d);
+    let base = format!("http://{ALLOWED}:{}", http.port);
+
+    // agent-observe (every command runs, TCP ports open) judged by egress.
+    let policy = format!(
+        "{AGENT_OBSERVE}\negress:\n  default: deny\n  rules:\n    - name: local-index\n      \
+         cidrs: [{ALLOWED}/32]\n      ports: [{}]\n      decision: allow\n",
+        http.port
+    );
+    let mut s = Sandbox::new(&policy, None);
+    let script = format!(
+        "set -e; cd {ws}; export HOME={ws} npm_config_cache={ws}/.npm
+/usr/bin/python3 -m venv venv
+venv/bin/pip install -q --no-index --find-links {base}/simple/ localpkg
+venv/bin/python -c 'import localpkg; print(\"pip\", localpkg.VALUE)'
+git clone -q {base}/repo.git clone && cat clone/README
+mkdir n && cd n && npm install --no-audit --no-fund --loglevel=error {base}/npmpkg-1.0.0.tgz >/dev/null && node -e 'console.log(\"npm\", require(\"npmpkg\"))' && cd ..
+curl -sf -o big.bin {base}/big.bin && echo curl $(wc -c < big.bin)
+if curl -sf --max-time 20 -o /dev/null http://{DENIED}:{port}/big.bin; then echo denied-reached; else echo denied-refused $?; fi
+",
+        ws = WORKSPACE,
+        port = http.port
+    );
+    let f = s.spawn_for(
+        &agentsh_tests::sdk::Spawn::argv(&["/bin/sh", "-c", &script]),
+        std::time::Duration::from_secs(300),
+    );
+    for want in [
+        "pip 42",
+        "hello from git",
+        "npm 42",
+        &format!("curl {}", 8 << 20),
+        "denied-refused 7",
+    ] {
+        assert!(f.stdout.contains(want), "want {want:?}: {f:?}");
+    }
+    // One event per destination and tree: trees are the one shell here.
+    let events = s.events();
+    let connects: Vec<_> = events.iter().filter(|e| e["type"] == "connect").collect();
+    let allowed = connects
+        .iter()
+        .filter(|e| e["ip"] == ALLOWED && e["port"] == http.port && e["decision"] == "allow")
+        .count();
+    assert_eq!(allowed, 1, "{connects:?}");
+    assert!(
+        connects
+            .iter()
+            .any(|e| e["ip"] == DENIED && e["decision"] == "deny"),
+        "{connects:?}"
     );
 }

@@ -99,6 +99,26 @@ pub fn run(start: Start) -> Result<(), String> {
     for p in &detected.protections {
         tracing::info!("{p}");
     }
+    if policy.egress().is_some() {
+        if detected.pidfd_getfd.available {
+            tracing::info!(
+                "egress: every destination a tree names is judged and the call made for it (the \
+                 supervisor takes the tree's socket with pidfd_getfd)"
+            );
+        } else {
+            tracing::warn!(
+                "egress: {} here, so the supervisor cannot take a tree's sockets: every connect \
+                 and send the policy's egress judges is refused (EACCES, audited \
+                 egress_unenforceable). Give the container CAP_SYS_PTRACE (Docker's default \
+                 seccomp profile refuses pidfd_getfd without it)",
+                detected
+                    .pidfd_getfd
+                    .detail
+                    .as_deref()
+                    .unwrap_or("pidfd_getfd is refused")
+            );
+        }
+    }
     // Without CAP_SYS_PTRACE, a tree of another uid is read with its ids.
     crate::tracee::access::match_owners(!detected.cap_sys_ptrace);
     let gate = Arc::new(command::Gate::new(
