@@ -75,6 +75,12 @@ fn http_server() -> Result<u16, String> {
 fn connect_sink() -> Result<u16, String> {
     let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     let port = l.local_addr().map_err(|e| e.to_string())?.port();
+    // A backlog of 4096, not std's 128: an overflowing accept queue drops
+    // SYNs, and each costs the unsupervised loop a 1 s retransmission.
+    // SAFETY: listen() again on a listening socket only resizes its backlog.
+    if unsafe { libc::listen(std::os::fd::AsRawFd::as_raw_fd(&l), 4096) } != 0 {
+        return Err(format!("listen: {}", std::io::Error::last_os_error()));
+    }
     std::thread::spawn(move || {
         for c in l.incoming() {
             drop(c);
