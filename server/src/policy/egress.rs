@@ -330,7 +330,7 @@ pub struct EgressVerdict {
 }
 
 /// The first rule naming `d` decides; none: `default`. Pure.
-pub fn judge(e: &Egress, d: &Destination<'_>) -> EgressVerdict {
+pub fn judge_destination(e: &Egress, d: &Destination<'_>) -> EgressVerdict {
     let d = Destination {
         ip: canonical(d.ip),
         ..d.clone()
@@ -596,7 +596,7 @@ mod tests {
         let e = rules(
             "default: deny\nrules:\n  - {name: meta, cidrs: [169.254.169.254/32], protocol: any, decision: deny}\n  - {name: reg, hosts: [pypi.org, \"*.githubusercontent.com\"], ports: [443], decision: allow}\n  - {name: lan, cidrs: [10.0.0.0/8, \"fd00::/8\"], protocol: any, decision: approve}\n  - {name: dns, ports: [53], protocol: udp, decision: allow}\n",
         );
-        judge(
+        judge_destination(
             &e,
             &Destination {
                 ip: ip.parse().unwrap(),

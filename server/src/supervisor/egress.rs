@@ -11,7 +11,7 @@
 //! supervisor must not lend) is let through (CONTINUE). For an inet socket
 //! the address, and for sends the data and control messages, are read once
 //! into the supervisor's memory; each destination is judged
-//! (`policy::egress::judge`); an allowed call is made by the supervisor on
+//! (`policy::egress::judge_destination`); an allowed call is made by the supervisor on
 //! the taken socket with that copy, and its result is the caller's answer.
 //! A blocking socket's call is made on a thread of its own and answered from
 //! there, so the tree's other syscalls are not held up behind a slow
@@ -416,7 +416,7 @@ fn decide(
         return (Decision::Deny, rule);
     }
     let names: Vec<String> = Vec::new();
-    let v = egress::judge(
+    let v = egress::judge_destination(
         policy,
         &Destination {
             ip: key.ip,

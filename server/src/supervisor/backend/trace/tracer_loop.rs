@@ -20,7 +20,6 @@ use crate::supervisor::dispatch::{dispatch, Caught};
 use crate::supervisor::exec::{self, Holder, TreeState, Verification};
 use crate::supervisor::{verify, SupervisorContext, Tree};
 use crate::trees::Trees;
-use agentsh_proto::execabi;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::io;
@@ -368,8 +367,6 @@ impl Loop {
             nr,
             args: regs.args(),
         };
-        let holds = execabi::classify(arch, nr).is_some()
-            || agentsh_proto::netabi::classify(arch, nr).is_some();
         let starttime = Cell::new(0);
         let holder = || {
             let t = crate::tracee::proc_stat(tid).map_or(0, |s| s.starttime);
@@ -377,7 +374,9 @@ impl Loop {
             Holder::Trace { tid, starttime: t }
         };
         dispatch(&self.ctx, &tt.tree, &mut tt.st, &caught, &stop, holder);
-        if holds && !stop.answered.get() {
+        // Whatever the class: a stop its handler did not answer stays
+        // stopped, held until an answer comes through the queue.
+        if !stop.answered.get() {
             self.held.insert(tid, starttime.get());
         }
         if let Some(v) = stop.expect.take() {
