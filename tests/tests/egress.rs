@@ -658,3 +658,55 @@ if curl -sf --max-time 20 -o /dev/null http://{DENIED}:{port}/big.bin; then echo
         "{connects:?}"
     );
 }
+
+/// A tree cannot spend the server's threads: blocking connects to an
+/// allowed address that never answers are made at most 256 at once per
+/// tree; the rest fail at once with EAGAIN, and the server goes on serving.
+#[test]
+fn blocking_connects_are_capped_per_tree() {
+    if !require_root("blocking_connects_are_capped_per_tree") {
+        return;
+    }
+    // A listener that never accepts, its backlog full after the first
+    // connections: later SYNs are dropped and their connects wait.
+    let l = TcpListener::bind((ALLOWED, 0)).unwrap();
+    let port = l.local_addr().unwrap().port();
+    // SAFETY: listen() again on a listening socket only resizes its backlog.
+    let rc = unsafe { libc::listen(std::os::fd::AsRawFd::as_raw_fd(&l), 0) };
+    assert_eq!(rc, 0);
+    let mut s = Sandbox::new(&policy(port), Some(NOBODY));
+    let f = s.sh(&format!(
+        "python3 -c '
+import errno, os, socket, sys, threading
+again = []
+def go():
+    c = socket.socket()
+    r = c.connect_ex((\"{ALLOWED}\", {port}))
+    if r == errno.EAGAIN:
+        again.append(r)
+ts = [threading.Thread(target=go, daemon=True) for _ in range(340)]
+[t.start() for t in ts]
+done = threading.Event()
+while not done.wait(0.05):
+    if len(again) >= 40:
+        break
+print(\"EAGAIN\", len(again))
+sys.stdout.flush()
+os._exit(0)
+'"
+    ));
+    let n: usize = f
+        .stdout
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{f:?}"));
+    assert!(n >= 40, "{f:?}");
+    assert!(s
+        .srv
+        .log()
+        .contains("blocking network calls of this tree already in flight"));
+    // The server still serves the next command.
+    let f = s.sh("echo still-served");
+    assert!(f.stdout.contains("still-served"), "{f:?}");
+}

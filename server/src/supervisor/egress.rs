@@ -29,7 +29,9 @@
 //! Docker's default profile does without CAP_SYS_PTRACE), memory that
 //! cannot be read, a message layout this does not handle (control messages
 //! of a 32-bit caller): refused with EACCES and audited with the reason.
-//! Never a CONTINUE for an inet destination.
+//! Never a CONTINUE for an inet destination. More than [`BLOCKING_MAX`]
+//! blocking calls of one tree at once: EAGAIN (logged), so a tree cannot
+//! spend the server's threads.
 
 use super::seam::{ExecStop, Holder};
 use super::state::{DestKey, TreeState};
@@ -41,6 +43,7 @@ use agentsh_proto::netabi::{NetCall, Width};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::Ordering;
 
 /// The most a sockaddr may be (`sizeof(struct sockaddr_storage)`).
 const SOCKADDR_MAX: usize = 128;
@@ -53,6 +56,8 @@ const SEND_MAX: usize = 1 << 20;
 const IOV_MAX: usize = 1024;
 /// The most control-message bytes copied.
 const CONTROL_MAX: usize = 64 * 1024;
+/// The most blocking calls of one tree made at once (each on a thread).
+const BLOCKING_MAX: usize = 256;
 
 /// One send or connect, copied out of the caller.
 struct Copied {
@@ -192,12 +197,34 @@ pub fn handle(
     let blocking = !nonblocking(&sock, &messages);
     let perform = move || perform(&sock, call, &messages);
     if blocking {
+        // One thread per blocking call, at most [`BLOCKING_MAX`] per tree at
+        // once: a tree cannot spend the server's threads (a thousand
+        // connects to an address that never answers would otherwise be a
+        // thousand threads for two minutes).
+        let in_flight = st.egress_blocking.clone();
+        if in_flight.fetch_add(1, Ordering::SeqCst) >= BLOCKING_MAX {
+            in_flight.fetch_sub(1, Ordering::SeqCst);
+            tracing::warn!(
+                session = %tree.session_id, pid = c.tid,
+                "{BLOCKING_MAX} blocking network calls of this tree already in flight: EAGAIN"
+            );
+            let _ = stop.answer(-i64::from(libc::EAGAIN));
+            return;
+        }
         let held = holder();
+        let done = in_flight.clone();
         let spawned = std::thread::Builder::new()
             .name("agentsh-egress".into())
-            .spawn(move || held.answer_value(perform()));
+            .spawn(move || {
+                let v = perform();
+                done.fetch_sub(1, Ordering::SeqCst);
+                held.answer_value(v);
+            });
         if let Err(e) = spawned {
+            // The call was not made: say so, never leave it waiting.
+            in_flight.fetch_sub(1, Ordering::SeqCst);
             tracing::error!("cannot start a thread for a blocking network call: {e}");
+            let _ = stop.answer(-i64::from(libc::EAGAIN));
         }
     } else {
         let _ = stop.answer(perform());

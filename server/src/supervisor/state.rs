@@ -32,6 +32,8 @@ pub struct TreeState {
     pub(super) approved_tx: Sender<(u32, u64, u32)>,
     approved_rx: Receiver<(u32, u64, u32)>,
     /// Destinations judged in this tree, and what was decided (`egress`).
+    /// Blocking network calls of this tree being made (`egress`).
+    pub(super) egress_blocking: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     pub(super) egress_seen: std::collections::HashMap<DestKey, (crate::policy::Decision, String)>,
 }
 
@@ -52,6 +54,7 @@ impl TreeState {
             approved_tx,
             approved_rx,
             egress_seen: std::collections::HashMap::new(),
+            egress_blocking: std::sync::Arc::default(),
         }
     }
 
