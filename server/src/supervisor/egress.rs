@@ -195,7 +195,7 @@ pub fn handle(
     }
     let messages: Vec<Copied> = messages.into_iter().take(allowed).collect();
     let blocking = !nonblocking(&sock, &messages);
-    let perform = move || perform(&sock, call, &messages);
+    let perform = move || perform(&sock, call, protocol, &messages);
     if blocking {
         // One thread per blocking call, at most [`BLOCKING_MAX`] per tree at
         // once: a tree cannot spend the server's threads (a thousand
@@ -312,10 +312,8 @@ fn stopped_while(tgid: u32, tid: u32, go: impl FnOnce() -> io::Result<()>) -> Re
     // would not start the group stop until it is answered. Any thread that
     // takes a stop signal stops its whole group. None found: every other
     // thread is held in a notification already (as good as stopped).
-    let taker = std::fs::read_dir(format!("/proc/{tgid}/task"))
-        .map_err(|e| format!("the caller's threads are unreadable: {e}"))?
-        .flatten()
-        .filter_map(|t| t.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+    let taker = threads(tgid)?
+        .into_iter()
         .find(|&t| t != tid && !in_notification(tgid, t));
     if let Some(t) = taker {
         // SAFETY: tgkill takes three integers.
@@ -354,6 +352,16 @@ fn stopped_while(tgid: u32, tid: u32, go: impl FnOnce() -> io::Result<()>) -> Re
     went.map_err(|e| format!("the call could not be let through: {e}"))
 }
 
+/// The thread ids of process `tgid`.
+fn threads(tgid: u32) -> Result<Vec<u32>, String> {
+    let dir = std::fs::read_dir(format!("/proc/{tgid}/task"))
+        .map_err(|e| format!("the caller's threads are unreadable: {e}"))?;
+    Ok(dir
+        .flatten()
+        .filter_map(|t| t.file_name().to_str().and_then(|n| n.parse().ok()))
+        .collect())
+}
+
 /// Whether thread `t` waits in a seccomp notification (one the supervisor
 /// holds, e.g. a connect it performs on another thread): it runs no user
 /// code until answered, and then meets the pending stop first.
@@ -368,27 +376,25 @@ fn in_notification(tgid: u32, t: u32) -> bool {
 fn wait_stopped(tgid: u32, which: impl Fn(u32) -> bool, held_counts: bool) -> Result<(), String> {
     let end = std::time::Instant::now() + STOP_DEADLINE;
     loop {
-        let tasks = std::fs::read_dir(format!("/proc/{tgid}/task"))
-            .map_err(|e| format!("the caller's threads are unreadable: {e}"))?;
         let mut running = None;
-        for t in tasks.flatten() {
-            let Some(t) = t.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
-                continue;
-            };
-            if !which(t) {
-                continue;
-            }
-            match std::fs::read_to_string(format!("/proc/{tgid}/task/{t}/stat")) {
-                Ok(line) => {
-                    let state = line.rsplit_once(") ").and_then(|(_, r)| r.bytes().next());
-                    let stopped = matches!(state, Some(b'T' | b't' | b'Z' | b'X' | b'x'));
-                    let held = held_counts && in_notification(tgid, t);
-                    if !(stopped || held) {
-                        running = Some((t, state.map_or('?', char::from)));
-                        break;
-                    }
+        for t in threads(tgid)?.into_iter().filter(|&t| which(t)) {
+            let state = match crate::tracee::proc_stat(t) {
+                Ok(st) => st.state,
+                // Gone since the listing.
+                Err(e)
+                    if e.kind() == io::ErrorKind::NotFound
+                        || e.raw_os_error() == Some(libc::ESRCH) =>
+                {
+                    continue
                 }
-                Err(_) => continue,
+                // Unreadable: not known to be stopped.
+                Err(_) => b'?',
+            };
+            let stopped = matches!(state, b'T' | b't' | b'Z' | b'X' | b'x');
+            let held = held_counts && in_notification(tgid, t);
+            if !(stopped || held) {
+                running = Some((t, char::from(state)));
+                break;
             }
         }
         let Some((t, state)) = running else {
@@ -786,7 +792,8 @@ fn copy_msghdr(tid: u32, at: u64, flags: i32, width: Width) -> Result<Copied, Co
 }
 
 /// Makes the call on the taken socket with the copies; its answer value.
-fn perform(sock: &OwnedFd, call: NetCall, messages: &[Copied]) -> Answer {
+fn perform(sock: &OwnedFd, call: NetCall, protocol: Protocol, messages: &[Copied]) -> Answer {
+    let datagram = protocol == Protocol::Udp;
     let fd = sock.as_raw_fd();
     let ret = |rc: isize| -> Answer {
         if rc < 0 {
@@ -804,11 +811,11 @@ fn perform(sock: &OwnedFd, call: NetCall, messages: &[Copied]) -> Answer {
             };
             ret(rc as isize)
         }
-        NetCall::Sendto | NetCall::Sendmsg => send_one(fd, &messages[0], &ret),
+        NetCall::Sendto | NetCall::Sendmsg => send_one(fd, datagram, &messages[0], &ret),
         NetCall::Sendmmsg => {
             let mut sent = 0i64;
             for m in messages {
-                let r = send_one(fd, m, &ret);
+                let r = send_one(fd, datagram, m, &ret);
                 if r < 0 {
                     return if sent > 0 { sent } else { r };
                 }
@@ -819,8 +826,8 @@ fn perform(sock: &OwnedFd, call: NetCall, messages: &[Copied]) -> Answer {
     }
 }
 
-fn send_one(fd: RawFd, m: &Copied, ret: &dyn Fn(isize) -> Answer) -> Answer {
-    if m.clipped && sock_is_datagram(fd) {
+fn send_one(fd: RawFd, datagram: bool, m: &Copied, ret: &dyn Fn(isize) -> Answer) -> Answer {
+    if m.clipped && datagram {
         return -i64::from(libc::EMSGSIZE);
     }
     let mut iov = libc::iovec {
@@ -844,22 +851,6 @@ fn send_one(fd: RawFd, m: &Copied, ret: &dyn Fn(isize) -> Answer) -> Answer {
     // SAFETY: `h` is a valid msghdr (above).
     let rc = unsafe { libc::sendmsg(fd, &h, m.flags | libc::MSG_NOSIGNAL) };
     ret(rc)
-}
-
-fn sock_is_datagram(fd: RawFd) -> bool {
-    let mut v: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: `v` and `len` are valid for the sizes given.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_TYPE,
-            (&mut v as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    rc == 0 && v == libc::SOCK_DGRAM
 }
 
 #[cfg(test)]

@@ -145,31 +145,36 @@ pub fn attach(ctx: &Arc<SupervisorContext>, trees: Arc<Trees>, tree: Tree) -> Re
 /// The answer to a held exec (approval waiters): allow and verify `what`,
 /// or deny (`None`). Ignored if `tid` is no longer that held exec.
 pub fn answer(tid: u32, starttime: u64, what: Option<Verification>) {
-    let Some(Ok(t)) = TRACER.get() else {
-        tracing::error!(tid, "no tracer to answer a held exec");
-        return;
-    };
-    if let Err(e) = t.send(Request::Answer {
+    to_tracer(
         tid,
-        starttime,
-        what: what.map(Box::new),
-    }) {
-        tracing::error!(tid, "held exec not answered: {e}");
-    }
+        Request::Answer {
+            tid,
+            starttime,
+            what: what.map(Box::new),
+        },
+    );
 }
 
 /// The answer to a held syscall performed on the tree's behalf (egress):
 /// skip it with `val` (`< 0`: `-errno`). Ignored if `tid` no longer holds it.
 pub fn answer_value(tid: u32, starttime: u64, val: i64) {
+    to_tracer(
+        tid,
+        Request::Value {
+            tid,
+            starttime,
+            val,
+        },
+    );
+}
+
+/// Queues the answer to held thread `tid`'s syscall for the tracer.
+fn to_tracer(tid: u32, req: Request) {
     let Some(Ok(t)) = TRACER.get() else {
         tracing::error!(tid, "no tracer to answer a held syscall");
         return;
     };
-    if let Err(e) = t.send(Request::Value {
-        tid,
-        starttime,
-        val,
-    }) {
+    if let Err(e) = t.send(req) {
         tracing::error!(tid, "held syscall not answered: {e}");
     }
 }
