@@ -299,11 +299,34 @@ pub struct ConnectEvent {
     pub message: Option<String>,
 }
 
+/// One DNS query of a tree, as the stub decided it (`egress.dns: stub`).
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct DnsEvent {
+    /// The thread whose call to the stub registered the socket.
+    pub pid: u32,
+    /// The name asked for (absent: the query could not be read).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub name: Option<String>,
+    /// A, AAAA, TXT, ... or TYPEn.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub qtype: Option<String>,
+    /// The egress rule that lets the name be asked, `default`, or
+    /// `dns_malformed`.
+    pub rule: String,
+    pub decision: crate::policy::Decision,
+    /// The addresses of the answer, now bound to the name for this tree.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub answers: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub message: Option<String>,
+}
+
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum EventBody {
     Execve(ExecEvent),
     Connect(ConnectEvent),
+    Dns(DnsEvent),
     WrapInit(WrapInitEvent),
     Handoff(HandoffEvent),
     UnsupervisedRun(UnsupervisedEvent),

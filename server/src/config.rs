@@ -9,6 +9,7 @@
 //! directory away from every supervised tree.
 
 use serde::Deserialize;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 /// The shipped defaults, embedded so `agentsh server` runs with no files.
@@ -46,6 +47,14 @@ CONFIG KEYS (YAML; all optional; defaults shown):
                                                      kernel's. A cap reproduces an older kernel (2:
                                                      E2B's 6.1: no TCP rules, no signal scoping, so
                                                      the seccomp signal guard asks the supervisor)
+  egress.stub                      127.0.0.153:53    where the DNS stub of `egress.dns: stub` listens
+                                                     (UDP and TCP); a tree's /etc/resolv.conf names
+                                                     it (any other resolver is sent to it)
+  egress.resolvers                 []                the upstreams the stub asks, [\"IP:PORT\", ...];
+                                                     empty: the nameservers of /etc/resolv.conf
+  egress.compat                    best_effort       best_effort | required: with `required`, a tree
+                                                     whose policy's egress cannot be enforced here
+                                                     (pidfd_getfd refused) does not start (126)
   execve.backend                   auto              auto | notify | ptrace: how execs reach the
                                                      supervisor. auto: seccomp user-notify where
                                                      the kernel has it, else ptrace (gVisor,
@@ -80,6 +89,92 @@ pub struct Config {
     pub execve: ExecveSection,
     pub workspace: String,
     pub landlock: LandlockSection,
+    pub egress: EgressSection,
+}
+
+/// `egress.*`: the DNS stub and how much of a policy's `egress` must hold.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EgressSection {
+    /// Where the DNS stub listens (UDP and TCP), `IP:PORT`.
+    pub stub: String,
+    /// The upstreams the stub asks, `IP:PORT` (empty: the nameservers of
+    /// the server's `/etc/resolv.conf`, except the stub).
+    pub resolvers: Vec<String>,
+    pub compat: EgressCompat,
+}
+
+/// `egress.compat`: what a tree gets where its policy's egress cannot be
+/// enforced on this host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EgressCompat {
+    /// It runs; every call egress would judge is refused (EACCES,
+    /// audited), and wrap-init lists `egress` under `not_enforced`.
+    #[default]
+    BestEffort,
+    /// It does not start (exit 126).
+    Required,
+}
+
+/// The nameservers `resolv_conf` names, except `stub` (port 53).
+pub fn nameservers(resolv_conf: &str, stub: SocketAddr) -> Vec<SocketAddr> {
+    resolv_conf
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next() == Some("nameserver")).then(|| w.next()).flatten()
+        })
+        .filter_map(|ip| ip.split('%').next()?.parse::<std::net::IpAddr>().ok())
+        .map(|ip| SocketAddr::new(ip, 53))
+        .filter(|a| *a != stub)
+        .collect()
+}
+
+impl Default for EgressSection {
+    fn default() -> Self {
+        EgressSection {
+            stub: "127.0.0.153:53".into(),
+            resolvers: Vec::new(),
+            compat: EgressCompat::BestEffort,
+        }
+    }
+}
+
+impl EgressSection {
+    /// `stub` as an address.
+    pub fn stub_addr(&self) -> Result<SocketAddr, String> {
+        self.stub.parse().map_err(|_| {
+            format!(
+                "egress.stub {:?} is not IP:PORT (e.g. 127.0.0.153:53; a resolv.conf can only \
+                 name port 53)",
+                self.stub
+            )
+        })
+    }
+
+    /// `resolvers` as addresses; an empty list: `resolv_conf`'s nameservers
+    /// other than the stub.
+    pub fn upstream(&self, resolv_conf: &str) -> Result<Vec<SocketAddr>, String> {
+        let stub = self.stub_addr()?;
+        if self.resolvers.is_empty() {
+            return Ok(nameservers(resolv_conf, stub));
+        }
+        self.resolvers
+            .iter()
+            .map(|r| {
+                let a: SocketAddr = r.parse().map_err(|_| {
+                    format!("egress.resolvers: {r:?} is not IP:PORT (e.g. 10.0.0.2:53)")
+                })?;
+                if a == stub {
+                    return Err(format!(
+                        "egress.resolvers: {r} is the stub itself (egress.stub): it would ask itself"
+                    ));
+                }
+                Ok(a)
+            })
+            .collect()
+    }
 }
 
 /// How much Landlock enforcement a command needs before it may run.
@@ -262,6 +357,7 @@ impl Default for Config {
             execve: ExecveSection::default(),
             workspace: String::new(),
             landlock: LandlockSection::default(),
+            egress: EgressSection::default(),
         }
     }
 }
@@ -334,13 +430,7 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), String> {
-        if !self.server.http.addr.is_empty()
-            && self
-                .server
-                .http
-                .addr
-                .parse::<std::net::SocketAddr>()
-                .is_err()
+        if !self.server.http.addr.is_empty() && self.server.http.addr.parse::<SocketAddr>().is_err()
         {
             return Err(format!(
                 "server.http.addr {:?} is not an address such as 127.0.0.1:18080 (or \"\" for none)",
@@ -377,6 +467,8 @@ impl Config {
                 self.landlock.max_abi
             ));
         }
+        self.egress.stub_addr()?;
+        self.egress.upstream("")?;
         if self.policy.trim().is_empty() {
             return Err("policy must name a policy or a file".into());
         }
@@ -476,7 +568,7 @@ impl Config {
         self.server
             .http
             .addr
-            .parse::<std::net::SocketAddr>()
+            .parse::<SocketAddr>()
             .ok()
             .map(|a| a.port())
     }

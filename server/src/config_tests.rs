@@ -136,3 +136,43 @@ fn state_under_tmp_is_refused_with_what_to_use() {
         "{e}"
     );
 }
+
+#[test]
+fn nameservers_skip_the_stub_and_comments() {
+    use std::net::SocketAddr;
+    let stub: SocketAddr = "127.0.0.153:53".parse().unwrap();
+    let got = nameservers(
+        "# x\nnameserver 127.0.0.153\nnameserver 10.0.0.2\nsearch a\nnameserver fe80::1%eth0\n",
+        stub,
+    );
+    assert_eq!(
+        got,
+        vec![
+            "10.0.0.2:53".parse::<SocketAddr>().unwrap(),
+            "[fe80::1]:53".parse().unwrap()
+        ]
+    );
+}
+
+#[test]
+fn egress_keys_are_checked() {
+    let c = Config::from_yaml(
+        "egress:\n  resolvers: [\"10.0.0.2:53\"]\n  compat: required\n",
+        "t",
+    )
+    .unwrap();
+    assert_eq!(c.egress.compat, EgressCompat::Required);
+    assert_eq!(
+        c.egress.upstream("").unwrap(),
+        vec!["10.0.0.2:53".parse().unwrap()]
+    );
+    for bad in [
+        "egress:\n  stub: 127.0.0.153\n",
+        "egress:\n  resolvers: [\"10.0.0.2\"]\n",
+        "egress:\n  resolvers: [\"127.0.0.153:53\"]\n",
+        "egress:\n  compat: maybe\n",
+    ] {
+        let e = Config::from_yaml(bad, "t").err();
+        assert!(e.is_some(), "{bad} was taken");
+    }
+}

@@ -17,6 +17,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod detect;
+pub mod dns;
 pub mod filter;
 pub mod handoff;
 pub mod installer;

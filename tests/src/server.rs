@@ -283,8 +283,15 @@ impl ServerFiles {
             .and_then(|r| r.split('"').next())
             .unwrap_or("")
             .to_string();
+        // Each server's DNS stub on an address of its own (servers of
+        // several tests may be up at once), unless the test names one.
+        let stub = if extra_config.contains("egress:") {
+            String::new()
+        } else {
+            format!("egress:\n  stub: \"{}:53\"\n", unique_loopback())
+        };
         let config = format!(
-            "{server_yaml}{policy_line}state_dir: {}\naudit:\n  jsonl: {}\nwrapper_binary: {}\n{extra_config}",
+            "{server_yaml}{policy_line}{stub}state_dir: {}\naudit:\n  jsonl: {}\nwrapper_binary: {}\n{extra_config}",
             dir.path().join("state").display(),
             dir.path().join("audit.jsonl").display(),
             bin("agentsh-unixwrap").display(),
@@ -495,4 +502,21 @@ pub fn execs_of<'a>(events: &'a [serde_json::Value], base: &str) -> Vec<&'a serd
                 .is_some_and(|f| f.rsplit('/').next() == Some(base))
         })
         .collect()
+}
+
+/// A loopback address no other server of this machine's tests is likely to
+/// use (127.1.0.0/16 and above: tests use 127.0.0.0/24 for destinations).
+pub fn unique_loopback() -> std::net::Ipv4Addr {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let mut x = std::process::id()
+        .wrapping_mul(2_654_435_761)
+        .wrapping_add(nanos)
+        .wrapping_add(N.fetch_add(1, Ordering::SeqCst).wrapping_mul(40_503));
+    x ^= x >> 13;
+    let b = x.to_be_bytes();
+    std::net::Ipv4Addr::new(127, 1 + b[1] % 250, b[2], 1 + b[3] % 250)
 }

@@ -155,12 +155,14 @@ pub fn run(start: Start) -> Result<(), String> {
     rundir::clear_stale_socket(&config.server.socket)?;
     let trees = Arc::new(Trees::new());
     let approvals = Arc::new(Approvals::new(&config.execve, audit.clone(), trees.clone()));
+    let dns = start_dns(&config, &policy, &audit)?;
     let supervisor = Arc::new(SupervisorContext {
         policy,
         limits: config.execve.clone(),
         audit: audit.clone(),
         approvals: approvals.clone(),
         audit_on_failure: config.audit.on_failure,
+        dns,
     });
     // Nothing answers (no `ready`, no tree) before the index exists.
     prepared.wait()?;
@@ -319,4 +321,46 @@ fn trust_config(path: &std::path::Path) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Starts the DNS stub where the policy's egress asks for it (`dns: stub`).
+/// A stub that cannot listen is an error at start: the trees' DNS would
+/// otherwise go nowhere, or around the policy.
+fn start_dns(
+    config: &Config,
+    policy: &crate::policy::Policy,
+    audit: &Arc<AuditLog>,
+) -> Result<Option<Arc<crate::dns::Stub>>, String> {
+    let Some(egress) = policy.egress() else {
+        return Ok(None);
+    };
+    if egress.dns != crate::policy::egress::DnsMode::Stub {
+        return Ok(None);
+    }
+    let addr = config.egress.stub_addr()?;
+    let resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    let upstream = config.egress.upstream(&resolv)?;
+    if upstream.is_empty() {
+        tracing::error!(
+            "egress dns stub: no upstream resolver (egress.resolvers is empty and \
+             /etc/resolv.conf names no nameserver but the stub): every name a tree asks for \
+             gets SERVFAIL"
+        );
+    }
+    let stub = crate::dns::Stub::start(addr, upstream.clone(), egress.clone(), audit.clone())?;
+    let names_stub = resolv.lines().any(|l| {
+        l.split_whitespace().collect::<Vec<_>>() == ["nameserver", &addr.ip().to_string()]
+    });
+    tracing::info!(
+        stub = %addr,
+        upstream = ?upstream,
+        "egress dns stub listening; {}",
+        if names_stub {
+            "/etc/resolv.conf names it"
+        } else {
+            "/etc/resolv.conf does not name it: a tree's queries to the resolvers it names \
+             are sent to it instead (docs/policy.md#dns)"
+        }
+    );
+    Ok(Some(stub))
 }

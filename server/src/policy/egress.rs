@@ -214,19 +214,19 @@ impl EgressRule {
 }
 
 impl Egress {
-    /// What this version cannot do for the section: a rule by `hosts`
-    /// alone matches nothing (names are bound to addresses by the DNS stub,
-    /// not built yet), and `approve` is a refusal (approving destinations
-    /// is not built yet). Warnings, in the server log and `policy check`.
+    /// What this version cannot do for the section: with `dns: host` a
+    /// rule by `hosts` alone matches nothing (names are bound to addresses
+    /// only by the stub), and `approve` is a refusal (approving
+    /// destinations is not built yet). Warnings, in the server log and
+    /// `policy check`.
     pub fn unbuilt(&self) -> Vec<String> {
         let mut out = Vec::new();
         for r in &self.rules {
-            if !r.hosts.is_empty() && r.cidrs.is_empty() {
+            if !r.hosts.is_empty() && r.cidrs.is_empty() && self.dns == DnsMode::Host {
                 out.push(format!(
-                    "egress rule {:?} names hosts only: this version binds no name to an address \
-                     (the DNS stub is not built yet), so it matches nothing and its destinations \
-                     get the rules below it or the default ({}); name the addresses with `cidrs` \
-                     meanwhile",
+                    "egress rule {:?} names hosts only, with dns: host: names are bound to \
+                     addresses only by agentsh's DNS stub (dns: stub), so it matches nothing \
+                     and its destinations get the rules below it or the default ({})",
                     r.name,
                     self.default.as_str()
                 ));
@@ -253,13 +253,18 @@ impl Egress {
     /// what a tree can reach.
     pub fn describe(&self) -> Vec<String> {
         let mut out = vec![format!(
-            "egress: default {}; dns: {} (names are not bound to addresses yet: hosts rules \
-             match nothing, and port 53 is a destination like any other); every connect and \
-             every send naming a destination is judged, once per destination and tree",
+            "egress: default {}; dns: {}; every connect and every send naming a destination \
+             is judged, once per destination and tree",
             self.default.as_str(),
             match self.dns {
-                DnsMode::Stub => "stub",
-                DnsMode::Host => "host",
+                DnsMode::Stub => {
+                    "stub (every query of a tree, to any resolver, is answered by agentsh's \
+                     stub: names no rule could allow are refused there; an answer binds its \
+                     addresses to the name for that tree, which is how hosts rules match)"
+                }
+                DnsMode::Host => {
+                    "host (port 53 is a destination like any other; hosts rules match nothing)"
+                }
             }
         )];
         for (i, r) in self.rules.iter().enumerate() {
@@ -270,7 +275,11 @@ impl Egress {
                 .rules
                 .iter()
                 .filter(|r| r.protocol == proto || r.protocol == Protocol::Any)
-                .filter(|r| r.decision != Decision::Deny && !r.cidrs.is_empty())
+                .filter(|r| {
+                    r.decision != Decision::Deny
+                        && (!r.cidrs.is_empty()
+                            || (!r.hosts.is_empty() && self.dns == DnsMode::Stub))
+                })
                 .map(|r| r.name.clone())
                 .collect();
             let reach = if open.is_empty() {

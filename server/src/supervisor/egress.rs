@@ -37,13 +37,15 @@ use super::seam::{ExecStop, Holder};
 use super::state::{DestKey, TreeState};
 use super::{SupervisorContext, Tree};
 use crate::audit::{ConnectEvent, EventBody};
+use crate::dns::{Querier, TreeNames};
 use crate::policy::egress::{self, Destination, Egress, Protocol};
 use crate::policy::Decision;
 use agentsh_proto::netabi::{NetCall, Width};
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// The most a sockaddr may be (`sizeof(struct sockaddr_storage)`).
 const SOCKADDR_MAX: usize = 128;
@@ -98,6 +100,7 @@ pub fn handle(
             c.tid,
             call,
             None,
+            None,
             "egress_unenforceable",
             Decision::Deny,
             Some(reason),
@@ -146,7 +149,7 @@ pub fn handle(
         }
         Err(e) => return refuse(format!("socket type unreadable: {e}")),
     };
-    let messages = match copy_call(c, call, width) {
+    let mut messages = match copy_call(c, call, width) {
         Ok(m) => m,
         Err(Copy::Answer(v)) => {
             let _ = stop.answer(v);
@@ -158,7 +161,8 @@ pub fn handle(
     // ends the batch there, as a failed send would.
     let mut allowed = 0;
     let mut refusal = None;
-    for m in &messages {
+    let mut to_stub = false;
+    for m in &mut messages {
         if m.addr.is_empty() {
             allowed += 1;
             continue;
@@ -173,6 +177,43 @@ pub fn handle(
                 // EINVAL): performing it gives the caller that answer.
                 allowed += 1;
                 continue;
+            }
+            Parsed::Inet(ip, port) if port == 53 && ctx.dns.is_some() => {
+                // DNS (`dns: stub`): the stub answers every query of the
+                // tree, whatever resolver it names.
+                let stub = ctx.dns.as_ref().map(|d| d.addr).expect("checked");
+                let key = DestKey {
+                    ip: egress::canonical(ip),
+                    port,
+                    protocol,
+                };
+                if SocketAddr::new(key.ip, port) != stub {
+                    match sockaddr_of(stub, domain) {
+                        Some(a) => m.addr = a,
+                        None => {
+                            refusal = Some(libc::EACCES);
+                            break;
+                        }
+                    }
+                }
+                if !st.egress_seen.contains_key(&key) {
+                    let message = (SocketAddr::new(key.ip, port) != stub)
+                        .then(|| format!("sent to agentsh's DNS stub at {stub} instead"));
+                    record(
+                        ctx,
+                        tree,
+                        c.tid,
+                        call,
+                        Some(key),
+                        None,
+                        "dns_stub",
+                        Decision::Allow,
+                        message,
+                    );
+                    remember(st, key, Decision::Allow, "dns_stub", Vec::new());
+                }
+                to_stub = true;
+                allowed += 1;
             }
             Parsed::Inet(ip, port) => {
                 let key = DestKey {
@@ -194,6 +235,13 @@ pub fn handle(
         return;
     }
     let messages: Vec<Copied> = messages.into_iter().take(allowed).collect();
+    if to_stub {
+        // The stub knows the tree by the socket's address: registered
+        // before anything can reach it.
+        if let Err(why) = register_querier(ctx, tree, st, &sock, protocol, c.tid) {
+            return refuse(why);
+        }
+    }
     let blocking = !nonblocking(&sock, &messages);
     let perform = move || perform(&sock, call, protocol, &messages);
     if blocking {
@@ -423,8 +471,11 @@ fn decide(
     call: NetCall,
     key: DestKey,
 ) -> (Decision, String) {
-    if let Some(d) = st.egress_seen.get(&key) {
-        return d.clone();
+    let names = tree_names(st, tree).names_of(key.ip);
+    if let Some((d, rule, then)) = st.egress_seen.get(&key) {
+        if *then == names {
+            return (*d, rule.clone());
+        }
     }
     // Landlock's TCP floor (`network_rules` connect ports) does not see a
     // connect the supervisor makes for the tree, so it is kept here too.
@@ -441,14 +492,14 @@ fn decide(
             tid,
             call,
             Some(key),
+            None,
             &rule,
             Decision::Deny,
             Some(message),
         );
-        remember(st, key, Decision::Deny, &rule);
+        remember(st, key, Decision::Deny, &rule, names);
         return (Decision::Deny, rule);
     }
-    let names: Vec<String> = Vec::new();
     let v = egress::judge_destination(
         policy,
         &Destination {
@@ -465,16 +516,137 @@ fn decide(
         ),
         d => (d, None),
     };
-    record(ctx, tree, tid, call, Some(key), &v.rule, decision, message);
-    remember(st, key, decision, &v.rule);
+    // The name that matched a hosts rule, else the first the tree resolved.
+    let host = policy
+        .rules
+        .iter()
+        .find(|r| r.name == v.rule)
+        .and_then(|r| names.iter().find(|n| r.hosts.iter().any(|h| h.matches(n))))
+        .or(names.first())
+        .cloned();
+    record(
+        ctx,
+        tree,
+        tid,
+        call,
+        Some(key),
+        host,
+        &v.rule,
+        decision,
+        message,
+    );
+    remember(st, key, decision, &v.rule, names);
     (decision, v.rule)
 }
 
-fn remember(st: &mut TreeState, key: DestKey, decision: Decision, rule: &str) {
+/// The tree's resolved names (made on first use).
+fn tree_names(st: &mut TreeState, tree: &Tree) -> Arc<TreeNames> {
+    st.names
+        .get_or_insert_with(|| TreeNames::new(&tree.session_id))
+        .clone()
+}
+
+/// Tells the stub that `sock` is this tree's: binds it first where it has
+/// no address yet (the kernel would pick one only as the call leaves).
+fn register_querier(
+    ctx: &SupervisorContext,
+    tree: &Tree,
+    st: &mut TreeState,
+    sock: &OwnedFd,
+    protocol: Protocol,
+    tid: u32,
+) -> Result<(), String> {
+    let Some(stub) = &ctx.dns else {
+        return Ok(());
+    };
+    let mut local = local_addr(sock).map_err(|e| format!("getsockname: {e}"))?;
+    if local.port() == 0 {
+        let any = sockaddr_of(SocketAddr::new(local.ip(), 0), domain_of(&local))
+            .ok_or("no wildcard address for the socket's family")?;
+        // SAFETY: `any` is a sockaddr of its length.
+        let rc = unsafe {
+            libc::bind(
+                sock.as_raw_fd(),
+                any.as_ptr().cast(),
+                any.len() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            let e = io::Error::last_os_error();
+            // Bound meanwhile by the tree itself: read it again.
+            if e.raw_os_error() != Some(libc::EINVAL) {
+                return Err(format!("cannot bind the socket before the query: {e}"));
+            }
+        }
+        local = local_addr(sock).map_err(|e| format!("getsockname: {e}"))?;
+    }
+    stub.book.register(
+        protocol == Protocol::Tcp,
+        local,
+        Querier {
+            tree: tree_names(st, tree),
+            pid: tid,
+        },
+    );
+    Ok(())
+}
+
+fn domain_of(a: &SocketAddr) -> i32 {
+    if a.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    }
+}
+
+/// The socket's own address.
+fn local_addr(sock: &OwnedFd) -> io::Result<SocketAddr> {
+    let mut b = [0u8; SOCKADDR_MAX];
+    let mut len = SOCKADDR_MAX as libc::socklen_t;
+    // SAFETY: getsockname writes at most `len` bytes into `b`.
+    let rc = unsafe { libc::getsockname(sock.as_raw_fd(), b.as_mut_ptr().cast(), &mut len) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    match parse_sockaddr(&b[..(len as usize).min(SOCKADDR_MAX)]) {
+        Parsed::Inet(ip, port) => Ok(SocketAddr::new(ip, port)),
+        _ => Err(io::Error::from_raw_os_error(libc::EAFNOSUPPORT)),
+    }
+}
+
+/// `a` as a sockaddr for a socket of `domain` (an IPv4 address on an inet6
+/// socket: its mapped form). Pure.
+fn sockaddr_of(a: SocketAddr, domain: i32) -> Option<Vec<u8>> {
+    let port = a.port().to_be_bytes();
+    match (domain, a.ip()) {
+        (libc::AF_INET, IpAddr::V4(v4)) => {
+            let mut b = vec![0u8; 16];
+            b[..2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+            b[2..4].copy_from_slice(&port);
+            b[4..8].copy_from_slice(&v4.octets());
+            Some(b)
+        }
+        (libc::AF_INET6, ip) => {
+            let v6 = match ip {
+                IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+                IpAddr::V6(v6) => v6,
+            };
+            let mut b = vec![0u8; 28];
+            b[..2].copy_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
+            b[2..4].copy_from_slice(&port);
+            b[8..24].copy_from_slice(&v6.octets());
+            Some(b)
+        }
+        _ => None,
+    }
+}
+
+fn remember(st: &mut TreeState, key: DestKey, decision: Decision, rule: &str, names: Vec<String>) {
     if st.egress_seen.len() >= 4096 {
         st.egress_seen.clear();
     }
-    st.egress_seen.insert(key, (decision, rule.to_string()));
+    st.egress_seen
+        .insert(key, (decision, rule.to_string(), names));
 }
 
 /// Whether `network_rules` leave TCP port `port` open for connects (a
@@ -497,6 +669,7 @@ fn record(
     tid: u32,
     call: NetCall,
     key: Option<DestKey>,
+    host: Option<String>,
     rule: &str,
     decision: Decision,
     message: Option<String>,
@@ -512,7 +685,7 @@ fn record(
         EventBody::Connect(ConnectEvent {
             pid: tid,
             syscall: call.name().to_string(),
-            host: None,
+            host,
             ip: key.map(|k| k.ip.to_string()),
             port: key.map(|k| k.port),
             protocol: key.map(|k| k.protocol.as_str().to_string()),

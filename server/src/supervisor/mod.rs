@@ -60,6 +60,8 @@ pub struct SupervisorContext {
     pub approvals: Arc<dyn Hold>,
     /// `audit.on_failure`.
     pub audit_on_failure: crate::config::AuditOnFailure,
+    /// The DNS stub (`egress.dns: stub`).
+    pub dns: Option<Arc<crate::dns::Stub>>,
 }
 
 /// One supervised tree.

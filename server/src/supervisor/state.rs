@@ -18,6 +18,9 @@ pub struct DestKey {
     pub protocol: Protocol,
 }
 
+/// A destination's decision, its rule, and the names it was judged with.
+pub(super) type Seen = (crate::policy::Decision, String, Vec<String>);
+
 /// What the tree's thread keeps between execs.
 pub struct TreeState {
     pub root_pid: u32,
@@ -34,7 +37,11 @@ pub struct TreeState {
     /// Destinations judged in this tree, and what was decided (`egress`).
     /// Blocking network calls of this tree being made (`egress`).
     pub(super) egress_blocking: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    pub(super) egress_seen: std::collections::HashMap<DestKey, (crate::policy::Decision, String)>,
+    /// With each, the names the tree had resolved to it then: a decision
+    /// holds while they are the same.
+    pub(super) egress_seen: std::collections::HashMap<DestKey, Seen>,
+    /// The names this tree resolved through the DNS stub (`egress`).
+    pub(super) names: Option<std::sync::Arc<crate::dns::TreeNames>>,
 }
 
 impl TreeState {
@@ -55,6 +62,7 @@ impl TreeState {
             approved_rx,
             egress_seen: std::collections::HashMap::new(),
             egress_blocking: std::sync::Arc::default(),
+            names: None,
         }
     }
 

@@ -1,0 +1,360 @@
+//! Egress by name (issue 22): with `egress.dns: stub` every DNS query of a
+//! tree is answered by agentsh's stub, which refuses names no rule could
+//! allow (the query never leaves the machine) and binds the addresses of an
+//! allowed answer to the name for that tree, so `hosts` rules match the
+//! tree's later connect. The attacks, on the real kernel, as root and as
+//! nobody, at the kernel's Landlock ABI and at `max_abi: 2`:
+//! * `dig` of a denied name (UDP and TCP), to the stub and to another
+//!   resolver: the upstream's query log stays empty of it;
+//! * a connect to an address no name bound (an IP literal), and to an
+//!   allowed name's address from a tree that never resolved it;
+//! * a malformed packet to the stub: refused, audited, the stub serves on.
+//!
+//! The upstream is the test's own resolver on 127.0.0.1 (UDP and TCP),
+//! which logs every name it is asked; "never reached the upstream" is read
+//! from that log after a later allowed query has been answered (one
+//! upstream socket per protocol, queries in order), never from a wait.
+
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+use agentsh_tests::sandbox::{Sandbox, AGENT_STRICT, NOBODY};
+use agentsh_tests::server::{require_root, unique_loopback};
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, TcpListener, UdpSocket};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// What the test's upstream answers for `*.allowed.test`.
+const BOUND: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 3);
+/// An address no name resolves to.
+const LITERAL: &str = "127.0.0.4";
+
+/// The test's upstream resolver: every name asked, in order.
+struct Upstream {
+    port: u16,
+    asked: Arc<Mutex<Vec<String>>>,
+}
+
+fn qname(m: &[u8]) -> Option<(String, usize)> {
+    let mut at = 12;
+    let mut labels = Vec::new();
+    loop {
+        let len = *m.get(at)? as usize;
+        if len == 0 {
+            return Some((labels.join(".").to_ascii_lowercase(), at + 1));
+        }
+        labels.push(String::from_utf8_lossy(m.get(at + 1..at + 1 + len)?).to_string());
+        at += 1 + len;
+    }
+}
+
+/// The upstream's answer: `*.allowed.test` A -> BOUND, anything else
+/// NXDOMAIN.
+fn respond(q: &[u8]) -> Option<Vec<u8>> {
+    let (name, end) = qname(q)?;
+    let qtype = u16::from_be_bytes([*q.get(end)?, *q.get(end + 1)?]);
+    let mut r = q.get(..end + 4)?.to_vec();
+    r[2] = 0x81;
+    r[4..12].copy_from_slice(&[0, 1, 0, 0, 0, 0, 0, 0]);
+    if name.ends_with(".allowed.test") {
+        r[3] = 0x80;
+        if qtype == 1 {
+            r[7] = 1;
+            r.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4]);
+            r.extend_from_slice(&BOUND.octets());
+        }
+    } else {
+        r[3] = 0x83;
+    }
+    Some(r)
+}
+
+impl Upstream {
+    fn start() -> Upstream {
+        let udp = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = udp.local_addr().unwrap().port();
+        let tcp = TcpListener::bind((Ipv4Addr::LOCALHOST, port)).unwrap();
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let log = asked.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok((n, from)) = udp.recv_from(&mut buf) {
+                if let Some((name, _)) = qname(&buf[..n]) {
+                    log.lock().unwrap().push(name);
+                }
+                if let Some(r) = respond(&buf[..n]) {
+                    let _ = udp.send_to(&r, from);
+                }
+            }
+        });
+        let log = asked.clone();
+        std::thread::spawn(move || {
+            for mut c in tcp.incoming().flatten() {
+                let mut len = [0u8; 2];
+                if c.read_exact(&mut len).is_err() {
+                    continue;
+                }
+                let mut q = vec![0u8; usize::from(u16::from_be_bytes(len))];
+                if c.read_exact(&mut q).is_err() {
+                    continue;
+                }
+                if let Some((name, _)) = qname(&q) {
+                    log.lock().unwrap().push(name);
+                }
+                if let Some(r) = respond(&q) {
+                    let mut out = (r.len() as u16).to_be_bytes().to_vec();
+                    out.extend_from_slice(&r);
+                    let _ = c.write_all(&out);
+                }
+            }
+        });
+        Upstream { port, asked }
+    }
+
+    fn asked(&self) -> Vec<String> {
+        self.asked.lock().unwrap().clone()
+    }
+}
+
+/// A TCP listener on every loopback address that counts connections per
+/// local address.
+struct Counter {
+    port: u16,
+    by_ip: Arc<Mutex<Vec<String>>>,
+    n: Arc<AtomicUsize>,
+}
+
+impl Counter {
+    fn start() -> Counter {
+        let l = TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0)).unwrap();
+        let port = l.local_addr().unwrap().port();
+        let by_ip = Arc::new(Mutex::new(Vec::new()));
+        let n = Arc::new(AtomicUsize::new(0));
+        let (log, count) = (by_ip.clone(), n.clone());
+        std::thread::spawn(move || {
+            for s in l.incoming().flatten() {
+                if let Ok(a) = s.local_addr() {
+                    log.lock().unwrap().push(a.ip().to_string());
+                }
+                count.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        Counter { port, by_ip, n }
+    }
+
+    /// Every connection so far, once our own last one to 127.0.0.1 has
+    /// been taken (connections reach one listening socket in order).
+    fn settled(&self) -> Vec<String> {
+        let before = self.n.load(Ordering::SeqCst);
+        let _c = std::net::TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while self.n.load(Ordering::SeqCst) <= before {
+            assert!(
+                std::time::Instant::now() < end,
+                "our connection never arrived"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let mut v = self.by_ip.lock().unwrap().clone();
+        v.pop();
+        v
+    }
+}
+
+/// agent-strict, its TCP floor opened for `port`, egress by name only.
+fn policy(port: u16) -> String {
+    let floor = "    ports: [443]\n    direction: connect\n";
+    assert!(
+        AGENT_STRICT.contains(floor),
+        "agent-strict's https-only rule"
+    );
+    let p = AGENT_STRICT.replacen(
+        floor,
+        &format!("    ports: [443, {port}]\n    direction: connect\n"),
+        1,
+    );
+    let shipped = "\negress:\n  default: deny\n";
+    assert!(
+        p.contains(shipped),
+        "agent-strict ships egress default deny"
+    );
+    p.replacen(
+        shipped,
+        &format!(
+            "{shipped}  dns: stub\n  rules:\n    - name: test-names\n      hosts: [\"*.allowed.test\"]\n      ports: [{port}]\n      decision: allow\n"
+        ),
+        1,
+    )
+}
+
+fn events_of(s: &Sandbox, kind: &str) -> Vec<Value> {
+    s.events()
+        .into_iter()
+        .filter(|e| e["type"] == kind)
+        .collect()
+}
+
+fn ok(s: &mut Sandbox, script: &str) -> String {
+    let r = s.sh(script);
+    assert_eq!(
+        r.code,
+        Some(0),
+        "{script}: {}{}\nserver log:\n{}",
+        r.stdout,
+        r.stderr,
+        s.srv.log()
+    );
+    r.stdout
+}
+
+/// `resolv` names the stub, or another resolver (whose queries are sent to
+/// the stub).
+fn scenario(uid: Option<u32>, extra: &str, resolv_names_stub: bool) {
+    if !require_root("egress_dns") {
+        return;
+    }
+    let up = Upstream::start();
+    let counter = Counter::start();
+    let stub = unique_loopback();
+    let config = format!(
+        "egress:\n  stub: \"{stub}:53\"\n  resolvers: [\"127.0.0.1:{}\"]\n{extra}",
+        up.port
+    );
+    let mut s = Sandbox::with_config(&policy(counter.port), uid, &config);
+    let resolver = if resolv_names_stub {
+        stub.to_string()
+    } else {
+        "10.254.0.53".to_string()
+    };
+    std::fs::write(
+        s.host_path("/etc/resolv.conf"),
+        format!("nameserver {resolver}\noptions timeout:5 attempts:1\n"),
+    )
+    .unwrap();
+    let port = counter.port;
+
+    // A denied name, over UDP (dig) and over TCP (python: agent-strict's
+    // Landlock bind rule refuses dig's bind before its TCP connect), to
+    // the resolver the tree names: REFUSED by the stub.
+    let out = ok(
+        &mut s,
+        &format!("out=$(dig +tries=1 +time=10 @{stub} x.denied.test A 2>&1); echo \"$out\" >&2; echo \"$out\" | grep -c 'status: REFUSED'"),
+    );
+    assert_eq!(out.trim(), "1", "dig of a denied name: {out}");
+    let out = ok(
+        &mut s,
+        &format!("python3 -c '\nimport socket, struct\nq = bytes.fromhex(\"abcd01000001000000000000\") + b\"\\x05x-tcp\\x06denied\\x04test\\x00\\x00\\x01\\x00\\x01\"\nc = socket.create_connection((\"{stub}\", 53), timeout=30)\nc.sendall(struct.pack(\">H\", len(q)) + q)\nr = c.recv(2)\nr = c.recv(struct.unpack(\">H\", r)[0])\nprint(r[3] & 15)'"),
+    );
+    assert_eq!(out.trim(), "5", "TCP query of a denied name: rcode {out}");
+    // An allowed name resolves through the tree's own resolver (glibc) and
+    // its address is reached; the same address as a literal, from a tree
+    // that never resolved the name, and another literal are refused.
+    let script = format!(
+        "python3 -c '\nimport socket\nip = socket.getaddrinfo(\"pkg.allowed.test\", {port}, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]\nprint(ip)\nsocket.create_connection((ip, {port}), timeout=30).close()\nprint(\"connected\")'"
+    );
+    let out = ok(&mut s, &script);
+    assert_eq!(out.trim(), format!("{BOUND}\nconnected"), "{out}");
+    for literal in [BOUND.to_string(), LITERAL.to_string()] {
+        let r = s.sh(&format!(
+            "python3 -c '\nimport socket\ntry:\n  socket.create_connection((\"{literal}\", {port}), timeout=30)\n  print(\"connected\")\nexcept OSError as e:\n  print(e.errno)'"
+        ));
+        assert_eq!(
+            r.stdout.trim(),
+            libc::EACCES.to_string(),
+            "{literal}: {}{}",
+            r.stdout,
+            r.stderr
+        );
+    }
+    // A malformed packet to the stub: answered FORMERR (or not at all),
+    // audited; the stub serves on.
+    ok(
+        &mut s,
+        &format!("python3 -c '\nimport socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ns.sendto(b\"\\x12\\x34\\x01\\x00\\x00\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\xc0\", (\"{stub}\", 53))'"),
+    );
+    let out = ok(
+        &mut s,
+        &format!("dig +short +tries=1 +time=10 @{stub} last.allowed.test A"),
+    );
+    assert_eq!(out.trim(), BOUND.to_string(), "the stub serves on: {out}");
+
+    let asked = up.asked();
+    assert!(
+        asked.iter().any(|n| n == "last.allowed.test"),
+        "the upstream answered the last query: {asked:?}"
+    );
+    assert!(
+        !asked.iter().any(|n| n.contains("denied")),
+        "a denied name reached the upstream: {asked:?}"
+    );
+    let reached = counter.settled();
+    assert_eq!(
+        reached,
+        vec![BOUND.to_string()],
+        "exactly one connection (the resolved name's) arrived"
+    );
+
+    let dns = events_of(&s, "dns");
+    let refused: Vec<&Value> = dns.iter().filter(|e| e["decision"] == "deny").collect();
+    for name in ["x.denied.test", "x-tcp.denied.test"] {
+        assert_eq!(
+            refused.iter().filter(|e| e["name"] == name).count(),
+            1,
+            "one refusal event for {name}: {dns:?}"
+        );
+    }
+    assert!(
+        refused.iter().any(|e| e["rule"] == "dns_malformed"),
+        "the malformed packet is audited: {dns:?}"
+    );
+    let pkg: Vec<&Value> = dns
+        .iter()
+        .filter(|e| e["name"] == "pkg.allowed.test")
+        .collect();
+    assert!(
+        pkg.iter().any(|e| e["decision"] == "allow"
+            && e["rule"] == "test-names"
+            && e["answers"][0] == BOUND.to_string()),
+        "{dns:?}"
+    );
+    let connects = events_of(&s, "connect");
+    let to_bound: Vec<&Value> = connects
+        .iter()
+        .filter(|e| e["ip"] == BOUND.to_string() && e["port"] == port)
+        .collect();
+    assert_eq!(to_bound.len(), 2, "two trees, one event each: {connects:?}");
+    assert!(
+        to_bound.iter().any(|e| e["decision"] == "allow"
+            && e["host"] == "pkg.allowed.test"
+            && e["rule"] == "test-names"),
+        "{to_bound:?}"
+    );
+    assert!(
+        to_bound
+            .iter()
+            .any(|e| e["decision"] == "deny" && e["rule"] == "default" && e["host"].is_null()),
+        "{to_bound:?}"
+    );
+}
+
+#[test]
+fn names_decide_as_root() {
+    scenario(None, "", true);
+}
+
+#[test]
+fn names_decide_as_nobody() {
+    scenario(Some(NOBODY), "", true);
+}
+
+#[test]
+fn names_decide_at_landlock_abi_2() {
+    scenario(Some(NOBODY), "landlock:\n  max_abi: 2\n", true);
+}
+
+#[test]
+fn queries_to_another_resolver_go_to_the_stub() {
+    scenario(None, "", false);
+}
