@@ -27,6 +27,10 @@ pub const SERVER_CANNOT_READ: &str = "docs/troubleshooting.md#the-server-cannot-
 /// `admin-shell` was run inside a supervised tree, or cannot mark its session.
 pub const ADMIN_SHELL_IN_TREE: &str = "docs/troubleshooting.md#the-admin-shell-refuses";
 
+/// The policy's egress cannot be enforced on this host and
+/// `egress.compat` is `required`.
+pub const EGRESS_NOT_ENFORCEABLE: &str = "docs/troubleshooting.md#egress-cannot-be-enforced-here";
+
 /// Every section above, for the test that checks them.
 pub const ALL: &[&str] = &[
     SHIMCONF_IGNORED,
@@ -38,4 +42,5 @@ pub const ALL: &[&str] = &[
     KERNEL_CANNOT_SUPERVISE,
     SERVER_CANNOT_READ,
     ADMIN_SHELL_IN_TREE,
+    EGRESS_NOT_ENFORCEABLE,
 ];

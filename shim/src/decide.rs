@@ -206,11 +206,12 @@ pub fn fall_through(
                 "{failure}; shim_install=auto and agentsh has not started in this container yet: running the shell UNSUPERVISED (server {server})"
             ))
         }
-        // The server says it cannot read this shell: its reason is the hint.
-        (Mode::Auto | Mode::On, _) if failure.hint() == Some(SERVER_CANNOT_READ) => {
-            FallThrough::Refuse(format!(
-                "agentsh-shell-shim: {failure}; see {SERVER_CANNOT_READ}"
-            ))
+        // The server refused this shell and named why (it cannot read the
+        // shell, the policy's egress cannot hold here): its reason is the
+        // hint, and its section the place to read.
+        (Mode::Auto | Mode::On, _) if failure.hint().is_some() => {
+            let section = failure.hint().unwrap_or(SERVER_CANNOT_READ);
+            FallThrough::Refuse(format!("agentsh-shell-shim: {failure}; see {section}"))
         }
         (Mode::Auto, Active::Current(_)) => FallThrough::Refuse(format!(
             "agentsh-shell-shim: {failure}; agentsh has already run in this container, so shim_install=auto refuses to run unsupervised: {}; see {REFUSES_UNSUPERVISED}",

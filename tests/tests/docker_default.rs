@@ -45,12 +45,23 @@ impl Container {
 
     /// [`Container::start_on`] with the server on `policy`.
     fn start_with(profile: &str, yama: bool, uid: Option<u32>, policy: &str) -> Container {
+        Container::start_config(profile, yama, uid, policy, "")
+    }
+
+    /// Like [`Container::start_with`], with `extra` in the server's config.
+    fn start_config(
+        profile: &str,
+        yama: bool,
+        uid: Option<u32>,
+        policy: &str,
+        extra: &str,
+    ) -> Container {
         let ns = Namespace::new();
         ns.mount_scratch("/srv", WORKSPACE);
         let files = ServerFiles::write(
             Path::new(SERVER_BASE),
             Some(policy),
-            &format!("workspace: {WORKSPACE}\n"),
+            &format!("workspace: {WORKSPACE}\n{extra}"),
         );
         ns.install_shim(true);
         ns.configure(&files.url, "on");
@@ -383,5 +394,41 @@ fn docker_default_egress_fails_closed_and_names_pidfd_getfd() {
                 .contains("pidfd_getfd"),
             "{uid:?}: {event}"
         );
+        // The tree was told: its wrap_init lists egress as not enforced.
+        let init = c
+            .files
+            .events()
+            .into_iter()
+            .rev()
+            .find(|e| e["type"] == "wrap_init")
+            .unwrap_or_else(|| panic!("{uid:?}: no wrap_init event"));
+        assert!(
+            init["not_enforced"]
+                .as_array()
+                .is_some_and(|v| v.iter().any(|x| x
+                    .as_str()
+                    .is_some_and(|s| s.starts_with("egress (pidfd_getfd")))),
+            "{uid:?}: {init}"
+        );
     }
+    // egress.compat: required: no shell starts where egress cannot hold.
+    let mut c = Container::start_config(
+        "docker-default",
+        false,
+        None,
+        &policy,
+        &format!(
+            "egress:\n  compat: required\n  stub: \"{}:53\"\n",
+            agentsh_tests::server::unique_loopback()
+        ),
+    );
+    let f = c.run(&Spawn::argv(&["/bin/sh", "-c", "touch /srv/ws/ran"]));
+    assert_eq!(f.code, Some(126), "{f:?}");
+    assert!(
+        f.stderr.contains("egress.compat is required")
+            && f.stderr
+                .contains(agentsh_proto::hint::EGRESS_NOT_ENFORCEABLE),
+        "{f:?}"
+    );
+    assert!(!c.ns.path("/srv/ws/ran").exists(), "a shell ran");
 }

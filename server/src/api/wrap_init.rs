@@ -189,6 +189,22 @@ fn prepare_wrap_init(
 ) -> Result<(WrapInitResponse, handoff::Pending), Failure> {
     let started = std::time::Instant::now();
     gate(api, caller)?;
+    let egress_gap = egress_unenforceable(api);
+    if let Some(why) = &egress_gap {
+        if api.config.egress.compat == crate::config::EgressCompat::Required {
+            tracing::warn!("wrap-init refused: egress.compat is required and {why}");
+            return Err(fail(
+                503,
+                format!(
+                    "the policy's egress cannot be enforced here ({why}) and egress.compat is \
+                     required: give the container CAP_SYS_PTRACE (`docker run --cap-add \
+                     SYS_PTRACE`), or set egress.compat: best_effort (every judged connect and \
+                     send is then refused)"
+                ),
+            )
+            .with_hint(agentsh_proto::hint::EGRESS_NOT_ENFORCEABLE));
+        }
+    }
     let Some(session) = api.sessions.get_or_create(sid) else {
         return Err(fail(400, format!("session id {sid:?} is not valid")));
     };
@@ -237,7 +253,12 @@ fn prepare_wrap_init(
     let mut seccomp_config = api.seccomp_config.clone();
     seccomp_config.filter = filter.encoded.clone();
     seccomp_config.backend = backend;
-    let not_enforced = not_enforced(&landlock.summary);
+    let mut not_enforced = not_enforced(&landlock.summary);
+    if let Some(why) = egress_gap {
+        not_enforced.push(format!(
+            "egress ({why}): every connect and send it would judge is refused"
+        ));
+    }
     let compiled_us = started.elapsed().as_micros() as u64;
     for w in &landlock.warnings {
         tracing::warn!(session = %session.id, uid = caller.uid, "landlock: {w}");
@@ -287,6 +308,19 @@ fn prepare_wrap_init(
         },
         pending,
     ))
+}
+
+/// Why the policy's egress cannot be enforced on this host (`None`: it
+/// can, or the policy has none): the supervisor takes a tree's sockets with
+/// `pidfd_getfd`.
+fn egress_unenforceable(api: &Api) -> Option<String> {
+    let probe = &api.detected.pidfd_getfd;
+    (api.supervisor.policy.egress().is_some() && !probe.available).then(|| {
+        probe
+            .detail
+            .clone()
+            .unwrap_or_else(|| "pidfd_getfd is refused".into())
+    })
 }
 
 /// What the tree does not get on this host, said rather than implied: with
