@@ -297,6 +297,17 @@ pub struct ConnectEvent {
     pub decision: crate::policy::Decision,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub message: Option<String>,
+    /// For `decision: approve`: what happened to the call.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub effective_action: Option<Action>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub approval_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub approval_outcome: Option<ApprovalOutcome>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub approver: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub reason: Option<String>,
 }
 
 /// One DNS query of a tree, as the stub decided it (`egress.dns: stub`).

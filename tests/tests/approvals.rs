@@ -598,3 +598,123 @@ fn watch_prints_each_new_request() {
     let (_, out) = w.wait();
     assert!(text(&out.stdout).contains("rc=126"));
 }
+
+/// Egress `approve` (issue 22): a connect or send to a destination the
+/// policy says `approve` for waits for the operator exactly like an exec:
+/// approved, the supervisor makes the call for the tree (and the
+/// destination is allowed for the rest of the tree); denied, EACCES; not
+/// answered in time, `approval_timeout_action`. One `connect` event each.
+#[test]
+fn connects_wait_for_an_operator_like_execs() {
+    if !require_root("connects_wait_for_an_operator_like_execs") {
+        return;
+    }
+    let policy =
+        "name: approvals-egress\ndefault: allow\negress:\n  default: approve\n  dns: host\n";
+    let srv = TestServer::start(policy, &format!("{TCP}execve:\n  approval_timeout: 3s\n"));
+    let f = Fixture {
+        srv,
+        tmp: TempDir::new("approvals"),
+        opts: WrapOptions::default(),
+    };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let sink = std::net::UdpSocket::bind("127.0.0.2:0").unwrap();
+    let uport = sink.local_addr().unwrap().port();
+    let py = [
+        "import socket".to_string(),
+        "def tcp(ip):".into(),
+        "  try:".into(),
+        format!("    socket.create_connection((ip, {port}), timeout=60).close(); return 'ok'"),
+        "  except OSError as e: return str(e.errno)".into(),
+        "print('first', tcp('127.0.0.1'))".into(),
+        "print('second', tcp('127.0.0.1'))".into(),
+        "try:".into(),
+        format!("  socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('127.0.0.2', {uport})); print('udp ok')"),
+        "except OSError as e: print('udp', e.errno)".into(),
+        "print('late', tcp('127.0.0.3'))".into(),
+    ]
+    .join("\n");
+    let script = format!("/usr/bin/python3 -u -c \"{py}\"");
+    let mut w = f.spawn("egress", &script);
+    let lines = stdout_lines(&mut w);
+
+    // The first connect waits; the operator sees where it goes.
+    let req = f.wait_pending();
+    assert_eq!(req["kind"], "connect", "{req}");
+    assert_eq!(req["destination"]["ip"], "127.0.0.1");
+    assert_eq!(req["destination"]["port"], port);
+    assert_eq!(req["destination"]["protocol"], "tcp");
+    assert_eq!(req["rule"], "default");
+    let id = req["id"].as_str().unwrap().to_string();
+    let list = f.cli(&["list"]);
+    assert!(
+        text(&list.stdout).contains(&format!("connect 127.0.0.1:{port}/tcp")),
+        "{}",
+        text(&list.stdout)
+    );
+    let out = f.cli(&["approve", &id, "--reason", "the test server"]);
+    assert!(out.status.success(), "approve: {}", text(&out.stderr));
+    assert_eq!(
+        wait_line(&lines, "first", Duration::from_secs(60)),
+        "first ok"
+    );
+    // Approved once: the same destination again needs no operator.
+    assert_eq!(
+        wait_line(&lines, "second", Duration::from_secs(60)),
+        "second ok"
+    );
+
+    // The datagram waits too; denied, it fails with EACCES and is not sent.
+    let req = f.wait_pending();
+    assert_eq!(req["destination"]["protocol"], "udp", "{req}");
+    let udp_id = req["id"].as_str().unwrap().to_string();
+    let out = f.cli(&["deny", &udp_id]);
+    assert!(out.status.success(), "deny: {}", text(&out.stderr));
+    assert_eq!(
+        wait_line(&lines, "udp", Duration::from_secs(60)),
+        format!("udp {}", libc::EACCES)
+    );
+    // Nobody answers the last one: denied at the timeout.
+    assert_eq!(
+        wait_line(&lines, "late", Duration::from_secs(60)),
+        format!("late {}", libc::EACCES)
+    );
+    let (relay, _) = w.wait();
+    assert!(relay.is_ok());
+    sink.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 16];
+    assert!(
+        sink.recv_from(&mut buf).is_err(),
+        "the denied datagram arrived"
+    );
+
+    let events: Vec<Value> = f
+        .srv
+        .events("egress")
+        .into_iter()
+        .filter(|e| e["type"] == "connect")
+        .collect();
+    let of = |ip: &str| -> Vec<&Value> { events.iter().filter(|e| e["ip"] == ip).collect() };
+    let first = of("127.0.0.1");
+    assert_eq!(
+        first.len(),
+        1,
+        "one event for the approved destination: {events:?}"
+    );
+    assert_eq!(first[0]["decision"], "approve");
+    assert_eq!(first[0]["approval_outcome"], "approved");
+    assert_eq!(first[0]["effective_action"], "allow");
+    assert_eq!(first[0]["approval_id"], id.as_str());
+    assert_eq!(first[0]["reason"], "the test server");
+    let udp = of("127.0.0.2");
+    assert_eq!(udp.len(), 1, "{events:?}");
+    assert_eq!(udp[0]["approval_outcome"], "denied");
+    assert_eq!(udp[0]["effective_action"], "deny");
+    let late = of("127.0.0.3");
+    assert_eq!(late.len(), 1, "{events:?}");
+    assert_eq!(late[0]["approval_outcome"], "timeout");
+    assert_eq!(late[0]["effective_action"], "deny");
+    assert!(f.pending().is_empty());
+    drop(listener);
+}

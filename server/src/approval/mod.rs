@@ -25,7 +25,7 @@
 use crate::audit::{self, Action, AuditLog, EventBody, ExecEvent};
 use crate::config::{ExecveSection, TimeoutAction};
 use crate::supervisor::retry::Refusals;
-use crate::supervisor::{HeldExec, Holder, Refusal, Verification};
+use crate::supervisor::{HeldConnect, HeldExec, Holder, Refusal, Verification};
 use crate::trees::Trees;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -52,6 +52,8 @@ pub use crate::audit::ApprovalOutcome as Outcome;
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ApprovalRequest {
     pub id: String,
+    /// `exec`, or `connect` (a destination: `destination` says which).
+    pub kind: &'static str,
     /// Increases with every new request (for `?after=`).
     pub seq: u64,
     pub session_id: String,
@@ -67,6 +69,9 @@ pub struct ApprovalRequest {
     pub message: Option<String>,
     pub waiting_since: String,
     pub expires_at: String,
+    /// What a held connect or send would reach.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub destination: Option<ApprovalDestination>,
 }
 
 /// An operator's answer.
@@ -131,6 +136,20 @@ impl crate::supervisor::Hold for Approvals {
     fn hold(self: Arc<Self>, holder: Holder, exec: HeldExec, allowed: Sender<(u32, u64, u32)>) {
         self.hold_exec(holder, exec, allowed);
     }
+
+    fn hold_connect(self: Arc<Self>, holder: Holder, call: HeldConnect) {
+        self.hold_destination(holder, call);
+    }
+}
+
+/// The destination of a held connect, as the API lists it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ApprovalDestination {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    pub ip: String,
+    pub port: u16,
+    pub protocol: String,
 }
 
 impl Approvals {
@@ -299,6 +318,7 @@ impl Approvals {
         );
         let request = ApprovalRequest {
             id: id.clone(),
+            kind: "exec",
             seq,
             session_id: exec.session_id.clone(),
             pid: exec.subject.pid,
@@ -310,6 +330,7 @@ impl Approvals {
             message: exec.message.clone(),
             waiting_since: audit::rfc3339_at(now),
             expires_at: audit::rfc3339_at(now + self.timeout),
+            destination: None,
         };
         st.pending.insert(
             id.clone(),
@@ -321,6 +342,141 @@ impl Approvals {
             },
         );
         id
+    }
+
+    /// Holds a connect or send until it is decided, times out or its
+    /// thread goes away; never blocks (the waiting is on a thread of its
+    /// own). Approved: the call is made for the tree and its result is the
+    /// answer; otherwise EACCES. One `connect` event, when it ends.
+    pub fn hold_destination(self: &Arc<Self>, holder: Holder, call: HeldConnect) {
+        let now = SystemTime::now();
+        let id = {
+            let mut st = lock(&self.state);
+            st.seq += 1;
+            let seq = st.seq;
+            let id = format!(
+                "ap-{seq}-{}",
+                token::random_hex(4).unwrap_or_else(|_| format!("{:08x}", call.tid))
+            );
+            let dest = ApprovalDestination {
+                host: call.host.clone(),
+                ip: call.ip.to_string(),
+                port: call.port,
+                protocol: call.protocol.to_string(),
+            };
+            let request = ApprovalRequest {
+                id: id.clone(),
+                kind: "connect",
+                seq,
+                session_id: call.session_id.clone(),
+                pid: call.tid,
+                depth: 0,
+                filename: call.syscall.to_string(),
+                argv: Vec::new(),
+                file: None,
+                rule: call.rule.clone(),
+                message: None,
+                waiting_since: audit::rfc3339_at(now),
+                expires_at: audit::rfc3339_at(now + self.timeout),
+                destination: Some(dest),
+            };
+            st.pending.insert(
+                id.clone(),
+                Entry {
+                    request,
+                    notif_ids: vec![holder.notif_id()],
+                    starttime: 0,
+                    verdict: None,
+                },
+            );
+            id
+        };
+        self.notify_changed();
+        tracing::info!(%id, pid = call.tid, ip = %call.ip, port = call.port, "connect waits for approval");
+        let me = self.clone();
+        let (waiter_id, waiter_holder) = (id.clone(), holder.clone());
+        let parked = Arc::new(Mutex::new(Some(call)));
+        let for_waiter = parked.clone();
+        let spawned = std::thread::Builder::new()
+            .name("agentsh-approval".into())
+            .spawn(move || {
+                if let Some(call) = lock(&for_waiter).take() {
+                    me.wait_and_connect(&waiter_id, waiter_holder, call);
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::error!(%id, "cannot start approval waiter: {e}; connect refused");
+            lock(&self.state).pending.remove(&id);
+            holder.answer_value(-i64::from(libc::EACCES));
+            if let Some(call) = lock(&parked).take() {
+                let verdict = Verdict {
+                    outcome: Outcome::Denied,
+                    approver: "server".into(),
+                    reason: Some(format!("cannot wait for approval: {e}")),
+                };
+                self.record_connect(&call, &id, verdict, false);
+            }
+        }
+    }
+
+    /// The waiter of one held connect.
+    fn wait_and_connect(&self, id: &str, holder: Holder, call: HeldConnect) {
+        let Some((verdict, live)) = self.wait_for_verdict(id, &holder) else {
+            return;
+        };
+        let allow = match verdict.outcome {
+            Outcome::Approved => true,
+            Outcome::Denied | Outcome::Cancelled => false,
+            Outcome::Timeout => self.timeout_action == TimeoutAction::Allow,
+        };
+        let live = live.and_then(|n| holder.live(&[n]));
+        let (outcome, reason) = if live.is_some() || verdict.outcome == Outcome::Cancelled {
+            (verdict.outcome, verdict.reason)
+        } else {
+            (
+                Outcome::Cancelled,
+                Some("the thread stopped waiting before the answer".into()),
+            )
+        };
+        let effective = allow && live.is_some();
+        tracing::info!(%id, pid = call.tid, outcome = outcome.as_str(), "connect approval finished");
+        let verdict = Verdict {
+            outcome,
+            approver: verdict.approver,
+            reason,
+        };
+        // Written before the answer, as for every exec.
+        self.record_connect(&call, id, verdict, effective);
+        if live.is_none() {
+            return;
+        }
+        if effective {
+            holder.answer_value((call.perform)());
+        } else {
+            holder.answer_value(-i64::from(libc::EACCES));
+        }
+    }
+
+    fn record_connect(&self, call: &HeldConnect, id: &str, verdict: Verdict, allowed: bool) {
+        self.audit.record(
+            &call.session_id,
+            EventBody::Connect(audit::ConnectEvent {
+                pid: call.tid,
+                syscall: call.syscall.to_string(),
+                host: call.host.clone(),
+                ip: Some(call.ip.to_string()),
+                port: Some(call.port),
+                protocol: Some(call.protocol.to_string()),
+                rule: call.rule.clone(),
+                decision: crate::policy::Decision::Approve,
+                message: None,
+                effective_action: Some(if allowed { Action::Allow } else { Action::Deny }),
+                approval_id: Some(id.to_string()),
+                approval_outcome: Some(verdict.outcome),
+                approver: Some(verdict.approver),
+                reason: verdict.reason,
+            }),
+        );
     }
 
     /// Starts the waiter of request `id`; without one, the exec is denied

@@ -27,7 +27,7 @@ pub struct Connection {
 
 #[derive(Debug, Subcommand)]
 pub enum ApprovalsCommand {
-    /// Print the execs waiting for a decision.
+    /// Print the execs and connects waiting for a decision.
     List {
         #[command(flatten)]
         conn: Connection,
@@ -35,7 +35,7 @@ pub enum ApprovalsCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Let a waiting exec run.
+    /// Let a waiting exec run (or a waiting connect through).
     Approve {
         /// The approval id (from `list` or `watch`).
         id: String,
@@ -45,7 +45,7 @@ pub enum ApprovalsCommand {
         #[command(flatten)]
         conn: Connection,
     },
-    /// Fail a waiting exec with EACCES.
+    /// Fail a waiting exec or connect with EACCES.
     Deny {
         id: String,
         #[arg(long)]
@@ -105,6 +105,24 @@ fn decide(
 }
 
 fn command_of(r: &serde_json::Value) -> String {
+    if r["kind"] == "connect" {
+        let d = &r["destination"];
+        let ip = d["ip"].as_str().unwrap_or("?");
+        let addr = if ip.contains(':') {
+            format!("[{ip}]:{}", d["port"])
+        } else {
+            format!("{ip}:{}", d["port"])
+        };
+        return format!(
+            "{} {}{addr}/{}",
+            r["filename"].as_str().unwrap_or("connect"),
+            d["host"]
+                .as_str()
+                .map(|h| format!("{h} "))
+                .unwrap_or_default(),
+            d["protocol"].as_str().unwrap_or("?")
+        );
+    }
     let argv: Vec<&str> = r["argv"]
         .as_array()
         .map(|a| a.iter().filter_map(|x| x.as_str()).collect())
@@ -115,6 +133,9 @@ fn command_of(r: &serde_json::Value) -> String {
 /// `[PROGRAM dev:inode]`: the file the operator approves; what runs after the
 /// approval must be that file with that argv, or it is killed.
 fn program_of(r: &serde_json::Value) -> String {
+    if r["kind"] == "connect" {
+        return "destination".into();
+    }
     let name = r["filename"].as_str().unwrap_or("");
     match (r["file"]["dev"].as_u64(), r["file"]["ino"].as_u64()) {
         (Some(dev), Some(ino)) => format!("{name} {dev}:{ino}"),

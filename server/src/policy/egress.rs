@@ -216,9 +216,7 @@ impl EgressRule {
 impl Egress {
     /// What this version cannot do for the section: with `dns: host` a
     /// rule by `hosts` alone matches nothing (names are bound to addresses
-    /// only by the stub), and `approve` is a refusal (approving
-    /// destinations is not built yet). Warnings, in the server log and
-    /// `policy check`.
+    /// only by the stub). Warnings, in the server log and `policy check`.
     pub fn unbuilt(&self) -> Vec<String> {
         let mut out = Vec::new();
         for r in &self.rules {
@@ -231,20 +229,6 @@ impl Egress {
                     self.default.as_str()
                 ));
             }
-            if r.decision == Decision::Approve {
-                out.push(format!(
-                    "egress rule {:?} says approve: approving destinations is not built yet, so \
-                     what it matches is refused",
-                    r.name
-                ));
-            }
-        }
-        if self.default == Decision::Approve {
-            out.push(
-                "egress default approve: approving destinations is not built yet, so every \
-                 destination no rule allows is refused"
-                    .to_string(),
-            );
         }
         out
     }

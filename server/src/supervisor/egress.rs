@@ -162,6 +162,8 @@ pub fn handle(
     let mut allowed = 0;
     let mut refusal = None;
     let mut to_stub = false;
+    let single = messages.len() == 1;
+    let mut approve: Option<(DestKey, String, Option<String>)> = None;
     for m in &mut messages {
         if m.addr.is_empty() {
             allowed += 1;
@@ -221,7 +223,31 @@ pub fn handle(
                     port,
                     protocol,
                 };
-                let (decision, _rule) = decide(ctx, tree, st, policy, c.tid, call, key);
+                let (decision, rule, host) = decide(ctx, tree, st, policy, c.tid, call, key);
+                if decision == Decision::Approve {
+                    if single {
+                        approve = Some((key, rule, host));
+                        allowed += 1;
+                        continue;
+                    }
+                    record(
+                        ctx,
+                        tree,
+                        c.tid,
+                        call,
+                        Some(key),
+                        host,
+                        &rule,
+                        Decision::Deny,
+                        Some(
+                            "a destination that needs approval, in a sendmmsg batch: refused \
+                             (approvals are asked one call at a time)"
+                                .into(),
+                        ),
+                    );
+                    refusal = Some(libc::EACCES);
+                    break;
+                }
                 if decision != Decision::Allow {
                     refusal = Some(libc::EACCES);
                     break;
@@ -241,6 +267,33 @@ pub fn handle(
         if let Err(why) = register_querier(ctx, tree, st, &sock, protocol, c.tid) {
             return refuse(why);
         }
+    }
+    if let Some((key, rule, host)) = approve {
+        // Held for an operator (`approve`): the call is made only once
+        // approved, by the approval's waiter; approved once, the
+        // destination is allowed for the rest of the tree.
+        let approved = st.egress_approved.clone();
+        ctx.approvals.clone().hold_connect(
+            holder(),
+            super::HeldConnect {
+                session_id: tree.session_id.clone(),
+                tid: c.tid,
+                syscall: call.name(),
+                host,
+                ip: key.ip,
+                port: key.port,
+                protocol: key.protocol.as_str(),
+                rule,
+                perform: Box::new(move || {
+                    approved
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .insert(key);
+                    perform(&sock, call, protocol, &messages)
+                }),
+            },
+        );
+        return;
     }
     let blocking = !nonblocking(&sock, &messages);
     let perform = move || perform(&sock, call, protocol, &messages);
@@ -470,11 +523,11 @@ fn decide(
     tid: u32,
     call: NetCall,
     key: DestKey,
-) -> (Decision, String) {
+) -> (Decision, String, Option<String>) {
     let names = tree_names(st, tree).names_of(key.ip);
     if let Some((d, rule, then)) = st.egress_seen.get(&key) {
         if *then == names {
-            return (*d, rule.clone());
+            return (*d, rule.clone(), None);
         }
     }
     // Landlock's TCP floor (`network_rules` connect ports) does not see a
@@ -498,7 +551,7 @@ fn decide(
             Some(message),
         );
         remember(st, key, Decision::Deny, &rule, names);
-        return (Decision::Deny, rule);
+        return (Decision::Deny, rule, None);
     }
     let v = egress::judge_destination(
         policy,
@@ -509,13 +562,6 @@ fn decide(
             names: &names,
         },
     );
-    let (decision, message) = match v.decision {
-        Decision::Approve => (
-            Decision::Deny,
-            Some("approval of destinations is not available yet: refused".to_string()),
-        ),
-        d => (d, None),
-    };
     // The name that matched a hosts rule, else the first the tree resolved.
     let host = policy
         .rules
@@ -524,19 +570,34 @@ fn decide(
         .and_then(|r| names.iter().find(|n| r.hosts.iter().any(|h| h.matches(n))))
         .or(names.first())
         .cloned();
+    if v.decision == Decision::Approve {
+        // Approved once for this tree: allowed from then on (the approval
+        // was the event). Otherwise the caller holds it; the approval
+        // records it when it ends.
+        let approved = st
+            .egress_approved
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(&key);
+        if approved {
+            remember(st, key, Decision::Allow, &v.rule, names);
+            return (Decision::Allow, v.rule, host);
+        }
+        return (Decision::Approve, v.rule, host);
+    }
     record(
         ctx,
         tree,
         tid,
         call,
         Some(key),
-        host,
+        host.clone(),
         &v.rule,
-        decision,
-        message,
+        v.decision,
+        None,
     );
-    remember(st, key, decision, &v.rule, names);
-    (decision, v.rule)
+    remember(st, key, v.decision, &v.rule, names);
+    (v.decision, v.rule, host)
 }
 
 /// The tree's resolved names (made on first use).
@@ -692,6 +753,11 @@ fn record(
             rule: rule.to_string(),
             decision,
             message,
+            effective_action: None,
+            approval_id: None,
+            approval_outcome: None,
+            approver: None,
+            reason: None,
         }),
     );
 }

@@ -42,7 +42,7 @@ mod vma;
 pub use backend::{notify, trace};
 pub use depth::DepthBook;
 pub use exec::RULE_FILELESS_EXEC;
-pub use seam::{HeldExec, Hold, Holder, Refusal, Verification};
+pub use seam::{HeldConnect, HeldExec, Hold, Holder, Refusal, Verification};
 pub use verify::Expected;
 
 use crate::audit::AuditLog;
@@ -250,6 +250,14 @@ impl Holder {
             Holder::Trace { tid, starttime } => {
                 trace::answer_value(tid, starttime, val);
             }
+        }
+    }
+
+    /// The notification id it answers (0 under ptrace, which has none).
+    pub fn notif_id(&self) -> u64 {
+        match self {
+            Holder::Notify { id, .. } => *id,
+            Holder::Trace { .. } => 0,
         }
     }
 

@@ -169,4 +169,27 @@ pub struct HeldExec {
 /// each exec let through, for the tree's depth book.
 pub trait Hold: Send + Sync {
     fn hold(self: Arc<Self>, holder: Holder, exec: HeldExec, allowed: Sender<(u32, u64, u32)>);
+    /// Holds a connect or send whose destination a rule says `approve`
+    /// for; `call.perform` is made only once it is approved.
+    fn hold_connect(self: Arc<Self>, holder: Holder, call: HeldConnect);
+}
+
+/// A connect (or send) held for an operator (an `egress` rule or default
+/// `approve`).
+pub struct HeldConnect {
+    pub session_id: String,
+    /// The calling thread.
+    pub tid: u32,
+    /// connect | sendto | sendmsg
+    pub syscall: &'static str,
+    /// The name the tree resolved to `ip`, when known.
+    pub host: Option<String>,
+    pub ip: std::net::IpAddr,
+    pub port: u16,
+    /// tcp | udp
+    pub protocol: &'static str,
+    pub rule: String,
+    /// Makes the call for the tree (on the socket taken from it, with the
+    /// supervisor's copy); its answer value.
+    pub perform: Box<dyn FnOnce() -> i64 + Send>,
 }

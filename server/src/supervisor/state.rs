@@ -40,6 +40,9 @@ pub struct TreeState {
     /// With each, the names the tree had resolved to it then: a decision
     /// holds while they are the same.
     pub(super) egress_seen: std::collections::HashMap<DestKey, Seen>,
+    /// Destinations an operator approved for this tree (`egress`).
+    pub(super) egress_approved:
+        std::sync::Arc<std::sync::Mutex<std::collections::HashSet<DestKey>>>,
     /// The names this tree resolved through the DNS stub (`egress`).
     pub(super) names: Option<std::sync::Arc<crate::dns::TreeNames>>,
 }
@@ -63,6 +66,7 @@ impl TreeState {
             egress_seen: std::collections::HashMap::new(),
             egress_blocking: std::sync::Arc::default(),
             names: None,
+            egress_approved: std::sync::Arc::default(),
         }
     }
 
