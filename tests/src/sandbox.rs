@@ -30,6 +30,17 @@ pub const AGENT_DEFAULT: &str = include_str!("../../etc/agentsh/policies/agent-d
 pub const AGENT_STRICT: &str = include_str!("../../etc/agentsh/policies/agent-strict.yaml");
 pub const AGENT_OBSERVE: &str = include_str!("../../etc/agentsh/policies/agent-observe.yaml");
 
+/// agent-observe without its `egress: {default: allow}`, for a test that
+/// writes its own `egress` section after it.
+pub fn agent_observe_without_egress() -> String {
+    let shipped = "\negress:\n  default: allow\n";
+    assert!(
+        AGENT_OBSERVE.ends_with(shipped),
+        "agent-observe's egress section changed"
+    );
+    AGENT_OBSERVE[..AGENT_OBSERVE.len() - shipped.len() + 1].to_string()
+}
+
 pub struct Sandbox {
     pub sup: Supervisor,
     pub ns: Namespace,

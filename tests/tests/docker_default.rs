@@ -17,7 +17,7 @@
 #![allow(clippy::unwrap_used)]
 
 use agentsh_tests::ns::Namespace;
-use agentsh_tests::sandbox::{AGENT_DEFAULT, NOBODY, SERVER_BASE, WORKSPACE};
+use agentsh_tests::sandbox::{AGENT_DEFAULT, AGENT_OBSERVE, NOBODY, SERVER_BASE, WORKSPACE};
 use agentsh_tests::sdk::{self, Finished, Spawn, Supervisor};
 use agentsh_tests::server::{bin, execs_of, require_root, ServerFiles};
 use serde_json::Value;
@@ -431,4 +431,67 @@ fn docker_default_egress_fails_closed_and_names_pidfd_getfd() {
         "{f:?}"
     );
     assert!(!c.ns.path("/srv/ws/ran").exists(), "a shell ran");
+}
+
+/// agent-observe in Docker's default container: its egress allows every
+/// destination, so there is nothing to enforce where `pidfd_getfd` is
+/// refused: the datagram leaves, the destination is audited (from the
+/// caller's memory, and said so), and no wrap_init says egress is missing.
+#[test]
+fn docker_default_observe_records_what_it_cannot_judge() {
+    if !require_root("docker_default_observe_records_what_it_cannot_judge") {
+        return;
+    }
+    let sink = std::net::UdpSocket::bind("127.0.0.2:0").unwrap();
+    sink.set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let port = sink.local_addr().unwrap().port();
+    let mut c = Container::start_with("docker-default", false, None, AGENT_OBSERVE);
+    let f = c.run(&Spawn::argv(&[
+        "/bin/sh",
+        "-c",
+        &format!(
+            "python3 -c 'import socket\nsocket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b\"seen\", (\"127.0.0.2\", {port})); print(\"SENT\")'"
+        ),
+    ]));
+    assert!(f.stdout.contains("SENT"), "{f:?}");
+    let mut buf = [0u8; 16];
+    let (n, _) = sink.recv_from(&mut buf).expect("the datagram arrives");
+    assert_eq!(&buf[..n], b"seen");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let event = loop {
+        let found = c
+            .files
+            .events()
+            .into_iter()
+            .find(|e| e["type"] == "connect" && e["port"] == port);
+        if found.is_some() || Instant::now() >= deadline {
+            break found;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let event = event.expect("the destination is audited");
+    assert_eq!(event["decision"], "allow", "{event}");
+    assert!(
+        event["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("not judged here")
+            && event["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("pidfd_getfd"),
+        "{event}"
+    );
+    let init = c
+        .files
+        .events()
+        .into_iter()
+        .rev()
+        .find(|e| e["type"] == "wrap_init")
+        .expect("a wrap_init event");
+    assert!(
+        !init["not_enforced"].to_string().contains("egress"),
+        "{init}"
+    );
 }

@@ -479,6 +479,52 @@ print(\"TCP443\", socket.socket().connect_ex((\"127.0.0.1\", 443)))
     );
 }
 
+/// The shipped agent-observe (`egress: {default: allow}`): nothing is kept
+/// from the tree (a datagram arrives, raw and netlink sockets are made),
+/// and every destination is one `connect` event.
+#[test]
+fn shipped_agent_observe_records_every_destination() {
+    if !require_root("shipped_agent_observe_records_every_destination") {
+        return;
+    }
+    let (udp, uport) = udp_listener();
+    let tcp = Tcp::start();
+    let mut s = Sandbox::new(AGENT_OBSERVE, None);
+    let f = s.sh(&format!(
+        "python3 -c '
+import socket
+socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b\"observed\", (\"127.0.0.2\", {uport}))
+print(\"TCP\", socket.socket().connect_ex((\"127.0.0.2\", {})))
+socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP).close()
+socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0).close()
+print(\"SOCKETS\")
+'",
+        tcp.port
+    ));
+    assert!(
+        f.stdout.contains("TCP 0") && f.stdout.contains("SOCKETS"),
+        "{f:?}"
+    );
+    let got = datagrams_until(&udp, "observed");
+    assert_eq!(got.len(), 1, "{got:?}");
+    tcp.drain();
+    let events: Vec<serde_json::Value> = s
+        .events()
+        .into_iter()
+        .filter(|e| e["type"] == "connect")
+        .collect();
+    for (port, proto) in [(uport, "udp"), (tcp.port, "tcp")] {
+        let of: Vec<_> = events
+            .iter()
+            .filter(|e| e["ip"] == ALLOWED && e["port"] == port)
+            .collect();
+        assert_eq!(of.len(), 1, "{proto}: {events:?}");
+        assert_eq!(of[0]["decision"], "allow");
+        assert_eq!(of[0]["rule"], "default");
+        assert_eq!(of[0]["protocol"], proto);
+    }
+}
+
 /// Serves `dir` over HTTP on `ALLOWED`, outside any tree (python's
 /// http.server); returns the port once it answers.
 struct Http {
@@ -612,8 +658,9 @@ fn pip_git_npm_and_curl_work_where_the_policy_allows() {
 
     // agent-observe (every command runs, TCP ports open) judged by egress.
     let policy = format!(
-        "{AGENT_OBSERVE}\negress:\n  default: deny\n  rules:\n    - name: local-index\n      \
+        "{}\negress:\n  default: deny\n  rules:\n    - name: local-index\n      \
          cidrs: [{ALLOWED}/32]\n      ports: [{}]\n      decision: allow\n",
+        agentsh_tests::sandbox::agent_observe_without_egress(),
         http.port
     );
     let mut s = Sandbox::new(&policy, None);

@@ -14,7 +14,6 @@ use crate::audit::audit_lines;
 use crate::report::Report;
 use crate::timer::{run_timer, Spec};
 use crate::workload::{entry, s};
-use agentsh_tests::sandbox::AGENT_OBSERVE;
 use agentsh_tests::server::{server_base, TestServer};
 use std::io::{Read, Write};
 use std::net::{TcpListener, UdpSocket};
@@ -25,8 +24,9 @@ const DOWNLOAD: usize = 100 << 20;
 /// agent-observe, every destination judged, loopback allowed.
 fn policy() -> String {
     format!(
-        "{AGENT_OBSERVE}\negress:\n  default: deny\n  rules:\n    - name: loopback\n      \
-         cidrs: [127.0.0.0/8]\n      protocol: any\n      decision: allow\n"
+        "{}\negress:\n  default: deny\n  rules:\n    - name: loopback\n      \
+         cidrs: [127.0.0.0/8]\n      protocol: any\n      decision: allow\n",
+        agentsh_tests::sandbox::agent_observe_without_egress()
     )
 }
 

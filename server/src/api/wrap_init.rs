@@ -311,11 +311,17 @@ fn prepare_wrap_init(
 }
 
 /// Why the policy's egress cannot be enforced on this host (`None`: it
-/// can, or the policy has none): the supervisor takes a tree's sockets with
+/// can, the policy has none, or it allows every destination so there is
+/// nothing to enforce): the supervisor takes a tree's sockets with
 /// `pidfd_getfd`.
 fn egress_unenforceable(api: &Api) -> Option<String> {
     let probe = &api.detected.pidfd_getfd;
-    (api.supervisor.policy.egress().is_some() && !probe.available).then(|| {
+    let enforcing = api
+        .supervisor
+        .policy
+        .egress()
+        .is_some_and(|e| !e.allows_everything());
+    (enforcing && !probe.available).then(|| {
         probe
             .detail
             .clone()

@@ -99,8 +99,14 @@ pub fn run(start: Start) -> Result<(), String> {
     for p in &detected.protections {
         tracing::info!("{p}");
     }
-    if policy.egress().is_some() {
-        if detected.pidfd_getfd.available {
+    if let Some(e) = policy.egress() {
+        if !detected.pidfd_getfd.available && e.allows_everything() {
+            tracing::info!(
+                "egress: pidfd_getfd is refused here, and the policy allows every destination: \
+                 connects and sends run as made, each destination audited from the caller's \
+                 memory"
+            );
+        } else if detected.pidfd_getfd.available {
             tracing::info!(
                 "egress: every destination a tree names is judged and the call made for it (the \
                  supervisor takes the tree's socket with pidfd_getfd)"
@@ -324,8 +330,8 @@ fn trust_config(path: &std::path::Path) -> Result<(), String> {
 }
 
 /// Starts the DNS stub where the policy's egress asks for it (`dns: stub`).
-/// A stub that cannot listen is an error at start: the trees' DNS would
-/// otherwise go nowhere, or around the policy.
+/// A stub that cannot listen is logged as an error, and the trees' DNS is
+/// then refused (never sent around the policy).
 fn start_dns(
     config: &Config,
     policy: &crate::policy::Policy,
@@ -347,7 +353,19 @@ fn start_dns(
              gets SERVFAIL"
         );
     }
-    let stub = crate::dns::Stub::start(addr, upstream.clone(), egress.clone(), audit.clone())?;
+    let stub = match crate::dns::Stub::start(addr, upstream.clone(), egress.clone(), audit.clone())
+    {
+        Ok(s) => s,
+        Err(e) => {
+            // Fail closed without taking the server down: every DNS call of
+            // a tree is then refused (rule dns_stub), and said so.
+            tracing::error!(
+                "egress dns stub: {e}: every DNS query of a supervised tree is refused \
+                 (rule dns_stub); set egress.stub to a free IP:53"
+            );
+            return Ok(None);
+        }
+    };
     let names_stub = resolv.lines().any(|l| {
         l.split_whitespace().collect::<Vec<_>>() == ["nameserver", &addr.ip().to_string()]
     });

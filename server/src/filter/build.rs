@@ -379,6 +379,9 @@ fn net_rules(spec: &FilterSpec, always: &mut Unconditional, rules: &mut Conditio
         return;
     }
     for family in [AF_INET, AF_INET6] {
+        if spec.net.egress_allows_all {
+            break;
+        }
         for ty in [
             libc::SOCK_RAW,
             libc::SOCK_RDM,

@@ -61,6 +61,10 @@ pub struct NetFilter {
     /// and `sendmmsg` go to the supervisor, and inet sockets are TCP or UDP
     /// only (no raw, packet, ICMP, SCTP...: EPERM).
     pub egress: bool,
+    /// `egress:` allows every destination: the calls are still handed over
+    /// (audited, DNS sent to the stub), but inet sockets of every type and
+    /// protocol may be made (there is nothing to keep them from).
+    pub egress_allows_all: bool,
 }
 
 /// How signals aimed at protected processes are refused beyond what register
@@ -142,6 +146,9 @@ impl NetFilter {
         NetFilter {
             families: policy.socket_families().cloned(),
             egress: policy.egress().is_some(),
+            egress_allows_all: policy
+                .egress()
+                .is_some_and(crate::policy::egress::Egress::allows_everything),
         }
     }
 }

@@ -1098,6 +1098,7 @@ fn net_spec(families: &[u32], egress: bool) -> FilterSpec {
     s.net = NetFilter {
         families: Some(families.iter().copied().collect()),
         egress,
+        egress_allows_all: false,
     };
     s
 }

@@ -258,6 +258,8 @@ fn check_network_policy(
             }
             Some(set)
         }
+        // Nothing to keep a tree from: no family list either.
+        (None, Some(e)) if e.allows_everything() => None,
         (None, Some(_)) => Some(
             super::egress::DEFAULT_FAMILIES
                 .iter()
@@ -276,7 +278,7 @@ fn check_network_policy(
                 ctx.source.rule("network_rules", &open.name, 0),
                 Some(&open.name),
                 format!(
-                    "network_rules {:?} allows connects to every TCP port while egress: judges                      each destination; remove that rule (egress decides connects) or list its                      ports",
+                    "network_rules {:?} allows connects to every TCP port while egress: judges each destination; remove that rule (egress decides connects) or list its ports",
                     open.name
                 ),
             ));

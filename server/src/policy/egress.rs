@@ -295,6 +295,12 @@ pub struct Egress {
 }
 
 impl Egress {
+    /// Whether every destination is allowed (`default: allow`, every rule
+    /// `allow`): there is nothing to enforce, only to audit.
+    pub fn allows_everything(&self) -> bool {
+        self.default == Decision::Allow && self.rules.iter().all(|r| r.decision == Decision::Allow)
+    }
+
     /// Whether a DNS query for `name` could lead anywhere: some rule that is
     /// not a deny names it (or names every destination), or the default is
     /// not deny.

@@ -120,6 +120,11 @@ pub fn handle(
             let _ = stop.answer(v);
             return;
         }
+        Err(Taken::Refuse(why)) if policy.allows_everything() => {
+            // Nothing to enforce: every destination is allowed. The call
+            // runs as the caller made it, audited from its memory.
+            return let_unjudged(ctx, tree, st, call, width, c, stop, &why);
+        }
         Err(Taken::Refuse(why)) => return refuse(why),
     };
     // The pid could have been reused between the notification and the
@@ -142,6 +147,12 @@ pub fn handle(
     let protocol = match sockopt(&sock, libc::SO_TYPE) {
         Ok(libc::SOCK_STREAM) => Protocol::Tcp,
         Ok(libc::SOCK_DGRAM) => Protocol::Udp,
+        // A raw or other socket, where the policy allows every
+        // destination (the filter refuses them otherwise): nothing to judge.
+        Ok(_) if policy.allows_everything() => {
+            let _ = stop.proceed();
+            return;
+        }
         Ok(t) => {
             return refuse(format!(
                 "an inet socket of type {t} (the filter allows stream and datagram only)"
@@ -216,6 +227,35 @@ pub fn handle(
                 }
                 to_stub = true;
                 allowed += 1;
+            }
+            Parsed::Inet(ip, port) if port == 53 && policy.dns == egress::DnsMode::Stub => {
+                // The stub is not running (the server's start log says why):
+                // DNS is refused, never sent around it.
+                let key = DestKey {
+                    ip: egress::canonical(ip),
+                    port,
+                    protocol,
+                };
+                if !st.egress_seen.contains_key(&key) {
+                    record(
+                        ctx,
+                        tree,
+                        c.tid,
+                        call,
+                        Some(key),
+                        None,
+                        "dns_stub",
+                        Decision::Deny,
+                        Some(
+                            "agentsh's DNS stub is not running (see the server's log): DNS \
+                             is refused"
+                                .into(),
+                        ),
+                    );
+                    remember(st, key, Decision::Deny, "dns_stub", Vec::new());
+                }
+                refusal = Some(libc::EACCES);
+                break;
             }
             Parsed::Inet(ip, port) => {
                 let key = DestKey {
@@ -510,6 +550,63 @@ fn wait_stopped(tgid: u32, which: impl Fn(u32) -> bool, held_counts: bool) -> Re
         }
         std::thread::sleep(std::time::Duration::from_micros(200));
     }
+}
+
+/// Lets a call run that this host cannot judge (`why`), under a policy
+/// that allows every destination: audited once per destination and tree,
+/// from the caller's memory (which the caller could change: the record is
+/// of what it named, not a decision that needed it).
+#[allow(clippy::too_many_arguments)]
+fn let_unjudged(
+    ctx: &SupervisorContext,
+    tree: &Tree,
+    st: &mut TreeState,
+    call: NetCall,
+    width: Width,
+    c: &super::seam::Caught,
+    stop: &dyn ExecStop,
+    why: &str,
+) {
+    if let Ok(messages) = copy_call(c, call, width) {
+        for m in &messages {
+            let Parsed::Inet(ip, port) = parse_sockaddr(&m.addr) else {
+                continue;
+            };
+            // The socket's type cannot be read here: keyed as TCP.
+            let key = DestKey {
+                ip: egress::canonical(ip),
+                port,
+                protocol: Protocol::Tcp,
+            };
+            if st.egress_seen.contains_key(&key) {
+                continue;
+            }
+            remember(st, key, Decision::Allow, "default", Vec::new());
+            ctx.audit.record(
+                &tree.session_id,
+                EventBody::Connect(ConnectEvent {
+                    pid: c.tid,
+                    syscall: call.name().to_string(),
+                    host: None,
+                    ip: Some(key.ip.to_string()),
+                    port: Some(port),
+                    protocol: None,
+                    rule: "default".into(),
+                    decision: Decision::Allow,
+                    message: Some(format!(
+                        "not judged here ({why}): the policy allows every destination, so the \
+                         call ran as made"
+                    )),
+                    effective_action: None,
+                    approval_id: None,
+                    approval_outcome: None,
+                    approver: None,
+                    reason: None,
+                }),
+            );
+        }
+    }
+    let _ = stop.proceed();
 }
 
 /// A judged destination's decision, from the tree's cache or judged now
