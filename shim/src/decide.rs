@@ -4,8 +4,8 @@
 
 use agentsh_proto::active::State as Active;
 use agentsh_proto::hint::{
-    REAL_SHELL_IS_SHIM, REFUSES_UNSUPERVISED, SERVER_CANNOT_READ, SHIMCONF_IGNORED,
-    SHIMCONF_INVALID,
+    EGRESS_NOT_ENFORCEABLE, REAL_SHELL_IS_SHIM, REFUSES_UNSUPERVISED, SERVER_CANNOT_READ,
+    SHIMCONF_IGNORED, SHIMCONF_INVALID,
 };
 use agentsh_proto::shimconf::{Loaded, Mode, ShimConf, SHIM_CONF_PATH};
 
@@ -206,12 +206,17 @@ pub fn fall_through(
                 "{failure}; shim_install=auto and agentsh has not started in this container yet: running the shell UNSUPERVISED (server {server})"
             ))
         }
-        // The server refused this shell and named why (it cannot read the
-        // shell, the policy's egress cannot hold here): its reason is the
+        // The server refused this shell and named why: its reason is the
         // hint, and its section the place to read.
-        (Mode::Auto | Mode::On, _) if failure.hint().is_some() => {
-            let section = failure.hint().unwrap_or(SERVER_CANNOT_READ);
-            FallThrough::Refuse(format!("agentsh-shell-shim: {failure}; see {section}"))
+        (Mode::Auto | Mode::On, _) if failure.hint() == Some(SERVER_CANNOT_READ) => {
+            FallThrough::Refuse(format!(
+                "agentsh-shell-shim: {failure}; see {SERVER_CANNOT_READ}"
+            ))
+        }
+        (Mode::Auto | Mode::On, _) if failure.hint() == Some(EGRESS_NOT_ENFORCEABLE) => {
+            FallThrough::Refuse(format!(
+                "agentsh-shell-shim: {failure}; see {EGRESS_NOT_ENFORCEABLE}"
+            ))
         }
         (Mode::Auto, Active::Current(_)) => FallThrough::Refuse(format!(
             "agentsh-shell-shim: {failure}; agentsh has already run in this container, so shim_install=auto refuses to run unsupervised: {}; see {REFUSES_UNSUPERVISED}",
