@@ -107,6 +107,36 @@ pub fn respond_value(fd: BorrowedFd<'_>, id: u64, val: i64) -> io::Result<()> {
     }
 }
 
+/// Puts `src` (an fd of ours) into the process of notification `id` at fd
+/// number `at`, replacing what was there (`SECCOMP_ADDFD_FLAG_SETFD`),
+/// close-on-exec if `cloexec`. The notification must still be waiting.
+///
+/// # Errors
+/// ENOENT when it no longer waits; EMFILE/EBADF when `at` is out of the
+/// process's limits.
+pub fn install_fd(
+    fd: BorrowedFd<'_>,
+    id: u64,
+    src: BorrowedFd<'_>,
+    at: i32,
+    cloexec: bool,
+) -> io::Result<()> {
+    const SECCOMP_ADDFD_FLAG_SETFD: u32 = 1;
+    let mut a = libc::seccomp_notif_addfd {
+        id,
+        flags: SECCOMP_ADDFD_FLAG_SETFD,
+        srcfd: src.as_raw_fd() as u32,
+        newfd: at as u32,
+        newfd_flags: if cloexec { libc::O_CLOEXEC as u32 } else { 0 },
+    };
+    // SAFETY: the pointer is valid for the struct's size, which matches the ioctl's.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_ADDFD, &mut a) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 fn send(fd: BorrowedFd<'_>, id: u64, error: i32, flags: u32) -> io::Result<()> {
     send_val(fd, id, 0, error, flags)
 }

@@ -9,6 +9,7 @@
 //! chrooted in it, for the package install tests.
 
 pub mod attackers;
+pub mod dns;
 pub mod ns;
 pub mod recipes;
 pub mod relay;

@@ -495,3 +495,115 @@ fn docker_default_observe_records_what_it_cannot_judge() {
         "{init}"
     );
 }
+
+/// Egress in Docker's default container, where `pidfd_getfd` is refused:
+/// an allowed connect is made on a socket of the supervisor's own, put in
+/// place of the tree's (`SECCOMP_IOCTL_NOTIF_ADDFD`), and carries the
+/// tree's data both ways (TCP, and connected UDP); a denied one fails; a
+/// Unix socket's connect runs, from a lone thread and from a threaded
+/// process (its fd checked by inode); a send naming a destination is
+/// refused (it needs the socket itself), audited with the cause.
+#[test]
+fn docker_default_egress_connects_on_a_socket_of_its_own() {
+    if !require_root("docker_default_egress_connects_on_a_socket_of_its_own") {
+        return;
+    }
+    // agent-observe: no TCP port floor of Landlock's in the way.
+    let policy = format!(
+        "{}\negress:\n  default: deny\n  rules:\n    - name: allowed\n      \
+         cidrs: [127.0.0.2/32]\n      protocol: any\n      decision: allow\n",
+        agentsh_tests::sandbox::agent_observe_without_egress()
+    );
+    let echo = std::net::TcpListener::bind("127.0.0.2:0").unwrap();
+    let tport = echo.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut c in echo.incoming().flatten() {
+            use std::io::{Read, Write};
+            let mut b = [0u8; 64];
+            if let Ok(n) = c.read(&mut b) {
+                let _ = c.write_all(&b[..n]);
+            }
+        }
+    });
+    let sink = std::net::UdpSocket::bind("127.0.0.2:0").unwrap();
+    sink.set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let uport = sink.local_addr().unwrap().port();
+    for uid in [None, Some(NOBODY)] {
+        let mut c = Container::start_with("docker-default", false, uid, &policy);
+        let py = [
+            "import socket, threading, os".to_string(),
+            format!("c = socket.create_connection(('127.0.0.2', {tport}), timeout=30)"),
+            "c.sendall(b'ping'); print('TCP', c.recv(4).decode())".into(),
+            format!("print('DENIED', socket.socket().connect_ex(('127.0.0.1', {tport})))"),
+            "u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)".into(),
+            format!("u.connect(('127.0.0.2', {uport})); u.send(b'udp-connected'); print('UDP')"),
+            "try:".into(),
+            format!("  socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('127.0.0.2', {uport})); print('SENDTO sent')"),
+            "except OSError as e: print('SENDTO', e.errno)".into(),
+            "p = '/srv/ws/u.sock'".into(),
+            "l = socket.socket(socket.AF_UNIX); l.bind(p); l.listen(4)".into(),
+            "socket.socket(socket.AF_UNIX).connect(p); print('UNIX lone')".into(),
+            "t = threading.Thread(target=lambda: __import__('time').sleep(5)); t.start()".into(),
+            "socket.socket(socket.AF_UNIX).connect(p); print('UNIX threaded')".into(),
+        ]
+        .join("\n");
+        let f = c.run(&Spawn::argv(&[
+            "/bin/sh",
+            "-c",
+            &format!("python3 -c \"{py}\""),
+        ]));
+        let out = &f.stdout;
+        assert!(
+            out.contains("TCP ping"),
+            "{uid:?}: {f:?}\n{:?}",
+            c.files
+                .events()
+                .into_iter()
+                .filter(|e| e["type"] == "connect")
+                .collect::<Vec<_>>()
+        );
+        assert!(
+            out.contains(&format!("DENIED {}", libc::EACCES)),
+            "{uid:?}: {f:?}"
+        );
+        assert!(out.contains("UDP\n"), "{uid:?}: {f:?}");
+        assert!(
+            out.contains(&format!("SENDTO {}", libc::EACCES)),
+            "{uid:?}: {f:?}"
+        );
+        assert!(
+            out.contains("UNIX lone") && out.contains("UNIX threaded"),
+            "{uid:?}: {f:?}"
+        );
+        let mut buf = [0u8; 32];
+        let (n, _) = sink
+            .recv_from(&mut buf)
+            .expect("the connected datagram arrives");
+        assert_eq!(
+            &buf[..n],
+            b"udp-connected",
+            "{uid:?}: only the connected send arrived first"
+        );
+        let events = c.files.events();
+        let connects: Vec<&Value> = events.iter().filter(|e| e["type"] == "connect").collect();
+        assert!(
+            connects
+                .iter()
+                .any(|e| e["ip"] == "127.0.0.2" && e["port"] == tport && e["decision"] == "allow"),
+            "{uid:?}: {connects:?}"
+        );
+        assert!(
+            connects
+                .iter()
+                .any(|e| e["ip"] == "127.0.0.1" && e["decision"] == "deny"),
+            "{uid:?}: {connects:?}"
+        );
+        assert!(
+            connects.iter().any(|e| e["rule"] == "egress_unenforceable"
+                && e["syscall"] == "sendto"
+                && e["message"].as_str().unwrap_or("").contains("pidfd_getfd")),
+            "{uid:?}: {connects:?}"
+        );
+    }
+}

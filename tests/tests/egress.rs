@@ -587,8 +587,9 @@ fn host(argv: &[&str], dir: &std::path::Path) {
 
 /// Real clients under a policy that allows one local address: pip installs
 /// a wheel from a local index, git clones over HTTP, npm installs a
-/// tarball, curl downloads; the same curl to a denied address fails; each
-/// destination is one audit event.
+/// tarball, curl downloads, all by a name the policy allows (resolved
+/// through agentsh's DNS stub); the same curl to a denied address fails;
+/// each destination is one audit event, naming the host.
 #[test]
 fn pip_git_npm_and_curl_work_where_the_policy_allows() {
     if !require_root("pip_git_npm_and_curl_work_where_the_policy_allows") {
@@ -654,20 +655,36 @@ fn pip_git_npm_and_curl_work_where_the_policy_allows() {
     host(&["mv", "src/npmpkg-1.0.0.tgz", "npmpkg-1.0.0.tgz"], d);
     std::fs::write(d.join("big.bin"), vec![7u8; 8 << 20]).unwrap();
     let http = Http::serve(d);
-    let base = format!("http://{ALLOWED}:{}", http.port);
+    // By name: the tree resolves it through agentsh's stub, which asks the
+    // test's upstream (the name's address is ALLOWED).
+    let up = agentsh_tests::dns::Upstream::start(".allowed.test", ALLOWED.parse().unwrap());
+    let base = format!("http://pkgs.allowed.test:{}", http.port);
 
     // agent-observe (every command runs, TCP ports open) judged by egress.
     let policy = format!(
         "{}\negress:\n  default: deny\n  rules:\n    - name: local-index\n      \
-         cidrs: [{ALLOWED}/32]\n      ports: [{}]\n      decision: allow\n",
+         hosts: [pkgs.allowed.test]\n      ports: [{}]\n      decision: allow\n",
         agentsh_tests::sandbox::agent_observe_without_egress(),
         http.port
     );
-    let mut s = Sandbox::new(&policy, None);
+    let stub = agentsh_tests::server::unique_loopback();
+    let mut s = Sandbox::with_config(
+        &policy,
+        None,
+        &format!(
+            "egress:\n  stub: \"{stub}:53\"\n  resolvers: [\"127.0.0.1:{}\"]\n",
+            up.port
+        ),
+    );
+    std::fs::write(
+        s.host_path("/etc/resolv.conf"),
+        format!("nameserver {stub}\n"),
+    )
+    .unwrap();
     let script = format!(
         "set -e; cd {ws}; export HOME={ws} npm_config_cache={ws}/.npm
 /usr/bin/python3 -m venv venv
-venv/bin/pip install -q --no-index --find-links {base}/simple/ localpkg
+venv/bin/pip install -q --no-index --trusted-host pkgs.allowed.test --find-links {base}/simple/ localpkg
 venv/bin/python -c 'import localpkg; print(\"pip\", localpkg.VALUE)'
 git clone -q {base}/repo.git clone && cat clone/README
 mkdir n && cd n && npm install --no-audit --no-fund --loglevel=error {base}/npmpkg-1.0.0.tgz >/dev/null && node -e 'console.log(\"npm\", require(\"npmpkg\"))' && cd ..
@@ -688,16 +705,30 @@ if curl -sf --max-time 20 -o /dev/null http://{DENIED}:{port}/big.bin; then echo
         &format!("curl {}", 8 << 20),
         "denied-refused 7",
     ] {
-        assert!(f.stdout.contains(want), "want {want:?}: {f:?}");
+        assert!(
+            f.stdout.contains(want),
+            "want {want:?}: {f:?}\nevents: {:?}\nupstream asked: {:?}",
+            s.events()
+                .into_iter()
+                .filter(|e| e["type"] == "dns" || e["type"] == "connect")
+                .collect::<Vec<_>>(),
+            up.asked()
+        );
     }
     // One event per destination and tree: trees are the one shell here.
     let events = s.events();
     let connects: Vec<_> = events.iter().filter(|e| e["type"] == "connect").collect();
-    let allowed = connects
+    let allowed: Vec<_> = connects
         .iter()
         .filter(|e| e["ip"] == ALLOWED && e["port"] == http.port && e["decision"] == "allow")
-        .count();
-    assert_eq!(allowed, 1, "{connects:?}");
+        .collect();
+    assert_eq!(allowed.len(), 1, "{connects:?}");
+    assert_eq!(allowed[0]["host"], "pkgs.allowed.test", "{connects:?}");
+    assert!(
+        up.asked().iter().all(|n| n.ends_with("allowed.test")),
+        "only the allowed name was asked upstream: {:?}",
+        up.asked()
+    );
     assert!(
         connects
             .iter()

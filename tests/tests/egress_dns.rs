@@ -18,11 +18,11 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
+use agentsh_tests::dns::Upstream;
 use agentsh_tests::sandbox::{Sandbox, AGENT_STRICT, NOBODY};
 use agentsh_tests::server::{require_root, unique_loopback};
 use serde_json::Value;
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, TcpListener, UdpSocket};
+use std::net::{Ipv4Addr, TcpListener};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -30,93 +30,6 @@ use std::sync::{Arc, Mutex};
 const BOUND: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 3);
 /// An address no name resolves to.
 const LITERAL: &str = "127.0.0.4";
-
-/// The test's upstream resolver: every name asked, in order.
-struct Upstream {
-    port: u16,
-    asked: Arc<Mutex<Vec<String>>>,
-}
-
-fn qname(m: &[u8]) -> Option<(String, usize)> {
-    let mut at = 12;
-    let mut labels = Vec::new();
-    loop {
-        let len = *m.get(at)? as usize;
-        if len == 0 {
-            return Some((labels.join(".").to_ascii_lowercase(), at + 1));
-        }
-        labels.push(String::from_utf8_lossy(m.get(at + 1..at + 1 + len)?).to_string());
-        at += 1 + len;
-    }
-}
-
-/// The upstream's answer: `*.allowed.test` A -> BOUND, anything else
-/// NXDOMAIN.
-fn respond(q: &[u8]) -> Option<Vec<u8>> {
-    let (name, end) = qname(q)?;
-    let qtype = u16::from_be_bytes([*q.get(end)?, *q.get(end + 1)?]);
-    let mut r = q.get(..end + 4)?.to_vec();
-    r[2] = 0x81;
-    r[4..12].copy_from_slice(&[0, 1, 0, 0, 0, 0, 0, 0]);
-    if name.ends_with(".allowed.test") {
-        r[3] = 0x80;
-        if qtype == 1 {
-            r[7] = 1;
-            r.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4]);
-            r.extend_from_slice(&BOUND.octets());
-        }
-    } else {
-        r[3] = 0x83;
-    }
-    Some(r)
-}
-
-impl Upstream {
-    fn start() -> Upstream {
-        let udp = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-        let port = udp.local_addr().unwrap().port();
-        let tcp = TcpListener::bind((Ipv4Addr::LOCALHOST, port)).unwrap();
-        let asked = Arc::new(Mutex::new(Vec::new()));
-        let log = asked.clone();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok((n, from)) = udp.recv_from(&mut buf) {
-                if let Some((name, _)) = qname(&buf[..n]) {
-                    log.lock().unwrap().push(name);
-                }
-                if let Some(r) = respond(&buf[..n]) {
-                    let _ = udp.send_to(&r, from);
-                }
-            }
-        });
-        let log = asked.clone();
-        std::thread::spawn(move || {
-            for mut c in tcp.incoming().flatten() {
-                let mut len = [0u8; 2];
-                if c.read_exact(&mut len).is_err() {
-                    continue;
-                }
-                let mut q = vec![0u8; usize::from(u16::from_be_bytes(len))];
-                if c.read_exact(&mut q).is_err() {
-                    continue;
-                }
-                if let Some((name, _)) = qname(&q) {
-                    log.lock().unwrap().push(name);
-                }
-                if let Some(r) = respond(&q) {
-                    let mut out = (r.len() as u16).to_be_bytes().to_vec();
-                    out.extend_from_slice(&r);
-                    let _ = c.write_all(&out);
-                }
-            }
-        });
-        Upstream { port, asked }
-    }
-
-    fn asked(&self) -> Vec<String> {
-        self.asked.lock().unwrap().clone()
-    }
-}
 
 /// A TCP listener on every loopback address that counts connections per
 /// local address.
@@ -215,7 +128,7 @@ fn scenario(uid: Option<u32>, extra: &str, resolv_names_stub: bool) {
     if !require_root("egress_dns") {
         return;
     }
-    let up = Upstream::start();
+    let up = Upstream::start(".allowed.test", BOUND);
     let counter = Counter::start();
     let stub = unique_loopback();
     let config = format!(

@@ -255,9 +255,13 @@ fn prepare_wrap_init(
     seccomp_config.backend = backend;
     let mut not_enforced = not_enforced(&landlock.summary);
     if let Some(why) = egress_gap {
-        not_enforced.push(format!(
-            "egress ({why}): every connect and send it would judge is refused"
-        ));
+        not_enforced.push(match backend {
+            agentsh_proto::ExecBackend::Notify => format!(
+                "egress ({why}): a send that names a destination is refused; connects are \
+                 judged and made on sockets of the supervisor's own"
+            ),
+            _ => format!("egress ({why}): every connect and send it would judge is refused"),
+        });
     }
     let compiled_us = started.elapsed().as_micros() as u64;
     for w in &landlock.warnings {

@@ -25,10 +25,19 @@
 //! CONTINUE, by a thread sharing the caller's fd table (the inet socket's
 //! own `connect` is then not judged): see docs/security-model.md.
 //!
-//! Failure modes: a socket that cannot be taken (`pidfd_getfd` refused, as
-//! Docker's default profile does without CAP_SYS_PTRACE), memory that
-//! cannot be read, a message layout this does not handle (control messages
-//! of a 32-bit caller): refused with EACCES and audited with the reason.
+//! Where `pidfd_getfd` is refused (Docker's default profile without
+//! CAP_SYS_PTRACE), the socket is found from `/proc` (`netproc`): an inet
+//! `connect` is judged and made on a socket of the supervisor's own, which
+//! is then put in place of the caller's at the same fd number
+//! (`SECCOMP_IOCTL_NOTIF_ADDFD`, user-notify only) before the answer; a Unix
+//! socket is let through as above, its fd compared by inode; a send naming
+//! a destination is refused (it needs the socket itself).
+//!
+//! Failure modes: a socket that can be reached neither way (the ptrace
+//! backend without `pidfd_getfd`, a socket bound before a replaced
+//! connect), memory that cannot be read, a message layout this does not
+//! handle (control messages of a 32-bit caller): refused with EACCES and
+//! audited with the reason.
 //! Never a CONTINUE for an inet destination. More than [`BLOCKING_MAX`]
 //! blocking calls of one tree at once: EAGAIN (logged), so a tree cannot
 //! spend the server's threads.
@@ -72,6 +81,10 @@ struct Copied {
     flags: i32,
     /// The caller asked for more than [`SEND_MAX`] bytes.
     clipped: bool,
+    /// `sendmmsg`: where this message's `msg_len` is in the caller's
+    /// memory (the kernel writes the bytes sent there; so does the
+    /// supervisor when it sends for the caller).
+    len_at: Option<(u32, u64)>,
 }
 
 /// An answer value: the call's result or `-errno`.
@@ -114,51 +127,37 @@ pub fn handle(
         ));
     };
     let fd = c.args[0] as i32;
-    let sock = match take_socket(c.tid, fd) {
-        Ok(s) => s,
-        Err(Taken::Answer(v)) => {
+    let mut holder = Some(holder);
+    let (found, domain, protocol) = match find_socket(c.tid, fd, stop) {
+        Found::Answer(v) => {
             let _ = stop.answer(v);
             return;
         }
-        Err(Taken::Refuse(why)) if policy.allows_everything() => {
+        Found::Gone => return,
+        Found::Unix(same) => {
+            // Not a destination this judges (see the module doc): let it
+            // through only where the fd cannot be swapped meanwhile.
+            return let_through(tree, c.tid, call, fd, same, stop, refuse);
+        }
+        // A raw or other socket, where the policy allows every destination
+        // (the filter refuses them otherwise): nothing to judge.
+        Found::Other(_) if policy.allows_everything() => {
+            let _ = stop.proceed();
+            return;
+        }
+        Found::Other(why) => return refuse(why),
+        Found::Unreachable(why) if policy.allows_everything() => {
             // Nothing to enforce: every destination is allowed. The call
             // runs as the caller made it, audited from its memory.
             return let_unjudged(ctx, tree, st, call, width, c, stop, &why);
         }
-        Err(Taken::Refuse(why)) => return refuse(why),
-    };
-    // The pid could have been reused between the notification and the
-    // pidfd: the socket counts only if the call still waits.
-    if !stop.still_waiting() {
-        return;
-    }
-    let domain = match sockopt(&sock, libc::SO_DOMAIN) {
-        Ok(d) => d,
-        Err(e) => {
-            let _ = stop.answer(errno_of(&e));
-            return;
+        Found::Unreachable(why) => return refuse(why),
+        Found::Inet(Socket::Remote { .. }, ..) if policy.allows_everything() => {
+            // As above: nothing to enforce, so no socket of ours either.
+            let why = "pidfd_getfd is refused here, so the caller's socket cannot be taken";
+            return let_unjudged(ctx, tree, st, call, width, c, stop, why);
         }
-    };
-    if domain != libc::AF_INET && domain != libc::AF_INET6 {
-        // Not a destination this judges (Unix sockets: see the module doc);
-        // let it through only where the fd cannot be swapped meanwhile.
-        return let_through(tree, c.tid, call, (fd, &sock), stop, refuse);
-    }
-    let protocol = match sockopt(&sock, libc::SO_TYPE) {
-        Ok(libc::SOCK_STREAM) => Protocol::Tcp,
-        Ok(libc::SOCK_DGRAM) => Protocol::Udp,
-        // A raw or other socket, where the policy allows every
-        // destination (the filter refuses them otherwise): nothing to judge.
-        Ok(_) if policy.allows_everything() => {
-            let _ = stop.proceed();
-            return;
-        }
-        Ok(t) => {
-            return refuse(format!(
-                "an inet socket of type {t} (the filter allows stream and datagram only)"
-            ))
-        }
-        Err(e) => return refuse(format!("socket type unreadable: {e}")),
+        Found::Inet(found, domain, protocol) => (found, domain, protocol),
     };
     let mut messages = match copy_call(c, call, width) {
         Ok(m) => m,
@@ -168,153 +167,79 @@ pub fn handle(
         }
         Err(Copy::Refuse(why)) => return refuse(why),
     };
-    // Judge every destination first: one denied destination in a sendmmsg
-    // ends the batch there, as a failed send would.
-    let mut allowed = 0;
-    let mut refusal = None;
-    let mut to_stub = false;
-    let single = messages.len() == 1;
-    let mut approve: Option<(DestKey, String, Option<String>)> = None;
-    for m in &mut messages {
-        if m.addr.is_empty() {
-            allowed += 1;
-            continue;
-        }
-        match parse_sockaddr(&m.addr) {
-            Parsed::Unspec => {
-                allowed += 1;
-                continue;
-            }
-            Parsed::Other => {
-                // The kernel refuses it on this socket (EAFNOSUPPORT or
-                // EINVAL): performing it gives the caller that answer.
-                allowed += 1;
-                continue;
-            }
-            Parsed::Inet(ip, port) if port == 53 && ctx.dns.is_some() => {
-                // DNS (`dns: stub`): the stub answers every query of the
-                // tree, whatever resolver it names.
-                let stub = ctx.dns.as_ref().map(|d| d.addr).expect("checked");
-                let key = DestKey {
-                    ip: egress::canonical(ip),
-                    port,
-                    protocol,
-                };
-                if SocketAddr::new(key.ip, port) != stub {
-                    match sockaddr_of(stub, domain) {
-                        Some(a) => m.addr = a,
-                        None => {
-                            refusal = Some(libc::EACCES);
-                            break;
-                        }
-                    }
-                }
-                if !st.egress_seen.contains_key(&key) {
-                    let message = (SocketAddr::new(key.ip, port) != stub)
-                        .then(|| format!("sent to agentsh's DNS stub at {stub} instead"));
-                    record(
-                        ctx,
-                        tree,
-                        c.tid,
-                        call,
-                        Some(key),
-                        None,
-                        "dns_stub",
-                        Decision::Allow,
-                        message,
-                    );
-                    remember(st, key, Decision::Allow, "dns_stub", Vec::new());
-                }
-                to_stub = true;
-                allowed += 1;
-            }
-            Parsed::Inet(ip, port) if port == 53 && policy.dns == egress::DnsMode::Stub => {
-                // The stub is not running (the server's start log says why):
-                // DNS is refused, never sent around it.
-                let key = DestKey {
-                    ip: egress::canonical(ip),
-                    port,
-                    protocol,
-                };
-                if !st.egress_seen.contains_key(&key) {
-                    record(
-                        ctx,
-                        tree,
-                        c.tid,
-                        call,
-                        Some(key),
-                        None,
-                        "dns_stub",
-                        Decision::Deny,
-                        Some(
-                            "agentsh's DNS stub is not running (see the server's log): DNS \
-                             is refused"
-                                .into(),
-                        ),
-                    );
-                    remember(st, key, Decision::Deny, "dns_stub", Vec::new());
-                }
-                refusal = Some(libc::EACCES);
-                break;
-            }
-            Parsed::Inet(ip, port) => {
-                let key = DestKey {
-                    ip: egress::canonical(ip),
-                    port,
-                    protocol,
-                };
-                let (decision, rule, host) = decide(ctx, tree, st, policy, c.tid, call, key);
-                if decision == Decision::Approve {
-                    if single {
-                        approve = Some((key, rule, host));
-                        allowed += 1;
-                        continue;
-                    }
-                    record(
-                        ctx,
-                        tree,
-                        c.tid,
-                        call,
-                        Some(key),
-                        host,
-                        &rule,
-                        Decision::Deny,
-                        Some(
-                            "a destination that needs approval, in a sendmmsg batch: refused \
-                             (approvals are asked one call at a time)"
-                                .into(),
-                        ),
-                    );
-                    refusal = Some(libc::EACCES);
-                    break;
-                }
-                if decision != Decision::Allow {
-                    refusal = Some(libc::EACCES);
-                    break;
-                }
-                allowed += 1;
-            }
-        }
-    }
+    let Judged {
+        allowed,
+        refusal,
+        to_stub,
+        approve,
+    } = judge_all(
+        ctx,
+        tree,
+        st,
+        policy,
+        c,
+        call,
+        protocol,
+        domain,
+        &mut messages,
+    );
     if allowed == 0 {
         let _ = stop.refuse(refusal.unwrap_or(libc::EACCES));
         return;
     }
     let messages: Vec<Copied> = messages.into_iter().take(allowed).collect();
+    let blocking = !found.nonblocking(&messages);
+    let target = match found {
+        Socket::Taken(sock) => Target::Taken(sock),
+        Socket::Remote { cloexec, nonblock } => {
+            // pidfd_getfd is refused here: a connect is made on a socket of
+            // the supervisor's own, put in place of the caller's once made.
+            if call != NetCall::Connect {
+                return refuse(format!(
+                    "{} naming a destination on a socket the supervisor cannot take \
+                     (pidfd_getfd is refused here): only connect can be made for the tree \
+                     without it (connect the socket first, then send)",
+                    call.name()
+                ));
+            }
+            let ours = match new_socket(domain, protocol, nonblock) {
+                Ok(s) => s,
+                Err(e) => return refuse(format!("cannot make a socket for the tree: {e}")),
+            };
+            let Some(held) = holder.take().map(|h| h()) else {
+                return refuse("no way to answer the call".into());
+            };
+            Target::Replace {
+                ours,
+                at: fd,
+                cloexec,
+                held,
+            }
+        }
+    };
     if to_stub {
         // The stub knows the tree by the socket's address: registered
         // before anything can reach it.
-        if let Err(why) = register_querier(ctx, tree, st, &sock, protocol, c.tid) {
+        if let Err(why) = register_querier(ctx, tree, st, target.sock(), protocol, c.tid) {
             return refuse(why);
         }
     }
+    let answer_with = match &target {
+        Target::Replace { held, .. } => Some(held.clone()),
+        Target::Taken(_) => None,
+    };
+    let mut holder = move || answer_with.clone().or_else(|| holder.take().map(|h| h()));
+    let perform = move || target.perform(call, protocol, &messages);
     if let Some((key, rule, host)) = approve {
         // Held for an operator (`approve`): the call is made only once
         // approved, by the approval's waiter; approved once, the
         // destination is allowed for the rest of the tree.
         let approved = st.egress_approved.clone();
+        let Some(held) = holder() else {
+            return refuse("no way to answer the call".into());
+        };
         ctx.approvals.clone().hold_connect(
-            holder(),
+            held,
             super::HeldConnect {
                 session_id: tree.session_id.clone(),
                 tid: c.tid,
@@ -329,14 +254,12 @@ pub fn handle(
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner)
                         .insert(key);
-                    perform(&sock, call, protocol, &messages)
+                    perform()
                 }),
             },
         );
         return;
     }
-    let blocking = !nonblocking(&sock, &messages);
-    let perform = move || perform(&sock, call, protocol, &messages);
     if blocking {
         // One thread per blocking call, at most [`BLOCKING_MAX`] per tree at
         // once: a tree cannot spend the server's threads (a thousand
@@ -352,7 +275,10 @@ pub fn handle(
             let _ = stop.answer(-i64::from(libc::EAGAIN));
             return;
         }
-        let held = holder();
+        let Some(held) = holder() else {
+            in_flight.fetch_sub(1, Ordering::SeqCst);
+            return refuse("no way to answer the call".into());
+        };
         let done = in_flight.clone();
         let spawned = std::thread::Builder::new()
             .name("agentsh-egress".into())
@@ -372,6 +298,201 @@ pub fn handle(
     }
 }
 
+/// The caller's socket, as far as the supervisor can reach it.
+enum Socket {
+    /// Taken with `pidfd_getfd`: the same open socket.
+    Taken(OwnedFd),
+    /// Known only from `/proc` (pidfd_getfd is refused here).
+    Remote { cloexec: bool, nonblock: bool },
+}
+
+impl Socket {
+    /// Whether the call returns at once: the socket is non-blocking, or
+    /// every message asks for `MSG_DONTWAIT`.
+    fn nonblocking(&self, messages: &[Copied]) -> bool {
+        let fl_nonblock = match self {
+            Socket::Taken(sock) => {
+                // SAFETY: F_GETFL takes no pointer.
+                let fl = unsafe { libc::fcntl(sock.as_raw_fd(), libc::F_GETFL) };
+                fl >= 0 && fl & libc::O_NONBLOCK != 0
+            }
+            Socket::Remote { nonblock, .. } => *nonblock,
+        };
+        fl_nonblock
+            || (!messages.is_empty() && messages.iter().all(|m| m.flags & libc::MSG_DONTWAIT != 0))
+    }
+}
+
+/// What the call is made on.
+enum Target {
+    Taken(OwnedFd),
+    /// A socket of ours, put into the caller at fd `at` once its connect
+    /// has been made (or started), before the answer.
+    Replace {
+        ours: OwnedFd,
+        at: i32,
+        cloexec: bool,
+        held: Holder,
+    },
+}
+
+impl Target {
+    fn sock(&self) -> &OwnedFd {
+        match self {
+            Target::Taken(s) | Target::Replace { ours: s, .. } => s,
+        }
+    }
+
+    /// Makes the call; for a replacement, installs the socket in the
+    /// caller (a failed install is the call's failure: the caller's fd
+    /// stays its own, unconnected socket).
+    fn perform(&self, call: NetCall, protocol: Protocol, messages: &[Copied]) -> Answer {
+        let v = perform(self.sock(), call, protocol, messages);
+        if let Target::Replace {
+            ours,
+            at,
+            cloexec,
+            held,
+        } = self
+        {
+            if v >= 0 || v == -i64::from(libc::EINPROGRESS) {
+                if let Err(e) = held.install_fd(ours, *at, *cloexec) {
+                    tracing::info!(
+                        fd = at,
+                        "the connected socket could not be put in place: {e}"
+                    );
+                    return errno_of(&e);
+                }
+            }
+        }
+        v
+    }
+}
+
+/// What [`find_socket`] found at the caller's fd.
+enum Found {
+    /// Answer the caller with this (the fd is not an open socket).
+    Answer(Answer),
+    /// The call no longer waits.
+    Gone,
+    /// A Unix socket, and how to check later that the fd still is it.
+    Unix(Box<dyn Fn() -> Result<bool, String>>),
+    /// An inet socket of another type (raw): why it cannot be judged.
+    Other(String),
+    /// A socket that cannot be reached at all: why.
+    Unreachable(String),
+    /// An inet socket: its domain and transport.
+    Inet(Socket, i32, Protocol),
+}
+
+/// Finds the socket at the caller's fd `fd`: taken with `pidfd_getfd`, or,
+/// where that is refused, known from `/proc` (its inode in the caller's
+/// fd table, its family and type in the caller's network namespace).
+fn find_socket(tid: u32, fd: i32, stop: &dyn ExecStop) -> Found {
+    match take_socket(tid, fd) {
+        Ok(sock) => {
+            // The pid could have been reused between the notification and
+            // the pidfd: the socket counts only if the call still waits.
+            if !stop.still_waiting() {
+                return Found::Gone;
+            }
+            let domain = match sockopt(&sock, libc::SO_DOMAIN) {
+                Ok(d) => d,
+                Err(e) => return Found::Answer(errno_of(&e)),
+            };
+            if domain != libc::AF_INET && domain != libc::AF_INET6 {
+                let sock = std::sync::Arc::new(sock);
+                return Found::Unix(Box::new(move || {
+                    take_socket(tid, fd)
+                        .map(|now| same_file(&now, &sock))
+                        .map_err(|_| "not taken".to_string())
+                }));
+            }
+            match sockopt(&sock, libc::SO_TYPE) {
+                Ok(libc::SOCK_STREAM) => Found::Inet(Socket::Taken(sock), domain, Protocol::Tcp),
+                Ok(libc::SOCK_DGRAM) => Found::Inet(Socket::Taken(sock), domain, Protocol::Udp),
+                Ok(t) => Found::Other(format!(
+                    "an inet socket of type {t} (the filter allows stream and datagram only)"
+                )),
+                Err(e) => Found::Unreachable(format!("socket type unreadable: {e}")),
+            }
+        }
+        Err(Taken::Answer(v)) => Found::Answer(v),
+        Err(Taken::Refuse(why)) => {
+            if stop.verifies_every_exec() {
+                // The ptrace backend cannot put a socket into the caller.
+                return Found::Unreachable(why);
+            }
+            // Read as the owner of the caller's /proc entries where this
+            // server has no CAP_SYS_PTRACE (as its memory is).
+            let seen =
+                crate::tracee::access::with_owner(tid, || super::netproc::socket_of(tid, fd));
+            match seen {
+                Err(e) if e.raw_os_error() == Some(libc::EBADF) => {
+                    Found::Answer(-i64::from(libc::EBADF))
+                }
+                Err(e) => Found::Unreachable(format!("{why}; and /proc does not say: {e}")),
+                Ok(None) => Found::Answer(-i64::from(libc::ENOTSOCK)),
+                Ok(Some(s)) => {
+                    if !stop.still_waiting() {
+                        return Found::Gone;
+                    }
+                    match s.kind {
+                        super::netproc::Kind::Unix => {
+                            let ino = s.inode;
+                            Found::Unix(Box::new(move || {
+                                crate::tracee::access::with_owner(tid, || {
+                                    super::netproc::inode_at(tid, fd)
+                                })
+                                .map(|now| now == Some(ino))
+                                .map_err(|e| e.to_string())
+                            }))
+                        }
+                        super::netproc::Kind::Inet { domain, udp, bound } => {
+                            if bound {
+                                return Found::Unreachable(format!(
+                                    "{why}; and the socket is bound to a local address, which \
+                                     a socket of the supervisor's own cannot take over"
+                                ));
+                            }
+                            let protocol = if udp { Protocol::Udp } else { Protocol::Tcp };
+                            Found::Inet(
+                                Socket::Remote {
+                                    cloexec: s.cloexec,
+                                    nonblock: s.nonblock,
+                                },
+                                domain,
+                                protocol,
+                            )
+                        }
+                        super::netproc::Kind::Unknown => Found::Unreachable(format!(
+                            "{why}; and the socket (inode {}) is neither TCP, UDP nor Unix \
+                             (its sockprotoname)",
+                            s.inode
+                        )),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A fresh socket like the caller's.
+fn new_socket(domain: i32, protocol: Protocol, nonblock: bool) -> io::Result<OwnedFd> {
+    let ty = match protocol {
+        Protocol::Udp => libc::SOCK_DGRAM,
+        _ => libc::SOCK_STREAM,
+    } | libc::SOCK_CLOEXEC
+        | if nonblock { libc::SOCK_NONBLOCK } else { 0 };
+    // SAFETY: plain integers.
+    let fd = unsafe { libc::socket(domain, ty, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a new fd we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// Lets a call on a socket this does not judge (a Unix socket) run
 /// (CONTINUE), where no other thread can put an inet socket at the same fd
 /// number between this check and the kernel's lookup of the fd: the fd
@@ -387,7 +508,8 @@ fn let_through(
     tree: &Tree,
     tid: u32,
     call: NetCall,
-    (fd, sock): (i32, &OwnedFd),
+    fd: i32,
+    still_same: impl Fn() -> Result<bool, String>,
     stop: &dyn ExecStop,
     refuse: impl Fn(String),
 ) {
@@ -413,13 +535,13 @@ fn let_through(
     };
     // Once the others are stopped, the fd must still be the socket checked:
     // before the stop they were free to swap it.
-    let go = || match take_socket(tid, fd) {
-        Ok(now) if same_file(&now, sock) => stop.proceed(),
-        Ok(_) => Err(io::Error::other(format!(
+    let go = || match still_same() {
+        Ok(true) => stop.proceed(),
+        Ok(false) => Err(io::Error::other(format!(
             "fd {fd} changed to another file while the call was checked"
         ))),
-        Err(_) => Err(io::Error::other(format!(
-            "fd {fd} could not be taken again"
+        Err(e) => Err(io::Error::other(format!(
+            "fd {fd} could not be read again: {e}"
         ))),
     };
     match stopped_while(tgid, tid, go) {
@@ -549,6 +671,167 @@ fn wait_stopped(tgid: u32, which: impl Fn(u32) -> bool, held_counts: bool) -> Re
             ));
         }
         std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+}
+
+/// What judging a call's destinations came to.
+struct Judged {
+    /// How many messages (from the first) may be sent.
+    allowed: usize,
+    refusal: Option<i32>,
+    /// A destination is the DNS stub (the socket must be registered).
+    to_stub: bool,
+    /// The one destination an operator must approve first.
+    approve: Option<(DestKey, String, Option<String>)>,
+}
+
+/// Judges every destination of `messages` (rewriting DNS ones to the
+/// stub), in order, stopping at the first refused one.
+#[allow(clippy::too_many_arguments)]
+fn judge_all(
+    ctx: &SupervisorContext,
+    tree: &Tree,
+    st: &mut TreeState,
+    policy: &Egress,
+    c: &super::seam::Caught,
+    call: NetCall,
+    protocol: Protocol,
+    domain: i32,
+    messages: &mut [Copied],
+) -> Judged {
+    // Judge every destination first: one denied destination in a sendmmsg
+    // ends the batch there, as a failed send would.
+    let mut allowed = 0;
+    let mut refusal = None;
+    let mut to_stub = false;
+    let single = messages.len() == 1;
+    let mut approve: Option<(DestKey, String, Option<String>)> = None;
+    for m in messages.iter_mut() {
+        if m.addr.is_empty() {
+            allowed += 1;
+            continue;
+        }
+        match parse_sockaddr(&m.addr) {
+            Parsed::Unspec => {
+                allowed += 1;
+                continue;
+            }
+            Parsed::Other => {
+                // The kernel refuses it on this socket (EAFNOSUPPORT or
+                // EINVAL): performing it gives the caller that answer.
+                allowed += 1;
+                continue;
+            }
+            Parsed::Inet(ip, port) if port == 53 && ctx.dns.is_some() => {
+                // DNS (`dns: stub`): the stub answers every query of the
+                // tree, whatever resolver it names.
+                let stub = ctx.dns.as_ref().map(|d| d.addr).expect("checked");
+                let key = DestKey {
+                    ip: egress::canonical(ip),
+                    port,
+                    protocol,
+                };
+                if SocketAddr::new(key.ip, port) != stub {
+                    match sockaddr_of(stub, domain) {
+                        Some(a) => m.addr = a,
+                        None => {
+                            refusal = Some(libc::EACCES);
+                            break;
+                        }
+                    }
+                }
+                if !st.egress_seen.contains_key(&key) {
+                    let message = (SocketAddr::new(key.ip, port) != stub)
+                        .then(|| format!("sent to agentsh's DNS stub at {stub} instead"));
+                    record(
+                        ctx,
+                        tree,
+                        c.tid,
+                        call,
+                        Some(key),
+                        None,
+                        "dns_stub",
+                        Decision::Allow,
+                        message,
+                    );
+                    remember(st, key, Decision::Allow, "dns_stub", Vec::new());
+                }
+                to_stub = true;
+                allowed += 1;
+            }
+            Parsed::Inet(ip, port) if port == 53 && policy.dns == egress::DnsMode::Stub => {
+                // The stub is not running (the server's start log says why):
+                // DNS is refused, never sent around it.
+                let key = DestKey {
+                    ip: egress::canonical(ip),
+                    port,
+                    protocol,
+                };
+                if !st.egress_seen.contains_key(&key) {
+                    record(
+                        ctx,
+                        tree,
+                        c.tid,
+                        call,
+                        Some(key),
+                        None,
+                        "dns_stub",
+                        Decision::Deny,
+                        Some(
+                            "agentsh's DNS stub is not running (see the server's log): DNS \
+                             is refused"
+                                .into(),
+                        ),
+                    );
+                    remember(st, key, Decision::Deny, "dns_stub", Vec::new());
+                }
+                refusal = Some(libc::EACCES);
+                break;
+            }
+            Parsed::Inet(ip, port) => {
+                let key = DestKey {
+                    ip: egress::canonical(ip),
+                    port,
+                    protocol,
+                };
+                let (decision, rule, host) = decide(ctx, tree, st, policy, c.tid, call, key);
+                if decision == Decision::Approve {
+                    if single {
+                        approve = Some((key, rule, host));
+                        allowed += 1;
+                        continue;
+                    }
+                    record(
+                        ctx,
+                        tree,
+                        c.tid,
+                        call,
+                        Some(key),
+                        host,
+                        &rule,
+                        Decision::Deny,
+                        Some(
+                            "a destination that needs approval, in a sendmmsg batch: refused \
+                             (approvals are asked one call at a time)"
+                                .into(),
+                        ),
+                    );
+                    refusal = Some(libc::EACCES);
+                    break;
+                }
+                if decision != Decision::Allow {
+                    refusal = Some(libc::EACCES);
+                    break;
+                }
+                allowed += 1;
+            }
+        }
+    }
+    Judged {
+        allowed,
+        refusal,
+        to_stub,
+        approve,
     }
 }
 
@@ -938,15 +1221,6 @@ fn sockopt(sock: &OwnedFd, opt: libc::c_int) -> io::Result<i32> {
     Ok(v)
 }
 
-/// Whether the call returns at once: the socket is non-blocking, or every
-/// message asks for `MSG_DONTWAIT`.
-fn nonblocking(sock: &OwnedFd, messages: &[Copied]) -> bool {
-    // SAFETY: F_GETFL takes no pointer.
-    let fl = unsafe { libc::fcntl(sock.as_raw_fd(), libc::F_GETFL) };
-    (fl >= 0 && fl & libc::O_NONBLOCK != 0)
-        || (!messages.is_empty() && messages.iter().all(|m| m.flags & libc::MSG_DONTWAIT != 0))
-}
-
 enum Parsed {
     Inet(IpAddr, u16),
     /// `AF_UNSPEC`: a datagram socket's destination dissolved.
@@ -1019,6 +1293,7 @@ fn copy_call(c: &super::seam::Caught, call: NetCall, width: Width) -> Result<Vec
             control: Vec::new(),
             flags: 0,
             clipped: false,
+            len_at: None,
         }]),
         NetCall::Sendto => {
             let want = a[2] as usize;
@@ -1033,6 +1308,7 @@ fn copy_call(c: &super::seam::Caught, call: NetCall, width: Width) -> Result<Vec
                 control: Vec::new(),
                 flags: a[3] as i32,
                 clipped: want > len,
+                len_at: None,
             }])
         }
         NetCall::Sendmsg => Ok(vec![copy_msghdr(c.tid, a[1], a[2] as i32, width)?]),
@@ -1043,14 +1319,17 @@ fn copy_call(c: &super::seam::Caught, call: NetCall, width: Width) -> Result<Vec
                 Width::W64 => 64,
                 Width::W32 => 32,
             };
+            // msg_len follows the msghdr (56 bytes, or 28 for a 32-bit caller).
+            let len_offset: u64 = match width {
+                Width::W64 => 56,
+                Width::W32 => 28,
+            };
             let mut out = Vec::with_capacity(vlen);
             for i in 0..vlen {
-                out.push(copy_msghdr(
-                    c.tid,
-                    a[1] + (i * stride) as u64,
-                    a[3] as i32,
-                    width,
-                )?);
+                let at = a[1] + (i * stride) as u64;
+                let mut m = copy_msghdr(c.tid, at, a[3] as i32, width)?;
+                m.len_at = Some((c.tid, at + len_offset));
+                out.push(m);
             }
             if out.is_empty() {
                 return Err(Copy::Answer(0));
@@ -1124,6 +1403,7 @@ fn copy_msghdr(tid: u32, at: u64, flags: i32, width: Width) -> Result<Copied, Co
         control,
         flags,
         clipped,
+        len_at: None,
     })
 }
 
@@ -1154,6 +1434,14 @@ fn perform(sock: &OwnedFd, call: NetCall, protocol: Protocol, messages: &[Copied
                 let r = send_one(fd, datagram, m, &ret);
                 if r < 0 {
                     return if sent > 0 { sent } else { r };
+                }
+                // What the kernel would have written: the bytes sent, in
+                // the message's msg_len (glibc's resolver checks it).
+                if let Some((tid, at)) = m.len_at {
+                    if let Err(e) = crate::tracee::write_bytes(tid, at, &(r as u32).to_ne_bytes()) {
+                        tracing::debug!(tid, "sendmmsg: msg_len not written back: {e}");
+                        return if sent > 0 { sent } else { errno_of(&e) };
+                    }
                 }
                 sent += 1;
             }

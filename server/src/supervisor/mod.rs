@@ -28,6 +28,7 @@ mod egress;
 mod exec;
 mod gather;
 mod identity;
+mod netproc;
 mod phases;
 mod procfiles;
 mod ptrace;
@@ -250,6 +251,18 @@ impl Holder {
             Holder::Trace { tid, starttime } => {
                 trace::answer_value(tid, starttime, val);
             }
+        }
+    }
+
+    /// Puts `sock` into the held caller's process at fd `at` (replacing
+    /// what is there), before the answer. Only user-notify can.
+    pub fn install_fd(&self, sock: &OwnedFd, at: i32, cloexec: bool) -> std::io::Result<()> {
+        use std::os::fd::AsFd;
+        match self {
+            Holder::Notify { fd, id } => {
+                agentsh_proto::notif::install_fd(fd.as_fd(), *id, sock.as_fd(), at, cloexec)
+            }
+            Holder::Trace { .. } => Err(std::io::Error::from_raw_os_error(libc::ENOSYS)),
         }
     }
 

@@ -368,6 +368,43 @@ pub fn read_bytes(pid: u32, addr: u64, len: usize) -> io::Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// Writes `data` at `addr` in `pid`'s memory (what a syscall the
+/// supervisor made for the caller returns through the caller's memory, such
+/// as `sendmmsg`'s `msg_len`), with the owner's ids where the server must
+/// take them ([`super::access::as_owner`]).
+///
+/// # Errors
+/// EFAULT if the address is not writable; ESRCH if the process is gone.
+pub fn write_bytes(pid: u32, addr: u64, data: &[u8]) -> io::Result<()> {
+    let local = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    let _owner = super::access::as_owner(pid);
+    // SAFETY: `local` points into `data`, valid for its length; the remote
+    // address is only interpreted by the kernel in the other process.
+    let n = unsafe { libc::process_vm_writev(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ENOSYS) {
+            return Err(e);
+        }
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(format!("/proc/{pid}/mem"))?;
+        return f.write_all_at(data, addr);
+    }
+    if n as usize != data.len() {
+        return Err(io::Error::from_raw_os_error(libc::EFAULT));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,199 @@
+//! A caller's socket as `/proc` shows it, where the supervisor cannot take
+//! the socket itself (`pidfd_getfd` refused: Docker's default seccomp
+//! profile without `CAP_SYS_PTRACE`): its inode from the caller's fd table,
+//! its flags from `fdinfo`, its family and transport from sockfs
+//! (`system.sockprotoname`), whether it has a local port from the tables of
+//! the caller's network namespace (`/proc/TID/net/{tcp,tcp6,udp,udp6}`).
+//!
+//! Failure modes: a file that cannot be read is an error (the caller
+//! refuses); a protocol other than TCP, UDP or Unix is [`Kind::Unknown`].
+
+use std::io;
+
+/// What kind of socket an inode is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Unix,
+    Inet {
+        domain: i32,
+        udp: bool,
+        /// It has a local port (bound, or connected before).
+        bound: bool,
+    },
+    Unknown,
+}
+
+/// One socket of the caller.
+#[derive(Debug, Clone, Copy)]
+pub struct SockInfo {
+    pub inode: u64,
+    pub kind: Kind,
+    pub cloexec: bool,
+    pub nonblock: bool,
+}
+
+/// The socket inode at the caller's fd `fd` (`None`: not a socket).
+///
+/// # Errors
+/// EBADF when the fd is not open; others when `/proc` cannot be read.
+pub fn inode_at(tid: u32, fd: i32) -> io::Result<Option<u64>> {
+    let link = match std::fs::read_link(format!("/proc/{tid}/fd/{fd}")) {
+        Ok(l) => l,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(io::Error::from_raw_os_error(libc::EBADF))
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(link
+        .to_str()
+        .and_then(|l| l.strip_prefix("socket:["))
+        .and_then(|l| l.strip_suffix(']'))
+        .and_then(|n| n.parse().ok()))
+}
+
+/// The socket at the caller's fd `fd` (`None`: not a socket).
+///
+/// # Errors
+/// See [`inode_at`].
+pub fn socket_of(tid: u32, fd: i32) -> io::Result<Option<SockInfo>> {
+    let Some(inode) = inode_at(tid, fd)? else {
+        return Ok(None);
+    };
+    let info = std::fs::read_to_string(format!("/proc/{tid}/fdinfo/{fd}"))?;
+    let flags = info
+        .lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|v| i64::from_str_radix(v.trim(), 8).ok())
+        .ok_or_else(|| io::Error::other("fdinfo has no flags"))?;
+    // The socket's protocol, from sockfs itself (a socket that is neither
+    // bound nor connected is in none of /proc/net's tables).
+    let proto = protocol_name(&format!("/proc/{tid}/fd/{fd}"))?;
+    let (domain, udp, table) = match proto.as_str() {
+        "TCP" => (libc::AF_INET, false, "tcp"),
+        "TCPv6" => (libc::AF_INET6, false, "tcp6"),
+        "UDP" => (libc::AF_INET, true, "udp"),
+        "UDPv6" => (libc::AF_INET6, true, "udp6"),
+        "UNIX" | "UNIX-STREAM" => {
+            return Ok(Some(SockInfo {
+                inode,
+                kind: Kind::Unix,
+                cloexec: flags & i64::from(libc::O_CLOEXEC) != 0,
+                nonblock: flags & i64::from(libc::O_NONBLOCK) != 0,
+            }))
+        }
+        _ => (0, false, ""),
+    };
+    let kind = if table.is_empty() {
+        Kind::Unknown
+    } else {
+        // Bound or connected sockets are in the table, with their port.
+        let bound = match std::fs::read_to_string(format!("/proc/{tid}/net/{table}")) {
+            Ok(text) => inet_entry(&text, inode).unwrap_or(false),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+            Err(e) => return Err(e),
+        };
+        Kind::Inet { domain, udp, bound }
+    };
+    Ok(Some(SockInfo {
+        inode,
+        kind,
+        cloexec: flags & i64::from(libc::O_CLOEXEC) != 0,
+        nonblock: flags & i64::from(libc::O_NONBLOCK) != 0,
+    }))
+}
+
+/// In a tcp/udp table: whether the socket `inode` is there, and then
+/// whether it has a local port. Pure.
+fn inet_entry(table: &str, inode: u64) -> Option<bool> {
+    table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.get(9)?.parse::<u64>().ok()? == inode).then(|| {
+            f[1].rsplit(':')
+                .next()
+                .and_then(|p| u16::from_str_radix(p, 16).ok())
+                .is_some_and(|p| p != 0)
+        })
+    })
+}
+
+/// The `system.sockprotoname` of the socket behind `path` (TCP, TCPv6,
+/// UDP, UDPv6, UNIX, ...).
+fn protocol_name(path: &str) -> io::Result<String> {
+    let c = std::ffi::CString::new(path).map_err(io::Error::other)?;
+    let mut buf = [0u8; 64];
+    // SAFETY: valid C strings and a buffer of the length given.
+    let n = unsafe {
+        libc::getxattr(
+            c.as_ptr(),
+            c"system.sockprotoname".as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let name = &buf[..n as usize];
+    let name = name.split(|b| *b == 0).next().unwrap_or(name);
+    Ok(String::from_utf8_lossy(name).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_name_their_sockets() {
+        let tcp = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4242 1 0 100 0 0 10 0\n   1: 00000000:0000 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4343 1 0\n";
+        assert_eq!(inet_entry(tcp, 4242), Some(true));
+        assert_eq!(inet_entry(tcp, 4343), Some(false));
+        assert_eq!(inet_entry(tcp, 1), None);
+    }
+
+    fn new_tcp6() -> std::os::fd::OwnedFd {
+        use std::os::fd::FromRawFd;
+        // SAFETY: plain integers; the fd is ours.
+        let fd = unsafe { libc::socket(libc::AF_INET6, libc::SOCK_STREAM, 0) };
+        assert!(fd >= 0);
+        // SAFETY: a new fd we own.
+        unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+    }
+
+    #[test]
+    fn a_real_socket_is_found_with_its_flags() {
+        let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        use std::os::fd::AsRawFd;
+        let tid = std::process::id();
+        let s = socket_of(tid, u.as_raw_fd()).unwrap().unwrap();
+        assert_eq!(
+            s.kind,
+            Kind::Inet {
+                domain: libc::AF_INET,
+                udp: true,
+                bound: true
+            }
+        );
+        assert!(s.cloexec);
+        assert!(!s.nonblock);
+        assert_eq!(inode_at(tid, u.as_raw_fd()).unwrap(), Some(s.inode));
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert_eq!(
+            socket_of(tid, a.as_raw_fd()).unwrap().unwrap().kind,
+            Kind::Unix
+        );
+        // Neither bound nor connected: in no table, known all the same.
+        let t = new_tcp6();
+        assert_eq!(
+            socket_of(tid, t.as_raw_fd()).unwrap().unwrap().kind,
+            Kind::Inet {
+                domain: libc::AF_INET6,
+                udp: false,
+                bound: false
+            }
+        );
+        assert_eq!(
+            inode_at(tid, 100_000).unwrap_err().raw_os_error(),
+            Some(libc::EBADF)
+        );
+    }
+}
