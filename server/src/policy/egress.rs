@@ -606,6 +606,29 @@ mod tests {
         )
     }
 
+    /// A name whose DNS points it at a denied block is still refused when
+    /// the deny by `cidrs` comes first (the order policy.md advises), and
+    /// allowed when it comes after the allow by `hosts`.
+    #[test]
+    fn a_deny_by_cidr_before_an_allow_by_host_holds_against_the_names_dns() {
+        let names = ["evil.example.org".to_string()];
+        let d = Destination {
+            ip: "169.254.169.254".parse().unwrap(),
+            port: 443,
+            protocol: Protocol::Tcp,
+            names: &names,
+        };
+        let first = rules(
+            "default: deny\nrules:\n  - {name: meta, cidrs: [169.254.169.254/32], protocol: any, decision: deny}\n  - {name: ex, hosts: [\"*.example.org\"], decision: allow}\n",
+        );
+        assert_eq!(judge_destination(&first, &d).rule, "meta");
+        assert_eq!(judge_destination(&first, &d).decision, Decision::Deny);
+        let after = rules(
+            "default: deny\nrules:\n  - {name: ex, hosts: [\"*.example.org\"], decision: allow}\n  - {name: meta, cidrs: [169.254.169.254/32], protocol: any, decision: deny}\n",
+        );
+        assert_eq!(judge_destination(&after, &d).decision, Decision::Allow);
+    }
+
     #[test]
     fn first_rule_naming_the_destination_wins() {
         let none: &[String] = &[];
