@@ -271,3 +271,8 @@ fn names_decide_at_landlock_abi_2() {
 fn queries_to_another_resolver_go_to_the_stub() {
     scenario(None, "", false);
 }
+
+#[test]
+fn names_decide_under_the_ptrace_backend() {
+    scenario(None, "execve:\n  backend: ptrace\n", true);
+}
