@@ -25,6 +25,9 @@ command -v dpkg-shlibdeps >/dev/null || need_pkgs+=(dpkg-dev)
 command -v systemd-analyze >/dev/null || need_pkgs+=(systemd)
 # gVisor, for the ptrace backend's tests under what Modal runs.
 command -v runsc >/dev/null || need_pkgs+=(runsc)
+# The man pages' test renders them at 80 columns; the egress tests ask DNS.
+command -v man >/dev/null || need_pkgs+=(man-db)
+command -v dig >/dev/null || need_pkgs+=(bind9-dnsutils)
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "agentsh setup: missing packages ${need_pkgs[*]}; run as root (or sudo) so they can be installed" >&2

@@ -303,6 +303,45 @@ fn man_pages_and_completions_cover_every_subcommand() {
     }
     let server = std::fs::read_to_string(dir.path().join("agentsh-server.1")).unwrap();
     assert!(server.contains("print\\-config") || server.contains("print-config"));
+    // The server's page reads at 80 columns: no line wider, and every
+    // config key starts a paragraph of its own (issue 24: the key table
+    // was mangled below about 110 columns).
+    let shown = Command::new("man")
+        .args(["-l"])
+        .arg(dir.path().join("agentsh-server.1"))
+        .env("MANWIDTH", "80")
+        .env("MAN_KEEP_FORMATTING", "0")
+        .env("PAGER", "cat")
+        .output()
+        .expect("man (tests/setup.sh installs man-db)");
+    // Overstrike (bold "a\ba", underline "_\ba") read as the letter, as
+    // `col -b` does.
+    let mut text = String::new();
+    for ch in String::from_utf8_lossy(&shown.stdout).chars() {
+        if ch == '\u{8}' {
+            text.pop();
+        } else {
+            text.push(ch);
+        }
+    }
+    let wide: Vec<&str> = text.lines().filter(|l| l.chars().count() > 80).collect();
+    assert!(wide.is_empty(), "lines over 80 columns: {wide:#?}");
+    for key in [
+        "server.socket",
+        "audit.on_failure",
+        "egress.compat",
+        "execve.approval_timeout_action",
+    ] {
+        assert!(
+            // Justified: words may be more than one space apart.
+            text.lines().any(|l| l
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .starts_with(&format!("{key} (default:"))),
+            "{key} does not start a paragraph:\n{text}"
+        );
+    }
     assert!(dir.path().join("agentsh-shim-install.1").exists());
     // Only pages that ship are named: no agentsh-help(1), no page for the
     // hidden reaper (issue 24).

@@ -290,9 +290,50 @@ fn write_man_pages(dir: &std::path::Path) -> Result<(), String> {
                 c.mut_subcommand(n, no_help)
             })
     }
-    let mut cmd = no_help(Cli::command());
+    // The server's config keys as paragraphs: the terminal's table (keys,
+    // defaults and text in columns) is wider than a man page (80 columns).
+    let mut cmd = no_help(Cli::command()).mut_subcommand("server", |s| {
+        s.after_help(config_help_paragraphs(CONFIG_HELP))
+    });
     cmd.build();
     walk(cmd, "agentsh".into(), dir)
+}
+
+/// `CONFIG_HELP` (a table: key, default, text wrapped in a column) as one
+/// paragraph per key, "KEY (default: VALUE): TEXT", for a page a man reader
+/// fills to its width. Pure.
+fn config_help_paragraphs(table: &str) -> String {
+    let mut out: Vec<String> = Vec::new();
+    for line in table.lines() {
+        let indent = line.len() - line.trim_start().len();
+        let text = line.trim();
+        if text.is_empty() {
+            continue;
+        }
+        match indent {
+            // A key's first line: key, default, text, two spaces or more apart.
+            2 => {
+                let mut cols = text.splitn(2, "  ");
+                let key = cols.next().unwrap_or("").trim();
+                let rest = cols.next().unwrap_or("").trim_start();
+                let (default, what) = match rest.split_once("  ") {
+                    Some((d, w)) => (d.trim(), w.trim()),
+                    None => (rest.trim(), ""),
+                };
+                out.push(format!("{key} (default: {default}): {what}"));
+            }
+            // The text's next line.
+            i if i > 2 => match out.last_mut() {
+                Some(p) => {
+                    p.push(' ');
+                    p.push_str(text);
+                }
+                None => out.push(text.to_string()),
+            },
+            _ => out.push(text.to_string()),
+        }
+    }
+    out.join("\n\n")
 }
 
 /// The whole command line; the binary's `main` is this.
