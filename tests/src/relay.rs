@@ -84,6 +84,7 @@ pub struct WrapOptions {
 }
 
 fn helper(server: &str, session: &str) -> Command {
+    create_session(server, session);
     let mut c = Command::new(bin("agentsh-test-run"));
     c.args(["--server", server, "--session", session, "--wrapper"])
         .arg(bin("agentsh-unixwrap"));
@@ -184,4 +185,33 @@ pub fn run_wrapped(server: &str, session: &str, cmd: &[&str], opts: &WrapOptions
         String::from_utf8_lossy(&out.stderr)
     );
     out
+}
+
+/// Creates `session` on the server at `server` (`unix:PATH`) as the
+/// operator would (`POST /api/v1/sessions`), before a wrap-init names it:
+/// a server serves only the sessions it has (`default`, and those created).
+/// An invalid id is left for the wrap-init to refuse.
+pub fn create_session(server: &str, session: &str) {
+    let Some(path) = server.strip_prefix("unix:") else {
+        return;
+    };
+    if session == "default" {
+        return;
+    }
+    let body = serde_json::json!({ "id": session })
+        .to_string()
+        .into_bytes();
+    let req = agentsh_proto::http::Request {
+        method: "POST",
+        target: "/api/v1/sessions",
+        body: &body,
+        bearer: None,
+    };
+    let _ = agentsh_proto::http::call(
+        std::path::Path::new(path),
+        std::time::Duration::from_secs(30),
+        |_| Ok(()),
+        &req,
+        1 << 20,
+    );
 }

@@ -434,6 +434,8 @@ fn live_trees_are_counted_per_session() {
                     s["trees"].as_u64().unwrap(),
                 )
             })
+            // `default` always exists (with no tree here).
+            .filter(|(id, n)| id != "default" || *n != 0)
             .collect()
     };
     let w = spawn_wrapped(
@@ -767,4 +769,63 @@ fn a_full_audit_filesystem_loses_no_line_and_refuse_mode_runs_nothing() {
             assert!(back, "never ran again: {}", srv.log());
         }
     }
+}
+
+/// A mistyped `session=` (issue 24): wrap-init for a session the server
+/// does not have is refused with 404 and what to do, creates nothing, and
+/// the shim refuses the shell (126) rather than start a session nobody
+/// watches; once the operator creates it, the same wrap-init is served.
+#[test]
+fn an_unknown_session_is_refused_not_created() {
+    if !require_root("an_unknown_session_is_refused_not_created") {
+        return;
+    }
+    let srv = TestServer::start("name: p\ndefault: allow\n", "");
+    let body = serde_json::json!({
+        "agent_command": "/bin/sh",
+        "agent_args": [],
+        "caller_uid": 0
+    });
+    let (status, answer) = srv.call("POST", "/api/v1/sessions/defualt/wrap-init", Some(&body));
+    assert_eq!(status, 404, "{answer}");
+    let text = answer.to_string();
+    assert!(
+        text.contains("\\\"defualt\\\" does not exist") && text.contains("session=default"),
+        "{text}"
+    );
+    let ids: Vec<String> = srv
+        .get_json("/api/v1/sessions")
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(ids, vec!["default".to_string()], "nothing was created");
+    // Through a shim with that session=: refused, the shell never runs.
+    let ns = Namespace::new();
+    ns.install_shim(false);
+    ns.write_shim_conf(
+        &format!(
+            "shim_install=on\nserver={}\nsession=defualt\nwrapper={}\n",
+            srv.url,
+            agentsh_tests::server::bin("agentsh-unixwrap").display()
+        ),
+        0o644,
+    );
+    let out = ns.run(&["/bin/sh", "-c", "echo ran"], &[]);
+    assert_eq!(out.status.code(), Some(126), "{out:?}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("ran"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("404"),
+        "{out:?}"
+    );
+    // Created by the operator, it is served.
+    let (status, _) = srv.call(
+        "POST",
+        "/api/v1/sessions",
+        Some(&serde_json::json!({ "id": "defualt" })),
+    );
+    assert_eq!(status, 201);
+    let (status, answer) = srv.call("POST", "/api/v1/sessions/defualt/wrap-init", Some(&body));
+    assert_eq!(status, 200, "{answer}");
 }

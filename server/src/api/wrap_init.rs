@@ -205,8 +205,17 @@ fn prepare_wrap_init(
             .with_hint(agentsh_proto::hint::EGRESS_NOT_ENFORCEABLE));
         }
     }
-    let Some(session) = api.sessions.get_or_create(sid) else {
-        return Err(fail(400, format!("session id {sid:?} is not valid")));
+    let Some(session) = api.sessions.get(sid) else {
+        // A mistyped session= must not start a session nobody watches.
+        tracing::warn!("wrap-init refused: session {sid:?} does not exist");
+        return Err(fail(
+            404,
+            format!(
+                "session {sid:?} does not exist on this server: use session=default in \
+                 /etc/agentsh/shim.conf, or have the operator create it first (POST \
+                 /api/v1/sessions with {{\"id\": \"{sid}\"}})"
+            ),
+        ));
     };
     let wrapper = api.config.wrapper_binary_path();
     if !wrapper.is_file() {

@@ -220,7 +220,12 @@ pub fn run(start: Start) -> Result<(), String> {
         );
         let api = Arc::new(Api {
             config,
-            sessions: Sessions::default(),
+            // `default` always exists; others are created by the operator.
+            sessions: {
+                let s = Sessions::default();
+                let _ = s.get_or_create("default");
+                s
+            },
             audit,
             supervisor,
             approvals,
