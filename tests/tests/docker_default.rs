@@ -535,6 +535,12 @@ fn docker_default_egress_connects_on_a_socket_of_its_own() {
             "import socket, threading, os".to_string(),
             format!("c = socket.create_connection(('127.0.0.2', {tport}), timeout=30)"),
             "c.sendall(b'ping'); print('TCP', c.recv(4).decode())".into(),
+            // A non-blocking connect, then connect again: what the kernel says.
+            "import select".into(),
+            "n = socket.socket(); n.setblocking(False)".into(),
+            format!("print('NB', n.connect_ex(('127.0.0.2', {tport})))"),
+            "select.select([], [n], [], 30)".into(),
+            format!("print('AGAIN', n.connect_ex(('127.0.0.2', {tport})))"),
             format!("print('DENIED', socket.socket().connect_ex(('127.0.0.1', {tport})))"),
             "u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)".into(),
             format!("u.connect(('127.0.0.2', {uport})); u.send(b'udp-connected'); print('UDP')"),
@@ -565,6 +571,10 @@ fn docker_default_egress_connects_on_a_socket_of_its_own() {
         );
         assert!(
             out.contains(&format!("DENIED {}", libc::EACCES)),
+            "{uid:?}: {f:?}"
+        );
+        assert!(
+            out.contains(&format!("AGAIN {}", libc::EISCONN)),
             "{uid:?}: {f:?}"
         );
         assert!(out.contains("UDP\n"), "{uid:?}: {f:?}");

@@ -426,6 +426,76 @@ print(\"MARKER\")
     }
 }
 
+/// The Unix-socket window, attacked from outside the caller's process: a
+/// threaded process's Unix-socket call is let through only while its other
+/// threads are stopped, and another process of the tree sends it SIGCONT
+/// in a loop to wake the thread that swaps a UDP socket in at the fd. A
+/// stop that SIGCONT can end would let a datagram through to the denied
+/// address; none may arrive.
+#[test]
+fn sigcont_from_another_process_does_not_reopen_the_unix_window() {
+    if !require_root("sigcont_from_another_process_does_not_reopen_the_unix_window") {
+        return;
+    }
+    let tcp = Tcp::start();
+    let (udp, uport) = udp_listener();
+    let mut s = Sandbox::new(&policy(tcp.port), Some(NOBODY));
+    let f = s.sh(&format!(
+        "python3 -c '
+ITER = {iter}
+import ctypes, os, signal, socket, struct, sys, threading, time
+sys.setswitchinterval(1e-5)
+libc = ctypes.CDLL(None, use_errno=True)
+denied = struct.pack(\"=HH4s8x\", socket.AF_INET, socket.htons({uport}), socket.inet_aton(\"{DENIED}\"))
+udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+unix_copy = os.dup(a.fileno())
+me = os.getpid()
+waker = os.fork()
+if waker == 0:
+    while True:
+        try:
+            os.kill(me, signal.SIGCONT)
+        except ProcessLookupError:
+            os._exit(0)
+stop = False
+def swap(fd, back):
+    while not stop:
+        os.dup2(udp.fileno(), fd)
+        os.dup2(back, fd)
+name = ctypes.create_string_buffer(denied, 16)
+data = ctypes.create_string_buffer(b\"wake\", 4)
+t = threading.Thread(target=swap, args=(a.fileno(), unix_copy))
+t.start()
+n = {{}}
+for i in range(ITER):
+    r = libc.sendto(a.fileno(), data, 4, 0, name, 16)
+    key = \"ok\" if r >= 0 else \"errno%d\" % ctypes.get_errno()
+    n[key] = n.get(key, 0) + 1
+stop = True
+t.join()
+os.kill(waker, signal.SIGKILL)
+os.waitpid(waker, 0)
+print(\"COUNTS\", n)
+m = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+m.sendto(b\"marker\", (\"{ALLOWED}\", {uport}))
+print(\"MARKER\")
+'",
+        iter = std::env::var("EGRESS_ITER").unwrap_or("10000".into())
+    ));
+    assert!(f.stdout.contains("MARKER"), "{f:?}");
+    let got = datagrams_until(&udp, "marker");
+    assert_eq!(
+        got.len(),
+        1,
+        "a woken swap sent to the denied address: {got:?} {f:?}"
+    );
+    assert!(
+        f.stdout.contains("'errno13'") && f.stdout.contains("'errno22'"),
+        "the swap was not hit both ways: {f:?}"
+    );
+}
+
 /// The shipped agent-strict, unchanged: the UDP probe and a TCP connect to
 /// port 443 of loopback are refused, and nothing reaches the listeners.
 #[test]

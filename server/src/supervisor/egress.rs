@@ -128,7 +128,7 @@ pub fn handle(
     };
     let fd = c.args[0] as i32;
     let mut holder = Some(holder);
-    let (found, domain, protocol) = match find_socket(c.tid, fd, stop) {
+    let (found, domain, protocol) = match find_socket(c.tid, fd, call, stop) {
         Found::Answer(v) => {
             let _ = stop.answer(v);
             return;
@@ -137,7 +137,7 @@ pub fn handle(
         Found::Unix(same) => {
             // Not a destination this judges (see the module doc): let it
             // through only where the fd cannot be swapped meanwhile.
-            return let_through(tree, c.tid, call, fd, same, stop, refuse);
+            return let_through(tree, st, c.tid, call, fd, same, stop, refuse);
         }
         // A raw or other socket, where the policy allows every destination
         // (the filter refuses them otherwise): nothing to judge.
@@ -388,7 +388,7 @@ enum Found {
 /// Finds the socket at the caller's fd `fd`: taken with `pidfd_getfd`, or,
 /// where that is refused, known from `/proc` (its inode in the caller's
 /// fd table, its family and type in the caller's network namespace).
-fn find_socket(tid: u32, fd: i32, stop: &dyn ExecStop) -> Found {
+fn find_socket(tid: u32, fd: i32, call: NetCall, stop: &dyn ExecStop) -> Found {
     match take_socket(tid, fd) {
         Ok(sock) => {
             // The pid could have been reused between the notification and
@@ -448,7 +448,20 @@ fn find_socket(tid: u32, fd: i32, stop: &dyn ExecStop) -> Found {
                                 .map_err(|e| e.to_string())
                             }))
                         }
-                        super::netproc::Kind::Inet { domain, udp, bound } => {
+                        super::netproc::Kind::Inet {
+                            domain,
+                            udp,
+                            bound,
+                            state,
+                        } => {
+                            // A connect again on a TCP socket connected (or
+                            // connecting) already: what the kernel says.
+                            if call == NetCall::Connect && !udp && state == 1 {
+                                return Found::Answer(-i64::from(libc::EISCONN));
+                            }
+                            if call == NetCall::Connect && !udp && state == 2 {
+                                return Found::Answer(-i64::from(libc::EALREADY));
+                            }
                             if bound {
                                 return Found::Unreachable(format!(
                                     "{why}; and the socket is bound to a local address, which \
@@ -498,14 +511,16 @@ fn new_socket(domain: i32, protocol: Protocol, nonblock: bool) -> io::Result<Own
 /// number between this check and the kernel's lookup of the fd: the fd
 /// table is shared only by the threads of the caller's process (the filter
 /// refuses `clone` with `CLONE_FILES` and without `CLONE_THREAD`). A lone
-/// thread: at once. Several: the process is stopped (`SIGSTOP`), the call
-/// let through once every other thread has stopped, and the process
-/// continued once the caller has stopped too, i.e. its call is over (or was
-/// interrupted, and comes back through the filter). A thread that does not
-/// stop within [`STOP_DEADLINE`], or the ptrace backend (whose tracees'
-/// stops are its own): refused.
+/// thread: at once. Several: the other threads are frozen (ptrace, so no
+/// `SIGCONT` ends it), the call let through once they hold, and all let go
+/// once the caller has stopped too, i.e. its call is over (or was
+/// interrupted, and comes back through the filter). A thread that cannot be
+/// frozen within the deadline, or the ptrace backend (whose tracees' stops
+/// are its own): refused.
+#[allow(clippy::too_many_arguments)]
 fn let_through(
     tree: &Tree,
+    ts: &mut TreeState,
     tid: u32,
     call: NetCall,
     fd: i32,
@@ -544,7 +559,7 @@ fn let_through(
             "fd {fd} could not be read again: {e}"
         ))),
     };
-    match stopped_while(tgid, tid, go) {
+    match stopped_while(tgid, tid, ts, go) {
         Ok(()) => {}
         Err(why) => {
             tracing::info!(session = %tree.session_id, pid = tid, "{why}");
@@ -564,54 +579,75 @@ fn same_file(a: &OwnedFd, b: &OwnedFd) -> bool {
     matches!((stat(a), stat(b)), (Some(x), Some(y)) if x == y)
 }
 
-/// How long the threads of a process may take to stop.
-const STOP_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long a caller let through may take to come back from its call
+/// while its process's other threads are held.
+const CALLER_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Stops process `tgid`, runs `go` once every thread but `tid` has
-/// stopped, waits for `tid` to stop too, and continues the process.
-fn stopped_while(tgid: u32, tid: u32, go: impl FnOnce() -> io::Result<()>) -> Result<(), String> {
-    // The stop goes to a thread that can take it: sent to the process, the
-    // kernel may hand it to the caller, whose held call waits killably and
-    // would not start the group stop until it is answered. Any thread that
-    // takes a stop signal stops its whole group. None found: every other
-    // thread is held in a notification already (as good as stopped).
-    let taker = threads(tgid)?
-        .into_iter()
-        .find(|&t| t != tid && !in_notification(tgid, t));
-    if let Some(t) = taker {
-        // SAFETY: tgkill takes three integers.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_tgkill,
-                tgid as libc::c_long,
-                t as libc::c_long,
-                libc::SIGSTOP as libc::c_long,
-            )
-        };
-        if rc != 0 {
-            return Err(format!(
-                "cannot stop the caller's process to let its Unix-socket call through: {}",
-                io::Error::last_os_error()
-            ));
-        }
-    }
-    let cont = || {
-        // SAFETY: kill takes two integers.
-        unsafe { libc::kill(tgid as libc::pid_t, libc::SIGCONT) };
+/// Freezes every thread of process `tgid` but `tid` (`PTRACE_SEIZE` and
+/// `PTRACE_INTERRUPT`, as the exec race guard does: unlike a `SIGSTOP`, no
+/// `SIGCONT` from another process of the tree can end it), runs `go` once
+/// they hold, then stops `tid` too on its way back from its call (so the
+/// kernel has looked its fd up) and lets them all go.
+fn stopped_while(
+    tgid: u32,
+    tid: u32,
+    st: &mut TreeState,
+    go: impl FnOnce() -> io::Result<()>,
+) -> Result<(), String> {
+    use super::ptrace as pt;
+    let members = super::sharing::Members {
+        procs: vec![tgid],
+        tasks: threads(tgid)?
+            .into_iter()
+            .filter(|&t| t != tid)
+            .map(|t| (t, tgid))
+            .collect(),
     };
-    let others_stopped = wait_stopped(tgid, |t| t != tid, true);
-    if let Err(why) = others_stopped {
-        cont();
-        return Err(why);
+    let caller = crate::tracee::StatFile::open(tid)
+        .map_err(|e| format!("the caller's stat is unreadable: {e}"))?;
+    let frozen = super::sharing::freeze(
+        tgid,
+        tid,
+        &caller,
+        members,
+        &mut st.lingering,
+        &mut st.files,
+    )
+    .map_err(|why| {
+        format!("cannot stop the caller's other threads for a Unix-socket call: {why}")
+    })?;
+    // Seized before the answer (seizing changes nothing the caller sees);
+    // interrupted after it, so it stops once its call has run. Not seized:
+    // there would be no knowing when the others may run again, so no.
+    let seized = st.lingering.take(tid) || pt::seize(tid, 0).is_ok();
+    if !seized {
+        frozen.release(&mut st.lingering, std::time::Duration::from_millis(50));
+        return Err("cannot watch the caller through its Unix-socket call (PTRACE_SEIZE)".into());
     }
     let went = go();
+    let _ = pt::interrupt(tid);
+    let mut detached = false;
     if went.is_ok() {
-        // The caller stops on its way back to user space: its call is over.
-        // (Not "held in a notification": right after the answer it still
-        // shows as waiting there, before its call has looked up the fd.)
-        let _ = wait_stopped(tgid, |t| t == tid, false);
+        // Until the caller is back from its call (the kernel looked its fd
+        // up as the call began), the others stay held: a caller not yet run
+        // on a busy machine must not find them running.
+        match pt::wait_one(tid, std::time::Instant::now() + CALLER_DEADLINE) {
+            Some(pt::Event::Gone) => detached = true,
+            // A signal-delivery stop's signal is passed on at the detach.
+            Some(ev) => detached = pt::detach(tid, ev.detach_signal()).is_ok(),
+            None => tracing::warn!(
+                tid,
+                "a Unix-socket call let through has not returned within {CALLER_DEADLINE:?}: \
+                 the process's other threads run again"
+            ),
+        }
     }
-    cont();
+    if !detached {
+        // It stops once back in user space (the interrupt is pending), and
+        // is let go then.
+        st.lingering.add(tid);
+    }
+    frozen.release(&mut st.lingering, std::time::Duration::from_millis(50));
     went.map_err(|e| format!("the call could not be let through: {e}"))
 }
 
@@ -623,55 +659,6 @@ fn threads(tgid: u32) -> Result<Vec<u32>, String> {
         .flatten()
         .filter_map(|t| t.file_name().to_str().and_then(|n| n.parse().ok()))
         .collect())
-}
-
-/// Whether thread `t` waits in a seccomp notification (one the supervisor
-/// holds, e.g. a connect it performs on another thread): it runs no user
-/// code until answered, and then meets the pending stop first.
-fn in_notification(tgid: u32, t: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{tgid}/task/{t}/wchan"))
-        .is_ok_and(|w| w.starts_with("seccomp_do_user_notification"))
-}
-
-/// Waits until every thread of `tgid` that `which` selects is stopped
-/// (`T`/`t`), gone, a zombie, or (`held_counts`) held in a seccomp
-/// notification.
-fn wait_stopped(tgid: u32, which: impl Fn(u32) -> bool, held_counts: bool) -> Result<(), String> {
-    let end = std::time::Instant::now() + STOP_DEADLINE;
-    loop {
-        let mut running = None;
-        for t in threads(tgid)?.into_iter().filter(|&t| which(t)) {
-            let state = match crate::tracee::proc_stat(t) {
-                Ok(st) => st.state,
-                // Gone since the listing.
-                Err(e)
-                    if e.kind() == io::ErrorKind::NotFound
-                        || e.raw_os_error() == Some(libc::ESRCH) =>
-                {
-                    continue
-                }
-                // Unreadable: not known to be stopped.
-                Err(_) => b'?',
-            };
-            let stopped = matches!(state, b'T' | b't' | b'Z' | b'X' | b'x');
-            let held = held_counts && in_notification(tgid, t);
-            if !(stopped || held) {
-                running = Some((t, char::from(state)));
-                break;
-            }
-        }
-        let Some((t, state)) = running else {
-            return Ok(());
-        };
-        if std::time::Instant::now() >= end {
-            return Err(format!(
-                "thread {t} of the caller's process did not stop within {STOP_DEADLINE:?} (state \
-                 {state}, in {}), so its fd table could change under a Unix-socket call",
-                std::fs::read_to_string(format!("/proc/{tgid}/task/{t}/wchan")).unwrap_or_default()
-            ));
-        }
-        std::thread::sleep(std::time::Duration::from_micros(200));
-    }
 }
 
 /// What judging a call's destinations came to.

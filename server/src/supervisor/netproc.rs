@@ -19,6 +19,9 @@ pub enum Kind {
         udp: bool,
         /// It has a local port (bound, or connected before).
         bound: bool,
+        /// Its TCP state in the table (1 established, 2 SYN sent; 0: not
+        /// in the table).
+        state: u8,
     },
     Unknown,
 }
@@ -87,12 +90,17 @@ pub fn socket_of(tid: u32, fd: i32) -> io::Result<Option<SockInfo>> {
         Kind::Unknown
     } else {
         // Bound or connected sockets are in the table, with their port.
-        let bound = match std::fs::read_to_string(format!("/proc/{tid}/net/{table}")) {
-            Ok(text) => inet_entry(&text, inode).unwrap_or(false),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+        let (bound, state) = match std::fs::read_to_string(format!("/proc/{tid}/net/{table}")) {
+            Ok(text) => inet_entry(&text, inode).unwrap_or((false, 0)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => (false, 0),
             Err(e) => return Err(e),
         };
-        Kind::Inet { domain, udp, bound }
+        Kind::Inet {
+            domain,
+            udp,
+            bound,
+            state,
+        }
     };
     Ok(Some(SockInfo {
         inode,
@@ -103,15 +111,22 @@ pub fn socket_of(tid: u32, fd: i32) -> io::Result<Option<SockInfo>> {
 }
 
 /// In a tcp/udp table: whether the socket `inode` is there, and then
-/// whether it has a local port. Pure.
-fn inet_entry(table: &str, inode: u64) -> Option<bool> {
+/// whether it has a local port, and its state (1 established, 2 SYN sent,
+/// ...). Pure.
+fn inet_entry(table: &str, inode: u64) -> Option<(bool, u8)> {
     table.lines().skip(1).find_map(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();
         (f.get(9)?.parse::<u64>().ok()? == inode).then(|| {
-            f[1].rsplit(':')
+            let bound = f[1]
+                .rsplit(':')
                 .next()
                 .and_then(|p| u16::from_str_radix(p, 16).ok())
-                .is_some_and(|p| p != 0)
+                .is_some_and(|p| p != 0);
+            let state = f
+                .get(3)
+                .and_then(|s| u8::from_str_radix(s, 16).ok())
+                .unwrap_or(0);
+            (bound, state)
         })
     })
 }
@@ -145,8 +160,8 @@ mod tests {
     #[test]
     fn tables_name_their_sockets() {
         let tcp = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4242 1 0 100 0 0 10 0\n   1: 00000000:0000 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4343 1 0\n";
-        assert_eq!(inet_entry(tcp, 4242), Some(true));
-        assert_eq!(inet_entry(tcp, 4343), Some(false));
+        assert_eq!(inet_entry(tcp, 4242), Some((true, 0x0a)));
+        assert_eq!(inet_entry(tcp, 4343), Some((false, 7)));
         assert_eq!(inet_entry(tcp, 1), None);
     }
 
@@ -170,7 +185,8 @@ mod tests {
             Kind::Inet {
                 domain: libc::AF_INET,
                 udp: true,
-                bound: true
+                bound: true,
+                state: 7
             }
         );
         assert!(s.cloexec);
@@ -188,7 +204,8 @@ mod tests {
             Kind::Inet {
                 domain: libc::AF_INET6,
                 udp: false,
-                bound: false
+                bound: false,
+                state: 0
             }
         );
         assert_eq!(
