@@ -104,12 +104,31 @@ pub fn write(path: &Path) -> std::io::Result<String> {
         std::io::Error::other("the boot id or PID 1's start time cannot be read from /proc")
     })?;
     use std::os::unix::fs::PermissionsExt;
+    if already_written(path, &life) {
+        return Ok(life);
+    }
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, format!("{life}\n"))?;
     // Readable by every shim, whatever the server's umask.
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644))?;
     std::fs::rename(&tmp, path)?;
     Ok(life)
+}
+
+/// The marker at `path` already says `life`, as [`write`] would leave it (a
+/// regular file of ours, mode 0644): a server restarted in the same
+/// container leaves it, and its directory, untouched (the wrap-init caches
+/// stay valid; see the server's `daemon::warm_caches`).
+fn already_written(path: &Path, life: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    let Ok(m) = std::fs::symlink_metadata(path) else {
+        return false;
+    };
+    m.file_type().is_file()
+        && m.uid() == euid
+        && m.mode() & 0o7777 == 0o644
+        && std::fs::read_to_string(path).is_ok_and(|t| t == format!("{life}\n"))
 }
 
 /// The state the shim acts on: the marker beside the configured socket and
@@ -169,6 +188,32 @@ mod tests {
             state(&m, Some("boot=a pid1=1")),
             State::Current(_)
         ));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_current_marker_is_left_as_it_is_and_anything_else_rewritten() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("agentsh-rewrite-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let m = dir.join(MARKER);
+        let ino = |p: &Path| std::fs::symlink_metadata(p).unwrap().ino();
+        let life = write(&m).unwrap();
+        let first = ino(&m);
+        assert_eq!(write(&m).unwrap(), life);
+        assert_eq!(ino(&m), first, "an identical marker was written again");
+        // Another content, or another mode: written afresh.
+        std::fs::write(&m, "boot=x pid1=1\n").unwrap();
+        write(&m).unwrap();
+        assert_eq!(std::fs::read_to_string(&m).unwrap(), format!("{life}\n"));
+        std::fs::set_permissions(&m, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let before = ino(&m);
+        write(&m).unwrap();
+        assert_ne!(ino(&m), before);
+        assert_eq!(
+            std::fs::symlink_metadata(&m).unwrap().mode() & 0o7777,
+            0o644
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 

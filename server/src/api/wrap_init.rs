@@ -248,7 +248,7 @@ fn prepare_wrap_init(
             fail(500, e.to_string())
         })?;
     let backend = api.filters.backend();
-    let mut landlock = api.landlock.compile(caller.uid);
+    let (mut landlock, ruleset_reused) = api.landlock.compile_or_reuse(caller.uid);
     crate::policy::landlock::cap_abi(&mut landlock, api.config.landlock.cap());
     let pending =
         handoff::open_notify_socket(&session.id, caller, backend, landlock.exec_places.clone())
@@ -278,9 +278,10 @@ fn prepare_wrap_init(
     }
     seccomp_config.landlock = Some(landlock.config);
     let run_dir = api.config.run_dir();
-    seccomp_config.daemon_sockets = api
+    let (hidden, masks_reused) = api
         .daemon_sockets
-        .hidden(api.supervisor.policy.daemon_sockets(), run_dir.to_str());
+        .hidden_or_reused(api.supervisor.policy.daemon_sockets(), run_dir.to_str());
+    seccomp_config.daemon_sockets = hidden;
     let daemon_sockets = crate::audit::DaemonSocketsSummary {
         hidden: seccomp_config.daemon_sockets.clone(),
         mechanism: masking_mechanism(caller),
@@ -311,7 +312,13 @@ fn prepare_wrap_init(
             not_enforced,
         }),
     );
-    tracing::debug!(session = %session.id, compiled_us, "wrap-init prepared");
+    tracing::debug!(
+        session = %session.id,
+        compiled_us,
+        ruleset_reused,
+        masks_reused,
+        "wrap-init prepared"
+    );
     Ok((
         WrapInitResponse {
             wrapper_binary: wrapper.to_string_lossy().into_owned(),

@@ -159,6 +159,9 @@ pub fn run(start: Start) -> Result<(), String> {
     let run_dir = config.run_dir();
     rundir::prepare(&run_dir)?;
     rundir::clear_stale_socket(&config.server.socket)?;
+    rundir::make_fixed_marker_dir();
+    let daemon_sockets = crate::policy::daemon_sockets::HiddenCache::default();
+    warm_caches(&landlock, &daemon_sockets, &policy, &run_dir);
     let trees = Arc::new(Trees::new());
     let approvals = Arc::new(Approvals::new(&config.execve, audit.clone(), trees.clone()));
     let dns = start_dns(&config, &policy, &audit)?;
@@ -175,6 +178,9 @@ pub fn run(start: Start) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("agentsh-api")
+        // A wrap-init's blocking part runs on this pool: the thread a shell
+        // after a quiet spell finds is one already made (issue 20).
+        .thread_keep_alive(BLOCKING_KEEP_ALIVE)
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the API runtime: {e}"))?;
@@ -194,6 +200,9 @@ pub fn run(start: Start) -> Result<(), String> {
                     .map_err(|e| format!("cannot listen on {addr} (server.http.addr): {e}"))?,
             ),
         };
+        // The first wrap-init's threads, made now: a blocking-pool thread
+        // and (its stack cached by libc when it ends) a tree's.
+        let _ = tokio::task::spawn_blocking(warm_tree_thread).await;
         rundir::write_marker(&run_dir)?;
         rundir::ingest_unsupervised(&run_dir, &audit);
         signals::spawn_waiter(trees.clone(), config.server.socket.clone(), audit.clone());
@@ -237,7 +246,7 @@ pub fn run(start: Start) -> Result<(), String> {
             limits: Arc::new(Limits::default()),
             token,
             detected,
-            daemon_sockets: Default::default(),
+            daemon_sockets,
             gate,
         });
         if let Some(tcp) = tcp {
@@ -282,6 +291,81 @@ fn raise_fd_limit() -> Option<u64> {
         tracing::debug!(from, to = lim.rlim_max, "raised the open-file limit");
     }
     Some(from)
+}
+
+/// Computes before the server answers what a wrap-init would otherwise
+/// compute on its way (the Landlock ruleset of root and of each login user
+/// in `/etc/passwd`, the daemon sockets to hide), so the first shell after
+/// `ready` costs what later ones cost (issue 20). A result is kept only
+/// once what it was read from has settled (see `policy::stamp`): the
+/// directories the server just made have not, so a second try follows that
+/// long after the first (about 0.1 s, while the identity index builds on its
+/// own thread). What is still not kept then is computed by the first
+/// wrap-init that needs it, as it would have been.
+fn warm_caches(
+    landlock: &SessionLandlock,
+    daemon_sockets: &crate::policy::daemon_sockets::HiddenCache,
+    policy: &Policy,
+    run_dir: &std::path::Path,
+) {
+    const TRIES: usize = 2;
+    let started = std::time::Instant::now();
+    let uids = login_uids();
+    let mut tries = 0;
+    let all_kept = loop {
+        tries += 1;
+        for &uid in &uids {
+            if !landlock.is_cached(uid) {
+                landlock.compile(uid);
+            }
+        }
+        if !daemon_sockets.is_cached() {
+            daemon_sockets.hidden(policy.daemon_sockets(), run_dir.to_str());
+        }
+        let kept = daemon_sockets.is_cached() && uids.iter().all(|&u| landlock.is_cached(u));
+        if kept || tries == TRIES {
+            break kept;
+        }
+        std::thread::sleep(crate::policy::landlock::SETTLE);
+    };
+    tracing::debug!(
+        ?uids,
+        tries,
+        all_kept,
+        ms = started.elapsed().as_millis() as u64,
+        "wrap-init caches warmed"
+    );
+}
+
+/// How long an idle thread of the API runtime's blocking pool is kept.
+const BLOCKING_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Starts and ends a thread as a tree's supervisor thread is started, so
+/// the first tree's finds a stack ready (libc keeps those of ended threads).
+fn warm_tree_thread() {
+    let t = std::thread::Builder::new()
+        .name("agentsh-tree".into())
+        .spawn(|| std::hint::black_box([0u8; 64 * 1024])[0]);
+    if let Ok(t) = t {
+        let _ = t.join();
+    }
+}
+
+/// Root, and each user of `/etc/passwd` with a uid from 1000 (how login
+/// users are numbered) below `nobody`'s, as many as the ruleset cache keeps.
+fn login_uids() -> Vec<u32> {
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let mut uids = vec![0];
+    for uid in passwd
+        .lines()
+        .filter_map(|l| l.split(':').nth(2)?.parse::<u32>().ok())
+        .filter(|u| (1000..65534).contains(u))
+    {
+        if uids.len() < crate::policy::landlock::CACHED_UIDS && !uids.contains(&uid) {
+            uids.push(uid);
+        }
+    }
+    uids
 }
 
 /// Logs, once, what every tree's Landlock ruleset will hold (as for root).

@@ -118,13 +118,7 @@ pub fn write_marker(dir: &Path) -> Result<(), String> {
     // Also where every shim looks whatever its shim.conf says.
     let fixed = Path::new(agentsh_proto::active::FIXED_MARKER);
     if fixed != path {
-        if let Some(parent) = fixed.parent() {
-            use std::os::unix::fs::DirBuilderExt;
-            let _ = std::fs::DirBuilder::new()
-                .mode(0o755)
-                .recursive(true)
-                .create(parent);
-        }
+        make_fixed_marker_dir();
         match agentsh_proto::active::write(fixed) {
             Ok(_) => {
                 tracing::info!(marker = %fixed.display(), "marked agentsh active at the fixed path too");
@@ -135,6 +129,21 @@ pub fn write_marker(dir: &Path) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Makes the directory of the fixed marker (`/run/agentsh`) if it is
+/// missing: done early in start-up, with the run directory, so that nothing
+/// the wrap-init caches were computed from changes when the marker is
+/// written (see `daemon::warm_caches`). A failure is reported by
+/// [`write_marker`].
+pub fn make_fixed_marker_dir() {
+    use std::os::unix::fs::DirBuilderExt;
+    if let Some(parent) = Path::new(agentsh_proto::active::FIXED_MARKER).parent() {
+        let _ = std::fs::DirBuilder::new()
+            .mode(0o755)
+            .recursive(true)
+            .create(parent);
+    }
 }
 
 /// Turns the root shims' record of unsupervised runs into audit events and

@@ -183,6 +183,14 @@ fn sockets_under_roots(fs: &dyn SocketFs, skip: &BTreeSet<String>) -> (Vec<Strin
     (found, false)
 }
 
+/// The directory every shim looks for the `active` marker in: agentsh's
+/// own, hidden as the run directory is.
+fn fixed_marker_dir() -> Option<&'static str> {
+    std::path::Path::new(agentsh_proto::active::FIXED_MARKER)
+        .parent()?
+        .to_str()
+}
+
 /// Every existing path a pattern names, canonical.
 fn expand(pattern: &str, fs: &dyn SocketFs) -> Vec<String> {
     let mut prefixes = vec![String::new()];
@@ -211,7 +219,8 @@ fn expand(pattern: &str, fs: &dyn SocketFs) -> Vec<String> {
 }
 
 /// What a policy's section plus the built-in list and agentsh's own run
-/// directory resolve to on `fs`: canonical paths, sorted.
+/// directory (and `/run/agentsh`, the fixed marker's, when the run directory
+/// is elsewhere) resolve to on `fs`: canonical paths, sorted.
 ///
 /// Besides the lists, every socket a root daemon nobody listed keeps
 /// beneath [`SOCKET_ROOTS`] is hidden (but [`HARMLESS`]): a default that
@@ -223,6 +232,7 @@ pub fn hidden(doc: &DaemonSocketsDoc, run_dir: Option<&str>, fs: &dyn SocketFs) 
         .copied()
         .chain(doc.deny.iter().map(String::as_str))
         .chain(run_dir)
+        .chain(fixed_marker_dir())
         .flat_map(|p| expand(p, fs))
         .collect();
     let (found, cut) = sockets_under_roots(fs, &set);
@@ -291,7 +301,25 @@ impl SocketFs for Recording {
 }
 
 impl HiddenCache {
+    /// Whether an answer is kept, to be reused by the next wrap-init.
+    pub fn is_cached(&self) -> bool {
+        self.last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_some()
+    }
+
     pub fn hidden(&self, doc: &DaemonSocketsDoc, run_dir: Option<&str>) -> Vec<String> {
+        self.hidden_or_reused(doc, run_dir).0
+    }
+
+    /// [`HiddenCache::hidden`], and whether the answer was the one kept
+    /// (`true`) or computed now.
+    pub fn hidden_or_reused(
+        &self,
+        doc: &DaemonSocketsDoc,
+        run_dir: Option<&str>,
+    ) -> (Vec<String>, bool) {
         use super::stamp::{stamp, SETTLE};
         let mut last = self
             .last
@@ -299,7 +327,7 @@ impl HiddenCache {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some((deps, result)) = last.as_ref() {
             if deps.iter().all(|(d, st)| stamp(d) == *st) {
-                return result.clone();
+                return (result.clone(), true);
             }
         }
         let started = std::time::SystemTime::now();
@@ -319,7 +347,7 @@ impl HiddenCache {
                 .map_or(true, |m| m + SETTLE < started)
         });
         *last = settled.then(|| (deps, result.clone()));
-        result
+        (result, false)
     }
 }
 

@@ -735,7 +735,7 @@ mod session;
 pub(crate) use super::stamp::{stamp, Stamp, SETTLE};
 pub use carve::CarveFailure;
 use carve::{split_by_protection, Carver, Deny, Grant};
-pub use session::{home_of, SessionLandlock};
+pub use session::{home_of, SessionLandlock, CACHED_UIDS};
 
 #[cfg(test)]
 #[path = "landlock_tests.rs"]

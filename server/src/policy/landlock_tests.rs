@@ -122,14 +122,14 @@ fn the_cached_ruleset_follows_every_change_of_what_it_was_built_from() {
         workspace: Some(ws.display().to_string()),
         protect: SelfProtection::new(&[own.as_path()], &[], None, &HostFs),
         compat: LandlockCompat::BestEffort,
-        cache: std::sync::Mutex::new(None),
+        cache: Default::default(),
     };
-    let cached = |sl: &SessionLandlock| sl.cache.lock().unwrap().is_some();
+    let cached = |sl: &SessionLandlock| sl.is_cached(0);
     // Compiles until the result is kept (its directories have settled).
     let settle = |sl: &SessionLandlock, uid: u32| {
         for _ in 0..50 {
             let c = sl.compile(uid);
-            if cached(sl) {
+            if sl.is_cached(uid) {
                 return c;
             }
             std::thread::sleep(SETTLE);
@@ -161,6 +161,10 @@ fn the_cached_ruleset_follows_every_change_of_what_it_was_built_from() {
         assert!(has(&second, &h, FsAccess::Write));
         let other = sl.compile(4_000_017);
         assert!(!has(&other, &h, FsAccess::Write), "{:?}", rules_of(&other));
+        // Each uid keeps its own: the other's does not push root's out.
+        assert_eq!(settle(&sl, 4_000_017), other);
+        assert!(sl.is_cached(0) && sl.is_cached(4_000_017));
+        assert_eq!(sl.compile(0), second);
     }
     std::fs::remove_dir_all(&base).unwrap();
 }

@@ -13,10 +13,14 @@ pub struct SessionLandlock {
     pub(in crate::policy) workspace: Option<String>,
     pub(in crate::policy) protect: SelfProtection,
     pub(in crate::policy) compat: LandlockCompat,
-    /// The last ruleset compiled, reused while nothing it was built from
-    /// has changed (see [`RulesetCache`]).
-    pub(in crate::policy) cache: std::sync::Mutex<Option<RulesetCache>>,
+    /// The last ruleset compiled for each of up to [`CACHED_UIDS`] uids,
+    /// reused while nothing it was built from has changed (see
+    /// [`RulesetCache`]).
+    pub(in crate::policy) cache: std::sync::Mutex<Vec<RulesetCache>>,
 }
+
+/// How many uids' rulesets are kept (the least recently compiled goes).
+pub const CACHED_UIDS: usize = 8;
 
 /// A compiled ruleset and the directories it was built from.
 ///
@@ -105,7 +109,7 @@ impl SessionLandlock {
             workspace: (!config.workspace.is_empty()).then(|| config.workspace.clone()),
             protect,
             compat: config.landlock.compat,
-            cache: std::sync::Mutex::new(None),
+            cache: Default::default(),
         }
     }
 
@@ -115,6 +119,12 @@ impl SessionLandlock {
 
     /// The ruleset for a tree run by `uid` (its home from `/etc/passwd`).
     pub fn compile(&self, uid: u32) -> CompiledLandlock {
+        self.compile_or_reuse(uid).0
+    }
+
+    /// [`SessionLandlock::compile`], and whether the ruleset was the one
+    /// kept (`true`) or compiled now.
+    pub fn compile_or_reuse(&self, uid: u32) -> (CompiledLandlock, bool) {
         let home = std::fs::read_to_string("/etc/passwd")
             .ok()
             .and_then(|t| home_of(uid, &t));
@@ -122,10 +132,12 @@ impl SessionLandlock {
             .cache
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(c) = cache.as_ref() {
-            if c.uid == uid && c.home == home && c.deps.iter().all(|(d, st)| stamp(d) == *st) {
-                return c.result.clone();
+        if let Some(i) = cache.iter().position(|c| c.uid == uid) {
+            let c = &cache[i];
+            if c.home == home && c.deps.iter().all(|(d, st)| stamp(d) == *st) {
+                return (c.result.clone(), true);
             }
+            cache.remove(i);
         }
         let started = std::time::SystemTime::now();
         let vars = SessionVars {
@@ -153,16 +165,29 @@ impl SessionLandlock {
                 changed + SETTLE < started
             })
         };
-        *cache = deps
-            .iter()
-            .all(|(_, st)| settled(st))
-            .then(|| RulesetCache {
+        if deps.iter().all(|(_, st)| settled(st)) {
+            if cache.len() >= CACHED_UIDS {
+                cache.remove(0);
+            }
+            cache.push(RulesetCache {
                 uid,
                 home,
                 deps,
                 result: result.clone(),
             });
-        result
+        }
+        (result, false)
+    }
+}
+
+impl SessionLandlock {
+    /// Whether `uid`'s ruleset is kept, to be reused by its next wrap-init.
+    pub fn is_cached(&self, uid: u32) -> bool {
+        self.cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .any(|c| c.uid == uid)
     }
 }
 
