@@ -373,6 +373,8 @@ pub struct AuditLog {
     memory_cap: usize,
     /// The latest event id, for the API's async long-polls.
     latest: tokio::sync::watch::Sender<u64>,
+    /// Where events are also exported (`audit.otlp.endpoint`), once set.
+    export: std::sync::OnceLock<crate::otlp::Exporter>,
 }
 
 /// The first event id of a server writing `jsonl`: unique across restarts
@@ -470,6 +472,7 @@ impl AuditLog {
             memory: Mutex::new(HashMap::new()),
             memory_cap: memory_cap.max(1),
             latest: tokio::sync::watch::Sender::new(0),
+            export: std::sync::OnceLock::new(),
         }
     }
 
@@ -543,6 +546,9 @@ impl AuditLog {
             healthy.store(written, Ordering::Relaxed);
         }
         tracing::info!(target: "agentsh::audit", event = %line, "audit");
+        if let Some(x) = self.export.get() {
+            x.export(&event.session_id, event.id, &line);
+        }
         {
             let mut mem = self
                 .memory
@@ -556,6 +562,27 @@ impl AuditLog {
         }
         self.latest.send_replace(event.id);
         (event, written)
+    }
+
+    /// Exports every event from now on through `exporter` too (set once).
+    pub fn export_to(&self, exporter: crate::otlp::Exporter) {
+        if self.export.set(exporter).is_err() {
+            tracing::error!(target: SINK, "the audit exporter was set twice: the first stays");
+        }
+    }
+
+    /// The export's endpoint and its failed requests, if there is one.
+    pub fn export_status(&self) -> Option<(String, u64)> {
+        self.export
+            .get()
+            .map(|x| (x.endpoint().to_string(), x.failed_requests()))
+    }
+
+    /// Sends what the export has queued (at a stop).
+    pub fn flush_export(&self) {
+        if let Some(x) = self.export.get() {
+            x.flush();
+        }
     }
 
     /// Events of a session with an id above `after`, oldest first.

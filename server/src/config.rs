@@ -37,6 +37,11 @@ CONFIG KEYS (YAML; all optional; defaults shown):
   audit.on_failure                 continue          continue | refuse: with `refuse`, an exec whose
                                                      event cannot be written to audit.jsonl is
                                                      denied (rule audit_unavailable)
+  audit.otlp.endpoint              \"\"                also export every event as an OpenTelemetry
+                                                     log record over OTLP/HTTP to this receiver,
+                                                     e.g. http://127.0.0.1:4318 (/v1/logs added
+                                                     when no path is given); http:// only (a
+                                                     local collector forwards over TLS). Empty: off
   wrapper_binary                   \"\"                agentsh-unixwrap path; empty = next to agentsh
   workspace                        \"\"                the agent's workspace, ${WORKSPACE} in file_rules;
                                                      empty: rules naming it are skipped (and logged)
@@ -242,6 +247,15 @@ pub struct AuditSection {
     pub jsonl: PathBuf,
     pub memory_events_per_session: usize,
     pub on_failure: AuditOnFailure,
+    pub otlp: OtlpSection,
+}
+
+/// `audit.otlp`: events exported as OpenTelemetry logs (see `otlp`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OtlpSection {
+    /// `http://host:port[/path]` of an OTLP/HTTP receiver; empty: off.
+    pub endpoint: String,
 }
 
 /// What an exec gets when its audit event cannot be written to the file.
@@ -368,6 +382,7 @@ impl Default for AuditSection {
             jsonl: "/var/log/agentsh/audit.jsonl".into(),
             memory_events_per_session: 10_000,
             on_failure: AuditOnFailure::Continue,
+            otlp: OtlpSection::default(),
         }
     }
 }

@@ -21,6 +21,7 @@ pub mod dns;
 pub mod filter;
 pub mod handoff;
 pub mod installer;
+pub mod otlp;
 pub mod policy;
 pub mod session;
 pub mod supervisor;

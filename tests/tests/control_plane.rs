@@ -829,3 +829,215 @@ fn an_unknown_session_is_refused_not_created() {
     let (status, answer) = srv.call("POST", "/api/v1/sessions/defualt/wrap-init", Some(&body));
     assert_eq!(status, 200, "{answer}");
 }
+
+/// A minimal OTLP/HTTP receiver: every request's first line, content type
+/// and body. It answers the first request 503 (a collector not ready yet)
+/// and the others 200.
+struct Receiver {
+    port: u16,
+    got: std::sync::Arc<std::sync::Mutex<Vec<Received>>>,
+}
+
+/// A request's first line, content type and body.
+type Received = (String, String, Vec<u8>);
+
+impl Receiver {
+    fn start() -> Receiver {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let g = got.clone();
+        std::thread::spawn(move || {
+            for (n, conn) in l.incoming().enumerate() {
+                let Ok(mut conn) = conn else { continue };
+                let mut r = BufReader::new(conn.try_clone().unwrap());
+                let mut first = String::new();
+                let _ = r.read_line(&mut first);
+                let (mut len, mut ctype) = (0usize, String::new());
+                loop {
+                    let mut h = String::new();
+                    if r.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                        break;
+                    }
+                    let (k, v) = h.split_once(':').unwrap_or((&h, ""));
+                    match k.to_ascii_lowercase().as_str() {
+                        "content-length" => len = v.trim().parse().unwrap_or(0),
+                        "content-type" => ctype = v.trim().to_string(),
+                        _ => {}
+                    }
+                }
+                let mut body = vec![0u8; len];
+                let _ = r.read_exact(&mut body);
+                let status = if n == 0 {
+                    "503 Service Unavailable"
+                } else {
+                    "200 OK"
+                };
+                g.lock()
+                    .unwrap()
+                    .push((first.trim().to_string(), ctype, body));
+                let _ = conn.write_all(
+                    format!(
+                        "HTTP/1.1 {status}\r\nContent-Type: application/x-protobuf\r\n\
+                         Content-Length: 0\r\n\r\n"
+                    )
+                    .as_bytes(),
+                );
+            }
+        });
+        Receiver { port, got }
+    }
+
+    /// Whether a 200-answered request's body holds `what`.
+    fn received(&self, what: &str) -> bool {
+        self.got
+            .lock()
+            .unwrap()
+            .iter()
+            .skip(1)
+            .any(|(_, _, b)| b.windows(what.len()).any(|w| w == what.as_bytes()))
+    }
+
+    fn wait_for(&self, what: &str, srv: &TestServer) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.received(what) {
+            assert!(
+                Instant::now() < deadline,
+                "{what:?} never reached the receiver; server log:\n{}",
+                srv.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Issue 24: with `audit.otlp.endpoint`, every audit event also reaches an
+/// OTLP/HTTP receiver as a log record (protobuf on `/v1/logs`, the event's
+/// JSON line as its body, the event name and session as attributes); a
+/// refused request is retried, said in the log and counted in the status;
+/// what is queued when the server stops is sent before it exits.
+#[test]
+fn audit_events_are_exported_as_otlp_logs_to_a_receiver() {
+    use agentsh_tests::relay::{run_wrapped, WrapOptions};
+    use agentsh_tests::server::ServerFiles;
+    if !require_root("audit_events_are_exported_as_otlp_logs_to_a_receiver") {
+        return;
+    }
+    let rx = Receiver::start();
+    let base = std::path::Path::new(agentsh_tests::sandbox::SERVER_BASE);
+    let files = ServerFiles::write(base, Some("name: p\ndefault: allow\n"), "");
+    let config = std::fs::read_to_string(&files.config).unwrap();
+    let old = format!("jsonl: {}", files.dir.path().join("audit.jsonl").display());
+    assert!(config.contains(&old), "{config}");
+    std::fs::write(
+        &files.config,
+        config.replace(
+            &old,
+            &format!("{old}\n  otlp:\n    endpoint: http://127.0.0.1:{}", rx.port),
+        ),
+    )
+    .unwrap();
+    let mut srv = TestServer::start_files(files, Command::new);
+    let opts = WrapOptions::default();
+    let out = run_wrapped(
+        &srv.url,
+        "otlp",
+        &["/bin/sh", "-c", "/bin/echo otlp-first-marker"],
+        &opts,
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("otlp-first-marker"));
+    rx.wait_for("otlp-first-marker", &srv);
+    {
+        let got = rx.got.lock().unwrap();
+        let (line, ctype, _) = &got[1];
+        assert_eq!(line, "POST /v1/logs HTTP/1.1", "{got:?}");
+        assert_eq!(ctype, "application/x-protobuf");
+    }
+    for attr in [
+        "agentsh.execve",
+        "agentsh.wrap_init",
+        "agentsh.session.id",
+        "service.name",
+    ] {
+        assert!(rx.received(attr), "no {attr:?} in what was exported");
+    }
+    // The 503 was retried, said and counted.
+    let log = srv.log();
+    assert!(log.contains("audit export to OTLP failed"), "{log}");
+    let st = srv.get_json("/api/v1/status");
+    assert_eq!(
+        st["audit"]["otlp"]["endpoint"],
+        format!("http://127.0.0.1:{}/v1/logs", rx.port),
+        "{st}"
+    );
+    assert!(
+        st["audit"]["otlp"]["failed_requests"].as_u64().unwrap_or(0) >= 1,
+        "{st}"
+    );
+    // Events still queued when the server is told to stop are sent first.
+    let out = run_wrapped(
+        &srv.url,
+        "otlp",
+        &["/bin/sh", "-c", "/bin/echo otlp-last-marker"],
+        &opts,
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("otlp-last-marker"));
+    let pid = srv.pid();
+    // SAFETY: kill takes integers; the pid is our child's.
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat.rsplit_once(") ").map(|(_, r)| r.chars().next());
+        if state == Some(Some('Z')) || stat.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the server did not stop");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        rx.received("otlp-last-marker"),
+        "the event queued at stop was not sent; log:\n{}",
+        srv.log()
+    );
+    srv.kill();
+    // An endpoint the server cannot use stops it at start, saying why.
+    let files = ServerFiles::write(base, Some("name: p\ndefault: allow\n"), "");
+    let config = std::fs::read_to_string(&files.config).unwrap();
+    std::fs::write(
+        &files.config,
+        config.replace(
+            &format!("jsonl: {}", files.dir.path().join("audit.jsonl").display()),
+            &format!(
+                "jsonl: {}\n  otlp:\n    endpoint: https://collector.example:4318",
+                files.dir.path().join("audit.jsonl").display()
+            ),
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(agentsh_tests::server::bin("agentsh"))
+        .args(["server", "--config"])
+        .arg(&files.config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A deadline for a process that should exit at once, not a timing claim.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the server started on an https endpoint");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("audit.otlp.endpoint") && err.contains("https is not built in"),
+        "{err}"
+    );
+}

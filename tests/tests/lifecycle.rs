@@ -329,6 +329,7 @@ fn man_pages_and_completions_cover_every_subcommand() {
     for key in [
         "server.socket",
         "audit.on_failure",
+        "audit.otlp.endpoint",
         "egress.compat",
         "execve.approval_timeout_action",
     ] {

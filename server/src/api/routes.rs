@@ -49,6 +49,12 @@ pub async fn handle(api: Arc<Api>, peer: Peer, req: Request<Incoming>) -> Result
                                     "write_failures": api.audit.write_failures(),
                                     "on_failure": format!("{:?}", api.config.audit.on_failure)
                                         .to_lowercase(),
+                                    "otlp": api.audit.export_status().map(|(endpoint, failed)| {
+                                        serde_json::json!({
+                                            "endpoint": endpoint,
+                                            "failed_requests": failed,
+                                        })
+                                    }),
                                 },
                             }),
                         ),

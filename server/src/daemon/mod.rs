@@ -75,6 +75,9 @@ pub fn run(start: Start) -> Result<(), String> {
             )
         })?;
     let audit = Arc::new(audit);
+    if let Some(exporter) = crate::otlp::Exporter::start(&config.audit.otlp.endpoint)? {
+        audit.export_to(exporter);
+    }
     let policy_name = policy.name().to_string();
     let policy = Arc::new(policy);
     let prepared = crate::supervisor::prepare(&policy);
@@ -208,6 +211,7 @@ pub fn run(start: Start) -> Result<(), String> {
         signals::spawn_waiter(trees.clone(), config.server.socket.clone(), audit.clone());
         if !command.is_empty() && gate.get() == command::Readiness::Ready {
             let socket = config.server.socket.clone();
+            let audit = audit.clone();
             command::start(
                 command::Spawn {
                     command,
@@ -216,6 +220,7 @@ pub fn run(start: Start) -> Result<(), String> {
                 report,
                 move || {
                     let _ = std::fs::remove_file(&socket);
+                    audit.flush_export();
                 },
             );
         }

@@ -100,6 +100,7 @@ fn wait_loop(trees: &Trees, socket: &std::path::Path, audit: &crate::audit::Audi
         }
         tracing::info!(signal = sig, sender, "stopping");
         let _ = std::fs::remove_file(socket);
+        audit.flush_export();
         std::process::exit(0);
     }
 }
