@@ -3,8 +3,14 @@
 //! times its first shell and [`LATER`] more (the steady state); then a second
 //! timer, a new process, times one shell: the first shell of a new daemon on
 //! a warm server (what any new SDK daemon pays, whatever the server's age).
-//! One start gives one sample of each, so the step starts a server per
-//! round. `/usr/bin/agentsh` is in the namespace as a package puts it, so
+//! A third timer, after the server has been left alone as long as it was
+//! between answering `/healthz` and its first shell, times one more: a
+//! shell after the same quiet spell on a warm server. A shell that follows
+//! a pause costs more than one that follows another (caches, parked
+//! threads, idle CPUs), whatever the server's age; the first shell after
+//! `ready` always follows one, so this is what it is compared with to see
+//! what start-up itself still leaves to it. One start gives one sample of
+//! each, so the step starts a server per round. `/usr/bin/agentsh` is in the namespace as a package puts it, so
 //! the identity index hashes what it hashes in a real image; the time each
 //! server took to build it comes from its log.
 //!
@@ -26,6 +32,7 @@ const LATER: usize = 9;
 const FIRST: &str = "first shell after ready";
 const NEW_DAEMON: &str = "first shell of a new daemon, warm server";
 const STEADY: &str = "later shells (steady state)";
+const QUIET: &str = "a shell after the same quiet spell, warm server";
 
 /// Step 7: the first shell after `ready` against the steady state.
 pub fn first_shell(rep: &mut Report, b: &Bench<'_>) -> Result<(), String> {
@@ -43,24 +50,30 @@ pub fn first_shell(rep: &mut Report, b: &Bench<'_>) -> Result<(), String> {
             Some(b.shim_mnt),
         )],
     };
-    let mut samples: Samples = [FIRST, NEW_DAEMON, STEADY]
+    let mut samples: Samples = [FIRST, NEW_DAEMON, STEADY, QUIET]
         .iter()
         .map(|l| (l.to_string(), Vec::new()))
         .collect();
     let mut index_ms = Vec::new();
     for round in 0..rounds {
         let srv = start_server(b.shim_ns, b.ws, "info");
+        let ready_at = std::time::Instant::now();
         b.shim_ns.configure(&srv.url, "on");
         let audit = srv.dir.path().join("audit.jsonl");
         let (_, inits0) = audit_counts(&audit);
+        // How long the server is left alone before its first shell: from its
+        // answer to `/healthz` (start_server's return) to this timer's start.
+        let quiet = ready_at.elapsed();
         let a = run_timer(b.ws, &shell(1 + LATER), "first-shell", None)?;
         let c = run_timer(b.ws, &shell(1), "new-daemon", None)?;
+        std::thread::sleep(quiet);
+        let d = run_timer(b.ws, &shell(1), "after-quiet", None)?;
         let (_, inits1) = audit_counts(&audit);
-        if inits1 - inits0 != LATER + 2 {
+        if inits1 - inits0 != LATER + 3 {
             return Err(format!(
                 "first shell, round {round}: expected {} wrap-inits, saw {}: the shells did not \
                  reach the fresh server",
-                LATER + 2,
+                LATER + 3,
                 inits1 - inits0
             ));
         }
@@ -71,6 +84,7 @@ pub fn first_shell(rep: &mut Report, b: &Bench<'_>) -> Result<(), String> {
         put(&mut samples, FIRST, &a[..1]);
         put(&mut samples, STEADY, &a[1..]);
         put(&mut samples, NEW_DAEMON, &c["shell"]);
+        put(&mut samples, QUIET, &d["shell"]);
         if let Some(ms) = index_build_ms(&srv.log()) {
             index_ms.push(ms);
         }
@@ -78,7 +92,7 @@ pub fn first_shell(rep: &mut Report, b: &Bench<'_>) -> Result<(), String> {
     let spec = Spec {
         rounds,
         warmup: 0,
-        entries: [FIRST, NEW_DAEMON, STEADY]
+        entries: [FIRST, NEW_DAEMON, STEADY, QUIET]
             .iter()
             .map(|l| entry(l, Vec::new(), None))
             .collect(),
@@ -94,6 +108,8 @@ pub fn first_shell(rep: &mut Report, b: &Bench<'_>) -> Result<(), String> {
             (FIRST, STEADY, "≤ 1.10×"),
             (NEW_DAEMON, STEADY, ""),
             (FIRST, NEW_DAEMON, ""),
+            (QUIET, STEADY, ""),
+            (FIRST, QUIET, "≤ 1.10×"),
         ],
     );
     index_ms.sort_unstable();
