@@ -18,8 +18,9 @@
 //! export that fails (collector down, refused) is retried by the exporter,
 //! then said in the server log (`audit export to OTLP failed`), and counted
 //! (`GET /api/v1/status`: `audit.otlp.failed_requests`); the batch queue
-//! (2,048 records) drops what does not fit while the collector is away, and
-//! the SDK logs each drop (target `opentelemetry_sdk`). An endpoint that is
+//! (2,048 records) drops what does not fit while the collector is away: the
+//! SDK logs the first drop and, at the server's stop, how many there were
+//! (target `opentelemetry_sdk`). An endpoint that is
 //! not a plain `http://host:port[/path]` URL stops the server at start.
 
 use opentelemetry::logs::{AnyValue, LogRecord, Logger, LoggerProvider, Severity};
@@ -174,10 +175,11 @@ impl Exporter {
         &self.endpoint
     }
 
-    /// Sends what is queued (at a stop), waiting for the exporter.
+    /// Sends what is queued, waiting for the exporter, and ends the export
+    /// (at a stop: the SDK then also logs how many records it dropped).
     pub fn flush(&self) {
-        if let Err(e) = self.provider.force_flush() {
-            tracing::warn!("audit export to OTLP: flushing at stop failed: {e}");
+        if let Err(e) = self.provider.shutdown_with_timeout(REQUEST_TIMEOUT) {
+            tracing::warn!("audit export to OTLP: sending what was queued at stop failed: {e}");
         }
     }
 }

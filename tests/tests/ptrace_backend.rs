@@ -334,7 +334,9 @@ fn an_interactive_pty_shell_under_ptrace_takes_ctrl_c_and_job_control_as_without
     // E2B's PTY session: an interactive login bash. ^C interrupts the
     // foreground sleep; ^Z stops the next one, `fg` brings it back and a
     // second ^C ends it; then the shell goes on.
-    let typed = "sleep 30\n\x01\x03\x01echo after-ctrl-c=$?\nsleep 30\n\x01\x1a\x01jobs\nfg\n\x01\x03\x01echo after-fg=$?; exit 3\n";
+    // `\x01sleep\x02`: wait until `sleep` holds the terminal; `\x01`: until
+    // the shell does again (states, not times: see sdk-supervisor).
+    let typed = "sleep 30\n\x01sleep\x02\x03\x01echo after-ctrl-c=$?\nsleep 30\n\x01sleep\x02\x1a\x01jobs\nfg\n\x01sleep\x02\x03\x01echo after-fg=$?; exit 3\n";
     let r = sup.spawn(&agentsh_tests::sdk::e2b_pty(typed));
     // A generous bound, not the check: a ^C that did not land lets `sleep
     // 30` end with 0, which the statuses below catch (a busy machine may

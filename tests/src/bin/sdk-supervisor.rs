@@ -7,7 +7,10 @@
 //! `{"id":1,"argv":["/bin/sh","-c","echo hi"],"stdin":"..","setpgid":true,"pty":false,"env":{"K":"V"}}`
 //!
 //! With `"pty":true` the command gets a new session on a pty whose master
-//! is typed `stdin`; a `\x01` byte in it is a 500 ms pause.
+//! is typed `stdin`, with waits for the terminal's state in it (never for a
+//! time): `\x01NAME\x02` waits until a job running NAME holds the
+//! terminal's foreground (before a ^C or ^Z meant for it); a bare `\x01`
+//! waits until the shell holds it again (the job ended or stopped).
 //!
 //! `argv[0]` without a `/` is looked up on PATH, as Go's `exec.Command` and
 //! Rust's `Command` do. Answers are JSON lines on stdout:
@@ -20,7 +23,7 @@
 
 use serde_json::{json, Value};
 use std::io::{BufRead, Read, Write};
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -176,13 +179,18 @@ fn run_pty(
     );
     if let Some(text) = input {
         let mut w = master.try_clone()?;
-        // A \x01 in the typed text is a pause of 500 ms: time for a command
-        // to start before what follows (a ^C, say) is typed.
+        let shell = child.id() as libc::pid_t;
         std::thread::spawn(move || {
             for (i, part) in text.split('\x01').enumerate() {
-                if i > 0 {
-                    std::thread::sleep(std::time::Duration::from_millis(500));
-                }
+                let part = if i == 0 {
+                    part
+                } else if let Some((name, rest)) = part.split_once('\x02') {
+                    wait_foreground(&w, |pg| pg != shell && comm(pg) == name);
+                    rest
+                } else {
+                    wait_foreground(&w, |pg| pg == shell);
+                    part
+                };
                 let _ = w.write_all(part.as_bytes());
             }
         });
@@ -199,6 +207,29 @@ fn run_pty(
     }
     let status = child.wait()?;
     Ok(exited(id, status, &buf, b""))
+}
+
+/// Waits until the terminal's foreground process group satisfies `ok`
+/// (checked every 5 ms; after 300 s the typing goes on, and the test's own
+/// checks say what went wrong).
+fn wait_foreground(master: &std::fs::File, ok: impl Fn(libc::pid_t) -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    loop {
+        // SAFETY: tcgetpgrp on an fd we own (a pty master answers for its
+        // slave).
+        let pg = unsafe { libc::tcgetpgrp(master.as_raw_fd()) };
+        if (pg > 0 && ok(pg)) || std::time::Instant::now() > deadline {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// The command name of process `pid` (`/proc/<pid>/comm`).
+fn comm(pid: libc::pid_t) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|s| s.trim_end().to_string())
+        .unwrap_or_default()
 }
 
 fn open_pty() -> std::io::Result<(std::fs::File, OwnedFd)> {
