@@ -9,7 +9,8 @@
 //! With `"pty":true` the command gets a new session on a pty whose master
 //! is typed `stdin`, with waits for the terminal's state in it (never for a
 //! time): `\x01NAME\x02` waits until a job running NAME holds the
-//! terminal's foreground (before a ^C or ^Z meant for it); a bare `\x01`
+//! terminal's foreground and is asleep in it (before a ^C or ^Z meant for
+//! it, as a person would type it at a running command); a bare `\x01`
 //! waits until the shell holds it again (the job ended or stopped).
 //!
 //! `argv[0]` without a `/` is looked up on PATH, as Go's `exec.Command` and
@@ -29,6 +30,14 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 fn main() {
+    // A daemon the container runtime starts has the default dispositions; a
+    // test suite started under nohup or as a background job hands down
+    // SIGHUP, or SIGINT and SIGQUIT, ignored, and a ^C typed on a PTY
+    // session would then reach a `sleep` that ignores it.
+    for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGHUP] {
+        // SAFETY: setting a standard signal to its default disposition.
+        unsafe { libc::signal(sig, libc::SIG_DFL) };
+    }
     if std::env::args().any(|a| a == "--seccomp-allow-all") {
         if let Err(e) = install_allow_all_filter() {
             eprintln!("sdk-supervisor: allow-all filter: {e}");
@@ -185,7 +194,9 @@ fn run_pty(
                 let part = if i == 0 {
                     part
                 } else if let Some((name, rest)) = part.split_once('\x02') {
-                    wait_foreground(&w, |pg| pg != shell && comm(pg) == name);
+                    wait_foreground(&w, |pg| {
+                        pg != shell && comm(pg) == name && state(pg) == Some('S')
+                    });
                     rest
                 } else {
                     wait_foreground(&w, |pg| pg == shell);
@@ -223,6 +234,13 @@ fn wait_foreground(master: &std::fs::File, ok: impl Fn(libc::pid_t) -> bool) {
         }
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
+}
+
+/// The state letter of process `pid` (`S`: asleep in a system call, as a
+/// running `sleep` is; not `t`, stopped by its tracer mid-exec).
+fn state(pid: libc::pid_t) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.chars().next()
 }
 
 /// The command name of process `pid` (`/proc/<pid>/comm`).
