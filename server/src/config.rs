@@ -57,9 +57,12 @@ CONFIG KEYS (YAML; all optional; defaults shown):
                                                      it (any other resolver is sent to it)
   egress.resolvers                 []                the upstreams the stub asks, [\"IP:PORT\", ...];
                                                      empty: the nameservers of /etc/resolv.conf
-  egress.compat                    best_effort       best_effort | required: with `required`, a tree
-                                                     whose policy's egress cannot be enforced here
-                                                     (pidfd_getfd refused) does not start (126)
+  egress.compat                    best_effort       where the policy's egress cannot be enforced
+                                                     (pidfd_getfd refused: gVisor, Docker's default
+                                                     profile): best_effort runs the tree and refuses
+                                                     what cannot be judged; required does not start
+                                                     it (126); allow_unjudged runs what cannot be
+                                                     judged as made, audited (fail open: your choice)
   execve.backend                   auto              auto | notify | ptrace: how execs reach the
                                                      supervisor. auto: seccomp user-notify where
                                                      the kernel has it, else ptrace (gVisor,
@@ -120,6 +123,21 @@ pub enum EgressCompat {
     BestEffort,
     /// It does not start (exit 126).
     Required,
+    /// It runs, and a call egress cannot judge here runs as the tree made
+    /// it, its destination audited from the caller's memory (`rule:
+    /// allow_unjudged`). The one fail-open choice: an operator's, said at
+    /// start and in every such event.
+    AllowUnjudged,
+}
+
+impl EgressCompat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EgressCompat::BestEffort => "best_effort",
+            EgressCompat::Required => "required",
+            EgressCompat::AllowUnjudged => "allow_unjudged",
+        }
+    }
 }
 
 /// The nameservers `resolv_conf` names, except `stub` (port 53).

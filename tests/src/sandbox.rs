@@ -41,6 +41,21 @@ pub fn agent_observe_without_egress() -> String {
     AGENT_OBSERVE[..AGENT_OBSERVE.len() - shipped.len() + 1].to_string()
 }
 
+/// agent-default without its `socket_families` and `egress` (its last
+/// section), for a test that writes its own after it.
+pub fn agent_default_without_egress() -> String {
+    let at = AGENT_DEFAULT
+        .find("\nsocket_families: [unix, inet, inet6, netlink]\negress:\n")
+        .expect("agent-default's egress section changed");
+    let mut p = AGENT_DEFAULT[..at + 1].to_string();
+    assert!(
+        !p.contains("\negress:"),
+        "agent-default's egress is its last section"
+    );
+    p.push('\n');
+    p
+}
+
 pub struct Sandbox {
     pub sup: Supervisor,
     pub ns: Namespace,

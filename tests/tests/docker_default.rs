@@ -357,8 +357,9 @@ fn docker_default_egress_fails_closed_and_names_pidfd_getfd() {
         return;
     }
     let policy = format!(
-        "{AGENT_DEFAULT}\negress:\n  default: deny\n  rules:\n    - name: loopback\n      \
-         cidrs: [127.0.0.0/8]\n      protocol: any\n      decision: allow\n"
+        "{}\negress:\n  default: deny\n  rules:\n    - name: loopback\n      \
+         cidrs: [127.0.0.0/8]\n      protocol: any\n      decision: allow\n",
+        agentsh_tests::sandbox::agent_default_without_egress()
     );
     let sink = std::net::UdpSocket::bind("127.0.0.2:0").unwrap();
     let port = sink.local_addr().unwrap().port();
@@ -494,6 +495,87 @@ fn docker_default_observe_records_what_it_cannot_judge() {
         !init["not_enforced"].to_string().contains("egress"),
         "{init}"
     );
+}
+
+/// The shipped agent-default in Docker's default container (`pidfd_getfd`
+/// refused): a datagram that names its destination cannot be judged there.
+/// By default it is refused (EACCES, `egress_unenforceable`); with
+/// `egress.compat: allow_unjudged` (the operator's explicit choice) it is
+/// sent as made and audited `rule: allow_unjudged`, and the wrap_init event
+/// says egress is not enforced for it. Connects are judged either way: the
+/// cloud metadata address stays refused.
+#[test]
+fn docker_default_agent_default_datagrams_follow_egress_compat() {
+    if !require_root("docker_default_agent_default_datagrams_follow_egress_compat") {
+        return;
+    }
+    let sink = std::net::UdpSocket::bind("127.0.0.2:0").unwrap();
+    sink.set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let port = sink.local_addr().unwrap().port();
+    let script = format!(
+        "python3 -c 'import socket\ns = socket.socket()\ns.setblocking(False)\nprint(\"metadata\", s.connect_ex((\"169.254.169.254\", 80)))\ntry:\n    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b\"unjudged\", (\"127.0.0.2\", {port})); print(\"SENT\")\nexcept PermissionError as e:\n    print(\"REFUSED\", e.errno)'"
+    );
+    let event_where = |c: &Container, want: &dyn Fn(&serde_json::Value) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let found = c.files.events().into_iter().find(|e| want(e));
+            if found.is_some() || Instant::now() >= deadline {
+                break found;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    for compat in ["best_effort", "allow_unjudged"] {
+        let mut c = Container::start_config(
+            "docker-default",
+            false,
+            None,
+            AGENT_DEFAULT,
+            &format!(
+                "egress:\n  compat: {compat}\n  stub: \"{}:53\"\n",
+                agentsh_tests::server::unique_loopback()
+            ),
+        );
+        let f = c.run(&Spawn::argv(&["/bin/sh", "-c", &script]));
+        assert!(f.stdout.contains("metadata 13"), "{compat}: {f:?}");
+        let metadata = event_where(&c, &|e| e["type"] == "connect" && e["port"] == 80);
+        let metadata = metadata.unwrap_or_else(|| panic!("{compat}: no metadata event"));
+        assert_eq!(
+            metadata["rule"], "no-cloud-metadata",
+            "{compat}: {metadata}"
+        );
+        let init = event_where(&c, &|e| e["type"] == "wrap_init")
+            .unwrap_or_else(|| panic!("{compat}: no wrap_init event"));
+        let not_enforced = init["not_enforced"].to_string();
+        if compat == "best_effort" {
+            assert!(f.stdout.contains("REFUSED 13"), "{compat}: {f:?}");
+            let e = event_where(&c, &|e| {
+                e["type"] == "connect" && e["rule"] == "egress_unenforceable"
+            });
+            assert!(e.is_some(), "{compat}: no egress_unenforceable event");
+            assert!(!not_enforced.contains("allow_unjudged"), "{init}");
+        } else {
+            assert!(f.stdout.contains("SENT"), "{compat}: {f:?}");
+            let mut buf = [0u8; 16];
+            let (n, _) = sink.recv_from(&mut buf).expect("the datagram arrives");
+            assert_eq!(&buf[..n], b"unjudged");
+            let e = event_where(&c, &|e| e["type"] == "connect" && e["port"] == port)
+                .unwrap_or_else(|| panic!("{compat}: the destination is not audited"));
+            assert!(
+                e["rule"] == "allow_unjudged"
+                    && e["decision"] == "allow"
+                    && e["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("egress.compat is allow_unjudged")),
+                "{e}"
+            );
+            assert!(
+                not_enforced.contains("runs unjudged (egress.compat: allow_unjudged)"),
+                "{init}"
+            );
+        }
+    }
 }
 
 /// Egress in Docker's default container, where `pidfd_getfd` is refused:

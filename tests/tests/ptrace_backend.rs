@@ -112,6 +112,12 @@ fn the_sdk_scenarios_hold_under_the_ptrace_backend_on_this_kernel() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(text.contains("ok: a nested curl fails with 126"), "{text}");
+    // agent-default's egress: on this kernel the tracer takes the socket
+    // (pidfd_getfd), so the connect is judged and made.
+    assert!(
+        text.contains("ok: a connect to a local dev server is judged and made"),
+        "{text}"
+    );
     assert_eq!(agentsh_tests::ns::host_sh_fingerprint(), before);
 }
 

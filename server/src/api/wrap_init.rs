@@ -199,7 +199,7 @@ fn prepare_wrap_init(
                     "the policy's egress cannot be enforced here ({why}) and egress.compat is \
                      required: give the container CAP_SYS_PTRACE (`docker run --cap-add \
                      SYS_PTRACE`), or set egress.compat: best_effort (every judged connect and \
-                     send is then refused)"
+                     send is then refused) or allow_unjudged (they run as made, audited)"
                 ),
             )
             .with_hint(agentsh_proto::hint::EGRESS_NOT_ENFORCEABLE));
@@ -264,12 +264,24 @@ fn prepare_wrap_init(
     seccomp_config.backend = backend;
     let mut not_enforced = not_enforced(&landlock.summary);
     if let Some(why) = egress_gap {
-        not_enforced.push(match backend {
-            agentsh_proto::ExecBackend::Notify => format!(
+        let unjudged = api.config.egress.compat == crate::config::EgressCompat::AllowUnjudged;
+        not_enforced.push(match (backend, unjudged) {
+            (agentsh_proto::ExecBackend::Notify, false) => format!(
                 "egress ({why}): a send that names a destination is refused; connects are \
                  judged and made on sockets of the supervisor's own"
             ),
-            _ => format!("egress ({why}): every connect and send it would judge is refused"),
+            (agentsh_proto::ExecBackend::Notify, true) => format!(
+                "egress ({why}): a send that names a destination runs unjudged \
+                 (egress.compat: allow_unjudged); connects are judged and made on sockets of \
+                 the supervisor's own"
+            ),
+            (_, false) => {
+                format!("egress ({why}): every connect and send it would judge is refused")
+            }
+            (_, true) => format!(
+                "egress ({why}): every connect and send runs unjudged, DNS included \
+                 (egress.compat: allow_unjudged)"
+            ),
         });
     }
     let compiled_us = started.elapsed().as_micros() as u64;

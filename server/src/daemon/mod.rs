@@ -114,12 +114,26 @@ pub fn run(start: Start) -> Result<(), String> {
                 "egress: every destination a tree names is judged and the call made for it (the \
                  supervisor takes the tree's socket with pidfd_getfd)"
             );
+        } else if config.egress.compat == crate::config::EgressCompat::AllowUnjudged {
+            tracing::warn!(
+                "egress NOT ENFORCED where it cannot be judged: {} here, so the supervisor \
+                 cannot take a tree's sockets, and egress.compat is allow_unjudged: what it \
+                 cannot judge (every connect and send under the ptrace backend; a send naming a \
+                 destination under notify) runs as the tree made it, audited with rule \
+                 allow_unjudged",
+                detected
+                    .pidfd_getfd
+                    .detail
+                    .as_deref()
+                    .unwrap_or("pidfd_getfd is refused")
+            );
         } else {
             tracing::warn!(
                 "egress: {} here, so the supervisor cannot take a tree's sockets: every connect \
                  and send the policy's egress judges is refused (EACCES, audited \
                  egress_unenforceable). Give the container CAP_SYS_PTRACE (Docker's default \
-                 seccomp profile refuses pidfd_getfd without it)",
+                 seccomp profile refuses pidfd_getfd without it), or set egress.compat: \
+                 allow_unjudged to run them unjudged",
                 detected
                     .pidfd_getfd
                     .detail
@@ -175,6 +189,7 @@ pub fn run(start: Start) -> Result<(), String> {
         approvals: approvals.clone(),
         audit_on_failure: config.audit.on_failure,
         dns,
+        egress_compat: config.egress.compat,
     });
     // Nothing answers (no `ready`, no tree) before the index exists.
     prepared.wait()?;

@@ -301,11 +301,13 @@ impl Egress {
         self.default == Decision::Allow && self.rules.iter().all(|r| r.decision == Decision::Allow)
     }
 
-    /// Whether a DNS query for `name` could lead anywhere: some rule that is
-    /// not a deny names it (or names every destination), or the default is
-    /// not deny.
+    /// Whether a DNS query for `name` may leave the machine: some rule that
+    /// is not a deny names it (or names every destination), or the default
+    /// is allow. A default of `approve` does not: the query itself would
+    /// carry the name out before anyone approved anything (a name to be
+    /// approved is named by a rule with `decision: approve`).
     pub fn could_allow_name(&self, name: &str) -> bool {
-        self.default != Decision::Deny || self.rules.iter().any(|r| r.could_allow_name(name))
+        self.default == Decision::Allow || self.rules.iter().any(|r| r.could_allow_name(name))
     }
 }
 
@@ -761,8 +763,13 @@ mod tests {
         assert!(!e.could_allow_name("example.com"));
         assert!(!e.could_allow_name("evil.test"));
         assert!(!e.could_allow_name("secret.attacker.example"));
-        let open = rules("default: approve\n");
+        let open = rules("default: allow\n");
         assert!(open.could_allow_name("anything.test"));
+        // An approve default resolves only what a rule names: the query
+        // would carry the name out before any approval.
+        let ask = rules("default: approve\nrules:\n  - {name: ask, hosts: [\"*.ask.test\"], decision: approve}\n");
+        assert!(!ask.could_allow_name("secret.attacker.example"));
+        assert!(ask.could_allow_name("a.ask.test"));
     }
 
     #[test]

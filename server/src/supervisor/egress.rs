@@ -46,6 +46,7 @@ use super::seam::{ExecStop, Holder};
 use super::state::{DestKey, TreeState};
 use super::{SupervisorContext, Tree};
 use crate::audit::{ConnectEvent, EventBody};
+use crate::config::EgressCompat;
 use crate::dns::{Querier, TreeNames};
 use crate::policy::egress::{self, Destination, Egress, Protocol};
 use crate::policy::Decision;
@@ -107,17 +108,7 @@ pub fn handle(
     holder: impl FnOnce() -> Holder,
 ) {
     let refuse = |reason: String| {
-        record(
-            ctx,
-            tree,
-            c.tid,
-            call,
-            None,
-            None,
-            "egress_unenforceable",
-            Decision::Deny,
-            Some(reason),
-        );
+        record_unenforceable(ctx, tree, c, call, width, reason);
         let _ = stop.refuse(libc::EACCES);
     };
     let Some(policy) = ctx.policy.egress() else {
@@ -137,7 +128,8 @@ pub fn handle(
         Found::Unix(same) => {
             // Not a destination this judges (see the module doc): let it
             // through only where the fd cannot be swapped meanwhile.
-            return let_through(tree, st, c.tid, call, fd, same, stop, refuse);
+            let unjudged = ctx.egress_compat == EgressCompat::AllowUnjudged;
+            return let_through(tree, st, c.tid, call, fd, same, stop, unjudged, refuse);
         }
         // A raw or other socket, where the policy allows every destination
         // (the filter refuses them otherwise): nothing to judge.
@@ -149,13 +141,46 @@ pub fn handle(
         Found::Unreachable(why) if policy.allows_everything() => {
             // Nothing to enforce: every destination is allowed. The call
             // runs as the caller made it, audited from its memory.
-            return let_unjudged(ctx, tree, st, call, width, c, stop, &why);
+            return let_unjudged(
+                ctx,
+                tree,
+                st,
+                call,
+                width,
+                c,
+                stop,
+                &why,
+                Unjudged::AllAllowed,
+            );
+        }
+        Found::Unreachable(why) if ctx.egress_compat == EgressCompat::AllowUnjudged => {
+            // The operator chose to run what cannot be judged here.
+            return let_unjudged(ctx, tree, st, call, width, c, stop, &why, Unjudged::Compat);
         }
         Found::Unreachable(why) => return refuse(why),
         Found::Inet(Socket::Remote { .. }, ..) if policy.allows_everything() => {
             // As above: nothing to enforce, so no socket of ours either.
             let why = "pidfd_getfd is refused here, so the caller's socket cannot be taken";
-            return let_unjudged(ctx, tree, st, call, width, c, stop, why);
+            return let_unjudged(
+                ctx,
+                tree,
+                st,
+                call,
+                width,
+                c,
+                stop,
+                why,
+                Unjudged::AllAllowed,
+            );
+        }
+        Found::Inet(Socket::Remote { .. }, ..)
+            if call != NetCall::Connect && ctx.egress_compat == EgressCompat::AllowUnjudged =>
+        {
+            // A send naming a destination needs the socket itself; the
+            // operator chose to run what cannot be judged here.
+            let why = "pidfd_getfd is refused here, and a send naming a destination needs the \
+                       caller's socket";
+            return let_unjudged(ctx, tree, st, call, width, c, stop, why, Unjudged::Compat);
         }
         Found::Inet(found, domain, protocol) => (found, domain, protocol),
     };
@@ -526,6 +551,7 @@ fn let_through(
     fd: i32,
     still_same: impl Fn() -> Result<bool, String>,
     stop: &dyn ExecStop,
+    unjudged_allowed: bool,
     refuse: impl Fn(String),
 ) {
     let Ok(st) = crate::tracee::proc_stat(tid) else {
@@ -537,6 +563,18 @@ fn let_through(
         return;
     }
     if stop.verifies_every_exec() {
+        if unjudged_allowed {
+            // egress.compat: allow_unjudged (the operator's choice, said at
+            // start): what cannot be checked here runs.
+            tracing::debug!(
+                session = %tree.session_id, pid = tid,
+                "{} on a Unix socket from a threaded process let through unchecked \
+                 (egress.compat: allow_unjudged)",
+                call.name()
+            );
+            let _ = stop.proceed();
+            return;
+        }
         return refuse(format!(
             "{} on a Unix socket (fd {fd}) from a process of {} threads under the ptrace \
              backend: another thread could swap an inet socket in at that fd after the check",
@@ -822,8 +860,18 @@ fn judge_all(
     }
 }
 
+/// Why a call this host cannot judge runs anyway.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Unjudged {
+    /// The policy allows every destination: nothing to enforce.
+    AllAllowed,
+    /// `egress.compat: allow_unjudged`: the operator's choice.
+    Compat,
+}
+
 /// Lets a call run that this host cannot judge (`why`), under a policy
-/// that allows every destination: audited once per destination and tree,
+/// that allows every destination or where the operator chose
+/// `egress.compat: allow_unjudged`: audited once per destination and tree,
 /// from the caller's memory (which the caller could change: the record is
 /// of what it named, not a decision that needed it).
 #[allow(clippy::too_many_arguments)]
@@ -836,7 +884,24 @@ fn let_unjudged(
     c: &super::seam::Caught,
     stop: &dyn ExecStop,
     why: &str,
+    because: Unjudged,
 ) {
+    let (rule, message) = match because {
+        Unjudged::AllAllowed => (
+            "default",
+            format!(
+                "not judged here ({why}): the policy allows every destination, so the call \
+                 ran as made"
+            ),
+        ),
+        Unjudged::Compat => (
+            "allow_unjudged",
+            format!(
+                "not judged here ({why}): egress.compat is allow_unjudged, so the call ran as \
+                 made (not enforced)"
+            ),
+        ),
+    };
     if let Ok(messages) = copy_call(c, call, width) {
         for m in &messages {
             let Parsed::Inet(ip, port) = parse_sockaddr(&m.addr) else {
@@ -851,7 +916,7 @@ fn let_unjudged(
             if st.egress_seen.contains_key(&key) {
                 continue;
             }
-            remember(st, key, Decision::Allow, "default", Vec::new());
+            remember(st, key, Decision::Allow, rule, Vec::new());
             ctx.audit.record(
                 &tree.session_id,
                 EventBody::Connect(ConnectEvent {
@@ -861,12 +926,9 @@ fn let_unjudged(
                     ip: Some(key.ip.to_string()),
                     port: Some(port),
                     protocol: None,
-                    rule: "default".into(),
+                    rule: rule.into(),
                     decision: Decision::Allow,
-                    message: Some(format!(
-                        "not judged here ({why}): the policy allows every destination, so the \
-                         call ran as made"
-                    )),
+                    message: Some(message.clone()),
                     effective_action: None,
                     approval_id: None,
                     approval_outcome: None,
@@ -1120,6 +1182,49 @@ fn record(
             rule: rule.to_string(),
             decision,
             message,
+            effective_action: None,
+            approval_id: None,
+            approval_outcome: None,
+            approver: None,
+            reason: None,
+        }),
+    );
+}
+
+/// Audits a call refused because it cannot be judged here, naming the
+/// destination the caller's memory held (a record of what it named, read
+/// after the decision, which did not need it; none where it cannot be
+/// read). The socket's transport is not known here: no `protocol`.
+fn record_unenforceable(
+    ctx: &SupervisorContext,
+    tree: &Tree,
+    c: &super::seam::Caught,
+    call: NetCall,
+    width: Width,
+    reason: String,
+) {
+    let named = copy_call(c, call, width).ok().and_then(|m| {
+        m.iter().find_map(|m| match parse_sockaddr(&m.addr) {
+            Parsed::Inet(ip, port) => Some((egress::canonical(ip), port)),
+            _ => None,
+        })
+    });
+    tracing::info!(
+        session = %tree.session_id, pid = c.tid, syscall = call.name(),
+        dest = ?named, "egress refused: {reason}"
+    );
+    ctx.audit.record(
+        &tree.session_id,
+        EventBody::Connect(ConnectEvent {
+            pid: c.tid,
+            syscall: call.name().to_string(),
+            host: None,
+            ip: named.map(|(ip, _)| ip.to_string()),
+            port: named.map(|(_, port)| port),
+            protocol: None,
+            rule: "egress_unenforceable".into(),
+            decision: Decision::Deny,
+            message: Some(reason),
             effective_action: None,
             approval_id: None,
             approval_outcome: None,

@@ -63,6 +63,8 @@ pub struct SupervisorContext {
     pub audit_on_failure: crate::config::AuditOnFailure,
     /// The DNS stub (`egress.dns: stub`).
     pub dns: Option<Arc<crate::dns::Stub>>,
+    /// `egress.compat`: what a call egress cannot judge on this host gets.
+    pub egress_compat: crate::config::EgressCompat,
 }
 
 /// One supervised tree.

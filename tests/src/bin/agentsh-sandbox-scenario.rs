@@ -232,6 +232,72 @@ fn ordinary(c: &mut Checks, sdk: &mut Supervisor) {
     );
 }
 
+/// A TCP listener of the scenario's own (outside every tree) on loopback,
+/// and a shell command that connects to it and prints `connect N` (0:
+/// connected; otherwise the errno).
+fn loopback_probe() -> (std::net::TcpListener, String) {
+    // On one of agent-default's dev-server ports (its network_rules are the
+    // floor every connect keeps).
+    let l = [5173, 3000, 4000, 5000, 8000, 8888, 9000]
+        .iter()
+        .find_map(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).ok())
+        .unwrap_or_else(|| fatal("no free dev-server port on loopback for the probe"));
+    let port = l.local_addr().map_or(0, |a| a.port());
+    let script = format!(
+        "python3 -c 'import socket\nprint(\"connect\", socket.socket().connect_ex((\"127.0.0.1\", {port})))'"
+    );
+    (l, script)
+}
+
+/// Egress under agent-default (loopback over TCP allowed by
+/// `local-dev-servers`): judged where the supervisor can take the tree's
+/// socket; where it cannot (gVisor: no `pidfd_getfd`), refused and audited
+/// `egress_unenforceable` with `egress.compat: best_effort` (the default),
+/// and run as made, audited `allow_unjudged`, with `allow_unjudged`.
+fn egress(c: &mut Checks, sdk: &mut Supervisor, gvisor: bool, compat: &str) {
+    let (_listener, script) = loopback_probe();
+    let f = sdk.run(&Spawn::argv(&["/bin/sh", "-c", &script]));
+    let connects: Vec<Value> = audit()
+        .into_iter()
+        .filter(|e| e["type"] == "connect" && e["ip"] == "127.0.0.1")
+        .collect();
+    let rule = |r: &str| connects.iter().any(|e| e["rule"] == r);
+    match (gvisor, compat) {
+        (false, _) => {
+            c.check(
+                "a connect to a local dev server is judged and made",
+                f.stdout.trim() == "connect 0" && rule("local-dev-servers"),
+                || format!("{}\n{connects:#?}", show(&f)),
+            );
+        }
+        (true, "best_effort") => {
+            c.check(
+                "gVisor: a connect that cannot be judged is refused and audited",
+                f.stdout.trim() == format!("connect {}", libc::EACCES)
+                    && rule("egress_unenforceable"),
+                || format!("{}\n{connects:#?}", show(&f)),
+            );
+        }
+        (true, _) => {
+            c.check(
+                "gVisor with egress.compat allow_unjudged: the connect runs, audited",
+                f.stdout.trim() == "connect 0" && rule("allow_unjudged"),
+                || format!("{}\n{connects:#?}", show(&f)),
+            );
+            let said = audit().into_iter().rev().find(|e| e["type"] == "wrap_init");
+            c.check(
+                "gVisor with allow_unjudged: the wrap-init says egress runs unjudged",
+                said.as_ref().is_some_and(|e| {
+                    e["not_enforced"]
+                        .to_string()
+                        .contains("every connect and send runs unjudged")
+                }),
+                || format!("{said:#?}"),
+            );
+        }
+    }
+}
+
 fn pending_approval() -> Option<String> {
     // One JSON object per waiting exec, a line each.
     let o = run(Command::new("/usr/bin/agentsh").args(["approvals", "list", "--json"]));
@@ -341,6 +407,8 @@ fn main() {
     let server = start_server(config, start.as_deref());
     let mut sdk = Supervisor::start_command(Command::new(bin("sdk-supervisor")));
     ordinary(&mut c, &mut sdk);
+    let gvisor = report["gvisor"] == true;
+    egress(&mut c, &mut sdk, gvisor, "best_effort");
     let wrap_inits: Vec<Value> = audit()
         .into_iter()
         .filter(|e| e["type"] == "wrap_init")
@@ -363,6 +431,14 @@ fn main() {
         );
     }
     stop_server(&mut c, server);
+    if gvisor {
+        // The operator's explicit choice where egress cannot be judged.
+        std::fs::write(CONFIG, "egress:\n  compat: allow_unjudged\n")
+            .unwrap_or_else(|e| fatal(&format!("config: {e}")));
+        let server = start_server(Some(CONFIG), None);
+        egress(&mut c, &mut sdk, gvisor, "allow_unjudged");
+        stop_server(&mut c, server);
+    }
     std::fs::write(
         "/etc/agentsh/policies/approve-sc.yaml",
         "name: approve-sc\ndefault: allow\ncommand_rules:\n  - name: approve-nested-id\n    commands: [id]\n    context: [nested]\n    decision: approve\n",
