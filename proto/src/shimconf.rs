@@ -117,6 +117,11 @@ pub struct ShimConf {
     pub session: String,
     /// The one wrapper path accepted; `None`: [`DEFAULT_WRAPPERS`].
     pub wrapper: Option<String>,
+    /// Besides root, the one uid whose server, socket, directories and
+    /// wrapper are trusted. Never read from shim.conf (always `None` there):
+    /// only `agentsh wrap` sets it, to its own uid, for the server it
+    /// started itself as that user.
+    pub also_trusted_uid: Option<u32>,
 }
 
 impl Default for ShimConf {
@@ -126,11 +131,18 @@ impl Default for ShimConf {
             server: Server::Unix(DEFAULT_SOCKET.into()),
             session: DEFAULT_SESSION.to_string(),
             wrapper: None,
+            also_trusted_uid: None,
         }
     }
 }
 
 impl ShimConf {
+    /// Whether files and peers owned by `uid` are trusted: root's always,
+    /// and [`ShimConf::also_trusted_uid`]'s.
+    pub fn trusts(&self, uid: u32) -> bool {
+        uid == 0 || self.also_trusted_uid == Some(uid)
+    }
+
     /// Is `path` a wrapper this configuration lets the shim run?
     pub fn wrapper_allowed(&self, path: &str) -> bool {
         match &self.wrapper {

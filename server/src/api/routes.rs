@@ -157,12 +157,18 @@ async fn operator(
 }
 
 fn token_or_uid0(api: &Api, peer: &Peer, req: &Request<Incoming>) -> Result<(), Failure> {
+    // SAFETY: geteuid cannot fail.
+    let own = unsafe { libc::geteuid() };
     match peer {
-        Peer::Local(c) if c.uid == 0 => Ok(()),
+        // Root, or the user the server runs as (a standalone `agentsh wrap`:
+        // whoever ran it is its operator; its trees, the same uid, were
+        // refused when they connected, and cannot make this socket type).
+        Peer::Local(c) if c.uid == 0 || c.uid == own => Ok(()),
         Peer::Local(c) => Err(fail(
             403,
             format!(
-                "this route is for the operator (uid 0); uid {} may call only wrap-init and /healthz",
+                "this route is for the operator (uid 0, or the server's own uid {own}); uid {} \
+                 may call only wrap-init and /healthz",
                 c.uid
             ),
         )),

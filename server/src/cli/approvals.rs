@@ -1,9 +1,10 @@
 //! `agentsh approvals list|approve|deny|watch`: the operator's side.
 //!
 //! Over the Unix socket (the default) the server knows the caller from the
-//! kernel and accepts operators (uid 0); over TCP every call carries the
-//! root-only token read from `--token-file`. Either way these commands must
-//! run as root, and the server refuses them from inside a supervised tree.
+//! kernel and accepts operators (uid 0, or the server's own user: a
+//! standalone `agentsh wrap`'s, found with `--session ID`); over TCP every
+//! call carries the root-only token read from `--token-file`. The server
+//! refuses them from inside a supervised tree.
 
 use crate::cli::client::{error_text, Client};
 use clap::{Args, Subcommand};
@@ -23,6 +24,11 @@ pub struct Connection {
         default_value = "/var/lib/agentsh/approval.token"
     )]
     token_file: PathBuf,
+    /// A standalone `agentsh wrap`'s session: its own server, found at
+    /// $XDG_RUNTIME_DIR/agentsh/ID.sock (without XDG_RUNTIME_DIR:
+    /// ~/.local/state/agentsh/ID/run/ID.sock). Run as the user who ran wrap.
+    #[arg(long, value_name = "ID", conflicts_with = "server")]
+    session: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -61,7 +67,11 @@ pub enum ApprovalsCommand {
 }
 
 fn client(conn: &Connection, timeout: Duration) -> Result<Client, String> {
-    Ok(Client::new(&conn.server, Some(&conn.token_file))?.with_timeout(timeout))
+    let server = match &conn.session {
+        Some(id) => format!("unix:{}", crate::cli::wrap::socket_of(id)?.display()),
+        None => conn.server.clone(),
+    };
+    Ok(Client::new(&server, Some(&conn.token_file))?.with_timeout(timeout))
 }
 
 fn fetch(client: &Client, after: u64, wait: u64) -> Result<Vec<serde_json::Value>, String> {

@@ -95,12 +95,35 @@ pub struct Entrypoint {
     pub config: Option<PathBuf>,
     pub ready_timeout: Duration,
     pub command: Vec<OsString>,
+    /// `agentsh wrap`'s own server (`None`: a container's entrypoint).
+    pub wrap: Option<WrapServer>,
+}
+
+/// How `agentsh wrap` runs its server differently from a container's
+/// entrypoint: in a process group of its own (the terminal's ^C and ^Z are
+/// the command's, which joins the group the terminal gave wrap), its log
+/// in a file (the terminal is the agent's), never started again (a tree
+/// whose supervisor died ends with it: exit 126).
+pub struct WrapServer {
+    pub session: String,
+    pub log: PathBuf,
+    /// wrap's process group, which the command joins.
+    pub pgid: i32,
 }
 
 fn say(msg: &str) {
     // The entrypoint's own diagnostics go to its stderr: the container log,
     // not a supervised command's output.
     eprintln!("agentsh entrypoint: {msg}");
+}
+
+/// `say`, under wrap's name when it is wrap's server.
+fn say_as(wrap: bool, msg: &str) {
+    if wrap {
+        eprintln!("agentsh wrap: {msg}");
+    } else {
+        say(msg);
+    }
 }
 
 /// A server started with the command, and the pipe it reports on.
@@ -162,7 +185,11 @@ impl Started {
 }
 
 /// Starts `agentsh server [--config C] --report-fd N -- CMD`.
-fn start_server(config: Option<&Path>, command: &[OsString]) -> Result<Started, String> {
+fn start_server(
+    config: Option<&Path>,
+    command: &[OsString],
+    wrap: Option<&WrapServer>,
+) -> Result<Started, String> {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     use std::os::unix::process::CommandExt;
     let exe =
@@ -186,17 +213,84 @@ fn start_server(config: Option<&Path>, command: &[OsString]) -> Result<Started, 
         cmd.arg("--config").arg(c);
     }
     cmd.arg("--report-fd").arg(REPORT_FD.to_string());
+    // Every fd the closure below moves is first put above the numbers it
+    // moves fds to (3..=6), so no move overwrites another's source.
+    let high = |fd: i32| -> Result<OwnedFd, String> {
+        // SAFETY: F_DUPFD_CLOEXEC makes a new fd we own.
+        let n = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10) };
+        if n < 0 {
+            return Err(format!(
+                "cannot copy an fd: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        // SAFETY: just made, owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(n) })
+    };
+    let report_w = high(write_end.as_raw_fd())?;
+    drop(write_end);
+    // wrap: the server's own stdin is /dev/null and its stdout and stderr
+    // its log; the command's are wrap's (the terminal), handed over as fds
+    // 4, 5, 6 (`--command-stdio 4`).
+    let own = match wrap {
+        Some(w) => {
+            cmd.arg("--session").arg(&w.session);
+            cmd.arg("--command-pgid").arg(w.pgid.to_string());
+            cmd.arg("--command-stdio").arg(COMMAND_STDIO.to_string());
+            let log = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&w.log)
+                .map_err(|e| format!("cannot open the server's log {}: {e}", w.log.display()))?;
+            let null = std::fs::File::open("/dev/null")
+                .map_err(|e| format!("cannot open /dev/null: {e}"))?;
+            Some([
+                high(0)?,
+                high(1)?,
+                high(2)?,
+                high(null.as_raw_fd())?,
+                high(log.as_raw_fd())?,
+            ])
+        }
+        None => None,
+    };
+    let moves: Option<[i32; 5]> = own.as_ref().map(|o| {
+        [
+            o[0].as_raw_fd(),
+            o[1].as_raw_fd(),
+            o[2].as_raw_fd(),
+            o[3].as_raw_fd(),
+            o[4].as_raw_fd(),
+        ]
+    });
     cmd.arg("--").args(command);
-    let w = write_end.as_raw_fd();
-    // SAFETY: between fork and exec the closure only calls dup2, fcntl, prctl
-    // and pthread_sigmask (async-signal-safe) and allocates nothing.
+    let w = report_w.as_raw_fd();
+    // SAFETY: between fork and exec the closure only calls dup2, fcntl, prctl,
+    // setpgid and pthread_sigmask (async-signal-safe) and allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::dup2(w, REPORT_FD) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
+            let mv = |from: i32, to: i32| {
+                if libc::dup2(from, to) < 0 {
+                    Err(std::io::Error::last_os_error())
+                } else {
+                    Ok(())
+                }
+            };
+            mv(w, REPORT_FD)?;
             let flags = libc::fcntl(REPORT_FD, libc::F_GETFL);
             libc::fcntl(REPORT_FD, libc::F_SETFL, flags & !libc::O_NONBLOCK);
+            if let Some([stdin, stdout, stderr, null, log]) = moves {
+                mv(stdin, COMMAND_STDIO)?;
+                mv(stdout, COMMAND_STDIO + 1)?;
+                mv(stderr, COMMAND_STDIO + 2)?;
+                mv(null, 0)?;
+                mv(log, 1)?;
+                mv(log, 2)?;
+                // wrap's server: out of the terminal's foreground group.
+                if libc::setpgid(0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
             // The server (and so the command) stops if the entrypoint dies.
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0);
             SigSet::all().thread_unblock().map_err(std::io::Error::from)
@@ -205,7 +299,8 @@ fn start_server(config: Option<&Path>, command: &[OsString]) -> Result<Started, 
     let server = cmd
         .spawn()
         .map_err(|e| format!("cannot start `agentsh server`: {e}"))?;
-    drop(write_end);
+    drop(report_w);
+    drop(own);
     Ok(Started {
         server,
         report: std::fs::File::from(read_end),
@@ -265,18 +360,26 @@ fn stop(child: &mut Child) {
 
 /// Starts the server with the command and waits for it to run; on failure
 /// the server is stopped and the entrypoint's exit code returned.
-fn launch(ep: &Entrypoint) -> Result<Started, i32> {
-    let mut s = match start_server(ep.config.as_deref(), &ep.command) {
-        Ok(s) => s,
-        Err(e) => {
-            say(&e);
-            return Err(1);
-        }
-    };
+fn launch(ep: &Entrypoint) -> Result<Started, String> {
+    let mut s = start_server(ep.config.as_deref(), &ep.command, ep.wrap.as_ref())?;
     if let Err(e) = await_command(&mut s, ep.ready_timeout) {
-        say(&e);
         stop(&mut s.server);
-        return Err(1);
+        // wrap's server logs to a file: its last word is the reason.
+        return Err(match &ep.wrap {
+            Some(w) => {
+                let last = std::fs::read_to_string(&w.log).ok().and_then(|t| {
+                    t.lines()
+                        .rev()
+                        .find_map(|l| l.strip_prefix("agentsh: ").map(str::to_string))
+                });
+                format!(
+                    "{} (the server's log: {})",
+                    last.unwrap_or(e),
+                    w.log.display()
+                )
+            }
+            None => e,
+        });
     }
     Ok(s)
 }
@@ -289,13 +392,44 @@ fn launch(ep: &Entrypoint) -> Result<Started, i32> {
 /// every exit path must stop the server; one body keeps each `stop` next to
 /// its return.
 pub fn run(ep: Entrypoint) -> i32 {
-    if ep.command.is_empty() {
-        say("no command given: agentsh entrypoint [OPTIONS] -- CMD [ARGS...]");
-        return 2;
+    match run_or_unable(ep) {
+        Ok(code) => code,
+        Err(Unable { code, why }) => {
+            say(&why);
+            code
+        }
     }
-    if let Err(e) = server_url(ep.config.as_deref()) {
-        say(&e);
-        return 1;
+}
+
+/// The command never ran: its server could not be started or could not
+/// supervise (`why`); `code` is the entrypoint's exit status for it.
+pub struct Unable {
+    pub code: i32,
+    pub why: String,
+}
+
+/// [`run`], with a failure to start the command returned rather than said
+/// (`agentsh wrap` decides what comes of it).
+///
+/// # Errors
+/// The server could not be started, or says it cannot supervise here.
+pub fn run_or_unable(ep: Entrypoint) -> Result<i32, Unable> {
+    let wrap = ep.wrap.is_some();
+    // wrap: the command never ran, so the exit is 126 (supervision could not
+    // be installed), as the issue's interface says.
+    let failed = if wrap {
+        agentsh_proto::exit::REFUSED
+    } else {
+        1
+    };
+    if ep.command.is_empty() {
+        return Err(Unable {
+            code: 2,
+            why: "no command given: agentsh entrypoint [OPTIONS] -- CMD [ARGS...]".into(),
+        });
+    }
+    if let Err(why) = server_url(ep.config.as_deref()) {
+        return Err(Unable { code: 1, why });
     }
     // Block the signals handled below before any child or thread exists;
     // they are taken with sigwait.
@@ -312,25 +446,29 @@ pub fn run(ep: Entrypoint) -> i32 {
         handled.add(s);
     }
     if let Err(e) = handled.thread_block() {
-        say(&format!("cannot block signals: {e}"));
-        return 1;
+        return Err(Unable {
+            code: 1,
+            why: format!("cannot block signals: {e}"),
+        });
     }
     // The command's orphans, and the command's reaper if the server dies,
     // come to us (as they would to a container's init) to be reaped.
     // SAFETY: prctl with integer arguments.
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
-    let mut cur = match launch(&ep) {
-        Ok(s) => s,
-        Err(code) => return code,
-    };
+    let mut cur = launch(&ep).map_err(|why| Unable { code: failed, why })?;
     loop {
-        let sig = match handled.wait() {
+        let (sig, from_terminal) = match wait_signal(&handled) {
             Ok(s) => s,
             Err(e) => {
-                say(&format!("sigwait failed: {e}"));
+                say_as(wrap, &format!("sigwait failed: {e}"));
                 continue;
             }
         };
+        if sig != Signal::SIGCHLD && wrap && from_terminal {
+            // The terminal's ^C or ^\ went to its foreground group, the
+            // command included: passing it on would deliver it twice.
+            continue;
+        }
         if sig != Signal::SIGCHLD {
             // Forwarded to the command (through its reaper); its exit ends
             // the server, which ends the entrypoint.
@@ -355,7 +493,22 @@ pub fn run(ep: Entrypoint) -> i32 {
             let st = cur.server.wait();
             cur.lines();
             if let Some(code) = cur.exited {
-                return code;
+                return Ok(code);
+            }
+            if let Some(w) = &ep.wrap {
+                // Its tree's execs fail from now on (the filter's listener
+                // is gone), and the reaper has stopped the command: say so,
+                // never start an unsupervised second life.
+                say_as(
+                    true,
+                    &format!(
+                        "the supervisor (agentsh server) died ({}): the command was stopped \
+                         with it; see {}",
+                        st.map_or_else(|e| e.to_string(), |s| s.to_string()),
+                        w.log.display()
+                    ),
+                );
+                return Ok(agentsh_proto::exit::REFUSED);
             }
             say(&format!(
                 "`agentsh server` exited ({}); its command and every shell below it are \
@@ -366,11 +519,39 @@ pub fn run(ep: Entrypoint) -> i32 {
             std::thread::sleep(RESTART_PAUSE);
             cur = match launch(&ep) {
                 Ok(s) => s,
-                Err(code) => return code.max(1),
+                Err(why) => {
+                    say(&why);
+                    return Ok(1);
+                }
             };
         }
     }
 }
+
+/// The next signal of `set` (blocked), and whether the kernel sent it on
+/// behalf of a terminal (`SI_KERNEL`: ^C, ^\\, a hangup) rather than a
+/// process (`kill`).
+fn wait_signal(set: &SigSet) -> Result<(Signal, bool), String> {
+    loop {
+        // SAFETY: zeroed siginfo_t is a valid out-parameter.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid signal set and out-pointer.
+        let n = unsafe { libc::sigwaitinfo(set.as_ref(), &mut info) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e.to_string());
+        }
+        let sig = Signal::try_from(n).map_err(|e| e.to_string())?;
+        return Ok((sig, info.si_code == libc::SI_KERNEL));
+    }
+}
+
+/// Where wrap's server finds the command's stdin (stdout, stderr: the next
+/// two).
+const COMMAND_STDIO: i32 = 4;
 
 /// The pid of a child that has exited, left unreaped (`WNOWAIT`).
 fn peek_exited() -> Option<i32> {

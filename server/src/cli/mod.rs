@@ -10,6 +10,7 @@ pub mod approvals;
 pub mod client;
 mod events;
 pub mod lifecycle;
+pub(crate) mod wrap;
 
 use crate::config::{CONFIG_HELP, EMBEDDED_CONFIG};
 use crate::installer::{self, ShimCommand};
@@ -45,6 +46,16 @@ enum Command {
         /// Where `agentsh entrypoint` reads what became of CMD (internal).
         #[arg(long, hide = true, value_name = "FD")]
         report_fd: Option<i32>,
+        /// A session to make at start besides `default` (internal: `agentsh wrap`).
+        #[arg(long, hide = true, value_name = "ID")]
+        session: Option<String>,
+        /// The process group CMD joins (internal: `agentsh wrap`).
+        #[arg(long, hide = true, value_name = "PGID")]
+        command_pgid: Option<i32>,
+        /// CMD's stdin is this fd, its stdout and stderr the next two
+        /// (internal: `agentsh wrap`, whose terminal they are).
+        #[arg(long, hide = true, value_name = "FD")]
+        command_stdio: Option<i32>,
         /// A command to run below the server once it is ready (the SDK's
         /// daemon), so that every shell it starts descends from the server:
         /// what a server without CAP_SYS_PTRACE needs under Yama ptrace_scope 1
@@ -64,6 +75,9 @@ enum Command {
         /// The soft open-file limit to give CMD.
         #[arg(long)]
         nofile_soft: Option<u64>,
+        /// The process group CMD joins (`agentsh wrap`).
+        #[arg(long)]
+        join_pgid: Option<i32>,
         #[arg(last = true, required = true)]
         command: Vec<std::ffi::OsString>,
     },
@@ -145,6 +159,59 @@ enum Command {
         #[arg(long, default_value_t = 10.0, value_name = "SECS")]
         ready_timeout: f64,
         /// The command to run once the server is ready, with its arguments.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<std::ffi::OsString>,
+    },
+    /// Run an AI coding agent (or any command) under agentsh's supervision on
+    /// a developer's machine, without replacing /bin/sh and without root.
+    ///
+    /// Every exec of CMD's tree, at any depth, is judged by the policy
+    /// (agent-default unless --policy), audited, and may wait for an operator
+    /// (`agentsh approvals list|approve|deny --session ID` from another
+    /// terminal); Landlock limits its files and ports, egress its
+    /// destinations. Standalone (no server at /run/agentsh/api.sock, or
+    /// --standalone): wrap runs a server of its own, as you, an ancestor of the
+    /// whole tree; its files: $XDG_RUNTIME_DIR/agentsh/ID.sock (approvals),
+    /// $XDG_STATE_HOME/agentsh/ID.jsonl (audit), ID.log (the server's log).
+    /// With --server unix:/PATH: that server's policy, approvals and audit.
+    ///
+    /// Exit: CMD's status (128+N when it dies of signal N); 126 when
+    /// supervision cannot be installed (CMD did not run; --allow-unsupervised
+    /// runs it without, said on stderr and in the audit); 127 when CMD is not
+    /// found; 2 for usage errors (and a policy with errors). Inside a
+    /// supervised tree wrap refuses (126): the tree is supervised already.
+    #[command(verbatim_doc_comment)]
+    Wrap {
+        /// Policy: a shipped name (agent-default, agent-strict, agent-observe), a
+        /// name under the policies directory, or a file.
+        #[arg(long, value_name = "NAME|FILE")]
+        policy: Option<String>,
+        /// The session id [default: wrap-<time>-<pid>].
+        #[arg(long, value_name = "ID")]
+        session: Option<String>,
+        /// The agent's workspace (${WORKSPACE} in file rules) [default: the current directory].
+        #[arg(long, value_name = "DIR")]
+        workspace: Option<PathBuf>,
+        /// Use this server (unix:/PATH, a root server) instead of one of wrap's own.
+        #[arg(long, value_name = "unix:/PATH", conflicts_with = "standalone")]
+        server: Option<String>,
+        /// Run a server of wrap's own even if one answers at /run/agentsh/api.sock.
+        #[arg(long)]
+        standalone: bool,
+        /// The audit file of wrap's own server [default: $XDG_STATE_HOME/agentsh/ID.jsonl].
+        #[arg(long, value_name = "FILE")]
+        audit: Option<PathBuf>,
+        /// If supervision cannot be installed, run CMD anyway, without it (said
+        /// on stderr and in the audit). Without this, wrap exits 126 instead.
+        #[arg(long)]
+        allow_unsupervised: bool,
+        /// No start line and no session report on stderr.
+        #[arg(long)]
+        quiet: bool,
+        /// Internal: CMD below wrap's own server.
+        #[arg(long, hide = true)]
+        own_server: bool,
+        /// The command and its arguments.
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<std::ffi::OsString>,
     },
@@ -375,6 +442,9 @@ pub fn main() -> ExitCode {
         Command::Server {
             config,
             report_fd,
+            session,
+            command_pgid,
+            command_stdio,
             command,
             ..
         } => {
@@ -383,14 +453,18 @@ pub fn main() -> ExitCode {
                 config_file: config,
                 command,
                 report_fd,
+                session,
+                command_pgid,
+                command_stdio,
             })
         }
         Command::Reaper {
             server,
             nofile_soft,
+            join_pgid,
             command,
         } => {
-            let code = crate::daemon::reaper::run(server, nofile_soft, &command);
+            let code = crate::daemon::reaper::run(server, nofile_soft, join_pgid, &command);
             return ExitCode::from(code.clamp(0, 255) as u8);
         }
         Command::Policy {
@@ -480,6 +554,33 @@ pub fn main() -> ExitCode {
             let code = lifecycle::run(lifecycle::Entrypoint {
                 config,
                 ready_timeout,
+                command,
+                wrap: None,
+            });
+            return ExitCode::from(code.clamp(0, 255) as u8);
+        }
+        Command::Wrap {
+            policy,
+            session,
+            workspace,
+            server,
+            standalone,
+            audit,
+            allow_unsupervised,
+            quiet,
+            own_server,
+            command,
+        } => {
+            let code = wrap::run(wrap::Wrap {
+                policy,
+                session,
+                workspace,
+                server,
+                standalone,
+                audit,
+                allow_unsupervised,
+                quiet,
+                own_server,
                 command,
             });
             return ExitCode::from(code.clamp(0, 255) as u8);

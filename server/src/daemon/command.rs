@@ -131,6 +131,24 @@ pub struct Spawn {
     /// The soft open-file limit the server started with (the server raises
     /// its own; the command gets the usual one back).
     pub nofile_soft: Option<u64>,
+    /// The process group the command joins (`agentsh wrap`).
+    pub pgid: Option<i32>,
+    /// The command's stdin, stdout and stderr when not the server's.
+    pub stdio: Option<[OwnedFd; 3]>,
+}
+
+/// Takes fds `first`, `first + 1`, `first + 2` (given by `agentsh wrap`) as
+/// the command's stdio; not inherited by anything else the server starts.
+pub fn take_stdio(first: Option<i32>) -> Option<[OwnedFd; 3]> {
+    let first = first.filter(|&f| f > 2)?;
+    let take = |f: i32| {
+        // SAFETY: wrap passed us these fds to own; nothing else in this
+        // process uses their numbers.
+        unsafe { libc::fcntl(f, libc::F_SETFD, libc::FD_CLOEXEC) };
+        // SAFETY: as above.
+        unsafe { OwnedFd::from_raw_fd(f) }
+    };
+    Some([take(first), take(first + 1), take(first + 2)])
 }
 
 /// Starts the command below the reaper, on a thread that waits for it and
@@ -166,7 +184,25 @@ fn run_below_reaper(spawn: &Spawn, report: &Report) -> i32 {
     if let Some(n) = spawn.nofile_soft {
         cmd.arg("--nofile-soft").arg(n.to_string());
     }
+    if let Some(g) = spawn.pgid {
+        cmd.arg("--join-pgid").arg(g.to_string());
+    }
     cmd.arg("--").args(&spawn.command);
+    if let Some([i, o, e]) = &spawn.stdio {
+        let copy = |f: &OwnedFd| f.try_clone().map(std::process::Stdio::from);
+        match (copy(i), copy(o), copy(e)) {
+            (Ok(i), Ok(o), Ok(e)) => {
+                cmd.stdin(i).stdout(o).stderr(e);
+            }
+            _ => {
+                tracing::error!(
+                    "cannot hand the command its terminal: {}",
+                    std::io::Error::last_os_error()
+                );
+                return agentsh_proto::exit::REFUSED;
+            }
+        }
+    }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {

@@ -38,6 +38,14 @@ pub struct Start {
     pub command: Vec<OsString>,
     /// Where `agentsh entrypoint` reads what became of the command.
     pub report_fd: Option<i32>,
+    /// A session made at start besides `default` (`agentsh wrap --session`).
+    pub session: Option<String>,
+    /// The process group the command joins (`agentsh wrap`: the terminal's
+    /// foreground group it was started in, which the server has left).
+    pub command_pgid: Option<i32>,
+    /// The command's stdin is this fd, its stdout and stderr the next two
+    /// (`agentsh wrap`: its terminal; the server's own are its log).
+    pub command_stdio: Option<i32>,
 }
 
 /// Runs the server; returns only on a start-up error.
@@ -53,8 +61,12 @@ pub fn run(start: Start) -> Result<(), String> {
         config_file,
         command,
         report_fd,
+        session: extra_session,
+        command_pgid,
+        command_stdio,
     } = start;
     let report = command::Report::from_fd(report_fd);
+    let command_stdio = command::take_stdio(command_stdio);
     signals::block_all()?;
     let nofile_soft = raise_fd_limit();
     if let Some(path) = config_file.as_deref() {
@@ -174,9 +186,14 @@ pub fn run(start: Start) -> Result<(), String> {
     )
     .map_err(|e| format!("policy {:?}: {e}", config.policy))?;
     let run_dir = config.run_dir();
-    rundir::prepare(&run_dir)?;
+    // A standalone `agentsh wrap`'s server (it makes the wrap's session):
+    // its run directory is its user's alone.
+    let private = extra_session.is_some() && command_stdio.is_some();
+    rundir::prepare(&run_dir, private)?;
     rundir::clear_stale_socket(&config.server.socket)?;
-    rundir::make_fixed_marker_dir();
+    if !private {
+        rundir::make_fixed_marker_dir();
+    }
     let daemon_sockets = crate::policy::daemon_sockets::HiddenCache::default();
     warm_caches(&landlock, &daemon_sockets, &policy, &run_dir);
     let trees = Arc::new(Trees::new());
@@ -221,7 +238,8 @@ pub fn run(start: Start) -> Result<(), String> {
         // The first wrap-init's threads, made now: a blocking-pool thread
         // and (its stack cached by libc when it ends) a tree's.
         let _ = tokio::task::spawn_blocking(warm_tree_thread).await;
-        rundir::write_marker(&run_dir)?;
+        // Not a wrap's: the machine's shims are not its business.
+        rundir::write_marker(&run_dir, !private)?;
         rundir::ingest_unsupervised(&run_dir, &audit);
         signals::spawn_waiter(trees.clone(), config.server.socket.clone(), audit.clone());
         if !command.is_empty() && gate.get() == command::Readiness::Ready {
@@ -231,6 +249,8 @@ pub fn run(start: Start) -> Result<(), String> {
                 command::Spawn {
                     command,
                     nofile_soft,
+                    pgid: command_pgid,
+                    stdio: command_stdio,
                 },
                 report,
                 move || {
@@ -253,6 +273,11 @@ pub fn run(start: Start) -> Result<(), String> {
             sessions: {
                 let s = Sessions::default();
                 let _ = s.get_or_create("default");
+                if let Some(id) = &extra_session {
+                    if s.get_or_create(id).is_none() {
+                        tracing::warn!("session {id:?} cannot be made (not a valid session id)");
+                    }
+                }
                 s
             },
             audit,
@@ -479,7 +504,7 @@ fn start_dns(
         l.split_whitespace().collect::<Vec<_>>() == ["nameserver", &addr.ip().to_string()]
     });
     tracing::info!(
-        stub = %addr,
+        stub = %stub.addr,
         upstream = ?upstream,
         "egress dns stub listening; {}",
         if names_stub {

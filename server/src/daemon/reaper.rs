@@ -36,7 +36,12 @@ fn say(msg: &str) {
 
 /// Runs `command` below this process; returns the exit code for it.
 /// `server` is the pid of the server that started us (our parent).
-pub fn run(server: u32, nofile_soft: Option<u64>, command: &[OsString]) -> i32 {
+pub fn run(
+    server: u32,
+    nofile_soft: Option<u64>,
+    join_pgid: Option<i32>,
+    command: &[OsString],
+) -> i32 {
     let Some((program, args)) = command.split_first() else {
         say("no command given");
         return 2;
@@ -69,10 +74,18 @@ pub fn run(server: u32, nofile_soft: Option<u64>, command: &[OsString]) -> i32 {
     }
     let mut cmd = Command::new(program);
     cmd.args(args);
-    // SAFETY: between fork and exec the closure only calls setrlimit and
-    // pthread_sigmask (async-signal-safe) and allocates nothing.
+    // SAFETY: between fork and exec the closure only calls setrlimit,
+    // setpgid and pthread_sigmask (async-signal-safe) and allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
+            // `agentsh wrap`: back into the terminal's foreground group the
+            // server left, so the terminal's ^C and ^Z reach the command
+            // and not the server.
+            if let Some(g) = join_pgid {
+                if libc::setpgid(0, g) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
             if let Some(soft) = nofile_soft {
                 let mut lim = libc::rlimit {
                     rlim_cur: 0,

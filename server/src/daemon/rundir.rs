@@ -19,11 +19,14 @@ use crate::audit::{AuditLog, EventBody, UnsupervisedEvent};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 
-/// Creates (0755) or checks the run directory.
+/// Creates (0755) or checks the run directory. `private` (a standalone
+/// `agentsh wrap`'s server, whose shims are its own user's): 0700, and no
+/// warning that root's shims will not trust it.
 ///
 /// # Errors
 /// What is wrong with it, and what to do.
-pub fn prepare(dir: &Path) -> Result<(), String> {
+pub fn prepare(dir: &Path, private: bool) -> Result<(), String> {
+    let want = if private { 0o700 } else { 0o755 };
     match std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o755)
@@ -52,13 +55,13 @@ pub fn prepare(dir: &Path) -> Result<(), String> {
             m.mode() & 0o7777
         ));
     }
-    if m.mode() & 0o7777 != 0o755 {
+    if m.mode() & 0o7777 != want {
         // Whatever the umask or an earlier run left: every shim must reach
         // the API socket by name, and nobody else may write here.
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
-            .map_err(|e| format!("cannot set the mode of {} to 0755: {e}", dir.display()))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(want))
+            .map_err(|e| format!("cannot set the mode of {} to {want:o}: {e}", dir.display()))?;
     }
-    if me != 0 {
+    if me != 0 && !private {
         tracing::warn!(
             "the server runs as uid {me}: shims accept only a server running as root, so \
              every supervised shell will be refused"
@@ -110,14 +113,14 @@ pub fn open_socket_mode(path: &Path) -> Result<(), String> {
 /// # Errors
 /// It cannot be written (the server must not start without it: a crash
 /// later would otherwise let `auto` fall open).
-pub fn write_marker(dir: &Path) -> Result<(), String> {
+pub fn write_marker(dir: &Path, fixed_too: bool) -> Result<(), String> {
     let path = dir.join(agentsh_proto::active::MARKER);
     let life = agentsh_proto::active::write(&path)
         .map_err(|e| format!("cannot write the marker {}: {e}", path.display()))?;
     tracing::info!(marker = %path.display(), %life, "marked agentsh active for this container's life");
     // Also where every shim looks whatever its shim.conf says.
     let fixed = Path::new(agentsh_proto::active::FIXED_MARKER);
-    if fixed != path {
+    if fixed_too && fixed != path {
         make_fixed_marker_dir();
         match agentsh_proto::active::write(fixed) {
             Ok(_) => {
@@ -232,10 +235,10 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("agentsh-rundir-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let e = prepare(&dir).unwrap_err();
+        let e = prepare(&dir, false).unwrap_err();
         assert!(e.contains("not writable by group or others"), "{e}");
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-        assert!(prepare(&dir).is_ok());
+        assert!(prepare(&dir, false).is_ok());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -44,18 +44,35 @@ pub struct Stub {
     in_flight: AtomicUsize,
 }
 
+/// A UDP socket and a TCP listener on the same address (`addr`, or with
+/// port 0 one port both can have).
+fn listen(addr: SocketAddr) -> Result<(UdpSocket, TcpListener, SocketAddr), String> {
+    let mut last = String::new();
+    for _ in 0..if addr.port() == 0 { 50 } else { 1 } {
+        let udp = UdpSocket::bind(addr)
+            .map_err(|e| format!("cannot listen on udp {addr} (egress.stub): {e}"))?;
+        let at = udp
+            .local_addr()
+            .map_err(|e| format!("the stub's udp address: {e}"))?;
+        match TcpListener::bind(at) {
+            Ok(tcp) => return Ok((udp, tcp, at)),
+            Err(e) => last = format!("cannot listen on tcp {at} (egress.stub): {e}"),
+        }
+    }
+    Err(last)
+}
+
 impl Stub {
-    /// Listens on `addr` and serves on threads of its own.
+    /// Listens on `addr` and serves on threads of its own. Port 0: a port
+    /// free for both UDP and TCP, chosen here (`agentsh wrap`, whose user
+    /// cannot bind 53 and may run several at once).
     pub fn start(
         addr: SocketAddr,
         upstream: Vec<SocketAddr>,
         egress: Egress,
         audit: Arc<AuditLog>,
     ) -> Result<Arc<Stub>, String> {
-        let udp = UdpSocket::bind(addr)
-            .map_err(|e| format!("cannot listen on udp {addr} (egress.stub): {e}"))?;
-        let tcp = TcpListener::bind(addr)
-            .map_err(|e| format!("cannot listen on tcp {addr} (egress.stub): {e}"))?;
+        let (udp, tcp, addr) = listen(addr)?;
         let stub = Arc::new(Stub {
             addr,
             book: Book::default(),

@@ -37,8 +37,10 @@
 //! backend without `pidfd_getfd`, a socket bound before a replaced
 //! connect), memory that cannot be read, a message layout this does not
 //! handle (control messages of a 32-bit caller): refused with EACCES and
-//! audited with the reason.
-//! Never a CONTINUE for an inet destination. More than [`BLOCKING_MAX`]
+//! audited with the reason (`egress_unenforceable`, naming the destination
+//! the caller's memory held). Never a CONTINUE for an inet destination,
+//! unless the operator chose `egress.compat: allow_unjudged`: then a call
+//! that cannot be judged runs as made, audited `rule: allow_unjudged`. More than [`BLOCKING_MAX`]
 //! blocking calls of one tree at once: EAGAIN (logged), so a tree cannot
 //! spend the server's threads.
 

@@ -15,6 +15,10 @@
 //!   capability the kernel refuses them anyway, with the same EPERM. Only the
 //!   native ABI is filtered (the emulation runs native programs).
 //! * `no-sys-admin`: every capability but `CAP_SYS_ADMIN`, no filter.
+//! * `no-supervision`: a platform whose seccomp profile leaves agentsh no
+//!   way in: `seccomp(2)` with `SECCOMP_FILTER_FLAG_NEW_LISTENER` fails with
+//!   EINVAL (as gVisor's does) and `ptrace(2)` with EPERM (so no
+//!   `SECCOMP_RET_TRACE` tracer either); every capability is kept.
 //!
 //! `--descendants-only` emulates a host whose Yama `ptrace_scope` is 1
 //! (Ubuntu's and Debian's default; this project's test machines run kernels
@@ -127,6 +131,57 @@ fn load_docker_filter() {
     // SAFETY: a valid program for the call; we hold CAP_SYS_ADMIN, so no
     // no_new_privs is needed (runc's order).
     let rc = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            0,
+            &fprog as *const libc::sock_fprog,
+        )
+    };
+    if rc != 0 {
+        die(&format!("cannot load the seccomp filter: {}", last_error()));
+    }
+}
+
+/// Loads the `no-supervision` filter (native ABI): `ptrace` EPERM,
+/// `seccomp` with the NEW_LISTENER flag EINVAL. Sets no_new_privs first
+/// (as an unprivileged caller must), which changes nothing agentsh checks.
+fn load_no_supervision_filter() {
+    const NEW_LISTENER: u32 = 1 << 3;
+    let mut prog = vec![
+        stmt(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 4),
+        // Jumps count from the next instruction: 7 and 9 allow, 8 is
+        // EINVAL, 10 EPERM.
+        jeq(NATIVE_ARCH, 0, 5),
+        stmt(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 0),
+        jeq(libc::SYS_ptrace as u32, 6, 0),
+        jeq(libc::SYS_seccomp as u32, 0, 2),
+        // args[1] (flags), its low word.
+        stmt(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 24),
+        libc::sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16,
+            jt: 1,
+            jf: 0,
+            k: NEW_LISTENER,
+        },
+        stmt(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ALLOW),
+        stmt(
+            libc::BPF_RET | libc::BPF_K,
+            libc::SECCOMP_RET_ERRNO | libc::EINVAL as u32,
+        ),
+        stmt(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ALLOW),
+        stmt(
+            libc::BPF_RET | libc::BPF_K,
+            libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
+        ),
+    ];
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_mut_ptr(),
+    };
+    // SAFETY: prctl with integers; a valid program for seccomp.
+    let rc = unsafe {
+        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
         libc::syscall(
             libc::SYS_seccomp,
             libc::SECCOMP_SET_MODE_FILTER,
@@ -303,7 +358,7 @@ fn main() {
                 i += 1;
                 break;
             }
-            _ => die("usage: agentsh-container --profile docker-default|no-sys-admin [--descendants-only] [--cgroup DIR] -- CMD [ARGS...]"),
+            _ => die("usage: agentsh-container --profile docker-default|no-sys-admin|no-supervision [--descendants-only] [--cgroup DIR] -- CMD [ARGS...]"),
         }
     }
     let command = &args[i..];
@@ -322,6 +377,7 @@ fn main() {
             keep_caps(DOCKER_DEFAULT_CAPS.iter().fold(0, |m, (c, _)| m | 1 << c));
         }
         Some("no-sys-admin") => keep_caps(!(1u64 << CAP_SYS_ADMIN)),
+        Some("no-supervision") => load_no_supervision_filter(),
         other => die(&format!("unknown profile {other:?}")),
     }
     let argv: Vec<CString> = command

@@ -8,7 +8,8 @@
 //!
 //! With `"pty":true` the command gets a new session on a pty whose master
 //! is typed `stdin`, with waits for the terminal's state in it (never for a
-//! time): `\x01NAME\x02` waits until a job running NAME holds the
+//! time): `\x01NAME\x02` waits until a job running NAME (its leader or
+//! another process of its group) holds the
 //! terminal's foreground and is asleep in it (before a ^C or ^Z meant for
 //! it, as a person would type it at a running command); a bare `\x01`
 //! waits until the shell holds it again (the job ended or stopped).
@@ -194,9 +195,7 @@ fn run_pty(
                 let part = if i == 0 {
                     part
                 } else if let Some((name, rest)) = part.split_once('\x02') {
-                    wait_foreground(&w, |pg| {
-                        pg != shell && comm(pg) == name && state(pg) == Some('S')
-                    });
+                    wait_foreground(&w, |pg| pg != shell && runs_in(pg, name));
                     rest
                 } else {
                     wait_foreground(&w, |pg| pg == shell);
@@ -234,6 +233,33 @@ fn wait_foreground(master: &std::fs::File, ok: impl Fn(libc::pid_t) -> bool) {
         }
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
+}
+
+/// Whether a process of group `pg` runs `name` asleep in a system call
+/// (the group's leader, or another member: `agentsh wrap`'s command joins
+/// the group wrap leads).
+fn runs_in(pg: libc::pid_t, name: &str) -> bool {
+    let asleep = |p: libc::pid_t| comm(p) == name && state(p) == Some('S');
+    if asleep(pg) {
+        return true;
+    }
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<libc::pid_t>().ok())
+        .any(|p| pgrp(p) == Some(pg) && asleep(p))
+}
+
+/// The process group of `pid`.
+fn pgrp(pid: libc::pid_t) -> Option<libc::pid_t> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?
+        .1
+        .split_whitespace()
+        .nth(2)?
+        .parse()
+        .ok()
 }
 
 /// The state letter of process `pid` (`S`: asleep in a system call, as a

@@ -1,0 +1,672 @@
+//! `agentsh wrap -- CMD` (issue 25), standalone, on the real kernel, as an
+//! ordinary user (nobody) and as root: no `/bin/sh` replaced, no server
+//! started by anyone but wrap itself.
+//!
+//! * A fake agent (python) runs `sh -c "curl --version"` from 8 threads and
+//!   `git status`: each curl exits 126, audited with its rule and depth; git
+//!   runs; wrap exits with the agent's status (and 128+N for a signal).
+//! * The tree cannot stop its supervisor although they share a uid: `kill
+//!   -9` and `kill -STOP` of the server and of its parent, `ptrace` attach,
+//!   a write to the audit file and a connection to the approval socket each
+//!   fail; the supervisor killed from outside, the next exec fails and wrap
+//!   exits 126 with the reason.
+//! * The agent keeps wrap's stdin, stdout and stderr (the server's own go to
+//!   its log); wrap run inside a supervised tree refuses (126).
+
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+use agentsh_tests::server::{bin, require_root};
+use serde_json::Value;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const NOBODY: u32 = 65534;
+
+/// A home and a workspace of their own for one test, owned by `uid`.
+struct Place {
+    root: PathBuf,
+    uid: Option<u32>,
+}
+
+impl Place {
+    fn new(name: &str, uid: Option<u32>) -> Place {
+        let root = Path::new(agentsh_tests::sandbox::SERVER_BASE)
+            .join(format!("wrap-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for d in ["home", "ws"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        for d in [root.join("home"), root.join("ws")] {
+            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+            if let Some(u) = uid {
+                std::os::unix::fs::chown(&d, Some(u), Some(u)).unwrap();
+            }
+        }
+        Place { root, uid }
+    }
+
+    fn home(&self) -> PathBuf {
+        self.root.join("home")
+    }
+
+    fn ws(&self) -> PathBuf {
+        self.root.join("ws")
+    }
+
+    fn audit(&self, session: &str) -> PathBuf {
+        self.home()
+            .join(format!(".local/state/agentsh/{session}.jsonl"))
+    }
+
+    fn log(&self, session: &str) -> String {
+        std::fs::read_to_string(
+            self.home()
+                .join(format!(".local/state/agentsh/{session}.log")),
+        )
+        .unwrap_or_default()
+    }
+
+    fn events(&self, session: &str) -> Vec<Value> {
+        std::fs::read_to_string(self.audit(session))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// `agentsh wrap --session S ARGS -- CMD` as the place's user, from its
+    /// workspace, with only a minimal environment.
+    fn wrap(&self, session: &str, args: &[&str], cmd: &[&str]) -> Command {
+        let mut c = match self.uid {
+            Some(u) => {
+                let mut c = Command::new("setpriv");
+                c.arg(format!("--reuid={u}"))
+                    .arg(format!("--regid={u}"))
+                    .args(["--clear-groups", "--"])
+                    .arg(bin("agentsh"));
+                c
+            }
+            None => Command::new(bin("agentsh")),
+        };
+        c.arg("wrap")
+            .args(["--session", session])
+            .args(args)
+            .arg("--")
+            .args(cmd)
+            .current_dir(self.ws())
+            .env_clear()
+            .env("HOME", self.home())
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("LANG", "C.UTF-8");
+        c
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+fn run(mut c: Command, limit: Duration) -> Output {
+    let child = c
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(o) => o.unwrap(),
+        Err(_) => {
+            // SAFETY: kill with integers.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            panic!("agentsh wrap did not finish within {limit:?}");
+        }
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+const AGENT: &str = r#"
+import subprocess, sys, threading
+codes = []
+def one():
+    r = subprocess.run(["sh", "-c", "curl --version >/dev/null 2>&1; echo $?"], capture_output=True, text=True)
+    codes.append(r.stdout.strip())
+ts = [threading.Thread(target=one) for _ in range(8)]
+for t in ts: t.start()
+for t in ts: t.join()
+print("curls", " ".join(sorted(codes)))
+g = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True)
+print("git", g.returncode)
+sys.exit(7)
+"#;
+
+fn agent_runs_supervised(uid: Option<u32>) {
+    let p = Place::new("agent", uid);
+    std::fs::write(p.ws().join("agent.py"), AGENT).unwrap();
+    let git = Command::new("git")
+        .args(["init", "-q"])
+        .arg(p.ws())
+        .status()
+        .unwrap();
+    assert!(git.success());
+    if let Some(u) = uid {
+        Command::new("chown")
+            .args(["-R", &format!("{u}:{u}")])
+            .arg(p.ws())
+            .status()
+            .unwrap();
+    }
+    let o = run(
+        p.wrap("agent", &[], &["python3", "agent.py"]),
+        Duration::from_secs(300),
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(7), "{}\n{}", text(&o), p.log("agent"));
+    assert!(
+        out.contains(&format!("curls {}", ["126"; 8].join(" "))),
+        "{}",
+        text(&o)
+    );
+    assert!(out.contains("git 0"), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("session agent ended:") && err.contains("agent.jsonl"),
+        "the session report: {}",
+        text(&o)
+    );
+    let events = p.events("agent");
+    let curls: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "execve" && e["argv"][0] == "curl")
+        .collect();
+    assert!(curls.len() >= 8, "{curls:?}");
+    assert!(
+        curls
+            .iter()
+            .all(|e| e["rule"] == "deny-nested-network-tools"
+                && e["decision"] == "deny"
+                && e["depth"] == 2
+                && e["session_id"] == "agent"),
+        "{curls:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "execve" && e["argv"][0] == "git" && e["decision"] == "allow"),
+        "git's exec is audited"
+    );
+    // The agent itself is the tree's first exec (depth 0).
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "execve" && e["argv"][0] == "python3" && e["depth"] == 0),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn wrap_supervises_an_agents_tree_as_an_ordinary_user() {
+    if !require_root("wrap_supervises_an_agents_tree_as_an_ordinary_user") {
+        return;
+    }
+    agent_runs_supervised(Some(NOBODY));
+}
+
+#[test]
+fn wrap_supervises_an_agents_tree_as_root() {
+    if !require_root("wrap_supervises_an_agents_tree_as_root") {
+        return;
+    }
+    agent_runs_supervised(None);
+}
+
+/// What the tree tries against its own supervisor, which runs as the same
+/// user. Each line: `NAME RESULT`; `RESULT` is `refused` or what happened.
+const ATTACKS: &str = r#"
+import ctypes, os, signal, socket, subprocess, sys
+server = int(sys.argv[1]); audit = sys.argv[2]; sock = sys.argv[3]
+def attempt(name, f):
+    try:
+        f()
+        print(name, "done")
+    except OSError as e:
+        print(name, "refused", e.errno)
+attempt("kill-9-server", lambda: os.kill(server, signal.SIGKILL))
+attempt("stop-server", lambda: os.kill(server, signal.SIGSTOP))
+attempt("kill-9-parent", lambda: os.kill(os.getppid(), signal.SIGKILL))
+attempt("write-audit", lambda: open(audit, "a").write("{}\n"))
+def connect():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect(sock)
+attempt("connect-api", connect)
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+def ptrace():
+    if libc.ptrace(16, server, None, None) != 0:
+        raise OSError(ctypes.get_errno(), "ptrace")
+attempt("ptrace-server", ptrace)
+r = subprocess.run(["sh", "-c", "echo still-supervised; curl --version >/dev/null 2>&1; echo curl=$?"], capture_output=True, text=True)
+print(r.stdout.replace("\n", " "))
+"#;
+
+/// The server of a running wrap: its pid, found as a child of wrap.
+fn server_of(wrap_pid: u32) -> Option<u32> {
+    let children =
+        std::fs::read_to_string(format!("/proc/{wrap_pid}/task/{wrap_pid}/children")).ok()?;
+    children
+        .split_whitespace()
+        .filter_map(|c| c.parse().ok())
+        .find(|c: &u32| {
+            std::fs::read(format!("/proc/{c}/cmdline"))
+                .is_ok_and(|cl| cl.split(|b| *b == 0).any(|a| a == b"server"))
+        })
+}
+
+fn tree_cannot_reach(uid: Option<u32>) {
+    let p = Place::new("attacks", uid);
+    std::fs::write(p.ws().join("attacks.py"), ATTACKS).unwrap();
+    // The tree waits for its arguments on a fifo: the server's pid is known
+    // only once wrap has started it.
+    let fifo = p.ws().join("args");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0);
+    if let Some(u) = uid {
+        std::os::unix::fs::chown(&fifo, Some(u), Some(u)).unwrap();
+        std::os::unix::fs::chown(p.ws().join("attacks.py"), Some(u), Some(u)).unwrap();
+    }
+    let mut cmd = p.wrap(
+        "attacks",
+        &[],
+        &["sh", "-c", "exec python3 attacks.py $(cat args)"],
+    );
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let wrap_pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let server = loop {
+        if let Some(s) = server_of(wrap_pid) {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "no server below wrap");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let sock = std::fs::read_to_string(format!("/proc/{server}/cmdline"))
+        .unwrap()
+        .split('\0')
+        .skip_while(|a| *a != "--config")
+        .nth(1)
+        .map(|c| std::fs::read_to_string(c).unwrap())
+        .and_then(|cfg| {
+            cfg.lines()
+                .find(|l| l.trim_start().starts_with("socket:"))
+                .map(|l| {
+                    l.split_once(':')
+                        .unwrap()
+                        .1
+                        .trim()
+                        .trim_matches('"')
+                        .to_string()
+                })
+        })
+        .unwrap();
+    std::fs::write(
+        &fifo,
+        format!("{server} {} {sock}\n", p.audit("attacks").display()),
+    )
+    .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let o = rx.recv_timeout(Duration::from_secs(120)).unwrap().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    for name in [
+        "kill-9-server",
+        "stop-server",
+        "kill-9-parent",
+        "write-audit",
+        "connect-api",
+        "ptrace-server",
+    ] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} missing: {}", text(&o)));
+        assert!(
+            line.starts_with(&format!("{name} refused")),
+            "{line}\n{}",
+            text(&o)
+        );
+    }
+    assert!(
+        out.contains("still-supervised curl=126"),
+        "{}\n{}",
+        text(&o),
+        p.log("attacks")
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
+
+#[test]
+fn the_tree_cannot_stop_or_reach_its_supervisor_as_an_ordinary_user() {
+    if !require_root("the_tree_cannot_stop_or_reach_its_supervisor_as_an_ordinary_user") {
+        return;
+    }
+    tree_cannot_reach(Some(NOBODY));
+}
+
+#[test]
+fn the_tree_cannot_stop_or_reach_its_supervisor_as_root() {
+    if !require_root("the_tree_cannot_stop_or_reach_its_supervisor_as_root") {
+        return;
+    }
+    tree_cannot_reach(None);
+}
+
+/// The supervisor killed from outside: the tree's next exec fails, and wrap
+/// exits 126 saying why. A signal death passes through as 128+N.
+#[test]
+fn a_killed_supervisor_ends_the_tree_and_wrap_says_so() {
+    if !require_root("a_killed_supervisor_ends_the_tree_and_wrap_says_so") {
+        return;
+    }
+    let p = Place::new("killed", Some(NOBODY));
+    let marker = p.ws().join("ran-after");
+    let script = format!("read _; /bin/true; touch {}", marker.display());
+    let mut cmd = p.wrap("killed", &[], &["sh", "-c", &script]);
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let wrap_pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let server = loop {
+        if let Some(s) = server_of(wrap_pid) {
+            // Started: wait for the tree to be under way (its wrap_init).
+            if p.events("killed").iter().any(|e| e["type"] == "wrap_init") {
+                break s;
+            }
+        }
+        assert!(Instant::now() < deadline, "no supervised tree below wrap");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // SAFETY: kill with integers.
+    unsafe { libc::kill(server as i32, libc::SIGKILL) };
+    // Let the tree go on to its next exec.
+    drop(child.stdin.take());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let o = rx.recv_timeout(Duration::from_secs(120)).unwrap().unwrap();
+    assert_eq!(o.status.code(), Some(126), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("the supervisor (agentsh server) died"),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        !marker.exists(),
+        "the tree ran on after its supervisor died"
+    );
+
+    // A death by signal: 128+N.
+    let o = run(
+        p.wrap("signal", &["--quiet"], &["sh", "-c", "kill -TERM $$"]),
+        Duration::from_secs(120),
+    );
+    assert_eq!(o.status.code(), Some(128 + libc::SIGTERM), "{}", text(&o));
+}
+
+/// Usage errors and refusals: no CMD (2), CMD not found (127), a policy
+/// with errors (2, naming the line), wrap inside a supervised tree (126).
+#[test]
+fn wrap_says_what_is_wrong_and_runs_nothing() {
+    if !require_root("wrap_says_what_is_wrong_and_runs_nothing") {
+        return;
+    }
+    let p = Place::new("usage", Some(NOBODY));
+    let o = run(p.wrap("u1", &[], &[]), Duration::from_secs(60));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let o = run(
+        p.wrap("u2", &[], &["no-such-program-here"]),
+        Duration::from_secs(60),
+    );
+    assert_eq!(o.status.code(), Some(127), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no-such-program-here: command not found"),
+        "{}",
+        text(&o)
+    );
+    let bad = p.ws().join("bad.yaml");
+    std::fs::write(&bad, "name: bad\ndefault: maybe\n").unwrap();
+    std::fs::set_permissions(&bad, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let o = run(
+        p.wrap("u3", &["--policy", bad.to_str().unwrap()], &["true"]),
+        Duration::from_secs(60),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("bad.yaml"),
+        "{}",
+        text(&o)
+    );
+    // Inside a supervised tree: refused, not nested (agent-observe: its
+    // policy lets the agentsh CLI run, so the refusal is wrap's own).
+    let o = run(
+        p.wrap(
+            "u4",
+            &["--quiet", "--policy", "agent-observe"],
+            &[
+                "sh",
+                "-c",
+                &format!("{} wrap -- true; echo nested=$?", bin("agentsh").display()),
+            ],
+        ),
+        Duration::from_secs(120),
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("nested=126"), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("wrap is not nested"),
+        "{}",
+        text(&o)
+    );
+}
+
+/// An approval the wrapped agent asks for is answered from another
+/// terminal by the same user: `agentsh approvals list|approve --session ID`
+/// find the standalone wrap's own server.
+#[test]
+fn an_approval_is_answered_from_another_terminal() {
+    if !require_root("an_approval_is_answered_from_another_terminal") {
+        return;
+    }
+    let p = Place::new("approve", Some(NOBODY));
+    let policy = p.ws().join("approve.yaml");
+    std::fs::write(
+        &policy,
+        "name: approve-id\ndefault: allow\ncommand_rules:\n  - name: approve-nested-id\n    commands: [id]\n    context: [nested]\n    decision: approve\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&policy, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut cmd = p.wrap(
+        "ask",
+        &["--quiet", "--policy", policy.to_str().unwrap()],
+        &["sh", "-c", "id -u; echo rc=$?"],
+    );
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The other terminal: the same user, its own environment.
+    let approvals = |args: &[&str]| {
+        let mut c = Command::new("setpriv");
+        c.arg(format!("--reuid={NOBODY}"))
+            .arg(format!("--regid={NOBODY}"))
+            .args(["--clear-groups", "--"])
+            .arg(bin("agentsh"))
+            .arg("approvals")
+            .args(args)
+            .env_clear()
+            .env("HOME", p.home())
+            .env("PATH", "/usr/bin:/bin");
+        c.output().unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let id = loop {
+        let o = approvals(&["list", "--session", "ask", "--json"]);
+        let id = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find_map(|v| v["id"].as_str().map(str::to_string));
+        if let Some(id) = id {
+            break id;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no pending approval: {}\n{}",
+            text(&o),
+            p.log("ask")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let o = approvals(&["approve", &id, "--session", "ask", "--reason", "looks fine"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let o = rx.recv_timeout(Duration::from_secs(120)).unwrap().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(out, format!("{NOBODY}\nrc=0\n"), "{}", text(&o));
+    assert!(
+        p.events("ask").iter().any(|e| e["type"] == "execve"
+            && e["argv"][0] == "id"
+            && e["approval_outcome"] == "approved"
+            && e["reason"] == "looks fine"),
+        "{:?}",
+        p.events("ask")
+    );
+}
+
+/// The agent keeps the terminal: in an interactive bash on a pty, a ^C
+/// typed at a wrapped `sleep` ends it (wrap exits 130, the server is not
+/// what the ^C reached), and ^Z stops the job, `fg` resumes it.
+#[test]
+fn the_agent_keeps_the_terminal() {
+    if !require_root("the_agent_keeps_the_terminal") {
+        return;
+    }
+    use agentsh_tests::sdk::{Spawn, Supervisor};
+    let p = Place::new("pty", None);
+    let agentsh = bin("agentsh");
+    let typed = format!(
+        "cd {ws}\n\
+         {a} wrap --quiet --session c1 -- sleep 300\n\x01sleep\x02\x03\x01\
+         echo interrupted=$?\n\
+         {a} wrap --quiet --session z1 -- sleep 2\n\x01sleep\x02\x1a\x01\
+         echo stopped=$?\n\
+         fg\n\x01\
+         echo resumed=$?\n\
+         exit\n",
+        ws = p.ws().display(),
+        a = agentsh.display()
+    );
+    let mut sup = Supervisor::start_command(Command::new(bin("sdk-supervisor")));
+    let spawn = Spawn {
+        pty: true,
+        stdin: Some(typed),
+        ..Spawn::argv(&["/bin/bash", "--norc", "--noprofile", "-i"])
+    }
+    .env("HOME", p.home().to_str().unwrap())
+    .env("PS1", "$ ");
+    let r = sup.spawn(&spawn);
+    let f = sup.wait(r, Duration::from_secs(600));
+    let out = f.stdout.replace('\r', "");
+    assert!(out.contains("interrupted=130"), "{out}\n{}", p.log("c1"));
+    assert!(out.contains("stopped=148"), "{out}\n{}", p.log("z1"));
+    assert!(out.contains("resumed=0"), "{out}\n{}", p.log("z1"));
+}
+
+/// A platform whose seccomp profile refuses `SECCOMP_FILTER_FLAG_NEW_LISTENER`
+/// and ptrace: wrap exits 126 with the reason and CMD never runs; with
+/// `--allow-unsupervised` CMD runs, and stderr and the audit say so.
+#[test]
+fn without_a_way_to_supervise_wrap_refuses_unless_told_otherwise() {
+    if !require_root("without_a_way_to_supervise_wrap_refuses_unless_told_otherwise") {
+        return;
+    }
+    let p = Place::new("nosup", Some(NOBODY));
+    let marker = p.ws().join("ran");
+    let script = format!("touch {}", marker.display());
+    let outer = |session: &str, args: &[&str]| {
+        let inner = p.wrap(session, args, &["sh", "-c", &script]);
+        let mut c = Command::new(bin("agentsh-container"));
+        c.args(["--profile", "no-supervision", "--"])
+            .arg(inner.get_program())
+            .args(inner.get_args())
+            .current_dir(p.ws())
+            .env_clear()
+            .envs(inner.get_envs().filter_map(|(k, v)| Some((k, v?))));
+        c
+    };
+    let o = run(outer("refused", &[]), Duration::from_secs(120));
+    assert_eq!(o.status.code(), Some(126), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("this host can supervise no exec") && err.contains("sh did not run"),
+        "{}",
+        text(&o)
+    );
+    assert!(!marker.exists(), "CMD ran without supervision");
+    let o = run(
+        outer("allowed", &["--allow-unsupervised"]),
+        Duration::from_secs(120),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("running sh UNSUPERVISED"),
+        "{}",
+        text(&o)
+    );
+    assert!(marker.exists(), "CMD did not run");
+    assert!(
+        p.events("allowed")
+            .iter()
+            .any(|e| e["type"] == "unsupervised_run"
+                && e["argv"][0] == "sh"
+                && e["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("--allow-unsupervised"))),
+        "{:?}",
+        p.events("allowed")
+    );
+}
