@@ -18,6 +18,7 @@ command -v git >/dev/null || need_pkgs+=(git)
 command -v make >/dev/null || need_pkgs+=(make)
 # A real Go program's os/exec under supervision (tests/tests/exec_races.rs).
 [ -x /usr/bin/go ] || need_pkgs+=(golang-go)
+[ -x /usr/bin/node ] || need_pkgs+=(nodejs)
 # Packaging: the .deb build (dpkg-shlibdeps), the install test's Debian root,
 # and `systemd-analyze verify` of the unit.
 command -v dpkg-shlibdeps >/dev/null || need_pkgs+=(dpkg-dev)

@@ -33,8 +33,15 @@ struct Place {
 
 impl Place {
     fn new(name: &str, uid: Option<u32>) -> Place {
-        let root = Path::new(agentsh_tests::sandbox::SERVER_BASE)
-            .join(format!("wrap-{name}-{}", std::process::id()));
+        Place::under(Path::new(agentsh_tests::sandbox::SERVER_BASE), name, uid)
+    }
+
+    /// Under `base`: agent-default runs programs built in a workspace only
+    /// where software lives (`ordinary-locations`: /srv, /home, ...; not
+    /// /run, where droppers run).
+    fn under(base: &Path, name: &str, uid: Option<u32>) -> Place {
+        std::fs::create_dir_all(base).unwrap();
+        let root = base.join(format!("wrap-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         for d in ["home", "ws"] {
             std::fs::create_dir_all(root.join(d)).unwrap();
@@ -109,6 +116,12 @@ impl Place {
 impl Drop for Place {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.root);
+        // A base of its own (/srv/agentsh-tests), unless another test uses it.
+        if let Some(base) = self.root.parent() {
+            if base != Path::new(agentsh_tests::sandbox::SERVER_BASE) {
+                let _ = std::fs::remove_dir(base);
+            }
+        }
     }
 }
 
@@ -476,6 +489,21 @@ fn wrap_says_what_is_wrong_and_runs_nothing() {
         "{}",
         text(&o)
     );
+    // --allow-host with something that is not a host name: usage, nothing run.
+    let o = run(
+        p.wrap(
+            "u5",
+            &["--allow-host", "https://api.example.test/v1"],
+            &["true"],
+        ),
+        Duration::from_secs(60),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--allow-host \"https://api.example.test/v1\""),
+        "{}",
+        text(&o)
+    );
     // Inside a supervised tree: refused, not nested (agent-observe: its
     // policy lets the agentsh CLI run, so the refusal is wrap's own).
     let o = run(
@@ -668,5 +696,127 @@ fn without_a_way_to_supervise_wrap_refuses_unless_told_otherwise() {
                     .is_some_and(|r| r.contains("--allow-unsupervised"))),
         "{:?}",
         p.events("allowed")
+    );
+}
+
+/// Spawns from Go's `os/exec` and node's `child_process.spawnSync` are
+/// judged like any other: a nested curl exits 126 in both, as nobody.
+#[test]
+fn go_and_node_spawns_are_supervised_under_wrap() {
+    if !require_root("go_and_node_spawns_are_supervised_under_wrap") {
+        return;
+    }
+    let go = ["/usr/bin/go", "/usr/lib/go/bin/go", "/usr/local/go/bin/go"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file());
+    let node = ["/usr/bin/node", "/usr/bin/nodejs"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file());
+    let ci = std::env::var("CI").as_deref() == Ok("true");
+    assert!(
+        !ci || go.is_some() && node.is_some(),
+        "CI=true: Go and node are needed (tests/setup.sh installs golang-go and nodejs)"
+    );
+    let p = Place::under(Path::new("/srv/agentsh-tests"), "gonode", Some(NOBODY));
+    let mut cmds = Vec::new();
+    if let Some(go) = go {
+        std::fs::write(
+            p.ws().join("main.go"),
+            "package main\nimport (\"fmt\"; \"os/exec\")\nfunc main() {\n\terr := exec.Command(\"sh\", \"-c\", \"curl --version >/dev/null 2>&1\").Run()\n\tcode := 0\n\tif e, ok := err.(*exec.ExitError); ok { code = e.ExitCode() }\n\tfmt.Println(\"go\", code)\n}\n",
+        )
+        .unwrap();
+        let build = Command::new(go)
+            .args(["build", "-o"])
+            .arg(p.ws().join("gospawn"))
+            .arg(p.ws().join("main.go"))
+            .env("GOCACHE", p.root.join("gocache"))
+            .env("GOPATH", p.root.join("gopath"))
+            .env("HOME", p.root.join("gohome"))
+            .env("CGO_ENABLED", "0")
+            .env("GOFLAGS", "-mod=mod")
+            .env("GOTOOLCHAIN", "local")
+            .output()
+            .unwrap();
+        assert!(build.status.success(), "go build: {}", text(&build));
+        std::os::unix::fs::chown(p.ws().join("gospawn"), Some(NOBODY), Some(NOBODY)).unwrap();
+        cmds.push(("go 126", "./gospawn".to_string()));
+    }
+    if node.is_some() {
+        cmds.push((
+            "node 126",
+            "node -e 'const r = require(\"child_process\").spawnSync(\"sh\", [\"-c\", \"curl --version >/dev/null 2>&1\"]); console.log(\"node\", r.status)'"
+                .to_string(),
+        ));
+    }
+    for (want, cmd) in cmds {
+        let o = run(
+            p.wrap("gonode", &["--quiet"], &["sh", "-c", &cmd]),
+            Duration::from_secs(300),
+        );
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains(want),
+            "{cmd}: {}\n{}\n{:?}",
+            text(&o),
+            p.log("gonode"),
+            p.events("gonode")
+                .iter()
+                .filter(|e| e["decision"] == "deny")
+                .collect::<Vec<_>>()
+        );
+    }
+}
+
+/// Server mode: `--server unix:/PATH` makes the tree the server's (its
+/// policy, its audit), as root and as nobody.
+#[test]
+fn wrap_on_a_server_takes_its_policy_and_audit() {
+    if !require_root("wrap_on_a_server_takes_its_policy_and_audit") {
+        return;
+    }
+    let srv = agentsh_tests::server::TestServer::start(agentsh_tests::sandbox::AGENT_DEFAULT, "");
+    // The machine's shim.conf names the wrapper wrap may run (as for the
+    // shim): a namespace's own /etc.
+    let ns = agentsh_tests::ns::Namespace::new();
+    ns.configure(&srv.url, "on");
+    for uid in [None, Some(NOBODY)] {
+        let p = Place::new("onserver", uid);
+        let inner = p.wrap(
+            "default",
+            &["--quiet", "--server", &srv.url],
+            &[
+                "sh",
+                "-c",
+                "curl --version >/dev/null 2>&1; echo rc=$?; exit 5",
+            ],
+        );
+        let mut c = ns.command_in(inner.get_program(), p.ws().to_str().unwrap());
+        c.args(inner.get_args())
+            .env_clear()
+            .envs(inner.get_envs().filter_map(|(k, v)| Some((k, v?))));
+        let o = run(c, Duration::from_secs(120));
+        assert_eq!(o.status.code(), Some(5), "{uid:?}: {}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("rc=126"),
+            "{uid:?}: {}",
+            text(&o)
+        );
+        assert!(
+            !p.audit("default").exists(),
+            "server mode wrote an audit of its own"
+        );
+    }
+    let curls: Vec<Value> = srv
+        .events("default")
+        .into_iter()
+        .filter(|e| e["type"] == "execve" && e["argv"][0] == "curl")
+        .collect();
+    assert!(
+        curls.len() >= 2
+            && curls
+                .iter()
+                .all(|e| e["rule"] == "deny-nested-network-tools" && e["session_id"] == "default"),
+        "{curls:?}"
     );
 }

@@ -205,6 +205,12 @@ enum Command {
         /// on stderr and in the audit). Without this, wrap exits 126 instead.
         #[arg(long)]
         allow_unsupervised: bool,
+        /// A name the agent itself must reach, e.g. its model's API
+        /// (api.anthropic.com, api.openai.com): allowed on port 443 by an egress
+        /// rule put before the policy's own (after its deny rules). Repeatable;
+        /// `*.example.com` for the names below one. Standalone only.
+        #[arg(long = "allow-host", value_name = "HOST")]
+        allow_hosts: Vec<String>,
         /// No start line and no session report on stderr.
         #[arg(long)]
         quiet: bool,
@@ -567,6 +573,7 @@ pub fn main() -> ExitCode {
             standalone,
             audit,
             allow_unsupervised,
+            allow_hosts,
             quiet,
             own_server,
             command,
@@ -579,6 +586,7 @@ pub fn main() -> ExitCode {
                 standalone,
                 audit,
                 allow_unsupervised,
+                allow_hosts,
                 quiet,
                 own_server,
                 command,

@@ -47,6 +47,9 @@ pub struct Wrap {
     pub standalone: bool,
     pub audit: Option<PathBuf>,
     pub allow_unsupervised: bool,
+    /// Names the agent itself must reach (its model API): allowed on 443
+    /// by an egress rule put in front of the policy's own.
+    pub allow_hosts: Vec<String>,
     pub quiet: bool,
     /// Internal: CMD's start below wrap's own server (trust the user's
     /// server, socket and wrapper).
@@ -75,6 +78,10 @@ pub fn run(w: Wrap) -> i32 {
         say(&format!("{}: command not found", program.to_string_lossy()));
         return agentsh_proto::exit::NOT_FOUND;
     };
+    if !w.allow_hosts.is_empty() && w.server.is_some() && !w.own_server {
+        say("--allow-host changes the policy of wrap's own server; with --server, the server's policy decides (add the rule there)");
+        return 2;
+    }
     let session = w.session.clone().unwrap_or_else(new_session_id);
     if !crate::session::valid_id(&session) {
         say(&format!(
@@ -150,11 +157,13 @@ fn exec_under(w: &Wrap, session: &str, socket: &Path, real: &Path) -> i32 {
         mode: Mode::On,
         server: Server::Unix(socket.to_path_buf()),
         session: session.to_string(),
-        // wrap's own server names the unixwrap beside this agentsh.
-        wrapper: w
-            .own_server
-            .then(|| wrapper_beside_us().map(|p| p.to_string_lossy().into_owned()))
-            .flatten(),
+        // wrap's own server names the unixwrap beside this agentsh; a root
+        // server, the one the machine's shim.conf allows (as for the shim).
+        wrapper: if w.own_server {
+            wrapper_beside_us().map(|p| p.to_string_lossy().into_owned())
+        } else {
+            machine_wrapper()
+        },
         // SAFETY: getuid cannot fail.
         also_trusted_uid: w.own_server.then(|| unsafe { libc::getuid() }),
     };
@@ -197,6 +206,16 @@ fn exec_under(w: &Wrap, session: &str, socket: &Path, real: &Path) -> i32 {
     tracing::warn!(session, command = %public, "running UNSUPERVISED: {why}");
     record_unsupervised(w, session, &why);
     exec_plain(real, &argv)
+}
+
+/// The wrapper the machine's shim.conf allows (`wrapper=`), read with the
+/// shim's own rules (a file not root-owned is not trusted); `None`: the
+/// packaged locations.
+fn machine_wrapper() -> Option<String> {
+    match agentsh_proto::shimconf::load(agentsh_proto::shimconf::SHIM_CONF_PATH) {
+        agentsh_proto::shimconf::Loaded::Trusted(c) => c.wrapper,
+        _ => None,
+    }
 }
 
 /// The `agentsh-unixwrap` next to this binary.
@@ -367,7 +386,23 @@ fn standalone(w: &Wrap, session: &str) -> i32 {
         ));
         return 2;
     }
-    let policy = w.policy.clone().unwrap_or_else(|| "agent-default".into());
+    let mut policy = w.policy.clone().unwrap_or_else(|| "agent-default".into());
+    if !w.allow_hosts.is_empty() {
+        match with_hosts(&policy, &w.allow_hosts) {
+            Ok(text) => {
+                let derived = dirs.state.join("policy.yaml");
+                if let Err(e) = write_private(&derived, &text) {
+                    say(&format!("cannot write {}: {e}", derived.display()));
+                    return agentsh_proto::exit::REFUSED;
+                }
+                policy = derived.to_string_lossy().into_owned();
+            }
+            Err(e) => {
+                say(&e);
+                return 2;
+            }
+        }
+    }
     let config = config_text(&dirs, &audit, &policy, &workspace);
     let config_path = dirs.state.join("config.yaml");
     if let Err(e) = write_private(&config_path, &config) {
@@ -472,6 +507,66 @@ fn standalone(w: &Wrap, session: &str) -> i32 {
     code
 }
 
+/// The name of the egress rule `--allow-host` adds.
+const ALLOW_HOST_RULE: &str = "wrap-allow-host";
+
+/// The policy `name_or_path` (as the server would find it: a file, a file
+/// in the policies directory, or a shipped one) with an egress rule
+/// allowing `hosts` on 443 after its leading deny rules (so a name that
+/// resolves into cloud metadata stays refused).
+fn with_hosts(name_or_path: &str, hosts: &[String]) -> Result<String, String> {
+    use serde_yaml_ng::{Mapping, Value};
+    for h in hosts {
+        crate::policy::egress::parse_host(h).map_err(|e| format!("--allow-host {h:?}: {e}"))?;
+    }
+    let text = if name_or_path.contains('/') || name_or_path.ends_with(".yaml") {
+        std::fs::read_to_string(name_or_path).map_err(|e| format!("policy {name_or_path}: {e}"))?
+    } else {
+        let dir = crate::config::Config::load(None).map_or_else(
+            |_| PathBuf::from("/etc/agentsh/policies"),
+            |c| c.policies_dir,
+        );
+        match std::fs::read_to_string(dir.join(format!("{name_or_path}.yaml"))) {
+            Ok(t) => t,
+            Err(_) => crate::policy::shipped(name_or_path)
+                .ok_or_else(|| format!("policy {name_or_path:?}: no such policy"))?
+                .to_string(),
+        }
+    };
+    let mut doc: Value =
+        serde_yaml_ng::from_str(&text).map_err(|e| format!("policy {name_or_path}: {e}"))?;
+    let key = |k: &str| Value::String(k.into());
+    let Some(egress) = doc.get_mut("egress").and_then(Value::as_mapping_mut) else {
+        return Err(format!(
+            "--allow-host: policy {name_or_path} has no egress section, so it judges no \
+             destination (every one is allowed as far as its network_rules' ports go)"
+        ));
+    };
+    let rules = egress
+        .entry(key("rules"))
+        .or_insert_with(|| Value::Sequence(Vec::new()));
+    let Some(rules) = rules.as_sequence_mut() else {
+        return Err(format!("policy {name_or_path}: egress.rules is not a list"));
+    };
+    let at = rules
+        .iter()
+        .take_while(|r| r.get("decision").and_then(Value::as_str) == Some("deny"))
+        .count();
+    let mut rule = Mapping::new();
+    rule.insert(key("name"), key(ALLOW_HOST_RULE));
+    rule.insert(
+        key("hosts"),
+        Value::Sequence(hosts.iter().map(|h| key(h)).collect()),
+    );
+    rule.insert(
+        key("ports"),
+        Value::Sequence(vec![Value::Number(443.into())]),
+    );
+    rule.insert(key("decision"), key("allow"));
+    rules.insert(at, Value::Mapping(rule));
+    serde_yaml_ng::to_string(&doc).map_err(|e| e.to_string())
+}
+
 /// The server's config for a standalone wrap.
 fn config_text(dirs: &Dirs, audit: &Path, policy: &str, workspace: &Path) -> String {
     let q = |p: &Path| serde_json::to_string(&p.to_string_lossy()).unwrap_or_default();
@@ -563,5 +658,42 @@ mod tests {
         assert_eq!(c.policy, "agent-default");
         assert!(text.contains("workspace: \"/w s\""), "{text}");
         assert_eq!(c.egress.stub_addr().unwrap().port(), 0);
+    }
+
+    #[test]
+    fn allow_host_puts_a_rule_after_the_deny_rules() {
+        let text = with_hosts("agent-default", &["api.anthropic.com".into()]).unwrap();
+        let p = crate::policy::Policy::from_yaml(&text, "t").unwrap();
+        let e = p.egress().unwrap();
+        assert_eq!(e.rules[0].name, "no-cloud-metadata");
+        assert_eq!(e.rules[1].name, ALLOW_HOST_RULE);
+        assert!(e.could_allow_name("api.anthropic.com"));
+        assert!(!e.could_allow_name("s3cr3t.attacker.example"));
+        let names = ["api.anthropic.com".to_string()];
+        let v = crate::policy::egress::judge_destination(
+            e,
+            &crate::policy::egress::Destination {
+                ip: "203.0.113.9".parse().unwrap(),
+                port: 443,
+                protocol: crate::policy::egress::Protocol::Tcp,
+                names: &names,
+            },
+        );
+        assert_eq!(
+            (v.decision, v.rule.as_str()),
+            (crate::policy::Decision::Allow, ALLOW_HOST_RULE)
+        );
+        // Metadata stays refused whatever the name resolves to.
+        let v = crate::policy::egress::judge_destination(
+            e,
+            &crate::policy::egress::Destination {
+                ip: "169.254.169.254".parse().unwrap(),
+                port: 443,
+                protocol: crate::policy::egress::Protocol::Tcp,
+                names: &names,
+            },
+        );
+        assert_eq!(v.decision, crate::policy::Decision::Deny);
+        assert!(with_hosts("agent-default", &["https://x/y".into()]).is_err());
     }
 }
