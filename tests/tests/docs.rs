@@ -834,6 +834,27 @@ fn run_agentsh(words: &[String], srv: &TestServer, tmp: &Path, n: usize) -> Resu
                 Err(format!("exit {:?}: {err}", o.status.code()))
             }
         }
+        ["wrap", ..] => {
+            // The agent a page names is not installed here: the same wrap,
+            // around /bin/true, with a home of its own.
+            let dash = args.iter().position(|a| a == "--").ok_or("no -- CMD")?;
+            args.truncate(dash);
+            args.extend(["--quiet".into(), "--".into(), "/bin/true".into()]);
+            let home = tmp.join(format!("wrap-home-{n}"));
+            std::fs::create_dir_all(&home).unwrap();
+            // A short runtime directory: a socket's path has 107 bytes.
+            let runtime = tmp.join(format!("x{n}"));
+            std::fs::create_dir_all(&runtime).unwrap();
+            let o = Command::new(bin("agentsh"))
+                .args(&args)
+                .env("HOME", &home)
+                .env("XDG_RUNTIME_DIR", &runtime)
+                .env_remove("XDG_STATE_HOME")
+                .stdin(Stdio::null())
+                .output()
+                .expect("run agentsh wrap");
+            check(o)
+        }
         ["shim", action] => {
             let root = fake_root(tmp, n);
             if *action != "install" {

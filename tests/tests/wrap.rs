@@ -489,6 +489,37 @@ fn wrap_says_what_is_wrong_and_runs_nothing() {
         "{}",
         text(&o)
     );
+    // Not a directory, an unknown policy: usage (2), nothing run.
+    for (args, says) in [
+        (vec!["--workspace", "/no/such/dir"], "not a directory"),
+        (vec!["--policy", "no-such-policy"], "no-such-policy"),
+    ] {
+        let o = run(p.wrap("u6", &args, &["true"]), Duration::from_secs(60));
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains(says),
+            "{}",
+            text(&o)
+        );
+    }
+    // A server socket that is not root's: not trusted, nothing run.
+    let sock = p.ws().join("fake.sock");
+    let _fake = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    std::os::unix::fs::chown(&sock, Some(NOBODY), Some(NOBODY)).unwrap();
+    let o = run(
+        p.wrap(
+            "u7",
+            &["--server", &format!("unix:{}", sock.display())],
+            &["true"],
+        ),
+        Duration::from_secs(60),
+    );
+    assert_eq!(o.status.code(), Some(126), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("not trusting the server"),
+        "{}",
+        text(&o)
+    );
     // --allow-host with something that is not a host name: usage, nothing run.
     let o = run(
         p.wrap(
@@ -586,6 +617,26 @@ fn an_approval_is_answered_from_another_terminal() {
         );
         std::thread::sleep(Duration::from_millis(50));
     };
+    // `agentsh events --session ID` finds the running wrap's server.
+    let events_cmd = || {
+        Command::new("setpriv")
+            .arg(format!("--reuid={NOBODY}"))
+            .arg(format!("--regid={NOBODY}"))
+            .args(["--clear-groups", "--"])
+            .arg(bin("agentsh"))
+            .args(["events", "--session", "ask"])
+            .env_clear()
+            .env("HOME", p.home())
+            .env("PATH", "/usr/bin:/bin")
+            .output()
+            .unwrap()
+    };
+    let o = events_cmd();
+    assert!(
+        o.status.success() && String::from_utf8_lossy(&o.stdout).contains("\"wrap_init\""),
+        "events while running: {}",
+        text(&o)
+    );
     let o = approvals(&["approve", &id, "--session", "ask", "--reason", "looks fine"]);
     assert!(o.status.success(), "{}", text(&o));
     let (tx, rx) = std::sync::mpsc::channel();
@@ -595,6 +646,16 @@ fn an_approval_is_answered_from_another_terminal() {
     let o = rx.recv_timeout(Duration::from_secs(120)).unwrap().unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
     assert_eq!(out, format!("{NOBODY}\nrc=0\n"), "{}", text(&o));
+    // Ended: the same command reads its audit file.
+    let o = events_cmd();
+    assert!(
+        o.status.success()
+            && String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .any(|l| l.contains("\"approval_outcome\":\"approved\"")),
+        "events after the end: {}",
+        text(&o)
+    );
     assert!(
         p.events("ask").iter().any(|e| e["type"] == "execve"
             && e["argv"][0] == "id"

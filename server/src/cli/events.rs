@@ -177,6 +177,39 @@ pub(super) fn query(file: &std::path::Path, f: &Filter, json: bool) -> Result<()
     Ok(())
 }
 
+/// The table's header line (`--format table`).
+fn header(format: super::EventFormat) {
+    if matches!(format, super::EventFormat::Table) {
+        println!(
+            "{:<16} {:<12} {:<7} {:<5} {:<7} {:<6} {:<26} COMMAND  [PROGRAM]",
+            "ID", "TIME", "PID", "DEPTH", "POLICY", "ACTION", "RULE"
+        );
+    }
+}
+
+/// `session`'s events from an audit file (an ended `agentsh wrap`).
+pub(super) fn print_file(
+    file: &std::path::Path,
+    session: &str,
+    format: super::EventFormat,
+) -> Result<(), String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    header(format);
+    for line in text.lines() {
+        let Ok(ev) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if ev["session_id"] != session {
+            continue;
+        }
+        match format {
+            super::EventFormat::Json => println!("{ev}"),
+            super::EventFormat::Table => println!("{}", table_row(&ev)),
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn print_events(
     server: &str,
     session: &str,
@@ -185,12 +218,7 @@ pub(super) fn print_events(
 ) -> Result<(), String> {
     let client = Client::new(server, None)?.with_timeout(std::time::Duration::from_secs(45));
     let mut after = 0u64;
-    if matches!(format, super::EventFormat::Table) {
-        println!(
-            "{:<16} {:<12} {:<7} {:<5} {:<7} {:<6} {:<26} COMMAND  [PROGRAM]",
-            "ID", "TIME", "PID", "DEPTH", "POLICY", "ACTION", "RULE"
-        );
-    }
+    header(format);
     loop {
         let wait = if follow { 30 } else { 0 };
         let target = format!("/api/v1/sessions/{session}/events?after={after}&wait={wait}");

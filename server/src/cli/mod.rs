@@ -92,7 +92,8 @@ enum Command {
     Events {
         #[command(subcommand)]
         query: Option<EventsCommand>,
-        /// Session id.
+        /// Session id (a standalone `agentsh wrap`'s too: its server while it
+        /// runs, its audit file once it has ended).
         #[arg(long, default_value = "default")]
         session: String,
         /// Keep printing new events as they arrive.
@@ -527,7 +528,25 @@ pub fn main() -> ExitCode {
             server,
             format,
             ..
-        } => events::print_events(server.trim_end_matches('/'), &session, follow, format),
+        } => {
+            // A standalone `agentsh wrap` of this user: its own server while
+            // it runs, its audit file once it has ended.
+            let default = server == agentsh_proto::shimconf::DEFAULT_SERVER;
+            match (default, wrap::socket_of(&session), wrap::audit_of(&session)) {
+                (true, Ok(sock), _) => events::print_events(
+                    &format!("unix:{}", sock.display()),
+                    &session,
+                    follow,
+                    format,
+                ),
+                (true, Err(_), Some(file))
+                    if !std::path::Path::new(agentsh_proto::shimconf::DEFAULT_SOCKET).exists() =>
+                {
+                    events::print_file(&file, &session, format)
+                }
+                _ => events::print_events(server.trim_end_matches('/'), &session, follow, format),
+            }
+        }
         Command::Approvals { command } => approvals::run(command),
         // Inside a supervised shell the server's socket cannot be reached
         // (by design), but the shell's own supervision is the answer: its

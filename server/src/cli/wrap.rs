@@ -301,6 +301,14 @@ pub fn socket_of(session: &str) -> Result<PathBuf, String> {
     Ok(d.socket)
 }
 
+/// The audit file of standalone wrap `session` of this user, if there is one.
+pub fn audit_of(session: &str) -> Option<PathBuf> {
+    Dirs::of(session)
+        .ok()
+        .map(|d| d.audit)
+        .filter(|a| a.is_file())
+}
+
 /// Where a standalone wrap keeps its files.
 struct Dirs {
     /// `$XDG_STATE_HOME/agentsh` (`~/.local/state/agentsh`).
@@ -328,10 +336,30 @@ impl Dirs {
                 .join(".local/state/agentsh"),
         };
         let state = base.join(session);
-        let run =
-            env_dir("XDG_RUNTIME_DIR").map_or_else(|| state.join("run"), |d| d.join("agentsh"));
+        // The runtime directory: XDG_RUNTIME_DIR, else /run/user/UID where
+        // it is this user's, else beside the state.
+        let run = env_dir("XDG_RUNTIME_DIR")
+            .or_else(|| {
+                use std::os::unix::fs::MetadataExt;
+                // SAFETY: getuid cannot fail.
+                let uid = unsafe { libc::getuid() };
+                let d = PathBuf::from(format!("/run/user/{uid}"));
+                std::fs::metadata(&d)
+                    .is_ok_and(|m| m.is_dir() && m.uid() == uid)
+                    .then_some(d)
+            })
+            .map_or_else(|| state.join("run"), |d| d.join("agentsh"));
+        let socket = run.join(format!("{session}.sock"));
+        if socket.as_os_str().len() > 107 {
+            return Err(format!(
+                "the API socket's path {} is longer than a Unix socket's 107 bytes: set \
+                 XDG_RUNTIME_DIR to a short directory of yours (mode 0700), or use a shorter \
+                 --session",
+                socket.display()
+            ));
+        }
         Ok(Dirs {
-            socket: run.join(format!("{session}.sock")),
+            socket,
             audit: base.join(format!("{session}.jsonl")),
             log: base.join(format!("{session}.log")),
             base,
