@@ -881,3 +881,48 @@ fn wrap_on_a_server_takes_its_policy_and_audit() {
         "{curls:?}"
     );
 }
+
+/// SIGTERM, SIGHUP and SIGINT sent to wrap by a process (not typed at a
+/// terminal) are passed to the agent: it dies of the signal, wrap exits
+/// 128+N.
+#[test]
+fn signals_sent_to_wrap_reach_the_agent() {
+    if !require_root("signals_sent_to_wrap_reach_the_agent") {
+        return;
+    }
+    let p = Place::new("sig", Some(NOBODY));
+    for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGINT] {
+        let session = format!("sig{sig}");
+        let mut cmd = p.wrap(&session, &["--quiet"], &["sleep", "300"]);
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let wrap_pid = child.id();
+        // Once the agent runs (its exec audited), signal wrap.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !p
+            .events(&session)
+            .iter()
+            .any(|e| e["type"] == "execve" && e["argv"][0] == "sleep")
+        {
+            assert!(Instant::now() < deadline, "the agent never started");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // SAFETY: kill with integers.
+        unsafe { libc::kill(wrap_pid as i32, sig) };
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait_with_output());
+        });
+        let o = rx.recv_timeout(Duration::from_secs(120)).unwrap().unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(128 + sig),
+            "signal {sig}: {}",
+            text(&o)
+        );
+    }
+}
