@@ -157,3 +157,133 @@ mod tests {
         assert!(unpack_loader_env(b"!!!!").is_err());
     }
 }
+
+/// A policy's `env:` rules, as the server hands them to unixwrap
+/// (`SeccompConfig::env`): applied to the command's environment at
+/// unixwrap's final exec, after the filter and Landlock.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct EnvRules {
+    /// Globs (`*` matches any run of characters) of names removed.
+    #[serde(default)]
+    pub deny: Vec<String>,
+    /// Non-empty: only names matching one of these globs pass.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Set after the others, replacing an inherited value.
+    #[serde(default)]
+    pub inject: Vec<(String, String)>,
+}
+
+impl EnvRules {
+    /// Whether an inherited variable `name` passes (an injected name is
+    /// replaced, whatever this says).
+    pub fn keeps(&self, name: &[u8]) -> bool {
+        !self.deny.iter().any(|g| glob(g.as_bytes(), name))
+            && (self.allow.is_empty() || self.allow.iter().any(|g| glob(g.as_bytes(), name)))
+    }
+
+    /// `vars` (`NAME=VALUE` entries) without what is not kept, then the
+    /// injected ones; returns the entries and the names removed.
+    pub fn apply(&self, vars: Vec<Vec<u8>>) -> (Vec<Vec<u8>>, Vec<String>) {
+        let mut removed = Vec::new();
+        let mut out = Vec::with_capacity(vars.len() + self.inject.len());
+        for kv in vars {
+            let name = kv.split(|b| *b == b'=').next().unwrap_or_default();
+            let injected = self.inject.iter().any(|(k, _)| k.as_bytes() == name);
+            if injected {
+                continue;
+            }
+            if self.keeps(name) {
+                out.push(kv);
+            } else {
+                removed.push(String::from_utf8_lossy(name).into_owned());
+            }
+        }
+        for (k, v) in &self.inject {
+            let mut kv = k.as_bytes().to_vec();
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            out.push(kv);
+        }
+        (out, removed)
+    }
+}
+
+/// Whether `name` matches `pattern`, where `*` stands for any run of bytes
+/// (none included) and everything else for itself. Pure.
+pub fn glob(pattern: &[u8], name: &[u8]) -> bool {
+    // Iterative, with one backtrack point: linear in practice.
+    let (mut p, mut n) = (0, 0);
+    let (mut star, mut mark) = (None, 0);
+    while n < name.len() {
+        if p < pattern.len() && pattern[p] == b'*' {
+            star = Some(p);
+            mark = n;
+            p += 1;
+        } else if p < pattern.len() && pattern[p] == name[n] {
+            p += 1;
+            n += 1;
+        } else if let Some(s) = star {
+            p = s + 1;
+            mark += 1;
+            n = mark;
+        } else {
+            return false;
+        }
+    }
+    pattern[p..].iter().all(|b| *b == b'*')
+}
+
+#[cfg(test)]
+mod env_rules_tests {
+    use super::*;
+
+    #[test]
+    fn globs_match_names() {
+        for (g, n, want) in [
+            ("*_TOKEN", "SECRET_TOKEN", true),
+            ("*_TOKEN", "TOKEN", false),
+            ("AWS_*", "AWS_SECRET_ACCESS_KEY", true),
+            ("AWS_*", "XAWS_A", false),
+            ("PATH", "PATH", true),
+            ("PATH", "PATHX", false),
+            ("*", "ANY", true),
+            ("A*B*C", "AxxBxxC", true),
+            ("A*B*C", "AxxBxx", false),
+        ] {
+            assert_eq!(glob(g.as_bytes(), n.as_bytes()), want, "{g} {n}");
+        }
+    }
+
+    #[test]
+    fn deny_then_allow_then_inject() {
+        let r = EnvRules {
+            deny: vec!["*_TOKEN".into()],
+            allow: vec![],
+            inject: vec![(
+                "PIP_INDEX_URL".into(),
+                "https://pypi.internal/simple".into(),
+            )],
+        };
+        let (out, removed) = r.apply(vec![
+            b"PATH=/bin".to_vec(),
+            b"SECRET_TOKEN=sk-live".to_vec(),
+            b"PIP_INDEX_URL=https://evil/".to_vec(),
+        ]);
+        assert_eq!(
+            out,
+            vec![
+                b"PATH=/bin".to_vec(),
+                b"PIP_INDEX_URL=https://pypi.internal/simple".to_vec()
+            ]
+        );
+        assert_eq!(removed, vec!["SECRET_TOKEN".to_string()]);
+        let only = EnvRules {
+            allow: vec!["PATH".into(), "HOME".into()],
+            ..EnvRules::default()
+        };
+        let (out, removed) = only.apply(vec![b"PATH=/bin".to_vec(), b"AWS_KEY=x".to_vec()]);
+        assert_eq!(out, vec![b"PATH=/bin".to_vec()]);
+        assert_eq!(removed, vec!["AWS_KEY".to_string()]);
+    }
+}

@@ -15,6 +15,10 @@ pub struct WrapInitRequest {
     pub agent_args: Vec<String>,
     /// The uid the notify socket must accept a connection from.
     pub caller_uid: u32,
+    /// The names (never the values) of the shell's environment, so the
+    /// wrap-init event can say which the policy's `env:` removes.
+    #[serde(default)]
+    pub env_names: Vec<String>,
 }
 
 /// `wrap-init` response: everything the shim needs to start unixwrap.
@@ -64,6 +68,10 @@ pub struct SeccompConfig {
     /// server seizes unixwrap before it runs anything).
     #[serde(default)]
     pub backend: ExecBackend,
+    /// The policy's `env:` rules for the command's environment (`None`:
+    /// inherited as is, minus agentsh's own variables).
+    #[serde(default)]
+    pub env: Option<crate::env::EnvRules>,
 }
 
 /// The way a tree's execs reach the server (`execve.backend`).
@@ -112,6 +120,7 @@ impl Default for SeccompConfig {
             landlock: None,
             daemon_sockets: Vec::new(),
             backend: ExecBackend::Notify,
+            env: None,
         }
     }
 }

@@ -211,6 +211,12 @@ pub struct WrapInitEvent {
     /// agentsh's own files).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_enforced: Vec<String>,
+    /// The names the policy's `env:` removes from the shell's environment
+    /// (of those the shim reported), and the names it sets: never values.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env_removed: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env_injected: Vec<String>,
 }
 
 /// What the wrap-init event records of the daemon-socket masks.
@@ -338,7 +344,7 @@ pub enum EventBody {
     Execve(ExecEvent),
     Connect(ConnectEvent),
     Dns(DnsEvent),
-    WrapInit(WrapInitEvent),
+    WrapInit(Box<WrapInitEvent>),
     Handoff(HandoffEvent),
     UnsupervisedRun(UnsupervisedEvent),
     Signal(SignalEvent),

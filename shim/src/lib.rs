@@ -237,6 +237,11 @@ pub fn supervise(target: &Target<'_>, conf: &ShimConf, mode: Mode) -> InstallFai
         // SAFETY: geteuid cannot fail. The connection carries this euid
         // (SO_PEERCRED), which the server checks against it.
         caller_uid: unsafe { libc::geteuid() },
+        // Names only: what the policy's `env:` removes is said in the
+        // wrap-init event; values never leave this process.
+        env_names: std::env::vars_os()
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect(),
     };
     let resp = match wrapinit::call(conf, &req) {
         Ok(r) => r,

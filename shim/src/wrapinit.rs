@@ -384,6 +384,7 @@ mod tests {
             agent_command: "/bin/sh".into(),
             agent_args: vec![],
             caller_uid: 0,
+            env_names: vec![],
         };
         let conf = ShimConf {
             server: Server::Http("http://127.0.0.1:1".into()),

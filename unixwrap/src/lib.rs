@@ -26,7 +26,7 @@ pub mod log;
 pub mod mask;
 
 use std::convert::Infallible;
-use std::ffi::{c_int, OsString};
+use std::ffi::{c_int, CString, OsString};
 use std::os::fd::{AsFd, BorrowedFd, RawFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -339,9 +339,20 @@ fn exec_unsupervised(
     exec_command(setup, log, sigpipe)
 }
 
-/// Strips `AGENTSH_*`, puts the loader's variables back, execs the command.
+/// Strips `AGENTSH_*`, puts the loader's variables back, applies the
+/// policy's `env:` rules (names logged, never values), execs the command.
 fn exec_command(setup: &Setup, log: &Log, sigpipe: &SigpipeGuard) -> Result<Infallible, WrapError> {
-    let envp = exec::command_env(std::env::vars_os(), &setup.loader_env);
+    let mut envp = exec::command_env(std::env::vars_os(), &setup.loader_env);
+    if let Some(rules) = &setup.config.env {
+        let (kept, removed) = rules.apply(envp.into_iter().map(CString::into_bytes).collect());
+        if !removed.is_empty() {
+            log!(log, "env: removed {}", removed.join(" "));
+        }
+        envp = kept
+            .into_iter()
+            .filter_map(|e| CString::new(e).ok())
+            .collect();
+    }
     let argv = setup.inv.command_argv();
     log!(
         log,

@@ -289,6 +289,26 @@ fn prepare_wrap_init(
         tracing::warn!(session = %session.id, uid = caller.uid, "landlock: {w}");
     }
     seccomp_config.landlock = Some(landlock.config);
+    // The policy's `env:`, applied by unixwrap at its final exec; the event
+    // names what it removes from the shell's environment (from the names the
+    // shim sent) and what it sets, never a value.
+    let env_rules = api.supervisor.policy.env().cloned();
+    let (env_removed, env_injected) = match &env_rules {
+        Some(r) => (
+            body.env_names
+                .iter()
+                .filter(|n| {
+                    !n.starts_with(agentsh_proto::env::PREFIX)
+                        && !r.keeps(n.as_bytes())
+                        && !r.inject.iter().any(|(k, _)| k == *n)
+                })
+                .cloned()
+                .collect(),
+            r.inject.iter().map(|(k, _)| k.clone()).collect(),
+        ),
+        None => (Vec::new(), Vec::new()),
+    };
+    seccomp_config.env = env_rules;
     let run_dir = api.config.run_dir();
     let (hidden, masks_reused) = api
         .daemon_sockets
@@ -309,7 +329,7 @@ fn prepare_wrap_init(
     let notify_socket = pending.path.to_string_lossy().into_owned();
     api.audit.record(
         &session.id,
-        EventBody::WrapInit(WrapInitEvent {
+        EventBody::WrapInit(Box::new(WrapInitEvent {
             caller_uid: caller.uid,
             agent_command: body.agent_command,
             agent_args: body.agent_args,
@@ -322,7 +342,9 @@ fn prepare_wrap_init(
             daemon_pid: lineage.as_ref().and_then(|l| l.parent),
             backend,
             not_enforced,
-        }),
+            env_removed,
+            env_injected,
+        })),
     );
     tracing::debug!(
         session = %session.id,

@@ -186,6 +186,13 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
     };
     let (socket_families, egress) =
         check_network_policy(&ctx, doc.socket_families, doc.egress, &network_rules)?;
+    let env = match doc.env {
+        None => None,
+        Some(d) => Some(super::env::compile(d).map_err(|e| {
+            let location = ctx.source.section_value("env", Some(e.field), &e.value);
+            ctx.invalid(location, None, format!("env.{}", e.message))
+        })?),
+    };
     Ok(Policy {
         name,
         description: doc.description,
@@ -203,6 +210,7 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
         multi_call,
         socket_families,
         egress,
+        env,
     })
 }
 

@@ -25,6 +25,7 @@ mod compile;
 pub mod daemon_sockets;
 mod decision;
 pub mod egress;
+pub mod env;
 mod error;
 mod judge;
 pub mod landlock;
@@ -92,6 +93,8 @@ pub struct Policy {
     socket_families: Option<std::collections::BTreeSet<u32>>,
     /// `egress:`; `None`: destinations are not judged.
     egress: Option<egress::Egress>,
+    /// `env:`; `None`: the environment is inherited as is.
+    env: Option<agentsh_proto::env::EnvRules>,
 }
 
 impl Policy {
@@ -202,6 +205,11 @@ impl Policy {
     /// `egress:` compiled (`None`: destinations are not judged).
     pub fn egress(&self) -> Option<&egress::Egress> {
         self.egress.as_ref()
+    }
+
+    /// `env:` compiled (`None`: the environment is inherited as is).
+    pub fn env(&self) -> Option<&agentsh_proto::env::EnvRules> {
+        self.env.as_ref()
     }
 
     /// `daemon_sockets: {allow, deny}` (the built-in list is in `daemon_sockets`).
@@ -317,6 +325,9 @@ impl Policy {
                 ),
             }
         );
+        if let Some(e) = &self.env {
+            let _ = writeln!(s, "  {}", env::describe(e));
+        }
         match &self.egress {
             None => {
                 let _ = writeln!(s, "  egress: none (destinations are not judged)");

@@ -37,6 +37,8 @@ pub(crate) struct PolicyDoc {
     pub socket_families: Option<Vec<String>>,
     /// Network policy by destination (see `egress`).
     pub egress: Option<super::egress::EgressDoc>,
+    /// What the tree's shell inherits of the environment (see `env`).
+    pub env: Option<super::env::EnvDoc>,
 }
 
 /// `exec_sources:`: whether files in places the tree can write may run.

@@ -56,6 +56,7 @@ fn main() {
             agent_args: cmd[1..].to_vec(),
             // SAFETY: geteuid cannot fail.
             caller_uid: unsafe { libc::geteuid() },
+            env_names: Vec::new(),
         };
         match agentsh_shell_shim::wrapinit::call(&conf, &req) {
             Ok(r) => println!("{}", serde_json::to_string(&r).unwrap_or_default()),
