@@ -129,6 +129,10 @@ pub struct ExecEvent {
     /// a new decision or approval request.
     #[serde(skip_serializing_if = "std::ops::Not::not", default)]
     pub retry: bool,
+    /// For a refusal: whether its caller was told why on its stderr
+    /// (`execve.explain`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub explained: Option<bool>,
 }
 
 impl ExecEvent {
@@ -152,6 +156,7 @@ impl ExecEvent {
             reason: None,
             attempt: None,
             retry: false,
+            explained: None,
         }
     }
 

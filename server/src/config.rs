@@ -83,6 +83,9 @@ CONFIG KEYS (YAML; all optional; defaults shown):
                                                      rule waits for an operator: \"10s\", \"500ms\",
                                                      \"2m\" or a number of seconds
   execve.approval_timeout_action   deny              deny | allow: what an unanswered approval gets
+  execve.explain                   stderr            stderr | off: a refused exec's caller gets one line
+                                                     on its stderr (\"agentsh: curl denied (rule R):
+                                                     message\"), when it takes it without waiting
 The embedded defaults are printed by `agentsh server --print-config`.";
 
 #[derive(Debug, Clone, Deserialize)]
@@ -339,6 +342,16 @@ pub struct ExecveSection {
     #[serde(deserialize_with = "deserialize_duration")]
     pub approval_timeout: std::time::Duration,
     pub approval_timeout_action: TimeoutAction,
+    pub explain: Explain,
+}
+
+/// `execve.explain`: whether a refused exec's caller is told why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Explain {
+    /// One line on the caller's stderr, where it takes it without waiting.
+    Stderr,
+    Off,
 }
 
 /// Parses "10s", "500ms", "2m" or a bare number of seconds.
@@ -415,6 +428,7 @@ impl Default for ExecveSection {
             on_truncated: OnTruncated::Deny,
             approval_timeout: std::time::Duration::from_secs(10),
             approval_timeout_action: TimeoutAction::Deny,
+            explain: Explain::Stderr,
         }
     }
 }

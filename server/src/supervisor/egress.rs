@@ -1248,52 +1248,20 @@ fn take_socket(tid: u32, fd: i32) -> Result<OwnedFd, Taken> {
         return Err(Taken::Answer(-i64::from(libc::EBADF)));
     }
     let _owner = crate::tracee::as_owner(tid);
-    let pidfd = pidfd_of(tid).map_err(|e| match e.raw_os_error() {
-        Some(libc::ESRCH) => Taken::Answer(-i64::from(libc::ESRCH)),
-        _ => Taken::Refuse(format!("pidfd_open({tid}): {e}")),
-    })?;
-    // SAFETY: pidfd_getfd takes a pidfd we own, an fd number and flags 0.
-    let got = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_getfd,
-            pidfd.as_raw_fd() as libc::c_long,
-            fd as libc::c_long,
-            0 as libc::c_long,
-        )
-    };
-    if got < 0 {
-        let e = io::Error::last_os_error();
-        return Err(match e.raw_os_error() {
+    super::pidfd::get_fd(tid, fd).map_err(|e| match e {
+        super::pidfd::GetFd::Open(e) if e.raw_os_error() == Some(libc::ESRCH) => {
+            Taken::Answer(-i64::from(libc::ESRCH))
+        }
+        super::pidfd::GetFd::Open(e) => Taken::Refuse(format!("pidfd_open({tid}): {e}")),
+        super::pidfd::GetFd::Get(e) => match e.raw_os_error() {
             Some(libc::EBADF) => Taken::Answer(-i64::from(libc::EBADF)),
             Some(libc::ESRCH) => Taken::Answer(-i64::from(libc::ESRCH)),
             _ => Taken::Refuse(format!(
                 "cannot take the caller's socket (pidfd_getfd: {e}); without it the destination \
                  could change after the decision"
             )),
-        });
-    }
-    // SAFETY: a fresh fd pidfd_getfd installed in our table; we own it.
-    Ok(unsafe { OwnedFd::from_raw_fd(got as RawFd) })
-}
-
-/// A pidfd of thread `tid` (its own fd table, which `unshare(CLONE_FILES)`
-/// may have made differ from its process's); on kernels without
-/// `PIDFD_THREAD` (< 6.9), of its process when `tid` leads it.
-fn pidfd_of(tid: u32) -> io::Result<OwnedFd> {
-    const PIDFD_THREAD: libc::c_long = libc::O_EXCL as libc::c_long;
-    for flags in [PIDFD_THREAD, 0] {
-        // SAFETY: pidfd_open takes two integers.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, tid as libc::c_long, flags) };
-        if fd >= 0 {
-            // SAFETY: a fresh fd we own.
-            return Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) });
-        }
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EINVAL) {
-            return Err(e);
-        }
-    }
-    Err(io::Error::from_raw_os_error(libc::EINVAL))
+        },
+    })
 }
 
 fn sockopt(sock: &OwnedFd, opt: libc::c_int) -> io::Result<i32> {

@@ -267,7 +267,23 @@ pub fn handle(
         });
     }
     let (allow, rule, watched) = (a.allow, a.rule, a.watched);
-    let event = ExecEvent::new(
+    // A refusal is explained to the caller before it is answered (and
+    // before the event, which says whether it was): once per command, not
+    // for a shell's PATH retries of it.
+    let explained = (!allow && j.repeat.is_none()).then(|| {
+        ctx.limits.explain == crate::config::Explain::Stderr && {
+            let argv0 = j
+                .subject
+                .argv
+                .first()
+                .map_or(j.subject.filename.as_str(), String::as_str);
+            super::explain::tell(
+                pid,
+                &super::explain::line(argv0, &rule, a.message.as_deref()),
+            )
+        }
+    });
+    let mut event = ExecEvent::new(
         j.subject.clone(),
         decision,
         rule.clone(),
@@ -275,6 +291,7 @@ pub fn handle(
         a.message,
     )
     .in_attempt(j.attempt, j.repeat.is_some());
+    event.explained = explained;
     // The event is written before the answer: whatever the exec does next,
     // the audit trail already has it, or (`audit.on_failure: refuse`) it
     // does not run.

@@ -1,0 +1,110 @@
+//! Telling a refused exec's caller why (`execve.explain: stderr`): before
+//! the refusal is answered, one line of at most [`MAX`] bytes on the
+//! caller's own stderr, e.g. `agentsh: curl denied (rule
+//! deny-network-tools): network tools are not allowed`, so an agent reads a
+//! reason instead of a bare "Permission denied" and stops retrying.
+//!
+//! The caller's fd 2 is taken with `pidfd_getfd` (the same open file) and
+//! written only if `poll` says it takes data now: a full pipe nobody reads
+//! gets nothing and the refusal is answered at once. Names from the tree
+//! are escaped (no control bytes reach a terminal). Not where
+//! `pidfd_getfd` is refused (Docker's default profile, gVisor): the event's
+//! `explained` says false.
+//!
+//! What this does not watch: what the caller does with its stderr (it may
+//! be `/dev/null`, or a file the agent never reads).
+
+use std::io::Write;
+use std::os::fd::AsRawFd;
+
+/// The most bytes one explanation takes.
+pub const MAX: usize = 256;
+
+/// The line for a refused exec of `argv0` (what the caller named), `rule`,
+/// `message`: escaped, at most [`MAX`] bytes with its newline. Pure.
+pub fn line(argv0: &str, rule: &str, message: Option<&str>) -> String {
+    let name = escape(argv0.rsplit('/').next().unwrap_or(argv0));
+    let mut s = format!("agentsh: {name} denied (rule {})", escape(rule));
+    if let Some(m) = message.filter(|m| !m.is_empty()) {
+        s.push_str(": ");
+        s.push_str(&escape(m));
+    }
+    if s.len() > MAX - 1 {
+        let mut cut = MAX - 1 - '…'.len_utf8();
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push('…');
+    }
+    s.push('\n');
+    s
+}
+
+/// Control characters as `\xNN` (and `\\` for a backslash): nothing the
+/// tree named can move a cursor or change a terminal's state.
+fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => {
+                let mut b = [0u8; 4];
+                for byte in c.encode_utf8(&mut b).bytes() {
+                    out.push_str(&format!("\\x{byte:02x}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Writes `text` to task `tid`'s stderr if it takes it now; whether it did.
+pub fn tell(tid: u32, text: &str) -> bool {
+    let _owner = crate::tracee::as_owner(tid);
+    let Ok(fd) = super::pidfd::get_fd(tid, 2) else {
+        return false;
+    };
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one pollfd, no wait.
+    let ready = unsafe { libc::poll(&mut p, 1, 0) } == 1
+        && p.revents & libc::POLLOUT != 0
+        && p.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) == 0;
+    if !ready {
+        return false;
+    }
+    // A pipe with room takes this many bytes at once (below PIPE_BUF); a
+    // terminal or file at once too. Never with MSG_NOSIGNAL-less SIGPIPE:
+    // the server ignores SIGPIPE.
+    let mut f = std::fs::File::from(fd);
+    f.write_all(text.as_bytes()).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_line_is_escaped_and_bounded() {
+        assert_eq!(
+            line(
+                "/usr/bin/curl",
+                "deny-network-tools",
+                Some("no network tools")
+            ),
+            "agentsh: curl denied (rule deny-network-tools): no network tools\n"
+        );
+        assert_eq!(
+            line("x\u{1b}[31my", "r", None),
+            "agentsh: x\\x1b[31my denied (rule r)\n"
+        );
+        let long = line("curl", "r", Some(&"é".repeat(400)));
+        assert!(long.len() <= MAX, "{}", long.len());
+        assert!(long.ends_with("…\n"));
+    }
+}
