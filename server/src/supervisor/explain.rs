@@ -79,8 +79,8 @@ pub fn tell(tid: u32, text: &str) -> bool {
         return false;
     }
     // A pipe with room takes this many bytes at once (below PIPE_BUF); a
-    // terminal or file at once too. Never with MSG_NOSIGNAL-less SIGPIPE:
-    // the server ignores SIGPIPE.
+    // terminal or a file too. A reader gone is EPIPE here, not a death:
+    // the server's threads block every signal (`daemon::signals`).
     let mut f = std::fs::File::from(fd);
     f.write_all(text.as_bytes()).is_ok()
 }
