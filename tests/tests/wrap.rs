@@ -109,6 +109,18 @@ impl Place {
             .env("HOME", self.home())
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("LANG", "C.UTF-8");
+        // As from a terminal: the stop signals at their defaults, whatever
+        // the test suite inherited (nohup ignores SIGHUP, a background job
+        // SIGINT and SIGQUIT; an ignored signal never reaches wrap).
+        // SAFETY: only signal(2) between fork and exec.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut c, || {
+                for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGHUP, libc::SIGTERM] {
+                    libc::signal(sig, libc::SIG_DFL);
+                }
+                Ok(())
+            });
+        }
         c
     }
 }
