@@ -25,6 +25,10 @@ pub const WRAPPER_LOG_FD: &str = "AGENTSH_WRAPPER_LOG_FD";
 pub const RELAY_PID: &str = "AGENTSH_RELAY_PID";
 /// Read by the shim: `off`, `auto` or `on`. Can only make the mode stricter than shim.conf.
 pub const SHIM_INSTALL: &str = "AGENTSH_SHIM_INSTALL";
+/// Read by the shim in the first shell of a tree: the session it joins
+/// instead of shim.conf's `session=` (chosen by whoever starts that shell,
+/// outside every tree; nested shells never read it).
+pub const SESSION: &str = "AGENTSH_SESSION";
 /// Set by the server for unixwrap: the session the tree belongs to.
 pub const SESSION_ID: &str = "AGENTSH_SESSION_ID";
 /// Prefix of every variable agentsh owns; unixwrap strips them before exec.
@@ -158,6 +162,23 @@ mod tests {
     }
 }
 
+/// `env:` as written (a policy's, or a session's in the server config):
+/// `deny` and `allow` are name globs, `inject` sets names. The server
+/// checks and compiles it into [`EnvRules`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvDoc {
+    /// Globs of names removed.
+    #[serde(default)]
+    pub deny: Vec<String>,
+    /// Non-empty: only names matching one of these globs pass.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Names set, replacing an inherited value.
+    #[serde(default)]
+    pub inject: std::collections::BTreeMap<String, String>,
+}
+
 /// A policy's `env:` rules, as the server hands them to unixwrap
 /// (`SeccompConfig::env`): applied to the command's environment at
 /// unixwrap's final exec, after the filter and Landlock.
@@ -172,6 +193,10 @@ pub struct EnvRules {
     /// Set after the others, replacing an inherited value.
     #[serde(default)]
     pub inject: Vec<(String, String)>,
+    /// Non-empty: names must match one of these globs too (a session's
+    /// `allow` and its policy's both apply).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also_allow: Vec<String>,
 }
 
 impl EnvRules {
@@ -180,6 +205,39 @@ impl EnvRules {
     pub fn keeps(&self, name: &[u8]) -> bool {
         !self.deny.iter().any(|g| glob(g.as_bytes(), name))
             && (self.allow.is_empty() || self.allow.iter().any(|g| glob(g.as_bytes(), name)))
+            && (self.also_allow.is_empty()
+                || self.also_allow.iter().any(|g| glob(g.as_bytes(), name)))
+    }
+
+    /// Both `a` and `b` applied: a name passes if both keep it; an injected
+    /// name of `a` (the session's) wins over `b`'s (its policy's).
+    pub fn merged(a: Option<&EnvRules>, b: Option<&EnvRules>) -> Option<EnvRules> {
+        let (a, b) = match (a, b) {
+            (None, None) => return None,
+            (Some(x), None) | (None, Some(x)) => return Some(x.clone()),
+            (Some(a), Some(b)) => (a, b),
+        };
+        let mut deny = a.deny.clone();
+        deny.extend(b.deny.iter().filter(|g| !a.deny.contains(g)).cloned());
+        // Each side is one `env:` block (compiled alone: no `also_allow`).
+        let (allow, also_allow) = match (a.allow.is_empty(), b.allow.is_empty()) {
+            (true, _) => (b.allow.clone(), Vec::new()),
+            (false, true) => (a.allow.clone(), Vec::new()),
+            (false, false) => (a.allow.clone(), b.allow.clone()),
+        };
+        let mut inject = a.inject.clone();
+        inject.extend(
+            b.inject
+                .iter()
+                .filter(|(k, _)| !a.inject.iter().any(|(ak, _)| ak == k))
+                .cloned(),
+        );
+        Some(EnvRules {
+            deny,
+            allow,
+            inject,
+            also_allow,
+        })
     }
 
     /// `vars` (`NAME=VALUE` entries) without what is not kept, then the
@@ -264,6 +322,7 @@ mod env_rules_tests {
                 "PIP_INDEX_URL".into(),
                 "https://pypi.internal/simple".into(),
             )],
+            also_allow: vec![],
         };
         let (out, removed) = r.apply(vec![
             b"PATH=/bin".to_vec(),
@@ -285,5 +344,47 @@ mod env_rules_tests {
         let (out, removed) = only.apply(vec![b"PATH=/bin".to_vec(), b"AWS_KEY=x".to_vec()]);
         assert_eq!(out, vec![b"PATH=/bin".to_vec()]);
         assert_eq!(removed, vec!["AWS_KEY".to_string()]);
+    }
+
+    #[test]
+    fn a_session_and_its_policy_both_apply() {
+        let session = EnvRules {
+            deny: vec!["*_TOKEN".into()],
+            allow: vec!["PATH".into(), "HOME".into(), "PIP_*".into()],
+            inject: vec![("PIP_INDEX_URL".into(), "https://session/".into())],
+            also_allow: vec![],
+        };
+        let policy = EnvRules {
+            deny: vec!["AWS_*".into(), "*_TOKEN".into()],
+            allow: vec!["PATH".into(), "PIP_*".into(), "LANG".into()],
+            inject: vec![
+                ("PIP_INDEX_URL".into(), "https://policy/".into()),
+                ("LANG".into(), "C.UTF-8".into()),
+            ],
+            also_allow: vec![],
+        };
+        let m = EnvRules::merged(Some(&session), Some(&policy)).unwrap();
+        assert_eq!(m.deny, vec!["*_TOKEN".to_string(), "AWS_*".to_string()]);
+        // Kept only if both allow-lists match it.
+        assert!(m.keeps(b"PATH"));
+        assert!(
+            !m.keeps(b"HOME"),
+            "the policy's allow-list does not have it"
+        );
+        assert!(
+            !m.keeps(b"LANG"),
+            "the session's allow-list does not have it"
+        );
+        assert!(!m.keeps(b"PIP_TOKEN"), "denied by both");
+        // The session's injected value wins; the policy's other one stays.
+        assert_eq!(
+            m.inject,
+            vec![
+                ("PIP_INDEX_URL".to_string(), "https://session/".to_string()),
+                ("LANG".to_string(), "C.UTF-8".to_string())
+            ]
+        );
+        assert_eq!(EnvRules::merged(None, Some(&policy)), Some(policy.clone()));
+        assert_eq!(EnvRules::merged(None, None), None);
     }
 }

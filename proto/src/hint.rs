@@ -31,8 +31,14 @@ pub const ADMIN_SHELL_IN_TREE: &str = "docs/troubleshooting.md#the-admin-shell-r
 /// `egress.compat` is `required`.
 pub const EGRESS_NOT_ENFORCEABLE: &str = "docs/troubleshooting.md#egress-cannot-be-enforced-here";
 
+/// The session a shell asked for (shim.conf `session=`, `AGENTSH_SESSION`)
+/// does not exist on the server, or has ended.
+pub const SESSION_NOT_OPEN: &str =
+    "docs/troubleshooting.md#the-session-does-not-exist-or-has-ended";
+
 /// Every section above, for the test that checks them.
 pub const ALL: &[&str] = &[
+    SESSION_NOT_OPEN,
     SHIMCONF_IGNORED,
     SHIMCONF_INVALID,
     REFUSES_UNSUPERVISED,

@@ -23,6 +23,18 @@ pub const SHIM_CONF_PATH: &str = "/etc/agentsh/shim.conf";
 pub const DEFAULT_SOCKET: &str = "/run/agentsh/api.sock";
 /// `server=` when shim.conf does not say.
 pub const DEFAULT_SERVER: &str = "unix:/run/agentsh/api.sock";
+/// Is `id` acceptable as a session id? It appears in socket file names and
+/// URLs: 1-64 letters, digits, `-`, `_`, `.`, and not `.` or `..`.
+pub fn valid_session_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        && id != "."
+        && id != ".."
+}
+
 /// `session=` when shim.conf does not say.
 pub const DEFAULT_SESSION: &str = "default";
 /// Where packaging installs agentsh-unixwrap: without a `wrapper=` line the
@@ -205,13 +217,10 @@ pub fn parse(text: &str) -> Result<ShimConf, ParseError> {
                 conf.wrapper = Some(value.to_string());
             }
             "session" => {
-                if value.is_empty()
-                    || !value
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
-                {
+                if !valid_session_id(value) {
                     return Err(err(format!(
-                        "session={value:?} is not valid; accepted: letters, digits, '-', '_', '.'"
+                        "session={value:?} is not valid; accepted: 1-64 letters, digits, '-', \
+                         '_', '.'"
                     )));
                 }
                 conf.session = value.to_string();

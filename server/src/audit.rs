@@ -354,6 +354,28 @@ pub enum EventBody {
     UnsupervisedRun(UnsupervisedEvent),
     Signal(SignalEvent),
     AdminSession(AdminSessionEvent),
+    Session(SessionEvent),
+}
+
+/// An operator made, ended or deleted a session.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct SessionEvent {
+    /// `created`, `ended` or `deleted`.
+    pub action: String,
+    /// Who asked (the operator's process and uid; 0/0 from the config).
+    pub by_uid: u32,
+    pub by_pid: u32,
+    /// The policy's name, and the workspace (`created`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub policy: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub workspace: Option<String>,
+    /// The root pids of its live trees when it was ended or deleted.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub live_trees: Vec<u32>,
+    /// Processes killed (`deleted` with `force`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub killed: Option<usize>,
 }
 
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]

@@ -83,6 +83,12 @@ CONFIG KEYS (YAML; all optional; defaults shown):
                                                      rule waits for an operator: \"10s\", \"500ms\",
                                                      \"2m\" or a number of seconds
   execve.approval_timeout_action   deny              deny | allow: what an unanswered approval gets
+  sessions.ID.policy               (top-level policy)   sessions besides `default`, made at start, each
+  sessions.ID.workspace            \"\"                with its own policy, ${WORKSPACE} (an existing
+  sessions.ID.env.deny             []                directory) and env rules (deny/allow globs,
+  sessions.ID.env.allow            []                inject NAME: VALUE; the policy's env applies
+  sessions.ID.env.inject           {}                too). A shell joins one by shim.conf session=
+                                                     or AGENTSH_SESSION=ID in its environment
   execve.explain                   stderr            stderr | off: a refused exec's caller gets one line
                                                      on its stderr (\"agentsh: curl denied (rule R):
                                                      message\"), when it takes it without waiting
@@ -101,6 +107,27 @@ pub struct Config {
     pub workspace: String,
     pub landlock: LandlockSection,
     pub egress: EgressSection,
+    /// Sessions besides `default` (whose policy and workspace are the
+    /// top-level ones), made at start.
+    pub sessions: std::collections::BTreeMap<String, SessionSection>,
+}
+
+/// `sessions.<id>`: one task's policy, workspace and environment rules.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionSection {
+    /// A shipped name, a name under `policies_dir`, or a path (default: the
+    /// top-level `policy`).
+    #[serde(default)]
+    pub policy: Option<String>,
+    /// What `${WORKSPACE}` (and `${SESSION_ROOT}`) mean for this session:
+    /// an existing directory (default: none, rules naming it are skipped).
+    #[serde(default)]
+    pub workspace: Option<String>,
+    /// Removed, kept and set in the environment of the session's shells,
+    /// besides the policy's own `env:` (both apply).
+    #[serde(default)]
+    pub env: Option<agentsh_proto::env::EnvDoc>,
 }
 
 /// `egress.*`: the DNS stub and how much of a policy's `egress` must hold.
@@ -403,6 +430,7 @@ impl Default for Config {
             workspace: String::new(),
             landlock: LandlockSection::default(),
             egress: EgressSection::default(),
+            sessions: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -524,6 +552,20 @@ impl Config {
                 "workspace {:?} must be an absolute path (or empty)",
                 self.workspace
             ));
+        }
+        for id in self.sessions.keys() {
+            if id == "default" {
+                return Err(
+                    "sessions.default: the default session's policy and workspace are \
+                            the top-level `policy` and `workspace`; name other sessions here"
+                        .into(),
+                );
+            }
+            if !agentsh_proto::shimconf::valid_session_id(id) {
+                return Err(format!(
+                    "sessions.{id:?}: not a session id (1-64 letters, digits, '-', '_', '.')"
+                ));
+            }
         }
         Ok(())
     }

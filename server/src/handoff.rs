@@ -107,7 +107,7 @@ pub struct Pending {
     /// What the handoff must be: a notify fd, or a request to be traced.
     backend: ExecBackend,
     /// Where the tree's programs may not come from (`exec_sources`).
-    exec_places: crate::policy::landlock::ExecPlaces,
+    terms: crate::supervisor::TreeTerms,
 }
 
 /// Creates a fresh notify socket for `caller`: an abstract one
@@ -121,7 +121,7 @@ pub fn open_notify_socket(
     session_id: &str,
     caller: Caller,
     backend: ExecBackend,
-    exec_places: crate::policy::landlock::ExecPlaces,
+    terms: crate::supervisor::TreeTerms,
 ) -> Result<Pending, IntakeError> {
     let n = SOCKET_COUNTER.fetch_add(1, Ordering::Relaxed);
     let path = PathBuf::from(format!(
@@ -139,7 +139,7 @@ pub fn open_notify_socket(
         session: session_id.to_string(),
         caller,
         backend,
-        exec_places,
+        terms,
     })
 }
 
@@ -164,7 +164,7 @@ pub async fn take_handoff(
         session,
         caller,
         backend,
-        exec_places,
+        terms,
     } = pending;
     let listener = match SeqpacketListener::from_fd(listener) {
         Ok(l) => l,
@@ -186,22 +186,11 @@ pub async fn take_handoff(
                 return;
             }
         };
-        match handoff(
-            &ctx,
-            &trees,
-            &session,
-            &exec_places,
-            &conn,
-            cred,
-            caller,
-            backend,
-        )
-        .await
-        {
+        match handoff(&ctx, &trees, &session, &terms, &conn, cred, caller, backend).await {
             Ok(taken) => {
                 drop(listener);
                 drop(slot);
-                supervise(ctx, trees, &conn, session, exec_places, taken).await;
+                supervise(ctx, trees, &conn, session, terms, taken).await;
                 return;
             }
             Err(reason) => {
@@ -229,7 +218,7 @@ async fn handoff(
     ctx: &Arc<SupervisorContext>,
     trees: &Arc<Trees>,
     session: &str,
-    exec_places: &crate::policy::landlock::ExecPlaces,
+    terms: &crate::supervisor::TreeTerms,
     conn: &crate::api::transport::SeqpacketConn,
     cred: seqpacket::PeerCred,
     caller: Caller,
@@ -252,11 +241,7 @@ async fn handoff(
     };
     match checked {
         Ok(Taken::Trace(pid)) => {
-            let tree = Tree {
-                session_id: session.to_string(),
-                root_pid: pid,
-                exec_places: exec_places.clone(),
-            };
+            let tree = Tree::new(session.to_string(), pid, terms.clone());
             let (c, t) = (ctx.clone(), trees.clone());
             match tokio::task::spawn_blocking(move || supervisor::trace::attach(&c, t, tree)).await
             {
@@ -276,7 +261,7 @@ async fn supervise(
     trees: Arc<Trees>,
     conn: &crate::api::transport::SeqpacketConn,
     session: String,
-    exec_places: crate::policy::landlock::ExecPlaces,
+    terms: crate::supervisor::TreeTerms,
     taken: Taken,
 ) {
     let pid = taken.pid();
@@ -302,11 +287,7 @@ async fn supervise(
     let Taken::Notify(pid, fd) = taken else {
         return; // the tracer thread supervises it from here
     };
-    let tree = Tree {
-        session_id: session,
-        root_pid: pid,
-        exec_places,
-    };
+    let tree = Tree::new(session, pid, terms);
     let spawned = std::thread::Builder::new()
         .name("agentsh-tree".into())
         .spawn(move || {

@@ -196,6 +196,7 @@ fn event_name(kind: &str) -> &'static str {
         "unsupervised_run" => "agentsh.unsupervised_run",
         "signal" => "agentsh.signal",
         "admin_session" => "agentsh.admin_session",
+        "session" => "agentsh.session",
         _ => "agentsh.event",
     }
 }

@@ -94,6 +94,66 @@ impl Trees {
             .count()
     }
 
+    /// The root pids of `session`'s live trees.
+    pub fn roots_of(&self, session: &str) -> Vec<u32> {
+        let mut v: Vec<u32> = lock(&self.roots)
+            .iter()
+            .filter(|(_, r)| r.session == session)
+            .map(|(p, _)| *p)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Kills every process descending from one of `session`'s tree roots
+    /// (the roots too), until a pass over `/proc` finds none (a process
+    /// forking meanwhile is caught by the next pass); returns how many were
+    /// killed. Each is opened as a pidfd and its lineage read again through
+    /// it before the signal, so a reused pid is never signalled. A process
+    /// that left the lineage (double fork, reparented) is not found here:
+    /// the supervisor kills it at its next supervised call.
+    pub fn kill_session(&self, session: &str) -> usize {
+        const PASSES: usize = 50;
+        let roots: HashMap<u32, u64> = lock(&self.roots)
+            .iter()
+            .filter(|(_, r)| r.session == session)
+            .map(|(p, r)| (*p, r.starttime))
+            .collect();
+        let mut killed = 0;
+        for _ in 0..PASSES {
+            let mut found = 0;
+            let Ok(dir) = std::fs::read_dir("/proc") else {
+                break;
+            };
+            for e in dir.flatten() {
+                let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                    continue;
+                };
+                if !descends(pid, &roots) {
+                    continue;
+                }
+                let Ok(fd) = tracee::pidfd::open(pid) else {
+                    continue;
+                };
+                // Opened, so the pid stays this process: check it again.
+                if !descends(pid, &roots) {
+                    continue;
+                }
+                found += 1;
+                if tracee::pidfd::send_signal(&fd, libc::SIGKILL).is_ok() {
+                    killed += 1;
+                }
+            }
+            if found == 0 {
+                break;
+            }
+            // The killed must be reaped by their parents before they leave
+            // /proc; a pass that finds them again signals them again.
+            std::thread::yield_now();
+        }
+        killed
+    }
+
     /// Why `pid` is inside a live tree by lineage, if it is.
     pub fn by_lineage(&self, pid: u32) -> Option<String> {
         let roots: HashMap<u32, u64> = lock(&self.roots)
@@ -132,6 +192,28 @@ impl Trees {
             None => Some(format!("pid {pid}: /proc/{pid}/status unreadable")),
         }
     }
+}
+
+/// Whether `pid` or an ancestor is one of `roots` (pid, start time). A
+/// zombie (killed, not yet reaped) counts as not: it runs nothing.
+fn descends(pid: u32, roots: &HashMap<u32, u64>) -> bool {
+    let mut p = pid;
+    for _ in 0..MAX_WALK {
+        if p <= 1 {
+            return false;
+        }
+        let Ok(st) = tracee::proc_stat(p) else {
+            return false;
+        };
+        if p == pid && st.state == b'Z' {
+            return false;
+        }
+        if roots.get(&p) == Some(&st.starttime) {
+            return true;
+        }
+        p = st.ppid;
+    }
+    false
 }
 
 #[cfg(test)]

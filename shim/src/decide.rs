@@ -5,7 +5,7 @@
 use agentsh_proto::active::State as Active;
 use agentsh_proto::hint::{
     EGRESS_NOT_ENFORCEABLE, REAL_SHELL_IS_SHIM, REFUSES_UNSUPERVISED, SERVER_CANNOT_READ,
-    SHIMCONF_IGNORED, SHIMCONF_INVALID,
+    SESSION_NOT_OPEN, SHIMCONF_IGNORED, SHIMCONF_INVALID,
 };
 use agentsh_proto::shimconf::{Loaded, Mode, ShimConf, SHIM_CONF_PATH};
 
@@ -217,6 +217,11 @@ pub fn fall_through(
             FallThrough::Refuse(format!(
                 "agentsh-shell-shim: {failure}; see {EGRESS_NOT_ENFORCEABLE}"
             ))
+        }
+        // The server is up and named the session: a shell of another task
+        // must not run under the wrong session's rules, nor without any.
+        (Mode::Auto | Mode::On, _) if failure.hint() == Some(SESSION_NOT_OPEN) => {
+            FallThrough::Refuse(format!("agentsh-shell-shim: {failure}; see {SESSION_NOT_OPEN}"))
         }
         (Mode::Auto, Active::Current(_)) => FallThrough::Refuse(format!(
             "agentsh-shell-shim: {failure}; agentsh has already run in this container, so shim_install=auto refuses to run unsupervised: {}; see {REFUSES_UNSUPERVISED}",

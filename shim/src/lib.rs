@@ -65,10 +65,30 @@ pub fn run(argv: &[&CStr]) -> i32 {
     }
     let env_mode = std::env::var_os(env::SHIM_INSTALL);
     let loaded = shimconf::load(SHIM_CONF_PATH);
-    let settings = match decide::settings(loaded, env_mode.as_deref().map(OsStrExt::as_bytes)) {
+    let mut settings = match decide::settings(loaded, env_mode.as_deref().map(OsStrExt::as_bytes)) {
         Ok(s) => s,
         Err(hint) => return refuse(&hint),
     };
+    // The session the SDK chose for this command; a bad id is refused,
+    // never replaced by shim.conf's.
+    if let Some(id) = std::env::var_os(env::SESSION) {
+        match id
+            .to_str()
+            .filter(|i| agentsh_proto::shimconf::valid_session_id(i))
+        {
+            Some(i) => settings.conf.session = i.to_string(),
+            None if settings.mode == Mode::Off => {}
+            None => {
+                return refuse(&format!(
+                    "agentsh-shell-shim: {}={:?} is not a session id (1-64 letters, digits, \
+                     '-', '_', '.'); see {}",
+                    env::SESSION,
+                    id,
+                    agentsh_proto::hint::SESSION_NOT_OPEN
+                ))
+            }
+        }
+    }
     if let Some(note) = &settings.stderr_note {
         eprintln!("{note}");
         log::log(log::Priority::Warning, note);

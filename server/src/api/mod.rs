@@ -34,6 +34,7 @@
 mod answer;
 pub mod peer;
 pub mod routes;
+mod sessions;
 pub mod transport;
 mod wrap_init;
 
@@ -60,21 +61,17 @@ pub struct Api {
     /// Execs held for an operator (the supervisor reaches them through its
     /// `Hold` seam; the routes list and decide them here).
     pub approvals: Arc<crate::approval::Approvals>,
-    /// Flags and deadlines of every tree's config (its filter comes from `filters`).
+    /// Flags and deadlines of every tree's config (its filter, ruleset and
+    /// env rules come from its session's `Setup`).
     pub seccomp_config: SeccompConfig,
-    /// Compiles (and caches) each tree's seccomp program.
-    pub filters: crate::filter::Filters,
-    pub policy_name: String,
-    /// Compiles the policy's Landlock part per wrap-init (workspace, caller's home).
-    pub landlock: crate::policy::landlock::SessionLandlock,
+    /// Makes the sessions an operator creates at run time.
+    pub maker: crate::session::Maker,
     pub trees: Arc<Trees>,
     pub limits: Arc<Limits>,
     /// The operator token (`<state_dir>/approval.token`): TCP routes need it.
     pub token: String,
     /// What the host offered at start (`agentsh detect`).
     pub detected: crate::detect::Report,
-    /// The daemon sockets to hide, resolved once while nothing changes.
-    pub daemon_sockets: crate::policy::daemon_sockets::HiddenCache,
     /// Whether shells can be supervised now, and which (see `daemon::command`).
     pub gate: Arc<crate::daemon::command::Gate>,
 }

@@ -34,14 +34,25 @@ pub async fn handle(api: Arc<Api>, peer: Peer, req: Request<Incoming>) -> Result
         _ => match operator(&api, &peer, &req).await {
             Err(r) => r.into(),
             Ok(requester) => match (&method, segs.as_slice()) {
-                (&Method::GET, ["api", "v1", "sessions"]) => list_sessions(&api),
+                (&Method::GET, ["api", "v1", "sessions"]) => super::sessions::list(&api),
+                (&Method::GET, ["api", "v1", "sessions", sid]) => super::sessions::show(&api, sid),
+                (&Method::POST, ["api", "v1", "sessions", sid, "end"]) => {
+                    super::sessions::end(&api, &requester, sid)
+                }
+                (&Method::DELETE, ["api", "v1", "sessions", sid]) => {
+                    let force = query_param(&query, "force") == Some("true");
+                    super::sessions::delete(api.clone(), requester, sid.to_string(), force).await
+                }
                 (&Method::GET, ["api", "v1", "status"]) => {
                     match serde_json::to_value(&api.detected) {
                         Ok(v) => json(
                             200,
                             &serde_json::json!({
                                 "host": v,
-                                "policy": api.policy_name,
+                                "policy": api
+                                    .sessions
+                                    .get("default")
+                                    .map(|s| s.setup.policy_name.clone()),
                                 // A log that cannot be written is an operator's
                                 // first question (issue 24).
                                 "audit": {
@@ -62,7 +73,7 @@ pub async fn handle(api: Arc<Api>, peer: Peer, req: Request<Incoming>) -> Result
                     }
                 }
                 (&Method::POST, ["api", "v1", "sessions"]) => match read_json(req).await {
-                    Ok(v) => create_session(&api, &v),
+                    Ok(v) => super::sessions::create(api.clone(), requester, v).await,
                     Err(e) => e.into(),
                 },
                 (&Method::GET, ["api", "v1", "sessions", sid, "events"]) => {
@@ -225,39 +236,7 @@ fn admin_session(api: &Api, who: &crate::approval::Requester, v: &serde_json::Va
     json(201, &serde_json::json!({ "recorded": true }))
 }
 
-fn list_sessions(api: &Api) -> Resp {
-    use std::sync::atomic::Ordering;
-    let v: Vec<serde_json::Value> = api
-        .sessions
-        .list()
-        .iter()
-        .map(|s| {
-            serde_json::json!({
-                "id": s.id,
-                "created": s.created,
-                "trees": api.trees.count(&s.id),
-                "wrap_inits": s.wrap_inits.load(Ordering::Relaxed),
-            })
-        })
-        .collect();
-    json(200, &serde_json::Value::Array(v))
-}
-
-fn create_session(api: &Api, v: &serde_json::Value) -> Resp {
-    let id = v.get("id").and_then(|x| x.as_str()).unwrap_or("default");
-    match api.sessions.get_or_create(id) {
-        Some(s) => json(
-            201,
-            &serde_json::json!({ "id": s.id, "created": s.created }),
-        ),
-        None => error(
-            400,
-            format!("session id {id:?} is not valid: use 1-64 letters, digits, '-', '_', '.'"),
-        ),
-    }
-}
-
-fn query_param<'a>(query: &'a str, key: &str) -> Option<&'a str> {
+pub(super) fn query_param<'a>(query: &'a str, key: &str) -> Option<&'a str> {
     query
         .split('&')
         .filter_map(|kv| kv.split_once('='))

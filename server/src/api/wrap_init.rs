@@ -189,7 +189,32 @@ fn prepare_wrap_init(
 ) -> Result<(WrapInitResponse, handoff::Pending), Failure> {
     let started = std::time::Instant::now();
     gate(api, caller)?;
-    let egress_gap = egress_unenforceable(api);
+    let Some(session) = api.sessions.get(sid) else {
+        // A mistyped session= must not start a session nobody watches.
+        tracing::warn!("wrap-init refused: session {sid:?} does not exist");
+        return Err(fail(
+            404,
+            format!(
+                "session {sid:?} does not exist on this server: use session=default in \
+                 /etc/agentsh/shim.conf (or no AGENTSH_SESSION), or have the operator create it \
+                 first (`agentsh session create {sid} --policy POLICY`)"
+            ),
+        )
+        .with_hint(agentsh_proto::hint::SESSION_NOT_OPEN));
+    };
+    if session.is_ended() {
+        tracing::warn!("wrap-init refused: session {sid:?} has ended");
+        return Err(fail(
+            410,
+            format!(
+                "session {sid:?} has ended (agentsh session end): it starts no more shells; \
+                 create a new session for a new task"
+            ),
+        )
+        .with_hint(agentsh_proto::hint::SESSION_NOT_OPEN));
+    }
+    let setup = session.setup.clone();
+    let egress_gap = egress_unenforceable(api, &setup.policy);
     if let Some(why) = &egress_gap {
         if api.config.egress.compat == crate::config::EgressCompat::Required {
             tracing::warn!("wrap-init refused: egress.compat is required and {why}");
@@ -205,18 +230,6 @@ fn prepare_wrap_init(
             .with_hint(agentsh_proto::hint::EGRESS_NOT_ENFORCEABLE));
         }
     }
-    let Some(session) = api.sessions.get(sid) else {
-        // A mistyped session= must not start a session nobody watches.
-        tracing::warn!("wrap-init refused: session {sid:?} does not exist");
-        return Err(fail(
-            404,
-            format!(
-                "session {sid:?} does not exist on this server: use session=default in \
-                 /etc/agentsh/shim.conf, or have the operator create it first (POST \
-                 /api/v1/sessions with {{\"id\": \"{sid}\"}})"
-            ),
-        ));
-    };
     let wrapper = api.config.wrapper_binary_path();
     if !wrapper.is_file() {
         // The shim treats a 5xx as "cannot install": it refuses (126) once
@@ -240,22 +253,30 @@ fn prepare_wrap_init(
     });
     // Compiled (or taken from the cache) before anything is created, so a
     // failure leaves nothing behind.
-    let filter = api
+    let filter = setup
         .filters
         .for_tree(daemon, lineage.and_then(|l| l.pgrp))
         .map_err(|e| {
             tracing::error!("wrap-init: {e}");
             fail(500, e.to_string())
         })?;
-    let backend = api.filters.backend();
-    let (mut landlock, ruleset_reused) = api.landlock.compile_or_reuse(caller.uid);
+    let backend = setup.filters.backend();
+    let (mut landlock, ruleset_reused) = setup.landlock.compile_or_reuse(caller.uid);
     crate::policy::landlock::cap_abi(&mut landlock, api.config.landlock.cap());
-    let pending =
-        handoff::open_notify_socket(&session.id, caller, backend, landlock.exec_places.clone())
-            .map_err(|e| {
-                tracing::error!("wrap-init: {e}");
-                fail(500, e.to_string())
-            })?;
+    let pending = handoff::open_notify_socket(
+        &session.id,
+        caller,
+        backend,
+        crate::supervisor::TreeTerms {
+            exec_places: landlock.exec_places.clone(),
+            rules: setup.rules.clone(),
+            doomed: session.doomed.clone(),
+        },
+    )
+    .map_err(|e| {
+        tracing::error!("wrap-init: {e}");
+        fail(500, e.to_string())
+    })?;
     session
         .wrap_inits
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -292,7 +313,7 @@ fn prepare_wrap_init(
     // The policy's `env:`, applied by unixwrap at its final exec; the event
     // names what it removes from the shell's environment (from the names the
     // shim sent) and what it sets, never a value.
-    let env_rules = api.supervisor.policy.env().cloned();
+    let env_rules = setup.env.clone();
     let (env_removed, env_injected) = match &env_rules {
         Some(r) => (
             body.env_names
@@ -310,9 +331,9 @@ fn prepare_wrap_init(
     };
     seccomp_config.env = env_rules;
     let run_dir = api.config.run_dir();
-    let (hidden, masks_reused) = api
+    let (hidden, masks_reused) = setup
         .daemon_sockets
-        .hidden_or_reused(api.supervisor.policy.daemon_sockets(), run_dir.to_str());
+        .hidden_or_reused(setup.policy.daemon_sockets(), run_dir.to_str());
     seccomp_config.daemon_sockets = hidden;
     let daemon_sockets = crate::audit::DaemonSocketsSummary {
         hidden: seccomp_config.daemon_sockets.clone(),
@@ -334,7 +355,7 @@ fn prepare_wrap_init(
             agent_command: body.agent_command,
             agent_args: body.agent_args,
             notify_socket: notify_socket.clone(),
-            policy: api.policy_name.clone(),
+            policy: setup.policy_name.clone(),
             landlock: Some(landlock.summary),
             seccomp: Some(filter.summary.clone()),
             daemon_sockets: Some(daemon_sockets),
@@ -368,13 +389,9 @@ fn prepare_wrap_init(
 /// can, the policy has none, or it allows every destination so there is
 /// nothing to enforce): the supervisor takes a tree's sockets with
 /// `pidfd_getfd`.
-fn egress_unenforceable(api: &Api) -> Option<String> {
+fn egress_unenforceable(api: &Api, policy: &crate::policy::Policy) -> Option<String> {
     let probe = &api.detected.pidfd_getfd;
-    let enforcing = api
-        .supervisor
-        .policy
-        .egress()
-        .is_some_and(|e| !e.allows_everything());
+    let enforcing = policy.egress().is_some_and(|e| !e.allows_everything());
     (enforcing && !probe.available).then(|| {
         probe
             .detail

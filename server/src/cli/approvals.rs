@@ -12,18 +12,31 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// Which server an operator command talks to.
 #[derive(Debug, Clone, Args)]
-pub struct Connection {
+pub struct ServerArgs {
     /// The server: unix:/PATH (its API socket) or http://HOST:PORT (its TCP listener).
     #[arg(long, default_value = agentsh_proto::shimconf::DEFAULT_SERVER)]
-    server: String,
+    pub server: String,
     /// The operator token for an http:// server (`<state_dir>/approval.token`, root-only).
     #[arg(
         long,
         value_name = "PATH",
         default_value = "/var/lib/agentsh/approval.token"
     )]
-    token_file: PathBuf,
+    pub token_file: PathBuf,
+}
+
+impl ServerArgs {
+    pub fn client(&self, timeout: Duration) -> Result<Client, String> {
+        Ok(Client::new(&self.server, Some(&self.token_file))?.with_timeout(timeout))
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct Connection {
+    #[command(flatten)]
+    at: ServerArgs,
     /// A standalone `agentsh wrap`'s session: its own server, found at
     /// $XDG_RUNTIME_DIR/agentsh/ID.sock (without XDG_RUNTIME_DIR:
     /// ~/.local/state/agentsh/ID/run/ID.sock). Run as the user who ran wrap.
@@ -69,9 +82,9 @@ pub enum ApprovalsCommand {
 fn client(conn: &Connection, timeout: Duration) -> Result<Client, String> {
     let server = match &conn.session {
         Some(id) => format!("unix:{}", crate::cli::wrap::socket_of(id)?.display()),
-        None => conn.server.clone(),
+        None => conn.at.server.clone(),
     };
-    Ok(Client::new(&server, Some(&conn.token_file))?.with_timeout(timeout))
+    Ok(Client::new(&server, Some(&conn.at.token_file))?.with_timeout(timeout))
 }
 
 fn fetch(client: &Client, after: u64, wait: u64) -> Result<Vec<serde_json::Value>, String> {

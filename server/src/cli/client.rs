@@ -118,6 +118,13 @@ impl Client {
                         }
                         r.call()
                     }
+                    "DELETE" => {
+                        let mut r = agent.delete(&url);
+                        if let Some(a) = &auth {
+                            r = r.header("Authorization", a);
+                        }
+                        r.call()
+                    }
                     _ => {
                         let mut r = agent.post(&url);
                         if let Some(a) = &auth {

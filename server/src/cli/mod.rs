@@ -10,6 +10,7 @@ pub mod approvals;
 pub mod client;
 mod events;
 pub mod lifecycle;
+mod session;
 pub(crate) mod wrap;
 
 use crate::config::{CONFIG_HELP, EMBEDDED_CONFIG};
@@ -111,6 +112,15 @@ enum Command {
     Approvals {
         #[command(subcommand)]
         command: approvals::ApprovalsCommand,
+    },
+    /// Make, list, show and end sessions of a running server: each task its own
+    /// policy, workspace and environment rules. A shell joins one with
+    /// AGENTSH_SESSION=ID in its environment (the first shell of a tree; its
+    /// session is then fixed) or shim.conf session=ID. Sessions made here last
+    /// until the server stops; the config's `sessions:` are made at every start.
+    Session {
+        #[command(subcommand)]
+        command: session::SessionCommand,
     },
     /// Install, remove or inspect the shell shim (/bin/sh).
     Shim {
@@ -548,6 +558,13 @@ pub fn main() -> ExitCode {
             }
         }
         Command::Approvals { command } => approvals::run(command),
+        Command::Session { command } => match session::run(command) {
+            Err(msg) if msg.starts_with("usage: ") => {
+                eprintln!("agentsh: {}", &msg["usage: ".len()..]);
+                return ExitCode::from(2);
+            }
+            other => other,
+        },
         // Inside a supervised shell the server's socket cannot be reached
         // (by design), but the shell's own supervision is the answer: its
         // server took it in, and this exec was let through by it.

@@ -19,7 +19,6 @@ use crate::api::{self, peer::Limits, transport::SeqpacketListener, Api};
 use crate::approval::{self, Approvals};
 use crate::audit::AuditLog;
 use crate::config::Config;
-use crate::filter::Filters;
 use crate::policy::landlock::SessionLandlock;
 use crate::policy::Policy;
 use crate::session::Sessions;
@@ -74,11 +73,20 @@ pub fn run(start: Start) -> Result<(), String> {
     }
     let config = Config::load(config_file.as_deref()).map_err(|e| e.to_string())?;
     config.check_own_locations(config_file.as_deref())?;
-    let policy = Policy::resolve(&config.policy, &config.policies_dir)
-        .map_err(|e| format!("cannot load policy {:?}: {e}", config.policy))?;
-    for w in policy.shadowed_rules() {
-        tracing::warn!("policy {:?}: {w}", config.policy);
+    // Every session's policy loads before anything starts (the indexes
+    // and the rest are compiled below, once the backend is known).
+    let mut policies = vec![Policy::resolve(&config.policy, &config.policies_dir)
+        .map_err(|e| format!("cannot load policy {:?}: {e}", config.policy))?];
+    for (id, s) in &config.sessions {
+        if let Some(p) = &s.policy {
+            policies.push(
+                Policy::resolve(p, &config.policies_dir)
+                    .map_err(|e| format!("sessions.{id}: cannot load policy {p:?}: {e}"))?,
+            );
+        }
     }
+    let policies: Vec<Arc<Policy>> = policies.into_iter().map(Arc::new).collect();
+    let policy = policies[0].clone();
     let audit = AuditLog::open(&config.audit.jsonl, config.audit.memory_events_per_session)
         .map_err(|e| {
             format!(
@@ -91,10 +99,12 @@ pub fn run(start: Start) -> Result<(), String> {
         audit.export_to(exporter);
     }
     let policy_name = policy.name().to_string();
-    let policy = Arc::new(policy);
-    let prepared = crate::supervisor::prepare(&policy);
-    let landlock = SessionLandlock::for_server(policy.clone(), &config, config_file.as_deref());
-    landlock_startup_report(&landlock);
+    let prepared = crate::supervisor::prepare(policies.clone());
+    landlock_startup_report(&SessionLandlock::for_server(
+        policy.clone(),
+        &config,
+        config_file.as_deref(),
+    ));
     let (token, token_path) = approval::create_token_file(&config.state_dir).map_err(|e| {
         format!(
             "cannot write the operator token under {}: {e} (state_dir must be writable by the server)",
@@ -177,14 +187,6 @@ pub fn run(start: Start) -> Result<(), String> {
              rules and the protection of agentsh's own files are NOT (see docs/security-model.md)"
         );
     }
-    let filters = Filters::new(
-        policy.blocked_syscalls(),
-        policy.exec_memory_denied(),
-        crate::filter::NetFilter::of(&policy),
-        config.landlock.effective_abi(),
-        backend,
-    )
-    .map_err(|e| format!("policy {:?}: {e}", config.policy))?;
     let run_dir = config.run_dir();
     // A standalone `agentsh wrap`'s server (it makes the wrap's session):
     // its run directory is its user's alone.
@@ -194,13 +196,10 @@ pub fn run(start: Start) -> Result<(), String> {
     if !private {
         rundir::make_fixed_marker_dir();
     }
-    let daemon_sockets = crate::policy::daemon_sockets::HiddenCache::default();
-    warm_caches(&landlock, &daemon_sockets, &policy, &run_dir);
     let trees = Arc::new(Trees::new());
     let approvals = Arc::new(Approvals::new(&config.execve, audit.clone(), trees.clone()));
-    let dns = start_dns(&config, &policy, &audit)?;
+    let dns = start_dns(&config, &policies, &audit)?;
     let supervisor = Arc::new(SupervisorContext {
-        policy,
         limits: config.execve.clone(),
         audit: audit.clone(),
         approvals: approvals.clone(),
@@ -208,8 +207,17 @@ pub fn run(start: Start) -> Result<(), String> {
         dns,
         egress_compat: config.egress.compat,
     });
-    // Nothing answers (no `ready`, no tree) before the index exists.
+    // Nothing answers (no `ready`, no tree) before the indexes exist.
     prepared.wait()?;
+    let maker = crate::session::Maker {
+        config: config.clone(),
+        config_file: config_file.clone(),
+        backend,
+    };
+    let sessions = make_sessions(&maker, extra_session.as_deref())?;
+    for s in sessions.list() {
+        warm_caches(&s.setup, &run_dir);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("agentsh-api")
@@ -269,29 +277,16 @@ pub fn run(start: Start) -> Result<(), String> {
         );
         let api = Arc::new(Api {
             config,
-            // `default` always exists; others are created by the operator.
-            sessions: {
-                let s = Sessions::default();
-                let _ = s.get_or_create("default");
-                if let Some(id) = &extra_session {
-                    if s.get_or_create(id).is_none() {
-                        tracing::warn!("session {id:?} cannot be made (not a valid session id)");
-                    }
-                }
-                s
-            },
+            sessions,
+            maker,
             audit,
             supervisor,
             approvals,
             seccomp_config: SeccompConfig::default(),
-            filters,
-            policy_name,
-            landlock,
             trees,
             limits: Arc::new(Limits::default()),
             token,
             detected,
-            daemon_sockets,
             gate,
         });
         if let Some(tcp) = tcp {
@@ -347,13 +342,9 @@ fn raise_fd_limit() -> Option<u64> {
 /// long after the first (about 0.1 s, while the identity index builds on its
 /// own thread). What is still not kept then is computed by the first
 /// wrap-init that needs it, as it would have been.
-fn warm_caches(
-    landlock: &SessionLandlock,
-    daemon_sockets: &crate::policy::daemon_sockets::HiddenCache,
-    policy: &Policy,
-    run_dir: &std::path::Path,
-) {
+fn warm_caches(setup: &crate::session::Setup, run_dir: &std::path::Path) {
     const TRIES: usize = 2;
+    let (landlock, daemon_sockets) = (&setup.landlock, &setup.daemon_sockets);
     let started = std::time::Instant::now();
     let uids = login_uids();
     let mut tries = 0;
@@ -365,7 +356,7 @@ fn warm_caches(
             }
         }
         if !daemon_sockets.is_cached() {
-            daemon_sockets.hidden(policy.daemon_sockets(), run_dir.to_str());
+            daemon_sockets.hidden(setup.policy.daemon_sockets(), run_dir.to_str());
         }
         let kept = daemon_sockets.is_cached() && uids.iter().all(|&u| landlock.is_cached(u));
         if kept || tries == TRIES {
@@ -380,6 +371,50 @@ fn warm_caches(
         ms = started.elapsed().as_millis() as u64,
         "wrap-init caches warmed"
     );
+}
+
+/// `default` (the top-level policy and workspace), the config's
+/// `sessions:`, and a standalone `agentsh wrap`'s session (the default's
+/// rules under its own name).
+fn make_sessions(maker: &crate::session::Maker, extra: Option<&str>) -> Result<Sessions, String> {
+    use crate::session::Origin;
+    let sessions = Sessions::default();
+    let default = Arc::new(
+        maker
+            .make(maker.default_spec(), false)
+            .map_err(|e| format!("the default session: {e}"))?,
+    );
+    let mut made: Vec<Arc<crate::session::Setup>> = vec![default.clone()];
+    let _ = sessions.insert("default", Origin::Default, default.clone(), |_| false);
+    for (id, section) in &maker.config.sessions {
+        let spec = maker.config_spec(section);
+        // Sessions made from one spec share its compiled rules.
+        let setup = match made.iter().find(|m| m.spec == spec) {
+            Some(m) => m.clone(),
+            None => {
+                let m = Arc::new(
+                    maker
+                        .make(spec, true)
+                        .map_err(|e| format!("sessions.{id}: {e}"))?,
+                );
+                made.push(m.clone());
+                m
+            }
+        };
+        sessions
+            .insert(id, Origin::Config, setup, |_| false)
+            .map_err(|e| format!("sessions.{id}: {e:?}"))?;
+        tracing::info!(session = %id, "session made from the config");
+    }
+    if let Some(id) = extra {
+        if sessions
+            .insert(id, Origin::Api, default, |_| false)
+            .is_err()
+        {
+            tracing::warn!("session {id:?} cannot be made (not a valid session id, or it exists)");
+        }
+    }
+    Ok(sessions)
 }
 
 /// How long an idle thread of the API runtime's blocking pool is kept.
@@ -468,13 +503,12 @@ fn trust_config(path: &std::path::Path) -> Result<(), String> {
 /// then refused (never sent around the policy).
 fn start_dns(
     config: &Config,
-    policy: &crate::policy::Policy,
+    policies: &[Arc<Policy>],
     audit: &Arc<AuditLog>,
 ) -> Result<Option<Arc<crate::dns::Stub>>, String> {
-    let Some(egress) = policy.egress() else {
-        return Ok(None);
-    };
-    if egress.dns != crate::policy::egress::DnsMode::Stub {
+    // One stub serves every session whose policy has `dns: stub` (each
+    // query judged by the asking tree's session's policy).
+    if !policies.iter().any(|p| p.wants_dns_stub()) {
         return Ok(None);
     }
     let addr = config.egress.stub_addr()?;
@@ -487,8 +521,7 @@ fn start_dns(
              gets SERVFAIL"
         );
     }
-    let stub = match crate::dns::Stub::start(addr, upstream.clone(), egress.clone(), audit.clone())
-    {
+    let stub = match crate::dns::Stub::start(addr, upstream.clone(), audit.clone()) {
         Ok(s) => s,
         Err(e) => {
             // Fail closed without taking the server down: every DNS call of

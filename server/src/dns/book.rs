@@ -27,13 +27,16 @@ const NAMES_MAX: usize = 16_384;
 /// One tree's resolved names.
 pub struct TreeNames {
     pub session_id: String,
+    /// The tree's policy: its `egress` decides which names the stub asks.
+    pub policy: Arc<crate::policy::Policy>,
     names: Mutex<HashMap<IpAddr, Vec<(String, Instant)>>>,
 }
 
 impl TreeNames {
-    pub fn new(session_id: &str) -> Arc<TreeNames> {
+    pub fn new(session_id: &str, policy: Arc<crate::policy::Policy>) -> Arc<TreeNames> {
         Arc::new(TreeNames {
             session_id: session_id.to_string(),
+            policy,
             names: Mutex::new(HashMap::new()),
         })
     }
@@ -147,9 +150,14 @@ impl Book {
 mod tests {
     use super::*;
 
+    fn policy() -> Arc<crate::policy::Policy> {
+        let text = crate::policy::shipped("agent-default").unwrap();
+        Arc::new(crate::policy::Policy::from_yaml(text, "agent-default").unwrap())
+    }
+
     #[test]
     fn names_bind_and_expire_per_tree() {
-        let t = TreeNames::new("s");
+        let t = TreeNames::new("s", policy());
         let ip: IpAddr = "10.0.0.1".parse().unwrap();
         assert!(t.names_of(ip).is_empty());
         t.bind(ip, "pypi.org", 0);
@@ -158,14 +166,14 @@ mod tests {
             t.names_of("::ffff:10.0.0.1".parse().unwrap()),
             vec!["pypi.org".to_string()]
         );
-        let other = TreeNames::new("s");
+        let other = TreeNames::new("s", policy());
         assert!(other.names_of(ip).is_empty());
     }
 
     #[test]
     fn queriers_are_found_by_their_source() {
         let b = Book::default();
-        let t = TreeNames::new("s");
+        let t = TreeNames::new("s", policy());
         b.register(
             false,
             "0.0.0.0:4000".parse().unwrap(),

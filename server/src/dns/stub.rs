@@ -39,7 +39,6 @@ pub struct Stub {
     pub addr: SocketAddr,
     pub book: Book,
     upstream: Vec<SocketAddr>,
-    egress: Egress,
     audit: Arc<AuditLog>,
     in_flight: AtomicUsize,
 }
@@ -69,7 +68,6 @@ impl Stub {
     pub fn start(
         addr: SocketAddr,
         upstream: Vec<SocketAddr>,
-        egress: Egress,
         audit: Arc<AuditLog>,
     ) -> Result<Arc<Stub>, String> {
         let (udp, tcp, addr) = listen(addr)?;
@@ -77,7 +75,6 @@ impl Stub {
             addr,
             book: Book::default(),
             upstream,
-            egress,
             audit,
             in_flight: AtomicUsize::new(0),
         });
@@ -205,7 +202,20 @@ impl Stub {
                 Err(_) => packet::reply(query, &q, 2),
             });
         };
-        if !self.egress.could_allow_name(&q.name) {
+        // The asking tree's session's policy decides (the supervisor sends
+        // only trees whose policy has `dns: stub` here).
+        let Some(egress) = who.tree.policy.egress() else {
+            self.record(
+                &who,
+                Some(&q),
+                Decision::Deny,
+                "default",
+                vec![],
+                Some("the tree's policy has no egress section: refused".into()),
+            );
+            return Some(packet::reply(query, &q, 5));
+        };
+        if !egress.could_allow_name(&q.name) {
             self.record(
                 &who,
                 Some(&q),
@@ -232,7 +242,7 @@ impl Stub {
                 for (ip, ttl) in &ips {
                     who.tree.bind(*ip, &q.name, *ttl);
                 }
-                let rule = self.rule_for(&q.name);
+                let rule = rule_for(egress, &q.name);
                 self.record(
                     &who,
                     Some(&q),
@@ -248,23 +258,13 @@ impl Stub {
                     &who,
                     Some(&q),
                     Decision::Allow,
-                    &self.rule_for(&q.name),
+                    &rule_for(egress, &q.name),
                     vec![],
                     Some(format!("no upstream answered: {why} (SERVFAIL)")),
                 );
                 Some(packet::reply(query, &q, 2))
             }
         }
-    }
-
-    /// The rule that lets `name` be asked: the first that could allow it,
-    /// or `default`.
-    fn rule_for(&self, name: &str) -> String {
-        self.egress
-            .rules
-            .iter()
-            .find(|r| r.decision != Decision::Deny && r.hosts.iter().any(|h| h.matches(name)))
-            .map_or_else(|| "default".into(), |r| r.name.clone())
     }
 
     /// Asks the upstreams in turn; the first answer with the query's id.
@@ -320,6 +320,16 @@ impl Stub {
             }),
         );
     }
+}
+
+/// The rule that lets `name` be asked: the first that could allow it, or
+/// `default`.
+fn rule_for(egress: &Egress, name: &str) -> String {
+    egress
+        .rules
+        .iter()
+        .find(|r| r.decision != Decision::Deny && r.hosts.iter().any(|h| h.matches(name)))
+        .map_or_else(|| "default".into(), |r| r.name.clone())
 }
 
 /// One query being answered.

@@ -24,7 +24,7 @@ const RESERVED_RULE_NAMES: &[&str] = &[RULE_DEFAULT, RULE_INTERNAL_BYPASS, RULE_
 
 /// The variables a file rule path may start with; the server expands them
 /// per session.
-pub const FILE_PATH_VARIABLES: &[&str] = &["WORKSPACE", "HOME", "TMPDIR"];
+pub const FILE_PATH_VARIABLES: &[&str] = &["WORKSPACE", "SESSION_ROOT", "HOME", "TMPDIR"];
 
 /// Regexes come from the policy author, but keep a bad one from eating memory.
 const REGEX_SIZE_LIMIT: usize = 1 << 20;

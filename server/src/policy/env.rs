@@ -17,20 +17,8 @@
 //! policy error naming the key and what to write instead.
 
 use agentsh_proto::env::EnvRules;
-use serde::Deserialize;
-use std::collections::BTreeMap;
 
-/// `env:` as written.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EnvDoc {
-    #[serde(default)]
-    pub deny: Vec<String>,
-    #[serde(default)]
-    pub allow: Vec<String>,
-    #[serde(default)]
-    pub inject: BTreeMap<String, String>,
-}
+pub use agentsh_proto::env::EnvDoc;
 
 /// Why `env:` does not compile: the field, the value, what is wrong.
 #[derive(Debug)]
@@ -92,6 +80,7 @@ pub fn compile(doc: EnvDoc) -> Result<EnvRules, EnvError> {
         deny: doc.deny,
         allow: doc.allow,
         inject: doc.inject.into_iter().collect(),
+        also_allow: Vec::new(),
     })
 }
 

@@ -301,7 +301,7 @@ fn expand(pattern: &str, vars: &SessionVars) -> Result<Option<String>, String> {
             .split_once('}')
             .ok_or_else(|| format!("{pattern:?}: unterminated ${{"))?;
         let value = match var {
-            "WORKSPACE" => vars.workspace.clone(),
+            "WORKSPACE" | "SESSION_ROOT" => vars.workspace.clone(),
             "HOME" => vars.home.clone(),
             "TMPDIR" => Some(vars.tmpdir.clone()),
             other => return Err(format!("{pattern:?}: unknown variable ${{{other}}}")),

@@ -208,6 +208,12 @@ impl Policy {
     }
 
     /// `env:` compiled (`None`: the environment is inherited as is).
+    /// Whether its trees' DNS goes to the stub (`egress.dns: stub`).
+    pub fn wants_dns_stub(&self) -> bool {
+        self.egress()
+            .is_some_and(|e| e.dns == egress::DnsMode::Stub)
+    }
+
     pub fn env(&self) -> Option<&agentsh_proto::env::EnvRules> {
         self.env.as_ref()
     }

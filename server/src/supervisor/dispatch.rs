@@ -34,6 +34,16 @@ pub fn dispatch(
     stop: &dyn ExecStop,
     holder: impl FnOnce() -> Holder,
 ) {
+    if tree.doomed.load(std::sync::atomic::Ordering::SeqCst) {
+        // Its session's trees are being killed (`agentsh session end
+        // --force`): a process the lineage walk missed (it left the tree's
+        // lineage) ends at its first supervised call. The caller is stopped
+        // in this call, so its id is its own.
+        // SAFETY: kill has no memory effects.
+        unsafe { libc::kill(c.tid as i32, libc::SIGKILL) };
+        let _ = stop.refuse(libc::EPERM);
+        return;
+    }
     if let Some(call) = execabi::classify(c.arch, c.nr) {
         let req = ExecRequest {
             tid: c.tid,

@@ -113,7 +113,7 @@ pub fn handle(
         record_unenforceable(ctx, tree, c, call, width, reason);
         let _ = stop.refuse(libc::EACCES);
     };
-    let Some(policy) = ctx.policy.egress() else {
+    let Some(policy) = tree.rules.policy.egress() else {
         return refuse(format!(
             "{} reached the supervisor but the policy has no egress section",
             call.name()
@@ -749,10 +749,10 @@ fn judge_all(
                 allowed += 1;
                 continue;
             }
-            Parsed::Inet(ip, port) if port == 53 && ctx.dns.is_some() => {
+            Parsed::Inet(ip, port) if port == 53 && tree.rules.stub(ctx).is_some() => {
                 // DNS (`dns: stub`): the stub answers every query of the
                 // tree, whatever resolver it names.
-                let stub = ctx.dns.as_ref().map(|d| d.addr).expect("checked");
+                let stub = tree.rules.stub(ctx).map(|d| d.addr).expect("checked");
                 let key = DestKey {
                     ip: egress::canonical(ip),
                     port,
@@ -963,7 +963,7 @@ fn decide(
     }
     // Landlock's TCP floor (`network_rules` connect ports) does not see a
     // connect the supervisor makes for the tree, so it is kept here too.
-    if key.protocol == Protocol::Tcp && !tcp_floor_open(ctx, key.port) {
+    if key.protocol == Protocol::Tcp && !tcp_floor_open(tree, key.port) {
         let message = format!(
             "port {} is not among network_rules' connect ports (the floor every connect \
              keeps, egress or not)",
@@ -1034,7 +1034,7 @@ fn decide(
 /// The tree's resolved names (made on first use).
 fn tree_names(st: &mut TreeState, tree: &Tree) -> Arc<TreeNames> {
     st.names
-        .get_or_insert_with(|| TreeNames::new(&tree.session_id))
+        .get_or_insert_with(|| TreeNames::new(&tree.session_id, tree.rules.policy.clone()))
         .clone()
 }
 
@@ -1048,7 +1048,7 @@ fn register_querier(
     protocol: Protocol,
     tid: u32,
 ) -> Result<(), String> {
-    let Some(stub) = &ctx.dns else {
+    let Some(stub) = tree.rules.stub(ctx) else {
         return Ok(());
     };
     let mut local = local_addr(sock).map_err(|e| format!("getsockname: {e}"))?;
@@ -1144,10 +1144,10 @@ fn remember(st: &mut TreeState, key: DestKey, decision: Decision, rule: &str, na
 /// Whether `network_rules` leave TCP port `port` open for connects (a
 /// policy whose connect ports cannot be computed was refused at load, so
 /// an error here is a closed port).
-fn tcp_floor_open(ctx: &SupervisorContext, port: u16) -> bool {
+fn tcp_floor_open(tree: &Tree, port: u16) -> bool {
     use crate::policy::semantics;
     use crate::policy::NetworkDirection;
-    match semantics::tcp_ports(ctx.policy.network_rules(), NetworkDirection::Connect) {
+    match semantics::tcp_ports(tree.rules.policy.network_rules(), NetworkDirection::Connect) {
         Ok(None) => true,
         Ok(Some(ports)) => ports.contains(&port),
         Err(_) => false,
@@ -1248,12 +1248,12 @@ fn take_socket(tid: u32, fd: i32) -> Result<OwnedFd, Taken> {
         return Err(Taken::Answer(-i64::from(libc::EBADF)));
     }
     let _owner = crate::tracee::as_owner(tid);
-    super::pidfd::get_fd(tid, fd).map_err(|e| match e {
-        super::pidfd::GetFd::Open(e) if e.raw_os_error() == Some(libc::ESRCH) => {
+    crate::tracee::pidfd::get_fd(tid, fd).map_err(|e| match e {
+        crate::tracee::pidfd::GetFd::Open(e) if e.raw_os_error() == Some(libc::ESRCH) => {
             Taken::Answer(-i64::from(libc::ESRCH))
         }
-        super::pidfd::GetFd::Open(e) => Taken::Refuse(format!("pidfd_open({tid}): {e}")),
-        super::pidfd::GetFd::Get(e) => match e.raw_os_error() {
+        crate::tracee::pidfd::GetFd::Open(e) => Taken::Refuse(format!("pidfd_open({tid}): {e}")),
+        crate::tracee::pidfd::GetFd::Get(e) => match e.raw_os_error() {
             Some(libc::EBADF) => Taken::Answer(-i64::from(libc::EBADF)),
             Some(libc::ESRCH) => Taken::Answer(-i64::from(libc::ESRCH)),
             _ => Taken::Refuse(format!(

@@ -140,7 +140,7 @@ fn ask_policy(
         copy_of: &g.recognised.copy_of,
         loader_payloads: &g.payloads,
     };
-    exec_sources(tree, g, policy::judge(&ctx.policy, &facts))
+    exec_sources(tree, g, policy::judge(&tree.rules.policy, &facts))
 }
 
 /// `exec_sources: {writable: deny}` as the supervisor checks it: a program,
@@ -195,7 +195,7 @@ pub fn handle(
     phases::begin();
     let mut frozen: Option<Frozen> = None;
     let verified = stop.verifies_every_exec();
-    let (pid, g) = match gather(ctx, st, req, &mut frozen, verified) {
+    let (pid, g) = match gather(ctx, tree.rules.index, st, req, &mut frozen, verified) {
         Gather::Ready(pid, g) => (pid, g),
         Gather::Answer(errno) => {
             release(st, frozen, Duration::ZERO);

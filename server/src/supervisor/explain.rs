@@ -63,7 +63,7 @@ fn escape(s: &str) -> String {
 /// Writes `text` to task `tid`'s stderr if it takes it now; whether it did.
 pub fn tell(tid: u32, text: &str) -> bool {
     let _owner = crate::tracee::as_owner(tid);
-    let Ok(fd) = super::pidfd::get_fd(tid, 2) else {
+    let Ok(fd) = crate::tracee::pidfd::get_fd(tid, 2) else {
         return false;
     };
     let mut p = libc::pollfd {

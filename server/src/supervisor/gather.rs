@@ -15,6 +15,7 @@
 //! a caller that vanished, or a path that names nothing, is
 //! [`Gather::Answer`] with the errno to answer (no decision, no event).
 
+use super::identity::IdentityIndex;
 use super::phases;
 use super::procfiles::ProcFiles;
 use super::seam::{ExecRequest, Refusal};
@@ -277,6 +278,7 @@ pub(super) enum Gather {
 /// order of reads is the race guard; each step is a call.
 pub(super) fn gather(
     ctx: &SupervisorContext,
+    index: &IdentityIndex,
     st: &mut TreeState,
     req: &ExecRequest,
     frozen: &mut Option<Frozen>,
@@ -376,9 +378,9 @@ pub(super) fn gather(
             .owner()
             .is_ok_and(|uid| lookups_stable(&view, uid, &req.args, &target, &chain));
     phases::mark("stable");
-    let (recognised, recognised_chain) = recognise(ctx, &target, &chain);
+    let (recognised, recognised_chain) = recognise(index, &target, &chain);
     let payloads = match loader_payloads(
-        ctx,
+        index,
         &view,
         &stat_file,
         &target,
@@ -522,7 +524,7 @@ fn is_loader<'a>(mut names: impl Iterator<Item = &'a str>) -> bool {
 /// `/proc` fd link while another task shares the caller's fd table); or
 /// loaders are nested deeper than [`MAX_LOADER_DEPTH`].
 fn loader_payloads(
-    ctx: &SupervisorContext,
+    index: &IdentityIndex,
     view: &View,
     stat_file: &StatFile,
     target: &ExecTarget,
@@ -579,7 +581,7 @@ fn loader_payloads(
                 ),
             ));
         }
-        let r = recognise_target(ctx, &t);
+        let r = recognise_target(index, &t);
         names = std::iter::once(t.filename.clone())
             .chain(t.resolved.clone())
             .chain(r.copy_of.iter().cloned())
@@ -596,8 +598,7 @@ fn loader_payloads(
 }
 
 /// What the identity index says about one file (see [`recognise`]).
-fn recognise_target(ctx: &SupervisorContext, t: &ExecTarget) -> super::identity::Recognised {
-    let index = super::identity_index(&ctx.policy);
+fn recognise_target(index: &IdentityIndex, t: &ExecTarget) -> super::identity::Recognised {
     let mut r = index.recognise(&t.file, &t.meta);
     let own = t.canonical();
     r.copy_of.retain(|c| {
@@ -611,7 +612,7 @@ fn recognise_target(ctx: &SupervisorContext, t: &ExecTarget) -> super::identity:
 /// What the identity index says about the program and about each
 /// interpreter (nothing for one that does not exist).
 fn recognise(
-    ctx: &SupervisorContext,
+    index: &IdentityIndex,
     target: &ExecTarget,
     chain: &[tracee::ChainLink],
 ) -> (
@@ -622,7 +623,7 @@ fn recognise(
     // by (`/bin/x` on a usr-merged system is `/usr/bin/x`): an indexed name
     // whose canonical path is the file's own path is the file itself. A
     // hard link elsewhere has a path of its own, so it stays a copy.
-    let recognise = |t: &ExecTarget| recognise_target(ctx, t);
+    let recognise = |t: &ExecTarget| recognise_target(index, t);
     let recognised = recognise(target);
     let recognised_chain = chain
         .iter()

@@ -31,7 +31,6 @@ mod gather;
 mod identity;
 mod netproc;
 mod phases;
-mod pidfd;
 mod procfiles;
 mod ptrace;
 pub mod retry;
@@ -56,7 +55,6 @@ use std::sync::Arc;
 
 /// What every tree's supervisor shares.
 pub struct SupervisorContext {
-    pub policy: Arc<Policy>,
     pub limits: ExecveSection,
     pub audit: Arc<AuditLog>,
     /// Execs held for an operator (`decision: approve`).
@@ -77,6 +75,45 @@ pub struct Tree {
     /// Where its programs may not come from (`exec_sources`), checked by
     /// the supervisor as well as by Landlock.
     pub exec_places: crate::policy::landlock::ExecPlaces,
+    /// Its session's policy (fixed for the tree's life).
+    pub rules: Arc<TreeRules>,
+    /// Set when its session's trees are killed: any call of the tree that
+    /// reaches the supervisor then kills its caller.
+    pub doomed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// What a tree is judged by, fixed at its wrap-init (see [`Tree`]).
+#[derive(Clone)]
+pub struct TreeTerms {
+    pub exec_places: crate::policy::landlock::ExecPlaces,
+    pub rules: Arc<TreeRules>,
+    pub doomed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Tree {
+    pub fn new(session_id: String, root_pid: u32, terms: TreeTerms) -> Tree {
+        Tree {
+            session_id,
+            root_pid,
+            exec_places: terms.exec_places,
+            rules: terms.rules,
+            doomed: terms.doomed,
+        }
+    }
+}
+
+/// The policy a tree is judged by, and the identity index of the programs
+/// it names: one per session (sessions with the same policy share them).
+pub struct TreeRules {
+    pub policy: Arc<Policy>,
+    pub index: &'static identity::IdentityIndex,
+}
+
+impl TreeRules {
+    /// The DNS stub, if the tree's policy sends its DNS there (`dns: stub`).
+    pub fn stub<'a>(&self, ctx: &'a SupervisorContext) -> Option<&'a Arc<crate::dns::Stub>> {
+        ctx.dns.as_ref().filter(|_| self.policy.wants_dns_stub())
+    }
 }
 
 /// Serves `tree`'s notify fd (shared with approval waiters, which answer
@@ -85,89 +122,112 @@ pub fn serve(ctx: Arc<SupervisorContext>, tree: Tree, fd: Arc<OwnedFd>) {
     notify::serve(ctx, tree, fd);
 }
 
-/// The identity index of the server's policy: built by [`prepare`] before the
-/// server answers, and kept (the server has one policy for its life).
-static INDEX: std::sync::OnceLock<identity::IdentityIndex> = std::sync::OnceLock::new();
+/// The identity indexes built so far, each with the command entries it
+/// indexes: sessions whose policies name the same programs share one. Each
+/// is kept for the server's life (its watcher thread holds it), so there
+/// are at most [`MAX_INDEXES`].
+static INDEXES: std::sync::Mutex<Vec<(Vec<String>, &'static identity::IdentityIndex)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// The most distinct identity indexes (distinct sets of named programs
+/// among the sessions' policies) a server builds.
+pub const MAX_INDEXES: usize = 32;
 
 /// Start-up work the first exec must not pay for, under way on its own
-/// thread: the identity index (hashing every program the policy names) and
-/// the report of what ptrace allows. The server waits for it
-/// ([`Preparing::wait`]) before it answers `/healthz`.
-pub struct Preparing(Result<std::thread::JoinHandle<()>, Vec<String>>);
+/// thread: the identity indexes of the policies sessions start with
+/// (hashing every program they name) and the report of what ptrace allows.
+/// The server waits for it ([`Preparing::wait`]) before it answers
+/// `/healthz`.
+pub struct Preparing(Result<std::thread::JoinHandle<Result<(), String>>, Vec<Arc<Policy>>>);
 
-/// Starts [`Preparing`] for `policy`.
-pub fn prepare(policy: &Policy) -> Preparing {
-    let commands = policy.command_entries();
-    let copy = commands.clone();
+/// Starts [`Preparing`] for `policies`.
+pub fn prepare(policies: Vec<Arc<Policy>>) -> Preparing {
+    let copy = policies.clone();
     Preparing(
         std::thread::Builder::new()
             .name("agentsh-index".into())
             .spawn(move || prepare_now(&copy))
             .map_err(|e| {
                 tracing::debug!("start-up work on the main thread (no thread: {e})");
-                commands
+                policies
             }),
     )
 }
 
 impl Preparing {
-    /// Waits until the identity index is built and watched.
+    /// Waits until the identity indexes are built and watched.
     ///
     /// # Errors
-    /// The thread building it panicked (its message is in the log above).
+    /// The thread building them panicked (its message is in the log
+    /// above), or there are more than [`MAX_INDEXES`].
     pub fn wait(self) -> Result<(), String> {
         match self.0 {
             Ok(h) => h.join().map_err(|_| {
                 "building the identity index failed (see the panic above); the server does not \
                  start without it"
                     .to_string()
-            }),
-            Err(commands) => {
-                prepare_now(&commands);
-                Ok(())
-            }
+            })?,
+            Err(policies) => prepare_now(&policies),
         }
     }
 }
 
-fn prepare_now(commands: &[String]) {
+fn prepare_now(policies: &[Arc<Policy>]) -> Result<(), String> {
     report_ptrace();
+    for p in policies {
+        index_for(p)?;
+    }
+    Ok(())
+}
+
+/// The identity index of the programs `policy` names: the one already
+/// built for the same entries, or one built now (blocking: hashing every
+/// program named; at start, or when an operator creates a session).
+///
+/// # Errors
+/// [`MAX_INDEXES`] distinct indexes exist already.
+pub fn index_for(policy: &Policy) -> Result<&'static identity::IdentityIndex, String> {
+    let mut commands = policy.command_entries();
+    commands.sort();
+    commands.dedup();
+    let mut built = INDEXES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, index)) = built.iter().find(|(c, _)| *c == commands) {
+        return Ok(index);
+    }
+    if built.len() >= MAX_INDEXES {
+        return Err(format!(
+            "policy {:?}: the server already has {MAX_INDEXES} policies naming different \
+             programs; restart it with fewer distinct policies",
+            policy.name()
+        ));
+    }
     let t = std::time::Instant::now();
-    let (index, built) = identity::IdentityIndex::start(commands, true);
+    let (index, stats) = identity::IdentityIndex::start(&commands, true);
     tracing::info!(
-        programs = built.programs,
-        files = built.files,
-        mib = format!("{:.1}", built.bytes as f64 / f64::from(1u32 << 20)),
-        threads = built.threads,
+        policy = policy.name(),
+        programs = stats.programs,
+        files = stats.files,
+        mib = format!("{:.1}", stats.bytes as f64 / f64::from(1u32 << 20)),
+        threads = stats.threads,
         ms = t.elapsed().as_millis() as u64,
-        watched_dirs = built.watched,
-        deferred = built.deferred,
+        watched_dirs = stats.watched,
+        deferred = stats.deferred,
         "identity index built: copies of these programs are judged as them"
     );
-    if INDEX.set(index).is_err() {
-        tracing::error!("identity index built twice: the first one stays");
-        return;
-    }
-    let Some(index) = INDEX.get() else {
-        return;
-    };
+    // Kept for the server's life: the watcher thread holds it.
+    let index: &'static identity::IdentityIndex = Box::leak(Box::new(index));
     if index.has_background_work() {
         if let Err(e) = index.watch_in_background() {
             tracing::warn!(
-                "{e}: a program the policy names that is installed after the server started is \
-                 indexed only when it restarts"
+                "{e}: a program the policy names that is installed after the index was built is \
+                 indexed only when the server restarts"
             );
         }
     }
-}
-
-/// The identity index ([`prepare`] built it before the server answered).
-fn identity_index(policy: &Policy) -> &'static identity::IdentityIndex {
-    INDEX.get_or_init(|| {
-        // Unreachable in the server: no tree exists before `prepare` is done.
-        tracing::error!("the identity index was not built at start: building it on an exec");
-        identity::IdentityIndex::start(&policy.command_entries(), false).0
-    })
+    built.push((commands, index));
+    Ok(index)
 }
 
 /// Says at start whether the server can stop tasks and watch execs.

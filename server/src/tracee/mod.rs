@@ -31,6 +31,7 @@
 pub mod access;
 mod file;
 mod mem;
+pub mod pidfd;
 mod resolve;
 mod shebang;
 mod stable;

@@ -83,6 +83,17 @@ impl SessionLandlock {
         config: &crate::config::Config,
         config_file: Option<&Path>,
     ) -> SessionLandlock {
+        let workspace = (!config.workspace.is_empty()).then(|| config.workspace.clone());
+        Self::for_session(policy, workspace, config, config_file)
+    }
+
+    /// A session's: its policy and workspace, the server's own files.
+    pub fn for_session(
+        policy: std::sync::Arc<Policy>,
+        workspace: Option<String>,
+        config: &crate::config::Config,
+        config_file: Option<&Path>,
+    ) -> SessionLandlock {
         let mut own: Vec<std::path::PathBuf> = vec![
             "/etc/agentsh".into(),
             config.policies_dir.clone(),
@@ -106,7 +117,7 @@ impl SessionLandlock {
         let protect = SelfProtection::new(&own, &[config.state_dir.as_path()], api_port, &HostFs);
         SessionLandlock {
             policy,
-            workspace: (!config.workspace.is_empty()).then(|| config.workspace.clone()),
+            workspace,
             protect,
             compat: config.landlock.compat,
             cache: Default::default(),

@@ -1,6 +1,8 @@
 //! Taking one of a tree task's fds into the supervisor (`pidfd_open`, then
 //! `pidfd_getfd`): the same open file, not a copy of its state. Egress
 //! takes a caller's socket this way; the refusal explanation its stderr.
+//! Also a process's pidfd and a signal through it (killing a session's
+//! trees: the pid cannot be reused between the check and the signal).
 //!
 //! Failure modes: `pidfd_getfd` is refused where the seccomp profile lacks
 //! `CAP_SYS_PTRACE` (Docker's default) and does not exist under gVisor; the
@@ -57,4 +59,40 @@ pub fn pidfd_of(tid: u32) -> io::Result<OwnedFd> {
         }
     }
     Err(io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+/// A pidfd of process `pid`.
+///
+/// # Errors
+/// `pidfd_open`'s (ESRCH: it has exited).
+pub fn open(pid: u32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes two integers.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_long, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Sends `sig` to the process `pidfd` refers to.
+///
+/// # Errors
+/// `pidfd_send_signal`'s (ESRCH: it has exited).
+pub fn send_signal(pidfd: &OwnedFd, sig: i32) -> io::Result<()> {
+    // SAFETY: pidfd_send_signal takes a pidfd we own, a signal number, no
+    // siginfo (NULL) and flags 0.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            std::os::fd::AsRawFd::as_raw_fd(pidfd) as libc::c_long,
+            sig as libc::c_long,
+            std::ptr::null::<libc::siginfo_t>(),
+            0 as libc::c_long,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }

@@ -1,0 +1,262 @@
+//! `/api/v1/sessions`: an operator makes, lists, ends and deletes sessions
+//! at run time (`agentsh session ...`); the config's `sessions:` stays the
+//! source of truth at start.
+//!
+//! * `POST /api/v1/sessions` `{"id", "policy"?, "workspace"?, "env"?}`:
+//!   with only an id, a session with the default session's rules (made
+//!   once: asked again, the existing one is answered); with a policy, a
+//!   workspace or env rules, compiled now (blocking work on the blocking
+//!   pool: a new policy's programs are hashed) and usable at once.
+//! * `GET /api/v1/sessions[/{id}]`.
+//! * `POST /api/v1/sessions/{id}/end`: new wrap-inits are refused (the shim
+//!   exits 126); its live trees run on and are reported.
+//! * `DELETE /api/v1/sessions/{id}[?force=true]`: refused while it has
+//!   live trees, unless `force`, which kills them; ends and forgets it
+//!   (its events stay in the audit).
+//!
+//! Each change is audited (`session` event). Failure modes: a bad id,
+//! policy, workspace or env block is a 400 naming it, and nothing is made.
+
+use super::answer::{error, json, Resp};
+use super::Api;
+use crate::approval::Requester;
+use crate::audit::{EventBody, SessionEvent};
+use crate::session::{NotMade, Origin, Session, Spec};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// `POST /api/v1/sessions`'s body.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateBody {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    policy: Option<String>,
+    #[serde(default)]
+    workspace: Option<String>,
+    #[serde(default)]
+    env: Option<agentsh_proto::env::EnvDoc>,
+}
+
+fn who(r: &Requester) -> (u32, u32) {
+    match r {
+        Requester::Operator { uid, pid, .. } => (*uid, *pid),
+        _ => (0, 0),
+    }
+}
+
+const BAD_ID: &str = "is not a session id: use 1-64 letters, digits, '-', '_', '.'";
+
+/// One session as the API shows it.
+pub(super) fn describe(api: &Api, s: &Session) -> serde_json::Value {
+    let env = s.setup.env.as_ref().map(|e| {
+        serde_json::json!({
+            "deny": e.deny,
+            "allow": e.allow,
+            "also_allow": e.also_allow,
+            // Names only: a value may be a credential.
+            "inject": e.inject.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+        })
+    });
+    serde_json::json!({
+        "id": s.id,
+        "created": s.created,
+        "origin": s.origin,
+        "policy": s.setup.policy_name,
+        "policy_source": s.setup.spec.policy,
+        "workspace": s.setup.spec.workspace,
+        "env": env,
+        "ended": s.is_ended(),
+        "trees": api.trees.roots_of(&s.id),
+        "wrap_inits": s.wrap_inits.load(Ordering::Relaxed),
+    })
+}
+
+pub(super) fn list(api: &Api) -> Resp {
+    let v: Vec<_> = api
+        .sessions
+        .list()
+        .iter()
+        .map(|s| describe(api, s))
+        .collect();
+    json(200, &serde_json::Value::Array(v))
+}
+
+pub(super) fn show(api: &Api, id: &str) -> Resp {
+    match api.sessions.get(id) {
+        Some(s) => json(200, &describe(api, &s)),
+        None => error(404, format!("no session {id:?} on this server")),
+    }
+}
+
+pub(super) async fn create(api: Arc<Api>, requester: Requester, v: serde_json::Value) -> Resp {
+    let body: CreateBody = match serde_json::from_value(v) {
+        Ok(b) => b,
+        Err(e) => return error(400, format!("invalid session: {e}")),
+    };
+    let id = body.id.clone().unwrap_or_else(|| "default".into());
+    if !crate::session::valid_id(&id) {
+        return error(400, format!("session id {id:?} {BAD_ID}"));
+    }
+    let labels_only = body.policy.is_none() && body.workspace.is_none() && body.env.is_none();
+    if labels_only {
+        // A session under the default's rules, made once.
+        if let Some(s) = api.sessions.get(&id).filter(|s| !s.is_ended()) {
+            return json(200, &describe(&api, &s));
+        }
+    }
+    let spec = Spec {
+        policy: body
+            .policy
+            .clone()
+            .unwrap_or_else(|| api.config.policy.clone()),
+        workspace: body.workspace.clone(),
+        env: body.env.clone(),
+    };
+    let maker_api = api.clone();
+    let made = tokio::task::spawn_blocking(move || {
+        let default = maker_api.sessions.get("default");
+        match default.filter(|d| labels_only || d.setup.spec == spec) {
+            Some(d) => Ok(d.setup.clone()),
+            None => maker_api.maker.make(spec, true).map(Arc::new),
+        }
+    })
+    .await
+    .unwrap_or_else(|e| Err(format!("making the session failed: {e}")));
+    let setup = match made {
+        Ok(s) => s,
+        Err(e) => return error(400, format!("session {id:?} not made: {e}")),
+    };
+    if setup.policy.wants_dns_stub() && api.supervisor.dns.is_none() {
+        return error(
+            400,
+            format!(
+                "session {id:?} not made: policy {:?} sends DNS to agentsh's stub, which this \
+                 server does not run (no policy it started with has egress.dns: stub, or the \
+                 stub could not start: see its log); name the session under `sessions:` in the \
+                 config and restart the server",
+                setup.policy_name
+            ),
+        );
+    }
+    let trees = api.trees.clone();
+    let made = api.sessions.insert(&id, Origin::Api, setup, |old| {
+        trees.roots_of(&old.id).is_empty()
+    });
+    match made {
+        Ok(s) => {
+            let (by_uid, by_pid) = who(&requester);
+            tracing::info!(session = %id, policy = %s.setup.policy_name, "session created");
+            api.audit.record(
+                &id,
+                EventBody::Session(SessionEvent {
+                    action: "created".into(),
+                    by_uid,
+                    by_pid,
+                    policy: Some(s.setup.policy_name.clone()),
+                    workspace: s.setup.spec.workspace.clone(),
+                    live_trees: Vec::new(),
+                    killed: None,
+                }),
+            );
+            json(201, &describe(&api, &s))
+        }
+        Err(NotMade::InvalidId) => error(400, format!("session id {id:?} {BAD_ID}")),
+        Err(NotMade::Exists) => error(
+            409,
+            format!(
+                "session {id:?} exists (ended sessions are replaced once their trees are gone): \
+                 end it first, or choose another id"
+            ),
+        ),
+    }
+}
+
+/// `POST /api/v1/sessions/{id}/end`.
+pub(super) fn end(api: &Api, requester: &Requester, id: &str) -> Resp {
+    if id == "default" {
+        return error(
+            400,
+            "the default session cannot end (shim.conf's session= names it); stop the server \
+             to stop every tree",
+        );
+    }
+    let Some(s) = api.sessions.get(id) else {
+        return error(404, format!("no session {id:?} on this server"));
+    };
+    let first = !s.ended.swap(true, Ordering::SeqCst);
+    let live = api.trees.roots_of(id);
+    if first {
+        let (by_uid, by_pid) = who(requester);
+        tracing::info!(session = %id, live = live.len(), "session ended");
+        api.audit.record(
+            id,
+            EventBody::Session(SessionEvent {
+                action: "ended".into(),
+                by_uid,
+                by_pid,
+                policy: None,
+                workspace: None,
+                live_trees: live.clone(),
+                killed: None,
+            }),
+        );
+    }
+    json(
+        200,
+        &serde_json::json!({ "id": id, "ended": true, "live_trees": live }),
+    )
+}
+
+/// `DELETE /api/v1/sessions/{id}[?force=true]`.
+pub(super) async fn delete(api: Arc<Api>, requester: Requester, id: String, force: bool) -> Resp {
+    if id == "default" {
+        return error(400, "the default session cannot be deleted");
+    }
+    let Some(s) = api.sessions.get(&id) else {
+        return error(404, format!("no session {id:?} on this server"));
+    };
+    let live = api.trees.roots_of(&id);
+    if !live.is_empty() && !force {
+        return error(
+            409,
+            format!(
+                "session {id:?} has {} live tree(s) (root pids {live:?}): end it to refuse new \
+                 shells and let them finish, or delete with force to kill them",
+                live.len()
+            ),
+        );
+    }
+    // No new tree from here; a tree process that left the lineage dies at
+    // its next supervised call.
+    s.ended.store(true, Ordering::SeqCst);
+    let killed = if force {
+        s.doomed.store(true, Ordering::SeqCst);
+        let (trees, sid) = (api.trees.clone(), id.clone());
+        tokio::task::spawn_blocking(move || trees.kill_session(&sid))
+            .await
+            .unwrap_or(0)
+    } else {
+        0
+    };
+    api.sessions.remove(&id);
+    let (by_uid, by_pid) = who(&requester);
+    tracing::warn!(session = %id, force, killed, "session deleted");
+    api.audit.record(
+        &id,
+        EventBody::Session(SessionEvent {
+            action: "deleted".into(),
+            by_uid,
+            by_pid,
+            policy: None,
+            workspace: None,
+            live_trees: live.clone(),
+            killed: force.then_some(killed),
+        }),
+    );
+    json(
+        200,
+        &serde_json::json!({ "id": id, "deleted": true, "live_trees": live, "killed": killed }),
+    )
+}

@@ -1,0 +1,218 @@
+//! `agentsh session create|list|show|end`: an operator's sessions at run
+//! time (the server's `/api/v1/sessions`; see `api::sessions`).
+
+use crate::cli::approvals::ServerArgs;
+use crate::cli::client::error_text;
+use clap::Subcommand;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Making a session may hash the programs a new policy names.
+const CREATE_TIMEOUT: Duration = Duration::from_secs(120);
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Subcommand)]
+pub enum SessionCommand {
+    /// Make a session, usable at once: shells join it with AGENTSH_SESSION=ID in
+    /// their environment (or shim.conf session=ID). Exit 2 for a bad id, policy,
+    /// workspace or env rule (nothing is made), 1 if it exists.
+    Create {
+        /// The session id: 1-64 letters, digits, '-', '_', '.'.
+        id: String,
+        /// Its policy: a shipped name, a name under the policies directory, or a
+        /// file [default: the server's top-level policy].
+        #[arg(long, value_name = "NAME|FILE")]
+        policy: Option<String>,
+        /// ${WORKSPACE} (and ${SESSION_ROOT}) in its file rules: an existing directory.
+        #[arg(long, value_name = "DIR")]
+        workspace: Option<PathBuf>,
+        /// Remove these variables from its shells' environment (a glob: "*_TOKEN").
+        #[arg(long = "env-deny", value_name = "GLOB")]
+        env_deny: Vec<String>,
+        /// Keep only variables matching these globs.
+        #[arg(long = "env-allow", value_name = "GLOB")]
+        env_allow: Vec<String>,
+        /// Set NAME=VALUE in its shells' environment (not LD_*, AGENTSH_*, ...).
+        #[arg(long = "env-inject", value_name = "NAME=VALUE")]
+        env_inject: Vec<String>,
+        #[command(flatten)]
+        at: ServerArgs,
+    },
+    /// Print the sessions: id, policy, workspace, live trees, ended or not.
+    List {
+        /// JSON (one array) instead of a table.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        at: ServerArgs,
+    },
+    /// Print one session as JSON (its env rules name variables, never values).
+    Show {
+        id: String,
+        #[command(flatten)]
+        at: ServerArgs,
+    },
+    /// End a session: every new shell of it is refused (exit 126); its live
+    /// trees run on and are listed. With --force, they are killed, and the
+    /// session is forgotten (its events stay in the audit).
+    End {
+        id: String,
+        /// Kill its live trees.
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        at: ServerArgs,
+    },
+}
+
+/// Runs one `agentsh session` command.
+///
+/// # Errors
+/// What failed; `Err` with a leading "usage: " exits 2.
+pub fn run(cmd: SessionCommand) -> Result<(), String> {
+    match cmd {
+        SessionCommand::Create {
+            id,
+            policy,
+            workspace,
+            env_deny,
+            env_allow,
+            env_inject,
+            at,
+        } => {
+            if !crate::session::valid_id(&id) {
+                return Err(format!(
+                    "usage: session id {id:?} is not valid: use 1-64 letters, digits, '-', '_', '.'"
+                ));
+            }
+            let mut inject = serde_json::Map::new();
+            for kv in &env_inject {
+                let Some((k, v)) = kv.split_once('=') else {
+                    return Err(format!("usage: --env-inject {kv:?}: expected NAME=VALUE"));
+                };
+                inject.insert(k.to_string(), serde_json::Value::String(v.to_string()));
+            }
+            let workspace = match workspace {
+                Some(w) => Some(
+                    std::path::absolute(&w)
+                        .map_err(|e| format!("usage: --workspace {}: {e}", w.display()))?
+                        .to_string_lossy()
+                        .into_owned(),
+                ),
+                None => None,
+            };
+            let mut body = serde_json::json!({ "id": id });
+            if let Some(p) = policy {
+                // A relative file is the caller's, not the server's.
+                let p = if p.contains('/') {
+                    std::path::absolute(&p).map_or(p.clone(), |a| a.to_string_lossy().into_owned())
+                } else {
+                    p
+                };
+                body["policy"] = p.into();
+            }
+            if let Some(w) = workspace {
+                body["workspace"] = w.into();
+            }
+            if !(env_deny.is_empty() && env_allow.is_empty() && inject.is_empty()) {
+                body["env"] = serde_json::json!({
+                    "deny": env_deny,
+                    "allow": env_allow,
+                    "inject": inject,
+                });
+            }
+            let client = at.client(CREATE_TIMEOUT)?;
+            let (status, v) = client.call("POST", "/api/v1/sessions", Some(&body), true)?;
+            match status {
+                200 | 201 => {
+                    println!("{}", line(&v));
+                    Ok(())
+                }
+                400 => Err(format!("usage: {}", error_text(&v))),
+                _ => Err(format!("HTTP {status}: {}", error_text(&v))),
+            }
+        }
+        SessionCommand::List { json, at } => {
+            let v = at.client(TIMEOUT)?.get_json("/api/v1/sessions")?;
+            if json {
+                println!("{v}");
+                return Ok(());
+            }
+            for s in v.as_array().into_iter().flatten() {
+                println!("{}", line(s));
+            }
+            Ok(())
+        }
+        SessionCommand::Show { id, at } => {
+            let v = at
+                .client(TIMEOUT)?
+                .get_json(&format!("/api/v1/sessions/{id}"))?;
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
+            );
+            Ok(())
+        }
+        SessionCommand::End { id, force, at } => {
+            let client = at.client(TIMEOUT)?;
+            let (status, v) = if force {
+                client.call(
+                    "DELETE",
+                    &format!("/api/v1/sessions/{id}?force=true"),
+                    None,
+                    true,
+                )?
+            } else {
+                client.call(
+                    "POST",
+                    &format!("/api/v1/sessions/{id}/end"),
+                    Some(&serde_json::json!({})),
+                    true,
+                )?
+            };
+            if status != 200 {
+                return Err(format!("HTTP {status}: {}", error_text(&v)));
+            }
+            let live: Vec<String> = v["live_trees"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(ToString::to_string)
+                .collect();
+            if force {
+                println!(
+                    "session {id} deleted: {} process(es) of {} tree(s) killed",
+                    v["killed"],
+                    live.len()
+                );
+            } else if live.is_empty() {
+                println!("session {id} ended: new shells are refused; no live trees");
+            } else {
+                println!(
+                    "session {id} ended: new shells are refused; {} live tree(s) run on (root pids \
+                     {}); `agentsh session end {id} --force` kills them",
+                    live.len(),
+                    live.join(" ")
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+/// One session on one line.
+fn line(s: &serde_json::Value) -> String {
+    let trees = s["trees"].as_array().map_or(0, Vec::len);
+    format!(
+        "{}\tpolicy={}\tworkspace={}\ttrees={}{}",
+        s["id"].as_str().unwrap_or("?"),
+        s["policy"].as_str().unwrap_or("?"),
+        s["workspace"].as_str().unwrap_or("-"),
+        trees,
+        if s["ended"].as_bool() == Some(true) {
+            "\tENDED"
+        } else {
+            ""
+        }
+    )
+}
