@@ -74,8 +74,26 @@ impl Sandbox {
     /// Like [`Sandbox::new`], with `extra_config` appended to the server's
     /// config (YAML top-level keys, e.g. `landlock: {max_abi: 2}`).
     pub fn with_config(policy_yaml: &str, uid: Option<u32>, extra_config: &str) -> Sandbox {
+        Sandbox::with_dirs(policy_yaml, uid, extra_config, &[])
+    }
+
+    /// Like [`Sandbox::with_config`], with `dirs` (under `/srv`, owned by
+    /// `uid`) made before the server starts (sessions' workspaces).
+    pub fn with_dirs(
+        policy_yaml: &str,
+        uid: Option<u32>,
+        extra_config: &str,
+        dirs: &[&str],
+    ) -> Sandbox {
         let ns = Namespace::new();
         ns.mount_scratch("/srv", WORKSPACE);
+        for d in dirs {
+            let p = ns.path(d);
+            std::fs::create_dir_all(&p).expect("create a directory before the server");
+            if let Some(uid) = uid {
+                std::os::unix::fs::chown(&p, Some(uid), Some(uid)).expect("chown it");
+            }
+        }
         // The server runs in the namespace too, as it would in the same
         // container: it compiles each tree's ruleset from what it sees.
         let srv = TestServer::start_with(
