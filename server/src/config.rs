@@ -83,12 +83,13 @@ CONFIG KEYS (YAML; all optional; defaults shown):
                                                      rule waits for an operator: \"10s\", \"500ms\",
                                                      \"2m\" or a number of seconds
   execve.approval_timeout_action   deny              deny | allow: what an unanswered approval gets
-  sessions.ID.policy               (top-level policy)   sessions besides `default`, made at start, each
-  sessions.ID.workspace            \"\"                with its own policy, ${WORKSPACE} (an existing
-  sessions.ID.env.deny             []                directory) and env rules (deny/allow globs,
-  sessions.ID.env.allow            []                inject NAME: VALUE; the policy's env applies
-  sessions.ID.env.inject           {}                too). A shell joins one by shim.conf session=
-                                                     or AGENTSH_SESSION=ID in its environment
+  sessions                         {}                sessions besides `default`, made at start, each
+                                                     {ID: {policy, workspace, env: {deny, allow,
+                                                     inject}}}: its own policy (default: the
+                                                     top-level one), ${WORKSPACE} (an existing
+                                                     directory) and env rules (the policy's env
+                                                     applies too). A shell joins one by shim.conf
+                                                     session= or AGENTSH_SESSION=ID
   execve.explain                   stderr            stderr | off: a refused exec's caller gets one line
                                                      on its stderr (\"agentsh: curl denied (rule R):
                                                      message\"), when it takes it without waiting

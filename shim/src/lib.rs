@@ -79,13 +79,12 @@ pub fn run(argv: &[&CStr]) -> i32 {
             Some(i) => settings.conf.session = i.to_string(),
             None if settings.mode == Mode::Off => {}
             None => {
+                use agentsh_proto::hint::SESSION_NOT_OPEN;
+                let name = env::SESSION;
                 return refuse(&format!(
-                    "agentsh-shell-shim: {}={:?} is not a session id (1-64 letters, digits, \
-                     '-', '_', '.'); see {}",
-                    env::SESSION,
-                    id,
-                    agentsh_proto::hint::SESSION_NOT_OPEN
-                ))
+                    "agentsh-shell-shim: {name}={id:?} is not a session id (1-64 letters, \
+                     digits, '-', '_', '.'); see {SESSION_NOT_OPEN}"
+                ));
             }
         }
     }

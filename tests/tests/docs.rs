@@ -834,6 +834,38 @@ fn run_agentsh(words: &[String], srv: &TestServer, tmp: &Path, n: usize) -> Resu
                 Err(format!("exit {:?}: {err}", o.status.code()))
             }
         }
+        ["session", action] => {
+            let action = action.to_string();
+            // Words as a shell would pass them; the test server; a
+            // workspace that exists here.
+            for a in &mut args {
+                *a = a.trim_matches(['"', '\'']).to_string();
+            }
+            set_flag(&mut args, "--server", &srv.url);
+            if args.iter().any(|a| a == "--workspace") {
+                let ws = tmp.join(format!("session-ws-{n}"));
+                std::fs::create_dir_all(&ws).unwrap();
+                set_flag(&mut args, "--workspace", &ws.to_string_lossy());
+            }
+            let id = args.get(2).cloned().unwrap_or_default();
+            if matches!(action.as_str(), "show" | "end") {
+                // The session a page ends is one it made before.
+                let _ = run(&[
+                    "session".into(),
+                    "create".into(),
+                    id,
+                    "--server".into(),
+                    srv.url.clone(),
+                ]);
+            }
+            let o = run(&args);
+            let err = String::from_utf8_lossy(&o.stderr);
+            if action == "create" && o.status.code() == Some(1) && err.contains("exists") {
+                Ok(())
+            } else {
+                check(o)
+            }
+        }
         ["wrap", ..] => {
             // The agent a page names is not installed here: the same wrap,
             // around /bin/true, with a home of its own.

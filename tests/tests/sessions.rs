@@ -14,17 +14,15 @@ use agentsh_tests::server::{bin, require_root};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// `default` allows everything (no file rules); task-42 is agent-strict in
-/// its own workspace, without tokens, with an index URL of its own.
-const SESSIONS: &str = "\
-sessions:
-  task-42:
-    policy: agent-strict
-    workspace: /srv/task-42
-    env:
-      deny: [\"*_TOKEN\"]
-      inject: {PIP_INDEX_URL: \"https://pypi.internal/simple\"}
-";
+/// The cookbook's recipe (`docs/sdk-cookbook.md`, "One session per
+/// task"): task-42 is agent-strict in its own workspace, without tokens,
+/// with an index URL of its own; its workspace moved under the test's
+/// scratch `/srv`. `default` allows everything (no file rules).
+fn sessions_config() -> String {
+    let r = agentsh_tests::recipes::recipe("sessions-config");
+    assert!(r.contains("workspace: /workspace/task-42"), "{r}");
+    r.replace("/workspace/", "/srv/")
+}
 
 fn in_session(id: &str, script: &str) -> Spawn {
     Spawn::argv(&["/bin/sh", "-c", script]).env("AGENTSH_SESSION", id)
@@ -50,7 +48,7 @@ fn wait_trees(s: &Sandbox, id: &str, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let v = s.srv.get_json(&format!("/api/v1/sessions/{id}"));
-        if v["trees"].as_array().map_or(0, Vec::len) == n {
+        if v["trees"].as_u64() == Some(n as u64) {
             return;
         }
         assert!(Instant::now() < deadline, "{id} never had {n} trees: {v}");
@@ -67,7 +65,8 @@ fn two_sessions_in_one_container_each_under_its_own_rules() {
     if !require_root("two_sessions_in_one_container_each_under_its_own_rules") {
         return;
     }
-    let mut s = Sandbox::with_dirs("default: allow\n", None, SESSIONS, &["/srv/task-42"]);
+    let config = sessions_config();
+    let mut s = Sandbox::with_dirs("default: allow\n", None, &config, &["/srv/task-42"]);
 
     // The policy: curl runs under default, is refused under task-42.
     let f = s.sh("curl --version >/dev/null && echo ran");
@@ -78,7 +77,8 @@ fn two_sessions_in_one_container_each_under_its_own_rules() {
     // The environment: task-42's env rules (and the secret never printed).
     let f = s.spawn(
         &in_session("task-42", "echo \"[$SECRET_TOKEN][$PIP_INDEX_URL]\"")
-            .env("SECRET_TOKEN", "sk-live-123"),
+            .env("SECRET_TOKEN", "sk-live-123")
+            .env("PIP_INDEX_URL", "https://evil.example/simple"),
     );
     assert_eq!(f.stdout, "[][https://pypi.internal/simple]\n", "{f:?}");
     let f = s.spawn(&in_session("default", "echo \"[$SECRET_TOKEN]\"").env("SECRET_TOKEN", "sk"));
@@ -189,13 +189,16 @@ fn two_sessions_in_one_container_each_under_its_own_rules() {
             "/srv/missing",
         ),
         (
-            vec!["session", "create", "t2", "--env-inject", "LD_PRELOAD=/x.so"],
+            vec![
+                "session",
+                "create",
+                "t2",
+                "--env-inject",
+                "LD_PRELOAD=/x.so",
+            ],
             "LD_PRELOAD",
         ),
-        (
-            vec!["session", "create", "t3", "--env-deny", "A-B"],
-            "A-B",
-        ),
+        (vec!["session", "create", "t3", "--env-deny", "A-B"], "A-B"),
         (
             vec!["session", "create", "t4", "--policy", "no-such-policy"],
             "no-such-policy",
@@ -214,7 +217,9 @@ fn two_sessions_in_one_container_each_under_its_own_rules() {
 
     // End: new shells refused (126, the hint), live trees reported; then
     // force kills them.
-    let long = s.sup.spawn(&in_session("task-43", "sleep 1000; echo survived"));
+    let long = s
+        .sup
+        .spawn(&in_session("task-43", "sleep 1000; echo survived"));
     wait_trees(&s, "task-43", 1);
     let o = agentsh(&s, &["session", "end", "task-43"]);
     assert!(o.status.success(), "{}", text(&o));
@@ -247,7 +252,10 @@ fn two_sessions_in_one_container_each_under_its_own_rules() {
     // task-42 ends too; default cannot.
     let o = agentsh(&s, &["session", "end", "task-42"]);
     assert!(o.status.success(), "{}", text(&o));
-    refused(&s.spawn(&in_session("task-42", "echo ran")), "task-42 ended");
+    refused(
+        &s.spawn(&in_session("task-42", "echo ran")),
+        "task-42 ended",
+    );
     let o = agentsh(&s, &["session", "end", "default"]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert_eq!(s.sh("echo still").stdout, "still\n");

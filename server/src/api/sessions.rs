@@ -50,6 +50,7 @@ const BAD_ID: &str = "is not a session id: use 1-64 letters, digits, '-', '_', '
 
 /// One session as the API shows it.
 pub(super) fn describe(api: &Api, s: &Session) -> serde_json::Value {
+    let roots = api.trees.roots_of(&s.id);
     let env = s.setup.env.as_ref().map(|e| {
         serde_json::json!({
             "deny": e.deny,
@@ -68,7 +69,8 @@ pub(super) fn describe(api: &Api, s: &Session) -> serde_json::Value {
         "workspace": s.setup.spec.workspace,
         "env": env,
         "ended": s.is_ended(),
-        "trees": api.trees.roots_of(&s.id),
+        "trees": roots.len(),
+        "tree_pids": roots,
         "wrap_inits": s.wrap_inits.load(Ordering::Relaxed),
     })
 }
@@ -128,17 +130,21 @@ pub(super) async fn create(api: Arc<Api>, requester: Requester, v: serde_json::V
         Ok(s) => s,
         Err(e) => return error(400, format!("session {id:?} not made: {e}")),
     };
-    if setup.policy.wants_dns_stub() && api.supervisor.dns.is_none() {
-        return error(
-            400,
-            format!(
-                "session {id:?} not made: policy {:?} sends DNS to agentsh's stub, which this \
-                 server does not run (no policy it started with has egress.dns: stub, or the \
-                 stub could not start: see its log); name the session under `sessions:` in the \
-                 config and restart the server",
-                setup.policy_name
-            ),
-        );
+    if setup.policy.wants_dns_stub() && api.supervisor.dns.get().is_none() {
+        let a = api.clone();
+        let started = tokio::task::spawn_blocking(move || start_stub(&a))
+            .await
+            .unwrap_or_else(|e| Err(format!("starting the DNS stub failed: {e}")));
+        if let Err(e) = started {
+            return error(
+                503,
+                format!(
+                    "session {id:?} not made: policy {:?} sends DNS to agentsh's stub, which \
+                     cannot start: {e}; set egress.stub to a free IP:53",
+                    setup.policy_name
+                ),
+            );
+        }
     }
     let trees = api.trees.clone();
     let made = api.sessions.insert(&id, Origin::Api, setup, |old| {
@@ -171,6 +177,21 @@ pub(super) async fn create(api: Arc<Api>, requester: Requester, v: serde_json::V
             ),
         ),
     }
+}
+
+/// Starts the DNS stub for the first session made at run time whose
+/// policy needs it (once: concurrent creations wait for the first).
+fn start_stub(api: &Api) -> Result<(), String> {
+    static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = STARTING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if api.supervisor.dns.get().is_some() {
+        return Ok(());
+    }
+    let stub = crate::dns::start(&api.config, &api.audit)?;
+    let _ = api.supervisor.dns.set(stub);
+    Ok(())
 }
 
 /// `POST /api/v1/sessions/{id}/end`.

@@ -202,7 +202,7 @@ pub fn run(cmd: SessionCommand) -> Result<(), String> {
 
 /// One session on one line.
 fn line(s: &serde_json::Value) -> String {
-    let trees = s["trees"].as_array().map_or(0, Vec::len);
+    let trees = s["trees"].as_u64().unwrap_or(0);
     format!(
         "{}\tpolicy={}\tworkspace={}\ttrees={}{}",
         s["id"].as_str().unwrap_or("?"),

@@ -198,7 +198,23 @@ pub fn run(start: Start) -> Result<(), String> {
     }
     let trees = Arc::new(Trees::new());
     let approvals = Arc::new(Approvals::new(&config.execve, audit.clone(), trees.clone()));
-    let dns = start_dns(&config, &policies, &audit)?;
+    // One stub serves every session whose policy has `dns: stub` (each
+    // query judged by the asking tree's session's policy); a session made
+    // later that needs it starts it then.
+    let dns = std::sync::OnceLock::new();
+    if policies.iter().any(|p| p.wants_dns_stub()) {
+        match crate::dns::start(&config, &audit) {
+            Ok(stub) => {
+                let _ = dns.set(stub);
+            }
+            // Fail closed without taking the server down: every DNS call of
+            // a tree is then refused (rule dns_stub), and said so.
+            Err(e) => tracing::error!(
+                "egress dns stub: {e}: every DNS query of a supervised tree is refused (rule \
+                 dns_stub); set egress.stub to a free IP:53"
+            ),
+        }
+    }
     let supervisor = Arc::new(SupervisorContext {
         limits: config.execve.clone(),
         audit: audit.clone(),
@@ -496,56 +512,4 @@ fn trust_config(path: &std::path::Path) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// Starts the DNS stub where the policy's egress asks for it (`dns: stub`).
-/// A stub that cannot listen is logged as an error, and the trees' DNS is
-/// then refused (never sent around the policy).
-fn start_dns(
-    config: &Config,
-    policies: &[Arc<Policy>],
-    audit: &Arc<AuditLog>,
-) -> Result<Option<Arc<crate::dns::Stub>>, String> {
-    // One stub serves every session whose policy has `dns: stub` (each
-    // query judged by the asking tree's session's policy).
-    if !policies.iter().any(|p| p.wants_dns_stub()) {
-        return Ok(None);
-    }
-    let addr = config.egress.stub_addr()?;
-    let resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
-    let upstream = config.egress.upstream(&resolv)?;
-    if upstream.is_empty() {
-        tracing::error!(
-            "egress dns stub: no upstream resolver (egress.resolvers is empty and \
-             /etc/resolv.conf names no nameserver but the stub): every name a tree asks for \
-             gets SERVFAIL"
-        );
-    }
-    let stub = match crate::dns::Stub::start(addr, upstream.clone(), audit.clone()) {
-        Ok(s) => s,
-        Err(e) => {
-            // Fail closed without taking the server down: every DNS call of
-            // a tree is then refused (rule dns_stub), and said so.
-            tracing::error!(
-                "egress dns stub: {e}: every DNS query of a supervised tree is refused \
-                 (rule dns_stub); set egress.stub to a free IP:53"
-            );
-            return Ok(None);
-        }
-    };
-    let names_stub = resolv.lines().any(|l| {
-        l.split_whitespace().collect::<Vec<_>>() == ["nameserver", &addr.ip().to_string()]
-    });
-    tracing::info!(
-        stub = %stub.addr,
-        upstream = ?upstream,
-        "egress dns stub listening; {}",
-        if names_stub {
-            "/etc/resolv.conf names it"
-        } else {
-            "/etc/resolv.conf does not name it: a tree's queries to the resolvers it names \
-             are sent to it instead (docs/policy.md#dns)"
-        }
-    );
-    Ok(Some(stub))
 }

@@ -10,3 +10,42 @@ pub mod stub;
 
 pub use book::{Book, Querier, TreeNames};
 pub use stub::Stub;
+
+use crate::audit::AuditLog;
+use crate::config::Config;
+use std::sync::Arc;
+
+/// Starts the stub on `egress.stub`, forwarding to `egress.resolvers` (or
+/// the nameservers of `/etc/resolv.conf`).
+///
+/// # Errors
+/// It cannot listen there (the caller says what that means: the trees'
+/// DNS is refused, never sent around the policy).
+pub fn start(config: &Config, audit: &Arc<AuditLog>) -> Result<Arc<Stub>, String> {
+    let addr = config.egress.stub_addr()?;
+    let resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    let upstream = config.egress.upstream(&resolv)?;
+    if upstream.is_empty() {
+        tracing::error!(
+            "egress dns stub: no upstream resolver (egress.resolvers is empty and \
+             /etc/resolv.conf names no nameserver but the stub): every name a tree asks for \
+             gets SERVFAIL"
+        );
+    }
+    let stub = Stub::start(addr, upstream.clone(), audit.clone())?;
+    let names_stub = resolv.lines().any(|l| {
+        l.split_whitespace().collect::<Vec<_>>() == ["nameserver", &addr.ip().to_string()]
+    });
+    tracing::info!(
+        stub = %stub.addr,
+        upstream = ?upstream,
+        "egress dns stub listening; {}",
+        if names_stub {
+            "/etc/resolv.conf names it"
+        } else {
+            "/etc/resolv.conf does not name it: a tree's queries to the resolvers it names \
+             are sent to it instead (docs/policy.md#dns)"
+        }
+    );
+    Ok(stub)
+}

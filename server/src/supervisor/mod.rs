@@ -61,8 +61,8 @@ pub struct SupervisorContext {
     pub approvals: Arc<dyn Hold>,
     /// `audit.on_failure`.
     pub audit_on_failure: crate::config::AuditOnFailure,
-    /// The DNS stub (`egress.dns: stub`).
-    pub dns: Option<Arc<crate::dns::Stub>>,
+    /// The DNS stub (`egress.dns: stub`), once a session's policy needs it.
+    pub dns: std::sync::OnceLock<Arc<crate::dns::Stub>>,
     /// `egress.compat`: what a call egress cannot judge on this host gets.
     pub egress_compat: crate::config::EgressCompat,
 }
@@ -112,7 +112,7 @@ pub struct TreeRules {
 impl TreeRules {
     /// The DNS stub, if the tree's policy sends its DNS there (`dns: stub`).
     pub fn stub<'a>(&self, ctx: &'a SupervisorContext) -> Option<&'a Arc<crate::dns::Stub>> {
-        ctx.dns.as_ref().filter(|_| self.policy.wants_dns_stub())
+        ctx.dns.get().filter(|_| self.policy.wants_dns_stub())
     }
 }
 
