@@ -179,6 +179,81 @@ pub struct EnvDoc {
     pub inject: std::collections::BTreeMap<String, String>,
 }
 
+/// Why an `env:` block does not compile: the field, the value, what is
+/// wrong (the message names the field and the value).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvError {
+    /// `deny`, `allow` or `inject`.
+    pub field: &'static str,
+    /// The glob or the injected name.
+    pub value: String,
+    /// What is wrong and what to write instead.
+    pub message: String,
+}
+
+impl EnvDoc {
+    /// Checks and compiles the block: globs of letters, digits, `_` and
+    /// `*`; injected names that are names, not agentsh's own (`AGENTSH_*`)
+    /// nor the dynamic loader's (`LD_*`, `GLIBC_TUNABLES`, ...).
+    ///
+    /// # Errors
+    /// The first bad glob or injected name.
+    pub fn compile(self) -> Result<EnvRules, EnvError> {
+        for (field, globs) in [("deny", &self.deny), ("allow", &self.allow)] {
+            for g in globs {
+                if g.is_empty()
+                    || !g
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'*')
+                {
+                    return Err(EnvError {
+                        field,
+                        value: g.clone(),
+                        message: format!(
+                            "{field}: {g:?} is not a name glob: letters, digits, '_' and '*' \
+                             only (e.g. \"*_TOKEN\", \"AWS_*\")"
+                        ),
+                    });
+                }
+            }
+        }
+        for (k, v) in &self.inject {
+            let named = k
+                .bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+                && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+            let why = if !named {
+                Some("is not a variable name (letters, digits and '_', not starting with a digit)")
+            } else if k.starts_with(PREFIX) {
+                Some("is agentsh's own")
+            } else if is_loader_var(k.as_bytes()) {
+                Some(
+                    "is the dynamic loader's (it would change what every program of the tree \
+                     loads)",
+                )
+            } else if v.contains('\0') {
+                Some("has a NUL byte in its value")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(EnvError {
+                    field: "inject",
+                    value: k.clone(),
+                    message: format!("inject: {k:?} {why}; inject ordinary variables only"),
+                });
+            }
+        }
+        Ok(EnvRules {
+            deny: self.deny,
+            allow: self.allow,
+            inject: self.inject.into_iter().collect(),
+            also_allow: Vec::new(),
+        })
+    }
+}
+
 /// A policy's `env:` rules, as the server hands them to unixwrap
 /// (`SeccompConfig::env`): applied to the command's environment at
 /// unixwrap's final exec, after the filter and Landlock.

@@ -418,6 +418,23 @@ fn deserialize_duration<'de, D: serde::Deserializer<'de>>(
     }
 }
 
+/// Line and column (1-based) of `value` (plain or quoted) on a line after
+/// the line `after` (a top-level key), if it is there.
+fn value_position(text: &str, after: &str, value: &str) -> Option<(usize, usize)> {
+    let start = text.lines().position(|l| l.trim_end() == after)?;
+    let spellings = [
+        format!("\"{value}\""),
+        format!("'{value}'"),
+        value.to_string(),
+    ];
+    text.lines().enumerate().skip(start + 1).find_map(|(i, l)| {
+        spellings
+            .iter()
+            .find_map(|s| l.find(s.as_str()))
+            .map(|byte| (i + 1, l[..byte].chars().count() + 1))
+    })
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -488,6 +505,18 @@ impl Config {
             origin: origin.to_string(),
             message,
         })?;
+        // A session's env rules, checked here so the error has its place
+        // in the file (the rest of a session is checked as it is made).
+        for (id, section) in &cfg.sessions {
+            if let Some(Err(e)) = section.env.clone().map(agentsh_proto::env::EnvDoc::compile) {
+                let place = value_position(text, "sessions:", &e.value)
+                    .map_or_else(String::new, |(l, c)| format!("{l}:{c}: "));
+                return Err(ConfigError::Parse {
+                    origin: origin.to_string(),
+                    message: format!("{place}sessions.{id}.env.{}", e.message),
+                });
+            }
+        }
         Ok(cfg)
     }
 

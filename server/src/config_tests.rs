@@ -176,3 +176,36 @@ fn egress_keys_are_checked() {
         assert!(e.is_some(), "{bad} was taken");
     }
 }
+
+#[test]
+fn sessions_are_checked_with_their_place() {
+    let ok = "sessions:\n  task-42:\n    policy: agent-strict\n    workspace: /w/42\n    env:\n      deny: [\"*_TOKEN\"]\n      inject: {PIP_INDEX_URL: \"https://pypi.internal/simple\"}\n";
+    let c = Config::from_yaml(ok, "t").unwrap();
+    let s = &c.sessions["task-42"];
+    assert_eq!(s.policy.as_deref(), Some("agent-strict"));
+    assert_eq!(s.env.as_ref().unwrap().deny, vec!["*_TOKEN".to_string()]);
+    // An invalid glob: line and column of the value.
+    let bad = "sessions:\n  task-42:\n    env:\n      deny: [\"*_TOKEN\", \"A-B\"]\n";
+    let e = Config::from_yaml(bad, "t").unwrap_err().to_string();
+    assert!(
+        e.contains("4:25: sessions.task-42.env.deny: \"A-B\""),
+        "{e}"
+    );
+    let bad = "sessions:\n  t:\n    env:\n      inject: {LD_PRELOAD: /x.so}\n";
+    let e = Config::from_yaml(bad, "t").unwrap_err().to_string();
+    assert!(
+        e.contains("4:16: sessions.t.env.inject: \"LD_PRELOAD\""),
+        "{e}"
+    );
+    for (bad, named) in [
+        (
+            "sessions:\n  default: {policy: agent-strict}\n",
+            "sessions.default",
+        ),
+        ("sessions:\n  \"a b\": {}\n", "\"a b\""),
+        ("sessions:\n  t: {polcy: x}\n", "polcy"),
+    ] {
+        let e = Config::from_yaml(bad, "t").unwrap_err().to_string();
+        assert!(e.contains(named), "{bad}: {e}");
+    }
+}

@@ -20,68 +20,14 @@ use agentsh_proto::env::EnvRules;
 
 pub use agentsh_proto::env::EnvDoc;
 
-/// Why `env:` does not compile: the field, the value, what is wrong.
-#[derive(Debug)]
-pub struct EnvError {
-    pub field: &'static str,
-    pub value: String,
-    pub message: String,
-}
+pub use agentsh_proto::env::EnvError;
 
-/// Checks and compiles `env:`.
+/// Checks and compiles `env:` (see [`EnvDoc::compile`]).
 ///
 /// # Errors
 /// The first bad glob or injected name.
 pub fn compile(doc: EnvDoc) -> Result<EnvRules, EnvError> {
-    for (field, globs) in [("deny", &doc.deny), ("allow", &doc.allow)] {
-        for g in globs {
-            if g.is_empty()
-                || !g
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'*')
-            {
-                return Err(EnvError {
-                    field,
-                    value: g.clone(),
-                    message: format!(
-                        "{field}: {g:?} is not a name glob: letters, digits, '_' and '*' only \
-                         (e.g. \"*_TOKEN\", \"AWS_*\")"
-                    ),
-                });
-            }
-        }
-    }
-    for (k, v) in &doc.inject {
-        let named = k
-            .bytes()
-            .next()
-            .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
-            && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-        let why = if !named {
-            Some("is not a variable name (letters, digits and '_', not starting with a digit)")
-        } else if k.starts_with(agentsh_proto::env::PREFIX) {
-            Some("is agentsh's own")
-        } else if agentsh_proto::env::is_loader_var(k.as_bytes()) {
-            Some("is the dynamic loader's (it would change what every program of the tree loads)")
-        } else if v.contains('\0') {
-            Some("has a NUL byte in its value")
-        } else {
-            None
-        };
-        if let Some(why) = why {
-            return Err(EnvError {
-                field: "inject",
-                value: k.clone(),
-                message: format!("inject: {k:?} {why}; inject ordinary variables only"),
-            });
-        }
-    }
-    Ok(EnvRules {
-        deny: doc.deny,
-        allow: doc.allow,
-        inject: doc.inject.into_iter().collect(),
-        also_allow: Vec::new(),
-    })
+    doc.compile()
 }
 
 /// One line for `policy check`.
