@@ -8,7 +8,9 @@
 #![allow(clippy::unwrap_used)]
 
 use agentsh_tests::sandbox::{Sandbox, NOBODY};
+use agentsh_tests::sdk::Spawn;
 use agentsh_tests::server::require_root;
+use std::time::{Duration, Instant};
 
 const POLICY: &str = "default: allow\ncommand_rules:\n  - name: no-curl\n    commands: [curl]\n    decision: deny\n    message: no curl here, ask for the file instead\n";
 
@@ -75,7 +77,9 @@ fn scenario(uid: Option<u32>) {
         .unwrap_or_else(|| panic!("{f:?}"))
         .parse()
         .unwrap();
-    assert!(secs < 10.0, "the refusal waited on the full pipe: {secs} s");
+    // Never waited on (a blocking write would never return: nobody reads
+    // the pipe); a second leaves room for a loaded machine.
+    assert!(secs < 1.0, "the refusal waited on the full pipe: {secs} s");
     let e = s
         .events()
         .into_iter()
@@ -98,4 +102,136 @@ fn refusals_are_explained_on_the_callers_stderr_as_nobody() {
         return;
     }
     scenario(Some(NOBODY));
+}
+
+const ASK: &str = "default: allow\ncommand_rules:\n  - name: ask-wc\n    commands: [wc]\n    decision: approve\n    message: wc needs a human\n";
+
+/// While an exec waits for an operator its caller reads that it waits (the
+/// approval's id, the command, how long); refused by the timeout or by an
+/// operator, it reads why, once.
+fn approvals(uid: Option<u32>) {
+    let mut s = Sandbox::with_config(ASK, uid, "execve:\n  approval_timeout: 1s\n");
+    // Nobody answers: the timeout refuses it.
+    let f = s.sh("wc -l </dev/null; echo rc=$?");
+    assert_eq!(f.stdout.trim(), "rc=126", "{f:?}");
+    let lines: Vec<&str> = f.stderr.lines().collect();
+    let waiting: Vec<&&str> = lines
+        .iter()
+        .filter(|l| l.starts_with("agentsh: waiting for approval ap-"))
+        .collect();
+    assert_eq!(waiting.len(), 1, "{lines:?}");
+    assert!(
+        waiting[0].ends_with(" of \"wc -l\" (up to 1 s)"),
+        "{lines:?}"
+    );
+    let id = waiting[0]
+        .trim_start_matches("agentsh: waiting for approval ")
+        .split(' ')
+        .next()
+        .unwrap();
+    let refused = format!("agentsh: wc denied (rule ask-wc): approval {id} timed out after 1 s");
+    assert_eq!(
+        lines.iter().filter(|l| **l == refused).count(),
+        1,
+        "{lines:?}"
+    );
+    let ev = s
+        .events()
+        .into_iter()
+        .find(|e| e["type"] == "execve" && e["approval_id"] == id)
+        .unwrap();
+    assert_eq!(ev["explained"], true, "{ev}");
+    // An operator refuses it, with a reason.
+    let r = s.sup.spawn(&Spawn::argv(&[
+        "/bin/sh",
+        "-c",
+        "wc -c </dev/null; echo rc=$?",
+    ]));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let id = loop {
+        let pending = s.srv.get_json("/api/v1/approvals");
+        if let Some(id) = pending
+            .as_array()
+            .and_then(|a| a.first())
+            .map(|p| p["id"].clone())
+        {
+            break id.as_str().unwrap().to_string();
+        }
+        assert!(Instant::now() < deadline, "no pending approval");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let (status, v) = s.srv.call(
+        "POST",
+        &format!("/api/v1/approvals/{id}"),
+        Some(&serde_json::json!({"decision": "deny", "reason": "not now"})),
+    );
+    assert_eq!(status, 200, "{v}");
+    let f = s.sup.wait(r, Duration::from_secs(60));
+    assert_eq!(f.stdout.trim(), "rc=126", "{f:?}");
+    assert!(
+        f.stderr.contains(&format!(
+            "agentsh: wc denied (rule ask-wc): approval {id} denied by "
+        )),
+        "{f:?}"
+    );
+    assert!(f.stderr.contains(": not now"), "{f:?}");
+}
+
+#[test]
+fn approval_waits_and_refusals_are_explained_as_root() {
+    if !require_root("approval_waits_and_refusals_are_explained_as_root") {
+        return;
+    }
+    approvals(None);
+}
+
+#[test]
+fn approval_waits_and_refusals_are_explained_as_nobody() {
+    if !require_root("approval_waits_and_refusals_are_explained_as_nobody") {
+        return;
+    }
+    approvals(Some(NOBODY));
+}
+
+#[test]
+fn refusals_and_approval_waits_are_explained_under_the_ptrace_backend() {
+    if !require_root("refusals_and_approval_waits_are_explained_under_the_ptrace_backend") {
+        return;
+    }
+    let policy = format!("{POLICY}  - name: ask-wc\n    commands: [wc]\n    decision: approve\n");
+    let mut s = Sandbox::with_config(
+        &policy,
+        None,
+        "execve:\n  backend: ptrace\n  approval_timeout: 1s\n",
+    );
+    let f = s.sh("curl --version; wc -l </dev/null; echo done");
+    assert_eq!(f.stdout.trim(), "done", "{f:?}");
+    let lines: Vec<&str> = f.stderr.lines().collect();
+    let want = "agentsh: curl denied (rule no-curl): no curl here, ask for the file instead";
+    assert_eq!(lines.iter().filter(|l| **l == want).count(), 1, "{lines:?}");
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.starts_with("agentsh: waiting for approval "))
+            .count(),
+        1,
+        "{lines:?}"
+    );
+    assert_eq!(
+        lines
+            .iter()
+            .filter(
+                |l| l.starts_with("agentsh: wc denied (rule ask-wc): approval ")
+                    && l.ends_with(" timed out after 1 s")
+            )
+            .count(),
+        1,
+        "{lines:?}"
+    );
+    let init = s
+        .events()
+        .into_iter()
+        .find(|e| e["type"] == "wrap_init")
+        .unwrap();
+    assert_eq!(init["backend"], "ptrace", "{init}");
 }

@@ -118,6 +118,9 @@ pub enum DecideError {
 
 /// Every pending approval of the server, and who may decide them.
 pub struct Approvals {
+    /// `execve.explain: stderr`: the held exec's caller is told it waits,
+    /// and why it was refused.
+    explain: bool,
     timeout: Duration,
     timeout_action: TimeoutAction,
     audit: Arc<AuditLog>,
@@ -155,6 +158,7 @@ pub struct ApprovalDestination {
 impl Approvals {
     pub fn new(limits: &ExecveSection, audit: Arc<AuditLog>, trees: Arc<Trees>) -> Approvals {
         Approvals {
+            explain: limits.explain == crate::config::Explain::Stderr,
             timeout: limits.approval_timeout,
             timeout_action: limits.approval_timeout_action,
             audit,
@@ -275,6 +279,11 @@ impl Approvals {
         };
         self.notify_changed();
         tracing::info!(%id, pid = exec.subject.pid, filename = %exec.subject.filename, "exec waits for approval");
+        if self.explain {
+            // Before the wait: an agent that sees nothing for 10 s retries.
+            let line = crate::supervisor::explain::waiting(&id, &exec.subject.argv, self.timeout);
+            crate::supervisor::explain::tell(exec.tid, &line);
+        }
         self.start_waiter(id, holder, exec, allowed);
     }
 
@@ -547,7 +556,35 @@ impl Approvals {
             approver: verdict.approver,
             reason,
         };
-        self.record(&exec, id, verdict.clone(), effective_allow, false);
+        // A refusal the caller is still there for is explained before it
+        // is answered (and before the event, which says whether it was).
+        let explained = (!effective_allow && live.is_some() && self.explain).then(|| {
+            let argv0 = exec
+                .subject
+                .argv
+                .first()
+                .map_or(exec.subject.filename.as_str(), String::as_str);
+            let why = match verdict.outcome {
+                Outcome::Timeout => format!(
+                    "approval {id} timed out after {:.0} s",
+                    self.timeout.as_secs_f64()
+                ),
+                _ => format!(
+                    "approval {id} {} by {}{}",
+                    verdict.outcome.as_str(),
+                    verdict.approver,
+                    verdict
+                        .reason
+                        .as_deref()
+                        .map_or_else(String::new, |r| format!(": {r}"))
+                ),
+            };
+            crate::supervisor::explain::tell(
+                exec.tid,
+                &crate::supervisor::explain::line(argv0, &exec.rule, Some(&why)),
+            )
+        });
+        self.record_explained(&exec, id, verdict.clone(), effective_allow, explained);
         let Some(n) = live else { return };
         if !effective_allow {
             // Remembered before the answer: the retry it may cause finds it.
@@ -671,7 +708,32 @@ impl Approvals {
     }
 
     fn record(&self, exec: &HeldExec, id: &str, verdict: Verdict, allowed: bool, retry: bool) {
-        let event = ExecEvent::new(
+        self.write_event(exec, id, verdict, allowed, retry, None);
+    }
+
+    /// [`Approvals::record`] of a finished wait, with whether its caller was
+    /// told (`execve.explain`).
+    fn record_explained(
+        &self,
+        exec: &HeldExec,
+        id: &str,
+        verdict: Verdict,
+        allowed: bool,
+        explained: Option<bool>,
+    ) {
+        self.write_event(exec, id, verdict, allowed, false, explained);
+    }
+
+    fn write_event(
+        &self,
+        exec: &HeldExec,
+        id: &str,
+        verdict: Verdict,
+        allowed: bool,
+        retry: bool,
+        explained: Option<bool>,
+    ) {
+        let mut event = ExecEvent::new(
             exec.subject.clone(),
             crate::policy::Decision::Approve,
             exec.rule.clone(),
@@ -680,6 +742,7 @@ impl Approvals {
         )
         .with_approval(id, verdict.outcome, verdict.approver, verdict.reason)
         .in_attempt(exec.attempt, retry);
+        event.explained = explained;
         self.audit
             .record(&exec.session_id, EventBody::Execve(event));
     }

@@ -29,6 +29,36 @@ pub fn line(argv0: &str, rule: &str, message: Option<&str>) -> String {
         s.push_str(": ");
         s.push_str(&escape(m));
     }
+    bounded(s)
+}
+
+/// The line while an exec waits for an operator: the approval's id (what
+/// `agentsh approvals approve|deny` take), the command, how long it may
+/// wait. Escaped and bounded like [`line`]. Pure.
+pub fn waiting(id: &str, argv: &[String], timeout: std::time::Duration) -> String {
+    let mut cmd = escape(&argv.join(" "));
+    if cmd.len() > 120 {
+        let mut cut = 120;
+        while !cmd.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        cmd.truncate(cut);
+        cmd.push('…');
+    }
+    let secs = timeout.as_secs_f64();
+    let wait = if secs.fract() == 0.0 {
+        format!("{secs:.0} s")
+    } else {
+        format!("{secs:.1} s")
+    };
+    bounded(format!(
+        "agentsh: waiting for approval {} of \"{cmd}\" (up to {wait})",
+        escape(id)
+    ))
+}
+
+/// At most [`MAX`] bytes with its newline, cut at a character with "…".
+fn bounded(mut s: String) -> String {
     if s.len() > MAX - 1 {
         let mut cut = MAX - 1 - '…'.len_utf8();
         while !s.is_char_boundary(cut) {
@@ -106,5 +136,22 @@ mod tests {
         let long = line("curl", "r", Some(&"é".repeat(400)));
         assert!(long.len() <= MAX, "{}", long.len());
         assert!(long.ends_with("…\n"));
+        assert_eq!(
+            waiting(
+                "ap-12-1f2e",
+                &["pip".into(), "install".into(), "requests".into()],
+                std::time::Duration::from_secs(10)
+            ),
+            "agentsh: waiting for approval ap-12-1f2e of \"pip install requests\" (up to 10 s)\n"
+        );
+        let w = waiting(
+            "ap-1",
+            &["x\u{7}".repeat(300)],
+            std::time::Duration::from_millis(1500),
+        );
+        assert!(
+            w.len() <= MAX && w.contains("x\\x07") && w.ends_with("(up to 1.5 s)\n"),
+            "{w}"
+        );
     }
 }

@@ -26,7 +26,7 @@ mod depth;
 mod dispatch;
 mod egress;
 mod exec;
-mod explain;
+pub mod explain;
 mod gather;
 mod identity;
 mod netproc;
