@@ -235,3 +235,46 @@ fn refusals_and_approval_waits_are_explained_under_the_ptrace_backend() {
         .unwrap();
     assert_eq!(init["backend"], "ptrace", "{init}");
 }
+
+#[test]
+fn fileless_and_truncated_refusals_are_explained() {
+    if !require_root("fileless_and_truncated_refusals_are_explained") {
+        return;
+    }
+    let mut s = Sandbox::new(POLICY, None);
+    // An argv beyond execve.max_argc (1000): refused, not judged on a part.
+    let f = s.sh("/bin/true $(seq 1 2000); echo rc=$?");
+    assert_eq!(f.stdout.trim(), "rc=126", "{f:?}");
+    let lines: Vec<&str> = f
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("agentsh: true denied (rule execve_truncated)"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{:?}", f.stderr);
+    // A program run from memory (memfd): nothing on disk to judge.
+    let f = s.sh("python3 -c 'import os; fd = os.memfd_create(\"payload\"); \
+         os.write(fd, open(\"/usr/bin/true\", \"rb\").read()); os.execve(fd, [\"payload\"], {})'; \
+         echo rc=$?");
+    assert!(f.stdout.trim().ends_with("rc=1"), "{f:?}");
+    let lines: Vec<&str> = f
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("agentsh: ") && l.contains(" denied (rule "))
+        .collect();
+    assert_eq!(lines.len(), 1, "{:?}", f.stderr);
+    assert!(lines[0].contains("fileless"), "{lines:?}");
+    let events = s.events();
+    let refused: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| {
+            e["type"] == "execve"
+                && (e["rule"] == "execve_truncated"
+                    || e["rule"].as_str().is_some_and(|r| r.contains("fileless")))
+        })
+        .collect();
+    assert!(refused.len() >= 2, "{events:?}");
+    assert!(
+        refused.iter().all(|e| e["explained"] == true),
+        "{refused:?}"
+    );
+}

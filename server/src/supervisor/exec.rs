@@ -215,7 +215,7 @@ pub fn handle(
                 filename,
                 ..ExecSubject::default()
             };
-            refuse_undecidable(ctx, tree, req, stop, subject, why);
+            refuse_undecidable(ctx, tree, st, req, stop, subject, why);
             return;
         }
     };
@@ -445,6 +445,7 @@ fn settle(
 fn refuse_undecidable(
     ctx: &SupervisorContext,
     tree: &Tree,
+    st: &mut TreeState,
     req: &ExecRequest,
     stop: &dyn ExecStop,
     subject: ExecSubject,
@@ -456,14 +457,29 @@ fn refuse_undecidable(
         "exec denied: {}",
         why.reason
     );
-    let event = ExecEvent::new(
+    // Explained like a rule's refusal, once per command: a PATH retry by
+    // the same task for the same reason within the retry window adds none.
+    let rule = why.rule.rule();
+    let now = Instant::now();
+    let repeat = st.last_explained.is_some_and(|(tid, r, at)| {
+        tid == req.tid && r == rule && now.duration_since(at) < super::retry::WINDOW
+    });
+    let explained = (!repeat && ctx.limits.explain == crate::config::Explain::Stderr).then(|| {
+        st.last_explained = Some((req.tid, rule, now));
+        super::explain::tell(
+            req.tid,
+            &super::explain::line(&subject.filename, rule, Some(&why.reason)),
+        )
+    });
+    let mut event = ExecEvent::new(
         subject,
         Decision::Deny,
-        why.rule.rule(),
+        rule,
         Action::Deny,
         Some(why.reason),
     )
     .in_attempt(ctx.audit.next_attempt(), false);
+    event.explained = explained;
     ctx.audit.record(&tree.session_id, EventBody::Execve(event));
     let _ = stop.refuse(libc::EACCES);
 }

@@ -45,6 +45,9 @@ pub struct TreeState {
         std::sync::Arc<std::sync::Mutex<std::collections::HashSet<DestKey>>>,
     /// The names this tree resolved through the DNS stub (`egress`).
     pub(super) names: Option<std::sync::Arc<crate::dns::TreeNames>>,
+    /// The last undecidable refusal explained (task, rule, when): a PATH
+    /// retry of it adds no second line.
+    pub(super) last_explained: Option<(u32, &'static str, std::time::Instant)>,
 }
 
 impl TreeState {
@@ -66,6 +69,7 @@ impl TreeState {
             egress_seen: std::collections::HashMap::new(),
             egress_blocking: std::sync::Arc::default(),
             names: None,
+            last_explained: None,
             egress_approved: std::sync::Arc::default(),
         }
     }
