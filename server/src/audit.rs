@@ -82,6 +82,9 @@ pub struct ExecSubject {
     pub resolved: Option<String>,
     pub argv: Vec<String>,
     pub truncated: bool,
+    /// The file has no name on disk (a memfd, a deleted file).
+    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
+    pub anonymous: bool,
     /// The executed file (device, inode, digest when computed).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub file: Option<FileIdentity>,

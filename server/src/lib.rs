@@ -23,6 +23,7 @@ pub mod handoff;
 pub mod installer;
 pub mod otlp;
 pub mod policy;
+pub mod replay;
 pub mod session;
 pub mod supervisor;
 pub mod tracee;

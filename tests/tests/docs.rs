@@ -16,6 +16,14 @@ use std::time::{Duration, Instant};
 
 /// Commands that cannot run harmlessly here, and where they are exercised.
 const EXERCISED_ELSEWHERE: &[(&str, &str)] = &[
+    (
+        "agentsh policy generate --from default --base agent-default -o /etc/agentsh/policies/my-agent.yaml",
+        "tests/tests/policy_generate.rs a_recorded_workload_becomes_an_allow_list_that_denies_only_what_is_new",
+    ),
+    (
+        "agentsh policy test /etc/agentsh/policies/my-agent.yaml --events /var/log/agentsh/audit.jsonl",
+        "tests/tests/policy_generate.rs a_recorded_workload_becomes_an_allow_list_that_denies_only_what_is_new",
+    ),
     ("./tests/run.sh", ".ci/run"),
     ("./tests/demo.sh", "tests/demo.sh"),
     ("./bench/run.sh", ".ci/run"),

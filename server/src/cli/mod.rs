@@ -10,6 +10,7 @@ pub mod approvals;
 pub mod client;
 mod events;
 pub mod lifecycle;
+mod policy_tools;
 mod session;
 pub(crate) mod wrap;
 
@@ -306,6 +307,51 @@ enum PolicyCommand {
         /// The policy YAML file.
         file: PathBuf,
     },
+    /// Replay recorded exec events through a policy before enforcing it: print
+    /// each event whose verdict would change (rule before -> after). Before is
+    /// what was recorded, or --against's verdict. Exit 1 if an event that ran
+    /// would be denied, 0 otherwise, 2 for bad input (a line that is not JSON is
+    /// named; JSON that is not an event is skipped and counted).
+    Test {
+        /// The policy to test (a file, or a shipped name).
+        file: PathBuf,
+        /// The events: a JSON Lines file (audit.jsonl, `agentsh events`' output)
+        /// or a session id of the running server.
+        #[arg(long, value_name = "SESSION|PATH.jsonl")]
+        events: String,
+        /// Compare with this policy's verdicts instead of the recorded ones.
+        #[arg(long, value_name = "FILE")]
+        against: Option<PathBuf>,
+        /// The server a session's events are read from.
+        #[arg(long, default_value = agentsh_proto::shimconf::DEFAULT_SERVER)]
+        server: String,
+    },
+    /// Write an allow-list policy of what ran (record under agent-observe, then
+    /// lock): default deny, one allow rule per directory of the programs that
+    /// ran (their interpreters and loader payloads too), at most as deep as they
+    /// ran; the base's file, network, egress and env sections. Never allow-lists
+    /// fileless execs, programs in /tmp, /var/tmp, /dev/shm or the agentsh CLI
+    /// (listed as comments, as are agent-observe's would-deny findings).
+    Generate {
+        /// The events: a JSON Lines file or a session id of the running server.
+        #[arg(long, value_name = "SESSION|PATH.jsonl")]
+        from: String,
+        /// The policy whose other sections the allow-list keeps.
+        #[arg(long, default_value = "agent-default", value_name = "NAME|FILE")]
+        base: String,
+        /// Name programs by content (sha256:) instead of path.
+        #[arg(long)]
+        pin_hashes: bool,
+        /// The policy's name [default: the output file's stem].
+        #[arg(long)]
+        name: Option<String>,
+        /// Where to write it.
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: PathBuf,
+        /// The server a session's events are read from.
+        #[arg(long, default_value = agentsh_proto::shimconf::DEFAULT_SERVER)]
+        server: String,
+    },
 }
 
 fn init_logging() {
@@ -511,6 +557,49 @@ pub fn main() -> ExitCode {
             }
             Err(e) => Err(e.to_string()),
         },
+        Command::Policy {
+            command:
+                PolicyCommand::Test {
+                    file,
+                    events,
+                    against,
+                    server,
+                },
+        } => {
+            return match policy_tools::test(&file, &events, against.as_deref(), &server) {
+                Ok(code) => ExitCode::from(code as u8),
+                Err(e) => {
+                    eprintln!("agentsh: {e}");
+                    ExitCode::from(2)
+                }
+            };
+        }
+        Command::Policy {
+            command:
+                PolicyCommand::Generate {
+                    from,
+                    base,
+                    pin_hashes,
+                    name,
+                    output,
+                    server,
+                },
+        } => {
+            return match policy_tools::generate(
+                &from,
+                &base,
+                pin_hashes,
+                name.as_deref(),
+                &output,
+                &server,
+            ) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("agentsh: {e}");
+                    ExitCode::from(2)
+                }
+            };
+        }
         Command::Events {
             query:
                 Some(EventsCommand::Query {

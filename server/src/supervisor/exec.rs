@@ -71,6 +71,7 @@ fn subject(pid: u32, g: &Gathered, depth: u32) -> ExecSubject {
         resolved: g.target.resolved.clone(),
         argv: g.argv.args.clone(),
         truncated: g.argv.truncated,
+        anonymous: g.target.anonymous,
         file: Some(FileIdentity {
             dev: g.target.meta.dev,
             ino: g.target.meta.ino,

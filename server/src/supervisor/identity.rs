@@ -54,7 +54,8 @@ mod files;
 mod watch;
 
 use crate::tracee::{FileKey, FileMeta};
-use files::{hash, hash_all, locate, named_paths, sha256_hex, split, Candidate, MAX_HASHED};
+pub use files::sha256_hex;
+use files::{hash, hash_all, locate, named_paths, split, Candidate, MAX_HASHED};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock};

@@ -102,6 +102,22 @@ impl Tree {
     }
 }
 
+/// SHA-256 of what `file` reads, as hex (what `sha256:` entries name).
+pub use identity::sha256_hex;
+
+/// The audit rules of refusals the supervisor makes whatever the policy
+/// says (a program it cannot read, memory it cannot freeze, a program from
+/// a place the tree can write...): a replay of such an event through a
+/// policy says nothing (`agentsh policy test`).
+pub fn mechanism_rules() -> Vec<&'static str> {
+    seam::Refusal::ALL
+        .iter()
+        .map(|r| r.rule())
+        .filter(|r| *r != crate::policy::RULE_FILELESS_EXEC)
+        .chain([crate::policy::landlock::RULE_EXEC_SOURCES])
+        .collect()
+}
+
 /// The policy a tree is judged by, and the identity index of the programs
 /// it names: one per session (sessions with the same policy share them).
 pub struct TreeRules {

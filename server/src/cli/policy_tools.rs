@@ -1,0 +1,151 @@
+//! `agentsh policy test` and `agentsh policy generate`: recorded events
+//! (a JSON Lines file, or a session's events from a running server) put to
+//! a policy before it is enforced (see `replay`).
+
+use crate::cli::client::Client;
+use crate::replay;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Exit status of `policy test` when an allowed event would be denied.
+pub const NEWLY_DENIED: i32 = 1;
+
+/// The events `source` names: a file (it exists, has a `/`, or ends in
+/// `.jsonl`/`.json`), else a session of the server at `server`.
+///
+/// # Errors
+/// The file cannot be read or has a line that is not JSON; the server
+/// cannot be reached or has no such session.
+pub fn load_events(source: &str, server: &str) -> Result<(replay::Loaded, String), String> {
+    let as_file = Path::new(source);
+    if as_file.exists()
+        || source.contains('/')
+        || source.ends_with(".jsonl")
+        || source.ends_with(".json")
+    {
+        let text = std::fs::read_to_string(as_file)
+            .map_err(|e| format!("cannot read events {source}: {e}"))?;
+        return Ok((replay::parse(&text, source)?, source.to_string()));
+    }
+    if !crate::session::valid_id(source) {
+        return Err(format!(
+            "{source:?} is neither a file nor a session id (1-64 letters, digits, '-', '_', '.')"
+        ));
+    }
+    let client = Client::new(server, None)?.with_timeout(Duration::from_secs(60));
+    let v = client.get_json(&format!("/api/v1/sessions/{source}/events"))?;
+    let text = v.to_string();
+    Ok((
+        replay::parse(&text, &format!("session {source}"))?,
+        format!("session {source}"),
+    ))
+}
+
+fn load_policy(name_or_file: &str) -> Result<crate::policy::Policy, String> {
+    // A name is a shipped policy (or one under the default policies
+    // directory); anything with a `/` or `.yaml` a file.
+    crate::policy::Policy::resolve(name_or_file, Path::new("/etc/agentsh/policies"))
+        .map_err(|e| e.to_string())
+}
+
+/// `policy test FILE --events SRC [--against FILE2]`: prints the changes;
+/// returns the exit status.
+///
+/// # Errors
+/// Bad input (exit 2).
+pub fn test(
+    file: &Path,
+    events: &str,
+    against: Option<&Path>,
+    server: &str,
+) -> Result<i32, String> {
+    let after = load_policy(&file.to_string_lossy())?;
+    let before = against
+        .map(|a| load_policy(&a.to_string_lossy()))
+        .transpose()?;
+    let (loaded, _) = load_events(events, server)?;
+    let report = replay::test(&loaded, &after, before.as_ref());
+    print!("{}", replay::render_test(&report));
+    Ok(if report.newly_denied() > 0 {
+        NEWLY_DENIED
+    } else {
+        0
+    })
+}
+
+/// `policy generate --from SRC [--base NAME|FILE] [--pin-hashes] -o FILE`.
+///
+/// # Errors
+/// Bad input, nothing ran, or the file cannot be written (exit 2 for the
+/// first two).
+pub fn generate(
+    from: &str,
+    base: &str,
+    pin_hashes: bool,
+    name: Option<&str>,
+    output: &Path,
+    server: &str,
+) -> Result<(), String> {
+    let base_text = match crate::policy::shipped(base) {
+        Some(t) if !base.contains('/') => t.to_string(),
+        _ => std::fs::read_to_string(base)
+            .map_err(|e| format!("--base {base}: not a shipped policy, and {e}"))?,
+    };
+    // The base must be a policy itself.
+    crate::policy::Policy::from_yaml(&base_text, base).map_err(|e| e.to_string())?;
+    let (loaded, origin) = load_events(from, server)?;
+    let stem = output
+        .file_stem()
+        .map_or_else(|| "generated".into(), |s| s.to_string_lossy().into_owned());
+    let name = name.map_or(stem, str::to_string);
+    let g = replay::generate(
+        &loaded,
+        &replay::GenerateOptions {
+            base_text: &base_text,
+            base_name: base,
+            origin: &origin,
+            name: &name,
+            pin_hashes,
+        },
+        &hash_now,
+    )?;
+    // What is written is a policy the server would load.
+    crate::policy::Policy::from_yaml(&g.yaml, &output.display().to_string())
+        .map_err(|e| format!("the generated policy does not load (a bug): {e}"))?;
+    write_file(output, &g.yaml)?;
+    eprintln!(
+        "agentsh: wrote {}: {} programs in {} allow rules; {} left out, {} findings (see its \
+         comments); check it with `agentsh policy test {} --events ...`",
+        output.display(),
+        g.programs,
+        g.rules,
+        g.left_out,
+        g.findings,
+        output.display()
+    );
+    Ok(())
+}
+
+/// The digest of `path` now, if it is still the file that ran (same
+/// device and inode).
+fn hash_now(path: &str, id: Option<(u64, u64)>) -> Result<String, String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut f = std::fs::File::open(path).map_err(|e| format!("{path}: {e}"))?;
+    let m = f.metadata().map_err(|e| format!("{path}: {e}"))?;
+    if let Some((dev, ino)) = id {
+        if (m.dev(), m.ino()) != (dev, ino) {
+            return Err(format!("{path} is not the file that ran (replaced since)"));
+        }
+    }
+    crate::supervisor::sha256_hex(&mut f).map_err(|e| format!("{path}: {e}"))
+}
+
+/// Writes `text` to `path` through a temporary file beside it.
+fn write_file(path: &Path, text: &str) -> Result<(), String> {
+    let tmp = PathBuf::from(format!("{}.tmp-{}", path.display(), std::process::id()));
+    std::fs::write(&tmp, text).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("cannot write {}: {e}", path.display())
+    })
+}
