@@ -151,6 +151,7 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
         let occurrence = seen.add(&rule.name);
         command_rules.push(compile_command_rule(&ctx, index, rule, occurrence)?);
     }
+    check_examples(&ctx, &docs, &command_rules)?;
     let file_rules = doc.file_rules.unwrap_or_default();
     let network_rules = doc.network_rules.unwrap_or_default();
     check_file_and_network_rules(&ctx, &file_rules, &network_rules)?;
@@ -580,6 +581,112 @@ fn compile_command_rule(
         decision: rule.decision,
         message: rule.message.clone(),
     })
+}
+
+/// The first of `rules` that decides `program` with `argv` at `depth`.
+pub(crate) fn first_match<'p>(
+    rules: &'p [CommandRule],
+    program: &super::pattern::ProgramName<'_>,
+    argv: &[String],
+    depth: u32,
+) -> Option<&'p CommandRule> {
+    let mut joined: Option<String> = None;
+    rules.iter().find(|rule| {
+        if !rule.depth.contains(depth) || !rule.commands.iter().any(|c| c.matches(program)) {
+            return false;
+        }
+        if rule.args_patterns.is_empty() {
+            return true;
+        }
+        let args = joined.get_or_insert_with(|| argv.get(1..).unwrap_or_default().join(" "));
+        rule.args_patterns.iter().any(|re| re.is_match(args))
+    })
+}
+
+/// Each rule's `examples:` hold against the compiled rules: a `match`
+/// example is decided by that rule (the first to match it at the smallest
+/// depth the rule covers), a `not_match` example is not matched by it.
+fn check_examples(
+    ctx: &Ctx<'_>,
+    docs: &[CommandRuleDoc],
+    rules: &[CommandRule],
+) -> Result<(), PolicyError> {
+    use super::pattern::ProgramName;
+    const SECTION: &str = "command_rules";
+    let mut seen = Seen::default();
+    for (index, (doc, rule)) in docs.iter().zip(rules).enumerate() {
+        let occurrence = seen.add(&doc.name);
+        let Some(ex) = &doc.examples else { continue };
+        let fail = |value: &str, what: String| {
+            ctx.rule_invalid(
+                SECTION,
+                index,
+                &doc.name,
+                occurrence,
+                "examples",
+                Some(value),
+                what,
+            )
+        };
+        let split =
+            |line: &str| -> Vec<String> { line.split_whitespace().map(str::to_string).collect() };
+        let program = |argv: &[String]| -> Option<String> { argv.first().cloned() };
+        let name_of = |p: &str| -> bool { p.starts_with('/') };
+        for line in &ex.matches {
+            let argv = split(line);
+            let Some(p) = program(&argv) else {
+                return Err(fail(line, "examples: an example is empty".into()));
+            };
+            let name = if name_of(&p) {
+                ProgramName::exec(&p)
+            } else {
+                ProgramName::payload(&p)
+            };
+            let decided = first_match(rules, &name, &argv, rule.depth.min);
+            match decided {
+                Some(r) if std::ptr::eq(r, rule) => {}
+                Some(r) => {
+                    return Err(fail(
+                        line,
+                        format!(
+                            "examples.match {line:?}: decided by the earlier rule {:?}, not this \
+                             one",
+                            r.name
+                        ),
+                    ))
+                }
+                None => {
+                    return Err(fail(
+                        line,
+                        format!(
+                            "examples.match {line:?}: this rule does not match it (its commands \
+                             or args_patterns)"
+                        ),
+                    ))
+                }
+            }
+        }
+        for line in &ex.not_match {
+            let argv = split(line);
+            let Some(p) = program(&argv) else {
+                return Err(fail(line, "examples: an example is empty".into()));
+            };
+            let name = if name_of(&p) {
+                ProgramName::exec(&p)
+            } else {
+                ProgramName::payload(&p)
+            };
+            let own = std::slice::from_ref(rule);
+            // Whatever the depth: the rule must not match it at all.
+            if first_match(own, &name, &argv, rule.depth.min).is_some() {
+                return Err(fail(
+                    line,
+                    format!("examples.not_match {line:?}: this rule matches it"),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `args_patterns:` compiled; the error names the pattern (if one) and why.

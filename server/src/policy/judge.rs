@@ -29,7 +29,7 @@
 //! past a rule on either name. On a tie the outer verdict (the exec'd name,
 //! the wrapper itself) is reported.
 
-use super::compile::{CommandRule, RULE_DEFAULT, RULE_INTERNAL_BYPASS, RULE_UNPARSABLE_WRAPPER};
+use super::compile::{first_match, RULE_DEFAULT, RULE_INTERNAL_BYPASS, RULE_UNPARSABLE_WRAPPER};
 use super::pattern::ProgramName;
 use super::schema::Decision;
 use super::wrappers::{self, Unwrapped, Wrapper};
@@ -288,23 +288,4 @@ fn unparsable(policy: &Policy, own: Verdict, name: &str, why: &str) -> Verdict {
     } else {
         own
     }
-}
-
-fn first_match<'p>(
-    rules: &'p [CommandRule],
-    program: &ProgramName<'_>,
-    argv: &[String],
-    depth: u32,
-) -> Option<&'p CommandRule> {
-    let mut joined: Option<String> = None;
-    rules.iter().find(|rule| {
-        if !rule.depth.contains(depth) || !rule.commands.iter().any(|c| c.matches(program)) {
-            return false;
-        }
-        if rule.args_patterns.is_empty() {
-            return true;
-        }
-        let args = joined.get_or_insert_with(|| argv.get(1..).unwrap_or_default().join(" "));
-        rule.args_patterns.iter().any(|re| re.is_match(args))
-    })
 }

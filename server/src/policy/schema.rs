@@ -71,6 +71,21 @@ pub(crate) struct CommandRuleDoc {
     pub context: Option<ContextDoc>,
     pub decision: Decision,
     pub message: Option<String>,
+    pub examples: Option<ExamplesDoc>,
+}
+
+/// `examples:` of a command rule: command lines (split on whitespace, the
+/// first word the program: a name or an absolute path) the rule must
+/// decide (`match`: it is the first rule to match them, at the smallest
+/// depth it covers) and must not match (`not_match`). Checked when the
+/// policy loads (`agentsh policy check`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ExamplesDoc {
+    #[serde(default, rename = "match")]
+    pub matches: Vec<String>,
+    #[serde(default)]
+    pub not_match: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

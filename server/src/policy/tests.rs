@@ -1212,3 +1212,48 @@ fn shadowed_rules_are_found_and_only_they() {
         );
     }
 }
+
+#[test]
+fn rule_examples_are_checked_when_the_policy_loads() {
+    let ok = "default: allow
+command_rules:
+  - name: pip-installs
+    commands: [pip, pip3]
+    args_patterns: ['^install\\b']
+    decision: approve
+    examples:
+      match: [\"pip install requests\", \"/usr/bin/pip3 install -r req.txt\"]
+      not_match: [\"pip list\", \"npm install x\"]
+  - name: nested-curl
+    commands: [/usr/bin/curl]
+    context: nested
+    decision: deny
+    examples:
+      match: [\"curl -s https://example.com\"]
+";
+    policy(ok);
+    let err = |text: &str| Policy::from_yaml(text, "p.yaml").unwrap_err().to_string();
+    // Not matched by its own rule.
+    let e = err(&ok.replace("\"pip install requests\"", "\"pip download requests\""));
+    assert!(
+        e.contains("p.yaml:8:15:")
+            && e.contains("examples.match \"pip download requests\": this rule does not match it"),
+        "{e}"
+    );
+    // Decided by an earlier rule.
+    let shadowed = ok.replace(
+        "command_rules:\n",
+        "command_rules:\n  - {name: all-pip, commands: [pip], decision: allow}\n",
+    );
+    let e = err(&shadowed);
+    assert!(e.contains("decided by the earlier rule \"all-pip\""), "{e}");
+    // A not_match the rule matches.
+    let e = err(&ok.replace("\"pip list\"", "\"pip install x\""));
+    assert!(
+        e.contains("examples.not_match \"pip install x\": this rule matches it"),
+        "{e}"
+    );
+    // Unknown keys under examples.
+    let e = err(&ok.replace("not_match:", "nomatch:"));
+    assert!(e.contains("nomatch"), "{e}");
+}
