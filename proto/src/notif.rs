@@ -107,6 +107,29 @@ pub fn respond_value(fd: BorrowedFd<'_>, id: u64, val: i64) -> io::Result<()> {
     }
 }
 
+/// Puts `src` (an fd of ours) into the process of notification `id` at
+/// its lowest free fd number (nothing of the caller's is replaced),
+/// close-on-exec if `cloexec`; returns that number. The notification must
+/// still be waiting.
+///
+/// # Errors
+/// ENOENT when it no longer waits; EMFILE when its table is full.
+pub fn add_fd(fd: BorrowedFd<'_>, id: u64, src: BorrowedFd<'_>, cloexec: bool) -> io::Result<i32> {
+    let mut a = libc::seccomp_notif_addfd {
+        id,
+        flags: 0,
+        srcfd: src.as_raw_fd() as u32,
+        newfd: 0,
+        newfd_flags: if cloexec { libc::O_CLOEXEC as u32 } else { 0 },
+    };
+    // SAFETY: the pointer is valid for the struct's size, which matches the ioctl's.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_ADDFD, &mut a) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(rc)
+}
+
 /// Puts `src` (an fd of ours) into the process of notification `id` at fd
 /// number `at`, replacing what was there (`SECCOMP_ADDFD_FLAG_SETFD`),
 /// close-on-exec if `cloexec`. The notification must still be waiting.

@@ -85,15 +85,29 @@ impl Sandbox {
         extra_config: &str,
         dirs: &[&str],
     ) -> Sandbox {
+        Sandbox::with_setup(policy_yaml, uid, extra_config, |ns| {
+            for d in dirs {
+                let p = ns.path(d);
+                std::fs::create_dir_all(&p).expect("create a directory before the server");
+                if let Some(uid) = uid {
+                    std::os::unix::fs::chown(&p, Some(uid), Some(uid)).expect("chown it");
+                }
+            }
+        })
+    }
+
+    /// Like [`Sandbox::with_config`], with `setup` run on the namespace
+    /// (its scratch `/srv` mounted) before the server starts: files a
+    /// policy names must exist when it loads.
+    pub fn with_setup(
+        policy_yaml: &str,
+        uid: Option<u32>,
+        extra_config: &str,
+        setup: impl FnOnce(&Namespace),
+    ) -> Sandbox {
         let ns = Namespace::new();
         ns.mount_scratch("/srv", WORKSPACE);
-        for d in dirs {
-            let p = ns.path(d);
-            std::fs::create_dir_all(&p).expect("create a directory before the server");
-            if let Some(uid) = uid {
-                std::os::unix::fs::chown(&p, Some(uid), Some(uid)).expect("chown it");
-            }
-        }
+        setup(&ns);
         // The server runs in the namespace too, as it would in the same
         // container: it compiles each tree's ruleset from what it sees.
         let srv = TestServer::start_with(

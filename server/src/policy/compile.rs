@@ -69,6 +69,8 @@ pub(crate) struct CommandRule {
     pub depth: DepthRange,
     pub decision: Decision,
     pub message: Option<String>,
+    /// `decision: redirect`: the program run instead.
+    pub redirect_to: Option<String>,
 }
 
 struct Ctx<'a> {
@@ -142,6 +144,15 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
         }
         None => stem_of_origin(origin),
     };
+    if doc.default == Decision::Redirect {
+        return Err(ctx.invalid(
+            ctx.source.key("default"),
+            None,
+            "default: redirect needs a rule's redirect_to; write a command rule with decision: \
+             redirect"
+                .into(),
+        ));
+    }
     let unparsable_wrapper = unparsable_wrapper(&ctx, doc.unparsable_wrapper)?;
     let internal_bypass = internal_bypass(&ctx, doc.internal_bypass.unwrap_or_default())?;
     let docs = doc.command_rules.unwrap_or_default();
@@ -174,7 +185,7 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
     let exec_memory_denied = match doc.exec_memory {
         None | Some(Decision::Allow) => false,
         Some(Decision::Deny) => true,
-        Some(d @ (Decision::Approve | Decision::Audit)) => {
+        Some(d @ (Decision::Approve | Decision::Audit | Decision::Redirect)) => {
             return Err(ctx.invalid(
                 ctx.source.key("exec_memory"),
                 None,
@@ -309,7 +320,7 @@ fn check_exec_sources(
     let at = |key: &str, value: &str| ctx.source.section_value("exec_sources", Some(key), value);
     match e.writable {
         None | Some(Decision::Allow | Decision::Deny) => {}
-        Some(d @ (Decision::Approve | Decision::Audit)) => {
+        Some(d @ (Decision::Approve | Decision::Audit | Decision::Redirect)) => {
             return Err(ctx.invalid(
                 at("writable", d.as_str()),
                 None,
@@ -359,6 +370,12 @@ fn unparsable_wrapper(ctx: &Ctx<'_>, value: Option<Decision>) -> Result<Decision
                 .into(),
         )),
         Some(d @ (Decision::Deny | Decision::Approve | Decision::Audit)) => Ok(d),
+        Some(Decision::Redirect) => Err(ctx.invalid(
+            ctx.source.key("unparsable_wrapper"),
+            None,
+            "unparsable_wrapper: redirect needs a rule's redirect_to; use deny, approve or audit"
+                .into(),
+        )),
     }
 }
 
@@ -572,7 +589,29 @@ fn compile_command_rule(
             "message: is empty; remove it or say why".into(),
         ));
     }
+    let redirect_to = match (rule.decision, &rule.redirect_to) {
+        (Decision::Redirect, Some(r)) => Some(
+            redirect_target(&r.program)
+                .map_err(|why| fail("redirect_to", Some(&r.program), why))?,
+        ),
+        (Decision::Redirect, None) => {
+            return Err(fail(
+                "decision",
+                Some("redirect"),
+                "decision: redirect needs redirect_to: {program: /ABSOLUTE/PATH}".into(),
+            ))
+        }
+        (_, Some(r)) => {
+            return Err(fail(
+                "redirect_to",
+                Some(&r.program),
+                "redirect_to: only with decision: redirect".into(),
+            ))
+        }
+        (_, None) => None,
+    };
     Ok(CommandRule {
+        redirect_to,
         name: rule.name.clone(),
         commands_text: rule.commands.clone(),
         commands,
@@ -581,6 +620,77 @@ fn compile_command_rule(
         decision: rule.decision,
         message: rule.message.clone(),
     })
+}
+
+/// `redirect_to.program` checked: an absolute, clean path to a regular,
+/// executable file owned by root, in directories only root can write (no
+/// tree can change what runs), and not a wrapper (a redirect runs one
+/// program with the caller's argv, nothing it names). Reads the file's
+/// metadata: a policy naming a target that is not there does not load.
+fn redirect_target(program: &str) -> Result<String, String> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let clean = program.starts_with('/')
+        && !program.ends_with('/')
+        && !program
+            .split('/')
+            .skip(1)
+            .any(|c| c.is_empty() || c == "." || c == "..");
+    if !clean {
+        return Err(format!(
+            "redirect_to.program {program:?} is not a clean absolute path"
+        ));
+    }
+    let name = super::pattern::ProgramName::exec(program);
+    if super::wrappers::Wrapper::of(&name).is_some() {
+        return Err(format!(
+            "redirect_to.program {program:?} is a wrapper (it runs what its arguments name): \
+             redirect to the program itself"
+        ));
+    }
+    let m = std::fs::symlink_metadata(program)
+        .map_err(|e| format!("redirect_to.program {program:?}: {e}"))?;
+    if !m.file_type().is_file() {
+        return Err(format!(
+            "redirect_to.program {program:?} is not a regular file (a symlink is not accepted: \
+             name its target)"
+        ));
+    }
+    if m.uid() != 0 || m.permissions().mode() & 0o022 != 0 {
+        return Err(format!(
+            "redirect_to.program {program:?} must be owned by root and writable by nobody else \
+             (owner {}, mode {:o})",
+            m.uid(),
+            m.permissions().mode() & 0o7777
+        ));
+    }
+    if m.permissions().mode() & 0o111 == 0 {
+        return Err(format!("redirect_to.program {program:?} is not executable"));
+    }
+    let mut head = [0u8; 2];
+    let script = std::fs::File::open(program)
+        .and_then(|f| std::os::unix::fs::FileExt::read_at(&f, &mut head, 0))
+        .is_ok_and(|n| n == 2 && &head == b"#!");
+    if script {
+        return Err(format!(
+            "redirect_to.program {program:?} is a #! script: its interpreter would run and \
+             could not be checked; redirect to a binary"
+        ));
+    }
+    let mut dir = std::path::Path::new(program).parent();
+    while let Some(d) = dir {
+        let dm = std::fs::metadata(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        if dm.uid() != 0 || dm.permissions().mode() & 0o022 != 0 {
+            return Err(format!(
+                "redirect_to.program {program:?} is in {}, which someone other than root can \
+                 write (owner {}, mode {:o}): a tree could replace the program",
+                d.display(),
+                dm.uid(),
+                dm.permissions().mode() & 0o7777
+            ));
+        }
+        dir = d.parent();
+    }
+    Ok(program.to_string())
 }
 
 /// The first of `rules` that decides `program` with `argv` at `depth`.
@@ -792,7 +902,7 @@ fn check_file_rule(
     }
     match rule.decision {
         Decision::Allow | Decision::Deny => Ok(()),
-        d @ (Decision::Approve | Decision::Audit) => Err(fail(
+        d @ (Decision::Approve | Decision::Audit | Decision::Redirect) => Err(fail(
             "decision",
             Some(d.as_str()),
             format!(
@@ -871,7 +981,7 @@ fn check_network_rule(
     }
     match rule.decision {
         Decision::Allow | Decision::Deny => Ok(()),
-        d @ (Decision::Approve | Decision::Audit) => Err(fail(
+        d @ (Decision::Approve | Decision::Audit | Decision::Redirect) => Err(fail(
             "decision",
             Some(d.as_str()),
             format!(

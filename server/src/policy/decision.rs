@@ -1,4 +1,5 @@
-//! The one word every rule ends in: allow, deny, approve or audit.
+//! The one word every rule ends in: allow, deny, approve or audit (and, for
+//! a command rule only, redirect).
 //!
 //! Its own room so that the policy file's types (`schema`) and the network
 //! rules (`egress`) share it without importing each other.
@@ -16,16 +17,21 @@ pub enum Decision {
     Approve,
     /// Allow, and mark the audit event as worth a look.
     Audit,
+    /// Command rules only: run the rule's `redirect_to` program instead,
+    /// with the same argv, in the same process.
+    Redirect,
 }
 
 impl Decision {
-    /// Rank for "the stricter result stands": deny > approve > audit > allow.
+    /// Rank for "the stricter result stands": deny > approve > redirect >
+    /// audit > allow.
     pub fn strictness(self) -> u8 {
         match self {
             Decision::Allow => 0,
             Decision::Audit => 1,
-            Decision::Approve => 2,
-            Decision::Deny => 3,
+            Decision::Redirect => 2,
+            Decision::Approve => 3,
+            Decision::Deny => 4,
         }
     }
 
@@ -45,6 +51,7 @@ impl Decision {
             Decision::Deny => "deny",
             Decision::Approve => "approve",
             Decision::Audit => "audit",
+            Decision::Redirect => "redirect",
         }
     }
 }

@@ -366,6 +366,14 @@ fn decision(
 ) -> Result<Decision, EgressError> {
     match d {
         Decision::Allow | Decision::Deny | Decision::Approve => Ok(d),
+        Decision::Redirect => Err(EgressError {
+            rule: rule.map(|(i, n)| (i, n.to_string())),
+            field,
+            value: Some("redirect".into()),
+            message: format!(
+                "{field}: redirect is a command rule's decision; use allow, deny or approve"
+            ),
+        }),
         Decision::Audit => Err(EgressError {
             rule: rule.map(|(i, n)| (i, n.to_string())),
             field,

@@ -166,7 +166,32 @@ pub fn judge(policy: &Policy, facts: &ExecFacts<'_>) -> Verdict {
         let own = as_copies(policy, own, &i.copy_of, &i.argv, p.depth);
         verdict = verdict.stricter(own);
     }
-    verdict
+    redirect_only_what_execs(verdict, facts)
+}
+
+/// A redirect replaces the program the exec names, with its argv; one
+/// that judged something else this exec runs through (a wrapper's payload,
+/// a `#!` interpreter, a loader's program) cannot stand: replacing the
+/// exec would run the target with another program's argv. Refused then.
+fn redirect_only_what_execs(verdict: Verdict, facts: &ExecFacts<'_>) -> Verdict {
+    let p = &facts.program;
+    let own = std::iter::once(p.filename)
+        .chain(p.resolved)
+        .chain(facts.copy_of.iter().map(String::as_str))
+        .any(|n| n == verdict.judged);
+    if verdict.decision != Decision::Redirect || own {
+        return verdict;
+    }
+    let by = p.filename.rsplit('/').next().unwrap_or(p.filename);
+    Verdict {
+        decision: Decision::Deny,
+        message: Some(format!(
+            "rule {} redirects {}, which this exec would run through {by}: run it directly to \
+             have it redirected",
+            verdict.rule, verdict.judged
+        )),
+        ..verdict
+    }
 }
 
 /// `verdict`, or the stricter verdict of a program the file is a copy of

@@ -493,7 +493,11 @@ fn file_operations(
                                 path: path.clone(),
                                 rule: Some(rule.name.clone()),
                             }),
-                            Decision::Deny | Decision::Approve | Decision::Audit => {
+                            // Only allow and deny pass the compiler for file rules.
+                            Decision::Deny
+                            | Decision::Approve
+                            | Decision::Audit
+                            | Decision::Redirect => {
                                 denies.entry(*op).or_default().push(Deny {
                                     path: path.clone(),
                                     protected: false,

@@ -208,6 +208,14 @@ impl Policy {
     }
 
     /// `env:` compiled (`None`: the environment is inherited as is).
+    /// The program command rule `rule` redirects to (`decision: redirect`).
+    pub fn redirect_of(&self, rule: &str) -> Option<&str> {
+        self.command_rules
+            .iter()
+            .find(|r| r.name == rule)
+            .and_then(|r| r.redirect_to.as_deref())
+    }
+
     /// Whether its trees' DNS goes to the stub (`egress.dns: stub`).
     pub fn wants_dns_stub(&self) -> bool {
         self.egress()
@@ -306,9 +314,13 @@ impl Policy {
             } else {
                 format!(", {}", r.depth.describe())
             };
+            let to = r
+                .redirect_to
+                .as_deref()
+                .map_or_else(String::new, |t| format!(" -> {t}"));
             let _ = writeln!(
                 s,
-                "    {:>2}. {:<7} {} [{}{depth}{args}]",
+                "    {:>2}. {:<7} {} [{}{depth}{args}]{to}",
                 i + 1,
                 r.decision.as_str(),
                 r.name,

@@ -72,6 +72,17 @@ pub(crate) struct CommandRuleDoc {
     pub decision: Decision,
     pub message: Option<String>,
     pub examples: Option<ExamplesDoc>,
+    /// With `decision: redirect`: what runs instead.
+    pub redirect_to: Option<RedirectDoc>,
+}
+
+/// `redirect_to:` of a command rule.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RedirectDoc {
+    /// The program run instead: absolute, root-owned, in directories only
+    /// root can write, not a wrapper.
+    pub program: String,
 }
 
 /// `examples:` of a command rule: command lines (split on whitespace, the

@@ -1257,3 +1257,80 @@ command_rules:
     let e = err(&ok.replace("not_match:", "nomatch:"));
     assert!(e.contains("nomatch"), "{e}");
 }
+
+#[test]
+fn redirect_rules_name_a_root_owned_binary_and_judge_only_what_execs() {
+    let rule = |target: &str| {
+        format!(
+            "default: allow\ncommand_rules:\n  - name: r\n    commands: [pip]\n    decision: redirect\n    redirect_to: {{program: {target}}}\n"
+        )
+    };
+    let p = policy(&rule("/usr/bin/true"));
+    assert_eq!(p.redirect_of("r"), Some("/usr/bin/true"));
+    let err = |text: &str| Policy::from_yaml(text, "p.yaml").unwrap_err().to_string();
+    for (target, why) in [
+        ("usr/bin/true", "not a clean absolute path"),
+        ("/usr/bin/../bin/true", "not a clean absolute path"),
+        ("/nonexistent/x", "No such file"),
+        ("/usr/bin/env", "is a wrapper"),
+        ("/usr/bin", "not a regular file"),
+    ] {
+        let e = err(&rule(target));
+        assert!(e.contains(why), "{target}: {e}");
+    }
+    // Not root-owned, or in a directory someone else can write.
+    let dir = std::env::temp_dir().join(format!("agentsh-redirect-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let own = dir.join("prog");
+    std::fs::copy("/usr/bin/true", &own).unwrap();
+    let e = err(&rule(&own.to_string_lossy()));
+    assert!(e.contains("which someone other than root can"), "{e}");
+    // A script.
+    let e = err(&rule("/usr/bin/lsb_release"));
+    assert!(e.contains("#! script"), "{e}");
+    // decision and redirect_to go together; nowhere else.
+    let e =
+        err("default: allow\ncommand_rules:\n  - {name: r, commands: [pip], decision: redirect}\n");
+    assert!(e.contains("decision: redirect needs redirect_to"), "{e}");
+    let e = err("default: allow\ncommand_rules:\n  - {name: r, commands: [pip], decision: deny, redirect_to: {program: /usr/bin/true}}\n");
+    assert!(
+        e.contains("redirect_to: only with decision: redirect"),
+        "{e}"
+    );
+    assert!(err("default: redirect\n").contains("default: redirect"));
+    let e = err("default: allow\nfile_rules:\n  - {name: f, paths: [/srv/**], operations: [read], decision: redirect}\n");
+    assert!(
+        e.contains("redirect is not possible for file access"),
+        "{e}"
+    );
+    // Judged: the program itself is redirected; through a wrapper it is
+    // refused (the wrapper's argv is not the program's).
+    let j = |argv_: &str| {
+        let a = argv(argv_);
+        let f = if a[0].starts_with('/') {
+            a[0].clone()
+        } else {
+            format!("/usr/bin/{}", a[0])
+        };
+        crate::policy::judge(
+            &p,
+            &ExecFacts {
+                program: ProgramFacts {
+                    filename: &f,
+                    resolved: None,
+                    argv: &a,
+                    depth: 1,
+                },
+                anonymous: false,
+                truncated: None,
+                interpreters: &[],
+                copy_of: &[],
+                loader_payloads: &[],
+            },
+        )
+    };
+    assert_eq!(j("pip install x").decision, Decision::Redirect);
+    let v = j("env pip install x");
+    assert_eq!(v.decision, Decision::Deny, "{v:?}");
+    assert!(v.message.unwrap().contains("run it directly"));
+}

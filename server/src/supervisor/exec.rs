@@ -228,7 +228,40 @@ pub fn handle(
         return;
     }
     phases::mark("valid");
-    let j = decide(ctx, tree, st, pid, &g);
+    let mut j = decide(ctx, tree, st, pid, &g);
+    if j.verdict.decision == Decision::Redirect {
+        // Checked first (nothing changed); what cannot be made safely is a
+        // refusal like any other, below.
+        let plan = match tree.rules.policy.redirect_of(&j.verdict.rule) {
+            None => Err(format!("rule {} has no redirect_to", j.verdict.rule)),
+            Some(_) if verified => Err(
+                "redirect needs seccomp user-notify (the ptrace backend cannot give the caller \
+                 the target)"
+                    .into(),
+            ),
+            Some(t) => super::redirect::check(req, &g, t).and_then(|plan| {
+                // Seized before anything changes: the exec is watched.
+                verify::arm(req.tid).map(|()| plan).map_err(|e| {
+                    format!(
+                        "redirect refused: the exec cannot be watched to verify what runs \
+                         (ptrace: {e})"
+                    )
+                })
+            }),
+        };
+        match plan {
+            Ok(plan) => {
+                release(st, frozen, Duration::ZERO);
+                return redirect(ctx, tree, st, req, &g, stop, &holder, j, plan, pid);
+            }
+            Err(why) => {
+                tracing::info!(pid, "{why}");
+                j.verdict.decision = Decision::Deny;
+                j.verdict.message = Some(why);
+                j.lookup = Lookup::of(&j.subject, g.stat.starttime);
+            }
+        }
+    }
     if j.verdict.decision == Decision::Approve {
         // Held: a waiter thread answers and audits it; this thread goes on
         // serving the tree. Nothing stays stopped while a human thinks.
@@ -519,7 +552,7 @@ fn decide(
     // copy of its argv).
     let lookup = match verdict.decision {
         Decision::Deny | Decision::Approve => Lookup::of(&subject, g.stat.starttime),
-        Decision::Allow | Decision::Audit => None,
+        Decision::Allow | Decision::Audit | Decision::Redirect => None,
     };
     let repeat = match (&lookup, verdict.decision) {
         (Some(k), Decision::Deny) => st.refused.find(k, Instant::now()).map(|(a, ())| a),
@@ -533,6 +566,79 @@ fn decide(
         lookup,
         repeat,
         attempt,
+    }
+}
+
+/// `decision: redirect` made (see `redirect`): the target put into the
+/// caller, its path pointed there, the event, CONTINUE, and the watch
+/// that checks the new image is the target (killed before its first
+/// instruction otherwise). The caller is seized already.
+#[allow(clippy::too_many_arguments)]
+fn redirect(
+    ctx: &SupervisorContext,
+    tree: &Tree,
+    st: &mut TreeState,
+    req: &ExecRequest,
+    g: &Gathered,
+    stop: &dyn ExecStop,
+    holder: &Holder,
+    j: Judged,
+    plan: super::redirect::Plan,
+    pid: u32,
+) {
+    let made = super::redirect::apply(plan, req, g, holder);
+    let (decision, action, message) = match &made {
+        Ok(m) => (
+            Decision::Redirect,
+            Action::Allow,
+            format!("redirected to {} (as fd {} of the caller)", m.target, m.fd),
+        ),
+        Err(why) => (Decision::Deny, Action::Deny, why.clone()),
+    };
+    let event = ExecEvent::new(
+        j.subject.clone(),
+        decision,
+        j.verdict.rule.clone(),
+        action,
+        Some(message),
+    )
+    .in_attempt(j.attempt, false);
+    ctx.audit.record(&tree.session_id, EventBody::Execve(event));
+    let made = match made {
+        Ok(m) => m,
+        Err(why) => {
+            tracing::warn!(pid, "{why}");
+            let _ = stop.refuse(libc::EACCES);
+            // Seized but not continued: let it go.
+            let _ = watch_through(st, req.tid, pid, None, None, false);
+            return;
+        }
+    };
+    // SAFETY ARGUMENT for CONTINUE: nothing else shares the caller's
+    // memory (`Memory::Exclusive`, checked), so the path the kernel reads
+    // again is the one just written; whatever it then opens, the watch
+    // checks the new image is the target's file with the caller's argv at
+    // PTRACE_EVENT_EXEC, before its first instruction, and kills it
+    // otherwise (a shared fd table replacing fd N included).
+    let answered = stop.proceed();
+    if answered.is_ok() {
+        st.book.record(pid, g.stat.starttime, j.depth);
+        st.files.exec_seen(pid);
+    }
+    let outcome = watch_through(
+        st,
+        req.tid,
+        pid,
+        Some(&made.expected),
+        None,
+        answered.is_ok(),
+    );
+    match outcome {
+        verify::Outcome::Killed(what) => {
+            record_mismatch(ctx, &tree.session_id, j.subject, &j.verdict.rule, what);
+        }
+        verify::Outcome::TimedOut => record_unfinished(ctx, &tree.session_id, j.subject),
+        verify::Outcome::Ran | verify::Outcome::Failed | verify::Outcome::Gone => {}
     }
 }
 

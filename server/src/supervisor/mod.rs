@@ -33,6 +33,7 @@ mod netproc;
 mod phases;
 mod procfiles;
 mod ptrace;
+mod redirect;
 pub mod retry;
 mod seam;
 mod sharing;
@@ -341,6 +342,18 @@ impl Holder {
         match self {
             Holder::Notify { fd, id } => {
                 agentsh_proto::notif::install_fd(fd.as_fd(), *id, sock.as_fd(), at, cloexec)
+            }
+            Holder::Trace { .. } => Err(std::io::Error::from_raw_os_error(libc::ENOSYS)),
+        }
+    }
+
+    /// Puts `file` into the held caller's process at its lowest free fd
+    /// number; returns it. Only user-notify can.
+    pub fn add_fd(&self, file: &OwnedFd, cloexec: bool) -> std::io::Result<i32> {
+        use std::os::fd::AsFd;
+        match self {
+            Holder::Notify { fd, id } => {
+                agentsh_proto::notif::add_fd(fd.as_fd(), *id, file.as_fd(), cloexec)
             }
             Holder::Trace { .. } => Err(std::io::Error::from_raw_os_error(libc::ENOSYS)),
         }

@@ -405,6 +405,23 @@ pub fn write_bytes(pid: u32, addr: u64, data: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// Overwrites `data` at `addr` in `pid`'s memory through `/proc/<pid>/mem`,
+/// which writes a private read-only page too (copy on write, as a debugger
+/// does): a path an exec names may be a string literal. With the owner's
+/// ids where the server must take them.
+///
+/// # Errors
+/// EFAULT if the address is not mapped (or a shared read-only mapping);
+/// ESRCH if the process is gone.
+pub fn overwrite_bytes(pid: u32, addr: u64, data: &[u8]) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let _owner = super::access::as_owner(pid);
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(format!("/proc/{pid}/mem"))?;
+    f.write_all_at(data, addr)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
