@@ -196,12 +196,18 @@ impl Session {
     }
 }
 
+/// The most sessions a server keeps (ended ones included, until deleted):
+/// each holds its compiled rules.
+pub const MAX_SESSIONS: usize = 1024;
+
 /// Why a session was not made.
 #[derive(Debug, PartialEq, Eq)]
 pub enum NotMade {
     InvalidId,
     /// It exists and has not ended (or has live trees).
     Exists,
+    /// [`MAX_SESSIONS`] exist.
+    TooMany,
 }
 
 #[derive(Default)]
@@ -236,6 +242,8 @@ impl Sessions {
             if !(old.is_ended() && replaceable(old)) {
                 return Err(NotMade::Exists);
             }
+        } else if map.len() >= MAX_SESSIONS {
+            return Err(NotMade::TooMany);
         }
         let s = Arc::new(Session {
             id: id.to_string(),
@@ -311,9 +319,18 @@ mod tests {
             s.insert("x", Origin::Api, setup.clone(), |_| false).err(),
             Some(NotMade::Exists)
         );
-        let b = s.insert("x", Origin::Api, setup, |_| true).unwrap();
+        let b = s.insert("x", Origin::Api, setup.clone(), |_| true).unwrap();
         assert!(!Arc::ptr_eq(&a, &b) && !b.is_ended());
         assert_eq!(s.list().len(), 1);
+        // Bounded: each holds its compiled rules.
+        for i in 1..MAX_SESSIONS {
+            s.insert(&format!("s{i}"), Origin::Api, setup.clone(), |_| true)
+                .unwrap();
+        }
+        assert_eq!(
+            s.insert("one-more", Origin::Api, setup, |_| true).err(),
+            Some(NotMade::TooMany)
+        );
     }
 
     #[test]

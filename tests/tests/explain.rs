@@ -85,7 +85,10 @@ fn scenario(uid: Option<u32>) {
         .unwrap();
     // Never waited on (a blocking write would never return: nobody reads
     // the pipe): a full pipe costs under 100 ms more than /dev/null.
-    assert!(secs < 0.1, "the refusal waited on the full pipe: {secs} s more");
+    assert!(
+        secs < 0.1,
+        "the refusal waited on the full pipe: {secs} s more"
+    );
     let e = s
         .events()
         .into_iter()

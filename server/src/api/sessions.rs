@@ -169,6 +169,14 @@ pub(super) async fn create(api: Arc<Api>, requester: Requester, v: serde_json::V
             json(201, &describe(&api, &s))
         }
         Err(NotMade::InvalidId) => error(400, format!("session id {id:?} {BAD_ID}")),
+        Err(NotMade::TooMany) => error(
+            429,
+            format!(
+                "session {id:?} not made: the server has {} sessions (ended ones count until \
+                 deleted): delete ended ones (`agentsh session end ID --force`)",
+                crate::session::MAX_SESSIONS
+            ),
+        ),
         Err(NotMade::Exists) => error(
             409,
             format!(
