@@ -193,46 +193,7 @@ enum Command {
     /// found; 2 for usage errors (and a policy with errors). Inside a
     /// supervised tree wrap refuses (126): the tree is supervised already.
     #[command(verbatim_doc_comment)]
-    Wrap {
-        /// Policy: a shipped name (agent-default, agent-strict, agent-observe), a
-        /// name under the policies directory, or a file.
-        #[arg(long, value_name = "NAME|FILE")]
-        policy: Option<String>,
-        /// The session id [default: wrap-<time>-<pid>].
-        #[arg(long, value_name = "ID")]
-        session: Option<String>,
-        /// The agent's workspace (${WORKSPACE} in file rules) [default: the current directory].
-        #[arg(long, value_name = "DIR")]
-        workspace: Option<PathBuf>,
-        /// Use this server (unix:/PATH, a root server) instead of one of wrap's own.
-        #[arg(long, value_name = "unix:/PATH", conflicts_with = "standalone")]
-        server: Option<String>,
-        /// Run a server of wrap's own even if one answers at /run/agentsh/api.sock.
-        #[arg(long)]
-        standalone: bool,
-        /// The audit file of wrap's own server [default: $XDG_STATE_HOME/agentsh/ID.jsonl].
-        #[arg(long, value_name = "FILE")]
-        audit: Option<PathBuf>,
-        /// If supervision cannot be installed, run CMD anyway, without it (said
-        /// on stderr and in the audit). Without this, wrap exits 126 instead.
-        #[arg(long)]
-        allow_unsupervised: bool,
-        /// A name the agent itself must reach, e.g. its model's API
-        /// (api.anthropic.com, api.openai.com): allowed on port 443 by an egress
-        /// rule put before the policy's own (after its deny rules). Repeatable;
-        /// `*.example.com` for the names below one. Standalone only.
-        #[arg(long = "allow-host", value_name = "HOST")]
-        allow_hosts: Vec<String>,
-        /// No start line and no session report on stderr.
-        #[arg(long)]
-        quiet: bool,
-        /// Internal: CMD below wrap's own server.
-        #[arg(long, hide = true)]
-        own_server: bool,
-        /// The command and its arguments.
-        #[arg(last = true, required = true, value_name = "CMD")]
-        command: Vec<std::ffi::OsString>,
-    },
+    Wrap(wrap::Wrap),
     /// What this host offers agentsh: seccomp user-notify (WAIT_KILLABLE_RECV,
     /// SYNC_WAKE_UP), SECCOMP_RET_TRACE + ptrace, the Landlock ABI, fanotify
     /// permission events, gVisor, Yama, the capabilities that matter; and
@@ -690,32 +651,8 @@ pub fn main() -> ExitCode {
             });
             return ExitCode::from(code.clamp(0, 255) as u8);
         }
-        Command::Wrap {
-            policy,
-            session,
-            workspace,
-            server,
-            standalone,
-            audit,
-            allow_unsupervised,
-            allow_hosts,
-            quiet,
-            own_server,
-            command,
-        } => {
-            let code = wrap::run(wrap::Wrap {
-                policy,
-                session,
-                workspace,
-                server,
-                standalone,
-                audit,
-                allow_unsupervised,
-                allow_hosts,
-                quiet,
-                own_server,
-                command,
-            });
+        Command::Wrap(w) => {
+            let code = wrap::run(w);
             return ExitCode::from(code.clamp(0, 255) as u8);
         }
         Command::Completions { shell } => {

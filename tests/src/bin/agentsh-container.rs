@@ -124,13 +124,23 @@ fn load_docker_filter() {
         libc::BPF_RET | libc::BPF_K,
         libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
     ));
+    // We hold CAP_SYS_ADMIN, so no no_new_privs is needed (runc's order).
+    load_filter(&mut prog, false);
+}
+
+/// Loads `prog` as a seccomp filter, after setting no_new_privs if `nnp`
+/// (as an unprivileged caller must). Exits the process if it cannot.
+fn load_filter(prog: &mut [libc::sock_filter], nnp: bool) {
     let fprog = libc::sock_fprog {
         len: prog.len() as u16,
         filter: prog.as_mut_ptr(),
     };
-    // SAFETY: a valid program for the call; we hold CAP_SYS_ADMIN, so no
-    // no_new_privs is needed (runc's order).
+    // SAFETY: prctl with integers; `fprog` points at `prog`, a valid
+    // program that outlives the call.
     let rc = unsafe {
+        if nnp {
+            libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+        }
         libc::syscall(
             libc::SYS_seccomp,
             libc::SECCOMP_SET_MODE_FILTER,
@@ -175,23 +185,7 @@ fn load_no_supervision_filter() {
             libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
         ),
     ];
-    let fprog = libc::sock_fprog {
-        len: prog.len() as u16,
-        filter: prog.as_mut_ptr(),
-    };
-    // SAFETY: prctl with integers; a valid program for seccomp.
-    let rc = unsafe {
-        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-        libc::syscall(
-            libc::SYS_seccomp,
-            libc::SECCOMP_SET_MODE_FILTER,
-            0,
-            &fprog as *const libc::sock_fprog,
-        )
-    };
-    if rc != 0 {
-        die(&format!("cannot load the seccomp filter: {}", last_error()));
-    }
+    load_filter(&mut prog, true);
 }
 
 /// This process's permitted capabilities (a root session may lack some).
