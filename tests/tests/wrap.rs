@@ -20,7 +20,7 @@ use agentsh_tests::server::{bin, require_root};
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const NOBODY: u32 = 65534;
@@ -137,13 +137,17 @@ impl Drop for Place {
     }
 }
 
-fn run(mut c: Command, limit: Duration) -> Output {
-    let child = c
-        .stdin(Stdio::null())
+/// Starts `c` with stdout and stderr piped (and `stdin` as its stdin).
+fn spawn(c: &mut Command, stdin: Stdio) -> Child {
+    c.stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+/// Waits for `child` up to `limit`; past it, kills it and fails the test.
+fn finish(child: Child, limit: Duration) -> Output {
     let pid = child.id();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -157,6 +161,10 @@ fn run(mut c: Command, limit: Duration) -> Output {
             panic!("agentsh wrap did not finish within {limit:?}");
         }
     }
+}
+
+fn run(mut c: Command, limit: Duration) -> Output {
+    finish(spawn(&mut c, Stdio::null()), limit)
 }
 
 fn text(o: &Output) -> String {
@@ -323,12 +331,7 @@ fn tree_cannot_reach(uid: Option<u32>) {
         &[],
         &["sh", "-c", "exec python3 attacks.py $(cat args)"],
     );
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn(&mut cmd, Stdio::null());
     let wrap_pid = child.id();
     let deadline = Instant::now() + Duration::from_secs(60);
     let server = loop {
@@ -362,11 +365,7 @@ fn tree_cannot_reach(uid: Option<u32>) {
         format!("{server} {} {sock}\n", p.audit("attacks").display()),
     )
     .unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let o = rx.recv_timeout(Duration::from_secs(120)).unwrap().unwrap();
+    let o = finish(child, Duration::from_secs(120));
     let out = String::from_utf8_lossy(&o.stdout).to_string();
     for name in [
         "kill-9-server",
@@ -422,12 +421,7 @@ fn a_killed_supervisor_ends_the_tree_and_wrap_says_so() {
     let marker = p.ws().join("ran-after");
     let script = format!("read _; /bin/true; touch {}", marker.display());
     let mut cmd = p.wrap("killed", &[], &["sh", "-c", &script]);
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn(&mut cmd, Stdio::piped());
     let wrap_pid = child.id();
     let deadline = Instant::now() + Duration::from_secs(60);
     let server = loop {
@@ -444,11 +438,7 @@ fn a_killed_supervisor_ends_the_tree_and_wrap_says_so() {
     unsafe { libc::kill(server as i32, libc::SIGKILL) };
     // Let the tree go on to its next exec.
     drop(child.stdin.take());
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let o = rx.recv_timeout(Duration::from_secs(120)).unwrap().unwrap();
+    let o = finish(child, Duration::from_secs(120));
     assert_eq!(o.status.code(), Some(126), "{}", text(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("the supervisor (agentsh server) died"),
@@ -591,12 +581,7 @@ fn an_approval_is_answered_from_another_terminal() {
         &["--quiet", "--policy", policy.to_str().unwrap()],
         &["sh", "-c", "id -u; echo rc=$?"],
     );
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn(&mut cmd, Stdio::null());
     // The other terminal: the same user, its own environment.
     let approvals = |args: &[&str]| {
         let mut c = Command::new("setpriv");
@@ -651,11 +636,7 @@ fn an_approval_is_answered_from_another_terminal() {
     );
     let o = approvals(&["approve", &id, "--session", "ask", "--reason", "looks fine"]);
     assert!(o.status.success(), "{}", text(&o));
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let o = rx.recv_timeout(Duration::from_secs(120)).unwrap().unwrap();
+    let o = finish(child, Duration::from_secs(120));
     let out = String::from_utf8_lossy(&o.stdout);
     assert_eq!(out, format!("{NOBODY}\nrc=0\n"), "{}", text(&o));
     // Ended: the same command reads its audit file.
@@ -906,12 +887,7 @@ fn signals_sent_to_wrap_reach_the_agent() {
     for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGINT] {
         let session = format!("sig{sig}");
         let mut cmd = p.wrap(&session, &["--quiet"], &["sleep", "300"]);
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let child = spawn(&mut cmd, Stdio::null());
         let wrap_pid = child.id();
         // Once the agent runs (its exec audited), signal wrap.
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -925,11 +901,7 @@ fn signals_sent_to_wrap_reach_the_agent() {
         }
         // SAFETY: kill with integers.
         unsafe { libc::kill(wrap_pid as i32, sig) };
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(child.wait_with_output());
-        });
-        let o = rx.recv_timeout(Duration::from_secs(120)).unwrap().unwrap();
+        let o = finish(child, Duration::from_secs(120));
         assert_eq!(
             o.status.code(),
             Some(128 + sig),
