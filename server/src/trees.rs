@@ -106,12 +106,14 @@ impl Trees {
     }
 
     /// Kills every process descending from one of `session`'s tree roots
-    /// (the roots too), until a pass over `/proc` finds none (a process
-    /// forking meanwhile is caught by the next pass); returns how many were
-    /// killed. Each is opened as a pidfd and its lineage read again through
-    /// it before the signal, so a reused pid is never signalled. A process
-    /// that left the lineage (double fork, reparented) is not found here:
-    /// the supervisor kills it at its next supervised call.
+    /// (the roots too); returns how many. Each is opened as a pidfd, its
+    /// lineage read again through it (a reused pid is never signalled), and
+    /// stopped (SIGSTOP) before anything is killed, pass after pass until a
+    /// pass finds no new one: a stopped process cannot fork, and its
+    /// children keep their lineage (killing a parent first would reparent
+    /// them out of reach). Then every one is killed. A process that left
+    /// the lineage before (double fork, reparented) is not found here: the
+    /// supervisor kills it at its next supervised call.
     pub fn kill_session(&self, session: &str) -> usize {
         const PASSES: usize = 50;
         let roots: HashMap<u32, u64> = lock(&self.roots)
@@ -119,17 +121,17 @@ impl Trees {
             .filter(|(_, r)| r.session == session)
             .map(|(p, r)| (*p, r.starttime))
             .collect();
-        let mut killed = 0;
+        let mut held: HashMap<u32, std::os::fd::OwnedFd> = HashMap::new();
         for _ in 0..PASSES {
-            let mut found = 0;
             let Ok(dir) = std::fs::read_dir("/proc") else {
                 break;
             };
+            let mut found = 0;
             for e in dir.flatten() {
                 let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
                     continue;
                 };
-                if !descends(pid, &roots) {
+                if held.contains_key(&pid) || !descends(pid, &roots) {
                     continue;
                 }
                 let Ok(fd) = tracee::pidfd::open(pid) else {
@@ -139,19 +141,17 @@ impl Trees {
                 if !descends(pid, &roots) {
                     continue;
                 }
+                let _ = tracee::pidfd::send_signal(&fd, libc::SIGSTOP);
+                held.insert(pid, fd);
                 found += 1;
-                if tracee::pidfd::send_signal(&fd, libc::SIGKILL).is_ok() {
-                    killed += 1;
-                }
             }
             if found == 0 {
                 break;
             }
-            // The killed must be reaped by their parents before they leave
-            // /proc; a pass that finds them again signals them again.
-            std::thread::yield_now();
         }
-        killed
+        held.values()
+            .filter(|fd| tracee::pidfd::send_signal(fd, libc::SIGKILL).is_ok())
+            .count()
     }
 
     /// Why `pid` is inside a live tree by lineage, if it is.

@@ -217,14 +217,52 @@ fn two_sessions_in_one_container_each_under_its_own_rules() {
 
     // End: new shells refused (126, the hint), live trees reported; then
     // force kills them.
-    let long = s
-        .sup
-        .spawn(&in_session("task-43", "sleep 1000; echo survived"));
+    // A tree with eight children running when it is killed: each of
+    // them dies too (killing the shell first would reparent them away).
+    // And one that left the tree's lineage (a double fork) and keeps
+    // trying to exec: it dies at its next supervised call.
+    let f = s.spawn(&in_session(
+        "task-43",
+        "(python3 -c 'import os, time
+open(\"/srv/task-43/escapee\", \"w\").write(str(os.getpid()))
+while True:
+    time.sleep(0.05)
+    try:
+        os.execv(\"/nonexistent/x\", [\"x\"])
+    except OSError:
+        pass
+' >/dev/null 2>&1 </dev/null &); echo started",
+    ));
+    assert_eq!(f.stdout, "started\n", "{f:?}");
+    let escapee: u32 = loop {
+        if let Ok(t) = std::fs::read_to_string(s.host_path("/srv/task-43/escapee")) {
+            if let Ok(p) = t.trim().parse() {
+                break p;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let long = s.sup.spawn(&in_session(
+        "task-43",
+        "for i in 1 2 3 4 5 6 7 8; do sleep 1000 & done; wait; echo survived",
+    ));
     wait_trees(&s, "task-43", 1);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while s
+        .srv
+        .events("task-43")
+        .iter()
+        .filter(|e| e["type"] == "execve" && e["argv"][0] == "sleep")
+        .count()
+        < 8
+    {
+        assert!(Instant::now() < deadline, "the eight sleeps never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let o = agentsh(&s, &["session", "end", "task-43"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(
-        String::from_utf8_lossy(&o.stdout).contains("1 live tree(s) run on"),
+        String::from_utf8_lossy(&o.stdout).contains("2 live tree(s) run on"),
         "{}",
         text(&o)
     );
@@ -240,12 +278,24 @@ fn two_sessions_in_one_container_each_under_its_own_rules() {
         !f.stdout.contains("survived") && f.code != Some(0),
         "the tree was not killed: {f:?}"
     );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::path::Path::new(&format!("/proc/{escapee}/stat")).exists()
+        && !std::fs::read_to_string(format!("/proc/{escapee}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the process that left the tree's lineage still runs"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let events = s.srv.events("task-43");
     let deleted = events
         .iter()
         .find(|e| e["type"] == "session" && e["action"] == "deleted")
         .unwrap_or_else(|| panic!("no deleted event: {events:?}"));
-    assert!(deleted["killed"].as_u64().unwrap() >= 1, "{deleted}");
+    assert!(deleted["killed"].as_u64().unwrap() >= 9, "{deleted}");
     let (status, _) = s.srv.call("GET", "/api/v1/sessions/task-43", None);
     assert_eq!(status, 404, "deleted");
 
