@@ -713,6 +713,25 @@ pub(crate) fn first_match<'p>(
     })
 }
 
+/// The first of `among` that decides example `line` at `depth` (argv split
+/// on whitespace; a first word without `/` is a name, matched as a
+/// wrapper's payload is); `None` for an empty line.
+fn example_decider<'r>(
+    among: &'r [CommandRule],
+    line: &str,
+    depth: u32,
+) -> Option<Option<&'r CommandRule>> {
+    use super::pattern::ProgramName;
+    let argv: Vec<String> = line.split_whitespace().map(str::to_string).collect();
+    let p = argv.first()?;
+    let name = if p.starts_with('/') {
+        ProgramName::exec(p)
+    } else {
+        ProgramName::payload(p)
+    };
+    Some(first_match(among, &name, &argv, depth))
+}
+
 /// Each rule's `examples:` hold against the compiled rules: a `match`
 /// example is decided by that rule (the first to match it at the smallest
 /// depth the rule covers), a `not_match` example is not matched by it.
@@ -721,7 +740,6 @@ fn check_examples(
     docs: &[CommandRuleDoc],
     rules: &[CommandRule],
 ) -> Result<(), PolicyError> {
-    use super::pattern::ProgramName;
     const SECTION: &str = "command_rules";
     let mut seen = Seen::default();
     for (index, (doc, rule)) in docs.iter().zip(rules).enumerate() {
@@ -738,22 +756,9 @@ fn check_examples(
                 what,
             )
         };
-        let split =
-            |line: &str| -> Vec<String> { line.split_whitespace().map(str::to_string).collect() };
-        let program = |argv: &[String]| -> Option<String> { argv.first().cloned() };
-        let name_of = |p: &str| -> bool { p.starts_with('/') };
+        let empty = |line: &str| fail(line, "examples: an example is empty".into());
         for line in &ex.matches {
-            let argv = split(line);
-            let Some(p) = program(&argv) else {
-                return Err(fail(line, "examples: an example is empty".into()));
-            };
-            let name = if name_of(&p) {
-                ProgramName::exec(&p)
-            } else {
-                ProgramName::payload(&p)
-            };
-            let decided = first_match(rules, &name, &argv, rule.depth.min);
-            match decided {
+            match example_decider(rules, line, rule.depth.min).ok_or_else(|| empty(line))? {
                 Some(r) if std::ptr::eq(r, rule) => {}
                 Some(r) => {
                     return Err(fail(
@@ -777,18 +782,11 @@ fn check_examples(
             }
         }
         for line in &ex.not_match {
-            let argv = split(line);
-            let Some(p) = program(&argv) else {
-                return Err(fail(line, "examples: an example is empty".into()));
-            };
-            let name = if name_of(&p) {
-                ProgramName::exec(&p)
-            } else {
-                ProgramName::payload(&p)
-            };
             let own = std::slice::from_ref(rule);
-            // Whatever the depth: the rule must not match it at all.
-            if first_match(own, &name, &argv, rule.depth.min).is_some() {
+            if example_decider(own, line, rule.depth.min)
+                .ok_or_else(|| empty(line))?
+                .is_some()
+            {
                 return Err(fail(
                     line,
                     format!("examples.not_match {line:?}: this rule matches it"),
