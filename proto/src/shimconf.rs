@@ -37,6 +37,11 @@ pub fn valid_session_id(id: &str) -> bool {
 
 /// `session=` when shim.conf does not say.
 pub const DEFAULT_SESSION: &str = "default";
+/// The session of the server's own rehearsal shell (run once before it says
+/// it is ready; see the server's `daemon::rehearsal`): no session of this id
+/// can be made, only the rehearsal's process can start a shell in it, and
+/// its events are not written to the audit.
+pub const REHEARSAL_SESSION: &str = "agentsh.rehearsal";
 /// Where packaging installs agentsh-unixwrap: without a `wrapper=` line the
 /// shim runs a `wrapper_binary` only if it is one of these (and root-owned).
 pub const DEFAULT_WRAPPERS: &[&str] = &[

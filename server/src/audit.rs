@@ -522,6 +522,20 @@ impl AuditLog {
         self.record_checked(session_id, body).0
     }
 
+    /// An event of the server's rehearsal shell (`daemon::rehearsal`): made
+    /// and serialized as any other, written nowhere, no id used up (id 0).
+    fn rehearsed(&self, body: EventBody) -> Event {
+        let event = Event {
+            id: 0,
+            timestamp: rfc3339_now(),
+            session_id: agentsh_proto::shimconf::REHEARSAL_SESSION.to_string(),
+            body,
+        };
+        let line = serde_json::to_string(&event).unwrap_or_default();
+        tracing::debug!(target: SINK, event = %line, "rehearsal shell's event (not audited)");
+        event
+    }
+
     /// Whether the last write to the JSONL file succeeded.
     pub fn healthy(&self) -> bool {
         self.healthy.load(Ordering::Relaxed)
@@ -537,6 +551,9 @@ impl AuditLog {
     /// (always true without one). A write that fails leaves no partial line:
     /// the file is cut back to where the line began.
     pub fn record_checked(&self, session_id: &str, body: EventBody) -> (Event, bool) {
+        if session_id == agentsh_proto::shimconf::REHEARSAL_SESSION {
+            return (self.rehearsed(body), true);
+        }
         let event = Event {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             timestamp: rfc3339_now(),

@@ -596,6 +596,11 @@ impl Config {
                     "sessions.{id:?}: not a session id (1-64 letters, digits, '-', '_', '.')"
                 ));
             }
+            if id == agentsh_proto::shimconf::REHEARSAL_SESSION {
+                return Err(format!(
+                    "sessions.{id:?}: the id is reserved for the server's own rehearsal shell"
+                ));
+            }
         }
         Ok(())
     }

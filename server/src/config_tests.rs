@@ -203,6 +203,10 @@ fn sessions_are_checked_with_their_place() {
             "sessions.default",
         ),
         ("sessions:\n  \"a b\": {}\n", "\"a b\""),
+        (
+            "sessions:\n  agentsh.rehearsal: {}\n",
+            "reserved for the server's own rehearsal shell",
+        ),
         ("sessions:\n  t: {polcy: x}\n", "polcy"),
     ] {
         let e = Config::from_yaml(bad, "t").unwrap_err().to_string();

@@ -191,6 +191,20 @@ pub struct Session {
 }
 
 impl Session {
+    /// A session kept in no [`Sessions`]: the rehearsal shell's (see
+    /// `daemon::rehearsal`), with the rules of `setup`.
+    pub fn unlisted(id: &str, setup: Arc<Setup>) -> Session {
+        Session {
+            id: id.to_string(),
+            created: crate::audit::rfc3339_now(),
+            origin: Origin::Default,
+            setup,
+            wrap_inits: AtomicU64::new(0),
+            ended: AtomicBool::new(false),
+            doomed: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
     pub fn is_ended(&self) -> bool {
         self.ended.load(Ordering::SeqCst)
     }
@@ -204,6 +218,9 @@ pub const MAX_SESSIONS: usize = 1024;
 #[derive(Debug, PartialEq, Eq)]
 pub enum NotMade {
     InvalidId,
+    /// The id of the server's rehearsal shell
+    /// ([`agentsh_proto::shimconf::REHEARSAL_SESSION`]).
+    Reserved,
     /// It exists and has not ended (or has live trees).
     Exists,
     /// [`MAX_SESSIONS`] exist.
@@ -236,6 +253,9 @@ impl Sessions {
     ) -> Result<Arc<Session>, NotMade> {
         if !valid_id(id) {
             return Err(NotMade::InvalidId);
+        }
+        if id == agentsh_proto::shimconf::REHEARSAL_SESSION {
+            return Err(NotMade::Reserved);
         }
         let mut map = self.lock();
         if let Some(old) = map.get(id) {

@@ -169,6 +169,10 @@ pub(super) async fn create(api: Arc<Api>, requester: Requester, v: serde_json::V
             json(201, &describe(&api, &s))
         }
         Err(NotMade::InvalidId) => error(400, format!("session id {id:?} {BAD_ID}")),
+        Err(NotMade::Reserved) => error(
+            400,
+            format!("session id {id:?} is reserved for the server's own rehearsal shell"),
+        ),
         Err(NotMade::TooMany) => error(
             429,
             format!(

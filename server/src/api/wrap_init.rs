@@ -82,6 +82,11 @@ pub(super) async fn wrap_init(
             ),
         );
     }
+    // A shell that comes while the server rehearses waits for it (a few
+    // milliseconds; it is bounded by `rehearsal::DEADLINE`).
+    if sid != agentsh_proto::shimconf::REHEARSAL_SESSION {
+        api.gate.rehearsal.over().await;
+    }
     let slot = match api.limits.take(Kind::NotifySocket, peer.key()) {
         Ok(s) => s,
         Err(e) => return error(429, e),
@@ -116,11 +121,13 @@ pub(super) async fn wrap_init(
 /// Refuses a shell this server cannot supervise: it is not ready, or it can
 /// read only its descendants and the shell is not one (see
 /// `daemon::command`). The shim prints the reason in its refusal.
-fn gate(api: &Api, caller: Caller) -> Result<(), Failure> {
+fn gate(api: &Api, caller: Caller, rehearsal: bool) -> Result<(), Failure> {
     use crate::daemon::command::{descends_from_us, Readiness};
     const HINT: &str = agentsh_proto::hint::SERVER_CANNOT_READ;
     match api.gate.get() {
         Readiness::Ready => {}
+        // Only the rehearsal shell starts while the server is starting.
+        Readiness::Starting(_) if rehearsal => {}
         Readiness::Starting(why) => {
             return Err(fail(503, format!("the agentsh server is starting: {why}")));
         }
@@ -188,8 +195,18 @@ fn prepare_wrap_init(
     caller: Caller,
 ) -> Result<(WrapInitResponse, handoff::Pending), Failure> {
     let started = std::time::Instant::now();
-    gate(api, caller)?;
-    let Some(session) = api.sessions.get(sid) else {
+    use agentsh_proto::shimconf::REHEARSAL_SESSION;
+    // The rehearsal's session is its process's alone (`daemon::rehearsal`);
+    // to any other it does not exist.
+    let rehearsal = match sid {
+        REHEARSAL_SESSION => api.gate.rehearsal.session_for(caller.pid),
+        _ => None,
+    };
+    gate(api, caller, rehearsal.is_some())?;
+    let Some(session) = rehearsal.or_else(|| match sid {
+        REHEARSAL_SESSION => None,
+        _ => api.sessions.get(sid),
+    }) else {
         // A mistyped session= must not start a session nobody watches.
         tracing::warn!("wrap-init refused: session {sid:?} does not exist");
         return Err(fail(

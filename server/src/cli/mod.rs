@@ -83,6 +83,17 @@ enum Command {
         #[arg(last = true, required = true)]
         command: Vec<std::ffi::OsString>,
     },
+    /// Internal: the server's rehearsal shell (see `agentsh server`), started
+    /// by the server itself before it is ready.
+    #[command(hide = true)]
+    Rehearse {
+        /// The server's API socket.
+        #[arg(long)]
+        socket: PathBuf,
+        /// The wrapper the server names (`wrapper_binary`).
+        #[arg(long)]
+        wrapper: Option<String>,
+    },
     /// Policy tools.
     Policy {
         #[command(subcommand)]
@@ -453,7 +464,10 @@ fn quiet_on_closed_stdout() {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    if !matches!(cli.command, Command::Server { .. } | Command::Reaper { .. }) {
+    if !matches!(
+        cli.command,
+        Command::Server { .. } | Command::Reaper { .. } | Command::Rehearse { .. }
+    ) {
         quiet_on_closed_stdout();
     }
     let result = match cli.command {
@@ -481,6 +495,9 @@ pub fn main() -> ExitCode {
                 command_pgid,
                 command_stdio,
             })
+        }
+        Command::Rehearse { socket, wrapper } => {
+            return crate::daemon::rehearsal::child(&socket, wrapper);
         }
         Command::Reaper {
             server,

@@ -22,11 +22,12 @@
 //! logged and otherwise ignored (the exit status still says it).
 
 use crate::detect::{reach_remedy, Reach};
+use crate::session::Session;
 use std::ffi::OsString;
 use std::io::Write;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 /// Whether shells can be supervised now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +47,8 @@ pub struct Gate {
     pub descendants_only: bool,
     /// The remedy to name when a shell is refused for not descending.
     pub remedy: String,
+    /// The rehearsal shell's process while it runs (see `rehearsal`).
+    pub rehearsal: Stage,
 }
 
 impl Gate {
@@ -62,6 +65,7 @@ impl Gate {
             state: RwLock::new(state),
             descendants_only: reach == Reach::Descendants,
             remedy,
+            rehearsal: Default::default(),
         }
     }
 
@@ -81,6 +85,66 @@ impl Gate {
         // Unable is final.
         if !matches!(*s, Readiness::Unable(_)) {
             *s = r;
+        }
+    }
+}
+
+/// The rehearsal shell (see `rehearsal`): whether it is under way, and its
+/// process and the session its shell gets once started. Other shells'
+/// wrap-inits wait for its end ([`Stage::over`]) rather than be refused.
+pub struct Stage {
+    admitted: Mutex<Option<(u32, Arc<Session>)>>,
+    /// True from [`Stage::begin`] to [`Stage::end`].
+    under_way: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for Stage {
+    fn default() -> Stage {
+        Stage {
+            admitted: Mutex::new(None),
+            under_way: tokio::sync::watch::Sender::new(false),
+        }
+    }
+}
+
+impl std::fmt::Debug for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let pid = self.lock().as_ref().map(|(p, _)| *p);
+        f.debug_tuple("Stage").field(&pid).finish()
+    }
+}
+
+impl Stage {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(u32, Arc<Session>)>> {
+        self.admitted.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn begin(&self) {
+        self.under_way.send_replace(true);
+    }
+
+    /// Process `pid` is the rehearsal's: its wrap-init gets `session`.
+    pub fn admit(&self, pid: u32, session: Arc<Session>) {
+        *self.lock() = Some((pid, session));
+    }
+
+    pub fn end(&self) {
+        *self.lock() = None;
+        self.under_way.send_replace(false);
+    }
+
+    /// Returns once no rehearsal is under way (at once if none is).
+    pub async fn over(&self) {
+        let mut rx = self.under_way.subscribe();
+        let _ = rx.wait_for(|under_way| !*under_way).await;
+    }
+
+    /// The rehearsal's session, for a wrap-init from process `pid` naming
+    /// it; `None` for any other process, or when no rehearsal runs.
+    pub fn session_for(&self, pid: Option<u32>) -> Option<Arc<Session>> {
+        match (&*self.lock(), pid) {
+            (Some((p, s)), Some(pid)) if *p == pid => Some(s.clone()),
+            _ => None,
         }
     }
 }
@@ -246,4 +310,37 @@ pub fn descends_from_us(pid: u32) -> bool {
         };
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_wrap_init_waits_for_the_rehearsal_to_end_and_only_then() {
+        let stage = Arc::new(Stage::default());
+        // None under way: at once.
+        tokio::time::timeout(std::time::Duration::from_secs(5), stage.over())
+            .await
+            .expect("no rehearsal: no wait");
+        stage.begin();
+        let waiting = tokio::spawn({
+            let stage = stage.clone();
+            async move { stage.over().await }
+        });
+        // Still waiting after the runtime has run it as far as it goes.
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            !waiting.is_finished(),
+            "a wrap-init went on during the rehearsal"
+        );
+        assert!(stage.session_for(Some(1)).is_none());
+        stage.end();
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
+            .await
+            .expect("the end releases it")
+            .expect("joins");
+    }
 }

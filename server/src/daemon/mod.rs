@@ -12,6 +12,7 @@
 
 pub mod command;
 pub mod reaper;
+pub mod rehearsal;
 pub mod rundir;
 pub mod signals;
 
@@ -266,6 +267,27 @@ pub fn run(start: Start) -> Result<(), String> {
         rundir::write_marker(&run_dir, !private)?;
         rundir::ingest_unsupervised(&run_dir, &audit);
         signals::spawn_waiter(trees.clone(), config.server.socket.clone(), audit.clone());
+        let api = Arc::new(Api {
+            config: config.clone(),
+            sessions,
+            maker,
+            audit: audit.clone(),
+            supervisor,
+            approvals,
+            seccomp_config: SeccompConfig::default(),
+            trees,
+            limits: Arc::new(Limits::default()),
+            token,
+            detected,
+            gate: gate.clone(),
+        });
+        // One shell the whole way before `ready` (503 until it is over).
+        let rehearsal = rehearsal::prepare(&api);
+        if let Some(tcp) = tcp {
+            tokio::spawn(api::serve_tcp(api.clone(), tcp));
+        }
+        let serving = tokio::spawn(api::serve_unix(api.clone(), unix));
+        rehearsal::run(&api, rehearsal).await;
         if !command.is_empty() && gate.get() == command::Readiness::Ready {
             let socket = config.server.socket.clone();
             let audit = audit.clone();
@@ -291,24 +313,7 @@ pub fn run(start: Start) -> Result<(), String> {
             wrapper = %config.wrapper_binary_path().display(),
             "agentsh server ready"
         );
-        let api = Arc::new(Api {
-            config,
-            sessions,
-            maker,
-            audit,
-            supervisor,
-            approvals,
-            seccomp_config: SeccompConfig::default(),
-            trees,
-            limits: Arc::new(Limits::default()),
-            token,
-            detected,
-            gate,
-        });
-        if let Some(tcp) = tcp {
-            tokio::spawn(api::serve_tcp(api.clone(), tcp));
-        }
-        api::serve_unix(api, unix).await;
+        serving.await.map_err(|e| format!("the API stopped: {e}"))?;
         Ok(())
     })
 }
@@ -427,7 +432,7 @@ fn make_sessions(maker: &crate::session::Maker, extra: Option<&str>) -> Result<S
             .insert(id, Origin::Api, default, |_| false)
             .is_err()
         {
-            tracing::warn!("session {id:?} cannot be made (not a valid session id, or it exists)");
+            tracing::warn!("session {id:?} cannot be made (not a valid session id, the rehearsal shell's reserved id, or it exists)");
         }
     }
     Ok(sessions)

@@ -276,6 +276,13 @@ pub fn handle(
     // before anything is armed or expected).
     let refuse_unaudited = ctx.audit_on_failure == AuditOnFailure::Refuse;
     let a = if refuse_unaudited && !ctx.audit.healthy() {
+        // Said here too: the refusal's own event may fit where the last
+        // one did not, and the operator reads the log.
+        tracing::error!(
+            pid,
+            "exec refused (audit_unavailable): the audit log's last write failed and \
+             audit.on_failure is refuse"
+        );
         Answer {
             allow: false,
             rule: Refusal::AuditUnavailable.rule().into(),
@@ -545,7 +552,15 @@ fn decide(
         files.borrow_mut().stat(p).ok()
     });
     let interpreters = interpreters_of(g);
-    let verdict = ask_policy(ctx, tree, g, depth, &interpreters);
+    let mut verdict = ask_policy(ctx, tree, g, depth, &interpreters);
+    if tree.session_id == agentsh_proto::shimconf::REHEARSAL_SESSION
+        && matches!(verdict.decision, Decision::Approve | Decision::Redirect)
+    {
+        // The server's rehearsal shell (`daemon::rehearsal`) asks no
+        // operator and rewrites nothing.
+        verdict.decision = Decision::Deny;
+        verdict.message = Some("the server's rehearsal shell waits for no one".into());
+    }
     let mut subject = subject(pid, g, depth);
     subject.interpreters = interpreters;
     // Only a refusal is ever reused: an allowed exec needs no key (and no
