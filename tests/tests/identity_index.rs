@@ -204,6 +204,8 @@ fn the_first_shell_after_ready_reuses_the_ruleset_and_masks_made_at_start() {
     let prepared: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("wrap-init prepared"))
+        // The server's own rehearsal shell (before ready) is not one.
+        .filter(|l| !l.contains("session=agentsh.rehearsal"))
         .collect();
     assert_eq!(prepared.len(), 2, "{log}");
     for line in prepared {
