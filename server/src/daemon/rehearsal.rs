@@ -11,8 +11,9 @@
 //! ([`REHEARSAL_SESSION`]) cannot be made (config, API, `agentsh wrap`); a
 //! wrap-init naming it is accepted only from the rehearsal's own process,
 //! while it runs (other shells' wrap-inits wait for its end, a few
-//! milliseconds, then are served), and answered as an unknown session
-//! otherwise. Its tree runs under the default session's rules (policy,
+//! milliseconds, then are served); any other process naming it is refused
+//! as by a server still starting while it runs, as for an unknown session
+//! after. Its tree runs under the default session's rules (policy,
 //! filter, Landlock); a decision that would wait (`approve`) or rewrite the
 //! exec (`redirect`) is a refusal there, so no operator is ever asked about
 //! it. Its events are made and serialized like any other but written
