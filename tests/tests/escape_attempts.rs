@@ -493,22 +493,26 @@ fn last_wrap_init(sb: &Sandbox) -> Value {
         .unwrap_or(Value::Null)
 }
 
-/// What names this test process's scratch copies (`@T@` in an attempt):
-/// its pid and start time, so no other run, earlier or concurrent, uses it.
-fn scratch_token() -> &'static str {
-    static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    TOKEN.get_or_init(|| {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        format!("{}x{nanos}", std::process::id())
-    })
+/// What names one suite run's scratch copies (`@T@` in an attempt): the
+/// test process's pid, the time and the run's number, so no other run,
+/// earlier or concurrent (this file's tests run on parallel threads of one
+/// process), uses it, and one run's cleanup never removes another's copy.
+fn scratch_token() -> String {
+    static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!(
+        "{}x{nanos}r{}",
+        std::process::id(),
+        RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
 }
 
-/// Removes this run's scratch copies the trees could not (a tree may not
+/// Removes one run's scratch copies the trees could not (a tree may not
 /// delete in /var/tmp under `agent-default`).
-fn remove_scratch() {
-    let mark = format!("-{}-", scratch_token());
+fn remove_scratch(tok: &str) {
+    let mark = format!("-{tok}-");
     for dir in ["/tmp", "/var/tmp", "/dev/shm"] {
         let Ok(entries) = std::fs::read_dir(dir) else {
             continue;
@@ -584,6 +588,7 @@ fn run_suite_with(uid: Option<u32>, max_abi: Option<i64>, more: &str) {
     );
     let mut failures = Vec::new();
     let mut not_enforced = Vec::new();
+    let tok = scratch_token();
     for a in attempts(&c) {
         if a.min_abi > abi {
             not_enforced.push(a.name);
@@ -594,12 +599,11 @@ fn run_suite_with(uid: Option<u32>, max_abi: Option<i64>, more: &str) {
         // run could not remove never collides with this one; the tree removes
         // what it may, the test the rest (this machine's /tmp, /var/tmp,
         // /dev/shm).
-        let tok = scratch_token();
         let script = format!(
             "cd {WORKSPACE} && {} && echo SETUP-OK; ({}); echo ATTEMPT-RC=$?; \
              rm -f /tmp/?-{tok}-$$ /var/tmp/?-{tok}-$$ /dev/shm/?-{tok}-$$",
-            a.setup.replace("@T@", tok),
-            a.attempt.replace("@T@", tok)
+            a.setup.replace("@T@", &tok),
+            a.attempt.replace("@T@", &tok)
         );
         let mut spawn = Spawn::argv(&["/bin/sh", "-c", &script]);
         for (k, v) in &a.env {
@@ -683,7 +687,7 @@ fn run_suite_with(uid: Option<u32>, max_abi: Option<i64>, more: &str) {
         "{who}"
     );
     eprintln!("[{who}] not enforced at this ABI (see the security model): {not_enforced:?}");
-    remove_scratch();
+    remove_scratch(&tok);
     assert!(
         failures.is_empty(),
         "{} attempt(s) misbehaved:\n{}",
