@@ -385,15 +385,20 @@ mod tests {
         assert!(other.is_err());
     }
 
-    #[test]
-    fn unreachable_server_is_reported_quickly() {
-        let t = std::time::Instant::now();
-        let req = WrapInitRequest {
+    /// wrap-init for `/bin/sh`, as root.
+    fn sh_as_root() -> WrapInitRequest {
+        WrapInitRequest {
             agent_command: "/bin/sh".into(),
             agent_args: vec![],
             caller_uid: 0,
             env_names: vec![],
-        };
+        }
+    }
+
+    #[test]
+    fn unreachable_server_is_reported_quickly() {
+        let t = std::time::Instant::now();
+        let req = sh_as_root();
         let conf = ShimConf {
             server: Server::Http("http://127.0.0.1:1".into()),
             ..ShimConf::default()
@@ -434,6 +439,14 @@ mod tests {
         let socket = dir.join("api.sock");
         let listener = agentsh_proto::seqpacket::bind_listen(&socket, 4).unwrap();
         let server = std::thread::spawn(move || {
+            // The listener is non-blocking: wait for the shim's connection.
+            let mut ready = libc::pollfd {
+                fd: std::os::fd::AsRawFd::as_raw_fd(&listener),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            while unsafe { libc::poll(&mut ready, 1, -1) } != 1 {}
             // SAFETY: accept on our own listening socket.
             let fd = unsafe {
                 libc::accept4(
@@ -443,28 +456,24 @@ mod tests {
                     libc::SOCK_CLOEXEC,
                 )
             };
-            assert!(fd >= 0);
+            assert!(fd >= 0, "accept: {}", std::io::Error::last_os_error());
             // SAFETY: a fresh fd nobody else owns.
             let conn = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+            use std::os::fd::AsFd;
             std::thread::sleep(Duration::from_secs(6));
-            let body = br#"{"error":"late but here"}"#;
+            let body = r#"{"error":"late but here"}"#;
             let answer = format!(
-                "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
-                body.len(),
-                String::from_utf8_lossy(body)
+                "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
             );
-            let conn = std::os::unix::net::UnixDatagram::from(conn);
-            conn.send(answer.as_bytes()).unwrap();
+            agentsh_proto::seqpacket::send_record(conn.as_fd(), answer.as_bytes()).unwrap();
             // Whatever is unread when it closes would reset the connection.
-            let mut buf = [0u8; 65536];
-            while matches!(conn.recv(&mut buf), Ok(n) if n > 0) {}
+            let mut buf = vec![0u8; agentsh_proto::http::MAX_RECORD];
+            while matches!(agentsh_proto::seqpacket::recv_record(conn.as_fd(), &mut buf), Ok(n) if n > 0)
+            {
+            }
         });
-        let req = WrapInitRequest {
-            agent_command: "/bin/sh".into(),
-            agent_args: vec![],
-            caller_uid: 0,
-            env_names: vec![],
-        };
+        let req = sh_as_root();
         let conf = ShimConf {
             server: Server::Unix(socket.clone()),
             ..ShimConf::default()
