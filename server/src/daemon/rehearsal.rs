@@ -79,13 +79,14 @@ pub async fn run(api: &Arc<Api>, session: Option<Arc<Session>>) {
         return;
     };
     let started = Instant::now();
-    let mut outcome = Ok(());
-    for _ in 0..SHELLS {
-        outcome = rehearse(api, session.clone()).await;
-        if outcome.is_err() {
-            break;
+    // The first that fails ends the rehearsal.
+    let outcome = async {
+        for _ in 0..SHELLS {
+            rehearse(api, session.clone()).await?;
         }
+        Ok::<(), String>(())
     }
+    .await;
     api.gate.set(Readiness::Ready);
     api.gate.rehearsal.end();
     let ms = started.elapsed().as_millis() as u64;
