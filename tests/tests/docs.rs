@@ -1074,7 +1074,7 @@ fn the_architecture_map_names_paths_that_exist() {
         "server/src/handoff.rs",
         "server/src/supervisor/exec.rs",
         "server/src/policy/judge.rs",
-        "server/src/audit.rs",
+        "server/src/audit/log.rs",
     ] {
         assert!(
             path.contains(&format!("`{step}`")),
@@ -1083,21 +1083,35 @@ fn the_architecture_map_names_paths_that_exist() {
     }
 }
 
-/// Every refusal of the mechanism's own (`supervisor::Refusal`) is in the
-/// table of what is never a CONTINUE, as the audit event names it.
+/// Every rule the mechanism writes itself (`audit::Refusal`,
+/// `audit::Passage`) is in the table of the doc section it names, as the
+/// audit event names it.
 #[test]
-fn every_refusal_rule_is_documented_in_exec_supervision() {
-    let doc = read("docs/exec-supervision.md");
-    let table = &doc[doc
-        .find("## What is never a CONTINUE")
-        .expect("the table of refusals")..];
-    let missing: Vec<&str> = agentsh::supervisor::Refusal::ALL
+fn every_mechanism_rule_is_documented() {
+    use agentsh::audit::{DocRow, Passage, Refusal};
+    let rows = Refusal::ALL
         .iter()
-        .map(|r| r.rule())
-        .filter(|rule| !table.contains(&format!("`rule: {rule}`")))
-        .collect();
+        .map(|r| (r.rule(), r.doc()))
+        .chain(Passage::ALL.iter().map(|p| (p.rule(), p.doc())));
+    let mut missing = Vec::new();
+    for (rule, DocRow { file, section }) in rows {
+        let doc = read(file);
+        let at = doc
+            .find(section)
+            .unwrap_or_else(|| panic!("{file} has no section {section:?}"));
+        let rest = &doc[at + section.len()..];
+        // The section ends at the next heading of its level or above.
+        let level = section.chars().take_while(|c| *c == '#').count();
+        let end = rest
+            .match_indices("\n#")
+            .find(|(i, _)| rest[i + 1..].chars().take_while(|c| *c == '#').count() <= level)
+            .map_or(rest.len(), |(i, _)| i);
+        if !rest[..end].contains(&format!("`rule: {rule}`")) {
+            missing.push(format!("{rule} (in {file}, {section})"));
+        }
+    }
     assert!(
         missing.is_empty(),
-        "docs/exec-supervision.md does not document these refusals: {missing:?}"
+        "these rules are not documented where their doc row says: {missing:?}"
     );
 }

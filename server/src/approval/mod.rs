@@ -22,10 +22,11 @@
 //! Failure modes: a waiter that cannot answer (tracee gone) records
 //! `cancelled`; a decision whose requester cannot be identified is refused.
 
+use crate::audit::Refusal;
 use crate::audit::{self, Action, AuditLog, EventBody, ExecEvent};
 use crate::config::{ExecveSection, TimeoutAction};
 use crate::supervisor::retry::Refusals;
-use crate::supervisor::{HeldConnect, HeldExec, Holder, Refusal, Verification};
+use crate::supervisor::{HeldConnect, HeldExec, Holder, Verification};
 use crate::trees::Trees;
 use serde::Serialize;
 use std::collections::BTreeMap;

@@ -40,6 +40,7 @@ pub(crate) mod wrappers;
 mod tests;
 
 pub use compile::FILE_PATH_VARIABLES;
+pub(crate) use compile::RULE_DEFAULT;
 pub use error::{Location, PolicyError};
 pub use judge::{
     evaluate, judge, ExecFacts, Interpreter, ProgramFacts, Truncation, Verdict, RULE_FILELESS_EXEC,

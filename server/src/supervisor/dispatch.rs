@@ -15,10 +15,11 @@
 //! Failure modes: none of its own; each handler answers and audits.
 
 pub use super::seam::Caught;
-use super::seam::{ExecRequest, ExecStop, Holder, Refusal};
+use super::seam::{ExecRequest, ExecStop, Holder};
 use super::state::TreeState;
 use super::{egress, exec};
 use super::{signals, SupervisorContext, Tree};
+use crate::audit::Refusal;
 use crate::audit::{Action, EventBody, ExecEvent, ExecSubject};
 use crate::policy::Decision;
 use agentsh_proto::execabi;

@@ -47,7 +47,7 @@
 use super::seam::{ExecStop, Holder};
 use super::state::{DestKey, TreeState};
 use super::{SupervisorContext, Tree};
-use crate::audit::{ConnectEvent, EventBody};
+use crate::audit::{ConnectEvent, EventBody, Passage, Refusal};
 use crate::config::EgressCompat;
 use crate::dns::{Querier, TreeNames};
 use crate::policy::egress::{self, Destination, Egress, Protocol};
@@ -777,11 +777,17 @@ fn judge_all(
                         call,
                         Some(key),
                         None,
-                        "dns_stub",
+                        Passage::DnsStub.rule(),
                         Decision::Allow,
                         message,
                     );
-                    remember(st, key, Decision::Allow, "dns_stub", Vec::new());
+                    remember(
+                        st,
+                        key,
+                        Decision::Allow,
+                        Passage::DnsStub.rule(),
+                        Vec::new(),
+                    );
                 }
                 to_stub = true;
                 allowed += 1;
@@ -802,7 +808,7 @@ fn judge_all(
                         call,
                         Some(key),
                         None,
-                        "dns_stub",
+                        Refusal::DnsStubDown.rule(),
                         Decision::Deny,
                         Some(
                             "agentsh's DNS stub is not running (see the server's log): DNS \
@@ -810,7 +816,13 @@ fn judge_all(
                                 .into(),
                         ),
                     );
-                    remember(st, key, Decision::Deny, "dns_stub", Vec::new());
+                    remember(
+                        st,
+                        key,
+                        Decision::Deny,
+                        Refusal::DnsStubDown.rule(),
+                        Vec::new(),
+                    );
                 }
                 refusal = Some(libc::EACCES);
                 break;
@@ -890,14 +902,14 @@ fn let_unjudged(
 ) {
     let (rule, message) = match because {
         Unjudged::AllAllowed => (
-            "default",
+            crate::policy::RULE_DEFAULT,
             format!(
                 "not judged here ({why}): the policy allows every destination, so the call \
                  ran as made"
             ),
         ),
         Unjudged::Compat => (
-            "allow_unjudged",
+            Passage::AllowUnjudged.rule(),
             format!(
                 "not judged here ({why}): egress.compat is allow_unjudged, so the call ran as \
                  made (not enforced)"
@@ -969,7 +981,7 @@ fn decide(
              keeps, egress or not)",
             key.port
         );
-        let rule = "network_rules".to_string();
+        let rule = Refusal::NetworkRules.rule().to_string();
         record(
             ctx,
             tree,
@@ -1224,7 +1236,7 @@ fn record_unenforceable(
             ip: named.map(|(ip, _)| ip.to_string()),
             port: named.map(|(_, port)| port),
             protocol: None,
-            rule: "egress_unenforceable".into(),
+            rule: Refusal::EgressUnenforceable.rule().into(),
             decision: Decision::Deny,
             message: Some(reason),
             effective_action: None,

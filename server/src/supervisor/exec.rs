@@ -46,10 +46,11 @@
 use super::gather::{gather, Gather, Gathered, Undecidable};
 use super::phases;
 use super::retry::Lookup;
-use super::seam::{HeldExec, Refusal};
+use super::seam::HeldExec;
 use super::sharing::Frozen;
 use super::verify::{self, Expected};
 use super::{SupervisorContext, Tree};
+use crate::audit::Refusal;
 use crate::audit::{Action, EventBody, ExecEvent, ExecSubject, FileIdentity, Memory};
 use crate::config::{AuditOnFailure, OnTruncated};
 use crate::policy::{self, Decision, ExecFacts, ProgramFacts, Truncation, Verdict};

@@ -18,12 +18,13 @@
 use super::identity::IdentityIndex;
 use super::phases;
 use super::procfiles::ProcFiles;
-use super::seam::{ExecRequest, Refusal};
+use super::seam::ExecRequest;
 use super::sharing::{self, Frozen, Sharing};
 use super::state::TreeState;
 use super::vma;
 use super::SupervisorContext;
 use crate::audit::Memory;
+use crate::audit::Refusal;
 use crate::config::RaceGuard;
 use crate::tracee::{self, ExecTarget, MemReader, ResolveError, StatFile, View};
 use agentsh_proto::execabi::ExecArgs;

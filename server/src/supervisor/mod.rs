@@ -45,7 +45,7 @@ mod vma;
 pub use backend::{notify, trace};
 pub use depth::DepthBook;
 pub use exec::RULE_FILELESS_EXEC;
-pub use seam::{HeldConnect, HeldExec, Hold, Holder, Refusal, Verification};
+pub use seam::{HeldConnect, HeldExec, Hold, Holder, Verification};
 pub use verify::Expected;
 
 use crate::audit::AuditLog;
@@ -111,8 +111,9 @@ pub use identity::sha256_hex;
 /// a place the tree can write...): a replay of such an event through a
 /// policy says nothing (`agentsh policy test`).
 pub fn mechanism_rules() -> Vec<&'static str> {
-    seam::Refusal::ALL
+    crate::audit::Refusal::ALL
         .iter()
+        .filter(|r| r.of_exec())
         .map(|r| r.rule())
         .filter(|r| *r != crate::policy::RULE_FILELESS_EXEC)
         .chain([crate::policy::landlock::RULE_EXEC_SOURCES])

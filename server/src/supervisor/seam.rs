@@ -16,69 +16,6 @@ use std::os::fd::OwnedFd;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
-/// The mechanism's own refusals: the audit `rule` of a syscall refused (or
-/// an exec killed) for what the supervisor could not establish, not for
-/// what a policy rule said. Each is documented in
-/// `docs/exec-supervision.md` ("What is never a CONTINUE"; a test checks).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
-    /// The path, argv or a `/proc` file of the caller cannot be read.
-    Unreadable,
-    /// A path cannot be resolved in the caller's view (other than ENOENT).
-    Unresolvable,
-    /// A task sharing the caller's memory cannot be stopped.
-    MemoryNotFrozen,
-    /// The strings sit in memory another process could write.
-    SharedMemory,
-    /// `#!` interpreters nested deeper than the kernel follows.
-    InterpreterChain,
-    /// A dynamic loader's program the tree can change before it is opened.
-    LoaderPayload,
-    /// A program from memory (memfd) or a deleted file.
-    FilelessExec,
-    /// An exec that must be watched cannot be, or did not finish in time.
-    Unverifiable,
-    /// The new image is not the file or argv judged (killed before it runs).
-    ExecMismatch,
-    /// A syscall the filter handed over that nothing here handles.
-    UnexpectedSyscall,
-    /// Its event cannot be written and `audit.on_failure` is `refuse`.
-    AuditUnavailable,
-}
-
-impl Refusal {
-    pub const ALL: [Refusal; 11] = [
-        Refusal::Unreadable,
-        Refusal::Unresolvable,
-        Refusal::MemoryNotFrozen,
-        Refusal::SharedMemory,
-        Refusal::InterpreterChain,
-        Refusal::LoaderPayload,
-        Refusal::FilelessExec,
-        Refusal::Unverifiable,
-        Refusal::ExecMismatch,
-        Refusal::UnexpectedSyscall,
-        Refusal::AuditUnavailable,
-    ];
-
-    /// The audit event's `rule`.
-    pub fn rule(self) -> &'static str {
-        match self {
-            Refusal::Unreadable => "unreadable",
-            Refusal::Unresolvable => "unresolvable",
-            Refusal::MemoryNotFrozen => "memory_not_frozen",
-            Refusal::SharedMemory => "shared_memory",
-            Refusal::InterpreterChain => "interpreter_chain",
-            Refusal::LoaderPayload => "loader_payload",
-            Refusal::FilelessExec => crate::policy::RULE_FILELESS_EXEC,
-            Refusal::Unverifiable => "unverifiable",
-            Refusal::ExecMismatch => "exec_mismatch",
-            Refusal::UnexpectedSyscall => "unexpected_syscall",
-            Refusal::AuditUnavailable => "audit_unavailable",
-        }
-    }
-}
-
 /// A syscall a tree's filter handed to the supervisor, as both backends
 /// see it: the calling thread, the syscall's ABI and number, and its six
 /// register arguments.

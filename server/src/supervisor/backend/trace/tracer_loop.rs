@@ -14,7 +14,7 @@
 
 use super::regs;
 use super::{Request, TraceStop};
-use crate::audit::{Action, EventBody, ExecEvent, ExecSubject};
+use crate::audit::{Action, EventBody, ExecEvent, ExecSubject, Refusal};
 use crate::policy::Decision;
 use crate::supervisor::dispatch::{dispatch, Caught};
 use crate::supervisor::exec::{self, Holder, TreeState, Verification};
@@ -428,7 +428,7 @@ impl Loop {
                             ..ExecSubject::default()
                         },
                         Decision::Deny,
-                        "unverified_exec",
+                        Refusal::UnverifiedExec.rule(),
                         Action::Deny,
                         Some("an exec completed that no seccomp stop judged; killed before its first instruction".into()),
                     )),

@@ -1,0 +1,25 @@
+//! The audit trail: one JSON event per decided exec, destination, DNS query,
+//! wrap-init, signal and session change.
+//!
+//! Sinks: an append-only JSON Lines file, journald (through tracing-journald,
+//! when the journal socket exists) and an in-memory window per session served
+//! by the API. Audit never writes into a command's stdout or stderr. Rooms:
+//! `event` (what an event holds), `rules` (the rule names the mechanism itself
+//! writes: its refusals), `log` (the sinks), `time` (timestamps).
+//!
+//! Failure modes: if the JSONL file cannot be written the event still reaches
+//! the other sinks and the failure is logged; the exec decision itself does not
+//! change (the decision was made; refusing to record it would not undo it).
+
+mod event;
+mod log;
+mod rules;
+mod time;
+
+pub use event::*;
+pub use log::AuditLog;
+pub use rules::{DocRow, Passage, Refusal};
+pub use time::{rfc3339_at, rfc3339_now};
+
+#[cfg(test)]
+mod tests;
