@@ -1,14 +1,16 @@
-//! Approvals: an exec under a `decision: approve` rule waits for an operator.
+//! Approvals: a call under a `decision: approve` rule (an exec, a connect or
+//! send) waits for an operator.
 //!
 //! The supervisor's tree thread never waits for a human. It hands the held
-//! notification to [`Approvals::hold`], which registers a pending request and
-//! starts one waiter thread for it; the tree thread goes back to serving the
-//! rest of the tree. The waiter answers the kernel through the exec's backend
-//! (`supervisor::Holder`: the tree's notify fd, shared through `Arc<OwnedFd>`
-//! since the notify ioctls are thread-safe; or the ptrace tracer thread) when an
-//! operator decides, when the timeout expires (`execve.approval_timeout_action`,
-//! deny by default) or when the tracee goes away (`cancelled`). Every outcome
-//! is exactly one audit event.
+//! call (`supervisor::Held`, whichever family held it) to the `Hold` seam,
+//! which registers a pending request and starts one waiter thread for it;
+//! the tree thread goes back to serving the rest of the tree. The waiter
+//! waits for an operator's decision, the timeout
+//! (`execve.approval_timeout_action`, deny by default) or the caller going
+//! away (`cancelled`), then hands the end to the family that held the call
+//! (`Held::settle`), which audits it (exactly one event per outcome) and
+//! answers the kernel through the call's backend (`supervisor::Holder`).
+//! This module knows no family: one waiter, one way to settle.
 //!
 //! Who may decide: the operator (see the `api` module: uid 0 on the Unix
 //! socket, the root-only token on TCP) *and* not a process of a supervised
@@ -22,15 +24,13 @@
 //! Failure modes: a waiter that cannot answer (tracee gone) records
 //! `cancelled`; a decision whose requester cannot be identified is refused.
 
-use crate::audit::Refusal;
-use crate::audit::{self, Action, AuditLog, EventBody, ExecEvent};
+use crate::audit;
 use crate::config::{ExecveSection, TimeoutAction};
 use crate::supervisor::retry::Refusals;
-use crate::supervisor::{HeldConnect, HeldExec, Holder, Verification};
+use crate::supervisor::{Held, Hold, HoldRequest, Holder, Settled};
 use crate::trees::Trees;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -119,12 +119,8 @@ pub enum DecideError {
 
 /// Every pending approval of the server, and who may decide them.
 pub struct Approvals {
-    /// `execve.explain: stderr`: the held exec's caller is told it waits,
-    /// and why it was refused.
-    explain: bool,
     timeout: Duration,
     timeout_action: TimeoutAction,
-    audit: Arc<AuditLog>,
     state: Mutex<State>,
     changed: Condvar,
     /// Bumped on every change, for the API's async long-polls.
@@ -136,13 +132,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-impl crate::supervisor::Hold for Approvals {
-    fn hold(self: Arc<Self>, holder: Holder, exec: HeldExec, allowed: Sender<(u32, u64, u32)>) {
-        self.hold_exec(holder, exec, allowed);
-    }
-
-    fn hold_connect(self: Arc<Self>, holder: Holder, call: HeldConnect) {
-        self.hold_destination(holder, call);
+impl Hold for Approvals {
+    fn hold(self: Arc<Self>, held: Box<dyn Held>) {
+        self.hold_call(held);
     }
 }
 
@@ -157,12 +149,10 @@ pub struct ApprovalDestination {
 }
 
 impl Approvals {
-    pub fn new(limits: &ExecveSection, audit: Arc<AuditLog>, trees: Arc<Trees>) -> Approvals {
+    pub fn new(limits: &ExecveSection, trees: Arc<Trees>) -> Approvals {
         Approvals {
-            explain: limits.explain == crate::config::Explain::Stderr,
             timeout: limits.approval_timeout,
             timeout_action: limits.approval_timeout_action,
-            audit,
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
             version: tokio::sync::watch::Sender::new(0),
@@ -243,293 +233,170 @@ impl Approvals {
         Ok(())
     }
 
-    /// Holds `exec` until it is decided, times out or its tracee goes away.
-    /// Never blocks: the waiting happens on a new thread. `allowed` receives
-    /// (pid, start time, depth) before an approved exec is let through, so the
-    /// tree thread can keep its depth book.
+    /// Holds `held` until it is decided, times out or its caller goes away.
+    /// Never blocks: the waiting happens on a new thread, which settles it
+    /// (the family that held it audits and answers).
     ///
-    /// A notification for the same pid, program and argv as a request that is
-    /// still open (a signal made the kernel re-issue it) joins that request
-    /// instead of prompting twice; one for the same process, file and argv as
-    /// a request refused moments ago (the next PATH entry) is refused the same
-    /// way at once, audited as a retry of it.
-    pub fn hold_exec(
-        self: &Arc<Self>,
-        holder: Holder,
-        exec: HeldExec,
-        allowed: Sender<(u32, u64, u32)>,
-    ) {
+    /// A notification for the same process, program and argv as a request
+    /// that is still open (a signal made the kernel re-issue it) joins that
+    /// request instead of prompting twice, where the call allows it; one
+    /// with the same retry key as a request refused moments ago (the next
+    /// PATH entry) is refused the same way at once, as a retry of it.
+    fn hold_call(self: &Arc<Self>, held: Box<dyn Held>) {
         let now = SystemTime::now();
+        let request = held.request();
+        let notif_id = held.holder().notif_id();
         let id = {
             let mut st = lock(&self.state);
-            let repeat = exec
-                .lookup
-                .as_ref()
-                .and_then(|k| st.refused.find(k, Instant::now()));
+            let repeat = held
+                .retry_key()
+                .and_then(|(k, _)| st.refused.find(&k, Instant::now()));
             if let Some((attempt, f)) = repeat {
                 drop(st);
-                self.refuse_retry(&holder, HeldExec { attempt, ..exec }, f);
+                held.settle(Settled {
+                    id: f.id,
+                    outcome: f.verdict.outcome,
+                    approver: f.verdict.approver,
+                    reason: f.verdict.reason,
+                    allow: false,
+                    live: Some(notif_id),
+                    retry_of: Some(attempt),
+                    timeout: self.timeout,
+                });
                 return;
             }
-            if Self::join_open_request(&mut st, &exec) {
+            if held.rejoinable() && Self::join_open_request(&mut st, &request, notif_id) {
                 drop(st);
                 self.notify_changed();
                 return;
             }
-            self.new_request(&mut st, &exec, now)
+            self.new_request(&mut st, request, notif_id, now)
         };
         self.notify_changed();
-        tracing::info!(%id, pid = exec.subject.pid, filename = %exec.subject.filename, "exec waits for approval");
-        if self.explain {
-            // Before the wait: an agent that sees nothing for 10 s retries.
-            let line = crate::supervisor::explain::waiting(&id, &exec.subject.argv, self.timeout);
-            crate::supervisor::explain::tell(exec.tid, &line);
-        }
-        self.start_waiter(id, holder, exec, allowed);
+        held.on_hold(&id, self.timeout);
+        self.start_waiter(id, held);
     }
 
-    /// A retry of the exec refused as `f`: refused the same way at once,
-    /// audited as a retry of it.
-    fn refuse_retry(&self, holder: &Holder, exec: HeldExec, f: Finished) {
-        tracing::info!(id = %f.id, pid = exec.subject.pid, "a retry of a refused exec is refused like it");
-        self.record(&exec, &f.id, f.verdict, false, true);
-        holder.refuse(exec.notif_id);
-    }
-
-    /// A re-issued notification (same pid, program and argv as a request
-    /// still open) joins that request: whether it did.
-    fn join_open_request(st: &mut State, exec: &HeldExec) -> bool {
+    /// A re-issued notification (same process, program and argv as a
+    /// request still open) joins that request: whether it did.
+    fn join_open_request(st: &mut State, r: &HoldRequest, notif_id: u64) -> bool {
         let Some(e) = st.pending.values_mut().find(|e| {
-            e.request.pid == exec.subject.pid
-                && e.starttime == exec.starttime
-                && e.request.session_id == exec.session_id
-                && e.request.filename == exec.subject.filename
-                && e.request.argv == exec.subject.argv
+            e.request.pid == r.pid
+                && e.starttime == r.starttime
+                && e.request.kind == r.kind.as_str()
+                && e.request.session_id == r.session_id
+                && e.request.filename == r.filename
+                && e.request.argv == r.argv
         }) else {
             return false;
         };
         tracing::info!(
             id = %e.request.id,
-            pid = exec.subject.pid,
-            "re-issued exec joins its pending approval"
+            pid = r.pid,
+            "re-issued call joins its pending approval"
         );
-        e.notif_ids.push(exec.notif_id);
+        e.notif_ids.push(notif_id);
         true
     }
 
-    /// Registers a new pending request for `exec` (held since `now`) and
+    /// Registers a new pending request for `r` (held since `now`) and
     /// returns its id.
-    fn new_request(&self, st: &mut State, exec: &HeldExec, now: SystemTime) -> String {
+    fn new_request(
+        &self,
+        st: &mut State,
+        r: HoldRequest,
+        notif_id: u64,
+        now: SystemTime,
+    ) -> String {
         st.seq += 1;
         let seq = st.seq;
         let id = format!(
             "ap-{seq}-{}",
-            token::random_hex(4).unwrap_or_else(|_| format!("{:08x}", exec.notif_id as u32))
+            token::random_hex(4).unwrap_or_else(|_| format!("{:08x}", notif_id as u32 ^ r.pid))
         );
+        match &r.destination {
+            None => {
+                tracing::info!(%id, pid = r.pid, filename = %r.filename, "{} waits for approval", r.kind.as_str());
+            }
+            Some(d) => {
+                tracing::info!(%id, pid = r.pid, ip = %d.ip, port = d.port, "{} waits for approval", r.kind.as_str());
+            }
+        }
         let request = ApprovalRequest {
             id: id.clone(),
-            kind: "exec",
+            kind: r.kind.as_str(),
             seq,
-            session_id: exec.session_id.clone(),
-            pid: exec.subject.pid,
-            depth: exec.subject.depth,
-            filename: exec.subject.filename.clone(),
-            argv: exec.subject.argv.clone(),
-            file: exec.subject.file.clone(),
-            rule: exec.rule.clone(),
-            message: exec.message.clone(),
+            session_id: r.session_id,
+            pid: r.pid,
+            depth: r.depth,
+            filename: r.filename,
+            argv: r.argv,
+            file: r.file,
+            rule: r.rule,
+            message: r.message,
             waiting_since: audit::rfc3339_at(now),
             expires_at: audit::rfc3339_at(now + self.timeout),
-            destination: None,
+            destination: r.destination.map(|d| ApprovalDestination {
+                host: d.host,
+                ip: d.ip.to_string(),
+                port: d.port,
+                protocol: d.protocol.to_string(),
+            }),
         };
         st.pending.insert(
             id.clone(),
             Entry {
                 request,
-                notif_ids: vec![exec.notif_id],
-                starttime: exec.starttime,
+                notif_ids: vec![notif_id],
+                starttime: r.starttime,
                 verdict: None,
             },
         );
         id
     }
 
-    /// Holds a connect or send until it is decided, times out or its
-    /// thread goes away; never blocks (the waiting is on a thread of its
-    /// own). Approved: the call is made for the tree and its result is the
-    /// answer; otherwise EACCES. One `connect` event, when it ends.
-    pub fn hold_destination(self: &Arc<Self>, holder: Holder, call: HeldConnect) {
-        let now = SystemTime::now();
-        let id = {
-            let mut st = lock(&self.state);
-            st.seq += 1;
-            let seq = st.seq;
-            let id = format!(
-                "ap-{seq}-{}",
-                token::random_hex(4).unwrap_or_else(|_| format!("{:08x}", call.tid))
-            );
-            let dest = ApprovalDestination {
-                host: call.host.clone(),
-                ip: call.ip.to_string(),
-                port: call.port,
-                protocol: call.protocol.to_string(),
-            };
-            let request = ApprovalRequest {
-                id: id.clone(),
-                kind: "connect",
-                seq,
-                session_id: call.session_id.clone(),
-                pid: call.tid,
-                depth: 0,
-                filename: call.syscall.to_string(),
-                argv: Vec::new(),
-                file: None,
-                rule: call.rule.clone(),
-                message: None,
-                waiting_since: audit::rfc3339_at(now),
-                expires_at: audit::rfc3339_at(now + self.timeout),
-                destination: Some(dest),
-            };
-            st.pending.insert(
-                id.clone(),
-                Entry {
-                    request,
-                    notif_ids: vec![holder.notif_id()],
-                    starttime: 0,
-                    verdict: None,
-                },
-            );
-            id
-        };
-        self.notify_changed();
-        tracing::info!(%id, pid = call.tid, ip = %call.ip, port = call.port, "connect waits for approval");
+    /// Starts the waiter of request `id`; without one, the call is refused
+    /// (fail closed: no thread to wait, so no approval).
+    fn start_waiter(self: &Arc<Self>, id: String, held: Box<dyn Held>) {
         let me = self.clone();
-        let (waiter_id, waiter_holder) = (id.clone(), holder.clone());
-        let parked = Arc::new(Mutex::new(Some(call)));
+        let notif_id = held.holder().notif_id();
+        // Parked where both the waiter and this thread can reach it: a
+        // thread that cannot start drops its closure, and the call must
+        // still be settled.
+        let parked = Arc::new(Mutex::new(Some(held)));
         let for_waiter = parked.clone();
+        let waiter_id = id.clone();
         let spawned = std::thread::Builder::new()
             .name("agentsh-approval".into())
             .spawn(move || {
-                if let Some(call) = lock(&for_waiter).take() {
-                    me.wait_and_connect(&waiter_id, waiter_holder, call);
+                if let Some(held) = lock(&for_waiter).take() {
+                    me.wait_and_settle(&waiter_id, held);
                 }
             });
         if let Err(e) = spawned {
-            tracing::error!(%id, "cannot start approval waiter: {e}; connect refused");
+            tracing::error!(%id, "cannot start approval waiter: {e}; refused");
             lock(&self.state).pending.remove(&id);
-            holder.answer_value(-i64::from(libc::EACCES));
-            if let Some(call) = lock(&parked).take() {
-                let verdict = Verdict {
+            if let Some(held) = lock(&parked).take() {
+                held.settle(Settled {
+                    id,
                     outcome: Outcome::Denied,
                     approver: "server".into(),
                     reason: Some(format!("cannot wait for approval: {e}")),
-                };
-                self.record_connect(&call, &id, verdict, false);
+                    allow: false,
+                    live: Some(notif_id),
+                    retry_of: None,
+                    timeout: self.timeout,
+                });
             }
         }
     }
 
-    /// The waiter of one held connect.
-    fn wait_and_connect(&self, id: &str, holder: Holder, call: HeldConnect) {
+    /// The waiter: one per request. Waits for the verdict, checks the call
+    /// still waits, remembers a refusal for its retries, and hands the end
+    /// to the family that held it.
+    fn wait_and_settle(&self, id: &str, held: Box<dyn Held>) {
+        let holder = held.holder().clone();
         let Some((verdict, live)) = self.wait_for_verdict(id, &holder) else {
-            return;
-        };
-        let allow = match verdict.outcome {
-            Outcome::Approved => true,
-            Outcome::Denied | Outcome::Cancelled => false,
-            Outcome::Timeout => self.timeout_action == TimeoutAction::Allow,
-        };
-        let live = live.and_then(|n| holder.live(&[n]));
-        let (outcome, reason) = if live.is_some() || verdict.outcome == Outcome::Cancelled {
-            (verdict.outcome, verdict.reason)
-        } else {
-            (
-                Outcome::Cancelled,
-                Some("the thread stopped waiting before the answer".into()),
-            )
-        };
-        let effective = allow && live.is_some();
-        tracing::info!(%id, pid = call.tid, outcome = outcome.as_str(), "connect approval finished");
-        let verdict = Verdict {
-            outcome,
-            approver: verdict.approver,
-            reason,
-        };
-        // Written before the answer, as for every exec.
-        self.record_connect(&call, id, verdict, effective);
-        if live.is_none() {
-            return;
-        }
-        if effective {
-            holder.answer_value((call.perform)());
-        } else {
-            holder.answer_value(-i64::from(libc::EACCES));
-        }
-    }
-
-    fn record_connect(&self, call: &HeldConnect, id: &str, verdict: Verdict, allowed: bool) {
-        self.audit.record(
-            &call.session_id,
-            EventBody::Connect(audit::ConnectEvent {
-                pid: call.tid,
-                syscall: call.syscall.to_string(),
-                host: call.host.clone(),
-                ip: Some(call.ip.to_string()),
-                port: Some(call.port),
-                protocol: Some(call.protocol.to_string()),
-                rule: call.rule.clone(),
-                decision: crate::policy::Decision::Approve,
-                message: None,
-                effective_action: Some(if allowed { Action::Allow } else { Action::Deny }),
-                approval_id: Some(id.to_string()),
-                approval_outcome: Some(verdict.outcome),
-                approver: Some(verdict.approver),
-                reason: verdict.reason,
-            }),
-        );
-    }
-
-    /// Starts the waiter of request `id`; without one, the exec is denied
-    /// (fail closed: no thread to wait, so no approval).
-    fn start_waiter(
-        self: &Arc<Self>,
-        id: String,
-        holder: Holder,
-        exec: HeldExec,
-        allowed: Sender<(u32, u64, u32)>,
-    ) {
-        let me = self.clone();
-        let spawned = std::thread::Builder::new()
-            .name("agentsh-approval".into())
-            .spawn({
-                let id = id.clone();
-                let holder = holder.clone();
-                let exec = exec.clone();
-                move || me.wait_and_answer(&id, &holder, exec, allowed)
-            });
-        if let Err(e) = spawned {
-            // Fail closed: no thread to wait, so no approval.
-            tracing::error!(%id, "cannot start approval waiter: {e}; exec denied");
-            lock(&self.state).pending.remove(&id);
-            holder.refuse(exec.notif_id);
-            let verdict = Verdict {
-                outcome: Outcome::Denied,
-                approver: "server".into(),
-                reason: Some(format!("cannot wait for approval: {e}")),
-            };
-            self.record(&exec, &id, verdict, false, false);
-        }
-    }
-
-    /// The waiter: one per request.
-    fn wait_and_answer(
-        &self,
-        id: &str,
-        holder: &Holder,
-        exec: HeldExec,
-        allowed: Sender<(u32, u64, u32)>,
-    ) {
-        let Some((verdict, live)) = self.wait_for_verdict(id, holder) else {
             // Cannot happen (only this thread removes its entry); fail closed.
             return;
         };
@@ -539,70 +406,42 @@ impl Approvals {
             Outcome::Timeout => self.timeout_action == TimeoutAction::Allow,
         };
         // Re-check right before answering: the notification must still name
-        // the tracee whose facts were judged. The event is written before the
-        // answer, as for every exec (see supervisor::handle).
+        // the caller whose facts were judged.
         let live = live.and_then(|n| holder.live(&[n]));
         let (outcome, reason) = if live.is_some() || verdict.outcome == Outcome::Cancelled {
             (verdict.outcome, verdict.reason)
         } else {
             (
                 Outcome::Cancelled,
-                Some("the process stopped waiting before the answer".into()),
+                Some("the caller stopped waiting before the answer".into()),
             )
         };
-        let effective_allow = allow && live.is_some();
-        tracing::info!(%id, pid = exec.subject.pid, outcome = outcome.as_str(), "approval finished");
         let verdict = Verdict {
             outcome,
             approver: verdict.approver,
             reason,
         };
-        // A refusal the caller is still there for is explained before it
-        // is answered (and before the event, which says whether it was).
-        let explained = (!effective_allow && live.is_some() && self.explain).then(|| {
-            let argv0 = exec
-                .subject
-                .argv
-                .first()
-                .map_or(exec.subject.filename.as_str(), String::as_str);
-            let why = match verdict.outcome {
-                Outcome::Timeout => format!(
-                    "approval {id} timed out after {:.0} s",
-                    self.timeout.as_secs_f64()
-                ),
-                _ => format!(
-                    "approval {id} {} by {}{}",
-                    verdict.outcome.as_str(),
-                    verdict.approver,
-                    verdict
-                        .reason
-                        .as_deref()
-                        .map_or_else(String::new, |r| format!(": {r}"))
-                ),
-            };
-            crate::supervisor::explain::tell(
-                exec.tid,
-                &crate::supervisor::explain::line(argv0, &exec.rule, Some(&why)),
-            )
-        });
-        self.record_explained(&exec, id, verdict.clone(), effective_allow, explained);
-        let Some(n) = live else { return };
-        if !effective_allow {
+        let allow = allow && live.is_some();
+        if let (false, Some(_), Some((k, attempt))) = (allow, live, held.retry_key()) {
             // Remembered before the answer: the retry it may cause finds it.
-            if let Some(k) = exec.lookup.clone() {
-                let finished = Finished {
-                    id: id.to_string(),
-                    verdict,
-                };
-                lock(&self.state)
-                    .refused
-                    .remember(k, exec.attempt, finished, Instant::now());
-            }
-            holder.refuse(n);
-            return;
+            let finished = Finished {
+                id: id.to_string(),
+                verdict: verdict.clone(),
+            };
+            lock(&self.state)
+                .refused
+                .remember(k, attempt, finished, Instant::now());
         }
-        let _ = allowed.send((exec.subject.pid, exec.starttime, exec.subject.depth));
-        self.resume_approved(id, holder, &exec, n);
+        held.settle(Settled {
+            id: id.to_string(),
+            outcome: verdict.outcome,
+            approver: verdict.approver,
+            reason: verdict.reason,
+            allow,
+            live,
+            retry_of: None,
+            timeout: self.timeout,
+        });
     }
 
     /// Waits until request `id` is decided, times out, or its tracee stops
@@ -675,77 +514,6 @@ impl Approvals {
                 }
             )),
         }
-    }
-
-    /// Lets the approved exec of notification `n` proceed. The operator
-    /// approved this file and argv: the supervisor kills what runs if it is
-    /// anything else, and that refusal is audited here.
-    fn resume_approved(&self, id: &str, holder: &Holder, exec: &HeldExec, n: u64) {
-        let what = exec.expected.clone().map(|expected| Verification {
-            expected,
-            subject: exec.subject.clone(),
-            rule: exec.rule.clone(),
-        });
-        let resumed = holder.resume(n, exec.tid, exec.subject.pid, what);
-        let refusal = match resumed {
-            crate::supervisor::Resumed::AsApproved => return,
-            crate::supervisor::Resumed::Refused(why) => (Refusal::Unverifiable.rule(), why),
-            crate::supervisor::Resumed::Killed(what) => (
-                Refusal::ExecMismatch.rule(),
-                format!("killed before its first instruction: {what} (approval {id})"),
-            ),
-        };
-        tracing::warn!(%id, pid = exec.subject.pid, "approved exec refused: {}", refusal.1);
-        let event = ExecEvent::new(
-            exec.subject.clone(),
-            crate::policy::Decision::Deny,
-            refusal.0,
-            Action::Deny,
-            Some(refusal.1),
-        )
-        .in_attempt(exec.attempt, false);
-        self.audit
-            .record(&exec.session_id, EventBody::Execve(event));
-    }
-
-    fn record(&self, exec: &HeldExec, id: &str, verdict: Verdict, allowed: bool, retry: bool) {
-        self.write_event(exec, id, verdict, allowed, retry, None);
-    }
-
-    /// [`Approvals::record`] of a finished wait, with whether its caller was
-    /// told (`execve.explain`).
-    fn record_explained(
-        &self,
-        exec: &HeldExec,
-        id: &str,
-        verdict: Verdict,
-        allowed: bool,
-        explained: Option<bool>,
-    ) {
-        self.write_event(exec, id, verdict, allowed, false, explained);
-    }
-
-    fn write_event(
-        &self,
-        exec: &HeldExec,
-        id: &str,
-        verdict: Verdict,
-        allowed: bool,
-        retry: bool,
-        explained: Option<bool>,
-    ) {
-        let mut event = ExecEvent::new(
-            exec.subject.clone(),
-            crate::policy::Decision::Approve,
-            exec.rule.clone(),
-            if allowed { Action::Allow } else { Action::Deny },
-            exec.message.clone(),
-        )
-        .with_approval(id, verdict.outcome, verdict.approver, verdict.reason)
-        .in_attempt(exec.attempt, retry);
-        event.explained = explained;
-        self.audit
-            .record(&exec.session_id, EventBody::Execve(event));
     }
 }
 

@@ -1,18 +1,13 @@
 //! Approvals without a kernel: requests, re-issued notifications, outcomes.
 
 use super::*;
-use crate::audit::ExecSubject;
 
 fn approvals(timeout_ms: u64) -> Arc<Approvals> {
     let limits = ExecveSection {
         approval_timeout: Duration::from_millis(timeout_ms),
         ..ExecveSection::default()
     };
-    Arc::new(Approvals::new(
-        &limits,
-        Arc::new(AuditLog::in_memory(10)),
-        Arc::new(Trees::new()),
-    ))
+    Arc::new(Approvals::new(&limits, Arc::new(Trees::new())))
 }
 
 #[test]
@@ -38,62 +33,186 @@ fn long_poll_returns_empty_after_its_wait() {
     assert!(t.elapsed() >= Duration::from_millis(100));
 }
 
-fn held(notif_id: u64) -> HeldExec {
-    HeldExec {
+/// A call whose notification never reads as waiting, like a killed
+/// tracee's.
+struct Gone(u64);
+
+impl crate::supervisor::Deferred for Gone {
+    fn notif_id(&self) -> u64 {
+        self.0
+    }
+    fn live(&self, _ids: &[u64]) -> Option<u64> {
+        None
+    }
+    fn answer_value(&self, _val: i64) {}
+    fn refuse(&self, _id: u64) {}
+    fn proceed(
+        &self,
+        _id: u64,
+        _expect: Option<crate::supervisor::Verification>,
+    ) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn verifies_every_exec(&self) -> bool {
+        false
+    }
+    fn install_fd(&self, _s: &std::os::fd::OwnedFd, _at: i32, _c: bool) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn add_fd(&self, _f: &std::os::fd::OwnedFd, _c: bool) -> std::io::Result<i32> {
+        Ok(0)
+    }
+}
+
+/// A call that waits until answered.
+struct Waiting(u64);
+
+impl crate::supervisor::Deferred for Waiting {
+    fn notif_id(&self) -> u64 {
+        self.0
+    }
+    fn live(&self, ids: &[u64]) -> Option<u64> {
+        ids.last().copied()
+    }
+    fn answer_value(&self, _val: i64) {}
+    fn refuse(&self, _id: u64) {}
+    fn proceed(
+        &self,
+        _id: u64,
+        _expect: Option<crate::supervisor::Verification>,
+    ) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn verifies_every_exec(&self) -> bool {
+        false
+    }
+    fn install_fd(&self, _s: &std::os::fd::OwnedFd, _at: i32, _c: bool) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn add_fd(&self, _f: &std::os::fd::OwnedFd, _c: bool) -> std::io::Result<i32> {
+        Ok(0)
+    }
+}
+
+/// A held exec-like call that records how it was settled.
+struct Probe {
+    request: HoldRequest,
+    holder: Holder,
+    settled: Arc<Mutex<Vec<Settled>>>,
+    retry: Option<(crate::supervisor::retry::Lookup, u64)>,
+}
+
+impl Held for Probe {
+    fn request(&self) -> HoldRequest {
+        self.request.clone()
+    }
+    fn holder(&self) -> &Holder {
+        &self.holder
+    }
+    fn rejoinable(&self) -> bool {
+        true
+    }
+    fn retry_key(&self) -> Option<(crate::supervisor::retry::Lookup, u64)> {
+        self.retry.clone()
+    }
+    fn settle(self: Box<Self>, s: Settled) {
+        lock(&self.settled).push(s);
+    }
+}
+
+fn request(argv: &[&str]) -> HoldRequest {
+    HoldRequest {
+        kind: crate::supervisor::HoldKind::Exec,
         session_id: "s".into(),
-        notif_id,
-        tid: 4242,
+        pid: 4242,
         starttime: 7,
-        expected: None,
-        subject: ExecSubject {
-            pid: 4242,
-            parent_pid: 1,
-            depth: 1,
-            filename: "/usr/bin/pip".into(),
-            argv: vec!["pip".into(), "install".into(), "x".into()],
-            ..ExecSubject::default()
-        },
+        depth: 1,
+        filename: "/usr/bin/pip".into(),
+        argv: argv.iter().map(ToString::to_string).collect(),
+        file: None,
         rule: "approve-pip".into(),
         message: None,
-        attempt: 1,
-        lookup: None,
+        destination: None,
     }
+}
+
+fn held(notif_id: u64, argv: &[&str], settled: &Arc<Mutex<Vec<Settled>>>) -> Box<dyn Held> {
+    Box::new(Probe {
+        request: request(argv),
+        holder: Arc::new(Gone(notif_id)),
+        settled: settled.clone(),
+        retry: None,
+    })
+}
+
+fn wait_settled(settled: &Arc<Mutex<Vec<Settled>>>, n: usize) {
+    let t = Instant::now();
+    while lock(settled).len() < n {
+        assert!(t.elapsed() < Duration::from_secs(3), "not settled");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A refused request's retry (the same key, the next PATH entry) is
+/// refused at once as a retry of it, without a new request.
+#[test]
+fn a_retry_of_a_refused_request_is_refused_like_it() {
+    let a = approvals(10_000);
+    let settled = Arc::new(Mutex::new(Vec::new()));
+    let key = crate::supervisor::retry::Lookup {
+        pid: 4242,
+        starttime: 7,
+        dev: 1,
+        ino: 2,
+        argv: vec!["pip".into()],
+    };
+    let probe = |id, attempt| {
+        Box::new(Probe {
+            request: request(&["pip"]),
+            holder: Arc::new(Waiting(id)),
+            settled: settled.clone(),
+            retry: Some((key.clone(), attempt)),
+        })
+    };
+    a.clone().hold(probe(1, 11));
+    let id = a.pending(0)[0].id.clone();
+    a.decide(&id, false, "op".into(), Some("no".into()))
+        .expect("decided");
+    wait_settled(&settled, 1);
+    a.clone().hold(probe(2, 12));
+    wait_settled(&settled, 2);
+    assert!(a.pending(0).is_empty(), "no second request");
+    let s = lock(&settled);
+    assert_eq!(s[0].outcome, Outcome::Denied);
+    assert_eq!(s[0].retry_of, None);
+    assert_eq!(
+        s[1].retry_of,
+        Some(11),
+        "the retry repeats the first attempt"
+    );
+    assert_eq!(s[1].id, id);
+    assert!(!s[1].allow);
 }
 
 #[test]
 fn reissued_notification_joins_its_request_and_a_dead_one_is_cancelled() {
-    let audit = Arc::new(AuditLog::in_memory(10));
-    let a = Arc::new(Approvals::new(
-        &ExecveSection::default(),
-        audit.clone(),
-        Arc::new(Trees::new()),
-    ));
-    // Not a notify fd: every id reads as invalid, like a killed tracee.
-    let fd: Arc<std::os::fd::OwnedFd> = Arc::new(std::fs::File::open("/dev/null").unwrap().into());
-    let holder = |id| Holder::Notify { fd: fd.clone(), id };
-    let (tx, _rx) = std::sync::mpsc::channel();
-    a.hold_exec(holder(1), held(1), tx.clone());
-    a.hold_exec(holder(2), held(2), tx.clone());
-    let pending = a.pending(0);
-    assert_eq!(pending.len(), 1, "one prompt for a re-issued exec");
-    let mut other = held(3);
-    other.subject.argv.push("y".into());
-    a.hold_exec(holder(3), other, tx);
+    let a = approvals(10_000);
+    let settled = Arc::new(Mutex::new(Vec::new()));
+    let pip = ["pip", "install", "x"];
+    a.clone().hold(held(1, &pip, &settled));
+    a.clone().hold(held(2, &pip, &settled));
+    assert_eq!(a.pending(0).len(), 1, "one prompt for a re-issued exec");
+    a.clone()
+        .hold(held(3, &["pip", "install", "x", "y"], &settled));
     assert_eq!(a.pending(0).len(), 2, "a different argv is a new request");
-    let t = Instant::now();
-    while !a.pending(0).is_empty() {
-        assert!(t.elapsed() < Duration::from_secs(3));
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(50));
-    let ev = audit.events("s", 0);
-    assert_eq!(ev.len(), 2, "{ev:#?}");
-    for e in &ev {
-        let EventBody::Execve(x) = &e.body else {
-            panic!("{e:?}")
-        };
-        assert_eq!(x.approval_outcome, Some(Outcome::Cancelled));
-        assert_eq!(x.effective_action, Action::Deny);
+    wait_settled(&settled, 2);
+    assert!(a.pending(0).is_empty());
+    let settled = lock(&settled);
+    assert_eq!(settled.len(), 2, "{settled:#?}");
+    for s in settled.iter() {
+        assert_eq!(s.outcome, Outcome::Cancelled);
+        assert!(!s.allow);
+        assert_eq!(s.live, None);
     }
 }
 

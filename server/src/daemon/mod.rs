@@ -198,7 +198,7 @@ pub fn run(start: Start) -> Result<(), String> {
         rundir::make_fixed_marker_dir();
     }
     let trees = Arc::new(Trees::new());
-    let approvals = Arc::new(Approvals::new(&config.execve, audit.clone(), trees.clone()));
+    let approvals = Arc::new(Approvals::new(&config.execve, trees.clone()));
     // One stub serves every session whose policy has `dns: stub` (each
     // query judged by the asking tree's session's policy); a session made
     // later that needs it starts it then.

@@ -1,7 +1,7 @@
 //! One route for every syscall a tree's filter hands to the supervisor,
 //! whichever backend caught it: the notify loop (`notify.rs`) and the
 //! tracer (`trace/tracer_loop.rs`) each turn what they caught into a
-//! [`Caught`] and an [`ExecStop`] to answer through, and call [`dispatch`].
+//! [`Caught`] and a [`Stop`] to answer through, and call [`dispatch`].
 //! A new class of supervised syscall is one handler module and one arm here.
 //!
 //! Classes: execs (`execve`, `execveat`) to `exec::handle`; the signal
@@ -14,26 +14,23 @@
 //!
 //! Failure modes: none of its own; each handler answers and audits.
 
-pub use super::seam::Caught;
-use super::seam::{ExecRequest, ExecStop, Holder};
+use super::context::SupervisorContext;
+use super::exec::ExecRequest;
+use super::seam::{Caught, Stop, Verification};
 use super::state::TreeState;
-use super::{egress, exec};
-use super::{signals, SupervisorContext, Tree};
-use crate::audit::Refusal;
-use crate::audit::{Action, EventBody, ExecEvent, ExecSubject};
+use super::tree::Tree;
+use super::{egress, exec, signals};
+use crate::audit::{Action, EventBody, ExecEvent, ExecSubject, Refusal};
 use crate::policy::Decision;
 use agentsh_proto::execabi;
 
 /// Routes `c` to its handler, which answers it through `stop` and audits.
-/// `holder` says how an exec held for an operator is answered later (built
-/// only for execs).
 pub fn dispatch(
     ctx: &SupervisorContext,
     tree: &Tree,
     st: &mut TreeState,
     c: &Caught,
-    stop: &dyn ExecStop,
-    holder: impl FnOnce() -> Holder,
+    stop: &dyn Stop,
 ) {
     if tree.doomed.load(std::sync::atomic::Ordering::SeqCst) {
         // Its session's trees are being killed (`agentsh session end
@@ -45,19 +42,29 @@ pub fn dispatch(
         let _ = stop.refuse(libc::EPERM);
         return;
     }
+    st.exec.take_approved(&mut st.tasks);
     if let Some(call) = execabi::classify(c.arch, c.nr) {
         let req = ExecRequest {
             tid: c.tid,
             call,
             args: call.args(&c.args),
         };
-        return exec::handle(ctx, tree, st, &req, stop, holder());
+        return exec::handle(ctx, tree, &mut st.tasks, &mut st.exec, &req, stop);
     }
     if let Some(call) = signals::classify(c.arch, c.nr) {
-        return signals::handle(ctx, &tree.session_id, &st.protected, call, c, stop);
+        return signals::handle(ctx, &tree.session_id, &st.signals, call, c, stop);
     }
     if let Some((call, width)) = agentsh_proto::netabi::classify(c.arch, c.nr) {
-        return egress::handle(ctx, tree, st, call, width, c, stop, holder);
+        return egress::handle(
+            ctx,
+            tree,
+            &mut st.tasks,
+            &mut st.egress,
+            call,
+            width,
+            c,
+            stop,
+        );
     }
     ctx.audit.record(
         &tree.session_id,
@@ -73,4 +80,17 @@ pub fn dispatch(
         )),
     );
     let _ = stop.refuse(libc::EACCES);
+}
+
+/// A verifying backend's `PTRACE_EVENT_EXEC` of process `pid` in `tree`:
+/// the new image must be what was judged (`expect`, `None`: nothing judged
+/// it). Whether it may run; if not, its event is written and the caller
+/// kills it before its first instruction.
+pub fn exec_completed(
+    ctx: &SupervisorContext,
+    tree: &Tree,
+    pid: u32,
+    expect: Option<Verification>,
+) -> bool {
+    exec::completed(&ctx.audit, &tree.session_id, pid, expect)
 }

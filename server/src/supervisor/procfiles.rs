@@ -460,7 +460,7 @@ mod tests {
         assert!(files.maps(me).is_none(), "not read in this exec");
         files.stat(me).unwrap();
         let x = 7u64;
-        let mut maps = crate::supervisor::vma::Maps::over(files.maps(me).unwrap());
+        let mut maps = crate::tracee::maps::Maps::over(files.maps(me).unwrap());
         assert!(!maps.find(std::ptr::from_ref(&x) as u64).unwrap().shared);
         files.held(me);
         assert!(files.maps(me).is_none(), "an exec of it is held");

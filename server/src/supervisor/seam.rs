@@ -1,20 +1,25 @@
-//! What the supervisor shares with the backends and with approvals, and
-//! the one seam approvals are reached through: a caught syscall
-//! ([`Caught`], [`ExecRequest`]), how it is answered ([`ExecStop`],
-//! [`Holder`]), what a verified exec must turn out to be
-//! ([`Verification`]), and [`Hold`], which `approval::Approvals` implements
-//! so the supervisor never imports approvals (the layers run one way).
+//! The seam: what the supervisor's core, its backends, its families and
+//! approvals share, naming no family and no backend.
 //!
-//! Failure modes: none; these are types.
+//! * A caught syscall ([`Caught`]) and how it is answered: now, on the
+//!   tree's thread ([`Stop`]), or later from any thread ([`Deferred`],
+//!   shared as a [`Holder`]). Each backend implements both.
+//! * What a verifying backend checks at `PTRACE_EVENT_EXEC`
+//!   ([`Verification`], [`Expected`]).
+//! * A call held for an operator ([`Held`]: each family that can hold one
+//!   implements it; [`HoldRequest`] is what the operator sees, [`Settled`]
+//!   how it ended) and where it waits ([`Hold`], which
+//!   `approval::Approvals` implements, so the supervisor never imports
+//!   approvals: the layers run one way).
+//!
+//! Failure modes: none; these are types and traits.
 
 use super::retry::Lookup;
-use super::verify::Expected;
-use crate::audit::ExecSubject;
-use agentsh_proto::execabi::{ExecArgs, ExecSyscall};
+use crate::audit::{ApprovalOutcome, ExecSubject, FileIdentity};
 use std::io;
 use std::os::fd::OwnedFd;
-use std::sync::mpsc::Sender;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// A syscall a tree's filter handed to the supervisor, as both backends
 /// see it: the calling thread, the syscall's ABI and number, and its six
@@ -29,13 +34,13 @@ pub struct Caught {
     pub args: [u64; 6],
 }
 
-/// A caught exec, as its backend answers it.
-pub trait ExecStop {
-    /// The exec still waits, and its thread id still names the same thread.
+/// A caught syscall, as its backend answers it on the tree's thread.
+pub trait Stop {
+    /// The call still waits, and its thread id still names the same thread.
     fn still_waiting(&self) -> bool;
-    /// Let the exec proceed (user-notify: CONTINUE).
+    /// Let the call proceed (user-notify: CONTINUE).
     fn proceed(&self) -> io::Result<()>;
-    /// Fail the exec with `errno`.
+    /// Fail the call with `errno`.
     fn refuse(&self, errno: i32) -> io::Result<()>;
     /// Answer the syscall without running it: `val >= 0` is its return
     /// value, `val < 0` is `-errno` (a call performed on the tree's behalf).
@@ -46,8 +51,66 @@ pub trait ExecStop {
         false
     }
     /// What the exec about to proceed must turn out to run (called before
-    /// [`ExecStop::proceed`] when [`ExecStop::verifies_every_exec`]).
+    /// [`Stop::proceed`] when [`Stop::verifies_every_exec`]).
     fn expect(&self, _what: Verification) {}
+    /// How to answer this call later, from another thread (an operator's
+    /// decision, a blocking call made for the tree). Taking it means the
+    /// call is left waiting here.
+    fn defer(&self) -> Holder;
+}
+
+/// A caught syscall left waiting, answered later from any thread.
+pub trait Deferred: Send + Sync {
+    /// The notification id it answers (0 under ptrace, which has none).
+    fn notif_id(&self) -> u64;
+    /// Which of `ids` (notification ids of one held call, oldest first) is
+    /// still waiting: for user-notify the last valid one; for ptrace the
+    /// thread itself, while it is alive (it cannot leave its stop
+    /// unanswered).
+    fn live(&self, ids: &[u64]) -> Option<u64>;
+    /// Answers the call without running it: `val >= 0` is its return
+    /// value, `val < 0` is `-errno`. A call that no longer waits (its
+    /// thread died) is left alone.
+    fn answer_value(&self, val: i64);
+    /// Fails the held call (notification `id`) with EACCES.
+    fn refuse(&self, id: u64);
+    /// Lets the held call (notification `id`) proceed. A verifying backend
+    /// checks that the exec runs `expect`; the others ignore it (the caller
+    /// watches the exec itself).
+    ///
+    /// # Errors
+    /// The answer could not be delivered (the caller is gone).
+    fn proceed(&self, id: u64, expect: Option<Verification>) -> io::Result<()>;
+    /// See [`Stop::verifies_every_exec`].
+    fn verifies_every_exec(&self) -> bool;
+    /// Puts `sock` into the held caller's process at fd `at` (replacing
+    /// what is there), before the answer.
+    ///
+    /// # Errors
+    /// The backend cannot (ENOSYS: ptrace), or the kernel refused.
+    fn install_fd(&self, sock: &OwnedFd, at: i32, cloexec: bool) -> io::Result<()>;
+    /// Puts `file` into the held caller's process at its lowest free fd
+    /// number; returns it.
+    ///
+    /// # Errors
+    /// As [`Deferred::install_fd`].
+    fn add_fd(&self, file: &OwnedFd, cloexec: bool) -> io::Result<i32>;
+}
+
+/// A call left waiting, shared between the threads that may answer it.
+pub type Holder = Arc<dyn Deferred>;
+
+/// What an exec must turn out to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expected {
+    /// (device, inode) of the executable the kernel maps: the program, or a
+    /// script's last interpreter.
+    pub file: (u64, u64),
+    /// The argv of the new image.
+    pub argv: Vec<String>,
+    /// `false` when the argv read was cut by the limits: only that prefix
+    /// is compared.
+    pub argv_complete: bool,
 }
 
 /// What a verifying backend checks at `PTRACE_EVENT_EXEC`, and what it
@@ -60,73 +123,105 @@ pub struct Verification {
     pub rule: String,
 }
 
-/// What an approval waiter needs to answer a held exec later.
-#[derive(Clone)]
-pub enum Holder {
-    /// The notification `id` on the tree's notify fd.
-    Notify { fd: Arc<OwnedFd>, id: u64 },
-    /// Thread `tid` (started at `starttime`) waits in its seccomp stop; the
-    /// tracer thread answers it (`trace::answer`).
-    Trace { tid: u32, starttime: u64 },
+/// What kind of call is held (the API's `kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldKind {
+    Exec,
+    Connect,
 }
 
-/// One caught exec.
-pub struct ExecRequest {
-    /// The calling thread.
-    pub tid: u32,
-    pub call: &'static ExecSyscall,
-    pub args: ExecArgs,
+impl HoldKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HoldKind::Exec => "exec",
+            HoldKind::Connect => "connect",
+        }
+    }
 }
 
-/// An exec held for an operator: what the approval waiter needs to ask,
-/// answer and audit it.
-/// Everything the supervisor knows about a held exec.
-#[derive(Debug, Clone)]
-pub struct HeldExec {
-    pub session_id: String,
-    pub notif_id: u64,
-    /// The calling thread (watched through the exec once approved).
-    pub tid: u32,
-    pub starttime: u64,
-    /// What the operator approves: the file (device, inode) and argv that
-    /// must run; `None` if the file's identity could not be read (then the
-    /// exec is refused when approved).
-    pub expected: Option<Expected>,
-    pub subject: ExecSubject,
-    pub rule: String,
-    pub message: Option<String>,
-    /// The attempt this exec is (see `supervisor::retry`).
-    pub attempt: u64,
-    /// Its key for the retries of the same lookup (`None`: not reused).
-    pub lookup: Option<Lookup>,
-}
-
-/// Where execs a rule says `approve` for wait for an operator
-/// (`approval::Approvals`). `allowed` receives `(pid, starttime, depth)` of
-/// each exec let through, for the tree's depth book.
-pub trait Hold: Send + Sync {
-    fn hold(self: Arc<Self>, holder: Holder, exec: HeldExec, allowed: Sender<(u32, u64, u32)>);
-    /// Holds a connect or send whose destination a rule says `approve`
-    /// for; `call.perform` is made only once it is approved.
-    fn hold_connect(self: Arc<Self>, holder: Holder, call: HeldConnect);
-}
-
-/// A connect (or send) held for an operator (an `egress` rule or default
-/// `approve`).
-pub struct HeldConnect {
-    pub session_id: String,
-    /// The calling thread.
-    pub tid: u32,
-    /// connect | sendto | sendmsg
-    pub syscall: &'static str,
+/// A destination held for an operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldDestination {
     /// The name the tree resolved to `ip`, when known.
     pub host: Option<String>,
     pub ip: std::net::IpAddr,
     pub port: u16,
     /// tcp | udp
     pub protocol: &'static str,
+}
+
+/// What an operator is asked about a held call.
+#[derive(Debug, Clone)]
+pub struct HoldRequest {
+    pub kind: HoldKind,
+    pub session_id: String,
+    /// The calling process (an exec) or thread (a connect).
+    pub pid: u32,
+    /// Its start time (0: not known), so a re-issued notification of the
+    /// same process joins its request.
+    pub starttime: u64,
+    pub depth: u32,
+    /// The program, or the syscall's name for a connect.
+    pub filename: String,
+    pub argv: Vec<String>,
+    /// The file the operator approves (device, inode): what runs must be it.
+    pub file: Option<FileIdentity>,
     pub rule: String,
-    /// Makes the call for the tree (on the socket taken from it, with the
-    /// supervisor's copy); its answer value.
-    pub perform: Box<dyn FnOnce() -> i64 + Send>,
+    pub message: Option<String>,
+    pub destination: Option<HeldDestination>,
+}
+
+/// How a hold ended, as the family that held the call settles it.
+#[derive(Debug, Clone)]
+pub struct Settled {
+    /// The approval's id.
+    pub id: String,
+    pub outcome: ApprovalOutcome,
+    /// Who decided: an operator's name, `timeout`, `server` or `none`.
+    pub approver: String,
+    pub reason: Option<String>,
+    /// The answer lets the call run (the caller is there for it).
+    pub allow: bool,
+    /// The notification to answer (`None`: the caller stopped waiting).
+    pub live: Option<u64>,
+    /// It repeats a refusal moments ago (a retry of the same lookup): that
+    /// refusal's attempt.
+    pub retry_of: Option<u64>,
+    /// How long an operator had.
+    pub timeout: Duration,
+}
+
+/// A call held for an operator: what approvals ask, and how the family that
+/// held it audits and answers its end.
+pub trait Held: Send {
+    /// What the operator is asked.
+    fn request(&self) -> HoldRequest;
+    /// How the call is answered.
+    fn holder(&self) -> &Holder;
+    /// Its key for the retries of the same lookup, and the attempt it is: a
+    /// refusal of it is remembered and repeated for them (`retry`). `None`:
+    /// not reused.
+    fn retry_key(&self) -> Option<(Lookup, u64)> {
+        None
+    }
+    /// A notification the kernel re-issued for the same call (a signal
+    /// restarted it) joins this request instead of asking again; its
+    /// answer then goes to the live id ([`Settled::live`]).
+    fn rejoinable(&self) -> bool {
+        false
+    }
+    /// Told once the request exists, before anyone decides (an exec tells
+    /// its caller it waits).
+    fn on_hold(&self, _id: &str, _timeout: Duration) {}
+    /// Audits the end of the hold and answers the call (nothing to answer
+    /// when `s.live` is `None`).
+    fn settle(self: Box<Self>, s: Settled);
+}
+
+/// Where calls a rule says `approve` for wait for an operator
+/// (`approval::Approvals`).
+pub trait Hold: Send + Sync {
+    /// Holds `held` until an operator decides, the timeout expires or its
+    /// caller stops waiting; never blocks.
+    fn hold(self: Arc<Self>, held: Box<dyn Held>);
 }

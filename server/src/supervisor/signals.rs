@@ -29,7 +29,7 @@
 //! CONTINUEd (the kernel answers ESRCH).
 
 use super::seam::Caught;
-use super::seam::ExecStop;
+use super::seam::Stop;
 use super::SupervisorContext;
 use crate::audit::{EventBody, SignalEvent};
 
@@ -39,22 +39,22 @@ pub use agentsh_proto::sigabi::{classify, SignalCall};
 
 /// The processes a tree must not signal, as read when the tree started.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Protected {
+pub struct SignalState {
     /// Thread-group ids.
     pub pids: Vec<u32>,
 }
 
-impl Protected {
+impl SignalState {
     /// The server and the tree root's parent (the SDK daemon that spawned
     /// the shim), when it is not init.
-    pub fn for_tree(root_pid: u32) -> Protected {
+    pub fn for_tree(root_pid: u32) -> SignalState {
         let mut pids = vec![std::process::id()];
         if let Ok(st) = crate::tracee::proc_stat(root_pid) {
             if st.ppid > 1 && !pids.contains(&st.ppid) {
                 pids.push(st.ppid);
             }
         }
-        Protected { pids }
+        SignalState { pids }
     }
 }
 
@@ -202,7 +202,7 @@ fn pidfd_target(tid: u32, fd: i64) -> Result<Target, String> {
 }
 
 /// Reads the facts for notification `n`.
-fn read_call(call: SignalCall, n: &Caught, protected: &Protected) -> Result<SignalFacts, String> {
+fn read_call(call: SignalCall, n: &Caught, protected: &SignalState) -> Result<SignalFacts, String> {
     let caller = standing(n.tid).map_err(|e| format!("cannot read the caller {}: {e}", n.tid))?;
     let arg0 = i64::from(n.args[0] as u32 as i32);
     let target = match call {
@@ -235,10 +235,10 @@ fn read_call(call: SignalCall, n: &Caught, protected: &Protected) -> Result<Sign
 pub fn handle(
     ctx: &SupervisorContext,
     session_id: &str,
-    protected: &Protected,
+    protected: &SignalState,
     call: SignalCall,
     n: &Caught,
-    stop: &dyn ExecStop,
+    stop: &dyn Stop,
 ) {
     let verdict = read_call(call, n, protected).and_then(|f| rule_on(&f).map(|()| f));
     match verdict {

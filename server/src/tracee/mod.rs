@@ -30,7 +30,9 @@
 
 pub mod access;
 mod file;
+pub mod maps;
 mod mem;
+pub mod netproc;
 pub mod pidfd;
 mod resolve;
 mod shebang;

@@ -11,35 +11,93 @@
 //! Failure modes: a poll or receive error other than "tracee gone" or EINTR
 //! abandons the tree (its execs then fail with ENOSYS: closed).
 
-use crate::supervisor::dispatch::Caught;
-use crate::supervisor::exec::{self, ExecStop, TreeState};
-use crate::supervisor::{SupervisorContext, Tree};
+use crate::supervisor::context::SupervisorContext;
+use crate::supervisor::seam::{Caught, Deferred, Holder, Stop, Verification};
+use crate::supervisor::state::TreeState;
+use crate::supervisor::tree::Tree;
 use agentsh_proto::notif::{self, Notification};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::Arc;
 
-/// A trapped exec as user-notify holds it: the notification's id on the fd.
+/// A trapped syscall as user-notify holds it: the notification's id on the
+/// tree's fd.
 pub struct NotifyStop<'a> {
-    pub fd: BorrowedFd<'a>,
+    pub fd: &'a Arc<OwnedFd>,
     pub id: u64,
 }
 
-impl ExecStop for NotifyStop<'_> {
+impl Stop for NotifyStop<'_> {
     fn still_waiting(&self) -> bool {
-        notif::id_valid(self.fd, self.id)
+        notif::id_valid(self.fd.as_fd(), self.id)
     }
 
     fn proceed(&self) -> io::Result<()> {
-        notif::respond_continue(self.fd, self.id)
+        notif::respond_continue(self.fd.as_fd(), self.id)
     }
 
     fn refuse(&self, errno: i32) -> io::Result<()> {
-        notif::respond_errno(self.fd, self.id, errno)
+        notif::respond_errno(self.fd.as_fd(), self.id, errno)
     }
 
     fn answer(&self, val: i64) -> io::Result<()> {
-        notif::respond_value(self.fd, self.id, val)
+        notif::respond_value(self.fd.as_fd(), self.id, val)
+    }
+
+    fn defer(&self) -> Holder {
+        held(self.fd.clone(), self.id)
+    }
+}
+
+/// Notification `id` on a tree's notify fd, answered later from any thread
+/// (the notify ioctls are thread-safe; the fd is shared through the `Arc`).
+pub fn held(fd: Arc<OwnedFd>, id: u64) -> Holder {
+    Arc::new(NotifyHeld { fd, id })
+}
+
+struct NotifyHeld {
+    fd: Arc<OwnedFd>,
+    id: u64,
+}
+
+impl Deferred for NotifyHeld {
+    fn notif_id(&self) -> u64 {
+        self.id
+    }
+
+    fn live(&self, ids: &[u64]) -> Option<u64> {
+        ids.iter()
+            .rev()
+            .copied()
+            .find(|&n| notif::id_valid(self.fd.as_fd(), n))
+    }
+
+    fn answer_value(&self, val: i64) {
+        if let Err(e) = notif::respond_value(self.fd.as_fd(), self.id, val) {
+            tracing::debug!(id = self.id, "held syscall not answered (gone?): {e}");
+        }
+    }
+
+    fn refuse(&self, id: u64) {
+        if let Err(e) = notif::respond_errno(self.fd.as_fd(), id, libc::EACCES) {
+            tracing::info!("answer not delivered (the process is gone): {e}");
+        }
+    }
+
+    fn proceed(&self, id: u64, _expect: Option<Verification>) -> io::Result<()> {
+        notif::respond_continue(self.fd.as_fd(), id)
+    }
+
+    fn verifies_every_exec(&self) -> bool {
+        false
+    }
+
+    fn install_fd(&self, sock: &OwnedFd, at: i32, cloexec: bool) -> io::Result<()> {
+        notif::install_fd(self.fd.as_fd(), self.id, sock.as_fd(), at, cloexec)
+    }
+
+    fn add_fd(&self, file: &OwnedFd, cloexec: bool) -> io::Result<i32> {
+        notif::add_fd(self.fd.as_fd(), self.id, file.as_fd(), cloexec)
     }
 }
 
@@ -61,15 +119,15 @@ pub fn serve(ctx: Arc<SupervisorContext>, tree: Tree, fd: Arc<OwnedFd>) {
             events: libc::POLLIN,
             revents: 0,
         };
-        let timeout = if st.lingering.is_empty() {
+        let timeout = if st.tasks.lingering.is_empty() {
             -1
         } else {
             SWEEP_MS
         };
         // SAFETY: one valid pollfd.
         let rc = unsafe { libc::poll(&mut pfd, 1, timeout) };
-        if !st.lingering.is_empty() {
-            st.lingering.sweep();
+        if !st.tasks.lingering.is_empty() {
+            st.tasks.lingering.sweep();
         }
         if rc == 0 {
             continue;
@@ -97,7 +155,6 @@ pub fn serve(ctx: Arc<SupervisorContext>, tree: Tree, fd: Arc<OwnedFd>) {
                 }
             },
         };
-        st.take_approved();
         dispatch(&ctx, &tree, &fd, &mut st, n);
     }
     // Returning ends this thread: the kernel detaches whatever it still traces.
@@ -111,19 +168,12 @@ fn dispatch(
     st: &mut TreeState,
     n: Notification,
 ) {
-    let stop = NotifyStop {
-        fd: fd.as_fd(),
-        id: n.id,
-    };
+    let stop = NotifyStop { fd, id: n.id };
     let caught = Caught {
         tid: n.pid,
         arch: n.arch,
         nr: n.nr,
         args: n.args,
     };
-    let holder = || exec::Holder::Notify {
-        fd: fd.clone(),
-        id: n.id,
-    };
-    crate::supervisor::dispatch::dispatch(ctx, tree, st, &caught, &stop, holder);
+    crate::supervisor::dispatch::dispatch(ctx, tree, st, &caught, &stop);
 }

@@ -44,7 +44,7 @@
 mod regs;
 mod tracer_loop;
 
-use crate::supervisor::exec::{ExecStop, Verification};
+use crate::supervisor::seam::{Deferred, Holder, Stop, Verification};
 use crate::supervisor::{SupervisorContext, Tree};
 use crate::trees::Trees;
 use std::cell::{Cell, RefCell};
@@ -186,14 +186,16 @@ pub fn still_held(tid: u32, starttime: u64) -> bool {
         .is_ok_and(|s| !matches!(s.state, b'Z' | b'X' | b'x') && s.starttime == starttime)
 }
 
-/// A seccomp stop, as `exec` and `signals` answer it.
+/// A seccomp stop, as the families answer it.
 pub struct TraceStop {
     tid: u32,
     answered: Cell<bool>,
     expect: RefCell<Option<Verification>>,
+    /// The thread's start time, read when the stop is deferred (0: not).
+    starttime: Cell<u64>,
 }
 
-impl ExecStop for TraceStop {
+impl Stop for TraceStop {
     fn still_waiting(&self) -> bool {
         // Only a stopped tracee has an event message.
         regs::event_msg(self.tid).is_ok()
@@ -222,5 +224,59 @@ impl ExecStop for TraceStop {
 
     fn expect(&self, what: Verification) {
         *self.expect.borrow_mut() = Some(what);
+    }
+
+    fn defer(&self) -> Holder {
+        let starttime = crate::tracee::proc_stat(self.tid).map_or(0, |s| s.starttime);
+        self.starttime.set(starttime);
+        Arc::new(TraceHeld {
+            tid: self.tid,
+            starttime,
+        })
+    }
+}
+
+/// Thread `tid` (started at `starttime`) waiting in its seccomp stop,
+/// answered by the tracer thread through its queue.
+struct TraceHeld {
+    tid: u32,
+    starttime: u64,
+}
+
+impl Deferred for TraceHeld {
+    fn notif_id(&self) -> u64 {
+        0
+    }
+
+    fn live(&self, ids: &[u64]) -> Option<u64> {
+        still_held(self.tid, self.starttime).then(|| ids.last().copied().unwrap_or(0))
+    }
+
+    fn answer_value(&self, val: i64) {
+        answer_value(self.tid, self.starttime, val);
+    }
+
+    fn refuse(&self, _id: u64) {
+        answer(self.tid, self.starttime, None);
+    }
+
+    /// The tracer checks the new image at `PTRACE_EVENT_EXEC` and audits a
+    /// mismatch itself. A proceed without an expectation is refused: the
+    /// tracer lets no exec run unchecked.
+    fn proceed(&self, _id: u64, expect: Option<Verification>) -> io::Result<()> {
+        answer(self.tid, self.starttime, expect);
+        Ok(())
+    }
+
+    fn verifies_every_exec(&self) -> bool {
+        true
+    }
+
+    fn install_fd(&self, _sock: &OwnedFd, _at: i32, _cloexec: bool) -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::ENOSYS))
+    }
+
+    fn add_fd(&self, _file: &OwnedFd, _cloexec: bool) -> io::Result<i32> {
+        Err(io::Error::from_raw_os_error(libc::ENOSYS))
     }
 }

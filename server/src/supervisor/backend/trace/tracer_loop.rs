@@ -14,11 +14,11 @@
 
 use super::regs;
 use super::{Request, TraceStop};
-use crate::audit::{Action, EventBody, ExecEvent, ExecSubject, Refusal};
-use crate::policy::Decision;
-use crate::supervisor::dispatch::{dispatch, Caught};
-use crate::supervisor::exec::{self, Holder, TreeState, Verification};
-use crate::supervisor::{verify, SupervisorContext, Tree};
+use crate::supervisor::context::SupervisorContext;
+use crate::supervisor::dispatch::{dispatch, exec_completed};
+use crate::supervisor::seam::{Caught, Verification};
+use crate::supervisor::state::TreeState;
+use crate::supervisor::tree::Tree;
 use crate::trees::Trees;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -354,11 +354,11 @@ impl Loop {
         let Some(tt) = self.trees.get_mut(&root) else {
             return;
         };
-        tt.st.take_approved();
         let stop = TraceStop {
             tid,
             answered: Cell::new(false),
             expect: RefCell::new(None),
+            starttime: Cell::new(0),
         };
         let (arch, nr) = regs.arch_nr();
         let caught = Caught {
@@ -367,17 +367,11 @@ impl Loop {
             nr,
             args: regs.args(),
         };
-        let starttime = Cell::new(0);
-        let holder = || {
-            let t = crate::tracee::proc_stat(tid).map_or(0, |s| s.starttime);
-            starttime.set(t);
-            Holder::Trace { tid, starttime: t }
-        };
-        dispatch(&self.ctx, &tt.tree, &mut tt.st, &caught, &stop, holder);
+        dispatch(&self.ctx, &tt.tree, &mut tt.st, &caught, &stop);
         // Whatever the class: a stop its handler did not answer stays
         // stopped, held until an answer comes through the queue.
         if !stop.answered.get() {
-            self.held.insert(tid, starttime.get());
+            self.held.insert(tid, stop.starttime.get());
         }
         if let Some(v) = stop.expect.take() {
             if let Some(t) = self.tracees.get_mut(&tid) {
@@ -405,35 +399,13 @@ impl Loop {
         let Some(root) = self.tracees.get(&pid).map(|t| t.root) else {
             return;
         };
-        let session = self
-            .trees
-            .get(&root)
-            .map(|t| t.tree.session_id.clone())
-            .unwrap_or_default();
-        match expect {
-            Some(v) => {
-                if let Err(what) = verify::check(pid, &v.expected) {
-                    kill(pid);
-                    exec::record_mismatch(&self.ctx, &session, v.subject, &v.rule, what);
-                }
-            }
-            None => {
-                kill(pid);
-                tracing::warn!(pid, "an exec nothing judged completed; killed");
-                self.ctx.audit.record(
-                    &session,
-                    EventBody::Execve(ExecEvent::new(
-                        ExecSubject {
-                            pid,
-                            ..ExecSubject::default()
-                        },
-                        Decision::Deny,
-                        Refusal::UnverifiedExec.rule(),
-                        Action::Deny,
-                        Some("an exec completed that no seccomp stop judged; killed before its first instruction".into()),
-                    )),
-                );
-            }
+        let Some(tt) = self.trees.get(&root) else {
+            // Its tree is gone: nothing judged it, and nothing may run.
+            kill(pid);
+            return;
+        };
+        if !exec_completed(&self.ctx, &tt.tree, pid, expect) {
+            kill(pid);
         }
     }
 }

@@ -22,8 +22,9 @@
 //! within the deadline is killed too ([`Outcome::TimedOut`]): what it would
 //! run could not be checked.
 
-use super::ptrace::{self, Event, Lingering};
-use super::sharing::Frozen;
+use crate::supervisor::ptrace::{self, Event, Lingering};
+pub use crate::supervisor::seam::Expected;
+use crate::supervisor::sharing::Frozen;
 use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
 
@@ -43,19 +44,6 @@ fn exec_deadline() -> Duration {
         }
     }
     EXEC_DEADLINE
-}
-
-/// What the exec must turn out to run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Expected {
-    /// (device, inode) of the executable the kernel maps: the program, or a
-    /// script's last interpreter.
-    pub file: (u64, u64),
-    /// The argv of the new image.
-    pub argv: Vec<String>,
-    /// `false` when the argv read was cut by the limits: only that prefix
-    /// is compared.
-    pub argv_complete: bool,
 }
 
 /// Seizes the calling thread, before CONTINUE, so its exec can be watched:

@@ -25,10 +25,10 @@
 //! given (it is the policy author's program).
 
 use super::gather::Gathered;
-use super::seam::ExecRequest;
+use super::request::ExecRequest;
 use super::verify::Expected;
-use super::Holder;
 use crate::audit::Memory;
+use crate::supervisor::seam::Holder;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 

@@ -16,16 +16,17 @@
 //! [`Gather::Answer`] with the errno to answer (no decision, no event).
 
 use super::identity::IdentityIndex;
-use super::phases;
-use super::procfiles::ProcFiles;
-use super::seam::ExecRequest;
-use super::sharing::{self, Frozen, Sharing};
-use super::state::TreeState;
+use super::request::ExecRequest;
+use super::state::ExecTree;
 use super::vma;
-use super::SupervisorContext;
 use crate::audit::Memory;
 use crate::audit::Refusal;
 use crate::config::RaceGuard;
+use crate::supervisor::phases;
+use crate::supervisor::procfiles::ProcFiles;
+use crate::supervisor::sharing::{self, Frozen, Sharing};
+use crate::supervisor::SupervisorContext;
+use crate::tracee::maps;
 use crate::tracee::{self, ExecTarget, MemReader, ResolveError, StatFile, View};
 use agentsh_proto::execabi::ExecArgs;
 
@@ -58,7 +59,7 @@ pub(super) struct Gathered {
     pub(super) payloads: Vec<crate::policy::Interpreter>,
     /// Open `/proc` files, closed after the answer (each close costs
     /// microseconds the tracee need not wait for).
-    _close_later: (View, StatFile, Option<vma::Maps>),
+    _close_later: (View, StatFile, Option<maps::Maps>),
 }
 
 /// The name the kernel gives a script's interpreter (`bprm->filename`).
@@ -212,10 +213,10 @@ fn check_mappings(
     argv: &tracee::Argv,
     mm_parent: Option<u32>,
     files: &mut ProcFiles,
-) -> Result<vma::Maps, Undecidable> {
+) -> Result<maps::Maps, Undecidable> {
     let mut maps = match mm_parent.and_then(|p| files.maps(p)) {
-        Some(f) => vma::Maps::over(f),
-        None => vma::Maps::open(pid).map_err(|e| {
+        Some(f) => maps::Maps::over(f),
+        None => maps::Maps::open(pid).map_err(|e| {
             undecidable(
                 Refusal::Unreadable,
                 format!("memory map cannot be read: {e}"),
@@ -280,12 +281,12 @@ pub(super) enum Gather {
 pub(super) fn gather(
     ctx: &SupervisorContext,
     index: &IdentityIndex,
-    st: &mut TreeState,
+    st: &mut ExecTree<'_>,
     req: &ExecRequest,
     frozen: &mut Option<Frozen>,
     verified: bool,
 ) -> Gather {
-    st.files.begin_exec();
+    st.tasks.files.begin_exec();
     let Some((stat_file, stat, pid)) = who(req.tid) else {
         return Gather::Answer(libc::EACCES); // vanished: nothing to audit
     };
@@ -341,7 +342,7 @@ pub(super) fn gather(
     let mut maps = if verified || memory == Memory::Verified {
         None
     } else {
-        match check_mappings(pid, req, &argv, mm_parent, &mut st.files) {
+        match check_mappings(pid, req, &argv, mm_parent, &mut st.tasks.files) {
             Ok(m) => Some(m),
             Err(u) => return fail(&target.filename, u),
         }
@@ -352,7 +353,7 @@ pub(super) fn gather(
     // new image checked, as for a caller others share memory with.
     let mut memory = memory;
     if let Some(m) = maps.as_mut() {
-        match vma::aio_ring(m) {
+        match maps::aio_ring(m) {
             Ok(false) => {}
             Ok(true) => memory = Memory::Verified,
             Err(e) => {
@@ -451,13 +452,13 @@ fn stop_sharers(
     tid: u32,
     stat: &tracee::ProcStat,
     stat_file: &StatFile,
-    st: &mut TreeState,
+    st: &mut ExecTree<'_>,
     frozen: &mut Option<Frozen>,
 ) -> Result<(Memory, Option<u32>), String> {
     let Some(guard) = guard else {
         return Ok((Memory::Verified, None));
     };
-    match sharing::sharing(pid, tid, stat, &mut st.files)? {
+    match sharing::sharing(pid, tid, stat, &mut st.tasks.files)? {
         Sharing::Exclusive { parent } => Ok((Memory::Exclusive, parent.then_some(stat.ppid))),
         Sharing::Shared(set) if guard == RaceGuard::Verify => {
             // Nothing is stopped: the exec is watched and the new image
@@ -467,7 +468,14 @@ fn stop_sharers(
         }
         Sharing::Shared(set) => {
             let parent = (set.procs.get(1) == Some(&stat.ppid)).then_some(stat.ppid);
-            let f = sharing::freeze(pid, tid, stat_file, set, &mut st.lingering, &mut st.files)?;
+            let f = sharing::freeze(
+                pid,
+                tid,
+                stat_file,
+                set,
+                &mut st.tasks.lingering,
+                &mut st.tasks.files,
+            )?;
             *frozen = Some(f);
             Ok((Memory::Frozen, parent))
         }

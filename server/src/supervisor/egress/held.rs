@@ -1,0 +1,94 @@
+//! A connect or send held for an operator (an `egress` rule or default
+//! `approve`): what approvals ask about it, and how its end is audited and
+//! answered ([`HeldConnect`] implements the seam's `Held`).
+//!
+//! The call is made for the tree only once approved, by the approval's
+//! waiter, with the copy judged; its result is the answer. Approved once,
+//! the destination is allowed for the rest of the tree (`perform` records
+//! it).
+//!
+//! Failure modes: a caller gone before the answer gets nothing (the call
+//! is not made); a call refused or timed out is answered EACCES.
+
+use crate::audit::{self, Action, AuditLog, EventBody};
+use crate::supervisor::seam::{Held, HeldDestination, HoldKind, HoldRequest, Holder, Settled};
+use std::sync::Arc;
+
+/// A held connect or send.
+pub struct HeldConnect {
+    pub session_id: String,
+    /// The calling thread.
+    pub tid: u32,
+    /// connect | sendto | sendmsg | sendmmsg
+    pub syscall: &'static str,
+    pub destination: HeldDestination,
+    pub rule: String,
+    /// Makes the call for the tree (on the socket taken from it, with the
+    /// supervisor's copy); its answer value.
+    pub perform: Box<dyn FnOnce() -> i64 + Send>,
+    pub holder: Holder,
+    pub audit: Arc<AuditLog>,
+}
+
+impl Held for HeldConnect {
+    fn request(&self) -> HoldRequest {
+        HoldRequest {
+            kind: HoldKind::Connect,
+            session_id: self.session_id.clone(),
+            pid: self.tid,
+            starttime: 0,
+            depth: 0,
+            filename: self.syscall.to_string(),
+            argv: Vec::new(),
+            file: None,
+            rule: self.rule.clone(),
+            message: None,
+            destination: Some(self.destination.clone()),
+        }
+    }
+
+    fn holder(&self) -> &Holder {
+        &self.holder
+    }
+
+    fn settle(self: Box<Self>, s: Settled) {
+        tracing::info!(id = %s.id, pid = self.tid, outcome = s.outcome.as_str(), "connect approval finished");
+        // Written before the answer, as for every exec.
+        self.record(&s);
+        if s.live.is_none() {
+            return;
+        }
+        let this = *self;
+        if s.allow {
+            this.holder.answer_value((this.perform)());
+        } else {
+            this.holder.answer_value(-i64::from(libc::EACCES));
+        }
+    }
+}
+
+impl HeldConnect {
+    /// The one `connect` event of a held call, when it ends.
+    fn record(&self, s: &Settled) {
+        let d = &self.destination;
+        self.audit.record(
+            &self.session_id,
+            EventBody::Connect(audit::ConnectEvent {
+                pid: self.tid,
+                syscall: self.syscall.to_string(),
+                host: d.host.clone(),
+                ip: Some(d.ip.to_string()),
+                port: Some(d.port),
+                protocol: Some(d.protocol.to_string()),
+                rule: self.rule.clone(),
+                decision: crate::policy::Decision::Approve,
+                message: None,
+                effective_action: Some(if s.allow { Action::Allow } else { Action::Deny }),
+                approval_id: Some(s.id.clone()),
+                approval_outcome: Some(s.outcome),
+                approver: Some(s.approver.clone()),
+                reason: s.reason.clone(),
+            }),
+        );
+    }
+}

@@ -1,0 +1,68 @@
+//! What the egress family keeps of a tree between calls: every destination
+//! judged (and with which names the tree had resolved to it), the ones an
+//! operator approved, the blocking calls in flight, and the names the tree
+//! resolved through the DNS stub.
+//!
+//! Failure modes: none of its own; the cache is bounded (cleared past
+//! [`SEEN_MAX`] destinations: they are judged again).
+
+use crate::dns::TreeNames;
+use crate::policy::egress::Protocol;
+use crate::policy::Decision;
+use crate::supervisor::Tree;
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
+
+/// What one judged destination is, for the cache and the audit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DestKey {
+    pub ip: IpAddr,
+    pub port: u16,
+    pub protocol: Protocol,
+}
+
+/// A destination's decision, its rule, and the names it was judged with.
+pub(super) type Seen = (Decision, String, Vec<String>);
+
+/// The most destinations remembered per tree.
+pub(super) const SEEN_MAX: usize = 4096;
+
+/// The egress family's part of a tree's state.
+#[derive(Default)]
+pub struct EgressState {
+    /// Blocking network calls of this tree being made.
+    pub(super) blocking: Arc<AtomicUsize>,
+    /// Destinations judged in this tree, and what was decided; with each,
+    /// the names the tree had resolved to it then: a decision holds while
+    /// they are the same.
+    pub(super) seen: HashMap<DestKey, Seen>,
+    /// Destinations an operator approved for this tree.
+    pub(super) approved: Arc<Mutex<HashSet<DestKey>>>,
+    /// The names this tree resolved through the DNS stub.
+    names: Option<Arc<TreeNames>>,
+}
+
+impl EgressState {
+    /// Remembers what `key` got.
+    pub(super) fn remember(
+        &mut self,
+        key: DestKey,
+        decision: Decision,
+        rule: &str,
+        names: Vec<String>,
+    ) {
+        if self.seen.len() >= SEEN_MAX {
+            self.seen.clear();
+        }
+        self.seen.insert(key, (decision, rule.to_string(), names));
+    }
+
+    /// The tree's resolved names (made on first use).
+    pub(super) fn names(&mut self, tree: &Tree) -> Arc<TreeNames> {
+        self.names
+            .get_or_insert_with(|| TreeNames::new(&tree.session_id, tree.rules.policy.clone()))
+            .clone()
+    }
+}

@@ -1,0 +1,59 @@
+//! One supervised tree and its terms: its session, its root, what it is
+//! judged by (fixed at its wrap-init, for the tree's life), and the flag
+//! that dooms it when its session is ended by force.
+//!
+//! Failure modes: none; types.
+
+use super::context::SupervisorContext;
+use super::exec::identity::IdentityIndex;
+use crate::policy::Policy;
+use std::sync::Arc;
+
+/// One supervised tree.
+pub struct Tree {
+    pub session_id: String,
+    /// The wrapper's pid: its first exec (of the shell) is depth 0.
+    pub root_pid: u32,
+    /// Where its programs may not come from (`exec_sources`), checked by
+    /// the supervisor as well as by Landlock.
+    pub exec_places: crate::policy::landlock::ExecPlaces,
+    /// Its session's policy (fixed for the tree's life).
+    pub rules: Arc<TreeRules>,
+    /// Set when its session's trees are killed: any call of the tree that
+    /// reaches the supervisor then kills its caller.
+    pub doomed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// What a tree is judged by, fixed at its wrap-init (see [`Tree`]).
+#[derive(Clone)]
+pub struct TreeTerms {
+    pub exec_places: crate::policy::landlock::ExecPlaces,
+    pub rules: Arc<TreeRules>,
+    pub doomed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Tree {
+    pub fn new(session_id: String, root_pid: u32, terms: TreeTerms) -> Tree {
+        Tree {
+            session_id,
+            root_pid,
+            exec_places: terms.exec_places,
+            rules: terms.rules,
+            doomed: terms.doomed,
+        }
+    }
+}
+
+/// The policy a tree is judged by, and the identity index of the programs
+/// it names: one per session (sessions with the same policy share them).
+pub struct TreeRules {
+    pub policy: Arc<Policy>,
+    pub index: &'static IdentityIndex,
+}
+
+impl TreeRules {
+    /// The DNS stub, if the tree's policy sends its DNS there (`dns: stub`).
+    pub fn stub<'a>(&self, ctx: &'a SupervisorContext) -> Option<&'a Arc<crate::dns::Stub>> {
+        ctx.dns.get().filter(|_| self.policy.wants_dns_stub())
+    }
+}
