@@ -30,7 +30,7 @@
 
 use super::seam::Caught;
 use super::seam::Stop;
-use super::SupervisorContext;
+use super::context::SupervisorContext;
 use crate::audit::{EventBody, SignalEvent};
 
 /// The signal calls the filter sends here, and which call a notification

@@ -7,7 +7,8 @@
 use super::state::EgressState;
 use crate::supervisor::seam::{Caught, Stop};
 use crate::supervisor::tasks::Tasks;
-use crate::supervisor::{SupervisorContext, Tree};
+use crate::supervisor::context::SupervisorContext;
+use crate::supervisor::tree::Tree;
 use agentsh_proto::netabi::{NetCall, Width};
 use std::io;
 

@@ -20,7 +20,8 @@ use crate::config::EgressCompat;
 use crate::policy::egress::{Egress, Protocol};
 use crate::supervisor::seam::{Caught, HeldDestination, Holder, Stop};
 use crate::supervisor::tasks::Tasks;
-use crate::supervisor::{SupervisorContext, Tree};
+use crate::supervisor::context::SupervisorContext;
+use crate::supervisor::tree::Tree;
 use agentsh_proto::netabi::{NetCall, Width};
 use std::sync::atomic::Ordering;
 

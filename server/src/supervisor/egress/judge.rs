@@ -17,7 +17,7 @@ use super::state::DestKey;
 use crate::audit::{Passage, Refusal};
 use crate::policy::egress::{self, Destination, Egress, Protocol};
 use crate::policy::Decision;
-use crate::supervisor::Tree;
+use crate::supervisor::tree::Tree;
 use std::net::SocketAddr;
 
 /// A destination an operator must approve first: its key, the rule, and the

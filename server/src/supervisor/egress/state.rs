@@ -9,7 +9,7 @@
 use crate::dns::TreeNames;
 use crate::policy::egress::Protocol;
 use crate::policy::Decision;
-use crate::supervisor::Tree;
+use crate::supervisor::tree::Tree;
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::atomic::AtomicUsize;

@@ -25,7 +25,7 @@ use crate::config::RaceGuard;
 use crate::supervisor::phases;
 use crate::supervisor::procfiles::ProcFiles;
 use crate::supervisor::sharing::{self, Frozen, Sharing};
-use crate::supervisor::SupervisorContext;
+use crate::supervisor::context::SupervisorContext;
 use crate::tracee::maps;
 use crate::tracee::{self, ExecTarget, MemReader, ResolveError, StatFile, View};
 use agentsh_proto::execabi::ExecArgs;

@@ -19,7 +19,8 @@ use crate::supervisor::retry::Lookup;
 use crate::supervisor::seam::{Holder, Stop, Verification};
 use crate::supervisor::sharing::Frozen;
 use crate::supervisor::tasks::Tasks;
-use crate::supervisor::{SupervisorContext, Tree};
+use crate::supervisor::context::SupervisorContext;
+use crate::supervisor::tree::Tree;
 use std::time::{Duration, Instant};
 
 /// Handles one caught exec: gather, decide, answer, audit (module doc).

@@ -13,7 +13,8 @@ use crate::config::OnTruncated;
 use crate::policy::{self, Decision, ExecFacts, ProgramFacts, Truncation, Verdict};
 use crate::supervisor::retry::Lookup;
 use crate::supervisor::seam::Expected;
-use crate::supervisor::{SupervisorContext, Tree};
+use crate::supervisor::context::SupervisorContext;
+use crate::supervisor::tree::Tree;
 use std::time::Instant;
 
 /// The audit rules of refusals the supervisor makes whatever the policy

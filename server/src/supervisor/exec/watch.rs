@@ -18,7 +18,8 @@ use crate::audit::{Action, AuditLog, EventBody, ExecEvent, ExecSubject, Refusal}
 use crate::policy::Decision;
 use crate::supervisor::seam::{Holder, Stop, Verification};
 use crate::supervisor::sharing::Frozen;
-use crate::supervisor::{SupervisorContext, Tree};
+use crate::supervisor::context::SupervisorContext;
+use crate::supervisor::tree::Tree;
 use std::time::Duration;
 
 /// How long, after the exec, tasks asleep in the kernel get to reach their stop.

@@ -8,7 +8,7 @@
 //! (the session or the server does not start); a build thread that panicked
 //! is an error at [`Preparing::wait`].
 
-use super::IdentityIndex;
+use super::index::IdentityIndex;
 use crate::policy::Policy;
 use std::sync::Arc;
 
