@@ -1,6 +1,8 @@
 //! Tests of `compile`.
 
-use super::*;
+use super::document::{check_policy_name, is_syscall_name, stem_of_origin};
+use super::files::check_file_path;
+use super::DepthRange;
 
 #[test]
 fn file_paths() {
