@@ -293,18 +293,37 @@ fn at_or_beneath(p: &str, ancestor: &str) -> bool {
 
 pub use super::semantics::landlock_base;
 
+/// Why a rule path names no path for this session (the loader refuses
+/// these, so only a path that bypassed it gets here).
+#[derive(Debug, thiserror::Error)]
+enum ExpandError {
+    #[error(transparent)]
+    NotEnforceable(#[from] super::semantics::NotEnforceable),
+    #[error("{0:?}: unterminated ${{")]
+    Unterminated(String),
+    #[error("{pattern:?}: unknown variable ${{{var}}}")]
+    UnknownVariable { pattern: String, var: String },
+    #[error("{pattern:?} expands to {text:?}, which is not a clean absolute path")]
+    NotClean { pattern: String, text: String },
+}
+
 /// Expands a validated rule path; `Ok(None)` when its variable is unset.
-fn expand(pattern: &str, vars: &SessionVars) -> Result<Option<String>, String> {
+fn expand(pattern: &str, vars: &SessionVars) -> Result<Option<String>, ExpandError> {
     let base = landlock_base(pattern)?;
     let text = if let Some(after) = base.strip_prefix("${") {
         let (var, rest) = after
             .split_once('}')
-            .ok_or_else(|| format!("{pattern:?}: unterminated ${{"))?;
+            .ok_or_else(|| ExpandError::Unterminated(pattern.to_string()))?;
         let value = match var {
             "WORKSPACE" | "SESSION_ROOT" => vars.workspace.clone(),
             "HOME" => vars.home.clone(),
             "TMPDIR" => Some(vars.tmpdir.clone()),
-            other => return Err(format!("{pattern:?}: unknown variable ${{{other}}}")),
+            other => {
+                return Err(ExpandError::UnknownVariable {
+                    pattern: pattern.to_string(),
+                    var: other.to_string(),
+                })
+            }
         };
         match value {
             Some(v) if !v.is_empty() => format!("{v}{rest}"),
@@ -313,9 +332,13 @@ fn expand(pattern: &str, vars: &SessionVars) -> Result<Option<String>, String> {
     } else {
         base.to_string()
     };
-    normalize(&text).map(Some).ok_or_else(|| {
-        format!("{pattern:?} expands to {text:?}, which is not a clean absolute path")
-    })
+    match normalize(&text) {
+        Some(path) => Ok(Some(path)),
+        None => Err(ExpandError::NotClean {
+            pattern: pattern.to_string(),
+            text,
+        }),
+    }
 }
 
 /// The path as the check sees it: canonical, except under `/proc` (whose
@@ -509,7 +532,7 @@ fn file_operations(
                     continue;
                 }
                 Ok(None) => format!("{pattern}: its variable has no value"),
-                Err(e) => e,
+                Err(e) => e.to_string(),
             };
             if rule.decision == Decision::Allow {
                 // Skipping a grant only removes access.

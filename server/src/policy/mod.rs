@@ -40,7 +40,7 @@ pub(crate) mod wrappers;
 mod tests;
 
 pub use compile::FILE_PATH_VARIABLES;
-pub use error::{Location, PolicyError};
+pub use error::{Location, PolicyError, PolicyNameError};
 pub use judge::{
     evaluate, judge, ExecFacts, Interpreter, ProgramFacts, Truncation, Verdict, RULE_FILELESS_EXEC,
     RULE_TRUNCATED,
@@ -137,9 +137,9 @@ impl Policy {
         {
             return Policy::load(Path::new(name_or_path));
         }
-        compile::check_policy_name(name_or_path).map_err(|message| PolicyError::BadName {
+        compile::check_policy_name(name_or_path).map_err(|reason| PolicyError::BadName {
             origin: name_or_path.to_string(),
-            message,
+            reason,
         })?;
         let path = policies_dir.join(format!("{name_or_path}.yaml"));
         match std::fs::read_to_string(&path) {

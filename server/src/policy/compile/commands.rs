@@ -97,11 +97,11 @@ fn compile_command_rule(
     }
     let args_patterns = match &rule.args_patterns {
         None => Vec::new(),
-        Some(patterns) => {
-            args_patterns(patterns).map_err(|(p, why)| at.fail("args_patterns", p, why))?
-        }
+        Some(patterns) => args_patterns(patterns)
+            .map_err(|e| at.fail("args_patterns", e.value(), e.to_string()))?,
     };
-    let depth = depth_of(rule.context.as_ref()).map_err(|why| at.fail("context", None, why))?;
+    let depth =
+        depth_of(rule.context.as_ref()).map_err(|e| at.fail("context", None, e.to_string()))?;
     if rule.message.as_deref().is_some_and(|m| m.trim().is_empty()) {
         return Err(at.fail(
             "message",
@@ -112,7 +112,7 @@ fn compile_command_rule(
     let redirect_to = match (rule.decision, &rule.redirect_to) {
         (Decision::Redirect, Some(r)) => Some(
             redirect_target(&r.program)
-                .map_err(|why| at.fail("redirect_to", Some(&r.program), why))?,
+                .map_err(|e| at.fail("redirect_to", Some(&r.program), e.to_string()))?,
         ),
         (Decision::Redirect, None) => {
             return Err(at.fail(
@@ -162,29 +162,47 @@ pub(crate) fn first_match<'p>(
     })
 }
 
-/// `args_patterns:` compiled; the error names the pattern (if one) and why.
-fn args_patterns(patterns: &[String]) -> Result<Vec<Regex>, (Option<&str>, String)> {
+/// Why `args_patterns:` or `context:` cannot be compiled.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum CommandRuleError {
+    #[error("args_patterns: is empty and would match nothing; remove it to match any arguments")]
+    NoArgsPatterns,
+    #[error("args_patterns: invalid regex {pattern:?}: {}", one_line(&.source.to_string()))]
+    InvalidRegex {
+        pattern: String,
+        source: regex::Error,
+    },
+    #[error("context: is empty and would match nothing; use [direct], [nested] or remove it")]
+    EmptyContext,
+    #[error("context: min_depth {min} is greater than max_depth {max}")]
+    InvertedDepths { min: u32, max: u32 },
+}
+
+impl CommandRuleError {
+    /// The value to point at, when one is to blame.
+    fn value(&self) -> Option<&str> {
+        match self {
+            CommandRuleError::InvalidRegex { pattern, .. } => Some(pattern),
+            CommandRuleError::NoArgsPatterns
+            | CommandRuleError::EmptyContext
+            | CommandRuleError::InvertedDepths { .. } => None,
+        }
+    }
+}
+
+/// `args_patterns:` compiled.
+fn args_patterns(patterns: &[String]) -> Result<Vec<Regex>, CommandRuleError> {
     if patterns.is_empty() {
-        return Err((
-            None,
-            "args_patterns: is empty and would match nothing; remove it to match any \
-             arguments"
-                .into(),
-        ));
+        return Err(CommandRuleError::NoArgsPatterns);
     }
     let mut out = Vec::with_capacity(patterns.len());
     for p in patterns {
         let re = RegexBuilder::new(p)
             .size_limit(REGEX_SIZE_LIMIT)
             .build()
-            .map_err(|e| {
-                (
-                    Some(p.as_str()),
-                    format!(
-                        "args_patterns: invalid regex {p:?}: {}",
-                        one_line(&e.to_string())
-                    ),
-                )
+            .map_err(|source| CommandRuleError::InvalidRegex {
+                pattern: p.clone(),
+                source,
             })?;
         out.push(re);
     }
@@ -192,7 +210,7 @@ fn args_patterns(patterns: &[String]) -> Result<Vec<Regex>, (Option<&str>, Strin
 }
 
 /// `context:` as a depth range.
-fn depth_of(context: Option<&ContextDoc>) -> Result<DepthRange, String> {
+fn depth_of(context: Option<&ContextDoc>) -> Result<DepthRange, CommandRuleError> {
     match context {
         None => Ok(DepthRange::ANY),
         Some(ContextDoc::Kinds(kinds)) => {
@@ -205,18 +223,14 @@ fn depth_of(context: Option<&ContextDoc>) -> Result<DepthRange, String> {
                     min: 1,
                     max: u32::MAX,
                 }),
-                (false, false) => Err("context: is empty and would match nothing; use \
-                                       [direct], [nested] or remove it"
-                    .into()),
+                (false, false) => Err(CommandRuleError::EmptyContext),
             }
         }
         Some(ContextDoc::Range(range)) => {
             let min = range.min_depth.unwrap_or(0);
             let max = range.max_depth.unwrap_or(u32::MAX);
             if min > max {
-                return Err(format!(
-                    "context: min_depth {min} is greater than max_depth {max}"
-                ));
+                return Err(CommandRuleError::InvertedDepths { min, max });
             }
             Ok(DepthRange { min, max })
         }

@@ -15,7 +15,7 @@ use super::files::{check_exec_sources, check_file_rules};
 use super::network::check_network_rules;
 use crate::policy::daemon_sockets::{self, DaemonSocketsDoc};
 use crate::policy::env::EnvDoc;
-use crate::policy::error::PolicyError;
+use crate::policy::error::{PolicyError, PolicyNameError};
 use crate::policy::locate::Source;
 use crate::policy::pattern::Matcher;
 use crate::policy::schema::{Decision, PolicyDoc};
@@ -77,7 +77,8 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
 fn policy_name(ctx: &Ctx<'_>, name: Option<String>, origin: &str) -> Result<String, PolicyError> {
     match name {
         Some(name) => {
-            check_policy_name(&name).map_err(|m| ctx.invalid(ctx.source.key("name"), None, m))?;
+            check_policy_name(&name)
+                .map_err(|e| ctx.invalid(ctx.source.key("name"), None, e.to_string()))?;
             Ok(name)
         }
         None => Ok(stem_of_origin(origin)),
@@ -226,22 +227,18 @@ pub(super) fn stem_of_origin(origin: &str) -> String {
 }
 
 /// A policy name doubles as a file name under the policies directory.
-pub(crate) fn check_policy_name(name: &str) -> Result<(), String> {
+pub(crate) fn check_policy_name(name: &str) -> Result<(), PolicyNameError> {
     if name.is_empty() {
-        return Err("the policy name is empty".into());
+        return Err(PolicyNameError::Empty);
     }
     if name.starts_with('.') || name.starts_with('-') {
-        return Err(format!(
-            "policy name {name:?} must not start with '.' or '-'"
-        ));
+        return Err(PolicyNameError::BadStart(name.to_string()));
     }
     if !name
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
     {
-        return Err(format!(
-            "policy name {name:?} may only use letters, digits, '-', '_' and '.'"
-        ));
+        return Err(PolicyNameError::BadCharacter(name.to_string()));
     }
     Ok(())
 }

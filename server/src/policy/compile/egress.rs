@@ -63,11 +63,11 @@ fn socket_families(
         (Some(names), _) => {
             let mut set = BTreeSet::new();
             for n in &names {
-                let v = egress::family(n).map_err(|m| {
+                let v = egress::family(n).map_err(|e| {
                     ctx.invalid(
                         ctx.source.section_value("socket_families", None, n),
                         None,
-                        m,
+                        e.to_string(),
                     )
                 })?;
                 set.insert(v);

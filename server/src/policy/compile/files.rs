@@ -11,7 +11,7 @@
 use super::context::{Ctx, RuleAt, Seen};
 use crate::policy::error::PolicyError;
 use crate::policy::schema::{Decision, ExecSources, FileOperation, FileRule};
-use crate::policy::semantics::{self, file_op_kind, FileOpKind};
+use crate::policy::semantics::{self, file_op_kind, FileOpKind, NotEnforceable};
 
 /// The variables a file rule path may start with; the server expands them
 /// per session.
@@ -67,38 +67,73 @@ fn check_file_rule(
     }
 }
 
+/// Why a file rule path (or an `exec_sources.except` path) cannot be
+/// enforced.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum FilePathError {
+    #[error("{0:?}: unterminated ${{")]
+    Unterminated(String),
+    #[error("{path:?}: unknown variable ${{{var}}} (known: {})", known_variables())]
+    UnknownVariable { path: String, var: String },
+    #[error("{path:?}: a '/' must follow ${{{var}}}")]
+    NoSlashAfterVariable { path: String, var: String },
+    #[error(
+        "{0:?} is not absolute (start it with '/' or with ${{WORKSPACE}}, ${{HOME}}, ${{TMPDIR}})"
+    )]
+    NotAbsolute(String),
+    #[error("{0:?}: a variable may only start the path")]
+    VariableInside(String),
+    #[error("invalid glob {path:?}: {source}")]
+    InvalidGlob {
+        path: String,
+        source: glob::PatternError,
+    },
+    #[error(transparent)]
+    NotEnforceable(#[from] NotEnforceable),
+}
+
+/// `${WORKSPACE}, ${SESSION_ROOT}, ...`, for the error that names them.
+fn known_variables() -> String {
+    FILE_PATH_VARIABLES
+        .iter()
+        .map(|v| format!("${{{v}}}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Absolute, or `${VAR}` / `${VAR}/...` with a known VAR; a valid glob.
-pub(super) fn check_file_path(path: &str) -> Result<(), String> {
+pub(super) fn check_file_path(path: &str) -> Result<(), FilePathError> {
+    let owned = || path.to_string();
     let rest = if let Some(after) = path.strip_prefix("${") {
         let Some((var, rest)) = after.split_once('}') else {
-            return Err(format!("{path:?}: unterminated ${{"));
+            return Err(FilePathError::Unterminated(owned()));
         };
         if !FILE_PATH_VARIABLES.contains(&var) {
-            return Err(format!(
-                "{path:?}: unknown variable ${{{var}}} (known: {})",
-                FILE_PATH_VARIABLES
-                    .iter()
-                    .map(|v| format!("${{{v}}}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
+            return Err(FilePathError::UnknownVariable {
+                path: owned(),
+                var: var.to_string(),
+            });
         }
         if !(rest.is_empty() || rest.starts_with('/')) {
-            return Err(format!("{path:?}: a '/' must follow ${{{var}}}"));
+            return Err(FilePathError::NoSlashAfterVariable {
+                path: owned(),
+                var: var.to_string(),
+            });
         }
         rest
     } else if path.starts_with('/') {
         path
     } else {
-        return Err(format!(
-            "{path:?} is not absolute (start it with '/' or with ${{WORKSPACE}}, ${{HOME}}, ${{TMPDIR}})"
-        ));
+        return Err(FilePathError::NotAbsolute(owned()));
     };
     if rest.contains("${") {
-        return Err(format!("{path:?}: a variable may only start the path"));
+        return Err(FilePathError::VariableInside(owned()));
     }
-    glob::Pattern::new(rest).map_err(|e| format!("invalid glob {path:?}: {e}"))?;
-    crate::policy::landlock::landlock_base(path)?;
+    glob::Pattern::new(rest).map_err(|source| FilePathError::InvalidGlob {
+        path: owned(),
+        source,
+    })?;
+    semantics::landlock_base(path)?;
     Ok(())
 }
 

@@ -26,7 +26,7 @@ fn file_paths() {
     for (path, want) in cases {
         match (check_file_path(path), want) {
             (Ok(()), Ok(())) => {}
-            (Err(e), Err(frag)) => assert!(e.contains(frag), "{path}: {e}"),
+            (Err(e), Err(frag)) => assert!(e.to_string().contains(frag), "{path}: {e}"),
             (got, want) => panic!("{path}: got {got:?}, want {want:?}"),
         }
     }
