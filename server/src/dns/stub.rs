@@ -248,69 +248,87 @@ impl Stub {
                 Err(_) => packet::reply(query, &q, 2),
             });
         };
-        // The asking tree's session's policy decides (the supervisor sends
-        // only trees whose policy has `dns: stub` here).
+        Some(self.answer_tree(&who, stream, query, &q))
+    }
+
+    /// A tree's query: the asking tree's session's policy decides (the
+    /// supervisor sends only trees whose policy has `dns: stub` here); a
+    /// name no rule could allow is refused here, an allowed one forwarded.
+    fn answer_tree(&self, who: &Querier, stream: bool, query: &[u8], q: &Question) -> Vec<u8> {
         let Some(egress) = who.tree.policy.egress() else {
-            self.record(
-                &who,
-                Some(&q),
-                Decision::Deny,
-                "default",
-                vec![],
-                Some("the tree's policy has no egress section: refused".into()),
+            return self.refuse(
+                who,
+                query,
+                q,
+                "the tree's policy has no egress section: refused".into(),
             );
-            return Some(packet::reply(query, &q, 5));
         };
         if !egress.could_allow_name(&q.name) {
-            self.record(
-                &who,
-                Some(&q),
-                Decision::Deny,
-                "default",
-                vec![],
-                Some(format!(
+            return self.refuse(
+                who,
+                query,
+                q,
+                format!(
                     "no egress rule could allow {:?}: refused here, the query did not leave \
                      the machine",
                     q.name
-                )),
+                ),
             );
-            return Some(packet::reply(query, &q, 5));
         }
         match self.forward(stream, query, q.id) {
             Ok(r) => {
-                let ips = match packet::answers(&r) {
-                    Ok((_, a)) => a,
-                    Err(m) => {
-                        tracing::warn!("dns stub: an upstream answer for {:?}: {}", q.name, m.0);
-                        Vec::new()
-                    }
-                };
-                for (ip, ttl) in &ips {
-                    who.tree.bind(*ip, &q.name, *ttl);
-                }
-                let rule = rule_for(egress, &q.name);
-                self.record(
-                    &who,
-                    Some(&q),
-                    Decision::Allow,
-                    &rule,
-                    ips.iter().map(|(ip, _)| ip.to_string()).collect(),
-                    None,
-                );
-                Some(r)
+                self.bind_answers(who, egress, q, &r);
+                r
             }
             Err(why) => {
                 self.record(
-                    &who,
-                    Some(&q),
+                    who,
+                    Some(q),
                     Decision::Allow,
                     &rule_for(egress, &q.name),
                     vec![],
                     Some(format!("no upstream answered: {why} (SERVFAIL)")),
                 );
-                Some(packet::reply(query, &q, 2))
+                packet::reply(query, q, 2)
             }
         }
+    }
+
+    /// REFUSED, audited with `message`.
+    fn refuse(&self, who: &Querier, query: &[u8], q: &Question, message: String) -> Vec<u8> {
+        self.record(
+            who,
+            Some(q),
+            Decision::Deny,
+            "default",
+            vec![],
+            Some(message),
+        );
+        packet::reply(query, q, 5)
+    }
+
+    /// Binds each address of the upstream's answer `r` to the name for the
+    /// asking tree, and audits the query as allowed.
+    fn bind_answers(&self, who: &Querier, egress: &Egress, q: &Question, r: &[u8]) {
+        let ips = match packet::answers(r) {
+            Ok((_, a)) => a,
+            Err(m) => {
+                tracing::warn!("dns stub: an upstream answer for {:?}: {}", q.name, m.0);
+                Vec::new()
+            }
+        };
+        for (ip, ttl) in &ips {
+            who.tree.bind(*ip, &q.name, *ttl);
+        }
+        let rule = rule_for(egress, &q.name);
+        self.record(
+            who,
+            Some(q),
+            Decision::Allow,
+            &rule,
+            ips.iter().map(|(ip, _)| ip.to_string()).collect(),
+            None,
+        );
     }
 
     /// Asks the upstreams in turn; the first answer with the query's id.
