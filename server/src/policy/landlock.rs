@@ -51,9 +51,9 @@
 //! reports), and a `deny` whose variable has no value for this tree makes its
 //! operation granted nowhere rather than everywhere.
 
+use super::loaded::Policy;
 use super::schema::{Decision, FileOperation, NetworkDirection, NetworkRule};
 use super::semantics::FileOpKind;
-use super::Policy;
 use agentsh_proto::{FsAccess, FsRule, LandlockCompat, LandlockConfig};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};

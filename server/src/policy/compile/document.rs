@@ -16,10 +16,10 @@ use super::network::check_network_rules;
 use crate::policy::daemon_sockets::{self, DaemonSocketsDoc};
 use crate::policy::env::EnvDoc;
 use crate::policy::error::{PolicyError, PolicyNameError};
+use crate::policy::loaded::Policy;
 use crate::policy::locate::Source;
 use crate::policy::pattern::Matcher;
 use crate::policy::schema::{Decision, PolicyDoc};
-use crate::policy::Policy;
 use agentsh_proto::env::EnvRules;
 
 /// The loaded document as a [`Policy`], section by section; the first
