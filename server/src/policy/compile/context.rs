@@ -8,6 +8,7 @@
 
 use crate::policy::error::{Location, PolicyError};
 use crate::policy::locate::Source;
+use crate::policy::schema::Decision;
 use crate::policy::semantics::Refusal;
 use std::collections::HashMap;
 
@@ -126,6 +127,27 @@ impl<'c> RuleAt<'c> {
             ));
         }
         Ok(RuleAt::new(ctx, section, index, name, occurrence))
+    }
+
+    /// The rule's `decision` is allow or deny: the kernel enforces `what`
+    /// (as `enforces` says it) and can neither ask nor log.
+    pub fn allow_or_deny(
+        &self,
+        decision: Decision,
+        what: &str,
+        enforces: &str,
+    ) -> Result<(), PolicyError> {
+        match decision {
+            Decision::Allow | Decision::Deny => Ok(()),
+            d @ (Decision::Approve | Decision::Audit | Decision::Redirect) => Err(self.fail(
+                "decision",
+                Some(d.as_str()),
+                format!(
+                    "decision: {d} is not possible for {what} (the kernel enforces {enforces} \
+                     and can neither ask nor log); use allow or deny"
+                ),
+            )),
+        }
     }
 
     /// The error for `field` (= `value`) of this rule.

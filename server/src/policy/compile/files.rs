@@ -54,17 +54,7 @@ fn check_file_rule(
             "operations: is empty; list some of read, write, create, delete, execute".into(),
         ));
     }
-    match rule.decision {
-        Decision::Allow | Decision::Deny => Ok(()),
-        d @ (Decision::Approve | Decision::Audit | Decision::Redirect) => Err(at.fail(
-            "decision",
-            Some(d.as_str()),
-            format!(
-                "decision: {d} is not possible for file access (the kernel enforces file \
-                 rules and can neither ask nor log); use allow or deny"
-            ),
-        )),
-    }
+    at.allow_or_deny(rule.decision, "file access", "file rules")
 }
 
 /// Why a file rule path (or an `exec_sources.except` path) cannot be

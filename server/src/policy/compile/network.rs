@@ -7,7 +7,7 @@
 
 use super::context::{Ctx, RuleAt, Seen};
 use crate::policy::error::PolicyError;
-use crate::policy::schema::{Decision, NetworkDirection, NetworkRule, PortSet};
+use crate::policy::schema::{NetworkDirection, NetworkRule, PortSet};
 use crate::policy::semantics;
 
 /// Each network rule on its own, then what they mean together (a
@@ -51,15 +51,5 @@ fn check_network_rule(
             }
         }
     }
-    match rule.decision {
-        Decision::Allow | Decision::Deny => Ok(()),
-        d @ (Decision::Approve | Decision::Audit | Decision::Redirect) => Err(at.fail(
-            "decision",
-            Some(d.as_str()),
-            format!(
-                "decision: {d} is not possible for network rules (the kernel enforces them \
-                 and can neither ask nor log); use allow or deny"
-            ),
-        )),
-    }
+    at.allow_or_deny(rule.decision, "network rules", "them")
 }
