@@ -82,6 +82,14 @@ impl Setup {
             why,
         }
     }
+
+    /// The kernel cannot give what was asked, and nothing is installed yet.
+    fn kernel_cannot(&self, what: KernelRefusal) -> WrapError {
+        WrapError::KernelCannot {
+            cmd: self.cmd.clone(),
+            what,
+        }
+    }
 }
 
 /// The steps: read what to run; under an outer agentsh filter, run it (or
@@ -185,21 +193,13 @@ fn notify_socket(setup: &Setup) -> Result<RawFd, WrapError> {
 }
 
 /// Everything before the exec: kernel checks, daemon sockets hidden, the
-/// filter loaded and handed over, the relay reaped, Landlock applied.
+/// filter loaded and handed over, the relay reaped, Landlock applied. The
+/// order is the module doc's sequence and is kept as is (the masks, for
+/// one, need mounts the filter forbids).
 /// [`WrapError::KernelCannot`] means nothing was installed.
 fn install(setup: &Setup, sock_fd: RawFd, log: &Log) -> Result<(), WrapError> {
-    let kernel = |what: KernelRefusal| WrapError::KernelCannot {
-        cmd: setup.cmd.clone(),
-        what,
-    };
     let config = &setup.config;
-    if config.backend == ExecBackend::Notify {
-        filter::probe_user_notif().map_err(|e| kernel(KernelRefusal::NoUserNotif(e)))?;
-    }
-    if let Some(ll) = &config.landlock {
-        landlock::precheck(ll, ll.effective_abi(landlock::kernel_abi()))
-            .map_err(|e| kernel(KernelRefusal::Landlock(e)))?;
-    }
+    check_kernel(setup)?;
 
     let t_decode = Instant::now();
     let prog = filter::program(config).map_err(|e| setup.refused(Refusal::Program(e)))?;
@@ -208,6 +208,39 @@ fn install(setup: &Setup, sock_fd: RawFd, log: &Log) -> Result<(), WrapError> {
     let has_admin = filter::has_cap_sys_admin().unwrap_or(false);
     // Daemon sockets out of the tree's sight, before the filter forbids
     // mounts (see `mask`).
+    hide_paths(setup, has_admin, log)?;
+    let no_new_privs = no_new_privs_unless_admin(setup, has_admin, log)?;
+    let (loaded, courier) = load_filter(setup, sock_fd, &prog, decode_us, log)?;
+
+    // From here on the filter is installed: every failure is a refusal.
+    hand_over(setup, sock_fd, loaded, courier, log)?;
+    if let Some(ll) = &config.landlock {
+        let report = landlock::apply(ll, no_new_privs, log)
+            .map_err(|e| setup.refused(Refusal::Landlock(e)))?;
+        log!(log, "{report}");
+    }
+    Ok(())
+}
+
+/// What the kernel must offer before anything is installed: user-notify
+/// (notify backend) and the Landlock ABI the ruleset needs.
+fn check_kernel(setup: &Setup) -> Result<(), WrapError> {
+    let config = &setup.config;
+    if config.backend == ExecBackend::Notify {
+        filter::probe_user_notif()
+            .map_err(|e| setup.kernel_cannot(KernelRefusal::NoUserNotif(e)))?;
+    }
+    if let Some(ll) = &config.landlock {
+        landlock::precheck(ll, ll.effective_abi(landlock::kernel_abi()))
+            .map_err(|e| setup.kernel_cannot(KernelRefusal::Landlock(e)))?;
+    }
+    Ok(())
+}
+
+/// The daemon sockets hidden and the `exec_sources` places mounted
+/// `noexec`, after checking every path the server sent.
+fn hide_paths(setup: &Setup, has_admin: bool, log: &Log) -> Result<(), WrapError> {
+    let config = &setup.config;
     if let Some(bad) = config.daemon_sockets.iter().find(|p| !mask::acceptable(p)) {
         return Err(setup.refused(Refusal::DaemonSocketPath(bad.clone())));
     }
@@ -222,21 +255,35 @@ fn install(setup: &Setup, sock_fd: RawFd, log: &Log) -> Result<(), WrapError> {
     let masked = mask::hide(&config.daemon_sockets, &noexec, has_admin, log)
         .map_err(|e| setup.refused(Refusal::Mask(e)))?;
     log!(log, "{masked}");
+    Ok(())
+}
 
-    let no_new_privs = if has_admin {
+/// `no_new_privs`, which an unprivileged filter load needs; with
+/// CAP_SYS_ADMIN the filter loads without it. Returns whether it is set.
+fn no_new_privs_unless_admin(setup: &Setup, has_admin: bool, log: &Log) -> Result<bool, WrapError> {
+    if has_admin {
         log!(
             log,
             "CAP_SYS_ADMIN is effective: loading without no_new_privs"
         );
-        false
-    } else {
-        filter::set_no_new_privs().map_err(|e| kernel(KernelRefusal::NoNewPrivs(e)))?;
-        log!(log, "no_new_privs set (no CAP_SYS_ADMIN)");
-        true
-    };
+        return Ok(false);
+    }
+    filter::set_no_new_privs().map_err(|e| setup.kernel_cannot(KernelRefusal::NoNewPrivs(e)))?;
+    log!(log, "no_new_privs set (no CAP_SYS_ADMIN)");
+    Ok(true)
+}
 
-    // The thread that will send the notify fd: cloned before the load, so
-    // its sendmsg is not trapped (see `handoff::Courier`).
+/// Loads the filter. For the notify backend, the thread that will send the
+/// notify fd is cloned first, so its sendmsg is not trapped (see
+/// `handoff::Courier`).
+fn load_filter(
+    setup: &Setup,
+    sock_fd: RawFd,
+    prog: &[libc::sock_filter],
+    decode_us: u128,
+    log: &Log,
+) -> Result<(filter::Loaded, Option<handoff::Courier>), WrapError> {
+    let config = &setup.config;
     let courier = match config.backend {
         ExecBackend::Notify => Some(
             handoff::Courier::start(sock_fd)
@@ -245,12 +292,11 @@ fn install(setup: &Setup, sock_fd: RawFd, log: &Log) -> Result<(), WrapError> {
         ExecBackend::Ptrace => None,
     };
     let t_load = Instant::now();
-    let loaded =
-        filter::load(&prog, config.wait_killable, config.backend).map_err(|e| match e {
-            filter::LoadError::KernelRefused(e) => kernel(KernelRefusal::Load(e)),
-            filter::LoadError::ListenerExists => setup.refused(Refusal::ListenerExists),
-            filter::LoadError::Failed(e) => setup.refused(Refusal::Load(e)),
-        })?;
+    let loaded = filter::load(prog, config.wait_killable, config.backend).map_err(|e| match e {
+        filter::LoadError::KernelRefused(e) => setup.kernel_cannot(KernelRefusal::Load(e)),
+        filter::LoadError::ListenerExists => setup.refused(Refusal::ListenerExists),
+        filter::LoadError::Failed(e) => setup.refused(Refusal::Load(e)),
+    })?;
     let load_us = t_load.elapsed().as_micros();
     if loaded.wait_killable_refused {
         log!(
@@ -265,15 +311,7 @@ fn install(setup: &Setup, sock_fd: RawFd, log: &Log) -> Result<(), WrapError> {
         filter::flag_names(loaded.flags),
         prog.len()
     );
-
-    // From here on the filter is installed: every failure is a refusal.
-    hand_over(setup, sock_fd, loaded, courier, log)?;
-    if let Some(ll) = &config.landlock {
-        let report = landlock::apply(ll, no_new_privs, log)
-            .map_err(|e| setup.refused(Refusal::Landlock(e)))?;
-        log!(log, "{report}");
-    }
-    Ok(())
+    Ok((loaded, courier))
 }
 
 /// Sends the notify fd (ptrace backend: the request to be traced), waits

@@ -92,20 +92,36 @@ pub fn hide(
             "no CAP_SYS_ADMIN for a private mount namespace".into(),
         ));
     }
+    // A mask mounted in a namespace that is not ours alone would hide the
+    // sockets from everyone, the server's own clients included (gVisor shows
+    // no namespace identity): then nothing is mounted.
+    if !enter_private_namespace()? {
+        return Ok(Masked::NotHidden(
+            "this kernel cannot show that the new mount namespace is private (gVisor?)".into(),
+        ));
+    }
+    keep_mounts_from_propagating_out(log)?;
+    let hidden = cover_each(paths, log)?;
+    mount_each_noexec(noexec, log)?;
+    Ok(Masked::Hidden(hidden))
+}
+
+/// A new mount namespace for this process; whether it is shown to be a
+/// new one (its identity in `/proc/self/ns/mnt` changed).
+fn enter_private_namespace() -> Result<bool, String> {
     let before = std::fs::read_link("/proc/self/ns/mnt").ok();
     // SAFETY: unshare only changes this (single-threaded) process's namespaces.
     if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
         return Err(last("unshare(CLONE_NEWNS) for the daemon-socket masks"));
     }
-    // A mask mounted in a namespace that is not ours alone would hide the
-    // sockets from everyone, the server's own clients included (gVisor shows
-    // no namespace identity): then nothing is mounted.
     let after = std::fs::read_link("/proc/self/ns/mnt").ok();
-    if before.is_none() || before == after {
-        return Ok(Masked::NotHidden(
-            "this kernel cannot show that the new mount namespace is private (gVisor?)".into(),
-        ));
-    }
+    Ok(before.is_some() && before != after)
+}
+
+/// Makes `/` (recursively) a slave mount, so the masks reach no other
+/// namespace; a root that is not a mount point (a chroot) has each shared
+/// mount made a slave instead.
+fn keep_mounts_from_propagating_out(log: &Log) -> Result<(), String> {
     let root = cstr("/")?;
     // SAFETY: a propagation change on "/" with valid C strings and no data.
     let rc = unsafe {
@@ -126,6 +142,12 @@ pub fn hide(
         }
         slave_each_shared_mount(log)?;
     }
+    Ok(())
+}
+
+/// Covers each of `paths` that still exists: a directory with an empty
+/// tmpfs, anything else with `/dev/null`. Returns the paths covered.
+fn cover_each(paths: &[String], log: &Log) -> Result<Vec<String>, String> {
     let mut hidden = Vec::new();
     for p in paths {
         let meta = match std::fs::symlink_metadata(p) {
@@ -150,6 +172,11 @@ pub fn hide(
         }
         hidden.push(p.clone());
     }
+    Ok(hidden)
+}
+
+/// Mounts each directory of `noexec` that still exists `noexec` again.
+fn mount_each_noexec(noexec: &[String], log: &Log) -> Result<(), String> {
     for p in noexec {
         match std::fs::symlink_metadata(p) {
             Ok(m) if m.is_dir() => {}
@@ -164,7 +191,7 @@ pub fn hide(
         mount_noexec(&cstr(p)?).map_err(|e| format!("noexec mount {p}: {e}"))?;
         log!(log, "mounted noexec: {p}");
     }
-    Ok(Masked::Hidden(hidden))
+    Ok(())
 }
 
 /// Binds `target` onto itself and remounts the bind `noexec` (keeping the

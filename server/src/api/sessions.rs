@@ -201,7 +201,7 @@ fn start_stub(api: &Api) -> Result<(), String> {
     if api.supervisor.dns.get().is_some() {
         return Ok(());
     }
-    let stub = crate::dns::start(&api.config, &api.audit)?;
+    let stub = crate::dns::start(&api.config, &api.audit).map_err(|e| e.to_string())?;
     let _ = api.supervisor.dns.set(stub);
     Ok(())
 }

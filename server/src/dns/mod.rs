@@ -9,22 +9,40 @@ pub mod packet;
 pub mod stub;
 
 pub use book::{Book, Querier, TreeNames};
-pub use stub::Stub;
+pub use stub::{Stub, StubError};
 
 use crate::audit::AuditLog;
 use crate::config::Config;
 use std::sync::Arc;
 
+/// Why the stub did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum DnsError {
+    /// `egress.stub` or `egress.resolvers` is not an address (the config's
+    /// own error, which names the key).
+    #[error("{0}")]
+    Config(Box<dyn std::error::Error + Send + Sync>),
+    #[error(transparent)]
+    Stub(#[from] StubError),
+}
+
 /// Starts the stub on `egress.stub`, forwarding to `egress.resolvers` (or
 /// the nameservers of `/etc/resolv.conf`).
 ///
 /// # Errors
-/// It cannot listen there (the caller says what that means: the trees'
-/// DNS is refused, never sent around the policy).
-pub fn start(config: &Config, audit: &Arc<AuditLog>) -> Result<Arc<Stub>, String> {
-    let addr = config.egress.stub_addr()?;
+/// The config names no address, or the stub cannot listen there (the
+/// caller says what that means: the trees' DNS is refused, never sent
+/// around the policy).
+pub fn start(config: &Config, audit: &Arc<AuditLog>) -> Result<Arc<Stub>, DnsError> {
+    let addr = config
+        .egress
+        .stub_addr()
+        .map_err(|e| DnsError::Config(e.into()))?;
     let resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
-    let upstream = config.egress.upstream(&resolv)?;
+    let upstream = config
+        .egress
+        .upstream(&resolv)
+        .map_err(|e| DnsError::Config(e.into()))?;
     if upstream.is_empty() {
         tracing::error!(
             "egress dns stub: no upstream resolver (egress.resolvers is empty and \

@@ -19,9 +19,9 @@
 
 use super::book::{Book, Querier};
 use super::packet::{self, Question};
-use crate::audit::{AuditLog, DnsEvent, EventBody};
+use crate::audit::{AuditLog, DnsEvent, EventBody, Refusal};
 use crate::policy::egress::Egress;
-use crate::policy::Decision;
+use crate::policy::{Decision, RULE_DEFAULT};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -43,33 +43,79 @@ pub struct Stub {
     in_flight: AtomicUsize,
 }
 
+/// Why the stub could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StubError {
+    /// The address is taken, or not ours to bind (port 53 needs root or
+    /// CAP_NET_BIND_SERVICE).
+    #[error("cannot listen on {protocol} {addr} (egress.stub): {source}")]
+    Listen {
+        protocol: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("the stub's udp address: {0}")]
+    LocalAddr(#[source] std::io::Error),
+    #[error("cannot start the DNS stub: {0}")]
+    Thread(#[source] std::io::Error),
+}
+
+/// Why no upstream answered a forwarded query (the tree gets SERVFAIL).
+#[derive(Debug, thiserror::Error)]
+enum UpstreamError {
+    #[error(
+        "no resolver configured (egress.resolvers, or a nameserver in /etc/resolv.conf other \
+         than the stub)"
+    )]
+    NoResolver,
+    #[error("{0}: an answer with another id")]
+    OtherId(SocketAddr),
+    #[error("{upstream}: {source}")]
+    Io {
+        upstream: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
 /// A UDP socket and a TCP listener on the same address (`addr`, or with
 /// port 0 one port both can have).
-fn listen(addr: SocketAddr) -> Result<(UdpSocket, TcpListener, SocketAddr), String> {
-    let mut last = String::new();
-    for _ in 0..if addr.port() == 0 { 50 } else { 1 } {
-        let udp = UdpSocket::bind(addr)
-            .map_err(|e| format!("cannot listen on udp {addr} (egress.stub): {e}"))?;
-        let at = udp
-            .local_addr()
-            .map_err(|e| format!("the stub's udp address: {e}"))?;
+fn listen(addr: SocketAddr) -> Result<(UdpSocket, TcpListener, SocketAddr), StubError> {
+    let attempts = if addr.port() == 0 { 50 } else { 1 };
+    let mut attempt = 1;
+    loop {
+        let udp = UdpSocket::bind(addr).map_err(|source| StubError::Listen {
+            protocol: "udp",
+            addr,
+            source,
+        })?;
+        let at = udp.local_addr().map_err(StubError::LocalAddr)?;
         match TcpListener::bind(at) {
             Ok(tcp) => return Ok((udp, tcp, at)),
-            Err(e) => last = format!("cannot listen on tcp {at} (egress.stub): {e}"),
+            // Port 0: another try gets another port.
+            Err(_) if attempt < attempts => attempt += 1,
+            Err(source) => {
+                return Err(StubError::Listen {
+                    protocol: "tcp",
+                    addr: at,
+                    source,
+                })
+            }
         }
     }
-    Err(last)
 }
 
 impl Stub {
     /// Listens on `addr` and serves on threads of its own. Port 0: a port
     /// free for both UDP and TCP, chosen here (`agentsh wrap`, whose user
     /// cannot bind 53 and may run several at once).
+    ///
+    /// # Errors
+    /// It cannot listen there, or cannot start its threads.
     pub fn start(
         addr: SocketAddr,
         upstream: Vec<SocketAddr>,
         audit: Arc<AuditLog>,
-    ) -> Result<Arc<Stub>, String> {
+    ) -> Result<Arc<Stub>, StubError> {
         let (udp, tcp, addr) = listen(addr)?;
         let stub = Arc::new(Stub {
             addr,
@@ -82,12 +128,12 @@ impl Stub {
         std::thread::Builder::new()
             .name("agentsh-dns-udp".into())
             .spawn(move || s.serve_udp(udp))
-            .map_err(|e| format!("cannot start the DNS stub: {e}"))?;
+            .map_err(StubError::Thread)?;
         let s = stub.clone();
         std::thread::Builder::new()
             .name("agentsh-dns-tcp".into())
             .spawn(move || s.serve_tcp(tcp))
-            .map_err(|e| format!("cannot start the DNS stub: {e}"))?;
+            .map_err(StubError::Thread)?;
         Ok(stub)
     }
 
@@ -185,7 +231,7 @@ impl Stub {
                         who,
                         None,
                         Decision::Deny,
-                        "dns_malformed",
+                        Refusal::DnsMalformed.rule(),
                         vec![],
                         Some(m.0),
                     );
@@ -202,81 +248,92 @@ impl Stub {
                 Err(_) => packet::reply(query, &q, 2),
             });
         };
-        // The asking tree's session's policy decides (the supervisor sends
-        // only trees whose policy has `dns: stub` here).
+        Some(self.answer_tree(&who, stream, query, &q))
+    }
+
+    /// A tree's query: the asking tree's session's policy decides (the
+    /// supervisor sends only trees whose policy has `dns: stub` here); a
+    /// name no rule could allow is refused here, an allowed one forwarded.
+    fn answer_tree(&self, who: &Querier, stream: bool, query: &[u8], q: &Question) -> Vec<u8> {
         let Some(egress) = who.tree.policy.egress() else {
-            self.record(
-                &who,
-                Some(&q),
-                Decision::Deny,
-                "default",
-                vec![],
-                Some("the tree's policy has no egress section: refused".into()),
+            return self.refuse(
+                who,
+                query,
+                q,
+                "the tree's policy has no egress section: refused".into(),
             );
-            return Some(packet::reply(query, &q, 5));
         };
         if !egress.could_allow_name(&q.name) {
-            self.record(
-                &who,
-                Some(&q),
-                Decision::Deny,
-                "default",
-                vec![],
-                Some(format!(
+            return self.refuse(
+                who,
+                query,
+                q,
+                format!(
                     "no egress rule could allow {:?}: refused here, the query did not leave \
                      the machine",
                     q.name
-                )),
+                ),
             );
-            return Some(packet::reply(query, &q, 5));
         }
         match self.forward(stream, query, q.id) {
             Ok(r) => {
-                let ips = match packet::answers(&r) {
-                    Ok((_, a)) => a,
-                    Err(m) => {
-                        tracing::warn!("dns stub: an upstream answer for {:?}: {}", q.name, m.0);
-                        Vec::new()
-                    }
-                };
-                for (ip, ttl) in &ips {
-                    who.tree.bind(*ip, &q.name, *ttl);
-                }
-                let rule = rule_for(egress, &q.name);
-                self.record(
-                    &who,
-                    Some(&q),
-                    Decision::Allow,
-                    &rule,
-                    ips.iter().map(|(ip, _)| ip.to_string()).collect(),
-                    None,
-                );
-                Some(r)
+                self.bind_answers(who, egress, q, &r);
+                r
             }
             Err(why) => {
                 self.record(
-                    &who,
-                    Some(&q),
+                    who,
+                    Some(q),
                     Decision::Allow,
                     &rule_for(egress, &q.name),
                     vec![],
                     Some(format!("no upstream answered: {why} (SERVFAIL)")),
                 );
-                Some(packet::reply(query, &q, 2))
+                packet::reply(query, q, 2)
             }
         }
     }
 
-    /// Asks the upstreams in turn; the first answer with the query's id.
-    fn forward(&self, stream: bool, query: &[u8], id: u16) -> Result<Vec<u8>, String> {
-        if self.upstream.is_empty() {
-            return Err(
-                "no resolver configured (egress.resolvers, or a nameserver in \
-                        /etc/resolv.conf other than the stub)"
-                    .into(),
-            );
+    /// REFUSED, audited with `message`.
+    fn refuse(&self, who: &Querier, query: &[u8], q: &Question, message: String) -> Vec<u8> {
+        self.record(
+            who,
+            Some(q),
+            Decision::Deny,
+            RULE_DEFAULT,
+            vec![],
+            Some(message),
+        );
+        packet::reply(query, q, 5)
+    }
+
+    /// Binds each address of the upstream's answer `r` to the name for the
+    /// asking tree, and audits the query as allowed.
+    fn bind_answers(&self, who: &Querier, egress: &Egress, q: &Question, r: &[u8]) {
+        let ips = match packet::answers(r) {
+            Ok((_, a)) => a,
+            Err(m) => {
+                tracing::warn!("dns stub: an upstream answer for {:?}: {}", q.name, m.0);
+                Vec::new()
+            }
+        };
+        for (ip, ttl) in &ips {
+            who.tree.bind(*ip, &q.name, *ttl);
         }
-        let mut last = String::new();
+        let rule = rule_for(egress, &q.name);
+        self.record(
+            who,
+            Some(q),
+            Decision::Allow,
+            &rule,
+            ips.iter().map(|(ip, _)| ip.to_string()).collect(),
+            None,
+        );
+    }
+
+    /// Asks the upstreams in turn; the first answer with the query's id.
+    fn forward(&self, stream: bool, query: &[u8], id: u16) -> Result<Vec<u8>, UpstreamError> {
+        let mut last = UpstreamError::NoResolver;
         for up in &self.upstream {
             let got = if stream {
                 ask_tcp(*up, query)
@@ -285,8 +342,13 @@ impl Stub {
             };
             match got {
                 Ok(r) if r.len() >= 2 && u16::from_be_bytes([r[0], r[1]]) == id => return Ok(r),
-                Ok(_) => last = format!("{up}: an answer with another id"),
-                Err(e) => last = format!("{up}: {e}"),
+                Ok(_) => last = UpstreamError::OtherId(*up),
+                Err(source) => {
+                    last = UpstreamError::Io {
+                        upstream: *up,
+                        source,
+                    }
+                }
             }
         }
         Err(last)
@@ -329,7 +391,7 @@ fn rule_for(egress: &Egress, name: &str) -> String {
         .rules
         .iter()
         .find(|r| r.decision != Decision::Deny && r.hosts.iter().any(|h| h.matches(name)))
-        .map_or_else(|| "default".into(), |r| r.name.clone())
+        .map_or_else(|| RULE_DEFAULT.into(), |r| r.name.clone())
 }
 
 /// One query being answered.

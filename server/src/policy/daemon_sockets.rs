@@ -82,22 +82,34 @@ pub struct DaemonSocketsDoc {
     pub deny: Vec<String>,
 }
 
-/// Why a policy path is not acceptable.
+/// Why a policy's `daemon_sockets` path is not acceptable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SocketPathError {
+    #[error("{0:?} is not an absolute path")]
+    NotAbsolute(String),
+    #[error("{path:?} has a {component:?} component")]
+    DotComponent { path: String, component: String },
+    #[error("{0:?}: only a whole `*` component is a glob here (e.g. /run/user/*/bus)")]
+    PartialGlob(String),
+}
+
+/// Whether a policy path is acceptable.
 ///
 /// # Errors
 /// Not absolute, `..`/`.` components, or a glob that is not a whole `*`.
-pub fn validate(p: &str) -> Result<(), String> {
+pub fn validate(p: &str) -> Result<(), SocketPathError> {
     if !p.starts_with('/') {
-        return Err(format!("{p:?} is not an absolute path"));
+        return Err(SocketPathError::NotAbsolute(p.to_string()));
     }
     for c in p.split('/').filter(|c| !c.is_empty()) {
         if c == "." || c == ".." {
-            return Err(format!("{p:?} has a {c:?} component"));
+            return Err(SocketPathError::DotComponent {
+                path: p.to_string(),
+                component: c.to_string(),
+            });
         }
         if c != "*" && c.contains(['*', '?', '[', ']']) {
-            return Err(format!(
-                "{p:?}: only a whole `*` component is a glob here (e.g. /run/user/*/bus)"
-            ));
+            return Err(SocketPathError::PartialGlob(p.to_string()));
         }
     }
     Ok(())

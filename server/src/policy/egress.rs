@@ -14,8 +14,9 @@
 //!
 //! Failure modes: values that cannot mean a destination (a host with a
 //! scheme, path or port, `*` inside a label, an invalid CIDR, an unknown
-//! family) are [`EgressError`]s that `compile` turns into a policy error at
-//! the value's line.
+//! family) are [`EgressValueError`]s; `compile` places them (and its own
+//! refusals) in an [`EgressError`], which the policy's compiler turns into a
+//! policy error at the value's line.
 
 use super::decision::Decision;
 use serde::Deserialize;
@@ -411,11 +412,11 @@ pub(crate) fn compile(doc: EgressDoc) -> Result<Egress, EgressError> {
         let decision = decision("decision", r.decision, Some((index, &r.name)))?;
         let mut hosts = Vec::new();
         for h in r.hosts.unwrap_or_default() {
-            hosts.push(parse_host(&h).map_err(|m| err("hosts", Some(&h), m))?);
+            hosts.push(parse_host(&h).map_err(|e| err("hosts", Some(&h), e.to_string()))?);
         }
         let mut cidrs = Vec::new();
         for c in r.cidrs.unwrap_or_default() {
-            cidrs.push(parse_cidr(&c).map_err(|m| err("cidrs", Some(&c), m))?);
+            cidrs.push(parse_cidr(&c).map_err(|e| err("cidrs", Some(&c), e.to_string()))?);
         }
         if let Some(ports) = &r.ports {
             if ports.is_empty() {
@@ -445,17 +446,56 @@ pub(crate) fn compile(doc: EgressDoc) -> Result<Egress, EgressError> {
     })
 }
 
+/// What to write instead of a host that names no host.
+const FIX_HOST: &str = "write a bare name like `pypi.org` or `*.githubusercontent.com`";
+/// What to write instead of a block that names no block.
+const FIX_CIDR: &str = "write an address block like 10.0.0.0/8, 169.254.169.254/32 or fd00::/8";
+
+/// A `hosts`, `cidrs` or `socket_families` value that names no destination
+/// (or family), and what to write instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EgressValueError {
+    #[error("hosts: {0:?} is a URL, not a host name; {FIX_HOST}", FIX_HOST = FIX_HOST)]
+    Url(String),
+    #[error(
+        "hosts: {0:?} has a port or is an IPv6 address; put ports in `ports:` and addresses in \
+         `cidrs:`; {FIX_HOST}",
+        FIX_HOST = FIX_HOST
+    )]
+    HostWithColon(String),
+    #[error(
+        "hosts: {0:?}: `*` may only be a whole first label (`*.example.com`); {FIX_HOST}",
+        FIX_HOST = FIX_HOST
+    )]
+    StarInsideName(String),
+    #[error("hosts: {host:?} is an address; put it in `cidrs:` as {name}/32")]
+    HostIsAddress { host: String, name: String },
+    #[error("hosts: {0:?} is not a host name; {FIX_HOST}", FIX_HOST = FIX_HOST)]
+    NotHostName(String),
+    #[error("cidrs: {0:?} is not an address block; {FIX_CIDR}", FIX_CIDR = FIX_CIDR)]
+    NotAddressBlock(String),
+    #[error(
+        "cidrs: {cidr:?}: the prefix must be 0 to {max}; {FIX_CIDR}",
+        FIX_CIDR = FIX_CIDR
+    )]
+    BadPrefix { cidr: String, max: u8 },
+    /// Host bits set (10.0.0.1/8) are a typo more often than not.
+    #[error("cidrs: {cidr:?} has bits set below the prefix; did you mean {network}?")]
+    HostBitsSet { cidr: String, network: String },
+    #[error(
+        "socket_families: {0:?} is not a socket family agentsh knows; write one of {known}",
+        known = FAMILIES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+    )]
+    UnknownFamily(String),
+}
+
 /// A host pattern: a DNS name, or `*.` before one.
-pub fn parse_host(h: &str) -> Result<HostPattern, String> {
-    let fix = "write a bare name like `pypi.org` or `*.githubusercontent.com`";
+pub fn parse_host(h: &str) -> Result<HostPattern, EgressValueError> {
     if h.contains("://") || h.contains('/') {
-        return Err(format!("hosts: {h:?} is a URL, not a host name; {fix}"));
+        return Err(EgressValueError::Url(h.to_string()));
     }
     if h.contains(':') {
-        return Err(format!(
-            "hosts: {h:?} has a port or is an IPv6 address; put ports in `ports:` and \
-             addresses in `cidrs:`; {fix}"
-        ));
+        return Err(EgressValueError::HostWithColon(h.to_string()));
     }
     let (below, name) = match h.strip_prefix("*.") {
         Some(rest) => (true, rest),
@@ -463,14 +503,13 @@ pub fn parse_host(h: &str) -> Result<HostPattern, String> {
     };
     let name = name.trim_end_matches('.').to_ascii_lowercase();
     if name.contains('*') {
-        return Err(format!(
-            "hosts: {h:?}: `*` may only be a whole first label (`*.example.com`); {fix}"
-        ));
+        return Err(EgressValueError::StarInsideName(h.to_string()));
     }
     if name.parse::<Ipv4Addr>().is_ok() {
-        return Err(format!(
-            "hosts: {h:?} is an address; put it in `cidrs:` as {name}/32"
-        ));
+        return Err(EgressValueError::HostIsAddress {
+            host: h.to_string(),
+            name,
+        });
     }
     let label_ok = |l: &str| {
         !l.is_empty()
@@ -481,7 +520,7 @@ pub fn parse_host(h: &str) -> Result<HostPattern, String> {
             && !l.ends_with('-')
     };
     if name.is_empty() || name.len() > 253 || !name.split('.').all(label_ok) {
-        return Err(format!("hosts: {h:?} is not a host name; {fix}"));
+        return Err(EgressValueError::NotHostName(h.to_string()));
     }
     Ok(if below {
         HostPattern::Below(name)
@@ -491,23 +530,23 @@ pub fn parse_host(h: &str) -> Result<HostPattern, String> {
 }
 
 /// `ADDR/PREFIX`, or a bare address (a /32 or /128).
-pub fn parse_cidr(c: &str) -> Result<Cidr, String> {
-    let fix = "write an address block like 10.0.0.0/8, 169.254.169.254/32 or fd00::/8";
+pub fn parse_cidr(c: &str) -> Result<Cidr, EgressValueError> {
     let (addr, prefix) = match c.split_once('/') {
         Some((a, p)) => (a, Some(p)),
         None => (c, None),
     };
     let addr: IpAddr = addr
         .parse()
-        .map_err(|_| format!("cidrs: {c:?} is not an address block; {fix}"))?;
+        .map_err(|_| EgressValueError::NotAddressBlock(c.to_string()))?;
     let max = if addr.is_ipv4() { 32 } else { 128 };
     let prefix = match prefix {
         None => max,
-        Some(p) => p
-            .parse::<u8>()
-            .ok()
-            .filter(|p| *p <= max)
-            .ok_or_else(|| format!("cidrs: {c:?}: the prefix must be 0 to {max}; {fix}"))?,
+        Some(p) => p.parse::<u8>().ok().filter(|p| *p <= max).ok_or_else(|| {
+            EgressValueError::BadPrefix {
+                cidr: c.to_string(),
+                max,
+            }
+        })?,
     };
     let cidr = Cidr { addr, prefix };
     // Host bits set (10.0.0.1/8) are a typo more often than not.
@@ -522,10 +561,10 @@ pub fn parse_cidr(c: &str) -> Result<Cidr, String> {
         }
     };
     if !network_only {
-        return Err(format!(
-            "cidrs: {c:?} has bits set below the prefix; did you mean {}?",
-            network_of(cidr)
-        ));
+        return Err(EgressValueError::HostBitsSet {
+            cidr: c.to_string(),
+            network: network_of(cidr),
+        });
     }
     Ok(cidr)
 }
@@ -574,18 +613,12 @@ pub const FAMILIES: &[(&str, u32)] = &[
 pub const DEFAULT_FAMILIES: [&str; 3] = ["unix", "inet", "inet6"];
 
 /// A family's number by name.
-pub fn family(name: &str) -> Result<u32, String> {
+pub fn family(name: &str) -> Result<u32, EgressValueError> {
     FAMILIES
         .iter()
         .find(|(n, _)| *n == name)
         .map(|(_, v)| *v)
-        .ok_or_else(|| {
-            let known: Vec<&str> = FAMILIES.iter().map(|(n, _)| *n).collect();
-            format!(
-                "socket_families: {name:?} is not a socket family agentsh knows; write one of {}",
-                known.join(", ")
-            )
-        })
+        .ok_or_else(|| EgressValueError::UnknownFamily(name.to_string()))
 }
 
 /// A family's name by number (for messages and `policy check`).
@@ -791,7 +824,7 @@ mod tests {
             ("bad name.com", "not a host name"),
             ("", "not a host name"),
         ] {
-            let e = parse_host(h).unwrap_err();
+            let e = parse_host(h).unwrap_err().to_string();
             assert!(e.contains(want), "{h}: {e}");
         }
         for (c, want) in [
@@ -800,11 +833,14 @@ mod tests {
             ("example.com/8", "not an address block"),
             ("fd00::/129", "0 to 128"),
         ] {
-            let e = parse_cidr(c).unwrap_err();
+            let e = parse_cidr(c).unwrap_err().to_string();
             assert!(e.contains(want), "{c}: {e}");
         }
         assert_eq!(parse_cidr("1.2.3.4").unwrap().prefix, 32);
-        assert!(family("bluetoth").unwrap_err().contains("bluetooth"));
+        assert!(family("bluetoth")
+            .unwrap_err()
+            .to_string()
+            .contains("bluetooth"));
         assert_eq!(family("inet6").unwrap(), 10);
     }
 }

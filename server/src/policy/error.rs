@@ -68,8 +68,25 @@ pub enum PolicyError {
         shipped: Vec<String>,
     },
     /// A policy name that cannot name a file in the policies directory.
-    #[error("{origin}: invalid policy name: {message}")]
-    BadName { origin: String, message: String },
+    #[error("{origin}: invalid policy name: {reason}")]
+    BadName {
+        origin: String,
+        #[source]
+        reason: PolicyNameError,
+    },
+}
+
+/// Why a policy name cannot name a file under the policies directory (it
+/// doubles as one).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyNameError {
+    #[error("the policy name is empty")]
+    Empty,
+    /// A hidden file, or one read as an option.
+    #[error("policy name {0:?} must not start with '.' or '-'")]
+    BadStart(String),
+    #[error("policy name {0:?} may only use letters, digits, '-', '_' and '.'")]
+    BadCharacter(String),
 }
 
 impl PolicyError {

@@ -30,10 +30,10 @@
 //! the wrapper itself) is reported.
 
 use super::compile::{first_match, RULE_DEFAULT, RULE_INTERNAL_BYPASS, RULE_UNPARSABLE_WRAPPER};
+use super::loaded::Policy;
 use super::pattern::ProgramName;
 use super::schema::Decision;
 use super::wrappers::{self, Unwrapped, Wrapper};
-use super::Policy;
 use serde::Serialize;
 
 /// Wrappers inside wrappers deeper than this are not judged but denied:

@@ -1,7 +1,12 @@
 //! Tests of `landlock`.
 
+use super::paths::{at_or_beneath, join};
 use super::*;
+use crate::policy::loaded::Policy;
+use agentsh_proto::{FsAccess, LandlockCompat};
+use std::collections::BTreeMap;
 use std::collections::HashMap;
+use std::path::Path;
 
 /// A fake tree: directory → non-symlink children; symlinks → targets.
 struct FakeFs {

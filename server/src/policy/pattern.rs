@@ -20,6 +20,10 @@
 //! matches `nc`). For a deny rule that errs on the safe side; for an allow
 //! rule it is harmless for real wrappers, because the payload's own execve is
 //! trapped and judged again with its absolute path.
+//!
+//! Failure modes: an entry that names no program (empty, a NUL byte, a bad
+//! digest, a relative path with `/`, a trailing `/`, an invalid glob) is a
+//! [`CommandEntryError`] when the policy loads; matching cannot fail.
 
 use glob::{MatchOptions, Pattern, PatternError};
 
@@ -73,46 +77,61 @@ pub(crate) enum CommandPattern {
     },
 }
 
+/// Why a `commands:` entry names no program.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CommandEntryError {
+    #[error("a command entry is empty")]
+    Empty,
+    #[error("command entry {0:?} contains a NUL byte")]
+    Nul(String),
+    #[error("command entry {0:?}: a digest is `sha256:` and 64 lowercase hex digits")]
+    BadDigest(String),
+    #[error("invalid glob {entry:?}: {source}")]
+    InvalidGlob { entry: String, source: PatternError },
+    #[error(
+        "command entry {0:?} has a '/' but is not absolute: write a basename (`curl`), an \
+         absolute path (`/usr/bin/curl`) or an absolute glob"
+    )]
+    NotAbsolute(String),
+    #[error("command entry {0:?} ends in '/': name a program, or use `{0}*`")]
+    TrailingSlash(String),
+}
+
 impl CommandPattern {
     /// Compile one entry; the error says what is wrong with it.
-    pub fn new(entry: &str) -> Result<CommandPattern, String> {
+    pub fn new(entry: &str) -> Result<CommandPattern, CommandEntryError> {
+        let owned = || entry.to_string();
+        let glob = |text: &str| {
+            Matcher::new(text).map_err(|source| CommandEntryError::InvalidGlob {
+                entry: owned(),
+                source,
+            })
+        };
         if entry.trim().is_empty() {
-            return Err("a command entry is empty".into());
+            return Err(CommandEntryError::Empty);
         }
         if entry.contains('\0') {
-            return Err(format!("command entry {entry:?} contains a NUL byte"));
+            return Err(CommandEntryError::Nul(owned()));
         }
         if let Some(hex) = entry.strip_prefix("sha256:") {
             // A program named by its content: the supervisor's identity index
             // gives every executed file with this digest this name too.
             if hex.len() != 64 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
-                return Err(format!(
-                    "command entry {entry:?}: a digest is `sha256:` and 64 lowercase hex digits"
-                ));
+                return Err(CommandEntryError::BadDigest(owned()));
             }
-            return Ok(CommandPattern::Basename(Matcher::Literal(
-                entry.to_string(),
-            )));
+            return Ok(CommandPattern::Basename(Matcher::Literal(owned())));
         }
         if !entry.contains('/') {
-            return Matcher::new(entry)
-                .map(CommandPattern::Basename)
-                .map_err(|e| format!("invalid glob {entry:?}: {e}"));
+            return glob(entry).map(CommandPattern::Basename);
         }
         if !entry.starts_with('/') {
-            return Err(format!(
-                "command entry {entry:?} has a '/' but is not absolute: write a basename \
-                 (`curl`), an absolute path (`/usr/bin/curl`) or an absolute glob"
-            ));
+            return Err(CommandEntryError::NotAbsolute(owned()));
         }
         if entry.ends_with('/') {
-            return Err(format!(
-                "command entry {entry:?} ends in '/': name a program, or use `{entry}*`"
-            ));
+            return Err(CommandEntryError::TrailingSlash(owned()));
         }
-        let full = Matcher::new(entry).map_err(|e| format!("invalid glob {entry:?}: {e}"))?;
-        let last_text = entry.rsplit('/').next().unwrap_or(entry);
-        let last = Matcher::new(last_text).map_err(|e| format!("invalid glob {entry:?}: {e}"))?;
+        let full = glob(entry)?;
+        let last = glob(entry.rsplit('/').next().unwrap_or(entry))?;
         Ok(CommandPattern::Path { full, last })
     }
 
@@ -285,7 +304,7 @@ mod tests {
             ("a\0b", "NUL"),
         ];
         for (entry, why) in cases {
-            let err = CommandPattern::new(entry).expect_err(entry);
+            let err = CommandPattern::new(entry).expect_err(entry).to_string();
             assert!(err.contains(why), "{entry:?}: {err}");
         }
     }

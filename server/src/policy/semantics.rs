@@ -23,7 +23,8 @@
 //! Failure modes: [`check_file_rules`] and [`tcp_ports`] return a
 //! [`Refusal`] naming the rule and saying what to write instead; the policy
 //! loader turns it into an error, so the server never starts on a policy
-//! whose meaning it could not enforce.
+//! whose meaning it could not enforce. A path Landlock cannot express as
+//! one rule is [`NotEnforceable`].
 
 use super::schema::{Decision, FileOperation, FileRule, NetworkDirection, NetworkRule, PortSet};
 use std::collections::BTreeSet;
@@ -251,11 +252,22 @@ fn list(ports: &BTreeSet<u16>) -> String {
     }
 }
 
+/// A rule path Landlock cannot enforce: it grants a path and everything
+/// beneath it, so only a literal path or one ending in `/**` means one rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{pattern:?}: Landlock grants a path and everything beneath it, so only a literal path or \
+     one ending in /** can be enforced"
+)]
+pub struct NotEnforceable {
+    pub pattern: String,
+}
+
 /// What a rule path means as a Landlock path-beneath rule, or why it cannot.
 ///
 /// # Errors
 /// A glob other than a trailing `/**`.
-pub fn landlock_base(pattern: &str) -> Result<&str, String> {
+pub fn landlock_base(pattern: &str) -> Result<&str, NotEnforceable> {
     let base = pattern.strip_suffix("/**").unwrap_or(pattern);
     let base = if base.is_empty() { "/" } else { base };
     let literal = match base.strip_prefix("${").and_then(|a| a.split_once('}')) {
@@ -263,10 +275,9 @@ pub fn landlock_base(pattern: &str) -> Result<&str, String> {
         None => base,
     };
     if literal.contains(['*', '?', '[', ']', '{', '}']) {
-        return Err(format!(
-            "{pattern:?}: Landlock grants a path and everything beneath it, so only a \
-             literal path or one ending in /** can be enforced"
-        ));
+        return Err(NotEnforceable {
+            pattern: pattern.to_string(),
+        });
     }
     Ok(base)
 }

@@ -3,6 +3,7 @@
 
 use super::*;
 use std::collections::BTreeSet;
+use std::path::Path;
 
 const TEST_POLICY: &str = r#"
 name: test

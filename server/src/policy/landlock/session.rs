@@ -3,7 +3,12 @@
 //! directory it was built from keeps its stamp. The I/O lives here; the
 //! compiler in `landlock` stays pure (an injected `FsView`).
 
-use super::*;
+use super::paths::{FsView, HostFs, SessionVars};
+use super::protect::SelfProtection;
+use super::ruleset::{compile, CompiledLandlock};
+use crate::policy::loaded::Policy;
+use crate::policy::stamp::{stamp, Stamp, SETTLE};
+use agentsh_proto::LandlockCompat;
 use std::collections::BTreeSet;
 use std::path::Path;
 

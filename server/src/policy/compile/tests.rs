@@ -1,6 +1,8 @@
 //! Tests of `compile`.
 
-use super::*;
+use super::document::{check_policy_name, is_syscall_name, stem_of_origin};
+use super::files::check_file_path;
+use super::DepthRange;
 
 #[test]
 fn file_paths() {
@@ -24,7 +26,7 @@ fn file_paths() {
     for (path, want) in cases {
         match (check_file_path(path), want) {
             (Ok(()), Ok(())) => {}
-            (Err(e), Err(frag)) => assert!(e.contains(frag), "{path}: {e}"),
+            (Err(e), Err(frag)) => assert!(e.to_string().contains(frag), "{path}: {e}"),
             (got, want) => panic!("{path}: got {got:?}, want {want:?}"),
         }
     }
