@@ -22,9 +22,9 @@ use std::sync::Arc;
 /// It cannot listen there (the caller says what that means: the trees'
 /// DNS is refused, never sent around the policy).
 pub fn start(config: &Config, audit: &Arc<AuditLog>) -> Result<Arc<Stub>, String> {
-    let addr = config.egress.stub_addr()?;
+    let addr = config.egress.stub_addr().map_err(|e| e.to_string())?;
     let resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
-    let upstream = config.egress.upstream(&resolv)?;
+    let upstream = config.egress.upstream(&resolv).map_err(|e| e.to_string())?;
     if upstream.is_empty() {
         tracing::error!(
             "egress dns stub: no upstream resolver (egress.resolvers is empty and \
