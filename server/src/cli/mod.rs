@@ -1,10 +1,13 @@
 //! The `agentsh` command line: the server (`agentsh server`, see `daemon`)
 //! and the admin tools. One file per tool family: `approvals`, `lifecycle`
-//! (`ready`, `entrypoint`), `events` (here), `client` (how every tool talks
-//! to the server); `installer` (`agentsh shim ...`) has its own folder.
+//! (`ready`, `entrypoint`), `events`, `policy_tools` (`policy test` and
+//! `generate`), `session`, `wrap`, `client` (how every tool talks to the
+//! server); `installer` (`agentsh shim ...`) has its own folder. Here: the
+//! subcommands, and one small function per subcommand `main` dispatches to.
 //!
-//! Failure modes: every tool prints one line `agentsh: <what failed>` and
-//! exits non-zero; nothing here decides anything about a supervised tree.
+//! Failure modes: every tool prints one line `agentsh: <what failed>` (its
+//! module's error, as text) and exits non-zero (2 for bad input where the
+//! tool says so); nothing here decides anything about a supervised tree.
 
 pub mod approvals;
 pub mod client;
