@@ -8,6 +8,9 @@
 //! as `/tmp`: protecting them there would take create rights on that
 //! directory away from every supervised tree.
 
+mod error;
+
+pub use error::{ConfigError, EgressAddrError, Invalid, SharedLocation};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -197,19 +200,15 @@ impl Default for EgressSection {
 
 impl EgressSection {
     /// `stub` as an address.
-    pub fn stub_addr(&self) -> Result<SocketAddr, String> {
-        self.stub.parse().map_err(|_| {
-            format!(
-                "egress.stub {:?} is not IP:PORT (e.g. 127.0.0.153:53; a resolv.conf can only \
-                 name port 53)",
-                self.stub
-            )
-        })
+    pub fn stub_addr(&self) -> Result<SocketAddr, EgressAddrError> {
+        self.stub
+            .parse()
+            .map_err(|_| EgressAddrError::Stub(self.stub.clone()))
     }
 
     /// `resolvers` as addresses; an empty list: `resolv_conf`'s nameservers
     /// other than the stub.
-    pub fn upstream(&self, resolv_conf: &str) -> Result<Vec<SocketAddr>, String> {
+    pub fn upstream(&self, resolv_conf: &str) -> Result<Vec<SocketAddr>, EgressAddrError> {
         let stub = self.stub_addr()?;
         if self.resolvers.is_empty() {
             return Ok(nameservers(resolv_conf, stub));
@@ -217,13 +216,11 @@ impl EgressSection {
         self.resolvers
             .iter()
             .map(|r| {
-                let a: SocketAddr = r.parse().map_err(|_| {
-                    format!("egress.resolvers: {r:?} is not IP:PORT (e.g. 10.0.0.2:53)")
-                })?;
+                let a: SocketAddr = r
+                    .parse()
+                    .map_err(|_| EgressAddrError::Resolver(r.clone()))?;
                 if a == stub {
-                    return Err(format!(
-                        "egress.resolvers: {r} is the stub itself (egress.stub): it would ask itself"
-                    ));
+                    return Err(EgressAddrError::ResolverIsStub(r.clone()));
                 }
                 Ok(a)
             })
@@ -479,31 +476,20 @@ impl Default for ExecveSection {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot read config {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("invalid config {origin}: {message}")]
-    Parse { origin: String, message: String },
-}
-
 impl Config {
     /// Parses config text; `origin` names it in errors.
     pub fn from_yaml(text: &str, origin: &str) -> Result<Config, ConfigError> {
         let cfg: Config = if text.trim().is_empty() {
             Config::default()
         } else {
-            serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Parse {
+            serde_yaml_ng::from_str(text).map_err(|source| ConfigError::Parse {
                 origin: origin.to_string(),
-                message: e.to_string(),
+                source,
             })?
         };
-        cfg.validate().map_err(|message| ConfigError::Parse {
+        cfg.validate().map_err(|source| ConfigError::Invalid {
             origin: origin.to_string(),
-            message,
+            source,
         })?;
         // A session's env rules, checked here so the error has its place
         // in the file (the rest of a session is checked as it is made).
@@ -511,9 +497,11 @@ impl Config {
             if let Some(Err(e)) = section.env.clone().map(agentsh_proto::env::EnvDoc::compile) {
                 let place = value_position(text, "sessions:", &e.value)
                     .map_or_else(String::new, |(l, c)| format!("{l}:{c}: "));
-                return Err(ConfigError::Parse {
+                return Err(ConfigError::SessionEnv {
                     origin: origin.to_string(),
-                    message: format!("{place}sessions.{id}.env.{}", e.message),
+                    place,
+                    id: id.clone(),
+                    message: e.message,
                 });
             }
         }
@@ -534,16 +522,13 @@ impl Config {
         }
     }
 
-    fn validate(&self) -> Result<(), String> {
-        if !self.server.http.addr.is_empty() && self.server.http.addr.parse::<SocketAddr>().is_err()
-        {
-            return Err(format!(
-                "server.http.addr {:?} is not an address such as 127.0.0.1:18080 (or \"\" for none)",
-                self.server.http.addr
-            ));
+    fn validate(&self) -> Result<(), Invalid> {
+        let http = &self.server.http;
+        if !http.addr.is_empty() && http.addr.parse::<SocketAddr>().is_err() {
+            return Err(Invalid::HttpAddr(http.addr.clone()));
         }
-        if self.server.http.wrap_init && self.server.http.addr.is_empty() {
-            return Err("server.http.wrap_init needs server.http.addr".into());
+        if http.wrap_init && http.addr.is_empty() {
+            return Err(Invalid::WrapInitWithoutAddr);
         }
         let sock = self.server.socket.to_string_lossy();
         if agentsh_proto::shimconf::Server::parse(&format!("unix:{sock}")).is_none()
@@ -553,53 +538,36 @@ impl Config {
                 .parent()
                 .is_none_or(|p| p == Path::new("/"))
         {
-            return Err(format!(
-                "server.socket {sock:?} must be an absolute path of at most 107 bytes, in a \
-                 directory of its own (such as /run/agentsh/api.sock)"
-            ));
+            return Err(Invalid::Socket(sock.into_owned()));
         }
         if self.execve.max_argc == 0 || self.execve.max_argv_bytes == 0 {
-            return Err("execve.max_argc and execve.max_argv_bytes must be above 0".into());
+            return Err(Invalid::ArgvLimits);
         }
         if self.execve.approval_timeout.is_zero()
             || self.execve.approval_timeout > std::time::Duration::from_secs(86_400)
         {
-            return Err("execve.approval_timeout must be above 0 and at most 24h".into());
+            return Err(Invalid::ApprovalTimeout);
         }
         if self.landlock.max_abi > 64 {
-            return Err(format!(
-                "landlock.max_abi {} is not a Landlock ABI (0 for the kernel's, or 1, 2, ...)",
-                self.landlock.max_abi
-            ));
+            return Err(Invalid::LandlockAbi(self.landlock.max_abi));
         }
         self.egress.stub_addr()?;
         self.egress.upstream("")?;
         if self.policy.trim().is_empty() {
-            return Err("policy must name a policy or a file".into());
+            return Err(Invalid::NoPolicy);
         }
         if !(self.workspace.is_empty() || self.workspace.starts_with('/')) {
-            return Err(format!(
-                "workspace {:?} must be an absolute path (or empty)",
-                self.workspace
-            ));
+            return Err(Invalid::Workspace(self.workspace.clone()));
         }
         for id in self.sessions.keys() {
             if id == "default" {
-                return Err(
-                    "sessions.default: the default session's policy and workspace are \
-                            the top-level `policy` and `workspace`; name other sessions here"
-                        .into(),
-                );
+                return Err(Invalid::DefaultSession);
             }
             if !agentsh_proto::shimconf::valid_session_id(id) {
-                return Err(format!(
-                    "sessions.{id:?}: not a session id (1-64 letters, digits, '-', '_', '.')"
-                ));
+                return Err(Invalid::SessionId(id.clone()));
             }
             if id == agentsh_proto::shimconf::REHEARSAL_SESSION {
-                return Err(format!(
-                    "sessions.{id:?}: the id is reserved for the server's own rehearsal shell"
-                ));
+                return Err(Invalid::ReservedSession(id.clone()));
             }
         }
         Ok(())
@@ -616,10 +584,10 @@ impl Config {
     ///
     /// # Errors
     /// Which setting, where it is, why, and what to use instead.
-    pub fn check_own_locations(&self, config_file: Option<&Path>) -> Result<(), String> {
+    pub fn check_own_locations(&self, config_file: Option<&Path>) -> Result<(), SharedLocation> {
         let exe = std::env::current_exe().ok();
         let wrapper = self.wrapper_binary_path();
-        let mut own: Vec<(&str, &Path, &str)> = vec![
+        let mut own: Vec<(&'static str, &Path, &'static str)> = vec![
             ("state_dir", &self.state_dir, "/var/lib/agentsh"),
             (
                 "audit.jsonl",
@@ -652,17 +620,12 @@ impl Config {
         }
         for (key, path, instead) in own {
             if let Some(shared) = shared_ancestor(&real_path(path), &world_writable_dir) {
-                return Err(format!(
-                    "{key} {} is inside {}, which anyone can write: agentsh keeps trees out of \
-                     its own files, and would have to take create rights on {} away from every \
-                     tree to do it there; use a directory such as {instead} (or, if {} is \
-                     writable by mistake, `chmod o-w {}`)",
-                    path.display(),
-                    shared.display(),
-                    shared.display(),
-                    shared.display(),
-                    shared.display()
-                ));
+                return Err(SharedLocation {
+                    key,
+                    path: path.to_path_buf(),
+                    shared,
+                    instead,
+                });
             }
         }
         Ok(())

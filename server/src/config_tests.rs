@@ -115,14 +115,14 @@ fn own_files_in_a_world_writable_directory_are_found() {
 #[test]
 fn state_under_tmp_is_refused_with_what_to_use() {
     let c = Config::from_yaml("state_dir: /tmp/agentsh-state\n", "t").unwrap();
-    let e = c.check_own_locations(None).unwrap_err();
+    let e = c.check_own_locations(None).unwrap_err().to_string();
     assert!(
         e.starts_with("state_dir /tmp/agentsh-state is inside /tmp, which anyone can write"),
         "{e}"
     );
     assert!(e.contains("/var/lib/agentsh"), "{e}");
     let c = Config::from_yaml("audit: {jsonl: /var/tmp/a/audit.jsonl}\n", "t").unwrap();
-    let e = c.check_own_locations(None).unwrap_err();
+    let e = c.check_own_locations(None).unwrap_err().to_string();
     assert!(
         e.starts_with("audit.jsonl /var/tmp/a/audit.jsonl is inside /var/tmp"),
         "{e}"
@@ -130,7 +130,8 @@ fn state_under_tmp_is_refused_with_what_to_use() {
     let e = Config::load(None)
         .unwrap()
         .check_own_locations(Some(Path::new("/tmp/x/config.yaml")))
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(
         e.starts_with("the config file /tmp/x/config.yaml is inside /tmp"),
         "{e}"

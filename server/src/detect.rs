@@ -154,76 +154,22 @@ fn read_one_of(pid: i32) -> Option<String> {
 /// process any more: its new parent is init or a subreaper above us). Both
 /// children wait on a pipe and are killed afterwards; nothing is traced.
 fn probe_tree_access() -> TreeAccess {
-    let unknown = |why: String| TreeAccess {
-        descendants: Probe::no(why.clone()),
-        others: Probe::no(why),
-    };
-    let mut hold = [0i32; 2];
-    let mut report = [0i32; 2];
-    // SAFETY: pipe writes two fds into arrays we own.
-    if unsafe { libc::pipe2(hold.as_mut_ptr(), libc::O_CLOEXEC) } != 0
-        // SAFETY: as above.
-        || unsafe { libc::pipe2(report.as_mut_ptr(), libc::O_CLOEXEC) } != 0
-    {
-        return unknown(format!("pipe: {}", io::Error::last_os_error()));
-    }
-    // The children block reading `hold` until we close its write end.
-    let wait_and_exit = move || -> ! {
-        let mut b = 0u8;
-        // SAFETY: raw syscalls in a forked child.
-        unsafe {
-            libc::close(hold[1]);
-            libc::read(hold[0], (&mut b as *mut u8).cast(), 1);
-            libc::_exit(0)
+    let sleepers = match Sleepers::start() {
+        Ok(s) => s,
+        Err(e) => {
+            let why = format!("pipe: {e}");
+            return TreeAccess {
+                descendants: Probe::no(why.clone()),
+                others: Probe::no(why),
+            };
         }
     };
-    // SAFETY: the child only makes raw syscalls.
-    let child = unsafe { libc::fork() };
-    if child == 0 {
-        wait_and_exit();
-    }
-    // SAFETY: as above; the middle child forks the grandchild, reports its
-    // pid and exits at once.
-    let middle = unsafe { libc::fork() };
-    if middle == 0 {
-        // SAFETY: raw syscalls in a forked child.
-        unsafe {
-            let g = libc::fork();
-            if g == 0 {
-                wait_and_exit();
-            }
-            libc::write(report[1], (&g as *const i32).cast(), 4);
-            libc::_exit(0)
-        }
-    }
-    let mut grandchild: i32 = -1;
-    // SAFETY: closing our copies, reading 4 bytes into an i32 we own, and
-    // reaping the middle child (ours).
-    unsafe {
-        libc::close(hold[0]);
-        libc::close(report[1]);
-        if middle > 0 {
-            libc::read(report[0], (&mut grandchild as *mut i32).cast(), 4);
-            let mut st = 0;
-            libc::waitpid(middle, &mut st, 0);
-        }
-        libc::close(report[0]);
-    }
-    let read_one = |pid: i32| -> Probe {
-        if pid <= 0 {
-            return Probe::no("cannot start the probe process");
-        }
-        match read_one_of(pid) {
-            None => Probe::yes(),
-            Some(why) => Probe::no(why),
-        }
-    };
-    let descendants = read_one(child);
+    let descendants = read_probe(sleepers.child);
     // Another process this one did not start: the grandchild (orphaned) and
     // our own parent. Both must be readable: a rule that follows domains
     // rather than ancestry (Landlock's ptrace scope) lets the orphan through
     // but not the parent; Yama refuses both.
-    let others = match read_one(grandchild) {
+    let others = match read_probe(sleepers.grandchild) {
         p if !p.available => p,
         p => {
             let parent = std::os::unix::process::parent_id();
@@ -234,22 +180,112 @@ fn probe_tree_access() -> TreeAccess {
             }
         }
     };
-    // SAFETY: ending the probes: closing the pipe wakes them; the kill makes
-    // sure; our child is reaped (the grandchild's new parent reaps it).
-    unsafe {
-        libc::close(hold[1]);
-        if child > 0 {
-            libc::kill(child, libc::SIGKILL);
-            let mut st = 0;
-            libc::waitpid(child, &mut st, 0);
-        }
-        if grandchild > 0 {
-            libc::kill(grandchild, libc::SIGKILL);
-        }
-    }
+    sleepers.end();
     TreeAccess {
         descendants,
         others,
+    }
+}
+
+/// Whether this process may read `pid`, one of the [`Sleepers`] (not
+/// started: `pid` is not above 0).
+fn read_probe(pid: i32) -> Probe {
+    if pid <= 0 {
+        return Probe::no("cannot start the probe process");
+    }
+    match read_one_of(pid) {
+        None => Probe::yes(),
+        Some(why) => Probe::no(why),
+    }
+}
+
+/// The processes [`probe_tree_access`] reads: a child of ours and an
+/// orphaned grandchild, each blocked reading a pipe until [`Sleepers::end`]
+/// closes its write end (a pid not above 0: that one did not start).
+struct Sleepers {
+    /// The write end of the pipe they wait on.
+    hold: i32,
+    child: i32,
+    grandchild: i32,
+}
+
+impl Sleepers {
+    /// Forks the child, and a middle child that forks the grandchild,
+    /// reports its pid and exits at once.
+    fn start() -> io::Result<Sleepers> {
+        let mut hold = [0i32; 2];
+        let mut report = [0i32; 2];
+        // SAFETY: pipe writes two fds into arrays we own.
+        if unsafe { libc::pipe2(hold.as_mut_ptr(), libc::O_CLOEXEC) } != 0
+            // SAFETY: as above.
+            || unsafe { libc::pipe2(report.as_mut_ptr(), libc::O_CLOEXEC) } != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        // The children block reading `hold` until we close its write end.
+        let wait_and_exit = move || -> ! {
+            let mut b = 0u8;
+            // SAFETY: raw syscalls in a forked child.
+            unsafe {
+                libc::close(hold[1]);
+                libc::read(hold[0], (&mut b as *mut u8).cast(), 1);
+                libc::_exit(0)
+            }
+        };
+        // SAFETY: the child only makes raw syscalls.
+        let child = unsafe { libc::fork() };
+        if child == 0 {
+            wait_and_exit();
+        }
+        // SAFETY: as above; the middle child forks the grandchild, reports its
+        // pid and exits at once.
+        let middle = unsafe { libc::fork() };
+        if middle == 0 {
+            // SAFETY: raw syscalls in a forked child.
+            unsafe {
+                let g = libc::fork();
+                if g == 0 {
+                    wait_and_exit();
+                }
+                libc::write(report[1], (&g as *const i32).cast(), 4);
+                libc::_exit(0)
+            }
+        }
+        let mut grandchild: i32 = -1;
+        // SAFETY: closing our copies, reading 4 bytes into an i32 we own, and
+        // reaping the middle child (ours).
+        unsafe {
+            libc::close(hold[0]);
+            libc::close(report[1]);
+            if middle > 0 {
+                libc::read(report[0], (&mut grandchild as *mut i32).cast(), 4);
+                let mut st = 0;
+                libc::waitpid(middle, &mut st, 0);
+            }
+            libc::close(report[0]);
+        }
+        Ok(Sleepers {
+            hold: hold[1],
+            child,
+            grandchild,
+        })
+    }
+
+    /// Ends them: closing the pipe wakes them; the kill makes sure; our
+    /// child is reaped (the grandchild's new parent reaps it).
+    fn end(self) {
+        // SAFETY: closing our fd; killing and reaping processes we started.
+        unsafe {
+            libc::close(self.hold);
+            if self.child > 0 {
+                libc::kill(self.child, libc::SIGKILL);
+                let mut st = 0;
+                libc::waitpid(self.child, &mut st, 0);
+            }
+            if self.grandchild > 0 {
+                libc::kill(self.grandchild, libc::SIGKILL);
+            }
+        }
     }
 }
 
@@ -391,10 +427,6 @@ fn probe_sync_wakeup() -> Probe {
     }))
 }
 
-/// A child asks to be traced (it stops itself), loads a filter answering
-/// `getppid` with `RET_TRACE` and calls it; the parent seizes it and must
-/// see `PTRACE_EVENT_SECCOMP`.
-///
 /// Can this process take an fd from another with `pidfd_getfd`? Tried on
 /// itself: ptrace access to a tree is `tree_access`'s question; this one is
 /// whether the syscall itself is refused (a seccomp profile, an old kernel).
@@ -429,9 +461,9 @@ fn probe_pidfd_getfd() -> Probe {
     }
 }
 
-/// Long because the child's half (after fork, async-signal-safe calls only)
-/// and the parent's half must be read together to see that every path
-/// reaps the child.
+/// A child asks to be traced (it stops itself), loads a filter answering
+/// `getppid` with `RET_TRACE` and calls it; the parent seizes it and must
+/// see `PTRACE_EVENT_SECCOMP`. Every path reaps the child here.
 fn probe_trace() -> Probe {
     // SAFETY: the child only makes raw syscalls, then _exits.
     let child = unsafe { libc::fork() };
@@ -439,83 +471,9 @@ fn probe_trace() -> Probe {
         return Probe::no(format!("fork: {}", io::Error::last_os_error()));
     }
     if child == 0 {
-        // BPF: load nr; if getppid -> TRACE else ALLOW.
-        let prog = [
-            libc::sock_filter {
-                code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
-                jt: 0,
-                jf: 0,
-                k: 0,
-            },
-            libc::sock_filter {
-                code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
-                jt: 0,
-                jf: 1,
-                k: libc::SYS_getppid as u32,
-            },
-            libc::sock_filter {
-                code: (libc::BPF_RET | libc::BPF_K) as u16,
-                jt: 0,
-                jf: 0,
-                k: libc::SECCOMP_RET_TRACE,
-            },
-            libc::sock_filter {
-                code: (libc::BPF_RET | libc::BPF_K) as u16,
-                jt: 0,
-                jf: 0,
-                k: libc::SECCOMP_RET_ALLOW,
-            },
-        ];
-        // SAFETY: raw syscalls in the child.
-        unsafe {
-            libc::raise(libc::SIGSTOP);
-            if load(&prog, 0) < 0 {
-                libc::_exit(2);
-            }
-            libc::syscall(libc::SYS_getppid);
-            libc::_exit(0);
-        }
+        traced_child();
     }
-    let outcome = (|| -> Result<(), String> {
-        let mut st = 0;
-        // SAFETY: waiting for our own child's stop.
-        if unsafe { libc::waitpid(child, &mut st, libc::WUNTRACED) } < 0 {
-            return Err(format!("waitpid: {}", io::Error::last_os_error()));
-        }
-        let opts = libc::PTRACE_O_TRACESECCOMP | libc::PTRACE_O_EXITKILL;
-        // SAFETY: seizing our own stopped child.
-        if unsafe { libc::ptrace(libc::PTRACE_SEIZE, child, 0, opts as libc::c_ulong) } < 0 {
-            return Err(format!("PTRACE_SEIZE: {}", io::Error::last_os_error()));
-        }
-        // SAFETY: resume it (SIGCONT ends the stop; the tracer sees it).
-        unsafe { libc::kill(child, libc::SIGCONT) };
-        for _ in 0..16 {
-            // SAFETY: waiting for our tracee.
-            if unsafe { libc::waitpid(child, &mut st, libc::__WALL) } < 0 {
-                return Err(format!("waitpid: {}", io::Error::last_os_error()));
-            }
-            if libc::WIFEXITED(st) || libc::WIFSIGNALED(st) {
-                return Err("the traced child ended without a seccomp stop".into());
-            }
-            let event = (st >> 16) & 0xff;
-            if libc::WIFSTOPPED(st) && event == libc::PTRACE_EVENT_SECCOMP {
-                return Ok(());
-            }
-            let sig = if libc::WIFSTOPPED(st) && event == 0 {
-                let s = libc::WSTOPSIG(st);
-                if s == libc::SIGSTOP || s == libc::SIGCONT {
-                    0
-                } else {
-                    s
-                }
-            } else {
-                0
-            };
-            // SAFETY: continue our tracee (re-injecting an ordinary signal).
-            unsafe { libc::ptrace(libc::PTRACE_CONT, child, 0, sig as libc::c_ulong) };
-        }
-        Err("no seccomp stop".into())
-    })();
+    let outcome = await_seccomp_stop(child);
     // SAFETY: our child; EXITKILL would also end it.
     unsafe {
         libc::kill(child, libc::SIGKILL);
@@ -524,8 +482,105 @@ fn probe_trace() -> Probe {
     }
     match outcome {
         Ok(()) => Probe::yes(),
-        Err(e) => Probe::no(e),
+        Err(e) => Probe::no(e.to_string()),
     }
+}
+
+/// Why [`probe_trace`] saw no seccomp stop.
+#[derive(Debug, thiserror::Error)]
+enum TraceProbeError {
+    #[error("waitpid: {0}")]
+    Wait(#[source] io::Error),
+    #[error("PTRACE_SEIZE: {0}")]
+    Seize(#[source] io::Error),
+    #[error("the traced child ended without a seccomp stop")]
+    Ended,
+    #[error("no seccomp stop")]
+    NoStop,
+}
+
+/// [`probe_trace`]'s child, after fork (async-signal-safe calls only):
+/// stops itself, loads `getppid -> TRACE`, calls getppid.
+fn traced_child() -> ! {
+    // BPF: load nr; if getppid -> TRACE else ALLOW.
+    let prog = [
+        libc::sock_filter {
+            code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 1,
+            k: libc::SYS_getppid as u32,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_TRACE,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ALLOW,
+        },
+    ];
+    // SAFETY: raw syscalls in the child.
+    unsafe {
+        libc::raise(libc::SIGSTOP);
+        if load(&prog, 0) < 0 {
+            libc::_exit(2);
+        }
+        libc::syscall(libc::SYS_getppid);
+        libc::_exit(0);
+    }
+}
+
+/// [`probe_trace`]'s parent: seizes the stopped child, resumes it and waits
+/// (a few stops at most) for its seccomp stop.
+fn await_seccomp_stop(child: libc::pid_t) -> Result<(), TraceProbeError> {
+    let mut st = 0;
+    // SAFETY: waiting for our own child's stop.
+    if unsafe { libc::waitpid(child, &mut st, libc::WUNTRACED) } < 0 {
+        return Err(TraceProbeError::Wait(io::Error::last_os_error()));
+    }
+    let opts = libc::PTRACE_O_TRACESECCOMP | libc::PTRACE_O_EXITKILL;
+    // SAFETY: seizing our own stopped child.
+    if unsafe { libc::ptrace(libc::PTRACE_SEIZE, child, 0, opts as libc::c_ulong) } < 0 {
+        return Err(TraceProbeError::Seize(io::Error::last_os_error()));
+    }
+    // SAFETY: resume it (SIGCONT ends the stop; the tracer sees it).
+    unsafe { libc::kill(child, libc::SIGCONT) };
+    for _ in 0..16 {
+        // SAFETY: waiting for our tracee.
+        if unsafe { libc::waitpid(child, &mut st, libc::__WALL) } < 0 {
+            return Err(TraceProbeError::Wait(io::Error::last_os_error()));
+        }
+        if libc::WIFEXITED(st) || libc::WIFSIGNALED(st) {
+            return Err(TraceProbeError::Ended);
+        }
+        let event = (st >> 16) & 0xff;
+        if libc::WIFSTOPPED(st) && event == libc::PTRACE_EVENT_SECCOMP {
+            return Ok(());
+        }
+        let sig = if libc::WIFSTOPPED(st) && event == 0 {
+            let s = libc::WSTOPSIG(st);
+            if s == libc::SIGSTOP || s == libc::SIGCONT {
+                0
+            } else {
+                s
+            }
+        } else {
+            0
+        };
+        // SAFETY: continue our tracee (re-injecting an ordinary signal).
+        unsafe { libc::ptrace(libc::PTRACE_CONT, child, 0, sig as libc::c_ulong) };
+    }
+    Err(TraceProbeError::NoStop)
 }
 
 fn probe_fanotify() -> Probe {

@@ -38,6 +38,66 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most of a response read (a collector answers with a small status).
 const MAX_RESPONSE: u64 = 1 << 20;
 
+/// An `audit.otlp.endpoint` the server cannot export to (it does not start).
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointError {
+    #[error(
+        "audit.otlp.endpoint {0:?}: https is not built in; send to a collector on this machine \
+         or beside it over http:// (e.g. http://127.0.0.1:4318) and let it forward over TLS"
+    )]
+    Https(String),
+    #[error("audit.otlp.endpoint {0:?} is not an http:// URL (e.g. http://127.0.0.1:4318)")]
+    NotHttp(String),
+    #[error("audit.otlp.endpoint {endpoint:?}: the port {port:?} is not a number")]
+    Port { endpoint: String, port: String },
+    #[error(
+        "audit.otlp.endpoint {0:?}: no host (or credentials in the URL, which are not supported)"
+    )]
+    NoHost(String),
+    #[error("audit.otlp.endpoint {endpoint:?}: {source}")]
+    Build {
+        endpoint: String,
+        source: opentelemetry_otlp::ExporterBuildError,
+    },
+}
+
+/// Why one export request failed (said in the server log and counted).
+#[derive(Debug, thiserror::Error)]
+enum SendError {
+    #[error("{addr}: {source}")]
+    Resolve {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("{0}: no address")]
+    NoAddress(String),
+    #[error("connect {target}: {source}")]
+    Connect {
+        target: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    SetTimeout(#[source] std::io::Error),
+    #[error("send to {target}: {source}")]
+    Write {
+        target: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("read from {target}: {source}")]
+    Read {
+        target: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("the response has no end of headers")]
+    NoEndOfHeaders,
+    #[error("the response head is not text")]
+    HeadNotText,
+    #[error("no status in {0:?}")]
+    NoStatus(String),
+    #[error("{0}")]
+    Response(#[from] http::Error),
+}
+
 /// A running export: the SDK's provider and the logger events go through.
 pub struct Exporter {
     provider: SdkLoggerProvider,
@@ -59,19 +119,12 @@ impl std::fmt::Debug for Exporter {
 ///
 /// # Errors
 /// Not `http://`, no host, or a port that is not a number.
-pub fn parse_endpoint(endpoint: &str) -> Result<(String, String), String> {
+pub fn parse_endpoint(endpoint: &str) -> Result<(String, String), EndpointError> {
     let rest = endpoint.strip_prefix("http://").ok_or_else(|| {
         if endpoint.starts_with("https://") {
-            format!(
-                "audit.otlp.endpoint {endpoint:?}: https is not built in; send to a collector on \
-                 this machine or beside it over http:// (e.g. http://127.0.0.1:4318) and let it \
-                 forward over TLS"
-            )
+            EndpointError::Https(endpoint.to_string())
         } else {
-            format!(
-                "audit.otlp.endpoint {endpoint:?} is not an http:// URL (e.g. \
-                 http://127.0.0.1:4318)"
-            )
+            EndpointError::NotHttp(endpoint.to_string())
         }
     })?;
     let (authority, path) = match rest.find('/') {
@@ -80,18 +133,16 @@ pub fn parse_endpoint(endpoint: &str) -> Result<(String, String), String> {
     };
     let (host, port) = match authority.rsplit_once(':') {
         Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => {
-            let port: u16 = p.parse().map_err(|_| {
-                format!("audit.otlp.endpoint {endpoint:?}: the port {p:?} is not a number")
+            let port: u16 = p.parse().map_err(|_| EndpointError::Port {
+                endpoint: endpoint.to_string(),
+                port: p.to_string(),
             })?;
             (h, port)
         }
         _ => (authority, 80),
     };
     if host.is_empty() || host.contains('@') {
-        return Err(format!(
-            "audit.otlp.endpoint {endpoint:?}: no host (or credentials in the URL, which are \
-             not supported)"
-        ));
+        return Err(EndpointError::NoHost(endpoint.to_string()));
     }
     let path = if path.is_empty() || path == "/" {
         LOGS_PATH
@@ -110,7 +161,7 @@ impl Exporter {
     /// # Errors
     /// The endpoint is not usable (see [`parse_endpoint`]) or the SDK's
     /// exporter cannot be built.
-    pub fn start(endpoint: &str) -> Result<Option<Exporter>, String> {
+    pub fn start(endpoint: &str) -> Result<Option<Exporter>, EndpointError> {
         if endpoint.is_empty() {
             return Ok(None);
         }
@@ -126,7 +177,10 @@ impl Exporter {
             .with_endpoint(url.clone())
             .with_timeout(REQUEST_TIMEOUT)
             .build()
-            .map_err(|e| format!("audit.otlp.endpoint {endpoint:?}: {e}"))?;
+            .map_err(|source| EndpointError::Build {
+                endpoint: endpoint.to_string(),
+                source,
+            })?;
         let resource = opentelemetry_sdk::Resource::builder_empty()
             .with_service_name("agentsh")
             .build();
@@ -215,19 +269,22 @@ impl PlainHttp {
     fn send(
         &self,
         request: &http::Request<bytes::Bytes>,
-    ) -> Result<http::Response<bytes::Bytes>, String> {
+    ) -> Result<http::Response<bytes::Bytes>, SendError> {
         use std::net::ToSocketAddrs;
         let target = self
             .addr
             .to_socket_addrs()
-            .map_err(|e| format!("{}: {e}", self.addr))?
+            .map_err(|source| SendError::Resolve {
+                addr: self.addr.clone(),
+                source,
+            })?
             .next()
-            .ok_or_else(|| format!("{}: no address", self.addr))?;
+            .ok_or_else(|| SendError::NoAddress(self.addr.clone()))?;
         let mut s = std::net::TcpStream::connect_timeout(&target, REQUEST_TIMEOUT)
-            .map_err(|e| format!("connect {target}: {e}"))?;
+            .map_err(|source| SendError::Connect { target, source })?;
         s.set_read_timeout(Some(REQUEST_TIMEOUT))
             .and_then(|()| s.set_write_timeout(Some(REQUEST_TIMEOUT)))
-            .map_err(|e| e.to_string())?;
+            .map_err(SendError::SetTimeout)?;
         let path = request
             .uri()
             .path_and_query()
@@ -249,28 +306,28 @@ impl PlainHttp {
         head.push_str("\r\n");
         s.write_all(head.as_bytes())
             .and_then(|()| s.write_all(request.body()))
-            .map_err(|e| format!("send to {target}: {e}"))?;
+            .map_err(|source| SendError::Write { target, source })?;
         let mut raw = Vec::new();
         s.take(MAX_RESPONSE)
             .read_to_end(&mut raw)
-            .map_err(|e| format!("read from {target}: {e}"))?;
+            .map_err(|source| SendError::Read { target, source })?;
         parse_response(&raw)
     }
 }
 
 /// A whole HTTP/1.1 response (the server closed the connection) as
 /// [`http::Response`].
-fn parse_response(raw: &[u8]) -> Result<http::Response<bytes::Bytes>, String> {
+fn parse_response(raw: &[u8]) -> Result<http::Response<bytes::Bytes>, SendError> {
     let end = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
-        .ok_or("the response has no end of headers")?;
-    let head = std::str::from_utf8(&raw[..end]).map_err(|_| "the response head is not text")?;
+        .ok_or(SendError::NoEndOfHeaders)?;
+    let head = std::str::from_utf8(&raw[..end]).map_err(|_| SendError::HeadNotText)?;
     let status: u16 = head
         .split_whitespace()
         .nth(1)
         .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("no status in {:?}", head.lines().next().unwrap_or("")))?;
+        .ok_or_else(|| SendError::NoStatus(head.lines().next().unwrap_or("").to_string()))?;
     let mut body = &raw[end + 4..];
     for line in head.lines().skip(1) {
         if let Some((k, v)) = line.split_once(':') {
@@ -284,7 +341,7 @@ fn parse_response(raw: &[u8]) -> Result<http::Response<bytes::Bytes>, String> {
     http::Response::builder()
         .status(status)
         .body(bytes::Bytes::copy_from_slice(body))
-        .map_err(|e| e.to_string())
+        .map_err(SendError::Response)
 }
 
 impl opentelemetry_http::HttpClient for PlainHttp {
@@ -350,7 +407,9 @@ mod tests {
             parse_endpoint("http://[::1]:4318/").unwrap().0,
             "[::1]:4318"
         );
-        let https = parse_endpoint("https://otel.example:4318").unwrap_err();
+        let https = parse_endpoint("https://otel.example:4318")
+            .unwrap_err()
+            .to_string();
         assert!(https.contains("https is not built in"), "{https}");
         assert!(parse_endpoint("127.0.0.1:4318").is_err());
         assert!(parse_endpoint("http://:4318").is_err());

@@ -18,6 +18,44 @@ use crate::audit::{Action, Event, EventBody, ExecEvent, ExecSubject};
 use crate::policy::{Decision, ExecFacts, Policy, ProgramFacts, Truncation, Verdict};
 use std::collections::{BTreeMap, BTreeSet};
 
+/// Events that cannot be read: text that is not JSON.
+#[derive(Debug, thiserror::Error)]
+pub enum ParseError {
+    /// The API's array (text starting with `[`) is not JSON.
+    #[error("{origin}: {source}")]
+    NotJson {
+        origin: String,
+        source: serde_json::Error,
+    },
+    /// A line of JSON Lines is not JSON.
+    #[error("{origin}:{line}: not JSON: {source}")]
+    LineNotJson {
+        origin: String,
+        line: usize,
+        source: serde_json::Error,
+    },
+}
+
+/// Why `policy generate` writes nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum GenerateError {
+    #[error("{origin}: no exec ran among {events} exec events: nothing to allow")]
+    NothingRan { origin: String, events: usize },
+}
+
+/// Why a program is named by its path, not pinned by its digest
+/// (`--pin-hashes`); written beside it in the generated policy.
+#[derive(Debug, thiserror::Error)]
+pub enum Unpinned {
+    #[error("{path}: {source}")]
+    Unreadable {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{0} is not the file that ran (replaced since)")]
+    Replaced(String),
+}
+
 /// Events read from JSON Lines (or the API's array).
 #[derive(Debug, Default)]
 pub struct Loaded {
@@ -30,12 +68,15 @@ pub struct Loaded {
 ///
 /// # Errors
 /// A line that is not JSON: `origin:LINE: ...`.
-pub fn parse(text: &str, origin: &str) -> Result<Loaded, String> {
+pub fn parse(text: &str, origin: &str) -> Result<Loaded, ParseError> {
     let mut out = Loaded::default();
     let trimmed = text.trim_start();
     if trimmed.starts_with('[') {
         let values: Vec<serde_json::Value> =
-            serde_json::from_str(trimmed).map_err(|e| format!("{origin}: {e}"))?;
+            serde_json::from_str(trimmed).map_err(|source| ParseError::NotJson {
+                origin: origin.to_string(),
+                source,
+            })?;
         for v in values {
             match serde_json::from_value::<Event>(v) {
                 Ok(e) => out.events.push(e),
@@ -49,7 +90,11 @@ pub fn parse(text: &str, origin: &str) -> Result<Loaded, String> {
             continue;
         }
         let v: serde_json::Value =
-            serde_json::from_str(line).map_err(|e| format!("{origin}:{}: not JSON: {e}", i + 1))?;
+            serde_json::from_str(line).map_err(|source| ParseError::LineNotJson {
+                origin: origin.to_string(),
+                line: i + 1,
+                source,
+            })?;
         match serde_json::from_value::<Event>(v) {
             Ok(e) => out.events.push(e),
             Err(_) => out.not_events += 1,
@@ -310,7 +355,7 @@ fn base_sections(text: &str) -> String {
 pub type FileId = Option<(u64, u64)>;
 
 /// A file's digest now, if it is still the file that ran.
-pub type HashNow<'a> = &'a dyn Fn(&str, FileId) -> Result<String, String>;
+pub type HashNow<'a> = &'a dyn Fn(&str, FileId) -> Result<String, Unpinned>;
 
 /// One program that ran: the deepest depth, the file, its digest if the
 /// event had one.
@@ -330,53 +375,37 @@ pub struct Generated {
     pub findings: usize,
 }
 
-/// An allow-list policy of what ran in `loaded`: `default: deny`, one
-/// allow rule per directory (and deepest depth) of the programs that ran,
-/// their interpreters and loader payloads; the base's other sections.
-/// `hash(path, dev, ino)` gives a file's digest now if it is still that
-/// file (`--pin-hashes`). Pure but for `hash`.
-///
-/// # Errors
-/// Nothing ran (no allowed exec among the events).
-pub fn generate(
-    loaded: &Loaded,
-    opts: &GenerateOptions<'_>,
-    hash: HashNow<'_>,
-) -> Result<Generated, String> {
-    let ex = execs(&loaded.events);
-    // path -> (deepest depth, identity, digest recorded)
-    let mut ran: BTreeMap<String, Ran> = BTreeMap::new();
-    let mut left_out: BTreeMap<String, &'static str> = BTreeMap::new();
-    let mut findings: BTreeSet<String> = BTreeSet::new();
-    let mut refused: BTreeSet<String> = BTreeSet::new();
-    for (_, x) in &ex.judged {
+/// What the recorded execs say about the programs that ran.
+#[derive(Default)]
+struct Survey {
+    /// path -> (deepest depth, identity, digest recorded)
+    ran: BTreeMap<String, Ran>,
+    /// Programs that ran but never go on an allow-list, and why.
+    left_out: BTreeMap<String, &'static str>,
+    /// agent-observe's would-deny findings.
+    findings: BTreeSet<String>,
+    /// Execs refused while recorded.
+    refused: BTreeSet<String>,
+}
+
+impl Survey {
+    /// Takes in one exec judged while recorded.
+    fn add(&mut self, x: &ExecEvent) {
         let s = &x.subject;
         let cmd: String = s.argv.join(" ").chars().take(100).collect();
         if x.rule.starts_with("would-deny-") {
-            findings.insert(format!("{}: {cmd} (depth {})", x.rule, s.depth));
+            self.findings
+                .insert(format!("{}: {cmd} (depth {})", x.rule, s.depth));
         }
         if x.effective_action != Action::Allow {
-            refused.insert(format!("{cmd} (rule {}, depth {})", x.rule, s.depth));
-            continue;
+            self.refused
+                .insert(format!("{cmd} (rule {}, depth {})", x.rule, s.depth));
+            return;
         }
         match names_of(s) {
-            Ok(names) => {
-                let id = s.file.as_ref().map(|f| (f.dev, f.ino));
-                let digest = s.file.as_ref().and_then(|f| f.sha256.clone());
-                for (i, p) in names.into_iter().enumerate() {
-                    // The identity recorded is the file's: the resolved
-                    // target's (the last name that is not a copy's).
-                    let own = i + 1 == 1 + usize::from(s.resolved.is_some());
-                    let e = ran.entry(p).or_insert(Ran {
-                        depth: 0,
-                        id: if own { id } else { None },
-                        digest: if own { digest.clone() } else { None },
-                    });
-                    e.depth = e.depth.max(s.depth);
-                }
-            }
+            Ok(names) => self.add_program(s, names),
             Err(why) => {
-                left_out.insert(
+                self.left_out.insert(
                     s.resolved.clone().unwrap_or_else(|| s.filename.clone()),
                     why,
                 );
@@ -389,27 +418,43 @@ pub fn generate(
                 .chain(i.copy_of.iter().filter(|c| c.starts_with('/')).cloned());
             for p in names {
                 if p.starts_with('/') && !WRITABLE_BY_ALL.iter().any(|d| p.starts_with(d)) {
-                    let e = ran.entry(p).or_default();
+                    let e = self.ran.entry(p).or_default();
                     e.depth = e.depth.max(s.depth);
                 }
             }
         }
     }
-    if ran.is_empty() {
-        return Err(format!(
-            "{}: no exec ran among {} exec events: nothing to allow",
-            opts.origin,
-            ex.judged.len()
-        ));
+
+    /// Records the names a program that ran is judged by.
+    fn add_program(&mut self, s: &ExecSubject, names: Vec<String>) {
+        let id = s.file.as_ref().map(|f| (f.dev, f.ino));
+        let digest = s.file.as_ref().and_then(|f| f.sha256.clone());
+        for (i, p) in names.into_iter().enumerate() {
+            // The identity recorded is the file's: the resolved
+            // target's (the last name that is not a copy's).
+            let own = i + 1 == 1 + usize::from(s.resolved.is_some());
+            let e = self.ran.entry(p).or_insert(Ran {
+                depth: 0,
+                id: if own { id } else { None },
+                digest: if own { digest.clone() } else { None },
+            });
+            e.depth = e.depth.max(s.depth);
+        }
     }
-    // (directory, deepest depth) -> (entry, its comment)
-    type Entries = Vec<(String, Option<String>)>;
-    let mut groups: BTreeMap<(String, u32), Entries> = BTreeMap::new();
-    for (path, r) in &ran {
+}
+
+/// The allow rules' entries: (directory, deepest depth) -> (entry, its comment).
+type Groups = BTreeMap<(String, u32), Vec<(String, Option<String>)>>;
+
+/// The programs that ran grouped by directory and depth, each a path or
+/// (`--pin-hashes`) its digest.
+fn groups(ran: &BTreeMap<String, Ran>, pin_hashes: bool, hash: HashNow<'_>) -> Groups {
+    let mut groups = Groups::new();
+    for (path, r) in ran {
         let (depth, id, recorded) = (&r.depth, &r.id, &r.digest);
         let dir = path.rsplit_once('/').map_or("/", |(d, _)| d);
         let dir = if dir.is_empty() { "/" } else { dir };
-        let (entry, note) = if opts.pin_hashes {
+        let (entry, note) = if pin_hashes {
             match recorded.clone().map_or_else(|| hash(path, *id), Ok) {
                 Ok(d) => (format!("sha256:{d}"), Some(path.clone())),
                 Err(why) => (entry_of(path), Some(format!("not pinned: {why}"))),
@@ -422,48 +467,46 @@ pub fn generate(
             .or_default()
             .push((entry, note));
     }
-    let mut y = String::new();
+    groups
+}
+
+/// The generated policy's header: where it came from, then its findings,
+/// what was left out and what was refused, as comments.
+fn header(y: &mut String, survey: &Survey, opts: &GenerateOptions<'_>, events: usize) {
     y.push_str(&format!(
         "# Generated by `agentsh policy generate` from {} ({} exec events).\n\
          # An allow-list of what ran: every program below, at most as deep as it ran;\n\
          # anything else is denied (default: deny). The other sections are {}'s.\n\
          # Review it, then `agentsh policy test` it against new events before enforcing.\n",
-        opts.origin,
-        ex.judged.len(),
-        opts.base_name
+        opts.origin, events, opts.base_name
     ));
-    if !findings.is_empty() {
+    if !survey.findings.is_empty() {
         y.push_str(
             "#\n# Findings: what agent-default would deny, allowed here because it ran\n\
              # (remove what should not run):\n",
         );
-        for f in &findings {
+        for f in &survey.findings {
             y.push_str(&format!("#   {f}\n"));
         }
     }
-    if !left_out.is_empty() {
+    if !survey.left_out.is_empty() {
         y.push_str("#\n# Ran, but not allow-listed (never belongs on an allow-list):\n");
-        for (p, why) in &left_out {
+        for (p, why) in &survey.left_out {
             y.push_str(&format!("#   {p}: {why}\n"));
         }
     }
-    if !refused.is_empty() {
+    if !survey.refused.is_empty() {
         y.push_str("#\n# Refused while recorded (not allow-listed):\n");
-        for r in &refused {
+        for r in &survey.refused {
             y.push_str(&format!("#   {r}\n"));
         }
     }
-    y.push_str(&format!(
-        "\nname: {}\ndescription: {}\ndefault: deny\n\n",
-        opts.name,
-        quoted(&format!(
-            "Allow-list generated from {} on the base {}",
-            opts.origin, opts.base_name
-        ))
-    ));
-    y.push_str(&base_sections(opts.base_text));
+}
+
+/// The `command_rules` section: one allow rule per directory and depth.
+fn command_rules(y: &mut String, groups: &Groups) {
     y.push_str("\ncommand_rules:\n");
-    for ((dir, depth), entries) in &groups {
+    for ((dir, depth), entries) in groups {
         let slug: String = dir
             .trim_matches('/')
             .chars()
@@ -483,11 +526,50 @@ pub fn generate(
             "    decision: allow\n    context: {{max_depth: {depth}}}\n"
         ));
     }
+}
+
+/// An allow-list policy of what ran in `loaded`: `default: deny`, one
+/// allow rule per directory (and deepest depth) of the programs that ran,
+/// their interpreters and loader payloads; the base's other sections.
+/// `hash(path, dev, ino)` gives a file's digest now if it is still that
+/// file (`--pin-hashes`). Pure but for `hash`.
+///
+/// # Errors
+/// Nothing ran (no allowed exec among the events).
+pub fn generate(
+    loaded: &Loaded,
+    opts: &GenerateOptions<'_>,
+    hash: HashNow<'_>,
+) -> Result<Generated, GenerateError> {
+    let ex = execs(&loaded.events);
+    let mut survey = Survey::default();
+    for (_, x) in &ex.judged {
+        survey.add(x);
+    }
+    if survey.ran.is_empty() {
+        return Err(GenerateError::NothingRan {
+            origin: opts.origin.to_string(),
+            events: ex.judged.len(),
+        });
+    }
+    let groups = groups(&survey.ran, opts.pin_hashes, hash);
+    let mut y = String::new();
+    header(&mut y, &survey, opts, ex.judged.len());
+    y.push_str(&format!(
+        "\nname: {}\ndescription: {}\ndefault: deny\n\n",
+        opts.name,
+        quoted(&format!(
+            "Allow-list generated from {} on the base {}",
+            opts.origin, opts.base_name
+        ))
+    ));
+    y.push_str(&base_sections(opts.base_text));
+    command_rules(&mut y, &groups);
     Ok(Generated {
-        programs: ran.len(),
+        programs: survey.ran.len(),
         rules: groups.len(),
-        left_out: left_out.len(),
-        findings: findings.len(),
+        left_out: survey.left_out.len(),
+        findings: survey.findings.len(),
         yaml: y,
     })
 }
@@ -532,7 +614,9 @@ mod tests {
         );
         let l = parse(&text, "f.jsonl").unwrap();
         assert_eq!((l.events.len(), l.not_events), (2, 1));
-        let e = parse("{\"id\": 1}\n{oops\n", "f.jsonl").unwrap_err();
+        let e = parse("{\"id\": 1}\n{oops\n", "f.jsonl")
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("f.jsonl:2: not JSON"), "{e}");
     }
 
@@ -616,7 +700,7 @@ mod tests {
             name: "gen",
             pin_hashes: false,
         };
-        let g = generate(&l, &opts, &|_, _| Err("no".into())).unwrap();
+        let g = generate(&l, &opts, &|p, _| Err(Unpinned::Replaced(p.into()))).unwrap();
         assert_eq!(
             (g.programs, g.left_out, g.findings),
             (5, 3, 2),
@@ -664,7 +748,10 @@ mod tests {
             if p == "/usr/bin/git" {
                 Ok("ab".repeat(32))
             } else {
-                Err("gone".into())
+                Err(Unpinned::Unreadable {
+                    path: p.into(),
+                    source: std::io::ErrorKind::NotFound.into(),
+                })
             }
         })
         .unwrap();
@@ -675,7 +762,8 @@ mod tests {
             g.yaml
         );
         assert!(
-            g.yaml.contains("\"/usr/bin/curl\"  # not pinned: gone"),
+            g.yaml
+                .contains("\"/usr/bin/curl\"  # not pinned: /usr/bin/curl: entity not found"),
             "{}",
             g.yaml
         );

@@ -6,11 +6,33 @@
 //! call carries the root-only token read from `--token-file`. The server
 //! refuses them from inside a supervised tree.
 
-use crate::cli::client::{error_text, Client};
+use crate::cli::client::{error_text, Client, ClientError};
+use crate::cli::wrap::WrapFilesError;
 use clap::{Args, Subcommand};
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::Duration;
+
+/// What an `agentsh approvals` command could not do.
+#[derive(Debug, thiserror::Error)]
+pub enum ApprovalsError {
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// `--session ID`: no such standalone wrap of this user.
+    #[error(transparent)]
+    WrapSession(#[from] WrapFilesError),
+    #[error("unexpected answer from {0}: not a list")]
+    NotAList(String),
+    /// The server refused the decision (unknown id, decided already, ...).
+    #[error("{id}: HTTP {status}: {text}")]
+    Refused {
+        id: String,
+        status: u16,
+        text: String,
+    },
+}
+
+type Result<T> = std::result::Result<T, ApprovalsError>;
 
 /// Which server an operator command talks to.
 #[derive(Debug, Clone, Args)]
@@ -28,7 +50,7 @@ pub struct ServerArgs {
 }
 
 impl ServerArgs {
-    pub fn client(&self, timeout: Duration) -> Result<Client, String> {
+    pub fn client(&self, timeout: Duration) -> std::result::Result<Client, ClientError> {
         Ok(Client::new(&self.server, Some(&self.token_file))?.with_timeout(timeout))
     }
 }
@@ -79,7 +101,7 @@ pub enum ApprovalsCommand {
     },
 }
 
-fn client(conn: &Connection, timeout: Duration) -> Result<Client, String> {
+fn client(conn: &Connection, timeout: Duration) -> Result<Client> {
     let server = match &conn.session {
         Some(id) => format!("unix:{}", crate::cli::wrap::socket_of(id)?.display()),
         None => conn.at.server.clone(),
@@ -87,11 +109,11 @@ fn client(conn: &Connection, timeout: Duration) -> Result<Client, String> {
     Ok(Client::new(&server, Some(&conn.at.token_file))?.with_timeout(timeout))
 }
 
-fn fetch(client: &Client, after: u64, wait: u64) -> Result<Vec<serde_json::Value>, String> {
+fn fetch(client: &Client, after: u64, wait: u64) -> Result<Vec<serde_json::Value>> {
     let v = client.get_json(&format!("/api/v1/approvals?after={after}&wait={wait}"))?;
     v.as_array()
         .cloned()
-        .ok_or_else(|| format!("unexpected answer from {}: not a list", client.server()))
+        .ok_or_else(|| ApprovalsError::NotAList(client.server()))
 }
 
 fn operator_name() -> Option<String> {
@@ -100,12 +122,7 @@ fn operator_name() -> Option<String> {
         .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
 }
 
-fn decide(
-    client: &Client,
-    id: &str,
-    approve: bool,
-    reason: Option<&str>,
-) -> Result<String, String> {
+fn decide(client: &Client, id: &str, approve: bool, reason: Option<&str>) -> Result<String> {
     let body = serde_json::json!({
         "decision": if approve { "approve" } else { "deny" },
         "reason": reason,
@@ -118,7 +135,11 @@ fn decide(
         true,
     )?;
     if status != 200 {
-        return Err(format!("{id}: HTTP {status}: {}", error_text(&answer)));
+        return Err(ApprovalsError::Refused {
+            id: id.to_string(),
+            status,
+            text: error_text(&answer),
+        });
     }
     Ok(format!(
         "{id}: {} (approver {})",
@@ -188,7 +209,7 @@ const HEADER: &str = "ID               SESSION      PID     DEPTH RULE          
 /// # Errors
 /// The server cannot be reached, the token cannot be read, or the server
 /// refused the decision; the message says which.
-pub fn run(cmd: ApprovalsCommand) -> Result<(), String> {
+pub fn run(cmd: ApprovalsCommand) -> Result<()> {
     let short = Duration::from_secs(10);
     match cmd {
         ApprovalsCommand::List { conn, json } => {
@@ -219,7 +240,7 @@ pub fn run(cmd: ApprovalsCommand) -> Result<(), String> {
     }
 }
 
-fn watch(conn: &Connection) -> Result<(), String> {
+fn watch(conn: &Connection) -> Result<()> {
     let interactive = std::io::stdin().is_terminal();
     let client = client(conn, Duration::from_secs(45))?;
     let mut after = 0u64;

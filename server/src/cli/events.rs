@@ -2,7 +2,30 @@
 //! lines or a table, once or following; `agentsh events query`: the audit
 //! log files searched by session, decision, rule and age.
 
-use crate::cli::client::Client;
+use crate::cli::client::{Client, ClientError};
+use std::path::{Path, PathBuf};
+
+/// What `agentsh events` could not do.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum EventsError {
+    #[error("--since {0:?}: a number and a unit (s, m, h, d), e.g. 15m")]
+    SinceNumber(String),
+    #[error("--since {0:?}: the unit is s, m, h or d")]
+    SinceUnit(String),
+    #[error("no audit log at {} (give the server's audit.jsonl with --file)", .0.display())]
+    NoLog(PathBuf),
+    #[error("{}: {source}", file.display())]
+    ReadFile {
+        file: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error("unexpected answer from {server}{target}: not a list")]
+    NotAList { server: String, target: String },
+}
+
+type Result<T> = std::result::Result<T, EventsError>;
 
 /// One event as a table row.
 fn table_row(ev: &serde_json::Value) -> String {
@@ -78,24 +101,24 @@ pub(super) struct Filter {
 }
 
 /// `90s`, `15m`, `2h`, `7d` as seconds.
-fn duration_secs(text: &str) -> Result<u64, String> {
+fn duration_secs(text: &str) -> Result<u64> {
     let (n, unit) = text.split_at(text.len().saturating_sub(1));
     let n: u64 = n
         .parse()
-        .map_err(|_| format!("--since {text:?}: a number and a unit (s, m, h, d), e.g. 15m"))?;
+        .map_err(|_| EventsError::SinceNumber(text.to_string()))?;
     let unit = match unit {
         "s" => 1,
         "m" => 60,
         "h" => 3600,
         "d" => 86_400,
-        _ => return Err(format!("--since {text:?}: the unit is s, m, h or d")),
+        _ => return Err(EventsError::SinceUnit(text.to_string())),
     };
     Ok(n.saturating_mul(unit))
 }
 
 /// The log and its rotated copies, oldest first (FILE.N ... FILE.1, FILE).
-fn log_files(file: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut rotated: Vec<(u32, std::path::PathBuf)> = Vec::new();
+fn log_files(file: &Path) -> Vec<PathBuf> {
+    let mut rotated: Vec<(u32, PathBuf)> = Vec::new();
     if let (Some(dir), Some(name)) = (file.parent(), file.file_name()) {
         let prefix = format!("{}.", name.to_string_lossy());
         for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
@@ -121,7 +144,7 @@ fn log_files(file: &std::path::Path) -> Vec<std::path::PathBuf> {
 ///
 /// # Errors
 /// A bad `--since`, or no log file to read.
-pub(super) fn query(file: &std::path::Path, f: &Filter, json: bool) -> Result<(), String> {
+pub(super) fn query(file: &Path, f: &Filter, json: bool) -> Result<()> {
     let after = match &f.since {
         Some(s) => {
             let secs = duration_secs(s)?;
@@ -133,10 +156,7 @@ pub(super) fn query(file: &std::path::Path, f: &Filter, json: bool) -> Result<()
     };
     let files = log_files(file);
     if !files.iter().any(|p| p.exists()) {
-        return Err(format!(
-            "no audit log at {} (give the server's audit.jsonl with --file)",
-            file.display()
-        ));
+        return Err(EventsError::NoLog(file.to_path_buf()));
     }
     if !json {
         println!(
@@ -187,13 +207,39 @@ fn header(format: super::EventFormat) {
     }
 }
 
-/// `session`'s events from an audit file (an ended `agentsh wrap`).
-pub(super) fn print_file(
-    file: &std::path::Path,
+/// `agentsh events`: `session`'s events from `server`; with the default
+/// server, a standalone `agentsh wrap` of this user: its own server while
+/// it runs, its audit file once it has ended.
+pub(super) fn print(
+    server: &str,
     session: &str,
+    follow: bool,
     format: super::EventFormat,
-) -> Result<(), String> {
-    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+) -> Result<()> {
+    let default = server == agentsh_proto::shimconf::DEFAULT_SERVER;
+    match (
+        default,
+        super::wrap::socket_of(session),
+        super::wrap::audit_of(session),
+    ) {
+        (true, Ok(sock), _) => {
+            print_events(&format!("unix:{}", sock.display()), session, follow, format)
+        }
+        (true, Err(_), Some(file))
+            if !Path::new(agentsh_proto::shimconf::DEFAULT_SOCKET).exists() =>
+        {
+            print_file(&file, session, format)
+        }
+        _ => print_events(server.trim_end_matches('/'), session, follow, format),
+    }
+}
+
+/// `session`'s events from an audit file (an ended `agentsh wrap`).
+fn print_file(file: &Path, session: &str, format: super::EventFormat) -> Result<()> {
+    let text = std::fs::read_to_string(file).map_err(|source| EventsError::ReadFile {
+        file: file.to_path_buf(),
+        source,
+    })?;
     header(format);
     for line in text.lines() {
         let Ok(ev) = serde_json::from_str::<serde_json::Value>(line) else {
@@ -210,12 +256,12 @@ pub(super) fn print_file(
     Ok(())
 }
 
-pub(super) fn print_events(
+fn print_events(
     server: &str,
     session: &str,
     follow: bool,
     format: super::EventFormat,
-) -> Result<(), String> {
+) -> Result<()> {
     let client = Client::new(server, None)?.with_timeout(std::time::Duration::from_secs(45));
     let mut after = 0u64;
     header(format);
@@ -223,9 +269,10 @@ pub(super) fn print_events(
         let wait = if follow { 30 } else { 0 };
         let target = format!("/api/v1/sessions/{session}/events?after={after}&wait={wait}");
         let v = client.get_json(&target)?;
-        let events = v
-            .as_array()
-            .ok_or_else(|| format!("unexpected answer from {server}{target}: not a list"))?;
+        let events = v.as_array().ok_or_else(|| EventsError::NotAList {
+            server: server.to_string(),
+            target: target.clone(),
+        })?;
         for ev in events {
             match format {
                 super::EventFormat::Json => println!("{ev}"),

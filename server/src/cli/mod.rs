@@ -1,10 +1,13 @@
 //! The `agentsh` command line: the server (`agentsh server`, see `daemon`)
 //! and the admin tools. One file per tool family: `approvals`, `lifecycle`
-//! (`ready`, `entrypoint`), `events` (here), `client` (how every tool talks
-//! to the server); `installer` (`agentsh shim ...`) has its own folder.
+//! (`ready`, `entrypoint`), `events`, `policy_tools` (`policy test` and
+//! `generate`), `session`, `wrap`, `client` (how every tool talks to the
+//! server); `installer` (`agentsh shim ...`) has its own folder. Here: the
+//! subcommands, and one small function per subcommand `main` dispatches to.
 //!
-//! Failure modes: every tool prints one line `agentsh: <what failed>` and
-//! exits non-zero; nothing here decides anything about a supervised tree.
+//! Failure modes: every tool prints one line `agentsh: <what failed>` (its
+//! module's error, as text) and exits non-zero (2 for bad input where the
+//! tool says so); nothing here decides anything about a supervised tree.
 
 pub mod approvals;
 pub mod client;
@@ -14,12 +17,41 @@ mod policy_tools;
 mod session;
 pub(crate) mod wrap;
 
-use crate::config::{CONFIG_HELP, EMBEDDED_CONFIG};
+use crate::config::{ConfigError, CONFIG_HELP, EMBEDDED_CONFIG};
 use crate::installer::{self, ShimCommand};
 use crate::policy;
 use clap::{CommandFactory, Parser, Subcommand};
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+/// What a tool of this file could not do.
+#[derive(Debug, thiserror::Error)]
+enum ToolError {
+    #[error("{0} is not a number of seconds (0 or more)")]
+    Seconds(f64),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Ready(#[from] lifecycle::ReadyError),
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+    #[error("cannot render {page}: {source}")]
+    RenderMan {
+        page: String,
+        source: std::io::Error,
+    },
+    #[error("cannot write {}: {source}", path.display())]
+    WriteMan {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot create {}: {source}", dir.display())]
+    ManDir {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+}
 
 /// agentsh: kernel-enforced policy on every command an AI agent runs.
 #[derive(Debug, Parser)]
@@ -354,21 +386,26 @@ fn init_logging() {
 }
 
 /// A duration from a number of seconds given on the command line.
-fn seconds(s: f64) -> Result<std::time::Duration, String> {
-    std::time::Duration::try_from_secs_f64(s)
-        .map_err(|_| format!("{s} is not a number of seconds (0 or more)"))
+fn seconds(s: f64) -> Result<std::time::Duration, ToolError> {
+    std::time::Duration::try_from_secs_f64(s).map_err(|_| ToolError::Seconds(s))
 }
 
 /// `agentsh man --dir DIR`: agentsh.1 plus agentsh-SUB[-SUB].1 for every subcommand.
-fn write_man_pages(dir: &std::path::Path) -> Result<(), String> {
-    fn walk(cmd: clap::Command, name: String, dir: &std::path::Path) -> Result<(), String> {
+fn write_man_pages(dir: &Path) -> Result<(), ToolError> {
+    fn walk(cmd: clap::Command, name: String, dir: &Path) -> Result<(), ToolError> {
         let cmd = cmd.name(name.clone());
         let path = dir.join(format!("{name}.1"));
         let mut buf = Vec::new();
         clap_mangen::Man::new(cmd.clone())
             .render(&mut buf)
-            .map_err(|e| format!("cannot render {name}.1: {e}"))?;
-        std::fs::write(&path, buf).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            .map_err(|source| ToolError::RenderMan {
+                page: format!("{name}.1"),
+                source,
+            })?;
+        std::fs::write(&path, buf).map_err(|source| ToolError::WriteMan {
+            path: path.clone(),
+            source,
+        })?;
         for sub in cmd.get_subcommands() {
             // `help` is not a page of its own, nor is a hidden command.
             if sub.get_name() == "help" || sub.is_hide_set() {
@@ -378,7 +415,10 @@ fn write_man_pages(dir: &std::path::Path) -> Result<(), String> {
         }
         Ok(())
     }
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    std::fs::create_dir_all(dir).map_err(|source| ToolError::ManDir {
+        dir: dir.to_path_buf(),
+        source,
+    })?;
     // Without the `help` subcommands: SEE ALSO would name pages that are
     // not shipped (agentsh-help(1)).
     fn no_help(cmd: clap::Command) -> clap::Command {
@@ -438,9 +478,6 @@ fn config_help_paragraphs(table: &str) -> String {
     out.join("\n\n")
 }
 
-/// The whole command line; the binary's `main` is this.
-///
-/// Long because it is one `match` over the subcommands, an arm each.
 /// A reader that went away (`agentsh events | head -1`) ends the output,
 /// not the program with a panic: a write to a closed pipe (println!, or a
 /// library writing completions) exits 0, quietly,
@@ -462,21 +499,17 @@ fn quiet_on_closed_stdout() {
     }));
 }
 
+/// The whole command line; the binary's `main` is this: one arm per
+/// subcommand, each a function of its own (or of its tool's module).
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    if !matches!(
-        cli.command,
-        Command::Server { .. } | Command::Reaper { .. } | Command::Rehearse { .. }
-    ) {
+    if !cli.command.is_internal() {
         quiet_on_closed_stdout();
     }
-    let result = match cli.command {
+    match cli.command {
         Command::Server {
             print_config: true, ..
-        } => {
-            print!("{EMBEDDED_CONFIG}");
-            Ok(())
-        }
+        } => print_config(),
         Command::Server {
             config,
             report_fd,
@@ -487,224 +520,234 @@ pub fn main() -> ExitCode {
             ..
         } => {
             init_logging();
-            crate::daemon::run(crate::daemon::Start {
+            failure_if(crate::daemon::run(crate::daemon::Start {
                 config_file: config,
                 command,
                 report_fd,
                 session,
                 command_pgid,
                 command_stdio,
-            })
+            }))
         }
-        Command::Rehearse { socket, wrapper } => {
-            return crate::daemon::rehearsal::child(&socket, wrapper);
-        }
+        Command::Rehearse { socket, wrapper } => crate::daemon::rehearsal::child(&socket, wrapper),
         Command::Reaper {
             server,
             nofile_soft,
             join_pgid,
             command,
-        } => {
-            let code = crate::daemon::reaper::run(server, nofile_soft, join_pgid, &command);
-            return ExitCode::from(code.clamp(0, 255) as u8);
-        }
-        Command::Policy {
-            command: PolicyCommand::Check { file },
-        } => match policy::check_file(&file).and_then(|summary| {
-            // What the server does next with a policy at start: its
-            // syscalls.block and exec_memory compiled into the filter.
-            let p = policy::Policy::load(&file)?;
-            crate::filter::Filters::new(
-                p.blocked_syscalls(),
-                p.exec_memory_denied(),
-                crate::filter::NetFilter::of(&p),
-                agentsh_proto::wire::kernel_landlock_abi(),
-                agentsh_proto::ExecBackend::Notify,
-            )
-            .map(|_| summary)
-            .map_err(|e| policy::PolicyError::Invalid {
-                origin: file.display().to_string(),
-                location: None,
-                rule: None,
-                message: e.to_string(),
-            })
-        }) {
-            Ok(summary) => {
-                println!("{summary}");
-                Ok(())
-            }
-            Err(e) => Err(e.to_string()),
-        },
-        Command::Policy {
-            command:
-                PolicyCommand::Test {
-                    file,
-                    events,
-                    against,
-                    server,
-                },
-        } => {
-            return match policy_tools::test(&file, &events, against.as_deref(), &server) {
-                Ok(code) => ExitCode::from(code as u8),
-                Err(e) => {
-                    eprintln!("agentsh: {e}");
-                    ExitCode::from(2)
-                }
-            };
-        }
-        Command::Policy {
-            command:
-                PolicyCommand::Generate {
-                    from,
-                    base,
-                    pin_hashes,
-                    name,
-                    output,
-                    server,
-                },
-        } => {
-            return match policy_tools::generate(
-                &from,
-                &base,
-                pin_hashes,
-                name.as_deref(),
-                &output,
-                &server,
-            ) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("agentsh: {e}");
-                    ExitCode::from(2)
-                }
-            };
-        }
+        } => exit_code(crate::daemon::reaper::run(
+            server,
+            nofile_soft,
+            join_pgid,
+            &command,
+        )),
+        Command::Policy { command } => policy_command(command),
         Command::Events {
-            query:
-                Some(EventsCommand::Query {
-                    session,
-                    decision,
-                    rule,
-                    since,
-                    json,
-                    file,
-                }),
-            ..
-        } => events::query(
-            &file,
-            &events::Filter {
-                session,
-                decision,
-                rule,
-                since,
-            },
-            json,
-        ),
+            query: Some(query), ..
+        } => failure_if(events_query(query)),
         Command::Events {
             session,
             follow,
             server,
             format,
             ..
-        } => {
-            // A standalone `agentsh wrap` of this user: its own server while
-            // it runs, its audit file once it has ended.
-            let default = server == agentsh_proto::shimconf::DEFAULT_SERVER;
-            match (default, wrap::socket_of(&session), wrap::audit_of(&session)) {
-                (true, Ok(sock), _) => events::print_events(
-                    &format!("unix:{}", sock.display()),
-                    &session,
-                    follow,
-                    format,
-                ),
-                (true, Err(_), Some(file))
-                    if !std::path::Path::new(agentsh_proto::shimconf::DEFAULT_SOCKET).exists() =>
-                {
-                    events::print_file(&file, &session, format)
-                }
-                _ => events::print_events(server.trim_end_matches('/'), &session, follow, format),
-            }
-        }
-        Command::Approvals { command } => approvals::run(command),
-        Command::Session { command } => match session::run(command) {
-            Err(msg) if msg.starts_with("usage: ") => {
-                eprintln!("agentsh: {}", &msg["usage: ".len()..]);
-                return ExitCode::from(2);
-            }
-            other => other,
-        },
+        } => failure_if(events::print(&server, &session, follow, format)),
+        Command::Approvals { command } => failure_if(approvals::run(command)),
+        Command::Session { command } => session_command(command),
         // Inside a supervised shell the server's socket cannot be reached
         // (by design), but the shell's own supervision is the answer: its
         // server took it in, and this exec was let through by it.
-        Command::Ready { .. } if agentsh_proto::marker::agentsh_filter_present() => Ok(()),
+        Command::Ready { .. } if agentsh_proto::marker::agentsh_filter_present() => {
+            ExitCode::SUCCESS
+        }
         Command::Ready {
             server,
             config,
             timeout,
-        } => {
-            let url = match (server, config) {
-                (Some(s), _) => Ok(s.trim_end_matches('/').to_string()),
-                (None, Some(c)) => lifecycle::server_url(Some(&c)),
-                (None, None) => Ok(agentsh_proto::shimconf::DEFAULT_SERVER.to_string()),
-            };
-            url.and_then(|u| seconds(timeout).and_then(|t| lifecycle::wait_ready(&u, t)))
-        }
+        } => failure_if(ready(server, config, timeout)),
         Command::Entrypoint {
             config,
             ready_timeout,
             command,
-        } => {
-            let ready_timeout = match seconds(ready_timeout) {
-                Ok(t) => t,
-                Err(e) => {
-                    eprintln!("agentsh: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            let code = lifecycle::run(lifecycle::Entrypoint {
-                config,
-                ready_timeout,
-                command,
-                wrap: None,
-            });
-            return ExitCode::from(code.clamp(0, 255) as u8);
-        }
-        Command::Wrap(w) => {
-            let code = wrap::run(w);
-            return ExitCode::from(code.clamp(0, 255) as u8);
-        }
-        Command::Completions { shell } => {
-            clap_complete::generate(
-                shell,
-                &mut Cli::command(),
-                "agentsh",
-                &mut std::io::stdout(),
-            );
-            Ok(())
-        }
-        Command::Man { dir } => write_man_pages(&dir),
-        Command::Detect { json, config } => crate::config::Config::load(config.as_deref())
-            .map_err(|e| e.to_string())
-            .and_then(|c| {
-                let r = crate::detect::detect(c.landlock.cap(), c.execve.backend);
-                if json {
-                    serde_json::to_string_pretty(&r)
-                        .map(|j| println!("{j}"))
-                        .map_err(|e| e.to_string())
-                } else {
-                    print!("{}", crate::detect::human(&r));
-                    Ok(())
-                }
-            }),
-        Command::Shim { command } => {
-            let code = installer::run(command);
-            return ExitCode::from(code.clamp(0, 255) as u8);
-        }
-    };
+        } => entrypoint(config, ready_timeout, command),
+        Command::Wrap(w) => exit_code(wrap::run(w)),
+        Command::Completions { shell } => completions(shell),
+        Command::Man { dir } => failure_if(write_man_pages(&dir)),
+        Command::Detect { json, config } => failure_if(detect(json, config.as_deref())),
+        Command::Shim { command } => exit_code(installer::run(command)),
+    }
+}
+
+impl Command {
+    /// The server and its helpers (their output is a log, not a pipeline's).
+    fn is_internal(&self) -> bool {
+        matches!(
+            self,
+            Command::Server { .. } | Command::Reaper { .. } | Command::Rehearse { .. }
+        )
+    }
+}
+
+/// `agentsh server --print-config`.
+fn print_config() -> ExitCode {
+    print!("{EMBEDDED_CONFIG}");
+    ExitCode::SUCCESS
+}
+
+/// `agentsh session ...`: a bad id, policy, workspace or env rule exits 2.
+fn session_command(command: session::SessionCommand) -> ExitCode {
+    match session::run(command) {
+        Err(e) if e.is_usage() => usage_error(e),
+        other => failure_if(other),
+    }
+}
+
+/// `agentsh entrypoint`: a bad `--ready-timeout` exits 2.
+fn entrypoint(config: Option<PathBuf>, ready_timeout: f64, command: Vec<OsString>) -> ExitCode {
+    match seconds(ready_timeout) {
+        Err(e) => usage_error(e),
+        Ok(ready_timeout) => exit_code(lifecycle::run(lifecycle::Entrypoint {
+            config,
+            ready_timeout,
+            command,
+            wrap: None,
+        })),
+    }
+}
+
+/// `agentsh completions SHELL`.
+fn completions(shell: clap_complete::Shell) -> ExitCode {
+    clap_complete::generate(
+        shell,
+        &mut Cli::command(),
+        "agentsh",
+        &mut std::io::stdout(),
+    );
+    ExitCode::SUCCESS
+}
+
+/// Success, or the error on stderr as `agentsh: <what failed>` and exit 1.
+fn failure_if<E: std::fmt::Display>(result: Result<(), E>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(msg) => {
-            eprintln!("agentsh: {msg}");
+        Err(e) => {
+            eprintln!("agentsh: {e}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// A usage error (bad input) on stderr, exit 2.
+fn usage_error(e: impl std::fmt::Display) -> ExitCode {
+    eprintln!("agentsh: {e}");
+    ExitCode::from(2)
+}
+
+/// A tool's exit code, clamped to what an exit status holds.
+fn exit_code(code: i32) -> ExitCode {
+    ExitCode::from(code.clamp(0, 255) as u8)
+}
+
+/// `agentsh policy check|test|generate`; test and generate exit 2 for bad
+/// input.
+fn policy_command(command: PolicyCommand) -> ExitCode {
+    match command {
+        PolicyCommand::Check { file } => failure_if(policy_check(&file)),
+        PolicyCommand::Test {
+            file,
+            events,
+            against,
+            server,
+        } => match policy_tools::test(&file, &events, against.as_deref(), &server) {
+            Ok(code) => ExitCode::from(code as u8),
+            Err(e) => usage_error(e),
+        },
+        PolicyCommand::Generate {
+            from,
+            base,
+            pin_hashes,
+            name,
+            output,
+            server,
+        } => match policy_tools::generate(
+            &from,
+            &base,
+            pin_hashes,
+            name.as_deref(),
+            &output,
+            &server,
+        ) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => usage_error(e),
+        },
+    }
+}
+
+/// `agentsh policy check FILE`: the policy's summary, once it loads and
+/// compiles as the server would compile it.
+fn policy_check(file: &Path) -> Result<(), policy::PolicyError> {
+    let summary = policy::check_file(file)?;
+    // What the server does next with a policy at start: its
+    // syscalls.block and exec_memory compiled into the filter.
+    let p = policy::Policy::load(file)?;
+    crate::filter::Filters::new(
+        p.blocked_syscalls(),
+        p.exec_memory_denied(),
+        crate::filter::NetFilter::of(&p),
+        agentsh_proto::wire::kernel_landlock_abi(),
+        agentsh_proto::ExecBackend::Notify,
+    )
+    .map_err(|e| policy::PolicyError::Invalid {
+        origin: file.display().to_string(),
+        location: None,
+        rule: None,
+        message: e.to_string(),
+    })?;
+    println!("{summary}");
+    Ok(())
+}
+
+/// `agentsh events query`.
+fn events_query(query: EventsCommand) -> Result<(), events::EventsError> {
+    let EventsCommand::Query {
+        session,
+        decision,
+        rule,
+        since,
+        json,
+        file,
+    } = query;
+    events::query(
+        &file,
+        &events::Filter {
+            session,
+            decision,
+            rule,
+            since,
+        },
+        json,
+    )
+}
+
+/// `agentsh ready`: the address from `--server`, `--config` or the
+/// default, then the wait.
+fn ready(server: Option<String>, config: Option<PathBuf>, timeout: f64) -> Result<(), ToolError> {
+    let url = match (server, config) {
+        (Some(s), _) => s.trim_end_matches('/').to_string(),
+        (None, Some(c)) => lifecycle::server_url(Some(&c))?,
+        (None, None) => agentsh_proto::shimconf::DEFAULT_SERVER.to_string(),
+    };
+    Ok(lifecycle::wait_ready(&url, seconds(timeout)?)?)
+}
+
+/// `agentsh detect [--json] [--config C]`.
+fn detect(json: bool, config: Option<&Path>) -> Result<(), ToolError> {
+    let c = crate::config::Config::load(config)?;
+    let r = crate::detect::detect(c.landlock.cap(), c.execve.backend);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        print!("{}", crate::detect::human(&r));
+    }
+    Ok(())
 }

@@ -2,10 +2,46 @@
 //! (a JSON Lines file, or a session's events from a running server) put to
 //! a policy before it is enforced (see `replay`).
 
-use crate::cli::client::Client;
+use crate::cli::client::{Client, ClientError};
+use crate::policy::PolicyError;
 use crate::replay;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// Bad input for `policy test` or `policy generate` (exit 2), or an output
+/// that cannot be written.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyToolError {
+    #[error("cannot read events {from}: {source}")]
+    ReadEvents {
+        from: String,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Events(#[from] replay::ParseError),
+    #[error("{0:?} is neither a file nor a session id (1-64 letters, digits, '-', '_', '.')")]
+    NotASource(String),
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    #[error("--base {base}: not a shipped policy, and {source}")]
+    Base {
+        base: String,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Generate(#[from] replay::GenerateError),
+    #[error("the generated policy does not load (a bug): {0}")]
+    GeneratedInvalid(#[source] PolicyError),
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+type Result<T> = std::result::Result<T, PolicyToolError>;
 
 /// Exit status of `policy test` when an allowed event would be denied.
 pub const NEWLY_DENIED: i32 = 1;
@@ -16,21 +52,21 @@ pub const NEWLY_DENIED: i32 = 1;
 /// # Errors
 /// The file cannot be read or has a line that is not JSON; the server
 /// cannot be reached or has no such session.
-pub fn load_events(source: &str, server: &str) -> Result<(replay::Loaded, String), String> {
+pub fn load_events(source: &str, server: &str) -> Result<(replay::Loaded, String)> {
     let as_file = Path::new(source);
     if as_file.exists()
         || source.contains('/')
         || source.ends_with(".jsonl")
         || source.ends_with(".json")
     {
-        let text = std::fs::read_to_string(as_file)
-            .map_err(|e| format!("cannot read events {source}: {e}"))?;
+        let text = std::fs::read_to_string(as_file).map_err(|e| PolicyToolError::ReadEvents {
+            from: source.to_string(),
+            source: e,
+        })?;
         return Ok((replay::parse(&text, source)?, source.to_string()));
     }
     if !crate::session::valid_id(source) {
-        return Err(format!(
-            "{source:?} is neither a file nor a session id (1-64 letters, digits, '-', '_', '.')"
-        ));
+        return Err(PolicyToolError::NotASource(source.to_string()));
     }
     let client = Client::new(server, None)?.with_timeout(Duration::from_secs(60));
     let v = client.get_json(&format!("/api/v1/sessions/{source}/events"))?;
@@ -41,11 +77,13 @@ pub fn load_events(source: &str, server: &str) -> Result<(replay::Loaded, String
     ))
 }
 
-fn load_policy(name_or_file: &str) -> Result<crate::policy::Policy, String> {
+fn load_policy(name_or_file: &str) -> Result<crate::policy::Policy> {
     // A name is a shipped policy (or one under the default policies
     // directory); anything with a `/` or `.yaml` a file.
-    crate::policy::Policy::resolve(name_or_file, Path::new("/etc/agentsh/policies"))
-        .map_err(|e| e.to_string())
+    Ok(crate::policy::Policy::resolve(
+        name_or_file,
+        Path::new("/etc/agentsh/policies"),
+    )?)
 }
 
 /// `policy test FILE --events SRC [--against FILE2]`: prints the changes;
@@ -53,12 +91,7 @@ fn load_policy(name_or_file: &str) -> Result<crate::policy::Policy, String> {
 ///
 /// # Errors
 /// Bad input (exit 2).
-pub fn test(
-    file: &Path,
-    events: &str,
-    against: Option<&Path>,
-    server: &str,
-) -> Result<i32, String> {
+pub fn test(file: &Path, events: &str, against: Option<&Path>, server: &str) -> Result<i32> {
     let after = load_policy(&file.to_string_lossy())?;
     let before = against
         .map(|a| load_policy(&a.to_string_lossy()))
@@ -85,14 +118,16 @@ pub fn generate(
     name: Option<&str>,
     output: &Path,
     server: &str,
-) -> Result<(), String> {
+) -> Result<()> {
     let base_text = match crate::policy::shipped(base) {
         Some(t) if !base.contains('/') => t.to_string(),
-        _ => std::fs::read_to_string(base)
-            .map_err(|e| format!("--base {base}: not a shipped policy, and {e}"))?,
+        _ => std::fs::read_to_string(base).map_err(|source| PolicyToolError::Base {
+            base: base.to_string(),
+            source,
+        })?,
     };
     // The base must be a policy itself.
-    crate::policy::Policy::from_yaml(&base_text, base).map_err(|e| e.to_string())?;
+    crate::policy::Policy::from_yaml(&base_text, base)?;
     let (loaded, origin) = load_events(from, server)?;
     let stem = output
         .file_stem()
@@ -111,7 +146,7 @@ pub fn generate(
     )?;
     // What is written is a policy the server would load.
     crate::policy::Policy::from_yaml(&g.yaml, &output.display().to_string())
-        .map_err(|e| format!("the generated policy does not load (a bug): {e}"))?;
+        .map_err(PolicyToolError::GeneratedInvalid)?;
     write_file(output, &g.yaml)?;
     eprintln!(
         "agentsh: wrote {}: {} programs in {} allow rules; {} left out, {} findings (see its \
@@ -128,24 +163,34 @@ pub fn generate(
 
 /// The digest of `path` now, if it is still the file that ran (same
 /// device and inode).
-fn hash_now(path: &str, id: Option<(u64, u64)>) -> Result<String, String> {
+fn hash_now(path: &str, id: Option<(u64, u64)>) -> std::result::Result<String, replay::Unpinned> {
     use std::os::unix::fs::MetadataExt;
-    let mut f = std::fs::File::open(path).map_err(|e| format!("{path}: {e}"))?;
-    let m = f.metadata().map_err(|e| format!("{path}: {e}"))?;
+    let unreadable = |source| replay::Unpinned::Unreadable {
+        path: path.to_string(),
+        source,
+    };
+    let mut f = std::fs::File::open(path).map_err(unreadable)?;
+    let m = f.metadata().map_err(unreadable)?;
     if let Some((dev, ino)) = id {
         if (m.dev(), m.ino()) != (dev, ino) {
-            return Err(format!("{path} is not the file that ran (replaced since)"));
+            return Err(replay::Unpinned::Replaced(path.to_string()));
         }
     }
-    crate::supervisor::sha256_hex(&mut f).map_err(|e| format!("{path}: {e}"))
+    crate::supervisor::sha256_hex(&mut f).map_err(unreadable)
 }
 
 /// Writes `text` to `path` through a temporary file beside it.
-fn write_file(path: &Path, text: &str) -> Result<(), String> {
+fn write_file(path: &Path, text: &str) -> Result<()> {
     let tmp = PathBuf::from(format!("{}.tmp-{}", path.display(), std::process::id()));
-    std::fs::write(&tmp, text).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).map_err(|e| {
+    std::fs::write(&tmp, text).map_err(|source| PolicyToolError::Write {
+        path: tmp.clone(),
+        source,
+    })?;
+    std::fs::rename(&tmp, path).map_err(|source| {
         let _ = std::fs::remove_file(&tmp);
-        format!("cannot write {}: {e}", path.display())
+        PolicyToolError::Write {
+            path: path.to_path_buf(),
+            source,
+        }
     })
 }

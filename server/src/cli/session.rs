@@ -2,7 +2,7 @@
 //! time (the server's `/api/v1/sessions`; see `api::sessions`).
 
 use crate::cli::approvals::ServerArgs;
-use crate::cli::client::error_text;
+use crate::cli::client::{error_text, ClientError};
 use clap::Subcommand;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -65,11 +65,49 @@ pub enum SessionCommand {
     },
 }
 
+/// What an `agentsh session` command could not do; the usage errors exit 2.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("session id {0:?} is not valid: use 1-64 letters, digits, '-', '_', '.'")]
+    InvalidId(String),
+    #[error("--env-inject {0:?}: expected NAME=VALUE")]
+    EnvInject(String),
+    #[error("--workspace {}: {source}", path.display())]
+    Workspace {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The server refused what was asked (HTTP 400): its reason.
+    #[error("{0}")]
+    Rejected(String),
+    #[error("HTTP {status}: {text}")]
+    Status { status: u16, text: String },
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+}
+
+impl SessionError {
+    /// A mistake in what was asked (exit 2), not a failure to do it.
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            SessionError::InvalidId(_)
+                | SessionError::EnvInject(_)
+                | SessionError::Workspace { .. }
+                | SessionError::Rejected(_)
+        )
+    }
+}
+
+type Result<T> = std::result::Result<T, SessionError>;
+
 /// Runs one `agentsh session` command.
 ///
 /// # Errors
-/// What failed; `Err` with a leading "usage: " exits 2.
-pub fn run(cmd: SessionCommand) -> Result<(), String> {
+/// What failed; [`SessionError::is_usage`] says which exit 2.
+pub fn run(cmd: SessionCommand) -> Result<()> {
     match cmd {
         SessionCommand::Create {
             id,
@@ -80,124 +118,165 @@ pub fn run(cmd: SessionCommand) -> Result<(), String> {
             env_inject,
             at,
         } => {
-            if !crate::session::valid_id(&id) {
-                return Err(format!(
-                    "usage: session id {id:?} is not valid: use 1-64 letters, digits, '-', '_', '.'"
-                ));
-            }
-            let mut inject = serde_json::Map::new();
-            for kv in &env_inject {
-                let Some((k, v)) = kv.split_once('=') else {
-                    return Err(format!("usage: --env-inject {kv:?}: expected NAME=VALUE"));
-                };
-                inject.insert(k.to_string(), serde_json::Value::String(v.to_string()));
-            }
-            let workspace = match workspace {
-                Some(w) => Some(
-                    std::path::absolute(&w)
-                        .map_err(|e| format!("usage: --workspace {}: {e}", w.display()))?
-                        .to_string_lossy()
-                        .into_owned(),
-                ),
-                None => None,
-            };
-            let mut body = serde_json::json!({ "id": id });
-            if let Some(p) = policy {
-                // A relative file is the caller's, not the server's.
-                let p = if p.contains('/') {
-                    std::path::absolute(&p).map_or(p.clone(), |a| a.to_string_lossy().into_owned())
-                } else {
-                    p
-                };
-                body["policy"] = p.into();
-            }
-            if let Some(w) = workspace {
-                body["workspace"] = w.into();
-            }
-            if !(env_deny.is_empty() && env_allow.is_empty() && inject.is_empty()) {
-                body["env"] = serde_json::json!({
-                    "deny": env_deny,
-                    "allow": env_allow,
-                    "inject": inject,
-                });
-            }
-            let client = at.client(CREATE_TIMEOUT)?;
-            let (status, v) = client.call("POST", "/api/v1/sessions", Some(&body), true)?;
-            match status {
-                200 | 201 => {
-                    println!("{}", line(&v));
-                    Ok(())
-                }
-                400 => Err(format!("usage: {}", error_text(&v))),
-                _ => Err(format!("HTTP {status}: {}", error_text(&v))),
-            }
+            let body = create_body(
+                &id,
+                policy,
+                workspace,
+                EnvRules {
+                    deny: env_deny,
+                    allow: env_allow,
+                    inject: env_inject,
+                },
+            )?;
+            create(&at, &body)
         }
-        SessionCommand::List { json, at } => {
-            let v = at.client(TIMEOUT)?.get_json("/api/v1/sessions")?;
-            if json {
-                println!("{v}");
-                return Ok(());
-            }
-            for s in v.as_array().into_iter().flatten() {
-                println!("{}", line(s));
-            }
-            Ok(())
-        }
+        SessionCommand::List { json, at } => list(&at, json),
         SessionCommand::Show { id, at } => {
             let v = at
                 .client(TIMEOUT)?
                 .get_json(&format!("/api/v1/sessions/{id}"))?;
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
-            );
+            println!("{}", serde_json::to_string_pretty(&v)?);
             Ok(())
         }
-        SessionCommand::End { id, force, at } => {
-            let client = at.client(TIMEOUT)?;
-            let (status, v) = if force {
-                client.call(
-                    "DELETE",
-                    &format!("/api/v1/sessions/{id}?force=true"),
-                    None,
-                    true,
-                )?
-            } else {
-                client.call(
-                    "POST",
-                    &format!("/api/v1/sessions/{id}/end"),
-                    Some(&serde_json::json!({})),
-                    true,
-                )?
-            };
-            if status != 200 {
-                return Err(format!("HTTP {status}: {}", error_text(&v)));
-            }
-            let live: Vec<String> = v["live_trees"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(ToString::to_string)
-                .collect();
-            if force {
-                println!(
-                    "session {id} deleted: {} process(es) of {} tree(s) killed",
-                    v["killed"],
-                    live.len()
-                );
-            } else if live.is_empty() {
-                println!("session {id} ended: new shells are refused; no live trees");
-            } else {
-                println!(
-                    "session {id} ended: new shells are refused; {} live tree(s) run on (root pids \
-                     {}); `agentsh session end {id} --force` kills them",
-                    live.len(),
-                    live.join(" ")
-                );
-            }
-            Ok(())
-        }
+        SessionCommand::End { id, force, at } => end(&at, &id, force),
     }
+}
+
+/// `--env-deny`, `--env-allow` and `--env-inject` as given.
+struct EnvRules {
+    deny: Vec<String>,
+    allow: Vec<String>,
+    inject: Vec<String>,
+}
+
+/// The body of `POST /api/v1/sessions`; relative paths made absolute here
+/// (they are the caller's, not the server's).
+fn create_body(
+    id: &str,
+    policy: Option<String>,
+    workspace: Option<PathBuf>,
+    env: EnvRules,
+) -> Result<serde_json::Value> {
+    if !crate::session::valid_id(id) {
+        return Err(SessionError::InvalidId(id.to_string()));
+    }
+    let mut inject = serde_json::Map::new();
+    for kv in &env.inject {
+        let Some((k, v)) = kv.split_once('=') else {
+            return Err(SessionError::EnvInject(kv.clone()));
+        };
+        inject.insert(k.to_string(), serde_json::Value::String(v.to_string()));
+    }
+    let workspace = match workspace {
+        Some(w) => Some(
+            std::path::absolute(&w)
+                .map_err(|source| SessionError::Workspace { path: w, source })?
+                .to_string_lossy()
+                .into_owned(),
+        ),
+        None => None,
+    };
+    let mut body = serde_json::json!({ "id": id });
+    if let Some(p) = policy {
+        // A relative file is the caller's, not the server's.
+        let p = if p.contains('/') {
+            std::path::absolute(&p).map_or(p.clone(), |a| a.to_string_lossy().into_owned())
+        } else {
+            p
+        };
+        body["policy"] = p.into();
+    }
+    if let Some(w) = workspace {
+        body["workspace"] = w.into();
+    }
+    if !(env.deny.is_empty() && env.allow.is_empty() && inject.is_empty()) {
+        body["env"] = serde_json::json!({
+            "deny": env.deny,
+            "allow": env.allow,
+            "inject": inject,
+        });
+    }
+    Ok(body)
+}
+
+/// `session create`: asks the server to make it; prints it.
+fn create(at: &ServerArgs, body: &serde_json::Value) -> Result<()> {
+    let client = at.client(CREATE_TIMEOUT)?;
+    let (status, v) = client.call("POST", "/api/v1/sessions", Some(body), true)?;
+    match status {
+        200 | 201 => {
+            println!("{}", line(&v));
+            Ok(())
+        }
+        400 => Err(SessionError::Rejected(error_text(&v))),
+        _ => Err(SessionError::Status {
+            status,
+            text: error_text(&v),
+        }),
+    }
+}
+
+/// `session list`: a line per session, or the server's JSON.
+fn list(at: &ServerArgs, json: bool) -> Result<()> {
+    let v = at.client(TIMEOUT)?.get_json("/api/v1/sessions")?;
+    if json {
+        println!("{v}");
+        return Ok(());
+    }
+    for s in v.as_array().into_iter().flatten() {
+        println!("{}", line(s));
+    }
+    Ok(())
+}
+
+/// `session end [--force]`: ends (or deletes) it and says what became of
+/// its live trees.
+fn end(at: &ServerArgs, id: &str, force: bool) -> Result<()> {
+    let client = at.client(TIMEOUT)?;
+    let (status, v) = if force {
+        client.call(
+            "DELETE",
+            &format!("/api/v1/sessions/{id}?force=true"),
+            None,
+            true,
+        )?
+    } else {
+        client.call(
+            "POST",
+            &format!("/api/v1/sessions/{id}/end"),
+            Some(&serde_json::json!({})),
+            true,
+        )?
+    };
+    if status != 200 {
+        return Err(SessionError::Status {
+            status,
+            text: error_text(&v),
+        });
+    }
+    let live: Vec<String> = v["live_trees"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(ToString::to_string)
+        .collect();
+    if force {
+        println!(
+            "session {id} deleted: {} process(es) of {} tree(s) killed",
+            v["killed"],
+            live.len()
+        );
+    } else if live.is_empty() {
+        println!("session {id} ended: new shells are refused; no live trees");
+    } else {
+        println!(
+            "session {id} ended: new shells are refused; {} live tree(s) run on (root pids \
+             {}); `agentsh session end {id} --force` kills them",
+            live.len(),
+            live.join(" ")
+        );
+    }
+    Ok(())
 }
 
 /// One session on one line.

@@ -34,6 +34,29 @@ fn say(msg: &str) {
     eprintln!("agentsh reaper: {msg}");
 }
 
+/// Blocks, in the calling thread, the signals a command's keeper takes
+/// with sigwait (this reaper, and `agentsh entrypoint`): the stop and user
+/// signals it passes on to the command, and SIGCHLD; returns that set.
+///
+/// # Errors
+/// pthread_sigmask's errno.
+pub fn block_forwarded() -> nix::Result<SigSet> {
+    let mut handled = SigSet::empty();
+    for s in [
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+        Signal::SIGCHLD,
+    ] {
+        handled.add(s);
+    }
+    handled.thread_block()?;
+    Ok(handled)
+}
+
 /// Runs `command` below this process; returns the exit code for it.
 /// `server` is the pid of the server that started us (our parent).
 pub fn run(
@@ -51,27 +74,33 @@ pub fn run(
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0);
     }
-    let mut handled = SigSet::empty();
-    for s in [
-        Signal::SIGTERM,
-        Signal::SIGINT,
-        Signal::SIGHUP,
-        Signal::SIGQUIT,
-        Signal::SIGUSR1,
-        Signal::SIGUSR2,
-        Signal::SIGCHLD,
-    ] {
-        handled.add(s);
-    }
-    if let Err(e) = handled.thread_block() {
-        say(&format!("cannot block signals: {e}"));
-        return 1;
-    }
+    let handled = match block_forwarded() {
+        Ok(set) => set,
+        Err(e) => {
+            say(&format!("cannot block signals: {e}"));
+            return 1;
+        }
+    };
     // The server may have died before the death signal was armed.
     if std::os::unix::process::parent_id() != server {
         say("the server that started this command is gone");
         return 1;
     }
+    match spawn(program, args, join_pgid, nofile_soft) {
+        Ok(child) => keep(child, server, &handled),
+        Err(code) => code,
+    }
+}
+
+/// Starts the command (in `join_pgid`, with the soft open-file limit
+/// `nofile_soft`, every signal unblocked); `Err`: the exit code when it
+/// cannot be started (said).
+fn spawn(
+    program: &OsString,
+    args: &[OsString],
+    join_pgid: Option<i32>,
+    nofile_soft: Option<u64>,
+) -> Result<Pid, i32> {
     let mut cmd = Command::new(program);
     cmd.args(args);
     // SAFETY: between fork and exec the closure only calls setrlimit,
@@ -99,18 +128,22 @@ pub fn run(
             SigSet::all().thread_unblock().map_err(std::io::Error::from)
         });
     }
-    let child = match cmd.spawn() {
-        Ok(c) => c,
+    match cmd.spawn() {
+        Ok(c) => Ok(Pid::from_raw(c.id() as i32)),
         Err(e) => {
             say(&format!("cannot run {}: {e}", program.to_string_lossy()));
-            return if e.kind() == std::io::ErrorKind::NotFound {
+            Err(if e.kind() == std::io::ErrorKind::NotFound {
                 agentsh_proto::exit::NOT_FOUND
             } else {
                 agentsh_proto::exit::REFUSED
-            };
+            })
         }
-    };
-    let child = Pid::from_raw(child.id() as i32);
+    }
+}
+
+/// Passes signals to `child` and reaps orphans until it exits; returns
+/// its exit code (128+N for signal N), or 1 when the server died.
+fn keep(child: Pid, server: u32, handled: &SigSet) -> i32 {
     loop {
         let sig = match handled.wait() {
             Ok(s) => s,

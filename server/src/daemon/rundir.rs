@@ -17,7 +17,68 @@
 
 use crate::audit::{AuditLog, EventBody, UnsupervisedEvent};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// What stops the server at start about its run directory, each with what
+/// to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum RunDirError {
+    #[error("cannot create the run directory {}: {source}", dir.display())]
+    Create {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot inspect the run directory {}: {source}", dir.display())]
+    Inspect {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "the run directory {} (server.socket's directory) must be a directory owned by the \
+         server's uid {me} and not writable by group or others (found uid {uid}, mode {mode:o}): \
+         the shell shim trusts the API socket only there; fix its owner and mode or choose \
+         another server.socket",
+        dir.display()
+    )]
+    Unsafe {
+        dir: PathBuf,
+        me: u32,
+        uid: u32,
+        mode: u32,
+    },
+    #[error("cannot set the mode of {} to {want:o}: {source}", dir.display())]
+    SetMode {
+        dir: PathBuf,
+        want: u32,
+        source: std::io::Error,
+    },
+    #[error("cannot inspect {}: {source}", path.display())]
+    InspectSocket {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{} exists and is not a socket; remove it or choose another server.socket", path.display())]
+    NotSocket { path: PathBuf },
+    #[error("another agentsh server is listening on {}; stop it first", path.display())]
+    AnotherServer { path: PathBuf },
+    #[error("cannot remove the stale socket {}: {source}", path.display())]
+    RemoveStale {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot set the mode of {}: {source}", path.display())]
+    SocketMode {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write the marker {}: {source}", path.display())]
+    Marker {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+type Result<T> = std::result::Result<T, RunDirError>;
 
 /// Creates (0755) or checks the run directory. `private` (a standalone
 /// `agentsh wrap`'s server, whose shims are its own user's): 0700, and no
@@ -25,41 +86,40 @@ use std::path::Path;
 ///
 /// # Errors
 /// What is wrong with it, and what to do.
-pub fn prepare(dir: &Path, private: bool) -> Result<(), String> {
+pub fn prepare(dir: &Path, private: bool) -> Result<()> {
     let want = if private { 0o700 } else { 0o755 };
-    match std::fs::DirBuilder::new()
+    std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o755)
         .create(dir)
-    {
-        Ok(()) => {}
-        Err(e) => {
-            return Err(format!(
-                "cannot create the run directory {}: {e}",
-                dir.display()
-            ))
-        }
-    }
-    let m = std::fs::symlink_metadata(dir)
-        .map_err(|e| format!("cannot inspect the run directory {}: {e}", dir.display()))?;
+        .map_err(|source| RunDirError::Create {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
+    let m = std::fs::symlink_metadata(dir).map_err(|source| RunDirError::Inspect {
+        dir: dir.to_path_buf(),
+        source,
+    })?;
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
     if !m.is_dir() || m.uid() != me || m.mode() & 0o022 != 0 {
-        return Err(format!(
-            "the run directory {} (server.socket's directory) must be a directory owned by the \
-             server's uid {me} and not writable by group or others (found uid {}, mode {:o}): the \
-             shell shim trusts the API socket only there; fix its owner and mode or choose another \
-             server.socket",
-            dir.display(),
-            m.uid(),
-            m.mode() & 0o7777
-        ));
+        return Err(RunDirError::Unsafe {
+            dir: dir.to_path_buf(),
+            me,
+            uid: m.uid(),
+            mode: m.mode() & 0o7777,
+        });
     }
     if m.mode() & 0o7777 != want {
         // Whatever the umask or an earlier run left: every shim must reach
         // the API socket by name, and nobody else may write here.
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(want))
-            .map_err(|e| format!("cannot set the mode of {} to {want:o}: {e}", dir.display()))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(want)).map_err(|source| {
+            RunDirError::SetMode {
+                dir: dir.to_path_buf(),
+                want,
+                source,
+            }
+        })?;
     }
     if me != 0 && !private {
         tracing::warn!(
@@ -74,26 +134,28 @@ pub fn prepare(dir: &Path, private: bool) -> Result<(), String> {
 ///
 /// # Errors
 /// Another server listens there, or the path is not a socket.
-pub fn clear_stale_socket(path: &Path) -> Result<(), String> {
+pub fn clear_stale_socket(path: &Path) -> Result<()> {
     use std::os::unix::fs::FileTypeExt;
+    let path_buf = || path.to_path_buf();
     let m = match std::fs::symlink_metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(format!("cannot inspect {}: {e}", path.display())),
+        Err(source) => {
+            return Err(RunDirError::InspectSocket {
+                path: path_buf(),
+                source,
+            })
+        }
     };
     if !m.file_type().is_socket() {
-        return Err(format!(
-            "{} exists and is not a socket; remove it or choose another server.socket",
-            path.display()
-        ));
+        return Err(RunDirError::NotSocket { path: path_buf() });
     }
     match agentsh_proto::seqpacket::connect(path, std::time::Duration::from_secs(1)) {
-        Ok(_) => Err(format!(
-            "another agentsh server is listening on {}; stop it first",
-            path.display()
-        )),
-        Err(_) => std::fs::remove_file(path)
-            .map_err(|e| format!("cannot remove the stale socket {}: {e}", path.display())),
+        Ok(_) => Err(RunDirError::AnotherServer { path: path_buf() }),
+        Err(_) => std::fs::remove_file(path).map_err(|source| RunDirError::RemoveStale {
+            path: path_buf(),
+            source,
+        }),
     }
 }
 
@@ -102,9 +164,13 @@ pub fn clear_stale_socket(path: &Path) -> Result<(), String> {
 ///
 /// # Errors
 /// chmod fails.
-pub fn open_socket_mode(path: &Path) -> Result<(), String> {
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
-        .map_err(|e| format!("cannot set the mode of {}: {e}", path.display()))
+pub fn open_socket_mode(path: &Path) -> Result<()> {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(|source| {
+        RunDirError::SocketMode {
+            path: path.to_path_buf(),
+            source,
+        }
+    })
 }
 
 /// Writes the `active` marker: from now on, in this container's life,
@@ -113,10 +179,12 @@ pub fn open_socket_mode(path: &Path) -> Result<(), String> {
 /// # Errors
 /// It cannot be written (the server must not start without it: a crash
 /// later would otherwise let `auto` fall open).
-pub fn write_marker(dir: &Path, fixed_too: bool) -> Result<(), String> {
+pub fn write_marker(dir: &Path, fixed_too: bool) -> Result<()> {
     let path = dir.join(agentsh_proto::active::MARKER);
-    let life = agentsh_proto::active::write(&path)
-        .map_err(|e| format!("cannot write the marker {}: {e}", path.display()))?;
+    let life = match agentsh_proto::active::write(&path) {
+        Ok(life) => life,
+        Err(source) => return Err(RunDirError::Marker { path, source }),
+    };
     tracing::info!(marker = %path.display(), %life, "marked agentsh active for this container's life");
     // Also where every shim looks whatever its shim.conf says.
     let fixed = Path::new(agentsh_proto::active::FIXED_MARKER);
@@ -235,7 +303,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("agentsh-rundir-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let e = prepare(&dir, false).unwrap_err();
+        let e = prepare(&dir, false).unwrap_err().to_string();
         assert!(e.contains("not writable by group or others"), "{e}");
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         assert!(prepare(&dir, false).is_ok());

@@ -23,10 +23,8 @@ use std::sync::Arc;
 ///
 /// # Errors
 /// pthread_sigmask's errno.
-pub fn block_all() -> Result<(), String> {
-    SigSet::all()
-        .thread_block()
-        .map_err(|e| format!("cannot block signals: {e}"))
+pub fn block_all() -> nix::Result<()> {
+    SigSet::all().thread_block()
 }
 
 /// Starts the thread that takes the stop signals. `socket` is removed on a

@@ -1,4 +1,16 @@
 //! The install manifest: what `install` created, so `uninstall` removes exactly that.
+//!
+//! Failure modes: a line that is none of those `install` writes makes the
+//! manifest [`Damaged`]; the installer then refuses and asks for a restore by
+//! hand rather than guess what to remove.
+
+/// A manifest line that is none of those `install` writes.
+#[derive(Debug, thiserror::Error)]
+#[error("line {line}: unexpected {text:?}")]
+pub(super) struct Damaged {
+    pub(super) line: usize,
+    pub(super) text: String,
+}
 
 /// What `install` recorded, one entry per line of the manifest.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -43,7 +55,7 @@ impl Manifest {
         s
     }
 
-    pub(super) fn parse(text: &str) -> Result<Manifest, String> {
+    pub(super) fn parse(text: &str) -> Result<Manifest, Damaged> {
         let mut m = Manifest::default();
         for (i, line) in text.lines().enumerate() {
             if line.starts_with('#') || line.trim().is_empty() {
@@ -60,7 +72,12 @@ impl Manifest {
                     m.prior_diversions
                         .push((p.to_string(), pkg.to_string(), to.to_string()));
                 }
-                _ => return Err(format!("line {}: unexpected {line:?}", i + 1)),
+                _ => {
+                    return Err(Damaged {
+                        line: i + 1,
+                        text: line.to_string(),
+                    })
+                }
             }
         }
         Ok(m)

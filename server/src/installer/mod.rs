@@ -87,11 +87,10 @@ pub struct InstallOptions {
     pub shim_binary: PathBuf,
 }
 
-/// Installs the shim; see the module docs.
-///
-/// Long because the steps are ordered for crash safety (the manifest is
-/// written after each shell that changes, so a second run resumes) and each
-/// step's output line is part of what the operator reads.
+/// Installs the shim; see the module docs. The steps are ordered for crash
+/// safety (the manifest is written after each shell that changes, so a
+/// second run resumes) and each step's output line is part of what the
+/// operator reads.
 ///
 /// # Errors
 /// The first step that failed, with what to do; earlier steps stay done and a
@@ -99,78 +98,25 @@ pub struct InstallOptions {
 pub fn install(opts: &InstallOptions, out: &mut dyn Write) -> Result<(), InstallError> {
     let root = &opts.root;
     check_root_dir(root)?;
-    let shim = fs::read(&opts.shim_binary).map_err(io_err(format!(
-        "reading the shim binary {} (pass --shim-binary PATH)",
-        opts.shim_binary.display()
-    )))?;
-    if !contains(&shim, SHIM_MARKER) {
-        return Err(InstallError::Refused(format!(
-            "{} is not an agentsh-shell-shim binary; refusing to install it as /bin/sh",
-            opts.shim_binary.display()
-        )));
-    }
+    let shim = read_shim(&opts.shim_binary)?;
     let mut manifest = read_manifest(root)?.unwrap_or_default();
     let dpkg = Dpkg::detect(root, out);
     let mut names = vec!["sh"];
     if opts.bash {
         names.push("bash");
     }
-    // Every shell is checked before anything changes.
-    let mut plan = Vec::new();
-    for name in names {
-        let paths =
-            ShellPaths::new(root, name).map_err(io_err(format!("resolving /bin/{name}")))?;
-        match paths.state(Some(&shim)) {
-            ShellState::Missing => {
-                return Err(InstallError::Refused(format!(
-                    "/bin/{name} does not exist in {}; install {name} first",
-                    root.display()
-                )))
-            }
-            ShellState::Inconsistent(why) => return Err(InstallError::Refused(why)),
-            state => plan.push((name, paths, state)),
-        }
-    }
+    let plan = plan(root, &names, &shim)?;
     let mut changed = false;
-    for (name, paths, state) in plan {
-        match state {
-            ShellState::Missing | ShellState::Inconsistent(_) => unreachable!("refused above"),
-            ShellState::Installed { current } => {
-                changed |= ensure_real_link(root, &paths, &mut manifest, out)?;
-                if current {
-                    writeln!(out, "/bin/{name}: the shim is already installed").ok();
-                } else {
-                    write_atomic(&paths.public, &shim, 0o755)?;
-                    writeln!(out, "/bin/{name}: updated the shim binary").ok();
-                    changed = true;
-                }
-                if !manifest.shells.iter().any(|s| s == name) {
-                    manifest.shells.push(name.to_string());
-                    changed = true;
-                }
+    for (paths, step) in plan {
+        changed |= match step {
+            Step::Update { current } => {
+                update_shell(root, &paths, current, &shim, &mut manifest, out)?
             }
-            ShellState::Original => {
-                if let Some(d) = &dpkg {
-                    d.divert(name, &mut manifest, out)?;
-                    write_manifest(root, &mut manifest)?;
-                }
-                // Same directory, so never EXDEV; linkat without
-                // AT_SYMLINK_FOLLOW links a symlink itself.
-                link_no_follow(&paths.public, &paths.real)?;
-                writeln!(
-                    out,
-                    "/bin/{name}: original kept as /bin/{name}.real{}",
-                    describe_link(&paths.real)
-                )
-                .ok();
-                ensure_real_link(root, &paths, &mut manifest, out)?;
-                manifest.shells.push(name.to_string());
-                write_manifest(root, &mut manifest)?;
-                write_atomic(&paths.public, &shim, 0o755)?;
-                writeln!(out, "/bin/{name}: now agentsh-shell-shim").ok();
-                changed = true;
+            Step::Replace => {
+                replace_shell(root, &paths, &shim, &mut manifest, dpkg.as_ref(), out)?;
+                true
             }
-        }
+        };
     }
     changed |= ensure_conf(root, &mut manifest, out)?;
     changed |= ensure_admin_shell(root, &shim, &mut manifest, out)?;
@@ -182,55 +128,128 @@ pub fn install(opts: &InstallOptions, out: &mut dyn Write) -> Result<(), Install
     Ok(())
 }
 
-/// Restores the original shells and removes what `install` created.
-///
-/// Long for the same reason as [`install`]: the order is the crash safety.
+/// The shim binary to install; refused unless it carries the shim's marker.
+fn read_shim(path: &Path) -> Result<Vec<u8>, InstallError> {
+    let shim = fs::read(path).map_err(io_err(format!(
+        "reading the shim binary {} (pass --shim-binary PATH)",
+        path.display()
+    )))?;
+    if !contains(&shim, SHIM_MARKER) {
+        return Err(InstallError::Refused(format!(
+            "{} is not an agentsh-shell-shim binary; refusing to install it as /bin/sh",
+            path.display()
+        )));
+    }
+    Ok(shim)
+}
+
+/// What install does to one shell.
+enum Step {
+    /// The shim is there: repair its link, update its bytes unless `current`.
+    Update { current: bool },
+    /// The original shell is there: keep it as `/bin/N.real`, put the shim in.
+    Replace,
+}
+
+/// Every shell is checked before anything changes: a missing or
+/// inconsistent one refuses the whole install.
+fn plan(
+    root: &Path,
+    names: &[&'static str],
+    shim: &[u8],
+) -> Result<Vec<(ShellPaths, Step)>, InstallError> {
+    let mut plan = Vec::new();
+    for &name in names {
+        let paths =
+            ShellPaths::new(root, name).map_err(io_err(format!("resolving /bin/{name}")))?;
+        let step = match paths.state(Some(shim)) {
+            ShellState::Missing => {
+                return Err(InstallError::Refused(format!(
+                    "/bin/{name} does not exist in {}; install {name} first",
+                    root.display()
+                )))
+            }
+            ShellState::Inconsistent(why) => return Err(InstallError::Refused(why)),
+            ShellState::Installed { current } => Step::Update { current },
+            ShellState::Original => Step::Replace,
+        };
+        plan.push((paths, step));
+    }
+    Ok(plan)
+}
+
+/// A shell whose shim is installed: its link repaired, its bytes updated
+/// unless `current`, its name in the manifest. Whether anything changed.
+fn update_shell(
+    root: &Path,
+    paths: &ShellPaths,
+    current: bool,
+    shim: &[u8],
+    manifest: &mut Manifest,
+    out: &mut dyn Write,
+) -> Result<bool, InstallError> {
+    let name = paths.name;
+    let mut changed = ensure_real_link(root, paths, manifest, out)?;
+    if current {
+        writeln!(out, "/bin/{name}: the shim is already installed").ok();
+    } else {
+        write_atomic(&paths.public, shim, 0o755)?;
+        writeln!(out, "/bin/{name}: updated the shim binary").ok();
+        changed = true;
+    }
+    if !manifest.shells.iter().any(|s| s == name) {
+        manifest.shells.push(name.to_string());
+        changed = true;
+    }
+    Ok(changed)
+}
+
+/// An original shell: diverted (dpkg), kept as `/bin/N.real`, linked, and
+/// replaced by the shim, the manifest written before the shim goes in.
+fn replace_shell(
+    root: &Path,
+    paths: &ShellPaths,
+    shim: &[u8],
+    manifest: &mut Manifest,
+    dpkg: Option<&Dpkg>,
+    out: &mut dyn Write,
+) -> Result<(), InstallError> {
+    let name = paths.name;
+    if let Some(d) = dpkg {
+        d.divert(name, manifest, out)?;
+        write_manifest(root, manifest)?;
+    }
+    // Same directory, so never EXDEV; linkat without
+    // AT_SYMLINK_FOLLOW links a symlink itself.
+    link_no_follow(&paths.public, &paths.real)?;
+    writeln!(
+        out,
+        "/bin/{name}: original kept as /bin/{name}.real{}",
+        describe_link(&paths.real)
+    )
+    .ok();
+    ensure_real_link(root, paths, manifest, out)?;
+    manifest.shells.push(name.to_string());
+    write_manifest(root, manifest)?;
+    write_atomic(&paths.public, shim, 0o755)?;
+    writeln!(out, "/bin/{name}: now agentsh-shell-shim").ok();
+    Ok(())
+}
+
+/// Restores the original shells and removes what `install` created, in the
+/// order that keeps a crash safe (as [`install`]'s).
 ///
 /// # Errors
 /// A step that failed; the shells restored before it stay restored.
 pub fn uninstall(root: &Path, out: &mut dyn Write) -> Result<(), InstallError> {
     check_root_dir(root)?;
     let Some(manifest) = read_manifest(root)? else {
-        for name in ["sh", "bash"] {
-            let paths =
-                ShellPaths::new(root, name).map_err(io_err(format!("resolving /bin/{name}")))?;
-            if let ShellState::Installed { .. } | ShellState::Inconsistent(_) = paths.state(None) {
-                return Err(InstallError::Refused(format!(
-                    "no install manifest ({MANIFEST}) but /bin/{name} looks modified; restore it by hand \
-                     (`mv /bin/{name}.real /bin/{name}`)"
-                )));
-            }
-        }
-        writeln!(out, "nothing to do: the shim is not installed").ok();
-        return Ok(());
+        return nothing_installed(root, out);
     };
     for name in ["sh", "bash"] {
-        if !manifest.shells.iter().any(|s| s == name) {
-            continue;
+        if manifest.shells.iter().any(|s| s == name) {
+            restore_shell(root, name, out)?;
         }
-        let paths =
-            ShellPaths::new(root, name).map_err(io_err(format!("resolving /bin/{name}")))?;
-        match paths.state(None) {
-            ShellState::Installed { .. } => {
-                fs::rename(&paths.real, &paths.public).map_err(io_err(format!(
-                    "restoring /bin/{name} from /bin/{name}.real"
-                )))?;
-                writeln!(out, "/bin/{name}: original restored").ok();
-            }
-            ShellState::Original => {
-                writeln!(out, "/bin/{name}: already the original").ok();
-            }
-            ShellState::Missing | ShellState::Inconsistent(_) => {
-                let why = match paths.state(None) {
-                    ShellState::Inconsistent(w) => w,
-                    _ => format!("/bin/{name} is missing"),
-                };
-                return Err(InstallError::Refused(format!(
-                    "not touching /bin/{name}: {why}"
-                )));
-            }
-        }
-        remove_if_symlink(&paths.link)?;
     }
     if !manifest.diversions.is_empty() || !manifest.prior_diversions.is_empty() {
         match Dpkg::detect(root, out) {
@@ -246,30 +265,10 @@ pub fn uninstall(root: &Path, out: &mut dyn Write) -> Result<(), InstallError> {
     let conf = in_root(root, agentsh_proto::shimconf::SHIM_CONF_PATH)
         .map_err(io_err("resolving shim.conf"))?;
     if manifest.created_conf {
-        match fs::read(&conf) {
-            Ok(b) if b == DEFAULT_SHIM_CONF.as_bytes() => {
-                fs::remove_file(&conf).map_err(io_err(format!("removing {}", conf.display())))?;
-                writeln!(out, "removed the default /etc/agentsh/shim.conf").ok();
-            }
-            Ok(_) => {
-                writeln!(
-                    out,
-                    "kept /etc/agentsh/shim.conf: it was edited after install"
-                )
-                .ok();
-            }
-            Err(_) => {}
-        }
+        remove_default_conf(&conf, out)?;
     }
     if manifest.admin_shell {
-        let p = in_root(root, ADMIN_SHELL).map_err(io_err("resolving the admin shell"))?;
-        match fs::remove_file(&p) {
-            Ok(()) => {
-                writeln!(out, "removed {ADMIN_SHELL}").ok();
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io_err(format!("removing {ADMIN_SHELL}"))(e)),
-        }
+        remove_admin_shell(root, out)?;
     }
     let manifest_path = in_root(root, MANIFEST).map_err(io_err("resolving the manifest"))?;
     fs::remove_file(&manifest_path)
@@ -285,6 +284,82 @@ pub fn uninstall(root: &Path, out: &mut dyn Write) -> Result<(), InstallError> {
         }
     }
     writeln!(out, "uninstalled").ok();
+    Ok(())
+}
+
+/// No manifest: nothing to do, unless a shell looks modified (then the
+/// operator restores it by hand).
+fn nothing_installed(root: &Path, out: &mut dyn Write) -> Result<(), InstallError> {
+    for name in ["sh", "bash"] {
+        let paths =
+            ShellPaths::new(root, name).map_err(io_err(format!("resolving /bin/{name}")))?;
+        if let ShellState::Installed { .. } | ShellState::Inconsistent(_) = paths.state(None) {
+            return Err(InstallError::Refused(format!(
+                "no install manifest ({MANIFEST}) but /bin/{name} looks modified; restore it by hand \
+                 (`mv /bin/{name}.real /bin/{name}`)"
+            )));
+        }
+    }
+    writeln!(out, "nothing to do: the shim is not installed").ok();
+    Ok(())
+}
+
+/// `/bin/N` back from `/bin/N.real`, and the shells' link removed.
+fn restore_shell(root: &Path, name: &'static str, out: &mut dyn Write) -> Result<(), InstallError> {
+    let paths = ShellPaths::new(root, name).map_err(io_err(format!("resolving /bin/{name}")))?;
+    match paths.state(None) {
+        ShellState::Installed { .. } => {
+            fs::rename(&paths.real, &paths.public).map_err(io_err(format!(
+                "restoring /bin/{name} from /bin/{name}.real"
+            )))?;
+            writeln!(out, "/bin/{name}: original restored").ok();
+        }
+        ShellState::Original => {
+            writeln!(out, "/bin/{name}: already the original").ok();
+        }
+        ShellState::Missing | ShellState::Inconsistent(_) => {
+            let why = match paths.state(None) {
+                ShellState::Inconsistent(w) => w,
+                _ => format!("/bin/{name} is missing"),
+            };
+            return Err(InstallError::Refused(format!(
+                "not touching /bin/{name}: {why}"
+            )));
+        }
+    }
+    remove_if_symlink(&paths.link)
+}
+
+/// The shim.conf install wrote (`conf`, in the root), unless it was edited
+/// since.
+fn remove_default_conf(conf: &Path, out: &mut dyn Write) -> Result<(), InstallError> {
+    match fs::read(conf) {
+        Ok(b) if b == DEFAULT_SHIM_CONF.as_bytes() => {
+            fs::remove_file(conf).map_err(io_err(format!("removing {}", conf.display())))?;
+            writeln!(out, "removed the default /etc/agentsh/shim.conf").ok();
+        }
+        Ok(_) => {
+            writeln!(
+                out,
+                "kept /etc/agentsh/shim.conf: it was edited after install"
+            )
+            .ok();
+        }
+        Err(_) => {}
+    }
+    Ok(())
+}
+
+/// The admin shell install put in place.
+fn remove_admin_shell(root: &Path, out: &mut dyn Write) -> Result<(), InstallError> {
+    let p = in_root(root, ADMIN_SHELL).map_err(io_err("resolving the admin shell"))?;
+    match fs::remove_file(&p) {
+        Ok(()) => {
+            writeln!(out, "removed {ADMIN_SHELL}").ok();
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err(format!("removing {ADMIN_SHELL}"))(e)),
+    }
     Ok(())
 }
 

@@ -28,9 +28,9 @@
 //! refusal with the reason, never a CONTINUE; a target that does not exist is
 //! CONTINUEd (the kernel answers ESRCH).
 
+use super::context::SupervisorContext;
 use super::seam::Caught;
 use super::seam::Stop;
-use super::context::SupervisorContext;
 use crate::audit::{EventBody, SignalEvent};
 
 /// The signal calls the filter sends here, and which call a notification

@@ -44,8 +44,8 @@
 mod regs;
 mod tracer_loop;
 
-use crate::supervisor::seam::{Deferred, Holder, Stop, Verification};
 use crate::supervisor::context::SupervisorContext;
+use crate::supervisor::seam::{Deferred, Holder, Stop, Verification};
 use crate::supervisor::tree::Tree;
 use crate::trees::Trees;
 use std::cell::{Cell, RefCell};

@@ -5,9 +5,9 @@
 //! Failure modes: none; types.
 
 use super::state::EgressState;
+use crate::supervisor::context::SupervisorContext;
 use crate::supervisor::seam::{Caught, Stop};
 use crate::supervisor::tasks::Tasks;
-use crate::supervisor::context::SupervisorContext;
 use crate::supervisor::tree::Tree;
 use agentsh_proto::netabi::{NetCall, Width};
 use std::io;

@@ -7,8 +7,8 @@
 //! kernel would (EBADF, ENOTSOCK); a socket that can be reached neither way
 //! is [`Found::Unreachable`] with the reason.
 
-use super::copy::Copied;
 use super::call::{errno_of, Answer};
+use super::copy::Copied;
 use crate::policy::egress::Protocol;
 use crate::supervisor::seam::Stop;
 use crate::tracee::netproc;

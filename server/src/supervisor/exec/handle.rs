@@ -14,12 +14,12 @@ use super::watch::{record_mismatch, record_unfinished, redirect, release, watch_
 use crate::audit::{Action, EventBody, ExecEvent, ExecSubject, Memory, Refusal};
 use crate::config::AuditOnFailure;
 use crate::policy::{Decision, Verdict};
+use crate::supervisor::context::SupervisorContext;
 use crate::supervisor::phases;
 use crate::supervisor::retry::Lookup;
 use crate::supervisor::seam::{Holder, Stop, Verification};
 use crate::supervisor::sharing::Frozen;
 use crate::supervisor::tasks::Tasks;
-use crate::supervisor::context::SupervisorContext;
 use crate::supervisor::tree::Tree;
 use std::time::{Duration, Instant};
 

@@ -11,9 +11,9 @@ use super::state::ExecTree;
 use crate::audit::{ExecSubject, FileIdentity};
 use crate::config::OnTruncated;
 use crate::policy::{self, Decision, ExecFacts, ProgramFacts, Truncation, Verdict};
+use crate::supervisor::context::SupervisorContext;
 use crate::supervisor::retry::Lookup;
 use crate::supervisor::seam::Expected;
-use crate::supervisor::context::SupervisorContext;
 use crate::supervisor::tree::Tree;
 use std::time::Instant;
 

@@ -16,9 +16,9 @@ use super::state::ExecTree;
 use super::verify::{self, Expected};
 use crate::audit::{Action, AuditLog, EventBody, ExecEvent, ExecSubject, Refusal};
 use crate::policy::Decision;
+use crate::supervisor::context::SupervisorContext;
 use crate::supervisor::seam::{Holder, Stop, Verification};
 use crate::supervisor::sharing::Frozen;
-use crate::supervisor::context::SupervisorContext;
 use crate::supervisor::tree::Tree;
 use std::time::Duration;
 

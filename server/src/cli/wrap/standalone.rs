@@ -1,0 +1,616 @@
+//! A standalone `agentsh wrap`: wrap's own server, as the invoking user,
+//! with CMD below it (through `agentsh wrap --own-server`). Its files: the
+//! API socket at `$XDG_RUNTIME_DIR/agentsh/<session>.sock`, state and config
+//! under `$XDG_STATE_HOME/agentsh/<session>/`, the audit and the server's
+//! log beside them; `--allow-host` makes a policy of its own there; at the
+//! end one paragraph says what was judged.
+//!
+//! Failure modes: nowhere to keep the files, a directory or file that
+//! cannot be written, or the binary not found: 126, CMD never ran; a bad
+//! workspace, `--allow-host` or policy: 2 (the user's to fix); a server
+//! that cannot supervise: 126 unless `--allow-unsupervised`.
+
+use super::{exec_plain, record_unsupervised, resolve, say, Wrap};
+use crate::cli::lifecycle::{self, Entrypoint, WrapServer};
+use crate::config::ConfigError;
+use crate::policy::PolicyError;
+use std::ffi::{CString, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How long wrap waits for its own server to start CMD.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A standalone wrap's files cannot be found or made.
+#[derive(Debug, thiserror::Error)]
+pub enum WrapFilesError {
+    #[error("neither XDG_STATE_HOME nor HOME is set: nowhere to keep the audit")]
+    NoHome,
+    #[error(
+        "the API socket's path {} is longer than a Unix socket's 107 bytes: set \
+         XDG_RUNTIME_DIR to a short directory of yours (mode 0700), or use a shorter --session",
+        .0.display()
+    )]
+    SocketTooLong(PathBuf),
+    #[error(
+        "no agentsh wrap session {session:?} of this user is running (no socket at {}); run \
+         this as the user who ran `agentsh wrap`, with the same XDG_RUNTIME_DIR",
+        socket.display()
+    )]
+    NotRunning { session: String, socket: PathBuf },
+    #[error("cannot create {}: {source}", dir.display())]
+    Create {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// `--allow-host` cannot be added to the policy.
+#[derive(Debug, thiserror::Error)]
+pub enum AllowHostError {
+    #[error("--allow-host {host:?}: {source}")]
+    Host {
+        host: String,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("policy {name}: {source}")]
+    Read {
+        name: String,
+        source: std::io::Error,
+    },
+    #[error("policy {0:?}: no such policy")]
+    NoSuchPolicy(String),
+    #[error("policy {name}: {source}")]
+    Yaml {
+        name: String,
+        source: serde_yaml_ng::Error,
+    },
+    #[error(
+        "--allow-host: policy {0} has no egress section, so it judges no destination (every \
+         one is allowed as far as its network_rules' ports go)"
+    )]
+    NoEgress(String),
+    #[error("policy {0}: egress.rules is not a list")]
+    RulesNotList(String),
+    #[error("{0}")]
+    Write(#[source] serde_yaml_ng::Error),
+}
+
+/// Why a standalone wrap stops before its server starts.
+#[derive(Debug, thiserror::Error)]
+enum SetupError {
+    #[error(transparent)]
+    Files(#[from] WrapFilesError),
+    #[error("the current directory: {0}")]
+    CurrentDir(#[source] std::io::Error),
+    #[error("--workspace {}: not a directory", .0.display())]
+    Workspace(PathBuf),
+    #[error(transparent)]
+    AllowHost(#[from] AllowHostError),
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("policy {policy:?}: {source}")]
+    Config { policy: String, source: ConfigError },
+    #[error("policy {policy:?}: {source}")]
+    Policy { policy: String, source: PolicyError },
+    #[error("cannot find the agentsh binary: {0}")]
+    Exe(#[source] std::io::Error),
+}
+
+impl SetupError {
+    /// 2 for what the user gave (workspace, `--allow-host`, policy), 126
+    /// (supervision could not be installed) for the rest.
+    fn exit_code(&self) -> i32 {
+        match self {
+            SetupError::CurrentDir(_)
+            | SetupError::Workspace(_)
+            | SetupError::AllowHost(_)
+            | SetupError::Config { .. }
+            | SetupError::Policy { .. } => 2,
+            SetupError::Files(_) | SetupError::Write { .. } | SetupError::Exe(_) => {
+                agentsh_proto::exit::REFUSED
+            }
+        }
+    }
+}
+
+/// The API socket of standalone wrap `session` (for `agentsh approvals
+/// --session`), as the user who ran it finds it.
+///
+/// # Errors
+/// Neither XDG_STATE_HOME nor HOME says where; or no such socket.
+pub fn socket_of(session: &str) -> Result<PathBuf, WrapFilesError> {
+    let d = Dirs::of(session)?;
+    if std::fs::symlink_metadata(&d.socket).is_err() {
+        return Err(WrapFilesError::NotRunning {
+            session: session.to_string(),
+            socket: d.socket,
+        });
+    }
+    Ok(d.socket)
+}
+
+/// The audit file of standalone wrap `session` of this user, if there is one.
+pub fn audit_of(session: &str) -> Option<PathBuf> {
+    Dirs::of(session)
+        .ok()
+        .map(|d| d.audit)
+        .filter(|a| a.is_file())
+}
+
+/// Where a standalone wrap keeps its files.
+pub(super) struct Dirs {
+    /// `$XDG_STATE_HOME/agentsh` (`~/.local/state/agentsh`).
+    base: PathBuf,
+    /// `<base>/<session>`: the server's state and config.
+    state: PathBuf,
+    /// `$XDG_RUNTIME_DIR/agentsh` (else `<state>/run`): the API socket's.
+    run: PathBuf,
+    socket: PathBuf,
+    pub(super) audit: PathBuf,
+    log: PathBuf,
+}
+
+impl Dirs {
+    pub(super) fn of(session: &str) -> Result<Dirs, WrapFilesError> {
+        let env_dir = |k: &str| {
+            std::env::var_os(k)
+                .filter(|v| !v.is_empty() && Path::new(v).is_absolute())
+                .map(PathBuf::from)
+        };
+        let base = match env_dir("XDG_STATE_HOME") {
+            Some(d) => d.join("agentsh"),
+            None => env_dir("HOME")
+                .ok_or(WrapFilesError::NoHome)?
+                .join(".local/state/agentsh"),
+        };
+        let state = base.join(session);
+        // The runtime directory: XDG_RUNTIME_DIR, else /run/user/UID where
+        // it is this user's, else beside the state.
+        let run = env_dir("XDG_RUNTIME_DIR")
+            .or_else(|| {
+                use std::os::unix::fs::MetadataExt;
+                // SAFETY: getuid cannot fail.
+                let uid = unsafe { libc::getuid() };
+                let d = PathBuf::from(format!("/run/user/{uid}"));
+                std::fs::metadata(&d)
+                    .is_ok_and(|m| m.is_dir() && m.uid() == uid)
+                    .then_some(d)
+            })
+            .map_or_else(|| state.join("run"), |d| d.join("agentsh"));
+        let socket = run.join(format!("{session}.sock"));
+        if socket.as_os_str().len() > 107 {
+            return Err(WrapFilesError::SocketTooLong(socket));
+        }
+        Ok(Dirs {
+            socket,
+            audit: base.join(format!("{session}.jsonl")),
+            log: base.join(format!("{session}.log")),
+            base,
+            state,
+            run,
+        })
+    }
+
+    /// Makes the directories, each 0700 where wrap creates it.
+    fn make(&self) -> Result<(), WrapFilesError> {
+        use std::os::unix::fs::DirBuilderExt;
+        for d in [&self.base, &self.state, &self.run] {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(d)
+                .map_err(|source| WrapFilesError::Create {
+                    dir: d.clone(),
+                    source,
+                })?;
+        }
+        Ok(())
+    }
+}
+
+/// Standalone: wrap's own server, CMD below it (through `agentsh wrap
+/// --own-server`, which starts it as the shim starts a shell).
+pub(super) fn standalone(w: &Wrap, session: &str) -> i32 {
+    let setup = match Setup::prepare(w, session) {
+        Ok(s) => s,
+        Err(e) => {
+            say(&e.to_string());
+            return e.exit_code();
+        }
+    };
+    if !w.quiet {
+        setup.say_start(session);
+    }
+    let ran = lifecycle::run_or_unable(Entrypoint {
+        config: Some(setup.config_path),
+        ready_timeout: READY_TIMEOUT,
+        command: setup.command,
+        wrap: Some(WrapServer {
+            session: session.to_string(),
+            log: setup.dirs.log.clone(),
+            // SAFETY: getpgrp cannot fail.
+            pgid: unsafe { libc::getpgrp() },
+        }),
+    });
+    let code = match ran {
+        Ok(code) => code,
+        Err(lifecycle::Unable { code, why }) => {
+            return unsupervised(w, session, &setup.audit, code, &why);
+        }
+    };
+    if !w.quiet {
+        report(session, &setup.audit);
+    }
+    code
+}
+
+/// What a standalone wrap's server is started with.
+struct Setup {
+    dirs: Dirs,
+    audit: PathBuf,
+    workspace: PathBuf,
+    /// The policy as the config names it (with `--allow-host`: the file
+    /// made for it).
+    policy: String,
+    config_path: PathBuf,
+    /// `agentsh wrap --own-server ... -- CMD`, the server's command.
+    command: Vec<OsString>,
+}
+
+impl Setup {
+    /// Makes the directories, the policy (`--allow-host`) and the config,
+    /// and checks the policy before anything starts.
+    fn prepare(w: &Wrap, session: &str) -> Result<Setup, SetupError> {
+        let dirs = Dirs::of(session)?;
+        dirs.make()?;
+        let audit = w.audit.clone().unwrap_or_else(|| dirs.audit.clone());
+        let workspace = workspace_of(w)?;
+        let policy = policy_of(w, &dirs)?;
+        let config = config_text(&dirs, &audit, &policy, &workspace);
+        let config_path = dirs.state.join("config.yaml");
+        write_private(&config_path, &config).map_err(|source| SetupError::Write {
+            path: config_path.clone(),
+            source,
+        })?;
+        check_policy(&config_path, &policy)?;
+        let command = own_server_command(w, session, &dirs, &audit)?;
+        Ok(Setup {
+            dirs,
+            audit,
+            workspace,
+            policy,
+            config_path,
+            command,
+        })
+    }
+
+    /// The start line: the session, where its approvals and audit are.
+    fn say_start(&self, session: &str) {
+        say(&format!(
+            "session {session}: policy {}, workspace {}; approvals: agentsh approvals list \
+             --session {session}; audit: {}{}",
+            self.policy,
+            self.workspace.display(),
+            self.audit.display(),
+            // SAFETY: geteuid cannot fail.
+            if unsafe { libc::geteuid() } == 0 {
+                ""
+            } else {
+                " (as an ordinary user: the daemon sockets of other users are not hidden, and \
+                 only this user's processes can be supervised)"
+            }
+        ));
+    }
+}
+
+/// `--workspace`, else the current directory; it must be a directory.
+fn workspace_of(w: &Wrap) -> Result<PathBuf, SetupError> {
+    let workspace = match &w.workspace {
+        Some(d) => d.clone(),
+        None => std::env::current_dir().map_err(SetupError::CurrentDir)?,
+    };
+    if !workspace.is_dir() {
+        return Err(SetupError::Workspace(workspace));
+    }
+    Ok(workspace)
+}
+
+/// `--policy` (agent-default without it); with `--allow-host`, a copy with
+/// the hosts' rule, written to the session's state.
+fn policy_of(w: &Wrap, dirs: &Dirs) -> Result<String, SetupError> {
+    let policy = w.policy.clone().unwrap_or_else(|| "agent-default".into());
+    if w.allow_hosts.is_empty() {
+        return Ok(policy);
+    }
+    let text = with_hosts(&policy, &w.allow_hosts)?;
+    let derived = dirs.state.join("policy.yaml");
+    write_private(&derived, &text).map_err(|source| SetupError::Write {
+        path: derived.clone(),
+        source,
+    })?;
+    Ok(derived.to_string_lossy().into_owned())
+}
+
+/// The policy is checked before anything starts: its errors, with line:col,
+/// are the user's to fix (exit 2), not a refusal.
+fn check_policy(config_path: &Path, policy: &str) -> Result<(), SetupError> {
+    let c =
+        crate::config::Config::load(Some(config_path)).map_err(|source| SetupError::Config {
+            policy: policy.to_string(),
+            source,
+        })?;
+    crate::policy::Policy::resolve(&c.policy, &c.policies_dir).map_err(|source| {
+        SetupError::Policy {
+            policy: policy.to_string(),
+            source,
+        }
+    })?;
+    Ok(())
+}
+
+/// `agentsh wrap --own-server --server unix:SOCKET --session ID --audit
+/// FILE [--allow-unsupervised] -- CMD`: CMD started below wrap's server.
+fn own_server_command(
+    w: &Wrap,
+    session: &str,
+    dirs: &Dirs,
+    audit: &Path,
+) -> Result<Vec<OsString>, SetupError> {
+    let exe = std::env::current_exe().map_err(SetupError::Exe)?;
+    let mut command: Vec<OsString> = vec![
+        exe.into_os_string(),
+        "wrap".into(),
+        "--own-server".into(),
+        "--server".into(),
+        format!("unix:{}", dirs.socket.display()).into(),
+        "--session".into(),
+        session.into(),
+        "--audit".into(),
+        audit.as_os_str().to_os_string(),
+    ];
+    if w.allow_unsupervised {
+        command.push("--allow-unsupervised".into());
+    }
+    command.push("--".into());
+    command.extend(w.command.iter().cloned());
+    Ok(command)
+}
+
+/// The server could not supervise (`why`): without `--allow-unsupervised`
+/// CMD does not run (`code`); with it, CMD runs unsupervised, said on stderr
+/// and in wrap's audit.
+fn unsupervised(
+    w: &Wrap,
+    session: &str,
+    audit: &Path,
+    code: i32,
+    why: &lifecycle::LaunchError,
+) -> i32 {
+    let why = format!("supervision could not be installed: {why}");
+    let public = w.command[0].to_string_lossy().into_owned();
+    if !w.allow_unsupervised {
+        say(&format!(
+            "{why}; {public} did not run (--allow-unsupervised runs it without supervision)"
+        ));
+        return code;
+    }
+    say(&format!(
+        "{why}; running {public} UNSUPERVISED (--allow-unsupervised)"
+    ));
+    let with_audit = Wrap {
+        audit: Some(audit.to_path_buf()),
+        ..w.clone()
+    };
+    record_unsupervised(&with_audit, session, &why);
+    let Some(real) = resolve(&w.command[0]) else {
+        return agentsh_proto::exit::NOT_FOUND;
+    };
+    let argv: Vec<CString> = w
+        .command
+        .iter()
+        .filter_map(|a| CString::new(a.as_bytes()).ok())
+        .collect();
+    exec_plain(&real, &argv)
+}
+
+/// The name of the egress rule `--allow-host` adds.
+const ALLOW_HOST_RULE: &str = "wrap-allow-host";
+
+/// The policy `name_or_path` (as the server would find it: a file, a file
+/// in the policies directory, or a shipped one) with an egress rule
+/// allowing `hosts` on 443 after its leading deny rules (so a name that
+/// resolves into cloud metadata stays refused).
+fn with_hosts(name_or_path: &str, hosts: &[String]) -> Result<String, AllowHostError> {
+    use serde_yaml_ng::{Mapping, Value};
+    for h in hosts {
+        crate::policy::egress::parse_host(h).map_err(|e| AllowHostError::Host {
+            host: h.clone(),
+            source: e.into(),
+        })?;
+    }
+    let name = || name_or_path.to_string();
+    let text = if name_or_path.contains('/') || name_or_path.ends_with(".yaml") {
+        std::fs::read_to_string(name_or_path).map_err(|source| AllowHostError::Read {
+            name: name(),
+            source,
+        })?
+    } else {
+        let dir = crate::config::Config::load(None).map_or_else(
+            |_| PathBuf::from("/etc/agentsh/policies"),
+            |c| c.policies_dir,
+        );
+        match std::fs::read_to_string(dir.join(format!("{name_or_path}.yaml"))) {
+            Ok(t) => t,
+            Err(_) => crate::policy::shipped(name_or_path)
+                .ok_or_else(|| AllowHostError::NoSuchPolicy(name()))?
+                .to_string(),
+        }
+    };
+    let mut doc: Value = serde_yaml_ng::from_str(&text).map_err(|source| AllowHostError::Yaml {
+        name: name(),
+        source,
+    })?;
+    let key = |k: &str| Value::String(k.into());
+    let Some(egress) = doc.get_mut("egress").and_then(Value::as_mapping_mut) else {
+        return Err(AllowHostError::NoEgress(name()));
+    };
+    let rules = egress
+        .entry(key("rules"))
+        .or_insert_with(|| Value::Sequence(Vec::new()));
+    let Some(rules) = rules.as_sequence_mut() else {
+        return Err(AllowHostError::RulesNotList(name()));
+    };
+    let at = rules
+        .iter()
+        .take_while(|r| r.get("decision").and_then(Value::as_str) == Some("deny"))
+        .count();
+    let mut rule = Mapping::new();
+    rule.insert(key("name"), key(ALLOW_HOST_RULE));
+    rule.insert(
+        key("hosts"),
+        Value::Sequence(hosts.iter().map(|h| key(h)).collect()),
+    );
+    rule.insert(
+        key("ports"),
+        Value::Sequence(vec![Value::Number(443.into())]),
+    );
+    rule.insert(key("decision"), key("allow"));
+    rules.insert(at, Value::Mapping(rule));
+    serde_yaml_ng::to_string(&doc).map_err(AllowHostError::Write)
+}
+
+/// The server's config for a standalone wrap.
+fn config_text(dirs: &Dirs, audit: &Path, policy: &str, workspace: &Path) -> String {
+    let q = |p: &Path| serde_json::to_string(&p.to_string_lossy()).unwrap_or_default();
+    let policy_line = if policy.contains('/') {
+        let abs = std::fs::canonicalize(policy).unwrap_or_else(|_| PathBuf::from(policy));
+        format!("policy: {}\n", q(&abs))
+    } else {
+        format!(
+            "policy: {}\n",
+            serde_json::to_string(policy).unwrap_or_default()
+        )
+    };
+    format!(
+        "# Written by `agentsh wrap` for this session.\nserver:\n  socket: {}\n{policy_line}\
+         workspace: {}\nstate_dir: {}\naudit:\n  jsonl: {}\n\
+         # The user cannot bind port 53: the DNS stub takes a free port (trees'\n\
+         # queries to any resolver are sent to it).\negress:\n  stub: \"127.0.0.153:0\"\n",
+        q(&dirs.socket),
+        q(workspace),
+        q(&dirs.state),
+        q(audit),
+    )
+}
+
+fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(text.as_bytes())
+}
+
+/// The one paragraph on stderr when wrap ends: what was judged, where the
+/// record is.
+fn report(session: &str, audit: &Path) {
+    let text = std::fs::read_to_string(audit).unwrap_or_default();
+    let (mut execs, mut denied, mut approvals, mut connects) = (0u64, 0u64, 0u64, 0u64);
+    for line in text.lines() {
+        let Ok(e) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if e["session_id"] != session {
+            continue;
+        }
+        let refused = e["effective_action"] == "deny"
+            || e["decision"] == "deny" && e["effective_action"].is_null();
+        match e["type"].as_str() {
+            Some("execve") => {
+                execs += 1;
+                denied += u64::from(refused);
+            }
+            Some("connect") => {
+                connects += 1;
+                denied += u64::from(refused);
+            }
+            _ => {}
+        }
+        approvals += u64::from(e["approval_id"].is_string());
+    }
+    say(&format!(
+        "session {session} ended: {execs} execs and {connects} destinations judged, {denied} \
+         refused, {approvals} approvals asked; audit: {}",
+        audit.display()
+    ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_config_names_the_session_files_and_a_free_stub_port() {
+        let dirs = Dirs {
+            base: "/h/.local/state/agentsh".into(),
+            state: "/h/.local/state/agentsh/s1".into(),
+            run: "/run/user/1000/agentsh".into(),
+            socket: "/run/user/1000/agentsh/s1.sock".into(),
+            audit: "/h/.local/state/agentsh/s1.jsonl".into(),
+            log: "/h/.local/state/agentsh/s1.log".into(),
+        };
+        let text = config_text(&dirs, &dirs.audit, "agent-default", Path::new("/w s"));
+        let c = crate::config::Config::from_yaml(&text, "t").unwrap();
+        assert_eq!(c.server.socket, dirs.socket);
+        assert_eq!(c.state_dir, dirs.state);
+        assert_eq!(c.policy, "agent-default");
+        assert!(text.contains("workspace: \"/w s\""), "{text}");
+        assert_eq!(c.egress.stub_addr().unwrap().port(), 0);
+    }
+
+    #[test]
+    fn allow_host_puts_a_rule_after_the_deny_rules() {
+        let text = with_hosts("agent-default", &["api.anthropic.com".into()]).unwrap();
+        let p = crate::policy::Policy::from_yaml(&text, "t").unwrap();
+        let e = p.egress().unwrap();
+        assert_eq!(e.rules[0].name, "no-cloud-metadata");
+        assert_eq!(e.rules[1].name, ALLOW_HOST_RULE);
+        assert!(e.could_allow_name("api.anthropic.com"));
+        assert!(!e.could_allow_name("s3cr3t.attacker.example"));
+        let names = ["api.anthropic.com".to_string()];
+        let v = crate::policy::egress::judge_destination(
+            e,
+            &crate::policy::egress::Destination {
+                ip: "203.0.113.9".parse().unwrap(),
+                port: 443,
+                protocol: crate::policy::egress::Protocol::Tcp,
+                names: &names,
+            },
+        );
+        assert_eq!(
+            (v.decision, v.rule.as_str()),
+            (crate::policy::Decision::Allow, ALLOW_HOST_RULE)
+        );
+        // Metadata stays refused whatever the name resolves to.
+        let v = crate::policy::egress::judge_destination(
+            e,
+            &crate::policy::egress::Destination {
+                ip: "169.254.169.254".parse().unwrap(),
+                port: 443,
+                protocol: crate::policy::egress::Protocol::Tcp,
+                names: &names,
+            },
+        );
+        assert_eq!(v.decision, crate::policy::Decision::Deny);
+        assert!(with_hosts("agent-default", &["https://x/y".into()]).is_err());
+    }
+}
