@@ -35,6 +35,31 @@ pub enum Handoff {
     Trace(u32),
 }
 
+impl Handoff {
+    /// The wrapper's pid.
+    pub fn pid(self) -> u32 {
+        match self {
+            Handoff::Notify(pid) | Handoff::Trace(pid) => pid,
+        }
+    }
+
+    /// What it hands over: a notify fd, or the wrapper to be seized.
+    pub fn trap(self) -> crate::wire::Trap {
+        match self {
+            Handoff::Notify(_) => crate::wire::Trap::UserNotif,
+            Handoff::Trace(_) => crate::wire::Trap::Tracer,
+        }
+    }
+
+    /// How it is named in a refusal.
+    pub fn what(self) -> &'static str {
+        match self {
+            Handoff::Notify(_) => "notify-fd",
+            Handoff::Trace(_) => "trace-me",
+        }
+    }
+}
+
 /// The one-byte answer of the server (to the relay) and of the relay (to unixwrap).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ack {

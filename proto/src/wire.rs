@@ -87,12 +87,37 @@ pub enum ExecBackend {
     Ptrace,
 }
 
+/// How a tree's filter hands a trapped syscall over: the kernel mechanism
+/// a backend is built on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trap {
+    /// `SECCOMP_RET_USER_NOTIF`: the syscall waits on a notify fd, which
+    /// the wrapper hands to the server.
+    UserNotif,
+    /// `SECCOMP_RET_TRACE`: the syscall stops for the task's tracer, which
+    /// the server becomes by seizing the wrapper.
+    Tracer,
+}
+
+/// What the shim and unixwrap need to know of a backend, in one place
+/// (the server's side of each is a `supervisor::backend::Backend`).
 impl ExecBackend {
+    /// Every backend, in the order `execve.backend: auto` prefers them.
+    pub const ALL: [ExecBackend; 2] = [ExecBackend::Notify, ExecBackend::Ptrace];
+
     /// The name in configs, events and logs.
     pub fn name(self) -> &'static str {
         match self {
             ExecBackend::Notify => "notify",
             ExecBackend::Ptrace => "ptrace",
+        }
+    }
+
+    /// The kernel mechanism its filter traps with.
+    pub fn trap(self) -> Trap {
+        match self {
+            ExecBackend::Notify => Trap::UserNotif,
+            ExecBackend::Ptrace => Trap::Tracer,
         }
     }
 }

@@ -343,6 +343,17 @@ pub enum BackendChoice {
     Ptrace,
 }
 
+impl BackendChoice {
+    /// The one backend chosen (`None`: `auto`, the first the host offers).
+    pub fn only(self) -> Option<agentsh_proto::ExecBackend> {
+        match self {
+            BackendChoice::Auto => None,
+            BackendChoice::Notify => Some(agentsh_proto::ExecBackend::Notify),
+            BackendChoice::Ptrace => Some(agentsh_proto::ExecBackend::Ptrace),
+        }
+    }
+}
+
 /// `execve.race_guard`: what makes an exec hold when other tasks share the
 /// caller's memory (see `docs/security-model.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

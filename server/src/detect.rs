@@ -11,6 +11,7 @@
 //! the capability as absent with the reason; nothing here changes the host.
 
 use crate::config::BackendChoice;
+use crate::supervisor::backend;
 use agentsh_proto::ExecBackend;
 use serde::Serialize;
 use std::io;
@@ -289,38 +290,69 @@ impl Sleepers {
     }
 }
 
-/// The exec backend `choice` (`execve.backend`) comes to on a host with
-/// these probes.
+/// The exec backend `choice` (`execve.backend`) comes to on a host whose
+/// probe for each backend is `probe`: the first registered backend the
+/// choice allows and the host offers (`supervisor::backend::ALL`, in
+/// preference order).
 ///
 /// # Errors
-/// The choice cannot work here (an explicit `notify` without user-notify,
-/// `ptrace` without `SECCOMP_RET_TRACE` + ptrace, or `auto` with neither).
-pub fn choose_backend(
+/// The choice cannot work here (an explicit backend the host does not
+/// offer, or `auto` with none).
+pub fn choose_backend<'a>(
     choice: BackendChoice,
-    notify: &Probe,
-    trace: &Probe,
-) -> Result<ExecBackend, String> {
+    probe: impl Fn(ExecBackend) -> &'a Probe,
+) -> Result<ExecBackend, NoBackend> {
     let why = |p: &Probe| p.detail.clone().unwrap_or_else(|| "unavailable".into());
-    match choice {
-        BackendChoice::Notify if notify.available => Ok(ExecBackend::Notify),
-        BackendChoice::Notify => Err(format!(
-            "execve.backend is notify, but this kernel has no seccomp user notification ({}); \
-             use auto or ptrace",
-            why(notify)
-        )),
-        BackendChoice::Ptrace if trace.available => Ok(ExecBackend::Ptrace),
-        BackendChoice::Ptrace => Err(format!(
-            "execve.backend is ptrace, but SECCOMP_RET_TRACE + ptrace does not work here ({})",
-            why(trace)
-        )),
-        BackendChoice::Auto if notify.available => Ok(ExecBackend::Notify),
-        BackendChoice::Auto if trace.available => Ok(ExecBackend::Ptrace),
-        BackendChoice::Auto => Err(format!(
-            "this host can supervise no exec: no seccomp user notification ({}) and no \
-             SECCOMP_RET_TRACE + ptrace ({})",
-            why(notify),
-            why(trace)
-        )),
+    let allowed = || {
+        backend::ALL
+            .iter()
+            .filter(move |b| choice.only().is_none_or(|k| k == b.kind()))
+    };
+    if let Some(b) = allowed().find(|b| probe(b.kind()).available) {
+        return Ok(b.kind());
+    }
+    Err(match choice.only() {
+        Some(kind) => {
+            let others: Vec<&str> = backend::ALL
+                .iter()
+                .filter(|b| b.kind() != kind)
+                .map(|b| b.kind().name())
+                .collect();
+            NoBackend::Chosen {
+                name: kind.name(),
+                why: backend::of(kind).unavailable(&why(probe(kind))),
+                others: others.join(" or "),
+            }
+        }
+        None => NoBackend::None(
+            allowed()
+                .map(|b| format!("no {} ({})", b.needs(), why(probe(b.kind()))))
+                .collect::<Vec<_>>()
+                .join(" and "),
+        ),
+    })
+}
+
+/// Why no exec backend can run here.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoBackend {
+    #[error("execve.backend is {name}, but {why}; use auto or {others}")]
+    Chosen {
+        name: &'static str,
+        why: String,
+        others: String,
+    },
+    #[error("this host can supervise no exec: {0}")]
+    None(String),
+}
+
+impl Report {
+    /// What this host offers the backend of `kind`.
+    pub fn probe_of(&self, kind: ExecBackend) -> &Probe {
+        match kind.trap() {
+            agentsh_proto::wire::Trap::UserNotif => &self.seccomp_user_notif,
+            agentsh_proto::wire::Trap::Tracer => &self.seccomp_trace_ptrace,
+        }
     }
 }
 
@@ -629,12 +661,12 @@ pub fn detect(max_abi: Option<i64>, choice: BackendChoice) -> Report {
     let trace = probe_trace();
     let kernel_abi = agentsh_proto::wire::kernel_landlock_abi();
     let abi = agentsh_proto::wire::effective_landlock_abi(kernel_abi, max_abi);
-    let exec_backend = choose_backend(choice, &notify, &trace);
+    let exec_backend = choose_backend(choice, |k| match k.trap() {
+        agentsh_proto::wire::Trap::UserNotif => &notify,
+        agentsh_proto::wire::Trap::Tracer => &trace,
+    });
     let backend = match &exec_backend {
-        Ok(ExecBackend::Notify) => "notify (seccomp user-notify)".to_string(),
-        Ok(ExecBackend::Ptrace) => "ptrace (SECCOMP_RET_TRACE: the server traces every task of \
-             the tree and checks every exec at PTRACE_EVENT_EXEC)"
-            .to_string(),
+        Ok(k) => backend::of(*k).describe().to_string(),
         Err(e) => format!("none: {e}"),
     };
     let mut protections = Vec::new();
@@ -765,16 +797,37 @@ mod tests {
         let yes = Probe::yes();
         let no = Probe::no("EINVAL");
         use BackendChoice::{Auto, Notify, Ptrace};
-        assert_eq!(choose_backend(Auto, &yes, &yes), Ok(ExecBackend::Notify));
-        assert_eq!(choose_backend(Auto, &no, &yes), Ok(ExecBackend::Ptrace));
-        assert!(choose_backend(Auto, &no, &no)
-            .unwrap_err()
-            .contains("can supervise no exec"));
-        assert_eq!(choose_backend(Ptrace, &yes, &yes), Ok(ExecBackend::Ptrace));
-        assert!(choose_backend(Notify, &no, &yes)
-            .unwrap_err()
-            .contains("use auto or ptrace"));
-        assert!(choose_backend(Ptrace, &yes, &no).is_err());
+        let host = |notify: &'static Probe, trace: &'static Probe| {
+            move |k: ExecBackend| match k {
+                ExecBackend::Notify => notify,
+                ExecBackend::Ptrace => trace,
+            }
+        };
+        let (yes, no): (&'static Probe, &'static Probe) =
+            (Box::leak(Box::new(yes)), Box::leak(Box::new(no)));
+        assert_eq!(
+            choose_backend(Auto, host(yes, yes)),
+            Ok(ExecBackend::Notify)
+        );
+        assert_eq!(choose_backend(Auto, host(no, yes)), Ok(ExecBackend::Ptrace));
+        let none = choose_backend(Auto, host(no, no)).unwrap_err().to_string();
+        assert_eq!(
+            none,
+            "this host can supervise no exec: no seccomp user notification (EINVAL) and no \
+             SECCOMP_RET_TRACE + ptrace (EINVAL)"
+        );
+        assert_eq!(
+            choose_backend(Ptrace, host(yes, yes)),
+            Ok(ExecBackend::Ptrace)
+        );
+        assert_eq!(
+            choose_backend(Notify, host(no, yes))
+                .unwrap_err()
+                .to_string(),
+            "execve.backend is notify, but this kernel has no seccomp user notification \
+             (EINVAL); use auto or ptrace"
+        );
+        assert!(choose_backend(Ptrace, host(yes, no)).is_err());
     }
 
     #[test]

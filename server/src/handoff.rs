@@ -23,12 +23,13 @@
 use crate::api::peer::Slot;
 use crate::api::transport::SeqpacketListener;
 use crate::audit::{EventBody, HandoffEvent};
-use crate::supervisor::{self, SupervisorContext, Tree};
+use crate::supervisor::backend::{self, Supervising};
+use crate::supervisor::{SupervisorContext, Tree};
 use crate::trees::Trees;
-use agentsh_proto::handoff::{decode_handoff, Ack, Handoff, HANDOFF_LEN};
+use agentsh_proto::handoff::{decode_handoff, Ack, HANDOFF_LEN};
 use agentsh_proto::seqpacket;
 use agentsh_proto::ExecBackend;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -187,13 +188,14 @@ pub async fn take_handoff(
             }
         };
         match handoff(&ctx, &trees, &session, &terms, &conn, cred, caller, backend).await {
-            Ok(taken) => {
+            Ok((pid, taken)) => {
                 drop(listener);
                 drop(slot);
-                supervise(ctx, trees, &conn, session, terms, taken).await;
+                supervise(ctx, &conn, session, pid, taken).await;
                 return;
             }
-            Err(reason) => {
+            Err(refused) => {
+                let reason = refused.to_string();
                 tracing::warn!(socket = %path.display(), "handoff refused: {reason}");
                 // Recorded before the answer, as every decision is.
                 ctx.audit.record(
@@ -222,49 +224,45 @@ async fn handoff(
     conn: &crate::api::transport::SeqpacketConn,
     cred: seqpacket::PeerCred,
     caller: Caller,
-    backend: ExecBackend,
-) -> Result<Taken, String> {
+    kind: ExecBackend,
+) -> Result<(u32, Box<dyn Supervising>), Refused> {
     let mut buf = [0u8; HANDOFF_LEN + 1];
     let received =
         tokio::time::timeout(HANDOFF_READ_TIMEOUT, conn.recv_with_fds(&mut buf, 1)).await;
     let checked = match received {
-        Err(_) => Err(format!("no handoff within {HANDOFF_READ_TIMEOUT:?}")),
-        Ok(Err(e)) => Err(format!("handoff read failed: {e}")),
+        Err(_) => Err(Refused::Timeout),
+        Ok(Err(e)) => Err(Refused::Read(e)),
         Ok(Ok((n, fds, scm))) => {
             // SO_PEERCRED unless the kernel answers it with our own (gVisor).
             let cred = match scm {
                 Some(c) if cred.pid == std::process::id() => c,
                 _ => cred,
             };
-            check_handoff(&buf[..n], fds, cred, caller, backend)
+            check_handoff(&buf[..n], fds, cred, caller, kind)
         }
     };
-    match checked {
-        Ok(Taken::Trace(pid)) => {
-            let tree = Tree::new(session.to_string(), pid, terms.clone());
-            let (c, t) = (ctx.clone(), trees.clone());
-            match tokio::task::spawn_blocking(move || supervisor::trace::attach(&c, t, tree)).await
-            {
-                Ok(Ok(())) => Ok(Taken::Trace(pid)),
-                Ok(Err(e)) => Err(e),
-                Err(e) => Err(format!("attach failed: {e}")),
-            }
-        }
-        other => other,
+    let (pid, fds) = checked?;
+    let tree = Tree::new(session.to_string(), pid, terms.clone());
+    let b = backend::of(kind);
+    if !b.takes_over_blocking() {
+        return Ok((pid, b.take_over(ctx, trees, tree, fds)?));
+    }
+    let (c, t) = (ctx.clone(), trees.clone());
+    match tokio::task::spawn_blocking(move || b.take_over(&c, &t, tree, fds)).await {
+        Ok(taken) => Ok((pid, taken?)),
+        Err(e) => Err(Refused::Join(e.to_string())),
     }
 }
 
 /// An accepted handoff: the status byte, the audit event, and the tree's
-/// supervisor thread (under ptrace the tracer thread already has it).
+/// supervision started (under ptrace the tracer thread already has it).
 async fn supervise(
     ctx: Arc<SupervisorContext>,
-    trees: Arc<Trees>,
     conn: &crate::api::transport::SeqpacketConn,
     session: String,
-    terms: crate::supervisor::TreeTerms,
-    taken: Taken,
+    pid: u32,
+    taken: Box<dyn Supervising>,
 ) {
-    let pid = taken.pid();
     if let Err(e) = conn.send_record(&[Ack::Accepted.to_byte()]).await {
         // The relay will not ACK unixwrap, which then refuses to run;
         // dropping the fd makes any exec in the tree fail (ENOSYS);
@@ -278,120 +276,92 @@ async fn supervise(
         EventBody::Handoff(HandoffEvent {
             pid,
             accepted: true,
-            reason: match taken {
-                Taken::Notify(..) => "notify fd taken".into(),
-                Taken::Trace(_) => "wrapper seized (ptrace backend)".into(),
-            },
+            reason: taken.note().into(),
         }),
     );
-    let Taken::Notify(pid, fd) = taken else {
-        return; // the tracer thread supervises it from here
-    };
-    let tree = Tree::new(session, pid, terms);
-    let spawned = std::thread::Builder::new()
-        .name("agentsh-tree".into())
-        .spawn(move || {
-            trees.started(tree.root_pid, &tree.session_id);
-            let root = tree.root_pid;
-            supervisor::serve(ctx, tree, Arc::new(fd));
-            trees.finished(root);
-        });
-    if let Err(e) = spawned {
-        // The fd is dropped with the closure: the tree's execs fail (closed).
-        tracing::error!(pid, "cannot start the tree's supervisor thread: {e}");
-    }
+    taken.start();
 }
 
-/// What an accepted handoff gives.
-enum Taken {
-    /// The wrapper's pid and its notify fd.
-    Notify(u32, OwnedFd),
-    /// The wrapper's pid, to be seized.
-    Trace(u32),
-}
-
-impl Taken {
-    fn pid(&self) -> u32 {
-        match self {
-            Taken::Notify(pid, _) | Taken::Trace(pid) => *pid,
-        }
-    }
+/// Why a handoff was refused (the `handoff` event's reason).
+#[derive(Debug, thiserror::Error)]
+enum Refused {
+    #[error("no handoff within {HANDOFF_READ_TIMEOUT:?}")]
+    Timeout,
+    #[error("handoff read failed: {0}")]
+    Read(std::io::Error),
+    #[error("connection from uid {got}, but the socket was issued to uid {issued}")]
+    Uid { got: u32, issued: u32 },
+    #[error("malformed handoff ({len} bytes, first {first:#04x})")]
+    Malformed { len: usize, first: u8 },
+    #[error("a {what} handoff, but this tree's backend is {backend}")]
+    WrongKind {
+        what: &'static str,
+        backend: &'static str,
+    },
+    #[error("handoff names pid {pid}, but wrap-init was called by pid {shim}")]
+    OtherPid { pid: u32, shim: u32 },
+    #[error("the relay (pid {relay}) is not a child of pid {shim} ({parent})")]
+    NotItsRelay {
+        relay: u32,
+        shim: u32,
+        parent: String,
+    },
+    #[error("a {what} handoff from a caller whose pid is unknown")]
+    NoCallerPid { what: &'static str },
+    #[error(transparent)]
+    TakeOver(#[from] backend::TakeOverError),
+    #[error("attach failed: {0}")]
+    Join(String),
 }
 
 /// The checks of the module doc: who connected, which pid the message
-/// names, and what it carries (a seccomp notify fd, or nothing for ptrace).
+/// names, and that it is the kind of handoff the tree's backend takes
+/// (what it carries is the backend's to check). The wrapper's pid and the
+/// fds it carried.
 fn check_handoff(
     msg: &[u8],
     fds: Vec<OwnedFd>,
     cred: seqpacket::PeerCred,
     caller: Caller,
-    backend: ExecBackend,
-) -> Result<Taken, String> {
+    kind: ExecBackend,
+) -> Result<(u32, Vec<OwnedFd>), Refused> {
     if cred.uid != caller.uid {
-        return Err(format!(
-            "connection from uid {}, but the socket was issued to uid {}",
-            cred.uid, caller.uid
-        ));
+        return Err(Refused::Uid {
+            got: cred.uid,
+            issued: caller.uid,
+        });
     }
-    let handoff = decode_handoff(msg).ok_or_else(|| {
-        format!(
-            "malformed handoff ({} bytes, first {:#04x})",
-            msg.len(),
-            msg.first().copied().unwrap_or(0)
-        )
+    let handoff = decode_handoff(msg).ok_or_else(|| Refused::Malformed {
+        len: msg.len(),
+        first: msg.first().copied().unwrap_or(0),
     })?;
-    let pid = match (handoff, backend) {
-        (Handoff::Notify(pid), ExecBackend::Notify)
-        | (Handoff::Trace(pid), ExecBackend::Ptrace) => pid,
-        (h, b) => {
-            return Err(format!(
-                "a {} handoff, but this tree's backend is {}",
-                match h {
-                    Handoff::Notify(_) => "notify-fd",
-                    Handoff::Trace(_) => "trace-me",
-                },
-                b.name()
-            ))
-        }
-    };
+    if handoff.trap() != kind.trap() {
+        return Err(Refused::WrongKind {
+            what: handoff.what(),
+            backend: kind.name(),
+        });
+    }
+    let pid = handoff.pid();
     match caller.pid {
         Some(shim) => {
             if pid != shim {
-                return Err(format!(
-                    "handoff names pid {pid}, but wrap-init was called by pid {shim}"
-                ));
+                return Err(Refused::OtherPid { pid, shim });
             }
             let relay_parent = crate::tracee::proc_stat(cred.pid).map(|s| s.ppid);
             if relay_parent.as_ref().ok() != Some(&shim) {
-                return Err(format!(
-                    "the relay (pid {}) is not a child of pid {shim} ({relay_parent:?})",
-                    cred.pid
-                ));
+                return Err(Refused::NotItsRelay {
+                    relay: cred.pid,
+                    shim,
+                    parent: format!("{relay_parent:?}"),
+                });
             }
         }
-        // Seizing needs to know whom: only a caller the kernel named.
-        None if backend == ExecBackend::Ptrace => {
-            return Err("a trace handoff from a caller whose pid is unknown".into())
+        None if backend::of(kind).needs_caller_pid() => {
+            return Err(Refused::NoCallerPid {
+                what: handoff.what(),
+            })
         }
         None => {}
     }
-    let mut fds = fds.into_iter();
-    if backend == ExecBackend::Ptrace {
-        return match fds.next() {
-            None => Ok(Taken::Trace(pid)),
-            Some(_) => Err("a trace handoff carried an fd".into()),
-        };
-    }
-    let fd = match (fds.next(), fds.next()) {
-        (Some(fd), None) => fd,
-        (None, _) => return Err("handoff carried no fd".into()),
-        (Some(_), Some(_)) => return Err("handoff carried more than one fd".into()),
-    };
-    let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
-        .map(|p| p.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    if link != "anon_inode:seccomp notify" {
-        return Err(format!("the fd is not a seccomp notify fd ({link:?})"));
-    }
-    Ok(Taken::Notify(pid, fd))
+    Ok((pid, fds))
 }

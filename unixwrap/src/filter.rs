@@ -22,7 +22,8 @@
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
 
-use agentsh_proto::{ExecBackend, SeccompConfig};
+use agentsh_proto::wire::Trap;
+use agentsh_proto::SeccompConfig;
 
 /// The program the server shipped in `cfg`, decoded and vetted.
 ///
@@ -34,9 +35,9 @@ pub fn program(cfg: &SeccompConfig) -> Result<Vec<libc::sock_filter>, String> {
         return Err("the config carries no seccomp filter (the server compiles it; is the server older than this unixwrap?)".into());
     }
     let prog = agentsh_proto::bpf::decode_program(&cfg.filter)?;
-    let (traps, action) = match cfg.backend {
-        ExecBackend::Notify => (agentsh_proto::bpf::traps_to_user_notif(&prog), "USER_NOTIF"),
-        ExecBackend::Ptrace => (agentsh_proto::bpf::traps_to_tracer(&prog), "TRACE"),
+    let (traps, action) = match cfg.backend.trap() {
+        Trap::UserNotif => (agentsh_proto::bpf::traps_to_user_notif(&prog), "USER_NOTIF"),
+        Trap::Tracer => (agentsh_proto::bpf::traps_to_tracer(&prog), "TRACE"),
     };
     if !traps {
         return Err(format!(
@@ -168,9 +169,9 @@ pub fn flag_names(flags: libc::c_ulong) -> String {
 pub fn load(
     prog: &[libc::sock_filter],
     wait_killable: bool,
-    backend: ExecBackend,
+    trap: Trap,
 ) -> Result<Loaded, LoadError> {
-    if backend == ExecBackend::Ptrace {
+    if trap == Trap::Tracer {
         seccomp_set_mode_filter(prog, 0).map_err(classify)?;
         return Ok(Loaded {
             notify_fd: None,

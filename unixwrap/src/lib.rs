@@ -33,7 +33,8 @@ use std::time::{Duration, Instant};
 
 use agentsh_proto::env;
 use agentsh_proto::marker::agentsh_filter_present;
-use agentsh_proto::{ExecBackend, SeccompConfig};
+use agentsh_proto::wire::Trap;
+use agentsh_proto::SeccompConfig;
 
 use crate::args::{Invocation, OnKernelRefusal};
 use crate::error::{KernelRefusal, Refusal, WrapError};
@@ -226,7 +227,7 @@ fn install(setup: &Setup, sock_fd: RawFd, log: &Log) -> Result<(), WrapError> {
 /// (notify backend) and the Landlock ABI the ruleset needs.
 fn check_kernel(setup: &Setup) -> Result<(), WrapError> {
     let config = &setup.config;
-    if config.backend == ExecBackend::Notify {
+    if config.backend.trap() == Trap::UserNotif {
         filter::probe_user_notif()
             .map_err(|e| setup.kernel_cannot(KernelRefusal::NoUserNotif(e)))?;
     }
@@ -284,19 +285,20 @@ fn load_filter(
     log: &Log,
 ) -> Result<(filter::Loaded, Option<handoff::Courier>), WrapError> {
     let config = &setup.config;
-    let courier = match config.backend {
-        ExecBackend::Notify => Some(
+    let courier = match config.backend.trap() {
+        Trap::UserNotif => Some(
             handoff::Courier::start(sock_fd)
                 .map_err(|err| setup.refused(Refusal::Send { fd: sock_fd, err }))?,
         ),
-        ExecBackend::Ptrace => None,
+        Trap::Tracer => None,
     };
     let t_load = Instant::now();
-    let loaded = filter::load(prog, config.wait_killable, config.backend).map_err(|e| match e {
-        filter::LoadError::KernelRefused(e) => setup.kernel_cannot(KernelRefusal::Load(e)),
-        filter::LoadError::ListenerExists => setup.refused(Refusal::ListenerExists),
-        filter::LoadError::Failed(e) => setup.refused(Refusal::Load(e)),
-    })?;
+    let loaded =
+        filter::load(prog, config.wait_killable, config.backend.trap()).map_err(|e| match e {
+            filter::LoadError::KernelRefused(e) => setup.kernel_cannot(KernelRefusal::Load(e)),
+            filter::LoadError::ListenerExists => setup.refused(Refusal::ListenerExists),
+            filter::LoadError::Failed(e) => setup.refused(Refusal::Load(e)),
+        })?;
     let load_us = t_load.elapsed().as_micros();
     if loaded.wait_killable_refused {
         log!(

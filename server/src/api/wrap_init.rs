@@ -303,20 +303,21 @@ fn prepare_wrap_init(
     let mut not_enforced = not_enforced(&landlock.summary);
     if let Some(why) = egress_gap {
         let unjudged = api.config.egress.compat == crate::config::EgressCompat::AllowUnjudged;
-        not_enforced.push(match (backend, unjudged) {
-            (agentsh_proto::ExecBackend::Notify, false) => format!(
+        let installs = crate::supervisor::backend::of(backend).can_install_fds();
+        not_enforced.push(match (installs, unjudged) {
+            (true, false) => format!(
                 "egress ({why}): a send that names a destination is refused; connects are \
                  judged and made on sockets of the supervisor's own"
             ),
-            (agentsh_proto::ExecBackend::Notify, true) => format!(
+            (true, true) => format!(
                 "egress ({why}): a send that names a destination runs unjudged \
                  (egress.compat: allow_unjudged); connects are judged and made on sockets of \
                  the supervisor's own"
             ),
-            (_, false) => {
+            (false, false) => {
                 format!("egress ({why}): every connect and send it would judge is refused")
             }
-            (_, true) => format!(
+            (false, true) => format!(
                 "egress ({why}): every connect and send runs unjudged, DNS included \
                  (egress.compat: allow_unjudged)"
             ),

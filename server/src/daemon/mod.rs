@@ -109,8 +109,8 @@ pub enum StartError {
         source: std::io::Error,
     },
     /// No exec backend works here (`detect::choose_backend`'s reason).
-    #[error("{0}")]
-    NoBackend(String),
+    #[error(transparent)]
+    NoBackend(crate::detect::NoBackend),
     #[error(transparent)]
     RunDir(#[from] RunDirError),
     /// The policies' identity index could not be built.
@@ -380,16 +380,13 @@ fn choose_backend(
     config: &Config,
     detected: &crate::detect::Report,
 ) -> Result<agentsh_proto::ExecBackend> {
-    let backend = crate::detect::choose_backend(
-        config.execve.backend,
-        &detected.seccomp_user_notif,
-        &detected.seccomp_trace_ptrace,
-    )
-    .map_err(StartError::NoBackend)?;
-    if backend == agentsh_proto::ExecBackend::Ptrace && detected.landlock_abi == 0 {
+    let backend = crate::detect::choose_backend(config.execve.backend, |k| detected.probe_of(k))
+        .map_err(StartError::NoBackend)?;
+    if detected.landlock_abi == 0 {
         tracing::warn!(
-            "ptrace backend without Landlock: command rules are enforced; file and network \
-             rules and the protection of agentsh's own files are NOT (see docs/security-model.md)"
+            "{} backend without Landlock: command rules are enforced; file and network rules and \
+             the protection of agentsh's own files are NOT (see docs/security-model.md)",
+            backend.name()
         );
     }
     Ok(backend)

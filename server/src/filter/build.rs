@@ -109,9 +109,9 @@ fn check_names(spec: &FilterSpec) -> Result<(), FilterError> {
 /// Where the supervisor's traps go: the notify fd, or the tracer (with
 /// `data` saying which trap it is).
 fn trap(backend: ExecBackend, data: u16) -> ScmpAction {
-    match backend {
-        ExecBackend::Notify => ScmpAction::Notify,
-        ExecBackend::Ptrace => ScmpAction::Trace(data),
+    match backend.trap() {
+        agentsh_proto::wire::Trap::UserNotif => ScmpAction::Notify,
+        agentsh_proto::wire::Trap::Tracer => ScmpAction::Trace(data),
     }
 }
 

@@ -32,7 +32,7 @@
 //! If the server dies, the kernel fails every later trapped syscall of the
 //! tree with ENOSYS, and detaches every task the supervisor had stopped.
 
-mod backend;
+pub mod backend;
 mod context;
 mod dispatch;
 mod egress;
@@ -49,19 +49,8 @@ mod state;
 mod tasks;
 mod tree;
 
-pub use backend::{notify, trace};
 pub use context::SupervisorContext;
 pub use exec::identity::{index_for, prepare, sha256_hex, Preparing, MAX_INDEXES};
 pub use exec::mechanism_rules;
 pub use seam::{Deferred, Held, Hold, HoldKind, HoldRequest, Holder, Settled, Stop, Verification};
 pub use tree::{Tree, TreeRules, TreeTerms};
-
-/// Serves `tree`'s notify fd (shared with approval waiters, which answer
-/// held execs on it) until every process in it has exited.
-pub fn serve(
-    ctx: std::sync::Arc<SupervisorContext>,
-    tree: Tree,
-    fd: std::sync::Arc<std::os::fd::OwnedFd>,
-) {
-    notify::serve(ctx, tree, fd);
-}

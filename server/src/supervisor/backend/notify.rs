@@ -11,14 +11,116 @@
 //! Failure modes: a poll or receive error other than "tracee gone" or EINTR
 //! abandons the tree (its execs then fail with ENOSYS: closed).
 
+use super::registry::{Backend, Supervising, TakeOverError};
 use crate::supervisor::context::SupervisorContext;
 use crate::supervisor::seam::{Caught, Deferred, Holder, Stop, Verification};
 use crate::supervisor::state::TreeState;
 use crate::supervisor::tree::Tree;
+use crate::trees::Trees;
 use agentsh_proto::notif::{self, Notification};
+use agentsh_proto::ExecBackend;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::Arc;
+
+/// Seccomp user notification: one notify fd per tree, handed over by the
+/// wrapper, served by a thread of its own.
+pub struct Notify;
+
+impl Backend for Notify {
+    fn kind(&self) -> ExecBackend {
+        ExecBackend::Notify
+    }
+
+    fn describe(&self) -> &'static str {
+        "notify (seccomp user-notify)"
+    }
+
+    fn needs(&self) -> &'static str {
+        "seccomp user notification"
+    }
+
+    fn unavailable(&self, why: &str) -> String {
+        format!("this kernel has no seccomp user notification ({why})")
+    }
+
+    fn can_install_fds(&self) -> bool {
+        true
+    }
+
+    fn needs_caller_pid(&self) -> bool {
+        false
+    }
+
+    fn takes_over_blocking(&self) -> bool {
+        false
+    }
+
+    /// The handoff must carry exactly one fd, and it must be a seccomp
+    /// notify fd (checked through `/proc/self/fd`).
+    fn take_over(
+        &self,
+        ctx: &Arc<SupervisorContext>,
+        trees: &Arc<Trees>,
+        tree: Tree,
+        fds: Vec<OwnedFd>,
+    ) -> Result<Box<dyn Supervising>, TakeOverError> {
+        let mut fds = fds.into_iter();
+        let fd = match (fds.next(), fds.next()) {
+            (Some(fd), None) => fd,
+            (None, _) => return Err(TakeOverError::NoFd),
+            (Some(_), Some(_)) => return Err(TakeOverError::TooManyFds),
+        };
+        let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if link != "anon_inode:seccomp notify" {
+            return Err(TakeOverError::NotANotifyFd(link));
+        }
+        Ok(Box::new(Served {
+            ctx: ctx.clone(),
+            trees: trees.clone(),
+            tree,
+            fd,
+        }))
+    }
+}
+
+/// A tree whose notify fd was taken, served once its wrapper is told.
+struct Served {
+    ctx: Arc<SupervisorContext>,
+    trees: Arc<Trees>,
+    tree: Tree,
+    fd: OwnedFd,
+}
+
+impl Supervising for Served {
+    fn note(&self) -> &'static str {
+        "notify fd taken"
+    }
+
+    fn start(self: Box<Self>) {
+        let Served {
+            ctx,
+            trees,
+            tree,
+            fd,
+        } = *self;
+        let pid = tree.root_pid;
+        let spawned = std::thread::Builder::new()
+            .name("agentsh-tree".into())
+            .spawn(move || {
+                trees.started(tree.root_pid, &tree.session_id);
+                let root = tree.root_pid;
+                serve(ctx, tree, Arc::new(fd));
+                trees.finished(root);
+            });
+        if let Err(e) = spawned {
+            // The fd is dropped with the closure: the tree's execs fail (closed).
+            tracing::error!(pid, "cannot start the tree's supervisor thread: {e}");
+        }
+    }
+}
 
 /// A trapped syscall as user-notify holds it: the notification's id on the
 /// tree's fd.
@@ -105,7 +207,7 @@ impl Deferred for NotifyHeld {
 const SWEEP_MS: i32 = 20;
 
 /// Serves `tree` through its notify fd until every process in it has exited.
-pub fn serve(ctx: Arc<SupervisorContext>, tree: Tree, fd: Arc<OwnedFd>) {
+fn serve(ctx: Arc<SupervisorContext>, tree: Tree, fd: Arc<OwnedFd>) {
     let mut st = TreeState::new(tree.root_pid);
     crate::supervisor::ptrace::precise_sleeps();
     tracing::info!(session = %tree.session_id, root_pid = tree.root_pid, "supervising tree");

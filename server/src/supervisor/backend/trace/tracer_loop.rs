@@ -13,7 +13,8 @@
 //! signalfd, events are found by polling every [`POLL_MS`] ms.
 
 use super::regs;
-use super::{Request, TraceStop};
+use super::stop::TraceStop;
+use super::tracer::{Request, TraceError};
 use crate::supervisor::context::SupervisorContext;
 use crate::supervisor::dispatch::{dispatch, exec_completed};
 use crate::supervisor::seam::{Caught, Verification};
@@ -157,12 +158,11 @@ impl Loop {
         }
     }
 
-    fn attach(&mut self, tree: Tree, trees: Arc<Trees>) -> Result<(), String> {
+    fn attach(&mut self, tree: Tree, trees: Arc<Trees>) -> Result<(), TraceError> {
         let pid = tree.root_pid;
-        regs::seize(pid, OPTIONS).map_err(|e| {
-            format!(
-                "PTRACE_SEIZE of pid {pid}: {e} (traced by another process, or no CAP_SYS_PTRACE)"
-            )
+        regs::seize(pid, OPTIONS).map_err(|e| TraceError::Seize {
+            pid,
+            error: e.to_string(),
         })?;
         tracing::info!(session = %tree.session_id, root_pid = pid, "supervising tree (ptrace)");
         trees.started(pid, &tree.session_id);

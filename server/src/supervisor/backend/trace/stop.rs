@@ -1,0 +1,109 @@
+//! A tracee's seccomp stop, as the families answer it: now, on the tracer
+//! thread ([`TraceStop`]), or later from another thread through the
+//! tracer's queue ([`TraceHeld`]).
+//!
+//! Failure modes: an answer the tracee is no longer there for is dropped
+//! (the tracer ignores it).
+
+use super::regs;
+use super::tracer::{answer, answer_value, still_held};
+use crate::supervisor::seam::{Deferred, Holder, Stop, Verification};
+use std::cell::{Cell, RefCell};
+use std::io;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+
+/// A seccomp stop, as the families answer it.
+pub struct TraceStop {
+    pub(super) tid: u32,
+    pub(super) answered: Cell<bool>,
+    pub(super) expect: RefCell<Option<Verification>>,
+    /// The thread's start time, read when the stop is deferred (0: not).
+    pub(super) starttime: Cell<u64>,
+}
+
+impl Stop for TraceStop {
+    fn still_waiting(&self) -> bool {
+        // Only a stopped tracee has an event message.
+        regs::event_msg(self.tid).is_ok()
+    }
+
+    fn proceed(&self) -> io::Result<()> {
+        self.answered.set(true);
+        regs::cont(self.tid, 0)
+    }
+
+    fn refuse(&self, errno: i32) -> io::Result<()> {
+        self.answered.set(true);
+        regs::skip_syscall(self.tid, errno)?;
+        regs::cont(self.tid, 0)
+    }
+
+    fn answer(&self, val: i64) -> io::Result<()> {
+        self.answered.set(true);
+        regs::skip_with(self.tid, val)?;
+        regs::cont(self.tid, 0)
+    }
+
+    fn verifies_every_exec(&self) -> bool {
+        true
+    }
+
+    fn expect(&self, what: Verification) {
+        *self.expect.borrow_mut() = Some(what);
+    }
+
+    fn defer(&self) -> Holder {
+        let starttime = crate::tracee::proc_stat(self.tid).map_or(0, |s| s.starttime);
+        self.starttime.set(starttime);
+        Arc::new(TraceHeld {
+            tid: self.tid,
+            starttime,
+        })
+    }
+}
+
+/// Thread `tid` (started at `starttime`) waiting in its seccomp stop,
+/// answered by the tracer thread through its queue.
+struct TraceHeld {
+    tid: u32,
+    starttime: u64,
+}
+
+impl Deferred for TraceHeld {
+    fn notif_id(&self) -> u64 {
+        0
+    }
+
+    fn live(&self, ids: &[u64]) -> Option<u64> {
+        still_held(self.tid, self.starttime).then(|| ids.last().copied().unwrap_or(0))
+    }
+
+    fn answer_value(&self, val: i64) {
+        answer_value(self.tid, self.starttime, val);
+    }
+
+    fn refuse(&self, _id: u64) {
+        answer(self.tid, self.starttime, None);
+    }
+
+    /// The tracer checks the new image at `PTRACE_EVENT_EXEC` and audits a
+    /// mismatch itself. A proceed without an expectation is refused: the
+    /// tracer lets no exec run unchecked.
+    fn proceed(&self, _id: u64, expect: Option<Verification>) -> io::Result<()> {
+        answer(self.tid, self.starttime, expect);
+        Ok(())
+    }
+
+    fn verifies_every_exec(&self) -> bool {
+        true
+    }
+
+    fn install_fd(&self, _sock: &OwnedFd, _at: i32, _cloexec: bool) -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::ENOSYS))
+    }
+
+    fn add_fd(&self, _file: &OwnedFd, _cloexec: bool) -> io::Result<i32> {
+        Err(io::Error::from_raw_os_error(libc::ENOSYS))
+    }
+}
