@@ -148,7 +148,7 @@ impl Maker {
             &self.config,
             self.config_file.as_deref(),
         );
-        let index = crate::supervisor::index_for(&policy)?;
+        let index = crate::supervisor::index_for(&policy).map_err(|e| e.to_string())?;
         Ok(Setup {
             policy_name: policy.name().to_string(),
             spec,

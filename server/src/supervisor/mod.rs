@@ -50,7 +50,7 @@ mod tasks;
 mod tree;
 
 pub use context::SupervisorContext;
-pub use exec::identity::{index_for, prepare, sha256_hex, Preparing, MAX_INDEXES};
+pub use exec::identity::{index_for, prepare, sha256_hex, IndexError, Preparing, MAX_INDEXES};
 pub use exec::mechanism_rules;
 pub use seam::{Deferred, Held, Hold, HoldKind, HoldRequest, Holder, Settled, Stop, Verification};
 pub use tree::{Tree, TreeRules, TreeTerms};

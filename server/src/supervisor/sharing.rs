@@ -108,7 +108,7 @@ enum Relation {
 /// Whatever cannot be read counts as sharing: the exec is then watched
 /// (`race_guard: verify`) or its sharers stopped, never let through on a
 /// guess.
-fn shares(tid: u32, rel: Relation, files: &mut ProcFiles) -> Result<bool, String> {
+fn shares(tid: u32, rel: Relation, files: &mut ProcFiles) -> Result<bool, FreezeError> {
     let other = match rel {
         Relation::Ancestor(p) => p,
         Relation::ChildOf { child, .. } => child,
@@ -128,7 +128,7 @@ fn shares(tid: u32, rel: Relation, files: &mut ProcFiles) -> Result<bool, String
                 Relation::ChildOf { pid, tid, .. } => thread_in_vfork(pid, tid),
             })
         }
-        Err(e) => Err(format!("cannot compare address spaces (kcmp): {e}")),
+        Err(e) => Err(FreezeError::Kcmp(e)),
     }
 }
 
@@ -253,6 +253,28 @@ fn threads_of(pid: u32, files: &mut ProcFiles) -> Vec<u32> {
     }
 }
 
+/// Why the tasks sharing the caller's memory cannot be known or stopped
+/// (the exec, or the Unix-socket call, is refused with it).
+#[derive(Debug, thiserror::Error)]
+pub enum FreezeError {
+    #[error("cannot compare address spaces (kcmp): {0}")]
+    Kcmp(io::Error),
+    #[error("cannot stop thread {tid} that shares the caller's memory (PTRACE_SEIZE: {error})")]
+    Seize { tid: u32, error: io::Error },
+    #[error("cannot stop thread {tid} (PTRACE_INTERRUPT: {error})")]
+    Interrupt { tid: u32, error: io::Error },
+    #[error(
+        "threads {running:?} share the caller's memory and did not stop within {FREEZE_DEADLINE:?}"
+    )]
+    NotStopped { running: Vec<u32> },
+    #[error("the caller vanished: {0}")]
+    CallerGone(io::Error),
+    #[error("more than {MAX_PROCESSES} processes share the caller's memory")]
+    TooMany,
+    #[error("the set of tasks sharing the caller's memory kept growing for {MAX_ROUNDS} rounds")]
+    KeptGrowing,
+}
+
 /// The sharing set of thread `tid` of process `pid` (its stat already read).
 ///
 /// # Errors
@@ -263,7 +285,7 @@ pub fn sharing(
     tid: u32,
     stat: &tracee::ProcStat,
     files: &mut ProcFiles,
-) -> Result<Sharing, String> {
+) -> Result<Sharing, FreezeError> {
     let parent_shares = stat.ppid > 1 && shares(tid, Relation::Ancestor(stat.ppid), files)?;
     if stat.num_threads <= 1 && !parent_shares {
         return Ok(Sharing::Exclusive { parent: false });
@@ -317,7 +339,7 @@ pub fn sharing(
 /// native ABI's numbers are believed (a compat task blocked in a call of the
 /// same number is not in vfork, and is then frozen like any other). The
 /// parent's files are kept open between execs (`files`).
-fn vfork_of_a_lone_thread(tid: u32, ppid: u32, files: &mut ProcFiles) -> Result<bool, String> {
+fn vfork_of_a_lone_thread(tid: u32, ppid: u32, files: &mut ProcFiles) -> Result<bool, FreezeError> {
     let Ok(ps) = files.stat_now(ppid) else {
         return Ok(false);
     };
@@ -436,7 +458,7 @@ pub fn freeze(
     set: Members,
     lingering: &mut Lingering,
     files: &mut ProcFiles,
-) -> Result<Frozen, String> {
+) -> Result<Frozen, FreezeError> {
     let mut frozen = Frozen::new();
     // The parents found above the caller live on between execs: their files
     // are kept; vfork children found later are read, not kept.
@@ -480,9 +502,7 @@ pub fn freeze(
         }
     }
     frozen.release(lingering, Duration::ZERO);
-    Err(format!(
-        "the set of tasks sharing the caller's memory kept growing for {MAX_ROUNDS} rounds"
-    ))
+    Err(FreezeError::KeptGrowing)
 }
 
 /// Seizes and interrupts every task of `todo`: all of them
@@ -491,25 +511,20 @@ fn stop_all(
     frozen: &mut Frozen,
     todo: &BTreeMap<u32, u32>,
     lingering: &mut Lingering,
-) -> Result<(), String> {
+) -> Result<(), FreezeError> {
     for (&t, &p) in todo {
         // A task an earlier exec left lingering is still seized.
         if !lingering.take(t) {
             match ptrace::seize(t, 0) {
                 Ok(()) => {}
                 Err(e) if e.raw_os_error() == Some(libc::ESRCH) => continue,
-                Err(e) => {
-                    return Err(format!(
-                        "cannot stop thread {t} that shares the caller's memory \
-                         (PTRACE_SEIZE: {e})"
-                    ))
-                }
+                Err(error) => return Err(FreezeError::Seize { tid: t, error }),
             }
         }
         frozen.members.insert(t, (p, None));
         if let Err(e) = ptrace::interrupt(t) {
             if e.raw_os_error() != Some(libc::ESRCH) {
-                return Err(format!("cannot stop thread {t} (PTRACE_INTERRUPT: {e})"));
+                return Err(FreezeError::Interrupt { tid: t, error: e });
             }
         }
     }
@@ -536,7 +551,7 @@ fn settle(
     frozen: &mut Frozen,
     lingering: &mut Lingering,
     state: &mut dyn FnMut(u32, u32) -> Option<u8>,
-) -> Result<(), String> {
+) -> Result<(), FreezeError> {
     let deadline = Instant::now() + FREEZE_DEADLINE;
     collect(frozen, lingering);
     let mut running: Vec<u32> = Vec::new();
@@ -560,10 +575,9 @@ fn settle(
             std::hint::spin_loop();
         }
         if Instant::now() >= deadline {
-            return Err(format!(
-                "threads {running:?} share the caller's memory and did not stop within {:?}",
-                FREEZE_DEADLINE
-            ));
+            return Err(FreezeError::NotStopped {
+                running: running.clone(),
+            });
         }
         if let Some((t, ev)) = ptrace::wait_any(Instant::now() + Duration::from_millis(2)) {
             if !frozen.saw(t, ev) {
@@ -587,7 +601,7 @@ struct Round<'a> {
 impl Round<'_> {
     /// (thread count, threads) of process `p` of the set, read now; `None`
     /// when it is gone (and its threads with it).
-    fn count(&mut self, p: u32) -> Result<Option<u32>, String> {
+    fn count(&mut self, p: u32) -> Result<Option<u32>, FreezeError> {
         if p == self.pid && self.caller_alone {
             // Only a running thread of the process could add one.
             return Ok(Some(1));
@@ -597,7 +611,7 @@ impl Round<'_> {
                 .caller
                 .read()
                 .map(|s| Some(s.num_threads))
-                .map_err(|e| format!("the caller vanished: {e}"));
+                .map_err(FreezeError::CallerGone);
         }
         if self.parents.contains(&p) {
             return Ok(self.files.stat_now(p).ok().map(|s| s.num_threads));
@@ -619,7 +633,7 @@ impl Round<'_> {
         &mut self,
         procs: &mut Vec<u32>,
         frozen: &Frozen,
-    ) -> Result<BTreeMap<u32, u32>, String> {
+    ) -> Result<BTreeMap<u32, u32>, FreezeError> {
         let (pid, tid) = (self.pid, self.tid);
         let mut more = BTreeMap::new();
         let held = |p: u32| {
@@ -669,9 +683,7 @@ impl Round<'_> {
                     continue;
                 }
                 if procs.len() >= MAX_PROCESSES {
-                    return Err(format!(
-                        "more than {MAX_PROCESSES} processes share the caller's memory"
-                    ));
+                    return Err(FreezeError::TooMany);
                 }
                 procs.push(child);
                 let n = tracee::proc_stat(child).map_or(2, |s| s.num_threads);

@@ -91,34 +91,74 @@ pub struct SignalFacts {
     pub protected: Vec<Standing>,
 }
 
+/// Why a signal call is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum SignalRefusal {
+    #[error("kill(-1) would signal the server and the SDK daemon")]
+    Everyone,
+    #[error("process {0} is protected (agentsh server or SDK daemon)")]
+    Protected(u32),
+    #[error("process group {group} holds protected process {pid}")]
+    Group { group: u32, pid: u32 },
+    #[error("kill(0): the caller's process group {group} holds protected process {pid}")]
+    OwnGroup { group: u32, pid: u32 },
+    #[error(
+        "kill(0) from session {session} of protected process {pid}: the caller could join its \
+         group before the signal is sent"
+    )]
+    OwnSession { session: u32, pid: u32 },
+    /// The facts cannot be read: refused too (fail closed).
+    #[error(transparent)]
+    Unreadable(#[from] Unreadable),
+}
+
+/// What of a signal call's facts cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum Unreadable {
+    #[error("cannot read the caller {tid}: {error}")]
+    Caller { tid: u32, error: std::io::Error },
+    #[error("cannot read /proc/{id}/status: {error}")]
+    Status { id: i64, error: std::io::Error },
+    #[error("cannot tell what fd {fd} of thread {tid} refers to: {error}")]
+    Fd {
+        fd: i64,
+        tid: u32,
+        error: std::io::Error,
+    },
+    #[error("fd {0}: unreadable Pid in fdinfo")]
+    FdinfoPid(i64),
+    #[error("{link}: {error}")]
+    Link { link: String, error: std::io::Error },
+    #[error("fd {fd} is a /proc entry that names no process ({target})")]
+    NoProcess { fd: i64, target: String },
+}
+
 /// Refuse (with the reason) or let through. Pure.
-pub fn rule_on(f: &SignalFacts) -> Result<(), String> {
+pub fn rule_on(f: &SignalFacts) -> Result<(), SignalRefusal> {
     let prot =
         |pred: &dyn Fn(&Standing) -> bool| f.protected.iter().find(|p| pred(p)).map(|p| p.tgid);
     match &f.target {
         Target::Nobody => Ok(()),
-        Target::Everyone => Err("kill(-1) would signal the server and the SDK daemon".into()),
+        Target::Everyone => Err(SignalRefusal::Everyone),
         Target::Process(t) => match prot(&|p| p.tgid == *t) {
-            Some(p) => Err(format!(
-                "process {p} is protected (agentsh server or SDK daemon)"
-            )),
+            Some(p) => Err(SignalRefusal::Protected(p)),
             None => Ok(()),
         },
         Target::Group(g) => match prot(&|p| p.pgrp == *g) {
-            Some(p) => Err(format!("process group {g} holds protected process {p}")),
+            Some(pid) => Err(SignalRefusal::Group { group: *g, pid }),
             None => Ok(()),
         },
         Target::OwnGroup => {
-            if let Some(p) = prot(&|p| p.pgrp == f.caller.pgrp) {
-                Err(format!(
-                    "kill(0): the caller's process group {} holds protected process {p}",
-                    f.caller.pgrp
-                ))
-            } else if let Some(p) = prot(&|p| p.session == f.caller.session) {
-                Err(format!(
-                    "kill(0) from session {} of protected process {p}: the caller could join its group before the signal is sent",
-                    f.caller.session
-                ))
+            if let Some(pid) = prot(&|p| p.pgrp == f.caller.pgrp) {
+                Err(SignalRefusal::OwnGroup {
+                    group: f.caller.pgrp,
+                    pid,
+                })
+            } else if let Some(pid) = prot(&|p| p.session == f.caller.session) {
+                Err(SignalRefusal::OwnSession {
+                    session: f.caller.session,
+                    pid,
+                })
             } else {
                 Ok(())
             }
@@ -144,66 +184,65 @@ fn tgid(id: u32) -> std::io::Result<u32> {
 }
 
 /// `id` → the process it is part of; gone → [`Target::Nobody`].
-fn process_target(id: i64) -> Result<Target, String> {
+fn process_target(id: i64) -> Result<Target, Unreadable> {
     if id <= 0 || id > i64::from(i32::MAX) {
         return Ok(Target::Nobody);
     }
     match tgid(id as u32) {
         Ok(t) => Ok(Target::Process(t)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Target::Nobody),
-        Err(e) => Err(format!("cannot read /proc/{id}/status: {e}")),
+        Err(error) => Err(Unreadable::Status { id, error }),
     }
 }
 
 const PROC_SUPER_MAGIC: i64 = 0x9fa0;
 
 /// The process a pidfd (or `/proc/<pid>` directory fd) of thread `tid` names.
-fn pidfd_target(tid: u32, fd: i64) -> Result<Target, String> {
+fn pidfd_target(tid: u32, fd: i64) -> Result<Target, Unreadable> {
     if !(0..=i64::from(i32::MAX)).contains(&fd) {
         return Ok(Target::Nobody);
     }
     let _owner = crate::tracee::as_owner(tid);
-    let info = std::fs::read_to_string(format!("/proc/{tid}/fdinfo/{fd}"))
-        .map_err(|e| format!("cannot tell what fd {fd} of thread {tid} refers to: {e}"))?;
+    let unknown = |error| Unreadable::Fd { fd, tid, error };
+    let info = std::fs::read_to_string(format!("/proc/{tid}/fdinfo/{fd}")).map_err(unknown)?;
     if let Some(pid) = info.lines().find_map(|l| l.strip_prefix("Pid:")) {
-        let pid: i64 = pid
-            .trim()
-            .parse()
-            .map_err(|_| format!("fd {fd}: unreadable Pid in fdinfo"))?;
+        let pid: i64 = pid.trim().parse().map_err(|_| Unreadable::FdinfoPid(fd))?;
         return process_target(pid);
     }
     let link = format!("/proc/{tid}/fd/{fd}");
-    let c = std::ffi::CString::new(link.clone()).map_err(|e| e.to_string())?;
+    let c = std::ffi::CString::new(link.clone()).map_err(|e| unknown(std::io::Error::other(e)))?;
     // SAFETY: statfs writes one struct through a valid pointer; the path is NUL-terminated.
     let mut sfs: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
     if unsafe { libc::statfs(c.as_ptr(), &mut sfs) } != 0 {
-        return Err(format!(
-            "cannot tell what fd {fd} of thread {tid} refers to: {}",
-            std::io::Error::last_os_error()
-        ));
+        return Err(unknown(std::io::Error::last_os_error()));
     }
     if sfs.f_type as i64 != PROC_SUPER_MAGIC {
         // Neither a pidfd nor a /proc entry: the kernel refuses it (EBADF).
         return Ok(Target::Nobody);
     }
-    let target = std::fs::read_link(&link).map_err(|e| format!("{link}: {e}"))?;
+    let target = std::fs::read_link(&link).map_err(|error| Unreadable::Link {
+        link: link.clone(),
+        error,
+    })?;
     let pid = target
         .file_name()
         .and_then(|n| n.to_str())
         .and_then(|n| n.parse::<i64>().ok())
-        .ok_or_else(|| {
-            format!(
-                "fd {fd} is a /proc entry that names no process ({})",
-                target.display()
-            )
+        .ok_or_else(|| Unreadable::NoProcess {
+            fd,
+            target: target.display().to_string(),
         })?;
     process_target(pid)
 }
 
 /// Reads the facts for notification `n`.
-fn read_call(call: SignalCall, n: &Caught, protected: &SignalState) -> Result<SignalFacts, String> {
-    let caller = standing(n.tid).map_err(|e| format!("cannot read the caller {}: {e}", n.tid))?;
+fn read_call(
+    call: SignalCall,
+    n: &Caught,
+    protected: &SignalState,
+) -> Result<SignalFacts, Unreadable> {
+    let caller = standing(n.tid).map_err(|error| Unreadable::Caller { tid: n.tid, error })?;
     let arg0 = i64::from(n.args[0] as u32 as i32);
     let target = match call {
         SignalCall::Kill => match arg0 {
@@ -240,7 +279,9 @@ pub fn handle(
     n: &Caught,
     stop: &dyn Stop,
 ) {
-    let verdict = read_call(call, n, protected).and_then(|f| rule_on(&f).map(|()| f));
+    let verdict = read_call(call, n, protected)
+        .map_err(SignalRefusal::from)
+        .and_then(|f| rule_on(&f).map(|()| f));
     match verdict {
         Ok(_) => {
             // SAFETY ARGUMENT for CONTINUE: see the module doc (register
@@ -259,7 +300,7 @@ pub fn handle(
                     target: n.args[0] as u32 as i32 as i64,
                     signal: signal_arg(call, n),
                     decision: "deny".into(),
-                    reason,
+                    reason: reason.to_string(),
                 }),
             );
             let _ = stop.refuse(libc::EPERM);
@@ -315,6 +356,7 @@ mod tests {
         assert!(rule_on(&facts(TREE, Target::Group(100))).is_err());
         assert!(rule_on(&facts(TREE, Target::Everyone))
             .unwrap_err()
+            .to_string()
             .contains("kill(-1)"));
     }
 
@@ -336,14 +378,18 @@ mod tests {
         };
         assert!(rule_on(&facts(in_daemon_session, Target::OwnGroup))
             .unwrap_err()
+            .to_string()
             .contains("could join"));
     }
 
     #[test]
     fn real_targets_resolve_through_proc() {
         let me = std::process::id();
-        assert_eq!(process_target(i64::from(me)), Ok(Target::Process(me)));
-        assert_eq!(process_target(0x3fff_fff0), Ok(Target::Nobody));
+        assert_eq!(
+            process_target(i64::from(me)).ok(),
+            Some(Target::Process(me))
+        );
+        assert_eq!(process_target(0x3fff_fff0).ok(), Some(Target::Nobody));
         let s = standing(me).unwrap();
         assert_eq!(s.tgid, me);
         // A thread's id resolves to its process.
@@ -354,7 +400,10 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(200));
         });
         let tid = rx.recv().unwrap();
-        assert_eq!(process_target(i64::from(tid)), Ok(Target::Process(me)));
+        assert_eq!(
+            process_target(i64::from(tid)).ok(),
+            Some(Target::Process(me))
+        );
         h.join().unwrap();
     }
 
@@ -366,13 +415,13 @@ mod tests {
         // SAFETY: pidfd_open of our own pid; the fd is closed below.
         let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, me, 0) };
         assert!(pidfd >= 0);
-        assert_eq!(pidfd_target(tid, pidfd), Ok(Target::Process(me)));
+        assert_eq!(pidfd_target(tid, pidfd).ok(), Some(Target::Process(me)));
         let dir = std::fs::File::open(format!("/proc/{me}")).unwrap();
         let dirfd = std::os::fd::AsRawFd::as_raw_fd(&dir) as i64;
-        assert_eq!(pidfd_target(tid, dirfd), Ok(Target::Process(me)));
+        assert_eq!(pidfd_target(tid, dirfd).ok(), Some(Target::Process(me)));
         let plain = std::fs::File::open("/dev/null").unwrap();
         let plainfd = std::os::fd::AsRawFd::as_raw_fd(&plain) as i64;
-        assert_eq!(pidfd_target(tid, plainfd), Ok(Target::Nobody));
+        assert_eq!(pidfd_target(tid, plainfd).ok(), Some(Target::Nobody));
         assert!(pidfd_target(tid, 99_999).is_err());
         // SAFETY: closing the pidfd we opened.
         unsafe { libc::close(pidfd as i32) };

@@ -152,7 +152,7 @@ fn make(k: &Call, st: &mut EgressTree, inet: Inet, messages: Vec<Copied>, judged
         // The stub knows the tree by the socket's address: registered
         // before anything can reach it.
         if let Err(why) = register_querier(k, st, target.sock(), protocol) {
-            return refuse(k, why);
+            return refuse(k, why.to_string());
         }
     }
     // One way to answer later: the replacement's, where it took one.

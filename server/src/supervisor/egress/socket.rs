@@ -48,7 +48,7 @@ pub(super) enum Found {
     /// The call no longer waits.
     Gone,
     /// A Unix socket, and how to check later that the fd still is it.
-    Unix(Box<dyn Fn() -> Result<bool, String>>),
+    Unix(Box<dyn Fn() -> io::Result<bool>>),
     /// An inet socket of another type (raw): why it cannot be judged.
     Other(String),
     /// A socket that cannot be reached at all: why.
@@ -77,7 +77,7 @@ pub(super) fn find_socket(tid: u32, fd: i32, call: NetCall, stop: &dyn Stop) -> 
                 return Found::Unix(Box::new(move || {
                     take_socket(tid, fd)
                         .map(|now| same_file(&now, &sock))
-                        .map_err(|_| "not taken".to_string())
+                        .map_err(|_| io::Error::other("not taken"))
                 }));
             }
             match sockopt(&sock, libc::SO_TYPE) {
@@ -116,7 +116,6 @@ pub(super) fn find_socket(tid: u32, fd: i32, call: NetCall, stop: &dyn Stop) -> 
                                     netproc::inode_at(tid, fd)
                                 })
                                 .map(|now| now == Some(ino))
-                                .map_err(|e| e.to_string())
                             }))
                         }
                         netproc::Kind::Inet {

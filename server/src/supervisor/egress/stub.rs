@@ -13,6 +13,17 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 
+/// Why a DNS socket could not be told to the stub.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum StubError {
+    #[error("getsockname: {0}")]
+    Name(io::Error),
+    #[error("no wildcard address for the socket's family")]
+    NoWildcard,
+    #[error("cannot bind the socket before the query: {0}")]
+    Bind(io::Error),
+}
+
 /// Tells the stub that `sock` is this tree's: binds it first where it has
 /// no address yet (the kernel would pick one only as the call leaves).
 pub(super) fn register_querier(
@@ -20,14 +31,14 @@ pub(super) fn register_querier(
     st: &mut EgressTree,
     sock: &OwnedFd,
     protocol: Protocol,
-) -> Result<(), String> {
+) -> Result<(), StubError> {
     let Some(stub) = k.tree.rules.stub(k.ctx) else {
         return Ok(());
     };
-    let mut local = local_addr(sock).map_err(|e| format!("getsockname: {e}"))?;
+    let mut local = local_addr(sock).map_err(StubError::Name)?;
     if local.port() == 0 {
         let any = sockaddr_of(SocketAddr::new(local.ip(), 0), domain_of(&local))
-            .ok_or("no wildcard address for the socket's family")?;
+            .ok_or(StubError::NoWildcard)?;
         // SAFETY: `any` is a sockaddr of its length.
         let rc = unsafe {
             libc::bind(
@@ -40,10 +51,10 @@ pub(super) fn register_querier(
             let e = io::Error::last_os_error();
             // Bound meanwhile by the tree itself: read it again.
             if e.raw_os_error() != Some(libc::EINVAL) {
-                return Err(format!("cannot bind the socket before the query: {e}"));
+                return Err(StubError::Bind(e));
             }
         }
-        local = local_addr(sock).map_err(|e| format!("getsockname: {e}"))?;
+        local = local_addr(sock).map_err(StubError::Name)?;
     }
     stub.book.register(
         protocol == Protocol::Tcp,

@@ -18,6 +18,7 @@ use super::state::DestKey;
 use crate::audit::Passage;
 use crate::policy::egress::{self, Protocol};
 use crate::policy::Decision;
+use crate::supervisor::sharing::FreezeError;
 use crate::supervisor::tasks::Tasks;
 use std::io;
 
@@ -106,7 +107,7 @@ pub(super) fn let_through(
     k: &Call,
     ts: &mut EgressTree,
     fd: i32,
-    still_same: impl Fn() -> Result<bool, String>,
+    still_same: impl Fn() -> io::Result<bool>,
     unjudged_allowed: bool,
 ) {
     let (tree, tid, call, stop) = (k.tree, k.c.tid, k.call, k.stop);
@@ -158,9 +159,25 @@ pub(super) fn let_through(
         Ok(()) => {}
         Err(why) => {
             tracing::info!(session = %tree.session_id, pid = tid, "{why}");
-            refuse(why);
+            refuse(why.to_string());
         }
     }
+}
+
+/// Why a Unix-socket call of a threaded process cannot be let through
+/// safely (it is refused with this reason).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Unlet {
+    #[error("the caller's threads are unreadable: {0}")]
+    Threads(io::Error),
+    #[error("the caller's stat is unreadable: {0}")]
+    Stat(io::Error),
+    #[error("cannot stop the caller's other threads for a Unix-socket call: {0}")]
+    Freeze(FreezeError),
+    #[error("cannot watch the caller through its Unix-socket call (PTRACE_SEIZE)")]
+    Seize,
+    #[error("the call could not be let through: {0}")]
+    Go(io::Error),
 }
 
 /// How long a caller let through may take to come back from its call
@@ -177,7 +194,7 @@ fn stopped_while(
     tid: u32,
     st: &mut Tasks,
     go: impl FnOnce() -> io::Result<()>,
-) -> Result<(), String> {
+) -> Result<(), Unlet> {
     use crate::supervisor::ptrace as pt;
     let members = crate::supervisor::sharing::Members {
         procs: vec![tgid],
@@ -187,8 +204,7 @@ fn stopped_while(
             .map(|t| (t, tgid))
             .collect(),
     };
-    let caller = crate::tracee::StatFile::open(tid)
-        .map_err(|e| format!("the caller's stat is unreadable: {e}"))?;
+    let caller = crate::tracee::StatFile::open(tid).map_err(Unlet::Stat)?;
     let frozen = crate::supervisor::sharing::freeze(
         tgid,
         tid,
@@ -197,16 +213,14 @@ fn stopped_while(
         &mut st.lingering,
         &mut st.files,
     )
-    .map_err(|why| {
-        format!("cannot stop the caller's other threads for a Unix-socket call: {why}")
-    })?;
+    .map_err(Unlet::Freeze)?;
     // Seized before the answer (seizing changes nothing the caller sees);
     // interrupted after it, so it stops once its call has run. Not seized:
     // there would be no knowing when the others may run again, so no.
     let seized = st.lingering.take(tid) || pt::seize(tid, 0).is_ok();
     if !seized {
         frozen.release(&mut st.lingering, std::time::Duration::from_millis(50));
-        return Err("cannot watch the caller through its Unix-socket call (PTRACE_SEIZE)".into());
+        return Err(Unlet::Seize);
     }
     let went = go();
     let _ = pt::interrupt(tid);
@@ -232,13 +246,12 @@ fn stopped_while(
         st.lingering.add(tid);
     }
     frozen.release(&mut st.lingering, std::time::Duration::from_millis(50));
-    went.map_err(|e| format!("the call could not be let through: {e}"))
+    went.map_err(Unlet::Go)
 }
 
 /// The thread ids of process `tgid`.
-fn threads(tgid: u32) -> Result<Vec<u32>, String> {
-    let dir = std::fs::read_dir(format!("/proc/{tgid}/task"))
-        .map_err(|e| format!("the caller's threads are unreadable: {e}"))?;
+fn threads(tgid: u32) -> Result<Vec<u32>, Unlet> {
+    let dir = std::fs::read_dir(format!("/proc/{tgid}/task")).map_err(Unlet::Threads)?;
     Ok(dir
         .flatten()
         .filter_map(|t| t.file_name().to_str().and_then(|n| n.parse().ok()))

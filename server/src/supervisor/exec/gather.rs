@@ -25,7 +25,7 @@ use crate::config::RaceGuard;
 use crate::supervisor::context::SupervisorContext;
 use crate::supervisor::phases;
 use crate::supervisor::procfiles::ProcFiles;
-use crate::supervisor::sharing::{self, Frozen, Sharing};
+use crate::supervisor::sharing::{self, FreezeError, Frozen, Sharing};
 use crate::tracee::maps;
 use crate::tracee::{self, ExecTarget, MemReader, ResolveError, StatFile, View};
 use agentsh_proto::execabi::ExecArgs;
@@ -313,7 +313,7 @@ pub(super) fn gather(
         Err(why) => {
             return fail(
                 &first.target.filename,
-                undecidable(Refusal::MemoryNotFrozen, why),
+                undecidable(Refusal::MemoryNotFrozen, why.to_string()),
             )
         }
     };
@@ -454,7 +454,7 @@ fn stop_sharers(
     stat_file: &StatFile,
     st: &mut ExecTree<'_>,
     frozen: &mut Option<Frozen>,
-) -> Result<(Memory, Option<u32>), String> {
+) -> Result<(Memory, Option<u32>), FreezeError> {
     let Some(guard) = guard else {
         return Ok((Memory::Verified, None));
     };

@@ -77,24 +77,8 @@ pub fn handle(
     if j.verdict.decision == Decision::Redirect {
         // Checked first (nothing changed); what cannot be made safely is a
         // refusal like any other, below.
-        let plan = match tree.rules.policy.redirect_of(&j.verdict.rule) {
-            None => Err(format!("rule {} has no redirect_to", j.verdict.rule)),
-            Some(_) if verified => Err(
-                "redirect needs seccomp user-notify (the ptrace backend cannot give the caller \
-                 the target)"
-                    .into(),
-            ),
-            Some(t) => super::redirect::check(req, &g, t).and_then(|plan| {
-                // Seized before anything changes: the exec is watched.
-                verify::arm(req.tid).map(|()| plan).map_err(|e| {
-                    format!(
-                        "redirect refused: the exec cannot be watched to verify what runs \
-                         (ptrace: {e})"
-                    )
-                })
-            }),
-        };
-        match plan {
+        let target = tree.rules.policy.redirect_of(&j.verdict.rule);
+        match super::redirect::plan(req, &g, &j.verdict.rule, target, verified) {
             Ok(plan) => {
                 release(st, frozen, Duration::ZERO);
                 return redirect(ctx, tree, st, req, &g, stop, &stop.defer(), j, plan, pid);
@@ -102,7 +86,7 @@ pub fn handle(
             Err(why) => {
                 tracing::info!(pid, "{why}");
                 j.verdict.decision = Decision::Deny;
-                j.verdict.message = Some(why);
+                j.verdict.message = Some(why.to_string());
                 j.lookup = Lookup::of(&j.subject, g.stat.starttime);
             }
         }

@@ -53,64 +53,134 @@ fn fd_prefix() -> &'static str {
     }
 }
 
+/// Why a redirect cannot be made safely (the exec is then refused, with
+/// this as its message).
+#[derive(Debug, thiserror::Error)]
+pub enum RedirectRefused {
+    #[error("rule {0} has no redirect_to")]
+    NoTarget(String),
+    #[error(
+        "redirect needs seccomp user-notify (the ptrace backend cannot give the caller the \
+         target)"
+    )]
+    NeedsNotify,
+    #[error("redirect refused: the exec cannot be watched to verify what runs (ptrace: {0})")]
+    Unwatchable(std::io::Error),
+    #[error("redirect to {target} refused: {why}")]
+    To { target: String, why: Why },
+}
+
+/// What stands in a redirect's way.
+#[derive(Debug, thiserror::Error)]
+pub enum Why {
+    #[error(
+        "the exec's path is in memory another task shares (a thread or a vfork parent, e.g. \
+         posix_spawn), and rewriting it would change theirs; run it from a shell"
+    )]
+    SharedPath,
+    #[error(
+        "the exec names an open file or refuses symlinks (execveat flags {0:#x}), so it cannot \
+         be pointed at another file"
+    )]
+    NoPathToRewrite(i32),
+    #[error("the exec's path cannot be read: {0}")]
+    Unreadable(std::io::Error),
+    #[error("the exec's path is longer than {MAX_PATH} bytes")]
+    TooLong,
+    #[error(
+        "the path the exec names ({named:?}) is shorter than {prefix}N, so it cannot be pointed \
+         at the target; call it by a longer path"
+    )]
+    TooShort { named: String, prefix: &'static str },
+    #[error("it cannot be opened: {0}")]
+    Open(std::io::Error),
+    #[error("{0}")]
+    Stat(std::io::Error),
+    #[error(
+        "it is no longer a root-owned regular file nobody else can write (owner {uid}, mode \
+         {mode:o})"
+    )]
+    NotTrusted { uid: u32, mode: u32 },
+    #[error(
+        "it is a #! script (its interpreter would run, and could not be checked): redirect to a \
+         binary"
+    )]
+    Script,
+    #[error("the target cannot be given to the caller: {0}")]
+    AddFd(std::io::Error),
+    #[error(
+        "the caller's lowest free fd is {fd}, and {path} does not fit in the {room} bytes of its \
+         path"
+    )]
+    NoRoom { fd: i32, path: String, room: usize },
+    #[error("the exec's path cannot be written: {0}")]
+    Write(std::io::Error),
+}
+
+/// The plan for the redirect `rule` asks for: checked (nothing changed)
+/// and the caller seized, so the exec is watched. `verified`: the backend
+/// verifies every exec itself (ptrace), and cannot give the caller a file.
+///
+/// # Errors
+/// Why it cannot be made safely (the exec is then refused).
+pub(super) fn plan(
+    req: &ExecRequest,
+    g: &Gathered,
+    rule: &str,
+    target: Option<&str>,
+    verified: bool,
+) -> Result<Plan, RedirectRefused> {
+    let target = target.ok_or_else(|| RedirectRefused::NoTarget(rule.to_string()))?;
+    if verified {
+        return Err(RedirectRefused::NeedsNotify);
+    }
+    let plan = check(req, g, target)?;
+    // Seized before anything changes: the exec is watched.
+    super::verify::arm(req.tid).map_err(RedirectRefused::Unwatchable)?;
+    Ok(plan)
+}
+
 /// Checks that `target` can replace this exec; changes nothing.
 ///
 /// # Errors
 /// Why it cannot be done safely (the exec is then refused).
-pub(super) fn check(req: &ExecRequest, g: &Gathered, target: &str) -> Result<Plan, String> {
+fn check(req: &ExecRequest, g: &Gathered, target: &str) -> Result<Plan, RedirectRefused> {
+    let refused = |why| RedirectRefused::To {
+        target: target.to_string(),
+        why,
+    };
     if g.memory != Memory::Exclusive {
-        return Err(format!(
-            "redirect to {target} refused: the exec's path is in memory another task shares (a \
-             thread or a vfork parent, e.g. posix_spawn), and rewriting it would change theirs; \
-             run it from a shell"
-        ));
+        return Err(refused(Why::SharedPath));
     }
     if req.args.flags & (libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW) != 0 || req.args.path == 0
     {
-        return Err(format!(
-            "redirect to {target} refused: the exec names an open file or refuses symlinks \
-             (execveat flags {:#x}), so it cannot be pointed at another file",
-            req.args.flags
-        ));
+        return Err(refused(Why::NoPathToRewrite(req.args.flags)));
     }
-    let (raw, complete) =
-        crate::tracee::read_cstring(req.tid, req.args.path, MAX_PATH).map_err(|e| {
-            format!("redirect to {target} refused: the exec's path cannot be read: {e}")
-        })?;
+    let (raw, complete) = crate::tracee::read_cstring(req.tid, req.args.path, MAX_PATH)
+        .map_err(|e| refused(Why::Unreadable(e)))?;
     if !complete {
-        return Err(format!(
-            "redirect to {target} refused: the exec's path is longer than {MAX_PATH} bytes"
-        ));
+        return Err(refused(Why::TooLong));
     }
     let prefix = fd_prefix();
     if raw.len() < prefix.len() + 1 {
-        return Err(format!(
-            "redirect to {target} refused: the path the exec names ({:?}) is shorter than \
-             {prefix}N, so it cannot be pointed at the target; call it by a longer path",
-            String::from_utf8_lossy(&raw)
-        ));
+        return Err(refused(Why::TooShort {
+            named: String::from_utf8_lossy(&raw).into_owned(),
+            prefix,
+        }));
     }
-    let file = std::fs::File::open(target)
-        .map_err(|e| format!("redirect to {target} refused: it cannot be opened: {e}"))?;
-    let m = file
-        .metadata()
-        .map_err(|e| format!("redirect to {target} refused: {e}"))?;
+    let file = std::fs::File::open(target).map_err(|e| refused(Why::Open(e)))?;
+    let m = file.metadata().map_err(|e| refused(Why::Stat(e)))?;
     if !m.file_type().is_file() || m.uid() != 0 || m.permissions().mode() & 0o022 != 0 {
-        return Err(format!(
-            "redirect to {target} refused: it is no longer a root-owned regular file nobody \
-             else can write (owner {}, mode {:o})",
-            m.uid(),
-            m.permissions().mode() & 0o7777
-        ));
+        return Err(refused(Why::NotTrusted {
+            uid: m.uid(),
+            mode: m.permissions().mode() & 0o7777,
+        }));
     }
     let mut head = [0u8; 2];
     if std::os::unix::fs::FileExt::read_at(&file, &mut head, 0).is_ok_and(|n| n == 2)
         && &head == b"#!"
     {
-        return Err(format!(
-            "redirect to {target} refused: it is a #! script (its interpreter would run, and \
-             could not be checked): redirect to a binary"
-        ));
+        return Err(refused(Why::Script));
     }
     Ok(Plan {
         target: target.to_string(),
@@ -139,24 +209,27 @@ pub(super) fn apply(
     req: &ExecRequest,
     g: &Gathered,
     holder: &Holder,
-) -> Result<Made, String> {
+) -> Result<Made, RedirectRefused> {
     let target = plan.target;
-    let fd = holder.add_fd(&plan.file, true).map_err(|e| {
-        format!("redirect to {target} refused: the target cannot be given to the caller: {e}")
-    })?;
+    let refused = |why| RedirectRefused::To {
+        target: target.clone(),
+        why,
+    };
+    let fd = holder
+        .add_fd(&plan.file, true)
+        .map_err(|e| refused(Why::AddFd(e)))?;
     let path = format!("{}{fd}", plan.prefix);
     if path.len() > plan.room {
-        return Err(format!(
-            "redirect to {target} refused: the caller's lowest free fd is {fd}, and {path} does \
-             not fit in the {} bytes of its path",
-            plan.room
-        ));
+        return Err(refused(Why::NoRoom {
+            fd,
+            path,
+            room: plan.room,
+        }));
     }
     let mut bytes = path.into_bytes();
     bytes.push(0);
-    crate::tracee::overwrite_bytes(req.tid, req.args.path, &bytes).map_err(|e| {
-        format!("redirect to {target} refused: the exec's path cannot be written: {e}")
-    })?;
+    crate::tracee::overwrite_bytes(req.tid, req.args.path, &bytes)
+        .map_err(|e| refused(Why::Write(e)))?;
     Ok(Made {
         expected: Expected {
             file: plan.identity,

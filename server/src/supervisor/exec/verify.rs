@@ -130,7 +130,7 @@ pub fn watch(
                 }
                 Some(what) => {
                     kill_stopped(t);
-                    Outcome::Killed(what)
+                    Outcome::Killed(what.to_string())
                 }
             };
         }
@@ -186,8 +186,22 @@ fn kill_stopped(tid: u32) {
     }
 }
 
+/// A new image that is not what was judged: what ran instead.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "ran {exe} (device {}, inode {}) with argv {argv:?}; judged device {}, inode {} with argv \
+     {:?}",
+    file.0, file.1, judged.file.0, judged.file.1, judged.argv
+)]
+pub struct Mismatch {
+    exe: String,
+    file: (u64, u64),
+    argv: Vec<String>,
+    judged: Expected,
+}
+
 /// Whether the new image of `tid` is what was expected; `Err` says what ran.
-pub fn check(tid: u32, e: &Expected) -> Result<(), String> {
+pub fn check(tid: u32, e: &Expected) -> Result<(), Mismatch> {
     let owner = crate::tracee::as_owner(tid);
     let exe = std::fs::metadata(format!("/proc/{tid}/exe"));
     let exe_path = std::fs::read_link(format!("/proc/{tid}/exe"))
@@ -213,12 +227,12 @@ pub fn check(tid: u32, e: &Expected) -> Result<(), String> {
     if same_file && same_argv {
         return Ok(());
     }
-    let (dev, ino) = file.unwrap_or((0, 0));
-    Err(format!(
-        "ran {exe_path} (device {dev}, inode {ino}) with argv {argv:?}; judged device {}, \
-         inode {} with argv {:?}",
-        e.file.0, e.file.1, e.argv
-    ))
+    Err(Mismatch {
+        exe: exe_path,
+        file: file.unwrap_or((0, 0)),
+        argv,
+        judged: e.clone(),
+    })
 }
 
 #[cfg(test)]
@@ -235,12 +249,15 @@ mod tests {
             argv: argv.clone(),
             argv_complete: true,
         };
-        assert_eq!(check(me, &ok), Ok(()));
+        assert!(check(me, &ok).is_ok());
         let other_file = Expected {
             file: (m.dev(), m.ino() + 1),
             ..ok.clone()
         };
-        assert!(check(me, &other_file).unwrap_err().contains("inode"));
+        assert!(check(me, &other_file)
+            .unwrap_err()
+            .to_string()
+            .contains("inode"));
         let other_argv = Expected {
             argv: vec!["x".into()],
             ..ok.clone()
@@ -251,6 +268,6 @@ mod tests {
             argv_complete: false,
             ..ok
         };
-        assert_eq!(check(me, &prefix), Ok(()));
+        assert!(check(me, &prefix).is_ok());
     }
 }

@@ -49,7 +49,7 @@ pub(super) fn redirect(
             Action::Allow,
             format!("redirected to {} (as fd {} of the caller)", m.target, m.fd),
         ),
-        Err(why) => (Decision::Deny, Action::Deny, why.clone()),
+        Err(why) => (Decision::Deny, Action::Deny, why.to_string()),
     };
     let event = ExecEvent::new(
         j.subject.clone(),
@@ -175,7 +175,7 @@ pub fn completed(audit: &AuditLog, session: &str, pid: u32, expect: Option<Verif
         Some(v) => match verify::check(pid, &v.expected) {
             Ok(()) => true,
             Err(what) => {
-                record_mismatch(audit, session, v.subject, &v.rule, what);
+                record_mismatch(audit, session, v.subject, &v.rule, what.to_string());
                 false
             }
         },

@@ -8,6 +8,7 @@
 //! than [`MAX_HASHED`], is an error naming the file and the reason, which the
 //! index logs.
 
+use super::error::IndexError;
 use crate::policy::wrappers::is_multi_call_name;
 use crate::tracee::{fd_meta, FileKey};
 use sha2::{Digest, Sha256};
@@ -132,31 +133,28 @@ impl Candidate {
 ///
 /// # Errors
 /// What makes a program that is there impossible to index.
-pub(super) fn locate(path: &str) -> Result<Option<(String, FileKey)>, String> {
+pub(super) fn locate(path: &str) -> Result<Option<(String, FileKey)>, IndexError> {
     let canon = match std::fs::canonicalize(path) {
         Ok(c) => c.to_string_lossy().into_owned(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("cannot resolve it: {e}")),
+        Err(e) => return Err(IndexError::Resolve(e)),
     };
     let m = match std::fs::metadata(&canon) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("cannot stat {canon}: {e}")),
+        Err(error) => return Err(IndexError::Stat { path: canon, error }),
     };
     if !m.is_file() || m.size() == 0 || is_multi_call(path, &canon, m.nlink()) {
         return Ok(None);
     }
     if m.size() > MAX_HASHED {
-        return Err(format!(
-            "{canon} is larger than {} MiB, the most an index or an exec hashes",
-            MAX_HASHED >> 20
-        ));
+        return Err(IndexError::TooLarge(canon));
     }
     Ok(Some((canon, key_of(&m))))
 }
 
 /// A file's key and digest as it was hashed, or why it was not.
-pub(super) type Hashed = Result<(FileKey, String), String>;
+pub(super) type Hashed = Result<(FileKey, String), IndexError>;
 
 /// The key and digest of `c`'s file as it is now. Opened `O_PATH` first
 /// (no side effect, never blocks) and read only once `fstat` says it is a
@@ -167,14 +165,14 @@ pub(super) fn hash(c: &Candidate) -> Hashed {
         .read(true)
         .custom_flags(libc::O_PATH | libc::O_NOFOLLOW)
         .open(&c.canon)
-        .map_err(|e| format!("cannot open it: {e}"))?;
-    let meta = fd_meta(path.as_raw_fd()).map_err(|e| format!("cannot stat it: {e}"))?;
+        .map_err(IndexError::Open)?;
+    let meta = fd_meta(path.as_raw_fd()).map_err(IndexError::StatOpened)?;
     if !meta.is_regular() || meta.size == 0 || meta.size > MAX_HASHED {
-        return Err("it is no longer a regular file of a size the index takes".into());
+        return Err(IndexError::NotRegular);
     }
     let mut f = std::fs::File::open(format!("/proc/self/fd/{}", path.as_raw_fd()))
-        .map_err(|e| format!("cannot open it: {e}"))?;
-    let digest = sha256_hex(&mut f).map_err(|e| format!("cannot read it: {e}"))?;
+        .map_err(IndexError::Open)?;
+    let digest = sha256_hex(&mut f).map_err(IndexError::Read)?;
     Ok((meta.key(), digest))
 }
 
@@ -219,7 +217,7 @@ pub(super) fn hash_all(cands: &[Candidate]) -> (Vec<Hashed>, usize) {
         .map(|m| {
             m.into_inner()
                 .unwrap_or_else(PoisonError::into_inner)
-                .unwrap_or_else(|| Err("not hashed (a hashing thread failed)".into()))
+                .unwrap_or_else(|| Err(IndexError::NotHashed))
         })
         .collect();
     (results, threads)

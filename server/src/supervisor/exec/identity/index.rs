@@ -5,6 +5,7 @@
 //! Failure modes: see the folder's doc; a file that cannot be read or
 //! hashed is not recognised, and the reason is logged.
 
+use super::error::IndexError;
 use super::files::{hash, hash_all, locate, named_paths, sha256_hex, split, Candidate, MAX_HASHED};
 use crate::tracee::{FileKey, FileMeta};
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -47,12 +48,9 @@ impl Table {
         names: &[String],
         key: FileKey,
         digest: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), IndexError> {
         if !self.files.contains_key(canon) && self.files.len() >= MAX_PROGRAMS {
-            return Err(format!(
-                "the index is full ({MAX_PROGRAMS} programs): {canon} is not indexed, and \
-                 copies of it are judged by their own name"
-            ));
+            return Err(IndexError::Full(canon.to_string()));
         }
         let entry = self
             .files
@@ -362,12 +360,12 @@ impl IdentityIndex {
     /// # Errors
     /// The thread cannot be started (then nothing that appears later is
     /// indexed; the caller logs it).
-    pub fn watch_in_background(&'static self) -> Result<(), String> {
+    pub fn watch_in_background(&'static self) -> Result<(), IndexError> {
         std::thread::Builder::new()
             .name("agentsh-index-watch".into())
             .spawn(move || self.watch_forever())
             .map(drop)
-            .map_err(|e| format!("cannot start the identity index's watcher thread: {e}"))
+            .map_err(IndexError::Watcher)
     }
 
     fn watch_forever(&self) {

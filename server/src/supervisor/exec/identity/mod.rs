@@ -50,11 +50,13 @@
 //! or an inotify queue that overflowed (everything named is then looked at
 //! again), is logged with the reason.
 
+mod error;
 mod files;
 mod index;
 mod registry;
 mod watch;
 
+pub use error::IndexError;
 pub use files::sha256_hex;
 pub use index::{IdentityIndex, Recognised};
 pub use registry::{index_for, prepare, Preparing, MAX_INDEXES};

@@ -8,6 +8,7 @@
 //! (the session or the server does not start); a build thread that panicked
 //! is an error at [`Preparing::wait`].
 
+use super::error::IndexError;
 use super::index::IdentityIndex;
 use crate::policy::Policy;
 use std::sync::Arc;
@@ -28,7 +29,7 @@ pub const MAX_INDEXES: usize = 32;
 /// (hashing every program they name) and the report of what ptrace allows.
 /// The server waits for it ([`Preparing::wait`]) before it answers
 /// `/healthz`.
-pub struct Preparing(Result<std::thread::JoinHandle<Result<(), String>>, Vec<Arc<Policy>>>);
+pub struct Preparing(Result<std::thread::JoinHandle<Result<(), IndexError>>, Vec<Arc<Policy>>>);
 
 /// Starts [`Preparing`] for `policies`.
 pub fn prepare(policies: Vec<Arc<Policy>>) -> Preparing {
@@ -50,19 +51,15 @@ impl Preparing {
     /// # Errors
     /// The thread building them panicked (its message is in the log
     /// above), or there are more than [`MAX_INDEXES`].
-    pub fn wait(self) -> Result<(), String> {
+    pub fn wait(self) -> Result<(), IndexError> {
         match self.0 {
-            Ok(h) => h.join().map_err(|_| {
-                "building the identity index failed (see the panic above); the server does not \
-                 start without it"
-                    .to_string()
-            })?,
+            Ok(h) => h.join().map_err(|_| IndexError::Panicked)?,
             Err(policies) => prepare_now(&policies),
         }
     }
 }
 
-fn prepare_now(policies: &[Arc<Policy>]) -> Result<(), String> {
+fn prepare_now(policies: &[Arc<Policy>]) -> Result<(), IndexError> {
     crate::supervisor::ptrace::report_capability();
     for p in policies {
         index_for(p)?;
@@ -76,7 +73,7 @@ fn prepare_now(policies: &[Arc<Policy>]) -> Result<(), String> {
 ///
 /// # Errors
 /// [`MAX_INDEXES`] distinct indexes exist already.
-pub fn index_for(policy: &Policy) -> Result<&'static IdentityIndex, String> {
+pub fn index_for(policy: &Policy) -> Result<&'static IdentityIndex, IndexError> {
     let mut commands = policy.command_entries();
     commands.sort();
     commands.dedup();
@@ -87,11 +84,7 @@ pub fn index_for(policy: &Policy) -> Result<&'static IdentityIndex, String> {
         return Ok(index);
     }
     if built.len() >= MAX_INDEXES {
-        return Err(format!(
-            "policy {:?}: the server already has {MAX_INDEXES} policies naming different \
-             programs; restart it with fewer distinct policies",
-            policy.name()
-        ));
+        return Err(IndexError::TooManyIndexes(policy.name().to_string()));
     }
     let t = std::time::Instant::now();
     let (index, stats) = IdentityIndex::start(&commands, true);
