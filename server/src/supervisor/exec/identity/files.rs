@@ -217,7 +217,7 @@ pub(super) fn hash_all(cands: &[Candidate]) -> (Vec<Hashed>, usize) {
         .map(|m| {
             m.into_inner()
                 .unwrap_or_else(PoisonError::into_inner)
-                .unwrap_or_else(|| Err(IndexError::NotHashed))
+                .unwrap_or(Err(IndexError::NotHashed))
         })
         .collect();
     (results, threads)
