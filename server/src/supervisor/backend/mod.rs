@@ -7,8 +7,10 @@
 //!
 //! Failure modes: each backend's own (see its module).
 
+mod interface;
 pub mod notify;
 mod registry;
 pub mod trace;
 
-pub use registry::{of, Backend, Supervising, TakeOverError, ALL};
+pub use interface::{Backend, Supervising, TakeOverError};
+pub use registry::{of, ALL};

@@ -11,7 +11,7 @@
 //! Failure modes: a poll or receive error other than "tracee gone" or EINTR
 //! abandons the tree (its execs then fail with ENOSYS: closed).
 
-use super::registry::{Backend, Supervising, TakeOverError};
+use super::interface::{Backend, Supervising, TakeOverError};
 use crate::supervisor::context::SupervisorContext;
 use crate::supervisor::seam::{Caught, Deferred, Holder, Stop, Verification};
 use crate::supervisor::state::TreeState;

@@ -90,71 +90,71 @@ pub(super) fn find_socket(tid: u32, fd: i32, call: NetCall, stop: &dyn Stop) -> 
             }
         }
         Err(Taken::Answer(v)) => Found::Answer(v),
-        Err(Taken::Refuse(why)) => {
-            if stop.verifies_every_exec() {
-                // The ptrace backend cannot put a socket into the caller.
-                return Found::Unreachable(why);
+        Err(Taken::Refuse(why)) => from_proc(tid, fd, call, stop, why),
+    }
+}
+
+/// Where `pidfd_getfd` is refused: the socket as `/proc` shows it (`why`
+/// says why it could not be taken).
+fn from_proc(tid: u32, fd: i32, call: NetCall, stop: &dyn Stop, why: String) -> Found {
+    if stop.verifies_every_exec() {
+        // The ptrace backend cannot put a socket into the caller.
+        return Found::Unreachable(why);
+    }
+    // Read as the owner of the caller's /proc entries where this
+    // server has no CAP_SYS_PTRACE (as its memory is).
+    let seen = crate::tracee::access::with_owner(tid, || netproc::socket_of(tid, fd));
+    match seen {
+        Err(e) if e.raw_os_error() == Some(libc::EBADF) => Found::Answer(-i64::from(libc::EBADF)),
+        Err(e) => Found::Unreachable(format!("{why}; and /proc does not say: {e}")),
+        Ok(None) => Found::Answer(-i64::from(libc::ENOTSOCK)),
+        Ok(Some(s)) => {
+            if !stop.still_waiting() {
+                return Found::Gone;
             }
-            // Read as the owner of the caller's /proc entries where this
-            // server has no CAP_SYS_PTRACE (as its memory is).
-            let seen = crate::tracee::access::with_owner(tid, || netproc::socket_of(tid, fd));
-            match seen {
-                Err(e) if e.raw_os_error() == Some(libc::EBADF) => {
-                    Found::Answer(-i64::from(libc::EBADF))
+            match s.kind {
+                netproc::Kind::Unix => {
+                    let ino = s.inode;
+                    Found::Unix(Box::new(move || {
+                        crate::tracee::access::with_owner(tid, || netproc::inode_at(tid, fd))
+                            .map(|now| now == Some(ino))
+                    }))
                 }
-                Err(e) => Found::Unreachable(format!("{why}; and /proc does not say: {e}")),
-                Ok(None) => Found::Answer(-i64::from(libc::ENOTSOCK)),
-                Ok(Some(s)) => {
-                    if !stop.still_waiting() {
-                        return Found::Gone;
+                netproc::Kind::Inet {
+                    domain,
+                    udp,
+                    bound,
+                    state,
+                } => {
+                    // A connect again on a TCP socket connected (or
+                    // connecting) already: what the kernel says.
+                    if call == NetCall::Connect && !udp && state == 1 {
+                        return Found::Answer(-i64::from(libc::EISCONN));
                     }
-                    match s.kind {
-                        netproc::Kind::Unix => {
-                            let ino = s.inode;
-                            Found::Unix(Box::new(move || {
-                                crate::tracee::access::with_owner(tid, || {
-                                    netproc::inode_at(tid, fd)
-                                })
-                                .map(|now| now == Some(ino))
-                            }))
-                        }
-                        netproc::Kind::Inet {
-                            domain,
-                            udp,
-                            bound,
-                            state,
-                        } => {
-                            // A connect again on a TCP socket connected (or
-                            // connecting) already: what the kernel says.
-                            if call == NetCall::Connect && !udp && state == 1 {
-                                return Found::Answer(-i64::from(libc::EISCONN));
-                            }
-                            if call == NetCall::Connect && !udp && state == 2 {
-                                return Found::Answer(-i64::from(libc::EALREADY));
-                            }
-                            if bound {
-                                return Found::Unreachable(format!(
-                                    "{why}; and the socket is bound to a local address, which \
-                                     a socket of the supervisor's own cannot take over"
-                                ));
-                            }
-                            let protocol = if udp { Protocol::Udp } else { Protocol::Tcp };
-                            Found::Inet(
-                                Socket::Remote {
-                                    cloexec: s.cloexec,
-                                    nonblock: s.nonblock,
-                                },
-                                domain,
-                                protocol,
-                            )
-                        }
-                        netproc::Kind::Unknown => Found::Unreachable(format!(
-                            "{why}; and the socket (inode {}) is neither TCP, UDP nor Unix \
-                             (its sockprotoname)",
-                            s.inode
-                        )),
+                    if call == NetCall::Connect && !udp && state == 2 {
+                        return Found::Answer(-i64::from(libc::EALREADY));
                     }
+                    if bound {
+                        return Found::Unreachable(format!(
+                            "{why}; and the socket is bound to a local address, which \
+                             a socket of the supervisor's own cannot take over"
+                        ));
+                    }
+                    let protocol = if udp { Protocol::Udp } else { Protocol::Tcp };
+                    Found::Inet(
+                        Socket::Remote {
+                            cloexec: s.cloexec,
+                            nonblock: s.nonblock,
+                        },
+                        domain,
+                        protocol,
+                    )
                 }
+                netproc::Kind::Unknown => Found::Unreachable(format!(
+                    "{why}; and the socket (inode {}) is neither TCP, UDP nor Unix \
+                     (its sockprotoname)",
+                    s.inode
+                )),
             }
         }
     }

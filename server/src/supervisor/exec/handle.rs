@@ -24,10 +24,9 @@ use crate::supervisor::tree::Tree;
 use std::time::{Duration, Instant};
 
 /// Handles one caught exec: gather, decide, answer, audit (module doc).
-///
-/// Long because the answer's safety argument reads top to bottom: every way
-/// to CONTINUE is in sight of the checks it relies on (the refusals, the
-/// hold for an operator and the watch after CONTINUE are calls).
+/// Every way to CONTINUE is in [`let_run`], in sight of the checks it
+/// relies on; the refusals, the redirect and the hold for an operator are
+/// steps of their own.
 pub fn handle(
     ctx: &SupervisorContext,
     tree: &Tree,
@@ -41,29 +40,8 @@ pub fn handle(
     phases::begin();
     let mut frozen: Option<Frozen> = None;
     let verified = stop.verifies_every_exec();
-    let (pid, g) = match gather(ctx, tree.rules.index, st, req, &mut frozen, verified) {
-        Gather::Ready(pid, g) => (pid, g),
-        Gather::Answer(errno) => {
-            release(st, frozen, Duration::ZERO);
-            let _ = stop.refuse(errno);
-            return;
-        }
-        Gather::Refused {
-            pid,
-            ppid,
-            filename,
-            why,
-        } => {
-            release(st, frozen, Duration::ZERO);
-            let subject = ExecSubject {
-                pid,
-                parent_pid: ppid,
-                filename,
-                ..ExecSubject::default()
-            };
-            refuse_undecidable(ctx, tree, st, req, stop, subject, why);
-            return;
-        }
+    let Some((pid, g)) = facts(ctx, tree, st, req, stop, &mut frozen, verified) else {
+        return;
     };
     // The facts above were read from a pid; prove it still names the tracee
     // that is waiting in this very syscall.
@@ -99,8 +77,78 @@ pub fn handle(
         return;
     }
     phases::mark("judge");
-    let decision = j.verdict.decision;
-    let expected = expected_of(&g);
+    let x = Answering {
+        ctx,
+        tree,
+        req,
+        stop,
+        pid,
+        g: &g,
+        verified,
+        started,
+    };
+    answer(&x, st, j, frozen);
+}
+
+/// Steps 1 to 4 (`gather`): the exec's pid and facts; `None` when it was
+/// answered there (a path that names nothing gets the kernel's errno; facts
+/// that cannot be read or frozen, a refusal with the reason).
+fn facts(
+    ctx: &SupervisorContext,
+    tree: &Tree,
+    st: &mut ExecTree<'_>,
+    req: &ExecRequest,
+    stop: &dyn Stop,
+    frozen: &mut Option<Frozen>,
+    verified: bool,
+) -> Option<(u32, Box<Gathered>)> {
+    match gather(ctx, tree.rules.index, st, req, frozen, verified) {
+        Gather::Ready(pid, g) => Some((pid, g)),
+        Gather::Answer(errno) => {
+            release(st, frozen.take(), Duration::ZERO);
+            let _ = stop.refuse(errno);
+            None
+        }
+        Gather::Refused {
+            pid,
+            ppid,
+            filename,
+            why,
+        } => {
+            release(st, frozen.take(), Duration::ZERO);
+            let subject = ExecSubject {
+                pid,
+                parent_pid: ppid,
+                filename,
+                ..ExecSubject::default()
+            };
+            refuse_undecidable(ctx, tree, st, req, stop, subject, why);
+            None
+        }
+    }
+}
+
+/// One decided exec being answered: what every step after the decision
+/// needs.
+struct Answering<'a> {
+    ctx: &'a SupervisorContext,
+    tree: &'a Tree,
+    req: &'a ExecRequest,
+    stop: &'a dyn Stop,
+    pid: u32,
+    g: &'a Gathered,
+    /// The backend checks every exec it lets through (ptrace).
+    verified: bool,
+    started: Instant,
+}
+
+/// Steps 7 and 8 for an exec the policy allowed or denied: the one answer
+/// (the verdict, unless what keeps it cannot be had), the backend told what
+/// to expect, the caller told why it was refused, the event, then the
+/// refusal or [`let_run`].
+fn answer(x: &Answering, st: &mut ExecTree<'_>, j: Judged, frozen: Option<Frozen>) {
+    let (ctx, pid) = (x.ctx, x.pid);
+    let expected = expected_of(x.g);
     // `audit.on_failure: refuse` with the log failing: nothing runs (decided
     // before anything is armed or expected).
     let refuse_unaudited = ctx.audit_on_failure == AuditOnFailure::Refuse;
@@ -120,82 +168,110 @@ pub fn handle(
         }
     } else {
         settle(
-            j.verdict,
-            req,
-            &g,
-            verified,
+            &j.verdict,
+            x.req,
+            x.g,
+            x.verified,
             frozen.is_some(),
             expected.as_ref(),
         )
     };
-    if let (true, true, Some(e)) = (a.allow, verified, &expected) {
+    if let (true, true, Some(e)) = (a.allow, x.verified, &expected) {
         // The backend checks the new image.
-        stop.expect(Verification {
+        x.stop.expect(Verification {
             expected: e.clone(),
             subject: j.subject.clone(),
             rule: a.rule.clone(),
         });
     }
-    let (allow, rule, watched) = (a.allow, a.rule, a.watched);
-    // A refusal is explained to the caller before it is answered (and
-    // before the event, which says whether it was): once per command, not
-    // for a shell's PATH retries of it.
-    let explained = (!allow && j.repeat.is_none()).then(|| {
-        ctx.limits.explain == crate::config::Explain::Stderr && {
+    let watched = a.watched;
+    let rule = a.rule.clone();
+    let allow = record(x, &j, a, refuse_unaudited);
+    // The supervisor's own time for this exec (facts, freeze, policy,
+    // audit); taken before the answer, which may hand this CPU to the tracee.
+    phases::mark("audit");
+    let own_us = x.started.elapsed().as_micros() as u64;
+    if !allow {
+        release(st, frozen, Duration::ZERO);
+        if let (Some(k), Decision::Deny, None) = (j.lookup, j.verdict.decision, j.repeat) {
+            st.exec.refused.remember(k, j.attempt, (), Instant::now());
+        }
+        if let Err(e) = x.stop.refuse(libc::EACCES) {
+            tracing::debug!(pid, "answer not delivered (tracee gone?): {e}");
+        }
+        tracing::trace!(pid, us = own_us, "exec answered");
+        return;
+    }
+    let ran = Ran {
+        watched,
+        rule,
+        expected,
+        own_us,
+    };
+    let_run(x, st, j, frozen, ran);
+}
+
+/// The event of a decided exec, written before the answer (whatever the
+/// exec does next, the audit trail already has it, or, with
+/// `audit.on_failure: refuse`, it does not run), after the caller was told
+/// why it is refused (once per command, not for a shell's PATH retries).
+/// Whether it may still run.
+fn record(x: &Answering, j: &Judged, a: Answer, refuse_unaudited: bool) -> bool {
+    let explained = (!a.allow && j.repeat.is_none()).then(|| {
+        x.ctx.limits.explain == crate::config::Explain::Stderr && {
             let argv0 = j
                 .subject
                 .argv
                 .first()
                 .map_or(j.subject.filename.as_str(), String::as_str);
             crate::supervisor::explain::tell(
-                pid,
-                &crate::supervisor::explain::line(argv0, &rule, a.message.as_deref()),
+                x.pid,
+                &crate::supervisor::explain::line(argv0, &a.rule, a.message.as_deref()),
             )
         }
     });
     let mut event = ExecEvent::new(
         j.subject.clone(),
-        decision,
-        rule.clone(),
-        if allow { Action::Allow } else { Action::Deny },
+        j.verdict.decision,
+        a.rule,
+        if a.allow { Action::Allow } else { Action::Deny },
         a.message,
     )
     .in_attempt(j.attempt, j.repeat.is_some());
     event.explained = explained;
-    // The event is written before the answer: whatever the exec does next,
-    // the audit trail already has it, or (`audit.on_failure: refuse`) it
-    // does not run.
-    let (_, written) = ctx
+    let (_, written) = x
+        .ctx
         .audit
-        .record_checked(&tree.session_id, EventBody::Execve(event));
+        .record_checked(&x.tree.session_id, EventBody::Execve(event));
     // This very event failed: refused too, unless the exec is already armed
     // for a watch or expected by the backend (the next one is refused by the
-    // check above).
-    let allow = if allow && !written && refuse_unaudited && !watched && !verified {
+    // check in `answer`).
+    if a.allow && !written && refuse_unaudited && !a.watched && !x.verified {
         tracing::error!(
-            pid,
+            pid = x.pid,
             "exec refused (audit_unavailable): its event cannot be written and \
              audit.on_failure is refuse"
         );
-        false
-    } else {
-        allow
-    };
-    // The supervisor's own time for this exec (facts, freeze, policy,
-    // audit); taken before the answer, which may hand this CPU to the tracee.
-    phases::mark("audit");
-    let own_us = started.elapsed().as_micros() as u64;
-    if !allow {
-        release(st, frozen, Duration::ZERO);
-        if let (Some(k), Decision::Deny, None) = (j.lookup, decision, j.repeat) {
-            st.exec.refused.remember(k, j.attempt, (), Instant::now());
-        }
-        if let Err(e) = stop.refuse(libc::EACCES) {
-            tracing::debug!(pid, "answer not delivered (tracee gone?): {e}");
-        }
-        tracing::trace!(pid, us = own_us, "exec answered");
-        return;
+        return false;
     }
+    a.allow
+}
+
+/// What an allowed exec's CONTINUE and watch need.
+struct Ran {
+    /// Watched through the exec here (see [`settle`]).
+    watched: bool,
+    /// The rule that allowed it.
+    rule: String,
+    expected: Option<Expected>,
+    /// The supervisor's own time for this exec so far.
+    own_us: u64,
+}
+
+/// CONTINUE for an allowed exec, its depth recorded, and the watch through
+/// the exec where it needs one.
+fn let_run(x: &Answering, st: &mut ExecTree<'_>, j: Judged, frozen: Option<Frozen>, ran: Ran) {
+    let (pid, g) = (x.pid, x.g);
     // SAFETY ARGUMENT for CONTINUE. The kernel reads the path and argv again
     // after this answer and resolves the path again. (a) Nothing else can
     // write the strings: either no other task shares the caller's address
@@ -209,13 +285,16 @@ pub fn handle(
     // file judged: every lookup went through directories the tree cannot
     // change (`gather::lookups_stable`), or the exec is watched and the new
     // image is checked at PTRACE_EVENT_EXEC, before its first instruction
-    // (`verify`). (d) `still_waiting` proved the thread id still names the
-    // thread stopped in this very syscall.
+    // (`verify`), or the backend checks it there itself (`x.verified`, told
+    // what to expect in `answer`). (d) `still_waiting` proved the thread id
+    // still names the thread stopped in this very syscall. `answer` called
+    // this only for an exec the policy allowed, whose event is written (or
+    // whose watch or backend check is already armed).
     if frozen.is_some() {
         hold_for_tests();
     }
-    let answered = stop.proceed();
-    tracing::trace!(pid, us = own_us, watched, memory = ?g.memory, phases = %phases::text(), "exec answered");
+    let answered = x.stop.proceed();
+    tracing::trace!(pid, us = ran.own_us, watched = ran.watched, memory = ?g.memory, phases = %phases::text(), "exec answered");
     if let Err(e) = &answered {
         tracing::debug!(pid, "answer not delivered (tracee gone?): {e}");
     }
@@ -224,22 +303,22 @@ pub fn handle(
         // Its address space may be new: kept maps of it no longer answer.
         st.tasks.files.exec_seen(pid);
     }
-    if !watched {
+    if !ran.watched {
         return;
     }
     let outcome = watch_through(
         st,
-        req.tid,
+        x.req.tid,
         pid,
-        expected.as_ref(),
+        ran.expected.as_ref(),
         frozen,
         answered.is_ok(),
     );
     match outcome {
         verify::Outcome::Killed(what) => {
-            record_mismatch(&ctx.audit, &tree.session_id, j.subject, &rule, what);
+            record_mismatch(&x.ctx.audit, &x.tree.session_id, j.subject, &ran.rule, what);
         }
-        verify::Outcome::TimedOut => record_unfinished(ctx, &tree.session_id, j.subject),
+        verify::Outcome::TimedOut => record_unfinished(x.ctx, &x.tree.session_id, j.subject),
         verify::Outcome::Ran | verify::Outcome::Failed | verify::Outcome::Gone => {}
     }
 }
@@ -265,7 +344,7 @@ struct Answer {
 /// and asked to stop right after it (`PTRACE_EVENT_EXEC` on success, a stop
 /// on its way back to user space on failure).
 fn settle(
-    verdict: Verdict,
+    verdict: &Verdict,
     req: &ExecRequest,
     g: &Gathered,
     verified: bool,

@@ -41,9 +41,11 @@
 //! against is killed and audited (`unverified_exec`); a seize that fails
 //! refuses the handoff (unixwrap then refuses to run).
 
+mod queue;
 mod regs;
 mod stop;
 mod tracer;
 mod tracer_loop;
 
-pub use tracer::{Trace, TraceError};
+pub use queue::TraceError;
+pub use tracer::Trace;

@@ -5,8 +5,8 @@
 //! Failure modes: an answer the tracee is no longer there for is dropped
 //! (the tracer ignores it).
 
+use super::queue::{answer, answer_value, still_held};
 use super::regs;
-use super::tracer::{answer, answer_value, still_held};
 use crate::supervisor::seam::{Deferred, Holder, Stop, Verification};
 use std::cell::{Cell, RefCell};
 use std::io;

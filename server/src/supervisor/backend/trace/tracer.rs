@@ -1,89 +1,21 @@
-//! The handle other threads have on the tracer thread: it is started with
-//! the first ptrace tree, and asked through a queue and an eventfd to seize
-//! a tree's root ([`attach`]) or to answer a held stop ([`answer`],
-//! [`answer_value`]); [`Trace`] is the backend as the rest of the server
-//! sees it.
+//! The tracer thread's start and the backend as the rest of the server
+//! sees it ([`Trace`]): the thread is started with the first ptrace tree
+//! and asked (through `queue`) to seize each tree's root ([`attach`]).
 //!
 //! Failure modes: a tracer that cannot start, or does not answer an attach
-//! within [`ATTACH_DEADLINE`], refuses the handoff (unixwrap then refuses to
-//! run); an answer for a stop that no longer waits is ignored.
+//! in time, refuses the handoff (unixwrap then refuses to run).
 
-use super::super::registry::{Backend, Supervising, TakeOverError};
+use super::super::interface::{Backend, Supervising, TakeOverError};
+use super::queue::{Request, TraceError, Tracer, ATTACH_DEADLINE, TRACER};
 use super::tracer_loop;
 use crate::supervisor::context::SupervisorContext;
-use crate::supervisor::seam::Verification;
 use crate::supervisor::tree::Tree;
 use crate::trees::Trees;
 use agentsh_proto::ExecBackend;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::mpsc::{self, Sender};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
-
-/// How long an attach may wait for the tracer thread.
-const ATTACH_DEADLINE: Duration = Duration::from_secs(5);
-
-/// What the tracer thread is asked to do.
-pub(super) enum Request {
-    /// Seize `pid` and supervise it as the root of a new tree.
-    Attach {
-        tree: Tree,
-        trees: Arc<Trees>,
-        reply: mpsc::SyncSender<Result<(), TraceError>>,
-    },
-    /// An operator (or the timeout) answered a held exec: allow and check
-    /// that it runs `what`, or (`None`) deny.
-    Answer {
-        tid: u32,
-        starttime: u64,
-        what: Option<Box<Verification>>,
-    },
-    /// A held syscall performed on the tree's behalf is done: skip it with
-    /// this return value (`< 0`: `-errno`).
-    Value { tid: u32, starttime: u64, val: i64 },
-}
-
-/// The handle on the tracer thread: a queue and the eventfd that wakes it.
-pub struct Tracer {
-    tx: Mutex<Sender<Request>>,
-    wake: OwnedFd,
-}
-
-static TRACER: OnceLock<Result<Tracer, TraceError>> = OnceLock::new();
-
-/// Why the tracer did not take a tree (or answer a held stop).
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum TraceError {
-    #[error("eventfd: {0}")]
-    Eventfd(String),
-    #[error("cannot start the tracer thread: {0}")]
-    Thread(String),
-    #[error("the tracer thread is gone")]
-    Gone,
-    #[error("the tracer did not answer within {ATTACH_DEADLINE:?}")]
-    NoAnswer,
-    #[error(
-        "PTRACE_SEIZE of pid {pid}: {error} (traced by another process, or no CAP_SYS_PTRACE)"
-    )]
-    Seize { pid: u32, error: String },
-    #[error("attach failed: {0}")]
-    Join(String),
-}
-
-impl Tracer {
-    fn send(&self, r: Request) -> Result<(), TraceError> {
-        self.tx
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .send(r)
-            .map_err(|_| TraceError::Gone)?;
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 to our eventfd.
-        unsafe { libc::write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
-        Ok(())
-    }
-}
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
 
 /// The tracer thread (started with the first ptrace tree).
 fn tracer(ctx: &Arc<SupervisorContext>) -> Result<&'static Tracer, TraceError> {
@@ -197,48 +129,4 @@ impl Supervising for Seized {
     }
 
     fn start(self: Box<Self>) {}
-}
-
-/// The answer to a held exec (approval waiters): allow and verify `what`,
-/// or deny (`None`). Ignored if `tid` is no longer that held exec.
-pub fn answer(tid: u32, starttime: u64, what: Option<Verification>) {
-    to_tracer(
-        tid,
-        Request::Answer {
-            tid,
-            starttime,
-            what: what.map(Box::new),
-        },
-    );
-}
-
-/// The answer to a held syscall performed on the tree's behalf (egress):
-/// skip it with `val` (`< 0`: `-errno`). Ignored if `tid` no longer holds it.
-pub fn answer_value(tid: u32, starttime: u64, val: i64) {
-    to_tracer(
-        tid,
-        Request::Value {
-            tid,
-            starttime,
-            val,
-        },
-    );
-}
-
-/// Queues the answer to held thread `tid`'s syscall for the tracer.
-fn to_tracer(tid: u32, req: Request) {
-    let Some(Ok(t)) = TRACER.get() else {
-        tracing::error!(tid, "no tracer to answer a held syscall");
-        return;
-    };
-    if let Err(e) = t.send(req) {
-        tracing::error!(tid, "held syscall not answered: {e}");
-    }
-}
-
-/// Whether thread `tid`, started at `starttime`, is alive (a held exec can
-/// leave its stop only by dying).
-pub fn still_held(tid: u32, starttime: u64) -> bool {
-    crate::tracee::proc_stat(tid)
-        .is_ok_and(|s| !matches!(s.state, b'Z' | b'X' | b'x') && s.starttime == starttime)
 }

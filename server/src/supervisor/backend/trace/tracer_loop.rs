@@ -12,9 +12,9 @@
 //! judged, is killed before its first instruction and audited; without a
 //! signalfd, events are found by polling every [`POLL_MS`] ms.
 
+use super::queue::{Request, TraceError};
 use super::regs;
 use super::stop::TraceStop;
-use super::tracer::{Request, TraceError};
 use crate::supervisor::context::SupervisorContext;
 use crate::supervisor::dispatch::{dispatch, exec_completed};
 use crate::supervisor::seam::{Caught, Verification};

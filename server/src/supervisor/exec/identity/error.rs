@@ -4,30 +4,24 @@
 //!
 //! Failure modes: none; a type.
 
-use super::files::MAX_HASHED;
-use super::index::MAX_PROGRAMS;
-use super::registry::MAX_INDEXES;
 use std::io;
 
 /// Why a program is not indexed, or an index not built.
 #[derive(Debug, thiserror::Error)]
 pub enum IndexError {
     #[error(
-        "the index is full ({MAX_PROGRAMS} programs): {0} is not indexed, and copies of it are \
-         judged by their own name"
+        "the index is full ({max} programs): {path} is not indexed, and copies of it are judged \
+         by their own name"
     )]
-    Full(String),
+    Full { path: String, max: usize },
     #[error("cannot start the identity index's watcher thread: {0}")]
     Watcher(io::Error),
     #[error("cannot resolve it: {0}")]
     Resolve(io::Error),
     #[error("cannot stat {path}: {error}")]
     Stat { path: String, error: io::Error },
-    #[error(
-        "{0} is larger than {max} MiB, the most an index or an exec hashes",
-        max = MAX_HASHED >> 20
-    )]
-    TooLarge(String),
+    #[error("{path} is larger than {max_mib} MiB, the most an index or an exec hashes")]
+    TooLarge { path: String, max_mib: u64 },
     #[error("cannot open it: {0}")]
     Open(io::Error),
     #[error("cannot stat it: {0}")]
@@ -44,8 +38,8 @@ pub enum IndexError {
     )]
     Panicked,
     #[error(
-        "policy {0:?}: the server already has {MAX_INDEXES} policies naming different programs; \
+        "policy {policy:?}: the server already has {max} policies naming different programs; \
          restart it with fewer distinct policies"
     )]
-    TooManyIndexes(String),
+    TooManyIndexes { policy: String, max: usize },
 }

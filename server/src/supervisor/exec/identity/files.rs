@@ -148,7 +148,10 @@ pub(super) fn locate(path: &str) -> Result<Option<(String, FileKey)>, IndexError
         return Ok(None);
     }
     if m.size() > MAX_HASHED {
-        return Err(IndexError::TooLarge(canon));
+        return Err(IndexError::TooLarge {
+            path: canon,
+            max_mib: MAX_HASHED >> 20,
+        });
     }
     Ok(Some((canon, key_of(&m))))
 }

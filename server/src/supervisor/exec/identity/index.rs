@@ -50,7 +50,10 @@ impl Table {
         digest: &str,
     ) -> Result<(), IndexError> {
         if !self.files.contains_key(canon) && self.files.len() >= MAX_PROGRAMS {
-            return Err(IndexError::Full(canon.to_string()));
+            return Err(IndexError::Full {
+                path: canon.to_string(),
+                max: MAX_PROGRAMS,
+            });
         }
         let entry = self
             .files
@@ -434,48 +437,9 @@ impl IdentityIndex {
                     rescan = true;
                     continue;
                 }
-                if ev.name.is_empty() {
-                    if ev.watch_gone() {
-                        if let Some(dir) = w.dirs.remove(&ev.wd) {
-                            w.watched.remove(&dir);
-                            tracing::warn!(
-                                "identity index: no longer watching {dir} (removed, moved or \
-                                 unmounted): a program installed there later is indexed only \
-                                 when the server restarts"
-                            );
-                        }
-                    }
-                    continue;
+                if let Some(found) = named_by(w, &t, &ev) {
+                    seen.push(found);
                 }
-                let Some(dir) = w.dirs.get(&ev.wd) else {
-                    continue;
-                };
-                let path = if dir == "/" {
-                    format!("/{}", ev.name)
-                } else {
-                    format!("{dir}/{}", ev.name)
-                };
-                let mut names = w
-                    .names
-                    .get(dir)
-                    .and_then(|m| m.get(&ev.name))
-                    .cloned()
-                    .unwrap_or_default();
-                if let Some((_, _, known)) = t.files.get(&path) {
-                    for n in known {
-                        if !names.contains(n) {
-                            names.push(n.clone());
-                        }
-                    }
-                }
-                // A file just created empty (`cp`, `open(O_CREAT)`) is left
-                // alone (`locate` skips empty files): its close comes as an
-                // event of its own. One created whole (a hard link,
-                // `O_TMPFILE` linked in) is taken now.
-                if names.is_empty() {
-                    continue;
-                }
-                seen.push((path, names));
             }
         }
         if rescan {
@@ -640,6 +604,56 @@ impl IdentityIndex {
             copy_of,
         }
     }
+}
+
+/// The program an inotify event names, with the names the policy gives it;
+/// `None` when it names none (or says a watch is gone, which is noted in
+/// `w` and the log).
+fn named_by(
+    w: &mut Watching,
+    t: &Table,
+    ev: &super::watch::Event,
+) -> Option<(String, Vec<String>)> {
+    if ev.name.is_empty() {
+        if ev.watch_gone() {
+            if let Some(dir) = w.dirs.remove(&ev.wd) {
+                w.watched.remove(&dir);
+                tracing::warn!(
+                    "identity index: no longer watching {dir} (removed, moved or \
+                     unmounted): a program installed there later is indexed only \
+                     when the server restarts"
+                );
+            }
+        }
+        return None;
+    }
+    let dir = w.dirs.get(&ev.wd)?;
+    let path = if dir == "/" {
+        format!("/{}", ev.name)
+    } else {
+        format!("{dir}/{}", ev.name)
+    };
+    let mut names = w
+        .names
+        .get(dir)
+        .and_then(|m| m.get(&ev.name))
+        .cloned()
+        .unwrap_or_default();
+    if let Some((_, _, known)) = t.files.get(&path) {
+        for n in known {
+            if !names.contains(n) {
+                names.push(n.clone());
+            }
+        }
+    }
+    // A file just created empty (`cp`, `open(O_CREAT)`) is left
+    // alone (`locate` skips empty files): its close comes as an
+    // event of its own. One created whole (a hard link,
+    // `O_TMPFILE` linked in) is taken now.
+    if names.is_empty() {
+        return None;
+    }
+    Some((path, names))
 }
 
 #[cfg(test)]

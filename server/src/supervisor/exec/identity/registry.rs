@@ -84,7 +84,10 @@ pub fn index_for(policy: &Policy) -> Result<&'static IdentityIndex, IndexError> 
         return Ok(index);
     }
     if built.len() >= MAX_INDEXES {
-        return Err(IndexError::TooManyIndexes(policy.name().to_string()));
+        return Err(IndexError::TooManyIndexes {
+            policy: policy.name().to_string(),
+            max: MAX_INDEXES,
+        });
     }
     let t = std::time::Instant::now();
     let (index, stats) = IdentityIndex::start(&commands, true);

@@ -1,0 +1,75 @@
+//! What a backend is to the rest of the server ([`Backend`]: what it is,
+//! what the host must offer for it, what it can do, how it takes a tree
+//! over from a handoff), and what a taken-over tree is ([`Supervising`]).
+//! Each backend's folder implements it; `registry` lists them.
+//!
+//! Failure modes: a backend that cannot take a tree over says why
+//! ([`TakeOverError`]: the handoff is refused, and unixwrap refuses to run).
+
+use crate::supervisor::context::SupervisorContext;
+use crate::supervisor::tree::Tree;
+use crate::trees::Trees;
+use agentsh_proto::ExecBackend;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+
+/// A way of catching a tree's supervised syscalls and answering them.
+pub trait Backend: Sync {
+    /// Its name on the wire, in the config and in events.
+    fn kind(&self) -> ExecBackend;
+    /// What it is, as `agentsh detect` says it.
+    fn describe(&self) -> &'static str;
+    /// What the host must offer for it, as an error names it ("seccomp
+    /// user notification").
+    fn needs(&self) -> &'static str;
+    /// Why it cannot run here, when chosen explicitly (`why` is the
+    /// probe's detail).
+    fn unavailable(&self, why: &str) -> String;
+    /// It can put the supervisor's sockets and files into a caller
+    /// (`SECCOMP_IOCTL_NOTIF_ADDFD`): a connect made on a socket of the
+    /// supervisor's own, `decision: redirect`.
+    fn can_install_fds(&self) -> bool;
+    /// Taking a tree over needs the wrapper's pid from the transport (the
+    /// handoff carries nothing else that names it).
+    fn needs_caller_pid(&self) -> bool;
+    /// Taking a tree over blocks (it waits for another thread), so it is
+    /// done off the API's runtime.
+    fn takes_over_blocking(&self) -> bool;
+    /// Checks what the handoff carried (`fds`) and takes `tree` over, before
+    /// the wrapper is told it may go on: nothing of the tree runs
+    /// unsupervised after the answer.
+    ///
+    /// # Errors
+    /// What the handoff carried is not what this backend takes, or the
+    /// tree cannot be taken over (the reason is the handoff's refusal).
+    fn take_over(
+        &self,
+        ctx: &Arc<SupervisorContext>,
+        trees: &Arc<Trees>,
+        tree: Tree,
+        fds: Vec<OwnedFd>,
+    ) -> Result<Box<dyn Supervising>, TakeOverError>;
+}
+
+/// Why a backend did not take a tree over.
+#[derive(Debug, thiserror::Error)]
+pub enum TakeOverError {
+    #[error("handoff carried no fd")]
+    NoFd,
+    #[error("handoff carried more than one fd")]
+    TooManyFds,
+    #[error("a trace handoff carried an fd")]
+    UnexpectedFd,
+    #[error("the fd is not a seccomp notify fd ({0:?})")]
+    NotANotifyFd(String),
+    #[error(transparent)]
+    Trace(#[from] super::trace::TraceError),
+}
+
+/// A tree taken over, whose wrapper has been told so.
+pub trait Supervising: Send {
+    /// What the handoff's audit event says was taken.
+    fn note(&self) -> &'static str;
+    /// Supervises the tree from now on (on a thread of its own).
+    fn start(self: Box<Self>);
+}
