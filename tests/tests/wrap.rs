@@ -41,7 +41,13 @@ impl Place {
     /// /run, where droppers run).
     fn under(base: &Path, name: &str, uid: Option<u32>) -> Place {
         std::fs::create_dir_all(base).unwrap();
-        let root = base.join(format!("wrap-{name}-{}", std::process::id()));
+        // One per Place, not per process: this file's tests run on parallel
+        // threads of one process, and two of them (root and an ordinary
+        // user) make a place of the same name (seen in a loaded run: one's
+        // set-up removed the other's home while its server started).
+        static PLACES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = PLACES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let root = base.join(format!("wrap-{name}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         for d in ["home", "ws"] {
             std::fs::create_dir_all(root.join(d)).unwrap();
