@@ -6,7 +6,7 @@
 //! Failure modes: a loopback peer whose socket or process cannot be found is
 //! [`Requester::Unknown`], which the API refuses (fail closed).
 
-use super::Approvals;
+use super::pending::Approvals;
 use std::net::{IpAddr, SocketAddr};
 
 /// Who sent a decision, as far as the server can tell.

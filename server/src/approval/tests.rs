@@ -1,6 +1,12 @@
 //! Approvals without a kernel: requests, re-issued notifications, outcomes.
 
+use super::pending::lock;
 use super::*;
+use crate::config::ExecveSection;
+use crate::supervisor::{Held, Hold, HoldRequest, Holder, Settled};
+use crate::trees::Trees;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 fn approvals(timeout_ms: u64) -> Arc<Approvals> {
     let limits = ExecveSection {

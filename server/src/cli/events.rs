@@ -27,6 +27,13 @@ pub(super) enum EventsError {
 
 type Result<T> = std::result::Result<T, EventsError>;
 
+/// How `agentsh events` prints: one JSON object per line, or a table.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub(super) enum EventFormat {
+    Json,
+    Table,
+}
+
 /// One event as a table row.
 fn table_row(ev: &serde_json::Value) -> String {
     let s = |k: &str| ev.get(k).and_then(|v| v.as_str()).unwrap_or("").to_string();
@@ -198,8 +205,8 @@ pub(super) fn query(file: &Path, f: &Filter, json: bool) -> Result<()> {
 }
 
 /// The table's header line (`--format table`).
-fn header(format: super::EventFormat) {
-    if matches!(format, super::EventFormat::Table) {
+fn header(format: EventFormat) {
+    if matches!(format, EventFormat::Table) {
         println!(
             "{:<16} {:<12} {:<7} {:<5} {:<7} {:<6} {:<26} COMMAND  [PROGRAM]",
             "ID", "TIME", "PID", "DEPTH", "POLICY", "ACTION", "RULE"
@@ -210,12 +217,7 @@ fn header(format: super::EventFormat) {
 /// `agentsh events`: `session`'s events from `server`; with the default
 /// server, a standalone `agentsh wrap` of this user: its own server while
 /// it runs, its audit file once it has ended.
-pub(super) fn print(
-    server: &str,
-    session: &str,
-    follow: bool,
-    format: super::EventFormat,
-) -> Result<()> {
+pub(super) fn print(server: &str, session: &str, follow: bool, format: EventFormat) -> Result<()> {
     let default = server == agentsh_proto::shimconf::DEFAULT_SERVER;
     match (
         default,
@@ -235,7 +237,7 @@ pub(super) fn print(
 }
 
 /// `session`'s events from an audit file (an ended `agentsh wrap`).
-fn print_file(file: &Path, session: &str, format: super::EventFormat) -> Result<()> {
+fn print_file(file: &Path, session: &str, format: EventFormat) -> Result<()> {
     let text = std::fs::read_to_string(file).map_err(|source| EventsError::ReadFile {
         file: file.to_path_buf(),
         source,
@@ -249,19 +251,14 @@ fn print_file(file: &Path, session: &str, format: super::EventFormat) -> Result<
             continue;
         }
         match format {
-            super::EventFormat::Json => println!("{ev}"),
-            super::EventFormat::Table => println!("{}", table_row(&ev)),
+            EventFormat::Json => println!("{ev}"),
+            EventFormat::Table => println!("{}", table_row(&ev)),
         }
     }
     Ok(())
 }
 
-fn print_events(
-    server: &str,
-    session: &str,
-    follow: bool,
-    format: super::EventFormat,
-) -> Result<()> {
+fn print_events(server: &str, session: &str, follow: bool, format: EventFormat) -> Result<()> {
     let client = Client::new(server, None)?.with_timeout(std::time::Duration::from_secs(45));
     let mut after = 0u64;
     header(format);
@@ -275,8 +272,8 @@ fn print_events(
         })?;
         for ev in events {
             match format {
-                super::EventFormat::Json => println!("{ev}"),
-                super::EventFormat::Table => println!("{}", table_row(ev)),
+                EventFormat::Json => println!("{ev}"),
+                EventFormat::Table => println!("{}", table_row(ev)),
             }
             if let Some(id) = ev.get("id").and_then(serde_json::Value::as_u64) {
                 after = after.max(id);

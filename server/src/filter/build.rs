@@ -9,12 +9,11 @@
 //! Failure modes: every libseccomp error is a [`FilterError::Build`] naming
 //! the rule; names are checked before any rule is added.
 
+use super::error::FilterError;
+use super::spec::{FilterSpec, SignalGuard, TRACE_DATA_EXEC, TRACE_DATA_NET, TRACE_DATA_SIGNAL};
 use super::table::{Answer, Cmp, When, BASE_RULES, RESERVED};
-use super::{
-    ExecBackend, FilterError, FilterSpec, SignalGuard, TRACE_DATA_EXEC, TRACE_DATA_NET,
-    TRACE_DATA_SIGNAL,
-};
 use agentsh_proto::marker::{MARKER_ERRNO, MARKER_PRCTL_ARG, MARKER_PRCTL_OPTION};
+use agentsh_proto::ExecBackend;
 use libseccomp::{
     ScmpAction, ScmpArch, ScmpArgCompare, ScmpCompareOp, ScmpFilterContext, ScmpSyscall,
 };
@@ -339,7 +338,7 @@ const AF_INET6: i64 = 10;
 /// `SOCK_TYPE_MASK`: the type without `SOCK_NONBLOCK | SOCK_CLOEXEC`.
 const SOCK_TYPE_MASK: u64 = 0xf;
 
-/// The policy's network part (see [`super::NetFilter`]):
+/// The policy's network part (see [`super::spec::NetFilter`]):
 /// * `socket_families`: `socket`/`socketpair` of another family fail with
 ///   EAFNOSUPPORT (each family below `AF_MAX` not listed, and every value
 ///   from `AF_MAX` up);

@@ -1,7 +1,7 @@
 //! The base rules: what every agentsh tree is refused, whatever the policy.
 //!
 //! This table is the one place the base blocklist is written down:
-//! [`super::compile`] turns it into BPF, `docs/security-model.md` lists it
+//! `build` turns it into BPF, `docs/security-model.md` lists it
 //! (`tests/tests/docs.rs` checks the two agree, row for row), and a policy's
 //! `syscalls.block` can only add to it. Every condition is on register
 //! arguments, which the kernel copies before the filter runs: there is nothing

@@ -5,6 +5,8 @@
 //! so a rule that matches too much fails too.
 
 use super::*;
+use std::collections::BTreeSet;
+use std::sync::Arc;
 
 fn spec(guard_abi: i64) -> FilterSpec {
     FilterSpec::for_tree(

@@ -1,6 +1,7 @@
 //! Tests of `wrappers`.
 
 use super::*;
+use crate::policy::pattern::ProgramName;
 
 fn words(s: &str) -> Vec<String> {
     s.split_whitespace().map(str::to_string).collect()

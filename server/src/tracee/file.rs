@@ -3,7 +3,7 @@
 //! whenever its content may have), its owner and mode.
 //!
 //! Failure modes: an `fstat` that fails is the caller's to judge (a
-//! resolution answers [`super::ResolveError::Other`]: the exec cannot be
+//! resolution answers `resolve::ResolveError::Other`: the exec cannot be
 //! judged).
 
 use std::io;

@@ -101,7 +101,7 @@ impl Maps {
     /// # Errors
     /// The process is gone or its maps cannot be read.
     pub fn open(pid: u32) -> io::Result<Maps> {
-        let _owner = crate::tracee::as_owner(pid);
+        let _owner = super::access::as_owner(pid);
         Ok(Maps::over(File::open(format!("/proc/{pid}/maps"))?))
     }
 

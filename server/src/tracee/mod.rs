@@ -22,11 +22,13 @@
 //! with that uid's credentials: every read of a process goes through
 //! `access`.
 //!
-//! The rooms: `access` (whose credentials an access takes), `stat` (what `/proc/<pid>/stat` and `status` say), `mem` (the
-//! tracee's memory), `file` (what `fstat` says about a resolved file),
+//! The rooms: `access` (whose credentials an access takes), `stat` (what
+//! `/proc/<pid>/stat` and `status` say), `mem` (the tracee's memory), `maps`
+//! (its mappings), `file` (what `fstat` says about a resolved file),
 //! `resolve` (a path in the calling thread's view), `shebang` (the `#!`
 //! interpreter chain), `stable` (whether the tree can change what a lookup
-//! finds).
+//! finds), `netproc` (a caller's socket as `/proc` shows it), `pidfd` (a
+//! task's fd taken through its pidfd, a signal through it).
 
 pub mod access;
 mod file;

@@ -30,7 +30,7 @@ use std::os::fd::AsRawFd;
 /// of the changed file has. (A file the tree can write may change after any
 /// read; such an exec is watched, see `supervisor::exec`.)
 ///
-/// [`FileMeta::key`]: super::FileMeta::key
+/// [`FileMeta::key`]: super::file::FileMeta::key
 pub fn shebang(target: &ExecTarget) -> Option<Vec<String>> {
     if !target.meta.is_regular() || target.meta.size < 2 {
         return None;

@@ -102,7 +102,7 @@ impl StatFile {
     /// # Errors
     /// fstat failed.
     ///
-    /// [`path_is_stable`]: super::path_is_stable
+    /// [`path_is_stable`]: super::stable::path_is_stable
     pub fn owner(&self) -> io::Result<u32> {
         use std::os::unix::fs::MetadataExt;
         Ok(self.file.metadata()?.uid())

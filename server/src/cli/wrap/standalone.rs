@@ -3,14 +3,16 @@
 //! API socket at `$XDG_RUNTIME_DIR/agentsh/<session>.sock`, state and config
 //! under `$XDG_STATE_HOME/agentsh/<session>/`, the audit and the server's
 //! log beside them; `--allow-host` makes a policy of its own there; at the
-//! end one paragraph says what was judged.
+//! end one paragraph says what was judged. Where the files are: `files`.
 //!
 //! Failure modes: nowhere to keep the files, a directory or file that
 //! cannot be written, or the binary not found: 126, CMD never ran; a bad
 //! workspace, `--allow-host` or policy: 2 (the user's to fix); a server
 //! that cannot supervise: 126 unless `--allow-unsupervised`.
 
-use super::{exec_plain, record_unsupervised, resolve, say, Wrap};
+use super::args::Wrap;
+use super::command::{exec_plain, record_unsupervised, resolve, say};
+use super::files::{Dirs, WrapFilesError};
 use crate::cli::lifecycle::{self, Entrypoint, WrapServer};
 use crate::config::ConfigError;
 use crate::policy::PolicyError;
@@ -21,30 +23,6 @@ use std::time::Duration;
 
 /// How long wrap waits for its own server to start CMD.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// A standalone wrap's files cannot be found or made.
-#[derive(Debug, thiserror::Error)]
-pub enum WrapFilesError {
-    #[error("neither XDG_STATE_HOME nor HOME is set: nowhere to keep the audit")]
-    NoHome,
-    #[error(
-        "the API socket's path {} is longer than a Unix socket's 107 bytes: set \
-         XDG_RUNTIME_DIR to a short directory of yours (mode 0700), or use a shorter --session",
-        .0.display()
-    )]
-    SocketTooLong(PathBuf),
-    #[error(
-        "no agentsh wrap session {session:?} of this user is running (no socket at {}); run \
-         this as the user who ran `agentsh wrap`, with the same XDG_RUNTIME_DIR",
-        socket.display()
-    )]
-    NotRunning { session: String, socket: PathBuf },
-    #[error("cannot create {}: {source}", dir.display())]
-    Create {
-        dir: PathBuf,
-        source: std::io::Error,
-    },
-}
 
 /// `--allow-host` cannot be added to the policy.
 #[derive(Debug, thiserror::Error)]
@@ -115,101 +93,6 @@ impl SetupError {
                 agentsh_proto::exit::REFUSED
             }
         }
-    }
-}
-
-/// The API socket of standalone wrap `session` (for `agentsh approvals
-/// --session`), as the user who ran it finds it.
-///
-/// # Errors
-/// Neither XDG_STATE_HOME nor HOME says where; or no such socket.
-pub fn socket_of(session: &str) -> Result<PathBuf, WrapFilesError> {
-    let d = Dirs::of(session)?;
-    if std::fs::symlink_metadata(&d.socket).is_err() {
-        return Err(WrapFilesError::NotRunning {
-            session: session.to_string(),
-            socket: d.socket,
-        });
-    }
-    Ok(d.socket)
-}
-
-/// The audit file of standalone wrap `session` of this user, if there is one.
-pub fn audit_of(session: &str) -> Option<PathBuf> {
-    Dirs::of(session)
-        .ok()
-        .map(|d| d.audit)
-        .filter(|a| a.is_file())
-}
-
-/// Where a standalone wrap keeps its files.
-pub(super) struct Dirs {
-    /// `$XDG_STATE_HOME/agentsh` (`~/.local/state/agentsh`).
-    base: PathBuf,
-    /// `<base>/<session>`: the server's state and config.
-    state: PathBuf,
-    /// `$XDG_RUNTIME_DIR/agentsh` (else `<state>/run`): the API socket's.
-    run: PathBuf,
-    socket: PathBuf,
-    pub(super) audit: PathBuf,
-    log: PathBuf,
-}
-
-impl Dirs {
-    pub(super) fn of(session: &str) -> Result<Dirs, WrapFilesError> {
-        let env_dir = |k: &str| {
-            std::env::var_os(k)
-                .filter(|v| !v.is_empty() && Path::new(v).is_absolute())
-                .map(PathBuf::from)
-        };
-        let base = match env_dir("XDG_STATE_HOME") {
-            Some(d) => d.join("agentsh"),
-            None => env_dir("HOME")
-                .ok_or(WrapFilesError::NoHome)?
-                .join(".local/state/agentsh"),
-        };
-        let state = base.join(session);
-        // The runtime directory: XDG_RUNTIME_DIR, else /run/user/UID where
-        // it is this user's, else beside the state.
-        let run = env_dir("XDG_RUNTIME_DIR")
-            .or_else(|| {
-                use std::os::unix::fs::MetadataExt;
-                // SAFETY: getuid cannot fail.
-                let uid = unsafe { libc::getuid() };
-                let d = PathBuf::from(format!("/run/user/{uid}"));
-                std::fs::metadata(&d)
-                    .is_ok_and(|m| m.is_dir() && m.uid() == uid)
-                    .then_some(d)
-            })
-            .map_or_else(|| state.join("run"), |d| d.join("agentsh"));
-        let socket = run.join(format!("{session}.sock"));
-        if socket.as_os_str().len() > 107 {
-            return Err(WrapFilesError::SocketTooLong(socket));
-        }
-        Ok(Dirs {
-            socket,
-            audit: base.join(format!("{session}.jsonl")),
-            log: base.join(format!("{session}.log")),
-            base,
-            state,
-            run,
-        })
-    }
-
-    /// Makes the directories, each 0700 where wrap creates it.
-    fn make(&self) -> Result<(), WrapFilesError> {
-        use std::os::unix::fs::DirBuilderExt;
-        for d in [&self.base, &self.state, &self.run] {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(d)
-                .map_err(|source| WrapFilesError::Create {
-                    dir: d.clone(),
-                    source,
-                })?;
-        }
-        Ok(())
     }
 }
 

@@ -14,14 +14,14 @@ use std::path::Path;
 
 /// Everything the server needs to compile a ruleset at each wrap-init.
 pub struct SessionLandlock {
-    pub(in crate::policy) policy: std::sync::Arc<Policy>,
-    pub(in crate::policy) workspace: Option<String>,
-    pub(in crate::policy) protect: SelfProtection,
-    pub(in crate::policy) compat: LandlockCompat,
+    pub(super) policy: std::sync::Arc<Policy>,
+    pub(super) workspace: Option<String>,
+    pub(super) protect: SelfProtection,
+    pub(super) compat: LandlockCompat,
     /// The last ruleset compiled for each of up to [`CACHED_UIDS`] uids,
     /// reused while nothing it was built from has changed (see
     /// [`RulesetCache`]).
-    pub(in crate::policy) cache: std::sync::Mutex<Vec<RulesetCache>>,
+    pub(super) cache: std::sync::Mutex<Vec<RulesetCache>>,
 }
 
 /// How many uids' rulesets are kept (the least recently compiled goes).
@@ -37,7 +37,7 @@ pub const CACHED_UIDS: usize = 8;
 /// while every directory it depended on has the stamp it had, checked with
 /// one stat each. A directory changed less than [`SETTLE`] before the compile
 /// started might have changed during it: such a result is not kept.
-pub(in crate::policy) struct RulesetCache {
+pub(super) struct RulesetCache {
     uid: u32,
     home: Option<String>,
     deps: Vec<(String, Option<Stamp>)>,

@@ -2,7 +2,7 @@
 //! wrappers' options: short options cluster, `--` ends options, long options
 //! only spelt in full, and an option not in the spec is an error, never a guess.
 
-use super::Unparsable;
+use super::payload::Unparsable;
 use std::collections::VecDeque;
 
 /// The options a wrapper accepts, GNU getopt_long style.

@@ -1,0 +1,51 @@
+//! `agentsh wrap`'s options, as clap parses them (their doc comments are
+//! the `--help` and man page texts).
+//!
+//! Failure modes: none here; clap refuses options that do not parse.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+/// `agentsh wrap`'s options.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Wrap {
+    /// Policy: a shipped name (agent-default, agent-strict, agent-observe), a
+    /// name under the policies directory, or a file.
+    #[arg(long, value_name = "NAME|FILE")]
+    pub policy: Option<String>,
+    /// The session id [default: wrap-<time>-<pid>].
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
+    /// The agent's workspace (${WORKSPACE} in file rules) [default: the current directory].
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// Use this server (unix:/PATH, a root server) instead of one of wrap's own.
+    #[arg(long, value_name = "unix:/PATH", conflicts_with = "standalone")]
+    pub server: Option<String>,
+    /// Run a server of wrap's own even if one answers at /run/agentsh/api.sock.
+    #[arg(long)]
+    pub standalone: bool,
+    /// The audit file of wrap's own server [default: $XDG_STATE_HOME/agentsh/ID.jsonl].
+    #[arg(long, value_name = "FILE")]
+    pub audit: Option<PathBuf>,
+    /// If supervision cannot be installed, run CMD anyway, without it (said
+    /// on stderr and in the audit). Without this, wrap exits 126 instead.
+    #[arg(long)]
+    pub allow_unsupervised: bool,
+    /// A name the agent itself must reach, e.g. its model's API
+    /// (api.anthropic.com, api.openai.com): allowed on port 443 by an egress
+    /// rule put before the policy's own (after its deny rules). Repeatable;
+    /// `*.example.com` for the names below one. Standalone only.
+    #[arg(long = "allow-host", value_name = "HOST")]
+    pub allow_hosts: Vec<String>,
+    /// No start line and no session report on stderr.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Internal: CMD below wrap's own server (trust the user's server,
+    /// socket and wrapper).
+    #[arg(long, hide = true)]
+    pub own_server: bool,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}

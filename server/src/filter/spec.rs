@@ -1,0 +1,159 @@
+//! What a tree's seccomp program depends on ([`FilterSpec`]: the protected
+//! processes, the signal guard, the policy's blocklist, network part and
+//! `exec_memory`, the backend its traps go to), and the trap data the ptrace
+//! backend reads. Two equal specs give the same program.
+//!
+//! Failure modes: none; these are plain values (the policy's names are
+//! checked when the program is built).
+
+use agentsh_proto::ExecBackend;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+
+/// `SECCOMP_RET_DATA` of the ptrace backend's exec trap (read by the tracer
+/// with `PTRACE_GETEVENTMSG`).
+pub const TRACE_DATA_EXEC: u16 = 1;
+/// `SECCOMP_RET_DATA` of the ptrace backend's signal-guard trap.
+pub const TRACE_DATA_SIGNAL: u16 = 2;
+/// `SECCOMP_RET_DATA` of the ptrace backend's egress trap.
+pub const TRACE_DATA_NET: u16 = 3;
+
+/// The policy's network part of the filter: which `socket()` families a
+/// tree may create, and whether destinations go to the supervisor.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct NetFilter {
+    /// `socket_families:` (`None`: any family). Others: EAFNOSUPPORT.
+    pub families: Option<BTreeSet<u32>>,
+    /// `egress:` is set: `connect`, `sendto` with a destination, `sendmsg`
+    /// and `sendmmsg` go to the supervisor, and inet sockets are TCP or UDP
+    /// only (no raw, packet, ICMP, SCTP...: EPERM).
+    pub egress: bool,
+    /// `egress:` allows every destination: the calls are still handed over
+    /// (audited, DNS sent to the stub), but inet sockets of every type and
+    /// protocol may be made (there is nothing to keep them from).
+    pub egress_allows_all: bool,
+}
+
+/// How signals aimed at protected processes are refused beyond what register
+/// arguments decide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SignalGuard {
+    /// Landlock ABI >= 6 scopes signals to the tree (the ruleset asks for it):
+    /// the register rules are a second wall.
+    LandlockScope,
+    /// No signal scoping: `kill`, `tkill`, `rt_sigqueueinfo`,
+    /// `pidfd_send_signal` and `pidfd_open(PIDFD_THREAD)` are judged by the
+    /// supervisor; `F_SETOWN_EX`, `FIOSETOWN` and `SIOCSPGRP` (owner behind a
+    /// pointer) are refused.
+    UserNotif,
+}
+
+impl SignalGuard {
+    /// The guard for the Landlock ABI agentsh uses (the kernel's, capped by
+    /// `landlock.max_abi`).
+    pub fn for_landlock_abi(effective_abi: i64) -> SignalGuard {
+        if effective_abi >= 6 {
+            SignalGuard::LandlockScope
+        } else {
+            SignalGuard::UserNotif
+        }
+    }
+}
+
+/// A process and its process group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ProcessId {
+    pub pid: u32,
+    pub pgid: u32,
+}
+
+impl ProcessId {
+    /// This process (the server).
+    pub fn current() -> ProcessId {
+        // SAFETY: getpid and getpgrp cannot fail.
+        let (pid, pgid) = unsafe { (libc::getpid(), libc::getpgrp()) };
+        ProcessId {
+            pid: pid as u32,
+            pgid: pgid as u32,
+        }
+    }
+}
+
+/// Everything the program depends on. Two equal specs give the same program.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FilterSpec {
+    /// The policy's `syscalls.block`: EPERM whatever the arguments.
+    pub blocked: BTreeSet<String>,
+    /// Processes no signal from the tree may reach (as thread-group ids).
+    pub protected_pids: BTreeSet<u32>,
+    /// Process groups no signal from the tree may reach.
+    pub protected_pgids: BTreeSet<u32>,
+    /// The tree starts in a protected process group, so `kill(0, ..)` is refused.
+    pub refuse_kill_own_group: bool,
+    pub signal_guard: SignalGuard,
+    /// Below Landlock ABI 3 truncation is no right Landlock controls, so
+    /// `truncate(path)` would empty a file the tree may not write (a root
+    /// tree: `/etc/agentsh/shim.conf`): refused. (`open(O_TRUNC)` and
+    /// `ftruncate` need a file opened for writing, which Landlock refuses.)
+    pub refuse_truncate: bool,
+    /// The policy's `exec_memory: deny`: no executable anonymous memory, no
+    /// writable-and-executable mapping, no `mprotect` to executable, no
+    /// memfd (see `build::exec_memory_rules`).
+    pub refuse_exec_memory: bool,
+    /// Where the traps go: USER_NOTIF or `SECCOMP_RET_TRACE`.
+    pub backend: ExecBackend,
+    /// The policy's `socket_families` and `egress` (see [`NetFilter`]).
+    pub net: NetFilter,
+}
+
+impl NetFilter {
+    /// The network part of `policy`'s filter.
+    pub fn of(policy: &crate::policy::Policy) -> NetFilter {
+        NetFilter {
+            families: policy.socket_families().cloned(),
+            egress: policy.egress().is_some(),
+            egress_allows_all: policy
+                .egress()
+                .is_some_and(crate::policy::egress::Egress::allows_everything),
+        }
+    }
+}
+
+impl FilterSpec {
+    /// The spec of one tree: the server (`server`, usually
+    /// [`ProcessId::current`]) and the SDK daemon that spawned the tree (the
+    /// top-level shim's parent, when known) are protected, with their process
+    /// groups; `tree_pgid` is the process group the tree starts in (the
+    /// shim's), `effective_abi` the Landlock ABI agentsh uses (the kernel's,
+    /// capped by `landlock.max_abi`). The policy's blocklist is added by
+    /// [`Filters::compile`].
+    pub fn for_tree(
+        server: ProcessId,
+        daemon: Option<ProcessId>,
+        tree_pgid: Option<u32>,
+        effective_abi: i64,
+    ) -> FilterSpec {
+        let mut protected_pids = BTreeSet::from([server.pid]);
+        let mut protected_pgids = BTreeSet::from([server.pgid]);
+        if let Some(d) = daemon {
+            protected_pids.insert(d.pid);
+            protected_pgids.insert(d.pgid);
+        }
+        // pid 0 or 1 as a "group" would mean "my group" or "everything":
+        // those are ruled on their own (kill(0) below, kill(-1) always).
+        protected_pgids.retain(|g| *g > 1);
+        protected_pids.retain(|p| *p > 0);
+        FilterSpec {
+            blocked: BTreeSet::new(),
+            refuse_kill_own_group: tree_pgid.is_some_and(|g| protected_pgids.contains(&g)),
+            protected_pids,
+            protected_pgids,
+            signal_guard: SignalGuard::for_landlock_abi(effective_abi),
+            refuse_truncate: effective_abi < 3,
+            refuse_exec_memory: false,
+            backend: ExecBackend::Notify,
+            net: NetFilter::default(),
+        }
+    }
+}
