@@ -18,7 +18,7 @@ mod time;
 
 pub use event::*;
 pub use log::AuditLog;
-pub use rules::{DocRow, Passage, Refusal};
+pub use rules::{Builtin, DocRow, Passage, Refusal};
 pub use time::{rfc3339_at, rfc3339_now};
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! The rule names the mechanism itself writes into events: every refusal
-//! that is not a policy rule's ([`Refusal`]), and the two ways a network
-//! call passes without a policy rule deciding it ([`Passage`]). One list,
+//! that is not a policy rule's ([`Refusal`]), the two ways a network call
+//! passes without a policy rule deciding it ([`Passage`]), and the names the
+//! policy engine gives decisions no rule of a policy file made
+//! ([`Builtin`]; a policy may not name a rule so). One list,
 //! at the bottom of the house, so the supervisor's families, the DNS stub,
 //! approvals and `agentsh policy test` name them the same way; each is
 //! documented where its doc says (a docs test checks every variant).
@@ -85,7 +87,7 @@ impl Refusal {
     ];
 
     /// The audit event's `rule`.
-    pub fn rule(self) -> &'static str {
+    pub const fn rule(self) -> &'static str {
         match self {
             Refusal::Unreadable => "unreadable",
             Refusal::Unresolvable => "unresolvable",
@@ -93,7 +95,7 @@ impl Refusal {
             Refusal::SharedMemory => "shared_memory",
             Refusal::InterpreterChain => "interpreter_chain",
             Refusal::LoaderPayload => "loader_payload",
-            Refusal::FilelessExec => crate::policy::RULE_FILELESS_EXEC,
+            Refusal::FilelessExec => Builtin::FilelessExec.rule(),
             Refusal::Unverifiable => "unverifiable",
             Refusal::ExecMismatch => "exec_mismatch",
             Refusal::UnverifiedExec => "unverified_exec",
@@ -155,7 +157,7 @@ impl Passage {
     pub const ALL: [Passage; 2] = [Passage::DnsStub, Passage::AllowUnjudged];
 
     /// The audit event's `rule`.
-    pub fn rule(self) -> &'static str {
+    pub const fn rule(self) -> &'static str {
         match self {
             Passage::DnsStub => "dns_stub",
             Passage::AllowUnjudged => "allow_unjudged",
@@ -165,5 +167,37 @@ impl Passage {
     /// Where it is documented.
     pub fn doc(self) -> DocRow {
         EGRESS_TABLE
+    }
+}
+
+/// The rule names the policy engine gives decisions no rule of the policy
+/// file made (the policy's reserved names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Builtin {
+    /// The policy's `default` decision (and an egress `default`).
+    Default,
+    /// The server's own programs, let through (`agentsh` internals).
+    InternalBypass,
+    /// A wrapper whose payload cannot be parsed.
+    UnparsableWrapper,
+    /// An argv cut by `execve.max_argc` / `max_argv_bytes`.
+    ExecveTruncated,
+    /// A program from memory (memfd) or a deleted file, for every policy.
+    FilelessExec,
+    /// `exec_sources: {writable: deny}`.
+    ExecSources,
+}
+
+impl Builtin {
+    /// The audit event's `rule`.
+    pub const fn rule(self) -> &'static str {
+        match self {
+            Builtin::Default => "default",
+            Builtin::InternalBypass => "internal_bypass",
+            Builtin::UnparsableWrapper => "unparsable_wrapper",
+            Builtin::ExecveTruncated => "execve_truncated",
+            Builtin::FilelessExec => "fileless_exec",
+            Builtin::ExecSources => "exec_sources",
+        }
     }
 }

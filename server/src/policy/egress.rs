@@ -344,7 +344,7 @@ pub fn judge_destination(e: &Egress, d: &Destination<'_>) -> EgressVerdict {
         },
         None => EgressVerdict {
             decision: e.default,
-            rule: "default".into(),
+            rule: crate::audit::Builtin::Default.rule().into(),
         },
     }
 }

@@ -6,6 +6,7 @@
 //! Failure modes: none of its own; it builds the [`PolicyError`]s the other
 //! rooms return.
 
+use crate::audit::Builtin;
 use crate::policy::error::{Location, PolicyError};
 use crate::policy::locate::Source;
 use crate::policy::schema::Decision;
@@ -13,9 +14,9 @@ use crate::policy::semantics::Refusal;
 use std::collections::HashMap;
 
 /// Rule names the engine itself puts in a verdict.
-pub(crate) const RULE_DEFAULT: &str = "default";
-pub(crate) const RULE_INTERNAL_BYPASS: &str = "internal_bypass";
-pub(crate) const RULE_UNPARSABLE_WRAPPER: &str = "unparsable_wrapper";
+pub(crate) const RULE_DEFAULT: &str = Builtin::Default.rule();
+pub(crate) const RULE_INTERNAL_BYPASS: &str = Builtin::InternalBypass.rule();
+pub(crate) const RULE_UNPARSABLE_WRAPPER: &str = Builtin::UnparsableWrapper.rule();
 const RESERVED_RULE_NAMES: &[&str] = &[RULE_DEFAULT, RULE_INTERNAL_BYPASS, RULE_UNPARSABLE_WRAPPER];
 
 /// The document being compiled: where it came from and its text.
