@@ -326,7 +326,7 @@ pub fn choose_backend<'a>(
         }
         None => NoBackend::None(
             allowed()
-                .map(|b| format!("no {} ({})", b.needs(), why(probe(b.kind()))))
+                .map(|b| format!("no {} ({})", b.facts().needs, why(probe(b.kind()))))
                 .collect::<Vec<_>>()
                 .join(" and "),
         ),
@@ -666,7 +666,7 @@ pub fn detect(max_abi: Option<i64>, choice: BackendChoice) -> Report {
         agentsh_proto::wire::Trap::Tracer => &trace,
     });
     let backend = match &exec_backend {
-        Ok(k) => backend::of(*k).describe().to_string(),
+        Ok(k) => backend::of(*k).facts().describe.to_string(),
         Err(e) => format!("none: {e}"),
     };
     let mut protections = Vec::new();

@@ -244,7 +244,7 @@ async fn handoff(
     let (pid, fds) = checked?;
     let tree = Tree::new(session.to_string(), pid, terms.clone());
     let b = backend::of(kind);
-    if !b.takes_over_blocking() {
+    if !b.facts().takes_over_blocking {
         return Ok((pid, b.take_over(ctx, trees, tree, fds)?));
     }
     let (c, t) = (ctx.clone(), trees.clone());
@@ -356,7 +356,7 @@ fn check_handoff(
                 });
             }
         }
-        None if backend::of(kind).needs_caller_pid() => {
+        None if backend::of(kind).facts().needs_caller_pid => {
             return Err(Refused::NoCallerPid {
                 what: handoff.what(),
             })

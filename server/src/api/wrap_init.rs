@@ -303,7 +303,9 @@ fn prepare_wrap_init(
     let mut not_enforced = not_enforced(&landlock.summary);
     if let Some(why) = egress_gap {
         let unjudged = api.config.egress.compat == crate::config::EgressCompat::AllowUnjudged;
-        let installs = crate::supervisor::backend::of(backend).can_install_fds();
+        let installs = crate::supervisor::backend::of(backend)
+            .facts()
+            .can_install_fds;
         not_enforced.push(match (installs, unjudged) {
             (true, false) => format!(
                 "egress ({why}): a send that names a destination is refused; connects are \

@@ -39,46 +39,19 @@ fn long_poll_returns_empty_after_its_wait() {
     assert!(t.elapsed() >= Duration::from_millis(100));
 }
 
-/// A call whose notification never reads as waiting, like a killed
-/// tracee's.
-struct Gone(u64);
-
-impl crate::supervisor::Deferred for Gone {
-    fn notif_id(&self) -> u64 {
-        self.0
-    }
-    fn live(&self, _ids: &[u64]) -> Option<u64> {
-        None
-    }
-    fn answer_value(&self, _val: i64) {}
-    fn refuse(&self, _id: u64) {}
-    fn proceed(
-        &self,
-        _id: u64,
-        _expect: Option<crate::supervisor::Verification>,
-    ) -> std::io::Result<()> {
-        Ok(())
-    }
-    fn verifies_every_exec(&self) -> bool {
-        false
-    }
-    fn install_fd(&self, _s: &std::os::fd::OwnedFd, _at: i32, _c: bool) -> std::io::Result<()> {
-        Ok(())
-    }
-    fn add_fd(&self, _f: &std::os::fd::OwnedFd, _c: bool) -> std::io::Result<i32> {
-        Ok(0)
-    }
+/// A held call that waits until answered (`waiting`), or whose
+/// notification never reads as waiting, like a killed tracee's.
+struct Fake {
+    id: u64,
+    waiting: bool,
 }
 
-/// A call that waits until answered.
-struct Waiting(u64);
-
-impl crate::supervisor::Deferred for Waiting {
+impl crate::supervisor::Deferred for Fake {
     fn notif_id(&self) -> u64 {
-        self.0
+        self.id
     }
     fn live(&self, ids: &[u64]) -> Option<u64> {
-        ids.last().copied()
+        ids.last().copied().filter(|_| self.waiting)
     }
     fn answer_value(&self, _val: i64) {}
     fn refuse(&self, _id: u64) {}
@@ -145,7 +118,10 @@ fn request(argv: &[&str]) -> HoldRequest {
 fn held(notif_id: u64, argv: &[&str], settled: &Arc<Mutex<Vec<Settled>>>) -> Box<dyn Held> {
     Box::new(Probe {
         request: request(argv),
-        holder: Arc::new(Gone(notif_id)),
+        holder: Arc::new(Fake {
+            id: notif_id,
+            waiting: false,
+        }),
         settled: settled.clone(),
         retry: None,
     })
@@ -175,7 +151,7 @@ fn a_retry_of_a_refused_request_is_refused_like_it() {
     let probe = |id, attempt| {
         Box::new(Probe {
             request: request(&["pip"]),
-            holder: Arc::new(Waiting(id)),
+            holder: Arc::new(Fake { id, waiting: true }),
             settled: settled.clone(),
             retry: Some((key.clone(), attempt)),
         })

@@ -13,28 +13,34 @@ use agentsh_proto::ExecBackend;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
-/// A way of catching a tree's supervised syscalls and answering them.
-pub trait Backend: Sync {
+/// What a backend is and can do: facts, the same for every tree.
+#[derive(Debug, Clone, Copy)]
+pub struct Facts {
     /// Its name on the wire, in the config and in events.
-    fn kind(&self) -> ExecBackend;
+    pub kind: ExecBackend,
     /// What it is, as `agentsh detect` says it.
-    fn describe(&self) -> &'static str;
+    pub describe: &'static str,
     /// What the host must offer for it, as an error names it ("seccomp
     /// user notification").
-    fn needs(&self) -> &'static str;
-    /// Why it cannot run here, when chosen explicitly (`why` is the
-    /// probe's detail).
-    fn unavailable(&self, why: &str) -> String;
+    pub needs: &'static str,
+    /// What an explicit choice of it meets where the host lacks it.
+    pub unavailable: &'static str,
     /// It can put the supervisor's sockets and files into a caller
     /// (`SECCOMP_IOCTL_NOTIF_ADDFD`): a connect made on a socket of the
     /// supervisor's own, `decision: redirect`.
-    fn can_install_fds(&self) -> bool;
+    pub can_install_fds: bool,
     /// Taking a tree over needs the wrapper's pid from the transport (the
     /// handoff carries nothing else that names it).
-    fn needs_caller_pid(&self) -> bool;
+    pub needs_caller_pid: bool,
     /// Taking a tree over blocks (it waits for another thread), so it is
     /// done off the API's runtime.
-    fn takes_over_blocking(&self) -> bool;
+    pub takes_over_blocking: bool,
+}
+
+/// A way of catching a tree's supervised syscalls and answering them.
+pub trait Backend: Sync {
+    /// What it is and can do.
+    fn facts(&self) -> &'static Facts;
     /// Checks what the handoff carried (`fds`) and takes `tree` over, before
     /// the wrapper is told it may go on: nothing of the tree runs
     /// unsupervised after the answer.
@@ -72,4 +78,17 @@ pub trait Supervising: Send {
     fn note(&self) -> &'static str;
     /// Supervises the tree from now on (on a thread of its own).
     fn start(self: Box<Self>);
+}
+
+impl dyn Backend {
+    /// Its name on the wire, in the config and in events.
+    pub fn kind(&self) -> ExecBackend {
+        self.facts().kind
+    }
+
+    /// Why it cannot run here, when chosen explicitly (`why` is the host
+    /// probe's detail).
+    pub fn unavailable(&self, why: &str) -> String {
+        format!("{} ({why})", self.facts().unavailable)
+    }
 }

@@ -12,5 +12,5 @@ pub mod notify;
 mod registry;
 pub mod trace;
 
-pub use interface::{Backend, Supervising, TakeOverError};
+pub use interface::{Backend, Facts, Supervising, TakeOverError};
 pub use registry::{of, ALL};

@@ -11,7 +11,7 @@
 //! Failure modes: a poll or receive error other than "tracee gone" or EINTR
 //! abandons the tree (its execs then fail with ENOSYS: closed).
 
-use super::interface::{Backend, Supervising, TakeOverError};
+use super::interface::{Backend, Facts, Supervising, TakeOverError};
 use crate::supervisor::context::SupervisorContext;
 use crate::supervisor::seam::{Caught, Deferred, Holder, Stop, Verification};
 use crate::supervisor::state::TreeState;
@@ -27,33 +27,20 @@ use std::sync::Arc;
 /// wrapper, served by a thread of its own.
 pub struct Notify;
 
+/// What seccomp user notification is and can do.
+static NOTIFY: Facts = Facts {
+    kind: ExecBackend::Notify,
+    describe: "notify (seccomp user-notify)",
+    needs: "seccomp user notification",
+    unavailable: "this kernel has no seccomp user notification",
+    can_install_fds: true,
+    needs_caller_pid: false,
+    takes_over_blocking: false,
+};
+
 impl Backend for Notify {
-    fn kind(&self) -> ExecBackend {
-        ExecBackend::Notify
-    }
-
-    fn describe(&self) -> &'static str {
-        "notify (seccomp user-notify)"
-    }
-
-    fn needs(&self) -> &'static str {
-        "seccomp user notification"
-    }
-
-    fn unavailable(&self, why: &str) -> String {
-        format!("this kernel has no seccomp user notification ({why})")
-    }
-
-    fn can_install_fds(&self) -> bool {
-        true
-    }
-
-    fn needs_caller_pid(&self) -> bool {
-        false
-    }
-
-    fn takes_over_blocking(&self) -> bool {
-        false
+    fn facts(&self) -> &'static Facts {
+        &NOTIFY
     }
 
     /// The handoff must carry exactly one fd, and it must be a seccomp

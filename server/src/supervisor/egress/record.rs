@@ -32,7 +32,8 @@ impl From<DestKey> for Named {
     }
 }
 
-/// Audits a destination's decision (logged too when it is a refusal).
+/// Audits a destination's decision (logged too when it is a refusal):
+/// one `connect` event of the call.
 pub(super) fn record(
     k: &Call,
     dest: Option<Named>,
@@ -47,7 +48,25 @@ pub(super) fn record(
             dest = ?dest, "egress refused"
         );
     }
-    write(k, dest, host, rule, decision, message);
+    k.ctx.audit.record(
+        &k.tree.session_id,
+        EventBody::Connect(ConnectEvent {
+            pid: k.c.tid,
+            syscall: k.call.name().to_string(),
+            host,
+            ip: dest.map(|d| d.ip.to_string()),
+            port: dest.map(|d| d.port),
+            protocol: dest.and_then(|d| d.protocol).map(str::to_string),
+            rule: rule.to_string(),
+            decision,
+            message,
+            effective_action: None,
+            approval_id: None,
+            approval_outcome: None,
+            approver: None,
+            reason: None,
+        }),
+    );
 }
 
 /// Audits a call refused because it cannot be judged here, naming the
@@ -69,42 +88,12 @@ pub(super) fn record_unenforceable(k: &Call, reason: String) {
         session = %k.tree.session_id, pid = k.c.tid, syscall = k.call.name(),
         dest = ?named, "egress refused: {reason}"
     );
-    write(
+    record(
         k,
         named,
         None,
         Refusal::EgressUnenforceable.rule(),
         Decision::Deny,
         Some(reason),
-    );
-}
-
-/// Writes one `connect` event of the call.
-pub(super) fn write(
-    k: &Call,
-    dest: Option<Named>,
-    host: Option<String>,
-    rule: &str,
-    decision: Decision,
-    message: Option<String>,
-) {
-    k.ctx.audit.record(
-        &k.tree.session_id,
-        EventBody::Connect(ConnectEvent {
-            pid: k.c.tid,
-            syscall: k.call.name().to_string(),
-            host,
-            ip: dest.map(|d| d.ip.to_string()),
-            port: dest.map(|d| d.port),
-            protocol: dest.and_then(|d| d.protocol).map(str::to_string),
-            rule: rule.to_string(),
-            decision,
-            message,
-            effective_action: None,
-            approval_id: None,
-            approval_outcome: None,
-            approver: None,
-            reason: None,
-        }),
     );
 }

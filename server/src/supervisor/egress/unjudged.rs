@@ -12,7 +12,7 @@
 
 use super::call::{Call, EgressTree};
 use super::copy::copy_call;
-use super::record::{record_unenforceable, write, Named};
+use super::record::{record, record_unenforceable, Named};
 use super::sockaddr::{parse_sockaddr, Parsed};
 use super::state::DestKey;
 use crate::audit::Passage;
@@ -73,7 +73,7 @@ pub(super) fn let_unjudged(k: &Call, st: &mut EgressTree, why: &str, because: Un
                 port,
                 protocol: None,
             };
-            write(
+            record(
                 k,
                 Some(named),
                 None,

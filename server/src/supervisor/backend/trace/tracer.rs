@@ -5,7 +5,7 @@
 //! Failure modes: a tracer that cannot start, or does not answer an attach
 //! in time, refuses the handoff (unixwrap then refuses to run).
 
-use super::super::interface::{Backend, Supervising, TakeOverError};
+use super::super::interface::{Backend, Facts, Supervising, TakeOverError};
 use super::queue::{Request, TraceError, Tracer, ATTACH_DEADLINE, TRACER};
 use super::tracer_loop;
 use crate::supervisor::context::SupervisorContext;
@@ -71,36 +71,24 @@ pub fn attach(
 /// seccomp profiles).
 pub struct Trace;
 
+/// What ptrace with `SECCOMP_RET_TRACE` is and can do: it cannot put a
+/// file into a tracee; seizing needs to know whom (only a caller the kernel
+/// named); the seize is made by the tracer thread, which the take-over
+/// waits for.
+static TRACE: Facts = Facts {
+    kind: ExecBackend::Ptrace,
+    describe: "ptrace (SECCOMP_RET_TRACE: the server traces every task of the tree and checks \
+               every exec at PTRACE_EVENT_EXEC)",
+    needs: "SECCOMP_RET_TRACE + ptrace",
+    unavailable: "SECCOMP_RET_TRACE + ptrace does not work here",
+    can_install_fds: false,
+    needs_caller_pid: true,
+    takes_over_blocking: true,
+};
+
 impl Backend for Trace {
-    fn kind(&self) -> ExecBackend {
-        ExecBackend::Ptrace
-    }
-
-    fn describe(&self) -> &'static str {
-        "ptrace (SECCOMP_RET_TRACE: the server traces every task of the tree and checks every \
-         exec at PTRACE_EVENT_EXEC)"
-    }
-
-    fn needs(&self) -> &'static str {
-        "SECCOMP_RET_TRACE + ptrace"
-    }
-
-    fn unavailable(&self, why: &str) -> String {
-        format!("SECCOMP_RET_TRACE + ptrace does not work here ({why})")
-    }
-
-    fn can_install_fds(&self) -> bool {
-        false
-    }
-
-    /// Seizing needs to know whom: only a caller the kernel named.
-    fn needs_caller_pid(&self) -> bool {
-        true
-    }
-
-    /// The seize is made by the tracer thread; this waits for it.
-    fn takes_over_blocking(&self) -> bool {
-        true
+    fn facts(&self) -> &'static Facts {
+        &TRACE
     }
 
     /// The handoff carries nothing; the root is seized now, so the answer
