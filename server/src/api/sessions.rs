@@ -18,7 +18,7 @@
 //! policy, workspace or env block is a 400 naming it, and nothing is made.
 
 use super::answer::{error, json, Resp};
-use super::Api;
+use super::state::Api;
 use crate::approval::Requester;
 use crate::audit::{EventBody, SessionEvent};
 use crate::session::{NotMade, Origin, Session, Spec};

@@ -3,10 +3,11 @@
 //! and the audit event; then the task that waits for the handoff.
 
 use super::answer::{error, fail, json, read_body, Failure, Resp};
-use super::peer::{Kind, Peer};
-use super::Api;
+use super::peer::Peer;
+use super::state::Api;
 use crate::audit::{EventBody, WrapInitEvent};
 use crate::handoff::{self, Caller};
+use crate::limits::Kind;
 use agentsh_proto::{WrapInitRequest, WrapInitResponse};
 use hyper::body::Incoming;
 use hyper::Request;
@@ -89,7 +90,7 @@ pub(super) async fn wrap_init(
     }
     let slot = match api.limits.take(Kind::NotifySocket, peer.key()) {
         Ok(s) => s,
-        Err(e) => return error(429, e),
+        Err(e) => return error(429, e.to_string()),
     };
     let prep_api = api.clone();
     let prepared =
@@ -120,9 +121,9 @@ pub(super) async fn wrap_init(
 
 /// Refuses a shell this server cannot supervise: it is not ready, or it can
 /// read only its descendants and the shell is not one (see
-/// `daemon::command`). The shim prints the reason in its refusal.
+/// `readiness`). The shim prints the reason in its refusal.
 fn gate(api: &Api, caller: Caller, rehearsal: bool) -> Result<(), Failure> {
-    use crate::daemon::command::{descends_from_us, Readiness};
+    use crate::readiness::{descends_from_us, Readiness};
     const HINT: &str = agentsh_proto::hint::SERVER_CANNOT_READ;
     match api.gate.get() {
         Readiness::Ready => {}

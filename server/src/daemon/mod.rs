@@ -16,14 +16,17 @@ pub mod rehearsal;
 pub mod rundir;
 pub mod signals;
 
-use crate::api::{self, peer::Limits, transport::SeqpacketListener, Api};
+use crate::api::{self, Api};
 use crate::approval::{self, Approvals};
 use crate::audit::AuditLog;
 use crate::config::{Config, ConfigError, SharedLocation};
+use crate::limits::Limits;
 use crate::policy::landlock::SessionLandlock;
 use crate::policy::{Policy, PolicyError};
+use crate::readiness::{Gate, Readiness};
 use crate::session::Sessions;
 use crate::supervisor::SupervisorContext;
+use crate::transport::SeqpacketListener;
 use crate::trees::Trees;
 use agentsh_proto::SeccompConfig;
 use rundir::RunDirError;
@@ -361,13 +364,13 @@ fn readiness_gate(
     detected: &crate::detect::Report,
     has_command: bool,
     report: &command::Report,
-) -> Arc<command::Gate> {
-    let gate = Arc::new(command::Gate::new(
+) -> Arc<Gate> {
+    let gate = Arc::new(Gate::new(
         detected.tree_access.reach(),
         detected.yama_ptrace_scope,
         has_command,
     ));
-    if let command::Readiness::Unable(why) = gate.get() {
+    if let Readiness::Unable(why) = gate.get() {
         tracing::error!("not ready: no shell can be supervised: {why}");
         report.line(&format!("unable {why}"));
     }
@@ -463,7 +466,7 @@ struct Serving {
     /// `-- CMD`, started once the server is ready (an empty command: none).
     command: command::Spawn,
     report: command::Report,
-    gate: Arc<command::Gate>,
+    gate: Arc<Gate>,
 }
 
 /// Binds, marks agentsh active, rehearses one shell, starts the command and
@@ -490,7 +493,7 @@ async fn serve(api: Api, s: Serving) -> Result<()> {
     }
     let serving = tokio::spawn(api::serve_unix(api.clone(), unix));
     rehearsal::run(&api, rehearsal).await;
-    if !s.command.command.is_empty() && s.gate.get() == command::Readiness::Ready {
+    if !s.command.command.is_empty() && s.gate.get() == Readiness::Ready {
         start_command(s.command, s.report, &config, &s.audit);
     }
     tracing::info!(

@@ -27,7 +27,7 @@
 //! here (`Unable`) rehearses nothing.
 
 use crate::api::Api;
-use crate::daemon::command::Readiness;
+use crate::readiness::Readiness;
 use crate::session::Session;
 use agentsh_proto::shimconf::{Mode, Server, ShimConf, REHEARSAL_SESSION};
 use std::io::{BufRead, Read, Write};
