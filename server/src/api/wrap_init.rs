@@ -8,10 +8,13 @@ use super::state::Api;
 use crate::audit::{EventBody, WrapInitEvent};
 use crate::handoff::{self, Caller};
 use crate::limits::Kind;
+use crate::session::{Session, Setup};
+use agentsh_proto::env::EnvRules;
 use agentsh_proto::{WrapInitRequest, WrapInitResponse};
 use hyper::body::Incoming;
 use hyper::Request;
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Who the wrap-init is for, from the transport (never from the body).
@@ -184,11 +187,11 @@ fn gate(api: &Api, caller: Caller, rehearsal: bool) -> Result<(), Failure> {
     Ok(())
 }
 
-/// The blocking part of wrap-init: the notify socket, the ruleset, the
+/// The blocking part of wrap-init, its checks in the order they must run:
+/// who may have a tree here and in which session ([`admit`]), what this
+/// host cannot enforce ([`egress_gap`]), the wrapper; then the tree's
+/// filter, ruleset and notify socket ([`open_tree`]), its config and the
 /// audit event.
-///
-/// Long because every refusal on the way must release the caller's notify
-/// socket slot and audit the refusal; one body keeps that visible.
 fn prepare_wrap_init(
     api: &Api,
     sid: &str,
@@ -196,9 +199,86 @@ fn prepare_wrap_init(
     caller: Caller,
 ) -> Result<(WrapInitResponse, handoff::Pending), Failure> {
     let started = std::time::Instant::now();
+    let session = admit(api, sid, caller)?;
+    let setup = &session.setup;
+    let egress_gap = egress_gap(api, &setup.policy)?;
+    let wrapper = wrapper_binary(api)?;
+    let Opened {
+        lineage,
+        filter,
+        backend,
+        landlock,
+        ruleset_reused,
+        pending,
+    } = open_tree(api, &session, caller)?;
+    session
+        .wrap_inits
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut seccomp_config = api.seccomp_config.clone();
+    seccomp_config.filter = filter.encoded.clone();
+    seccomp_config.backend = backend;
+    let mut not_enforced = not_enforced(&landlock.summary);
+    if let Some(why) = egress_gap {
+        not_enforced.push(unjudged_egress(api, backend, &why));
+    }
+    let compiled_us = started.elapsed().as_micros() as u64;
+    for w in &landlock.warnings {
+        tracing::warn!(session = %session.id, uid = caller.uid, "landlock: {w}");
+    }
+    seccomp_config.landlock = Some(landlock.config);
+    let (env_removed, env_injected) = env_changes(&body.env_names, setup.env.as_ref());
+    seccomp_config.env = setup.env.clone();
+    let (hidden, masks_reused) = hidden_daemon_sockets(api, setup);
+    seccomp_config.daemon_sockets = hidden;
+    let daemon_sockets = crate::audit::DaemonSocketsSummary {
+        hidden: seccomp_config.daemon_sockets.clone(),
+        mechanism: masking_mechanism(caller),
+    };
+    let config_json = serde_json::to_string(&seccomp_config)
+        .map_err(|e| fail(500, format!("cannot serialize seccomp config: {e}")))?;
+    let wrapper_env = wrapper_env(config_json, &session.id);
+    let notify_socket = pending.path.to_string_lossy().into_owned();
+    api.audit.record(
+        &session.id,
+        EventBody::WrapInit(Box::new(WrapInitEvent {
+            caller_uid: caller.uid,
+            agent_command: body.agent_command,
+            agent_args: body.agent_args,
+            notify_socket: notify_socket.clone(),
+            policy: setup.policy_name.clone(),
+            landlock: Some(landlock.summary),
+            seccomp: Some(filter.summary.clone()),
+            daemon_sockets: Some(daemon_sockets),
+            shim_pid: caller.pid,
+            daemon_pid: lineage.as_ref().and_then(|l| l.parent),
+            backend,
+            not_enforced,
+            env_removed,
+            env_injected,
+        })),
+    );
+    tracing::debug!(
+        session = %session.id,
+        compiled_us,
+        ruleset_reused,
+        masks_reused,
+        "wrap-init prepared"
+    );
+    let response = WrapInitResponse {
+        wrapper_binary: wrapper.to_string_lossy().into_owned(),
+        notify_socket,
+        seccomp_config,
+        wrapper_env,
+    };
+    Ok((response, pending))
+}
+
+/// The session a wrap-init gets, checked in this order: the rehearsal's
+/// session only for the rehearsal's process (`daemon::rehearsal`; to any
+/// other it does not exist), the server's readiness ([`gate`]), then the
+/// session named exists and has not ended.
+fn admit(api: &Api, sid: &str, caller: Caller) -> Result<Arc<Session>, Failure> {
     use agentsh_proto::shimconf::REHEARSAL_SESSION;
-    // The rehearsal's session is its process's alone (`daemon::rehearsal`);
-    // to any other it does not exist.
     let rehearsal = match sid {
         REHEARSAL_SESSION => api.gate.rehearsal.session_for(caller.pid),
         _ => None,
@@ -231,9 +311,14 @@ fn prepare_wrap_init(
         )
         .with_hint(agentsh_proto::hint::SESSION_NOT_OPEN));
     }
-    let setup = session.setup.clone();
-    let egress_gap = egress_unenforceable(api, &setup.policy);
-    if let Some(why) = &egress_gap {
+    Ok(session)
+}
+
+/// Why the policy's egress cannot be enforced here ([`egress_unenforceable`]);
+/// refused when `egress.compat` is `required`.
+fn egress_gap(api: &Api, policy: &crate::policy::Policy) -> Result<Option<String>, Failure> {
+    let gap = egress_unenforceable(api, policy);
+    if let Some(why) = &gap {
         if api.config.egress.compat == crate::config::EgressCompat::Required {
             tracing::warn!("wrap-init refused: egress.compat is required and {why}");
             return Err(fail(
@@ -248,6 +333,11 @@ fn prepare_wrap_init(
             .with_hint(agentsh_proto::hint::EGRESS_NOT_ENFORCEABLE));
         }
     }
+    Ok(gap)
+}
+
+/// The wrapper the shim is to exec (`wrapper_binary`), which must exist.
+fn wrapper_binary(api: &Api) -> Result<PathBuf, Failure> {
     let wrapper = api.config.wrapper_binary_path();
     if !wrapper.is_file() {
         // The shim treats a 5xx as "cannot install": it refuses (126) once
@@ -260,6 +350,26 @@ fn prepare_wrap_init(
             ),
         ));
     }
+    Ok(wrapper)
+}
+
+/// What a wrap-init makes for its tree (see [`open_tree`]).
+struct Opened {
+    /// The shim's place: its parent (the SDK daemon) and process groups.
+    lineage: Option<handoff::Lineage>,
+    filter: Arc<crate::filter::CompiledFilter>,
+    backend: agentsh_proto::ExecBackend,
+    landlock: crate::policy::landlock::CompiledLandlock,
+    /// The ruleset came from the cache.
+    ruleset_reused: bool,
+    pending: handoff::Pending,
+}
+
+/// The tree's seccomp filter, Landlock ruleset and notify socket, in that
+/// order: what is compiled (or taken from a cache) comes before anything
+/// is created, so a failure leaves nothing behind.
+fn open_tree(api: &Api, session: &Session, caller: Caller) -> Result<Opened, Failure> {
+    let setup = &session.setup;
     // The shim's parent is the SDK daemon; both are protected from the
     // tree's signals (the filter's register rules), with their groups.
     let lineage = caller.pid.map(handoff::Lineage::of);
@@ -269,8 +379,6 @@ fn prepare_wrap_init(
             pgid: l.parent_pgrp?,
         })
     });
-    // Compiled (or taken from the cache) before anything is created, so a
-    // failure leaves nothing behind.
     let filter = setup
         .filters
         .for_tree(daemon, lineage.and_then(|l| l.pgrp))
@@ -295,47 +403,69 @@ fn prepare_wrap_init(
         tracing::error!("wrap-init: {e}");
         fail(500, e.to_string())
     })?;
-    session
-        .wrap_inits
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let mut seccomp_config = api.seccomp_config.clone();
-    seccomp_config.filter = filter.encoded.clone();
-    seccomp_config.backend = backend;
-    let mut not_enforced = not_enforced(&landlock.summary);
-    if let Some(why) = egress_gap {
-        let unjudged = api.config.egress.compat == crate::config::EgressCompat::AllowUnjudged;
-        let installs = crate::supervisor::backend::of(backend).can_install_fds();
-        not_enforced.push(match (installs, unjudged) {
-            (true, false) => format!(
-                "egress ({why}): a send that names a destination is refused; connects are \
-                 judged and made on sockets of the supervisor's own"
-            ),
-            (true, true) => format!(
-                "egress ({why}): a send that names a destination runs unjudged \
-                 (egress.compat: allow_unjudged); connects are judged and made on sockets of \
-                 the supervisor's own"
-            ),
-            (false, false) => {
-                format!("egress ({why}): every connect and send it would judge is refused")
-            }
-            (false, true) => format!(
-                "egress ({why}): every connect and send runs unjudged, DNS included \
-                 (egress.compat: allow_unjudged)"
-            ),
-        });
+    Ok(Opened {
+        lineage,
+        filter,
+        backend,
+        landlock,
+        ruleset_reused,
+        pending,
+    })
+}
+
+/// The `not_enforced` line for egress this host cannot enforce (`why`):
+/// what its connects and sends get instead, by whether the backend can put
+/// fds into the tree and by `egress.compat`.
+fn unjudged_egress(api: &Api, backend: agentsh_proto::ExecBackend, why: &str) -> String {
+    let unjudged = api.config.egress.compat == crate::config::EgressCompat::AllowUnjudged;
+    let installs = crate::supervisor::backend::of(backend).can_install_fds();
+    match (installs, unjudged) {
+        (true, false) => format!(
+            "egress ({why}): a send that names a destination is refused; connects are \
+             judged and made on sockets of the supervisor's own"
+        ),
+        (true, true) => format!(
+            "egress ({why}): a send that names a destination runs unjudged \
+             (egress.compat: allow_unjudged); connects are judged and made on sockets of \
+             the supervisor's own"
+        ),
+        (false, false) => {
+            format!("egress ({why}): every connect and send it would judge is refused")
+        }
+        (false, true) => format!(
+            "egress ({why}): every connect and send runs unjudged, DNS included \
+             (egress.compat: allow_unjudged)"
+        ),
     }
-    let compiled_us = started.elapsed().as_micros() as u64;
-    for w in &landlock.warnings {
-        tracing::warn!(session = %session.id, uid = caller.uid, "landlock: {w}");
-    }
-    seccomp_config.landlock = Some(landlock.config);
-    // The policy's `env:`, applied by unixwrap at its final exec; the event
-    // names what it removes from the shell's environment (from the names the
-    // shim sent) and what it sets, never a value.
-    let env_rules = setup.env.clone();
-    let (env_removed, env_injected) = match &env_rules {
+}
+
+/// The daemon sockets the tree's unixwrap hides, and whether they came
+/// from the cache (resolved once while nothing they were read from changes).
+fn hidden_daemon_sockets(api: &Api, setup: &Setup) -> (Vec<String>, bool) {
+    let run_dir = api.config.run_dir();
+    setup
+        .daemon_sockets
+        .hidden_or_reused(setup.policy.daemon_sockets(), run_dir.to_str())
+}
+
+/// What unixwrap is started with: the tree's config, and its session.
+fn wrapper_env(config_json: String, session: &str) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    env.insert(agentsh_proto::env::SECCOMP_CONFIG.to_string(), config_json);
+    env.insert(
+        agentsh_proto::env::SESSION_ID.to_string(),
+        session.to_string(),
+    );
+    env
+}
+
+/// The policy's `env:`, applied by unixwrap at its final exec: which of the
+/// names the shim sent it removes from the shell's environment, and which
+/// it sets. Names only, never a value.
+fn env_changes(names: &[String], rules: Option<&EnvRules>) -> (Vec<String>, Vec<String>) {
+    match rules {
         Some(r) => (
-            body.env_names
+            names
                 .iter()
                 .filter(|n| {
                     !n.starts_with(agentsh_proto::env::PREFIX)
@@ -347,61 +477,7 @@ fn prepare_wrap_init(
             r.inject.iter().map(|(k, _)| k.clone()).collect(),
         ),
         None => (Vec::new(), Vec::new()),
-    };
-    seccomp_config.env = env_rules;
-    let run_dir = api.config.run_dir();
-    let (hidden, masks_reused) = setup
-        .daemon_sockets
-        .hidden_or_reused(setup.policy.daemon_sockets(), run_dir.to_str());
-    seccomp_config.daemon_sockets = hidden;
-    let daemon_sockets = crate::audit::DaemonSocketsSummary {
-        hidden: seccomp_config.daemon_sockets.clone(),
-        mechanism: masking_mechanism(caller),
-    };
-    let config_json = serde_json::to_string(&seccomp_config)
-        .map_err(|e| fail(500, format!("cannot serialize seccomp config: {e}")))?;
-    let mut wrapper_env = BTreeMap::new();
-    wrapper_env.insert(agentsh_proto::env::SECCOMP_CONFIG.to_string(), config_json);
-    wrapper_env.insert(
-        agentsh_proto::env::SESSION_ID.to_string(),
-        session.id.clone(),
-    );
-    let notify_socket = pending.path.to_string_lossy().into_owned();
-    api.audit.record(
-        &session.id,
-        EventBody::WrapInit(Box::new(WrapInitEvent {
-            caller_uid: caller.uid,
-            agent_command: body.agent_command,
-            agent_args: body.agent_args,
-            notify_socket: notify_socket.clone(),
-            policy: setup.policy_name.clone(),
-            landlock: Some(landlock.summary),
-            seccomp: Some(filter.summary.clone()),
-            daemon_sockets: Some(daemon_sockets),
-            shim_pid: caller.pid,
-            daemon_pid: lineage.as_ref().and_then(|l| l.parent),
-            backend,
-            not_enforced,
-            env_removed,
-            env_injected,
-        })),
-    );
-    tracing::debug!(
-        session = %session.id,
-        compiled_us,
-        ruleset_reused,
-        masks_reused,
-        "wrap-init prepared"
-    );
-    Ok((
-        WrapInitResponse {
-            wrapper_binary: wrapper.to_string_lossy().into_owned(),
-            notify_socket,
-            seccomp_config,
-            wrapper_env,
-        },
-        pending,
-    ))
+    }
 }
 
 /// Why the policy's egress cannot be enforced on this host (`None`: it
