@@ -78,9 +78,12 @@ pub enum StartError {
     #[error("{0}")]
     Indexes(Foreign),
     #[error("the default session: {0}")]
-    DefaultSession(Foreign),
+    DefaultSession(#[source] crate::session::MakeError),
     #[error("sessions.{id}: {source}")]
-    ConfigSession { id: String, source: Foreign },
+    ConfigSession {
+        id: String,
+        source: crate::session::MakeError,
+    },
     #[error("sessions.{id}: {reason:?}")]
     ConfigSessionNotMade {
         id: String,

@@ -186,27 +186,26 @@ fn make_sessions(maker: &crate::session::Maker, extra: Option<&str>) -> Result<S
     let default = Arc::new(
         maker
             .make(maker.default_spec(), false)
-            .map_err(|e| StartError::DefaultSession(e.into()))?,
+            .map_err(StartError::DefaultSession)?,
     );
     let mut made: Vec<Arc<crate::session::Setup>> = vec![default.clone()];
     let _ = sessions.insert("default", Origin::Default, default.clone(), |_| false);
     for (id, section) in &maker.config.sessions {
         let spec = maker.config_spec(section);
         // Sessions made from one spec share its compiled rules.
-        let setup =
-            match made.iter().find(|m| m.spec == spec) {
-                Some(m) => m.clone(),
-                None => {
-                    let m = Arc::new(maker.make(spec, true).map_err(|e| {
-                        StartError::ConfigSession {
-                            id: id.clone(),
-                            source: e.into(),
-                        }
-                    })?);
-                    made.push(m.clone());
-                    m
-                }
-            };
+        let setup = match made.iter().find(|m| m.spec == spec) {
+            Some(m) => m.clone(),
+            None => {
+                let m = Arc::new(maker.make(spec, true).map_err(|source| {
+                    StartError::ConfigSession {
+                        id: id.clone(),
+                        source,
+                    }
+                })?);
+                made.push(m.clone());
+                m
+            }
+        };
         sessions
             .insert(id, Origin::Config, setup, |_| false)
             .map_err(|reason| StartError::ConfigSessionNotMade {
