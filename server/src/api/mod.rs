@@ -25,7 +25,7 @@
 //! `/proc` scans) runs on the blocking pool. Module layout: `state` (the
 //! [`Api`] every handler shares), `serve` (the accept loops), `peer` (who
 //! is asking), `routes` (the handlers; `sessions` and `wrap_init` have
-//! rooms of their own), `answer` (JSON answers, errors, request bodies).
+//! rooms of their own, and wrap-init's checks come first, in `admission`), `answer` (JSON answers, errors, request bodies).
 //! Below the API: the SEQPACKET sockets (`transport`), the per-peer limits
 //! (`limits`) and whether the server is ready (`readiness`).
 //!
@@ -34,6 +34,7 @@
 //! without its socket would leave `auto` shims refusing, which is safe, but
 //! an operator must see it).
 
+mod admission;
 mod answer;
 pub mod peer;
 pub mod routes;

@@ -1,7 +1,18 @@
-//! wrap-init: who is asking (from the transport, never the body), the
-//! tree's notify socket, filter, Landlock ruleset and daemon-socket masks,
-//! and the audit event; then the task that waits for the handoff.
+//! wrap-init: once `admission` has passed the shell (who asks, whether this
+//! server can supervise it, its session), the tree's filter, Landlock
+//! ruleset, notify socket and daemon-socket masks, and the audit event;
+//! then the task that waits for the handoff. On the hot path of every
+//! shell (`bench/run.sh` measures it): the blocking part runs on the
+//! blocking pool and reuses what the session's caches hold.
+//!
+//! Failure modes: every refusal is a JSON error the shim prints (and
+//! refuses to run the shell): 429 over the caller's notify-socket limit,
+//! 503 for egress that cannot be enforced under `egress.compat: required`
+//! or a missing wrapper, 500 for a filter, socket or config that cannot be
+//! made. Nothing is left behind by a refusal: what is compiled comes
+//! before anything is created, and the notify socket's slot is given back.
 
+use super::admission;
 use super::answer::{error, fail, json, read_body, Failure, Resp};
 use super::peer::Peer;
 use super::state::Api;
@@ -17,51 +28,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// Who the wrap-init is for, from the transport (never from the body).
-async fn caller_of(api: &Arc<Api>, peer: &Peer) -> Result<Caller, Failure> {
-    match *peer {
-        Peer::Local(c) => Ok(Caller {
-            uid: c.uid,
-            pid: Some(c.pid),
-        }),
-        Peer::Tcp(addr) => {
-            if !api.config.server.http.wrap_init {
-                return Err(fail(
-                    403,
-                    format!(
-                        "wrap-init is served on the Unix socket {} (server.http.wrap_init is off)",
-                        api.config.server.socket.display()
-                    ),
-                ));
-            }
-            let port = api.config.tcp_port().unwrap_or(0);
-            let approvals = api.approvals.clone();
-            let who = tokio::task::spawn_blocking(move || approvals.identify(addr, port))
-                .await
-                .map_err(|_| fail(500, "peer identification failed"))?;
-            use crate::approval::Requester;
-            match who {
-                Requester::Operator { uid, pid, .. } => Ok(Caller {
-                    uid,
-                    pid: Some(pid),
-                }),
-                Requester::InTree { why, .. } => {
-                    tracing::warn!("wrap-init from inside a supervised tree refused: {why}");
-                    Err(fail(403, "wrap-init cannot come from a supervised tree"))
-                }
-                Requester::Remote(a) => Err(fail(
-                    403,
-                    format!("wrap-init must come from a local process, not {a}"),
-                )),
-                Requester::Unknown(why) => Err(fail(
-                    403,
-                    format!("the requesting process cannot be identified ({why})"),
-                )),
-            }
-        }
-    }
-}
-
 pub(super) async fn wrap_init(
     api: Arc<Api>,
     peer: Peer,
@@ -69,7 +35,7 @@ pub(super) async fn wrap_init(
     req: Request<Incoming>,
 ) -> Resp {
     let started = std::time::Instant::now();
-    let caller = match caller_of(&api, &peer).await {
+    let caller = match admission::caller_of(&api, &peer).await {
         Ok(c) => c,
         Err(r) => return r.into(),
     };
@@ -122,76 +88,11 @@ pub(super) async fn wrap_init(
     out
 }
 
-/// Refuses a shell this server cannot supervise: it is not ready, or it can
-/// read only its descendants and the shell is not one (see
-/// `readiness`). The shim prints the reason in its refusal.
-fn gate(api: &Api, caller: Caller, rehearsal: bool) -> Result<(), Failure> {
-    use crate::readiness::{descends_from_us, Readiness};
-    const HINT: &str = agentsh_proto::hint::SERVER_CANNOT_READ;
-    match api.gate.get() {
-        Readiness::Ready => {}
-        // Only the rehearsal shell starts while the server is starting.
-        Readiness::Starting(_) if rehearsal => {}
-        Readiness::Starting(why) => {
-            return Err(fail(503, format!("the agentsh server is starting: {why}")));
-        }
-        Readiness::Unable(why) => {
-            return Err(
-                fail(503, format!("agentsh cannot supervise shells here: {why}")).with_hint(HINT),
-            );
-        }
-    }
-    let below = caller.pid.is_some_and(descends_from_us);
-    if api.gate.descendants_only && !below {
-        let pid = caller.pid.map_or_else(|| "?".into(), |p| p.to_string());
-        tracing::warn!(
-            pid,
-            "wrap-init refused: the shell does not descend from the server"
-        );
-        return Err(fail(
-            503,
-            format!(
-                "this shell (pid {pid}) was not started below the agentsh server, which can \
-                 supervise only processes it started: {}",
-                api.gate.remedy
-            ),
-        )
-        .with_hint(HINT));
-    }
-    // The check that decides, whatever the host's rules: this shell's own
-    // process can be read and traced now (the tree starts as this process).
-    if let Some(pid) = caller.pid {
-        if let Err(e) = crate::tracee::access::can_attach(pid) {
-            let what_to_do = if below {
-                "even processes the server started cannot be read here: give the container \
-                 CAP_SYS_PTRACE (`docker run --cap-add SYS_PTRACE`)"
-                    .to_string()
-            } else if api.gate.remedy.is_empty() {
-                "give the server CAP_SYS_PTRACE, or run the SDK's daemon under `agentsh \
-                 entrypoint -- DAEMON` (the server is then an ancestor of every shell)"
-                    .to_string()
-            } else {
-                api.gate.remedy.clone()
-            };
-            tracing::warn!(pid, "wrap-init refused: the shell cannot be read: {e}");
-            return Err(fail(
-                503,
-                format!(
-                    "the agentsh server cannot read this shell's process (pid {pid}: {e}), so it \
-                     could not judge its execs: {what_to_do}"
-                ),
-            )
-            .with_hint(HINT));
-        }
-    }
-    Ok(())
-}
-
 /// The blocking part of wrap-init, its checks in the order they must run:
-/// who may have a tree here and in which session ([`admit`]), what this
-/// host cannot enforce ([`egress_gap`]), the wrapper; then the tree's
-/// filter, ruleset and notify socket ([`open_tree`]), its config and the
-/// audit event.
+/// who may have a tree here and in which session (`admission::admit`),
+/// what this host cannot enforce ([`egress_gap`]), the wrapper; then the
+/// tree's filter, ruleset and notify socket ([`open_tree`]), its config
+/// and the audit event.
 fn prepare_wrap_init(
     api: &Api,
     sid: &str,
@@ -199,7 +100,7 @@ fn prepare_wrap_init(
     caller: Caller,
 ) -> Result<(WrapInitResponse, handoff::Pending), Failure> {
     let started = std::time::Instant::now();
-    let session = admit(api, sid, caller)?;
+    let session = admission::admit(api, sid, caller)?;
     let setup = &session.setup;
     let egress_gap = egress_gap(api, &setup.policy)?;
     let wrapper = wrapper_binary(api)?;
@@ -271,47 +172,6 @@ fn prepare_wrap_init(
         wrapper_env,
     };
     Ok((response, pending))
-}
-
-/// The session a wrap-init gets, checked in this order: the rehearsal's
-/// session only for the rehearsal's process (`daemon::rehearsal`; to any
-/// other it does not exist), the server's readiness ([`gate`]), then the
-/// session named exists and has not ended.
-fn admit(api: &Api, sid: &str, caller: Caller) -> Result<Arc<Session>, Failure> {
-    use agentsh_proto::shimconf::REHEARSAL_SESSION;
-    let rehearsal = match sid {
-        REHEARSAL_SESSION => api.gate.rehearsal.session_for(caller.pid),
-        _ => None,
-    };
-    gate(api, caller, rehearsal.is_some())?;
-    let Some(session) = rehearsal.or_else(|| match sid {
-        REHEARSAL_SESSION => None,
-        _ => api.sessions.get(sid),
-    }) else {
-        // A mistyped session= must not start a session nobody watches.
-        tracing::warn!("wrap-init refused: session {sid:?} does not exist");
-        return Err(fail(
-            404,
-            format!(
-                "session {sid:?} does not exist on this server: use session=default in \
-                 /etc/agentsh/shim.conf (or no AGENTSH_SESSION), or have the operator create it \
-                 first (`agentsh session create {sid} --policy POLICY`)"
-            ),
-        )
-        .with_hint(agentsh_proto::hint::SESSION_NOT_OPEN));
-    };
-    if session.is_ended() {
-        tracing::warn!("wrap-init refused: session {sid:?} has ended");
-        return Err(fail(
-            410,
-            format!(
-                "session {sid:?} has ended (agentsh session end): it starts no more shells; \
-                 create a new session for a new task"
-            ),
-        )
-        .with_hint(agentsh_proto::hint::SESSION_NOT_OPEN));
-    }
-    Ok(session)
 }
 
 /// Why the policy's egress cannot be enforced here ([`egress_unenforceable`]);
