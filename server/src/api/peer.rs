@@ -4,7 +4,7 @@
 //! * Unix peers by `SO_PEERCRED` (taken by the kernel at `connect`). A
 //!   process of a supervised tree cannot create the SEQPACKET socket the API
 //!   listens on (the tree's seccomp filter), so no tree process is ever a
-//!   Unix peer; the lineage check here is a second line that logs and
+//!   Unix peer; the lineage check in `serve` is a second line that logs and
 //!   refuses if one somehow were. uid 0 outside every tree is an operator.
 //! * TCP peers by address; every route but `/healthz` needs the operator
 //!   token, and operator decisions additionally map the socket to its
