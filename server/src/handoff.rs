@@ -20,11 +20,11 @@
 //! Failure modes: every refusal leaves the wrapped shell refusing to run
 //! (unixwrap waits for an accepted ACK), never running unsupervised.
 
-use crate::api::peer::Slot;
-use crate::api::transport::SeqpacketListener;
 use crate::audit::{EventBody, HandoffEvent};
+use crate::limits::Slot;
 use crate::supervisor::backend::{self, Supervising};
 use crate::supervisor::{SupervisorContext, Tree};
+use crate::transport::{SeqpacketConn, SeqpacketListener};
 use crate::trees::Trees;
 use agentsh_proto::handoff::{decode_handoff, Ack, HANDOFF_LEN};
 use agentsh_proto::seqpacket;
@@ -221,7 +221,7 @@ async fn handoff(
     trees: &Arc<Trees>,
     session: &str,
     terms: &crate::supervisor::TreeTerms,
-    conn: &crate::api::transport::SeqpacketConn,
+    conn: &SeqpacketConn,
     cred: seqpacket::PeerCred,
     caller: Caller,
     kind: ExecBackend,
@@ -258,7 +258,7 @@ async fn handoff(
 /// supervision started (under ptrace the tracer thread already has it).
 async fn supervise(
     ctx: Arc<SupervisorContext>,
-    conn: &crate::api::transport::SeqpacketConn,
+    conn: &SeqpacketConn,
     session: String,
     pid: u32,
     taken: Box<dyn Supervising>,

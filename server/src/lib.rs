@@ -4,7 +4,11 @@
 //! `supervisor` serves its notifications, `tracee` reads the calling process,
 //! `policy` decides (pure), `approval` holds execs for an operator, `audit`
 //! records, `api` exposes it all over HTTP on the Unix socket (and TCP for
-//! operators), `trees` knows which processes are supervised.
+//! operators), `trees` knows which processes are supervised. Below `api`
+//! and `handoff` (so neither imports the other's parts): `transport` (the
+//! SEQPACKET sockets) and `limits` (what each peer may hold at once); below
+//! `api` and `daemon`: `readiness` (whether the server can supervise shells
+//! now, and which).
 //!
 //! Three products live here, each in a folder: `daemon` (the long-running
 //! server's start-up), `cli` (the command line and its tools) and
@@ -21,10 +25,13 @@ pub mod dns;
 pub mod filter;
 pub mod handoff;
 pub mod installer;
+pub mod limits;
 pub mod otlp;
 pub mod policy;
+pub mod readiness;
 pub mod replay;
 pub mod session;
 pub mod supervisor;
 pub mod tracee;
+pub mod transport;
 pub mod trees;

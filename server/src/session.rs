@@ -16,8 +16,8 @@
 //! appears in socket file names and URLs, so anything else is refused.
 //!
 //! Failure modes: a policy that does not load, a workspace that is not an
-//! existing directory, an `env` block that does not compile: an error
-//! naming it, and nothing is made. An ended session refuses wrap-init (the
+//! existing directory, an `env` block that does not compile: a
+//! [`MakeError`] naming it, and nothing is made. An ended session refuses wrap-init (the
 //! shim then exits 126); a session's trees killed by `force` are killed by
 //! lineage, and a process that left its tree's lineage (double fork) is
 //! killed at its next supervised call (see [`Session::doomed`]).
@@ -65,6 +65,37 @@ pub struct Setup {
     pub rules: Arc<TreeRules>,
 }
 
+/// Why a session's [`Setup`] was not made: what in its spec cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum MakeError {
+    #[error("a session needs a policy (a shipped name, a name under policies_dir, or a path)")]
+    NoPolicy,
+    #[error("workspace {0:?} must be an absolute path")]
+    RelativeWorkspace(String),
+    #[error(
+        "workspace {0:?} is not a directory: create it first (the session's ${{WORKSPACE}} \
+         must exist)"
+    )]
+    NoWorkspace(String),
+    #[error("cannot load policy {name:?}: {source}")]
+    Policy {
+        name: String,
+        source: Box<crate::policy::PolicyError>,
+    },
+    /// The session's own `env:` block does not compile.
+    #[error("env.{}: {}", .0.field, .0.message)]
+    Env(agentsh_proto::env::EnvError),
+    #[error("policy {name:?}: {source}")]
+    Filter {
+        name: String,
+        source: crate::filter::FilterError,
+    },
+    /// The identity index of the programs the policy names (the
+    /// supervisor's error, said as is).
+    #[error("{0}")]
+    Index(Box<dyn std::error::Error + Send + Sync>),
+}
+
 /// Makes [`Setup`]s: what every session shares (the config, the backend).
 pub struct Maker {
     pub config: Config,
@@ -101,35 +132,29 @@ impl Maker {
     ///
     /// # Errors
     /// What in `spec` cannot be used, named.
-    pub fn make(&self, spec: Spec, check_workspace: bool) -> Result<Setup, String> {
+    pub fn make(&self, spec: Spec, check_workspace: bool) -> Result<Setup, MakeError> {
         if spec.policy.trim().is_empty() {
-            return Err(
-                "a session needs a policy (a shipped name, a name under policies_dir, \
-                        or a path)"
-                    .into(),
-            );
+            return Err(MakeError::NoPolicy);
         }
         if let Some(w) = &spec.workspace {
             if !w.starts_with('/') {
-                return Err(format!("workspace {w:?} must be an absolute path"));
+                return Err(MakeError::RelativeWorkspace(w.clone()));
             }
             if check_workspace && !std::path::Path::new(w).is_dir() {
-                return Err(format!(
-                    "workspace {w:?} is not a directory: create it first (the session's \
-                     ${{WORKSPACE}} must exist)"
-                ));
+                return Err(MakeError::NoWorkspace(w.clone()));
             }
         }
-        let policy = Policy::resolve(&spec.policy, &self.config.policies_dir)
-            .map_err(|e| format!("cannot load policy {:?}: {e}", spec.policy))?;
+        let policy = Policy::resolve(&spec.policy, &self.config.policies_dir).map_err(|e| {
+            MakeError::Policy {
+                name: spec.policy.clone(),
+                source: Box::new(e),
+            }
+        })?;
         for w in policy.shadowed_rules() {
             tracing::warn!("policy {:?}: {w}", spec.policy);
         }
         let own_env = match &spec.env {
-            Some(doc) => Some(
-                crate::policy::env::compile(doc.clone())
-                    .map_err(|e| format!("env.{}: {}", e.field, e.message))?,
-            ),
+            Some(doc) => Some(crate::policy::env::compile(doc.clone()).map_err(MakeError::Env)?),
             None => None,
         };
         let env = EnvRules::merged(own_env.as_ref(), policy.env());
@@ -140,7 +165,10 @@ impl Maker {
             self.config.landlock.effective_abi(),
             self.backend,
         )
-        .map_err(|e| format!("policy {:?}: {e}", spec.policy))?;
+        .map_err(|source| MakeError::Filter {
+            name: spec.policy.clone(),
+            source,
+        })?;
         let policy = Arc::new(policy);
         let landlock = crate::policy::landlock::SessionLandlock::for_session(
             policy.clone(),
@@ -148,7 +176,8 @@ impl Maker {
             &self.config,
             self.config_file.as_deref(),
         );
-        let index = crate::supervisor::index_for(&policy).map_err(|e| e.to_string())?;
+        let index =
+            crate::supervisor::index_for(&policy).map_err(|e| MakeError::Index(e.into()))?;
         Ok(Setup {
             policy_name: policy.name().to_string(),
             spec,
@@ -362,7 +391,7 @@ mod tests {
             workspace: workspace.map(Into::into),
             env,
         };
-        let err = |s| m.make(s, true).err().unwrap();
+        let err = |s| m.make(s, true).err().unwrap().to_string();
         assert!(err(spec("no-such-policy", None, None)).contains("no-such-policy"));
         assert!(err(spec("agent-strict", Some("relative"), None)).contains("absolute"));
         assert!(err(spec("agent-strict", Some("/nonexistent/ws"), None))

@@ -3,8 +3,9 @@
 //! Errors are JSON `{"error": "..."}` with a 4xx/5xx status, never a guess.
 
 use super::answer::{error, fail, json, read_body, read_json, Failure, Resp};
-use super::peer::{Kind, Peer};
-use super::Api;
+use super::peer::Peer;
+use super::state::Api;
+use crate::limits::Kind;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -100,7 +101,7 @@ pub async fn handle(api: Arc<Api>, peer: Peer, req: Request<Incoming>) -> Result
 /// `{"error", "ready": false, "permanent"}` otherwise (`permanent`: it will
 /// not become ready by waiting, e.g. a missing capability).
 fn healthz(api: &Api) -> Resp {
-    use crate::daemon::command::Readiness;
+    use crate::readiness::Readiness;
     match api.gate.get() {
         Readiness::Ready => {
             let mut r = Response::new(Full::new(Bytes::from_static(b"ok\n")));
@@ -269,7 +270,7 @@ async fn events(api: &Api, peer: &Peer, sid: &str, query: &str) -> Resp {
     } else {
         let _slot = match api.limits.take(Kind::LongPoll, peer.key()) {
             Ok(s) => s,
-            Err(e) => return error(429, e),
+            Err(e) => return error(429, e.to_string()),
         };
         api.audit.wait_events(sid, after, wait).await
     };
@@ -290,7 +291,7 @@ async fn list_approvals(api: &Api, peer: &Peer, query: &str) -> Resp {
     } else {
         let _slot = match api.limits.take(Kind::LongPoll, peer.key()) {
             Ok(s) => s,
-            Err(e) => return error(429, e),
+            Err(e) => return error(429, e.to_string()),
         };
         approvals.wait_pending(after, wait).await
     };

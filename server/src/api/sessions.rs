@@ -18,10 +18,10 @@
 //! policy, workspace or env block is a 400 naming it, and nothing is made.
 
 use super::answer::{error, json, Resp};
-use super::Api;
+use super::state::Api;
 use crate::approval::Requester;
 use crate::audit::{EventBody, SessionEvent};
-use crate::session::{NotMade, Origin, Session, Spec};
+use crate::session::{MakeError, NotMade, Origin, Session, Setup, Spec};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -92,6 +92,23 @@ pub(super) fn show(api: &Api, id: &str) -> Resp {
     }
 }
 
+/// What failed while a session was made on the blocking pool: its spec,
+/// or the DNS stub its policy needs.
+#[derive(Debug, thiserror::Error)]
+enum CreateError {
+    #[error(transparent)]
+    Spec(#[from] MakeError),
+    #[error("making the session failed: {0}")]
+    Making(#[source] tokio::task::JoinError),
+    #[error(transparent)]
+    Stub(#[from] crate::dns::DnsError),
+    #[error("starting the DNS stub failed: {0}")]
+    StubStarting(#[source] tokio::task::JoinError),
+}
+
+/// `POST /api/v1/sessions`: checks the body, compiles the session's rules
+/// (or takes the default's), starts the DNS stub if its policy needs it,
+/// then makes and audits it. Nothing is made until every step passed.
 pub(super) async fn create(api: Arc<Api>, requester: Requester, v: serde_json::Value) -> Resp {
     let body: CreateBody = match serde_json::from_value(v) {
         Ok(b) => b,
@@ -108,34 +125,12 @@ pub(super) async fn create(api: Arc<Api>, requester: Requester, v: serde_json::V
             return json(200, &describe(&api, &s));
         }
     }
-    let spec = Spec {
-        policy: body
-            .policy
-            .clone()
-            .unwrap_or_else(|| api.config.policy.clone()),
-        workspace: body.workspace.clone(),
-        env: body.env.clone(),
-    };
-    let maker_api = api.clone();
-    let made = tokio::task::spawn_blocking(move || {
-        let default = maker_api.sessions.get("default");
-        match default.filter(|d| labels_only || d.setup.spec == spec) {
-            Some(d) => Ok(d.setup.clone()),
-            None => maker_api.maker.make(spec, true).map(Arc::new),
-        }
-    })
-    .await
-    .unwrap_or_else(|e| Err(format!("making the session failed: {e}")));
-    let setup = match made {
+    let setup = match compile(&api, &body, labels_only).await {
         Ok(s) => s,
         Err(e) => return error(400, format!("session {id:?} not made: {e}")),
     };
     if setup.policy.wants_dns_stub() && api.supervisor.dns.get().is_none() {
-        let a = api.clone();
-        let started = tokio::task::spawn_blocking(move || start_stub(&a))
-            .await
-            .unwrap_or_else(|e| Err(format!("starting the DNS stub failed: {e}")));
-        if let Err(e) = started {
+        if let Err(e) = dns_stub_started(&api).await {
             return error(
                 503,
                 format!(
@@ -146,16 +141,57 @@ pub(super) async fn create(api: Arc<Api>, requester: Requester, v: serde_json::V
             );
         }
     }
+    insert(&api, &requester, &id, setup)
+}
+
+/// The session's compiled rules, on the blocking pool (a new policy's
+/// programs are hashed): the default session's when the body names only an
+/// id or the default's own spec.
+async fn compile(
+    api: &Arc<Api>,
+    body: &CreateBody,
+    labels_only: bool,
+) -> Result<Arc<Setup>, CreateError> {
+    let spec = Spec {
+        policy: body
+            .policy
+            .clone()
+            .unwrap_or_else(|| api.config.policy.clone()),
+        workspace: body.workspace.clone(),
+        env: body.env.clone(),
+    };
+    let maker_api = api.clone();
+    tokio::task::spawn_blocking(move || {
+        let default = maker_api.sessions.get("default");
+        match default.filter(|d| labels_only || d.setup.spec == spec) {
+            Some(d) => Ok(d.setup.clone()),
+            None => Ok(maker_api.maker.make(spec, true).map(Arc::new)?),
+        }
+    })
+    .await
+    .unwrap_or_else(|e| Err(CreateError::Making(e)))
+}
+
+/// Starts the DNS stub, on the blocking pool (see [`start_stub`]).
+async fn dns_stub_started(api: &Arc<Api>) -> Result<(), CreateError> {
+    let a = api.clone();
+    tokio::task::spawn_blocking(move || start_stub(&a))
+        .await
+        .unwrap_or_else(|e| Err(CreateError::StubStarting(e)))
+}
+
+/// Makes session `id` with `setup` and audits it; a refusal answers why.
+fn insert(api: &Api, requester: &Requester, id: &str, setup: Arc<Setup>) -> Resp {
     let trees = api.trees.clone();
-    let made = api.sessions.insert(&id, Origin::Api, setup, |old| {
+    let made = api.sessions.insert(id, Origin::Api, setup, |old| {
         trees.roots_of(&old.id).is_empty()
     });
     match made {
         Ok(s) => {
-            let (by_uid, by_pid) = who(&requester);
+            let (by_uid, by_pid) = who(requester);
             tracing::info!(session = %id, policy = %s.setup.policy_name, "session created");
             api.audit.record(
-                &id,
+                id,
                 EventBody::Session(SessionEvent {
                     action: "created".into(),
                     by_uid,
@@ -166,7 +202,7 @@ pub(super) async fn create(api: Arc<Api>, requester: Requester, v: serde_json::V
                     killed: None,
                 }),
             );
-            json(201, &describe(&api, &s))
+            json(201, &describe(api, &s))
         }
         Err(NotMade::InvalidId) => error(400, format!("session id {id:?} {BAD_ID}")),
         Err(NotMade::Reserved) => error(
@@ -193,7 +229,7 @@ pub(super) async fn create(api: Arc<Api>, requester: Requester, v: serde_json::V
 
 /// Starts the DNS stub for the first session made at run time whose
 /// policy needs it (once: concurrent creations wait for the first).
-fn start_stub(api: &Api) -> Result<(), String> {
+fn start_stub(api: &Api) -> Result<(), CreateError> {
     static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = STARTING
         .lock()
@@ -201,7 +237,7 @@ fn start_stub(api: &Api) -> Result<(), String> {
     if api.supervisor.dns.get().is_some() {
         return Ok(());
     }
-    let stub = crate::dns::start(&api.config, &api.audit).map_err(|e| e.to_string())?;
+    let stub = crate::dns::start(&api.config, &api.audit)?;
     let _ = api.supervisor.dns.set(stub);
     Ok(())
 }

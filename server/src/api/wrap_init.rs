@@ -1,62 +1,32 @@
-//! wrap-init: who is asking (from the transport, never the body), the
-//! tree's notify socket, filter, Landlock ruleset and daemon-socket masks,
-//! and the audit event; then the task that waits for the handoff.
+//! wrap-init: once `admission` has passed the shell (who asks, whether this
+//! server can supervise it, its session), the tree's filter, Landlock
+//! ruleset, notify socket and daemon-socket masks, and the audit event;
+//! then the task that waits for the handoff. On the hot path of every
+//! shell (`bench/run.sh` measures it): the blocking part runs on the
+//! blocking pool and reuses what the session's caches hold.
+//!
+//! Failure modes: every refusal is a JSON error the shim prints (and
+//! refuses to run the shell): 429 over the caller's notify-socket limit,
+//! 503 for egress that cannot be enforced under `egress.compat: required`
+//! or a missing wrapper, 500 for a filter, socket or config that cannot be
+//! made. Nothing is left behind by a refusal: what is compiled comes
+//! before anything is created, and the notify socket's slot is given back.
 
+use super::admission;
 use super::answer::{error, fail, json, read_body, Failure, Resp};
-use super::peer::{Kind, Peer};
-use super::Api;
+use super::peer::Peer;
+use super::state::Api;
 use crate::audit::{EventBody, WrapInitEvent};
 use crate::handoff::{self, Caller};
+use crate::limits::Kind;
+use crate::session::{Session, Setup};
+use agentsh_proto::env::EnvRules;
 use agentsh_proto::{WrapInitRequest, WrapInitResponse};
 use hyper::body::Incoming;
 use hyper::Request;
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
-
-/// Who the wrap-init is for, from the transport (never from the body).
-async fn caller_of(api: &Arc<Api>, peer: &Peer) -> Result<Caller, Failure> {
-    match *peer {
-        Peer::Local(c) => Ok(Caller {
-            uid: c.uid,
-            pid: Some(c.pid),
-        }),
-        Peer::Tcp(addr) => {
-            if !api.config.server.http.wrap_init {
-                return Err(fail(
-                    403,
-                    format!(
-                        "wrap-init is served on the Unix socket {} (server.http.wrap_init is off)",
-                        api.config.server.socket.display()
-                    ),
-                ));
-            }
-            let port = api.config.tcp_port().unwrap_or(0);
-            let approvals = api.approvals.clone();
-            let who = tokio::task::spawn_blocking(move || approvals.identify(addr, port))
-                .await
-                .map_err(|_| fail(500, "peer identification failed"))?;
-            use crate::approval::Requester;
-            match who {
-                Requester::Operator { uid, pid, .. } => Ok(Caller {
-                    uid,
-                    pid: Some(pid),
-                }),
-                Requester::InTree { why, .. } => {
-                    tracing::warn!("wrap-init from inside a supervised tree refused: {why}");
-                    Err(fail(403, "wrap-init cannot come from a supervised tree"))
-                }
-                Requester::Remote(a) => Err(fail(
-                    403,
-                    format!("wrap-init must come from a local process, not {a}"),
-                )),
-                Requester::Unknown(why) => Err(fail(
-                    403,
-                    format!("the requesting process cannot be identified ({why})"),
-                )),
-            }
-        }
-    }
-}
 
 pub(super) async fn wrap_init(
     api: Arc<Api>,
@@ -65,7 +35,7 @@ pub(super) async fn wrap_init(
     req: Request<Incoming>,
 ) -> Resp {
     let started = std::time::Instant::now();
-    let caller = match caller_of(&api, &peer).await {
+    let caller = match admission::caller_of(&api, &peer).await {
         Ok(c) => c,
         Err(r) => return r.into(),
     };
@@ -89,7 +59,7 @@ pub(super) async fn wrap_init(
     }
     let slot = match api.limits.take(Kind::NotifySocket, peer.key()) {
         Ok(s) => s,
-        Err(e) => return error(429, e),
+        Err(e) => return error(429, e.to_string()),
     };
     let prep_api = api.clone();
     let prepared =
@@ -118,76 +88,11 @@ pub(super) async fn wrap_init(
     out
 }
 
-/// Refuses a shell this server cannot supervise: it is not ready, or it can
-/// read only its descendants and the shell is not one (see
-/// `daemon::command`). The shim prints the reason in its refusal.
-fn gate(api: &Api, caller: Caller, rehearsal: bool) -> Result<(), Failure> {
-    use crate::daemon::command::{descends_from_us, Readiness};
-    const HINT: &str = agentsh_proto::hint::SERVER_CANNOT_READ;
-    match api.gate.get() {
-        Readiness::Ready => {}
-        // Only the rehearsal shell starts while the server is starting.
-        Readiness::Starting(_) if rehearsal => {}
-        Readiness::Starting(why) => {
-            return Err(fail(503, format!("the agentsh server is starting: {why}")));
-        }
-        Readiness::Unable(why) => {
-            return Err(
-                fail(503, format!("agentsh cannot supervise shells here: {why}")).with_hint(HINT),
-            );
-        }
-    }
-    let below = caller.pid.is_some_and(descends_from_us);
-    if api.gate.descendants_only && !below {
-        let pid = caller.pid.map_or_else(|| "?".into(), |p| p.to_string());
-        tracing::warn!(
-            pid,
-            "wrap-init refused: the shell does not descend from the server"
-        );
-        return Err(fail(
-            503,
-            format!(
-                "this shell (pid {pid}) was not started below the agentsh server, which can \
-                 supervise only processes it started: {}",
-                api.gate.remedy
-            ),
-        )
-        .with_hint(HINT));
-    }
-    // The check that decides, whatever the host's rules: this shell's own
-    // process can be read and traced now (the tree starts as this process).
-    if let Some(pid) = caller.pid {
-        if let Err(e) = crate::tracee::access::can_attach(pid) {
-            let what_to_do = if below {
-                "even processes the server started cannot be read here: give the container \
-                 CAP_SYS_PTRACE (`docker run --cap-add SYS_PTRACE`)"
-                    .to_string()
-            } else if api.gate.remedy.is_empty() {
-                "give the server CAP_SYS_PTRACE, or run the SDK's daemon under `agentsh \
-                 entrypoint -- DAEMON` (the server is then an ancestor of every shell)"
-                    .to_string()
-            } else {
-                api.gate.remedy.clone()
-            };
-            tracing::warn!(pid, "wrap-init refused: the shell cannot be read: {e}");
-            return Err(fail(
-                503,
-                format!(
-                    "the agentsh server cannot read this shell's process (pid {pid}: {e}), so it \
-                     could not judge its execs: {what_to_do}"
-                ),
-            )
-            .with_hint(HINT));
-        }
-    }
-    Ok(())
-}
-
-/// The blocking part of wrap-init: the notify socket, the ruleset, the
-/// audit event.
-///
-/// Long because every refusal on the way must release the caller's notify
-/// socket slot and audit the refusal; one body keeps that visible.
+/// The blocking part of wrap-init, its checks in the order they must run:
+/// who may have a tree here and in which session (`admission::admit`),
+/// what this host cannot enforce ([`egress_gap`]), the wrapper; then the
+/// tree's filter, ruleset and notify socket ([`open_tree`]), its config
+/// and the audit event.
 fn prepare_wrap_init(
     api: &Api,
     sid: &str,
@@ -195,105 +100,18 @@ fn prepare_wrap_init(
     caller: Caller,
 ) -> Result<(WrapInitResponse, handoff::Pending), Failure> {
     let started = std::time::Instant::now();
-    use agentsh_proto::shimconf::REHEARSAL_SESSION;
-    // The rehearsal's session is its process's alone (`daemon::rehearsal`);
-    // to any other it does not exist.
-    let rehearsal = match sid {
-        REHEARSAL_SESSION => api.gate.rehearsal.session_for(caller.pid),
-        _ => None,
-    };
-    gate(api, caller, rehearsal.is_some())?;
-    let Some(session) = rehearsal.or_else(|| match sid {
-        REHEARSAL_SESSION => None,
-        _ => api.sessions.get(sid),
-    }) else {
-        // A mistyped session= must not start a session nobody watches.
-        tracing::warn!("wrap-init refused: session {sid:?} does not exist");
-        return Err(fail(
-            404,
-            format!(
-                "session {sid:?} does not exist on this server: use session=default in \
-                 /etc/agentsh/shim.conf (or no AGENTSH_SESSION), or have the operator create it \
-                 first (`agentsh session create {sid} --policy POLICY`)"
-            ),
-        )
-        .with_hint(agentsh_proto::hint::SESSION_NOT_OPEN));
-    };
-    if session.is_ended() {
-        tracing::warn!("wrap-init refused: session {sid:?} has ended");
-        return Err(fail(
-            410,
-            format!(
-                "session {sid:?} has ended (agentsh session end): it starts no more shells; \
-                 create a new session for a new task"
-            ),
-        )
-        .with_hint(agentsh_proto::hint::SESSION_NOT_OPEN));
-    }
-    let setup = session.setup.clone();
-    let egress_gap = egress_unenforceable(api, &setup.policy);
-    if let Some(why) = &egress_gap {
-        if api.config.egress.compat == crate::config::EgressCompat::Required {
-            tracing::warn!("wrap-init refused: egress.compat is required and {why}");
-            return Err(fail(
-                503,
-                format!(
-                    "the policy's egress cannot be enforced here ({why}) and egress.compat is \
-                     required: give the container CAP_SYS_PTRACE (`docker run --cap-add \
-                     SYS_PTRACE`), or set egress.compat: best_effort (every judged connect and \
-                     send is then refused) or allow_unjudged (they run as made, audited)"
-                ),
-            )
-            .with_hint(agentsh_proto::hint::EGRESS_NOT_ENFORCEABLE));
-        }
-    }
-    let wrapper = api.config.wrapper_binary_path();
-    if !wrapper.is_file() {
-        // The shim treats a 5xx as "cannot install": it refuses (126) once
-        // agentsh has run in this container.
-        return Err(fail(
-            503,
-            format!(
-                "wrapper_binary {} does not exist; set wrapper_binary in the config",
-                wrapper.display()
-            ),
-        ));
-    }
-    // The shim's parent is the SDK daemon; both are protected from the
-    // tree's signals (the filter's register rules), with their groups.
-    let lineage = caller.pid.map(handoff::Lineage::of);
-    let daemon = lineage.and_then(|l| {
-        Some(crate::filter::ProcessId {
-            pid: l.parent?,
-            pgid: l.parent_pgrp?,
-        })
-    });
-    // Compiled (or taken from the cache) before anything is created, so a
-    // failure leaves nothing behind.
-    let filter = setup
-        .filters
-        .for_tree(daemon, lineage.and_then(|l| l.pgrp))
-        .map_err(|e| {
-            tracing::error!("wrap-init: {e}");
-            fail(500, e.to_string())
-        })?;
-    let backend = setup.filters.backend();
-    let (mut landlock, ruleset_reused) = setup.landlock.compile_or_reuse(caller.uid);
-    crate::policy::landlock::cap_abi(&mut landlock, api.config.landlock.cap());
-    let pending = handoff::open_notify_socket(
-        &session.id,
-        caller,
+    let session = admission::admit(api, sid, caller)?;
+    let setup = &session.setup;
+    let egress_gap = egress_gap(api, &setup.policy)?;
+    let wrapper = wrapper_binary(api)?;
+    let Opened {
+        lineage,
+        filter,
         backend,
-        crate::supervisor::TreeTerms {
-            exec_places: landlock.exec_places.clone(),
-            rules: setup.rules.clone(),
-            doomed: session.doomed.clone(),
-        },
-    )
-    .map_err(|e| {
-        tracing::error!("wrap-init: {e}");
-        fail(500, e.to_string())
-    })?;
+        landlock,
+        ruleset_reused,
+        pending,
+    } = open_tree(api, &session, caller)?;
     session
         .wrap_inits
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -302,58 +120,16 @@ fn prepare_wrap_init(
     seccomp_config.backend = backend;
     let mut not_enforced = not_enforced(&landlock.summary);
     if let Some(why) = egress_gap {
-        let unjudged = api.config.egress.compat == crate::config::EgressCompat::AllowUnjudged;
-        let installs = crate::supervisor::backend::of(backend)
-            .facts()
-            .can_install_fds;
-        not_enforced.push(match (installs, unjudged) {
-            (true, false) => format!(
-                "egress ({why}): a send that names a destination is refused; connects are \
-                 judged and made on sockets of the supervisor's own"
-            ),
-            (true, true) => format!(
-                "egress ({why}): a send that names a destination runs unjudged \
-                 (egress.compat: allow_unjudged); connects are judged and made on sockets of \
-                 the supervisor's own"
-            ),
-            (false, false) => {
-                format!("egress ({why}): every connect and send it would judge is refused")
-            }
-            (false, true) => format!(
-                "egress ({why}): every connect and send runs unjudged, DNS included \
-                 (egress.compat: allow_unjudged)"
-            ),
-        });
+        not_enforced.push(unjudged_egress(api, backend, &why));
     }
     let compiled_us = started.elapsed().as_micros() as u64;
     for w in &landlock.warnings {
         tracing::warn!(session = %session.id, uid = caller.uid, "landlock: {w}");
     }
     seccomp_config.landlock = Some(landlock.config);
-    // The policy's `env:`, applied by unixwrap at its final exec; the event
-    // names what it removes from the shell's environment (from the names the
-    // shim sent) and what it sets, never a value.
-    let env_rules = setup.env.clone();
-    let (env_removed, env_injected) = match &env_rules {
-        Some(r) => (
-            body.env_names
-                .iter()
-                .filter(|n| {
-                    !n.starts_with(agentsh_proto::env::PREFIX)
-                        && !r.keeps(n.as_bytes())
-                        && !r.inject.iter().any(|(k, _)| k == *n)
-                })
-                .cloned()
-                .collect(),
-            r.inject.iter().map(|(k, _)| k.clone()).collect(),
-        ),
-        None => (Vec::new(), Vec::new()),
-    };
-    seccomp_config.env = env_rules;
-    let run_dir = api.config.run_dir();
-    let (hidden, masks_reused) = setup
-        .daemon_sockets
-        .hidden_or_reused(setup.policy.daemon_sockets(), run_dir.to_str());
+    let (env_removed, env_injected) = env_changes(&body.env_names, setup.env.as_ref());
+    seccomp_config.env = setup.env.clone();
+    let (hidden, masks_reused) = hidden_daemon_sockets(api, setup);
     seccomp_config.daemon_sockets = hidden;
     let daemon_sockets = crate::audit::DaemonSocketsSummary {
         hidden: seccomp_config.daemon_sockets.clone(),
@@ -361,12 +137,7 @@ fn prepare_wrap_init(
     };
     let config_json = serde_json::to_string(&seccomp_config)
         .map_err(|e| fail(500, format!("cannot serialize seccomp config: {e}")))?;
-    let mut wrapper_env = BTreeMap::new();
-    wrapper_env.insert(agentsh_proto::env::SECCOMP_CONFIG.to_string(), config_json);
-    wrapper_env.insert(
-        agentsh_proto::env::SESSION_ID.to_string(),
-        session.id.clone(),
-    );
+    let wrapper_env = wrapper_env(config_json, &session.id);
     let notify_socket = pending.path.to_string_lossy().into_owned();
     api.audit.record(
         &session.id,
@@ -394,15 +165,181 @@ fn prepare_wrap_init(
         masks_reused,
         "wrap-init prepared"
     );
-    Ok((
-        WrapInitResponse {
-            wrapper_binary: wrapper.to_string_lossy().into_owned(),
-            notify_socket,
-            seccomp_config,
-            wrapper_env,
+    let response = WrapInitResponse {
+        wrapper_binary: wrapper.to_string_lossy().into_owned(),
+        notify_socket,
+        seccomp_config,
+        wrapper_env,
+    };
+    Ok((response, pending))
+}
+
+/// Why the policy's egress cannot be enforced here ([`egress_unenforceable`]);
+/// refused when `egress.compat` is `required`.
+fn egress_gap(api: &Api, policy: &crate::policy::Policy) -> Result<Option<String>, Failure> {
+    let gap = egress_unenforceable(api, policy);
+    if let Some(why) = &gap {
+        if api.config.egress.compat == crate::config::EgressCompat::Required {
+            tracing::warn!("wrap-init refused: egress.compat is required and {why}");
+            return Err(fail(
+                503,
+                format!(
+                    "the policy's egress cannot be enforced here ({why}) and egress.compat is \
+                     required: give the container CAP_SYS_PTRACE (`docker run --cap-add \
+                     SYS_PTRACE`), or set egress.compat: best_effort (every judged connect and \
+                     send is then refused) or allow_unjudged (they run as made, audited)"
+                ),
+            )
+            .with_hint(agentsh_proto::hint::EGRESS_NOT_ENFORCEABLE));
+        }
+    }
+    Ok(gap)
+}
+
+/// The wrapper the shim is to exec (`wrapper_binary`), which must exist.
+fn wrapper_binary(api: &Api) -> Result<PathBuf, Failure> {
+    let wrapper = api.config.wrapper_binary_path();
+    if !wrapper.is_file() {
+        // The shim treats a 5xx as "cannot install": it refuses (126) once
+        // agentsh has run in this container.
+        return Err(fail(
+            503,
+            format!(
+                "wrapper_binary {} does not exist; set wrapper_binary in the config",
+                wrapper.display()
+            ),
+        ));
+    }
+    Ok(wrapper)
+}
+
+/// What a wrap-init makes for its tree (see [`open_tree`]).
+struct Opened {
+    /// The shim's place: its parent (the SDK daemon) and process groups.
+    lineage: Option<handoff::Lineage>,
+    filter: Arc<crate::filter::CompiledFilter>,
+    backend: agentsh_proto::ExecBackend,
+    landlock: crate::policy::landlock::CompiledLandlock,
+    /// The ruleset came from the cache.
+    ruleset_reused: bool,
+    pending: handoff::Pending,
+}
+
+/// The tree's seccomp filter, Landlock ruleset and notify socket, in that
+/// order: what is compiled (or taken from a cache) comes before anything
+/// is created, so a failure leaves nothing behind.
+fn open_tree(api: &Api, session: &Session, caller: Caller) -> Result<Opened, Failure> {
+    let setup = &session.setup;
+    // The shim's parent is the SDK daemon; both are protected from the
+    // tree's signals (the filter's register rules), with their groups.
+    let lineage = caller.pid.map(handoff::Lineage::of);
+    let daemon = lineage.and_then(|l| {
+        Some(crate::filter::ProcessId {
+            pid: l.parent?,
+            pgid: l.parent_pgrp?,
+        })
+    });
+    let filter = setup
+        .filters
+        .for_tree(daemon, lineage.and_then(|l| l.pgrp))
+        .map_err(|e| {
+            tracing::error!("wrap-init: {e}");
+            fail(500, e.to_string())
+        })?;
+    let backend = setup.filters.backend();
+    let (mut landlock, ruleset_reused) = setup.landlock.compile_or_reuse(caller.uid);
+    crate::policy::landlock::cap_abi(&mut landlock, api.config.landlock.cap());
+    let pending = handoff::open_notify_socket(
+        &session.id,
+        caller,
+        backend,
+        crate::supervisor::TreeTerms {
+            exec_places: landlock.exec_places.clone(),
+            rules: setup.rules.clone(),
+            doomed: session.doomed.clone(),
         },
+    )
+    .map_err(|e| {
+        tracing::error!("wrap-init: {e}");
+        fail(500, e.to_string())
+    })?;
+    Ok(Opened {
+        lineage,
+        filter,
+        backend,
+        landlock,
+        ruleset_reused,
         pending,
-    ))
+    })
+}
+
+/// The `not_enforced` line for egress this host cannot enforce (`why`):
+/// what its connects and sends get instead, by whether the backend can put
+/// fds into the tree and by `egress.compat`.
+fn unjudged_egress(api: &Api, backend: agentsh_proto::ExecBackend, why: &str) -> String {
+    let unjudged = api.config.egress.compat == crate::config::EgressCompat::AllowUnjudged;
+    let installs = crate::supervisor::backend::of(backend)
+        .facts()
+        .can_install_fds;
+    match (installs, unjudged) {
+        (true, false) => format!(
+            "egress ({why}): a send that names a destination is refused; connects are \
+             judged and made on sockets of the supervisor's own"
+        ),
+        (true, true) => format!(
+            "egress ({why}): a send that names a destination runs unjudged \
+             (egress.compat: allow_unjudged); connects are judged and made on sockets of \
+             the supervisor's own"
+        ),
+        (false, false) => {
+            format!("egress ({why}): every connect and send it would judge is refused")
+        }
+        (false, true) => format!(
+            "egress ({why}): every connect and send runs unjudged, DNS included \
+             (egress.compat: allow_unjudged)"
+        ),
+    }
+}
+
+/// The daemon sockets the tree's unixwrap hides, and whether they came
+/// from the cache (resolved once while nothing they were read from changes).
+fn hidden_daemon_sockets(api: &Api, setup: &Setup) -> (Vec<String>, bool) {
+    let run_dir = api.config.run_dir();
+    setup
+        .daemon_sockets
+        .hidden_or_reused(setup.policy.daemon_sockets(), run_dir.to_str())
+}
+
+/// What unixwrap is started with: the tree's config, and its session.
+fn wrapper_env(config_json: String, session: &str) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    env.insert(agentsh_proto::env::SECCOMP_CONFIG.to_string(), config_json);
+    env.insert(
+        agentsh_proto::env::SESSION_ID.to_string(),
+        session.to_string(),
+    );
+    env
+}
+
+/// The policy's `env:`, applied by unixwrap at its final exec: which of the
+/// names the shim sent it removes from the shell's environment, and which
+/// it sets. Names only, never a value.
+fn env_changes(names: &[String], rules: Option<&EnvRules>) -> (Vec<String>, Vec<String>) {
+    match rules {
+        Some(r) => (
+            names
+                .iter()
+                .filter(|n| {
+                    !n.starts_with(agentsh_proto::env::PREFIX)
+                        && !r.keeps(n.as_bytes())
+                        && !r.inject.iter().any(|(k, _)| k == *n)
+                })
+                .cloned()
+                .collect(),
+            r.inject.iter().map(|(k, _)| k.clone()).collect(),
+        ),
+        None => (Vec::new(), Vec::new()),
+    }
 }
 
 /// Why the policy's egress cannot be enforced on this host (`None`: it

@@ -24,10 +24,11 @@
 //! [`DEADLINE`] (then killed) is logged, ends the rehearsal (no more of its
 //! shells run) and changes nothing else: the server becomes ready all the
 //! same, its first shell only slower. A server that cannot supervise shells
-//! here (`Unable`) rehearses nothing.
+//! here (`Unable`) rehearses nothing. Each way a shell fails is a
+//! `RehearsalError` variant.
 
 use crate::api::Api;
-use crate::daemon::command::Readiness;
+use crate::readiness::Readiness;
 use crate::session::Session;
 use agentsh_proto::shimconf::{Mode, Server, ShimConf, REHEARSAL_SESSION};
 use std::io::{BufRead, Read, Write};
@@ -53,6 +54,25 @@ const SHELLS: usize = 3;
 
 /// What the rehearsal's shell runs.
 const SHELL: &str = "/bin/sh";
+
+/// Why a rehearsal shell failed (logged; the server becomes ready all
+/// the same).
+#[derive(Debug, thiserror::Error)]
+enum RehearsalError {
+    #[error("cannot start `agentsh rehearse`: {0}")]
+    Start(#[source] std::io::Error),
+    #[error("cannot wait for it: {0}")]
+    Wait(#[source] std::io::Error),
+    #[error("its waiter failed: {0}")]
+    Waiter(#[source] tokio::task::JoinError),
+    #[error("did not end within {DEADLINE:?}; killed")]
+    Deadline,
+    /// It exited non-zero; what it said on stderr.
+    #[error("exit status {code}: {said}")]
+    Exit { code: i32, said: String },
+    #[error("killed by signal {signal}: {said}")]
+    Signal { signal: i32, said: String },
+}
 
 /// Readies the rehearsal, before the API is served: `/healthz` answers
 /// 503 (starting) and other shells' wrap-inits wait until it is over.
@@ -84,7 +104,7 @@ pub async fn run(api: &Arc<Api>, session: Option<Arc<Session>>) {
         for _ in 0..SHELLS {
             rehearse(api, session.clone()).await?;
         }
-        Ok::<(), String>(())
+        Ok::<(), RehearsalError>(())
     }
     .await;
     api.gate.set(Readiness::Ready);
@@ -103,7 +123,7 @@ pub async fn run(api: &Arc<Api>, session: Option<Arc<Session>>) {
     }
 }
 
-async fn rehearse(api: &Arc<Api>, session: Arc<Session>) -> Result<(), String> {
+async fn rehearse(api: &Arc<Api>, session: Arc<Session>) -> Result<(), RehearsalError> {
     let pids = Arc::new([AtomicU32::new(0), AtomicU32::new(0)]);
     let waited = tokio::task::spawn_blocking({
         let (api, pids) = (api.clone(), pids.clone());
@@ -111,7 +131,7 @@ async fn rehearse(api: &Arc<Api>, session: Arc<Session>) -> Result<(), String> {
     });
     let (status, said) = match tokio::time::timeout(DEADLINE, waited).await {
         Ok(Ok(r)) => r?,
-        Ok(Err(e)) => return Err(format!("its waiter failed: {e}")),
+        Ok(Err(e)) => return Err(RehearsalError::Waiter(e)),
         Err(_) => {
             // The shell's process (the wrapper's, then the shell's), then
             // `agentsh rehearse`, which reaps it (not reaped yet: the waiter
@@ -125,16 +145,16 @@ async fn rehearse(api: &Arc<Api>, session: Arc<Session>) -> Result<(), String> {
                     },
                 }
             }
-            return Err(format!("did not end within {DEADLINE:?}; killed"));
+            return Err(RehearsalError::Deadline);
         }
     };
     match (libc::WIFEXITED(status), libc::WEXITSTATUS(status)) {
         (true, 0) => Ok(()),
-        (true, c) => Err(format!("exit status {c}: {said}")),
-        _ => Err(format!(
-            "killed by signal {}: {said}",
-            libc::WTERMSIG(status)
-        )),
+        (true, code) => Err(RehearsalError::Exit { code, said }),
+        _ => Err(RehearsalError::Signal {
+            signal: libc::WTERMSIG(status),
+            said,
+        }),
     }
 }
 
@@ -151,7 +171,7 @@ fn start_and_wait(
     api: &Api,
     session: Arc<Session>,
     pids: &[AtomicU32; 2],
-) -> Result<(i32, String), String> {
+) -> Result<(i32, String), RehearsalError> {
     let wrapper = api.config.wrapper_binary_path();
     let mut child = Command::new("/proc/self/exe")
         .arg0("agentsh")
@@ -169,7 +189,7 @@ fn start_and_wait(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot start `agentsh rehearse`: {e}"))?;
+        .map_err(RehearsalError::Start)?;
     pids[0].store(child.id(), Ordering::SeqCst);
     // The shell's process: its pid, one line.
     let mut line = String::new();
@@ -186,9 +206,7 @@ fn start_and_wait(
         }
     }
     drop(child.stdin.take());
-    let status = child
-        .wait()
-        .map_err(|e| format!("cannot wait for it: {e}"))?;
+    let status = child.wait().map_err(RehearsalError::Wait)?;
     // What it said, without waiting for a process that may keep the pipe.
     let mut said = String::new();
     if let Some(mut e) = child.stderr.take() {

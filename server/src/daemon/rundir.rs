@@ -205,7 +205,7 @@ pub fn write_marker(dir: &Path, fixed_too: bool) -> Result<()> {
 /// Makes the directory of the fixed marker (`/run/agentsh`) if it is
 /// missing: done early in start-up, with the run directory, so that nothing
 /// the wrap-init caches were computed from changes when the marker is
-/// written (see `daemon::warm_caches`). A failure is reported by
+/// written (see `daemon::warm::caches`). A failure is reported by
 /// [`write_marker`].
 pub fn make_fixed_marker_dir() {
     use std::os::unix::fs::DirBuilderExt;

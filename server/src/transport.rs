@@ -1,15 +1,20 @@
-//! The API's transports: the Unix SOCK_SEQPACKET socket (always) and a TCP
-//! listener (only when `server.http.addr` is set).
+//! The SOCK_SEQPACKET transport: a listener and its connections, on the
+//! tokio runtime. The API serves HTTP on it (`server.socket`), and each
+//! wrap-init's notify socket takes its one handoff on it (`handoff`), so it
+//! sits below both.
 //!
 //! HTTP/1.1 runs over SEQPACKET like over a stream, record by record: reads
 //! take one whole record (at most [`MAX_RECORD`] bytes; a longer one is an
 //! error, never a silent cut), writes send at most [`MAX_RECORD`] bytes per
-//! record. Every connection is identified before a byte of HTTP is read: the
-//! kernel's `SO_PEERCRED` for Unix peers, the address for TCP peers
-//! (see `peer`).
+//! record. Every connection is identified before a byte is read: the
+//! kernel's `SO_PEERCRED`, or, where the kernel names this process instead
+//! (gVisor), the credentials of the first record ([`SeqpacketConn::identify`]).
 //!
-//! Failure modes: an accept that fails is logged and the loop goes on
-//! (EMFILE backs off briefly); a connection that fails is dropped.
+//! Failure modes: an accept or a read that fails returns the errno to the
+//! caller (the API logs it and goes on, backing off on EMFILE; a notify
+//! socket gives up); an oversized or truncated record, or more fds than
+//! asked for, is `InvalidData`, and every fd received is owned, so none
+//! leaks.
 
 use agentsh_proto::http::MAX_RECORD;
 use agentsh_proto::seqpacket::{self, PeerCred};

@@ -1,0 +1,102 @@
+//! The accept loops: each connection identified and counted against its
+//! peer's limits before a byte of its request is read, then served as
+//! HTTP/1.1 by `routes`, on a task of its own.
+//!
+//! Failure modes: an accept that fails is logged and the loop goes on
+//! (after a short pause, so EMFILE does not spin); a Unix peer that cannot
+//! be identified, is over its connection limit or belongs to a supervised
+//! tree is closed before its request is read (logged); a connection that
+//! fails mid-request is dropped (logged at debug).
+
+use super::peer::Peer;
+use super::routes;
+use super::state::Api;
+use crate::limits::Kind;
+use crate::transport::SeqpacketListener;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a client may take to send its request headers.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn http() -> http1::Builder {
+    let mut b = http1::Builder::new();
+    b.timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .max_buf_size(agentsh_proto::http::MAX_RECORD * 4);
+    b
+}
+
+/// Serves the Unix socket until it fails.
+pub async fn serve_unix(api: Arc<Api>, listener: SeqpacketListener) {
+    loop {
+        let (conn, cred) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!("accept on the API socket failed: {e}");
+                // EMFILE and friends: do not spin.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let api = api.clone();
+        tokio::spawn(async move {
+            let cred = match tokio::time::timeout(HEADER_TIMEOUT, conn.identify(cred)).await {
+                Ok(Ok(c)) => c,
+                Ok(Err(e)) => {
+                    tracing::warn!("API connection refused: peer unidentifiable: {e}");
+                    return;
+                }
+                Err(_) => return,
+            };
+            let peer = Peer::Local(cred);
+            let Ok(_slot) = api.limits.take(Kind::Connection, peer.key()) else {
+                tracing::warn!(
+                    uid = cred.uid,
+                    pid = cred.pid,
+                    "API connection refused: too many at once"
+                );
+                return;
+            };
+            // Second line (module doc): a tree process is refused before any
+            // byte of its request is read. A few short /proc reads, done
+            // here: a hop to the blocking pool would cost more than they do.
+            if let Some(why) = api.trees.by_lineage(cred.pid) {
+                tracing::warn!(peer = %peer.describe(), "API connection from a supervised tree refused: {why}");
+                return;
+            }
+            let svc = service_fn(move |req| routes::handle(api.clone(), peer, req));
+            if let Err(e) = http().serve_connection(TokioIo::new(conn), svc).await {
+                tracing::debug!("API connection ended: {e}");
+            }
+        });
+    }
+}
+
+/// Serves TCP until it fails.
+pub async fn serve_tcp(api: Arc<Api>, listener: tokio::net::TcpListener) {
+    loop {
+        let (stream, addr) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!("accept on the TCP API failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let api = api.clone();
+        tokio::spawn(async move {
+            let peer = Peer::Tcp(addr);
+            let Ok(_slot) = api.limits.take(Kind::Connection, peer.key()) else {
+                return;
+            };
+            let svc = service_fn(move |req| routes::handle(api.clone(), peer, req));
+            if let Err(e) = http().serve_connection(TokioIo::new(stream), svc).await {
+                tracing::debug!("TCP API connection ended: {e}");
+            }
+        });
+    }
+}

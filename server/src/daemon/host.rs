@@ -1,0 +1,140 @@
+//! What this host offers agentsh, probed once at start (`agentsh
+//! detect`), and what follows from it: which shells can be supervised
+//! (the readiness gate), which exec backend runs, and what is said in the
+//! log about what is and is not enforced here.
+//!
+//! Failure modes: no exec backend works here: [`StartError::NoBackend`]
+//! (a server that can supervise no exec serves none). A host where no
+//! shell can be supervised is not an error: the server runs and says why
+//! (log, `agentsh entrypoint`'s report, `/healthz`).
+
+use super::command;
+use super::error::{Result, StartError};
+use crate::config::Config;
+use crate::policy::landlock::SessionLandlock;
+use crate::policy::Policy;
+use crate::readiness::{Gate, Readiness};
+use std::sync::Arc;
+
+/// Probes what this host offers (`agentsh detect`) and logs it, with what
+/// that means for the policy's egress.
+pub(super) fn detect(config: &Config, policy: &Policy) -> crate::detect::Report {
+    let detected = crate::detect::detect(config.landlock.cap(), config.execve.backend);
+    tracing::info!(
+        backend = %detected.backend,
+        user_notif = detected.seccomp_user_notif.available,
+        trace = detected.seccomp_trace_ptrace.available,
+        landlock_abi = detected.landlock_abi,
+        gvisor = detected.gvisor,
+        "what this host offers agentsh (agentsh detect)"
+    );
+    for p in &detected.protections {
+        tracing::info!("{p}");
+    }
+    if let Some(e) = policy.egress() {
+        log_egress_enforcement(e.allows_everything(), &detected, config.egress.compat);
+    }
+    detected
+}
+
+/// Says, once, how the policy's egress is enforced on this host: whether
+/// the supervisor can take a tree's sockets (`pidfd_getfd`), and if not,
+/// what `egress.compat` makes of what it cannot judge.
+fn log_egress_enforcement(
+    allows_everything: bool,
+    detected: &crate::detect::Report,
+    compat: crate::config::EgressCompat,
+) {
+    let refused = || {
+        detected
+            .pidfd_getfd
+            .detail
+            .as_deref()
+            .unwrap_or("pidfd_getfd is refused")
+    };
+    if !detected.pidfd_getfd.available && allows_everything {
+        tracing::info!(
+            "egress: pidfd_getfd is refused here, and the policy allows every destination: \
+             connects and sends run as made, each destination audited from the caller's \
+             memory"
+        );
+    } else if detected.pidfd_getfd.available {
+        tracing::info!(
+            "egress: every destination a tree names is judged and the call made for it (the \
+             supervisor takes the tree's socket with pidfd_getfd)"
+        );
+    } else if compat == crate::config::EgressCompat::AllowUnjudged {
+        tracing::warn!(
+            "egress NOT ENFORCED where it cannot be judged: {} here, so the supervisor \
+             cannot take a tree's sockets, and egress.compat is allow_unjudged: what it \
+             cannot judge (every connect and send under the ptrace backend; a send naming a \
+             destination under notify) runs as the tree made it, audited with rule \
+             allow_unjudged",
+            refused()
+        );
+    } else {
+        tracing::warn!(
+            "egress: {} here, so the supervisor cannot take a tree's sockets: every connect \
+             and send the policy's egress judges is refused (EACCES, audited \
+             egress_unenforceable). Give the container CAP_SYS_PTRACE (Docker's default \
+             seccomp profile refuses pidfd_getfd without it), or set egress.compat: \
+             allow_unjudged to run them unjudged",
+            refused()
+        );
+    }
+}
+
+/// Which shells can be supervised as things are; when none can, said in
+/// the log and to `agentsh entrypoint` (the server still runs and says
+/// why at `/healthz`).
+pub(super) fn readiness_gate(
+    detected: &crate::detect::Report,
+    has_command: bool,
+    report: &command::Report,
+) -> Arc<Gate> {
+    let gate = Arc::new(Gate::new(
+        detected.tree_access.reach(),
+        detected.yama_ptrace_scope,
+        has_command,
+    ));
+    if let Readiness::Unable(why) = gate.get() {
+        tracing::error!("not ready: no shell can be supervised: {why}");
+        report.line(&format!("unable {why}"));
+    }
+    gate
+}
+
+/// The exec backend; fails closed at start: a server that can supervise no
+/// exec serves none.
+pub(super) fn backend(
+    config: &Config,
+    detected: &crate::detect::Report,
+) -> Result<agentsh_proto::ExecBackend> {
+    let backend = crate::detect::choose_backend(config.execve.backend, |k| detected.probe_of(k))
+        .map_err(StartError::NoBackend)?;
+    if detected.landlock_abi == 0 {
+        tracing::warn!(
+            "{} backend without Landlock: command rules are enforced; file and network rules and \
+             the protection of agentsh's own files are NOT (see docs/security-model.md)",
+            backend.name()
+        );
+    }
+    Ok(backend)
+}
+
+/// Logs, once, what every tree's Landlock ruleset will hold (as for root).
+pub(super) fn report_landlock(landlock: &SessionLandlock) {
+    let c = landlock.compile(0);
+    tracing::info!(
+        compat = ?c.summary.compat,
+        handled_fs = ?c.summary.handled_fs,
+        fs_rules = c.summary.fs_rules,
+        connect_ports = ?c.summary.tcp_connect_ports,
+        bind_ports = ?c.summary.tcp_bind_ports,
+        protected = ?landlock.protection().no_write,
+        "landlock ruleset for supervised trees"
+    );
+    for w in &c.warnings {
+        tracing::warn!("landlock: {w}");
+    }
+}

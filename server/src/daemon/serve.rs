@@ -1,0 +1,126 @@
+//! The running server: the API's runtime, its listeners, the `active`
+//! marker, the rehearsal shell, the command below the server, and serving
+//! until stopped.
+//!
+//! Failure modes: a socket that cannot be bound (`server.socket`,
+//! `server.http.addr`), a runtime that cannot start, or an API that stops:
+//! a [`StartError`] (the server exits non-zero, its socket is not left to
+//! `auto` shims). A rehearsal that fails is logged and the server becomes
+//! ready all the same.
+
+use super::error::{Result, StartError};
+use super::{command, rehearsal, rundir, signals, warm};
+use crate::api::{self, Api};
+use crate::audit::AuditLog;
+use crate::config::Config;
+use crate::readiness::{Gate, Readiness};
+use crate::transport::SeqpacketListener;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// How long an idle thread of the API runtime's blocking pool is kept.
+const BLOCKING_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// The API's runtime: two workers, and a blocking pool whose threads stay.
+pub(super) fn api_runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("agentsh-api")
+        // A wrap-init's blocking part runs on this pool: the thread a shell
+        // after a quiet spell finds is one already made (issue 20).
+        .thread_keep_alive(BLOCKING_KEEP_ALIVE)
+        .enable_all()
+        .build()
+        .map_err(StartError::Runtime)
+}
+
+/// What serving needs besides the [`Api`] itself.
+pub(super) struct Serving {
+    pub(super) run_dir: PathBuf,
+    /// A standalone `agentsh wrap`'s server.
+    pub(super) private: bool,
+    pub(super) policy_name: String,
+    pub(super) audit: Arc<AuditLog>,
+    /// `-- CMD`, started once the server is ready (an empty command: none).
+    pub(super) command: command::Spawn,
+    pub(super) report: command::Report,
+    pub(super) gate: Arc<Gate>,
+}
+
+/// Binds, marks agentsh active, rehearses one shell, starts the command and
+/// serves until stopped.
+pub(super) async fn serve(api: Api, s: Serving) -> Result<()> {
+    let (unix, tcp) = listen(&api.config).await?;
+    // The first wrap-init's threads, made now: a blocking-pool thread
+    // and (its stack cached by libc when it ends) a tree's.
+    let _ = tokio::task::spawn_blocking(warm::tree_thread).await;
+    // Not a wrap's: the machine's shims are not its business.
+    rundir::write_marker(&s.run_dir, !s.private)?;
+    rundir::ingest_unsupervised(&s.run_dir, &s.audit);
+    let config = api.config.clone();
+    signals::spawn_waiter(
+        api.trees.clone(),
+        config.server.socket.clone(),
+        s.audit.clone(),
+    );
+    let api = Arc::new(api);
+    // One shell the whole way before `ready` (503 until it is over).
+    let rehearsal = rehearsal::prepare(&api);
+    if let Some(tcp) = tcp {
+        tokio::spawn(api::serve_tcp(api.clone(), tcp));
+    }
+    let serving = tokio::spawn(api::serve_unix(api.clone(), unix));
+    rehearsal::run(&api, rehearsal).await;
+    if !s.command.command.is_empty() && s.gate.get() == Readiness::Ready {
+        start_command(s.command, s.report, &config, &s.audit);
+    }
+    tracing::info!(
+        socket = %config.server.socket.display(),
+        tcp = %config.server.http.addr,
+        policy = %s.policy_name,
+        audit = %config.audit.jsonl.display(),
+        wrapper = %config.wrapper_binary_path().display(),
+        "agentsh server ready"
+    );
+    serving.await.map_err(StartError::ApiStopped)?;
+    Ok(())
+}
+
+/// The API socket (open to every uid) and the optional TCP listener.
+async fn listen(config: &Config) -> Result<(SeqpacketListener, Option<tokio::net::TcpListener>)> {
+    let unix = SeqpacketListener::bind(&config.server.socket, 1024).map_err(|source| {
+        StartError::Listen {
+            socket: config.server.socket.clone(),
+            source,
+        }
+    })?;
+    rundir::open_socket_mode(&config.server.socket)?;
+    let tcp = match config.server.http.addr.as_str() {
+        "" => None,
+        addr => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| StartError::ListenTcp {
+                    addr: addr.to_string(),
+                    source,
+                })?,
+        ),
+    };
+    Ok((unix, tcp))
+}
+
+/// Starts `-- CMD` below the server; when it ends, the socket goes and the
+/// export is flushed before the server exits with its status.
+fn start_command(
+    spawn: command::Spawn,
+    report: command::Report,
+    config: &Config,
+    audit: &Arc<AuditLog>,
+) {
+    let socket = config.server.socket.clone();
+    let audit = audit.clone();
+    command::start(spawn, report, move || {
+        let _ = std::fs::remove_file(&socket);
+        audit.flush_export();
+    });
+}
