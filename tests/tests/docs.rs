@@ -1046,9 +1046,11 @@ fn the_architecture_map_names_paths_that_exist() {
             continue; // a missing path is the check above's to report
         };
         cited += 1;
-        let defined = ["fn ", "struct ", "enum ", "trait ", "type ", "static ", "const "]
-            .iter()
-            .any(|k| text.contains(&format!("{k}{name}")));
+        let defined = [
+            "fn ", "struct ", "enum ", "trait ", "type ", "static ", "const ",
+        ]
+        .iter()
+        .any(|k| text.contains(&format!("{k}{name}")));
         if !defined {
             wrong.push(format!("{file} ({name})"));
         }
