@@ -68,6 +68,13 @@ pub struct SeccompConfig {
     /// server seizes unixwrap before it runs anything).
     #[serde(default)]
     pub backend: ExecBackend,
+    /// The server's pid, for a backend that seizes the tree's root: unixwrap
+    /// names it its ptracer (`prctl(PR_SET_PTRACER)`) before it asks to be
+    /// seized, so a server without `CAP_SYS_PTRACE` can trace a shell it
+    /// did not start where Yama (real, or gVisor's) allows only
+    /// descendants. `None`: nothing to name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracer_pid: Option<u32>,
     /// The policy's `env:` rules for the command's environment (`None`:
     /// inherited as is, minus agentsh's own variables).
     #[serde(default)]
@@ -145,6 +152,7 @@ impl Default for SeccompConfig {
             landlock: None,
             daemon_sockets: Vec::new(),
             backend: ExecBackend::Notify,
+            tracer_pid: None,
             env: None,
         }
     }

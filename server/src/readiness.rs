@@ -37,6 +37,10 @@ pub struct Gate {
     state: RwLock<Readiness>,
     /// Only shells descending from the server can be supervised.
     pub descendants_only: bool,
+    /// The backend seizes each tree's root, which names the server its
+    /// ptracer first: a shell the server did not start can be taken even
+    /// where only descendants can be read (the seize decides, per shell).
+    pub seizes_root: bool,
     /// The remedy to name when a shell is refused for not descending.
     pub remedy: String,
     /// The rehearsal shell's process while it runs (see `daemon::rehearsal`).
@@ -45,17 +49,20 @@ pub struct Gate {
 
 impl Gate {
     /// The gate for a server whose probes say `reach`; `has_command`: it
-    /// starts the SDK's daemon itself (`agentsh server -- CMD`).
-    pub fn new(reach: Reach, yama: Option<u32>, has_command: bool) -> Gate {
+    /// starts the SDK's daemon itself (`agentsh server -- CMD`);
+    /// `seizes_root`: its backend's trees name the server their ptracer
+    /// before they are seized.
+    pub fn new(reach: Reach, yama: Option<u32>, has_command: bool, seizes_root: bool) -> Gate {
         let remedy = reach_remedy(reach, yama).unwrap_or_default();
         let state = match reach {
             Reach::Any => Readiness::Ready,
-            Reach::Descendants if has_command => Readiness::Ready,
+            Reach::Descendants if has_command || seizes_root => Readiness::Ready,
             Reach::Descendants | Reach::Nothing => Readiness::Unable(remedy.clone()),
         };
         Gate {
             state: RwLock::new(state),
             descendants_only: reach == Reach::Descendants,
+            seizes_root,
             remedy,
             rehearsal: Default::default(),
         }

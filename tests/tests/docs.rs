@@ -789,6 +789,7 @@ fn run_agentsh(words: &[String], srv: &TestServer, tmp: &Path, n: usize) -> Resu
                 .unwrap();
             let r = check(run(&[
                 "ready".into(),
+                "--server-only".into(),
                 "--server".into(),
                 url,
                 "--timeout".into(),
@@ -807,13 +808,20 @@ fn run_agentsh(words: &[String], srv: &TestServer, tmp: &Path, n: usize) -> Resu
             check(run(&args))
         }
         ["ready", ..] if args.iter().any(|a| a == "--config") => {
-            // A config file naming the test server's address.
+            // A config file naming the test server's address. This machine's
+            // /bin/sh is not the shim: only the server's readiness is checked.
             let c = tmp.join("ready-config.yaml");
             std::fs::write(&c, format!("server:\n  socket: {}\n", srv.socket.display())).unwrap();
             set_flag(&mut args, "--config", &c.to_string_lossy());
+            args.push("--server-only".into());
             check(run(&args))
         }
-        ["ready" | "events", ..] if !follows => {
+        ["ready", ..] => {
+            set_flag(&mut args, "--server", &srv.url);
+            args.push("--server-only".into());
+            check(run(&args))
+        }
+        ["events", ..] if !follows => {
             set_flag(&mut args, "--server", &srv.url);
             check(run(&args))
         }

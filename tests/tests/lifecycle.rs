@@ -25,7 +25,7 @@ fn config(dir: &TempDir) -> (std::path::PathBuf, String) {
 
 fn answers(url: &str) -> bool {
     Command::new(bin("agentsh"))
-        .args(["ready", "--server", url, "--timeout", "0"])
+        .args(["ready", "--server-only", "--server", url, "--timeout", "0"])
         .output()
         .is_ok_and(|o| o.status.success())
 }
@@ -83,13 +83,33 @@ fn comm(pid: u32) -> String {
 fn ready_waits_for_a_server_and_fails_with_a_reason_without_one() {
     let srv = TestServer::start("name: p\ndefault: allow\n", "");
     let ok = Command::new(bin("agentsh"))
-        .args(["ready", "--server", &srv.url, "--timeout", "5"])
+        .args([
+            "ready",
+            "--server-only",
+            "--server",
+            &srv.url,
+            "--timeout",
+            "5",
+        ])
         .output()
         .unwrap();
     assert!(
         ok.status.success(),
         "{}",
         String::from_utf8_lossy(&ok.stderr)
+    );
+    // Without --server-only, ready starts a shell as an SDK would: here
+    // /bin/sh is the machine's own shell, not agentsh's shim, so that shell
+    // runs unsupervised, and ready says so (exit 1).
+    let probe = Command::new(bin("agentsh"))
+        .args(["ready", "--server", &srv.url, "--timeout", "5"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&probe.stderr);
+    assert_eq!(probe.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("the agentsh server is up, but a shell started here runs UNSUPERVISED"),
+        "{err}"
     );
 
     // --config: the address a server config gives.
@@ -101,7 +121,7 @@ fn ready_waits_for_a_server_and_fails_with_a_reason_without_one() {
     )
     .unwrap();
     let ok = Command::new(bin("agentsh"))
-        .args(["ready", "--timeout", "5", "--config"])
+        .args(["ready", "--server-only", "--timeout", "5", "--config"])
         .arg(&cfg)
         .output()
         .unwrap();
@@ -147,7 +167,7 @@ fn entrypoint_runs_the_command_once_ready_and_returns_its_status() {
     // The command itself checks, with a single probe, that the server
     // already answers when it starts; then exits 7.
     let probe = format!(
-        "{} ready --server {url} --timeout 0 && exit 7",
+        "{} ready --server-only --server {url} --timeout 0 && exit 7",
         bin("agentsh").display()
     );
     let out = Command::new(bin("agentsh"))

@@ -18,6 +18,28 @@ use std::time::{Duration, Instant};
 
 use agentsh_proto::handoff::{Ack, WRAPPER_FD_BYTE};
 
+/// `PR_SET_PTRACER` (Yama's prctl, "Yama" in ASCII).
+const PR_SET_PTRACER: libc::c_int = 0x5961_6d61;
+
+/// Names process `tracer` (the server) this process's ptracer, before it
+/// asks to be seized: where Yama (real, or gVisor's emulation) lets a
+/// process without `CAP_SYS_PTRACE` trace only its descendants, a process
+/// may name another that may trace it. The naming lasts across exec and
+/// covers only this process; the tree's filter refuses the prctl
+/// afterwards, so nothing in the tree can name another or undo it.
+///
+/// # Errors
+/// The prctl's errno: `EINVAL` where there is no Yama (nothing to name:
+/// the caller goes on), others where there is.
+pub fn name_tracer(tracer: u32) -> io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    let rc = unsafe { libc::prctl(PR_SET_PTRACER, libc::c_ulong::from(tracer), 0, 0, 0) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Asks the relay to have the server trace this process (ptrace backend):
 /// one datagram `[TRACE_ME_BYTE]`, no fd.
 ///

@@ -211,6 +211,7 @@ fn install(setup: &Setup, sock_fd: RawFd, log: &Log) -> Result<(), WrapError> {
     // mounts (see `mask`).
     hide_paths(setup, has_admin, log)?;
     let no_new_privs = no_new_privs_unless_admin(setup, has_admin, log)?;
+    name_tracer(setup, log);
     let (loaded, courier) = load_filter(setup, sock_fd, &prog, decode_us, log)?;
 
     // From here on the filter is installed: every failure is a refusal.
@@ -236,6 +237,29 @@ fn check_kernel(setup: &Setup) -> Result<(), WrapError> {
             .map_err(|e| setup.kernel_cannot(KernelRefusal::Landlock(e)))?;
     }
     Ok(())
+}
+
+/// Names the server this process's ptracer (a backend that seizes the
+/// root), before the filter (which refuses that prctl to the tree) and
+/// before the handoff asks to be seized. Where it cannot be named, the
+/// seize says whether it mattered: its refusal is the handoff's.
+fn name_tracer(setup: &Setup, log: &Log) {
+    let Some(tracer) = setup.config.tracer_pid else {
+        return;
+    };
+    match handoff::name_tracer(tracer) {
+        Ok(()) => log!(
+            log,
+            "named pid {tracer} (the server) this process's ptracer"
+        ),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            log!(
+                log,
+                "no Yama here: pid {tracer} needs no naming to trace this process"
+            );
+        }
+        Err(e) => log!(log, "PR_SET_PTRACER {tracer}: {e} (the seize decides)"),
+    }
 }
 
 /// The daemon sockets hidden and the `exec_sources` places mounted

@@ -82,6 +82,12 @@ fn gate(api: &Api, caller: Caller, rehearsal: bool) -> Result<(), Failure> {
         }
     }
     let below = caller.pid.is_some_and(descends_from_us);
+    if api.gate.descendants_only && !below && api.gate.seizes_root {
+        // The root names the server its ptracer before it asks to be
+        // seized (`PR_SET_PTRACER`); the seize, at the handoff, decides:
+        // refused, the handoff is refused and the shell exits 126.
+        return Ok(());
+    }
     if api.gate.descendants_only && !below {
         let pid = caller.pid.map_or_else(|| "?".into(), |p| p.to_string());
         tracing::warn!(

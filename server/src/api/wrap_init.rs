@@ -118,6 +118,10 @@ fn prepare_wrap_init(
     let mut seccomp_config = api.seccomp_config.clone();
     seccomp_config.filter = filter.encoded.clone();
     seccomp_config.backend = backend;
+    if crate::supervisor::backend::of(backend).facts().seizes_root {
+        // Named by the root before it is seized (`PR_SET_PTRACER`).
+        seccomp_config.tracer_pid = Some(std::process::id());
+    }
     let mut not_enforced = not_enforced(&landlock.summary);
     if let Some(why) = egress_gap {
         not_enforced.push(unjudged_egress(api, backend, &why));

@@ -130,15 +130,20 @@ pub(super) enum Command {
         #[command(subcommand)]
         command: ShimCommand,
     },
-    /// Wait until a server is ready to supervise shells; exit 0 when it is, 1 at
-    /// the timeout, or at once when the server says it cannot supervise shells
-    /// here (the reason is printed).
+    /// Wait until a server is ready to supervise shells, then check that a
+    /// shell started from here is supervised; exit 0 when it is, 1 at the
+    /// timeout, when the server says it cannot supervise shells here, or when
+    /// a shell started from here is refused or runs unsupervised (the reason
+    /// is printed).
     ///
-    /// For start-up scripts: `agentsh server & agentsh ready --timeout 10 && exec DAEMON`.
-    /// With --config, the address is the one that config file gives the server
-    /// (so a unit's ExecStartPost follows a changed port). Run inside a shell
-    /// agentsh supervises (an SDK's ready command), it exits 0 at once: that
-    /// shell's supervision is the proof that its server is up.
+    /// The check starts `/bin/sh -c 'exec agentsh ready'` the way SDKs start
+    /// shells, from where `ready` runs (run it where the SDK's daemon runs
+    /// its commands: a `docker exec`, an SDK's ready command): the shell's own
+    /// filter answers. For start-up scripts: `agentsh server & agentsh ready
+    /// --timeout 10 && exec DAEMON`. With --config, the address is the one
+    /// that config file gives the server (so a unit's ExecStartPost follows a
+    /// changed port). Run inside a shell agentsh supervises (an SDK's ready
+    /// command), it exits 0 at once: that shell's supervision is the proof.
     Ready {
         /// The server: unix:/PATH or http://HOST:PORT [default: unix:/run/agentsh/api.sock].
         #[arg(long, conflicts_with = "config")]
@@ -149,6 +154,10 @@ pub(super) enum Command {
         /// Seconds to wait.
         #[arg(long, default_value_t = 10.0, value_name = "SECS")]
         timeout: f64,
+        /// Only wait for the server to answer ready; start no shell (where
+        /// /bin/sh is not agentsh's shim, e.g. a server for `agentsh wrap`).
+        #[arg(long)]
+        server_only: bool,
     },
     /// A container's first process where there is no systemd: start the server,
     /// wait until it is ready, then run CMD (the SDK's daemon).

@@ -149,11 +149,18 @@ pub fn main() -> ExitCode {
         Command::Ready { .. } if agentsh_proto::marker::agentsh_filter_present() => {
             ExitCode::SUCCESS
         }
+        // The probe shell of an outer `agentsh ready`, run unsupervised:
+        // unixwrap would have removed the variable (see `probe`).
+        Command::Ready { .. } if std::env::var_os(super::probe::PROBE_ENV).is_some() => {
+            eprintln!("agentsh ready: this shell is not supervised by agentsh");
+            ExitCode::from(super::probe::UNSUPERVISED as u8)
+        }
         Command::Ready {
             server,
             config,
             timeout,
-        } => failure_if(ready(server, config, timeout)),
+            server_only,
+        } => failure_if(ready(server, config, timeout, server_only)),
         Command::Entrypoint {
             config,
             ready_timeout,
@@ -310,13 +317,30 @@ fn events_query(query: EventsCommand) -> Result<(), events::EventsError> {
 
 /// `agentsh ready`: the address from `--server`, `--config` or the
 /// default, then the wait.
-fn ready(server: Option<String>, config: Option<PathBuf>, timeout: f64) -> Result<(), ToolError> {
+fn ready(
+    server: Option<String>,
+    config: Option<PathBuf>,
+    timeout: f64,
+    server_only: bool,
+) -> Result<(), ToolError> {
     let url = match (server, config) {
         (Some(s), _) => s.trim_end_matches('/').to_string(),
         (None, Some(c)) => lifecycle::server_url(Some(&c))?,
         (None, None) => agentsh_proto::shimconf::DEFAULT_SERVER.to_string(),
     };
-    Ok(lifecycle::wait_ready(&url, seconds(timeout)?)?)
+    let timeout = seconds(timeout)?;
+    let started = std::time::Instant::now();
+    lifecycle::wait_ready(&url, timeout)?;
+    if server_only {
+        return Ok(());
+    }
+    // The shell gets what is left of the wait, and at least the time a
+    // loaded machine's first shell takes.
+    let left = timeout.saturating_sub(started.elapsed());
+    match super::probe::shell(left.max(std::time::Duration::from_secs(30))) {
+        super::probe::Outcome::Supervised => Ok(()),
+        other => Err(lifecycle::ReadyError::Shell(other.describe()).into()),
+    }
 }
 
 /// `agentsh detect [--json] [--config C]`.

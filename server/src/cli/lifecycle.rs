@@ -39,6 +39,9 @@ pub enum ReadyError {
     /// The server says it cannot supervise shells here: its reason.
     #[error("{0}")]
     Unable(String),
+    /// The server answers, but a shell started here is not supervised.
+    #[error("the agentsh server is up, but {0}")]
+    Shell(String),
     #[error(
         "the agentsh server at {server} did not answer /healthz as ready within {secs}s (last \
          answer: {last})"

@@ -1,6 +1,6 @@
 //! The `agentsh` command line: the server (`agentsh server`, see `daemon`)
 //! and the admin tools. One file per tool family: `approvals`, `lifecycle`
-//! (`ready`, `entrypoint`), `events`, `policy_tools` (`policy test` and
+//! (`ready`, `entrypoint`), `probe` (is a shell started here supervised?), `events`, `policy_tools` (`policy test` and
 //! `generate`), `session`, `wrap`, `client` (how every tool talks to the
 //! server); `installer` (`agentsh shim ...`) has its own folder. The
 //! command line itself: `command` (the subcommands, as clap parses them),
@@ -19,6 +19,7 @@ mod events;
 pub mod lifecycle;
 mod man;
 mod policy_tools;
+mod probe;
 mod session;
 pub(crate) mod wrap;
 

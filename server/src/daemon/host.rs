@@ -90,12 +90,14 @@ fn log_egress_enforcement(
 pub(super) fn readiness_gate(
     detected: &crate::detect::Report,
     has_command: bool,
+    backend: agentsh_proto::ExecBackend,
     report: &command::Report,
 ) -> Arc<Gate> {
     let gate = Arc::new(Gate::new(
         detected.tree_access.reach(),
         detected.yama_ptrace_scope,
         has_command,
+        crate::supervisor::backend::of(backend).facts().seizes_root,
     ));
     if let Readiness::Unable(why) = gate.get() {
         tracing::error!("not ready: no shell can be supervised: {why}");

@@ -78,8 +78,8 @@ pub fn run(start: Start) -> Result<()> {
     let detected = host::detect(&config, &policy);
     // Without CAP_SYS_PTRACE, a tree of another uid is read with its ids.
     crate::tracee::access::match_owners(!detected.cap_sys_ptrace);
-    let gate = host::readiness_gate(&detected, !start.command.is_empty(), &report);
     let backend = host::backend(&config, &detected)?;
+    let gate = host::readiness_gate(&detected, !start.command.is_empty(), backend, &report);
     // A standalone `agentsh wrap`'s server (it makes the wrap's session):
     // its run directory is its user's alone.
     let private = start.session.is_some() && command_stdio.is_some();

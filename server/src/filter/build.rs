@@ -105,6 +105,9 @@ fn check_names(spec: &FilterSpec) -> Result<(), FilterError> {
     Ok(())
 }
 
+/// Yama's `prctl(PR_SET_PTRACER, pid)` ("Yama").
+const PR_SET_PTRACER: u64 = 0x5961_6d61;
+
 /// Where the supervisor's traps go: the notify fd, or the tracer (with
 /// `data` saying which trap it is).
 fn trap(backend: ExecBackend, data: u16) -> ScmpAction {
@@ -223,9 +226,21 @@ impl Conditional {
 }
 
 /// agentsh's own rules: the marker `prctl` answers its distinctive errno
-/// (a shim inside a filter knows it is supervised), and no second
-/// user-notify listener can be installed (no second supervisor).
+/// (a shim inside a filter knows it is supervised), no second user-notify
+/// listener can be installed (no second supervisor), and no process of the
+/// tree names a ptracer (`PR_SET_PTRACER`: unixwrap named the server before
+/// the filter; nothing in the tree may name another, or undo it).
 fn own_rules(rules: &mut Conditional) {
+    rules.add(
+        "prctl",
+        ScmpAction::Errno(libc::EPERM),
+        vec![Cmp {
+            arg: 0,
+            mask: LOW32,
+            value: PR_SET_PTRACER,
+        }],
+        "no ptracer named".into(),
+    );
     rules.add(
         "prctl",
         ScmpAction::Errno(MARKER_ERRNO),

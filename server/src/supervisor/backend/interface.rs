@@ -35,6 +35,11 @@ pub struct Facts {
     /// Taking a tree over blocks (it waits for another thread), so it is
     /// done off the API's runtime.
     pub takes_over_blocking: bool,
+    /// It seizes the tree's root and reads every task of the tree as its
+    /// tracer: the root names the server its ptracer first
+    /// (`PR_SET_PTRACER`), so it can take a shell it did not start where
+    /// Yama lets a server without `CAP_SYS_PTRACE` read only descendants.
+    pub seizes_root: bool,
 }
 
 /// A way of catching a tree's supervised syscalls and answering them.

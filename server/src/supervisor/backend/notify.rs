@@ -36,6 +36,7 @@ static NOTIFY: Facts = Facts {
     can_install_fds: true,
     needs_caller_pid: false,
     takes_over_blocking: false,
+    seizes_root: false,
 };
 
 impl Backend for Notify {

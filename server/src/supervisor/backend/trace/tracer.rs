@@ -84,6 +84,7 @@ static TRACE: Facts = Facts {
     can_install_fds: false,
     needs_caller_pid: true,
     takes_over_blocking: true,
+    seizes_root: true,
 };
 
 impl Backend for Trace {
