@@ -86,8 +86,56 @@ pub fn call(
 ) -> Result<Response, Error> {
     let fd = seqpacket::connect(socket, timeout).map_err(Error::Connect)?;
     let peer = seqpacket::peer_cred(fd.as_fd()).map_err(Error::Io)?;
-    check_peer(&peer).map_err(Error::Peer)?;
-    exchange(&fd, peer, req, max_body)
+    if peer.pid != std::process::id() {
+        check_peer(&peer).map_err(Error::Peer)?;
+        return exchange(&fd, peer, req, max_body, None);
+    }
+    // A kernel that answers SO_PEERCRED with this process's own
+    // credentials (gVisor) names no peer: the server's first record does,
+    // in its SCM_CREDENTIALS, checked before a byte of the answer is read.
+    seqpacket::enable_passcred(fd.as_fd()).map_err(Error::Io)?;
+    exchange(
+        &fd,
+        peer,
+        req,
+        max_body,
+        Some((Box::new(check_peer), timeout)),
+    )
+}
+
+/// A check of who answers, made on the first record's credentials, and how
+/// long to wait for that record.
+type FirstRecordCheck<'a> = (
+    Box<dyn FnOnce(&PeerCred) -> Result<(), String> + 'a>,
+    Duration,
+);
+
+/// The credentials of the next record on `fd`, waiting up to `timeout`.
+fn creds_of_next_record(fd: &OwnedFd, timeout: Duration) -> Result<PeerCred, Error> {
+    let mut p = libc::pollfd {
+        fd: std::os::fd::AsRawFd::as_raw_fd(fd),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: one valid pollfd.
+    let rc = unsafe { libc::poll(&mut p, 1, ms) };
+    if rc <= 0 {
+        return Err(Error::Io(if rc == 0 {
+            std::io::Error::from(std::io::ErrorKind::TimedOut)
+        } else {
+            std::io::Error::last_os_error()
+        }));
+    }
+    match seqpacket::peek_creds(fd.as_fd()) {
+        Ok(Some(c)) => Ok(c),
+        Ok(None) => Err(Error::Peer(
+            "the kernel names no peer (SO_PEERCRED is this process) and the answer carries no \
+             SCM_CREDENTIALS"
+                .into(),
+        )),
+        Err(e) => Err(Error::Io(e)),
+    }
 }
 
 /// `http://HOST[:PORT]` (no path) as a socket address: an IP literal as is
@@ -194,9 +242,10 @@ pub fn encode(req: &Request<'_>) -> Vec<u8> {
 
 fn exchange(
     fd: &OwnedFd,
-    peer: PeerCred,
+    mut peer: PeerCred,
     req: &Request<'_>,
     max_body: usize,
+    first: Option<FirstRecordCheck<'_>>,
 ) -> Result<Response, Error> {
     let bytes = encode(req);
     if bytes.len() > MAX_RECORD {
@@ -207,6 +256,10 @@ fn exchange(
     }
     // The request carries our credentials: the server's proof of who asks.
     seqpacket::send_record_with_creds(fd.as_fd(), &bytes).map_err(Error::Io)?;
+    if let Some((check, timeout)) = first {
+        peer = creds_of_next_record(fd, timeout)?;
+        check(&peer).map_err(Error::Peer)?;
+    }
     let mut buf: Vec<u8> = Vec::with_capacity(4096);
     let mut rec = vec![0u8; MAX_RECORD];
     loop {

@@ -4,12 +4,15 @@
 //! deny-network-tools): network tools are not allowed`, so an agent reads a
 //! reason instead of a bare "Permission denied" and stops retrying.
 //!
-//! The caller's fd 2 is taken with `pidfd_getfd` (the same open file) and
-//! written only if `poll` says it takes data now: a full pipe nobody reads
-//! gets nothing and the refusal is answered at once. Names from the tree
-//! are escaped (no control bytes reach a terminal). Not where
-//! `pidfd_getfd` is refused (Docker's default profile, gVisor): the event's
-//! `explained` says false.
+//! The caller's fd 2 is taken with `pidfd_getfd` (the same open file), or,
+//! where that is refused (Docker's default profile, gVisor), opened again
+//! through `/proc/<tid>/fd/2` with the caller's owner's ids, when it is a
+//! pipe, a terminal or a regular file (appended to: never written over),
+//! and checked to be the file `/proc` showed before the open. It is written
+//! only if `poll` says it takes data now: a full pipe nobody reads gets
+//! nothing and the refusal is answered at once. Names from the tree are
+//! escaped (no control bytes reach a terminal). A stderr that is neither
+//! (a socket, a device) is not written: the event's `explained` says false.
 //!
 //! What this does not watch: what the caller does with its stderr (it may
 //! be `/dev/null`, or a file the agent never reads).
@@ -93,8 +96,12 @@ fn escape(s: &str) -> String {
 /// Writes `text` to task `tid`'s stderr if it takes it now; whether it did.
 pub fn tell(tid: u32, text: &str) -> bool {
     let _owner = crate::tracee::as_owner(tid);
-    let Ok(fd) = crate::tracee::pidfd::get_fd(tid, 2) else {
-        return false;
+    let fd = match crate::tracee::pidfd::get_fd(tid, 2) {
+        Ok(fd) => fd,
+        Err(_) => match reopen_stderr(tid) {
+            Some(fd) => fd,
+            None => return false,
+        },
     };
     let mut p = libc::pollfd {
         fd: fd.as_raw_fd(),
@@ -113,6 +120,35 @@ pub fn tell(tid: u32, text: &str) -> bool {
     // the server's threads block every signal (`daemon::signals`).
     let mut f = std::fs::File::from(fd);
     f.write_all(text.as_bytes()).is_ok()
+}
+
+/// Task `tid`'s stderr opened again through `/proc` (no `pidfd_getfd`
+/// here): only a pipe, a terminal or a regular file (opening anything else
+/// may have an effect of its own), non-blocking, appending, never becoming
+/// the server's terminal; `None` if it is something else, cannot be opened,
+/// or is not the file `/proc` showed a moment before (the caller swapped
+/// its fd 2 meanwhile).
+fn reopen_stderr(tid: u32) -> Option<std::os::fd::OwnedFd> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+    let path = format!("/proc/{tid}/fd/2");
+    let before = std::fs::metadata(&path).ok()?;
+    let t = before.file_type();
+    let tty = t.is_char_device() && matches!(libc_major(before.rdev()), 4 | 5 | 136..=143);
+    if !(t.is_fifo() || t.is_file() || tty) {
+        return None;
+    }
+    let f = std::fs::OpenOptions::new()
+        .append(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(&path)
+        .ok()?;
+    let now = f.metadata().ok()?;
+    (now.dev() == before.dev() && now.ino() == before.ino()).then(|| f.into())
+}
+
+/// The major number of a device number (glibc's `major`).
+fn libc_major(rdev: u64) -> u64 {
+    ((rdev >> 32) & 0xffff_f000) | ((rdev >> 8) & 0xfff)
 }
 
 #[cfg(test)]
@@ -153,5 +189,55 @@ mod tests {
             w.len() <= MAX && w.contains("x\\x07") && w.ends_with("(up to 1.5 s)\n"),
             "{w}"
         );
+    }
+
+    /// Where `pidfd_getfd` is refused, the caller's stderr is opened again
+    /// through `/proc`: a pipe gets the line; a regular file gets it
+    /// appended, what was there kept; a socket is left alone.
+    #[test]
+    fn stderr_is_reopened_through_proc_for_a_pipe_and_a_file_only() {
+        use std::io::Read;
+        use std::process::{Command, Stdio};
+        let mut child = Command::new("/bin/sleep")
+            .arg("30")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let fd = reopen_stderr(child.id()).expect("a pipe is reopened");
+        std::fs::File::from(fd).write_all(b"to the pipe\n").unwrap();
+        let mut err = child.stderr.take().unwrap();
+        let mut got = [0u8; 12];
+        err.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"to the pipe\n");
+        let _ = child.kill();
+        let _ = child.wait();
+
+        let path = std::env::temp_dir().join(format!("agentsh-explain-{}", std::process::id()));
+        std::fs::write(&path, "kept\n").unwrap();
+        let file = std::fs::File::options().write(true).open(&path).unwrap();
+        let mut child = Command::new("/bin/sleep")
+            .arg("30")
+            .stderr(Stdio::from(file))
+            .spawn()
+            .unwrap();
+        let fd = reopen_stderr(child.id()).expect("a file is reopened");
+        std::fs::File::from(fd).write_all(b"appended\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "kept\nappended\n");
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = std::fs::remove_file(&path);
+
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let mut child = Command::new("/bin/sleep")
+            .arg("30")
+            .stderr(Stdio::from(std::os::fd::OwnedFd::from(a)))
+            .spawn()
+            .unwrap();
+        assert!(
+            reopen_stderr(child.id()).is_none(),
+            "a socket is not opened"
+        );
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }

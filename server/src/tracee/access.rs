@@ -37,7 +37,6 @@
 //! the server: a thread left with a tree's ids must not go on.
 
 use std::marker::PhantomData;
-use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 static MATCH_OWNERS: AtomicBool = AtomicBool::new(false);
@@ -81,6 +80,10 @@ fn raw_ids() -> (u32, u32, u32, u32) {
         libc::getresuid(&mut r, &mut e, &mut s);
         libc::getresgid(&mut gr, &mut ge, &mut gs);
     }
+    if !fs_ids_kept() {
+        // No filesystem ids of their own: the effective ones stand in.
+        return (r, gr, e, ge);
+    }
     // setfsuid/setfsgid with an invalid id change nothing and return the
     // current value.
     // SAFETY: plain syscalls taking an integer.
@@ -91,6 +94,18 @@ fn raw_ids() -> (u32, u32, u32, u32) {
         )
     };
     (r, gr, fsu, fsg)
+}
+
+/// Whether the kernel keeps filesystem ids apart from the effective ones
+/// (`setfsuid` answers): gVisor (Debian's runsc) does not implement them,
+/// and its access checks on another process (ptrace, `/proc`) compare the
+/// real ids, which is what [`as_owner`] sets then.
+fn fs_ids_kept() -> bool {
+    static KEPT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *KEPT.get_or_init(|| {
+        // SAFETY: an invalid id changes nothing; the call only answers.
+        unsafe { libc::syscall(libc::SYS_setfsuid, u32::MAX) != -1 }
+    })
 }
 
 /// This thread's effective capability set (`capget`), 0 when unreadable.
@@ -173,6 +188,16 @@ fn give_back_ids(s: Saved) -> bool {
     }
 }
 
+/// The owner (uid, gid) of `/proc/<tid>`, with `stat(2)`: gVisor (Debian's
+/// runsc) refuses the `statx` that `std::fs::metadata` makes (EINVAL).
+fn owner_of_proc_entry(tid: u32) -> Option<(u32, u32)> {
+    let path = std::ffi::CString::new(format!("/proc/{tid}")).ok()?;
+    // SAFETY: stat writes one struct stat we own; the path is NUL-terminated.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    (unsafe { libc::stat(path.as_ptr(), &mut st) } == 0).then_some((st.st_uid, st.st_gid))
+}
+
 /// Takes, for the life of the guard, the ids of the owner of `/proc/<tid>`
 /// (the thread's effective uid and gid while it is dumpable), when this
 /// server must ([`match_owners`]) and they differ from the thread's own.
@@ -184,12 +209,12 @@ pub fn as_owner(tid: u32) -> AsOwner {
     if !matching_owners() {
         return none;
     }
-    let Ok(m) = std::fs::metadata(format!("/proc/{tid}")) else {
+    let Some((uid, gid)) = owner_of_proc_entry(tid) else {
         return none;
     };
-    let (uid, gid) = (m.uid(), m.gid());
     let (ruid, rgid, fsuid, fsgid) = raw_ids();
-    if (uid, gid) == (ruid, rgid) && (uid, gid) == (fsuid, fsgid) {
+    let fs = fs_ids_kept();
+    if (uid, gid) == (ruid, rgid) && (!fs || (uid, gid) == (fsuid, fsgid)) {
         return none;
     }
     let saved = Saved {
@@ -205,7 +230,7 @@ pub fn as_owner(tid: u32) -> AsOwner {
         return none;
     }
     let (r, g, fu, fg) = raw_ids();
-    if (r, g, fu, fg) != (uid, gid, uid, gid) {
+    if (r, g) != (uid, gid) || (fs && (fu, fg) != (uid, gid)) {
         restore(saved);
         return none;
     }

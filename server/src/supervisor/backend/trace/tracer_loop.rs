@@ -160,9 +160,15 @@ impl Loop {
 
     fn attach(&mut self, tree: Tree, trees: Arc<Trees>) -> Result<(), TraceError> {
         let pid = tree.root_pid;
-        regs::seize(pid, OPTIONS).map_err(|e| TraceError::Seize {
-            pid,
-            error: e.to_string(),
+        // With the root's owner's ids where this server has no
+        // CAP_SYS_PTRACE (`tracee::access`): attaching to another uid's
+        // process needs matching real ids; once attached, ptrace requests
+        // need none (and the tasks the root starts are attached with it).
+        crate::tracee::access::with_owner(pid, || regs::seize(pid, OPTIONS)).map_err(|e| {
+            TraceError::Seize {
+                pid,
+                error: e.to_string(),
+            }
         })?;
         tracing::info!(session = %tree.session_id, root_pid = pid, "supervising tree (ptrace)");
         trees.started(pid, &tree.session_id);
