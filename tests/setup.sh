@@ -24,8 +24,11 @@ command -v make >/dev/null || need_pkgs+=(make)
 command -v dpkg-shlibdeps >/dev/null || need_pkgs+=(dpkg-dev)
 [ -x /usr/sbin/debootstrap ] || need_pkgs+=(debootstrap)
 command -v systemd-analyze >/dev/null || need_pkgs+=(systemd)
-# gVisor, for the ptrace backend's tests under what Modal runs.
+# gVisor, for the ptrace backend's tests under what Modal runs; podman and
+# runc, for the recipes in real container runtimes (tests/tests/real_runtimes.rs).
 command -v runsc >/dev/null || need_pkgs+=(runsc)
+command -v podman >/dev/null || need_pkgs+=(podman)
+command -v runc >/dev/null || need_pkgs+=(runc)
 # The man pages' test renders them at 80 columns; the egress tests ask DNS.
 command -v man >/dev/null || need_pkgs+=(man-db)
 command -v dig >/dev/null || need_pkgs+=(bind9-dnsutils)

@@ -11,6 +11,7 @@
 pub mod attackers;
 pub mod dns;
 pub mod ns;
+pub mod podman;
 pub mod recipes;
 pub mod relay;
 pub mod rootfs;

@@ -75,6 +75,30 @@ pub fn agentsh_run_commands(name: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// A Dockerfile recipe's `RUN` commands, whole (continuation lines
+/// joined), in order; panics unless its `COPY` lines copy exactly agentsh's
+/// three binaries to `/usr/bin/` (what a test image holds).
+pub fn dockerfile_runs(name: &str) -> Vec<String> {
+    let r = recipe(name).replace("\\\n", " ");
+    for l in r.lines().filter(|l| l.trim().starts_with("COPY ")) {
+        assert_eq!(
+            l.split_whitespace().collect::<Vec<_>>(),
+            [
+                "COPY",
+                "agentsh",
+                "agentsh-unixwrap",
+                "agentsh-shell-shim",
+                "/usr/bin/"
+            ],
+            "recipe {name}: a COPY the test image does not make"
+        );
+    }
+    r.lines()
+        .filter_map(|l| l.trim().strip_prefix("RUN "))
+        .map(|c| c.trim().to_string())
+        .collect()
+}
+
 /// A namespace with agentsh installed where the package installs it.
 pub struct Installed {
     pub ns: Namespace,

@@ -305,7 +305,10 @@ mod tests {
         let pid = child.id();
         // Wait until it has exec'd (its /proc entry is nobody's).
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while std::fs::metadata(format!("/proc/{pid}")).map_or(0, |m| std::os::unix::fs::MetadataExt::uid(&m)) != 65534 {
+        while std::fs::metadata(format!("/proc/{pid}"))
+            .map_or(0, |m| std::os::unix::fs::MetadataExt::uid(&m))
+            != 65534
+        {
             assert!(
                 std::time::Instant::now() < deadline,
                 "the child never ran as nobody"

@@ -1,0 +1,200 @@
+//! Real container runtimes for the tests: podman with runc (its default
+//! capabilities and seccomp profile), with gVisor's `runsc` (what Modal
+//! runs), or privileged. No registry is reachable here, so an image is the
+//! tests' cached Debian root (`rootfs`) with the binaries under test copied
+//! in, the cookbook's image recipe run in it, and `podman import`ed.
+//!
+//! Commands reach a container the way SDKs send them: `podman exec CTR sh
+//! -c ...`, a process the runtime starts beside the container's first
+//! process, never below it.
+//!
+//! Flags this kind of machine needs (`../shared/KERNEL-NOTES`): `--runtime
+//! runc` (crun refuses the host's cgroup setup), lower `--ulimit`s (the
+//! host's hard limits are below podman's defaults), and for runsc
+//! `--runtime-flag network=host --network host`.
+//!
+//! Failure modes: podman, runc or runsc missing is [`missing`]'s message
+//! (the caller skips outside CI, fails under `CI=true`); any other failure
+//! panics with podman's output. Images and containers are removed on drop.
+
+use crate::rootfs::{Root, BOOKWORM_MINBASE};
+use crate::server::bin;
+use std::process::{Command, Output, Stdio};
+
+/// Which runtime a container runs under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runtime {
+    /// runc, podman's default capabilities and seccomp profile.
+    Runc,
+    /// gVisor (`runsc`), podman's default capabilities.
+    Runsc,
+    /// runc, `--privileged`.
+    Privileged,
+}
+
+const RUNSC: &str = "/usr/bin/runsc";
+
+/// Why real runtimes cannot be used here, if they cannot.
+pub fn missing() -> Option<String> {
+    for (what, path) in [
+        ("podman", "/usr/bin/podman"),
+        ("runc", "/usr/sbin/runc"),
+        ("runsc", RUNSC),
+    ] {
+        if !std::path::Path::new(path).exists() && !on_path(what) {
+            return Some(format!(
+                "{what} is not installed; tests/setup.sh installs it (apt-get install podman \
+                 runc runsc)"
+            ));
+        }
+    }
+    None
+}
+
+fn on_path(name: &str) -> bool {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {name}"))
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn podman(args: &[&str]) -> Output {
+    Command::new("podman")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("run podman {args:?}: {e}"))
+}
+
+/// Text of a command's output, for messages.
+pub fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A local image: the cached Debian root, the binaries under test in
+/// `/usr/bin`, an ordinary user `user` (uid 1000), then `build` (the
+/// recipe's `RUN` lines) run inside it.
+pub struct Image {
+    pub tag: String,
+}
+
+impl Image {
+    /// Builds the image; `run` are shell commands run in the root, as root,
+    /// in order (a Dockerfile's `RUN` lines).
+    pub fn build(name: &str, run: &[String]) -> Image {
+        let root = Root::unpack(&BOOKWORM_MINBASE.cached());
+        for b in ["agentsh", "agentsh-unixwrap", "agentsh-shell-shim"] {
+            root.copy_in(&bin(b), &format!("/usr/bin/{b}"));
+        }
+        root.ok(&["/usr/sbin/useradd", "-m", "-u", "1000", "user"]);
+        for cmd in run {
+            root.ok(&["/bin/sh", "-c", cmd]);
+        }
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tag = format!("localhost/agentsh-test-{name}:{}-{n}", std::process::id());
+        let tar = Command::new("tar")
+            .args(["--numeric-owner", "-C"])
+            .arg(root.path("/"))
+            .args(["-c", "."])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("run tar");
+        let out = Command::new("podman")
+            .args(["import", "-", &tag])
+            .stdin(tar.stdout.expect("tar's stdout"))
+            .output()
+            .expect("run podman import");
+        assert!(out.status.success(), "podman import: {}", text(&out));
+        Image { tag }
+    }
+}
+
+impl Drop for Image {
+    fn drop(&mut self) {
+        let _ = podman(&["rmi", "-f", &self.tag]);
+    }
+}
+
+/// A running container, removed on drop.
+pub struct Container {
+    pub name: String,
+}
+
+impl Container {
+    /// Starts `argv` (the container's first process) from `image` under
+    /// `runtime`, detached.
+    pub fn start(image: &Image, runtime: Runtime, argv: &[&str]) -> Container {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("agentsh-test-{}-{n}", std::process::id());
+        let mut args: Vec<&str> = vec![
+            "run",
+            "-d",
+            "--name",
+            &name,
+            "--ulimit",
+            "nofile=16384:16384",
+            "--ulimit",
+            "nproc=8192:8192",
+        ];
+        match runtime {
+            Runtime::Runc => args.extend(["--runtime", "runc"]),
+            Runtime::Privileged => args.extend(["--runtime", "runc", "--privileged"]),
+            Runtime::Runsc => args.extend([
+                "--runtime",
+                RUNSC,
+                "--runtime-flag",
+                "network=host",
+                "--network",
+                "host",
+            ]),
+        }
+        args.push(&image.tag);
+        args.extend(argv);
+        let out = podman(&args);
+        assert!(out.status.success(), "podman run: {}", text(&out));
+        Container { name }
+    }
+
+    /// `podman exec [--user UID] CTR argv...`: a process beside the
+    /// container's first, as SDKs start commands.
+    pub fn exec(&self, user: Option<u32>, argv: &[&str]) -> Output {
+        let uid = user.map(|u| u.to_string());
+        let mut args = vec!["exec"];
+        if let Some(u) = &uid {
+            args.extend(["--user", u]);
+        }
+        args.push(&self.name);
+        args.extend(argv);
+        podman(&args)
+    }
+
+    /// `sh -c script` as an SDK sends it.
+    pub fn sh(&self, user: Option<u32>, script: &str) -> Output {
+        self.exec(user, &["sh", "-c", script])
+    }
+
+    /// The first process's output so far (the server's log, under
+    /// `agentsh entrypoint`).
+    pub fn logs(&self) -> String {
+        let o = podman(&["logs", &self.name]);
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let _ = podman(&["rm", "-f", "-t", "0", &self.name]);
+    }
+}
