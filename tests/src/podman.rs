@@ -99,7 +99,7 @@ impl Image {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let tag = format!("localhost/agentsh-test-{name}:{}-{n}", std::process::id());
-        let tar = Command::new("tar")
+        let mut tar = Command::new("tar")
             .args(["--numeric-owner", "-C"])
             .arg(root.path("/"))
             .args(["-c", "."])
@@ -108,9 +108,11 @@ impl Image {
             .expect("run tar");
         let out = Command::new("podman")
             .args(["import", "-", &tag])
-            .stdin(tar.stdout.expect("tar's stdout"))
+            .stdin(tar.stdout.take().expect("tar's stdout"))
             .output()
             .expect("run podman import");
+        let tarred = tar.wait().expect("wait for tar");
+        assert!(tarred.success(), "tar of the image's root failed");
         assert!(out.status.success(), "podman import: {}", text(&out));
         Image { tag }
     }
