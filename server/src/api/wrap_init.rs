@@ -115,13 +115,7 @@ fn prepare_wrap_init(
     session
         .wrap_inits
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let mut seccomp_config = api.seccomp_config.clone();
-    seccomp_config.filter = filter.encoded.clone();
-    seccomp_config.backend = backend;
-    if crate::supervisor::backend::of(backend).facts().seizes_root {
-        // Named by the root before it is seized (`PR_SET_PTRACER`).
-        seccomp_config.tracer_pid = Some(std::process::id());
-    }
+    let mut seccomp_config = tree_seccomp_config(api, &filter.encoded, backend);
     let mut not_enforced = not_enforced(&landlock.summary);
     if let Some(why) = egress_gap {
         not_enforced.push(unjudged_egress(api, backend, &why));
@@ -176,6 +170,23 @@ fn prepare_wrap_init(
         wrapper_env,
     };
     Ok((response, pending))
+}
+
+/// The server's seccomp config with this tree's filter and backend; a
+/// backend that seizes the root names the server as its tracer
+/// (`PR_SET_PTRACER`, before the seize).
+fn tree_seccomp_config(
+    api: &Api,
+    filter: &str,
+    backend: agentsh_proto::ExecBackend,
+) -> agentsh_proto::SeccompConfig {
+    let mut config = api.seccomp_config.clone();
+    config.filter = filter.to_owned();
+    config.backend = backend;
+    if crate::supervisor::backend::of(backend).facts().seizes_root {
+        config.tracer_pid = Some(std::process::id());
+    }
+    config
 }
 
 /// Why the policy's egress cannot be enforced here ([`egress_unenforceable`]);

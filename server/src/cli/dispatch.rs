@@ -143,24 +143,12 @@ pub fn main() -> ExitCode {
         } => failure_if(events::print(&server, &session, follow, format)),
         Command::Approvals { command } => failure_if(approvals::run(command)),
         Command::Session { command } => session_command(command),
-        // Inside a supervised shell the server's socket cannot be reached
-        // (by design), but the shell's own supervision is the answer: its
-        // server took it in, and this exec was let through by it.
-        Command::Ready { .. } if agentsh_proto::marker::agentsh_filter_present() => {
-            ExitCode::SUCCESS
-        }
-        // The probe shell of an outer `agentsh ready`, run unsupervised:
-        // unixwrap would have removed the variable (see `probe`).
-        Command::Ready { .. } if std::env::var_os(super::probe::PROBE_ENV).is_some() => {
-            eprintln!("agentsh ready: this shell is not supervised by agentsh");
-            ExitCode::from(super::probe::UNSUPERVISED as u8)
-        }
         Command::Ready {
             server,
             config,
             timeout,
             server_only,
-        } => failure_if(ready(server, config, timeout, server_only)),
+        } => ready_command(server, config, timeout, server_only),
         Command::Entrypoint {
             config,
             ready_timeout,
@@ -172,6 +160,28 @@ pub fn main() -> ExitCode {
         Command::Detect { json, config } => failure_if(detect(json, config.as_deref())),
         Command::Shim { command } => exit_code(installer::run(command)),
     }
+}
+
+/// `agentsh ready`, and the two places it answers without asking a server.
+fn ready_command(
+    server: Option<String>,
+    config: Option<PathBuf>,
+    timeout: f64,
+    server_only: bool,
+) -> ExitCode {
+    // Inside a supervised shell the server's socket cannot be reached (by
+    // design), but the shell's own supervision is the answer: its server
+    // took it in, and this exec was let through by it.
+    if agentsh_proto::marker::agentsh_filter_present() {
+        return ExitCode::SUCCESS;
+    }
+    // The probe shell of an outer `agentsh ready`, run unsupervised:
+    // unixwrap would have removed the variable (see `probe`).
+    if std::env::var_os(super::probe::PROBE_ENV).is_some() {
+        eprintln!("agentsh ready: this shell is not supervised by agentsh");
+        return ExitCode::from(super::probe::UNSUPERVISED as u8);
+    }
+    failure_if(ready(server, config, timeout, server_only))
 }
 
 /// `agentsh server --print-config`.
