@@ -16,6 +16,7 @@ pub mod bpf;
 pub mod env;
 pub mod execabi;
 pub mod exit;
+pub mod fileabi;
 pub mod handoff;
 pub mod hint;
 pub mod http;

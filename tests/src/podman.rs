@@ -88,9 +88,18 @@ impl Image {
     /// Builds the image; `run` are shell commands run in the root, as root,
     /// in order (a Dockerfile's `RUN` lines).
     pub fn build(name: &str, run: &[String]) -> Image {
+        Image::build_with(name, run, &[])
+    }
+
+    /// [`Image::build`], with `extra` files copied in first (host path,
+    /// path in the image): the tests' attackers.
+    pub fn build_with(name: &str, run: &[String], extra: &[(&std::path::Path, &str)]) -> Image {
         let root = Root::unpack(&BOOKWORM_MINBASE.cached());
         for b in ["agentsh", "agentsh-unixwrap", "agentsh-shell-shim"] {
             root.copy_in(&bin(b), &format!("/usr/bin/{b}"));
+        }
+        for (from, to) in extra {
+            root.copy_in(from, to);
         }
         root.ok(&["/usr/sbin/useradd", "-m", "-u", "1000", "user"]);
         for cmd in run {

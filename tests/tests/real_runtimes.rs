@@ -10,9 +10,11 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
+use agentsh_tests::attackers::compile;
 use agentsh_tests::podman::{missing, text, Container, Image, Runtime};
 use agentsh_tests::recipes::{dockerfile_runs, one_line};
-use agentsh_tests::server::require_root;
+use agentsh_tests::server::{require_root, TempDir};
+use serde_json::Value;
 
 /// Whether these tests can run here; under `CI=true` they must.
 fn runtimes_here(name: &str) -> bool {
@@ -32,7 +34,12 @@ const USER: u32 = 1000;
 
 /// The Modal recipe (image and start command as written) under `runtime`.
 fn modal(runtime: Runtime) -> (Image, Container) {
-    let image = Image::build("modal", &dockerfile_runs("modal-image"));
+    modal_with(runtime, &[])
+}
+
+/// [`modal`], with `extra` files in the image (host path, image path).
+fn modal_with(runtime: Runtime, extra: &[(&std::path::Path, &str)]) -> (Image, Container) {
+    let image = Image::build_with("modal", &dockerfile_runs("modal-image"), extra);
     let start = one_line("modal-start");
     let argv: Vec<&str> = start.split_whitespace().collect();
     let ctr = Container::start(&image, runtime, &argv);
@@ -121,4 +128,114 @@ fn modal_recipe_privileged_supervises_sibling_shells() {
     }
     let (_image, ctr) = modal(Runtime::Privileged);
     sdk_commands_are_supervised(&ctr);
+}
+
+/// What a root (or ordinary) tree tries against agentsh's own files and the
+/// file rules, each line `what=status`; every one must fail.
+const TAMPER: &str = r#"
+printf 'shim_install=off\n' > /etc/agentsh/shim.conf; echo "shim.conf=$?"
+printf 'log_level: off\n' > /etc/agentsh/config.yaml; echo "config=$?"
+cp /bin/true /usr/bin/agentsh; echo "agentsh=$?"
+cp /bin/true /usr/bin/agentsh-shell-shim; echo "shim=$?"
+rm -f /usr/bin/agentsh-unixwrap; echo "unixwrap=$?"
+ln -sf /bin/dash /bin/sh; echo "bin-sh=$?"
+mv /etc/agentsh /tmp/moved; echo "mv=$?"
+ln /etc/agentsh/shim.conf /tmp/hard-$$; echo "hardlink=$?"
+ln -s /etc/agentsh/shim.conf /tmp/soft-$$; printf x > /tmp/soft-$$; echo "symlink=$?"
+chmod 666 /etc/agentsh/shim.conf; echo "chmod=$?"
+printf '1.2.3.4 x\n' >> /etc/hosts; echo "hosts=$?"
+echo fine > /tmp/own-$$ && cat /tmp/own-$$
+"#;
+
+/// The file rules hold where the tracer keeps them: every line of
+/// [`TAMPER`] fails, a write to `/tmp` works, and shim.conf is unchanged.
+fn own_files_hold(ctr: &Container, user: Option<u32>, shim_conf: &str) {
+    let o = ctr.sh(user, TAMPER);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    for line in out.lines().filter(|l| l.contains('=')) {
+        assert!(
+            !line.ends_with("=0"),
+            "{user:?}: {line} succeeded:\n{}",
+            text(&o)
+        );
+    }
+    assert_eq!(
+        out.lines().filter(|l| l.contains('=')).count(),
+        11,
+        "{}",
+        text(&o)
+    );
+    assert!(
+        out.contains("fine"),
+        "{user:?}: /tmp is not writable: {}",
+        text(&o)
+    );
+    let now = ctr.exec(None, &["cat", "/etc/agentsh/shim.conf"]);
+    assert_eq!(String::from_utf8_lossy(&now.stdout), shim_conf);
+}
+
+#[test]
+fn modal_recipe_in_gvisor_keeps_agentshs_files_from_a_root_tree() {
+    if !runtimes_here("modal_recipe_in_gvisor_keeps_agentshs_files_from_a_root_tree") {
+        return;
+    }
+    let tmp = TempDir::new("rr-files");
+    let race = compile("filerace", tmp.path(), true);
+    let (_image, ctr) = modal_with(Runtime::Runsc, &[(&race, "/usr/local/bin/filerace")]);
+    let shim_conf =
+        String::from_utf8_lossy(&ctr.exec(None, &["cat", "/etc/agentsh/shim.conf"]).stdout)
+            .into_owned();
+    assert!(shim_conf.contains("shim_install=on"), "{shim_conf}");
+    for user in [None, Some(USER)] {
+        own_files_hold(&ctr, user, &shim_conf);
+    }
+    // The next shell is still supervised, refusals and all.
+    sdk_commands_are_supervised(&ctr);
+
+    // Races: a thread rewriting the path while it is judged; another
+    // process swapping the name between a file and a symlink to shim.conf.
+    for mode in ["thread", "swap"] {
+        let o = ctr.sh(
+            None,
+            &format!("d=$(mktemp -d) && filerace {mode} /etc/agentsh/shim.conf $d 3"),
+        );
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(o.status.success(), "{mode}: {}", text(&o));
+        assert!(
+            !out.contains("WON"),
+            "{mode}: shim.conf opened for writing:\n{out}"
+        );
+        let count = |what: &str| -> u64 {
+            out.split_whitespace()
+                .skip_while(|w| *w != what)
+                .nth(1)
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
+        };
+        // Both sides of the race happened: writes where allowed, refusals.
+        assert!(count("opened") > 0 && count("refused") > 0, "{mode}: {out}");
+    }
+    let now = ctr.exec(None, &["cat", "/etc/agentsh/shim.conf"]);
+    assert_eq!(String::from_utf8_lossy(&now.stdout), shim_conf);
+
+    // Each refusal is audited: the right, where it was missing, the rule.
+    let ev = ctr.exec(None, &["agentsh", "events"]);
+    let events: Vec<Value> = String::from_utf8_lossy(&ev.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|e: &Value| e["type"] == "file")
+        .collect();
+    let shim_write = events.iter().find(|e| {
+        e["path"] == "/etc/agentsh/shim.conf" && e["right"] == "write" && e["rule"] == "file_rules"
+    });
+    assert!(
+        shim_write.is_some(),
+        "no audited write refusal: {events:#?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["syscall"] == "linkat" || e["syscall"] == "link"),
+        "no audited hard link refusal: {events:#?}"
+    );
 }

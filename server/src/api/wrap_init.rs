@@ -272,6 +272,9 @@ fn open_tree(api: &Api, session: &Session, caller: Caller) -> Result<Opened, Fai
             exec_places: landlock.exec_places.clone(),
             rules: setup.rules.clone(),
             doomed: session.doomed.clone(),
+            files: setup.filters.traces_files().then(|| {
+                std::sync::Arc::new(crate::supervisor::FileRules::from_config(&landlock.config))
+            }),
         },
     )
     .map_err(|e| {

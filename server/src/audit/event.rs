@@ -275,6 +275,33 @@ pub struct SignalEvent {
     pub reason: String,
 }
 
+/// A path call the file rules refused, under the ptrace backend where the
+/// kernel has no Landlock (`supervisor::files`): the tracer keeps them.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct FileEvent {
+    /// The calling thread's id.
+    pub pid: u32,
+    /// openat | unlink | rename | ... (the call's name).
+    pub syscall: String,
+    /// The path as the tree named it.
+    pub path: String,
+    /// The second path (rename, link, symlink), as named.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub path2: Option<String>,
+    /// Where the rules were applied: the canonical path the right was
+    /// missing at (a file, or the directory of a new or removed name).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub resolved: Option<String>,
+    /// read | write | create | delete | list (absent: a device node, a
+    /// move that would gain a right, or a mechanism refusal).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub right: Option<String>,
+    pub decision: crate::policy::Decision,
+    /// `file_rules`, or the mechanism's refusal (`unreadable`, ...).
+    pub rule: String,
+    pub reason: String,
+}
+
 /// One destination a tree named, as egress supervision judged it (the
 /// first time: later calls to the same destination reuse the decision).
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
@@ -345,6 +372,7 @@ pub enum EventBody {
     Handoff(HandoffEvent),
     UnsupervisedRun(UnsupervisedEvent),
     Signal(SignalEvent),
+    File(FileEvent),
     AdminSession(AdminSessionEvent),
     Session(SessionEvent),
 }

@@ -48,6 +48,9 @@ pub enum Refusal {
     DnsStubDown,
     /// A DNS query the stub cannot parse (answered FORMERR).
     DnsMalformed,
+    /// A path call the tree's file rules refuse, kept by the tracer where
+    /// the kernel has no Landlock (the ruleset names no policy rule).
+    FileRules,
 }
 
 /// Where a refusal's rule is documented: the file, and the heading of the
@@ -65,9 +68,13 @@ const EGRESS_TABLE: DocRow = DocRow {
     file: "docs/policy.md",
     section: "#### Rules the mechanism writes",
 };
+const FILE_TABLE: DocRow = DocRow {
+    file: "docs/exec-supervision.md",
+    section: "## Files under the ptrace backend",
+};
 
 impl Refusal {
-    pub const ALL: [Refusal; 16] = [
+    pub const ALL: [Refusal; 17] = [
         Refusal::Unreadable,
         Refusal::Unresolvable,
         Refusal::MemoryNotFrozen,
@@ -84,6 +91,7 @@ impl Refusal {
         Refusal::NetworkRules,
         Refusal::DnsStubDown,
         Refusal::DnsMalformed,
+        Refusal::FileRules,
     ];
 
     /// The audit event's `rule`.
@@ -105,6 +113,7 @@ impl Refusal {
             Refusal::NetworkRules => "network_rules",
             Refusal::DnsStubDown => Passage::DnsStub.rule(),
             Refusal::DnsMalformed => "dns_malformed",
+            Refusal::FileRules => "file_rules",
         }
     }
 
@@ -127,13 +136,16 @@ impl Refusal {
             Refusal::EgressUnenforceable
             | Refusal::NetworkRules
             | Refusal::DnsStubDown
-            | Refusal::DnsMalformed => false,
+            | Refusal::DnsMalformed
+            | Refusal::FileRules => false,
         }
     }
 
     /// Where it is documented.
     pub fn doc(self) -> DocRow {
-        if self.of_exec() {
+        if self == Refusal::FileRules {
+            FILE_TABLE
+        } else if self.of_exec() {
             EXEC_TABLE
         } else {
             EGRESS_TABLE

@@ -10,7 +10,9 @@
 //! the rule; names are checked before any rule is added.
 
 use super::error::FilterError;
-use super::spec::{FilterSpec, SignalGuard, TRACE_DATA_EXEC, TRACE_DATA_NET, TRACE_DATA_SIGNAL};
+use super::spec::{
+    FilterSpec, SignalGuard, TRACE_DATA_EXEC, TRACE_DATA_FILE, TRACE_DATA_NET, TRACE_DATA_SIGNAL,
+};
 use super::table::{Answer, Cmp, When, BASE_RULES, RESERVED};
 use agentsh_proto::marker::{MARKER_ERRNO, MARKER_PRCTL_ARG, MARKER_PRCTL_OPTION};
 use agentsh_proto::ExecBackend;
@@ -129,7 +131,8 @@ impl Unconditional {
 
 /// The rules that hold whatever the arguments, in the order that decides
 /// which wins for a syscall named twice: the exec trap, the policy's
-/// `syscalls.block`, the base table's unconditional rules, and (without
+/// `syscalls.block`, the base table's unconditional rules, the path calls
+/// the tracer judges where no Landlock keeps the file rules, and (without
 /// Landlock's signal scope) the signal calls the supervisor judges.
 fn unconditional_rules(spec: &FilterSpec) -> Unconditional {
     let mut always = Unconditional::default();
@@ -154,6 +157,22 @@ fn unconditional_rules(spec: &FilterSpec) -> Unconditional {
                     name,
                     ScmpAction::Errno(rule.answer.errno()),
                     format!("base rule for {name}"),
+                );
+            }
+        }
+    }
+    if spec.trace_files {
+        // Before the truncate refusal below (no Landlock truncate right):
+        // the tracer judges truncate by the file rules instead. A name this
+        // libseccomp does not know is not trapped (`fchmodat2` before
+        // 2.5.5: a mode change only; the kernel's glibc falls back to
+        // `fchmodat`).
+        for name in agentsh_proto::fileabi::names() {
+            if ScmpSyscall::from_name(name).is_ok() {
+                always.set(
+                    name,
+                    trap(spec.backend, TRACE_DATA_FILE),
+                    format!("file rules for {name} (no Landlock)"),
                 );
             }
         }

@@ -244,6 +244,12 @@ impl Filters {
         self.backend
     }
 
+    /// The trees' path calls go to the tracer: a tracing backend, and no
+    /// Landlock to keep the file rules.
+    pub fn traces_files(&self) -> bool {
+        self.backend.trap() == agentsh_proto::wire::Trap::Tracer && self.effective_landlock_abi == 0
+    }
+
     /// The program for `spec` plus the policy's blocklist, from the cache when
     /// it was compiled before.
     ///
@@ -264,6 +270,7 @@ impl Filters {
         spec.refuse_exec_memory = self.refuse_exec_memory;
         spec.backend = self.backend;
         spec.net = self.net.clone();
+        spec.trace_files = self.traces_files();
         if let Some(c) = self.lock().get(&spec) {
             return Ok(c.clone());
         }

@@ -17,6 +17,8 @@ pub const TRACE_DATA_EXEC: u16 = 1;
 pub const TRACE_DATA_SIGNAL: u16 = 2;
 /// `SECCOMP_RET_DATA` of the ptrace backend's egress trap.
 pub const TRACE_DATA_NET: u16 = 3;
+/// `SECCOMP_RET_DATA` of the ptrace backend's path-call trap (no Landlock).
+pub const TRACE_DATA_FILE: u16 = 4;
 
 /// The policy's network part of the filter: which `socket()` families a
 /// tree may create, and whether destinations go to the supervisor.
@@ -105,6 +107,10 @@ pub struct FilterSpec {
     pub backend: ExecBackend,
     /// The policy's `socket_families` and `egress` (see [`NetFilter`]).
     pub net: NetFilter,
+    /// The path calls go to the tracer, which judges them by the tree's
+    /// file rules: the ptrace backend where the kernel has no Landlock
+    /// (gVisor), the only place those rules are then kept.
+    pub trace_files: bool,
 }
 
 impl NetFilter {
@@ -154,6 +160,7 @@ impl FilterSpec {
             refuse_exec_memory: false,
             backend: ExecBackend::Notify,
             net: NetFilter::default(),
+            trace_files: false,
         }
     }
 }

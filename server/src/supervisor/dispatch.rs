@@ -7,7 +7,8 @@
 //! Classes: execs (`execve`, `execveat`) to `exec::handle`; the signal
 //! calls the filter traps below Landlock ABI 6 to `signals::handle`; the
 //! network calls that name a destination (policy `egress`) to
-//! `egress::handle`;
+//! `egress::handle`; the path calls the filter traps where no Landlock
+//! keeps the file rules to `files::handle`;
 //! anything else is refused as `unexpected_syscall` and audited: the filter
 //! traps nothing this module does not route, so one means a filter and a
 //! supervisor that disagree, and refusing is the closed answer.
@@ -19,7 +20,7 @@ use super::exec::ExecRequest;
 use super::seam::{Caught, Stop, Verification};
 use super::state::TreeState;
 use super::tree::Tree;
-use super::{egress, exec, signals};
+use super::{egress, exec, files, signals};
 use crate::audit::{Action, EventBody, ExecEvent, ExecSubject, Refusal};
 use crate::policy::Decision;
 use agentsh_proto::execabi;
@@ -65,6 +66,9 @@ pub fn dispatch(
             c,
             stop,
         );
+    }
+    if let Some(call) = files::classify(c.arch, c.nr) {
+        return files::handle(ctx, tree, call, c, stop);
     }
     ctx.audit.record(
         &tree.session_id,

@@ -1,6 +1,7 @@
 //! The supervisor: rules on every call a tree's filter hands over (execs,
 //! the network calls that name a destination, the signal calls Landlock
-//! cannot scope), whichever backend caught it.
+//! cannot scope, and the path calls where the kernel has no Landlock),
+//! whichever backend caught it.
 //!
 //! The folder is the architecture:
 //!
@@ -14,13 +15,15 @@
 //!   `sharing`: every task sharing the caller's memory), the `/proc` files
 //!   kept open between calls (`procfiles`), where the time goes (`phases`),
 //!   one attempt however many PATH entries (`retry`), telling the caller why
-//!   it was refused (`explain`);
+//!   it was refused (`explain`), which memory may hold a call's strings
+//!   (`vma`);
 //! * the families, one folder or file each, each given only its own state:
 //!   `exec` (gather the facts, ask the pure policy, hold, answer, audit,
 //!   watch the exec through; `exec::identity` recognises copies of the
 //!   programs the policy names), `egress` (judge each destination, make the
-//!   call on the tree's behalf) and `signals` (the signal guard's
-//!   user-notify half);
+//!   call on the tree's behalf), `signals` (the signal guard's
+//!   user-notify half) and `files` (the file rules, where no Landlock keeps
+//!   them: the ptrace backend in gVisor);
 //! * the backends (`backend`): `notify` (one seccomp user-notify fd per
 //!   tree, a thread each) and `trace` (`SECCOMP_RET_TRACE` stops of every
 //!   task of every tree, on one tracer thread: gVisor, restrictive seccomp
@@ -38,6 +41,7 @@ mod dispatch;
 mod egress;
 mod exec;
 pub mod explain;
+mod files;
 mod phases;
 mod procfiles;
 mod ptrace;
@@ -48,9 +52,11 @@ mod signals;
 mod state;
 mod tasks;
 mod tree;
+mod vma;
 
 pub use context::SupervisorContext;
 pub use exec::identity::{index_for, prepare, sha256_hex, IndexError, Preparing, MAX_INDEXES};
 pub use exec::mechanism_rules;
+pub use files::FileRules;
 pub use seam::{Deferred, Held, Hold, HoldKind, HoldRequest, Holder, Settled, Stop, Verification};
 pub use tree::{Tree, TreeRules, TreeTerms};

@@ -57,6 +57,17 @@ pub trait Stop {
     /// decision, a blocking call made for the tree). Taking it means the
     /// call is left waiting here.
     fn defer(&self) -> Holder;
+    /// Stops every other task that shares the caller's memory, from now
+    /// until the call has returned (after [`Stop::proceed`]) or been
+    /// answered: the strings read next are the strings the kernel uses. A
+    /// backend that cannot (user-notify: the families that need it run
+    /// under ptrace only) says so.
+    ///
+    /// # Errors
+    /// The tasks cannot all be stopped (the caller refuses the call).
+    fn hold_still(&self) -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::ENOSYS))
+    }
 }
 
 /// A caught syscall left waiting, answered later from any thread.

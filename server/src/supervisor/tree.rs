@@ -22,6 +22,9 @@ pub struct Tree {
     /// Set when its session's trees are killed: any call of the tree that
     /// reaches the supervisor then kills its caller.
     pub doomed: Arc<std::sync::atomic::AtomicBool>,
+    /// Its file rules, where the supervisor keeps them (no Landlock: the
+    /// filter sends its path calls to the tracer).
+    pub files: Option<Arc<super::files::FileRules>>,
 }
 
 /// What a tree is judged by, fixed at its wrap-init (see [`Tree`]).
@@ -30,6 +33,7 @@ pub struct TreeTerms {
     pub exec_places: crate::policy::landlock::ExecPlaces,
     pub rules: Arc<TreeRules>,
     pub doomed: Arc<std::sync::atomic::AtomicBool>,
+    pub files: Option<Arc<super::files::FileRules>>,
 }
 
 impl Tree {
@@ -40,6 +44,7 @@ impl Tree {
             exec_places: terms.exec_places,
             rules: terms.rules,
             doomed: terms.doomed,
+            files: terms.files.map(|f| Arc::new(f.for_root(root_pid))),
         }
     }
 }

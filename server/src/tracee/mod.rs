@@ -28,7 +28,8 @@
 //! `resolve` (a path in the calling thread's view), `shebang` (the `#!`
 //! interpreter chain), `stable` (whether the tree can change what a lookup
 //! finds), `netproc` (a caller's socket as `/proc` shows it), `pidfd` (a
-//! task's fd taken through its pidfd, a signal through it).
+//! task's fd taken through its pidfd, a signal through it), `walk` (a path
+//! call's path, component by component, for the file rules).
 
 pub mod access;
 mod file;
@@ -40,6 +41,7 @@ mod resolve;
 mod shebang;
 mod stable;
 mod stat;
+pub mod walk;
 
 pub use access::{as_owner, with_owner};
 pub use file::{fd_identity, fd_meta, FileKey, FileMeta};

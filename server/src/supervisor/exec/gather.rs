@@ -18,7 +18,6 @@
 use super::identity::IdentityIndex;
 use super::request::ExecRequest;
 use super::state::ExecTree;
-use super::vma;
 use crate::audit::Memory;
 use crate::audit::Refusal;
 use crate::config::RaceGuard;
@@ -26,6 +25,7 @@ use crate::supervisor::context::SupervisorContext;
 use crate::supervisor::phases;
 use crate::supervisor::procfiles::ProcFiles;
 use crate::supervisor::sharing::{self, FreezeError, Frozen, Sharing};
+use crate::supervisor::vma;
 use crate::tracee::maps;
 use crate::tracee::{self, ExecTarget, MemReader, ResolveError, StatFile, View};
 use agentsh_proto::execabi::ExecArgs;

@@ -53,7 +53,6 @@ mod redirect;
 mod request;
 mod state;
 mod verify;
-mod vma;
 mod watch;
 
 pub use handle::handle;

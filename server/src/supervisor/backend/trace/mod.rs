@@ -41,6 +41,8 @@
 //! against is killed and audited (`unverified_exec`); a seize that fails
 //! refuses the handoff (unixwrap then refuses to run).
 
+mod freeze;
+mod gate;
 mod queue;
 mod regs;
 mod stop;

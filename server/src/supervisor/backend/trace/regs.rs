@@ -12,7 +12,16 @@
 use std::io;
 
 use crate::supervisor::ptrace::request;
-pub use crate::supervisor::ptrace::seize;
+pub use crate::supervisor::ptrace::{interrupt, seize};
+
+/// Resumes a stopped tracee into its syscall, to stop again when it
+/// returns (`PTRACE_SYSCALL`: the syscall-exit stop, `SIGTRAP | 0x80`).
+///
+/// # Errors
+/// ESRCH: not stopped, or gone.
+pub fn syscall(tid: u32) -> io::Result<()> {
+    request(libc::PTRACE_SYSCALL, tid, 0, 0)
+}
 
 /// Resumes a stopped tracee, delivering `signal` (0: none).
 ///
@@ -20,6 +29,30 @@ pub use crate::supervisor::ptrace::seize;
 /// ESRCH: not stopped, or gone.
 pub fn cont(tid: u32, signal: i32) -> io::Result<()> {
     request(libc::PTRACE_CONT, tid, 0, signal as usize)
+}
+
+/// Whether a tracee's syscall stop (`SIGTRAP | 0x80`) is the call's entry
+/// rather than its exit: `PTRACE_GET_SYSCALL_INFO` where the kernel has it;
+/// else (gVisor) the return register, which holds `-ENOSYS` at entry (a
+/// call that returned ENOSYS looks the same: the caller then waits one
+/// stop longer, never less).
+pub fn at_syscall_entry(tid: u32) -> bool {
+    const PTRACE_GET_SYSCALL_INFO: libc::c_uint = 0x420e;
+    const OP_ENTRY: u8 = 1;
+    let mut info = [0u8; 88];
+    // SAFETY: the kernel writes at most `info.len()` bytes into our buffer.
+    let n = unsafe {
+        libc::ptrace(
+            PTRACE_GET_SYSCALL_INFO,
+            tid as libc::pid_t,
+            info.len(),
+            info.as_mut_ptr(),
+        )
+    };
+    if n > 0 {
+        return info[0] == OP_ENTRY;
+    }
+    Regs::get(tid).is_ok_and(|r| r.returns_enosys())
 }
 
 /// Leaves a tracee in its group-stop but reports when the stop ends.
@@ -82,6 +115,11 @@ impl Regs {
         (arch, self.r.orig_rax as i32)
     }
 
+    /// The return register holds `-ENOSYS` (what a syscall-entry stop shows).
+    pub fn returns_enosys(&self) -> bool {
+        self.r.rax == (-i64::from(libc::ENOSYS)) as u64
+    }
+
     /// The six syscall arguments in the ABI's registers.
     pub fn args(&self) -> [u64; 6] {
         let r = &self.r;
@@ -114,6 +152,10 @@ impl Regs {
 
     pub fn arch_nr(&self) -> (u32, i32) {
         (0, -1)
+    }
+
+    pub fn returns_enosys(&self) -> bool {
+        false
     }
 
     pub fn args(&self) -> [u64; 6] {

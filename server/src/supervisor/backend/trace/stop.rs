@@ -5,6 +5,7 @@
 //! Failure modes: an answer the tracee is no longer there for is dropped
 //! (the tracer ignores it).
 
+use super::freeze::Freezer;
 use super::queue::{answer, answer_value, still_held};
 use super::regs;
 use crate::supervisor::seam::{Deferred, Holder, Stop, Verification};
@@ -14,15 +15,20 @@ use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 /// A seccomp stop, as the families answer it.
-pub struct TraceStop {
+pub struct TraceStop<'a> {
     pub(super) tid: u32,
     pub(super) answered: Cell<bool>,
     pub(super) expect: RefCell<Option<Verification>>,
     /// The thread's start time, read when the stop is deferred (0: not).
     pub(super) starttime: Cell<u64>,
+    /// Where the other threads of the caller are held (`hold_still`).
+    pub(super) freezer: &'a Freezer,
+    /// Whether a thread is stopped already (held for an operator, not yet
+    /// claimed): not asked to stop again.
+    pub(super) stopped: &'a dyn Fn(u32) -> bool,
 }
 
-impl Stop for TraceStop {
+impl Stop for TraceStop<'_> {
     fn still_waiting(&self) -> bool {
         // Only a stopped tracee has an event message.
         regs::event_msg(self.tid).is_ok()
@@ -30,6 +36,12 @@ impl Stop for TraceStop {
 
     fn proceed(&self) -> io::Result<()> {
         self.answered.set(true);
+        if self.freezer.holds(self.tid) {
+            // Into the call with the others held; the tracer lets them go
+            // at the call's syscall-exit stop.
+            self.freezer.run(self.tid);
+            return regs::syscall(self.tid);
+        }
         regs::cont(self.tid, 0)
     }
 
@@ -51,6 +63,12 @@ impl Stop for TraceStop {
 
     fn expect(&self, what: Verification) {
         *self.expect.borrow_mut() = Some(what);
+    }
+
+    fn hold_still(&self) -> io::Result<()> {
+        self.freezer
+            .freeze(self.tid, self.stopped)
+            .map_err(io::Error::other)
     }
 
     fn defer(&self) -> Holder {

@@ -12,6 +12,8 @@
 //! judged, is killed before its first instruction and audited; without a
 //! signalfd, events are found by polling every [`POLL_MS`] ms.
 
+use super::freeze::Freezer;
+use super::gate::{self, NameGate};
 use super::queue::{Request, TraceError};
 use super::regs;
 use super::stop::TraceStop;
@@ -35,8 +37,11 @@ const EVENT_EXEC: i32 = 4;
 const EVENT_SECCOMP: i32 = 7;
 const EVENT_STOP: i32 = 128;
 
-/// The options every tracee gets (children inherit them).
-const OPTIONS: libc::c_int = libc::PTRACE_O_TRACESECCOMP
+/// The options every tracee gets (children inherit them). `TRACESYSGOOD`:
+/// the syscall-exit stop of a call run with others held (`freeze`) is
+/// `SIGTRAP | 0x80`, never taken for a signal.
+const OPTIONS: libc::c_int = libc::PTRACE_O_TRACESYSGOOD
+    | libc::PTRACE_O_TRACESECCOMP
     | libc::PTRACE_O_TRACEEXEC
     | libc::PTRACE_O_TRACEFORK
     | libc::PTRACE_O_TRACEVFORK
@@ -74,6 +79,13 @@ pub(super) struct Loop {
     unclaimed: HashMap<u32, i32>,
     /// Threads held in their seccomp stop for an operator: their start time.
     held: HashMap<u32, u64>,
+    /// Threads stopped while another of their process makes a call whose
+    /// strings were judged (`freeze`).
+    freezer: Freezer,
+    /// Path calls running, and those waiting for names to hold still (`gate`).
+    gate: NameGate,
+    /// The parked call being let in (it does not queue again behind others).
+    replaying: Option<u32>,
 }
 
 impl Loop {
@@ -86,6 +98,9 @@ impl Loop {
             tracees: HashMap::new(),
             unclaimed: HashMap::new(),
             held: HashMap::new(),
+            freezer: Freezer::default(),
+            gate: NameGate::default(),
+            replaying: None,
         }
     }
 
@@ -105,6 +120,9 @@ impl Loop {
                 self.request(r);
             }
             self.drain_events();
+            if self.gate.drop_blocked(gate::sleeps) {
+                self.unpark();
+            }
             let mut fds = [
                 libc::pollfd {
                     fd: self.wake.as_raw_fd(),
@@ -252,9 +270,27 @@ impl Loop {
             return;
         }
         let signal = libc::WSTOPSIG(status);
+        if signal == libc::SIGTRAP | 0x80 {
+            if self.freezer.entering(tid) {
+                // gVisor: the entry of the call resumed from its seccomp
+                // stop; it runs now, the others still held.
+                if let Err(e) = regs::syscall(tid) {
+                    tracing::debug!(tid, "tracee not resumed (gone?): {e}");
+                }
+                return;
+            }
+            // The syscall-exit stop of a call run with others held.
+            self.let_go(tid);
+            self.gate.done(tid);
+            if let Err(e) = regs::cont(tid, 0) {
+                tracing::debug!(tid, "tracee not resumed (gone?): {e}");
+            }
+            self.unpark();
+            return;
+        }
         let resumed = match (status >> 16) & 0xffff {
             EVENT_SECCOMP => {
-                self.seccomp_stop(tid);
+                self.seccomp_stop(tid, status);
                 Ok(())
             }
             EVENT_EXEC => {
@@ -320,9 +356,36 @@ impl Loop {
         }
     }
 
+    /// Lets go the threads `caller` held stopped: each stop they came to is
+    /// handled now, as it would have been.
+    fn let_go(&mut self, caller: u32) {
+        for (t, status) in self.freezer.release(caller) {
+            if self.tracees.contains_key(&t) {
+                self.event(t, status);
+            }
+        }
+    }
+
+    /// The path calls the names gate lets in now, handled as they would
+    /// have been when they came.
+    fn unpark(&mut self) {
+        while let Some((t, status)) = self.gate.next() {
+            if self.tracees.contains_key(&t) {
+                self.replaying = Some(t);
+                self.event(t, status);
+                self.replaying = None;
+            }
+        }
+    }
+
     /// `tid` exited, was killed, or (the former id of a thread that exec'd)
     /// vanished.
     fn gone(&mut self, tid: u32) {
+        self.let_go(tid);
+        if self.gate.parks(tid) || self.gate.done_running(tid) {
+            self.gate.done(tid);
+            self.unpark();
+        }
         self.held.remove(&tid);
         self.unclaimed.remove(&tid);
         let Some(t) = self.tracees.remove(&tid) else {
@@ -340,7 +403,7 @@ impl Loop {
         }
     }
 
-    fn seccomp_stop(&mut self, tid: u32) {
+    fn seccomp_stop(&mut self, tid: u32, status: i32) {
         let Some(root) = self.tracees.get(&tid).map(|t| t.root) else {
             return;
         };
@@ -357,16 +420,28 @@ impl Loop {
                 return;
             }
         };
+        let (arch, nr) = regs.arch_nr();
+        // A path call waits while names it would walk may change.
+        let walks = agentsh_proto::fileabi::classify(arch, nr).map(|c| gate::kind_of(c.op));
+        if let Some(kind) = walks {
+            if !self.gate.admits(kind, self.replaying == Some(tid)) {
+                self.gate.park(tid, status, kind);
+                return;
+            }
+        }
         let Some(tt) = self.trees.get_mut(&root) else {
             return;
         };
+        let (held, unclaimed, gate) = (&self.held, &self.unclaimed, &self.gate);
+        let stopped = |t: u32| held.contains_key(&t) || unclaimed.contains_key(&t) || gate.parks(t);
         let stop = TraceStop {
             tid,
             answered: Cell::new(false),
             expect: RefCell::new(None),
             starttime: Cell::new(0),
+            freezer: &self.freezer,
+            stopped: &stopped,
         };
-        let (arch, nr) = regs.arch_nr();
         let caught = Caught {
             tid,
             arch,
@@ -374,12 +449,22 @@ impl Loop {
             args: regs.args(),
         };
         dispatch(&self.ctx, &tt.tree, &mut tt.st, &caught, &stop);
+        let (answered, starttime) = (stop.answered.get(), stop.starttime.get());
+        let expect = stop.expect.take();
+        drop(stop);
+        // Held for a call that did not go on (refused, answered, deferred):
+        // the others go now; for one that did, at its syscall-exit stop.
+        if !self.freezer.running(tid) {
+            self.let_go(tid);
+        } else if let Some(kind) = walks {
+            self.gate.running(tid, kind);
+        }
         // Whatever the class: a stop its handler did not answer stays
         // stopped, held until an answer comes through the queue.
-        if !stop.answered.get() {
-            self.held.insert(tid, stop.starttime.get());
+        if !answered {
+            self.held.insert(tid, starttime);
         }
-        if let Some(v) = stop.expect.take() {
+        if let Some(v) = expect {
             if let Some(t) = self.tracees.get_mut(&tid) {
                 t.expect = Some(v);
             }

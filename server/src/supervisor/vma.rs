@@ -1,4 +1,5 @@
-//! Where the exec's strings live: refuse memory another process could write.
+//! Where a trapped call's strings live: refuse memory another process could write
+//! (the exec family's path and argv, the files family's paths).
 //!
 //! Stopping every task that shares the caller's address space (`sharing`) is
 //! not enough when the strings sit in a mapping other processes can change:

