@@ -102,7 +102,8 @@ fn prepare_wrap_init(
     let started = std::time::Instant::now();
     let session = admission::admit(api, sid, caller)?;
     let setup = &session.setup;
-    let egress_gap = egress_gap(api, &setup.policy)?;
+    let backend = setup.filters.backend();
+    let egress_gap = egress_gap(api, &setup.policy, backend)?;
     let wrapper = wrapper_binary(api)?;
     let Opened {
         lineage,
@@ -116,7 +117,8 @@ fn prepare_wrap_init(
         .wrap_inits
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut seccomp_config = tree_seccomp_config(api, &filter.encoded, backend);
-    let mut not_enforced = not_enforced(&landlock.summary);
+    let connects_judged = judges_in_place(backend) && setup.policy.egress().is_some();
+    let mut not_enforced = not_enforced(&landlock.summary, connects_judged);
     if let Some(why) = egress_gap {
         not_enforced.push(unjudged_egress(api, backend, &why));
     }
@@ -191,8 +193,12 @@ fn tree_seccomp_config(
 
 /// Why the policy's egress cannot be enforced here ([`egress_unenforceable`]);
 /// refused when `egress.compat` is `required`.
-fn egress_gap(api: &Api, policy: &crate::policy::Policy) -> Result<Option<String>, Failure> {
-    let gap = egress_unenforceable(api, policy);
+fn egress_gap(
+    api: &Api,
+    policy: &crate::policy::Policy,
+    backend: agentsh_proto::ExecBackend,
+) -> Result<Option<String>, Failure> {
+    let gap = egress_unenforceable(api, policy, backend);
     if let Some(why) = &gap {
         if api.config.egress.compat == crate::config::EgressCompat::Required {
             tracing::warn!("wrap-init refused: egress.compat is required and {why}");
@@ -363,11 +369,16 @@ fn env_changes(names: &[String], rules: Option<&EnvRules>) -> (Vec<String>, Vec<
 /// Why the policy's egress cannot be enforced on this host (`None`: it
 /// can, the policy has none, or it allows every destination so there is
 /// nothing to enforce): the supervisor takes a tree's sockets with
-/// `pidfd_getfd`.
-fn egress_unenforceable(api: &Api, policy: &crate::policy::Policy) -> Option<String> {
+/// `pidfd_getfd`, or, under a backend that judges calls where they stop
+/// (ptrace), needs nothing of the kind.
+fn egress_unenforceable(
+    api: &Api,
+    policy: &crate::policy::Policy,
+    backend: agentsh_proto::ExecBackend,
+) -> Option<String> {
     let probe = &api.detected.pidfd_getfd;
     let enforcing = policy.egress().is_some_and(|e| !e.allows_everything());
-    (enforcing && !probe.available).then(|| {
+    (enforcing && !probe.available && !judges_in_place(backend)).then(|| {
         probe
             .detail
             .clone()
@@ -375,10 +386,23 @@ fn egress_unenforceable(api: &Api, policy: &crate::policy::Policy) -> Option<Str
     })
 }
 
+/// The backend judges a network call where it stops (ptrace): every
+/// connect the filter traps is judged, `network_rules`' TCP connect ports
+/// with it.
+fn judges_in_place(backend: agentsh_proto::ExecBackend) -> bool {
+    crate::supervisor::backend::of(backend)
+        .facts()
+        .judges_in_place
+}
+
 /// What the tree does not get on this host, said rather than implied: with
 /// no Landlock at all (gVisor), the file and network rules and the
-/// protection of agentsh's own files do not exist.
-fn not_enforced(l: &crate::policy::landlock::LandlockSummary) -> Vec<String> {
+/// protection of agentsh's own files do not exist (but for the TCP connect
+/// ports, where `connects_judged`: the tracer keeps them at every connect).
+fn not_enforced(
+    l: &crate::policy::landlock::LandlockSummary,
+    connects_judged: bool,
+) -> Vec<String> {
     if l.kernel_abi > 0 {
         return Vec::new();
     }
@@ -387,8 +411,14 @@ fn not_enforced(l: &crate::policy::landlock::LandlockSummary) -> Vec<String> {
         v.push("file rules (no Landlock on this kernel)".to_string());
         v.push("the protection of agentsh's own files (no Landlock)".to_string());
     }
-    if l.tcp_connect_ports.is_some() || l.tcp_bind_ports.is_some() {
-        v.push("network rules (no Landlock on this kernel)".to_string());
+    match (l.tcp_connect_ports.is_some() && !connects_judged, l.tcp_bind_ports.is_some()) {
+        (true, _) => v.push("network rules (no Landlock on this kernel)".to_string()),
+        (false, true) => v.push(
+            "network rules' TCP bind ports (no Landlock on this kernel; connect ports are kept \
+             by the tracer)"
+                .to_string(),
+        ),
+        (false, false) => {}
     }
     v
 }

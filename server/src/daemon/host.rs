@@ -32,7 +32,18 @@ pub(super) fn detect(config: &Config, policy: &Policy) -> crate::detect::Report 
         tracing::info!("{p}");
     }
     if let Some(e) = policy.egress() {
-        log_egress_enforcement(e.allows_everything(), &detected, config.egress.compat);
+        let in_place = crate::detect::choose_backend(config.execve.backend, |k| {
+            detected.probe_of(k)
+        })
+        .is_ok_and(|b| crate::supervisor::backend::of(b).facts().judges_in_place);
+        if in_place {
+            tracing::info!(
+                "egress: every destination a tree names is judged where its call stops (the \
+                 tracer holds the caller's threads through the call) and the call runs as made"
+            );
+        } else {
+            log_egress_enforcement(e.allows_everything(), &detected, config.egress.compat);
+        }
     }
     detected
 }
@@ -67,9 +78,8 @@ fn log_egress_enforcement(
         tracing::warn!(
             "egress NOT ENFORCED where it cannot be judged: {} here, so the supervisor \
              cannot take a tree's sockets, and egress.compat is allow_unjudged: what it \
-             cannot judge (every connect and send under the ptrace backend; a send naming a \
-             destination under notify) runs as the tree made it, audited with rule \
-             allow_unjudged",
+             cannot judge (a send naming a destination) runs as the tree made it, audited \
+             with rule allow_unjudged",
             refused()
         );
     } else {

@@ -68,7 +68,23 @@ pub trait Stop {
     fn hold_still(&self) -> io::Result<()> {
         Err(io::Error::from_raw_os_error(libc::ENOSYS))
     }
+    /// Lets the call proceed, as [`Stop::proceed`], and runs `after` once
+    /// it has returned, before the caller (or any task [`Stop::hold_still`]
+    /// holds) runs again: a family that changed the caller's memory for
+    /// the call puts it back there. Only after [`Stop::hold_still`].
+    ///
+    /// # Errors
+    /// The backend cannot (user-notify: ENOSYS), or nothing is held; the
+    /// call has not proceeded (the caller answers it).
+    fn proceed_then(&self, _after: AfterCall) -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::ENOSYS))
+    }
 }
+
+/// What runs once a call let through with [`Stop::proceed_then`] has
+/// returned: given its return value (`-errno` on failure), the value the
+/// caller is to see instead (`None`: its own).
+pub type AfterCall = Box<dyn FnOnce(i64) -> Option<i64>>;
 
 /// A caught syscall left waiting, answered later from any thread.
 pub trait Deferred: Send + Sync {
@@ -106,6 +122,16 @@ pub trait Deferred: Send + Sync {
     /// # Errors
     /// As [`Deferred::install_fd`].
     fn add_fd(&self, file: &OwnedFd, cloexec: bool) -> io::Result<i32>;
+    /// Lets the held call run again from its start: it comes back through
+    /// the filter and is judged anew, in the caller's memory as it is
+    /// then (a call judged where it stops, once an operator approved it).
+    ///
+    /// # Errors
+    /// The backend cannot (user-notify: ENOSYS; the caller answers the
+    /// call instead).
+    fn restart(&self) -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::ENOSYS))
+    }
 }
 
 /// A call left waiting, shared between the threads that may answer it.

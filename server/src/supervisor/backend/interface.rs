@@ -29,6 +29,11 @@ pub struct Facts {
     /// (`SECCOMP_IOCTL_NOTIF_ADDFD`): a connect made on a socket of the
     /// supervisor's own, `decision: redirect`.
     pub can_install_fds: bool,
+    /// It holds a caller's other threads still through a call
+    /// (`Stop::hold_still`), so a network call's destination is judged in
+    /// the caller's memory and the call let through as made: egress needs
+    /// neither `pidfd_getfd` nor fds put into the tree.
+    pub judges_in_place: bool,
     /// Taking a tree over needs the wrapper's pid from the transport (the
     /// handoff carries nothing else that names it).
     pub needs_caller_pid: bool,

@@ -34,6 +34,7 @@ static NOTIFY: Facts = Facts {
     needs: "seccomp user notification",
     unavailable: "this kernel has no seccomp user notification",
     can_install_fds: true,
+    judges_in_place: false,
     needs_caller_pid: false,
     takes_over_blocking: false,
     seizes_root: false,

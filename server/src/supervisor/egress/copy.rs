@@ -1,6 +1,8 @@
 //! One call's messages, copied out of the caller once: the destination, the
 //! data and the control messages judged are the bytes the supervisor then
-//! sends, whatever another thread writes afterwards.
+//! sends, whatever another thread writes afterwards. Where the call is
+//! judged in place (`in_place`), only the destinations are read, with where
+//! each byte that decides them lies.
 //!
 //! Failure modes: memory the caller cannot read either is answered as the
 //! kernel would (EFAULT); memory only the supervisor cannot read, or control
@@ -37,7 +39,16 @@ pub(super) struct Copied {
     /// memory (the kernel writes the bytes sent there; so does the
     /// supervisor when it sends for the caller).
     pub(super) len_at: Option<(u32, u64)>,
+    /// Where the destination's sockaddr lies in the caller's memory (0:
+    /// none named).
+    pub(super) addr_at: u64,
+    /// Where the bytes that decide the destination lie (the sockaddr, and
+    /// a message header's name and its length), as (address, length).
+    pub(super) places: Vec<Place>,
 }
+
+/// Where bytes lie in the caller's memory: (address, length).
+pub(super) type Place = (u64, usize);
 
 pub(super) enum Copy {
     Answer(Answer),
@@ -72,34 +83,56 @@ fn word(b: &[u8], at: usize, width: Width) -> u64 {
 /// The messages of the call, copied (one for `connect`, `sendto`,
 /// `sendmsg`; up to `vlen` for `sendmmsg`).
 pub(super) fn copy_call(c: &Caught, call: NetCall, width: Width) -> Result<Vec<Copied>, Copy> {
+    copy(c, call, width, true)
+}
+
+/// The destinations of the call only (no data, no control messages), with
+/// where their bytes lie.
+pub(super) fn copy_names(c: &Caught, call: NetCall, width: Width) -> Result<Vec<Copied>, Copy> {
+    copy(c, call, width, false)
+}
+
+fn copy(c: &Caught, call: NetCall, width: Width, data: bool) -> Result<Vec<Copied>, Copy> {
     let a = c.args;
     let addr_len = |len: u64| (len as u32 as usize).min(SOCKADDR_MAX);
+    let name = |at: u64, len: u64| -> Result<(Vec<u8>, Vec<Place>), Copy> {
+        if at == 0 {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let b = read(c.tid, at, addr_len(len))?;
+        let places = vec![(at, b.len())];
+        Ok((b, places))
+    };
     match call {
-        NetCall::Connect => Ok(vec![Copied {
-            addr: read(c.tid, a[1], addr_len(a[2]))?,
-            data: Vec::new(),
-            control: Vec::new(),
-            flags: 0,
-            clipped: false,
-            len_at: None,
-        }]),
-        NetCall::Sendto => {
-            let want = a[2] as usize;
-            let len = want.min(SEND_MAX);
+        NetCall::Connect => {
+            let (addr, places) = name(a[1], a[2])?;
             Ok(vec![Copied {
-                addr: if a[4] == 0 {
-                    Vec::new()
-                } else {
-                    read(c.tid, a[4], addr_len(a[5]))?
-                },
+                addr,
+                data: Vec::new(),
+                control: Vec::new(),
+                flags: 0,
+                clipped: false,
+                len_at: None,
+                addr_at: a[1],
+                places,
+            }])
+        }
+        NetCall::Sendto => {
+            let want = if data { a[2] as usize } else { 0 };
+            let len = want.min(SEND_MAX);
+            let (addr, places) = name(a[4], a[5])?;
+            Ok(vec![Copied {
+                addr,
                 data: read(c.tid, a[1], len)?,
                 control: Vec::new(),
                 flags: a[3] as i32,
                 clipped: want > len,
                 len_at: None,
+                addr_at: a[4],
+                places,
             }])
         }
-        NetCall::Sendmsg => Ok(vec![copy_msghdr(c.tid, a[1], a[2] as i32, width)?]),
+        NetCall::Sendmsg => Ok(vec![copy_msghdr(c.tid, a[1], a[2] as i32, width, data)?]),
         NetCall::Sendmmsg => {
             let vlen = (a[2] as u32 as usize).min(IOV_MAX);
             // struct mmsghdr: a msghdr and an unsigned int (padded).
@@ -115,7 +148,7 @@ pub(super) fn copy_call(c: &Caught, call: NetCall, width: Width) -> Result<Vec<C
             let mut out = Vec::with_capacity(vlen);
             for i in 0..vlen {
                 let at = a[1] + (i * stride) as u64;
-                let mut m = copy_msghdr(c.tid, at, a[3] as i32, width)?;
+                let mut m = copy_msghdr(c.tid, at, a[3] as i32, width, data)?;
                 m.len_at = Some((c.tid, at + len_offset));
                 out.push(m);
             }
@@ -127,8 +160,15 @@ pub(super) fn copy_call(c: &Caught, call: NetCall, width: Width) -> Result<Vec<C
     }
 }
 
-/// One `struct msghdr` at `at`, with its name, data and control messages.
-fn copy_msghdr(tid: u32, at: u64, flags: i32, width: Width) -> Result<Copied, Copy> {
+/// One `struct msghdr` at `at`, with its name, and (`with_data`) its data
+/// and control messages.
+fn copy_msghdr(
+    tid: u32,
+    at: u64,
+    flags: i32,
+    width: Width,
+    with_data: bool,
+) -> Result<Copied, Copy> {
     let (size, w) = match width {
         Width::W64 => (56, 8),
         Width::W32 => (28, 4),
@@ -158,11 +198,27 @@ fn copy_msghdr(tid: u32, at: u64, flags: i32, width: Width) -> Result<Copied, Co
     if iovlen > IOV_MAX {
         return Err(Copy::Answer(-i64::from(libc::EMSGSIZE)));
     }
+    // The name and its length: the pointer and the int after it.
+    let mut places = vec![(at, w + 4)];
     let addr = if name == 0 {
         Vec::new()
     } else {
-        read(tid, name, (namelen as u32 as usize).min(SOCKADDR_MAX))?
+        let b = read(tid, name, (namelen as u32 as usize).min(SOCKADDR_MAX))?;
+        places.push((name, b.len()));
+        b
     };
+    if !with_data {
+        return Ok(Copied {
+            addr,
+            data: Vec::new(),
+            control: Vec::new(),
+            flags,
+            clipped: false,
+            len_at: None,
+            addr_at: name,
+            places,
+        });
+    }
     let vec = read(tid, iov, iovlen * 2 * w)?;
     let mut data = Vec::new();
     let mut clipped = false;
@@ -192,5 +248,7 @@ fn copy_msghdr(tid: u32, at: u64, flags: i32, width: Width) -> Result<Copied, Co
         flags,
         clipped,
         len_at: None,
+        addr_at: name,
+        places,
     })
 }

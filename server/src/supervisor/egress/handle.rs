@@ -9,7 +9,8 @@
 
 use super::call::{Call, EgressTree};
 use super::copy::{copy_call, Copied, Copy};
-use super::held::HeldConnect;
+use super::held::{HeldConnect, Then};
+use super::in_place::judge_in_place;
 use super::judge::{judge_all, Judged, ToApprove};
 use super::perform::Target;
 use super::socket::{find_socket, new_socket, Found, Socket};
@@ -69,6 +70,19 @@ pub fn handle(
             ),
         );
     };
+    // Where the backend holds the caller still, the call is judged where
+    // it stops and let through as made (`in_place`); elsewhere it is made
+    // for the tree, on its socket.
+    match stop.hold_still() {
+        Ok(()) => return judge_in_place(k, st, policy),
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {}
+        Err(e) => {
+            return refuse(
+                k,
+                format!("the caller's other threads cannot be stopped for the call: {e}"),
+            )
+        }
+    }
     let Some(inet) = inet_socket(k, st, policy) else {
         return;
     };
@@ -164,7 +178,7 @@ fn make(k: &Call, st: &mut EgressTree, inet: Inet, messages: Vec<Copied>, judged
     let call = k.call;
     let perform = move || target.perform(call, protocol, &messages);
     if let Some(approve) = judged.approve {
-        hold(k, st, approve, later(), perform);
+        hold(k, st, approve, later(), Then::Perform(Box::new(perform)));
     } else if blocking {
         on_a_thread(k, st, later, perform);
     } else {
@@ -207,17 +221,16 @@ fn target(k: &Call, inet: Inet) -> Option<Target> {
     }
 }
 
-/// Held for an operator (`approve`): the call is made only once approved,
-/// by the approval's waiter; approved once, the destination is allowed for
-/// the rest of the tree.
-fn hold(
+/// Held for an operator (`approve`): the call is made (or, judged in
+/// place, runs again) only once approved, by the approval's waiter;
+/// approved once, the destination is allowed for the rest of the tree.
+pub(super) fn hold(
     k: &Call,
     st: &mut EgressTree,
     (key, rule, host): ToApprove,
     holder: Holder,
-    perform: impl FnOnce() -> i64 + Send + 'static,
+    then: Then,
 ) {
-    let approved = st.egress.approved.clone();
     k.ctx.approvals.clone().hold(Box::new(HeldConnect {
         session_id: k.tree.session_id.clone(),
         tid: k.c.tid,
@@ -229,13 +242,8 @@ fn hold(
             protocol: key.protocol.as_str(),
         },
         rule,
-        perform: Box::new(move || {
-            approved
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .insert(key);
-            perform()
-        }),
+        then,
+        approved: (st.egress.approved.clone(), key),
         holder,
         audit: k.ctx.audit.clone(),
     }));

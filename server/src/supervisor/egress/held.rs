@@ -3,16 +3,30 @@
 //! answered ([`HeldConnect`] implements the seam's `Held`).
 //!
 //! The call is made for the tree only once approved, by the approval's
-//! waiter, with the copy judged; its result is the answer. Approved once,
-//! the destination is allowed for the rest of the tree (`perform` records
-//! it).
+//! waiter, with the copy judged; its result is the answer. A call judged
+//! in place (`in_place`) runs again instead, from its start: it comes back
+//! through the filter and is judged anew in the caller's memory as it is
+//! then. Approved once, the destination is allowed for the rest of the
+//! tree.
 //!
 //! Failure modes: a caller gone before the answer gets nothing (the call
 //! is not made); a call refused or timed out is answered EACCES.
 
+use super::state::DestKey;
 use crate::audit::{self, Action, AuditLog, EventBody};
 use crate::supervisor::seam::{Held, HeldDestination, HoldKind, HoldRequest, Holder, Settled};
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+/// What an approved call does.
+pub enum Then {
+    /// Made for the tree (on the socket taken from it, with the
+    /// supervisor's copy); its answer value.
+    Perform(Box<dyn FnOnce() -> i64 + Send>),
+    /// The caller's own call runs again from its start and is judged anew
+    /// (its destination approved by then): a call judged in place.
+    Again,
+}
 
 /// A held connect or send.
 pub struct HeldConnect {
@@ -23,9 +37,10 @@ pub struct HeldConnect {
     pub syscall: &'static str,
     pub destination: HeldDestination,
     pub rule: String,
-    /// Makes the call for the tree (on the socket taken from it, with the
-    /// supervisor's copy); its answer value.
-    pub perform: Box<dyn FnOnce() -> i64 + Send>,
+    /// What it does once approved.
+    pub then: Then,
+    /// The tree's approved destinations, and this one's key.
+    pub approved: (Arc<Mutex<HashSet<DestKey>>>, DestKey),
     pub holder: Holder,
     pub audit: Arc<AuditLog>,
 }
@@ -59,10 +74,23 @@ impl Held for HeldConnect {
             return;
         }
         let this = *self;
-        if s.allow {
-            this.holder.answer_value((this.perform)());
-        } else {
+        if !s.allow {
             this.holder.answer_value(-i64::from(libc::EACCES));
+            return;
+        }
+        let (approved, key) = &this.approved;
+        approved
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(*key);
+        match this.then {
+            Then::Perform(perform) => this.holder.answer_value(perform()),
+            Then::Again => {
+                if let Err(e) = this.holder.restart() {
+                    tracing::warn!(pid = this.tid, "an approved call cannot run again: {e}");
+                    this.holder.answer_value(-i64::from(libc::EACCES));
+                }
+            }
         }
     }
 }

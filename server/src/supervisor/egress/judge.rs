@@ -12,7 +12,7 @@
 use super::call::{Call, EgressTree};
 use super::copy::Copied;
 use super::record::record;
-use super::sockaddr::{parse_sockaddr, sockaddr_of, Parsed};
+use super::sockaddr::{parse_destination, sockaddr_of, Parsed};
 use super::state::DestKey;
 use crate::audit::{Passage, Refusal};
 use crate::policy::egress::{self, Destination, Egress, Protocol};
@@ -94,7 +94,7 @@ fn judge_one(
     if m.addr.is_empty() {
         return One::Pass;
     }
-    let (ip, port) = match parse_sockaddr(&m.addr) {
+    let (ip, port) = match parse_destination(&m.addr, k.call) {
         // AF_UNSPEC: a datagram socket's destination dissolved.
         Parsed::Unspec => return One::Pass,
         // The kernel refuses it on this socket (EAFNOSUPPORT or EINVAL).

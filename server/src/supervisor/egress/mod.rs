@@ -56,6 +56,7 @@ mod call;
 mod copy;
 mod handle;
 mod held;
+mod in_place;
 mod judge;
 mod perform;
 mod record;

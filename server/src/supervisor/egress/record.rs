@@ -6,7 +6,7 @@
 
 use super::call::Call;
 use super::copy::copy_call;
-use super::sockaddr::{parse_sockaddr, Parsed};
+use super::sockaddr::{parse_destination, Parsed};
 use super::state::DestKey;
 use crate::audit::{ConnectEvent, EventBody, Refusal};
 use crate::policy::egress;
@@ -75,7 +75,7 @@ pub(super) fn record(
 /// read). The socket's transport is not known here: no `protocol`.
 pub(super) fn record_unenforceable(k: &Call, reason: String) {
     let named = copy_call(k.c, k.call, k.width).ok().and_then(|m| {
-        m.iter().find_map(|m| match parse_sockaddr(&m.addr) {
+        m.iter().find_map(|m| match parse_destination(&m.addr, k.call) {
             Parsed::Inet(ip, port) => Some(Named {
                 ip: egress::canonical(ip),
                 port,

@@ -187,14 +187,14 @@ pub(super) fn same_file(a: &OwnedFd, b: &OwnedFd) -> bool {
     matches!((stat(a), stat(b)), (Some(x), Some(y)) if x == y)
 }
 
-enum Taken {
+pub(super) enum Taken {
     /// Answer the caller with this (its fd is not a socket, or not open).
     Answer(Answer),
     Refuse(String),
 }
 
 /// The caller's `fd`, taken from thread `tid`'s fd table.
-fn take_socket(tid: u32, fd: i32) -> Result<OwnedFd, Taken> {
+pub(super) fn take_socket(tid: u32, fd: i32) -> Result<OwnedFd, Taken> {
     if fd < 0 {
         return Err(Taken::Answer(-i64::from(libc::EBADF)));
     }

@@ -1,17 +1,25 @@
 //! A tree's DNS socket, told to agentsh's stub: the stub knows the tree by
 //! the socket's address, so it is registered (bound first where it has no
-//! address yet) before the query can reach the stub.
+//! address yet) before the query can reach the stub. A call judged in
+//! place (`in_place`) has no socket of the supervisor's: its socket is
+//! told by the local address `/proc` shows, before a send, or once a
+//! connect has given it one ([`Registered::After`]).
 //!
-//! Failure modes: a socket that cannot be read or bound is an error with
-//! the reason (the caller refuses the call).
+//! Failure modes: a socket that cannot be read or bound, or (in place) has
+//! no address a table shows, is an error with the reason (the caller
+//! refuses the call).
 
 use super::call::{Call, EgressTree};
+use super::in_place::has_address;
 use super::sockaddr::{domain_of, local_addr, sockaddr_of};
-use crate::dns::Querier;
+use super::socket::take_socket;
+use crate::dns::{Querier, Stub};
 use crate::policy::egress::Protocol;
+use crate::tracee::netproc::{self, Transport};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
 
 /// Why a DNS socket could not be told to the stub.
 #[derive(Debug, thiserror::Error)]
@@ -65,4 +73,106 @@ pub(super) fn register_querier(
         },
     );
     Ok(())
+}
+
+/// How a socket judged in place is told to the stub.
+pub(super) enum Registered {
+    /// Told already.
+    Now,
+    /// To be told once the connect has returned ([`Later::register`]).
+    After(Later),
+}
+
+/// A connect's socket to tell the stub about once the connect gave it an
+/// address.
+pub(super) struct Later {
+    stub: Arc<Stub>,
+    querier: Querier,
+    stream: bool,
+    tid: u32,
+    fd: i32,
+}
+
+impl Later {
+    /// Tells the stub the socket's address as `/proc` shows it now.
+    ///
+    /// # Errors
+    /// The socket cannot be read, or has no address.
+    pub(super) fn register(self) -> Result<SocketAddr, String> {
+        let (tid, fd) = (self.tid, self.fd);
+        let seen = crate::tracee::with_owner(tid, || netproc::transport_of(tid, fd))
+            .map_err(|e| format!("fd {fd}: {e}"))?
+            .ok_or_else(|| format!("fd {fd} is no longer a socket"))?;
+        let local = has_address(seen.local)
+            .ok_or_else(|| format!("fd {fd} has no local address after its connect"))?;
+        self.stub.book.register(self.stream, local, self.querier);
+        Ok(local)
+    }
+}
+
+/// A send's socket (judged in place) told to the stub now, by the local
+/// address `/proc` shows; with none yet, bound first where the socket can
+/// be taken (`pidfd_getfd`).
+///
+/// # Errors
+/// The socket has no address and cannot be taken to give it one.
+pub(super) fn register_at(
+    k: &Call,
+    st: &mut EgressTree,
+    stub: &Arc<Stub>,
+    stream: bool,
+    seen: &netproc::Seen,
+) -> Result<Registered, String> {
+    let querier = Querier {
+        tree: st.egress.names(k.tree),
+        pid: k.c.tid,
+    };
+    if let Some(local) = has_address(seen.local) {
+        stub.book.register(stream, local, querier);
+        return Ok(Registered::Now);
+    }
+    let protocol = if stream { Protocol::Tcp } else { Protocol::Udp };
+    match take_socket(k.c.tid, k.c.args[0] as i32) {
+        Ok(sock) => register_querier(k, st, &sock, protocol)
+            .map(|()| Registered::Now)
+            .map_err(|e| format!("the DNS socket cannot be told to agentsh's stub: {e}")),
+        Err(_) => Err(
+            "a DNS query sent from a socket with no local address yet cannot be told to \
+             agentsh's stub here (the socket cannot be taken to bind it): bind or connect the \
+             socket first, as glibc's and musl's resolvers do"
+                .into(),
+        ),
+    }
+}
+
+/// A connect's socket (judged in place), to be told to the stub once the
+/// connect has given it its address ([`Later::register`]).
+///
+/// # Errors
+/// No table would show its address then (UDP over IPv6 under gVisor).
+pub(super) fn register_after(
+    k: &Call,
+    st: &mut EgressTree,
+    stub: &Arc<Stub>,
+    stream: bool,
+    seen: &netproc::Seen,
+) -> Result<Registered, String> {
+    if seen.transport == Transport::Unlisted {
+        return Err(
+            "a DNS socket whose address no /proc table shows (UDP over IPv6 under gVisor, \
+             whose /proc/net/udp6 is empty) cannot be told to agentsh's stub: use an IPv4 \
+             resolver"
+                .into(),
+        );
+    }
+    Ok(Registered::After(Later {
+        stub: stub.clone(),
+        querier: Querier {
+            tree: st.egress.names(k.tree),
+            pid: k.c.tid,
+        },
+        stream,
+        tid: k.c.tid,
+        fd: k.c.args[0] as i32,
+    }))
 }

@@ -13,7 +13,7 @@
 use super::call::{Call, EgressTree};
 use super::copy::copy_call;
 use super::record::{record, record_unenforceable, Named};
-use super::sockaddr::{parse_sockaddr, Parsed};
+use super::sockaddr::{parse_destination, Parsed};
 use super::state::DestKey;
 use crate::audit::Passage;
 use crate::policy::egress::{self, Protocol};
@@ -55,7 +55,7 @@ pub(super) fn let_unjudged(k: &Call, st: &mut EgressTree, why: &str, because: Un
     };
     if let Ok(messages) = copy_call(k.c, k.call, k.width) {
         for m in &messages {
-            let Parsed::Inet(ip, port) = parse_sockaddr(&m.addr) else {
+            let Parsed::Inet(ip, port) = parse_destination(&m.addr, k.call) else {
                 continue;
             };
             // The socket's type cannot be read here: keyed as TCP.

@@ -19,6 +19,7 @@
 //! the threads already stopped are let go the same way.
 
 use super::regs;
+use crate::supervisor::seam::AfterCall;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -48,6 +49,9 @@ pub(super) struct Freezer {
     /// Callers whose syscall-entry stop came (gVisor reports one after the
     /// seccomp stop; Linux does not): their next syscall stop is the exit.
     entered: RefCell<HashSet<u32>>,
+    /// What runs at a caller's syscall-exit stop, before anything is let
+    /// go (`Stop::proceed_then`).
+    after: RefCell<HashMap<u32, AfterCall>>,
 }
 
 impl Freezer {
@@ -115,6 +119,16 @@ impl Freezer {
         self.running.borrow_mut().insert(caller);
     }
 
+    /// `after` runs at `caller`'s syscall-exit stop.
+    pub(super) fn then(&self, caller: u32, after: AfterCall) {
+        self.after.borrow_mut().insert(caller, after);
+    }
+
+    /// What is to run at `caller`'s syscall-exit stop, taken.
+    pub(super) fn take_after(&self, caller: u32) -> Option<AfterCall> {
+        self.after.borrow_mut().remove(&caller)
+    }
+
     /// Whether `caller`'s call runs with the others held.
     pub(super) fn running(&self, caller: u32) -> bool {
         self.running.borrow().contains(&caller)
@@ -133,6 +147,8 @@ impl Freezer {
     pub(super) fn release(&self, caller: u32) -> Vec<(u32, i32)> {
         self.running.borrow_mut().remove(&caller);
         self.entered.borrow_mut().remove(&caller);
+        // Gone before its exit stop: nothing of it to put back.
+        self.after.borrow_mut().remove(&caller);
         self.held.borrow_mut().remove(&caller).unwrap_or_default()
     }
 }

@@ -1,7 +1,7 @@
 //! The queue to the tracer thread: what other threads ask of it
 //! ([`Request`]), the handle that sends and wakes it ([`Tracer`], made once
 //! in [`TRACER`] by `tracer`), and the answers to held stops ([`answer`],
-//! [`answer_value`]).
+//! [`answer_value`], [`again`]).
 //!
 //! Failure modes: an answer when there is no tracer, or the tracer is gone,
 //! is logged and dropped (the held stop stays held; its tree dies with the
@@ -37,6 +37,9 @@ pub(super) enum Request {
     /// A held syscall performed on the tree's behalf is done: skip it with
     /// this return value (`< 0`: `-errno`).
     Value { tid: u32, starttime: u64, val: i64 },
+    /// A held syscall is to run again from its start (back through the
+    /// filter, judged anew).
+    Again { tid: u32, starttime: u64 },
 }
 
 /// The handle on the tracer thread: a queue and the eventfd that wakes it.
@@ -104,6 +107,12 @@ pub fn answer_value(tid: u32, starttime: u64, val: i64) {
             val,
         },
     );
+}
+
+/// Held thread `tid`'s syscall runs again from its start (it comes back
+/// through the filter). Ignored if `tid` no longer holds it.
+pub fn again(tid: u32, starttime: u64) {
+    to_tracer(tid, Request::Again { tid, starttime });
 }
 
 /// Queues the answer to held thread `tid`'s syscall for the tracer.

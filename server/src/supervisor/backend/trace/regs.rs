@@ -120,6 +120,16 @@ impl Regs {
         self.r.rax == (-i64::from(libc::ENOSYS)) as u64
     }
 
+    /// What the call returned, at its syscall-exit stop (`-errno` on
+    /// failure; a 32-bit caller's, sign-extended).
+    pub fn returned(&self) -> i64 {
+        if self.r.cs == Self::CS_COMPAT {
+            i64::from(self.r.rax as u32 as i32)
+        } else {
+            self.r.rax as i64
+        }
+    }
+
     /// The six syscall arguments in the ABI's registers.
     pub fn args(&self) -> [u64; 6] {
         let r = &self.r;
@@ -158,6 +168,10 @@ impl Regs {
         false
     }
 
+    pub fn returned(&self) -> i64 {
+        0
+    }
+
     pub fn args(&self) -> [u64; 6] {
         [0; 6]
     }
@@ -189,6 +203,65 @@ pub fn skip_with(tid: u32, val: i64) -> io::Result<()> {
         0,
         (&regs.r as *const libc::user_regs_struct) as usize,
     )
+}
+
+/// Sets the return value of the syscall the tracee is stopped at the exit
+/// of (`val < 0`: `-errno`).
+///
+/// # Errors
+/// The registers cannot be read or written (the tracee is gone).
+#[cfg(target_arch = "x86_64")]
+pub fn set_returned(tid: u32, val: i64) -> io::Result<()> {
+    let mut regs = Regs::get(tid)?;
+    regs.r.rax = val as u64;
+    set(tid, &regs)
+}
+
+/// Makes the syscall the tracee is stopped in (at its seccomp stop) run
+/// again from its start once resumed: it is skipped now, and the
+/// instruction that made it comes again with the same number and
+/// arguments, as the kernel restarts a call a signal interrupted (both
+/// syscall instructions, `syscall` and `int 0x80`, are two bytes).
+///
+/// # Errors
+/// The registers cannot be read or written (the tracee is gone).
+#[cfg(target_arch = "x86_64")]
+pub fn restart(tid: u32) -> io::Result<()> {
+    let mut regs = Regs::get(tid)?;
+    regs.r.rax = regs.r.orig_rax;
+    regs.r.orig_rax = u64::MAX;
+    regs.r.rip = regs.r.rip.wrapping_sub(2);
+    set(tid, &regs)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn set(tid: u32, regs: &Regs) -> io::Result<()> {
+    request(
+        libc::PTRACE_SETREGS,
+        tid,
+        0,
+        (&regs.r as *const libc::user_regs_struct) as usize,
+    )
+}
+
+/// # Errors
+/// Always: only x86_64 is implemented.
+#[cfg(not(target_arch = "x86_64"))]
+pub fn set_returned(_tid: u32, _val: i64) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "the ptrace backend is implemented for x86_64 only",
+    ))
+}
+
+/// # Errors
+/// Always: only x86_64 is implemented.
+#[cfg(not(target_arch = "x86_64"))]
+pub fn restart(_tid: u32) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "the ptrace backend is implemented for x86_64 only",
+    ))
 }
 
 /// # Errors

@@ -6,9 +6,9 @@
 //! (the tracer ignores it).
 
 use super::freeze::Freezer;
-use super::queue::{answer, answer_value, still_held};
+use super::queue::{again, answer, answer_value, still_held};
 use super::regs;
-use crate::supervisor::seam::{Deferred, Holder, Stop, Verification};
+use crate::supervisor::seam::{AfterCall, Deferred, Holder, Stop, Verification};
 use std::cell::{Cell, RefCell};
 use std::io;
 use std::os::fd::OwnedFd;
@@ -71,6 +71,15 @@ impl Stop for TraceStop<'_> {
             .map_err(io::Error::other)
     }
 
+    fn proceed_then(&self, after: AfterCall) -> io::Result<()> {
+        if !self.freezer.holds(self.tid) {
+            // Without the hold, the call would run to its end unwatched.
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        self.freezer.then(self.tid, after);
+        self.proceed()
+    }
+
     fn defer(&self) -> Holder {
         let starttime = crate::tracee::proc_stat(self.tid).map_or(0, |s| s.starttime);
         self.starttime.set(starttime);
@@ -123,5 +132,10 @@ impl Deferred for TraceHeld {
 
     fn add_fd(&self, _file: &OwnedFd, _cloexec: bool) -> io::Result<i32> {
         Err(io::Error::from_raw_os_error(libc::ENOSYS))
+    }
+
+    fn restart(&self) -> io::Result<()> {
+        again(self.tid, self.starttime);
+        Ok(())
     }
 }

@@ -82,6 +82,7 @@ static TRACE: Facts = Facts {
     needs: "SECCOMP_RET_TRACE + ptrace",
     unavailable: "SECCOMP_RET_TRACE + ptrace does not work here",
     can_install_fds: false,
+    judges_in_place: true,
     needs_caller_pid: true,
     takes_over_blocking: true,
     seizes_root: true,

@@ -162,6 +162,19 @@ impl Loop {
                 starttime,
                 val,
             } => self.answer_value(tid, starttime, val),
+            Request::Again { tid, starttime } => self.again(tid, starttime),
+        }
+    }
+
+    /// A held call runs again from its start (it is judged anew).
+    fn again(&mut self, tid: u32, starttime: u64) {
+        if self.held.get(&tid) != Some(&starttime) {
+            tracing::debug!(tid, "restart for a syscall that no longer waits; ignored");
+            return;
+        }
+        self.held.remove(&tid);
+        if let Err(e) = regs::restart(tid).and_then(|()| regs::cont(tid, 0)) {
+            tracing::debug!(tid, "held syscall not restarted (gone?): {e}");
         }
     }
 
@@ -279,7 +292,9 @@ impl Loop {
                 }
                 return;
             }
-            // The syscall-exit stop of a call run with others held.
+            // The syscall-exit stop of a call run with others held: what
+            // its family asked for first, then the others go.
+            self.after_call(tid);
             self.let_go(tid);
             self.gate.done(tid);
             if let Err(e) = regs::cont(tid, 0) {
@@ -353,6 +368,26 @@ impl Loop {
         self.tracees.insert(tid, Tracee { root, expect: None });
         if let Some(t) = self.trees.get_mut(&root) {
             t.members += 1;
+        }
+    }
+
+    /// At `caller`'s syscall-exit stop: what its family asked to run then
+    /// (`Stop::proceed_then`), with the call's return value.
+    fn after_call(&mut self, caller: u32) {
+        let Some(after) = self.freezer.take_after(caller) else {
+            return;
+        };
+        let returned = match regs::Regs::get(caller) {
+            Ok(r) => r.returned(),
+            Err(e) => {
+                tracing::debug!(caller, "registers unreadable at a syscall exit (gone?): {e}");
+                return;
+            }
+        };
+        if let Some(v) = after(returned) {
+            if let Err(e) = regs::set_returned(caller, v) {
+                tracing::debug!(caller, "return value not set (gone?): {e}");
+            }
         }
     }
 

@@ -1,0 +1,322 @@
+//! A network call judged where it stops (the ptrace backend): the
+//! caller's other threads are held first (`Stop::hold_still`), its
+//! socket's transport is read from `/proc` (`tracee::netproc`), the
+//! destinations are read from its memory and judged exactly as a call made
+//! for the tree is (`judge`: the policy, the per-tree decisions, the
+//! `connect` events, `network_rules`' TCP ports, approvals), and the call
+//! is then let through as made, or refused with the rule's errno. No
+//! socket is taken and no call is made for the tree, so neither
+//! `pidfd_getfd` nor a way to put fds into it is needed (gVisor has
+//! neither).
+//!
+//! Why the destination judged is the one the kernel uses: from the stop
+//! until the call has returned, no thread of the caller's process runs
+//! (held), no other process shares its memory or fd table (the filter
+//! refuses `CLONE_VM` without `CLONE_THREAD|CLONE_VFORK` and `CLONE_FILES`
+//! without `CLONE_THREAD`), none can write it (`ptrace`,
+//! `process_vm_writev` and `/proc/PID/mem` writes are refused to trees),
+//! the bytes that decide the destination (each sockaddr, and a message
+//! header's name and length) must not lie in a shared mapping or a file's
+//! pages (`vma`), and a caller with a Linux AIO ring (whose completions
+//! the kernel writes whenever they come) is refused. So the bytes read are
+//! the bytes the kernel reads, and the fd is the socket told.
+//!
+//! The socket's transport: sockfs names it where it can; gVisor's cannot,
+//! and its `/proc/net` tables list every socket but UDP over IPv6 (its
+//! `udp6` is empty). A socket in no table, asked to send to an inet
+//! address, is judged as UDP: the filter lets inet sockets be TCP or UDP
+//! only, TCP of both families and UDP over IPv4 are listed, and a socket of
+//! another family refuses an inet address (a packet socket the policy's
+//! `socket_families` allows is let through unjudged under user-notify; here
+//! it is judged as UDP, which is stricter). A Unix socket, or one sockfs
+//! names otherwise, is let through held (its fd cannot change meanwhile).
+//!
+//! DNS (`dns: stub`): a query to any resolver goes to agentsh's stub. The
+//! destination is written over the caller's own sockaddr (in its family and
+//! length) while its threads are held, checked by reading the call again,
+//! and the caller's bytes are put back at the call's syscall-exit stop,
+//! before anything of the process runs (`Stop::proceed_then`): the caller
+//! never sees the stub's address, the kernel never sees the caller's. The
+//! stub knows a tree's socket by its local address: a send is told to it
+//! first (the socket must have a local address by then: bound, or
+//! connected, as glibc's and musl's resolvers do), a connect once it has
+//! returned (the connect gives the socket its address; nothing has been
+//! sent yet, and the caller is still stopped).
+//!
+//! A `sendmmsg` batch with one refused destination is refused whole (the
+//! batch cannot be cut short without changing the caller's registers).
+//! A destination an operator must approve holds the call; approved, the
+//! call runs again from its start and is judged anew in the caller's
+//! memory as it is then (the others ran meanwhile).
+//!
+//! What this does not watch: data sent without a destination (`write`,
+//! `send`) goes where a judged `connect` pointed the socket; a blocking
+//! call keeps the caller's other threads stopped until it returns (a
+//! connect to an address that never answers holds them for its timeout;
+//! a blocking send whose progress needs another thread of the same
+//! process, a socketpair between its threads with a full buffer, waits
+//! for good).
+//!
+//! Failure modes: a transport `/proc` cannot tell, memory that cannot be
+//! read or may change, a socket that must be told to the stub but has no
+//! local address (a DNS send from an unbound socket; a UDP-over-IPv6 DNS
+//! socket under gVisor, whose address no table shows), a stub address the
+//! caller's sockaddr cannot say, or bytes that cannot be written or did not
+//! read back as written: refused with EACCES, audited
+//! `egress_unenforceable` with the reason.
+
+use super::call::{Call, EgressTree};
+use super::copy::{copy_names, Copied, Copy};
+use super::handle::hold;
+use super::held::Then;
+use super::judge::judge_all;
+use super::sockaddr::{parse_destination, sockaddr_over, Parsed};
+use super::stub::{register_at, register_after, Registered};
+use super::unjudged::refuse;
+use crate::policy::egress::{Egress, Protocol};
+use crate::tracee::netproc::{self, Transport};
+use agentsh_proto::netabi::NetCall;
+use std::net::SocketAddr;
+
+/// Judges the call in the caller's memory, its other threads held, and
+/// lets it through as made or refuses it (see the module's doc).
+pub(super) fn judge_in_place(k: &Call, st: &mut EgressTree, policy: &Egress) {
+    let (tid, fd) = (k.c.tid, k.c.args[0] as i32);
+    let seen = match crate::tracee::with_owner(tid, || netproc::transport_of(tid, fd)) {
+        Ok(Some(s)) => s,
+        Ok(None) => return answer(k, -i64::from(libc::ENOTSOCK)),
+        Err(e) if e.raw_os_error() == Some(libc::EBADF) => {
+            return answer(k, -i64::from(libc::EBADF))
+        }
+        Err(e) => return refuse(k, format!("the socket at fd {fd} cannot be told: {e}")),
+    };
+    let mut messages = match copy_names(k.c, k.call, k.width) {
+        Ok(m) => m,
+        Err(Copy::Answer(v)) => return answer(k, v),
+        Err(Copy::Refuse(why)) => return refuse(k, why),
+    };
+    let names_inet = messages
+        .iter()
+        .any(|m| matches!(parse_destination(&m.addr, k.call), Parsed::Inet(..)));
+    let (protocol, domain) = match seen.transport {
+        Transport::Tcp(d) => (Protocol::Tcp, d),
+        Transport::Udp(d) => (Protocol::Udp, d),
+        // Not a destination egress judges (the kernel resolves a Unix
+        // path in the caller's view); the fd stays this socket until the
+        // kernel has looked it up: the caller's threads are held.
+        Transport::Unix | Transport::Other => return proceed(k),
+        // No inet destination named: nothing to judge, whatever it is.
+        Transport::Unlisted if !names_inet => return proceed(k),
+        // UDP over IPv6, by elimination (see the module's doc).
+        Transport::Unlisted => (Protocol::Udp, libc::AF_INET6),
+    };
+    if let Err(why) = places_stay(k, &messages) {
+        return refuse(k, why);
+    }
+    let originals: Vec<Vec<u8>> = messages.iter().map(|m| m.addr.clone()).collect();
+    let judged = judge_all(k, st, policy, protocol, domain, &mut messages);
+    if judged.allowed < messages.len() {
+        let _ = k.stop.refuse(judged.refusal.unwrap_or(libc::EACCES));
+        return;
+    }
+    if let Some(approve) = judged.approve {
+        return hold(k, st, approve, k.stop.defer(), Then::Again);
+    }
+    if judged.to_stub {
+        return to_stub(k, st, &seen, protocol, &messages, &originals);
+    }
+    proceed(k);
+}
+
+fn answer(k: &Call, v: i64) {
+    let _ = k.stop.answer(v);
+}
+
+/// Lets the call run as made. The caller's threads are held until it
+/// returns; nothing judged can change before the kernel reads it (see the
+/// module's doc).
+fn proceed(k: &Call) {
+    if let Err(e) = k.stop.proceed() {
+        tracing::debug!(tid = k.c.tid, "call not let through (gone?): {e}");
+    }
+}
+
+/// The bytes that decide the call's destinations lie where no other
+/// process can write them, and the kernel will not write them either.
+fn places_stay(k: &Call, messages: &[Copied]) -> Result<(), String> {
+    let pid = crate::tracee::ProcStatus::read(k.c.tid)
+        .ok()
+        .and_then(|s| s.number("Tgid"))
+        .ok_or_else(|| format!("/proc/{}/status: no Tgid", k.c.tid))?;
+    let mut maps = crate::tracee::maps::Maps::open(pid)
+        .map_err(|e| format!("the caller's memory map cannot be read: {e}"))?;
+    let mut own_exe: Option<String> = None;
+    let places = messages.iter().flat_map(|m| m.places.iter().copied());
+    for (at, len) in places.filter(|(_, len)| *len > 0) {
+        let last = at.saturating_add(len as u64 - 1);
+        for addr in [at, last] {
+            let v = maps
+                .find(addr)
+                .map_err(|e| format!("the call's destination at {addr:#x}: {e}"))?;
+            if v.inode != 0 && !v.shared && own_exe.is_none() {
+                let _owner = crate::tracee::as_owner(k.c.tid);
+                own_exe = Some(
+                    std::fs::read_link(format!("/proc/{pid}/exe"))
+                        .map(|p| p.to_string_lossy().into_owned())
+                        .unwrap_or_default(),
+                );
+            }
+            let no_write = crate::policy::landlock::SYSTEM_NO_WRITE;
+            if let Some(why) =
+                crate::supervisor::vma::refusal(&v, own_exe.as_deref().unwrap_or(""), no_write)
+            {
+                return Err(format!("the call's destination at {addr:#x} lies in {why}"));
+            }
+        }
+    }
+    match crate::tracee::maps::aio_ring(&mut maps) {
+        Ok(false) => Ok(()),
+        Ok(true) => Err("the caller has a Linux AIO ring: the kernel may write its memory \
+                         after the check"
+            .into()),
+        Err(e) => Err(format!("the caller's memory map cannot be read: {e}")),
+    }
+}
+
+/// One sockaddr written over in the caller's memory: where, and the
+/// caller's own bytes there.
+struct Patch {
+    at: u64,
+    caller: Vec<u8>,
+}
+
+/// DNS under `dns: stub`: the caller's socket told to the stub, the stub's
+/// address written over each sockaddr that named another resolver, the
+/// call let through, and the caller's bytes put back once it returns.
+fn to_stub(
+    k: &Call,
+    st: &mut EgressTree,
+    seen: &netproc::Seen,
+    protocol: Protocol,
+    messages: &[Copied],
+    originals: &[Vec<u8>],
+) {
+    let Some(stub) = k.tree.rules.stub(k.ctx).cloned() else {
+        return refuse(k, "the DNS stub is gone".into());
+    };
+    let stream = protocol == Protocol::Tcp;
+    let registered = if k.call == NetCall::Connect {
+        register_after(k, st, &stub, stream, seen)
+    } else {
+        register_at(k, st, &stub, stream, seen)
+    };
+    let later = match registered {
+        Ok(r) => r,
+        Err(why) => return refuse(k, why),
+    };
+    let pid = k.c.tid;
+    let mut patches: Vec<Patch> = Vec::new();
+    let mut expected: Vec<Vec<u8>> = Vec::with_capacity(messages.len());
+    for (m, original) in messages.iter().zip(originals) {
+        if m.addr == *original {
+            expected.push(original.clone());
+            continue;
+        }
+        let Some(over) = sockaddr_over(stub.addr, original) else {
+            put_back(pid, &patches);
+            return refuse(
+                k,
+                format!(
+                    "agentsh's DNS stub ({}) cannot be written in the caller's sockaddr \
+                     (family and length as named)",
+                    stub.addr
+                ),
+            );
+        };
+        let mut now = original.clone();
+        now[..over.len()].copy_from_slice(&over);
+        if let Err(e) = write(pid, m.addr_at, &over) {
+            put_back(pid, &patches);
+            return refuse(k, format!("the stub's address cannot be written for the call: {e}"));
+        }
+        patches.push(Patch {
+            at: m.addr_at,
+            caller: original[..over.len()].to_vec(),
+        });
+        expected.push(now);
+    }
+    // What the kernel will read is what was decided: read the call again
+    // (a sockaddr written over a header it overlaps would change it).
+    let again = copy_names(k.c, k.call, k.width).ok();
+    let same = again.is_some_and(|a| {
+        a.len() == expected.len() && a.iter().zip(&expected).all(|(m, e)| m.addr == *e)
+    });
+    if !same {
+        put_back(pid, &patches);
+        return refuse(
+            k,
+            "the call does not read back as written with the stub's address (overlapping \
+             sockaddrs and headers)"
+                .into(),
+        );
+    }
+    let after = Box::new(move |returned: i64| -> Option<i64> {
+        put_back(pid, &patches);
+        later.done(returned)
+    });
+    if let Err(e) = k.stop.proceed_then(after) {
+        tracing::warn!(tid = pid, "a DNS call could not be let through: {e}");
+        let _ = k.stop.refuse(libc::EACCES);
+    }
+}
+
+/// Writes `bytes` at `at` in `pid`'s memory: a private read-only page too
+/// (a constant sockaddr), as a debugger does.
+fn write(pid: u32, at: u64, bytes: &[u8]) -> std::io::Result<()> {
+    match crate::tracee::write_bytes(pid, at, bytes) {
+        Err(e) if e.raw_os_error() == Some(libc::EFAULT) => {
+            crate::tracee::overwrite_bytes(pid, at, bytes)
+        }
+        other => other,
+    }
+}
+
+/// Puts the caller's bytes back, the last written first.
+fn put_back(pid: u32, patches: &[Patch]) {
+    for p in patches.iter().rev() {
+        if let Err(e) = write(pid, p.at, &p.caller) {
+            tracing::warn!(tid = pid, at = p.at, "a sockaddr could not be put back: {e}");
+        }
+    }
+}
+
+impl Registered {
+    /// Once the call has returned: a connect's socket told to the stub by
+    /// the address the connect gave it (a failed connect: nothing to
+    /// tell). The caller's answer, where it must change.
+    fn done(self, returned: i64) -> Option<i64> {
+        let Registered::After(later) = self else {
+            return None;
+        };
+        if returned != 0 && returned != -i64::from(libc::EINPROGRESS) {
+            return None;
+        }
+        match later.register() {
+            Ok(local) => {
+                tracing::trace!(%local, "DNS socket told to the stub");
+                None
+            }
+            Err(why) => {
+                // Connected to the stub, which does not know it as the
+                // tree's: the caller is told the connect failed.
+                tracing::error!("a DNS socket could not be told to the stub: {why}");
+                Some(-i64::from(libc::EACCES))
+            }
+        }
+    }
+}
+
+/// The address a socket is known by, once it has one.
+pub(super) fn has_address(local: Option<SocketAddr>) -> Option<SocketAddr> {
+    local.filter(|a| a.port() != 0)
+}
