@@ -239,3 +239,115 @@ fn modal_recipe_in_gvisor_keeps_agentshs_files_from_a_root_tree() {
         "no audited hard link refusal: {events:#?}"
     );
 }
+
+/// agent-default's dev-server ports (its `network_rules` keep them open, its
+/// `local-dev-servers` allows loopback TCP): the race listens on the first
+/// that is free here (runsc shares the host's network).
+const DEV_PORTS: &str = "5173,3000,4000,5000,8000,8888,9000";
+
+/// `netrace race`'s last line: (reached the allowed port, refused, won).
+fn race_counts(out: &str) -> (u64, u64, u64) {
+    let line = out.lines().rev().find(|l| l.starts_with("ok ")).unwrap_or("");
+    let count = |what: &str| -> u64 {
+        line.split_whitespace()
+            .skip_while(|w| *w != what)
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    (count("ok"), count("refused"), count("won"))
+}
+
+/// Under gVisor (no `pidfd_getfd`, no fds put into a tracee) every connect
+/// the policy's egress judges is judged where it stops, the caller's
+/// threads held: a destination a rule denies is refused by that rule and
+/// audited as a `connect` event with it (cloud metadata: `no-cloud-metadata`;
+/// a loopback port `network_rules` keep closed: `network_rules`), an allowed
+/// one connects, and a thread (or a vfork child) racing the judged sockaddr
+/// between an allowed and a denied port never reaches the denied one; as
+/// root and as an ordinary user, the Modal recipe as written.
+#[test]
+fn modal_recipe_in_gvisor_judges_connects_where_they_stop() {
+    if !runtimes_here("modal_recipe_in_gvisor_judges_connects_where_they_stop") {
+        return;
+    }
+    let tmp = TempDir::new("rr-egress");
+    let netrace = compile("netrace", tmp.path(), true);
+    let (_image, ctr) = modal_with(Runtime::Runsc, &[(&netrace, "/usr/local/bin/netrace")]);
+    // Per user, its own destinations (each is audited once per tree); the
+    // metadata ports are ones network_rules keep open (else that floor is
+    // what refuses).
+    for (user, metadata_port, closed_port) in [(None, 80, 47), (Some(USER), 443, 48)] {
+        let o = ctr.sh(
+            user,
+            &format!(
+                "netrace connect 169.254.169.254 {metadata_port}; \
+                 netrace connect 127.0.0.1 {closed_port}"
+            ),
+        );
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert_eq!(
+            out.lines().collect::<Vec<_>>(),
+            [
+                format!("connect {}", libc::EACCES),
+                format!("connect {}", libc::EACCES)
+            ],
+            "{user:?}: {}",
+            text(&o)
+        );
+        for how in ["", " vfork"] {
+            let o = ctr.sh(user, &format!("netrace race {DEV_PORTS} 3{how}"));
+            let out = String::from_utf8_lossy(&o.stdout).into_owned();
+            assert!(o.status.success(), "{user:?}{how}: {}", text(&o));
+            let (ok, refused, won) = race_counts(&out);
+            assert_eq!(won, 0, "{user:?}{how}: the denied port was reached:\n{out}");
+            // Both sides of the race happened: the allowed port reached,
+            // the denied one refused.
+            assert!(ok > 0 && refused > 0, "{user:?}{how}: {out}");
+        }
+    }
+    let ev = ctr.exec(None, &["agentsh", "events"]);
+    let events: Vec<Value> = String::from_utf8_lossy(&ev.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let connects: Vec<&Value> = events.iter().filter(|e| e["type"] == "connect").collect();
+    let audited = |ip: &str, port: u16, rule: &str, decision: &str| {
+        connects.iter().any(|e| {
+            e["ip"] == ip
+                && e["port"] == port
+                && e["rule"] == rule
+                && e["decision"] == decision
+                && e["syscall"] == "connect"
+        })
+    };
+    for (metadata_port, closed_port) in [(80, 47), (443, 48)] {
+        assert!(
+            audited("169.254.169.254", metadata_port, "no-cloud-metadata", "deny"),
+            "{connects:#?}"
+        );
+        assert!(
+            audited("127.0.0.1", closed_port, "network_rules", "deny"),
+            "{connects:#?}"
+        );
+    }
+    assert!(
+        connects
+            .iter()
+            .any(|e| e["rule"] == "local-dev-servers" && e["decision"] == "allow"),
+        "{connects:#?}"
+    );
+    assert!(
+        !connects.iter().any(|e| e["rule"] == "egress_unenforceable"),
+        "{connects:#?}"
+    );
+    // Said at wrap-init: egress is enforced here (nothing under
+    // not_enforced names it), and so are network_rules' connect ports.
+    for wi in events.iter().filter(|e| e["type"] == "wrap_init") {
+        let said = wi["not_enforced"].to_string();
+        assert!(
+            !said.contains("egress") && !said.contains("network rules"),
+            "{wi:#}"
+        );
+    }
+}

@@ -1,7 +1,9 @@
 //! Holding a caller's memory still through its call, under the ptrace
-//! backend: every other thread of the caller's process is stopped (they
-//! are all tracees of this thread: `PTRACE_INTERRUPT`, then the stop they
-//! come to is taken and kept) before the call's strings are read, and kept
+//! backend: every other thread of the caller's process, and of every
+//! process sharing its memory through vfork (`vforks`; but the threads
+//! asleep in `vfork` until the child is done), is stopped (they are all
+//! tracees of this thread: `PTRACE_INTERRUPT`, then the stop they come to
+//! is taken and kept) before the call's strings are read, and kept
 //! stopped until the call has returned (the caller resumed with
 //! `PTRACE_SYSCALL`: its syscall-exit stop says so; gVisor reports a
 //! syscall-entry stop first, after which the call has not run yet). So the bytes judged are
@@ -19,6 +21,7 @@
 //! the threads already stopped are let go the same way.
 
 use super::regs;
+use super::vforks::Vforks;
 use crate::supervisor::seam::AfterCall;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -52,6 +55,8 @@ pub(super) struct Freezer {
     /// What runs at a caller's syscall-exit stop, before anything is let
     /// go (`Stop::proceed_then`).
     after: RefCell<HashMap<u32, AfterCall>>,
+    /// Which processes share memory through vfork (the tracer tells).
+    pub(super) vforks: RefCell<Vforks>,
 }
 
 impl Freezer {
@@ -67,19 +72,29 @@ impl Freezer {
             .ok()
             .and_then(|s| crate::tracee::tgid_of(caller, &s).ok())
             .unwrap_or(caller);
-        let threads: Vec<u32> = std::fs::read_dir(format!("/proc/{tgid}/task"))
-            .map_err(FreezeError::Threads)?
-            .flatten()
-            .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
-            .filter(|&t| t != caller && !stopped(t))
-            .collect();
+        let (processes, waiting) = self.vforks.borrow().sharers(tgid);
+        let mut threads: Vec<u32> = Vec::new();
+        for p in processes {
+            let listed = match std::fs::read_dir(format!("/proc/{p}/task")) {
+                Ok(l) => l,
+                // A sharer gone since: nothing of it to hold.
+                Err(_) if p != tgid => continue,
+                Err(e) => return Err(FreezeError::Threads(e)),
+            };
+            threads.extend(
+                listed
+                    .flatten()
+                    .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+                    .filter(|&t| t != caller && !stopped(t) && !waiting.contains(&t)),
+            );
+        }
         let mut took = Vec::new();
         let mut asked = Vec::with_capacity(threads.len());
         for t in threads {
             match regs::interrupt(t) {
                 Ok(()) => asked.push(t),
                 // Gone since the listing: nothing of it to hold.
-                Err(_) if !std::path::Path::new(&format!("/proc/{tgid}/task/{t}")).exists() => {}
+                Err(_) if !std::path::Path::new(&format!("/proc/{t}")).exists() => {}
                 Err(e) => {
                     tracing::debug!(caller, thread = t, "PTRACE_INTERRUPT failed: {e}");
                     self.held.borrow_mut().insert(caller, took);

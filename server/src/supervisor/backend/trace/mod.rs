@@ -48,6 +48,7 @@ mod regs;
 mod stop;
 mod tracer;
 mod tracer_loop;
+mod vforks;
 
 pub use queue::TraceError;
 pub use tracer::Trace;

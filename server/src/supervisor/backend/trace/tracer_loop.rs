@@ -314,6 +314,7 @@ impl Loop {
             }
             EVENT_FORK | EVENT_VFORK | EVENT_CLONE => {
                 if let Ok(child) = regs::event_msg(tid) {
+                    self.related((status >> 16) & 0xffff, child as u32, tid);
                     self.adopt(child as u32, tid);
                 }
                 regs::cont(tid, 0)
@@ -333,22 +334,46 @@ impl Loop {
     }
 
     /// A task that stopped before its parent's fork event: its tree is its
-    /// thread group's or its parent's, if either is a tracee.
+    /// thread group's or its parent's, if either is a tracee. A new process
+    /// may be a vfork child sharing its parent's memory: taken so until the
+    /// parent's event says (`vforks`).
     fn claim(&mut self, tid: u32) -> bool {
         let Ok(status) = crate::tracee::ProcStatus::read(tid) else {
             return false;
         };
-        let root = [status.number("Tgid"), status.number("PPid")]
+        let (tgid, ppid) = (status.number("Tgid"), status.number("PPid"));
+        let root = [tgid, ppid]
             .into_iter()
             .flatten()
             .find_map(|p| self.tracees.get(&p).map(|t| t.root));
         match root {
             Some(root) => {
+                if let (Some(t), Some(parent)) = (tgid, ppid) {
+                    if t == tid && self.tracees.contains_key(&parent) {
+                        self.freezer.vforks.borrow_mut().maybe(tid, parent);
+                    }
+                }
                 self.add(tid, root);
                 true
             }
             None => false,
         }
+    }
+
+    /// Thread `parent` started `child` (`event`: a fork, vfork or clone):
+    /// whether they share memory from now on (a vfork child, until it
+    /// execs or exits).
+    fn related(&mut self, event: i32, child: u32, parent: u32) {
+        let mut vforks = self.freezer.vforks.borrow_mut();
+        if event != EVENT_VFORK {
+            vforks.apart(child);
+            return;
+        }
+        let process = crate::tracee::ProcStatus::read(parent)
+            .ok()
+            .and_then(|s| s.number("Tgid"))
+            .unwrap_or(parent);
+        vforks.vforked(child, parent, process);
     }
 
     /// `child` was started by tracee `parent` (a fork, vfork or clone event).
@@ -417,6 +442,7 @@ impl Loop {
     /// vanished.
     fn gone(&mut self, tid: u32) {
         self.let_go(tid);
+        self.freezer.vforks.borrow_mut().apart(tid);
         if self.gate.parks(tid) || self.gate.done_running(tid) {
             self.gate.done(tid);
             self.unpark();
@@ -511,6 +537,8 @@ impl Loop {
     fn exec_stop(&mut self, pid: u32) {
         // The thread that exec'd, by its id before the exec.
         let former = regs::event_msg(pid).map_or(pid, |m| m as u32);
+        // A new image has memory of its own: a vfork child shares no more.
+        self.freezer.vforks.borrow_mut().apart(pid);
         let expect = if former == pid {
             self.tracees.get_mut(&pid).and_then(|t| t.expect.take())
         } else {
