@@ -11,7 +11,8 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
-use agentsh_tests::server::{bin, require_root};
+use agentsh_tests::attackers::compile;
+use agentsh_tests::server::{bin, require_root, TempDir};
 use std::process::Command;
 
 fn runsc() -> Option<String> {
@@ -39,10 +40,15 @@ fn the_sdk_scenarios_hold_inside_gvisor() {
         .iter()
         .map(|p| std::path::Path::new(p).exists())
         .collect();
+    // The DNS prober (static: the sandbox sees this machine's root).
+    let tmp = TempDir::new("gvisor-netrace");
+    let netrace = compile("netrace", tmp.path(), true);
     let out = Command::new("timeout")
         .args(["600", &runsc, "--network=none", "do", "-force-overlay=true"])
         .arg(bin("agentsh-sandbox-scenario"))
         .arg("--modal")
+        .arg("--netrace")
+        .arg(&netrace)
         .output()
         .expect("run runsc");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -69,11 +75,16 @@ fn the_sdk_scenarios_hold_inside_gvisor() {
         "ok: a death by signal passes through",
         "ok: the approved id runs",
         "ok: an unanswered approval times out and is denied",
-        // agent-default's egress where no call can be judged: refused by
-        // default, run as made (audited) only by the operator's choice.
-        "ok: gVisor: a connect that cannot be judged is refused and audited",
-        "ok: gVisor with egress.compat allow_unjudged: the connect runs, audited",
-        "ok: gVisor with allow_unjudged: the wrap-init says egress runs unjudged",
+        // agent-default's egress, judged where each call stops (the
+        // tracer holds the caller's threads), DNS through the stub; the
+        // operator's allow_unjudged changes nothing there.
+        "ok: gVisor: a connect to a local dev server is judged where it stops and made",
+        "ok: gVisor: a DNS query goes to agentsh's stub, which refuses a name no rule allows",
+        "ok: gVisor: a DNS query sent by connect is judged as the stub's",
+        "ok: gVisor: a DNS query sent by send is judged as the stub's",
+        "ok: gVisor: a DNS query sent by unbound is judged as the stub's",
+        "ok: gVisor with egress.compat allow_unjudged: the connect is judged all the same",
+        "ok: gVisor with allow_unjudged: the wrap-init lists no egress as not enforced",
     ] {
         assert!(text.contains(check), "missing {check:?}:\n{text}");
     }

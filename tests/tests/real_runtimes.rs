@@ -247,7 +247,11 @@ const DEV_PORTS: &str = "5173,3000,4000,5000,8000,8888,9000";
 
 /// `netrace race`'s last line: (reached the allowed port, refused, won).
 fn race_counts(out: &str) -> (u64, u64, u64) {
-    let line = out.lines().rev().find(|l| l.starts_with("ok ")).unwrap_or("");
+    let line = out
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("ok "))
+        .unwrap_or("");
     let count = |what: &str| -> u64 {
         line.split_whitespace()
             .skip_while(|w| *w != what)
@@ -323,7 +327,12 @@ fn modal_recipe_in_gvisor_judges_connects_where_they_stop() {
     };
     for (metadata_port, closed_port) in [(80, 47), (443, 48)] {
         assert!(
-            audited("169.254.169.254", metadata_port, "no-cloud-metadata", "deny"),
+            audited(
+                "169.254.169.254",
+                metadata_port,
+                "no-cloud-metadata",
+                "deny"
+            ),
             "{connects:#?}"
         );
         assert!(

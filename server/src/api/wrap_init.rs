@@ -411,7 +411,10 @@ fn not_enforced(
         v.push("file rules (no Landlock on this kernel)".to_string());
         v.push("the protection of agentsh's own files (no Landlock)".to_string());
     }
-    match (l.tcp_connect_ports.is_some() && !connects_judged, l.tcp_bind_ports.is_some()) {
+    match (
+        l.tcp_connect_ports.is_some() && !connects_judged,
+        l.tcp_bind_ports.is_some(),
+    ) {
         (true, _) => v.push("network rules (no Landlock on this kernel)".to_string()),
         (false, true) => v.push(
             "network rules' TCP bind ports (no Landlock on this kernel; connect ports are kept \

@@ -32,10 +32,9 @@ pub(super) fn detect(config: &Config, policy: &Policy) -> crate::detect::Report 
         tracing::info!("{p}");
     }
     if let Some(e) = policy.egress() {
-        let in_place = crate::detect::choose_backend(config.execve.backend, |k| {
-            detected.probe_of(k)
-        })
-        .is_ok_and(|b| crate::supervisor::backend::of(b).facts().judges_in_place);
+        let in_place =
+            crate::detect::choose_backend(config.execve.backend, |k| detected.probe_of(k))
+                .is_ok_and(|b| crate::supervisor::backend::of(b).facts().judges_in_place);
         if in_place {
             tracing::info!(
                 "egress: every destination a tree names is judged where its call stops (the \

@@ -405,6 +405,63 @@ pub fn write_bytes(pid: u32, addr: u64, data: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// Writes `data` at `addr` in the memory of `tid`, a tracee of the calling
+/// thread stopped in a ptrace stop, a word at a time (`PTRACE_PEEKDATA`,
+/// `PTRACE_POKEDATA`): where neither `process_vm_writev` nor a write to
+/// `/proc/<pid>/mem` is there (gVisor: ENOSYS, EINVAL). Like a debugger's
+/// write, it reaches a private read-only page too (copy on write).
+///
+/// # Errors
+/// ESRCH if `tid` is not this thread's stopped tracee; EFAULT/EIO if the
+/// address is not mapped.
+pub fn poke_bytes(tid: u32, addr: u64, data: &[u8]) -> io::Result<()> {
+    const WORD: u64 = std::mem::size_of::<libc::c_long>() as u64;
+    let end = addr
+        .checked_add(data.len() as u64)
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))?;
+    let mut at = addr - addr % WORD;
+    while at < end {
+        // SAFETY: errno is this thread's; PEEKDATA's result is a word, its
+        // failure told only by errno.
+        let word = unsafe {
+            *libc::__errno_location() = 0;
+            libc::ptrace(
+                libc::PTRACE_PEEKDATA,
+                tid as libc::pid_t,
+                at as usize,
+                0usize,
+            )
+        };
+        let e = io::Error::last_os_error();
+        if word == -1 && e.raw_os_error().is_some_and(|n| n != 0) {
+            return Err(e);
+        }
+        let mut bytes = word.to_ne_bytes();
+        for (i, b) in bytes.iter_mut().enumerate() {
+            let a = at + i as u64;
+            if a >= addr && a < end {
+                *b = data[(a - addr) as usize];
+            }
+        }
+        let word = libc::c_long::from_ne_bytes(bytes);
+        // SAFETY: POKEDATA takes the word by value; no memory of ours is
+        // passed.
+        let rc = unsafe {
+            libc::ptrace(
+                libc::PTRACE_POKEDATA,
+                tid as libc::pid_t,
+                at as usize,
+                word as usize,
+            )
+        };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        at += WORD;
+    }
+    Ok(())
+}
+
 /// Overwrites `data` at `addr` in `pid`'s memory through `/proc/<pid>/mem`,
 /// which writes a private read-only page too (copy on write, as a debugger
 /// does): a path an exec names may be a string literal. With the owner's

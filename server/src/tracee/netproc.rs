@@ -319,7 +319,10 @@ mod tests {
         assert_eq!(seen.local, u.local_addr().ok());
         let t = new_tcp6();
         let seen = transport_of(tid, t.as_raw_fd()).unwrap().unwrap();
-        assert_eq!((seen.transport, seen.local), (Transport::Tcp(libc::AF_INET6), None));
+        assert_eq!(
+            (seen.transport, seen.local),
+            (Transport::Tcp(libc::AF_INET6), None)
+        );
         let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
         assert_eq!(
             transport_of(tid, a.as_raw_fd()).unwrap().unwrap().transport,

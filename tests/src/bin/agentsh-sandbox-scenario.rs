@@ -250,11 +250,11 @@ fn loopback_probe() -> (std::net::TcpListener, String) {
 }
 
 /// Egress under agent-default (loopback over TCP allowed by
-/// `local-dev-servers`): judged where the supervisor can take the tree's
-/// socket; where it cannot (gVisor: no `pidfd_getfd`), refused and audited
-/// `egress_unenforceable` with `egress.compat: best_effort` (the default),
-/// and run as made, audited `allow_unjudged`, with `allow_unjudged`.
-fn egress(c: &mut Checks, sdk: &mut Supervisor, gvisor: bool, compat: &str) {
+/// `local-dev-servers`): judged and made where the supervisor can take the
+/// tree's socket; under gVisor (the ptrace backend, no `pidfd_getfd`)
+/// judged where the call stops and let through as made, whatever
+/// `egress.compat` says (nothing there is unjudged), DNS sent to the stub.
+fn egress(c: &mut Checks, sdk: &mut Supervisor, gvisor: bool, compat: &str, netrace: Option<&str>) {
     let (_listener, script) = loopback_probe();
     let f = sdk.run(&Spawn::argv(&["/bin/sh", "-c", &script]));
     let connects: Vec<Value> = audit()
@@ -272,29 +272,88 @@ fn egress(c: &mut Checks, sdk: &mut Supervisor, gvisor: bool, compat: &str) {
         }
         (true, "best_effort") => {
             c.check(
-                "gVisor: a connect that cannot be judged is refused and audited",
-                f.stdout.trim() == format!("connect {}", libc::EACCES)
-                    && rule("egress_unenforceable"),
+                "gVisor: a connect to a local dev server is judged where it stops and made",
+                f.stdout.trim() == "connect 0"
+                    && rule("local-dev-servers")
+                    && !rule("egress_unenforceable"),
                 || format!("{}\n{connects:#?}", show(&f)),
             );
+            dns_through_the_stub(c, sdk);
+            if let Some(netrace) = netrace {
+                dns_sockaddrs(c, sdk, netrace);
+            }
         }
         (true, _) => {
             c.check(
-                "gVisor with egress.compat allow_unjudged: the connect runs, audited",
-                f.stdout.trim() == "connect 0" && rule("allow_unjudged"),
+                "gVisor with egress.compat allow_unjudged: the connect is judged all the same",
+                f.stdout.trim() == "connect 0"
+                    && rule("local-dev-servers")
+                    && !rule("allow_unjudged"),
                 || format!("{}\n{connects:#?}", show(&f)),
             );
             let said = audit().into_iter().rev().find(|e| e["type"] == "wrap_init");
             c.check(
-                "gVisor with allow_unjudged: the wrap-init says egress runs unjudged",
-                said.as_ref().is_some_and(|e| {
-                    e["not_enforced"]
-                        .to_string()
-                        .contains("every connect and send runs unjudged")
-                }),
+                "gVisor with allow_unjudged: the wrap-init lists no egress as not enforced",
+                said.as_ref()
+                    .is_some_and(|e| !e["not_enforced"].to_string().contains("egress")),
                 || format!("{said:#?}"),
             );
         }
+    }
+}
+
+/// A tree's DNS query, to whatever resolver `/etc/resolv.conf` names, is
+/// sent to agentsh's stub (`dns: stub`), which refuses a name no rule of
+/// agent-default could allow and audits it as the tree's.
+fn dns_through_the_stub(c: &mut Checks, sdk: &mut Supervisor) {
+    let name = "leak.attacker.example";
+    let script = format!(
+        "python3 -c 'import socket\ntry:\n  socket.getaddrinfo(\"{name}\", 80, socket.AF_INET)\n  print(\"resolved\")\nexcept socket.gaierror as e:\n  print(\"unresolved\")'"
+    );
+    let f = sdk.run(&Spawn::argv(&["/bin/sh", "-c", &script]));
+    let events = audit();
+    let asked = events
+        .iter()
+        .any(|e| e["type"] == "dns" && e["name"] == name && e["decision"] == "deny");
+    let sent = events
+        .iter()
+        .any(|e| e["type"] == "connect" && e["port"] == 53 && e["rule"] == "dns_stub");
+    c.check(
+        "gVisor: a DNS query goes to agentsh's stub, which refuses a name no rule allows",
+        f.stdout.trim() == "unresolved" && asked && sent,
+        || {
+            let dns: Vec<&Value> = events
+                .iter()
+                .filter(|e| e["type"] == "dns" || e["port"] == 53)
+                .collect();
+            format!("{}\n{dns:#?}", show(&f))
+        },
+    );
+}
+
+/// The three ways a query leaves a UDP socket, through `netrace dns` (a
+/// static prober: `tests/attackers/netrace.c`), to an address nothing
+/// answers at: connected, then sent (glibc's way), and sent to the
+/// resolver from a bound socket, reach the stub (REFUSED: rcode 5) and the
+/// caller's sockaddr still names its resolver afterwards; sent from a
+/// socket with no address yet, refused (the stub could not tell it as the
+/// tree's).
+fn dns_sockaddrs(c: &mut Checks, sdk: &mut Supervisor, netrace: &str) {
+    for (how, want) in [
+        ("connect", "dns rcode 5\nsockaddr kept".to_string()),
+        ("send", "dns rcode 5\nsockaddr kept".to_string()),
+        (
+            "unbound",
+            format!("dns send {}\nsockaddr kept", libc::EACCES),
+        ),
+    ] {
+        let script = format!("{netrace} dns 192.0.2.53 {how}.attacker.example {how}");
+        let f = sdk.run(&Spawn::argv(&["/bin/sh", "-c", &script]));
+        c.check(
+            &format!("gVisor: a DNS query sent by {how} is judged as the stub's"),
+            f.stdout.trim() == want,
+            || show(&f),
+        );
     }
 }
 
@@ -355,6 +414,17 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .cloned();
     let modal = args.iter().any(|a| a == "--modal");
+    // Laid out as an image would have it (agent-default runs no program
+    // from /tmp).
+    let netrace = args
+        .iter()
+        .position(|a| a == "--netrace")
+        .and_then(|i| args.get(i + 1))
+        .map(|from| {
+            let to = "/usr/local/bin/netrace";
+            std::fs::copy(from, to).unwrap_or_else(|e| fatal(&format!("netrace: {e}")));
+            to.to_string()
+        });
     let report = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         kill_server();
@@ -408,7 +478,7 @@ fn main() {
     let mut sdk = Supervisor::start_command(Command::new(bin("sdk-supervisor")));
     ordinary(&mut c, &mut sdk);
     let gvisor = report["gvisor"] == true;
-    egress(&mut c, &mut sdk, gvisor, "best_effort");
+    egress(&mut c, &mut sdk, gvisor, "best_effort", netrace.as_deref());
     let wrap_inits: Vec<Value> = audit()
         .into_iter()
         .filter(|e| e["type"] == "wrap_init")
@@ -441,7 +511,7 @@ fn main() {
         };
         std::fs::write(CONFIG, text).unwrap_or_else(|e| fatal(&format!("config: {e}")));
         let server = start_server(Some(CONFIG), None);
-        egress(&mut c, &mut sdk, gvisor, "allow_unjudged");
+        egress(&mut c, &mut sdk, gvisor, "allow_unjudged", None);
         stop_server(&mut c, server);
     }
     std::fs::write(

@@ -207,18 +207,36 @@ fn copy_msghdr(
         places.push((name, b.len()));
         b
     };
-    if !with_data {
-        return Ok(Copied {
-            addr,
-            data: Vec::new(),
-            control: Vec::new(),
-            flags,
-            clipped: false,
-            len_at: None,
-            addr_at: name,
-            places,
-        });
+    let mut m = Copied {
+        addr,
+        data: Vec::new(),
+        control: Vec::new(),
+        flags,
+        clipped: false,
+        len_at: None,
+        addr_at: name,
+        places,
+    };
+    if with_data {
+        (m.data, m.clipped) = copy_iov(tid, iov, iovlen, width)?;
+        let controllen = controllen as usize;
+        if controllen > 0 && width == Width::W32 {
+            return Err(Copy::Refuse(
+                "control messages of a 32-bit caller are not handled".into(),
+            ));
+        }
+        m.control = read(tid, control, controllen.min(CONTROL_MAX))?;
     }
+    Ok(m)
+}
+
+/// The data of `iovlen` iovecs at `iov`, up to [`SEND_MAX`] bytes, and
+/// whether it was clipped there.
+fn copy_iov(tid: u32, iov: u64, iovlen: usize, width: Width) -> Result<(Vec<u8>, bool), Copy> {
+    let w = match width {
+        Width::W64 => 8,
+        Width::W32 => 4,
+    };
     let vec = read(tid, iov, iovlen * 2 * w)?;
     let mut data = Vec::new();
     let mut clipped = false;
@@ -234,21 +252,5 @@ fn copy_msghdr(
             break;
         }
     }
-    let controllen = controllen as usize;
-    if controllen > 0 && width == Width::W32 {
-        return Err(Copy::Refuse(
-            "control messages of a 32-bit caller are not handled".into(),
-        ));
-    }
-    let control = read(tid, control, controllen.min(CONTROL_MAX))?;
-    Ok(Copied {
-        addr,
-        data,
-        control,
-        flags,
-        clipped,
-        len_at: None,
-        addr_at: name,
-        places,
-    })
+    Ok((data, clipped))
 }

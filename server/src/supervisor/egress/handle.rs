@@ -9,9 +9,9 @@
 
 use super::call::{Call, EgressTree};
 use super::copy::{copy_call, Copied, Copy};
-use super::held::{HeldConnect, Then};
+use super::held::{hold, Then};
 use super::in_place::judge_in_place;
-use super::judge::{judge_all, Judged, ToApprove};
+use super::judge::{judge_all, Judged};
 use super::perform::Target;
 use super::socket::{find_socket, new_socket, Found, Socket};
 use super::state::EgressState;
@@ -20,7 +20,7 @@ use super::unjudged::{let_through, let_unjudged, refuse, Unjudged};
 use crate::config::EgressCompat;
 use crate::policy::egress::{Egress, Protocol};
 use crate::supervisor::context::SupervisorContext;
-use crate::supervisor::seam::{Caught, HeldDestination, Holder, Stop};
+use crate::supervisor::seam::{Caught, Holder, Stop};
 use crate::supervisor::tasks::Tasks;
 use crate::supervisor::tree::Tree;
 use agentsh_proto::netabi::{NetCall, Width};
@@ -219,34 +219,6 @@ fn target(k: &Call, inet: Inet) -> Option<Target> {
             }
         }
     }
-}
-
-/// Held for an operator (`approve`): the call is made (or, judged in
-/// place, runs again) only once approved, by the approval's waiter;
-/// approved once, the destination is allowed for the rest of the tree.
-pub(super) fn hold(
-    k: &Call,
-    st: &mut EgressTree,
-    (key, rule, host): ToApprove,
-    holder: Holder,
-    then: Then,
-) {
-    k.ctx.approvals.clone().hold(Box::new(HeldConnect {
-        session_id: k.tree.session_id.clone(),
-        tid: k.c.tid,
-        syscall: k.call.name(),
-        destination: HeldDestination {
-            host,
-            ip: key.ip,
-            port: key.port,
-            protocol: key.protocol.as_str(),
-        },
-        rule,
-        then,
-        approved: (st.egress.approved.clone(), key),
-        holder,
-        audit: k.ctx.audit.clone(),
-    }));
 }
 
 /// A blocking call, made on a thread of its own and answered from there,

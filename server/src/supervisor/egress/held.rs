@@ -12,6 +12,8 @@
 //! Failure modes: a caller gone before the answer gets nothing (the call
 //! is not made); a call refused or timed out is answered EACCES.
 
+use super::call::{Call, EgressTree};
+use super::judge::ToApprove;
 use super::state::DestKey;
 use crate::audit::{self, Action, AuditLog, EventBody};
 use crate::supervisor::seam::{Held, HeldDestination, HoldKind, HoldRequest, Holder, Settled};
@@ -119,4 +121,32 @@ impl HeldConnect {
             }),
         );
     }
+}
+
+/// Held for an operator (`approve`): the call is made (or, judged in
+/// place, runs again) only once approved, by the approval's waiter;
+/// approved once, the destination is allowed for the rest of the tree.
+pub(super) fn hold(
+    k: &Call,
+    st: &mut EgressTree,
+    (key, rule, host): ToApprove,
+    holder: Holder,
+    then: Then,
+) {
+    k.ctx.approvals.clone().hold(Box::new(HeldConnect {
+        session_id: k.tree.session_id.clone(),
+        tid: k.c.tid,
+        syscall: k.call.name(),
+        destination: HeldDestination {
+            host,
+            ip: key.ip,
+            port: key.port,
+            protocol: key.protocol.as_str(),
+        },
+        rule,
+        then,
+        approved: (st.egress.approved.clone(), key),
+        holder,
+        audit: k.ctx.audit.clone(),
+    }));
 }

@@ -67,16 +67,14 @@
 
 use super::call::{Call, EgressTree};
 use super::copy::{copy_names, Copied, Copy};
-use super::handle::hold;
-use super::held::Then;
+use super::held::{hold, Then};
 use super::judge::judge_all;
 use super::sockaddr::{parse_destination, sockaddr_over, Parsed};
-use super::stub::{register_at, register_after, Registered};
+use super::stub::{register_after, register_at, Registered};
 use super::unjudged::refuse;
 use crate::policy::egress::{Egress, Protocol};
 use crate::tracee::netproc::{self, Transport};
 use agentsh_proto::netabi::NetCall;
-use std::net::SocketAddr;
 
 /// Judges the call in the caller's memory, its other threads held, and
 /// lets it through as made or refuses it (see the module's doc).
@@ -111,7 +109,7 @@ pub(super) fn judge_in_place(k: &Call, st: &mut EgressTree, policy: &Egress) {
         Transport::Unlisted => (Protocol::Udp, libc::AF_INET6),
     };
     if let Err(why) = places_stay(k, &messages) {
-        return refuse(k, why);
+        return refuse(k, why.to_string());
     }
     let originals: Vec<Vec<u8>> = messages.iter().map(|m| m.addr.clone()).collect();
     let judged = judge_all(k, st, policy, protocol, domain, &mut messages);
@@ -141,15 +139,30 @@ fn proceed(k: &Call) {
     }
 }
 
+/// Why the bytes that decide a call's destinations may change after the
+/// check (the call is refused with it).
+#[derive(Debug, thiserror::Error)]
+enum Unsteady {
+    #[error("/proc/{0}/status: no Tgid")]
+    NoTgid(u32),
+    #[error("the caller's memory map cannot be read: {0}")]
+    Maps(std::io::Error),
+    #[error("the call's destination at {addr:#x}: {error}")]
+    Unmapped { addr: u64, error: std::io::Error },
+    #[error("the call's destination at {addr:#x} lies in {why}")]
+    Writable { addr: u64, why: String },
+    #[error("the caller has a Linux AIO ring: the kernel may write its memory after the check")]
+    Aio,
+}
+
 /// The bytes that decide the call's destinations lie where no other
 /// process can write them, and the kernel will not write them either.
-fn places_stay(k: &Call, messages: &[Copied]) -> Result<(), String> {
+fn places_stay(k: &Call, messages: &[Copied]) -> Result<(), Unsteady> {
     let pid = crate::tracee::ProcStatus::read(k.c.tid)
         .ok()
         .and_then(|s| s.number("Tgid"))
-        .ok_or_else(|| format!("/proc/{}/status: no Tgid", k.c.tid))?;
-    let mut maps = crate::tracee::maps::Maps::open(pid)
-        .map_err(|e| format!("the caller's memory map cannot be read: {e}"))?;
+        .ok_or(Unsteady::NoTgid(k.c.tid))?;
+    let mut maps = crate::tracee::maps::Maps::open(pid).map_err(Unsteady::Maps)?;
     let mut own_exe: Option<String> = None;
     let places = messages.iter().flat_map(|m| m.places.iter().copied());
     for (at, len) in places.filter(|(_, len)| *len > 0) {
@@ -157,7 +170,7 @@ fn places_stay(k: &Call, messages: &[Copied]) -> Result<(), String> {
         for addr in [at, last] {
             let v = maps
                 .find(addr)
-                .map_err(|e| format!("the call's destination at {addr:#x}: {e}"))?;
+                .map_err(|error| Unsteady::Unmapped { addr, error })?;
             if v.inode != 0 && !v.shared && own_exe.is_none() {
                 let _owner = crate::tracee::as_owner(k.c.tid);
                 own_exe = Some(
@@ -170,16 +183,14 @@ fn places_stay(k: &Call, messages: &[Copied]) -> Result<(), String> {
             if let Some(why) =
                 crate::supervisor::vma::refusal(&v, own_exe.as_deref().unwrap_or(""), no_write)
             {
-                return Err(format!("the call's destination at {addr:#x} lies in {why}"));
+                return Err(Unsteady::Writable { addr, why });
             }
         }
     }
     match crate::tracee::maps::aio_ring(&mut maps) {
         Ok(false) => Ok(()),
-        Ok(true) => Err("the caller has a Linux AIO ring: the kernel may write its memory \
-                         after the check"
-            .into()),
-        Err(e) => Err(format!("the caller's memory map cannot be read: {e}")),
+        Ok(true) => Err(Unsteady::Aio),
+        Err(e) => Err(Unsteady::Maps(e)),
     }
 }
 
@@ -212,7 +223,7 @@ fn to_stub(
     };
     let later = match registered {
         Ok(r) => r,
-        Err(why) => return refuse(k, why),
+        Err(why) => return refuse(k, why.to_string()),
     };
     let pid = k.c.tid;
     let mut patches: Vec<Patch> = Vec::new();
@@ -237,7 +248,10 @@ fn to_stub(
         now[..over.len()].copy_from_slice(&over);
         if let Err(e) = write(pid, m.addr_at, &over) {
             put_back(pid, &patches);
-            return refuse(k, format!("the stub's address cannot be written for the call: {e}"));
+            return refuse(
+                k,
+                format!("the stub's address cannot be written for the call: {e}"),
+            );
         }
         patches.push(Patch {
             at: m.addr_at,
@@ -270,22 +284,24 @@ fn to_stub(
     }
 }
 
-/// Writes `bytes` at `at` in `pid`'s memory: a private read-only page too
-/// (a constant sockaddr), as a debugger does.
-fn write(pid: u32, at: u64, bytes: &[u8]) -> std::io::Result<()> {
-    match crate::tracee::write_bytes(pid, at, bytes) {
-        Err(e) if e.raw_os_error() == Some(libc::EFAULT) => {
-            crate::tracee::overwrite_bytes(pid, at, bytes)
-        }
-        other => other,
-    }
+/// Writes `bytes` at `at` in the memory of `tid` (stopped, a tracee of
+/// this thread): `process_vm_writev` where there is one; else, or where the
+/// page is read-only (a constant sockaddr), a word at a time through ptrace
+/// (gVisor has neither `process_vm_writev` nor a writable `/proc/PID/mem`).
+fn write(tid: u32, at: u64, bytes: &[u8]) -> std::io::Result<()> {
+    crate::tracee::write_bytes(tid, at, bytes)
+        .or_else(|_| crate::tracee::poke_bytes(tid, at, bytes))
 }
 
 /// Puts the caller's bytes back, the last written first.
 fn put_back(pid: u32, patches: &[Patch]) {
     for p in patches.iter().rev() {
         if let Err(e) = write(pid, p.at, &p.caller) {
-            tracing::warn!(tid = pid, at = p.at, "a sockaddr could not be put back: {e}");
+            tracing::warn!(
+                tid = pid,
+                at = p.at,
+                "a sockaddr could not be put back: {e}"
+            );
         }
     }
 }
@@ -314,9 +330,4 @@ impl Registered {
             }
         }
     }
-}
-
-/// The address a socket is known by, once it has one.
-pub(super) fn has_address(local: Option<SocketAddr>) -> Option<SocketAddr> {
-    local.filter(|a| a.port() != 0)
 }

@@ -75,14 +75,15 @@ pub(super) fn record(
 /// read). The socket's transport is not known here: no `protocol`.
 pub(super) fn record_unenforceable(k: &Call, reason: String) {
     let named = copy_call(k.c, k.call, k.width).ok().and_then(|m| {
-        m.iter().find_map(|m| match parse_destination(&m.addr, k.call) {
-            Parsed::Inet(ip, port) => Some(Named {
-                ip: egress::canonical(ip),
-                port,
-                protocol: None,
-            }),
-            _ => None,
-        })
+        m.iter()
+            .find_map(|m| match parse_destination(&m.addr, k.call) {
+                Parsed::Inet(ip, port) => Some(Named {
+                    ip: egress::canonical(ip),
+                    port,
+                    protocol: None,
+                }),
+                _ => None,
+            })
     });
     tracing::info!(
         session = %k.tree.session_id, pid = k.c.tid, syscall = k.call.name(),

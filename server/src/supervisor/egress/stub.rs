@@ -10,7 +10,6 @@
 //! refuses the call).
 
 use super::call::{Call, EgressTree};
-use super::in_place::has_address;
 use super::sockaddr::{domain_of, local_addr, sockaddr_of};
 use super::socket::take_socket;
 use crate::dns::{Querier, Stub};
@@ -30,6 +29,23 @@ pub(super) enum StubError {
     NoWildcard,
     #[error("cannot bind the socket before the query: {0}")]
     Bind(io::Error),
+    #[error("fd {fd} cannot be read: {error}")]
+    Unread { fd: i32, error: io::Error },
+    #[error("fd {0} is no longer a socket")]
+    NotASocket(i32),
+    #[error("fd {0} has no local address after its connect")]
+    NoAddress(i32),
+    #[error(
+        "a DNS query sent from a socket with no local address yet cannot be told to agentsh's \
+         stub here (the socket cannot be taken to bind it): bind or connect the socket first, \
+         as glibc's and musl's resolvers do"
+    )]
+    Unbound,
+    #[error(
+        "a DNS socket whose address no /proc table shows (UDP over IPv6 under gVisor, whose \
+         /proc/net/udp6 is empty) cannot be told to agentsh's stub: use an IPv4 resolver"
+    )]
+    Unlisted,
 }
 
 /// Tells the stub that `sock` is this tree's: binds it first where it has
@@ -98,13 +114,12 @@ impl Later {
     ///
     /// # Errors
     /// The socket cannot be read, or has no address.
-    pub(super) fn register(self) -> Result<SocketAddr, String> {
+    pub(super) fn register(self) -> Result<SocketAddr, StubError> {
         let (tid, fd) = (self.tid, self.fd);
         let seen = crate::tracee::with_owner(tid, || netproc::transport_of(tid, fd))
-            .map_err(|e| format!("fd {fd}: {e}"))?
-            .ok_or_else(|| format!("fd {fd} is no longer a socket"))?;
-        let local = has_address(seen.local)
-            .ok_or_else(|| format!("fd {fd} has no local address after its connect"))?;
+            .map_err(|error| StubError::Unread { fd, error })?
+            .ok_or(StubError::NotASocket(fd))?;
+        let local = has_address(seen.local).ok_or(StubError::NoAddress(fd))?;
         self.stub.book.register(self.stream, local, self.querier);
         Ok(local)
     }
@@ -122,7 +137,7 @@ pub(super) fn register_at(
     stub: &Arc<Stub>,
     stream: bool,
     seen: &netproc::Seen,
-) -> Result<Registered, String> {
+) -> Result<Registered, StubError> {
     let querier = Querier {
         tree: st.egress.names(k.tree),
         pid: k.c.tid,
@@ -133,15 +148,8 @@ pub(super) fn register_at(
     }
     let protocol = if stream { Protocol::Tcp } else { Protocol::Udp };
     match take_socket(k.c.tid, k.c.args[0] as i32) {
-        Ok(sock) => register_querier(k, st, &sock, protocol)
-            .map(|()| Registered::Now)
-            .map_err(|e| format!("the DNS socket cannot be told to agentsh's stub: {e}")),
-        Err(_) => Err(
-            "a DNS query sent from a socket with no local address yet cannot be told to \
-             agentsh's stub here (the socket cannot be taken to bind it): bind or connect the \
-             socket first, as glibc's and musl's resolvers do"
-                .into(),
-        ),
+        Ok(sock) => register_querier(k, st, &sock, protocol).map(|()| Registered::Now),
+        Err(_) => Err(StubError::Unbound),
     }
 }
 
@@ -156,14 +164,9 @@ pub(super) fn register_after(
     stub: &Arc<Stub>,
     stream: bool,
     seen: &netproc::Seen,
-) -> Result<Registered, String> {
+) -> Result<Registered, StubError> {
     if seen.transport == Transport::Unlisted {
-        return Err(
-            "a DNS socket whose address no /proc table shows (UDP over IPv6 under gVisor, \
-             whose /proc/net/udp6 is empty) cannot be told to agentsh's stub: use an IPv4 \
-             resolver"
-                .into(),
-        );
+        return Err(StubError::Unlisted);
     }
     Ok(Registered::After(Later {
         stub: stub.clone(),
@@ -175,4 +178,9 @@ pub(super) fn register_after(
         tid: k.c.tid,
         fd: k.c.args[0] as i32,
     }))
+}
+
+/// The address a socket is known by, once it has one.
+fn has_address(local: Option<SocketAddr>) -> Option<SocketAddr> {
+    local.filter(|a| a.port() != 0)
 }

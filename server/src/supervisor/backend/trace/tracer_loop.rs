@@ -405,7 +405,10 @@ impl Loop {
         let returned = match regs::Regs::get(caller) {
             Ok(r) => r.returned(),
             Err(e) => {
-                tracing::debug!(caller, "registers unreadable at a syscall exit (gone?): {e}");
+                tracing::debug!(
+                    caller,
+                    "registers unreadable at a syscall exit (gone?): {e}"
+                );
                 return;
             }
         };

@@ -4,7 +4,7 @@
 //! run on, and can write the child's memory (and the child theirs). The
 //! filter refuses every other way to share memory between processes
 //! (`CLONE_VM` without `CLONE_THREAD|CLONE_VFORK`), so a caller's memory is
-//! held still ([`super::freeze`]) only once the threads of every process in
+//! held still (`freeze`) only once the threads of every process in
 //! its vfork relation are held too, but for the vforking threads, which
 //! sleep in the kernel until the child is done.
 //!
