@@ -70,19 +70,6 @@ pub fn handle(
             ),
         );
     };
-    // Where the backend holds the caller still, the call is judged where
-    // it stops and let through as made (`in_place`); elsewhere it is made
-    // for the tree, on its socket.
-    match stop.hold_still() {
-        Ok(()) => return judge_in_place(k, st, policy),
-        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {}
-        Err(e) => {
-            return refuse(
-                k,
-                format!("the caller's other threads cannot be stopped for the call: {e}"),
-            )
-        }
-    }
     let Some(inet) = inet_socket(k, st, policy) else {
         return;
     };
@@ -117,21 +104,14 @@ fn inet_socket(k: &Call, st: &mut EgressTree, policy: &Egress) -> Option<Inet> {
         Found::Gone => {}
         // Not a destination this judges (see the family's doc): let it
         // through only where the fd cannot be swapped meanwhile.
-        Found::Unix(same) => let_through(k, st, fd, same, unjudged_ok),
+        Found::Unix(same) => let_through(k, st, fd, same),
         // A raw or other socket, where the policy allows every destination
         // (the filter refuses them otherwise): nothing to judge.
         Found::Other(_) if policy.allows_everything() => {
             let _ = stop.proceed();
         }
         Found::Other(why) => refuse(k, why),
-        // Nothing to enforce: every destination is allowed. The call runs
-        // as the caller made it, audited from its memory.
-        Found::Unreachable(why) if policy.allows_everything() => {
-            let_unjudged(k, st, &why, Unjudged::AllAllowed);
-        }
-        // The operator chose to run what cannot be judged here.
-        Found::Unreachable(why) if unjudged_ok => let_unjudged(k, st, &why, Unjudged::Compat),
-        Found::Unreachable(why) => refuse(k, why),
+        Found::Unreachable(why) => unreachable(k, st, policy, why),
         // As above: nothing to enforce, so no socket of ours either.
         Found::Inet(Socket::Remote { .. }, ..) if policy.allows_everything() => {
             let why = "pidfd_getfd is refused here, so the caller's socket cannot be taken";
@@ -153,6 +133,33 @@ fn inet_socket(k: &Call, st: &mut EgressTree, policy: &Egress) -> Option<Inet> {
         }
     }
     None
+}
+
+/// A socket the supervisor cannot reach (`why`): where the backend holds
+/// the caller still (ptrace), the call is judged where it stops and let
+/// through as made (`in_place`); elsewhere it runs unjudged where nothing
+/// is to be enforced or the operator chose so, and is refused otherwise.
+fn unreachable(k: &Call, st: &mut EgressTree, policy: &Egress, why: String) {
+    match k.stop.hold_still() {
+        Ok(()) => return judge_in_place(k, st, policy),
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {}
+        Err(e) => {
+            return refuse(
+                k,
+                format!("the caller's other threads cannot be stopped for the call: {e}"),
+            )
+        }
+    }
+    if policy.allows_everything() {
+        // Nothing to enforce: every destination is allowed. The call runs
+        // as the caller made it, audited from its memory.
+        let_unjudged(k, st, &why, Unjudged::AllAllowed);
+    } else if k.ctx.egress_compat == EgressCompat::AllowUnjudged {
+        // The operator chose to run what cannot be judged here.
+        let_unjudged(k, st, &why, Unjudged::Compat);
+    } else {
+        refuse(k, why);
+    }
 }
 
 /// Makes the judged call (or holds it for an operator) with the copies.

@@ -5,10 +5,10 @@
 //! that allows every destination or `egress.compat: allow_unjudged` (the
 //! operator's choice), or refused.
 //!
-//! Failure modes: a threaded caller's other threads that cannot be frozen,
-//! or the ptrace backend (whose tracees' stops are its own): the Unix-socket
-//! call is refused with the reason. What runs unjudged is audited from the
-//! caller's memory.
+//! Failure modes: a threaded caller's other threads that cannot be frozen
+//! (or, under the ptrace backend, held): the Unix-socket call is refused
+//! with the reason. What runs unjudged is audited from the caller's
+//! memory.
 
 use super::call::{Call, EgressTree};
 use super::copy::copy_call;
@@ -100,15 +100,15 @@ pub(super) fn refuse(k: &Call, why: String) {
 /// thread: at once. Several: the other threads are frozen (ptrace, so no
 /// `SIGCONT` ends it), the call let through once they hold, and all let go
 /// once the caller has stopped too, i.e. its call is over (or was
-/// interrupted, and comes back through the filter). A thread that cannot be
-/// frozen within the deadline, or the ptrace backend (whose tracees' stops
-/// are its own): refused.
+/// interrupted, and comes back through the filter). Under the ptrace
+/// backend, whose tracees' stops are its own, the tracer holds them
+/// (`Stop::hold_still`) until the call has returned. A thread that cannot
+/// be frozen (or held) within the deadline: refused.
 pub(super) fn let_through(
     k: &Call,
     ts: &mut EgressTree,
     fd: i32,
     still_same: impl Fn() -> io::Result<bool>,
-    unjudged_allowed: bool,
 ) {
     let (tree, tid, call, stop) = (k.tree, k.c.tid, k.call, k.stop);
     let refuse = |why: String| refuse(k, why);
@@ -120,25 +120,33 @@ pub(super) fn let_through(
         let _ = stop.proceed();
         return;
     }
-    if stop.verifies_every_exec() {
-        if unjudged_allowed {
-            // egress.compat: allow_unjudged (the operator's choice, said at
-            // start): what cannot be checked here runs.
-            tracing::debug!(
-                session = %tree.session_id, pid = tid,
-                "{} on a Unix socket from a threaded process let through unchecked \
-                 (egress.compat: allow_unjudged)",
-                call.name()
-            );
-            let _ = stop.proceed();
+    // The ptrace backend holds the caller's other threads (and every
+    // process sharing its memory) through the call itself.
+    match stop.hold_still() {
+        Ok(()) => {
+            let go = match still_same() {
+                Ok(true) => stop.proceed(),
+                Ok(false) => Err(io::Error::other(format!(
+                    "fd {fd} changed to another file while the call was checked"
+                ))),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = go {
+                refuse(format!(
+                    "the Unix-socket call could not be let through: {e}"
+                ));
+            }
             return;
         }
-        return refuse(format!(
-            "{} on a Unix socket (fd {fd}) from a process of {} threads under the ptrace \
-             backend: another thread could swap an inet socket in at that fd after the check",
-            call.name(),
-            st.num_threads
-        ));
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {}
+        Err(e) => {
+            return refuse(format!(
+                "{} on a Unix socket (fd {fd}) from a process of {} threads: its other threads \
+                 cannot be stopped ({e}), and one could swap an inet socket in at that fd",
+                call.name(),
+                st.num_threads
+            ))
+        }
     }
     let tgid = match crate::tracee::tgid_of(tid, &st) {
         Ok(t) => t,
