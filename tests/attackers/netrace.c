@@ -11,6 +11,11 @@
  *       the memory) connects to that sockaddr in a loop. A connect whose
  *       peer is BAD is a win ("WON"). At the end:
  *       "ok N refused M won W" (N connects reached OK, M were refused).
+ *   netrace self OK_PORTS
+ *       listens on 0.0.0.0 at the first free port of OK_PORTS and connects
+ *       to it through this machine's first non-loopback IPv4 address (a
+ *       destination agent-default leaves to an operator); prints
+ *       "target IP:PORT", then "connect 0" or "connect ERRNO".
  *   netrace dns RESOLVER NAME [send|unbound]
  *       one DNS query for NAME (type A) to RESOLVER (IP, port 53) over UDP:
  *       connect then send (default), sendto from a bound socket ("send"),
@@ -23,6 +28,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -172,6 +178,49 @@ static int race(const char *ok_list, double seconds, int use_vfork) {
     return 0;
 }
 
+static int self_connect(const char *ok_list) {
+    int fd = -1, port = 0;
+    char *list = strdup(ok_list), *save = NULL;
+    for (char *p = strtok_r(list, ",", &save); p && fd < 0; p = strtok_r(NULL, ",", &save)) {
+        port = atoi(p);
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        struct sockaddr_in any = {.sin_family = AF_INET, .sin_port = htons(port)};
+        if (bind(fd, (struct sockaddr *)&any, sizeof any) != 0 || listen(fd, 8) != 0) {
+            close(fd);
+            fd = -1;
+        }
+    }
+    struct ifaddrs *ifs, *i;
+    struct sockaddr_in to = {0};
+    if (fd < 0 || getifaddrs(&ifs) != 0) {
+        printf("no listener or no interfaces\n");
+        return 1;
+    }
+    for (i = ifs; i; i = i->ifa_next) {
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET) {
+            struct sockaddr_in *a = (struct sockaddr_in *)i->ifa_addr;
+            if ((ntohl(a->sin_addr.s_addr) >> 24) != 127) {
+                to = *a;
+                break;
+            }
+        }
+    }
+    if (to.sin_family != AF_INET) {
+        printf("no non-loopback address\n");
+        return 1;
+    }
+    to.sin_port = htons(port);
+    char ip[32];
+    inet_ntop(AF_INET, &to.sin_addr, ip, sizeof ip);
+    printf("target %s:%d\n", ip, port);
+    int c = socket(AF_INET, SOCK_STREAM, 0);
+    int rc = connect(c, (struct sockaddr *)&to, sizeof to);
+    printf("connect %d\n", rc == 0 ? 0 : errno);
+    return 0;
+}
+
 /* A DNS query for `name`, type A, class IN, id 0x4242. */
 static int query(const char *name, unsigned char *q) {
     unsigned char h[12] = {0x42, 0x42, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0};
@@ -238,10 +287,12 @@ int main(int argc, char **argv) {
         return connect_once(argv[2], atoi(argv[3]));
     if (argc >= 4 && strcmp(argv[1], "race") == 0)
         return race(argv[2], atof(argv[3]), argc >= 5 && strcmp(argv[4], "vfork") == 0);
+    if (argc >= 3 && strcmp(argv[1], "self") == 0)
+        return self_connect(argv[2]);
     if (argc >= 4 && strcmp(argv[1], "dns") == 0)
         return dns(argv[2], argv[3], argc >= 5 ? argv[4] : "connect");
     fprintf(stderr,
             "usage: netrace connect IP PORT | race OK_PORTS SECONDS [vfork] | "
-            "dns RESOLVER NAME [send|unbound]\n");
+            "self OK_PORTS | dns RESOLVER NAME [send|unbound]\n");
     return 2;
 }

@@ -360,3 +360,69 @@ fn modal_recipe_in_gvisor_judges_connects_where_they_stop() {
         );
     }
 }
+
+/// The pending approval of a connect, once one waits (its id); `None` if
+/// none came within a minute.
+fn pending_connect(ctr: &Container) -> Option<String> {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::time::Instant::now() < end {
+        let o = ctr.exec(None, &["agentsh", "approvals", "list", "--json"]);
+        let found = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|r| r["kind"] == "connect")
+            .and_then(|r| r["id"].as_str().map(str::to_string));
+        if found.is_some() {
+            return found;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    None
+}
+
+/// A connect agent-default leaves to an operator (an address of this
+/// machine's own, not loopback) waits in its stop under gVisor; approved,
+/// it runs again from its start, is judged anew in the caller's memory
+/// (allowed now) and connects; denied, it fails with EACCES. As root and as
+/// an ordinary user; the Modal recipe as written.
+#[test]
+fn modal_recipe_in_gvisor_holds_a_connect_for_an_operator() {
+    if !runtimes_here("modal_recipe_in_gvisor_holds_a_connect_for_an_operator") {
+        return;
+    }
+    let tmp = TempDir::new("rr-approve");
+    let netrace = compile("netrace", tmp.path(), true);
+    let (_image, ctr) = modal_with(Runtime::Runsc, &[(&netrace, "/usr/local/bin/netrace")]);
+    for user in [None, Some(USER)] {
+        for verb in ["approve", "deny"] {
+            let out = std::thread::scope(|s| {
+                let run = s.spawn(|| ctr.sh(user, &format!("netrace self {DEV_PORTS}")));
+                let id = pending_connect(&ctr);
+                if let Some(id) = &id {
+                    let o = ctr.exec(None, &["agentsh", "approvals", verb, id]);
+                    assert!(o.status.success(), "{verb}: {}", text(&o));
+                }
+                let o = run.join().unwrap();
+                assert!(id.is_some(), "{user:?}: no connect waited: {}", text(&o));
+                String::from_utf8_lossy(&o.stdout).into_owned()
+            });
+            let want = match verb {
+                "approve" => "connect 0".to_string(),
+                _ => format!("connect {}", libc::EACCES),
+            };
+            assert_eq!(out.lines().last(), Some(want.as_str()), "{user:?} {verb}: {out}");
+        }
+    }
+    let ev = ctr.exec(None, &["agentsh", "events"]);
+    let outcomes: Vec<Value> = String::from_utf8_lossy(&ev.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "connect" && e["approval_outcome"].is_string())
+        .map(|e| e["approval_outcome"].clone())
+        .collect();
+    assert_eq!(
+        outcomes,
+        ["approved", "denied", "approved", "denied"].map(Value::from),
+        "{ev:?}"
+    );
+}
