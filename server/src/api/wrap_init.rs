@@ -116,7 +116,7 @@ fn prepare_wrap_init(
         .wrap_inits
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut seccomp_config = tree_seccomp_config(api, &filter.encoded, backend);
-    let mut not_enforced = not_enforced(&landlock.summary);
+    let mut not_enforced = not_enforced(&landlock.summary, setup.filters.traces_files());
     if let Some(why) = egress_gap {
         not_enforced.push(unjudged_egress(api, backend, &why));
     }
@@ -376,14 +376,15 @@ fn egress_unenforceable(api: &Api, policy: &crate::policy::Policy) -> Option<Str
 }
 
 /// What the tree does not get on this host, said rather than implied: with
-/// no Landlock at all (gVisor), the file and network rules and the
-/// protection of agentsh's own files do not exist.
-fn not_enforced(l: &crate::policy::landlock::LandlockSummary) -> Vec<String> {
+/// no Landlock at all the network rules do not exist, nor the file rules
+/// and the protection of agentsh's own files unless the tracer keeps them
+/// (`tracer_files`: the ptrace backend judges the path calls).
+fn not_enforced(l: &crate::policy::landlock::LandlockSummary, tracer_files: bool) -> Vec<String> {
     if l.kernel_abi > 0 {
         return Vec::new();
     }
     let mut v = Vec::new();
-    if !l.handled_fs.is_empty() {
+    if !l.handled_fs.is_empty() && !tracer_files {
         v.push("file rules (no Landlock on this kernel)".to_string());
         v.push("the protection of agentsh's own files (no Landlock)".to_string());
     }

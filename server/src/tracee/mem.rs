@@ -67,6 +67,45 @@ pub fn read_cstring(pid: u32, addr: u64, max: usize) -> io::Result<(Vec<u8>, boo
     MemReader::new(pid).cstring(addr, max)
 }
 
+/// [`read_cstring`] by `PTRACE_PEEKDATA`, a word at a time: for the
+/// tracer, while thread `tid` is in a ptrace stop (cheaper than opening
+/// `/proc/<pid>/mem` where `process_vm_readv` is missing, as in gVisor).
+///
+/// # Errors
+/// Not our stopped tracee (ESRCH), or the address unreadable (EIO/EFAULT).
+pub fn peek_cstring(tid: u32, addr: u64, max: usize) -> io::Result<(Vec<u8>, bool)> {
+    let mut out = Vec::new();
+    let mut word_at = addr & !7;
+    let mut skip = (addr - word_at) as usize;
+    while out.len() < max {
+        // SAFETY: errno is thread-local; PEEKDATA returns the word read, so
+        // an error shows only in errno.
+        let word = unsafe {
+            *libc::__errno_location() = 0;
+            libc::ptrace(
+                libc::PTRACE_PEEKDATA,
+                tid as libc::pid_t,
+                word_at as *mut libc::c_void,
+                std::ptr::null_mut::<libc::c_void>(),
+            )
+        };
+        let err = io::Error::last_os_error();
+        if word == -1 && err.raw_os_error().is_some_and(|e| e != 0) {
+            return Err(err);
+        }
+        for &b in &word.to_ne_bytes()[skip..] {
+            if b == 0 {
+                return Ok((out, true));
+            }
+            out.push(b);
+        }
+        skip = 0;
+        word_at += 8;
+    }
+    out.truncate(max);
+    Ok((out, false))
+}
+
 /// Reads a NULL-terminated array of pointers (`ptr_size` 4 or 8 bytes each),
 /// at most `max` entries. Returns the pointers and whether the NULL was found.
 ///

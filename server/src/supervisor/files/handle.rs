@@ -78,7 +78,6 @@ pub fn handle(
     };
     match decide(rules, call, c, &read) {
         Ok(Verdict::Allow) => {
-            tracing::trace!(tid = c.tid, call = call.name, path = %String::from_utf8_lossy(&read.path), "allowed");
             let _ = stop.proceed();
         }
         Ok(Verdict::Kernel(errno)) => {
@@ -185,9 +184,9 @@ fn register_flags(call: &FileSyscall, args: &[u64; 6]) -> Flags {
 /// The call's strings (and `openat2`'s flags), from its memory; the
 /// caller's other threads are stopped.
 fn read_call(call: &FileSyscall, c: &Caught, flags: &mut Flags) -> Result<Read, Undecidable> {
-    let pid = crate::tracee::ProcStatus::read(c.tid)
-        .ok()
-        .and_then(|s| s.number("Tgid"))
+    let pid = c
+        .tgid
+        .or_else(|| crate::tracee::ProcStatus::read(c.tid).ok()?.number("Tgid"))
         .ok_or_else(|| {
             Undecidable(
                 Refusal::Unreadable,
@@ -198,7 +197,12 @@ fn read_call(call: &FileSyscall, c: &Caught, flags: &mut Flags) -> Result<Read, 
         if addr == 0 {
             return Ok(Vec::new());
         }
-        match crate::tracee::read_cstring(pid, addr, libc::PATH_MAX as usize) {
+        // The tracer's own peek first (the caller is stopped in its call);
+        // the process's memory where it is not ours to peek.
+        let max = libc::PATH_MAX as usize;
+        let read = crate::tracee::peek_cstring(c.tid, addr, max)
+            .or_else(|_| crate::tracee::read_cstring(pid, addr, max));
+        match read {
             Ok((s, true)) => Ok(s),
             Ok((_, false)) => Err(Undecidable(
                 Refusal::Unreadable,

@@ -26,6 +26,8 @@ pub struct TraceStop<'a> {
     /// Whether a thread is stopped already (held for an operator, not yet
     /// claimed): not asked to stop again.
     pub(super) stopped: &'a dyn Fn(u32) -> bool,
+    /// The other threads of the caller's process, as the tracer knows them.
+    pub(super) siblings: &'a dyn Fn() -> Vec<u32>,
 }
 
 impl Stop for TraceStop<'_> {
@@ -67,7 +69,7 @@ impl Stop for TraceStop<'_> {
 
     fn hold_still(&self) -> io::Result<()> {
         self.freezer
-            .freeze(self.tid, self.stopped)
+            .freeze(self.tid, (self.siblings)(), self.stopped)
             .map_err(io::Error::other)
     }
 

@@ -64,6 +64,8 @@ struct TraceTree {
 struct Tracee {
     /// The tree's root pid (its key).
     root: u32,
+    /// Its process (thread-group id): the threads held still together.
+    tgid: u32,
     /// What its last allowed exec must run.
     expect: Option<Verification>,
 }
@@ -194,6 +196,7 @@ impl Loop {
             pid,
             Tracee {
                 root: pid,
+                tgid: pid,
                 expect: None,
             },
         );
@@ -299,7 +302,8 @@ impl Loop {
             }
             EVENT_FORK | EVENT_VFORK | EVENT_CLONE => {
                 if let Ok(child) = regs::event_msg(tid) {
-                    self.adopt(child as u32, tid);
+                    let thread = (status >> 16) & 0xffff == EVENT_CLONE && clones_thread(tid);
+                    self.adopt(child as u32, tid, thread);
                 }
                 regs::cont(tid, 0)
             }
@@ -323,34 +327,43 @@ impl Loop {
         let Ok(status) = crate::tracee::ProcStatus::read(tid) else {
             return false;
         };
+        let tgid = status.number("Tgid").unwrap_or(tid);
         let root = [status.number("Tgid"), status.number("PPid")]
             .into_iter()
             .flatten()
             .find_map(|p| self.tracees.get(&p).map(|t| t.root));
         match root {
             Some(root) => {
-                self.add(tid, root);
+                self.add(tid, root, tgid);
                 true
             }
             None => false,
         }
     }
 
-    /// `child` was started by tracee `parent` (a fork, vfork or clone event).
-    fn adopt(&mut self, child: u32, parent: u32) {
-        let Some(root) = self.tracees.get(&parent).map(|t| t.root) else {
+    /// `child` was started by tracee `parent` (a fork, vfork or clone
+    /// event; `thread`: a thread of the parent's process).
+    fn adopt(&mut self, child: u32, parent: u32, thread: bool) {
+        let Some((root, tgid)) = self.tracees.get(&parent).map(|t| (t.root, t.tgid)) else {
             return;
         };
         if !self.tracees.contains_key(&child) {
-            self.add(child, root);
+            self.add(child, root, if thread { tgid } else { child });
         }
         if let Some(status) = self.unclaimed.remove(&child) {
             self.event(child, status);
         }
     }
 
-    fn add(&mut self, tid: u32, root: u32) {
-        self.tracees.insert(tid, Tracee { root, expect: None });
+    fn add(&mut self, tid: u32, root: u32, tgid: u32) {
+        self.tracees.insert(
+            tid,
+            Tracee {
+                root,
+                tgid,
+                expect: None,
+            },
+        );
         if let Some(t) = self.trees.get_mut(&root) {
             t.members += 1;
         }
@@ -434,6 +447,17 @@ impl Loop {
         };
         let (held, unclaimed, gate) = (&self.held, &self.unclaimed, &self.gate);
         let stopped = |t: u32| held.contains_key(&t) || unclaimed.contains_key(&t) || gate.parks(t);
+        let tgid = self.tracees.get(&tid).map_or(tid, |t| t.tgid);
+        let tracees = &self.tracees;
+        // Its process's other threads: every one is a tracee (each clone
+        // is followed); those not yet claimed are stopped already.
+        let siblings = || -> Vec<u32> {
+            tracees
+                .iter()
+                .filter(|(&t, x)| x.tgid == tgid && t != tid)
+                .map(|(&t, _)| t)
+                .collect()
+        };
         let stop = TraceStop {
             tid,
             answered: Cell::new(false),
@@ -441,9 +465,11 @@ impl Loop {
             starttime: Cell::new(0),
             freezer: &self.freezer,
             stopped: &stopped,
+            siblings: &siblings,
         };
         let caught = Caught {
             tid,
+            tgid: Some(tgid),
             arch,
             nr,
             args: regs.args(),
@@ -499,6 +525,14 @@ impl Loop {
             kill(pid);
         }
     }
+}
+
+/// Whether tracee `tid`, stopped at its clone event, made a thread
+/// (`CLONE_THREAD` in `clone`'s flags; `clone3` is refused by the filter).
+/// Unreadable registers: not a thread (its own process, frozen alone).
+fn clones_thread(tid: u32) -> bool {
+    const CLONE_THREAD: u64 = 0x0001_0000;
+    regs::Regs::get(tid).is_ok_and(|r| r.args()[0] & CLONE_THREAD != 0)
 }
 
 /// SIGKILL to a stopped tracee: it dies as soon as it is resumed.
