@@ -466,6 +466,44 @@ mod tests {
     use super::*;
     use std::ffi::CString;
 
+    /// The tracer's peek reads a stopped child's string at any alignment,
+    /// across words, up to its NUL, and says when there is none within max.
+    #[test]
+    fn peek_reads_a_stopped_tracees_string() {
+        let text = CString::new("/etc/agentsh/shim.conf, and more words").unwrap();
+        let addr = text.as_ptr() as u64;
+        // SAFETY: the child only calls async-signal-safe functions.
+        let child = unsafe { libc::fork() };
+        if child == 0 {
+            // SAFETY: as above.
+            unsafe {
+                libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0);
+                libc::raise(libc::SIGSTOP);
+                libc::_exit(0);
+            }
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(child, &mut status, 0) };
+        assert!(libc::WIFSTOPPED(status));
+        let tid = child as u32;
+        let whole = peek_cstring(tid, addr, 4096).unwrap();
+        assert_eq!(whole, (text.as_bytes().to_vec(), true));
+        let from3 = peek_cstring(tid, addr + 3, 4096).unwrap();
+        assert_eq!(from3.0, text.as_bytes()[3..].to_vec());
+        assert_eq!(
+            peek_cstring(tid, addr + 1, 5).unwrap(),
+            (b"etc/a".to_vec(), false)
+        );
+        // SAFETY: our own child, then reaped.
+        unsafe {
+            libc::kill(child, libc::SIGKILL);
+            libc::waitpid(child, &mut status, 0);
+        }
+        // Not a tracee (any more): an error, never bytes.
+        assert!(peek_cstring(tid, addr, 16).is_err());
+    }
+
     #[test]
     fn reads_own_memory_strings_and_arrays() {
         let s = b"hello\0";
