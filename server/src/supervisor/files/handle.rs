@@ -36,6 +36,7 @@ struct Read {
 pub fn handle(
     ctx: &SupervisorContext,
     tree: &Tree,
+    st: &mut super::FilesState,
     call: &'static FileSyscall,
     c: &Caught,
     stop: &dyn Stop,
@@ -76,7 +77,8 @@ pub fn handle(
             return;
         }
     };
-    match decide(rules, call, c, &read) {
+    let decided = root_checked(st, read.pid, c.tid).and_then(|()| decide(rules, call, c, &read));
+    match decided {
         Ok(Verdict::Allow) => {
             let _ = stop.proceed();
         }
@@ -104,6 +106,21 @@ pub fn handle(
             let _ = stop.refuse(libc::EACCES);
         }
     }
+}
+
+/// The tree's root is the server's (its paths are walked from there):
+/// checked at its first path call.
+fn root_checked(st: &mut super::FilesState, pid: u32, tid: u32) -> Result<(), Undecidable> {
+    if !st.root_is_ours {
+        walk::root_is_ours(pid, tid).map_err(|why| {
+            Undecidable(
+                Refusal::Unresolvable,
+                format!("{why}: its paths are not walked"),
+            )
+        })?;
+        st.root_is_ours = true;
+    }
+    Ok(())
 }
 
 /// The paths walked, the rules applied, and where the strings lie checked

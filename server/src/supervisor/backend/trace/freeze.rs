@@ -51,13 +51,21 @@ pub(super) struct Freezer {
 impl Freezer {
     /// Stops `siblings` (every other thread of `caller`'s process, as the
     /// tracer follows them), but those `stopped` says are stopped already
-    /// (held for an operator, waiting to be claimed, parked).
+    /// (held for an operator, waiting to be claimed, parked: they stay
+    /// held through the call too, as the others).
+    /// A caller with no other thread is held through its call only when
+    /// `to_exit` (the tracer must see the call return: a change of names);
+    /// else nothing holds it and it runs on with one stop.
     pub(super) fn freeze(
         &self,
         caller: u32,
         siblings: Vec<u32>,
         stopped: &dyn Fn(u32) -> bool,
+        to_exit: bool,
     ) -> Result<(), FreezeError> {
+        if siblings.is_empty() && !to_exit {
+            return Ok(());
+        }
         let threads: Vec<u32> = siblings.into_iter().filter(|&t| !stopped(t)).collect();
         let mut took = Vec::new();
         let mut asked = Vec::with_capacity(threads.len());

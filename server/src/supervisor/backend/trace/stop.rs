@@ -28,6 +28,10 @@ pub struct TraceStop<'a> {
     pub(super) stopped: &'a dyn Fn(u32) -> bool,
     /// The other threads of the caller's process, as the tracer knows them.
     pub(super) siblings: &'a dyn Fn() -> Vec<u32>,
+    /// The call changes names: the tracer must see it return (`gate`).
+    pub(super) to_exit: bool,
+    /// It was let through (`proceed`).
+    pub(super) proceeded: Cell<bool>,
 }
 
 impl Stop for TraceStop<'_> {
@@ -38,6 +42,7 @@ impl Stop for TraceStop<'_> {
 
     fn proceed(&self) -> io::Result<()> {
         self.answered.set(true);
+        self.proceeded.set(true);
         if self.freezer.holds(self.tid) {
             // Into the call with the others held; the tracer lets them go
             // at the call's syscall-exit stop.
@@ -69,7 +74,7 @@ impl Stop for TraceStop<'_> {
 
     fn hold_still(&self) -> io::Result<()> {
         self.freezer
-            .freeze(self.tid, (self.siblings)(), self.stopped)
+            .freeze(self.tid, (self.siblings)(), self.stopped, self.to_exit)
             .map_err(io::Error::other)
     }
 

@@ -88,6 +88,10 @@ pub(super) struct Loop {
     gate: NameGate,
     /// The parked call being let in (it does not queue again behind others).
     replaying: Option<u32>,
+    /// `unpark` runs (a replayed stop does not start another).
+    unparking: bool,
+    /// A stop was seen that may let a parked change in: the loop unparks.
+    unpark_later: bool,
 }
 
 impl Loop {
@@ -103,6 +107,8 @@ impl Loop {
             freezer: Freezer::default(),
             gate: NameGate::default(),
             replaying: None,
+            unparking: false,
+            unpark_later: false,
         }
     }
 
@@ -122,7 +128,7 @@ impl Loop {
                 self.request(r);
             }
             self.drain_events();
-            if self.gate.drop_blocked(gate::sleeps) {
+            if self.gate.drop_blocked(gate::sleeps) || std::mem::take(&mut self.unpark_later) {
                 self.unpark();
             }
             let mut fds = [
@@ -267,6 +273,10 @@ impl Loop {
             self.gone(tid);
             return;
         }
+        // Seen stopped: a walk it was let into without an exit stop is over.
+        if self.gate.observed(tid) {
+            self.unpark_later = true;
+        }
         if !self.tracees.contains_key(&tid) && !self.claim(tid) {
             // Its parent's fork event names it; until then it waits here.
             self.unclaimed.insert(tid, status);
@@ -380,13 +390,31 @@ impl Loop {
     }
 
     /// The path calls the names gate lets in now, handled as they would
-    /// have been when they came.
+    /// have been when they came; then the walks a waiting change needs
+    /// stopped are asked to stop.
     fn unpark(&mut self) {
+        if self.unparking {
+            return; // the outer call goes on with the queue
+        }
+        self.unparking = true;
         while let Some((t, status)) = self.gate.next() {
             if self.tracees.contains_key(&t) {
                 self.replaying = Some(t);
                 self.event(t, status);
                 self.replaying = None;
+            }
+        }
+        self.unparking = false;
+        self.interrupt_walkers();
+    }
+
+    /// Interrupts the threads let into walks without an exit stop that a
+    /// waiting change needs seen stopped (`gate`); one that is gone is
+    /// observed at once.
+    fn interrupt_walkers(&mut self) {
+        for t in self.gate.walks_to_interrupt() {
+            if regs::interrupt(t).is_err() && self.gate.observed(t) {
+                self.unpark_later = true;
             }
         }
     }
@@ -395,10 +423,10 @@ impl Loop {
     /// vanished.
     fn gone(&mut self, tid: u32) {
         self.let_go(tid);
-        if self.gate.parks(tid) || self.gate.done_running(tid) {
-            self.gate.done(tid);
-            self.unpark();
-        }
+        // Out of the gate, whatever it was there: the loop lets in what
+        // waited for it.
+        self.gate.done(tid);
+        self.unpark_later = true;
         self.held.remove(&tid);
         self.unclaimed.remove(&tid);
         let Some(t) = self.tracees.remove(&tid) else {
@@ -439,6 +467,7 @@ impl Loop {
         if let Some(kind) = walks {
             if !self.gate.admits(kind, self.replaying == Some(tid)) {
                 self.gate.park(tid, status, kind);
+                self.interrupt_walkers();
                 return;
             }
         }
@@ -466,6 +495,8 @@ impl Loop {
             freezer: &self.freezer,
             stopped: &stopped,
             siblings: &siblings,
+            to_exit: walks == Some(gate::Kind::Changes),
+            proceeded: Cell::new(false),
         };
         let caught = Caught {
             tid,
@@ -475,13 +506,33 @@ impl Loop {
             args: regs.args(),
         };
         dispatch(&self.ctx, &tt.tree, &mut tt.st, &caught, &stop);
-        let (answered, starttime) = (stop.answered.get(), stop.starttime.get());
-        let expect = stop.expect.take();
+        let answer = Answered {
+            answered: stop.answered.get(),
+            starttime: stop.starttime.get(),
+            proceeded: stop.proceeded.get(),
+            expect: stop.expect.take(),
+        };
         drop(stop);
+        self.after_dispatch(tid, walks, answer);
+    }
+
+    /// What follows a dispatched stop: the threads held for it, the names
+    /// gate, a stop left for an operator, what an exec must turn out to be.
+    fn after_dispatch(&mut self, tid: u32, walks: Option<gate::Kind>, a: Answered) {
+        let Answered {
+            answered,
+            starttime,
+            proceeded,
+            expect,
+        } = a;
         // Held for a call that did not go on (refused, answered, deferred):
         // the others go now; for one that did, at its syscall-exit stop.
         if !self.freezer.running(tid) {
             self.let_go(tid);
+            if proceeded && walks == Some(gate::Kind::Walks) {
+                // One thread, let run with one stop: unobserved until seen.
+                self.gate.unobserved(tid);
+            }
         } else if let Some(kind) = walks {
             self.gate.running(tid, kind);
         }
@@ -525,6 +576,14 @@ impl Loop {
             kill(pid);
         }
     }
+}
+
+/// How a dispatched stop was answered (read off its [`TraceStop`]).
+struct Answered {
+    answered: bool,
+    starttime: u64,
+    proceeded: bool,
+    expect: Option<Verification>,
 }
 
 /// Whether tracee `tid`, stopped at its clone event, made a thread
