@@ -410,7 +410,11 @@ fn modal_recipe_in_gvisor_holds_a_connect_for_an_operator() {
                 "approve" => "connect 0".to_string(),
                 _ => format!("connect {}", libc::EACCES),
             };
-            assert_eq!(out.lines().last(), Some(want.as_str()), "{user:?} {verb}: {out}");
+            assert_eq!(
+                out.lines().last(),
+                Some(want.as_str()),
+                "{user:?} {verb}: {out}"
+            );
         }
     }
     let ev = ctr.exec(None, &["agentsh", "events"]);

@@ -5,13 +5,15 @@
 //! report. Steps 1 to 5 share two mount namespaces, one with the shim as
 //! `/bin/sh` and a server on the notify backend, one without; step 6 adds
 //! a third on the ptrace backend; step 7 starts fresh servers in the first
-//! (the first shell after `ready`); the supervisor's own time comes last,
-//! from another, tracing server.
+//! (the first shell after `ready`); the supervisor's own time comes next,
+//! from another, tracing server; then egress, and gVisor's per-call costs
+//! in a real runsc container.
 
 mod configure;
 mod egress;
 mod exec_loop;
 mod first_shell;
+mod gvisor;
 mod install;
 mod nested;
 mod ptrace;
@@ -28,6 +30,7 @@ use configure::configure;
 use egress::egress;
 use exec_loop::exec_loop;
 use first_shell::first_shell;
+use gvisor::gvisor;
 use install::install_path;
 use nested::nested_path;
 use ptrace::ptrace_backend;
@@ -154,6 +157,10 @@ pub fn run(o: &Opts) -> Result<(), String> {
     // A server of its own, whose policy judges destinations.
     if o.runs("egress") {
         egress(&mut rep, &b)?;
+    }
+    // A container of its own, in gVisor (podman with runsc).
+    if o.runs("gvisor") {
+        gvisor(&mut rep, ws, o.quick)?;
     }
     rep.line(&format!(
         "\n(whole run: {:.0} s)",

@@ -117,8 +117,7 @@ fn prepare_wrap_init(
         .wrap_inits
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut seccomp_config = tree_seccomp_config(api, &filter.encoded, backend);
-    let connects_judged = judges_in_place(backend) && setup.policy.egress().is_some();
-    let mut not_enforced = not_enforced(&landlock.summary, connects_judged);
+    let mut not_enforced = tree_not_enforced(setup, &landlock.summary, backend);
     if let Some(why) = egress_gap {
         not_enforced.push(unjudged_egress(api, backend, &why));
     }
@@ -395,19 +394,32 @@ fn judges_in_place(backend: agentsh_proto::ExecBackend) -> bool {
         .judges_in_place
 }
 
+/// [`not_enforced`] for a tree of `setup` under `backend`.
+fn tree_not_enforced(
+    setup: &Setup,
+    l: &crate::policy::landlock::LandlockSummary,
+    backend: agentsh_proto::ExecBackend,
+) -> Vec<String> {
+    let connects_judged = judges_in_place(backend) && setup.policy.egress().is_some();
+    not_enforced(l, setup.filters.traces_files(), connects_judged)
+}
+
 /// What the tree does not get on this host, said rather than implied: with
-/// no Landlock at all (gVisor), the file and network rules and the
-/// protection of agentsh's own files do not exist (but for the TCP connect
-/// ports, where `connects_judged`: the tracer keeps them at every connect).
+/// no Landlock at all the network rules do not exist, nor the file rules
+/// and the protection of agentsh's own files unless the tracer keeps them
+/// (`tracer_files`: the ptrace backend judges the path calls), nor the TCP
+/// connect ports unless the tracer keeps them (`connects_judged`: it judges
+/// every connect, for the policy's egress).
 fn not_enforced(
     l: &crate::policy::landlock::LandlockSummary,
+    tracer_files: bool,
     connects_judged: bool,
 ) -> Vec<String> {
     if l.kernel_abi > 0 {
         return Vec::new();
     }
     let mut v = Vec::new();
-    if !l.handled_fs.is_empty() {
+    if !l.handled_fs.is_empty() && !tracer_files {
         v.push("file rules (no Landlock on this kernel)".to_string());
         v.push("the protection of agentsh's own files (no Landlock)".to_string());
     }

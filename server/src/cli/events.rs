@@ -36,67 +36,94 @@ pub(super) enum EventFormat {
 
 /// One event as a table row.
 fn table_row(ev: &serde_json::Value) -> String {
-    let s = |k: &str| ev.get(k).and_then(|v| v.as_str()).unwrap_or("").to_string();
-    let n = |k: &str| {
-        ev.get(k)
-            .map(std::string::ToString::to_string)
-            .unwrap_or_default()
-    };
-    let time = s("timestamp").get(11..23).unwrap_or("").to_string();
+    let time = text(ev, "timestamp").get(11..23).unwrap_or("").to_string();
+    let head = format!("{:<16} {time:<12}", number(ev, "id"));
     match ev.get("type").and_then(|v| v.as_str()) {
-        Some("execve") => {
-            let argv: Vec<String> = ev["argv"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|x| x.as_str().map(String::from))
-                        .collect()
-                })
-                .unwrap_or_default();
-            let mut cmd = argv.join(" ");
-            if cmd.len() > 60 {
-                cmd.truncate(57);
-                cmd.push_str("...");
-            }
-            format!(
-                "{:<16} {:<12} {:<7} {:<5} {:<7} {:<6} {:<26} {}  [{}]",
-                n("id"),
-                time,
-                n("pid"),
-                n("depth"),
-                s("decision"),
-                s("effective_action"),
-                s("rule"),
-                cmd,
-                s("filename")
-            )
-        }
-        Some("connect") => {
-            let dest = match (
-                s("ip").as_str(),
-                ev.get("port").and_then(serde_json::Value::as_u64),
-            ) {
-                ("", _) => "(no destination)".to_string(),
-                (ip, Some(port)) if ip.contains(':') => format!("[{ip}]:{port}"),
-                (ip, Some(port)) => format!("{ip}:{port}"),
-                (ip, None) => ip.to_string(),
-            };
-            format!(
-                "{:<16} {:<12} {:<7} {:<5} {:<7} {:<6} {:<26} {} {dest} {}",
-                n("id"),
-                time,
-                n("pid"),
-                "-",
-                s("decision"),
-                s("decision"),
-                s("rule"),
-                s("syscall"),
-                s("protocol")
-            )
-        }
-        Some(other) => format!("{:<16} {:<12} {other}", n("id"), time),
+        Some("execve") => exec_row(&head, ev),
+        Some("connect") => connect_row(&head, ev),
+        Some("file") => file_row(&head, ev),
+        Some(other) => format!("{head} {other}"),
         None => ev.to_string(),
     }
+}
+
+fn text(ev: &serde_json::Value, k: &str) -> String {
+    ev.get(k).and_then(|v| v.as_str()).unwrap_or("").to_string()
+}
+
+fn number(ev: &serde_json::Value, k: &str) -> String {
+    ev.get(k)
+        .map(std::string::ToString::to_string)
+        .unwrap_or_default()
+}
+
+fn exec_row(head: &str, ev: &serde_json::Value) -> String {
+    let argv: Vec<String> = ev["argv"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut cmd = argv.join(" ");
+    if cmd.len() > 60 {
+        cmd.truncate(57);
+        cmd.push_str("...");
+    }
+    format!(
+        "{head} {:<7} {:<5} {:<7} {:<6} {:<26} {}  [{}]",
+        number(ev, "pid"),
+        number(ev, "depth"),
+        text(ev, "decision"),
+        text(ev, "effective_action"),
+        text(ev, "rule"),
+        cmd,
+        text(ev, "filename")
+    )
+}
+
+fn connect_row(head: &str, ev: &serde_json::Value) -> String {
+    let dest = match (
+        text(ev, "ip").as_str(),
+        ev.get("port").and_then(serde_json::Value::as_u64),
+    ) {
+        ("", _) => "(no destination)".to_string(),
+        (ip, Some(port)) if ip.contains(':') => format!("[{ip}]:{port}"),
+        (ip, Some(port)) => format!("{ip}:{port}"),
+        (ip, None) => ip.to_string(),
+    };
+    format!(
+        "{head} {:<7} {:<5} {:<7} {:<6} {:<26} {} {dest} {}",
+        number(ev, "pid"),
+        "-",
+        text(ev, "decision"),
+        text(ev, "decision"),
+        text(ev, "rule"),
+        text(ev, "syscall"),
+        text(ev, "protocol")
+    )
+}
+
+/// A path call the tracer's file rules refused: the call, its paths, and
+/// the right missing where.
+fn file_row(head: &str, ev: &serde_json::Value) -> String {
+    let mut what = format!("{} {}", text(ev, "syscall"), text(ev, "path"));
+    if let Some(p2) = ev.get("path2").and_then(|v| v.as_str()) {
+        what.push_str(&format!(" -> {p2}"));
+    }
+    let right = match (text(ev, "right").as_str(), text(ev, "resolved").as_str()) {
+        ("", "") => String::new(),
+        (r, at) => format!("  [{r} {at}]"),
+    };
+    format!(
+        "{head} {:<7} {:<5} {:<7} {:<6} {:<26} {what}{right}",
+        number(ev, "pid"),
+        "-",
+        text(ev, "decision"),
+        text(ev, "decision"),
+        text(ev, "rule"),
+    )
 }
 
 /// What `events query` keeps.
@@ -282,5 +309,28 @@ fn print_events(server: &str, session: &str, follow: bool, format: EventFormat) 
         if !follow {
             return Ok(());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_refusal_reads_as_a_row() {
+        let ev = serde_json::json!({
+            "id": 7, "timestamp": "2026-11-28T06:19:23.015181Z", "type": "file",
+            "pid": 38, "syscall": "renameat2", "path": "/tmp/s",
+            "path2": "/etc/agentsh/shim.conf", "resolved": "/etc/agentsh",
+            "right": "create", "decision": "deny", "rule": "file_rules",
+        });
+        let row = table_row(&ev);
+        assert!(row.starts_with("7  "), "{row}");
+        assert!(row.contains("06:19:23.015"), "{row}");
+        assert!(row.contains("file_rules"), "{row}");
+        assert!(
+            row.ends_with("renameat2 /tmp/s -> /etc/agentsh/shim.conf  [create /etc/agentsh]"),
+            "{row}"
+        );
     }
 }

@@ -162,6 +162,13 @@ fn unconditional_rules(spec: &FilterSpec) -> Unconditional {
         }
     }
     if spec.trace_files {
+        // The tracer walks a tree's paths from the server's root, checked
+        // once per tree: no task of it may change its root.
+        always.set(
+            "chroot",
+            ScmpAction::Errno(libc::EPERM),
+            "file rules: a tree's root stays the server's".into(),
+        );
         // Before the truncate refusal below (no Landlock truncate right):
         // the tracer judges truncate by the file rules instead. A name this
         // libseccomp does not know is not trapped (`fchmodat2` before

@@ -68,7 +68,7 @@ pub fn dispatch(
         );
     }
     if let Some(call) = files::classify(c.arch, c.nr) {
-        return files::handle(ctx, tree, call, c, stop);
+        return files::handle(ctx, tree, &mut st.files, call, c, stop);
     }
     ctx.audit.record(
         &tree.session_id,

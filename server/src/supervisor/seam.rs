@@ -28,6 +28,9 @@ use std::time::Duration;
 pub struct Caught {
     /// The calling thread (a tid; the process is read from `/proc`).
     pub tid: u32,
+    /// Its process (thread-group id), where the backend knows it without
+    /// `/proc` (the tracer follows every clone).
+    pub tgid: Option<u32>,
     /// `AUDIT_ARCH_*` of the call.
     pub arch: u32,
     pub nr: i32,

@@ -15,6 +15,7 @@ pub struct TreeState {
     pub exec: ExecState,
     pub egress: EgressState,
     pub signals: SignalState,
+    pub files: super::files::FilesState,
 }
 
 impl TreeState {
@@ -26,6 +27,7 @@ impl TreeState {
             // Read once, while the tree's root (unixwrap, waiting for the
             // ACK) is surely alive: its parent is the SDK daemon.
             signals: SignalState::for_tree(root_pid),
+            files: super::files::FilesState::default(),
         }
     }
 }

@@ -67,6 +67,45 @@ pub fn read_cstring(pid: u32, addr: u64, max: usize) -> io::Result<(Vec<u8>, boo
     MemReader::new(pid).cstring(addr, max)
 }
 
+/// [`read_cstring`] by `PTRACE_PEEKDATA`, a word at a time: for the
+/// tracer, while thread `tid` is in a ptrace stop (cheaper than opening
+/// `/proc/<pid>/mem` where `process_vm_readv` is missing, as in gVisor).
+///
+/// # Errors
+/// Not our stopped tracee (ESRCH), or the address unreadable (EIO/EFAULT).
+pub fn peek_cstring(tid: u32, addr: u64, max: usize) -> io::Result<(Vec<u8>, bool)> {
+    let mut out = Vec::new();
+    let mut word_at = addr & !7;
+    let mut skip = (addr - word_at) as usize;
+    while out.len() < max {
+        // SAFETY: errno is thread-local; PEEKDATA returns the word read, so
+        // an error shows only in errno.
+        let word = unsafe {
+            *libc::__errno_location() = 0;
+            libc::ptrace(
+                libc::PTRACE_PEEKDATA,
+                tid as libc::pid_t,
+                word_at as *mut libc::c_void,
+                std::ptr::null_mut::<libc::c_void>(),
+            )
+        };
+        let err = io::Error::last_os_error();
+        if word == -1 && err.raw_os_error().is_some_and(|e| e != 0) {
+            return Err(err);
+        }
+        for &b in &word.to_ne_bytes()[skip..] {
+            if b == 0 {
+                return Ok((out, true));
+            }
+            out.push(b);
+        }
+        skip = 0;
+        word_at += 8;
+    }
+    out.truncate(max);
+    Ok((out, false))
+}
+
 /// Reads a NULL-terminated array of pointers (`ptr_size` 4 or 8 bytes each),
 /// at most `max` entries. Returns the pointers and whether the NULL was found.
 ///
@@ -483,6 +522,44 @@ pub fn overwrite_bytes(pid: u32, addr: u64, data: &[u8]) -> io::Result<()> {
 mod tests {
     use super::*;
     use std::ffi::CString;
+
+    /// The tracer's peek reads a stopped child's string at any alignment,
+    /// across words, up to its NUL, and says when there is none within max.
+    #[test]
+    fn peek_reads_a_stopped_tracees_string() {
+        let text = CString::new("/etc/agentsh/shim.conf, and more words").unwrap();
+        let addr = text.as_ptr() as u64;
+        // SAFETY: the child only calls async-signal-safe functions.
+        let child = unsafe { libc::fork() };
+        if child == 0 {
+            // SAFETY: as above.
+            unsafe {
+                libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0);
+                libc::raise(libc::SIGSTOP);
+                libc::_exit(0);
+            }
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(child, &mut status, 0) };
+        assert!(libc::WIFSTOPPED(status));
+        let tid = child as u32;
+        let whole = peek_cstring(tid, addr, 4096).unwrap();
+        assert_eq!(whole, (text.as_bytes().to_vec(), true));
+        let from3 = peek_cstring(tid, addr + 3, 4096).unwrap();
+        assert_eq!(from3.0, text.as_bytes()[3..].to_vec());
+        assert_eq!(
+            peek_cstring(tid, addr + 1, 5).unwrap(),
+            (b"etc/a".to_vec(), false)
+        );
+        // SAFETY: our own child, then reaped.
+        unsafe {
+            libc::kill(child, libc::SIGKILL);
+            libc::waitpid(child, &mut status, 0);
+        }
+        // Not a tracee (any more): an error, never bytes.
+        assert!(peek_cstring(tid, addr, 16).is_err());
+    }
 
     #[test]
     fn reads_own_memory_strings_and_arrays() {

@@ -46,8 +46,8 @@ pub mod walk;
 pub use access::{as_owner, with_owner};
 pub use file::{fd_identity, fd_meta, FileKey, FileMeta};
 pub use mem::{
-    overwrite_bytes, poke_bytes, read_argv, read_bytes, read_cstring, read_ptr_array, write_bytes,
-    Argv, MemReader,
+    overwrite_bytes, peek_cstring, poke_bytes, read_argv, read_bytes, read_cstring, read_ptr_array,
+    write_bytes, Argv, MemReader,
 };
 pub use resolve::{
     basename, join_clean, resolve_exec_target, resolve_in, task_dir, ExecTarget, ResolveError, View,

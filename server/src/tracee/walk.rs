@@ -23,7 +23,7 @@ use super::file::{fd_meta, FileMeta};
 use std::collections::VecDeque;
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 /// The kernel's limit on symlinks followed in one lookup (`MAXSYMLINKS`).
 pub const MAX_LINKS: usize = 40;
@@ -117,7 +117,6 @@ pub fn walk(pid: u32, tid: u32, path: &[u8], how: Lookup) -> Result<Found, WalkE
     let mut w = Walker {
         pid,
         tid,
-        task,
         cur,
         cur_path,
         parts: components(path),
@@ -125,55 +124,13 @@ pub fn walk(pid: u32, tid: u32, path: &[u8], how: Lookup) -> Result<Found, WalkE
         trailing_slash: path.ends_with(b"/"),
     };
     while let Some(part) = w.parts.pop_front() {
-        let last = w.parts.is_empty();
-        if part == b"." {
-            continue;
+        if let Some(end) = w.step(part, how.follow_last)? {
+            return Ok(end);
         }
-        if part == b".." {
-            if w.cur_path != "/" {
-                w.cur = openat(&w.cur, b"..", libc::O_NOFOLLOW)
-                    .map_err(|e| kernel_or(e, &w.cur_path))?;
-                w.cur_path = parent_of(&w.cur_path);
-            }
-            continue;
-        }
-        let part = proc_self(&w.cur_path, part, w.pid, w.tid);
-        let name = String::from_utf8_lossy(&part).into_owned();
-        let next = match openat(&w.cur, &part, libc::O_NOFOLLOW) {
-            Ok(fd) => fd,
-            Err(e) if last && e.raw_os_error() == Some(libc::ENOENT) => {
-                return Ok(Found::Absent {
-                    parent: w.cur_path,
-                    name,
-                });
-            }
-            Err(e) => return Err(kernel_or(e, &join(&w.cur_path, &name))),
-        };
-        let meta = fd_meta(next.as_raw_fd()).map_err(|e| other(&name, e))?;
-        let is_link = meta.mode & libc::S_IFMT == libc::S_IFLNK;
-        if is_link && (!last || how.follow_last || w.trailing_slash) {
-            if let Some(end) = w.follow(&part, &name, last)? {
-                return Ok(end);
-            }
-            continue;
-        }
-        let next_path = join(&w.cur_path, &name);
-        if last {
-            return Ok(Found::Exists {
-                file: next,
-                path: next_path,
-                anonymous: false,
-                meta,
-            });
-        }
-        if meta.mode & libc::S_IFMT != libc::S_IFDIR {
-            return Err(WalkError::Kernel(libc::ENOTDIR));
-        }
-        (w.cur, w.cur_path) = (next, next_path);
     }
-    let meta = fd_meta(w.cur.as_raw_fd()).map_err(|e| other(&w.cur_path, e))?;
+    let meta = fd_meta(w.cur.as_fd().as_raw_fd()).map_err(|e| other(&w.cur_path, e))?;
     Ok(Found::Exists {
-        file: w.cur,
+        file: w.cur.owned().map_err(|e| other(&w.cur_path, e))?,
         path: w.cur_path,
         anonymous: false,
         meta,
@@ -185,9 +142,9 @@ fn other(what: &str, e: io::Error) -> WalkError {
 }
 
 /// Where a path starts: the thread's root (absolute), or its cwd or dirfd.
-fn start(task: &str, absolute: bool, dirfd: i32) -> Result<(OwnedFd, String), WalkError> {
+fn start(task: &str, absolute: bool, dirfd: i32) -> Result<(Dir, String), WalkError> {
     if absolute {
-        return root(task);
+        return root();
     }
     let link = if dirfd == libc::AT_FDCWD {
         format!("{task}/cwd")
@@ -202,15 +159,14 @@ fn start(task: &str, absolute: bool, dirfd: i32) -> Result<(OwnedFd, String), Wa
     if !at.starts_with('/') {
         return Err(WalkError::Kernel(libc::ENOTDIR));
     }
-    Ok((dir, at))
+    Ok((Dir::Own(dir), at))
 }
 
 /// A walk in progress: where it is, and what is left.
 struct Walker {
     pid: u32,
     tid: u32,
-    task: String,
-    cur: OwnedFd,
+    cur: Dir,
     cur_path: String,
     parts: VecDeque<Vec<u8>>,
     links: usize,
@@ -218,6 +174,73 @@ struct Walker {
 }
 
 impl Walker {
+    /// One component of the path (`follow_last`: a symlink that ends it
+    /// is followed): the walk's end, if this is it.
+    fn step(&mut self, part: Vec<u8>, follow_last: bool) -> Result<Option<Found>, WalkError> {
+        let last = self.parts.is_empty();
+        if part == b"." {
+            return Ok(None);
+        }
+        if part == b".." {
+            if self.cur_path != "/" {
+                self.cur = Dir::Own(
+                    openat(self.cur.as_fd(), b"..", libc::O_NOFOLLOW)
+                        .map_err(|e| kernel_or(e, &self.cur_path))?,
+                );
+                self.cur_path = parent_of(&self.cur_path);
+            }
+            return Ok(None);
+        }
+        let part = proc_self(&self.cur_path, part, self.pid, self.tid);
+        let name = String::from_utf8_lossy(&part).into_owned();
+        if !last {
+            // A directory on the way, the common case, in one call: a
+            // symlink or a file fails ENOTDIR and is looked at below.
+            match openat(
+                self.cur.as_fd(),
+                &part,
+                libc::O_NOFOLLOW | libc::O_DIRECTORY,
+            ) {
+                Ok(dir) => {
+                    self.cur_path = join(&self.cur_path, &name);
+                    self.cur = Dir::Own(dir);
+                    return Ok(None);
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {}
+                Err(e) => return Err(kernel_or(e, &join(&self.cur_path, &name))),
+            }
+        }
+        let next = match openat(self.cur.as_fd(), &part, libc::O_NOFOLLOW) {
+            Ok(fd) => fd,
+            Err(e) if last && e.raw_os_error() == Some(libc::ENOENT) => {
+                return Ok(Some(Found::Absent {
+                    parent: std::mem::take(&mut self.cur_path),
+                    name,
+                }));
+            }
+            Err(e) => return Err(kernel_or(e, &join(&self.cur_path, &name))),
+        };
+        let meta = fd_meta(next.as_raw_fd()).map_err(|e| other(&name, e))?;
+        let is_link = meta.mode & libc::S_IFMT == libc::S_IFLNK;
+        if is_link && (!last || follow_last || self.trailing_slash) {
+            return self.follow(&part, &name, last);
+        }
+        let next_path = join(&self.cur_path, &name);
+        if last {
+            return Ok(Some(Found::Exists {
+                file: next,
+                path: next_path,
+                anonymous: false,
+                meta,
+            }));
+        }
+        if meta.mode & libc::S_IFMT != libc::S_IFDIR {
+            return Err(WalkError::Kernel(libc::ENOTDIR));
+        }
+        (self.cur, self.cur_path) = (Dir::Own(next), next_path);
+        Ok(None)
+    }
+
     /// Follows the symlink `part` (named `name`) of the current directory:
     /// a magic link by the kernel (the end, if `last`), any other by its
     /// text, walked in its place.
@@ -226,11 +249,11 @@ impl Walker {
         if self.links > MAX_LINKS {
             return Err(WalkError::Kernel(libc::ELOOP));
         }
-        let text = readlinkat(&self.cur, part).map_err(|e| other(name, e))?;
-        if is_magic(&self.cur, &text) {
+        let text = readlinkat(self.cur.as_fd(), part).map_err(|e| other(name, e))?;
+        if is_magic(self.cur.as_fd(), &text) {
             // Followed by the kernel to what it names (an fd's file, a cwd,
             // a root), as the tracee's own lookup would be.
-            let target = openat(&self.cur, part, 0).map_err(|e| kernel_or(e, name))?;
+            let target = openat(self.cur.as_fd(), part, 0).map_err(|e| kernel_or(e, name))?;
             if last {
                 return found(target).map(Some);
             }
@@ -238,11 +261,11 @@ impl Walker {
             if !at.starts_with('/') {
                 return Err(WalkError::Kernel(libc::ENOTDIR));
             }
-            (self.cur, self.cur_path) = (target, clean(&at));
+            (self.cur, self.cur_path) = (Dir::Own(target), clean(&at));
             return Ok(None);
         }
         if text.starts_with(b"/") {
-            (self.cur, self.cur_path) = root(&self.task)?;
+            (self.cur, self.cur_path) = root()?;
         }
         let mut inserted = components(&text);
         if self.trailing_slash && last && inserted.is_empty() {
@@ -255,19 +278,57 @@ impl Walker {
     }
 }
 
-/// The thread's root, which must be ours (the tree's paths are then the
-/// server's).
-fn root(task: &str) -> Result<(OwnedFd, String), WalkError> {
-    let link = format!("{task}/root");
-    let text = std::fs::read_link(&link).map_err(|e| WalkError::Other(format!("{link}: {e}")))?;
+/// Whether thread `tid` of process `pid` has the server's root (the walk
+/// starts there: the caller checks this once per tree, whose tasks cannot
+/// `chroot`); else why not.
+///
+/// # Errors
+/// The root is another directory, or cannot be read.
+pub fn root_is_ours(pid: u32, tid: u32) -> Result<(), WalkError> {
+    let _owner = super::access::as_owner(tid);
+    let link = format!("{}/root", super::resolve::task_dir(pid, tid));
+    let text = std::fs::read_link(&link).map_err(|e| other(&link, e))?;
     if text.as_os_str() != "/" {
         return Err(WalkError::Other(format!(
-            "the caller's root is {} (not the server's): its paths are not walked",
+            "the caller's root is {} (not the server's)",
             text.display()
         )));
     }
-    let fd = open_path("/").map_err(|e| WalkError::Other(format!("/: {e}")))?;
-    Ok((fd, "/".to_string()))
+    Ok(())
+}
+
+/// The server's root (the tree's: see [`root_is_ours`]), opened once.
+fn root() -> Result<(Dir, String), WalkError> {
+    static ROOT: std::sync::OnceLock<Option<OwnedFd>> = std::sync::OnceLock::new();
+    let fd = ROOT
+        .get_or_init(|| open_path("/").ok())
+        .as_ref()
+        .ok_or_else(|| WalkError::Other("/ cannot be opened".into()))?;
+    Ok((Dir::Root(fd.as_fd()), "/".to_string()))
+}
+
+/// The directory a walk stands in: the server's root (kept open for every
+/// walk) or one it opened.
+enum Dir {
+    Root(BorrowedFd<'static>),
+    Own(OwnedFd),
+}
+
+impl Dir {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Dir::Root(fd) => *fd,
+            Dir::Own(fd) => fd.as_fd(),
+        }
+    }
+
+    /// An fd of its own (the root's duplicated).
+    fn owned(self) -> io::Result<OwnedFd> {
+        match self {
+            Dir::Root(fd) => fd.try_clone_to_owned(),
+            Dir::Own(fd) => Ok(fd),
+        }
+    }
 }
 
 /// `self` and `thread-self` in `/proc` name the tracee, not the server.
@@ -286,7 +347,7 @@ fn proc_self(dir: &str, part: Vec<u8>, pid: u32, tid: u32) -> Vec<u8> {
 /// (`fd/N`, `cwd`, `root`, `exe`, `map_files/…`, `ns/…`): every link in
 /// procfs but those whose text is a relative path or a pid (`self`,
 /// `thread-self`, `mounts` → `self/mounts`, `net` → `self/net`).
-fn is_magic(dir: &OwnedFd, text: &[u8]) -> bool {
+fn is_magic(dir: BorrowedFd<'_>, text: &[u8]) -> bool {
     // SAFETY: statfs is plain data, filled by the kernel for a valid fd.
     let mut sfs: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
@@ -368,7 +429,7 @@ fn open_path(path: &str) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-fn openat(dir: &OwnedFd, name: &[u8], extra: i32) -> io::Result<OwnedFd> {
+fn openat(dir: BorrowedFd<'_>, name: &[u8], extra: i32) -> io::Result<OwnedFd> {
     let c = CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     // SAFETY: a valid dirfd and C string; O_PATH opens nothing for I/O.
     let fd = unsafe {
@@ -385,7 +446,7 @@ fn openat(dir: &OwnedFd, name: &[u8], extra: i32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-fn readlinkat(dir: &OwnedFd, name: &[u8]) -> io::Result<Vec<u8>> {
+fn readlinkat(dir: BorrowedFd<'_>, name: &[u8]) -> io::Result<Vec<u8>> {
     let c = CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     let mut buf = vec![0u8; libc::PATH_MAX as usize];
     // SAFETY: a valid dirfd, C string and buffer of the length passed.

@@ -262,6 +262,7 @@ fn dispatch(
     let stop = NotifyStop { fd, id: n.id };
     let caught = Caught {
         tid: n.pid,
+        tgid: None,
         arch: n.arch,
         nr: n.nr,
         args: n.args,

@@ -36,6 +36,7 @@ struct Read {
 pub fn handle(
     ctx: &SupervisorContext,
     tree: &Tree,
+    st: &mut super::FilesState,
     call: &'static FileSyscall,
     c: &Caught,
     stop: &dyn Stop,
@@ -76,9 +77,9 @@ pub fn handle(
             return;
         }
     };
-    match decide(rules, call, c, &read) {
+    let decided = root_checked(st, read.pid, c.tid).and_then(|()| decide(rules, call, c, &read));
+    match decided {
         Ok(Verdict::Allow) => {
-            tracing::trace!(tid = c.tid, call = call.name, path = %String::from_utf8_lossy(&read.path), "allowed");
             let _ = stop.proceed();
         }
         Ok(Verdict::Kernel(errno)) => {
@@ -105,6 +106,21 @@ pub fn handle(
             let _ = stop.refuse(libc::EACCES);
         }
     }
+}
+
+/// The tree's root is the server's (its paths are walked from there):
+/// checked at its first path call.
+fn root_checked(st: &mut super::FilesState, pid: u32, tid: u32) -> Result<(), Undecidable> {
+    if !st.root_is_ours {
+        walk::root_is_ours(pid, tid).map_err(|why| {
+            Undecidable(
+                Refusal::Unresolvable,
+                format!("{why}: its paths are not walked"),
+            )
+        })?;
+        st.root_is_ours = true;
+    }
+    Ok(())
 }
 
 /// The paths walked, the rules applied, and where the strings lie checked
@@ -185,9 +201,9 @@ fn register_flags(call: &FileSyscall, args: &[u64; 6]) -> Flags {
 /// The call's strings (and `openat2`'s flags), from its memory; the
 /// caller's other threads are stopped.
 fn read_call(call: &FileSyscall, c: &Caught, flags: &mut Flags) -> Result<Read, Undecidable> {
-    let pid = crate::tracee::ProcStatus::read(c.tid)
-        .ok()
-        .and_then(|s| s.number("Tgid"))
+    let pid = c
+        .tgid
+        .or_else(|| crate::tracee::ProcStatus::read(c.tid).ok()?.number("Tgid"))
         .ok_or_else(|| {
             Undecidable(
                 Refusal::Unreadable,
@@ -198,7 +214,12 @@ fn read_call(call: &FileSyscall, c: &Caught, flags: &mut Flags) -> Result<Read, 
         if addr == 0 {
             return Ok(Vec::new());
         }
-        match crate::tracee::read_cstring(pid, addr, libc::PATH_MAX as usize) {
+        // The tracer's own peek first (the caller is stopped in its call);
+        // the process's memory where it is not ours to peek.
+        let max = libc::PATH_MAX as usize;
+        let read = crate::tracee::peek_cstring(c.tid, addr, max)
+            .or_else(|_| crate::tracee::read_cstring(pid, addr, max));
+        match read {
             Ok((s, true)) => Ok(s),
             Ok((_, false)) => Err(Undecidable(
                 Refusal::Unreadable,

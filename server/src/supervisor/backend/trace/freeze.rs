@@ -21,7 +21,6 @@
 //! the threads already stopped are let go the same way.
 
 use super::regs;
-use super::vforks::Vforks;
 use crate::supervisor::seam::AfterCall;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -33,8 +32,6 @@ const STOP_DEADLINE: Duration = Duration::from_secs(2);
 /// Why a caller's memory cannot be held still.
 #[derive(Debug, thiserror::Error)]
 pub enum FreezeError {
-    #[error("the caller's threads cannot be listed: {0}")]
-    Threads(std::io::Error),
     #[error("thread {0} shares the caller's memory and did not stop within {STOP_DEADLINE:?}")]
     NotStopped(u32),
 }
@@ -55,46 +52,34 @@ pub(super) struct Freezer {
     /// What runs at a caller's syscall-exit stop, before anything is let
     /// go (`Stop::proceed_then`).
     after: RefCell<HashMap<u32, AfterCall>>,
-    /// Which processes share memory through vfork (the tracer tells).
-    pub(super) vforks: RefCell<Vforks>,
 }
 
 impl Freezer {
-    /// Stops every other thread of `caller`'s process, but those `stopped`
-    /// says are stopped already (held for an operator, waiting to be
-    /// claimed).
+    /// Stops `siblings` (every other thread of `caller`'s process, as the
+    /// tracer follows them), but those `stopped` says are stopped already
+    /// (held for an operator, waiting to be claimed, parked: they stay
+    /// held through the call too, as the others).
+    /// A caller with no other thread is held through its call only when
+    /// `to_exit` (the tracer must see the call return: a change of names);
+    /// else nothing holds it and it runs on with one stop.
     pub(super) fn freeze(
         &self,
         caller: u32,
+        siblings: Vec<u32>,
         stopped: &dyn Fn(u32) -> bool,
+        to_exit: bool,
     ) -> Result<(), FreezeError> {
-        let tgid = crate::tracee::proc_stat(caller)
-            .ok()
-            .and_then(|s| crate::tracee::tgid_of(caller, &s).ok())
-            .unwrap_or(caller);
-        let (processes, waiting) = self.vforks.borrow().sharers(tgid);
-        let mut threads: Vec<u32> = Vec::new();
-        for p in processes {
-            let listed = match std::fs::read_dir(format!("/proc/{p}/task")) {
-                Ok(l) => l,
-                // A sharer gone since: nothing of it to hold.
-                Err(_) if p != tgid => continue,
-                Err(e) => return Err(FreezeError::Threads(e)),
-            };
-            threads.extend(
-                listed
-                    .flatten()
-                    .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
-                    .filter(|&t| t != caller && !stopped(t) && !waiting.contains(&t)),
-            );
+        if siblings.is_empty() && !to_exit {
+            return Ok(());
         }
+        let threads: Vec<u32> = siblings.into_iter().filter(|&t| !stopped(t)).collect();
         let mut took = Vec::new();
         let mut asked = Vec::with_capacity(threads.len());
         for t in threads {
             match regs::interrupt(t) {
                 Ok(()) => asked.push(t),
-                // Gone since the listing: nothing of it to hold.
-                Err(_) if !std::path::Path::new(&format!("/proc/{t}")).exists() => {}
+                // Gone (its exit not yet reaped): nothing of it to hold.
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) && gone(t) => {}
                 Err(e) => {
                     tracing::debug!(caller, thread = t, "PTRACE_INTERRUPT failed: {e}");
                     self.held.borrow_mut().insert(caller, took);
@@ -166,6 +151,11 @@ impl Freezer {
         self.after.borrow_mut().remove(&caller);
         self.held.borrow_mut().remove(&caller).unwrap_or_default()
     }
+}
+
+/// Whether thread `t` no longer runs (its `/proc` entry gone, or a zombie).
+fn gone(t: u32) -> bool {
+    crate::tracee::proc_stat(t).map_or(true, |s| s.state == b'Z' || s.state == b'X')
 }
 
 /// The wait status of `tid`'s next stop (or exit), waiting until

@@ -10,6 +10,15 @@
 //! processes: the tracer sees, and holds, every rename and unlink of every
 //! tree.
 //!
+//! A walk of a process with one thread is let run without a second stop
+//! (its syscall-exit stop costs more than the rest of the call, in gVisor):
+//! it is only *unobserved* until the tracer sees that thread stop again. A
+//! change that comes while walks are unobserved first interrupts their
+//! threads (`PTRACE_INTERRUPT`): a thread stops once its call has returned,
+//! or with its call interrupted, to be restarted through its seccomp stop
+//! (and judged again) when it runs on. The change runs when every one of
+//! them has been seen stopped.
+//!
 //! A call that blocks after its lookup (an open of a FIFO waiting for a
 //! writer) would keep the gate shut: one that has run [`BLOCKED_AFTER`] and
 //! sleeps interruptibly is taken to be past its lookup and no longer holds
@@ -18,7 +27,7 @@
 //!
 //! Failure modes: none; a thread that vanishes leaves the gate.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 /// How long a running call holds the gate before it may be found blocked.
@@ -40,6 +49,11 @@ pub struct NameGate {
     running: HashMap<u32, (Kind, Instant)>,
     /// Calls waiting, in arrival order: (thread, wait status, kind).
     parked: VecDeque<(u32, i32, Kind)>,
+    /// Threads let run into a walk without an exit stop, not seen stopped
+    /// since (their call may not have returned).
+    unobserved: HashSet<u32>,
+    /// Those of them asked to stop (`PTRACE_INTERRUPT`) for a change.
+    interrupted: HashSet<u32>,
 }
 
 impl NameGate {
@@ -48,17 +62,12 @@ impl NameGate {
     pub fn admits(&self, kind: Kind, let_in: bool) -> bool {
         let changing = self.running.values().any(|(k, _)| *k == Kind::Changes);
         match kind {
-            Kind::Changes => self.running.is_empty(),
+            Kind::Changes => self.running.is_empty() && self.unobserved.is_empty(),
             // Behind a waiting change: no change waits forever.
             Kind::Walks => {
                 !changing && (let_in || !self.parked.iter().any(|(_, _, k)| *k == Kind::Changes))
             }
         }
-    }
-
-    /// Whether `tid`'s call is running.
-    pub fn done_running(&self, tid: u32) -> bool {
-        self.running.contains_key(&tid)
     }
 
     /// `tid`'s call waits in its stop (`status`, replayed later).
@@ -80,6 +89,40 @@ impl NameGate {
     pub fn done(&mut self, tid: u32) {
         self.running.remove(&tid);
         self.parked.retain(|(t, _, _)| *t != tid);
+        self.observed(tid);
+    }
+
+    /// `tid` was let run into a walk without an exit stop.
+    pub fn unobserved(&mut self, tid: u32) {
+        self.unobserved.insert(tid);
+    }
+
+    /// `tid` was seen stopped: a walk it was let into has returned (or was
+    /// interrupted, to come again through its seccomp stop). Whether it
+    /// was one of the unobserved.
+    pub fn observed(&mut self, tid: u32) -> bool {
+        self.interrupted.remove(&tid);
+        self.unobserved.remove(&tid)
+    }
+
+    /// The unobserved threads a waiting change needs stopped, not yet
+    /// asked: each is asked once (the caller interrupts them).
+    pub fn walks_to_interrupt(&mut self) -> Vec<u32> {
+        let change_waits = self
+            .parked
+            .front()
+            .is_some_and(|(_, _, k)| *k == Kind::Changes);
+        if !change_waits {
+            return Vec::new();
+        }
+        let ask: Vec<u32> = self
+            .unobserved
+            .iter()
+            .filter(|t| !self.interrupted.contains(t))
+            .copied()
+            .collect();
+        self.interrupted.extend(ask.iter().copied());
+        ask
     }
 
     /// The next parked call the gate lets in now, taken off the queue.
@@ -87,7 +130,7 @@ impl NameGate {
         let &(tid, status, kind) = self.parked.front()?;
         let changing = self.running.values().any(|(k, _)| *k == Kind::Changes);
         let ok = match kind {
-            Kind::Changes => self.running.is_empty(),
+            Kind::Changes => self.running.is_empty() && self.unobserved.is_empty(),
             Kind::Walks => !changing,
         };
         if !ok {
@@ -158,6 +201,26 @@ mod tests {
         g.done(2);
         assert_eq!(g.next(), Some((3, 8)));
         assert!(!g.has_parked());
+    }
+
+    #[test]
+    fn a_change_waits_for_unobserved_walks_to_be_seen_stopped() {
+        let mut g = NameGate::default();
+        g.unobserved(5);
+        g.unobserved(6);
+        assert!(!g.admits(Kind::Changes, false));
+        // Nothing waits: nobody is interrupted.
+        assert!(g.walks_to_interrupt().is_empty());
+        g.park(9, 1, Kind::Changes);
+        let mut ask = g.walks_to_interrupt();
+        ask.sort_unstable();
+        assert_eq!(ask, vec![5, 6]);
+        assert!(g.walks_to_interrupt().is_empty(), "each asked once");
+        assert!(g.observed(5));
+        assert_eq!(g.next(), None);
+        assert!(g.observed(6));
+        assert!(!g.observed(6));
+        assert_eq!(g.next(), Some((9, 1)));
     }
 
     #[test]

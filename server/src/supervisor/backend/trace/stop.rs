@@ -26,6 +26,12 @@ pub struct TraceStop<'a> {
     /// Whether a thread is stopped already (held for an operator, not yet
     /// claimed): not asked to stop again.
     pub(super) stopped: &'a dyn Fn(u32) -> bool,
+    /// The other threads of the caller's process, as the tracer knows them.
+    pub(super) siblings: &'a dyn Fn() -> Vec<u32>,
+    /// The call changes names: the tracer must see it return (`gate`).
+    pub(super) to_exit: bool,
+    /// It was let through (`proceed`).
+    pub(super) proceeded: Cell<bool>,
 }
 
 impl Stop for TraceStop<'_> {
@@ -36,6 +42,7 @@ impl Stop for TraceStop<'_> {
 
     fn proceed(&self) -> io::Result<()> {
         self.answered.set(true);
+        self.proceeded.set(true);
         if self.freezer.holds(self.tid) {
             // Into the call with the others held; the tracer lets them go
             // at the call's syscall-exit stop.
@@ -67,14 +74,17 @@ impl Stop for TraceStop<'_> {
 
     fn hold_still(&self) -> io::Result<()> {
         self.freezer
-            .freeze(self.tid, self.stopped)
+            .freeze(self.tid, (self.siblings)(), self.stopped, self.to_exit)
             .map_err(io::Error::other)
     }
 
     fn proceed_then(&self, after: AfterCall) -> io::Result<()> {
         if !self.freezer.holds(self.tid) {
-            // Without the hold, the call would run to its end unwatched.
-            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+            // A lone thread held with no exit stop: the tracer must see
+            // this call return.
+            self.freezer
+                .freeze(self.tid, Vec::new(), self.stopped, true)
+                .map_err(io::Error::other)?;
         }
         self.freezer.then(self.tid, after);
         self.proceed()

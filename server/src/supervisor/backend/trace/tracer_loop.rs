@@ -17,6 +17,7 @@ use super::gate::{self, NameGate};
 use super::queue::{Request, TraceError};
 use super::regs;
 use super::stop::TraceStop;
+use super::vforks::Vforks;
 use crate::supervisor::context::SupervisorContext;
 use crate::supervisor::dispatch::{dispatch, exec_completed};
 use crate::supervisor::seam::{Caught, Verification};
@@ -64,6 +65,8 @@ struct TraceTree {
 struct Tracee {
     /// The tree's root pid (its key).
     root: u32,
+    /// Its process (thread-group id): the threads held still together.
+    tgid: u32,
     /// What its last allowed exec must run.
     expect: Option<Verification>,
 }
@@ -86,6 +89,12 @@ pub(super) struct Loop {
     gate: NameGate,
     /// The parked call being let in (it does not queue again behind others).
     replaying: Option<u32>,
+    /// `unpark` runs (a replayed stop does not start another).
+    unparking: bool,
+    /// A stop was seen that may let a parked change in: the loop unparks.
+    unpark_later: bool,
+    /// Which processes share memory through vfork: held still together.
+    vforks: Vforks,
 }
 
 impl Loop {
@@ -101,6 +110,9 @@ impl Loop {
             freezer: Freezer::default(),
             gate: NameGate::default(),
             replaying: None,
+            unparking: false,
+            unpark_later: false,
+            vforks: Vforks::default(),
         }
     }
 
@@ -120,7 +132,7 @@ impl Loop {
                 self.request(r);
             }
             self.drain_events();
-            if self.gate.drop_blocked(gate::sleeps) {
+            if self.gate.drop_blocked(gate::sleeps) || std::mem::take(&mut self.unpark_later) {
                 self.unpark();
             }
             let mut fds = [
@@ -207,6 +219,7 @@ impl Loop {
             pid,
             Tracee {
                 root: pid,
+                tgid: pid,
                 expect: None,
             },
         );
@@ -277,6 +290,10 @@ impl Loop {
             self.gone(tid);
             return;
         }
+        // Seen stopped: a walk it was let into without an exit stop is over.
+        if self.gate.observed(tid) {
+            self.unpark_later = true;
+        }
         if !self.tracees.contains_key(&tid) && !self.claim(tid) {
             // Its parent's fork event names it; until then it waits here.
             self.unclaimed.insert(tid, status);
@@ -314,8 +331,10 @@ impl Loop {
             }
             EVENT_FORK | EVENT_VFORK | EVENT_CLONE => {
                 if let Ok(child) = regs::event_msg(tid) {
-                    self.related((status >> 16) & 0xffff, child as u32, tid);
-                    self.adopt(child as u32, tid);
+                    let event = (status >> 16) & 0xffff;
+                    let thread = event == EVENT_CLONE && clones_thread(tid);
+                    self.related(event, child as u32, tid);
+                    self.adopt(child as u32, tid, thread);
                 }
                 regs::cont(tid, 0)
             }
@@ -341,19 +360,20 @@ impl Loop {
         let Ok(status) = crate::tracee::ProcStatus::read(tid) else {
             return false;
         };
-        let (tgid, ppid) = (status.number("Tgid"), status.number("PPid"));
-        let root = [tgid, ppid]
+        let tgid = status.number("Tgid").unwrap_or(tid);
+        let ppid = status.number("PPid");
+        let root = [status.number("Tgid"), ppid]
             .into_iter()
             .flatten()
             .find_map(|p| self.tracees.get(&p).map(|t| t.root));
         match root {
             Some(root) => {
-                if let (Some(t), Some(parent)) = (tgid, ppid) {
-                    if t == tid && self.tracees.contains_key(&parent) {
-                        self.freezer.vforks.borrow_mut().maybe(tid, parent);
-                    }
+                // A new process may be a vfork child sharing its parent's
+                // memory: taken so until the parent's event says.
+                if let Some(parent) = ppid.filter(|p| tgid == tid && self.tracees.contains_key(p)) {
+                    self.vforks.maybe(tid, parent);
                 }
-                self.add(tid, root);
+                self.add(tid, root, tgid);
                 true
             }
             None => false,
@@ -364,33 +384,37 @@ impl Loop {
     /// whether they share memory from now on (a vfork child, until it
     /// execs or exits).
     fn related(&mut self, event: i32, child: u32, parent: u32) {
-        let mut vforks = self.freezer.vforks.borrow_mut();
         if event != EVENT_VFORK {
-            vforks.apart(child);
+            self.vforks.apart(child);
             return;
         }
-        let process = crate::tracee::ProcStatus::read(parent)
-            .ok()
-            .and_then(|s| s.number("Tgid"))
-            .unwrap_or(parent);
-        vforks.vforked(child, parent, process);
+        let process = self.tracees.get(&parent).map_or(parent, |t| t.tgid);
+        self.vforks.vforked(child, parent, process);
     }
 
-    /// `child` was started by tracee `parent` (a fork, vfork or clone event).
-    fn adopt(&mut self, child: u32, parent: u32) {
-        let Some(root) = self.tracees.get(&parent).map(|t| t.root) else {
+    /// `child` was started by tracee `parent` (a fork, vfork or clone
+    /// event; `thread`: a thread of the parent's process).
+    fn adopt(&mut self, child: u32, parent: u32, thread: bool) {
+        let Some((root, tgid)) = self.tracees.get(&parent).map(|t| (t.root, t.tgid)) else {
             return;
         };
         if !self.tracees.contains_key(&child) {
-            self.add(child, root);
+            self.add(child, root, if thread { tgid } else { child });
         }
         if let Some(status) = self.unclaimed.remove(&child) {
             self.event(child, status);
         }
     }
 
-    fn add(&mut self, tid: u32, root: u32) {
-        self.tracees.insert(tid, Tracee { root, expect: None });
+    fn add(&mut self, tid: u32, root: u32, tgid: u32) {
+        self.tracees.insert(
+            tid,
+            Tracee {
+                root,
+                tgid,
+                expect: None,
+            },
+        );
         if let Some(t) = self.trees.get_mut(&root) {
             t.members += 1;
         }
@@ -430,13 +454,31 @@ impl Loop {
     }
 
     /// The path calls the names gate lets in now, handled as they would
-    /// have been when they came.
+    /// have been when they came; then the walks a waiting change needs
+    /// stopped are asked to stop.
     fn unpark(&mut self) {
+        if self.unparking {
+            return; // the outer call goes on with the queue
+        }
+        self.unparking = true;
         while let Some((t, status)) = self.gate.next() {
             if self.tracees.contains_key(&t) {
                 self.replaying = Some(t);
                 self.event(t, status);
                 self.replaying = None;
+            }
+        }
+        self.unparking = false;
+        self.interrupt_walkers();
+    }
+
+    /// Interrupts the threads let into walks without an exit stop that a
+    /// waiting change needs seen stopped (`gate`); one that is gone is
+    /// observed at once.
+    fn interrupt_walkers(&mut self) {
+        for t in self.gate.walks_to_interrupt() {
+            if regs::interrupt(t).is_err() && self.gate.observed(t) {
+                self.unpark_later = true;
             }
         }
     }
@@ -445,11 +487,11 @@ impl Loop {
     /// vanished.
     fn gone(&mut self, tid: u32) {
         self.let_go(tid);
-        self.freezer.vforks.borrow_mut().apart(tid);
-        if self.gate.parks(tid) || self.gate.done_running(tid) {
-            self.gate.done(tid);
-            self.unpark();
-        }
+        self.vforks.apart(tid);
+        // Out of the gate, whatever it was there: the loop lets in what
+        // waited for it.
+        self.gate.done(tid);
+        self.unpark_later = true;
         self.held.remove(&tid);
         self.unclaimed.remove(&tid);
         let Some(t) = self.tracees.remove(&tid) else {
@@ -490,6 +532,7 @@ impl Loop {
         if let Some(kind) = walks {
             if !self.gate.admits(kind, self.replaying == Some(tid)) {
                 self.gate.park(tid, status, kind);
+                self.interrupt_walkers();
                 return;
             }
         }
@@ -498,6 +541,21 @@ impl Loop {
         };
         let (held, unclaimed, gate) = (&self.held, &self.unclaimed, &self.gate);
         let stopped = |t: u32| held.contains_key(&t) || unclaimed.contains_key(&t) || gate.parks(t);
+        let tgid = self.tracees.get(&tid).map_or(tid, |t| t.tgid);
+        let tracees = &self.tracees;
+        let vforks = &self.vforks;
+        // Its process's other threads, and those of every process sharing
+        // its memory through vfork but the ones asleep in vfork: every one
+        // is a tracee (each clone is followed); those not yet claimed are
+        // stopped already.
+        let siblings = || -> Vec<u32> {
+            let (processes, waiting) = vforks.sharers(tgid);
+            tracees
+                .iter()
+                .filter(|(&t, x)| processes.contains(&x.tgid) && t != tid && !waiting.contains(&t))
+                .map(|(&t, _)| t)
+                .collect()
+        };
         let stop = TraceStop {
             tid,
             answered: Cell::new(false),
@@ -505,21 +563,45 @@ impl Loop {
             starttime: Cell::new(0),
             freezer: &self.freezer,
             stopped: &stopped,
+            siblings: &siblings,
+            to_exit: walks == Some(gate::Kind::Changes),
+            proceeded: Cell::new(false),
         };
         let caught = Caught {
             tid,
+            tgid: Some(tgid),
             arch,
             nr,
             args: regs.args(),
         };
         dispatch(&self.ctx, &tt.tree, &mut tt.st, &caught, &stop);
-        let (answered, starttime) = (stop.answered.get(), stop.starttime.get());
-        let expect = stop.expect.take();
+        let answer = Answered {
+            answered: stop.answered.get(),
+            starttime: stop.starttime.get(),
+            proceeded: stop.proceeded.get(),
+            expect: stop.expect.take(),
+        };
         drop(stop);
+        self.after_dispatch(tid, walks, answer);
+    }
+
+    /// What follows a dispatched stop: the threads held for it, the names
+    /// gate, a stop left for an operator, what an exec must turn out to be.
+    fn after_dispatch(&mut self, tid: u32, walks: Option<gate::Kind>, a: Answered) {
+        let Answered {
+            answered,
+            starttime,
+            proceeded,
+            expect,
+        } = a;
         // Held for a call that did not go on (refused, answered, deferred):
         // the others go now; for one that did, at its syscall-exit stop.
         if !self.freezer.running(tid) {
             self.let_go(tid);
+            if proceeded && walks == Some(gate::Kind::Walks) {
+                // One thread, let run with one stop: unobserved until seen.
+                self.gate.unobserved(tid);
+            }
         } else if let Some(kind) = walks {
             self.gate.running(tid, kind);
         }
@@ -541,7 +623,7 @@ impl Loop {
         // The thread that exec'd, by its id before the exec.
         let former = regs::event_msg(pid).map_or(pid, |m| m as u32);
         // A new image has memory of its own: a vfork child shares no more.
-        self.freezer.vforks.borrow_mut().apart(pid);
+        self.vforks.apart(pid);
         let expect = if former == pid {
             self.tracees.get_mut(&pid).and_then(|t| t.expect.take())
         } else {
@@ -565,6 +647,22 @@ impl Loop {
             kill(pid);
         }
     }
+}
+
+/// How a dispatched stop was answered (read off its [`TraceStop`]).
+struct Answered {
+    answered: bool,
+    starttime: u64,
+    proceeded: bool,
+    expect: Option<Verification>,
+}
+
+/// Whether tracee `tid`, stopped at its clone event, made a thread
+/// (`CLONE_THREAD` in `clone`'s flags; `clone3` is refused by the filter).
+/// Unreadable registers: not a thread (its own process, frozen alone).
+fn clones_thread(tid: u32) -> bool {
+    const CLONE_THREAD: u64 = 0x0001_0000;
+    regs::Regs::get(tid).is_ok_and(|r| r.args()[0] & CLONE_THREAD != 0)
 }
 
 /// SIGKILL to a stopped tracee: it dies as soon as it is resumed.

@@ -1,0 +1,138 @@
+//! Step 10, gVisor (what Modal runs): the cost of a call under the ptrace
+//! backend, per call, side by side with the same call unsupervised in the
+//! same container. The Modal recipe as written, in podman with `runsc`
+//! (the tests' image, `agentsh_tests::podman`); `oploop` (bench/oploop.c,
+//! static) times N calls of one kind in a loop and prints the mean: read
+//! opens, creating opens (the tracer judges every path call there: no
+//! Landlock), and fork + exec. The supervised side is `podman exec CTR sh
+//! -c 'oploop ...'` (a shell the SDK would start: traced), the floor is
+//! `podman exec CTR oploop ...` (no shell: nothing supervises it). Sides
+//! alternate round by round. Skipped, with a line, where podman or runsc
+//! is missing. Fails unless the supervised side really was traced.
+
+use crate::report::{fmt_us, stats, Report};
+use crate::timer::{Samples, Spec};
+use crate::workload::{entry, s};
+use agentsh_tests::podman::{missing, text, Container, Image, Runtime};
+use agentsh_tests::recipes::{dockerfile_runs, one_line};
+use std::path::Path;
+use std::process::Command;
+
+/// The calls timed: (label stem, oploop's mode, N, its argument).
+const CALLS: [(&str, &str, usize, &str); 3] = [
+    ("read open", "open", 2000, "/etc/passwd"),
+    ("create open", "create", 2000, "/tmp"),
+    ("fork + exec", "exec", 200, "/bin/true"),
+];
+
+/// Step 10 (see the module doc).
+pub fn gvisor(rep: &mut Report, ws: &Path, quick: bool) -> Result<(), String> {
+    rep.line("\n### 10. gVisor (Modal): the ptrace backend per call, beside the same call unsupervised\n");
+    if let Some(why) = missing() {
+        rep.line(&format!("Skipped: {why}"));
+        return Ok(());
+    }
+    let oploop = ws.join("bin/oploop");
+    let cc = Command::new("cc")
+        .args(["-O2", "-static", "-o"])
+        .arg(&oploop)
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/oploop.c"))
+        .output()
+        .map_err(|e| format!("cc oploop.c: {e}"))?;
+    if !cc.status.success() {
+        return Err(format!("cc oploop.c: {}", text(&cc)));
+    }
+    let image = Image::build_with(
+        "bench-modal",
+        &dockerfile_runs("modal-image"),
+        &[(&oploop, "/usr/local/bin/oploop")],
+    );
+    let start = one_line("modal-start");
+    let argv: Vec<&str> = start.split_whitespace().collect();
+    let ctr = Container::start(&image, Runtime::Runsc, &argv);
+    let ready = ctr.exec(None, &["agentsh", "ready", "--timeout", "120"]);
+    if !ready.status.success() {
+        return Err(format!("agentsh ready in runsc: {}", text(&ready)));
+    }
+    let traced = ctr.sh(None, "grep TracerPid /proc/$$/status");
+    if String::from_utf8_lossy(&traced.stdout).contains("TracerPid:\t0") || !traced.status.success()
+    {
+        return Err(format!(
+            "the supervised side is not traced: {}",
+            text(&traced)
+        ));
+    }
+    let rounds = if quick { 3 } else { 10 };
+    let mut samples = Samples::new();
+    let mut entries = Vec::new();
+    for (stem, mode, n, arg) in CALLS {
+        let (sup, floor) = (label(stem, n, "ptrace"), label(stem, n, "unsupervised"));
+        entries.push(entry(&sup, s(&[]), None));
+        entries.push(entry(&floor, s(&[]), None));
+        let n = n.to_string();
+        for _ in 0..rounds {
+            let script = format!("exec oploop {mode} {n} {arg}");
+            let a = loop_ns(&ctr.sh(None, &script), &sup, &n)?;
+            let b = loop_ns(&ctr.exec(None, &["oploop", mode, &n, arg]), &floor, &n)?;
+            samples.entry(sup.clone()).or_default().push(a);
+            samples.entry(floor.clone()).or_default().push(b);
+        }
+    }
+    let spec = Spec {
+        rounds,
+        warmup: 0,
+        entries,
+    };
+    let ratios: Vec<(String, String)> = CALLS
+        .iter()
+        .map(|&(stem, _, n, _)| (label(stem, n, "ptrace"), label(stem, n, "unsupervised")))
+        .collect();
+    let refs: Vec<(&str, &str, &str)> = ratios
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str(), ""))
+        .collect();
+    rep.line("Figures are one loop of N calls (its own clock), in the same runsc container.");
+    rep.pair(
+        "10. gVisor: loops of one call",
+        "gvisor_calls",
+        &spec,
+        &samples,
+        &refs,
+    );
+    let cost = |stem: &str| {
+        let &(_, _, n, _) = CALLS
+            .iter()
+            .find(|c| c.0 == stem)
+            .expect("a call of the table");
+        let sup = stats(&samples[&label(stem, n, "ptrace")]).median_us;
+        let floor = stats(&samples[&label(stem, n, "unsupervised")]).median_us;
+        fmt_us((sup - floor) / n as f64)
+    };
+    rep.line(&format!(
+        "\nWhat supervision adds per call: {} per read open, {} per creating open, {} per fork + exec.",
+        cost("read open"),
+        cost("create open"),
+        cost("fork + exec")
+    ));
+    Ok(())
+}
+
+fn label(stem: &str, n: usize, side: &str) -> String {
+    format!("{stem} ×{n}, {side}")
+}
+
+/// The loop's time in ns, as the report's samples are (oploop's mean per
+/// call × N), or why not.
+fn loop_ns(o: &std::process::Output, label: &str, n: &str) -> Result<u64, String> {
+    let n: u64 = n.parse().unwrap_or(1);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let ns: Option<u64> = out
+        .split_whitespace()
+        .skip_while(|w| *w != "ns_per_op")
+        .nth(1)
+        .and_then(|n| n.parse().ok());
+    match ns {
+        Some(ns) if o.status.success() => Ok((ns * n).max(1)),
+        _ => Err(format!("{label}: {}", text(o))),
+    }
+}
