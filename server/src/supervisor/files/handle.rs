@@ -21,6 +21,14 @@ use crate::supervisor::tree::Tree;
 use crate::tracee::walk::{self, Found, Lookup, WalkError};
 use agentsh_proto::fileabi::{FileOp, FileSyscall};
 
+/// What the family keeps of a tree between calls.
+#[derive(Debug, Default)]
+pub struct FilesState {
+    /// The tree's root was found to be the server's (checked at its first
+    /// path call; the filter refuses `chroot`, so it stays so).
+    pub root_is_ours: bool,
+}
+
 /// A mechanism refusal: the rule, and why.
 struct Undecidable(Refusal, String);
 
@@ -36,7 +44,7 @@ struct Read {
 pub fn handle(
     ctx: &SupervisorContext,
     tree: &Tree,
-    st: &mut super::FilesState,
+    st: &mut FilesState,
     call: &'static FileSyscall,
     c: &Caught,
     stop: &dyn Stop,
@@ -110,7 +118,7 @@ pub fn handle(
 
 /// The tree's root is the server's (its paths are walked from there):
 /// checked at its first path call.
-fn root_checked(st: &mut super::FilesState, pid: u32, tid: u32) -> Result<(), Undecidable> {
+fn root_checked(st: &mut FilesState, pid: u32, tid: u32) -> Result<(), Undecidable> {
     if !st.root_is_ours {
         walk::root_is_ours(pid, tid).map_err(|why| {
             Undecidable(

@@ -21,15 +21,8 @@ mod handle;
 mod judge;
 mod rules;
 
-pub use handle::handle;
+pub use handle::{handle, FilesState};
 
-/// What the family keeps of a tree between calls.
-#[derive(Debug, Default)]
-pub struct FilesState {
-    /// The tree's root was found to be the server's (checked at its first
-    /// path call; the filter refuses `chroot`, so it stays so).
-    pub root_is_ours: bool,
-}
 pub use rules::FileRules;
 
 /// The path calls the filter sends here, and which call a stop is.
