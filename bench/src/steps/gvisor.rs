@@ -4,7 +4,8 @@
 //! (the tests' image, `agentsh_tests::podman`); `oploop` (bench/oploop.c,
 //! static) times N calls of one kind in a loop and prints the mean: read
 //! opens, creating opens (the tracer judges every path call there: no
-//! Landlock), and fork + exec. The supervised side is `podman exec CTR sh
+//! Landlock), fork + exec, and a loopback TCP connect (judged where it
+//! stops by agent-default's egress) with its accept. The supervised side is `podman exec CTR sh
 //! -c 'oploop ...'` (a shell the SDK would start: traced), the floor is
 //! `podman exec CTR oploop ...` (no shell: nothing supervises it). Sides
 //! alternate round by round. Skipped, with a line, where podman or runsc
@@ -19,10 +20,19 @@ use std::path::Path;
 use std::process::Command;
 
 /// The calls timed: (label stem, oploop's mode, N, its argument).
-const CALLS: [(&str, &str, usize, &str); 3] = [
+/// The connect goes to a loopback port agent-default's `local-dev-servers`
+/// allows and its `network_rules` keep open (the first one free: runsc
+/// shares this machine's network), so each is judged and made.
+const CALLS: [(&str, &str, usize, &str); 4] = [
     ("read open", "open", 2000, "/etc/passwd"),
     ("create open", "create", 2000, "/tmp"),
     ("fork + exec", "exec", 200, "/bin/true"),
+    (
+        "loopback connect",
+        "connect",
+        1000,
+        "5173,3000,4000,5000,8000,8888,9000",
+    ),
 ];
 
 /// Step 10 (see the module doc).
@@ -109,10 +119,11 @@ pub fn gvisor(rep: &mut Report, ws: &Path, quick: bool) -> Result<(), String> {
         fmt_us((sup - floor) / n as f64)
     };
     rep.line(&format!(
-        "\nWhat supervision adds per call: {} per read open, {} per creating open, {} per fork + exec.",
+        "\nWhat supervision adds per call: {} per read open, {} per creating open, {} per fork + exec, {} per connect.",
         cost("read open"),
         cost("create open"),
-        cost("fork + exec")
+        cost("fork + exec"),
+        cost("loopback connect")
     ));
     Ok(())
 }

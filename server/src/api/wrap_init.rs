@@ -206,8 +206,8 @@ fn egress_gap(
                 format!(
                     "the policy's egress cannot be enforced here ({why}) and egress.compat is \
                      required: give the container CAP_SYS_PTRACE (`docker run --cap-add \
-                     SYS_PTRACE`), or set egress.compat: best_effort (every judged connect and \
-                     send is then refused) or allow_unjudged (they run as made, audited)"
+                     SYS_PTRACE`), or set egress.compat: best_effort (a send naming a \
+                     destination is then refused) or allow_unjudged (it runs as made, audited)"
                 ),
             )
             .with_hint(agentsh_proto::hint::EGRESS_NOT_ENFORCEABLE));
