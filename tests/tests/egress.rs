@@ -3,7 +3,9 @@
 //! tree's behalf. The attacks, each on the real kernel, as root and as
 //! nobody, at the kernel's Landlock ABI and at `max_abi: 2`, under the
 //! notify and the ptrace backends:
-//! * the UDP probe (`sendto` of a secret to a listener outside the tree);
+//! * the UDP probe (`sendto` of a secret to a listener outside the tree),
+//!   and the same with the sockaddr's family `AF_UNSPEC` by `sendto`,
+//!   `sendmsg` and `sendmmsg` (IPv4 UDP reads it as `AF_INET`);
 //! * a TCP connect to a denied address, beside one to an allowed address;
 //! * a sibling thread flipping the sockaddr between an allowed and a denied
 //!   address while the caller connects, 10,000 times;
@@ -125,6 +127,45 @@ fn datagrams_until(u: &UdpSocket, end: &str) -> Vec<(String, SocketAddr)> {
     }
 }
 
+/// A python program sending to `denied` with `sendto`, `sendmsg` and
+/// `sendmmsg`, each with a sockaddr_in whose family is AF_UNSPEC (0),
+/// printing `CALL REFUSED ERRNO` or `CALL SENT N`, then a marker to
+/// `allowed` the usual way. No single quote inside (it goes in `sh -c`).
+fn unspec_probe(denied: &str, allowed: &str, port: u16) -> String {
+    format!(
+        r#"
+import ctypes, socket, struct
+libc = ctypes.CDLL(None, use_errno=True)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+addr = struct.pack("=H", 0) + struct.pack("!H", {port}) + socket.inet_aton("{denied}") + bytes(8)
+class Iov(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+class Msg(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_void_p), ("namelen", ctypes.c_uint32),
+                ("iov", ctypes.POINTER(Iov)), ("iovlen", ctypes.c_size_t),
+                ("control", ctypes.c_void_p), ("controllen", ctypes.c_size_t),
+                ("flags", ctypes.c_int)]
+class MMsg(ctypes.Structure):
+    _fields_ = [("hdr", Msg), ("len", ctypes.c_uint)]
+for how in ("sendto", "sendmsg", "sendmmsg"):
+    data = ("unspec-" + how).encode()
+    buf = ctypes.create_string_buffer(data, len(data))
+    name = ctypes.create_string_buffer(addr, len(addr))
+    iov = Iov(ctypes.cast(buf, ctypes.c_void_p), len(data))
+    msg = Msg(ctypes.cast(name, ctypes.c_void_p), len(addr), ctypes.pointer(iov), 1, None, 0, 0)
+    ctypes.set_errno(0)
+    if how == "sendto":
+        r = libc.sendto(s.fileno(), buf, len(data), 0, name, len(addr))
+    elif how == "sendmsg":
+        r = libc.sendmsg(s.fileno(), ctypes.byref(msg), 0)
+    else:
+        r = libc.sendmmsg(s.fileno(), ctypes.byref(MMsg(msg, 0)), 1, 0)
+    print(how, "REFUSED" if r < 0 else "SENT", ctypes.get_errno() if r < 0 else r)
+s.sendto(b"unspec-marker", ("{allowed}", {port}))
+"#
+    )
+}
+
 fn probes(uid: Option<u32>, config: &str) {
     let tcp = Tcp::start();
     let (udp, uport) = udp_listener();
@@ -152,6 +193,26 @@ print(\"SENT-MARKER\")
     );
     let got = datagrams_until(&udp, "marker");
     assert_eq!(got.len(), 1, "{ctx} the denied datagram arrived: {got:?}");
+
+    // The same secret with the sockaddr's family AF_UNSPEC: IPv4 UDP reads
+    // it as AF_INET (udp_sendmsg) and sends to the address it holds, so it
+    // is judged as that address, by each of the three sending calls.
+    let f = s.sh(&format!(
+        "python3 -c '{}'",
+        unspec_probe(DENIED, ALLOWED, uport)
+    ));
+    for how in ["sendto", "sendmsg", "sendmmsg"] {
+        assert!(
+            f.stdout.contains(&format!("{how} REFUSED 13")),
+            "{ctx} {how} with AF_UNSPEC: {f:?}"
+        );
+    }
+    let got = datagrams_until(&udp, "unspec-marker");
+    assert_eq!(
+        got.len(),
+        1,
+        "{ctx} a datagram sent with AF_UNSPEC arrived: {got:?}"
+    );
 
     // TCP: allowed and denied addresses, blocking and non-blocking.
     let f = s.sh(&format!(
@@ -241,7 +302,7 @@ for name, args in tries.items():
     // Each destination was judged once and audited once.
     let events = s.events();
     let connects: Vec<_> = events.iter().filter(|e| e["type"] == "connect").collect();
-    let one = |ip: &str, port: u16, proto: &str, decision: &str, rule: &str| {
+    let times = |want: usize, ip: &str, port: u16, proto: &str, decision: &str, rule: &str| {
         let n = connects
             .iter()
             .filter(|e| {
@@ -252,10 +313,15 @@ for name, args in tries.items():
                     && e["rule"] == rule
             })
             .count();
-        assert_eq!(n, 1, "{ctx} {ip}:{port}/{proto}: {connects:?}");
+        assert_eq!(n, want, "{ctx} {ip}:{port}/{proto}: {connects:?}");
     };
-    one(DENIED, uport, "udp", "deny", "default");
-    one(ALLOWED, uport, "udp", "allow", "test-allowed");
+    let one = |ip: &str, port: u16, proto: &str, decision: &str, rule: &str| {
+        times(1, ip, port, proto, decision, rule);
+    };
+    // The UDP destinations: once per tree, the probe's and the AF_UNSPEC
+    // probe's (each `sh` is a tree of its own).
+    times(2, DENIED, uport, "udp", "deny", "default");
+    times(2, ALLOWED, uport, "udp", "allow", "test-allowed");
     one(DENIED, tcp.port, "tcp", "deny", "default");
     one(ALLOWED, tcp.port, "tcp", "allow", "test-allowed");
     one(ALLOWED, closed.port, "tcp", "deny", "network_rules");

@@ -161,6 +161,18 @@ fn scenario(uid: Option<u32>, extra: &str, resolv_names_stub: bool) {
         &format!("python3 -c '\nimport socket, struct\nq = bytes.fromhex(\"abcd01000001000000000000\") + b\"\\x05x-tcp\\x06denied\\x04test\\x00\\x00\\x01\\x00\\x01\"\nc = socket.create_connection((\"{stub}\", 53), timeout=30)\nc.sendall(struct.pack(\">H\", len(q)) + q)\nr = c.recv(2)\nr = c.recv(struct.unpack(\">H\", r)[0])\nprint(r[3] & 15)'"),
     );
     assert_eq!(out.trim(), "5", "TCP query of a denied name: rcode {out}");
+    // The same over UDP to a resolver of the tree's choosing, its sockaddr's
+    // family AF_UNSPEC (which IPv4 UDP sends as AF_INET): sent to the stub
+    // too, never to that resolver.
+    let out = ok(
+        &mut s,
+        "python3 -c '\nimport ctypes, socket, struct\nlibc = ctypes.CDLL(None, use_errno=True)\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ns.settimeout(30)\nq = bytes.fromhex(\"abcd01000001000000000000\") + b\"\\x08u-unspec\\x06denied\\x04test\\x00\\x00\\x01\\x00\\x01\"\naddr = struct.pack(\"=H\", 0) + struct.pack(\"!H\", 53) + socket.inet_aton(\"10.254.0.53\") + bytes(8)\nif libc.sendto(s.fileno(), q, len(q), 0, addr, len(addr)) < 0:\n  print(\"refused\", ctypes.get_errno())\nelse:\n  try:\n    print(s.recv(512)[3] & 15)\n  except socket.timeout:\n    print(\"no answer\")'",
+    );
+    assert_eq!(
+        out.trim(),
+        "5",
+        "AF_UNSPEC query of a denied name: rcode {out}"
+    );
     // An allowed name resolves through the tree's own resolver (glibc) and
     // its address is reached; the same address as a literal, from a tree
     // that never resolved the name, and another literal are refused.
@@ -211,7 +223,7 @@ fn scenario(uid: Option<u32>, extra: &str, resolv_names_stub: bool) {
 
     let dns = events_of(&s, "dns");
     let refused: Vec<&Value> = dns.iter().filter(|e| e["decision"] == "deny").collect();
-    for name in ["x.denied.test", "x-tcp.denied.test"] {
+    for name in ["x.denied.test", "x-tcp.denied.test", "u-unspec.denied.test"] {
         assert_eq!(
             refused.iter().filter(|e| e["name"] == name).count(),
             1,

@@ -916,3 +916,53 @@ fn signals_sent_to_wrap_reach_the_agent() {
         );
     }
 }
+
+/// A datagram whose sockaddr's family is `AF_UNSPEC` (IPv4 UDP sends it as
+/// `AF_INET`) is judged as the address it holds under `agentsh wrap` with
+/// agent-default: cloud metadata refused and audited by its rule, as an
+/// ordinary user (the tree and the server share a uid).
+#[test]
+fn wrap_judges_a_datagram_sent_with_af_unspec() {
+    if !require_root("wrap_judges_a_datagram_sent_with_af_unspec") {
+        return;
+    }
+    let p = Place::new("unspec", Some(NOBODY));
+    std::fs::write(
+        p.ws().join("unspec.py"),
+        r#"
+import ctypes, socket, struct
+libc = ctypes.CDLL(None, use_errno=True)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+addr = struct.pack("=H", 0) + struct.pack("!H", 80) + socket.inet_aton("169.254.169.254") + bytes(8)
+r = libc.sendto(s.fileno(), b"secret", 6, 0, addr, len(addr))
+print("unspec", "REFUSED" if r < 0 else "SENT", ctypes.get_errno() if r < 0 else r)
+"#,
+    )
+    .unwrap();
+    Command::new("chown")
+        .args(["-R", &format!("{NOBODY}:{NOBODY}")])
+        .arg(p.ws())
+        .status()
+        .unwrap();
+    let o = run(
+        p.wrap("unspec", &[], &["python3", "unspec.py"]),
+        Duration::from_secs(120),
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains(&format!("unspec REFUSED {}", libc::EACCES)),
+        "{}\n{}",
+        text(&o),
+        p.log("unspec")
+    );
+    let events = p.events("unspec");
+    assert!(
+        events.iter().any(|e| e["type"] == "connect"
+            && e["ip"] == "169.254.169.254"
+            && e["port"] == 80
+            && e["protocol"] == "udp"
+            && e["decision"] == "deny"
+            && e["rule"] == "no-cloud-metadata"),
+        "{events:?}"
+    );
+}

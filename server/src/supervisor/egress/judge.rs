@@ -95,7 +95,10 @@ fn judge_one(
         return One::Pass;
     }
     let (ip, port) = match parse_destination(&m.addr, k.call) {
-        // AF_UNSPEC: a datagram socket's destination dissolved.
+        // AF_UNSPEC where the kernel reads no destination in it: a
+        // connect's (the association dissolved), a send's too short to
+        // hold a sockaddr_in (refused by the kernel). A send's that is long
+        // enough is parsed as the IPv4 destination UDP sends to.
         Parsed::Unspec => return One::Pass,
         // The kernel refuses it on this socket (EAFNOSUPPORT or EINVAL).
         Parsed::Other => return One::Pass,

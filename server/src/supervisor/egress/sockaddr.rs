@@ -46,10 +46,14 @@ pub(super) fn parse_sockaddr(b: &[u8]) -> Parsed {
 
 /// What a call's sockaddr sends to, as the kernel reads it: as
 /// [`parse_sockaddr`], but a send's `AF_UNSPEC` sockaddr of a
-/// `sockaddr_in`'s length is the IPv4 destination it holds (gVisor's
-/// netstack sends there; Linux's `udp_sendmsg` once did), and an
-/// unspecified address (`0.0.0.0`, `::`) is this host's loopback, where
-/// the kernel sends it. Pure.
+/// `sockaddr_in`'s length is the IPv4 destination it holds (Linux's
+/// `udp_sendmsg` takes `AF_UNSPEC` as `AF_INET`, for BSD's sake, and sends
+/// there; so does gVisor's netstack; IPv6 UDP takes it as "no
+/// destination", where judging the bytes as an IPv4 one is only
+/// stricter), and an unspecified address (`0.0.0.0`, `::`) is this host's
+/// loopback, where the kernel sends it. A shorter `AF_UNSPEC` send the
+/// kernel refuses (`EINVAL`); a connect's dissolves the association.
+/// Pure.
 pub(super) fn parse_destination(b: &[u8], call: NetCall) -> Parsed {
     let parsed = match parse_sockaddr(b) {
         Parsed::Unspec if call != NetCall::Connect && b.len() >= 16 => Parsed::Inet(
