@@ -2,8 +2,9 @@
 //! agentsh's own configuration, whatever the policy and the Landlock ABI
 //! (issue 21, class 7): `/proc/sys` (a crash hook in `core_pattern` runs as
 //! root outside every tree), `/sys`, `/proc/sysrq-trigger` are read-only;
-//! below ABI 3, where truncation is no Landlock right, `truncate(2)` is
-//! refused, and a shim.conf emptied anyway means `on`, never defaults.
+//! below ABI 3, where truncation is no Landlock right, `truncate(2)` and
+//! opens that truncate without write access are refused, and a shim.conf
+//! emptied anyway means `on`, never defaults.
 //!
 //! Nothing here changes the machine: each write is of the value already
 //! there, so a defence that failed would leave the kernel as it was.
@@ -69,18 +70,82 @@ fn a_root_tree_cannot_write_proc_sys_sys_or_sysrq_at_any_abi() {
     kernel_files_are_read_only_for(Some(NOBODY), "");
 }
 
+/// Every way to empty a file that a tree has: `truncate(2)`; `open` and
+/// `openat` with `O_TRUNC` and read-only access (the kernel truncates on a
+/// read-only open where write permission allows; Landlock checks the
+/// open's access mode, not the truncation, below ABI 3), and with access
+/// mode 3 (neither); `openat2` so; `openat` with write access; `creat`;
+/// `ftruncate` on a read-only fd. Prints, per route,
+/// `NAME truncated` or `NAME errno N`.
+const TRUNCATE_ROUTES: &str = r#"
+import ctypes, os, struct
+libc = ctypes.CDLL(None, use_errno=True)
+P = b"/etc/agentsh/shim.conf"
+def sys_open(flags):
+    fd = libc.syscall(2, P, flags, 0)
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "open")
+    os.close(fd)
+def openat2(flags):
+    how = struct.pack("=QQQ", flags, 0, 0)
+    fd = libc.syscall(437, -100, P, how, len(how))
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "openat2")
+    os.close(fd)
+def creat():
+    fd = libc.creat(P, 0o644)
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "creat")
+    os.close(fd)
+def ftrunc():
+    fd = os.open(P, os.O_RDONLY)
+    try:
+        os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)
+routes = [
+    ("truncate", lambda: os.truncate(P, 0)),
+    ("open-rdonly-trunc", lambda: sys_open(os.O_RDONLY | os.O_TRUNC)),
+    ("openat-rdonly-trunc", lambda: os.close(os.open(P, os.O_RDONLY | os.O_TRUNC))),
+    ("openat-wronly-trunc", lambda: os.close(os.open(P, os.O_WRONLY | os.O_TRUNC))),
+    ("openat-neither-trunc", lambda: os.close(os.open(P, 3 | os.O_TRUNC))),
+    ("openat2-rdonly-trunc", lambda: openat2(os.O_RDONLY | os.O_TRUNC)),
+    ("creat", creat),
+    ("ftruncate-rdonly", ftrunc),
+]
+for name, f in routes:
+    try:
+        f()
+        print(name, "truncated" if os.path.getsize(P) == 0 else "ran")
+    except OSError as e:
+        print(name, "errno", e.errno)
+"#;
+const TRUNCATE_ROUTE_COUNT: usize = 8;
+
 #[test]
 fn below_landlock_abi_3_a_root_tree_cannot_truncate_shim_conf() {
     if !require_root("below_landlock_abi_3_a_root_tree_cannot_truncate_shim_conf") {
         return;
     }
-    for config in ["landlock:\n  max_abi: 2\n", ""] {
+    for config in [
+        "landlock:\n  max_abi: 2\n",
+        "landlock:\n  max_abi: 2\nexecve:\n  backend: ptrace\n",
+        "",
+    ] {
         let mut s = Sandbox::with_config(OPEN_POLICY, None, config);
         let before = std::fs::read(s.ns.path("/etc/agentsh/shim.conf")).unwrap();
-        let f = s.sh(
-            "python3 -c 'import os\ntry:\n    os.truncate(\"/etc/agentsh/shim.conf\", 0); print(\"truncated\")\nexcept OSError as e:\n    print(\"errno\", e.errno)'",
-        );
-        assert!(f.stdout.starts_with("errno "), "{config:?}: {f:?}");
+        let f = s.sh(&format!(
+            "python3 -c '{}'",
+            TRUNCATE_ROUTES.replace('\'', "'\\''")
+        ));
+        let lines: Vec<&str> = f.stdout.lines().collect();
+        assert_eq!(lines.len(), TRUNCATE_ROUTE_COUNT, "{config:?}: {f:?}");
+        for l in lines {
+            assert!(
+                !l.ends_with(" truncated"),
+                "{config:?}: a route emptied shim.conf: {l}"
+            );
+        }
         let after = std::fs::read(s.ns.path("/etc/agentsh/shim.conf")).unwrap();
         assert_eq!(before, after, "{config:?}: shim.conf changed");
         assert!(!after.is_empty());

@@ -86,6 +86,9 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
     if spec.refuse_exec_memory {
         exec_memory_rules(&mut conditional);
     }
+    if spec.refuse_truncate && !spec.trace_files {
+        truncating_open_rules(&mut conditional);
+    }
     net_rules(spec, &mut always, &mut conditional);
     let mut ctx = context()?;
     add_rules(&mut ctx, &always, &conditional)?;
@@ -192,13 +195,7 @@ fn unconditional_rules(spec: &FilterSpec) -> Unconditional {
         );
     }
     if spec.refuse_truncate {
-        for name in ["truncate", "truncate64"] {
-            always.set(
-                name,
-                ScmpAction::Errno(libc::EPERM),
-                "no Landlock truncate right below ABI 3".into(),
-            );
-        }
+        truncate_rules(spec, &mut always);
     }
     if spec.signal_guard == SignalGuard::UserNotif {
         for name in SIGNAL_CALLS_NOTIFIED {
@@ -303,6 +300,58 @@ fn own_rules(rules: &mut Conditional) {
         ],
         "no second listener".into(),
     );
+}
+
+/// Below Landlock ABI 3 (no truncate right): `truncate(2)` refused, and
+/// `openat2` answered ENOSYS (see [`truncating_open_rules`] for `open`).
+fn truncate_rules(spec: &FilterSpec, always: &mut Unconditional) {
+    for name in ["truncate", "truncate64"] {
+        always.set(
+            name,
+            ScmpAction::Errno(libc::EPERM),
+            "no Landlock truncate right below ABI 3".into(),
+        );
+    }
+    // `struct open_how` is out of the filter's reach (its flags are in
+    // memory): ENOSYS, so a caller falls back to `openat`, whose flags
+    // the conditional rules judge. Where the tracer keeps the file rules
+    // it judges openat2 itself.
+    if !spec.trace_files {
+        always.set(
+            "openat2",
+            ScmpAction::Errno(libc::ENOSYS),
+            "no Landlock truncate right below ABI 3: openat2's flags unread".into(),
+        );
+    }
+}
+
+/// Below Landlock ABI 3 truncation is no Landlock right, and the kernel
+/// truncates on an `open` with `O_TRUNC` whose access mode is read-only (or
+/// 3, which opens for neither) wherever write permission allows (a root
+/// tree: `shim.conf`), while Landlock judges the open by its access mode
+/// alone: read. Such opens are refused (EACCES, as Landlock refuses a
+/// truncation from ABI 3). An open for writing with `O_TRUNC` needs
+/// Landlock's write right, which covers it.
+fn truncating_open_rules(rules: &mut Conditional) {
+    const ACC_TRUNC: u64 = (libc::O_ACCMODE | libc::O_TRUNC) as u64;
+    const TRUNC: u64 = libc::O_TRUNC as u64;
+    const NEITHER: u64 = libc::O_ACCMODE as u64;
+    for (name, arg) in [("open", 1), ("openat", 2)] {
+        for value in [TRUNC, TRUNC | NEITHER] {
+            rules.add(
+                name,
+                ScmpAction::Errno(libc::EACCES),
+                vec![Cmp {
+                    arg,
+                    mask: ACC_TRUNC,
+                    value,
+                }],
+                format!(
+                    "{name}: O_TRUNC without write access (no Landlock truncate right below ABI 3)"
+                ),
+            );
+        }
+    }
 }
 
 /// The policy's `exec_memory: deny`, on register arguments (EACCES, as a

@@ -95,9 +95,12 @@ pub struct FilterSpec {
     pub refuse_kill_own_group: bool,
     pub signal_guard: SignalGuard,
     /// Below Landlock ABI 3 truncation is no right Landlock controls, so
-    /// `truncate(path)` would empty a file the tree may not write (a root
-    /// tree: `/etc/agentsh/shim.conf`): refused. (`open(O_TRUNC)` and
-    /// `ftruncate` need a file opened for writing, which Landlock refuses.)
+    /// `truncate(path)`, and an `open`/`openat` with `O_TRUNC` but no
+    /// write access (the kernel truncates it; Landlock reads the access
+    /// mode), would empty a file the tree may not write (a root tree:
+    /// `/etc/agentsh/shim.conf`): refused; `openat2` (flags out of reach)
+    /// answers ENOSYS. (`ftruncate` and an open for writing need write
+    /// access, which Landlock refuses.)
     pub refuse_truncate: bool,
     /// The policy's `exec_memory: deny`: no executable anonymous memory, no
     /// writable-and-executable mapping, no `mprotect` to executable, no
