@@ -149,13 +149,19 @@ echo fine > /tmp/own-$$ && cat /tmp/own-$$
 
 /// The file rules hold where the tracer keeps them: every line of
 /// [`TAMPER`] fails, a write to `/tmp` works, and shim.conf is unchanged.
-fn own_files_hold(ctr: &Container, user: Option<u32>, shim_conf: &str) {
-    let o = ctr.sh(user, TAMPER);
+/// `via` starts the shell: nothing (`podman exec CTR sh -c`, as Modal), or
+/// a process that stays its parent (`timeout`, standing for an SDK's
+/// daemon, E2B's envd: the server then builds the tree's filter from a
+/// template for that daemon).
+fn own_files_hold(ctr: &Container, user: Option<u32>, shim_conf: &str, via: &[&str]) {
+    let mut argv = via.to_vec();
+    argv.extend(["sh", "-c", TAMPER]);
+    let o = ctr.exec(user, &argv);
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
     for line in out.lines().filter(|l| l.contains('=')) {
         assert!(
             !line.ends_with("=0"),
-            "{user:?}: {line} succeeded:\n{}",
+            "{user:?} {via:?}: {line} succeeded:\n{}",
             text(&o)
         );
     }
@@ -187,7 +193,9 @@ fn modal_recipe_in_gvisor_keeps_agentshs_files_from_a_root_tree() {
             .into_owned();
     assert!(shim_conf.contains("shim_install=on"), "{shim_conf}");
     for user in [None, Some(USER)] {
-        own_files_hold(&ctr, user, &shim_conf);
+        for via in [&[][..], &["timeout", "300"][..]] {
+            own_files_hold(&ctr, user, &shim_conf, via);
+        }
     }
     // The next shell is still supervised, refusals and all.
     sdk_commands_are_supervised(&ctr);

@@ -10,62 +10,21 @@
 //! the rule; names are checked before any rule is added.
 
 use super::error::FilterError;
+use super::guards::{
+    process_guard_rules, signal_guard_rules, unscoped_signal_rules, SIGNAL_CALLS_NOTIFIED,
+};
+use super::rules::{eq32, trap, Conditional, Unconditional, LOW32};
 use super::spec::{
     FilterSpec, SignalGuard, TRACE_DATA_EXEC, TRACE_DATA_FILE, TRACE_DATA_NET, TRACE_DATA_SIGNAL,
 };
 use super::table::{Answer, Cmp, When, BASE_RULES, RESERVED};
 use agentsh_proto::marker::{MARKER_ERRNO, MARKER_PRCTL_ARG, MARKER_PRCTL_OPTION};
-use agentsh_proto::ExecBackend;
 use libseccomp::{
     ScmpAction, ScmpArch, ScmpArgCompare, ScmpCompareOp, ScmpFilterContext, ScmpSyscall,
 };
-use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::os::fd::{FromRawFd, OwnedFd};
-
-/// Calls whose target a register cannot name at Landlock ABI < 6 (a thread
-/// id stands for its whole process; a pidfd is an fd): judged by the supervisor.
-pub const SIGNAL_CALLS_NOTIFIED: &[&str] =
-    &["kill", "tkill", "rt_sigqueueinfo", "pidfd_send_signal"];
-/// Calls whose first argument names a thread-group id (or, for `tkill`, a
-/// thread: the main thread's id is the pid): refused on register arguments.
-const SIGNAL_CALLS_BY_PID: &[&str] = &[
-    "kill",
-    "tkill",
-    "tgkill",
-    "rt_sigqueueinfo",
-    "rt_tgsigqueueinfo",
-    "pidfd_open",
-];
-const F_SETOWN: u64 = 8;
-const F_SETOWN_EX: u64 = 15;
-const FIOSETOWN: u64 = 0x8901;
-const SIOCSPGRP: u64 = 0x8902;
-/// `PIDFD_THREAD` (= O_EXCL): the pid may be any thread's id.
-const PIDFD_THREAD: u64 = 0x80;
-const LOW32: u64 = 0xffff_ffff;
-
-/// One rule before it is handed to libseccomp.
-struct Rule {
-    action: ScmpAction,
-    conds: Vec<Cmp>,
-    /// Comparisons other than masked equality (argument, operator).
-    ops: Vec<(u32, ScmpCompareOp, u64)>,
-    what: String,
-}
-
-fn low32(v: i64) -> u64 {
-    u64::from(v as u32)
-}
-
-fn eq32(arg: u32, v: i64) -> Cmp {
-    Cmp {
-        arg,
-        mask: LOW32,
-        value: low32(v),
-    }
-}
 
 /// The BPF program of `spec`, one step per part of it: the names checked,
 /// the unconditional rules, the conditional ones (agentsh's own, the base
@@ -82,6 +41,7 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
     own_rules(&mut conditional);
     base_conditional_rules(&mut conditional);
     signal_guard_rules(spec, &mut conditional);
+    process_guard_rules(spec, &mut conditional);
     unscoped_signal_rules(spec, &mut conditional);
     if spec.refuse_exec_memory {
         exec_memory_rules(&mut conditional);
@@ -112,25 +72,6 @@ fn check_names(spec: &FilterSpec) -> Result<(), FilterError> {
 
 /// Yama's `prctl(PR_SET_PTRACER, pid)` ("Yama").
 const PR_SET_PTRACER: u64 = 0x5961_6d61;
-
-/// Where the supervisor's traps go: the notify fd, or the tracer (with
-/// `data` saying which trap it is).
-fn trap(backend: ExecBackend, data: u16) -> ScmpAction {
-    match backend.trap() {
-        agentsh_proto::wire::Trap::UserNotif => ScmpAction::Notify,
-        agentsh_proto::wire::Trap::Tracer => ScmpAction::Trace(data),
-    }
-}
-
-/// Unconditional actions, by syscall: the first one set for a syscall stays.
-#[derive(Default)]
-struct Unconditional(BTreeMap<String, (ScmpAction, String)>);
-
-impl Unconditional {
-    fn set(&mut self, name: &str, action: ScmpAction, what: String) {
-        self.0.entry(name.to_string()).or_insert((action, what));
-    }
-}
 
 /// The rules that hold whatever the arguments, in the order that decides
 /// which wins for a syscall named twice: the exec trap, the policy's
@@ -207,45 +148,6 @@ fn unconditional_rules(spec: &FilterSpec) -> Unconditional {
         }
     }
     always
-}
-
-/// Conditional rules, by syscall, in the order they are added.
-#[derive(Default)]
-struct Conditional(Vec<(String, Rule)>);
-
-impl Conditional {
-    fn add(&mut self, name: &str, action: ScmpAction, conds: Vec<Cmp>, what: String) {
-        self.0.push((
-            name.to_string(),
-            Rule {
-                action,
-                conds,
-                ops: Vec::new(),
-                what,
-            },
-        ));
-    }
-
-    /// A rule with an ordering comparison (`op` on argument `arg`) besides
-    /// the masked equalities `conds`.
-    fn add_op(
-        &mut self,
-        name: &str,
-        action: ScmpAction,
-        conds: Vec<Cmp>,
-        op: (u32, ScmpCompareOp, u64),
-        what: String,
-    ) {
-        self.0.push((
-            name.to_string(),
-            Rule {
-                action,
-                conds,
-                ops: vec![op],
-                what,
-            },
-        ));
-    }
 }
 
 /// agentsh's own rules: the marker `prctl` answers its distinctive errno
@@ -556,98 +458,6 @@ fn base_conditional_rules(rules: &mut Conditional) {
     debug_assert!(BASE_RULES
         .iter()
         .all(|r| r.answer == Answer::Eperm || r.when == When::Always));
-}
-
-/// The signal guard on register arguments: signals, pidfds and SIGIO
-/// ownership aimed at a protected process or group, `kill(-1)`, and
-/// `kill(0)` from a protected group.
-fn signal_guard_rules(spec: &FilterSpec, rules: &mut Conditional) {
-    let eperm = ScmpAction::Errno(libc::EPERM);
-    for pid in &spec.protected_pids {
-        let pid = i64::from(*pid);
-        for name in SIGNAL_CALLS_BY_PID {
-            rules.add(
-                name,
-                eperm,
-                vec![eq32(0, pid)],
-                format!("signal guard: {name}({pid})"),
-            );
-        }
-        for name in ["fcntl", "fcntl64"] {
-            rules.add(
-                name,
-                eperm,
-                vec![eq32(1, F_SETOWN as i64), eq32(2, pid)],
-                format!("signal guard: {name}(F_SETOWN, {pid})"),
-            );
-        }
-    }
-    for pgid in &spec.protected_pgids {
-        let neg = -i64::from(*pgid);
-        rules.add(
-            "kill",
-            eperm,
-            vec![eq32(0, neg)],
-            format!("signal guard: kill({neg})"),
-        );
-        for name in ["fcntl", "fcntl64"] {
-            rules.add(
-                name,
-                eperm,
-                vec![eq32(1, F_SETOWN as i64), eq32(2, neg)],
-                format!("signal guard: {name}(F_SETOWN, {neg})"),
-            );
-        }
-    }
-    rules.add(
-        "kill",
-        eperm,
-        vec![eq32(0, -1)],
-        "signal guard: kill(-1)".into(),
-    );
-    if spec.refuse_kill_own_group {
-        rules.add(
-            "kill",
-            eperm,
-            vec![eq32(0, 0)],
-            "signal guard: kill(0) from a protected group".into(),
-        );
-    }
-}
-
-/// Without Landlock's signal scope, the signal guard's calls a register
-/// cannot judge: `pidfd_open(PIDFD_THREAD)` goes to the supervisor, the
-/// owner calls whose target lies behind a pointer are refused.
-fn unscoped_signal_rules(spec: &FilterSpec, rules: &mut Conditional) {
-    let eperm = ScmpAction::Errno(libc::EPERM);
-    if spec.signal_guard == SignalGuard::UserNotif {
-        rules.add(
-            "pidfd_open",
-            trap(spec.backend, TRACE_DATA_SIGNAL),
-            vec![Cmp {
-                arg: 1,
-                mask: PIDFD_THREAD,
-                value: PIDFD_THREAD,
-            }],
-            "signal guard: pidfd_open(PIDFD_THREAD)".into(),
-        );
-        for name in ["fcntl", "fcntl64"] {
-            rules.add(
-                name,
-                eperm,
-                vec![eq32(1, F_SETOWN_EX as i64)],
-                format!("signal guard: {name}(F_SETOWN_EX)"),
-            );
-        }
-        for req in [FIOSETOWN, SIOCSPGRP] {
-            rules.add(
-                "ioctl",
-                eperm,
-                vec![eq32(1, req as i64)],
-                format!("signal guard: ioctl({req:#x})"),
-            );
-        }
-    }
 }
 
 /// A libseccomp failure, naming what was being done.

@@ -85,10 +85,7 @@ impl Template {
                 s.protected_pgids.insert(pgid);
             }
             s.refuse_kill_own_group = shape.refuse_kill_own_group;
-            s.blocked = f.blocked.clone();
-            s.refuse_exec_memory = f.refuse_exec_memory;
-            s.backend = f.backend;
-            s.net = f.net.clone();
+            f.server_parts(&mut s);
             s
         };
         // Two placeholders on the daemon's side of `own`.
@@ -250,6 +247,19 @@ impl Filters {
         self.backend.trap() == agentsh_proto::wire::Trap::Tracer && self.effective_landlock_abi == 0
     }
 
+    /// The parts of every spec that are the server's, not the tree's: the
+    /// policy's blocklist and switches, the backend, and whether the path
+    /// calls go to the tracer. One place, so a template is built from the
+    /// same parts the spec it stands for has (a template built without the
+    /// path-call traps once gave SDK daemons' trees under gVisor none).
+    fn server_parts(&self, spec: &mut FilterSpec) {
+        spec.blocked = self.blocked.clone();
+        spec.refuse_exec_memory = self.refuse_exec_memory;
+        spec.backend = self.backend;
+        spec.net = self.net.clone();
+        spec.trace_files = self.traces_files();
+    }
+
     /// The program for `spec` plus the policy's blocklist, from the cache when
     /// it was compiled before.
     ///
@@ -266,11 +276,7 @@ impl Filters {
         mut spec: FilterSpec,
         template: Option<(&Template, ProcessId)>,
     ) -> Result<Arc<CompiledFilter>, FilterError> {
-        spec.blocked = self.blocked.clone();
-        spec.refuse_exec_memory = self.refuse_exec_memory;
-        spec.backend = self.backend;
-        spec.net = self.net.clone();
-        spec.trace_files = self.traces_files();
+        self.server_parts(&mut spec);
         if let Some(c) = self.lock().get(&spec) {
             return Ok(c.clone());
         }

@@ -43,6 +43,8 @@ mod build;
 mod cache;
 mod compiled;
 mod error;
+mod guards;
+mod rules;
 mod spec;
 pub mod table;
 
