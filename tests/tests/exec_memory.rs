@@ -2,7 +2,8 @@
 //! code into memory and jumps to it never calls execve. `exec_memory: deny`
 //! refuses the ways memory a program wrote becomes code: anonymous
 //! executable mappings, writable-and-executable ones, `mprotect` to
-//! executable, memfds. The attack, with python's ctypes (an installed
+//! executable, memfds, `personality(READ_IMPLIES_EXEC)` (which makes a
+//! readable mapping executable with no `PROT_EXEC` in any register). The attack, with python's ctypes (an installed
 //! interpreter: under `exec_sources: {writable: deny}` nothing the tree
 //! compiles runs): without the switch the code runs and returns 42; with it
 //! every route fails, as root and as nobody, under notify and ptrace, while
@@ -53,7 +54,12 @@ def memfd():
     p = libc.mmap(None, 4096, RX, mmap.MAP_PRIVATE, fd, 0)
     if p in (None, ctypes.c_void_p(-1).value): return ctypes.get_errno()
     return run(p)
-for name, f in [("rwx", rwx), ("mprotect", write_then_mprotect), ("memfd", memfd)]:
+def read_implies_exec():
+    if libc.personality(0x0400000) == -1: return ctypes.get_errno()
+    p = libc.mmap(None, 4096, RW, ANON, -1, 0)
+    ctypes.memmove(p, code, len(code)); return run(p)
+for name, f in [("rwx", rwx), ("mprotect", write_then_mprotect), ("memfd", memfd),
+                ("personality", read_implies_exec)]:
     r = f()
     print(name, "ran" if r == 42 else "refused", r)
 "#,
@@ -84,7 +90,7 @@ fn without_the_switch_hand_loaded_code_runs() {
         return;
     }
     let out = routes(AGENT_DEFAULT, None, "");
-    for route in ["rwx", "mprotect", "memfd"] {
+    for route in ["rwx", "mprotect", "memfd", "personality"] {
         assert!(out.contains(&format!("{route} ran 42")), "{out}");
     }
 }
@@ -101,7 +107,7 @@ fn exec_memory_deny_refuses_every_route_as_root_and_as_nobody() {
         (Some(NOBODY), "landlock:\n  max_abi: 2\n"),
     ] {
         let out = routes(&with_switch(), uid, config);
-        for route in ["rwx", "mprotect", "memfd"] {
+        for route in ["rwx", "mprotect", "memfd", "personality"] {
             assert!(
                 out.contains(&format!("{route} refused {}", libc::EACCES)),
                 "({uid:?}, {config:?}) {out}"

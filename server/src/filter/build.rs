@@ -262,7 +262,8 @@ fn truncating_open_rules(rules: &mut Conditional) {
 /// writable and executable; `mprotect`/`pkey_mprotect` to executable (a
 /// file's code is mapped executable by `mmap`, never changed to it); `shmat`
 /// with `SHM_EXEC`; `memfd_create` (a memfd is the file a program writes and
-/// maps executable). A file the tree wrote, mapped executable from a
+/// maps executable); `personality` adding `READ_IMPLIES_EXEC` (readable
+/// then means executable). A file the tree wrote, mapped executable from a
 /// read-only fd, is not caught here (see docs/security-model.md).
 fn exec_memory_rules(rules: &mut Conditional) {
     const PROT_EXEC: u64 = libc::PROT_EXEC as u64;
@@ -321,6 +322,27 @@ fn exec_memory_rules(rules: &mut Conditional) {
         }],
         "exec_memory: shmat with SHM_EXEC".into(),
     );
+    // READ_IMPLIES_EXEC makes every readable mapping executable, though no
+    // register the rules above read says PROT_EXEC. The kernel reads the
+    // low 32 bits, and 0xffffffff only asks: refused is the bit with any
+    // other of those clear, one rule per other bit (libseccomp takes one
+    // comparison per argument and rule).
+    const READ_IMPLIES_EXEC: u64 = 0x0040_0000;
+    for other in (0..32)
+        .map(|b| 1u64 << b)
+        .filter(|b| *b != READ_IMPLIES_EXEC)
+    {
+        rules.add(
+            "personality",
+            eacces,
+            vec![Cmp {
+                arg: 0,
+                mask: READ_IMPLIES_EXEC | other,
+                value: READ_IMPLIES_EXEC,
+            }],
+            format!("exec_memory: personality(READ_IMPLIES_EXEC), bit {other:#x} clear"),
+        );
+    }
 }
 
 /// One past the largest address family (`AF_MAX` on Linux 6.x).

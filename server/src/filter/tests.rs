@@ -1059,7 +1059,7 @@ fn exec_memory_deny_refuses_memory_that_becomes_code() {
     const RX: i32 = libc::PROT_READ | libc::PROT_EXEC;
     const ANON: i32 = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
     type Call = fn() -> libc::c_long;
-    let refused: [(&str, Call); 5] = [
+    let refused: [(&str, Call); 7] = [
         (
             "mmap anonymous PROT_EXEC",
             sys!(libc::SYS_mmap, 0, 4096, RX, ANON, -1, 0),
@@ -1086,6 +1086,14 @@ fn exec_memory_deny_refuses_memory_that_becomes_code() {
                 libc::syscall(libc::SYS_pkey_mprotect, p, 4096, RX, -1)
             }
         }),
+        (
+            "personality(READ_IMPLIES_EXEC)",
+            sys!(libc::SYS_personality, 0x0040_0000),
+        ),
+        (
+            "personality(READ_IMPLIES_EXEC | bit 31)",
+            sys!(libc::SYS_personality, 0x8040_0000_u32),
+        ),
     ];
     for (what, call) in refused {
         assert_eq!(errno_under(&on.program, call), libc::EACCES, "{what}");
@@ -1095,7 +1103,15 @@ fn exec_memory_deny_refuses_memory_that_becomes_code() {
             "{what} without the switch"
         );
     }
-    let allowed: [(&str, Call); 2] = [
+    let allowed: [(&str, Call); 4] = [
+        (
+            "personality query",
+            sys!(libc::SYS_personality, 0xffff_ffff_u32),
+        ),
+        (
+            "personality(ADDR_NO_RANDOMIZE)",
+            sys!(libc::SYS_personality, 0x0004_0000),
+        ),
         (
             "mmap anonymous read-write",
             sys!(
