@@ -112,6 +112,10 @@ fn the_sdk_scenarios_hold_under_the_ptrace_backend_on_this_kernel() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(text.contains("ok: a nested curl fails with 126"), "{text}");
+    assert!(
+        text.contains("ok: a root SDK shell cannot change shim.conf"),
+        "{text}"
+    );
     // agent-default's egress: on this kernel the tracer takes the socket
     // (pidfd_getfd), so the connect is judged and made.
     assert!(

@@ -151,8 +151,7 @@ echo fine > /tmp/own-$$ && cat /tmp/own-$$
 /// [`TAMPER`] fails, a write to `/tmp` works, and shim.conf is unchanged.
 /// `via` starts the shell: nothing (`podman exec CTR sh -c`, as Modal), or
 /// a process that stays its parent (`timeout`, standing for an SDK's
-/// daemon, E2B's envd: the server then builds the tree's filter from a
-/// template for that daemon).
+/// daemon: the tree's filter then protects that daemon too).
 fn own_files_hold(ctr: &Container, user: Option<u32>, shim_conf: &str, via: &[&str]) {
     let mut argv = via.to_vec();
     argv.extend(["sh", "-c", TAMPER]);

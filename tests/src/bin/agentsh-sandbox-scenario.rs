@@ -192,6 +192,25 @@ fn ordinary(c: &mut Checks, sdk: &mut Supervisor) {
         f.code == Some(0) && f.stdout.trim() == "HELLO",
         || show(&f),
     );
+    // A root tree of the SDK daemon's (whose filter the server builds
+    // from a template for that daemon) cannot change shim.conf: Landlock,
+    // or where there is none the tracer, keeps agentsh's own files.
+    let before = std::fs::read("/etc/agentsh/shim.conf").unwrap_or_default();
+    let f = sdk.run(&e2b(
+        "printf 'shim_install=off\\n' > /etc/agentsh/shim.conf; echo rc=$?",
+    ));
+    let after = std::fs::read("/etc/agentsh/shim.conf").unwrap_or_default();
+    c.check(
+        "a root SDK shell cannot change shim.conf",
+        f.stdout.trim() != "rc=0" && f.stdout.trim().starts_with("rc=") && before == after,
+        || {
+            format!(
+                "{}\nshim.conf now: {:?}",
+                show(&f),
+                String::from_utf8_lossy(&after)
+            )
+        },
+    );
     let f = sdk.run(&tensorlake("curl --version >/dev/null; echo rc=$?"));
     c.check(
         "a nested curl fails with 126",
