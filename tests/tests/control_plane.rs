@@ -521,12 +521,21 @@ os.rmdir(ws)
 fn daemon_socket_scenario(uid: Option<u32>, grant: bool) -> String {
     // In /dev/shm: the tree may create files there (agent-default), so a
     // hard link to the socket on the same filesystem is a real attempt.
-    daemon_socket_scenario_in("/dev/shm", uid, grant, true)
+    daemon_socket_scenario_in("/dev/shm", uid, grant, true, None)
 }
 
 /// [`daemon_socket_scenario`] with the daemon's socket directory in `base`,
-/// named in the policy's `daemon_sockets.deny` or (`listed` false) not.
-fn daemon_socket_scenario_in(base: &str, uid: Option<u32>, grant: bool, listed: bool) -> String {
+/// named in the policy's `daemon_sockets.deny` or (`listed` false) not;
+/// `flood`: before the tree starts, 4,200 entries are made in its /run
+/// (`Flood`), as a root tree that may write there (no Landlock, or a
+/// policy granting /run) could.
+fn daemon_socket_scenario_in(
+    base: &str,
+    uid: Option<u32>,
+    grant: bool,
+    listed: bool,
+    flood: Option<Flood>,
+) -> String {
     use agentsh_tests::server::TempDir;
     let dir = TempDir::new_in(std::path::Path::new(base), "daemon");
     std::fs::set_permissions(
@@ -567,6 +576,15 @@ fn daemon_socket_scenario_in(base: &str, uid: Option<u32>, grant: bool, listed: 
     };
     let policy = format!("{AGENT_DEFAULT}\n{section}");
     let mut sb = Sandbox::new(&policy, uid);
+    if let Some(flood) = flood {
+        for i in 0..4200 {
+            let p = sb.host_path(&format!("/run/flood-{i}"));
+            match flood {
+                Flood::Files => std::fs::write(p, "").unwrap(),
+                Flood::Directories => std::fs::create_dir(p).unwrap(),
+            }
+        }
+    }
     std::fs::write(sb.host_path(&format!("{WORKSPACE}/reach.py")), REACH).unwrap();
     let f = sb.sh(&format!(
         "(/usr/bin/python3 {WORKSPACE}/reach.py {} {} {WORKSPACE})",
@@ -624,7 +642,13 @@ fn a_root_tree_cannot_reach_an_unlisted_root_daemons_socket_under_run() {
     if !require_root("a_root_tree_cannot_reach_an_unlisted_root_daemons_socket_under_run") {
         return;
     }
-    let out = daemon_socket_scenario_in(agentsh_tests::sandbox::SERVER_BASE, None, false, false);
+    let out = daemon_socket_scenario_in(
+        agentsh_tests::sandbox::SERVER_BASE,
+        None,
+        false,
+        false,
+        None,
+    );
     for attempt in ["direct", "symlink", "proc-root"] {
         let line = out
             .lines()
@@ -635,12 +659,51 @@ fn a_root_tree_cannot_reach_an_unlisted_root_daemons_socket_under_run() {
             "{attempt} reached the daemon:\n{out}"
         );
     }
-    let out = daemon_socket_scenario_in(agentsh_tests::sandbox::SERVER_BASE, None, true, false);
+    let out =
+        daemon_socket_scenario_in(agentsh_tests::sandbox::SERVER_BASE, None, true, false, None);
     let line = out
         .lines()
         .find(|l| l.starts_with("direct: "))
         .unwrap_or_default();
     assert!(line.contains("ran outside any tree"), "{out}");
+}
+
+/// What a flood of /run is made of.
+#[derive(Clone, Copy, Debug)]
+enum Flood {
+    Files,
+    Directories,
+}
+
+/// A /run flooded before the next shell starts (4,200 empty files; 4,200
+/// directories: what a root tree that may write there could do) does not
+/// make that shell's walk stop short of a root daemon's socket beneath
+/// /run: files do not count against the walk's bound, and a walk cut by
+/// directories hides what it did not reach whole.
+#[test]
+fn a_root_tree_flooding_run_does_not_unhide_a_daemon_socket() {
+    if !require_root("a_root_tree_flooding_run_does_not_unhide_a_daemon_socket") {
+        return;
+    }
+    for what in [Flood::Files, Flood::Directories] {
+        let out = daemon_socket_scenario_in(
+            agentsh_tests::sandbox::SERVER_BASE,
+            None,
+            false,
+            false,
+            Some(what),
+        );
+        for attempt in ["direct", "symlink", "proc-root"] {
+            let line = out
+                .lines()
+                .find(|l| l.starts_with(&format!("{attempt}: ")))
+                .unwrap_or_else(|| panic!("{what:?}: no {attempt} line:\n{out}"));
+            assert!(
+                !line.contains("ran outside"),
+                "{what:?}: {attempt} reached the daemon:\n{out}"
+            );
+        }
+    }
 }
 
 #[test]

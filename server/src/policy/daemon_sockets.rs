@@ -163,12 +163,28 @@ impl SocketFs for HostSocketFs {
     }
 }
 
+/// What the walk of [`SOCKET_ROOTS`] found: the sockets, and the
+/// directories it did not walk (beyond [`WALK_DEPTH`], or left when
+/// [`WALK_ENTRIES`] ran out), which are hidden whole: a tree that can
+/// write beneath `/run` (root) could otherwise move a daemon's socket out
+/// of the walk's reach, or flood the walk until it stops short.
+struct Walked {
+    sockets: Vec<String>,
+    unwalked: Vec<String>,
+    cut: bool,
+}
+
 /// Every Unix socket beneath [`SOCKET_ROOTS`] (not through symlinks, not
 /// into what `skip` already hides), canonical; at most [`WALK_ENTRIES`]
-/// entries looked at, [`WALK_DEPTH`] deep. Returns the sockets and whether
-/// the walk stopped early.
-fn sockets_under_roots(fs: &dyn SocketFs, skip: &BTreeSet<String>) -> (Vec<String>, bool) {
-    let mut found = Vec::new();
+/// sockets and directories looked at (other entries cost a `lstat` each
+/// and count for nothing: a flood of files does not end the walk),
+/// [`WALK_DEPTH`] deep. See [`Walked`].
+fn sockets_under_roots(fs: &dyn SocketFs, skip: &BTreeSet<String>) -> Walked {
+    let mut w = Walked {
+        sockets: Vec::new(),
+        unwalked: Vec::new(),
+        cut: false,
+    };
     let mut seen = 0usize;
     let mut stack: Vec<(String, usize)> = SOCKET_ROOTS
         .iter()
@@ -177,22 +193,32 @@ fn sockets_under_roots(fs: &dyn SocketFs, skip: &BTreeSet<String>) -> (Vec<Strin
         .collect();
     while let Some((dir, depth)) = stack.pop() {
         for e in fs.entries(&dir) {
-            seen += 1;
-            if seen > WALK_ENTRIES {
-                return (found, true);
-            }
             let p = format!("{}/{e}", dir.trim_end_matches('/'));
             if skip.contains(&p) {
                 continue;
             }
-            match fs.kind(&p) {
-                Kind::Socket => found.push(p),
+            let kind = fs.kind(&p);
+            if kind == Kind::Other {
+                continue;
+            }
+            seen += 1;
+            if seen > WALK_ENTRIES {
+                // The rest of this directory, and every one not yet
+                // walked, hidden whole.
+                w.cut = true;
+                w.unwalked.push(dir);
+                w.unwalked.extend(stack.into_iter().map(|(d, _)| d));
+                return w;
+            }
+            match kind {
+                Kind::Socket => w.sockets.push(p),
                 Kind::Directory if depth + 1 < WALK_DEPTH => stack.push((p, depth + 1)),
-                _ => {}
+                Kind::Directory => w.unwalked.push(p),
+                Kind::Other => {}
             }
         }
     }
-    (found, false)
+    w
 }
 
 /// The directory every shim looks for the `active` marker in: agentsh's
@@ -236,8 +262,9 @@ fn expand(pattern: &str, fs: &dyn SocketFs) -> Vec<String> {
 ///
 /// Besides the lists, every socket a root daemon nobody listed keeps
 /// beneath [`SOCKET_ROOTS`] is hidden (but [`HARMLESS`]): a default that
-/// holds for daemons nobody thought of. A walk cut short by its bounds is
-/// logged; what it did not reach is not hidden.
+/// holds for daemons nobody thought of. What the walk did not reach (too
+/// deep, or left when its bound ran out) is hidden whole, and a cut walk
+/// is logged.
 pub fn hidden(doc: &DaemonSocketsDoc, run_dir: Option<&str>, fs: &dyn SocketFs) -> Vec<String> {
     let mut set: BTreeSet<String> = BUILT_IN
         .iter()
@@ -247,15 +274,17 @@ pub fn hidden(doc: &DaemonSocketsDoc, run_dir: Option<&str>, fs: &dyn SocketFs) 
         .chain(fixed_marker_dir())
         .flat_map(|p| expand(p, fs))
         .collect();
-    let (found, cut) = sockets_under_roots(fs, &set);
-    if cut {
+    let walked = sockets_under_roots(fs, &set);
+    if walked.cut {
         tracing::warn!(
-            "daemon sockets: more than {WALK_ENTRIES} entries beneath {SOCKET_ROOTS:?}; sockets \
-             beyond them are not hidden from root trees (list them in daemon_sockets.deny)"
+            "daemon sockets: more than {WALK_ENTRIES} sockets and directories beneath \
+             {SOCKET_ROOTS:?}; the directories not walked are hidden from root trees whole: {:?}",
+            walked.unwalked
         );
     }
     let harmless: BTreeSet<String> = HARMLESS.iter().flat_map(|p| expand(p, fs)).collect();
-    set.extend(found.into_iter().filter(|p| !harmless.contains(p)));
+    set.extend(walked.sockets.into_iter().filter(|p| !harmless.contains(p)));
+    set.extend(walked.unwalked);
     for a in &doc.allow {
         for p in expand(a, fs) {
             set.remove(&p);
@@ -459,6 +488,53 @@ mod tests {
             h.contains(&"/run/systemd/journal/socket".to_string()),
             "{h:?}"
         );
+    }
+
+    fn leak(s: String) -> &'static str {
+        Box::leak(s.into_boxed_str())
+    }
+
+    /// A root tree can write beneath /run: a daemon's socket moved deeper
+    /// than the walk goes is hidden with the directory the walk stopped at;
+    /// a flood of files does not end the walk; a flood of directories does,
+    /// and then every directory not walked is hidden whole.
+    #[test]
+    fn what_the_walk_cannot_reach_is_hidden_whole() {
+        let mut f = fake_run();
+        for p in [
+            "/run/a",
+            "/run/a/b",
+            "/run/a/b/c",
+            "/run/a/b/c/d",
+            "/run/a/b/c/d/e",
+            "/run/a/b/c/d/e/f",
+            "/run/a/b/c/d/e/f/ctl.sock",
+        ] {
+            f.0.insert(p, p);
+        }
+        let h = hidden(&DaemonSocketsDoc::default(), None, &f);
+        assert!(h.contains(&"/run/a/b/c/d/e/f".to_string()), "{h:?}");
+
+        let mut files = fake_run();
+        for i in 0..(WALK_ENTRIES + 100) {
+            let p = leak(format!("/run/0flood/f{i:05}"));
+            files.0.insert(p, p);
+        }
+        let h = hidden(&DaemonSocketsDoc::default(), None, &files);
+        assert!(h.contains(&"/run/mydaemon/ctl.sock".to_string()), "{h:?}");
+        assert!(!h.contains(&"/run".to_string()), "{h:?}");
+
+        let mut dirs = fake_run();
+        for i in 0..(WALK_ENTRIES + 100) {
+            let d = leak(format!("/run/zflood{i:05}"));
+            let x = leak(format!("/run/zflood{i:05}/x"));
+            dirs.0.insert(d, d);
+            dirs.0.insert(x, x);
+        }
+        let h = hidden(&DaemonSocketsDoc::default(), None, &dirs);
+        // Cut while listing /run itself: /run is hidden whole, and with it
+        // the daemon the walk never reached.
+        assert!(h.contains(&"/run".to_string()), "{h:?}");
     }
 
     #[test]
