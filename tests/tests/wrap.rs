@@ -302,6 +302,9 @@ def ptrace():
     if libc.ptrace(16, server, None, None) != 0:
         raise OSError(ctypes.get_errno(), "ptrace")
 attempt("ptrace-server", ptrace)
+import resource
+attempt("prlimit-server", lambda: resource.prlimit(server, resource.RLIMIT_NOFILE, (64, 64)))
+attempt("renice-server", lambda: os.setpriority(os.PRIO_PROCESS, server, 19))
 r = subprocess.run(["sh", "-c", "echo still-supervised; curl --version >/dev/null 2>&1; echo curl=$?"], capture_output=True, text=True)
 print(r.stdout.replace("\n", " "))
 "#;
@@ -380,6 +383,8 @@ fn tree_cannot_reach(uid: Option<u32>) {
         "write-audit",
         "connect-api",
         "ptrace-server",
+        "prlimit-server",
+        "renice-server",
     ] {
         let line = out
             .lines()
