@@ -177,7 +177,7 @@ impl TestServer {
     /// writing or creating anything in the directories holding them, so
     /// tests that need a normal `/tmp` in the tree keep them elsewhere.
     pub fn start_in(base: &Path, policy_yaml: &str, extra_config: &str) -> TestServer {
-        TestServer::start_with(base, policy_yaml, extra_config, Command::new)
+        TestServer::start_with(base, policy_yaml, extra_config, with_private_marker_dir)
     }
 
     /// Like [`TestServer::start_in`]; `command` builds the process for the
@@ -468,6 +468,46 @@ impl TestServer {
 }
 
 /// `agentsh server --config <dir>/config.yaml`, its log appended to `<dir>/server.log`.
+/// `program` in a mount namespace of its own whose `/run/agentsh` (where
+/// every server writes the fixed `active` marker) is an empty tmpfs: a
+/// test's server never marks this machine's shims as supervised. This
+/// machine keeps at most an empty `/run/agentsh`, the mount point.
+pub fn with_private_marker_dir(program: PathBuf) -> Command {
+    let dir = std::path::Path::new(agentsh_proto::active::FIXED_MARKER)
+        .parent()
+        .expect("the marker's directory");
+    std::fs::create_dir_all(dir).expect("create the marker's mount point");
+    let target = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).expect("a path");
+    let (root, tmpfs, opts) = (c"/", c"tmpfs", c"mode=0755");
+    let mut cmd = Command::new(program);
+    // SAFETY: runs in the forked child before exec: raw syscalls on
+    // strings built above only.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+            if libc::unshare(libc::CLONE_NEWNS) != 0
+                || libc::mount(
+                    std::ptr::null(),
+                    root.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ) != 0
+                || libc::mount(
+                    tmpfs.as_ptr(),
+                    target.as_ptr(),
+                    tmpfs.as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NODEV,
+                    opts.as_ptr().cast(),
+                ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd
+}
+
 fn spawn_server(dir: &TempDir, command: impl FnOnce(PathBuf) -> Command) -> Child {
     let log = std::fs::OpenOptions::new()
         .create(true)

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 use agentsh_tests::relay::{run_wrapped, WrapOptions};
-use agentsh_tests::server::{bin, require_root, TempDir, TestServer};
+use agentsh_tests::server::{bin, require_root, with_private_marker_dir, TempDir, TestServer};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
@@ -200,7 +200,7 @@ fn the_server_refuses_a_config_others_could_write() {
         "",
     );
     std::fs::set_permissions(&files.config, std::fs::Permissions::from_mode(0o666)).unwrap();
-    let out = Command::new(bin("agentsh"))
+    let out = with_private_marker_dir(bin("agentsh"))
         .args(["server", "--config"])
         .arg(&files.config)
         .stdin(Stdio::null())
@@ -213,7 +213,7 @@ fn the_server_refuses_a_config_others_could_write() {
         "{stderr}"
     );
     std::fs::set_permissions(&files.config, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let srv = TestServer::start_files(files, Command::new);
+    let srv = TestServer::start_files(files, with_private_marker_dir);
     assert!(srv
         .try_call("GET", "/healthz", None)
         .is_ok_and(|(s, _)| s == 200));

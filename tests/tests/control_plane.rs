@@ -10,7 +10,7 @@
 use agentsh_tests::ns::Namespace;
 use agentsh_tests::sandbox::{Sandbox, AGENT_DEFAULT, NOBODY, WORKSPACE};
 use agentsh_tests::sdk::{self, Supervisor};
-use agentsh_tests::server::{require_root, TestServer};
+use agentsh_tests::server::{require_root, with_private_marker_dir, TestServer};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -768,7 +768,7 @@ fn a_full_audit_filesystem_loses_no_line_and_refuse_mode_runs_nothing() {
             config.replace(&old, &format!("jsonl: {jsonl}\n  on_failure: {on_failure}")),
         )
         .unwrap();
-        let srv = TestServer::start_files(files, Command::new);
+        let srv = TestServer::start_files(files, with_private_marker_dir);
         let opts = WrapOptions::default();
         let run = |s: &str| run_wrapped(&srv.url, s, &["/bin/sh", "-c", "/bin/echo done"], &opts);
         // Thirty execs: more events than the log's last, partly used page
@@ -1001,7 +1001,7 @@ fn audit_events_are_exported_as_otlp_logs_to_a_receiver() {
         ),
     )
     .unwrap();
-    let mut srv = TestServer::start_files(files, Command::new);
+    let mut srv = TestServer::start_files(files, with_private_marker_dir);
     let opts = WrapOptions::default();
     let out = run_wrapped(
         &srv.url,

@@ -10,7 +10,7 @@
 
 use agentsh_tests::sandbox::{Sandbox, WORKSPACE};
 use agentsh_tests::sdk;
-use agentsh_tests::server::{bin, require_root, server_base, TempDir};
+use agentsh_tests::server::{bin, require_root, server_base, with_private_marker_dir, TempDir};
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -186,7 +186,7 @@ fn server_exit(dir: &TempDir, policy_yaml: &str) -> (Option<i32>, String) {
         ),
     )
     .unwrap();
-    let mut child = Command::new(bin("agentsh"))
+    let mut child = with_private_marker_dir(bin("agentsh"))
         .args(["server", "--config"])
         .arg(&config)
         .stdin(Stdio::null())

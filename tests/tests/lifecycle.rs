@@ -4,7 +4,9 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
-use agentsh_tests::server::{bin, free_port, server_base, TempDir, TestServer};
+use agentsh_tests::server::{
+    bin, free_port, server_base, with_private_marker_dir, TempDir, TestServer,
+};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -170,7 +172,7 @@ fn entrypoint_runs_the_command_once_ready_and_returns_its_status() {
         "{} ready --server-only --server {url} --timeout 0 && exit 7",
         bin("agentsh").display()
     );
-    let out = Command::new(bin("agentsh"))
+    let out = with_private_marker_dir(bin("agentsh"))
         .arg("entrypoint")
         .arg("--config")
         .arg(&cfg)
@@ -187,7 +189,7 @@ fn entrypoint_runs_the_command_once_ready_and_returns_its_status() {
     // The entrypoint stopped its server before exiting.
     assert!(!answers(&url), "the server outlived the entrypoint");
 
-    let missing = Command::new(bin("agentsh"))
+    let missing = with_private_marker_dir(bin("agentsh"))
         .arg("entrypoint")
         .arg("--config")
         .arg(&cfg)
@@ -205,7 +207,7 @@ fn entrypoint_fails_when_the_server_cannot_start() {
     let cfg = dir.path().join("config.yaml");
     std::fs::write(&cfg, "policy: /nonexistent/policy.yaml\n").unwrap();
     let marker = dir.path().join("ran");
-    let out = Command::new(bin("agentsh"))
+    let out = with_private_marker_dir(bin("agentsh"))
         .arg("entrypoint")
         .arg("--config")
         .arg(&cfg)
@@ -236,7 +238,7 @@ fn descendants(pid: u32) -> Vec<u32> {
 fn entrypoint_runs_the_command_below_the_server_forwards_sigterm_and_restarts_both() {
     let dir = TempDir::new_in(&server_base(), "epsig");
     let (cfg, url) = config(&dir);
-    let mut ep = Command::new(bin("agentsh"))
+    let mut ep = with_private_marker_dir(bin("agentsh"))
         .arg("entrypoint")
         .arg("--config")
         .arg(&cfg)

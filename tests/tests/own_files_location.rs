@@ -10,9 +10,11 @@
 
 use agentsh_tests::sandbox::{Sandbox, AGENT_DEFAULT};
 use agentsh_tests::sdk;
-use agentsh_tests::server::{bin, free_port, require_root, server_base, TempDir};
+use agentsh_tests::server::{
+    bin, free_port, require_root, server_base, with_private_marker_dir, TempDir,
+};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// Starts `agentsh server` on a config (kept under [`server_base`]) with
@@ -30,7 +32,7 @@ fn server_exit(dir: &Path, state: &Path, audit: &Path) -> (Option<i32>, String) 
         ),
     )
     .unwrap();
-    let mut child = Command::new(bin("agentsh"))
+    let mut child = with_private_marker_dir(bin("agentsh"))
         .args(["server", "--config"])
         .arg(&config)
         .stdin(Stdio::null())

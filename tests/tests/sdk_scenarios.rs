@@ -7,9 +7,8 @@
 
 use agentsh_tests::ns::Namespace;
 use agentsh_tests::sdk::{self, Finished, Spawn, Supervisor};
-use agentsh_tests::server::{require_root, TestServer};
+use agentsh_tests::server::{require_root, with_private_marker_dir, TestServer};
 use serde_json::Value;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 const POLICY: &str = r#"
@@ -301,7 +300,7 @@ fn once_agentsh_ran_auto_refuses_while_the_server_is_down_and_recovers_when_it_i
         "{f:?}"
     );
     // The service manager (or the entrypoint) brings it back: supervised again.
-    s.srv.restart_with(Command::new);
+    s.srv.restart_with(with_private_marker_dir);
     let f = s.sup.run(&sdk::tensorlake(
         "echo pid=$$; curl --version >/dev/null 2>&1; echo curl-rc=$?",
     ));
@@ -345,7 +344,7 @@ fn before_agentsh_ever_started_auto_runs_the_command_and_the_server_records_it()
         Some(3),
         "a stale marker must not block a restart: {f:?}"
     );
-    srv.restart_with(Command::new);
+    srv.restart_with(with_private_marker_dir);
     let runs: Vec<Value> = srv
         .events("default")
         .into_iter()
