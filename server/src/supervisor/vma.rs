@@ -20,7 +20,49 @@
 //! Failure modes: an address in no mapping, or maps that cannot be read, is a
 //! refusal with the reason (fail closed).
 
-use crate::tracee::maps::Vma;
+use crate::tracee::maps::{Maps, Vma};
+
+/// One call's strings checked address by address: the caller's executable
+/// is read once, and only when a file mapping holds one of them (rare).
+pub struct Places {
+    pid: u32,
+    /// The task whose owner's ids read `/proc/<pid>/exe`.
+    owner: u32,
+    own_exe: Option<String>,
+}
+
+impl Places {
+    pub fn new(pid: u32, owner: u32) -> Places {
+        Places {
+            pid,
+            owner,
+            own_exe: None,
+        }
+    }
+
+    /// Why the mapping holding `addr` may not hold a judged string
+    /// ([`refusal`]), if it may not.
+    ///
+    /// # Errors
+    /// The address is in no mapping, or the maps cannot be read.
+    pub fn refusal_at(&mut self, maps: &mut Maps, addr: u64) -> std::io::Result<Option<String>> {
+        let v = maps.find(addr)?;
+        if v.inode != 0 && !v.shared && self.own_exe.is_none() {
+            let _owner = crate::tracee::as_owner(self.owner);
+            // Unreadable: no file counts as the caller's own (refused).
+            self.own_exe = Some(
+                std::fs::read_link(format!("/proc/{}/exe", self.pid))
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            );
+        }
+        Ok(refusal(
+            &v,
+            self.own_exe.as_deref().unwrap_or(""),
+            crate::policy::landlock::SYSTEM_NO_WRITE,
+        ))
+    }
+}
 
 /// Why a mapping may not hold an exec's strings, if it may not. Pure.
 pub fn refusal(v: &Vma, own_exe: &str, no_write: &[&str]) -> Option<String> {

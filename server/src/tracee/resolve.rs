@@ -177,7 +177,7 @@ pub enum ResolveError {
 
 pub(super) const AT_FDCWD: i32 = libc::AT_FDCWD;
 
-fn open_path(path: &str) -> io::Result<OwnedFd> {
+pub(super) fn open_path(path: &str) -> io::Result<OwnedFd> {
     let c = CString::new(path).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     // SAFETY: `c` is a valid C string; O_PATH opens nothing for I/O.
     let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };

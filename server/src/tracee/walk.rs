@@ -20,6 +20,7 @@
 //! [`WalkError::Other`].
 
 use super::file::{fd_meta, FileMeta};
+use super::resolve::open_path;
 use std::collections::VecDeque;
 use std::ffi::CString;
 use std::io;
@@ -416,17 +417,6 @@ pub fn parent_of(path: &str) -> String {
 /// `/`-separated, without empty or `.` components.
 fn clean(path: &str) -> String {
     super::resolve::join_clean("/", path)
-}
-
-fn open_path(path: &str) -> io::Result<OwnedFd> {
-    let c = CString::new(path).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    // SAFETY: a valid C string; O_PATH opens nothing for I/O.
-    let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh fd nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 fn openat(dir: BorrowedFd<'_>, name: &[u8], extra: i32) -> io::Result<OwnedFd> {

@@ -163,26 +163,15 @@ fn places_stay(k: &Call, messages: &[Copied]) -> Result<(), Unsteady> {
         .and_then(|s| s.number("Tgid"))
         .ok_or(Unsteady::NoTgid(k.c.tid))?;
     let mut maps = crate::tracee::maps::Maps::open(pid).map_err(Unsteady::Maps)?;
-    let mut own_exe: Option<String> = None;
+    let mut checker = crate::supervisor::vma::Places::new(pid, k.c.tid);
     let places = messages.iter().flat_map(|m| m.places.iter().copied());
     for (at, len) in places.filter(|(_, len)| *len > 0) {
         let last = at.saturating_add(len as u64 - 1);
         for addr in [at, last] {
-            let v = maps
-                .find(addr)
+            let refused = checker
+                .refusal_at(&mut maps, addr)
                 .map_err(|error| Unsteady::Unmapped { addr, error })?;
-            if v.inode != 0 && !v.shared && own_exe.is_none() {
-                let _owner = crate::tracee::as_owner(k.c.tid);
-                own_exe = Some(
-                    std::fs::read_link(format!("/proc/{pid}/exe"))
-                        .map(|p| p.to_string_lossy().into_owned())
-                        .unwrap_or_default(),
-                );
-            }
-            let no_write = crate::policy::landlock::SYSTEM_NO_WRITE;
-            if let Some(why) =
-                crate::supervisor::vma::refusal(&v, own_exe.as_deref().unwrap_or(""), no_write)
-            {
+            if let Some(why) = refused {
                 return Err(Unsteady::Writable { addr, why });
             }
         }

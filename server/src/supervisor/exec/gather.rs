@@ -223,30 +223,20 @@ fn check_mappings(
             )
         })?,
     };
-    // Read only when a file mapping holds a string (rare).
-    let mut own_exe: Option<String> = None;
-    let no_write = crate::policy::landlock::SYSTEM_NO_WRITE;
+    let mut places = vma::Places::new(pid, pid);
     let mut addrs = vec![("path", req.args.path)];
     if req.args.argv != 0 {
         addrs.push(("argv", req.args.argv));
         addrs.extend(argv.ptrs.iter().map(|&p| ("an argv string", p)));
     }
     for (what, addr) in addrs {
-        let v = maps.find(addr).map_err(|e| {
+        let refused = places.refusal_at(&mut maps, addr).map_err(|e| {
             undecidable(
                 Refusal::Unreadable,
                 format!("the exec's {what} at {addr:#x}: {e}"),
             )
         })?;
-        if v.inode != 0 && !v.shared && own_exe.is_none() {
-            let _owner = crate::tracee::as_owner(pid);
-            own_exe = Some(
-                std::fs::read_link(format!("/proc/{pid}/exe"))
-                    .map(|p| p.to_string_lossy().into_owned())
-                    .unwrap_or_default(),
-            );
-        }
-        if let Some(why) = vma::refusal(&v, own_exe.as_deref().unwrap_or(""), no_write) {
+        if let Some(why) = refused {
             return Err(undecidable(
                 Refusal::SharedMemory,
                 format!("the exec's {what} lies in {why}"),

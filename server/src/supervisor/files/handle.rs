@@ -276,29 +276,18 @@ fn strings_stay(pid: u32, call: &FileSyscall, c: &Caught) -> Result<(), Undecida
             format!("memory map cannot be read: {e}"),
         )
     })?;
-    let mut own_exe: Option<String> = None;
+    let mut places = crate::supervisor::vma::Places::new(pid, c.tid);
     for (what, addr) in addrs {
         if addr == 0 {
             continue;
         }
-        let v = maps.find(addr).map_err(|e| {
+        let refused = places.refusal_at(&mut maps, addr).map_err(|e| {
             Undecidable(
                 Refusal::Unreadable,
                 format!("the call's {what} at {addr:#x}: {e}"),
             )
         })?;
-        if v.inode != 0 && !v.shared && own_exe.is_none() {
-            let _owner = crate::tracee::as_owner(c.tid);
-            own_exe = Some(
-                std::fs::read_link(format!("/proc/{pid}/exe"))
-                    .map(|p| p.to_string_lossy().into_owned())
-                    .unwrap_or_default(),
-            );
-        }
-        let no_write = crate::policy::landlock::SYSTEM_NO_WRITE;
-        if let Some(why) =
-            crate::supervisor::vma::refusal(&v, own_exe.as_deref().unwrap_or(""), no_write)
-        {
+        if let Some(why) = refused {
             return Err(Undecidable(
                 Refusal::SharedMemory,
                 format!("the call's {what} lies in {why}"),
