@@ -17,8 +17,9 @@
 //!
 //! Failure modes: a policy path that is not absolute, has `..`, or a glob
 //! other than a whole `*` component is refused when the policy loads.
-//! Resolution cannot fail: what cannot be read is skipped (a path that does
-//! not exist needs no hiding).
+//! Resolution cannot fail: a path that does not exist needs no hiding; a
+//! directory that cannot be listed (the walk's, or what a `*` stands for)
+//! is hidden whole.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -119,8 +120,8 @@ pub fn validate(p: &str) -> Result<(), SocketPathError> {
 pub trait SocketFs {
     /// Canonical path if it exists.
     fn canonical(&self, path: &str) -> Option<String>;
-    /// Names of a directory's entries.
-    fn entries(&self, dir: &str) -> Vec<String>;
+    /// Names of a directory's entries; `None` if it cannot be listed.
+    fn entries(&self, dir: &str) -> Option<Vec<String>>;
     /// What `path` is, not following a symlink there.
     fn kind(&self, path: &str) -> Kind;
 }
@@ -143,14 +144,12 @@ impl SocketFs for HostSocketFs {
             .map(|p| p.to_string_lossy().into_owned())
     }
 
-    fn entries(&self, dir: &str) -> Vec<String> {
-        std::fs::read_dir(dir)
-            .map(|rd| {
-                rd.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default()
+    fn entries(&self, dir: &str) -> Option<Vec<String>> {
+        std::fs::read_dir(dir).ok().map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
     }
 
     fn kind(&self, path: &str) -> Kind {
@@ -192,7 +191,12 @@ fn sockets_under_roots(fs: &dyn SocketFs, skip: &BTreeSet<String>) -> Walked {
         .map(|r| (r, 0))
         .collect();
     while let Some((dir, depth)) = stack.pop() {
-        for e in fs.entries(&dir) {
+        // A directory that cannot be listed is hidden whole.
+        let Some(entries) = fs.entries(&dir) else {
+            w.unwalked.push(dir);
+            continue;
+        };
+        for e in entries {
             let p = format!("{}/{e}", dir.trim_end_matches('/'));
             if skip.contains(&p) {
                 continue;
@@ -241,8 +245,11 @@ fn expand(pattern: &str, fs: &dyn SocketFs) -> Vec<String> {
                 } else {
                     p.clone()
                 };
-                for e in fs.entries(&dir) {
-                    next.push(format!("{p}/{e}"));
+                match fs.entries(&dir) {
+                    Some(entries) => next.extend(entries.iter().map(|e| format!("{p}/{e}"))),
+                    // What `*` stands for cannot be listed: the directory
+                    // itself is hidden.
+                    None => next.push(p.clone()),
                 }
             } else {
                 next.push(format!("{p}/{c}"));
@@ -330,7 +337,7 @@ impl SocketFs for Recording {
         c
     }
 
-    fn entries(&self, dir: &str) -> Vec<String> {
+    fn entries(&self, dir: &str) -> Option<Vec<String>> {
         self.0.borrow_mut().insert(dir.to_string());
         HostSocketFs.entries(dir)
     }
@@ -404,7 +411,11 @@ mod tests {
         fn canonical(&self, path: &str) -> Option<String> {
             self.0.get(path).map(std::string::ToString::to_string)
         }
-        fn entries(&self, dir: &str) -> Vec<String> {
+        /// A directory named `locked` cannot be listed.
+        fn entries(&self, dir: &str) -> Option<Vec<String>> {
+            if dir.ends_with("/locked") {
+                return None;
+            }
             let prefix = format!("{}/", dir.trim_end_matches('/'));
             let mut v: Vec<String> = self
                 .0
@@ -414,7 +425,7 @@ mod tests {
                 .map(String::from)
                 .collect();
             v.dedup();
-            v
+            Some(v)
         }
         fn kind(&self, path: &str) -> Kind {
             let prefix = format!("{}/", path.trim_end_matches('/'));
@@ -495,7 +506,8 @@ mod tests {
     }
 
     /// A root tree can write beneath /run: a daemon's socket moved deeper
-    /// than the walk goes is hidden with the directory the walk stopped at;
+    /// than the walk goes is hidden with the directory the walk stopped at
+    /// (so is a directory that cannot be listed);
     /// a flood of files does not end the walk; a flood of directories does,
     /// and then every directory not walked is hidden whole.
     #[test]
@@ -512,8 +524,12 @@ mod tests {
         ] {
             f.0.insert(p, p);
         }
+        f.0.insert("/run/locked", "/run/locked");
+        f.0.insert("/run/locked/ctl.sock", "/run/locked/ctl.sock");
         let h = hidden(&DaemonSocketsDoc::default(), None, &f);
         assert!(h.contains(&"/run/a/b/c/d/e/f".to_string()), "{h:?}");
+        // One it cannot list, too.
+        assert!(h.contains(&"/run/locked".to_string()), "{h:?}");
 
         let mut files = fake_run();
         for i in 0..(WALK_ENTRIES + 100) {
