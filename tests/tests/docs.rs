@@ -8,7 +8,9 @@
 #![allow(clippy::unwrap_used)]
 
 use agentsh_tests::ns::Namespace;
-use agentsh_tests::server::{bin, require_root, server_base, TempDir, TestServer};
+use agentsh_tests::server::{
+    bin, require_root, server_base, with_private_marker_dir, TempDir, TestServer,
+};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -706,7 +708,7 @@ fn fake_root(dir: &Path, n: usize) -> PathBuf {
 }
 
 fn run(args: &[String]) -> Output {
-    Command::new(bin("agentsh"))
+    with_private_marker_dir(bin("agentsh"))
         .args(args)
         .stdin(Stdio::null())
         .output()
@@ -716,7 +718,7 @@ fn run(args: &[String]) -> Output {
 /// Runs a long-running command for a moment: it must still be running
 /// (parsed and serving) or have exited 0.
 fn run_briefly(args: &[String]) -> Result<(), String> {
-    let mut c = Command::new(bin("agentsh"))
+    let mut c = with_private_marker_dir(bin("agentsh"))
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -780,7 +782,7 @@ fn run_agentsh(words: &[String], srv: &TestServer, tmp: &Path, n: usize) -> Resu
         ["server", ..] => {
             let (cfg, url) = own_config(tmp);
             set_flag(&mut args, "--config", &cfg.to_string_lossy());
-            let mut child = Command::new(bin("agentsh"))
+            let mut child = with_private_marker_dir(bin("agentsh"))
                 .args(&args)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -893,7 +895,7 @@ fn run_agentsh(words: &[String], srv: &TestServer, tmp: &Path, n: usize) -> Resu
             // A short runtime directory: a socket's path has 107 bytes.
             let runtime = tmp.join(format!("x{n}"));
             std::fs::create_dir_all(&runtime).unwrap();
-            let o = Command::new(bin("agentsh"))
+            let o = with_private_marker_dir(bin("agentsh"))
                 .args(&args)
                 .env("HOME", &home)
                 .env("XDG_RUNTIME_DIR", &runtime)
