@@ -13,7 +13,7 @@
 
 use agentsh_tests::attackers::{stopped_or_traced, tally, Arena};
 use agentsh_tests::relay::{run_wrapped, spawn_wrapped, WrapOptions};
-use agentsh_tests::server::{require_root, server_base, TestServer};
+use agentsh_tests::server::{require_root, server_base, with_private_marker_dir, TestServer};
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
@@ -378,7 +378,7 @@ fn a_thread_with_its_own_cwd_is_judged_in_its_own_cwd() {
 /// A server whose freezes hold `ms` before CONTINUE (debug builds only).
 fn holding_server(ms: u64) -> TestServer {
     TestServer::start_with(&server_base(), POLICY, &guard_config("freeze"), |p| {
-        let mut c = Command::new(p);
+        let mut c = with_private_marker_dir(p);
         c.env("AGENTSH_TEST_HOLD_FROZEN_MS", ms.to_string());
         c
     })
@@ -542,7 +542,7 @@ fn a_watched_exec_that_does_not_finish_in_time_is_killed_not_released() {
     // is killed and audited, and nothing stays stopped. The shell itself
     // comes from /usr/bin, which no tree can change: not watched, it runs.
     let srv = TestServer::start_with(&server_base(), POLICY, &guard_config("verify"), |p| {
-        let mut c = Command::new(p);
+        let mut c = with_private_marker_dir(p);
         c.env("AGENTSH_TEST_EXEC_DEADLINE_MS", "0");
         c
     });
@@ -586,7 +586,7 @@ fn print_supervisor_time() {
         .unwrap_or_else(|| POLICY.to_string());
     for mode in ["plain", "thread", "vfork"] {
         let srv = TestServer::start_with(&server_base(), &policy, "", |p| {
-            let mut c = Command::new(p);
+            let mut c = with_private_marker_dir(p);
             c.env("AGENTSH_LOG", "info,agentsh::supervisor=trace");
             c
         });
