@@ -21,6 +21,7 @@ pub mod handoff;
 pub mod hint;
 pub mod http;
 pub mod install;
+pub mod mapabi;
 pub mod marker;
 pub mod netabi;
 pub mod notif;

@@ -161,6 +161,7 @@ impl Maker {
         let filters = crate::filter::Filters::new(
             policy.blocked_syscalls(),
             policy.exec_memory_denied(),
+            policy.judges_exec_maps(),
             crate::filter::NetFilter::of(&policy),
             self.config.landlock.effective_abi(),
             self.backend,

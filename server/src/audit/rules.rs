@@ -198,6 +198,9 @@ pub enum Builtin {
     FilelessExec,
     /// `exec_sources: {writable: deny}`.
     ExecSources,
+    /// `exec_memory: deny`, where the supervisor refuses (a program image
+    /// mapped by hand).
+    ExecMemory,
 }
 
 impl Builtin {
@@ -210,6 +213,7 @@ impl Builtin {
             Builtin::ExecveTruncated => "execve_truncated",
             Builtin::FilelessExec => "fileless_exec",
             Builtin::ExecSources => "exec_sources",
+            Builtin::ExecMemory => "exec_memory",
         }
     }
 }

@@ -15,7 +15,8 @@ use super::guards::{
 };
 use super::rules::{eq32, trap, Conditional, Unconditional, LOW32};
 use super::spec::{
-    FilterSpec, SignalGuard, TRACE_DATA_EXEC, TRACE_DATA_FILE, TRACE_DATA_NET, TRACE_DATA_SIGNAL,
+    FilterSpec, SignalGuard, TRACE_DATA_EXEC, TRACE_DATA_FILE, TRACE_DATA_MAP, TRACE_DATA_NET,
+    TRACE_DATA_SIGNAL,
 };
 use super::table::{Answer, Cmp, When, BASE_RULES, RESERVED};
 use agentsh_proto::marker::{MARKER_ERRNO, MARKER_PRCTL_ARG, MARKER_PRCTL_OPTION};
@@ -49,10 +50,70 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
     if spec.refuse_truncate && !spec.trace_files {
         truncating_open_rules(&mut conditional);
     }
+    if spec.judge_exec_maps {
+        exec_map_rules(spec, &mut conditional);
+    }
     net_rules(spec, &mut always, &mut conditional);
-    let mut ctx = context()?;
+    let arches = extra_arches();
+    let i386_apart = arches.contains(&ScmpArch::X86) && old_mmap_refused(spec);
+    let mut ctx = context(arches.iter().filter(|a| !i386_apart || **a != ScmpArch::X86))?;
     add_rules(&mut ctx, &always, &conditional)?;
+    if i386_apart {
+        // i386's `mmap` is `old_mmap`: its arguments are in a struct, so
+        // the register rules above would read garbage there (a 64-bit
+        // program reaches it with `int 0x80`). libseccomp names a call for
+        // every ABI at once, so i386 gets a context of its own, the same
+        // rules plus that refusal, merged in.
+        let mut i386 = always.clone();
+        i386.set(
+            "mmap",
+            ScmpAction::Errno(libc::EACCES),
+            "exec_memory: i386 old_mmap (arguments out of the filter's reach)".into(),
+        );
+        let mut apart = context([ScmpArch::X86].iter())?;
+        apart
+            .remove_arch(ScmpArch::native())
+            .map_err(|err| build_error("dropping the native arch from the i386 part", err))?;
+        add_rules(&mut apart, &i386, &conditional)?;
+        ctx.merge(apart)
+            .map_err(|err| build_error("merging the i386 part", err))?;
+    }
     export(&ctx)
+}
+
+/// Where the filter judges executable memory or mappings, i386's
+/// `old_mmap` is refused (see [`program`]).
+fn old_mmap_refused(spec: &FilterSpec) -> bool {
+    spec.refuse_exec_memory || spec.judge_exec_maps
+}
+
+/// A file mapped executable (`mmap`/`mmap2` with `PROT_EXEC`, neither
+/// `PROT_WRITE` nor `MAP_ANONYMOUS`: the `exec_memory` rules refuse those)
+/// goes to the supervisor, which judges the file behind the fd (its `maps`
+/// family). The rules are disjoint from the `exec_memory` ones.
+fn exec_map_rules(spec: &FilterSpec, rules: &mut Conditional) {
+    const PROT_EXEC: u64 = libc::PROT_EXEC as u64;
+    const PROT_WRITE: u64 = libc::PROT_WRITE as u64;
+    const MAP_ANONYMOUS: u64 = libc::MAP_ANONYMOUS as u64;
+    for name in ["mmap", "mmap2"] {
+        rules.add(
+            name,
+            trap(spec.backend, TRACE_DATA_MAP),
+            vec![
+                Cmp {
+                    arg: agentsh_proto::mapabi::PROT_ARG as u32,
+                    mask: PROT_EXEC | PROT_WRITE,
+                    value: PROT_EXEC,
+                },
+                Cmp {
+                    arg: agentsh_proto::mapabi::FLAGS_ARG as u32,
+                    mask: MAP_ANONYMOUS,
+                    value: 0,
+                },
+            ],
+            format!("exec maps: {name} of a file, executable, judged by the supervisor"),
+        );
+    }
 }
 
 /// The policy's blocklist names only syscalls libseccomp knows and none the
@@ -489,12 +550,12 @@ fn build_error(what: &str, err: libseccomp::error::SeccompError) -> FilterError 
 
 /// libseccomp's context: default ALLOW, the compat architectures, another
 /// architecture killed, the binary-tree layout.
-fn context() -> Result<ScmpFilterContext, FilterError> {
+fn context<'a>(arches: impl Iterator<Item = &'a ScmpArch>) -> Result<ScmpFilterContext, FilterError> {
     let e = build_error;
     let mut ctx =
         ScmpFilterContext::new(ScmpAction::Allow).map_err(|err| e("seccomp_init", err))?;
-    for arch in extra_arches() {
-        ctx.add_arch(arch)
+    for arch in arches {
+        ctx.add_arch(*arch)
             .map_err(|err| e(&format!("adding arch {arch:?}"), err))?;
     }
     // gVisor's seccomp reports no SECCOMP_RET_KILL_PROCESS to libseccomp's

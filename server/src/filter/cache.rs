@@ -154,6 +154,7 @@ impl Template {
 pub struct Filters {
     blocked: BTreeSet<String>,
     refuse_exec_memory: bool,
+    judge_exec_maps: bool,
     net: NetFilter,
     effective_landlock_abi: i64,
     backend: ExecBackend,
@@ -170,6 +171,7 @@ impl Filters {
     pub fn new(
         policy_blocked: &[String],
         refuse_exec_memory: bool,
+        judge_exec_maps: bool,
         net: NetFilter,
         effective_landlock_abi: i64,
         backend: ExecBackend,
@@ -177,6 +179,7 @@ impl Filters {
         let f = Filters {
             blocked: policy_blocked.iter().cloned().collect(),
             refuse_exec_memory,
+            judge_exec_maps,
             net,
             effective_landlock_abi,
             backend,
@@ -255,6 +258,7 @@ impl Filters {
     fn server_parts(&self, spec: &mut FilterSpec) {
         spec.blocked = self.blocked.clone();
         spec.refuse_exec_memory = self.refuse_exec_memory;
+        spec.judge_exec_maps = self.judge_exec_maps;
         spec.backend = self.backend;
         spec.net = self.net.clone();
         spec.trace_files = self.traces_files();

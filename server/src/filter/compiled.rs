@@ -26,6 +26,10 @@ pub struct FilterSummary {
     /// The policy's `exec_memory: deny` is in the program.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub refuse_exec_memory: bool,
+    /// Files mapped executable go to the supervisor (`exec_memory: deny` or
+    /// `exec_sources: {writable: deny}`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub judge_exec_maps: bool,
     /// The `socket()` families allowed (absent: any).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub socket_families: Option<Vec<u32>>,
@@ -64,6 +68,7 @@ pub(super) fn compiled(spec: &FilterSpec, program: Vec<libc::sock_filter>) -> Co
             refuse_kill_own_group: spec.refuse_kill_own_group,
             policy_blocked: spec.blocked.iter().cloned().collect(),
             refuse_exec_memory: spec.refuse_exec_memory,
+            judge_exec_maps: spec.judge_exec_maps,
             socket_families: spec
                 .net
                 .families

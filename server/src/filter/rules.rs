@@ -40,7 +40,7 @@ pub(super) fn trap(backend: ExecBackend, data: u16) -> ScmpAction {
 }
 
 /// Unconditional actions, by syscall: the first one set for a syscall stays.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(super) struct Unconditional(pub(super) BTreeMap<String, (ScmpAction, String)>);
 
 impl Unconditional {

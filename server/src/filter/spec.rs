@@ -19,6 +19,8 @@ pub const TRACE_DATA_SIGNAL: u16 = 2;
 pub const TRACE_DATA_NET: u16 = 3;
 /// `SECCOMP_RET_DATA` of the ptrace backend's path-call trap (no Landlock).
 pub const TRACE_DATA_FILE: u16 = 4;
+/// `SECCOMP_RET_DATA` of the ptrace backend's executable-mapping trap.
+pub const TRACE_DATA_MAP: u16 = 5;
 
 /// The policy's network part of the filter: which `socket()` families a
 /// tree may create, and whether destinations go to the supervisor.
@@ -106,6 +108,13 @@ pub struct FilterSpec {
     /// writable-and-executable mapping, no `mprotect` to executable, no
     /// memfd (see `build::exec_memory_rules`).
     pub refuse_exec_memory: bool,
+    /// A file mapped executable (`mmap` with `PROT_EXEC`, neither writable
+    /// nor anonymous: those are the rules above) goes to the supervisor,
+    /// which judges the file (the policy's `exec_memory: deny` or
+    /// `exec_sources: {writable: deny}`; see the supervisor's `maps`
+    /// family); i386's `old_mmap`, whose arguments no rule can read, is
+    /// refused.
+    pub judge_exec_maps: bool,
     /// Where the traps go: USER_NOTIF or `SECCOMP_RET_TRACE`.
     pub backend: ExecBackend,
     /// The policy's `socket_families` and `egress` (see [`NetFilter`]).
@@ -161,6 +170,7 @@ impl FilterSpec {
             signal_guard: SignalGuard::for_landlock_abi(effective_abi),
             refuse_truncate: effective_abi < 3,
             refuse_exec_memory: false,
+            judge_exec_maps: false,
             backend: ExecBackend::Notify,
             net: NetFilter::default(),
             trace_files: false,

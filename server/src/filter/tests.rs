@@ -92,6 +92,7 @@ fn the_cache_returns_the_same_program_for_the_same_spec() {
     let f = Filters::new(
         &["keyctl".to_string()],
         false,
+        false,
         Default::default(),
         7,
         ExecBackend::Notify,
@@ -105,6 +106,7 @@ fn the_cache_returns_the_same_program_for_the_same_spec() {
     assert!(!Arc::ptr_eq(&a, &c));
     assert!(Filters::new(
         &["execve".to_string()],
+        false,
         false,
         Default::default(),
         7,
@@ -1002,6 +1004,7 @@ fn templates_give_exactly_the_compiled_program() {
         let f = Filters::new(
             &["mount".to_string()],
             false,
+            false,
             Default::default(),
             abi,
             backend,
@@ -1134,6 +1137,97 @@ fn exec_memory_deny_refuses_memory_that_becomes_code() {
     ];
     for (what, call) in allowed {
         assert_eq!(errno_under(&on.program, call), 0, "{what}");
+    }
+}
+
+/// i386's `old_mmap` (90) of writable, executable anonymous memory, from a
+/// 64-bit process with `int 0x80`: its arguments are in a struct.
+#[cfg(target_arch = "x86_64")]
+fn old_mmap_rwx() -> libc::c_long {
+    // SAFETY: maps a page below 4 GiB for the struct, then enters the
+    // i386 ABI with its address; rbx is saved around the call.
+    unsafe {
+        let a = libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_32BIT,
+            -1,
+            0,
+        )
+        .cast::<u32>();
+        let args = [0u32, 4096, 7, 0x22, u32::MAX, 0];
+        std::ptr::copy_nonoverlapping(args.as_ptr(), a, args.len());
+        let mut ret: u64 = 90;
+        std::arch::asm!(
+            "xchg {p}, rbx",
+            "int 0x80",
+            "xchg {p}, rbx",
+            p = inout(reg) a as u64 => _,
+            inout("rax") ret,
+            in("rcx") 0u64,
+            in("rdx") 0u64,
+            in("rsi") 0u64,
+            in("rdi") 0u64,
+            out("r8") _,
+            out("r9") _,
+            out("r10") _,
+            out("r11") _,
+        );
+        let r = ret as u32 as i32;
+        if (-4095..0).contains(&r) {
+            *libc::__errno_location() = -r;
+            return -1;
+        }
+        0
+    }
+}
+
+/// A policy that judges executable file mappings: a file mapped
+/// executable goes to the supervisor (no listener here: ENOSYS), an
+/// ordinary file mapping does not; i386's `old_mmap`, whose arguments no
+/// register rule reads, is refused. Without it all run.
+#[test]
+fn judged_exec_maps_go_to_the_supervisor_and_old_mmap_is_refused() {
+    let mut s = spec(7);
+    s.judge_exec_maps = true;
+    let on = compile(&s).unwrap();
+    let off = compile(&spec(7)).unwrap();
+    type Call = fn() -> libc::c_long;
+    let file_rx: Call = || {
+        // SAFETY: opens a system file read-only and maps it privately.
+        unsafe {
+            let fd = libc::open(c"/bin/true".as_ptr(), libc::O_RDONLY);
+            libc::syscall(
+                libc::SYS_mmap,
+                0,
+                4096,
+                libc::PROT_READ | libc::PROT_EXEC,
+                libc::MAP_PRIVATE,
+                fd,
+                0,
+            )
+        }
+    };
+    let file_r: Call = || {
+        // SAFETY: as above, not executable.
+        unsafe {
+            let fd = libc::open(c"/bin/true".as_ptr(), libc::O_RDONLY);
+            libc::syscall(libc::SYS_mmap, 0, 4096, libc::PROT_READ, libc::MAP_PRIVATE, fd, 0)
+        }
+    };
+    assert_eq!(errno_under(&on.program, file_rx), libc::ENOSYS);
+    assert_eq!(errno_under(&off.program, file_rx), 0);
+    assert_eq!(errno_under(&on.program, file_r), 0);
+    #[cfg(target_arch = "x86_64")]
+    {
+        assert_eq!(errno_unfiltered(old_mmap_rwx), 0, "int 0x80 works here");
+        assert_eq!(errno_under(&off.program, old_mmap_rwx), 0);
+        assert_eq!(errno_under(&on.program, old_mmap_rwx), libc::EACCES);
+        let mut m = spec(7);
+        m.refuse_exec_memory = true;
+        let mem = compile(&m).unwrap();
+        assert_eq!(errno_under(&mem.program, old_mmap_rwx), libc::EACCES);
     }
 }
 

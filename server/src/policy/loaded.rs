@@ -149,6 +149,13 @@ impl Policy {
         self.exec_memory_denied
     }
 
+    /// The supervisor judges every file mapped executable: `exec_memory:
+    /// deny` (no program image mapped by hand) or `exec_sources: {writable:
+    /// deny}` (nothing from a place the tree can write mapped as code).
+    pub fn judges_exec_maps(&self) -> bool {
+        self.exec_memory_denied || self.exec_sources().writable_denied()
+    }
+
     /// `exec_sources:` as written (default: files the tree writes may run).
     pub fn exec_sources(&self) -> &schema::ExecSources {
         &self.exec_sources

@@ -8,7 +8,8 @@
 //! calls the filter traps below Landlock ABI 6 to `signals::handle`; the
 //! network calls that name a destination (policy `egress`) to
 //! `egress::handle`; the path calls the filter traps where no Landlock
-//! keeps the file rules to `files::handle`;
+//! keeps the file rules to `files::handle`; the files mapped executable
+//! where the policy judges them to `maps::handle`;
 //! anything else is refused as `unexpected_syscall` and audited: the filter
 //! traps nothing this module does not route, so one means a filter and a
 //! supervisor that disagree, and refusing is the closed answer.
@@ -20,7 +21,7 @@ use super::exec::ExecRequest;
 use super::seam::{Caught, Stop, Verification};
 use super::state::TreeState;
 use super::tree::Tree;
-use super::{egress, exec, files, signals};
+use super::{egress, exec, files, maps, signals};
 use crate::audit::{Action, EventBody, ExecEvent, ExecSubject, Refusal};
 use crate::policy::Decision;
 use agentsh_proto::execabi;
@@ -69,6 +70,9 @@ pub fn dispatch(
     }
     if let Some(call) = files::classify(c.arch, c.nr) {
         return files::handle(ctx, tree, &mut st.files, call, c, stop);
+    }
+    if let Some(call) = maps::classify(c.arch, c.nr) {
+        return maps::handle(ctx, tree, &mut st.tasks, &mut st.maps, call, c, stop);
     }
     ctx.audit.record(
         &tree.session_id,

@@ -16,14 +16,15 @@
 //!   kept open between calls (`procfiles`), where the time goes (`phases`),
 //!   one attempt however many PATH entries (`retry`), telling the caller why
 //!   it was refused (`explain`), which memory may hold a call's strings
-//!   (`vma`);
+//!   (`vma`), an fd table held still through one call (`fdhold`);
 //! * the families, one folder or file each, each given only its own state:
 //!   `exec` (gather the facts, ask the pure policy, hold, answer, audit,
 //!   watch the exec through; `exec::identity` recognises copies of the
 //!   programs the policy names), `egress` (judge each destination, make the
 //!   call on the tree's behalf), `signals` (the signal guard's
-//!   user-notify half) and `files` (the file rules, where no Landlock keeps
-//!   them: the ptrace backend in gVisor);
+//!   user-notify half), `files` (the file rules, where no Landlock keeps
+//!   them: the ptrace backend in gVisor) and `maps` (files mapped
+//!   executable, where the policy judges them);
 //! * the backends (`backend`): `notify` (one seccomp user-notify fd per
 //!   tree, a thread each) and `trace` (`SECCOMP_RET_TRACE` stops of every
 //!   task of every tree, on one tracer thread: gVisor, restrictive seccomp
@@ -41,7 +42,9 @@ mod dispatch;
 mod egress;
 mod exec;
 pub mod explain;
+mod fdhold;
 mod files;
+mod maps;
 mod phases;
 mod procfiles;
 mod ptrace;

@@ -16,6 +16,7 @@ pub struct TreeState {
     pub egress: EgressState,
     pub signals: SignalState,
     pub files: super::files::FilesState,
+    pub maps: super::maps::MapsState,
 }
 
 impl TreeState {
@@ -28,6 +29,7 @@ impl TreeState {
             // ACK) is surely alive: its parent is the SDK daemon.
             signals: SignalState::for_tree(root_pid),
             files: super::files::FilesState::default(),
+            maps: super::maps::MapsState::default(),
         }
     }
 }

@@ -18,8 +18,7 @@ use super::state::DestKey;
 use crate::audit::Passage;
 use crate::policy::egress::{self, Protocol};
 use crate::policy::Decision;
-use crate::supervisor::sharing::FreezeError;
-use crate::supervisor::tasks::Tasks;
+use crate::supervisor::fdhold::{with_fds_still, FdHoldError};
 use std::io;
 
 /// Why a call this host cannot judge runs anyway.
@@ -94,16 +93,10 @@ pub(super) fn refuse(k: &Call, why: String) {
 
 /// Lets a call on a socket this does not judge (a Unix socket) run
 /// (CONTINUE), where no other thread can put an inet socket at the same fd
-/// number between this check and the kernel's lookup of the fd: the fd
-/// table is shared only by the threads of the caller's process (the filter
-/// refuses `clone` with `CLONE_FILES` and without `CLONE_THREAD`). A lone
-/// thread: at once. Several: the other threads are frozen (ptrace, so no
-/// `SIGCONT` ends it), the call let through once they hold, and all let go
-/// once the caller has stopped too, i.e. its call is over (or was
-/// interrupted, and comes back through the filter). Under the ptrace
-/// backend, whose tracees' stops are its own, the tracer holds them
-/// (`Stop::hold_still`) until the call has returned. A thread that cannot
-/// be frozen (or held) within the deadline: refused.
+/// number between this check and the kernel's lookup of the fd
+/// (`fdhold`); once the caller's other threads hold, the fd must still be
+/// the socket checked (before, they were free to swap it). A thread that
+/// cannot be frozen (or held) within the deadline: refused.
 pub(super) fn let_through(
     k: &Call,
     ts: &mut EgressTree,
@@ -111,49 +104,6 @@ pub(super) fn let_through(
     still_same: impl Fn() -> io::Result<bool>,
 ) {
     let (tree, tid, call, stop) = (k.tree, k.c.tid, k.call, k.stop);
-    let refuse = |why: String| refuse(k, why);
-    let Ok(st) = crate::tracee::proc_stat(tid) else {
-        let _ = stop.answer(-i64::from(libc::ESRCH));
-        return;
-    };
-    if st.num_threads <= 1 {
-        let _ = stop.proceed();
-        return;
-    }
-    // The ptrace backend holds the caller's other threads (and every
-    // process sharing its memory) through the call itself.
-    match stop.hold_still() {
-        Ok(()) => {
-            let go = match still_same() {
-                Ok(true) => stop.proceed(),
-                Ok(false) => Err(io::Error::other(format!(
-                    "fd {fd} changed to another file while the call was checked"
-                ))),
-                Err(e) => Err(e),
-            };
-            if let Err(e) = go {
-                refuse(format!(
-                    "the Unix-socket call could not be let through: {e}"
-                ));
-            }
-            return;
-        }
-        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {}
-        Err(e) => {
-            return refuse(format!(
-                "{} on a Unix socket (fd {fd}) from a process of {} threads: its other threads \
-                 cannot be stopped ({e}), and one could swap an inet socket in at that fd",
-                call.name(),
-                st.num_threads
-            ))
-        }
-    }
-    let tgid = match crate::tracee::tgid_of(tid, &st) {
-        Ok(t) => t,
-        Err(e) => return refuse(format!("the caller's process is unknown: {e}")),
-    };
-    // Once the others are stopped, the fd must still be the socket checked:
-    // before the stop they were free to swap it.
     let go = || match still_same() {
         Ok(true) => stop.proceed(),
         Ok(false) => Err(io::Error::other(format!(
@@ -163,105 +113,20 @@ pub(super) fn let_through(
             "fd {fd} could not be read again: {e}"
         ))),
     };
-    match stopped_while(tgid, tid, ts.tasks, go) {
-        Ok(()) => {}
+    match with_fds_still(stop, ts.tasks, tid, go) {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => refuse(k, format!("the Unix-socket call could not be let through: {e}")),
+        Err(FdHoldError::Gone) => {
+            let _ = stop.answer(-i64::from(libc::ESRCH));
+        }
         Err(why) => {
+            let why = format!(
+                "{} on a Unix socket (fd {fd}) from a threaded process: {why}, and one could \
+                 swap an inet socket in at that fd",
+                call.name()
+            );
             tracing::info!(session = %tree.session_id, pid = tid, "{why}");
-            refuse(why.to_string());
+            refuse(k, why);
         }
     }
-}
-
-/// Why a Unix-socket call of a threaded process cannot be let through
-/// safely (it is refused with this reason).
-#[derive(Debug, thiserror::Error)]
-pub(super) enum Unlet {
-    #[error("the caller's threads are unreadable: {0}")]
-    Threads(io::Error),
-    #[error("the caller's stat is unreadable: {0}")]
-    Stat(io::Error),
-    #[error("cannot stop the caller's other threads for a Unix-socket call: {0}")]
-    Freeze(FreezeError),
-    #[error("cannot watch the caller through its Unix-socket call (PTRACE_SEIZE)")]
-    Seize,
-    #[error("the call could not be let through: {0}")]
-    Go(io::Error),
-}
-
-/// How long a caller let through may take to come back from its call
-/// while its process's other threads are held.
-const CALLER_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// Freezes every thread of process `tgid` but `tid` (`PTRACE_SEIZE` and
-/// `PTRACE_INTERRUPT`, as the exec race guard does: unlike a `SIGSTOP`, no
-/// `SIGCONT` from another process of the tree can end it), runs `go` once
-/// they hold, then stops `tid` too on its way back from its call (so the
-/// kernel has looked its fd up) and lets them all go.
-fn stopped_while(
-    tgid: u32,
-    tid: u32,
-    st: &mut Tasks,
-    go: impl FnOnce() -> io::Result<()>,
-) -> Result<(), Unlet> {
-    use crate::supervisor::ptrace as pt;
-    let members = crate::supervisor::sharing::Members {
-        procs: vec![tgid],
-        tasks: threads(tgid)?
-            .into_iter()
-            .filter(|&t| t != tid)
-            .map(|t| (t, tgid))
-            .collect(),
-    };
-    let caller = crate::tracee::StatFile::open(tid).map_err(Unlet::Stat)?;
-    let frozen = crate::supervisor::sharing::freeze(
-        tgid,
-        tid,
-        &caller,
-        members,
-        &mut st.lingering,
-        &mut st.files,
-    )
-    .map_err(Unlet::Freeze)?;
-    // Seized before the answer (seizing changes nothing the caller sees);
-    // interrupted after it, so it stops once its call has run. Not seized:
-    // there would be no knowing when the others may run again, so no.
-    let seized = st.lingering.take(tid) || pt::seize(tid, 0).is_ok();
-    if !seized {
-        frozen.release(&mut st.lingering, std::time::Duration::from_millis(50));
-        return Err(Unlet::Seize);
-    }
-    let went = go();
-    let _ = pt::interrupt(tid);
-    let mut detached = false;
-    if went.is_ok() {
-        // Until the caller is back from its call (the kernel looked its fd
-        // up as the call began), the others stay held: a caller not yet run
-        // on a busy machine must not find them running.
-        match pt::wait_one(tid, std::time::Instant::now() + CALLER_DEADLINE) {
-            Some(pt::Event::Gone) => detached = true,
-            // A signal-delivery stop's signal is passed on at the detach.
-            Some(ev) => detached = pt::detach(tid, ev.detach_signal()).is_ok(),
-            None => tracing::warn!(
-                tid,
-                "a Unix-socket call let through has not returned within {CALLER_DEADLINE:?}: \
-                 the process's other threads run again"
-            ),
-        }
-    }
-    if !detached {
-        // It stops once back in user space (the interrupt is pending), and
-        // is let go then.
-        st.lingering.add(tid);
-    }
-    frozen.release(&mut st.lingering, std::time::Duration::from_millis(50));
-    went.map_err(Unlet::Go)
-}
-
-/// The thread ids of process `tgid`.
-fn threads(tgid: u32) -> Result<Vec<u32>, Unlet> {
-    let dir = std::fs::read_dir(format!("/proc/{tgid}/task")).map_err(Unlet::Threads)?;
-    Ok(dir
-        .flatten()
-        .filter_map(|t| t.file_name().to_str().and_then(|n| n.parse().ok()))
-        .collect())
 }
