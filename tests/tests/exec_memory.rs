@@ -327,3 +327,45 @@ fn a_thread_swapping_the_fd_never_gets_a_written_library_mapped() {
         assert!(n[0] > 0, "{config:?}: nothing was mapped at all: {f:?}");
     }
 }
+
+/// A library the tree compiled, loaded by installed programs through the
+/// loader's own doors: its constructor must not run under `exec_sources:
+/// {writable: deny}` (it does without).
+#[test]
+fn a_library_the_tree_compiled_is_not_loaded_under_writable_deny() {
+    if !require_root("a_library_the_tree_compiled_is_not_loaded_under_writable_deny") {
+        return;
+    }
+    let build = "printf '#include <unistd.h>\\n__attribute__((constructor)) static void f(void) \
+                 { write(2, \"preload-ran\\\\n\", 12); }\\n' > /srv/ws/p.c && \
+                 cc -shared -fPIC -o /srv/ws/libp.so /srv/ws/p.c && echo BUILT";
+    let doors = [
+        ("LD_PRELOAD", "LD_PRELOAD=/srv/ws/libp.so /bin/true"),
+        ("LD_AUDIT", "LD_AUDIT=/srv/ws/libp.so /bin/true"),
+        (
+            "ctypes",
+            "python3 -c 'import ctypes; ctypes.CDLL(\"/srv/ws/libp.so\")'",
+        ),
+    ];
+    let mut control = Sandbox::new(AGENT_DEFAULT, Some(NOBODY));
+    assert!(control.sh(build).stdout.contains("BUILT"));
+    for (door, cmd) in doors {
+        let f = control.sh(cmd);
+        assert!(f.stderr.contains("preload-ran"), "{door} without the switch: {f:?}");
+    }
+    for (uid, config) in [
+        (Some(NOBODY), ""),
+        (None, ""),
+        (Some(NOBODY), "execve:\n  backend: ptrace\n"),
+    ] {
+        let mut s = Sandbox::with_config(&writable_denied(), uid, config);
+        assert!(s.sh(build).stdout.contains("BUILT"), "({uid:?}, {config:?})");
+        for (door, cmd) in doors {
+            let f = s.sh(cmd);
+            assert!(
+                !f.stderr.contains("preload-ran"),
+                "({uid:?}, {config:?}) {door}: {f:?}"
+            );
+        }
+    }
+}
