@@ -706,6 +706,51 @@ fn a_root_tree_flooding_run_does_not_unhide_a_daemon_socket() {
     }
 }
 
+/// A root daemon nobody listed whose socket lives outside /run (as
+/// `/var/lib/incus/unix.socket` does; here `/dev/shm`, where a tree may also
+/// make links): found in the kernel's socket table and hidden from a root
+/// tree, every way. A listener the tree itself started in an earlier
+/// command (reparented since) stays reachable.
+#[test]
+fn a_root_tree_cannot_reach_an_unlisted_daemon_listening_outside_run() {
+    if !require_root("a_root_tree_cannot_reach_an_unlisted_daemon_listening_outside_run") {
+        return;
+    }
+    let out = daemon_socket_scenario_in("/dev/shm", None, false, false, None);
+    for attempt in ["direct", "symlink", "hardlink", "proc-root"] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("{attempt}: ")))
+            .unwrap_or_else(|| panic!("no {attempt} line:\n{out}"));
+        assert!(
+            !line.contains("ran outside"),
+            "{attempt} reached the daemon:\n{out}"
+        );
+    }
+    let mut sb = Sandbox::new(AGENT_DEFAULT, None);
+    let started = sb.sh(&format!(
+        "nohup python3 -c 'import socket, os\n\
+         s = socket.socket(socket.AF_UNIX); s.bind(\"{WORKSPACE}/dev.sock\"); s.listen()\n\
+         while True:\n    c, _ = s.accept(); c.sendall(b\"dev-server-answered\"); c.close()' \
+         >/dev/null 2>&1 &\n\
+         for i in $(seq 1 500); do [ -S {WORKSPACE}/dev.sock ] && break; sleep 0.01; done; echo UP"
+    ));
+    assert!(started.stdout.contains("UP"), "{started:?}");
+    let f = sb.sh(&format!(
+        "python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); \
+         s.connect(\"{WORKSPACE}/dev.sock\"); print(s.recv(64).decode())'"
+    ));
+    let _ = sb.sh("pkill -f dev.sock");
+    let ruleset = sb
+        .events()
+        .into_iter()
+        .rev()
+        .find(|e| e["type"] == "wrap_init")
+        .map(|e| e["daemon_sockets"].clone())
+        .unwrap_or_default();
+    assert!(f.stdout.contains("dev-server-answered"), "{f:?} {ruleset}");
+}
+
 #[test]
 fn a_user_tree_cannot_reach_a_root_only_daemon_socket() {
     if !require_root("a_user_tree_cannot_reach_a_root_only_daemon_socket") {

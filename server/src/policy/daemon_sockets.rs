@@ -15,14 +15,20 @@
 //! sockets in a directory of their own are listed by that directory, which
 //! a restart of the daemon cannot unmask).
 //!
+//! Daemons nobody listed are found two ways: every socket beneath `/run`
+//! (a walk), and every socket the kernel's table lists as listening
+//! anywhere else whose holders are not all processes of a supervised tree
+//! (`unix_listeners`).
+//!
 //! Failure modes: a policy path that is not absolute, has `..`, or a glob
 //! other than a whole `*` component is refused when the policy loads.
 //! Resolution cannot fail: a path that does not exist needs no hiding; a
 //! directory that cannot be listed (the walk's, or what a `*` stands for)
 //! is hidden whole.
 
+use super::unix_listeners::{self, Holders, Listener};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Sockets (and socket directories) of daemons that run programs for
 /// whoever reaches them, hidden from every tree unless the policy allows one.
@@ -124,6 +130,15 @@ pub trait SocketFs {
     fn entries(&self, dir: &str) -> Option<Vec<String>>;
     /// What `path` is, not following a symlink there.
     fn kind(&self, path: &str) -> Kind;
+    /// The sockets bound to a path in the kernel's table (see
+    /// `unix_listeners`). None by default (a fake filesystem has no table).
+    fn listeners(&self) -> Vec<Listener> {
+        Vec::new()
+    }
+    /// Who holds each of `inodes` (default: nobody confined).
+    fn holders(&self, inodes: &BTreeSet<u64>) -> BTreeMap<u64, Holders> {
+        inodes.iter().map(|i| (*i, Holders::Unconfined)).collect()
+    }
 }
 
 /// A directory entry's type, as the walk needs it.
@@ -159,6 +174,14 @@ impl SocketFs for HostSocketFs {
             Ok(t) if t.is_dir() => Kind::Directory,
             _ => Kind::Other,
         }
+    }
+
+    fn listeners(&self) -> Vec<Listener> {
+        unix_listeners::read()
+    }
+
+    fn holders(&self, inodes: &BTreeSet<u64>) -> BTreeMap<u64, Holders> {
+        unix_listeners::holders(inodes)
     }
 }
 
@@ -271,7 +294,9 @@ fn expand(pattern: &str, fs: &dyn SocketFs) -> Vec<String> {
 /// beneath [`SOCKET_ROOTS`] is hidden (but [`HARMLESS`]): a default that
 /// holds for daemons nobody thought of. What the walk did not reach (too
 /// deep, or left when its bound ran out) is hidden whole, and a cut walk
-/// is logged.
+/// is logged. Elsewhere, every socket the kernel's table says is listening
+/// (or bound for datagrams) is hidden unless only confined processes hold
+/// it ([`listeners_elsewhere`]).
 pub fn hidden(doc: &DaemonSocketsDoc, run_dir: Option<&str>, fs: &dyn SocketFs) -> Vec<String> {
     let mut set: BTreeSet<String> = BUILT_IN
         .iter()
@@ -292,12 +317,49 @@ pub fn hidden(doc: &DaemonSocketsDoc, run_dir: Option<&str>, fs: &dyn SocketFs) 
     let harmless: BTreeSet<String> = HARMLESS.iter().flat_map(|p| expand(p, fs)).collect();
     set.extend(walked.sockets.into_iter().filter(|p| !harmless.contains(p)));
     set.extend(walked.unwalked);
+    let elsewhere = listeners_elsewhere(fs, &set, &harmless);
+    set.extend(elsewhere);
     for a in &doc.allow {
         for p in expand(a, fs) {
             set.remove(&p);
         }
     }
     set.into_iter().collect()
+}
+
+/// The sockets daemons listen on outside what is hidden already (a daemon
+/// whose socket lives outside `/run`: `/var/lib/incus/unix.socket`), found
+/// in the kernel's socket table: every one not [`HARMLESS`] whose holders
+/// are not all confined processes (a tree's own listener stays reachable;
+/// see `unix_listeners`).
+fn listeners_elsewhere(
+    fs: &dyn SocketFs,
+    hidden: &BTreeSet<String>,
+    harmless: &BTreeSet<String>,
+) -> Vec<String> {
+    let covered = |p: &str| {
+        harmless.contains(p)
+            || hidden
+                .iter()
+                .any(|h| p == h || p.starts_with(&format!("{}/", h.trim_end_matches('/'))))
+    };
+    let candidates: Vec<(u64, String)> = fs
+        .listeners()
+        .into_iter()
+        .filter_map(|l| {
+            let c = fs.canonical(&l.path)?;
+            (!covered(&c) && fs.kind(&c) == Kind::Socket).then_some((l.inode, c))
+        })
+        .collect();
+    if candidates.is_empty() {
+        return Vec::new();
+    }
+    let held = fs.holders(&candidates.iter().map(|(i, _)| *i).collect());
+    candidates
+        .into_iter()
+        .filter(|(i, _)| held.get(i) != Some(&Holders::Confined))
+        .map(|(_, p)| p)
+        .collect()
 }
 
 /// [`hidden`] on the server's filesystem, reused while every directory the
@@ -312,10 +374,11 @@ pub struct HiddenCache {
 
 /// The directories an answer depended on, with their stamps, and the answer.
 type Deps = Vec<(String, Option<super::stamp::Stamp>)>;
-type Cached = (Deps, Vec<String>);
+type Cached = (Deps, Vec<Listener>, Vec<String>);
 
-/// [`HostSocketFs`], noting the directories its answers depended on.
-struct Recording(std::cell::RefCell<BTreeSet<String>>);
+/// [`HostSocketFs`], noting the directories its answers depended on, with
+/// the socket table read once for the cache's key.
+struct Recording(std::cell::RefCell<BTreeSet<String>>, Vec<Listener>);
 
 impl Recording {
     fn note_parent(&self, p: &str) {
@@ -346,6 +409,14 @@ impl SocketFs for Recording {
         self.note_parent(path);
         HostSocketFs.kind(path)
     }
+
+    fn listeners(&self) -> Vec<Listener> {
+        self.1.clone()
+    }
+
+    fn holders(&self, inodes: &BTreeSet<u64>) -> BTreeMap<u64, Holders> {
+        HostSocketFs.holders(inodes)
+    }
 }
 
 impl HiddenCache {
@@ -373,13 +444,16 @@ impl HiddenCache {
             .last
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((deps, result)) = last.as_ref() {
-            if deps.iter().all(|(d, st)| stamp(d) == *st) {
+        // The socket table changes with no directory's stamp (a daemon
+        // listening outside every directory walked): part of the key.
+        let listeners = unix_listeners::read();
+        if let Some((deps, table, result)) = last.as_ref() {
+            if *table == listeners && deps.iter().all(|(d, st)| stamp(d) == *st) {
                 return (result.clone(), true);
             }
         }
         let started = std::time::SystemTime::now();
-        let fs = Recording(Default::default());
+        let fs = Recording(Default::default(), listeners.clone());
         let result = hidden(doc, run_dir, &fs);
         let deps: Vec<(String, Option<super::stamp::Stamp>)> =
             fs.0.into_inner()
@@ -394,7 +468,7 @@ impl HiddenCache {
                 .and_then(|m| m.modified())
                 .map_or(true, |m| m + SETTLE < started)
         });
-        *last = settled.then(|| (deps, result.clone()));
+        *last = settled.then(|| (deps, listeners, result.clone()));
         (result, false)
     }
 }
@@ -601,6 +675,74 @@ mod tests {
             .hidden(&doc, None)
             .contains(&sock.display().to_string()));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// [`fake_run`] with a socket table.
+    struct WithTable(Fake, Vec<Listener>, BTreeMap<u64, Holders>);
+
+    impl SocketFs for WithTable {
+        fn canonical(&self, path: &str) -> Option<String> {
+            self.0.canonical(path)
+        }
+        fn entries(&self, dir: &str) -> Option<Vec<String>> {
+            self.0.entries(dir)
+        }
+        fn kind(&self, path: &str) -> Kind {
+            self.0.kind(path)
+        }
+        fn listeners(&self) -> Vec<Listener> {
+            self.1.clone()
+        }
+        fn holders(&self, inodes: &BTreeSet<u64>) -> BTreeMap<u64, Holders> {
+            inodes
+                .iter()
+                .filter_map(|i| self.2.get(i).map(|h| (*i, *h)))
+                .collect()
+        }
+    }
+
+    #[test]
+    fn a_daemon_listening_outside_run_is_hidden_but_not_a_trees_own_listener() {
+        let mut f = fake_run();
+        for p in [
+            "/var/lib/incus",
+            "/var/lib/incus/unix.socket",
+            "/srv/ws",
+            "/srv/ws/dev.sock",
+            "/srv/held-nowhere.sock",
+        ] {
+            f.0.insert(p, p);
+        }
+        let l = |inode, path: &str| Listener {
+            inode,
+            path: path.into(),
+        };
+        let fs = WithTable(
+            f,
+            vec![
+                l(1, "/var/lib/incus/unix.socket"),
+                l(2, "/srv/ws/dev.sock"),
+                // Held where nothing could look: hidden.
+                l(3, "/srv/held-nowhere.sock"),
+                // Under /run: the walk's already.
+                l(4, "/run/mydaemon/ctl.sock"),
+                // Gone from the filesystem: nothing to hide.
+                l(5, "/srv/removed.sock"),
+            ],
+            BTreeMap::from([(1, Holders::Unconfined), (2, Holders::Confined)]),
+        );
+        let h = hidden(&DaemonSocketsDoc::default(), None, &fs);
+        assert!(h.contains(&"/var/lib/incus/unix.socket".to_string()), "{h:?}");
+        assert!(h.contains(&"/srv/held-nowhere.sock".to_string()), "{h:?}");
+        assert!(!h.contains(&"/srv/ws/dev.sock".to_string()), "{h:?}");
+        assert!(!h.iter().any(|p| p.contains("removed")), "{h:?}");
+        // And an allow grants it back.
+        let doc = DaemonSocketsDoc {
+            allow: vec!["/var/lib/incus/unix.socket".into()],
+            ..Default::default()
+        };
+        let h = hidden(&doc, None, &fs);
+        assert!(!h.contains(&"/var/lib/incus/unix.socket".to_string()), "{h:?}");
     }
 
     #[test]

@@ -25,6 +25,7 @@
 mod check;
 mod compile;
 pub mod daemon_sockets;
+pub mod unix_listeners;
 mod decision;
 pub mod egress;
 pub mod env;
