@@ -770,6 +770,56 @@ fn a_user_tree_cannot_reach_a_root_only_daemon_socket() {
     assert!(out.contains("the sockets' own modes"), "{out}");
 }
 
+/// A server started with a low soft file-size limit (and an unlimited hard
+/// one) raises it at start: its audit is not cut off at 64 bytes (a write
+/// past the soft limit fails with EFBIG, and no event would be kept).
+#[test]
+fn a_server_started_with_a_low_soft_file_size_limit_still_audits() {
+    if !require_root("a_server_started_with_a_low_soft_file_size_limit_still_audits") {
+        return;
+    }
+    use agentsh_tests::relay::{run_wrapped, WrapOptions};
+    use agentsh_tests::server::ServerFiles;
+    use std::os::unix::process::CommandExt;
+    let files = ServerFiles::write(
+        &agentsh_tests::server::server_base(),
+        Some("name: p\ndefault: allow\n"),
+        "",
+    );
+    let srv = TestServer::start_files(files, |program| {
+        let mut c = with_private_marker_dir(program);
+        // SAFETY: setrlimit is async-signal-safe; nothing is allocated.
+        unsafe {
+            c.pre_exec(|| {
+                let lim = libc::rlimit {
+                    rlim_cur: 64,
+                    rlim_max: libc::RLIM_INFINITY,
+                };
+                if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        c
+    });
+    let out = run_wrapped(
+        &srv.url,
+        "fsize",
+        &["/bin/sh", "-c", "/bin/true; /bin/echo done"],
+        &WrapOptions::default(),
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("done"));
+    let execs = srv.exec_events("fsize");
+    assert!(
+        execs.iter().any(|e| e["filename"] == "/bin/true"
+            || e["filename"] == "/usr/bin/true"),
+        "{execs:?}\n{}",
+        srv.log()
+    );
+    assert!(!srv.log().contains("audit JSONL write failed"), "{}", srv.log());
+}
+
 /// A full disk under the audit log (a real, small tmpfs): no event leaves a
 /// partial line, the failure is said on the server's stderr, and with
 /// `audit.on_failure: refuse` nothing runs unaudited (until space is back).

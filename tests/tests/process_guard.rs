@@ -3,9 +3,13 @@
 //! server's own uid) that sets the server's resource limits ends it
 //! (`RLIMIT_CPU` 0), silences its audit (`RLIMIT_FSIZE` 1 byte) or stops its
 //! accepts (`RLIMIT_NOFILE` 3), with no signal sent; its priority, I/O
-//! priority, CPU set and scheduling slow it. Each attempt must fail with
-//! EPERM, the server's limits must be as before, and it must still
-//! supervise; the tree's own limits and priority stay its own to change.
+//! priority, CPU set and scheduling slow it; `process_madvise` pages it
+//! out; its `/proc/<pid>/` files (`oom_score_adj` 1000 makes it the OOM
+//! killer's first choice, `timerslack_ns` slows every sleep) and its
+//! cgroup (`cgroup.procs`) are files. Each attempt must fail (EPERM, or
+//! EACCES from the file rules), the server's limits must be as before, and
+//! it must still supervise; the tree's own limits and priority stay its own
+//! to change.
 //!
 //! As root and as an ordinary user, at the kernel's Landlock ABI, at 2, and
 //! under the ptrace backend. Nothing here changes the machine: the calls
@@ -32,6 +36,21 @@ S = {server}
 def sys(nr, *a):
     if libc.syscall(nr, *a) < 0:
         raise OSError(ctypes.get_errno(), "syscall")
+def write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+def cgroup_procs(pid):
+    # Its own cgroup: were the write let through, the server would move
+    # where it already is.
+    rel = open("/proc/%d/cgroup" % pid).read().strip().split("::", 1)[1]
+    return "/sys/fs/cgroup" + rel.rstrip("/") + "/cgroup.procs"
+def madvise(pid):
+    pidfd = libc.syscall(434, pid, 0)
+    if pidfd < 0:
+        raise OSError(ctypes.get_errno(), "pidfd_open")
+    start = int(open("/proc/%d/maps" % pid).readline().split("-")[0], 16)
+    iov = (ctypes.c_ulong * 2)(start, 4096)
+    sys(440, pidfd, iov, 1, 21, 0)
 tries = [
     ("prlimit-cpu", lambda: resource.prlimit(S, resource.RLIMIT_CPU, (0, 0))),
     ("prlimit-fsize", lambda: resource.prlimit(S, resource.RLIMIT_FSIZE, (1, 1))),
@@ -43,6 +62,11 @@ tries = [
     ("affinity", lambda: os.sched_setaffinity(S, {{0}})),
     ("scheduler", lambda: os.sched_setscheduler(S, os.SCHED_BATCH, os.sched_param(0))),
     ("param", lambda: os.sched_setparam(S, os.sched_param(0))),
+    ("process-madvise", lambda: madvise(S)),
+    ("oom-score-adj", lambda: write("/proc/%d/oom_score_adj" % S, "1000")),
+    ("timerslack", lambda: write("/proc/%d/timerslack_ns" % S, "1000000000")),
+    ("comm", lambda: write("/proc/%d/comm" % S, "x")),
+    ("cgroup-procs", lambda: write(cgroup_procs(S), str(S))),
 ]
 for name, f in tries:
     try:
@@ -101,11 +125,21 @@ fn guard(uid: Option<u32>, config: &str) {
         .iter()
         .filter(|l| !l.starts_with("own-") && !l.starts_with("read-"))
         .collect();
-    assert_eq!(tried.len(), 10, "{ctx} {f:?}");
+    assert_eq!(tried.len(), 15, "{ctx} {f:?}");
     for l in tried {
+        // Writes to the server's /proc files and its cgroup are refused by
+        // the file rules (Landlock, or the tracer without it): EACCES.
+        let by_file_rules = ["oom-score-adj", "timerslack", "comm", "cgroup-procs"]
+            .iter()
+            .any(|n| l.starts_with(&format!("{n} ")));
+        let want = if by_file_rules {
+            libc::EACCES
+        } else {
+            libc::EPERM
+        };
         assert_eq!(
             l.split_whitespace().skip(1).collect::<Vec<_>>(),
-            ["errno", &libc::EPERM.to_string()],
+            ["errno", &want.to_string()],
             "{ctx} {l}: {f:?}"
         );
     }

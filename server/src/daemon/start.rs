@@ -62,6 +62,7 @@ pub fn run(start: Start) -> Result<()> {
     let command_stdio = command::take_stdio(start.command_stdio);
     signals::block_all().map_err(StartError::BlockSignals)?;
     let nofile_soft = raise_fd_limit();
+    own_limits();
     let config_file = start.config_file;
     let config = load::trusted_config(config_file.as_deref())?;
     let policies = load::policies(&config)?;
@@ -259,4 +260,42 @@ fn raise_fd_limit() -> Option<u64> {
         tracing::debug!(from, to = lim.rlim_max, "raised the open-file limit");
     }
     Some(from)
+}
+
+/// The limits that end the server or silence its audit, at their hard
+/// values (a tree cannot lower them: the filter refuses `prlimit64` on
+/// another process): `RLIMIT_CPU` (its soft limit ends it with SIGXCPU
+/// then SIGKILL), `RLIMIT_FSIZE` (an audit write past it fails with
+/// EFBIG, which `audit.on_failure` decides about; SIGXFSZ stays blocked
+/// with every other signal). A finite hard limit is said at start: the
+/// server will meet it.
+fn own_limits() {
+    for (resource, name) in [
+        (libc::RLIMIT_CPU, "CPU time (RLIMIT_CPU)"),
+        (libc::RLIMIT_FSIZE, "file size (RLIMIT_FSIZE: audit writes past it fail)"),
+    ] {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes one rlimit into the struct we own.
+        if unsafe { libc::getrlimit(resource, &mut lim) } != 0 {
+            let e = std::io::Error::last_os_error();
+            tracing::warn!("cannot read the {name} limit: {e}");
+            continue;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let from = lim.rlim_cur;
+            lim.rlim_cur = lim.rlim_max;
+            // SAFETY: setrlimit reads the struct; soft up to hard needs no
+            // privilege.
+            if unsafe { libc::setrlimit(resource, &lim) } != 0 {
+                let e = std::io::Error::last_os_error();
+                tracing::warn!(soft = from, "cannot raise the {name} limit: {e}");
+            }
+        }
+        if lim.rlim_max != libc::RLIM_INFINITY {
+            tracing::warn!(hard = lim.rlim_max, "the server runs with a finite {name} limit");
+        }
+    }
 }
