@@ -971,3 +971,67 @@ print("unspec", "REFUSED" if r < 0 else "SENT", ctypes.get_errno() if r < 0 else
         "{events:?}"
     );
 }
+
+/// Under `agentsh wrap` (an ordinary user: no mount namespace, no `noexec`)
+/// with `exec_memory: deny` and `exec_sources: {writable: deny}`: a library
+/// the tree copied into its workspace is not loaded, a program image is not
+/// mapped by hand, and an installed library still loads.
+#[test]
+fn wrap_judges_files_mapped_executable() {
+    if !require_root("wrap_judges_files_mapped_executable") {
+        return;
+    }
+    let p = Place::new("maps", Some(NOBODY));
+    let policy = p.ws().join("maps.yaml");
+    std::fs::write(
+        &policy,
+        format!(
+            "{}\nexec_memory: deny\nexec_sources:\n  writable: deny\n",
+            agentsh_tests::sandbox::AGENT_DEFAULT.replacen("name: agent-default", "name: maps", 1)
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&policy, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::write(
+        p.ws().join("maps.py"),
+        r#"
+import ctypes, ctypes.util, mmap, os, shutil
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+m = [l.split()[-1] for l in open("/proc/self/maps") if "/libc.so" in l][0]
+shutil.copyfile(m, "copy.so")
+def load(path):
+    try:
+        ctypes.CDLL(path); return "loaded"
+    except OSError: return "refused"
+fd = os.open(os.path.realpath("/bin/true"), os.O_RDONLY)
+p = libc.mmap(None, 4096, mmap.PROT_READ | mmap.PROT_EXEC, mmap.MAP_PRIVATE, fd, 0)
+print("copy", load(os.path.abspath("copy.so")))
+print("system", load(m))
+print("program", "mapped" if p not in (None, ctypes.c_void_p(-1).value) else "refused %d" % ctypes.get_errno())
+"#,
+    )
+    .unwrap();
+    Command::new("chown")
+        .args(["-R", &format!("{NOBODY}:{NOBODY}")])
+        .arg(p.ws())
+        .status()
+        .unwrap();
+    let o = run(
+        p.wrap(
+            "maps",
+            &["--quiet", "--policy", policy.to_str().unwrap()],
+            &["python3", "maps.py"],
+        ),
+        Duration::from_secs(120),
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    for want in [
+        "copy refused".to_string(),
+        "system loaded".to_string(),
+        format!("program refused {}", libc::EACCES),
+    ] {
+        assert!(out.contains(&want), "{want}: {}\n{}", text(&o), p.log("maps"));
+    }
+}
