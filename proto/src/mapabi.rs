@@ -2,7 +2,8 @@
 //! judges executable file mappings (`exec_memory: deny`, `exec_sources:
 //! {writable: deny}`): one table for the filter and the supervisor's maps
 //! family, as `execabi` is for execs. Every row takes its arguments in
-//! registers (`addr, len, prot, flags, fd, offset`); i386's `mmap` (90,
+//! registers: `mmap`'s `addr, len, prot, flags, fd, offset`, `mprotect`'s
+//! (and `pkey_mprotect`'s) `addr, len, prot`; i386's `mmap` (90,
 //! `old_mmap`) takes them in a struct no register rule can read, so the
 //! filter refuses it whole where executable mappings are judged, and it is
 //! not here.
@@ -14,9 +15,21 @@ use crate::execabi::{
     AUDIT_ARCH_AARCH64, AUDIT_ARCH_ARM, AUDIT_ARCH_I386, AUDIT_ARCH_X86_64, X32_SYSCALL_BIT,
 };
 
+/// Which mapping call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MapKind {
+    /// `mmap`/`mmap2`: a new mapping of the file at `fd`.
+    Mmap,
+    /// `mprotect`/`pkey_mprotect`: what is mapped at `addr..addr+len`
+    /// made executable.
+    Mprotect,
+}
+
 /// One mapping syscall of one ABI.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MapSyscall {
+    /// What it does.
+    pub kind: MapKind,
     /// The `AUDIT_ARCH_*` value seccomp reports.
     pub arch: u32,
     /// The syscall number as seccomp reports it (x32: with the x32 bit).
@@ -25,12 +38,16 @@ pub struct MapSyscall {
     pub name: &'static str,
 }
 
-/// The register of the protection bits.
+/// The register of the protection bits (both calls).
 pub const PROT_ARG: usize = 2;
-/// The register of the mapping flags.
+/// The register of `mmap`'s flags.
 pub const FLAGS_ARG: usize = 3;
-/// The register of the file descriptor.
+/// The register of `mmap`'s file descriptor.
 pub const FD_ARG: usize = 4;
+/// The registers of the address and length (both calls).
+pub const ADDR_ARG: usize = 0;
+/// See [`ADDR_ARG`].
+pub const LEN_ARG: usize = 1;
 
 /// Every register-argument mapping call, on every ABI the filter covers.
 pub const MAP_SYSCALLS: &[MapSyscall] = &[
@@ -38,26 +55,91 @@ pub const MAP_SYSCALLS: &[MapSyscall] = &[
         arch: AUDIT_ARCH_X86_64,
         nr: 9,
         name: "mmap",
+        kind: MapKind::Mmap,
     },
     MapSyscall {
         arch: AUDIT_ARCH_X86_64,
         nr: X32_SYSCALL_BIT | 9,
         name: "mmap",
+        kind: MapKind::Mmap,
     },
     MapSyscall {
         arch: AUDIT_ARCH_I386,
         nr: 192,
         name: "mmap2",
+        kind: MapKind::Mmap,
     },
     MapSyscall {
         arch: AUDIT_ARCH_AARCH64,
         nr: 222,
         name: "mmap",
+        kind: MapKind::Mmap,
     },
     MapSyscall {
         arch: AUDIT_ARCH_ARM,
         nr: 192,
         name: "mmap2",
+        kind: MapKind::Mmap,
+    },
+    MapSyscall {
+        arch: AUDIT_ARCH_X86_64,
+        nr: 10,
+        name: "mprotect",
+        kind: MapKind::Mprotect,
+    },
+    MapSyscall {
+        arch: AUDIT_ARCH_X86_64,
+        nr: X32_SYSCALL_BIT | 10,
+        name: "mprotect",
+        kind: MapKind::Mprotect,
+    },
+    MapSyscall {
+        arch: AUDIT_ARCH_I386,
+        nr: 125,
+        name: "mprotect",
+        kind: MapKind::Mprotect,
+    },
+    MapSyscall {
+        arch: AUDIT_ARCH_AARCH64,
+        nr: 226,
+        name: "mprotect",
+        kind: MapKind::Mprotect,
+    },
+    MapSyscall {
+        arch: AUDIT_ARCH_ARM,
+        nr: 125,
+        name: "mprotect",
+        kind: MapKind::Mprotect,
+    },
+    MapSyscall {
+        arch: AUDIT_ARCH_X86_64,
+        nr: 329,
+        name: "pkey_mprotect",
+        kind: MapKind::Mprotect,
+    },
+    MapSyscall {
+        arch: AUDIT_ARCH_X86_64,
+        nr: X32_SYSCALL_BIT | 329,
+        name: "pkey_mprotect",
+        kind: MapKind::Mprotect,
+    },
+    MapSyscall {
+        arch: AUDIT_ARCH_I386,
+        nr: 380,
+        name: "pkey_mprotect",
+        kind: MapKind::Mprotect,
+    },
+    MapSyscall {
+        arch: AUDIT_ARCH_AARCH64,
+        nr: 288,
+        name: "pkey_mprotect",
+        kind: MapKind::Mprotect,
+    },
+    MapSyscall {
+        arch: AUDIT_ARCH_ARM,
+        nr: 394,
+        name: "pkey_mprotect",
+        kind: MapKind::Mprotect,
     },
 ];
 
@@ -73,7 +155,14 @@ mod tests {
     #[test]
     fn i386s_old_mmap_is_not_a_register_call() {
         assert!(classify(AUDIT_ARCH_I386, 90).is_none());
-        assert_eq!(classify(AUDIT_ARCH_I386, 192).map(|s| s.name), Some("mmap2"));
+        assert_eq!(
+            classify(AUDIT_ARCH_I386, 192).map(|s| s.name),
+            Some("mmap2")
+        );
         assert_eq!(classify(AUDIT_ARCH_X86_64, 9).map(|s| s.name), Some("mmap"));
+        assert_eq!(
+            classify(AUDIT_ARCH_X86_64, 10).map(|s| s.kind),
+            Some(MapKind::Mprotect)
+        );
     }
 }

@@ -812,12 +812,17 @@ fn a_server_started_with_a_low_soft_file_size_limit_still_audits() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("done"));
     let execs = srv.exec_events("fsize");
     assert!(
-        execs.iter().any(|e| e["filename"] == "/bin/true"
-            || e["filename"] == "/usr/bin/true"),
+        execs
+            .iter()
+            .any(|e| e["filename"] == "/bin/true" || e["filename"] == "/usr/bin/true"),
         "{execs:?}\n{}",
         srv.log()
     );
-    assert!(!srv.log().contains("audit JSONL write failed"), "{}", srv.log());
+    assert!(
+        !srv.log().contains("audit JSONL write failed"),
+        "{}",
+        srv.log()
+    );
 }
 
 /// A full disk under the audit log (a real, small tmpfs): no event leaves a

@@ -89,11 +89,22 @@ def written_library():
     shutil.copyfile(lib_path(), dst)
     p, err = map_rx(dst)
     return 42 if p is not None else err
+def written_mprotect():
+    import shutil, tempfile
+    d = tempfile.mkdtemp(dir=os.environ.get("WRITABLE", "/tmp"))
+    dst = os.path.join(d, "lib.so")
+    shutil.copyfile(lib_path(), dst)
+    fd = os.open(dst, os.O_RDONLY)
+    p = libc.mmap(None, 4096, mmap.PROT_READ, mmap.MAP_PRIVATE, fd, 0)
+    os.close(fd)
+    if libc.mprotect(ctypes.c_void_p(p), 4096, RX) != 0: return ctypes.get_errno()
+    return 42
 lp, lerr = map_rx(lib_path())
 print("library", "mapped" if lp is not None else "refused", lerr)
 for name, f in [("rwx", rwx), ("mprotect", write_then_mprotect), ("memfd", memfd),
                 ("personality", read_implies_exec), ("proc_mem", proc_mem),
-                ("hand_mapped", hand_mapped_program), ("written_library", written_library)]:
+                ("hand_mapped", hand_mapped_program), ("written_library", written_library),
+                ("written_mprotect", written_mprotect)]:
     r = f()
     print(name, "ran" if r == 42 else "refused", r)
 "#,
@@ -135,6 +146,7 @@ fn without_the_switch_hand_loaded_code_runs() {
             "personality",
             "hand_mapped",
             "written_library",
+            "written_mprotect",
         ] {
             assert!(out.contains(&format!("{route} ran 42")), "{uid:?}: {out}");
         }
@@ -167,6 +179,7 @@ fn exec_memory_deny_refuses_every_route_as_root_and_as_nobody() {
             "personality",
             "proc_mem",
             "hand_mapped",
+            "written_mprotect",
         ] {
             assert!(
                 out.contains(&format!("{route} refused {}", libc::EACCES)),
@@ -251,12 +264,19 @@ fn under_writable_deny_no_library_the_tree_wrote_is_mapped_as_code() {
     ] {
         let out = routes(&writable_denied(), uid, config);
         assert!(out.contains("library mapped 0"), "{out}");
-        assert!(
-            out.contains(&format!("written_library refused {}", libc::EACCES)),
-            "({uid:?}, {config:?}) {out}"
-        );
-        // exec_memory is not on: a program image still maps.
-        assert!(out.contains("hand_mapped ran 42"), "{out}");
+        // Mapped executable at once, mapped readable then made executable,
+        // or written into a memfd: code the tree wrote.
+        for route in ["written_library", "written_mprotect", "memfd"] {
+            assert!(
+                out.contains(&format!("{route} refused {}", libc::EACCES)),
+                "({uid:?}, {config:?}) {route}: {out}"
+            );
+        }
+        // exec_memory is not on: a program image still maps, and anonymous
+        // memory still becomes code (a JIT's).
+        for route in ["hand_mapped", "rwx", "mprotect"] {
+            assert!(out.contains(&format!("{route} ran 42")), "{route}: {out}");
+        }
     }
     // The refusal is audited with its rule and the file.
     let mut s = Sandbox::new(&writable_denied(), Some(NOBODY));
@@ -265,9 +285,10 @@ fn under_writable_deny_no_library_the_tree_wrote_is_mapped_as_code() {
           && python3 -c 'import ctypes; ctypes.CDLL(\"/srv/ws/libx.so\")'; echo RC=$?",
     );
     assert!(f.stdout.contains("RC=1"), "{f:?}");
-    let refused = s.events().into_iter().find(|e| {
-        e["type"] == "file" && e["syscall"] == "mmap" && e["rule"] == "exec_sources"
-    });
+    let refused = s
+        .events()
+        .into_iter()
+        .find(|e| e["type"] == "file" && e["syscall"] == "mmap" && e["rule"] == "exec_sources");
     let refused = refused.unwrap_or_else(|| panic!("no mmap event: {:?}", s.events()));
     assert_eq!(refused["resolved"], "/srv/ws/libx.so", "{refused}");
     assert_eq!(refused["right"], "execute", "{refused}");
@@ -306,25 +327,63 @@ stop = True; t.join()
 print("ok", ok, "bad", bad)
 "#;
 
+/// A thread makes a page executable, in a loop, while another maps a
+/// library the tree wrote and one it cannot write over that page in turn.
+const REMAP_RACE: &str = r#"
+import ctypes, mmap, os, threading
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+good = [l.split()[-1] for l in open("/proc/self/maps") if "/libc.so" in l][0]
+g = os.open(good, os.O_RDONLY)
+b = os.open("/srv/ws/libw.so", os.O_RDONLY)
+p = libc.mmap(None, 4096, mmap.PROT_READ, mmap.MAP_PRIVATE, g, 0)
+FIXED = mmap.MAP_PRIVATE | 0x10
+stop = False
+def swap():
+    while not stop:
+        libc.mmap(p, 4096, mmap.PROT_READ, FIXED, b, 0)
+        libc.mmap(p, 4096, mmap.PROT_READ, FIXED, g, 0)
+t = threading.Thread(target=swap); t.start()
+ok = bad = 0
+start = "%x-" % p
+for _ in range(3000):
+    if libc.mprotect(p, 4096, mmap.PROT_READ | mmap.PROT_EXEC) != 0:
+        continue
+    for l in open("/proc/self/maps"):
+        if l.startswith(start) and "x" in l.split()[1]:
+            if "libw.so" in l: bad += 1
+            else: ok += 1
+stop = True; t.join()
+print("ok", ok, "bad", bad)
+"#;
+
 #[test]
 fn a_thread_swapping_the_fd_never_gets_a_written_library_mapped() {
     if !require_root("a_thread_swapping_the_fd_never_gets_a_written_library_mapped") {
         return;
     }
     for config in ["", "execve:\n  backend: ptrace\n"] {
-        let mut s = Sandbox::with_config(&writable_denied(), Some(NOBODY), config);
-        let f = s.sh(&format!(
-            "cp \"$(ls /usr/lib/*/libm.so.6 | head -1)\" /srv/ws/libw.so && python3 -c '{}'",
-            SWAP_RACE.replace('\'', "'\\''")
-        ));
-        let line = f.stdout.lines().find(|l| l.starts_with("ok ")).unwrap_or("");
-        let n: Vec<u64> = line
-            .split_whitespace()
-            .filter_map(|w| w.parse().ok())
-            .collect();
-        assert_eq!(n.len(), 2, "{config:?}: {f:?}");
-        assert_eq!(n[1], 0, "{config:?}: the written library was mapped: {f:?}");
-        assert!(n[0] > 0, "{config:?}: nothing was mapped at all: {f:?}");
+        for race in [SWAP_RACE, REMAP_RACE] {
+            let mut s = Sandbox::with_config(&writable_denied(), Some(NOBODY), config);
+            let f = s.sh(&format!(
+                "cp \"$(ls /usr/lib/*/libm.so.6 | head -1)\" /srv/ws/libw.so && python3 -c '{}'",
+                race.replace('\'', "'\\''")
+            ));
+            let line = f
+                .stdout
+                .lines()
+                .find(|l| l.starts_with("ok "))
+                .unwrap_or("");
+            let n: Vec<u64> = line
+                .split_whitespace()
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            assert_eq!(n.len(), 2, "{config:?}: {f:?}");
+            assert_eq!(n[1], 0, "{config:?}: the written library was mapped: {f:?}");
+            assert!(n[0] > 0, "{config:?}: nothing was mapped at all: {f:?}");
+        }
     }
 }
 
@@ -351,7 +410,10 @@ fn a_library_the_tree_compiled_is_not_loaded_under_writable_deny() {
     assert!(control.sh(build).stdout.contains("BUILT"));
     for (door, cmd) in doors {
         let f = control.sh(cmd);
-        assert!(f.stderr.contains("preload-ran"), "{door} without the switch: {f:?}");
+        assert!(
+            f.stderr.contains("preload-ran"),
+            "{door} without the switch: {f:?}"
+        );
     }
     for (uid, config) in [
         (Some(NOBODY), ""),
@@ -359,7 +421,10 @@ fn a_library_the_tree_compiled_is_not_loaded_under_writable_deny() {
         (Some(NOBODY), "execve:\n  backend: ptrace\n"),
     ] {
         let mut s = Sandbox::with_config(&writable_denied(), uid, config);
-        assert!(s.sh(build).stdout.contains("BUILT"), "({uid:?}, {config:?})");
+        assert!(
+            s.sh(build).stdout.contains("BUILT"),
+            "({uid:?}, {config:?})"
+        );
         for (door, cmd) in doors {
             let f = s.sh(cmd);
             assert!(

@@ -1032,6 +1032,11 @@ print("program", "mapped" if p not in (None, ctypes.c_void_p(-1).value) else "re
         "system loaded".to_string(),
         format!("program refused {}", libc::EACCES),
     ] {
-        assert!(out.contains(&want), "{want}: {}\n{}", text(&o), p.log("maps"));
+        assert!(
+            out.contains(&want),
+            "{want}: {}\n{}",
+            text(&o),
+            p.log("maps")
+        );
     }
 }

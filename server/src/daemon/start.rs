@@ -272,7 +272,10 @@ fn raise_fd_limit() -> Option<u64> {
 fn own_limits() {
     for (resource, name) in [
         (libc::RLIMIT_CPU, "CPU time (RLIMIT_CPU)"),
-        (libc::RLIMIT_FSIZE, "file size (RLIMIT_FSIZE: audit writes past it fail)"),
+        (
+            libc::RLIMIT_FSIZE,
+            "file size (RLIMIT_FSIZE: audit writes past it fail)",
+        ),
     ] {
         let mut lim = libc::rlimit {
             rlim_cur: 0,
@@ -295,7 +298,10 @@ fn own_limits() {
             }
         }
         if lim.rlim_max != libc::RLIM_INFINITY {
-            tracing::warn!(hard = lim.rlim_max, "the server runs with a finite {name} limit");
+            tracing::warn!(
+                hard = lim.rlim_max,
+                "the server runs with a finite {name} limit"
+            );
         }
     }
 }

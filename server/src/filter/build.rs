@@ -56,7 +56,11 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
     net_rules(spec, &mut always, &mut conditional);
     let arches = extra_arches();
     let i386_apart = arches.contains(&ScmpArch::X86) && old_mmap_refused(spec);
-    let mut ctx = context(arches.iter().filter(|a| !i386_apart || **a != ScmpArch::X86))?;
+    let mut ctx = context(
+        arches
+            .iter()
+            .filter(|a| !i386_apart || **a != ScmpArch::X86),
+    )?;
     add_rules(&mut ctx, &always, &conditional)?;
     if i386_apart {
         // i386's `mmap` is `old_mmap`: its arguments are in a struct, so
@@ -90,7 +94,9 @@ fn old_mmap_refused(spec: &FilterSpec) -> bool {
 /// A file mapped executable (`mmap`/`mmap2` with `PROT_EXEC`, neither
 /// `PROT_WRITE` nor `MAP_ANONYMOUS`: the `exec_memory` rules refuse those)
 /// goes to the supervisor, which judges the file behind the fd (its `maps`
-/// family). The rules are disjoint from the `exec_memory` ones.
+/// family), and so does `mprotect`/`pkey_mprotect` to executable where
+/// `exec_memory` does not refuse it. The rules are disjoint from the
+/// `exec_memory` ones.
 fn exec_map_rules(spec: &FilterSpec, rules: &mut Conditional) {
     const PROT_EXEC: u64 = libc::PROT_EXEC as u64;
     const PROT_WRITE: u64 = libc::PROT_WRITE as u64;
@@ -113,6 +119,24 @@ fn exec_map_rules(spec: &FilterSpec, rules: &mut Conditional) {
             ],
             format!("exec maps: {name} of a file, executable, judged by the supervisor"),
         );
+    }
+    // What is mapped already, made executable: under `exec_memory: deny`
+    // the rules above refuse every such call; otherwise the supervisor
+    // judges what lies in the range (a library the tree wrote, mapped
+    // readable first, is still a library the tree wrote).
+    if !spec.refuse_exec_memory {
+        for name in ["mprotect", "pkey_mprotect"] {
+            rules.add(
+                name,
+                trap(spec.backend, TRACE_DATA_MAP),
+                vec![Cmp {
+                    arg: agentsh_proto::mapabi::PROT_ARG as u32,
+                    mask: PROT_EXEC,
+                    value: PROT_EXEC,
+                }],
+                format!("exec maps: {name} to executable, judged by the supervisor"),
+            );
+        }
     }
 }
 
@@ -550,7 +574,9 @@ fn build_error(what: &str, err: libseccomp::error::SeccompError) -> FilterError 
 
 /// libseccomp's context: default ALLOW, the compat architectures, another
 /// architecture killed, the binary-tree layout.
-fn context<'a>(arches: impl Iterator<Item = &'a ScmpArch>) -> Result<ScmpFilterContext, FilterError> {
+fn context<'a>(
+    arches: impl Iterator<Item = &'a ScmpArch>,
+) -> Result<ScmpFilterContext, FilterError> {
     let e = build_error;
     let mut ctx =
         ScmpFilterContext::new(ScmpAction::Allow).map_err(|err| e("seccomp_init", err))?;

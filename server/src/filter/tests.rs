@@ -1213,7 +1213,15 @@ fn judged_exec_maps_go_to_the_supervisor_and_old_mmap_is_refused() {
         // SAFETY: as above, not executable.
         unsafe {
             let fd = libc::open(c"/bin/true".as_ptr(), libc::O_RDONLY);
-            libc::syscall(libc::SYS_mmap, 0, 4096, libc::PROT_READ, libc::MAP_PRIVATE, fd, 0)
+            libc::syscall(
+                libc::SYS_mmap,
+                0,
+                4096,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                fd,
+                0,
+            )
         }
     };
     assert_eq!(errno_under(&on.program, file_rx), libc::ENOSYS);

@@ -732,7 +732,10 @@ mod tests {
             BTreeMap::from([(1, Holders::Unconfined), (2, Holders::Confined)]),
         );
         let h = hidden(&DaemonSocketsDoc::default(), None, &fs);
-        assert!(h.contains(&"/var/lib/incus/unix.socket".to_string()), "{h:?}");
+        assert!(
+            h.contains(&"/var/lib/incus/unix.socket".to_string()),
+            "{h:?}"
+        );
         assert!(h.contains(&"/srv/held-nowhere.sock".to_string()), "{h:?}");
         assert!(!h.contains(&"/srv/ws/dev.sock".to_string()), "{h:?}");
         assert!(!h.iter().any(|p| p.contains("removed")), "{h:?}");
@@ -742,7 +745,10 @@ mod tests {
             ..Default::default()
         };
         let h = hidden(&doc, None, &fs);
-        assert!(!h.contains(&"/var/lib/incus/unix.socket".to_string()), "{h:?}");
+        assert!(
+            !h.contains(&"/var/lib/incus/unix.socket".to_string()),
+            "{h:?}"
+        );
     }
 
     #[test]

@@ -25,7 +25,6 @@
 mod check;
 mod compile;
 pub mod daemon_sockets;
-pub mod unix_listeners;
 mod decision;
 pub mod egress;
 pub mod env;
@@ -38,6 +37,7 @@ mod pattern;
 mod schema;
 pub mod semantics;
 mod stamp;
+pub mod unix_listeners;
 pub(crate) mod wrappers;
 
 #[cfg(test)]

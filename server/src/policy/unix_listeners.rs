@@ -64,7 +64,9 @@ pub fn read() -> Vec<Listener> {
     match std::fs::read_to_string("/proc/net/unix") {
         Ok(t) => parse(&t),
         Err(e) => {
-            tracing::warn!("daemon sockets: /proc/net/unix cannot be read ({e}); only /run is searched");
+            tracing::warn!(
+                "daemon sockets: /proc/net/unix cannot be read ({e}); only /run is searched"
+            );
             Vec::new()
         }
     }
@@ -129,7 +131,10 @@ pub fn holders(inodes: &BTreeSet<u64>) -> BTreeMap<u64, Holders> {
 
 /// `socket:[N]` → N.
 fn socket_inode(link: &str) -> Option<u64> {
-    link.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
+    link.strip_prefix("socket:[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
 }
 
 /// The server's own seccomp filter count (`None`: the kernel does not say).

@@ -1,7 +1,9 @@
 //! One call on an fd, with the caller's fd table held still from the
 //! supervisor's look at the fd until the kernel's own lookup: what the
 //! supervisor judged (a Unix socket egress lets through, a file mapped
-//! executable) is what the call uses.
+//! executable) is what the call uses. Or one call on the caller's address
+//! space (`mprotect` to executable), with every task sharing it held still
+//! the same way (`Scope::Memory`: `sharing` finds them).
 //!
 //! Within a tree the fd table is shared only by the threads of one process
 //! (the filter refuses `clone` with `CLONE_FILES` and without
@@ -19,8 +21,8 @@
 //! cannot be read, frozen, held or watched: the error says which, and the
 //! family refuses the call with it. Nothing was decided then.
 
-use super::sharing::FreezeError;
 use super::seam::Stop;
+use super::sharing::FreezeError;
 use super::tasks::Tasks;
 use std::io;
 
@@ -45,51 +47,77 @@ pub enum FdHoldError {
 /// while its process's other threads are held.
 const CALLER_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Runs `decide` with the fd table of thread `tid` held still (see the
-/// module doc); `decide` answers the call through `stop` (proceed or
-/// refuse) and says whether the answer was delivered.
+/// What must hold still through the call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// The fd table: the threads of the caller's process.
+    Fds,
+    /// The address space: every task that shares it (the threads, and
+    /// vfork parents and children: `sharing`), for a call judged by what is
+    /// mapped where.
+    Memory,
+}
+
+/// Runs `decide` with the fd table (or the address space) of thread `tid`
+/// held still (see the module doc); `decide` answers the call through
+/// `stop` (proceed or refuse) and says whether the answer was delivered.
 ///
 /// # Errors
-/// The table cannot be held: `decide` has not run, the call is unanswered.
+/// It cannot be held: `decide` has not run, the call is unanswered.
 pub fn with_fds_still(
     stop: &dyn Stop,
     tasks: &mut Tasks,
     tid: u32,
+    scope: Scope,
     decide: impl FnOnce() -> io::Result<()>,
 ) -> Result<io::Result<()>, FdHoldError> {
     let Ok(st) = crate::tracee::proc_stat(tid) else {
         return Err(FdHoldError::Gone);
     };
-    if st.num_threads <= 1 {
-        return Ok(decide());
-    }
+    let tgid = crate::tracee::tgid_of(tid, &st).map_err(FdHoldError::Stat)?;
+    let members = match scope {
+        Scope::Fds if st.num_threads <= 1 => return Ok(decide()),
+        Scope::Fds => None,
+        Scope::Memory => {
+            match super::sharing::sharing(tgid, tid, &st, &mut tasks.files)
+                .map_err(FdHoldError::Freeze)?
+            {
+                // Alone, or a vfork child whose parent's one thread waits.
+                super::sharing::Sharing::Exclusive { .. } => return Ok(decide()),
+                super::sharing::Sharing::Shared(set) => Some(set),
+            }
+        }
+    };
     match stop.hold_still() {
         Ok(()) => return Ok(decide()),
         Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {}
         Err(e) => return Err(FdHoldError::Held(e)),
     }
-    let tgid = crate::tracee::tgid_of(tid, &st).map_err(FdHoldError::Stat)?;
-    stopped_while(tgid, tid, tasks, decide)
+    let members = match members {
+        Some(m) => m,
+        None => super::sharing::Members {
+            procs: vec![tgid],
+            tasks: threads(tgid)?
+                .into_iter()
+                .filter(|&t| t != tid)
+                .map(|t| (t, tgid))
+                .collect(),
+        },
+    };
+    stopped_while(tgid, tid, tasks, members, decide)
 }
 
-/// Freezes every thread of process `tgid` but `tid`, runs `decide` once
-/// they hold, then stops `tid` too on its way back from its call (so the
-/// kernel has looked its fd up) and lets them all go.
+/// Freezes `members` (the tasks but `tid`), runs `decide` once they hold,
+/// then stops `tid` too on its way back from its call (so the kernel has
+/// looked its fd up, or changed its mappings) and lets them all go.
 fn stopped_while(
     tgid: u32,
     tid: u32,
     st: &mut Tasks,
+    members: super::sharing::Members,
     decide: impl FnOnce() -> io::Result<()>,
 ) -> Result<io::Result<()>, FdHoldError> {
     use super::ptrace as pt;
-    let members = super::sharing::Members {
-        procs: vec![tgid],
-        tasks: threads(tgid)?
-            .into_iter()
-            .filter(|&t| t != tid)
-            .map(|t| (t, tgid))
-            .collect(),
-    };
     let caller = crate::tracee::StatFile::open(tid).map_err(FdHoldError::Stat)?;
     let frozen = super::sharing::freeze(
         tgid,

@@ -18,7 +18,7 @@ use super::state::DestKey;
 use crate::audit::Passage;
 use crate::policy::egress::{self, Protocol};
 use crate::policy::Decision;
-use crate::supervisor::fdhold::{with_fds_still, FdHoldError};
+use crate::supervisor::fdhold::{with_fds_still, FdHoldError, Scope};
 use std::io;
 
 /// Why a call this host cannot judge runs anyway.
@@ -113,9 +113,12 @@ pub(super) fn let_through(
             "fd {fd} could not be read again: {e}"
         ))),
     };
-    match with_fds_still(stop, ts.tasks, tid, go) {
+    match with_fds_still(stop, ts.tasks, tid, Scope::Fds, go) {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => refuse(k, format!("the Unix-socket call could not be let through: {e}")),
+        Ok(Err(e)) => refuse(
+            k,
+            format!("the Unix-socket call could not be let through: {e}"),
+        ),
         Err(FdHoldError::Gone) => {
             let _ = stop.answer(-i64::from(libc::ESRCH));
         }

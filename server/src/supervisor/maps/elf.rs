@@ -45,9 +45,7 @@ pub fn kind(f: &std::fs::File) -> Kind {
     };
     match e.u16(&h[16..18]) {
         ET_EXEC => Kind::Program,
-        ET_DYN if n == 64 || (!e.wide && n >= 52) => {
-            dyn_kind(f, &h, &e).unwrap_or(Kind::Malformed)
-        }
+        ET_DYN if n == 64 || (!e.wide && n >= 52) => dyn_kind(f, &h, &e).unwrap_or(Kind::Malformed),
         ET_DYN => Kind::Malformed,
         _ => Kind::Other,
     }
@@ -90,7 +88,10 @@ fn dyn_kind(f: &std::fs::File, h: &[u8; 64], e: &Endian) -> Option<Kind> {
             let (tag, val) = if e.wide {
                 (e.u64(&entry[0..8]), e.u64(&entry[8..16]))
             } else {
-                (u64::from(e.u32(&entry[0..4])), u64::from(e.u32(&entry[4..8])))
+                (
+                    u64::from(e.u32(&entry[0..4])),
+                    u64::from(e.u32(&entry[4..8])),
+                )
             };
             if tag == DT_NULL {
                 break;
@@ -194,7 +195,10 @@ mod tests {
     fn programs_are_programs_and_libraries_are_not() {
         let exe = std::fs::canonicalize("/bin/true").unwrap();
         assert_eq!(of(exe.to_str().unwrap()), Kind::Program);
-        assert_eq!(of(&std::env::current_exe().unwrap().to_string_lossy()), Kind::Program);
+        assert_eq!(
+            of(&std::env::current_exe().unwrap().to_string_lossy()),
+            Kind::Program
+        );
         assert_eq!(of(&loaded("libc.so")), Kind::Other);
         assert_eq!(of(&loaded("/ld-")), Kind::Other);
         assert_eq!(of("/etc/hostname"), Kind::Other);

@@ -1,21 +1,24 @@
-//! One executable mapping of a file, from its stop to its answer: the fd's
-//! file is read through `/proc/<tid>/fd/<fd>` with the fd table held still
-//! (`fdhold`), judged (`judge`), answered; a refusal is audited (`file`
-//! event, `syscall: mmap`, `right: execute`).
+//! One executable mapping, from its stop to its answer: for `mmap`, the
+//! fd's file is read through `/proc/<tid>/fd/<fd>` with the fd table held
+//! still; for `mprotect` to executable, what is mapped in the range is
+//! read from the caller's maps with every task sharing its memory held
+//! still (`fdhold`); judged, answered; a refusal is audited (`file` event,
+//! `syscall: mmap`/`mprotect`, `right: execute`).
 //!
-//! Failure modes: a file that cannot be read or classified, or a thread
-//! that cannot be held, is refused (EACCES) and audited with the reason; a
-//! negative fd is the kernel's to answer (EBADF).
+//! Failure modes: a file or maps that cannot be read or classified, or a
+//! task that cannot be held, is refused (EACCES) and audited with the
+//! reason; a negative fd is the kernel's to answer (EBADF), and a range
+//! with a hole in it is answered ENOMEM, as the kernel would.
 
 use super::elf::{self, Kind};
 use crate::audit::{Builtin, EventBody, FileEvent, Refusal};
 use crate::policy::Decision;
 use crate::supervisor::context::SupervisorContext;
-use crate::supervisor::fdhold::{with_fds_still, FdHoldError};
+use crate::supervisor::fdhold::{with_fds_still, FdHoldError, Scope};
 use crate::supervisor::seam::{Caught, Stop};
 use crate::supervisor::tasks::Tasks;
 use crate::supervisor::tree::Tree;
-use agentsh_proto::mapabi::{MapSyscall, FD_ARG};
+use agentsh_proto::mapabi::{MapKind, MapSyscall, ADDR_ARG, FD_ARG, LEN_ARG};
 use std::collections::HashMap;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 
@@ -41,14 +44,23 @@ struct FileKey {
     ctime: (i64, i64),
 }
 
-/// Why a mapping is refused: the rule and the reason.
+/// The answer to one call.
+enum Verdict {
+    Allow,
+    /// Part of an `mprotect` range is mapped by nothing (the kernel's
+    /// ENOMEM).
+    Unmapped,
+    Refuse(Refused),
+}
+
+/// Why a mapping is refused: the rule, the file, and the reason.
 struct Refused {
     rule: &'static str,
     path: Option<String>,
     why: String,
 }
 
-/// Judges `call` (caught as `c`): the file at its fd, mapped executable.
+/// Judges `call` (caught as `c`): a file mapped executable.
 pub fn handle(
     ctx: &SupervisorContext,
     tree: &Tree,
@@ -59,19 +71,33 @@ pub fn handle(
     stop: &dyn Stop,
 ) {
     let fd = c.args[FD_ARG] as u32 as i32;
-    if fd < 0 {
-        let _ = stop.proceed();
-        return;
-    }
+    let (scope, what) = match call.kind {
+        MapKind::Mmap if fd < 0 => {
+            let _ = stop.proceed();
+            return;
+        }
+        MapKind::Mmap => (Scope::Fds, format!("fd {fd}")),
+        MapKind::Mprotect => (
+            Scope::Memory,
+            format!("{:#x}+{:#x}", c.args[ADDR_ARG], c.args[LEN_ARG]),
+        ),
+    };
     let mut refused = None;
-    let decide = || match judge(tree, st, c.tid, fd) {
-        Ok(()) => stop.proceed(),
-        Err(r) => {
-            refused = Some(r);
-            stop.refuse(libc::EACCES)
+    let decide = || {
+        let verdict = match call.kind {
+            MapKind::Mmap => judge(tree, st, c.tid, fd),
+            MapKind::Mprotect => judge_range(tree, c.tid, c.args[ADDR_ARG], c.args[LEN_ARG]),
+        };
+        match verdict {
+            Verdict::Allow => stop.proceed(),
+            Verdict::Unmapped => stop.refuse(libc::ENOMEM),
+            Verdict::Refuse(r) => {
+                refused = Some(r);
+                stop.refuse(libc::EACCES)
+            }
         }
     };
-    match with_fds_still(stop, tasks, c.tid, decide) {
+    match with_fds_still(stop, tasks, c.tid, scope, decide) {
         Ok(_) => {}
         Err(FdHoldError::Gone) => {
             let _ = stop.answer(-i64::from(libc::ESRCH));
@@ -81,8 +107,8 @@ pub fn handle(
                 rule: Refusal::MemoryNotFrozen.rule(),
                 path: None,
                 why: format!(
-                    "{} of fd {fd} executable from a threaded process: {e}, and one could swap \
-                     another file in at that fd",
+                    "{} of {what} executable: {e}, and another task could change what it names \
+                     meanwhile",
                     call.name
                 ),
             });
@@ -96,7 +122,7 @@ pub fn handle(
             EventBody::File(FileEvent {
                 pid: c.tid,
                 syscall: call.name.to_string(),
-                path: r.path.clone().unwrap_or_else(|| format!("fd {fd}")),
+                path: r.path.clone().unwrap_or(what),
                 path2: None,
                 resolved: r.path,
                 right: Some("execute".into()),
@@ -108,40 +134,81 @@ pub fn handle(
     }
 }
 
-/// The file at `fd` of thread `tid` may be mapped executable, or why not.
-fn judge(tree: &Tree, st: &mut MapsState, tid: u32, fd: i32) -> Result<(), Refused> {
-    let link = format!("/proc/{tid}/fd/{fd}");
-    let unreadable = |what: &str, e: std::io::Error| Refused {
+fn refuse(rule: &'static str, path: &str, why: String) -> Verdict {
+    Verdict::Refuse(Refused {
+        rule,
+        path: Some(path.to_string()),
+        why,
+    })
+}
+
+fn unreadable(why: String) -> Verdict {
+    Verdict::Refuse(Refused {
         rule: Refusal::Unreadable.rule(),
         path: None,
-        why: format!("the file at fd {fd} cannot be {what}: {e}"),
-    };
-    let path = std::fs::read_link(&link).map_err(|e| unreadable("named", e))?;
-    let path = path.to_string_lossy();
-    let path = path.strip_suffix(" (deleted)").unwrap_or(&path).to_string();
-    if tree.exec_places.refuses(&path) {
-        return Err(Refused {
-            rule: Builtin::ExecSources.rule(),
-            why: format!(
+        why,
+    })
+}
+
+/// Under `exec_sources: {writable: deny}`: why the file named `name` (as
+/// the kernel names it) is code the tree wrote, if it is: beneath a place
+/// it can write, a memfd, or no file at all.
+fn tree_written(tree: &Tree, name: &str) -> Option<Verdict> {
+    if tree.exec_places.denied.is_empty() {
+        return None;
+    }
+    let path = name.strip_suffix(" (deleted)").unwrap_or(name);
+    let rule = Builtin::ExecSources.rule();
+    if path.starts_with("/memfd:") || !path.starts_with('/') {
+        return Some(refuse(
+            rule,
+            path,
+            format!(
+                "{path} is memory the tree could write, not an installed file, and the policy \
+                 maps nothing it wrote as code (exec_sources: writable: deny)"
+            ),
+        ));
+    }
+    tree.exec_places.refuses(path).then(|| {
+        refuse(
+            rule,
+            path,
+            format!(
                 "{path} is in a place the tree can write, and the policy maps nothing from \
                  there as code (exec_sources: writable: deny)"
             ),
-            path: Some(path),
-        });
+        )
+    })
+}
+
+/// The file at `fd` of thread `tid`, mapped executable.
+fn judge(tree: &Tree, st: &mut MapsState, tid: u32, fd: i32) -> Verdict {
+    let link = format!("/proc/{tid}/fd/{fd}");
+    let name = match std::fs::read_link(&link) {
+        Ok(p) => p.to_string_lossy().into_owned(),
+        Err(e) => return unreadable(format!("the file at fd {fd} cannot be named: {e}")),
+    };
+    if let Some(v) = tree_written(tree, &name) {
+        return v;
     }
     if !tree.rules.policy.exec_memory_denied() {
-        return Ok(());
+        return Verdict::Allow;
     }
-    let meta = std::fs::metadata(&link).map_err(|e| unreadable("read", e))?;
+    let path = name.strip_suffix(" (deleted)").unwrap_or(&name);
+    let meta = match std::fs::metadata(&link) {
+        Ok(m) => m,
+        Err(e) => return unreadable(format!("the file at fd {fd} cannot be read: {e}")),
+    };
+    let rule = Builtin::ExecMemory.rule();
     if !meta.is_file() {
-        return Err(Refused {
-            rule: Builtin::ExecMemory.rule(),
-            why: format!(
+        return refuse(
+            rule,
+            path,
+            format!(
                 "{path} is not a regular file, and under exec_memory: deny only files are \
                  mapped as code"
             ),
-            path: Some(path),
-        });
+        );
     }
     let key = FileKey {
         dev: meta.dev(),
@@ -154,11 +221,14 @@ fn judge(tree: &Tree, st: &mut MapsState, tid: u32, fd: i32) -> Result<(), Refus
         Some(k) => *k,
         None => {
             // Non-blocking: the fd table is held, so this is the fd's file.
-            let f = std::fs::OpenOptions::new()
+            let f = match std::fs::OpenOptions::new()
                 .read(true)
                 .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
                 .open(&link)
-                .map_err(|e| unreadable("opened", e))?;
+            {
+                Ok(f) => f,
+                Err(e) => return unreadable(format!("the file at fd {fd} cannot be opened: {e}")),
+            };
             let k = elf::kind(&f);
             if st.kinds.len() >= MAX_KINDS {
                 st.kinds.clear();
@@ -168,22 +238,57 @@ fn judge(tree: &Tree, st: &mut MapsState, tid: u32, fd: i32) -> Result<(), Refus
         }
     };
     match kind {
-        Kind::Other => Ok(()),
-        Kind::Program => Err(Refused {
-            rule: Builtin::ExecMemory.rule(),
-            why: format!(
+        Kind::Other => Verdict::Allow,
+        Kind::Program => refuse(
+            rule,
+            path,
+            format!(
                 "{path} is a program image: under exec_memory: deny a program runs only \
                  through exec, where it is judged, never mapped by hand"
             ),
-            path: Some(path),
-        }),
-        Kind::Malformed => Err(Refused {
-            rule: Builtin::ExecMemory.rule(),
-            why: format!(
+        ),
+        Kind::Malformed => refuse(
+            rule,
+            path,
+            format!(
                 "{path} says it is ELF but its headers cannot be read, so whether it is a \
                  program cannot be told (exec_memory: deny)"
             ),
-            path: Some(path),
-        }),
+        ),
     }
+}
+
+/// What thread `tid` has mapped at `addr..addr+len`, made executable
+/// (only under `exec_sources: {writable: deny}` without `exec_memory:
+/// deny`, which refuses it in the filter): anonymous memory is
+/// `exec_memory`'s to judge; a file mapping is judged as `mmap` judges it.
+fn judge_range(tree: &Tree, tid: u32, addr: u64, len: u64) -> Verdict {
+    const PAGE: u64 = 4096;
+    let Some(end) = addr
+        .checked_add(len)
+        .and_then(|e| e.checked_add(PAGE - 1))
+        .map(|e| e & !(PAGE - 1))
+    else {
+        return Verdict::Unmapped;
+    };
+    let mut maps = match crate::tracee::maps::Maps::open(tid) {
+        Ok(m) => m,
+        Err(e) => return unreadable(format!("the caller's maps cannot be read: {e}")),
+    };
+    let mut at = addr & !(PAGE - 1);
+    while at < end {
+        let v = match maps.find(at) {
+            Ok(v) if v.start <= at => v,
+            Ok(_) => return Verdict::Unmapped,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Verdict::Unmapped,
+            Err(e) => return unreadable(format!("the caller's maps cannot be read: {e}")),
+        };
+        if v.inode != 0 {
+            if let Some(refused) = tree_written(tree, &v.name) {
+                return refused;
+            }
+        }
+        at = v.end;
+    }
+    Verdict::Allow
 }
