@@ -39,9 +39,8 @@ pub fn kind(f: &std::fs::File) -> Kind {
     if n < 20 || h[..4] != *b"\x7fELF" {
         return Kind::Other;
     }
-    let e = match Endian::of(&h) {
-        Some(e) => e,
-        None => return Kind::Malformed,
+    let Some(e) = Endian::of(&h) else {
+        return Kind::Malformed;
     };
     match e.u16(&h[16..18]) {
         ET_EXEC => Kind::Program,
