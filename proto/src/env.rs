@@ -174,6 +174,10 @@ pub struct EnvDoc {
     /// Non-empty: only names matching one of these globs pass.
     #[serde(default)]
     pub allow: Vec<String>,
+    /// Globs of names passed whatever `deny` and `allow` say (what the
+    /// workload legitimately needs of a denied pattern: `AWS_REGION`).
+    #[serde(default)]
+    pub keep: Vec<String>,
     /// Names set, replacing an inherited value.
     #[serde(default)]
     pub inject: std::collections::BTreeMap<String, String>,
@@ -183,7 +187,7 @@ pub struct EnvDoc {
 /// wrong (the message names the field and the value).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EnvError {
-    /// `deny`, `allow` or `inject`.
+    /// `deny`, `allow`, `keep` or `inject`.
     pub field: &'static str,
     /// The glob or the injected name.
     pub value: String,
@@ -199,7 +203,11 @@ impl EnvDoc {
     /// # Errors
     /// The first bad glob or injected name.
     pub fn compile(self) -> Result<EnvRules, EnvError> {
-        for (field, globs) in [("deny", &self.deny), ("allow", &self.allow)] {
+        for (field, globs) in [
+            ("deny", &self.deny),
+            ("allow", &self.allow),
+            ("keep", &self.keep),
+        ] {
             for g in globs {
                 if g.is_empty()
                     || !g
@@ -248,6 +256,7 @@ impl EnvDoc {
         Ok(EnvRules {
             deny: self.deny,
             allow: self.allow,
+            keep: self.keep,
             inject: self.inject.into_iter().collect(),
             also_allow: Vec::new(),
         })
@@ -265,6 +274,9 @@ pub struct EnvRules {
     /// Non-empty: only names matching one of these globs pass.
     #[serde(default)]
     pub allow: Vec<String>,
+    /// Globs of names passed whatever `deny` and `allow` say.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keep: Vec<String>,
     /// Set after the others, replacing an inherited value.
     #[serde(default)]
     pub inject: Vec<(String, String)>,
@@ -278,6 +290,9 @@ impl EnvRules {
     /// Whether an inherited variable `name` passes (an injected name is
     /// replaced, whatever this says).
     pub fn keeps(&self, name: &[u8]) -> bool {
+        if self.keep.iter().any(|g| glob(g.as_bytes(), name)) {
+            return true;
+        }
         !self.deny.iter().any(|g| glob(g.as_bytes(), name))
             && (self.allow.is_empty() || self.allow.iter().any(|g| glob(g.as_bytes(), name)))
             && (self.also_allow.is_empty()
@@ -300,6 +315,8 @@ impl EnvRules {
             (false, true) => (a.allow.clone(), Vec::new()),
             (false, false) => (a.allow.clone(), b.allow.clone()),
         };
+        let mut keep = a.keep.clone();
+        keep.extend(b.keep.iter().filter(|g| !a.keep.contains(g)).cloned());
         let mut inject = a.inject.clone();
         inject.extend(
             b.inject
@@ -310,6 +327,7 @@ impl EnvRules {
         Some(EnvRules {
             deny,
             allow,
+            keep,
             inject,
             also_allow,
         })
@@ -393,6 +411,7 @@ mod env_rules_tests {
         let r = EnvRules {
             deny: vec!["*_TOKEN".into()],
             allow: vec![],
+            keep: vec![],
             inject: vec![(
                 "PIP_INDEX_URL".into(),
                 "https://pypi.internal/simple".into(),
@@ -422,16 +441,39 @@ mod env_rules_tests {
     }
 
     #[test]
+    fn keep_passes_a_name_whatever_deny_and_allow_say() {
+        let r = EnvRules {
+            deny: vec!["AWS_*".into(), "*_KEY".into()],
+            allow: vec!["PATH".into()],
+            keep: vec!["AWS_REGION".into(), "OPENAI_API_KEY".into()],
+            ..EnvRules::default()
+        };
+        assert!(r.keeps(b"AWS_REGION") && r.keeps(b"OPENAI_API_KEY"));
+        assert!(!r.keeps(b"AWS_SECRET_ACCESS_KEY") && !r.keeps(b"HOME"));
+        let m = EnvRules::merged(
+            Some(&EnvRules {
+                keep: vec!["GH_TOKEN".into()],
+                ..EnvRules::default()
+            }),
+            Some(&r),
+        )
+        .unwrap();
+        assert_eq!(m.keep, ["GH_TOKEN", "AWS_REGION", "OPENAI_API_KEY"]);
+    }
+
+    #[test]
     fn a_session_and_its_policy_both_apply() {
         let session = EnvRules {
             deny: vec!["*_TOKEN".into()],
             allow: vec!["PATH".into(), "HOME".into(), "PIP_*".into()],
+            keep: vec![],
             inject: vec![("PIP_INDEX_URL".into(), "https://session/".into())],
             also_allow: vec![],
         };
         let policy = EnvRules {
             deny: vec!["AWS_*".into(), "*_TOKEN".into()],
             allow: vec!["PATH".into(), "PIP_*".into(), "LANG".into()],
+            keep: vec![],
             inject: vec![
                 ("PIP_INDEX_URL".into(), "https://policy/".into()),
                 ("LANG".into(), "C.UTF-8".into()),

@@ -139,7 +139,36 @@ pub fn server_base() -> PathBuf {
     }
 }
 
+/// A loopback port free now, for a server to bind a moment later. Chosen
+/// below the kernel's ephemeral range (`ip_local_port_range`): a port from
+/// `bind(0)` is one the kernel also hands to any outgoing connection made
+/// meanwhile (the suite makes thousands), which then holds it when the
+/// server binds (`Address already in use`). Numbers are spread by pid and a
+/// counter, so tests of one binary never pick the same one; none is a port
+/// the shipped policies let trees reach.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    let (base, span) = if low > 12_000 {
+        (10_000, low - 10_000)
+    } else {
+        (0, 0)
+    };
+    for _ in 0..span.min(2000) {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = base + (std::process::id().wrapping_mul(7919).wrapping_add(n * 13)) % span;
+        // Not a port the shipped policies open to trees (mongodb's).
+        if port == 27017 {
+            continue;
+        }
+        if TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
+            return port as u16;
+        }
+    }
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

@@ -672,10 +672,7 @@ fn set_flag(args: &mut Vec<String>, flag: &str, value: &str) {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap()
+    agentsh_tests::server::free_port()
 }
 
 /// A fresh server config of its own (port, state, audit) under `dir`.

@@ -8,7 +8,7 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
-use agentsh_tests::sandbox::{Sandbox, NOBODY};
+use agentsh_tests::sandbox::{Sandbox, AGENT_DEFAULT, AGENT_OBSERVE, AGENT_STRICT, NOBODY};
 use agentsh_tests::sdk::Spawn;
 use agentsh_tests::server::{bin, require_root};
 
@@ -113,4 +113,75 @@ fn injecting_a_loader_variable_is_a_policy_error() {
         err.contains(":3:") && err.contains("LD_PRELOAD") && err.contains("dynamic loader"),
         "{err}"
     );
+}
+
+/// The shipped policies keep secrets out of the tree with nothing
+/// configured (issue 41): an SDK's `sh -c` given the usual credential
+/// variables starts without them, and so does a nested shell; what is not a
+/// secret (and the region names `keep` passes) arrives; the wrap_init event
+/// names what was removed, never a value.
+#[test]
+fn the_shipped_policies_keep_secrets_out_of_the_tree() {
+    if !require_root("the_shipped_policies_keep_secrets_out_of_the_tree") {
+        return;
+    }
+    const SECRETS: [(&str, &str); 6] = [
+        ("SECRET_TOKEN", "sk-live-123"),
+        ("AWS_SECRET_ACCESS_KEY", "aws-secret-456"),
+        ("GITHUB_TOKEN", "ghp_789"),
+        ("OPENAI_API_KEY", "sk-openai"),
+        ("DB_PASSWORD", "hunter2"),
+        ("SSH_AUTH_SOCK", "/tmp/ssh-x/agent.1"),
+    ];
+    let script = "env | sort; echo nested; sh -c 'env | sort'";
+    for (policy, uid) in [
+        (AGENT_DEFAULT, None),
+        (AGENT_DEFAULT, Some(NOBODY)),
+        (AGENT_STRICT, Some(NOBODY)),
+        (AGENT_OBSERVE, None),
+    ] {
+        let mut s = Sandbox::new(policy, uid);
+        let mut spawn = Spawn::argv(&["sh", "-c", script])
+            .env("AWS_REGION", "eu-west-1")
+            .env("PLAIN_SETTING", "kept");
+        for (k, v) in SECRETS {
+            spawn = spawn.env(k, v);
+        }
+        let f = s.spawn(&spawn);
+        assert_eq!(f.code, Some(0), "{f:?}");
+        let name = policy
+            .lines()
+            .find(|l| l.starts_with("name:"))
+            .unwrap_or("");
+        for (k, v) in SECRETS {
+            assert!(
+                !f.stdout.contains(k) && !f.stdout.contains(v),
+                "{name} {uid:?}: {k} reached the tree: {}",
+                f.stdout
+            );
+        }
+        assert_eq!(
+            f.stdout.matches("AWS_REGION=eu-west-1").count(),
+            2,
+            "{name} {uid:?}: {}",
+            f.stdout
+        );
+        assert_eq!(
+            f.stdout.matches("PLAIN_SETTING=kept").count(),
+            2,
+            "{}",
+            f.stdout
+        );
+        let init = s
+            .events()
+            .into_iter()
+            .rev()
+            .find(|e| e["type"] == "wrap_init")
+            .expect("a wrap_init event");
+        let text = init.to_string();
+        for (k, v) in SECRETS {
+            assert!(text.contains(k), "{name}: {k} not named as removed: {init}");
+            assert!(!text.contains(v), "{name}: a value in the event: {init}");
+        }
+    }
 }

@@ -1040,3 +1040,63 @@ print("program", "mapped" if p not in (None, ctypes.c_void_p(-1).value) else "re
         );
     }
 }
+
+/// Under `agentsh wrap` with the default policy the agent starts without
+/// the credentials in the developer's environment (said on stderr at
+/// start, with how to pass one), and `--keep-env NAME` passes the one it
+/// needs (its model API key) to it and what it runs.
+#[test]
+fn wrap_keeps_secrets_out_but_passes_what_keep_env_names() {
+    if !require_root("wrap_keeps_secrets_out_but_passes_what_keep_env_names") {
+        return;
+    }
+    let p = Place::new("envkeep", Some(NOBODY));
+    let show = [
+        "sh",
+        "-c",
+        "echo \"[$OPENAI_API_KEY][$GITHUB_TOKEN][$DB_PASSWORD]\"; sh -c 'echo \"nested[$OPENAI_API_KEY]\"'",
+    ];
+    let with_secrets = |mut c: Command| {
+        c.env("OPENAI_API_KEY", "sk-openai")
+            .env("GITHUB_TOKEN", "ghp_1")
+            .env("DB_PASSWORD", "hunter2");
+        c
+    };
+    let o = run(
+        with_secrets(p.wrap("env1", &[], &show)),
+        Duration::from_secs(120),
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("[][][]") && out.contains("nested[]"),
+        "{}",
+        text(&o)
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("DB_PASSWORD GITHUB_TOKEN OPENAI_API_KEY") && err.contains("--keep-env"),
+        "{}",
+        text(&o)
+    );
+    assert!(!err.contains("sk-openai"), "{}", text(&o));
+    let o = run(
+        with_secrets(p.wrap("env2", &["--keep-env", "OPENAI_API_KEY"], &show)),
+        Duration::from_secs(120),
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("[sk-openai][][]") && out.contains("nested[sk-openai]"),
+        "{}",
+        text(&o)
+    );
+    let o = run(
+        p.wrap("env3", &["--keep-env", "A-B"], &["true"]),
+        Duration::from_secs(60),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--keep-env \"A-B\""),
+        "{}",
+        text(&o)
+    );
+}

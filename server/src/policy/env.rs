@@ -40,9 +40,10 @@ pub fn describe(r: &EnvRules) -> String {
         }
     };
     format!(
-        "env: deny {}; allow {}; inject {} (applied to the shell's environment before it runs; the \
+        "env: deny {}; keep {}; allow {}; inject {} (applied to the shell's environment before it runs; the \
          wrap-init event names what was removed)",
         list(&r.deny),
+        list(&r.keep),
         if r.allow.is_empty() {
             "every other name".to_string()
         } else {
@@ -60,6 +61,7 @@ mod tests {
         EnvDoc {
             deny: deny.iter().map(ToString::to_string).collect(),
             allow: vec![],
+            keep: vec![],
             inject: inject
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -38,6 +38,13 @@ pub struct Wrap {
     /// `*.example.com` for the names below one. Standalone only.
     #[arg(long = "allow-host", value_name = "HOST")]
     pub allow_hosts: Vec<String>,
+    /// A variable the agent itself needs that the policy's `env.deny`
+    /// removes (agent-default removes names like credentials: `*_KEY`,
+    /// `*_TOKEN`, `*SECRET*`...), e.g. its model's API key
+    /// (ANTHROPIC_API_KEY, OPENAI_API_KEY): passed to CMD, and so to what it
+    /// runs. Repeatable; `*` for any run of characters. Standalone only.
+    #[arg(long = "keep-env", value_name = "NAME")]
+    pub keep_env: Vec<String>,
     /// No start line and no session report on stderr.
     #[arg(long)]
     pub quiet: bool,

@@ -12,6 +12,7 @@
 
 use super::args::Wrap;
 use super::command::{exec_plain, record_unsupervised, resolve, say};
+use super::derived::{derived, DeriveError};
 use super::files::{Dirs, WrapFilesError};
 use crate::cli::lifecycle::{self, Entrypoint, WrapServer};
 use crate::config::ConfigError;
@@ -24,37 +25,6 @@ use std::time::Duration;
 /// How long wrap waits for its own server to start CMD.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// `--allow-host` cannot be added to the policy.
-#[derive(Debug, thiserror::Error)]
-pub enum AllowHostError {
-    #[error("--allow-host {host:?}: {source}")]
-    Host {
-        host: String,
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-    #[error("policy {name}: {source}")]
-    Read {
-        name: String,
-        source: std::io::Error,
-    },
-    #[error("policy {0:?}: no such policy")]
-    NoSuchPolicy(String),
-    #[error("policy {name}: {source}")]
-    Yaml {
-        name: String,
-        source: serde_yaml_ng::Error,
-    },
-    #[error(
-        "--allow-host: policy {0} has no egress section, so it judges no destination (every \
-         one is allowed as far as its network_rules' ports go)"
-    )]
-    NoEgress(String),
-    #[error("policy {0}: egress.rules is not a list")]
-    RulesNotList(String),
-    #[error("{0}")]
-    Write(#[source] serde_yaml_ng::Error),
-}
-
 /// Why a standalone wrap stops before its server starts.
 #[derive(Debug, thiserror::Error)]
 enum SetupError {
@@ -65,7 +35,7 @@ enum SetupError {
     #[error("--workspace {}: not a directory", .0.display())]
     Workspace(PathBuf),
     #[error(transparent)]
-    AllowHost(#[from] AllowHostError),
+    Derive(#[from] DeriveError),
     #[error("cannot write {}: {source}", path.display())]
     Write {
         path: PathBuf,
@@ -86,7 +56,7 @@ impl SetupError {
         match self {
             SetupError::CurrentDir(_)
             | SetupError::Workspace(_)
-            | SetupError::AllowHost(_)
+            | SetupError::Derive(_)
             | SetupError::Config { .. }
             | SetupError::Policy { .. } => 2,
             SetupError::Files(_) | SetupError::Write { .. } | SetupError::Exe(_) => {
@@ -143,6 +113,8 @@ struct Setup {
     config_path: PathBuf,
     /// `agentsh wrap --own-server ... -- CMD`, the server's command.
     command: Vec<OsString>,
+    /// Names of wrap's environment the policy keeps from CMD.
+    removed: Vec<String>,
 }
 
 impl Setup {
@@ -160,7 +132,7 @@ impl Setup {
             path: config_path.clone(),
             source,
         })?;
-        check_policy(&config_path, &policy)?;
+        let removed = removed_names(&check_policy(&config_path, &policy)?);
         let command = own_server_command(w, session, &dirs, &audit)?;
         Ok(Setup {
             dirs,
@@ -169,6 +141,7 @@ impl Setup {
             policy,
             config_path,
             command,
+            removed,
         })
     }
 
@@ -188,6 +161,13 @@ impl Setup {
                  only this user's processes can be supervised)"
             }
         ));
+        if !self.removed.is_empty() {
+            say(&format!(
+                "kept from the agent's environment by the policy's env rules (secrets stay out \
+                 of the tree): {}; pass one the agent needs with --keep-env NAME",
+                self.removed.join(" ")
+            ));
+        }
     }
 }
 
@@ -203,14 +183,15 @@ fn workspace_of(w: &Wrap) -> Result<PathBuf, SetupError> {
     Ok(workspace)
 }
 
-/// `--policy` (agent-default without it); with `--allow-host`, a copy with
-/// the hosts' rule, written to the session's state.
+/// `--policy` (agent-default without it); with `--allow-host` or
+/// `--keep-env`, a copy with the hosts' rule and the names kept, written to
+/// the session's state.
 fn policy_of(w: &Wrap, dirs: &Dirs) -> Result<String, SetupError> {
     let policy = w.policy.clone().unwrap_or_else(|| "agent-default".into());
-    if w.allow_hosts.is_empty() {
+    if w.allow_hosts.is_empty() && w.keep_env.is_empty() {
         return Ok(policy);
     }
-    let text = with_hosts(&policy, &w.allow_hosts)?;
+    let text = derived(&policy, &w.allow_hosts, &w.keep_env)?;
     let derived = dirs.state.join("policy.yaml");
     write_private(&derived, &text).map_err(|source| SetupError::Write {
         path: derived.clone(),
@@ -221,7 +202,7 @@ fn policy_of(w: &Wrap, dirs: &Dirs) -> Result<String, SetupError> {
 
 /// The policy is checked before anything starts: its errors, with line:col,
 /// are the user's to fix (exit 2), not a refusal.
-fn check_policy(config_path: &Path, policy: &str) -> Result<(), SetupError> {
+fn check_policy(config_path: &Path, policy: &str) -> Result<crate::policy::Policy, SetupError> {
     let c =
         crate::config::Config::load(Some(config_path)).map_err(|source| SetupError::Config {
             policy: policy.to_string(),
@@ -232,8 +213,22 @@ fn check_policy(config_path: &Path, policy: &str) -> Result<(), SetupError> {
             policy: policy.to_string(),
             source,
         }
-    })?;
-    Ok(())
+    })
+}
+
+/// The names of wrap's own environment the policy's `env` keeps from CMD
+/// (said at start: the agent may need one, e.g. its API key).
+fn removed_names(p: &crate::policy::Policy) -> Vec<String> {
+    let Some(rules) = p.env() else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = std::env::vars_os()
+        .map(|(k, _)| k)
+        .filter(|k| !rules.keeps(k.as_bytes()))
+        .map(|k| k.to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
 }
 
 /// `agentsh wrap --own-server --server unix:SOCKET --session ID --audit
@@ -299,72 +294,6 @@ fn unsupervised(
         .filter_map(|a| CString::new(a.as_bytes()).ok())
         .collect();
     exec_plain(&real, &argv)
-}
-
-/// The name of the egress rule `--allow-host` adds.
-const ALLOW_HOST_RULE: &str = "wrap-allow-host";
-
-/// The policy `name_or_path` (as the server would find it: a file, a file
-/// in the policies directory, or a shipped one) with an egress rule
-/// allowing `hosts` on 443 after its leading deny rules (so a name that
-/// resolves into cloud metadata stays refused).
-fn with_hosts(name_or_path: &str, hosts: &[String]) -> Result<String, AllowHostError> {
-    use serde_yaml_ng::{Mapping, Value};
-    for h in hosts {
-        crate::policy::egress::parse_host(h).map_err(|e| AllowHostError::Host {
-            host: h.clone(),
-            source: e.into(),
-        })?;
-    }
-    let name = || name_or_path.to_string();
-    let text = if name_or_path.contains('/') || name_or_path.ends_with(".yaml") {
-        std::fs::read_to_string(name_or_path).map_err(|source| AllowHostError::Read {
-            name: name(),
-            source,
-        })?
-    } else {
-        let dir = crate::config::Config::load(None).map_or_else(
-            |_| PathBuf::from("/etc/agentsh/policies"),
-            |c| c.policies_dir,
-        );
-        match std::fs::read_to_string(dir.join(format!("{name_or_path}.yaml"))) {
-            Ok(t) => t,
-            Err(_) => crate::policy::shipped(name_or_path)
-                .ok_or_else(|| AllowHostError::NoSuchPolicy(name()))?
-                .to_string(),
-        }
-    };
-    let mut doc: Value = serde_yaml_ng::from_str(&text).map_err(|source| AllowHostError::Yaml {
-        name: name(),
-        source,
-    })?;
-    let key = |k: &str| Value::String(k.into());
-    let Some(egress) = doc.get_mut("egress").and_then(Value::as_mapping_mut) else {
-        return Err(AllowHostError::NoEgress(name()));
-    };
-    let rules = egress
-        .entry(key("rules"))
-        .or_insert_with(|| Value::Sequence(Vec::new()));
-    let Some(rules) = rules.as_sequence_mut() else {
-        return Err(AllowHostError::RulesNotList(name()));
-    };
-    let at = rules
-        .iter()
-        .take_while(|r| r.get("decision").and_then(Value::as_str) == Some("deny"))
-        .count();
-    let mut rule = Mapping::new();
-    rule.insert(key("name"), key(ALLOW_HOST_RULE));
-    rule.insert(
-        key("hosts"),
-        Value::Sequence(hosts.iter().map(|h| key(h)).collect()),
-    );
-    rule.insert(
-        key("ports"),
-        Value::Sequence(vec![Value::Number(443.into())]),
-    );
-    rule.insert(key("decision"), key("allow"));
-    rules.insert(at, Value::Mapping(rule));
-    serde_yaml_ng::to_string(&doc).map_err(AllowHostError::Write)
 }
 
 /// The server's config for a standalone wrap.
@@ -458,42 +387,5 @@ mod tests {
         assert_eq!(c.policy, "agent-default");
         assert!(text.contains("workspace: \"/w s\""), "{text}");
         assert_eq!(c.egress.stub_addr().unwrap().port(), 0);
-    }
-
-    #[test]
-    fn allow_host_puts_a_rule_after_the_deny_rules() {
-        let text = with_hosts("agent-default", &["api.anthropic.com".into()]).unwrap();
-        let p = crate::policy::Policy::from_yaml(&text, "t").unwrap();
-        let e = p.egress().unwrap();
-        assert_eq!(e.rules[0].name, "no-cloud-metadata");
-        assert_eq!(e.rules[1].name, ALLOW_HOST_RULE);
-        assert!(e.could_allow_name("api.anthropic.com"));
-        assert!(!e.could_allow_name("s3cr3t.attacker.example"));
-        let names = ["api.anthropic.com".to_string()];
-        let v = crate::policy::egress::judge_destination(
-            e,
-            &crate::policy::egress::Destination {
-                ip: "203.0.113.9".parse().unwrap(),
-                port: 443,
-                protocol: crate::policy::egress::Protocol::Tcp,
-                names: &names,
-            },
-        );
-        assert_eq!(
-            (v.decision, v.rule.as_str()),
-            (crate::policy::Decision::Allow, ALLOW_HOST_RULE)
-        );
-        // Metadata stays refused whatever the name resolves to.
-        let v = crate::policy::egress::judge_destination(
-            e,
-            &crate::policy::egress::Destination {
-                ip: "169.254.169.254".parse().unwrap(),
-                port: 443,
-                protocol: crate::policy::egress::Protocol::Tcp,
-                names: &names,
-            },
-        );
-        assert_eq!(v.decision, crate::policy::Decision::Deny);
-        assert!(with_hosts("agent-default", &["https://x/y".into()]).is_err());
     }
 }

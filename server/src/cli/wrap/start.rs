@@ -35,6 +35,10 @@ pub fn run(w: Wrap) -> i32 {
         say("--allow-host changes the policy of wrap's own server; with --server, the server's policy decides (add the rule there)");
         return 2;
     }
+    if !w.keep_env.is_empty() && w.server.is_some() && !w.own_server {
+        say("--keep-env changes the policy of wrap's own server; with --server, the server's policy decides (add the name to its env.keep)");
+        return 2;
+    }
     let session = w.session.clone().unwrap_or_else(new_session_id);
     if !crate::session::valid_id(&session) {
         say(&format!(

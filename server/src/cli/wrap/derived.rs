@@ -1,0 +1,213 @@
+//! The policy a standalone `agentsh wrap` runs: the one named (a file, a
+//! file in the policies directory, or a shipped one), with `--allow-host`'s
+//! egress rule (after the policy's leading deny rules, so a name that
+//! resolves into cloud metadata stays refused) and `--keep-env`'s names
+//! added to `env.keep` (passed to the agent whatever the policy's `env.deny`
+//! says: the agent's own model API key).
+//!
+//! Failure modes: a host or name that is not one, a policy that cannot be
+//! read or parsed, `--allow-host` on a policy without `egress`: an error
+//! naming the option and the policy (wrap exits 2).
+
+use std::path::PathBuf;
+
+/// `--allow-host` or `--keep-env` cannot be added to the policy.
+#[derive(Debug, thiserror::Error)]
+pub enum DeriveError {
+    #[error("--allow-host {host:?}: {source}")]
+    Host {
+        host: String,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error(
+        "--keep-env {0:?}: not a variable name (letters, digits and '_'; '*' for any run of them)"
+    )]
+    Name(String),
+    #[error("policy {name}: {source}")]
+    Read {
+        name: String,
+        source: std::io::Error,
+    },
+    #[error("policy {0:?}: no such policy")]
+    NoSuchPolicy(String),
+    #[error("policy {name}: {source}")]
+    Yaml {
+        name: String,
+        source: serde_yaml_ng::Error,
+    },
+    #[error(
+        "--allow-host: policy {0} has no egress section, so it judges no destination (every \
+         one is allowed as far as its network_rules' ports go)"
+    )]
+    NoEgress(String),
+    #[error("policy {0}: egress.rules is not a list")]
+    RulesNotList(String),
+    #[error("policy {0}: env is not a mapping, or env.keep not a list")]
+    EnvNotMapping(String),
+    #[error("{0}")]
+    Write(#[source] serde_yaml_ng::Error),
+}
+
+/// The name of the egress rule `--allow-host` adds.
+pub const ALLOW_HOST_RULE: &str = "wrap-allow-host";
+
+/// The policy `name_or_path` with `hosts` allowed on 443 and `keep` kept
+/// (see the module doc), as YAML.
+///
+/// # Errors
+/// See [`DeriveError`].
+pub fn derived(
+    name_or_path: &str,
+    hosts: &[String],
+    keep: &[String],
+) -> Result<String, DeriveError> {
+    use serde_yaml_ng::{Mapping, Value};
+    for h in hosts {
+        crate::policy::egress::parse_host(h).map_err(|e| DeriveError::Host {
+            host: h.clone(),
+            source: e.into(),
+        })?;
+    }
+    for k in keep {
+        if k.is_empty()
+            || !k
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'*')
+        {
+            return Err(DeriveError::Name(k.clone()));
+        }
+    }
+    let name = || name_or_path.to_string();
+    let text = read(name_or_path)?;
+    let mut doc: Value = serde_yaml_ng::from_str(&text).map_err(|source| DeriveError::Yaml {
+        name: name(),
+        source,
+    })?;
+    let key = |k: &str| Value::String(k.into());
+    if !hosts.is_empty() {
+        let Some(egress) = doc.get_mut("egress").and_then(Value::as_mapping_mut) else {
+            return Err(DeriveError::NoEgress(name()));
+        };
+        let rules = egress
+            .entry(key("rules"))
+            .or_insert_with(|| Value::Sequence(Vec::new()));
+        let Some(rules) = rules.as_sequence_mut() else {
+            return Err(DeriveError::RulesNotList(name()));
+        };
+        let at = rules
+            .iter()
+            .take_while(|r| r.get("decision").and_then(Value::as_str) == Some("deny"))
+            .count();
+        let mut rule = Mapping::new();
+        rule.insert(key("name"), key(ALLOW_HOST_RULE));
+        rule.insert(
+            key("hosts"),
+            Value::Sequence(hosts.iter().map(|h| key(h)).collect()),
+        );
+        rule.insert(
+            key("ports"),
+            Value::Sequence(vec![Value::Number(443.into())]),
+        );
+        rule.insert(key("decision"), key("allow"));
+        rules.insert(at, Value::Mapping(rule));
+    }
+    if !keep.is_empty() {
+        let Some(top) = doc.as_mapping_mut() else {
+            return Err(DeriveError::EnvNotMapping(name()));
+        };
+        let env = top
+            .entry(key("env"))
+            .or_insert_with(|| Value::Mapping(Mapping::new()));
+        let Some(env) = env.as_mapping_mut() else {
+            return Err(DeriveError::EnvNotMapping(name()));
+        };
+        let list = env
+            .entry(key("keep"))
+            .or_insert_with(|| Value::Sequence(Vec::new()));
+        let Some(list) = list.as_sequence_mut() else {
+            return Err(DeriveError::EnvNotMapping(name()));
+        };
+        list.extend(keep.iter().map(|k| key(k)));
+    }
+    serde_yaml_ng::to_string(&doc).map_err(DeriveError::Write)
+}
+
+/// The policy's text, found as the server would find it.
+fn read(name_or_path: &str) -> Result<String, DeriveError> {
+    let name = || name_or_path.to_string();
+    if name_or_path.contains('/') || name_or_path.ends_with(".yaml") {
+        return std::fs::read_to_string(name_or_path).map_err(|source| DeriveError::Read {
+            name: name(),
+            source,
+        });
+    }
+    let dir = crate::config::Config::load(None).map_or_else(
+        |_| PathBuf::from("/etc/agentsh/policies"),
+        |c| c.policies_dir,
+    );
+    match std::fs::read_to_string(dir.join(format!("{name_or_path}.yaml"))) {
+        Ok(t) => Ok(t),
+        Err(_) => crate::policy::shipped(name_or_path)
+            .map(str::to_string)
+            .ok_or_else(|| DeriveError::NoSuchPolicy(name())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_hosts(p: &str, hosts: &[String]) -> Result<String, DeriveError> {
+        derived(p, hosts, &[])
+    }
+
+    #[test]
+    fn allow_host_puts_a_rule_after_the_deny_rules() {
+        let text = with_hosts("agent-default", &["api.anthropic.com".into()]).unwrap();
+        let p = crate::policy::Policy::from_yaml(&text, "t").unwrap();
+        let e = p.egress().unwrap();
+        assert_eq!(e.rules[0].name, "no-cloud-metadata");
+        assert_eq!(e.rules[1].name, ALLOW_HOST_RULE);
+        assert!(e.could_allow_name("api.anthropic.com"));
+        assert!(!e.could_allow_name("s3cr3t.attacker.example"));
+        let names = ["api.anthropic.com".to_string()];
+        let v = crate::policy::egress::judge_destination(
+            e,
+            &crate::policy::egress::Destination {
+                ip: "203.0.113.9".parse().unwrap(),
+                port: 443,
+                protocol: crate::policy::egress::Protocol::Tcp,
+                names: &names,
+            },
+        );
+        assert_eq!(
+            (v.decision, v.rule.as_str()),
+            (crate::policy::Decision::Allow, ALLOW_HOST_RULE)
+        );
+        // Metadata stays refused whatever the name resolves to.
+        let v = crate::policy::egress::judge_destination(
+            e,
+            &crate::policy::egress::Destination {
+                ip: "169.254.169.254".parse().unwrap(),
+                port: 443,
+                protocol: crate::policy::egress::Protocol::Tcp,
+                names: &names,
+            },
+        );
+        assert_eq!(v.decision, crate::policy::Decision::Deny);
+        assert!(with_hosts("agent-default", &["https://x/y".into()]).is_err());
+    }
+
+    #[test]
+    fn keep_env_adds_to_the_policys_keep_list() {
+        let text = derived("agent-default", &[], &["OPENAI_API_KEY".into()]).unwrap();
+        let p = crate::policy::Policy::from_yaml(&text, "t").unwrap();
+        let env = p.env().unwrap();
+        assert!(env.keeps(b"OPENAI_API_KEY"));
+        assert!(!env.keeps(b"ANTHROPIC_API_KEY"));
+        assert!(matches!(
+            derived("agent-default", &[], &["A-B".into()]),
+            Err(DeriveError::Name(_))
+        ));
+    }
+}
