@@ -19,7 +19,9 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
-use agentsh_tests::sandbox::{Sandbox, AGENT_OBSERVE, AGENT_STRICT, NOBODY, WORKSPACE};
+use agentsh_tests::sandbox::{
+    Sandbox, AGENT_DEFAULT, AGENT_OBSERVE, AGENT_STRICT, NOBODY, WORKSPACE,
+};
 use agentsh_tests::server::require_root;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -923,4 +925,61 @@ os._exit(0)
     // The server still serves the next command.
     let f = s.sh("echo still-served");
     assert!(f.stdout.contains("still-served"), "{f:?}");
+}
+
+/// Every refused destination is explained on the caller's stderr, once per
+/// thread and destination (issue 41): the line names the call, where it
+/// went and the rule; a call held for an operator says it waits (the
+/// approval's id, for how long), then why it was refused.
+#[test]
+fn a_refused_destination_is_explained_once_on_the_callers_stderr() {
+    if !require_root("a_refused_destination_is_explained_once_on_the_callers_stderr") {
+        return;
+    }
+    let (_udp, uport) = udp_listener();
+    for config in ["", "execve:\n  backend: ptrace\n"] {
+        let mut s = Sandbox::with_config(AGENT_STRICT, Some(NOBODY), config);
+        let f = s.sh(&format!(
+            "python3 -c '
+import socket
+for _ in range(3):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try: s.sendto(b\"x\", (\"127.0.0.1\", {uport}))
+    except PermissionError: pass
+    socket.socket().connect_ex((\"127.0.0.1\", 443))
+print(\"done\")
+'"
+        ));
+        assert!(f.stdout.contains("done"), "{f:?}");
+        let udp_line = format!("agentsh: sendto to 127.0.0.1 port {uport}/udp denied (rule ");
+        assert_eq!(f.stderr.matches(&udp_line).count(), 1, "{config:?}: {f:?}");
+        assert_eq!(
+            f.stderr
+                .matches("agentsh: connect to 127.0.0.1 port 443/tcp denied (rule ")
+                .count(),
+            1,
+            "{config:?}: {f:?}"
+        );
+    }
+    // agent-default asks an operator about a destination no rule names.
+    let mut s = Sandbox::with_config(AGENT_DEFAULT, None, "execve:\n  approval_timeout: 1s\n");
+    let f = s.sh("python3 -c '
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try: s.sendto(b\"x\", (\"192.0.2.7\", 9))
+except PermissionError as e: print(\"REFUSED\", e.errno)
+'");
+    assert!(f.stdout.contains("REFUSED 13"), "{f:?}");
+    assert!(
+        f.stderr.contains("agentsh: waiting for approval ")
+            && f.stderr
+                .contains(" of sendto to 192.0.2.7 port 9/udp (up to 1 s)"),
+        "{f:?}"
+    );
+    assert!(
+        f.stderr
+            .contains("agentsh: sendto to 192.0.2.7 port 9/udp denied (rule ")
+            && f.stderr.contains("timed out after 1 s"),
+        "{f:?}"
+    );
 }

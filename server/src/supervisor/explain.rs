@@ -1,8 +1,10 @@
-//! Telling a refused exec's caller why (`execve.explain: stderr`): before
-//! the refusal is answered, one line of at most [`MAX`] bytes on the
-//! caller's own stderr, e.g. `agentsh: curl denied (rule
-//! deny-network-tools): network tools are not allowed`, so an agent reads a
-//! reason instead of a bare "Permission denied" and stops retrying.
+//! Telling a refused caller why (`execve.explain: stderr`): before the
+//! refusal is answered, one line of at most [`MAX`] bytes on the caller's
+//! own stderr, e.g. `agentsh: curl denied (rule deny-network-tools):
+//! network tools are not allowed`, or for a network call `agentsh: connect
+//! to 203.0.113.9 port 443/tcp denied (rule default): no egress rule allows
+//! it`, so an agent reads a reason instead of a bare "Permission denied"
+//! and stops retrying. A call held for an operator says so first.
 //!
 //! The caller's fd 2 is taken with `pidfd_getfd` (the same open file), or,
 //! where that is refused (Docker's default profile, gVisor), opened again
@@ -48,6 +50,21 @@ pub fn waiting(id: &str, argv: &[String], timeout: std::time::Duration) -> Strin
         cmd.truncate(cut);
         cmd.push('…');
     }
+    waiting_for(id, &format!("\"{cmd}\""), timeout)
+}
+
+/// The line while a network call waits for an operator: the approval's
+/// id, where the call goes (`connect to api.example.com (203.0.113.9) port
+/// 443/tcp`), how long it may wait. Pure.
+pub fn waiting_destination(
+    id: &str,
+    dest: &Destination<'_>,
+    timeout: std::time::Duration,
+) -> String {
+    waiting_for(id, &dest.text(), timeout)
+}
+
+fn waiting_for(id: &str, what: &str, timeout: std::time::Duration) -> String {
     let secs = timeout.as_secs_f64();
     let wait = if secs.fract() == 0.0 {
         format!("{secs:.0} s")
@@ -55,9 +72,47 @@ pub fn waiting(id: &str, argv: &[String], timeout: std::time::Duration) -> Strin
         format!("{secs:.1} s")
     };
     bounded(format!(
-        "agentsh: waiting for approval {} of \"{cmd}\" (up to {wait})",
+        "agentsh: waiting for approval {} of {what} (up to {wait})",
         escape(id)
     ))
+}
+
+/// Where a refused or held network call goes, as its line names it.
+pub struct Destination<'a> {
+    /// connect | sendto | sendmsg | sendmmsg
+    pub syscall: &'a str,
+    /// The name the tree resolved to the address, where known.
+    pub host: Option<&'a str>,
+    pub ip: std::net::IpAddr,
+    pub port: u16,
+    /// tcp | udp
+    pub protocol: &'a str,
+}
+
+impl Destination<'_> {
+    fn text(&self) -> String {
+        let at = match self.host {
+            Some(h) => format!("{} ({})", escape(h), self.ip),
+            None => self.ip.to_string(),
+        };
+        format!(
+            "{} to {at} port {}/{}",
+            escape(self.syscall),
+            self.port,
+            self.protocol
+        )
+    }
+}
+
+/// The line for a refused network call: where it went, the rule, why.
+/// Escaped and bounded like [`line`]. Pure.
+pub fn refused_destination(dest: &Destination<'_>, rule: &str, message: Option<&str>) -> String {
+    let mut s = format!("agentsh: {} denied (rule {})", dest.text(), escape(rule));
+    if let Some(m) = message.filter(|m| !m.is_empty()) {
+        s.push_str(": ");
+        s.push_str(&escape(m));
+    }
+    bounded(s)
 }
 
 /// At most [`MAX`] bytes with its newline, cut at a character with "…".
@@ -188,6 +243,27 @@ mod tests {
         assert!(
             w.len() <= MAX && w.contains("x\\x07") && w.ends_with("(up to 1.5 s)\n"),
             "{w}"
+        );
+    }
+
+    #[test]
+    fn a_refused_destination_names_where_the_call_went() {
+        let d = Destination {
+            syscall: "connect",
+            host: Some("evil\u{1b}.example"),
+            ip: "203.0.113.9".parse().unwrap(),
+            port: 443,
+            protocol: "tcp",
+        };
+        assert_eq!(
+            refused_destination(&d, "default", Some("no egress rule allows it")),
+            "agentsh: connect to evil\\x1b.example (203.0.113.9) port 443/tcp denied (rule \
+             default): no egress rule allows it\n"
+        );
+        assert_eq!(
+            waiting_destination("ap-7", &d, std::time::Duration::from_secs(30)),
+            "agentsh: waiting for approval ap-7 of connect to evil\\x1b.example (203.0.113.9) \
+             port 443/tcp (up to 30 s)\n"
         );
     }
 

@@ -15,7 +15,8 @@
 use super::call::{Call, EgressTree};
 use super::judge::ToApprove;
 use super::state::DestKey;
-use crate::audit::{self, Action, AuditLog, EventBody};
+use crate::audit::{self, Action, ApprovalOutcome, AuditLog, EventBody};
+use crate::supervisor::explain;
 use crate::supervisor::seam::{Held, HeldDestination, HoldKind, HoldRequest, Holder, Settled};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -45,6 +46,9 @@ pub struct HeldConnect {
     pub approved: (Arc<Mutex<HashSet<DestKey>>>, DestKey),
     pub holder: Holder,
     pub audit: Arc<AuditLog>,
+    /// `execve.explain: stderr`: the caller is told it waits, and why it
+    /// was refused.
+    pub explain: bool,
 }
 
 impl Held for HeldConnect {
@@ -68,6 +72,15 @@ impl Held for HeldConnect {
         &self.holder
     }
 
+    fn on_hold(&self, id: &str, timeout: std::time::Duration) {
+        if self.explain {
+            // Before the wait: a call that hangs for a minute with nothing
+            // said is retried or worked around.
+            let line = explain::waiting_destination(id, &self.dest(), timeout);
+            explain::tell(self.tid, &line);
+        }
+    }
+
     fn settle(self: Box<Self>, s: Settled) {
         tracing::info!(id = %s.id, pid = self.tid, outcome = s.outcome.as_str(), "connect approval finished");
         // Written before the answer, as for every exec.
@@ -77,6 +90,26 @@ impl Held for HeldConnect {
         }
         let this = *self;
         if !s.allow {
+            if this.explain {
+                let why = match s.outcome {
+                    ApprovalOutcome::Timeout => format!(
+                        "approval {} timed out after {:.0} s",
+                        s.id,
+                        s.timeout.as_secs_f64()
+                    ),
+                    _ => format!(
+                        "approval {} {} by {}{}",
+                        s.id,
+                        s.outcome.as_str(),
+                        s.approver,
+                        s.reason
+                            .as_deref()
+                            .map_or_else(String::new, |r| format!(": {r}"))
+                    ),
+                };
+                let line = explain::refused_destination(&this.dest(), &this.rule, Some(&why));
+                explain::tell(this.tid, &line);
+            }
             this.holder.answer_value(-i64::from(libc::EACCES));
             return;
         }
@@ -98,6 +131,18 @@ impl Held for HeldConnect {
 }
 
 impl HeldConnect {
+    /// Where the call goes, as its lines name it.
+    fn dest(&self) -> explain::Destination<'_> {
+        let d = &self.destination;
+        explain::Destination {
+            syscall: self.syscall,
+            host: d.host.as_deref(),
+            ip: d.ip,
+            port: d.port,
+            protocol: d.protocol,
+        }
+    }
+
     /// The one `connect` event of a held call, when it ends.
     fn record(&self, s: &Settled) {
         let d = &self.destination;
@@ -148,5 +193,6 @@ pub(super) fn hold(
         approved: (st.egress.approved.clone(), key),
         holder,
         audit: k.ctx.audit.clone(),
+        explain: k.ctx.limits.explain == crate::config::Explain::Stderr,
     }));
 }

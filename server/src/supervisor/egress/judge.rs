@@ -17,6 +17,7 @@ use super::state::DestKey;
 use crate::audit::{Passage, Refusal};
 use crate::policy::egress::{self, Destination, Egress, Protocol};
 use crate::policy::Decision;
+use crate::supervisor::explain;
 use crate::supervisor::tree::Tree;
 use std::net::SocketAddr;
 
@@ -120,23 +121,58 @@ fn judge_one(
     match decide(k, st, policy, key) {
         (Decision::Approve, rule, host) if single => One::Approve((key, rule, host)),
         (Decision::Approve, rule, host) => {
+            let why = "a destination that needs approval, in a sendmmsg batch: refused \
+                       (approvals are asked one call at a time)";
+            tell_refusal(k, st, key, host.as_deref(), &rule, Some(why));
             record(
                 k,
                 Some(key.into()),
                 host,
                 &rule,
                 Decision::Deny,
-                Some(
-                    "a destination that needs approval, in a sendmmsg batch: refused \
-                     (approvals are asked one call at a time)"
-                        .into(),
-                ),
+                Some(why.into()),
             );
             One::Refuse
         }
         (Decision::Allow, ..) => One::Pass,
-        _ => One::Refuse,
+        (_, rule, host) => {
+            let why = if rule == Refusal::NetworkRules.rule() {
+                Some("the port is not among network_rules' connect ports")
+            } else if rule == crate::policy::RULE_DEFAULT {
+                Some("no egress rule allows this destination")
+            } else {
+                None
+            };
+            tell_refusal(k, st, key, host.as_deref(), &rule, why);
+            One::Refuse
+        }
     }
+}
+
+/// Tells the caller why a destination is refused (`execve.explain:
+/// stderr`): one line on its stderr, the first time this thread is refused
+/// it.
+pub(super) fn tell_refusal(
+    k: &Call,
+    st: &mut EgressTree,
+    key: DestKey,
+    host: Option<&str>,
+    rule: &str,
+    why: Option<&str>,
+) {
+    if k.ctx.limits.explain != crate::config::Explain::Stderr
+        || !st.egress.first_telling(k.c.tid, key)
+    {
+        return;
+    }
+    let dest = explain::Destination {
+        syscall: k.call.name(),
+        host,
+        ip: key.ip,
+        port: key.port,
+        protocol: key.protocol.as_str(),
+    };
+    explain::tell(k.c.tid, &explain::refused_destination(&dest, rule, why));
 }
 
 /// DNS under `dns: stub`: the stub answers every query of the tree,
@@ -169,6 +205,14 @@ fn to_stub(
 /// DNS under `dns: stub` while the stub is not running (the server's start
 /// log says why): refused, never sent around it.
 fn stub_down(k: &Call, st: &mut EgressTree, key: DestKey) -> One {
+    tell_refusal(
+        k,
+        st,
+        key,
+        None,
+        Refusal::DnsStubDown.rule(),
+        Some("agentsh's DNS stub is not running: DNS is refused"),
+    );
     if !st.egress.seen.contains_key(&key) {
         let rule = Refusal::DnsStubDown.rule();
         record(
