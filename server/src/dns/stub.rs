@@ -41,6 +41,10 @@ pub struct Stub {
     upstream: Vec<SocketAddr>,
     audit: Arc<AuditLog>,
     in_flight: AtomicUsize,
+    /// `execve.explain: stderr`: a refused query's asker is told why, once
+    /// per (thread, name) (resolvers ask again, for each address family).
+    explain: bool,
+    told: std::sync::Mutex<std::collections::HashSet<(u32, String)>>,
 }
 
 /// Why the stub could not start.
@@ -115,6 +119,7 @@ impl Stub {
         addr: SocketAddr,
         upstream: Vec<SocketAddr>,
         audit: Arc<AuditLog>,
+        explain: bool,
     ) -> Result<Arc<Stub>, StubError> {
         let (udp, tcp, addr) = listen(addr)?;
         let stub = Arc::new(Stub {
@@ -123,6 +128,8 @@ impl Stub {
             upstream,
             audit,
             in_flight: AtomicUsize::new(0),
+            explain,
+            told: std::sync::Mutex::default(),
         });
         let s = stub.clone();
         std::thread::Builder::new()
@@ -294,8 +301,14 @@ impl Stub {
         }
     }
 
-    /// REFUSED, audited with `message`.
+    /// REFUSED, audited with `message`, and explained to the asker.
     fn refuse(&self, who: &Querier, query: &[u8], q: &Question, message: String) -> Vec<u8> {
+        if self.explain && self.first_telling(who.pid, &q.name) {
+            crate::supervisor::explain::tell(
+                who.pid,
+                &crate::supervisor::explain::refused_name(&q.name, RULE_DEFAULT),
+            );
+        }
         self.record(
             who,
             Some(q),
@@ -305,6 +318,19 @@ impl Stub {
             Some(message),
         );
         packet::reply(query, q, 5)
+    }
+
+    /// Whether thread `pid` is to be told of `name`'s refusal now (the
+    /// first time); remembered.
+    fn first_telling(&self, pid: u32, name: &str) -> bool {
+        let mut told = self
+            .told
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if told.len() >= 4096 {
+            told.clear();
+        }
+        told.insert((pid, name.to_ascii_lowercase()))
     }
 
     /// Binds each address of the upstream's answer `r` to the name for the

@@ -104,6 +104,17 @@ impl Destination<'_> {
     }
 }
 
+/// The line for a DNS query agentsh's stub refused: the name, and that no
+/// egress rule could allow it (the query never left the machine). Pure.
+pub fn refused_name(name: &str, rule: &str) -> String {
+    bounded(format!(
+        "agentsh: DNS lookup of {} refused (rule {}): no egress rule allows this name, so \
+         the query did not leave the machine",
+        escape(name),
+        escape(rule)
+    ))
+}
+
 /// The line for a refused network call: where it went, the rule, why.
 /// Escaped and bounded like [`line`]. Pure.
 pub fn refused_destination(dest: &Destination<'_>, rule: &str, message: Option<&str>) -> String {
