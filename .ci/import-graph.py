@@ -32,7 +32,13 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server", 
 # its backends: families never import each other, backends never import a
 # family (they reach one only through the dispatch), and the seam names
 # none of them (issue 38).
-FAMILIES = ["supervisor::exec", "supervisor::egress", "supervisor::signals", "supervisor::files"]
+FAMILIES = [
+    "supervisor::exec",
+    "supervisor::egress",
+    "supervisor::signals",
+    "supervisor::files",
+    "supervisor::maps",
+]
 BACKENDS = "supervisor::backend"
 
 # (importer prefix, imported prefix, why): lower layers never reach up.
