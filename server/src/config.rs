@@ -95,7 +95,8 @@ CONFIG KEYS (YAML; all optional; defaults shown):
                                                      session= or AGENTSH_SESSION=ID
   execve.explain                   stderr            stderr | off: a refused exec's caller gets one line
                                                      on its stderr (\"agentsh: curl denied (rule R):
-                                                     message\"), when it takes it without waiting
+                                                     message\"), when it takes it without waiting;
+                                                     so do refused network calls and DNS names
 The embedded defaults are printed by `agentsh server --print-config`.";
 
 #[derive(Debug, Clone, Deserialize)]
