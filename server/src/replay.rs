@@ -132,6 +132,31 @@ fn execs(events: &[Event]) -> Execs<'_> {
     out
 }
 
+/// Each session of `loaded`, with the policies its trees ran under (from
+/// their `wrap_init` events; empty when none was recorded). Pure.
+pub fn sessions(loaded: &Loaded) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for e in &loaded.events {
+        let s = out.entry(e.session_id.clone()).or_default();
+        if let EventBody::WrapInit(w) = &e.body {
+            s.insert(w.policy.clone());
+        }
+    }
+    out
+}
+
+/// `loaded` with only the events of the sessions in `keep`. Pure.
+pub fn only(loaded: Loaded, keep: &BTreeSet<String>) -> Loaded {
+    Loaded {
+        events: loaded
+            .events
+            .into_iter()
+            .filter(|e| keep.contains(&e.session_id))
+            .collect(),
+        not_events: loaded.not_events,
+    }
+}
+
 /// Whether the recorded file had no name on disk (events written before
 /// `anonymous` was recorded say so in the path).
 fn fileless(s: &ExecSubject) -> bool {
@@ -280,6 +305,8 @@ pub struct GenerateOptions<'a> {
     pub name: &'a str,
     /// `sha256:` entries instead of paths.
     pub pin_hashes: bool,
+    /// The base policy itself: what it denies is never allow-listed.
+    pub base: &'a Policy,
 }
 
 /// Directories whose programs never go on an allow-list: every tree can
@@ -386,11 +413,15 @@ struct Survey {
     findings: BTreeSet<String>,
     /// Execs refused while recorded.
     refused: BTreeSet<String>,
+    /// Execs that ran but the base denies, or that a would-deny finding
+    /// names: never allow-listed (they stay denied).
+    kept_denied: BTreeSet<String>,
 }
 
 impl Survey {
-    /// Takes in one exec judged while recorded.
-    fn add(&mut self, x: &ExecEvent) {
+    /// Takes in one exec judged while recorded; `base` is the policy the
+    /// allow-list is made on.
+    fn add(&mut self, x: &ExecEvent, base: &Policy) {
         let s = &x.subject;
         let cmd: String = s.argv.join(" ").chars().take(100).collect();
         if x.rule.starts_with("would-deny-") {
@@ -402,15 +433,30 @@ impl Survey {
                 .insert(format!("{cmd} (rule {}, depth {})", x.rule, s.depth));
             return;
         }
-        match names_of(s) {
-            Ok(names) => self.add_program(s, names),
+        let names = match names_of(s) {
+            Ok(names) => names,
             Err(why) => {
                 self.left_out.insert(
                     s.resolved.clone().unwrap_or_else(|| s.filename.clone()),
                     why,
                 );
+                return;
             }
+        };
+        // What ran only because the recording policy let everything run
+        // (agent-observe) is not what the base allows: it stays denied.
+        let v = judge_recorded(base, s);
+        if v.decision == Decision::Deny || x.rule.starts_with("would-deny-") {
+            let why = if v.decision == Decision::Deny {
+                format!("the base denies it (rule {})", v.rule)
+            } else {
+                format!("a finding ({})", x.rule)
+            };
+            self.kept_denied
+                .insert(format!("{cmd} (depth {}): {why}", s.depth));
+            return;
         }
+        self.add_program(s, names);
         // What the kernel starts for it is judged at the same depth.
         for i in s.interpreters.iter().chain(&s.loader_payloads) {
             let names = std::iter::once(i.path.clone())
@@ -482,11 +528,20 @@ fn header(y: &mut String, survey: &Survey, opts: &GenerateOptions<'_>, events: u
     ));
     if !survey.findings.is_empty() {
         y.push_str(
-            "#\n# Findings: what agent-default would deny, allowed here because it ran\n\
-             # (remove what should not run):\n",
+            "#\n# Findings: what agent-default would deny (it ran while recorded; not\n\
+             # allow-listed here):\n",
         );
         for f in &survey.findings {
             y.push_str(&format!("#   {f}\n"));
+        }
+    }
+    if !survey.kept_denied.is_empty() {
+        y.push_str(
+            "#\n# Ran while recorded, but denied by the base or a finding (not allow-listed:\n\
+             # it stays denied; allow it by hand only if it must run):\n",
+        );
+        for k in &survey.kept_denied {
+            y.push_str(&format!("#   {k}\n"));
         }
     }
     if !survey.left_out.is_empty() {
@@ -544,7 +599,7 @@ pub fn generate(
     let ex = execs(&loaded.events);
     let mut survey = Survey::default();
     for (_, x) in &ex.judged {
-        survey.add(x);
+        survey.add(x, opts.base);
     }
     if survey.ran.is_empty() {
         return Err(GenerateError::NothingRan {
@@ -689,21 +744,25 @@ mod tests {
                 3,
                 "default",
             ),
+            // Ran while recorded (agent-observe let it), denied by the base.
+            exec(8, "/usr/bin/su", None, 1, "default"),
         ]
         .join("\n");
         let l = parse(&text, "f").unwrap();
         let base = crate::policy::shipped("agent-default").unwrap();
+        let base_policy = Policy::from_yaml(base, "agent-default").unwrap();
         let opts = GenerateOptions {
             base_text: base,
             base_name: "agent-default",
             origin: "f",
             name: "gen",
             pin_hashes: false,
+            base: &base_policy,
         };
         let g = generate(&l, &opts, &|p, _| Err(Unpinned::Replaced(p.into()))).unwrap();
         assert_eq!(
             (g.programs, g.left_out, g.findings),
-            (5, 3, 2),
+            (4, 3, 2),
             "{}",
             g.yaml
         );
@@ -727,7 +786,16 @@ mod tests {
             Decision::Deny,
             "deeper than it ran"
         );
-        assert_eq!(verdict("/usr/bin/curl", 2), Decision::Allow);
+        // What the base denies, or a finding names, stays denied.
+        assert_eq!(verdict("/usr/bin/curl", 2), Decision::Deny);
+        assert_eq!(verdict("/usr/bin/su", 1), Decision::Deny);
+        assert!(
+            g.yaml.contains(
+                "#   su -x (depth 1): the base denies it (rule deny-privilege-escalation)"
+            ),
+            "{}",
+            g.yaml
+        );
         assert_eq!(verdict("/usr/bin/wget", 1), Decision::Deny, "never ran");
         assert_eq!(verdict("/tmp/x", 1), Decision::Deny);
         assert_eq!(verdict("/usr/bin/agentsh", 1), Decision::Deny);
@@ -762,8 +830,10 @@ mod tests {
             g.yaml
         );
         assert!(
-            g.yaml
-                .contains("\"/usr/bin/curl\"  # not pinned: /usr/bin/curl: entity not found"),
+            g.yaml.contains(
+                "\"/usr/lib/gcc/x86_64-linux-gnu/12/cc1\"  # not pinned: \
+                 /usr/lib/gcc/x86_64-linux-gnu/12/cc1: entity not found"
+            ),
             "{}",
             g.yaml
         );

@@ -288,6 +288,12 @@ pub(super) enum PolicyCommand {
         /// Compare with this policy's verdicts instead of the recorded ones.
         #[arg(long, value_name = "FILE")]
         against: Option<PathBuf>,
+        /// Replay only this session's events. Without it, events of several
+        /// sessions are replayed only for the sessions that ran under FILE's
+        /// policy (the others ran under other rules: their recorded verdicts
+        /// are no baseline for FILE); the ones left out are named.
+        #[arg(long, value_name = "ID")]
+        session: Option<String>,
         /// The server a session's events are read from.
         #[arg(long, default_value = agentsh_proto::shimconf::DEFAULT_SERVER)]
         server: String,

@@ -253,8 +253,15 @@ fn policy_command(command: PolicyCommand) -> ExitCode {
             file,
             events,
             against,
+            session,
             server,
-        } => match policy_tools::test(&file, &events, against.as_deref(), &server) {
+        } => match policy_tools::test(
+            &file,
+            &events,
+            against.as_deref(),
+            session.as_deref(),
+            &server,
+        ) {
             Ok(code) => ExitCode::from(code as u8),
             Err(e) => usage_error(e),
         },

@@ -34,6 +34,8 @@ pub enum PolicyToolError {
     Generate(#[from] replay::GenerateError),
     #[error("the generated policy does not load (a bug): {0}")]
     GeneratedInvalid(#[source] PolicyError),
+    #[error("{0}")]
+    Sessions(String),
     #[error("cannot write {}: {source}", path.display())]
     Write {
         path: PathBuf,
@@ -86,17 +88,24 @@ fn load_policy(name_or_file: &str) -> Result<crate::policy::Policy> {
     )?)
 }
 
-/// `policy test FILE --events SRC [--against FILE2]`: prints the changes;
-/// returns the exit status.
+/// `policy test FILE --events SRC [--against FILE2] [--session ID]`:
+/// prints the changes; returns the exit status.
 ///
 /// # Errors
 /// Bad input (exit 2).
-pub fn test(file: &Path, events: &str, against: Option<&Path>, server: &str) -> Result<i32> {
+pub fn test(
+    file: &Path,
+    events: &str,
+    against: Option<&Path>,
+    session: Option<&str>,
+    server: &str,
+) -> Result<i32> {
     let after = load_policy(&file.to_string_lossy())?;
     let before = against
         .map(|a| load_policy(&a.to_string_lossy()))
         .transpose()?;
-    let (loaded, _) = load_events(events, server)?;
+    let (loaded, origin) = load_events(events, server)?;
+    let loaded = sessions_to_replay(loaded, &origin, after.name(), session, before.is_some())?;
     let report = replay::test(&loaded, &after, before.as_ref());
     print!("{}", replay::render_test(&report));
     Ok(if report.newly_denied() > 0 {
@@ -104,6 +113,78 @@ pub fn test(file: &Path, events: &str, against: Option<&Path>, server: &str) -> 
     } else {
         0
     })
+}
+
+/// The events `policy test` replays: one session's (`--session`); every
+/// event when they are of one session, or compared against another policy
+/// (`--against` judges them all by both); else the sessions that ran under
+/// the policy tested (`name`), the others named on stderr (their recorded
+/// verdicts came from other rules: replayed against this policy they would
+/// report changes nobody made).
+///
+/// # Errors
+/// `--session` names no session of the events, or no session ran under
+/// the policy tested: which ones there are, and what to write.
+fn sessions_to_replay(
+    loaded: replay::Loaded,
+    origin: &str,
+    name: &str,
+    session: Option<&str>,
+    against: bool,
+) -> Result<replay::Loaded> {
+    let all = replay::sessions(&loaded);
+    let listed = || {
+        all.iter()
+            .map(|(s, p)| {
+                if p.is_empty() {
+                    s.clone()
+                } else {
+                    format!("{s} ({})", p.iter().cloned().collect::<Vec<_>>().join(", "))
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if let Some(id) = session {
+        if !all.contains_key(id) {
+            return Err(PolicyToolError::Sessions(format!(
+                "{origin} has no session {id:?}; its sessions: {}",
+                listed()
+            )));
+        }
+        return Ok(replay::only(
+            loaded,
+            &[id.to_string()].into_iter().collect(),
+        ));
+    }
+    if all.len() <= 1 || against {
+        return Ok(loaded);
+    }
+    let (mine, others): (Vec<_>, Vec<_>) = all.iter().partition(|(_, p)| p.contains(name));
+    if mine.is_empty() {
+        return Err(PolicyToolError::Sessions(format!(
+            "{origin} holds events of {} sessions and none ran under policy {name:?}: name one \
+             with --session ID (its sessions: {}), or compare two policies on all of them with \
+             --against FILE",
+            all.len(),
+            listed()
+        )));
+    }
+    eprintln!(
+        "agentsh: replaying the sessions that ran under {name:?} ({}); left out, they ran \
+         under other policies: {} (name one with --session ID)",
+        mine.iter()
+            .map(|(s, _)| s.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        others
+            .iter()
+            .map(|(s, p)| format!("{s} ({})", p.iter().cloned().collect::<Vec<_>>().join(", ")))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let keep = mine.into_iter().map(|(s, _)| s.clone()).collect();
+    Ok(replay::only(loaded, &keep))
 }
 
 /// `policy generate --from SRC [--base NAME|FILE] [--pin-hashes] -o FILE`.
@@ -126,8 +207,8 @@ pub fn generate(
             source,
         })?,
     };
-    // The base must be a policy itself.
-    crate::policy::Policy::from_yaml(&base_text, base)?;
+    // The base must be a policy itself; what it denies is never allow-listed.
+    let base_policy = crate::policy::Policy::from_yaml(&base_text, base)?;
     let (loaded, origin) = load_events(from, server)?;
     let stem = output
         .file_stem()
@@ -141,6 +222,7 @@ pub fn generate(
             origin: &origin,
             name: &name,
             pin_hashes,
+            base: &base_policy,
         },
         &hash_now,
     )?;
