@@ -302,8 +302,9 @@ pub(super) enum PolicyCommand {
     /// lock): default deny, one allow rule per directory of the programs that
     /// ran (their interpreters and loader payloads too), at most as deep as they
     /// ran; the base's file, network, egress and env sections. Never allow-lists
-    /// fileless execs, programs in /tmp, /var/tmp, /dev/shm or the agentsh CLI
-    /// (listed as comments, as are agent-observe's would-deny findings).
+    /// fileless execs, programs in /tmp, /var/tmp, /dev/shm, the agentsh CLI,
+    /// nor what the base denies or agent-observe's would-deny findings name
+    /// (they ran while recorded and stay denied; each listed as a comment).
     Generate {
         /// The events: a JSON Lines file or a session id of the running server.
         #[arg(long, value_name = "SESSION|PATH.jsonl")]
