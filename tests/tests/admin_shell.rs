@@ -29,8 +29,8 @@ fn a_tree_cannot_use_the_admin_shell_and_stays_supervised() {
         f.stderr
     );
     assert!(!f.stdout.contains("curl "), "curl ran: {}", f.stdout);
-    // Still supervised afterwards: a nested curl is refused.
-    let f = s.sh(&format!("{ADMIN_SHELL} -c true; true; curl --version"));
+    // Still supervised afterwards: a nested su is refused.
+    let f = s.sh(&format!("{ADMIN_SHELL} -c true; true; su -c true root"));
     assert_eq!(f.code, Some(126), "{f:?}");
     assert!(s.srv.events("admin").is_empty());
 }

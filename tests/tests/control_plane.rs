@@ -98,7 +98,7 @@ fn no_route_serves_a_tree(uid: Option<u32>) {
         .count();
     assert_eq!(inits, 1, "only the SDK command's own wrap-init: {f:?}");
     // The server is fine and still supervising.
-    let f = sb.sh("(curl --version >/dev/null 2>&1); echo rc=$?");
+    let f = sb.sh("(su -c true root >/dev/null 2>&1); echo rc=$?");
     assert!(f.stdout.contains("rc=126"), "{f:?}");
 }
 
@@ -307,7 +307,7 @@ fn a_tree_cannot_take_the_api_endpoint_while_the_server_restarts() {
     // Back: supervised again.
     let ns_cmd = |p| sb.ns.command(p);
     sb.srv.restart_with(ns_cmd);
-    let f = sb.sh("(curl --version >/dev/null 2>&1); echo rc=$?");
+    let f = sb.sh("(su -c true root >/dev/null 2>&1); echo rc=$?");
     assert!(f.stdout.contains("rc=126"), "{f:?}");
 }
 

@@ -53,8 +53,8 @@ fn wait_for_event(env: &Installed, what: &str, pred: impl Fn(&Value) -> bool) ->
     }
 }
 
-fn denied_curl(e: &Value) -> bool {
-    e["decision"] == "deny" && e["filename"].as_str().unwrap_or("").ends_with("curl")
+fn denied_su(e: &Value) -> bool {
+    e["decision"] == "deny" && e["filename"].as_str().unwrap_or("").ends_with("/su")
 }
 
 /// Stops what the start command started (the entrypoint forwards SIGTERM and
@@ -118,11 +118,11 @@ fn e2b_recipe(uid: Option<u32>) {
     wait_for_event(&env, "the supervised ready probe", |e| {
         e["rule"] == "allow-ready-probe" && e["decision"] == "allow"
     });
-    // An SDK command: supervised, a nested curl refused and audited.
-    let r = envd.spawn(&as_user(uid, sdk::e2b("(curl --version)")));
+    // An SDK command: supervised, a nested su refused and audited.
+    let r = envd.spawn(&as_user(uid, sdk::e2b("(su -c true root)")));
     let f: Finished = envd.wait(r, Duration::from_secs(60));
     assert_eq!(f.code, Some(126), "{f:?}");
-    let e = wait_for_event(&env, "the nested curl", denied_curl);
+    let e = wait_for_event(&env, "the nested su", denied_su);
     assert_eq!(e["depth"], 1, "{e}");
     let f = envd.run(&as_user(uid, sdk::e2b("id -u")));
     assert_eq!(f.code, Some(0), "{f:?}");
@@ -204,9 +204,9 @@ fn entrypoint_recipe(
 
 fn entrypoint_recipe_supervises(name: &str, container: Option<&str>, uid: Option<u32>) {
     let (env, mut sup) = entrypoint_recipe(name, container, uid);
-    let f = sup.run(&sdk::tensorlake("true; curl --version"));
+    let f = sup.run(&sdk::tensorlake("true; su -c true root"));
     assert_eq!(f.code, Some(126), "{name} {container:?} {uid:?}: {f:?}");
-    let e = wait_for_event(&env, "the nested curl", denied_curl);
+    let e = wait_for_event(&env, "the nested su", denied_su);
     assert_eq!(e["depth"], 1, "{e}");
     let f = sup.run(&sdk::tensorlake("id -u; echo done"));
     assert_eq!(f.code, Some(0), "{f:?}");

@@ -142,14 +142,14 @@ fn sdk_shells_are_supervised(profile: &str, uid: Option<u32>) {
 /// `yama`: see [`Container::start_on`].
 fn sdk_shells_are_supervised_on(profile: &str, yama: bool, uid: Option<u32>) {
     let mut c = Container::start_on(profile, yama, uid);
-    // Tensorlake's `sh -lc` with a nested curl: refused, audited.
-    let f = c.run(&sdk::tensorlake("true; curl --version"));
+    // Tensorlake's `sh -lc` with a nested su: refused, audited.
+    let f = c.run(&sdk::tensorlake("true; su -c true root"));
     assert_eq!(f.code, Some(126), "{profile} {uid:?}: {f:?}");
-    let curl = c.execs_of("curl");
+    let curl = c.execs_of("su");
     assert!(
         curl.iter()
             .any(|e| e["decision"] == "deny" && e["depth"].as_u64() == Some(1)),
-        "{profile} {uid:?}: no denied curl event: {curl:?}"
+        "{profile} {uid:?}: no denied su event: {curl:?}"
     );
     // E2B's wrapper (bash -l -c through the oom line): allowed work runs.
     let f = c.run(&sdk::e2b("id -u; ls / >/dev/null && echo listed"));

@@ -536,7 +536,7 @@ fn run_suite_with(uid: Option<u32>, max_abi: Option<i64>, more: &str) {
         .map(|a| format!("landlock:\n  max_abi: {a}\n"))
         .unwrap_or_default()
         + more;
-    let mut sb = Sandbox::with_config(AGENT_DEFAULT, uid, &extra);
+    let mut sb = Sandbox::with_config(&escape_policy(), uid, &extra);
     let state = sb.srv.dir.path().join("state");
     let abi = max_abi
         .unwrap_or(i64::MAX)
@@ -740,4 +740,18 @@ fn escape_attempts_under_the_ptrace_backend_as_root_and_as_a_user() {
     let ptrace = "execve:\n  backend: ptrace\n";
     run_suite_with(None, None, ptrace);
     run_suite_with(Some(NOBODY), Some(2), ptrace);
+}
+
+/// agent-default with a name rule for network tools in nested commands:
+/// agent-default itself judges their traffic by destination (egress), but
+/// the mechanisms tested here (renamed copies, links, loaders, wrappers,
+/// `#!` chains, multi-call binaries) need a program the policy names, and
+/// curl is the one most attacks reach for.
+fn escape_policy() -> String {
+    let rule = "command_rules:\n  - name: deny-nested-network-tools\n    commands: [curl, wget, \
+                nc, \"nc.*\", ncat, netcat, socat, ssh, scp, telnet]\n    context: [nested]\n    \
+                decision: deny\n    message: network tools are not allowed in nested commands \
+                (this test's policy)\n";
+    assert!(AGENT_DEFAULT.contains("\ncommand_rules:\n"));
+    AGENT_DEFAULT.replacen("\ncommand_rules:\n", &format!("\n{rule}"), 1)
 }

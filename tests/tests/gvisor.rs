@@ -70,8 +70,8 @@ fn the_sdk_scenarios_hold_inside_gvisor() {
         // docs/sdk-cookbook.md's Modal recipe, as written.
         "ok: agentsh shim install --bash",
         "ok: a root SDK shell cannot change shim.conf",
-        "ok: a nested curl fails with 126",
-        "ok: the denied curl is audited with its rule",
+        "ok: a nested su fails with 126",
+        "ok: the denied su is audited with its rule",
         "ok: $$ is the pid the SDK spawned",
         "ok: a death by signal passes through",
         "ok: the approved id runs",

@@ -152,7 +152,7 @@ fn guard(uid: Option<u32>, config: &str) {
         assert!(lines.contains(&"read-server-limits ok"), "{ctx} {f:?}");
     }
     assert_eq!(reach(server), before, "{ctx}: the server was changed");
-    let f = sb.sh("(curl --version >/dev/null 2>&1); echo rc=$?");
+    let f = sb.sh("(su -c true root >/dev/null 2>&1); echo rc=$?");
     assert!(
         f.stdout.contains("rc=126"),
         "{ctx} the server no longer supervises: {f:?}"

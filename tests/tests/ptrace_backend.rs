@@ -111,7 +111,7 @@ fn the_sdk_scenarios_hold_under_the_ptrace_backend_on_this_kernel() {
         "{text}\nstderr: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(text.contains("ok: a nested curl fails with 126"), "{text}");
+    assert!(text.contains("ok: a nested su fails with 126"), "{text}");
     assert!(
         text.contains("ok: a root SDK shell cannot change shim.conf"),
         "{text}"

@@ -140,7 +140,7 @@ fn run_at_abi_2(uid: Option<u32>) {
     if !f.stdout.contains("child=143") || !f.stdout.contains("self=ok") {
         failures.push(format!("[{who}] signals inside the tree broke: {f:?}"));
     }
-    let f = sb.sh("(curl --version >/dev/null 2>&1); echo rc=$?");
+    let f = sb.sh("(su -c true root >/dev/null 2>&1); echo rc=$?");
     if !f.stdout.contains("rc=126") {
         failures.push(format!("[{who}] the server no longer supervises: {f:?}"));
     }

@@ -186,12 +186,12 @@ const AGENT: &str = r#"
 import subprocess, sys, threading
 codes = []
 def one():
-    r = subprocess.run(["sh", "-c", "curl --version >/dev/null 2>&1; echo $?"], capture_output=True, text=True)
+    r = subprocess.run(["sh", "-c", "su -c true root >/dev/null 2>&1; echo $?"], capture_output=True, text=True)
     codes.append(r.stdout.strip())
 ts = [threading.Thread(target=one) for _ in range(8)]
 for t in ts: t.start()
 for t in ts: t.join()
-print("curls", " ".join(sorted(codes)))
+print("denied", " ".join(sorted(codes)))
 g = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True)
 print("git", g.returncode)
 sys.exit(7)
@@ -220,7 +220,7 @@ fn agent_runs_supervised(uid: Option<u32>) {
     let out = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(7), "{}\n{}", text(&o), p.log("agent"));
     assert!(
-        out.contains(&format!("curls {}", ["126"; 8].join(" "))),
+        out.contains(&format!("denied {}", ["126"; 8].join(" "))),
         "{}",
         text(&o)
     );
@@ -234,13 +234,13 @@ fn agent_runs_supervised(uid: Option<u32>) {
     let events = p.events("agent");
     let curls: Vec<&Value> = events
         .iter()
-        .filter(|e| e["type"] == "execve" && e["argv"][0] == "curl")
+        .filter(|e| e["type"] == "execve" && e["argv"][0] == "su")
         .collect();
     assert!(curls.len() >= 8, "{curls:?}");
     assert!(
         curls
             .iter()
-            .all(|e| e["rule"] == "deny-nested-network-tools"
+            .all(|e| e["rule"] == "deny-privilege-escalation"
                 && e["decision"] == "deny"
                 && e["depth"] == 2
                 && e["session_id"] == "agent"),
@@ -305,7 +305,7 @@ attempt("ptrace-server", ptrace)
 import resource
 attempt("prlimit-server", lambda: resource.prlimit(server, resource.RLIMIT_NOFILE, (64, 64)))
 attempt("renice-server", lambda: os.setpriority(os.PRIO_PROCESS, server, 19))
-r = subprocess.run(["sh", "-c", "echo still-supervised; curl --version >/dev/null 2>&1; echo curl=$?"], capture_output=True, text=True)
+r = subprocess.run(["sh", "-c", "echo still-supervised; su -c true root >/dev/null 2>&1; echo su=$?"], capture_output=True, text=True)
 print(r.stdout.replace("\n", " "))
 "#;
 
@@ -397,7 +397,7 @@ fn tree_cannot_reach(uid: Option<u32>) {
         );
     }
     assert!(
-        out.contains("still-supervised curl=126"),
+        out.contains("still-supervised su=126"),
         "{}\n{}",
         text(&o),
         p.log("attacks")
@@ -765,7 +765,7 @@ fn without_a_way_to_supervise_wrap_refuses_unless_told_otherwise() {
 }
 
 /// Spawns from Go's `os/exec` and node's `child_process.spawnSync` are
-/// judged like any other: a nested curl exits 126 in both, as nobody.
+/// judged like any other: a nested su exits 126 in both, as nobody.
 #[test]
 fn go_and_node_spawns_are_supervised_under_wrap() {
     if !require_root("go_and_node_spawns_are_supervised_under_wrap") {
@@ -789,7 +789,7 @@ fn go_and_node_spawns_are_supervised_under_wrap() {
     if let Some(go) = go {
         std::fs::write(
             p.ws().join("main.go"),
-            "package main\nimport (\"fmt\"; \"os/exec\")\nfunc main() {\n\terr := exec.Command(\"sh\", \"-c\", \"curl --version >/dev/null 2>&1\").Run()\n\tcode := 0\n\tif e, ok := err.(*exec.ExitError); ok { code = e.ExitCode() }\n\tfmt.Println(\"go\", code)\n}\n",
+            "package main\nimport (\"fmt\"; \"os/exec\")\nfunc main() {\n\terr := exec.Command(\"sh\", \"-c\", \"su -c true root >/dev/null 2>&1\").Run()\n\tcode := 0\n\tif e, ok := err.(*exec.ExitError); ok { code = e.ExitCode() }\n\tfmt.Println(\"go\", code)\n}\n",
         )
         .unwrap();
         let build = Command::new(go)
@@ -811,7 +811,7 @@ fn go_and_node_spawns_are_supervised_under_wrap() {
     if node.is_some() {
         cmds.push((
             "node 126",
-            "node -e 'const r = require(\"child_process\").spawnSync(\"sh\", [\"-c\", \"curl --version >/dev/null 2>&1\"]); console.log(\"node\", r.status)'"
+            "node -e 'const r = require(\"child_process\").spawnSync(\"sh\", [\"-c\", \"su -c true root >/dev/null 2>&1\"]); console.log(\"node\", r.status)'"
                 .to_string(),
         ));
     }
@@ -853,7 +853,7 @@ fn wrap_on_a_server_takes_its_policy_and_audit() {
             &[
                 "sh",
                 "-c",
-                "curl --version >/dev/null 2>&1; echo rc=$?; exit 5",
+                "su -c true root >/dev/null 2>&1; echo rc=$?; exit 5",
             ],
         );
         let mut c = ns.command_in(inner.get_program(), p.ws().to_str().unwrap());
@@ -875,13 +875,13 @@ fn wrap_on_a_server_takes_its_policy_and_audit() {
     let curls: Vec<Value> = srv
         .events("default")
         .into_iter()
-        .filter(|e| e["type"] == "execve" && e["argv"][0] == "curl")
+        .filter(|e| e["type"] == "execve" && e["argv"][0] == "su")
         .collect();
     assert!(
         curls.len() >= 2
             && curls
                 .iter()
-                .all(|e| e["rule"] == "deny-nested-network-tools" && e["session_id"] == "default"),
+                .all(|e| e["rule"] == "deny-privilege-escalation" && e["session_id"] == "default"),
         "{curls:?}"
     );
 }

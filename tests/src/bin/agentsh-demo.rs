@@ -59,14 +59,25 @@ fn steps() -> Vec<Step> {
             },
         },
         Step {
-            title: "a program that shells out to curl (a nested network tool: denied)",
-            cmd: "cd /srv/ws && printf '#!/bin/sh\\ncurl -s https://example.com\\n' > fetch.sh && chmod +x fetch.sh && ./fetch.sh; echo \"fetch.sh exited $?\"",
+            title: "a program that shells out to curl for cloud credentials (denied by where it goes, not by its name)",
+            cmd: "cd /srv/ws && printf '#!/bin/sh\\ncurl -sS --max-time 5 http://169.254.169.254/latest/meta-data/\\n' > fetch.sh && chmod +x fetch.sh && ./fetch.sh; echo \"fetch.sh exited $?\"",
             check: |f, ev| {
-                if !f.stdout.contains("fetch.sh exited 126") {
-                    return Err("curl inside fetch.sh was not refused with 126".into());
+                if f.stdout.contains("fetch.sh exited 0") || !f.stdout.contains("fetch.sh exited") {
+                    return Err("curl reached the metadata address".into());
                 }
-                if !has_exec(ev, "curl", "deny", Some("deny-nested-network-tools")) {
-                    return Err("no audited denial of curl by deny-nested-network-tools".into());
+                if !f.stderr.contains(
+                    "agentsh: connect to 169.254.169.254 port 80/tcp denied (rule no-cloud-metadata)",
+                ) {
+                    return Err("the refusal was not explained on curl's stderr".into());
+                }
+                let audited = ev.iter().any(|e| {
+                    e["type"] == "connect"
+                        && e["ip"] == "169.254.169.254"
+                        && e["decision"] == "deny"
+                        && e["rule"] == "no-cloud-metadata"
+                });
+                if !audited {
+                    return Err("no audited refusal of the connect by no-cloud-metadata".into());
                 }
                 Ok(())
             },

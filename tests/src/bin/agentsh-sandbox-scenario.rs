@@ -211,20 +211,20 @@ fn ordinary(c: &mut Checks, sdk: &mut Supervisor) {
             )
         },
     );
-    let f = sdk.run(&tensorlake("curl --version >/dev/null; echo rc=$?"));
+    let f = sdk.run(&tensorlake("su -c true root >/dev/null; echo rc=$?"));
     c.check(
-        "a nested curl fails with 126",
+        "a nested su fails with 126",
         f.code == Some(0) && f.stdout.trim() == "rc=126",
         || show(&f),
     );
-    let curl = execs_of("curl");
+    let su = execs_of("su");
     c.check(
-        "the denied curl is audited with its rule",
-        !curl.is_empty()
-            && curl.iter().all(|e| {
-                e["rule"] == "deny-nested-network-tools" && e["effective_action"] == "deny"
+        "the denied su is audited with its rule",
+        !su.is_empty()
+            && su.iter().all(|e| {
+                e["rule"] == "deny-privilege-escalation" && e["effective_action"] == "deny"
             }),
-        || format!("{curl:#?}"),
+        || format!("{su:#?}"),
     );
     let f = sdk.run(&Spawn::argv(&["/bin/sh", "-c", "echo $$"]));
     c.check(
