@@ -175,6 +175,22 @@ fn own_files_hold(ctr: &Container, user: Option<u32>, shim_conf: &str, via: &[&s
         "{user:?}: /tmp is not writable: {}",
         text(&o)
     );
+    // Each refusal is explained on the caller's stderr (issue 41), once.
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(
+            "agentsh: openat of /etc/agentsh/shim.conf (write right) denied (rule file_rules)"
+        ) || err.contains(
+            "agentsh: open of /etc/agentsh/shim.conf (write right) denied (rule file_rules)"
+        ),
+        "{user:?} {via:?}: the refusal was not explained: {}",
+        text(&o)
+    );
+    assert!(
+        err.contains("/etc/hosts (write right) denied (rule file_rules)"),
+        "{user:?} {via:?}: {}",
+        text(&o)
+    );
     let now = ctr.exec(None, &["cat", "/etc/agentsh/shim.conf"]);
     assert_eq!(String::from_utf8_lossy(&now.stdout), shim_conf);
 }

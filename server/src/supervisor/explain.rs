@@ -104,6 +104,20 @@ impl Destination<'_> {
     }
 }
 
+/// The line for a path call the file rules refused (where no Landlock
+/// keeps them and the tracer does): the call, the path, the right missing,
+/// the rule, why. Pure.
+pub fn refused_file(call: &str, path: &str, right: Option<&str>, rule: &str, why: &str) -> String {
+    let what = right.map_or_else(String::new, |r| format!(" ({} right)", escape(r)));
+    bounded(format!(
+        "agentsh: {} of {}{what} denied (rule {}): {}",
+        escape(call),
+        escape(path),
+        escape(rule),
+        escape(why)
+    ))
+}
+
 /// The line for a DNS query agentsh's stub refused: the name, and that no
 /// egress rule could allow it (the query never left the machine). Pure.
 pub fn refused_name(name: &str, rule: &str) -> String {

@@ -27,6 +27,19 @@ pub struct FilesState {
     /// The tree's root was found to be the server's (checked at its first
     /// path call; the filter refuses `chroot`, so it stays so).
     pub root_is_ours: bool,
+    /// (thread, path) refusals the thread was told of: told once.
+    told: std::collections::HashSet<(u32, String)>,
+}
+
+impl FilesState {
+    /// Whether thread `tid` is to be told of a refusal at `path` now (the
+    /// first time); remembered.
+    fn first_telling(&mut self, tid: u32, path: &str) -> bool {
+        if self.told.len() >= 4096 {
+            self.told.clear();
+        }
+        self.told.insert((tid, path.to_string()))
+    }
 }
 
 /// A mechanism refusal: the rule, and why.
@@ -94,6 +107,18 @@ pub fn handle(
             let _ = stop.refuse(errno);
         }
         Ok(Verdict::Deny(d)) => {
+            if ctx.limits.explain == crate::config::Explain::Stderr
+                && st.first_telling(c.tid, &d.path)
+            {
+                let line = crate::supervisor::explain::refused_file(
+                    call.name,
+                    &d.path,
+                    d.right.map(judge::right_name),
+                    Refusal::FileRules.rule(),
+                    &d.reason,
+                );
+                crate::supervisor::explain::tell(c.tid, &line);
+            }
             let ev = event(call, c.tid, &read, Refusal::FileRules, &d.reason);
             ctx.audit.record(
                 &tree.session_id,
