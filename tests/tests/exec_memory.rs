@@ -431,6 +431,13 @@ fn a_library_the_tree_compiled_is_not_loaded_under_writable_deny() {
                 !f.stderr.contains("preload-ran"),
                 "({uid:?}, {config:?}) {door}: {f:?}"
             );
+            // Said on the caller's stderr, with the rule (issue 41).
+            assert!(
+                f.stderr.contains(
+                    "agentsh: mmap of /srv/ws/libp.so (execute right) denied (rule exec_sources)"
+                ),
+                "({uid:?}, {config:?}) {door}: {f:?}"
+            );
         }
     }
 }

@@ -28,6 +28,19 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 #[derive(Debug, Default)]
 pub struct MapsState {
     kinds: HashMap<FileKey, Kind>,
+    /// (thread, file) refusals the thread was told of: told once.
+    told: std::collections::HashSet<(u32, String)>,
+}
+
+impl MapsState {
+    /// Whether thread `tid` is to be told of a refusal of `path` now (the
+    /// first time); remembered.
+    fn first_telling(&mut self, tid: u32, path: &str) -> bool {
+        if self.told.len() >= MAX_KINDS {
+            self.told.clear();
+        }
+        self.told.insert((tid, path.to_string()))
+    }
 }
 
 /// Kept kinds before the cache starts over.
@@ -117,6 +130,17 @@ pub fn handle(
     }
     if let Some(r) = refused {
         tracing::debug!(tid = c.tid, call = call.name, "{}", r.why);
+        let path = r.path.clone().unwrap_or_else(|| what.clone());
+        if ctx.limits.explain == crate::config::Explain::Stderr && st.first_telling(c.tid, &path) {
+            let line = crate::supervisor::explain::refused_file(
+                call.name,
+                &path,
+                Some("execute"),
+                r.rule,
+                &r.why,
+            );
+            crate::supervisor::explain::tell(c.tid, &line);
+        }
         ctx.audit.record(
             &tree.session_id,
             EventBody::File(FileEvent {
