@@ -106,31 +106,7 @@ pub fn handle(
         Ok(Verdict::Kernel(errno)) => {
             let _ = stop.refuse(errno);
         }
-        Ok(Verdict::Deny(d)) => {
-            if ctx.limits.explain == crate::config::Explain::Stderr
-                && st.first_telling(c.tid, &d.path)
-            {
-                let line = crate::supervisor::explain::refused_file(
-                    call.name,
-                    &d.path,
-                    d.right.map(judge::right_name),
-                    Refusal::FileRules.rule(),
-                    &d.reason,
-                );
-                crate::supervisor::explain::tell(c.tid, &line);
-            }
-            let ev = event(call, c.tid, &read, Refusal::FileRules, &d.reason);
-            ctx.audit.record(
-                &tree.session_id,
-                EventBody::File(FileEvent {
-                    resolved: Some(d.path.clone()),
-                    right: d.right.map(|r| judge::right_name(r).to_string()),
-                    ..ev
-                }),
-            );
-            tracing::debug!(tid = c.tid, call = call.name, "{}", d.reason);
-            let _ = stop.refuse(d.errno);
-        }
+        Ok(Verdict::Deny(d)) => refused(ctx, tree, st, call, c, &read, &d, stop),
         Err(Undecidable(rule, why)) => {
             ctx.audit.record(
                 &tree.session_id,
@@ -139,6 +115,42 @@ pub fn handle(
             let _ = stop.refuse(libc::EACCES);
         }
     }
+}
+
+/// A call the file rules refuse: explained to its caller (once per thread
+/// and path), audited, answered.
+#[allow(clippy::too_many_arguments)]
+fn refused(
+    ctx: &SupervisorContext,
+    tree: &Tree,
+    st: &mut FilesState,
+    call: &FileSyscall,
+    c: &Caught,
+    read: &Read,
+    d: &judge::Denial,
+    stop: &dyn Stop,
+) {
+    if ctx.limits.explain == crate::config::Explain::Stderr && st.first_telling(c.tid, &d.path) {
+        let line = crate::supervisor::explain::refused_file(
+            call.name,
+            &d.path,
+            d.right.map(judge::right_name),
+            Refusal::FileRules.rule(),
+            &d.reason,
+        );
+        crate::supervisor::explain::tell(c.tid, &line);
+    }
+    let ev = event(call, c.tid, read, Refusal::FileRules, &d.reason);
+    ctx.audit.record(
+        &tree.session_id,
+        EventBody::File(FileEvent {
+            resolved: Some(d.path.clone()),
+            right: d.right.map(|r| judge::right_name(r).to_string()),
+            ..ev
+        }),
+    );
+    tracing::debug!(tid = c.tid, call = call.name, "{}", d.reason);
+    let _ = stop.refuse(d.errno);
 }
 
 /// The tree's root is the server's (its paths are walked from there):

@@ -129,33 +129,47 @@ pub fn handle(
         }
     }
     if let Some(r) = refused {
-        tracing::debug!(tid = c.tid, call = call.name, "{}", r.why);
-        let path = r.path.clone().unwrap_or_else(|| what.clone());
-        if ctx.limits.explain == crate::config::Explain::Stderr && st.first_telling(c.tid, &path) {
-            let line = crate::supervisor::explain::refused_file(
-                call.name,
-                &path,
-                Some("execute"),
-                r.rule,
-                &r.why,
-            );
-            crate::supervisor::explain::tell(c.tid, &line);
-        }
-        ctx.audit.record(
-            &tree.session_id,
-            EventBody::File(FileEvent {
-                pid: c.tid,
-                syscall: call.name.to_string(),
-                path: r.path.clone().unwrap_or(what),
-                path2: None,
-                resolved: r.path,
-                right: Some("execute".into()),
-                decision: Decision::Deny,
-                rule: r.rule.to_string(),
-                reason: r.why,
-            }),
-        );
+        report(ctx, tree, st, call, c, what, r);
     }
+}
+
+/// A refused mapping: explained to its caller (once per thread and file),
+/// audited.
+fn report(
+    ctx: &SupervisorContext,
+    tree: &Tree,
+    st: &mut MapsState,
+    call: &MapSyscall,
+    c: &Caught,
+    what: String,
+    r: Refused,
+) {
+    tracing::debug!(tid = c.tid, call = call.name, "{}", r.why);
+    let path = r.path.clone().unwrap_or_else(|| what.clone());
+    if ctx.limits.explain == crate::config::Explain::Stderr && st.first_telling(c.tid, &path) {
+        let line = crate::supervisor::explain::refused_file(
+            call.name,
+            &path,
+            Some("execute"),
+            r.rule,
+            &r.why,
+        );
+        crate::supervisor::explain::tell(c.tid, &line);
+    }
+    ctx.audit.record(
+        &tree.session_id,
+        EventBody::File(FileEvent {
+            pid: c.tid,
+            syscall: call.name.to_string(),
+            path: r.path.clone().unwrap_or(what),
+            path2: None,
+            resolved: r.path,
+            right: Some("execute".into()),
+            decision: Decision::Deny,
+            rule: r.rule.to_string(),
+            reason: r.why,
+        }),
+    );
 }
 
 fn refuse(rule: &'static str, path: &str, why: String) -> Verdict {
