@@ -287,3 +287,24 @@ fn fileless_and_truncated_refusals_are_explained() {
         "{refused:?}"
     );
 }
+
+/// An allow-list's refusal (issue 45) says what is missing and how to add
+/// it: not only `tar denied (rule default)`.
+#[test]
+fn an_allow_list_refusal_names_the_missing_program_and_what_to_add() {
+    if !require_root("an_allow_list_refusal_names_the_missing_program_and_what_to_add") {
+        return;
+    }
+    let policy = "name: only-ls\ndefault: deny\ncommand_rules:\n  - name: shells-and-ls\n    \
+                  commands: [sh, dash, bash, ls]\n    decision: allow\n";
+    let mut s = Sandbox::new(policy, None);
+    let f = s.sh("ls / >/dev/null; tar --version; echo rc=$?");
+    assert!(f.stdout.contains("rc=126"), "{f:?}");
+    assert!(
+        f.stderr.contains(
+            "agentsh: tar denied (rule default): no rule of policy only-ls allows /usr/bin/tar at \
+             depth 1 (default: deny); to allow it, add /usr/bin/tar to an allow rule's commands"
+        ),
+        "{f:?}"
+    );
+}

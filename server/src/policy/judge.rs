@@ -259,7 +259,14 @@ fn judge_name(
         None => Verdict {
             decision: policy.default,
             rule: RULE_DEFAULT.into(),
-            message: None,
+            // An allow-list's refusal says what is missing and how to add it.
+            message: (policy.default == Decision::Deny).then(|| {
+                format!(
+                    "no rule of policy {} allows {name} at depth {depth} (default: deny); to \
+                     allow it, add {name} to an allow rule's commands",
+                    policy.name()
+                )
+            }),
             judged: name.into(),
         },
     };
