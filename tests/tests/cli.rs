@@ -222,6 +222,42 @@ fn the_server_refuses_a_config_others_could_write() {
 /// `agentsh events query` searches the log files as written (the rotated
 /// copy first), no server needed: by session, decision, rule and age,
 /// filters combined, as JSON or a table.
+/// A refused exec a shell tries again at the next `PATH` entry is one
+/// attempt: the table shows it once (issue 45: "each refused command
+/// appears twice"), the JSON keeps both, the retry marked.
+#[test]
+fn the_events_table_shows_a_refused_command_once() {
+    let dir = TempDir::new("retry-table");
+    let log = dir.path().join("audit.jsonl");
+    let ev = |id: u64, file: &str, retry: bool| {
+        format!(
+            "{{\"id\":{id},\"timestamp\":\"2026-11-28T06:00:00.000000Z\",\"session_id\":\"a\",\
+             \"type\":\"execve\",\"pid\":7,\"depth\":1,\"filename\":\"{file}\",\"argv\":[\"su\"],\
+             \"decision\":\"deny\",\"rule\":\"deny-privilege-escalation\",\
+             \"effective_action\":\"deny\",\"retry\":{retry}}}\n"
+        )
+    };
+    std::fs::write(&log, ev(1, "/usr/bin/su", false) + &ev(2, "/bin/su", true)).unwrap();
+    let run = |json: bool| {
+        let mut c = Command::new(bin("agentsh"));
+        c.args(["events", "query", "--file"]).arg(&log);
+        if json {
+            c.arg("--json");
+        }
+        let out = c.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let table = run(false);
+    assert_eq!(
+        table.matches("deny-privilege-escalation").count(),
+        1,
+        "{table}"
+    );
+    assert!(table.contains("[/usr/bin/su]"), "{table}");
+    assert_eq!(run(true).lines().count(), 2);
+}
+
 #[test]
 fn events_query_filters_the_log_and_its_rotated_copies() {
     let dir = TempDir::new("query");

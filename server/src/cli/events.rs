@@ -34,6 +34,16 @@ pub(super) enum EventFormat {
     Table,
 }
 
+/// Prints one event as a table row, but a retry of a refused exec (the same
+/// attempt, at the next `PATH` entry a shell tried: it would read as the
+/// command refused twice; the JSON keeps it, marked `retry`).
+fn print_row(ev: &serde_json::Value) {
+    if ev["type"] == "execve" && ev["retry"] == true {
+        return;
+    }
+    println!("{}", table_row(ev));
+}
+
 /// One event as a table row.
 fn table_row(ev: &serde_json::Value) -> String {
     let time = text(ev, "timestamp").get(11..23).unwrap_or("").to_string();
@@ -223,7 +233,7 @@ pub(super) fn query(file: &Path, f: &Filter, json: bool) -> Result<()> {
                 if json {
                     println!("{ev}");
                 } else {
-                    println!("{}", table_row(&ev));
+                    print_row(&ev);
                 }
             }
         }
@@ -279,7 +289,7 @@ fn print_file(file: &Path, session: &str, format: EventFormat) -> Result<()> {
         }
         match format {
             EventFormat::Json => println!("{ev}"),
-            EventFormat::Table => println!("{}", table_row(&ev)),
+            EventFormat::Table => print_row(&ev),
         }
     }
     Ok(())
@@ -300,7 +310,7 @@ fn print_events(server: &str, session: &str, follow: bool, format: EventFormat) 
         for ev in events {
             match format {
                 EventFormat::Json => println!("{ev}"),
-                EventFormat::Table => println!("{}", table_row(ev)),
+                EventFormat::Table => print_row(ev),
             }
             if let Some(id) = ev.get("id").and_then(serde_json::Value::as_u64) {
                 after = after.max(id);
