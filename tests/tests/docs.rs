@@ -430,8 +430,27 @@ fn config_reference_matches_the_code() {
     let mut n = 0;
     for b in all_blocks() {
         if b.lang == "yaml" && b.text.starts_with("# config.yaml") {
-            agentsh::config::Config::from_yaml(&b.text, &b.file)
+            let c = agentsh::config::Config::from_yaml(&b.text, &b.file)
                 .unwrap_or_else(|e| panic!("{}:{}: {e}", b.file, b.line));
+            // No session's workspace lies beneath another's: the other
+            // session's trees could write it (issue 45).
+            let mut ws: Vec<String> = c
+                .sessions
+                .values()
+                .filter_map(|s| s.workspace.clone())
+                .collect();
+            ws.push(c.workspace.clone());
+            ws.retain(|w| !w.is_empty());
+            for a in &ws {
+                for b2 in &ws {
+                    assert!(
+                        a == b2 || !b2.starts_with(&format!("{}/", a.trim_end_matches('/'))),
+                        "{}:{}: workspace {b2} lies beneath {a}",
+                        b.file,
+                        b.line
+                    );
+                }
+            }
             n += 1;
         }
     }

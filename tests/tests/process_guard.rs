@@ -182,3 +182,28 @@ fn the_servers_limits_priority_and_scheduling_are_out_of_a_user_trees_reach() {
         guard(Some(NOBODY), config);
     }
 }
+
+/// Under agent-observe (no write rules of its own) the server's `/proc`
+/// files and `/proc/sys` still refuse a root tree's writes: agentsh's own
+/// protection (docs/security-model.md, Known limits, which says `/dev` is
+/// not kept there: nothing here writes a device).
+#[test]
+fn under_agent_observe_proc_keeps_the_servers_own_protection() {
+    if !require_root("under_agent_observe_proc_keeps_the_servers_own_protection") {
+        return;
+    }
+    let mut sb = Sandbox::new(agentsh_tests::sandbox::AGENT_OBSERVE, None);
+    let server = sb.srv.pid();
+    let f = sb.sh(&format!(
+        "for p in /proc/{server}/oom_score_adj /proc/{server}/comm /proc/sys/kernel/core_pattern \
+         /proc/sys/kernel/hostname; do \
+         (printf x > $p) 2>/dev/null && echo \"$p writable\" || echo \"$p refused\"; done; \
+         echo 5 > /proc/self/oom_score_adj && echo own-ok"
+    ));
+    let lines: Vec<&str> = f.stdout.lines().filter(|l| l.starts_with('/')).collect();
+    assert_eq!(lines.len(), 4, "{f:?}");
+    for line in lines {
+        assert!(line.ends_with("refused"), "{line}: {f:?}");
+    }
+    assert!(f.stdout.contains("own-ok"), "{f:?}");
+}
