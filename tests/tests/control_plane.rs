@@ -825,6 +825,34 @@ fn a_server_started_with_a_low_soft_file_size_limit_still_audits() {
     );
 }
 
+/// No `workspace` configured (the shipped config.yaml's `""`) is a
+/// configuration, said once at start, not a warning at every shell
+/// (issue 45).
+#[test]
+fn an_unset_workspace_is_said_once_not_warned_at_every_shell() {
+    if !require_root("an_unset_workspace_is_said_once_not_warned_at_every_shell") {
+        return;
+    }
+    use agentsh_tests::relay::{run_wrapped, WrapOptions};
+    let srv = TestServer::start(AGENT_DEFAULT, "");
+    for i in 0..3 {
+        let out = run_wrapped(
+            &srv.url,
+            &format!("ws{i}"),
+            &["/bin/sh", "-c", "/bin/echo done"],
+            &WrapOptions::default(),
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains("done"));
+    }
+    let log = srv.log();
+    assert_eq!(log.matches("workspace is not set").count(), 1, "{log}");
+    assert!(
+        !log.lines()
+            .any(|l| l.contains("WARN") && l.contains("WORKSPACE")),
+        "{log}"
+    );
+}
+
 /// A full disk under the audit log (a real, small tmpfs): no event leaves a
 /// partial line, the failure is said on the server's stderr, and with
 /// `audit.on_failure: refuse` nothing runs unaudited (until space is back).

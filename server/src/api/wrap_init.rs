@@ -123,7 +123,13 @@ fn prepare_wrap_init(
     }
     let compiled_us = started.elapsed().as_micros() as u64;
     for w in &landlock.warnings {
-        tracing::warn!(session = %session.id, uid = caller.uid, "landlock: {w}");
+        // An unset variable (no `workspace` configured) is a configuration,
+        // said once at start, not a warning at every shell.
+        if w.contains("its variable has no value") {
+            tracing::debug!(session = %session.id, uid = caller.uid, "landlock: {w}");
+        } else {
+            tracing::warn!(session = %session.id, uid = caller.uid, "landlock: {w}");
+        }
     }
     seccomp_config.landlock = Some(landlock.config);
     let (env_removed, env_injected) = env_changes(&body.env_names, setup.env.as_ref());

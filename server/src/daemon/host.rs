@@ -146,6 +146,12 @@ pub(super) fn report_landlock(landlock: &SessionLandlock) {
         "landlock ruleset for supervised trees"
     );
     for w in &c.warnings {
+        // An unset variable (no `workspace` configured) is a configuration,
+        // said once (`daemon::start`), not a warning.
+        if w.contains("its variable has no value") {
+            tracing::debug!("landlock: {w}");
+            continue;
+        }
         tracing::warn!("landlock: {w}");
     }
 }

@@ -69,6 +69,12 @@ pub fn run(start: Start) -> Result<()> {
     let policy = policies[0].clone();
     let audit = load::audit_log(&config)?;
     let policy_name = policy.name().to_string();
+    if config.workspace.is_empty() {
+        tracing::info!(
+            "workspace is not set: file rules naming ${{WORKSPACE}} grant nothing (set \
+             `workspace` in the config to the agent's working tree)"
+        );
+    }
     let prepared = crate::supervisor::prepare(policies.clone());
     host::report_landlock(&SessionLandlock::for_server(
         policy.clone(),
