@@ -154,6 +154,9 @@ fn record_unsupervised(conf: &ShimConf, argv: &[&CStr], why: &str) {
         "session": conf.session,
         "argv": argv.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
         "reason": why,
+        // Which life of the container it ran in: a record an image build
+        // step left (a RUN after `agentsh shim install`) is from another.
+        "life": active::life(),
     });
     let file = std::fs::OpenOptions::new()
         .append(true)

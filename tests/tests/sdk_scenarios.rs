@@ -344,15 +344,32 @@ fn before_agentsh_ever_started_auto_runs_the_command_and_the_server_records_it()
         Some(3),
         "a stale marker must not block a restart: {f:?}"
     );
+    // A record an image build step left (a RUN after `agentsh shim
+    // install`: another PID 1) is kept apart from this life's.
+    let log = srv.socket.parent().unwrap().join("unsupervised.jsonl");
+    let mut text = std::fs::read_to_string(&log).unwrap();
+    text.push_str(
+        "{\"unix_time\":1,\"pid\":9,\"ppid\":1,\"uid\":0,\"argv\":[\"sh\",\"-c\",\"apt-get install x\"],\
+         \"reason\":\"image build\",\"life\":\"boot=00000000-0000-0000-0000-000000000000 pid1=1\"}\n",
+    );
+    std::fs::write(&log, text).unwrap();
     srv.restart_with(with_private_marker_dir);
     let runs: Vec<Value> = srv
         .events("default")
         .into_iter()
         .filter(|e| e["type"] == "unsupervised_run")
         .collect();
-    assert_eq!(runs.len(), 2, "{runs:#?}");
+    assert_eq!(runs.len(), 3, "{runs:#?}");
     assert_eq!(runs[0]["argv"][2], "echo pid=$$; exit 9", "{runs:#?}");
     assert!(runs[0]["reason"].as_str().unwrap().contains("UNSUPERVISED"));
+    assert!(runs[0].get("earlier_life").is_none(), "{runs:#?}");
+    assert_eq!(runs[2]["earlier_life"], true, "{runs:#?}");
+    let said = srv.log();
+    assert!(
+        said.contains("count=2") && said.contains("shells ran UNSUPERVISED"),
+        "{said}"
+    );
+    assert!(said.contains("an earlier life of this container"), "{said}");
     // And from now on, in this life, a failure is a refusal.
     srv.kill();
     let f = sup.run(&sdk::tensorlake("exit 4"));

@@ -235,6 +235,11 @@ pub struct UnsupervisedEvent {
     pub uid: u32,
     pub argv: Vec<String>,
     pub reason: String,
+    /// It ran in an earlier life of the container than the server's (an
+    /// image build step after `agentsh shim install`, or before a restart):
+    /// a record the image or the disk carried, not a shell of this life.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub earlier_life: bool,
 }
 
 /// An admin's unsupervised login (`admin-shell`), as its process asked the

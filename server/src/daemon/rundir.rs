@@ -229,24 +229,40 @@ pub fn ingest_unsupervised(dir: &Path, audit: &AuditLog) {
             return;
         }
     };
-    let mut n = 0;
+    let life = agentsh_proto::active::life();
+    let (mut now, mut earlier) = (0, 0);
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let (session, event) = parse_unsupervised(line);
+        let (session, event) = parse_unsupervised(line, life.as_deref());
+        if event.earlier_life {
+            earlier += 1;
+        } else {
+            now += 1;
+        }
         audit.record(&session, EventBody::UnsupervisedRun(event));
-        n += 1;
     }
     if let Err(e) = std::fs::remove_file(&path) {
         tracing::warn!("cannot remove {}: {e}", path.display());
     }
-    if n > 0 {
+    if now > 0 {
         tracing::warn!(
-            count = n,
+            count = now,
             "shells ran UNSUPERVISED before agentsh started (shim_install=auto); recorded as audit events"
+        );
+    }
+    if earlier > 0 {
+        tracing::info!(
+            count = earlier,
+            "records of shells that ran in an earlier life of this container (image build steps \
+             after `agentsh shim install`, or before a restart) were in the run directory; \
+             recorded as audit events with earlier_life"
         );
     }
 }
 
-fn parse_unsupervised(line: &str) -> (String, UnsupervisedEvent) {
+/// One record; `life` is this container's (`active::life`): a record of
+/// another is from an earlier life. A record without one (an older shim)
+/// counts as this life's.
+fn parse_unsupervised(line: &str, life: Option<&str>) -> (String, UnsupervisedEvent) {
     let v: serde_json::Value = serde_json::from_str(line).unwrap_or(serde_json::Value::Null);
     let num = |k: &str| v[k].as_u64().unwrap_or(0) as u32;
     let reason = match v["reason"].as_str() {
@@ -277,6 +293,10 @@ fn parse_unsupervised(line: &str) -> (String, UnsupervisedEvent) {
                 })
                 .unwrap_or_default(),
             reason,
+            earlier_life: match (v["life"].as_str(), life) {
+                (Some(then), Some(now)) => then != now,
+                _ => false,
+            },
         },
     )
 }
@@ -287,15 +307,23 @@ mod tests {
 
     #[test]
     fn unsupervised_lines_become_events_and_garbage_is_kept_visible() {
+        let now = Some("boot=b pid1=2");
         let (s, e) = parse_unsupervised(
             r#"{"unix_time":0,"pid":5,"ppid":1,"uid":0,"session":"ci","argv":["sh","-c","x"],"reason":"r"}"#,
+            now,
         );
         assert_eq!(s, "ci");
         assert_eq!(e.argv, ["sh", "-c", "x"]);
         assert_eq!(e.ran_at, "1970-01-01T00:00:00.000000Z");
-        let (s, e) = parse_unsupervised("not json");
+        assert!(!e.earlier_life, "a record without a life is this life's");
+        let (s, e) = parse_unsupervised("not json", now);
         assert_eq!(s, "default");
         assert!(e.reason.contains("unparsable"), "{}", e.reason);
+        // An image build step's record: another PID 1.
+        let line = r#"{"unix_time":0,"pid":5,"ppid":1,"uid":0,"argv":["sh"],"reason":"r","life":"boot=b pid1=1"}"#;
+        assert!(parse_unsupervised(line, now).1.earlier_life);
+        let same = line.replace("pid1=1", "pid1=2");
+        assert!(!parse_unsupervised(&same, now).1.earlier_life);
     }
 
     #[test]

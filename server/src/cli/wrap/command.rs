@@ -63,6 +63,7 @@ pub(super) fn record_unsupervised(w: &Wrap, session: &str, why: &str) {
                         .map(|a| a.to_string_lossy().into_owned())
                         .collect(),
                     reason: format!("agentsh wrap --allow-unsupervised: {why}"),
+                    earlier_life: false,
                 }),
             );
         }
