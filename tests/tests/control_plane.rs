@@ -414,6 +414,39 @@ fn sighup_reopens_the_audit_log_after_a_rotation() {
         new.lines().chain(old.lines()).all(|l| l.ends_with('}')),
         "a cut line"
     );
+    // The hash chain runs across the rotation (issue 45): intact, it
+    // verifies; one event changed, or one removed, breaks it at the next.
+    let verify = || {
+        Command::new(agentsh_tests::server::bin("agentsh"))
+            .args(["events", "verify", "--file"])
+            .arg(&log)
+            .output()
+            .unwrap()
+    };
+    let o = verify();
+    assert!(
+        o.status.success() && String::from_utf8_lossy(&o.stdout).contains("the chain is intact"),
+        "{o:?}"
+    );
+    let lines: Vec<&str> = new.lines().collect();
+    assert!(lines.len() >= 3, "{new}");
+    let changed = lines[1].replacen("\"session_id\":\"after\"", "\"session_id\":\"other\"", 1);
+    assert_ne!(changed, lines[1]);
+    let mut edited: Vec<&str> = lines.clone();
+    edited[1] = &changed;
+    std::fs::write(&log, edited.join("\n") + "\n").unwrap();
+    let o = verify();
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("audit.jsonl:3 "),
+        "the break is named at the line after the change: {o:?}"
+    );
+    let mut removed: Vec<&str> = lines.clone();
+    removed.remove(1);
+    std::fs::write(&log, removed.join("\n") + "\n").unwrap();
+    assert_eq!(verify().status.code(), Some(1));
+    std::fs::write(&log, &new).unwrap();
+    assert!(verify().status.success());
 }
 
 #[test]

@@ -88,6 +88,19 @@ pub(super) async fn wrap_init(
     out
 }
 
+/// The ruleset's warnings for one wrap-init, in the server's log. An unset
+/// variable (no `workspace` configured) is a configuration, said once at
+/// start, not a warning at every shell.
+fn say_landlock_warnings(session: &str, uid: u32, warnings: &[String]) {
+    for w in warnings {
+        if w.contains("its variable has no value") {
+            tracing::debug!(session, uid, "landlock: {w}");
+        } else {
+            tracing::warn!(session, uid, "landlock: {w}");
+        }
+    }
+}
+
 /// The blocking part of wrap-init, its checks in the order they must run:
 /// who may have a tree here and in which session (`admission::admit`),
 /// what this host cannot enforce ([`egress_gap`]), the wrapper; then the
@@ -122,15 +135,7 @@ fn prepare_wrap_init(
         not_enforced.push(unjudged_egress(api, backend, &why));
     }
     let compiled_us = started.elapsed().as_micros() as u64;
-    for w in &landlock.warnings {
-        // An unset variable (no `workspace` configured) is a configuration,
-        // said once at start, not a warning at every shell.
-        if w.contains("its variable has no value") {
-            tracing::debug!(session = %session.id, uid = caller.uid, "landlock: {w}");
-        } else {
-            tracing::warn!(session = %session.id, uid = caller.uid, "landlock: {w}");
-        }
-    }
+    say_landlock_warnings(&session.id, caller.uid, &landlock.warnings);
     seccomp_config.landlock = Some(landlock.config);
     let (env_removed, env_injected) = env_changes(&body.env_names, setup.env.as_ref());
     seccomp_config.env = setup.env.clone();

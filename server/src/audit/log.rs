@@ -26,7 +26,10 @@ pub struct AuditLog {
     next_id: AtomicU64,
     /// The last exec attempt number handed out ([`AuditLog::next_attempt`]).
     attempts: AtomicU64,
-    file: Option<Mutex<File>>,
+    /// The file, and the chain's link: the SHA-256 of the last line written
+    /// to it (or, after a rotation, to the file before it), which the next
+    /// line carries as `prev` (`chain`).
+    file: Option<Mutex<(File, Option<String>)>>,
     /// Where `file` was opened, for [`AuditLog::reopen`].
     path: Option<PathBuf>,
     write_failures: AtomicU64,
@@ -92,6 +95,12 @@ impl AuditLog {
             .mode(0o640)
             .open(jsonl)?;
         let mut log = AuditLog::with_file(Some(file), memory_cap);
+        // The chain goes on from the last whole line already there.
+        if let Some(f) = &log.file {
+            f.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .1 = super::chain::last_link(jsonl);
+        }
         log.next_id.store(first_id(jsonl), Ordering::Relaxed);
         log.path = Some(jsonl.to_path_buf());
         Ok(log)
@@ -113,9 +122,11 @@ impl AuditLog {
             .append(true)
             .mode(0o640)
             .open(path)?;
-        *file
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = fresh;
+        // The chain goes on across the rotation: the new file's first line
+        // carries the old file's last.
+        file.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .0 = fresh;
         Ok(())
     }
 
@@ -128,7 +139,7 @@ impl AuditLog {
         AuditLog {
             next_id: AtomicU64::new(1),
             attempts: AtomicU64::new(0),
-            file: file.map(Mutex::new),
+            file: file.map(|f| Mutex::new((f, None))),
             path: None,
             write_failures: AtomicU64::new(0),
             healthy: std::sync::atomic::AtomicBool::new(true),
@@ -195,11 +206,16 @@ impl AuditLog {
             }
         };
         let mut written = true;
+        let mut line = line;
         if let Some(file) = &self.file {
             let healthy = &self.healthy;
-            let mut f = file
+            let mut guard = file
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let (f, link) = &mut *guard;
+            // Chained: the line names the one before it (under the lock, so
+            // the file's order is the chain's).
+            line = super::chain::linked(&line, link.as_deref());
             let mut buf = line.clone().into_bytes();
             buf.push(b'\n');
             let before = f.metadata().map(|m| m.len());
@@ -222,6 +238,8 @@ impl AuditLog {
                     "audit JSONL write failed: {e}: event {} is not in the file{cut}",
                     event.id
                 );
+            } else {
+                *link = Some(super::chain::digest(&line));
             }
             healthy.store(written, Ordering::Relaxed);
         }

@@ -11,11 +11,13 @@
 //! the other sinks and the failure is logged; the exec decision itself does not
 //! change (the decision was made; refusing to record it would not undo it).
 
+mod chain;
 mod event;
 mod log;
 mod rules;
 mod time;
 
+pub use chain::{verify as verify_chain, Break, Verified};
 pub use event::*;
 pub use log::AuditLog;
 pub use rules::{Builtin, DocRow, Passage, Refusal};

@@ -264,6 +264,17 @@ pub(super) enum EventsCommand {
         #[arg(long, default_value = "/var/log/agentsh/audit.jsonl")]
         file: std::path::PathBuf,
     },
+    /// Check the audit log's hash chain (every line names the digest of
+    /// the one before it, across rotations): the log and its rotated copies
+    /// (FILE.N ... FILE.1, FILE), oldest first. Exit 0 when intact; 1 with
+    /// the first line whose link is broken (the line before it was changed,
+    /// or lines were removed, inserted or moved); 2 when it cannot be read.
+    #[command(verbatim_doc_comment)]
+    Verify {
+        /// The log file.
+        #[arg(long, default_value = "/var/log/agentsh/audit.jsonl")]
+        file: std::path::PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]

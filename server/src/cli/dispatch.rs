@@ -132,6 +132,10 @@ pub fn main() -> ExitCode {
         )),
         Command::Policy { command } => policy_command(command),
         Command::Events {
+            query: Some(EventsCommand::Verify { file }),
+            ..
+        } => events::verify(&file),
+        Command::Events {
             query: Some(query), ..
         } => failure_if(events_query(query)),
         Command::Events {
@@ -320,7 +324,10 @@ fn events_query(query: EventsCommand) -> Result<(), events::EventsError> {
         since,
         json,
         file,
-    } = query;
+    } = query
+    else {
+        return Ok(());
+    };
     events::query(
         &file,
         &events::Filter {

@@ -160,6 +160,49 @@ fn duration_secs(text: &str) -> Result<u64> {
     Ok(n.saturating_mul(unit))
 }
 
+/// `agentsh events verify`: the hash chain of the log and its rotated
+/// copies; the exit status (0 intact, 1 broken, 2 unreadable).
+pub(super) fn verify(file: &Path) -> std::process::ExitCode {
+    let mut texts = Vec::new();
+    for f in log_files(file) {
+        match std::fs::read_to_string(&f) {
+            Ok(t) => texts.push((f.display().to_string(), t)),
+            Err(e) => {
+                eprintln!("agentsh: cannot read {}: {e}", f.display());
+                return std::process::ExitCode::from(2);
+            }
+        }
+    }
+    let v = crate::audit::verify_chain(&texts);
+    match v.broken {
+        None => {
+            println!(
+                "{}: {} lines in {} file(s), the chain is intact{}",
+                file.display(),
+                v.lines,
+                texts.len(),
+                if v.starts_mid_chain {
+                    " (it starts mid-way: the file before the oldest one here is gone)"
+                } else {
+                    ""
+                }
+            );
+            std::process::ExitCode::SUCCESS
+        }
+        Some(b) => {
+            println!(
+                "{}:{}{}: {} ({} lines before it verified)",
+                b.file,
+                b.line,
+                b.id.map_or_else(String::new, |id| format!(" (event {id})")),
+                b.why,
+                v.lines
+            );
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// The log and its rotated copies, oldest first (FILE.N ... FILE.1, FILE).
 fn log_files(file: &Path) -> Vec<PathBuf> {
     let mut rotated: Vec<(u32, PathBuf)> = Vec::new();
