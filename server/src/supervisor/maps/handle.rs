@@ -105,6 +105,8 @@ pub fn handle(
             Verdict::Allow => stop.proceed(),
             Verdict::Unmapped => stop.refuse(libc::ENOMEM),
             Verdict::Refuse(r) => {
+                // Told before the answer: the caller may be gone right after.
+                tell(ctx, st, call, c, &what, &r);
                 refused = Some(r);
                 stop.refuse(libc::EACCES)
             }
@@ -116,7 +118,7 @@ pub fn handle(
             let _ = stop.answer(-i64::from(libc::ESRCH));
         }
         Err(e) => {
-            refused = Some(Refused {
+            let r = Refused {
                 rule: Refusal::MemoryNotFrozen.rule(),
                 path: None,
                 why: format!(
@@ -124,28 +126,28 @@ pub fn handle(
                      meanwhile",
                     call.name
                 ),
-            });
+            };
+            tell(ctx, st, call, c, &what, &r);
+            refused = Some(r);
             let _ = stop.refuse(libc::EACCES);
         }
     }
     if let Some(r) = refused {
-        report(ctx, tree, st, call, c, what, r);
+        report(ctx, tree, call, c, what, r);
     }
 }
 
-/// A refused mapping: explained to its caller (once per thread and file),
-/// audited.
-fn report(
+/// Tells the caller why its mapping is refused (once per thread and file),
+/// before the refusal is answered.
+fn tell(
     ctx: &SupervisorContext,
-    tree: &Tree,
     st: &mut MapsState,
     call: &MapSyscall,
     c: &Caught,
-    what: String,
-    r: Refused,
+    what: &str,
+    r: &Refused,
 ) {
-    tracing::debug!(tid = c.tid, call = call.name, "{}", r.why);
-    let path = r.path.clone().unwrap_or_else(|| what.clone());
+    let path = r.path.clone().unwrap_or_else(|| what.to_string());
     if ctx.limits.explain == crate::config::Explain::Stderr && st.first_telling(c.tid, &path) {
         let line = crate::supervisor::explain::refused_file(
             call.name,
@@ -156,6 +158,18 @@ fn report(
         );
         crate::supervisor::explain::tell(c.tid, &line);
     }
+}
+
+/// A refused mapping, audited.
+fn report(
+    ctx: &SupervisorContext,
+    tree: &Tree,
+    call: &MapSyscall,
+    c: &Caught,
+    what: String,
+    r: Refused,
+) {
+    tracing::debug!(tid = c.tid, call = call.name, "{}", r.why);
     ctx.audit.record(
         &tree.session_id,
         EventBody::File(FileEvent {
