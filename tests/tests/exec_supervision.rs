@@ -97,11 +97,22 @@ fn nested_curl_is_denied_and_audited_with_depths() {
             .any(|e| e["filename"].as_str().unwrap_or("").contains("nonexistent")),
         "{ev:#?}"
     );
-    // The JSONL file holds the same exec events.
+    // The JSONL file holds the same exec events, each chained to the line
+    // before it (`prev`, the file's own).
     let jsonl: Vec<Value> = srv
         .jsonl_events()
         .into_iter()
         .filter(|e| e["type"] == "execve" && e["session_id"] == "s1")
+        .map(|mut e| {
+            let prev = e.as_object_mut().and_then(|o| o.remove("prev"));
+            assert!(
+                prev.as_ref()
+                    .and_then(Value::as_str)
+                    .is_some_and(|p| p.len() == 64),
+                "{e}"
+            );
+            e
+        })
         .collect();
     assert_eq!(jsonl, ev);
 }

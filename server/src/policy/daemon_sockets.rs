@@ -376,6 +376,15 @@ pub struct HiddenCache {
 type Deps = Vec<(String, Option<super::stamp::Stamp>)>;
 type Cached = (Deps, Vec<Listener>, Vec<String>);
 
+/// Whether `path` (as bound) lies beneath [`SOCKET_ROOTS`] or their usual
+/// alias (`/var/run` is `/run`): the walk covers it.
+fn beneath_roots(path: &str) -> bool {
+    SOCKET_ROOTS
+        .iter()
+        .flat_map(|r| [r.to_string(), format!("/var{r}")])
+        .any(|r| path.starts_with(&format!("{r}/")))
+}
+
 /// [`HostSocketFs`], noting the directories its answers depended on, with
 /// the socket table read once for the cache's key.
 struct Recording(std::cell::RefCell<BTreeSet<String>>, Vec<Listener>);
@@ -445,8 +454,13 @@ impl HiddenCache {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         // The socket table changes with no directory's stamp (a daemon
-        // listening outside every directory walked): part of the key.
-        let listeners = unix_listeners::read();
+        // listening outside every directory walked): part of the key, but
+        // for what lies beneath the walked roots, whose stamps already
+        // answer for it (sockets there come and go all the time).
+        let listeners: Vec<Listener> = unix_listeners::read()
+            .into_iter()
+            .filter(|l| !beneath_roots(&l.path))
+            .collect();
         if let Some((deps, table, result)) = last.as_ref() {
             if *table == listeners && deps.iter().all(|(d, st)| stamp(d) == *st) {
                 return (result.clone(), true);
