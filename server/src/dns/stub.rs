@@ -44,7 +44,7 @@ pub struct Stub {
     /// `execve.explain: stderr`: a refused query's asker is told why, once
     /// per (thread, name) (resolvers ask again, for each address family).
     explain: bool,
-    told: std::sync::Mutex<std::collections::HashSet<(u32, String)>>,
+    told: std::sync::Mutex<crate::supervisor::explain::Told<String>>,
 }
 
 /// Why the stub could not start.
@@ -323,14 +323,10 @@ impl Stub {
     /// Whether thread `pid` is to be told of `name`'s refusal now (the
     /// first time); remembered.
     fn first_telling(&self, pid: u32, name: &str) -> bool {
-        let mut told = self
-            .told
+        self.told
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if told.len() >= 4096 {
-            told.clear();
-        }
-        told.insert((pid, name.to_ascii_lowercase()))
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .first(pid, name.to_ascii_lowercase())
     }
 
     /// Binds each address of the upstream's answer `r` to the name for the

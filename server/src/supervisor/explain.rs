@@ -25,6 +25,31 @@ use std::os::fd::AsRawFd;
 /// The most bytes one explanation takes.
 pub const MAX: usize = 256;
 
+/// Which (thread, what) refusals a caller was told of: each is told once,
+/// not at every retry. Bounded (started over past [`Told::CAP`] entries:
+/// a thread may then be told again).
+#[derive(Debug)]
+pub struct Told<K>(std::collections::HashSet<(u32, K)>);
+
+impl<K> Default for Told<K> {
+    fn default() -> Self {
+        Told(std::collections::HashSet::new())
+    }
+}
+
+impl<K: std::hash::Hash + Eq> Told<K> {
+    const CAP: usize = 4096;
+
+    /// Whether thread `tid` is to be told of `what` now (the first time);
+    /// remembered.
+    pub fn first(&mut self, tid: u32, what: K) -> bool {
+        if self.0.len() >= Self::CAP {
+            self.0.clear();
+        }
+        self.0.insert((tid, what))
+    }
+}
+
 /// The line for a refused exec of `argv0` (what the caller named), `rule`,
 /// `message`: escaped, at most [`MAX`] bytes with its newline. Pure.
 pub fn line(argv0: &str, rule: &str, message: Option<&str>) -> String {

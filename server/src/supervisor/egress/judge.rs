@@ -160,8 +160,7 @@ pub(super) fn tell_refusal(
     rule: &str,
     why: Option<&str>,
 ) {
-    if k.ctx.limits.explain != crate::config::Explain::Stderr
-        || !st.egress.first_telling(k.c.tid, key)
+    if k.ctx.limits.explain != crate::config::Explain::Stderr || !st.egress.told.first(k.c.tid, key)
     {
         return;
     }

@@ -42,9 +42,8 @@ pub struct EgressState {
     pub(super) approved: Arc<Mutex<HashSet<DestKey>>>,
     /// The names this tree resolved through the DNS stub.
     names: Option<Arc<TreeNames>>,
-    /// (thread, destination) pairs whose refusal the thread was told of:
-    /// told once, not at every retry.
-    pub(super) explained: HashSet<(u32, DestKey)>,
+    /// The destinations each thread was told are refused.
+    pub(super) told: crate::supervisor::explain::Told<DestKey>,
 }
 
 impl EgressState {
@@ -60,15 +59,6 @@ impl EgressState {
             self.seen.clear();
         }
         self.seen.insert(key, (decision, rule.to_string(), names));
-    }
-
-    /// Whether thread `tid` is to be told of `key`'s refusal now (the
-    /// first time); remembered.
-    pub(super) fn first_telling(&mut self, tid: u32, key: DestKey) -> bool {
-        if self.explained.len() >= SEEN_MAX {
-            self.explained.clear();
-        }
-        self.explained.insert((tid, key))
     }
 
     /// The tree's resolved names (made on first use).

@@ -27,19 +27,8 @@ pub struct FilesState {
     /// The tree's root was found to be the server's (checked at its first
     /// path call; the filter refuses `chroot`, so it stays so).
     pub root_is_ours: bool,
-    /// (thread, path) refusals the thread was told of: told once.
-    told: std::collections::HashSet<(u32, String)>,
-}
-
-impl FilesState {
-    /// Whether thread `tid` is to be told of a refusal at `path` now (the
-    /// first time); remembered.
-    fn first_telling(&mut self, tid: u32, path: &str) -> bool {
-        if self.told.len() >= 4096 {
-            self.told.clear();
-        }
-        self.told.insert((tid, path.to_string()))
-    }
+    /// The paths each thread was told are refused.
+    told: crate::supervisor::explain::Told<String>,
 }
 
 /// A mechanism refusal: the rule, and why.
@@ -130,7 +119,8 @@ fn refused(
     d: &judge::Denial,
     stop: &dyn Stop,
 ) {
-    if ctx.limits.explain == crate::config::Explain::Stderr && st.first_telling(c.tid, &d.path) {
+    if ctx.limits.explain == crate::config::Explain::Stderr && st.told.first(c.tid, d.path.clone())
+    {
         let line = crate::supervisor::explain::refused_file(
             call.name,
             &d.path,

@@ -28,19 +28,8 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 #[derive(Debug, Default)]
 pub struct MapsState {
     kinds: HashMap<FileKey, Kind>,
-    /// (thread, file) refusals the thread was told of: told once.
-    told: std::collections::HashSet<(u32, String)>,
-}
-
-impl MapsState {
-    /// Whether thread `tid` is to be told of a refusal of `path` now (the
-    /// first time); remembered.
-    fn first_telling(&mut self, tid: u32, path: &str) -> bool {
-        if self.told.len() >= MAX_KINDS {
-            self.told.clear();
-        }
-        self.told.insert((tid, path.to_string()))
-    }
+    /// The files each thread was told are refused as code.
+    told: crate::supervisor::explain::Told<String>,
 }
 
 /// Kept kinds before the cache starts over.
@@ -148,7 +137,7 @@ fn tell(
     r: &Refused,
 ) {
     let path = r.path.clone().unwrap_or_else(|| what.to_string());
-    if ctx.limits.explain == crate::config::Explain::Stderr && st.first_telling(c.tid, &path) {
+    if ctx.limits.explain == crate::config::Explain::Stderr && st.told.first(c.tid, path.clone()) {
         let line = crate::supervisor::explain::refused_file(
             call.name,
             &path,
