@@ -766,7 +766,7 @@ fn a_root_tree_cannot_reach_an_unlisted_daemon_listening_outside_run() {
          s = socket.socket(socket.AF_UNIX); s.bind(\"{WORKSPACE}/dev.sock\"); s.listen()\n\
          while True:\n    c, _ = s.accept(); c.sendall(b\"dev-server-answered\"); c.close()' \
          >/dev/null 2>&1 &\n\
-         for i in $(seq 1 500); do [ -S {WORKSPACE}/dev.sock ] && break; sleep 0.01; done; echo UP"
+         until python3 -c 'import socket; socket.socket(socket.AF_UNIX).connect(\"{WORKSPACE}/dev.sock\")' 2>/dev/null; do sleep 0.05; done; echo UP"
     ));
     assert!(started.stdout.contains("UP"), "{started:?}");
     let f = sb.sh(&format!(

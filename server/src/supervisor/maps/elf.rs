@@ -36,8 +36,12 @@ const MAX_DYNAMIC: usize = 64 * 1024;
 pub fn kind(f: &std::fs::File) -> Kind {
     let mut h = [0u8; 64];
     let n = read_at(f, &mut h, 0);
-    if n < 20 || h[..4] != *b"\x7fELF" {
+    if n < 4 || h[..4] != *b"\x7fELF" {
         return Kind::Other;
+    }
+    // Says it is ELF, too short to say which kind: not decided, refused.
+    if n < 20 {
+        return Kind::Malformed;
     }
     let Some(e) = Endian::of(&h) else {
         return Kind::Malformed;
