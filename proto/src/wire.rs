@@ -63,6 +63,16 @@ pub struct SeccompConfig {
     /// namespace before the filter is loaded, where it can (CAP_SYS_ADMIN).
     #[serde(default)]
     pub daemon_sockets: Vec<String>,
+    /// Absolute, canonical paths of credential stores (the policy's
+    /// `credential_files`) unixwrap covers in the tree's mount namespace,
+    /// as it covers daemon sockets.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credential_files: Vec<String>,
+    /// A tree without CAP_SYS_ADMIN gets a user namespace of its own (its
+    /// ids mapped to themselves) to mount those covers in: the server found
+    /// that this host lets an ordinary process make one.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub user_namespace: bool,
     /// How the tree's execs reach the server: a user-notify fd handed up
     /// (`notify`), or ptrace stops at `SECCOMP_RET_TRACE` (`ptrace`: the
     /// server seizes unixwrap before it runs anything).
@@ -151,6 +161,8 @@ impl Default for SeccompConfig {
             ack_timeout_secs: default_ack_timeout(),
             landlock: None,
             daemon_sockets: Vec::new(),
+            credential_files: Vec::new(),
+            user_namespace: false,
             backend: ExecBackend::Notify,
             tracer_pid: None,
             env: None,

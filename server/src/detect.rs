@@ -370,7 +370,7 @@ fn caps() -> (bool, bool) {
 
 /// Runs `f` in a forked child and returns its exit code (or the signal as
 /// 128 + N). The child does only raw syscalls.
-fn in_child(f: impl FnOnce() -> i32) -> io::Result<i32> {
+pub(crate) fn in_child(f: impl FnOnce() -> i32) -> io::Result<i32> {
     // SAFETY: the child runs `f`, which makes only async-signal-safe raw
     // syscalls, then _exits; the parent only waits for it.
     let pid = unsafe { libc::fork() };

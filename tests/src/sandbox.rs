@@ -105,7 +105,19 @@ impl Sandbox {
         extra_config: &str,
         setup: impl FnOnce(&Namespace),
     ) -> Sandbox {
-        let ns = Namespace::new();
+        Sandbox::with_overlays(policy_yaml, uid, extra_config, &[], setup)
+    }
+
+    /// Like [`Sandbox::with_setup`], with `overlays` (e.g. `/root`,
+    /// `/home`) overlaid in the namespace too, so `setup` may write there.
+    pub fn with_overlays(
+        policy_yaml: &str,
+        uid: Option<u32>,
+        extra_config: &str,
+        overlays: &[&str],
+        setup: impl FnOnce(&Namespace),
+    ) -> Sandbox {
+        let ns = Namespace::with_overlays(overlays);
         ns.mount_scratch("/srv", WORKSPACE);
         setup(&ns);
         // The server runs in the namespace too, as it would in the same

@@ -262,8 +262,9 @@ fn name_tracer(setup: &Setup, log: &Log) {
     }
 }
 
-/// The daemon sockets hidden and the `exec_sources` places mounted
-/// `noexec`, after checking every path the server sent.
+/// The daemon sockets and credential stores hidden and the
+/// `exec_sources` places mounted `noexec`, after checking every path the
+/// server sent.
 fn hide_paths(setup: &Setup, has_admin: bool, log: &Log) -> Result<(), WrapError> {
     let config = &setup.config;
     if let Some(bad) = config.daemon_sockets.iter().find(|p| !mask::acceptable(p)) {
@@ -274,11 +275,21 @@ fn hide_paths(setup: &Setup, has_admin: bool, log: &Log) -> Result<(), WrapError
         .as_ref()
         .map(|l| l.noexec_mounts.clone())
         .unwrap_or_default();
-    if let Some(bad) = noexec.iter().find(|p| !mask::acceptable(p)) {
+    if let Some(bad) = noexec
+        .iter()
+        .chain(&config.credential_files)
+        .find(|p| !mask::acceptable(p))
+    {
         return Err(setup.refused(Refusal::DaemonSocketPath(bad.clone())));
     }
-    let masked = mask::hide(&config.daemon_sockets, &noexec, has_admin, log)
-        .map_err(|e| setup.refused(Refusal::Mask(e)))?;
+    let plan = mask::Plan {
+        daemon_sockets: &config.daemon_sockets,
+        credentials: &config.credential_files,
+        noexec: &noexec,
+        has_admin,
+        user_namespace: config.user_namespace,
+    };
+    let masked = mask::hide(&plan, log).map_err(|e| setup.refused(Refusal::Mask(e)))?;
     log!(log, "{masked}");
     Ok(())
 }

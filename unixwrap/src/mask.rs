@@ -46,8 +46,9 @@ use crate::log::Log;
 pub enum Masked {
     /// Nothing was asked.
     Nothing,
-    /// A private mount namespace hides these paths.
-    Hidden(Vec<String>),
+    /// A mount namespace of the tree's own (`user`: inside a user namespace
+    /// of its own) hides these paths.
+    Hidden { paths: Vec<String>, user: bool },
     /// Without CAP_SYS_ADMIN: not hidden (the sockets' own modes apply).
     NotHidden(String),
 }
@@ -55,11 +56,31 @@ pub enum Masked {
 impl std::fmt::Display for Masked {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Masked::Nothing => write!(f, "daemon sockets: none listed"),
-            Masked::Hidden(p) => write!(f, "daemon sockets hidden: {}", p.join(" ")),
+            Masked::Nothing => write!(f, "daemon sockets, credential stores: none listed"),
+            Masked::Hidden { paths, user } => write!(
+                f,
+                "hidden{}: {}",
+                if *user { " (in a user namespace)" } else { "" },
+                paths.join(" ")
+            ),
             Masked::NotHidden(why) => write!(f, "daemon sockets NOT hidden: {why}"),
         }
     }
+}
+
+/// What to hide, and how this process may.
+pub struct Plan<'a> {
+    /// Daemon sockets (and directories of them).
+    pub daemon_sockets: &'a [String],
+    /// Credential stores (`credential_files`): never left visible.
+    pub credentials: &'a [String],
+    /// Directories mounted again `noexec`.
+    pub noexec: &'a [String],
+    /// CAP_SYS_ADMIN is effective: a private mount namespace.
+    pub has_admin: bool,
+    /// Without it, a user namespace of our own may be made (the server
+    /// found the host allows it).
+    pub user_namespace: bool,
 }
 
 fn cstr(p: &str) -> Result<CString, String> {
@@ -70,40 +91,60 @@ fn last(what: &str) -> String {
     format!("{what}: {}", std::io::Error::last_os_error())
 }
 
-/// Hides `paths` (absolute, canonical) from this process and everything it
-/// starts, and mounts each of `noexec` (the policy's `exec_sources` places)
-/// again `noexec`, so no file the tree writes there is mapped executable
-/// either (Landlock's execute right covers `execve` only). `has_admin` is
-/// whether CAP_SYS_ADMIN is effective.
+/// Hides the plan's daemon sockets and credential stores (absolute,
+/// canonical) from this process and everything it starts, and mounts each
+/// of its `noexec` places (the policy's `exec_sources`) again `noexec`, so
+/// no file the tree writes there is mapped executable either (Landlock's
+/// execute right covers `execve` only).
 ///
 /// # Errors
-/// unshare or a mount failed for a path that exists.
-pub fn hide(
-    paths: &[String],
-    noexec: &[String],
-    has_admin: bool,
-    log: &Log,
-) -> Result<Masked, String> {
-    if paths.is_empty() && noexec.is_empty() {
+/// unshare or a mount failed for a path that exists; credential stores
+/// asked for where no namespace can be made.
+pub fn hide(plan: &Plan<'_>, log: &Log) -> Result<Masked, String> {
+    if plan.daemon_sockets.is_empty() && plan.credentials.is_empty() && plan.noexec.is_empty() {
         return Ok(Masked::Nothing);
     }
-    if !has_admin {
+    let user = if plan.has_admin {
+        false
+    } else if plan.user_namespace && !plan.credentials.is_empty() {
+        true
+    } else if plan.credentials.is_empty() {
         return Ok(Masked::NotHidden(
             "no CAP_SYS_ADMIN for a private mount namespace".into(),
         ));
-    }
+    } else {
+        return Err(
+            "credential stores to hide, but no CAP_SYS_ADMIN and no user namespace allowed".into(),
+        );
+    };
     // A mask mounted in a namespace that is not ours alone would hide the
     // sockets from everyone, the server's own clients included (gVisor shows
     // no namespace identity): then nothing is mounted.
-    if !enter_private_namespace()? {
+    let private = if user {
+        enter_user_namespace()?
+    } else {
+        enter_private_namespace()?
+    };
+    if !private {
+        if !plan.credentials.is_empty() {
+            return Err(
+                "this kernel cannot show that the new mount namespace is private \
+                        (gVisor?): the credential stores cannot be hidden"
+                    .into(),
+            );
+        }
         return Ok(Masked::NotHidden(
             "this kernel cannot show that the new mount namespace is private (gVisor?)".into(),
         ));
     }
     keep_mounts_from_propagating_out(log)?;
-    let hidden = cover_each(paths, log)?;
-    mount_each_noexec(noexec, log)?;
-    Ok(Masked::Hidden(hidden))
+    let mut hidden = cover_each(plan.daemon_sockets, "daemon socket", log)?;
+    hidden.extend(cover_each(plan.credentials, "credential store", log)?);
+    mount_each_noexec(plan.noexec, log)?;
+    Ok(Masked::Hidden {
+        paths: hidden,
+        user,
+    })
 }
 
 /// A new mount namespace for this process; whether it is shown to be a
@@ -114,6 +155,36 @@ fn enter_private_namespace() -> Result<bool, String> {
     if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
         return Err(last("unshare(CLONE_NEWNS) for the daemon-socket masks"));
     }
+    let after = std::fs::read_link("/proc/self/ns/mnt").ok();
+    Ok(before.is_some() && before != after)
+}
+
+/// A user namespace of this process's own, its effective uid and gid
+/// mapped to themselves (nothing else: root and other users' files show
+/// as the overflow id inside), with a new mount namespace it owns. The
+/// capabilities it gives last until the command's exec (whose uid is not
+/// 0 in it); the filter then forbids a new one. Whether the mount
+/// namespace is shown to be a new one.
+fn enter_user_namespace() -> Result<bool, String> {
+    // SAFETY: plain id getters.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let before = std::fs::read_link("/proc/self/ns/mnt").ok();
+    // SAFETY: unshare only changes this (single-threaded) process's namespaces.
+    if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) } != 0 {
+        return Err(last(
+            "unshare(CLONE_NEWUSER|CLONE_NEWNS) for the credential-store masks",
+        ));
+    }
+    let write = |file: &str, text: String| {
+        std::fs::write(file, text).map_err(|e| format!("writing {file}: {e}"))
+    };
+    match std::fs::write("/proc/self/setgroups", "deny") {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("writing /proc/self/setgroups: {e}")),
+    }
+    write("/proc/self/uid_map", format!("{uid} {uid} 1\n"))?;
+    write("/proc/self/gid_map", format!("{gid} {gid} 1\n"))?;
     let after = std::fs::read_link("/proc/self/ns/mnt").ok();
     Ok(before.is_some() && before != after)
 }
@@ -145,24 +216,33 @@ fn keep_mounts_from_propagating_out(log: &Log) -> Result<(), String> {
     Ok(())
 }
 
-/// Covers each of `paths` that still exists: a directory with an empty
-/// tmpfs, anything else with `/dev/null`. Returns the paths covered.
-fn cover_each(paths: &[String], log: &Log) -> Result<Vec<String>, String> {
+/// Covers each of `paths` (`what` they are, for messages) that still
+/// exists: a directory with an empty tmpfs, anything else with
+/// `/dev/null`. Returns the paths covered. One this process cannot look at
+/// (a home it may not enter) is not reachable by the tree either: skipped.
+fn cover_each(paths: &[String], what: &str, log: &Log) -> Result<Vec<String>, String> {
     let mut hidden = Vec::new();
     for p in paths {
         let meta = match std::fs::symlink_metadata(p) {
             Ok(m) => m,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                log!(log, "daemon socket {p}: gone, nothing to hide");
+                log!(log, "{what} {p}: gone, nothing to hide");
                 continue;
             }
-            Err(e) => return Err(format!("daemon socket {p}: {e}")),
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                log!(
+                    log,
+                    "{what} {p}: out of this tree's reach ({e}), nothing to hide"
+                );
+                continue;
+            }
+            Err(e) => return Err(format!("{what} {p}: {e}")),
         };
         if meta.file_type().is_symlink() {
             // The server lists canonical paths; a symlink here means the
             // entry changed since: hide what it is now, the link itself
             // cannot be mounted over by its target.
-            return Err(format!("daemon socket {p} became a symlink; refusing"));
+            return Err(format!("{what} {p} became a symlink; refusing"));
         }
         let target = cstr(p)?;
         if meta.is_dir() {
@@ -211,6 +291,13 @@ fn mount_noexec(target: &CString) -> Result<(), String> {
     {
         return Err(last("bind"));
     }
+    remount_bind(target, libc::MS_NOEXEC).map_err(|e| format!("remount noexec: {e}"))
+}
+
+/// Remounts the bind at `target` with `add` (read-only, noexec), keeping
+/// the flags the kernel would not let a remount drop (nosuid, nodev,
+/// noexec, read-only, the atime ones: locked in a user namespace).
+fn remount_bind(target: &CString, add: libc::c_ulong) -> Result<(), String> {
     // SAFETY: statvfs writes into the struct we pass.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: a valid C string and a struct to fill.
@@ -220,6 +307,7 @@ fn mount_noexec(target: &CString) -> Result<(), String> {
     let keep = [
         (libc::ST_NOSUID, libc::MS_NOSUID),
         (libc::ST_NODEV, libc::MS_NODEV),
+        (libc::ST_NOEXEC, libc::MS_NOEXEC),
         (libc::ST_RDONLY, libc::MS_RDONLY),
         (libc::ST_NOATIME, libc::MS_NOATIME),
         (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
@@ -228,18 +316,18 @@ fn mount_noexec(target: &CString) -> Result<(), String> {
     .iter()
     .filter(|(st_flag, _)| st.f_flag & *st_flag != 0)
     .fold(0, |acc, (_, ms)| acc | ms);
-    // SAFETY: a remount of the bind just made, valid C strings, no data.
+    // SAFETY: a remount of a bind just made, valid C strings, no data.
     if unsafe {
         libc::mount(
             std::ptr::null(),
             target.as_ptr(),
             std::ptr::null(),
-            libc::MS_BIND | libc::MS_REMOUNT | libc::MS_NOEXEC | keep,
+            libc::MS_BIND | libc::MS_REMOUNT | add | keep,
             std::ptr::null(),
         )
     } != 0
     {
-        return Err(last("remount noexec"));
+        return Err(last("remount"));
     }
     Ok(())
 }
@@ -347,20 +435,7 @@ fn cover_file(target: &CString) -> Result<(), String> {
     if rc != 0 {
         return Err(last("bind /dev/null"));
     }
-    // SAFETY: as above; makes that bind read-only.
-    let rc = unsafe {
-        libc::mount(
-            std::ptr::null(),
-            target.as_ptr(),
-            std::ptr::null(),
-            libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY,
-            std::ptr::null(),
-        )
-    };
-    if rc != 0 {
-        return Err(last("remount the bind read-only"));
-    }
-    Ok(())
+    remount_bind(target, libc::MS_RDONLY).map_err(|e| format!("the bind read-only: {e}"))
 }
 
 /// Is `p` a path this module accepts from the server (absolute, no `..`)?
@@ -381,11 +456,25 @@ mod tests {
     #[test]
     fn nothing_asked_nothing_done_and_no_admin_is_reported() {
         let log = Log::from_env_value(None);
-        assert_eq!(hide(&[], &[], true, &log).unwrap(), Masked::Nothing);
+        let plan = |d: &[String], c: &[String], admin: bool, user: bool| {
+            hide(
+                &Plan {
+                    daemon_sockets: d,
+                    credentials: c,
+                    noexec: &[],
+                    has_admin: admin,
+                    user_namespace: user,
+                },
+                &log,
+            )
+        };
+        assert_eq!(plan(&[], &[], true, false).unwrap(), Masked::Nothing);
         assert!(matches!(
-            hide(&["/run/x.sock".into()], &[], false, &log).unwrap(),
+            plan(&["/run/x.sock".into()], &[], false, false).unwrap(),
             Masked::NotHidden(_)
         ));
+        // Credential stores are never left visible quietly.
+        assert!(plan(&[], &["/root/.ssh".into()], false, false).is_err());
     }
 
     #[test]

@@ -36,6 +36,7 @@
 
 mod admission;
 mod answer;
+pub(crate) mod credentials;
 pub mod peer;
 pub mod routes;
 mod serve;

@@ -118,6 +118,8 @@ fn prepare_wrap_init(
     let backend = setup.filters.backend();
     let egress_gap = egress_gap(api, &setup.policy, backend)?;
     let wrapper = wrapper_binary(api)?;
+    let credentials = super::credentials::plan(&setup.policy, caller);
+    let carve = credentials.as_ref().is_some_and(|c| c.carve);
     let Opened {
         lineage,
         filter,
@@ -125,7 +127,7 @@ fn prepare_wrap_init(
         landlock,
         ruleset_reused,
         pending,
-    } = open_tree(api, &session, caller)?;
+    } = open_tree(api, &session, caller, carve)?;
     session
         .wrap_inits
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -141,6 +143,10 @@ fn prepare_wrap_init(
     seccomp_config.env = setup.env.clone();
     let (hidden, masks_reused) = hidden_daemon_sockets(api, setup);
     seccomp_config.daemon_sockets = hidden;
+    if let Some(c) = &credentials {
+        seccomp_config.credential_files = c.paths.clone();
+        seccomp_config.user_namespace = c.user_namespace;
+    }
     let daemon_sockets = crate::audit::DaemonSocketsSummary {
         hidden: seccomp_config.daemon_sockets.clone(),
         mechanism: masking_mechanism(caller),
@@ -160,6 +166,7 @@ fn prepare_wrap_init(
             landlock: Some(landlock.summary),
             seccomp: Some(filter.summary.clone()),
             daemon_sockets: Some(daemon_sockets),
+            credential_files: credentials.map(|c| c.summary),
             shim_pid: caller.pid,
             daemon_pid: lineage.as_ref().and_then(|l| l.parent),
             backend,
@@ -258,8 +265,9 @@ struct Opened {
 
 /// The tree's seccomp filter, Landlock ruleset and notify socket, in that
 /// order: what is compiled (or taken from a cache) comes before anything
-/// is created, so a failure leaves nothing behind.
-fn open_tree(api: &Api, session: &Session, caller: Caller) -> Result<Opened, Failure> {
+/// is created, so a failure leaves nothing behind. `carve`: the ruleset
+/// with `credential_files`' Landlock fallback.
+fn open_tree(api: &Api, session: &Session, caller: Caller, carve: bool) -> Result<Opened, Failure> {
     let setup = &session.setup;
     // The shim's parent is the SDK daemon; both are protected from the
     // tree's signals (the filter's register rules), with their groups.
@@ -278,7 +286,7 @@ fn open_tree(api: &Api, session: &Session, caller: Caller) -> Result<Opened, Fai
             fail(500, e.to_string())
         })?;
     let backend = setup.filters.backend();
-    let (mut landlock, ruleset_reused) = setup.landlock.compile_or_reuse(caller.uid);
+    let (mut landlock, ruleset_reused) = setup.landlock.compile_or_reuse(caller.uid, carve);
     crate::policy::landlock::cap_abi(&mut landlock, api.config.landlock.cap());
     let pending = handoff::open_notify_socket(
         &session.id,

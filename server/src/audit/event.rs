@@ -190,6 +190,10 @@ pub struct WrapInitEvent {
     /// The daemon sockets hidden from the tree, and how.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub daemon_sockets: Option<DaemonSocketsSummary>,
+    /// The credential stores kept from the tree (the policy's
+    /// `credential_files`; paths only, never contents) and how.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub credential_files: Option<CredentialFilesSummary>,
     /// The process that asked (the shim, which becomes the tree's root).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub shim_pid: Option<u32>,
@@ -221,6 +225,16 @@ pub struct WrapInitEvent {
 pub struct DaemonSocketsSummary {
     pub hidden: Vec<String>,
     /// `mount namespace`, or why not.
+    pub mechanism: String,
+}
+
+/// `credential_files` of a wrap-init event.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct CredentialFilesSummary {
+    /// The stores covered (or, under the Landlock fallback, denied).
+    pub hidden: Vec<String>,
+    /// `mount namespace`, `user namespace`, `landlock: ...`, or
+    /// `NOT HIDDEN (...)` and why.
     pub mechanism: String,
 }
 

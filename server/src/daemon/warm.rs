@@ -18,6 +18,10 @@ pub(super) fn caches(setup: &crate::session::Setup, run_dir: &std::path::Path) {
     const TRIES: usize = 2;
     let (landlock, daemon_sockets) = (&setup.landlock, &setup.daemon_sockets);
     let started = std::time::Instant::now();
+    if !setup.policy.credential_files().hide.is_empty() {
+        // Probed once; the first wrap-init need not wait for it.
+        let _ = crate::api::credentials::user_namespace_mounts();
+    }
     let uids = login_uids();
     let mut tries = 0;
     let all_kept = loop {

@@ -130,6 +130,18 @@ impl Policy {
         if let Some(e) = &self.env {
             let _ = writeln!(*s, "  {}", env::describe(e));
         }
+        let c = &self.credential_files;
+        if !c.hide.is_empty() {
+            let _ = writeln!(
+                *s,
+                "  credential_files: hidden in every home ({}); where no mount namespace: {}",
+                c.hide.join(", "),
+                match c.fallback {
+                    super::credential_files::Fallback::Carve => "read denied by Landlock (carve)",
+                    super::credential_files::Fallback::Readable => "READABLE",
+                }
+            );
+        }
         match &self.egress {
             None => {
                 let _ = writeln!(*s, "  egress: none (destinations are not judged)");

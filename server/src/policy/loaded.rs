@@ -57,6 +57,8 @@ pub struct Policy {
     pub(super) egress: Option<egress::Egress>,
     /// `env:`; `None`: the environment is inherited as is.
     pub(super) env: Option<agentsh_proto::env::EnvRules>,
+    /// `credential_files:` (empty `hide`: nothing is hidden).
+    pub(super) credential_files: super::credential_files::CredentialFilesDoc,
 }
 
 impl Policy {
@@ -193,6 +195,23 @@ impl Policy {
     /// `env:` compiled (`None`: the environment is inherited as is).
     pub fn env(&self) -> Option<&agentsh_proto::env::EnvRules> {
         self.env.as_ref()
+    }
+
+    /// `credential_files:` (see `credential_files`).
+    pub fn credential_files(&self) -> &super::credential_files::CredentialFilesDoc {
+        &self.credential_files
+    }
+
+    /// This policy with the `carve` fallback of `credential_files` added
+    /// as a file rule (`read` denied beneath each store in `${HOME}`).
+    pub fn with_credential_carve(&self) -> Policy {
+        let mut p = self.clone();
+        if !self.credential_files.hide.is_empty() {
+            p.file_rules.push(super::credential_files::carve_rule(
+                &self.credential_files.hide,
+            ));
+        }
+        p
     }
 
     /// `daemon_sockets: {allow, deny}` (the built-in list is in `daemon_sockets`).

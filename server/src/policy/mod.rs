@@ -24,6 +24,7 @@
 
 mod check;
 mod compile;
+pub mod credential_files;
 pub mod daemon_sockets;
 mod decision;
 pub mod egress;

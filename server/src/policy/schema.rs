@@ -39,6 +39,8 @@ pub(crate) struct PolicyDoc {
     pub egress: Option<super::egress::EgressDoc>,
     /// What the tree's shell inherits of the environment (see `env`).
     pub env: Option<super::env::EnvDoc>,
+    /// Credential stores kept out of reach (see `credential_files`).
+    pub credential_files: Option<super::credential_files::CredentialFilesDoc>,
 }
 
 /// `exec_sources:`: whether files in places the tree can write may run.

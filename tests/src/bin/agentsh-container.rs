@@ -10,10 +10,12 @@
 //!   set. The filter answers EPERM for the calls Docker's default profile
 //!   gates on `CAP_SYS_PTRACE` that a process without it could otherwise make
 //!   and that agentsh uses or could: `kcmp`, `pidfd_getfd`,
-//!   `process_madvise`. The calls the profile gates on `CAP_SYS_ADMIN`
-//!   (`unshare`, `setns`, `mount`, `bpf`, ...) are not added: without the
-//!   capability the kernel refuses them anyway, with the same EPERM. Only the
-//!   native ABI is filtered (the emulation runs native programs).
+//!   `process_madvise`; and `unshare`, which the profile gates on
+//!   `CAP_SYS_ADMIN` and the kernel does not (a user namespace needs no
+//!   capability). The other calls it gates on `CAP_SYS_ADMIN` (`setns`,
+//!   `mount`, `bpf`, ...) are not added: without the capability the kernel
+//!   refuses them anyway, with the same EPERM. Only the native ABI is
+//!   filtered (the emulation runs native programs).
 //! * `no-sys-admin`: every capability but `CAP_SYS_ADMIN`, no filter.
 //! * `no-supervision`: a platform whose seccomp profile leaves agentsh no
 //!   way in: `seccomp(2)` with `SECCOMP_FILTER_FLAG_NEW_LISTENER` fails with
@@ -72,12 +74,15 @@ fn last_error() -> String {
     std::io::Error::last_os_error().to_string()
 }
 
-/// The calls Docker's default profile refuses without `CAP_SYS_PTRACE`.
-fn refused_calls() -> [libc::c_long; 3] {
+/// The calls Docker's default profile refuses without `CAP_SYS_PTRACE`,
+/// and `unshare`, which it allows only with `CAP_SYS_ADMIN` (the kernel
+/// would let anyone make a user namespace with it).
+fn refused_calls() -> [libc::c_long; 4] {
     [
         libc::SYS_kcmp,
         libc::SYS_pidfd_getfd,
         libc::SYS_process_madvise,
+        libc::SYS_unshare,
     ]
 }
 

@@ -1,7 +1,8 @@
 //! The whole document, section by section, into a [`Policy`], and the
 //! top-level values no other room owns: `name`, `default`,
 //! `unparsable_wrapper`, `internal_bypass`, `syscalls.block`,
-//! `daemon_sockets`, `multi_call`, `exec_memory`, `env`.
+//! `daemon_sockets`, `multi_call`, `exec_memory`, `env`,
+//! `credential_files`.
 //!
 //! Failure modes: the first refusal of any section is the error, with its
 //! place in the text; a top-level value this room checks is refused with
@@ -13,6 +14,7 @@ use super::egress::check_network_policy;
 use super::examples::check_examples;
 use super::files::{check_exec_sources, check_file_rules};
 use super::network::check_network_rules;
+use crate::policy::credential_files::{self, CredentialFilesDoc};
 use crate::policy::daemon_sockets::{self, DaemonSocketsDoc};
 use crate::policy::env::EnvDoc;
 use crate::policy::error::{PolicyError, PolicyNameError};
@@ -52,6 +54,8 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
     let (socket_families, egress) =
         check_network_policy(&ctx, doc.socket_families, doc.egress, &network_rules)?;
     let env = doc.env.map(|d| env(&ctx, d)).transpose()?;
+    let credential_files = doc.credential_files.unwrap_or_default();
+    check_credential_files(&ctx, &credential_files)?;
     Ok(Policy {
         name,
         description: doc.description,
@@ -70,6 +74,7 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
         socket_families,
         egress,
         env,
+        credential_files,
     })
 }
 
@@ -210,6 +215,21 @@ fn check_daemon_sockets(ctx: &Ctx<'_>, d: &DaemonSocketsDoc) -> Result<(), Polic
                     format!("daemon_sockets.{key}: {message}"),
                 ));
             }
+        }
+    }
+    Ok(())
+}
+
+/// `credential_files.hide`: stores in every home (`~/...`) or absolute paths.
+fn check_credential_files(ctx: &Ctx<'_>, d: &CredentialFilesDoc) -> Result<(), PolicyError> {
+    for p in &d.hide {
+        if let Some(message) = credential_files::entry_error(p) {
+            return Err(ctx.invalid(
+                ctx.source
+                    .section_value("credential_files", Some("hide"), p),
+                None,
+                format!("credential_files.hide: {p:?} {message}"),
+            ));
         }
     }
     Ok(())

@@ -15,6 +15,10 @@ use std::path::Path;
 /// Everything the server needs to compile a ruleset at each wrap-init.
 pub struct SessionLandlock {
     pub(super) policy: std::sync::Arc<Policy>,
+    /// The policy with `credential_files`' Landlock fallback (`read`
+    /// denied beneath each store in `${HOME}`), for a tree that cannot
+    /// have them covered in a mount namespace.
+    pub(super) carving: std::sync::Arc<Policy>,
     pub(super) workspace: Option<String>,
     pub(super) protect: SelfProtection,
     pub(super) compat: LandlockCompat,
@@ -39,6 +43,7 @@ pub const CACHED_UIDS: usize = 8;
 /// started might have changed during it: such a result is not kept.
 pub(super) struct RulesetCache {
     uid: u32,
+    carve: bool,
     home: Option<String>,
     deps: Vec<(String, Option<Stamp>)>,
     result: CompiledLandlock,
@@ -121,6 +126,7 @@ impl SessionLandlock {
             .map(|a| a.port());
         let protect = SelfProtection::new(&own, &[config.state_dir.as_path()], api_port, &HostFs);
         SessionLandlock {
+            carving: std::sync::Arc::new(policy.with_credential_carve()),
             policy,
             workspace,
             protect,
@@ -135,12 +141,13 @@ impl SessionLandlock {
 
     /// The ruleset for a tree run by `uid` (its home from `/etc/passwd`).
     pub fn compile(&self, uid: u32) -> CompiledLandlock {
-        self.compile_or_reuse(uid).0
+        self.compile_or_reuse(uid, false).0
     }
 
-    /// [`SessionLandlock::compile`], and whether the ruleset was the one
-    /// kept (`true`) or compiled now.
-    pub fn compile_or_reuse(&self, uid: u32) -> (CompiledLandlock, bool) {
+    /// [`SessionLandlock::compile`] (`carve`: with `credential_files`'
+    /// Landlock fallback), and whether the ruleset was the one kept
+    /// (`true`) or compiled now.
+    pub fn compile_or_reuse(&self, uid: u32, carve: bool) -> (CompiledLandlock, bool) {
         let home = std::fs::read_to_string("/etc/passwd")
             .ok()
             .and_then(|t| home_of(uid, &t));
@@ -148,7 +155,7 @@ impl SessionLandlock {
             .cache
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(i) = cache.iter().position(|c| c.uid == uid) {
+        if let Some(i) = cache.iter().position(|c| c.uid == uid && c.carve == carve) {
             let c = &cache[i];
             if c.home == home && c.deps.iter().all(|(d, st)| stamp(d) == *st) {
                 return (c.result.clone(), true);
@@ -164,7 +171,8 @@ impl SessionLandlock {
         let fs = RecordingFs {
             deps: Default::default(),
         };
-        let result = compile(&self.policy, &vars, &self.protect, self.compat, &fs);
+        let policy = if carve { &self.carving } else { &self.policy };
+        let result = compile(policy, &vars, &self.protect, self.compat, &fs);
         let deps: Vec<(String, Option<Stamp>)> = fs
             .deps
             .into_inner()
@@ -187,6 +195,7 @@ impl SessionLandlock {
             }
             cache.push(RulesetCache {
                 uid,
+                carve,
                 home,
                 deps,
                 result: result.clone(),

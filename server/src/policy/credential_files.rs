@@ -1,0 +1,197 @@
+//! `credential_files:`: the usual credential stores kept out of a tree's
+//! reach, in every home (`~/.ssh`, `~/.aws`, `~/.netrc`, ...).
+//!
+//! Threat: an agent (or a prompt injection steering it) that reads the keys
+//! and tokens a user or an image left in a home directory, and sends them
+//! out or uses them. Landlock only grants, so "everything but `~/.ssh`"
+//! means carving the home, after which a file the same command creates
+//! directly in the home is unreadable to it (a `git clone` in a home that
+//! is the workspace fails). So each store is covered instead, in the tree's
+//! own mount namespace, by unixwrap before the filter is loaded (the masks
+//! `mask` already makes for daemon sockets: an empty read-only tmpfs over a
+//! directory, a read-only `/dev/null` over a file): a root tree with
+//! CAP_SYS_ADMIN gets a private mount namespace, any other tree a user
+//! namespace of its own (its uid and gid mapped to themselves; it holds no
+//! capability once its command runs). Where neither can be had (root in
+//! Docker's default container; an ordinary user where the kernel, a
+//! seccomp profile or AppArmor refuses user namespaces), `fallback` says
+//! what happens: `carve` (the default) denies `read` beneath each store in
+//! the caller's home with Landlock, with the cost above; `readable` leaves
+//! them readable, which the server logs and the wrap-init event says.
+//!
+//! `~/X` is X in every home: root's, each directory in `/home`, and the
+//! caller's own (from `/etc/passwd`). Only stores that exist when the tree
+//! starts are covered (one the tree creates is its own).
+//!
+//! Failure modes: an entry that is not `~/...` or absolute, or holds `..`,
+//! a glob or a control character, is refused when the policy is loaded.
+
+use super::schema::{Decision, FileOperation, FileRule};
+use serde::{Deserialize, Serialize};
+
+/// What happens where no mount namespace can be had (see the module doc).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fallback {
+    /// Landlock denies `read` beneath each store in the caller's home.
+    #[default]
+    Carve,
+    /// The stores stay readable (logged, and said in the wrap-init event).
+    Readable,
+}
+
+/// The section as written.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialFilesDoc {
+    /// `~/X` (X in every home) or an absolute path.
+    #[serde(default)]
+    pub hide: Vec<String>,
+    /// Where no mount namespace can be had (default `carve`).
+    #[serde(default)]
+    pub fallback: Fallback,
+}
+
+/// Why an entry of `hide` is refused, or `None`.
+pub fn entry_error(p: &str) -> Option<&'static str> {
+    let rest = if let Some(r) = p.strip_prefix("~/") {
+        r
+    } else if let Some(r) = p.strip_prefix('/') {
+        r
+    } else {
+        return Some("must start with ~/ (in every home) or / (an absolute path)");
+    };
+    if rest.is_empty() {
+        return Some("names a whole home or /, not a store in it");
+    }
+    if p.chars().any(|c| c.is_control()) {
+        return Some("holds a control character");
+    }
+    if p.contains(['*', '?', '[', '{']) {
+        return Some("globs are not accepted: name each store");
+    }
+    if rest.split('/').any(|c| c == ".." || c == ".") {
+        return Some("holds . or .. components");
+    }
+    None
+}
+
+/// The homes `~/` stands for: `/root`, each directory in `/home`, and the
+/// caller's own home `caller_home`.
+pub fn homes(caller_home: Option<&str>) -> Vec<String> {
+    let mut v = vec!["/root".to_string()];
+    if let Ok(rd) = std::fs::read_dir("/home") {
+        let mut listed: Vec<String> = rd
+            .filter_map(Result::ok)
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| format!("/home/{}", e.file_name().to_string_lossy()))
+            .collect();
+        listed.sort();
+        v.extend(listed);
+    }
+    if let Some(h) = caller_home {
+        if h.starts_with('/') && !v.iter().any(|x| x == h) {
+            v.push(h.to_string());
+        }
+    }
+    v
+}
+
+/// Each entry of `hide` that exists now, in each of `homes`, canonical
+/// (a store that is a symlink is covered where it leads), without repeats.
+/// A store that cannot be looked at (a home the server may not enter) is
+/// left out: nothing of it can be listed, hence nothing to cover.
+pub fn existing(hide: &[String], homes: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for entry in hide {
+        let candidates: Vec<String> = match entry.strip_prefix("~/") {
+            Some(rel) => homes.iter().map(|h| format!("{h}/{rel}")).collect(),
+            None => vec![entry.clone()],
+        };
+        for c in candidates {
+            let Ok(canon) = std::fs::canonicalize(&c) else {
+                continue;
+            };
+            let canon = canon.to_string_lossy().into_owned();
+            // A store whose canonical path is `/` or a home itself (a
+            // symlink to `..`) would hide everything: not a store.
+            if canon == "/" || homes.iter().any(|h| *h == canon) {
+                continue;
+            }
+            if !out.contains(&canon) {
+                out.push(canon);
+            }
+        }
+    }
+    out
+}
+
+/// The `carve` fallback as a file rule: `read` denied beneath each `~/`
+/// entry in the caller's home (`${HOME}`) and each absolute one.
+pub fn carve_rule(hide: &[String]) -> FileRule {
+    let paths = hide
+        .iter()
+        .map(|e| match e.strip_prefix("~/") {
+            Some(rel) => format!("${{HOME}}/{rel}"),
+            None => e.clone(),
+        })
+        .collect();
+    FileRule {
+        name: CARVE_RULE.to_string(),
+        paths,
+        operations: vec![FileOperation::Read],
+        decision: Decision::Deny,
+    }
+}
+
+/// The name of the file rule [`carve_rule`] makes.
+pub const CARVE_RULE: &str = "credential-files";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_are_stores_in_homes_or_absolute() {
+        assert_eq!(entry_error("~/.ssh"), None);
+        assert_eq!(entry_error("~/.config/gcloud"), None);
+        assert_eq!(entry_error("/etc/app/token"), None);
+        for bad in [
+            ".ssh",
+            "~",
+            "~/",
+            "/",
+            "~/../x",
+            "~/.ssh/*",
+            "~/a/./b",
+            "~root/.ssh",
+        ] {
+            assert!(entry_error(bad).is_some(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn existing_stores_are_found_in_every_home_and_a_link_to_a_home_is_not_one() {
+        let d = std::env::temp_dir().join(format!("agentsh-cred-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let base = d.to_str().unwrap();
+        let (a, b) = (format!("{base}/a"), format!("{base}/b"));
+        std::fs::create_dir_all(format!("{a}/.ssh")).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        std::fs::write(format!("{b}/.netrc"), "machine x").unwrap();
+        std::os::unix::fs::symlink(&a, format!("{b}/.aws")).unwrap();
+        let hide: Vec<String> = ["~/.ssh", "~/.netrc", "~/.aws", "~/.kube"]
+            .map(String::from)
+            .to_vec();
+        let found = existing(&hide, &[a.clone(), b.clone()]);
+        assert_eq!(found, vec![format!("{a}/.ssh"), format!("{b}/.netrc")]);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn the_carve_names_the_callers_home() {
+        let r = carve_rule(&["~/.ssh".into(), "/etc/tok".into()]);
+        assert_eq!(r.paths, vec!["${HOME}/.ssh", "/etc/tok"]);
+        assert_eq!(r.decision, Decision::Deny);
+    }
+}
