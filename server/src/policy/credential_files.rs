@@ -64,7 +64,7 @@ pub fn entry_error(p: &str) -> Option<&'static str> {
     if rest.is_empty() {
         return Some("names a whole home or /, not a store in it");
     }
-    if p.chars().any(|c| c.is_control()) {
+    if p.chars().any(char::is_control) {
         return Some("holds a control character");
     }
     if p.contains(['*', '?', '[', '{']) {
@@ -115,7 +115,7 @@ pub fn existing(hide: &[String], homes: &[String]) -> Vec<String> {
             let canon = canon.to_string_lossy().into_owned();
             // A store whose canonical path is `/` or a home itself (a
             // symlink to `..`) would hide everything: not a store.
-            if canon == "/" || homes.iter().any(|h| *h == canon) {
+            if canon == "/" || homes.contains(&canon) {
                 continue;
             }
             if !out.contains(&canon) {
