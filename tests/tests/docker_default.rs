@@ -56,8 +56,12 @@ impl Container {
         policy: &str,
         extra: &str,
     ) -> Container {
-        let ns = Namespace::new();
+        // /root overlaid: a credential store planted in root's home.
+        let ns = Namespace::with_overlays(&["/root"]);
         ns.mount_scratch("/srv", WORKSPACE);
+        let aws = ns.path("/root/.aws");
+        std::fs::create_dir_all(&aws).expect("create /root/.aws");
+        std::fs::write(aws.join("credentials"), AWS_SECRET).expect("plant a credential");
         let files = ServerFiles::write(
             Path::new(SERVER_BASE),
             Some(policy),
@@ -122,6 +126,9 @@ impl Container {
     }
 }
 
+/// The credential planted in `/root/.aws/credentials`.
+const AWS_SECRET: &str = "aws_secret_access_key=aws-docker-3b1f";
+
 /// Eight threads each run a program through `subprocess` (vfork from a
 /// threaded process).
 const THREADS_PY: &str = "import subprocess, threading
@@ -171,6 +178,31 @@ fn sdk_shells_are_supervised_on(profile: &str, yama: bool, uid: Option<u32>) {
     let f = c.run(&Spawn::argv(&["/bin/sh", "-c", "python3 threads.py"]));
     assert_eq!(f.code, Some(0), "{profile} {uid:?}: {f:?}");
     assert!(f.stdout.contains("threads ok"), "{f:?}");
+    // The shipped credential_files: root's store is unreadable, by the
+    // Landlock carve where no namespace can be had (docker-default refuses
+    // user namespaces; root without CAP_SYS_ADMIN gets none), by a user
+    // namespace for an ordinary user where the container allows one.
+    let f = c.run(&Spawn::argv(&[
+        "/bin/sh",
+        "-c",
+        "cat /root/.aws/credentials; echo end",
+    ]));
+    assert!(
+        f.stdout.contains("end") && !f.stdout.contains("aws-docker-3b1f"),
+        "{profile} {uid:?}: {f:?}"
+    );
+    let events = c.files.events();
+    let init = events
+        .iter()
+        .rev()
+        .find(|e| e["type"] == "wrap_init")
+        .expect("a wrap_init event");
+    let mechanism = init["credential_files"]["mechanism"].as_str().unwrap_or("");
+    let want = match (profile, uid) {
+        ("no-sys-admin", Some(_)) => "user namespace",
+        _ => "landlock:",
+    };
+    assert!(mechanism.starts_with(want), "{profile} {uid:?}: {init}");
 }
 
 #[test]

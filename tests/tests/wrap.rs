@@ -1100,3 +1100,71 @@ fn wrap_keeps_secrets_out_but_passes_what_keep_env_names() {
         text(&o)
     );
 }
+
+/// The shipped policy's `credential_files` under wrap (issue 41): the
+/// developer's credential stores are out of the agent's reach (a user
+/// namespace as an ordinary user, a mount namespace as root), and a plain
+/// file beside them is read as before.
+#[test]
+fn wrap_keeps_the_developers_credential_files_from_the_agent() {
+    if !require_root("wrap_keeps_the_developers_credential_files_from_the_agent") {
+        return;
+    }
+    for (uid, mechanism) in [(Some(NOBODY), "user namespace"), (None, "mount namespace")] {
+        let p = Place::new("creds", uid);
+        let home = p.home();
+        for (f, secret) in [
+            (".ssh/id_ed25519", "PRIVATE-KEY-wrap-31c9"),
+            (".aws/credentials", "aws-wrap-8d02"),
+            (".netrc", "netrc-wrap-5e77"),
+            ("notes.txt", "plain-wrap-notes"),
+        ] {
+            let path = home.join(f);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, secret).unwrap();
+        }
+        if let Some(u) = uid {
+            let o = Command::new("chown")
+                .arg("-R")
+                .arg(format!("{u}:{u}"))
+                .arg(&home)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{o:?}");
+        }
+        let o = run(
+            p.wrap(
+                "creds",
+                &[],
+                &[
+                    "sh",
+                    "-c",
+                    "cat ~/.ssh/id_ed25519 ~/.aws/credentials ~/.netrc ~/notes.txt",
+                ],
+            ),
+            Duration::from_secs(120),
+        );
+        let out = String::from_utf8_lossy(&o.stdout);
+        for secret in ["PRIVATE-KEY-wrap-31c9", "aws-wrap-8d02", "netrc-wrap-5e77"] {
+            assert!(
+                !out.contains(secret),
+                "{uid:?}: {secret} read: {}",
+                text(&o)
+            );
+        }
+        assert!(out.contains("plain-wrap-notes"), "{uid:?}: {}", text(&o));
+        let init = p
+            .events("creds")
+            .into_iter()
+            .find(|e| e["type"] == "wrap_init")
+            .expect("a wrap_init event");
+        assert_eq!(
+            init["credential_files"]["mechanism"], mechanism,
+            "{uid:?}: {init}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(home.join(".netrc")).unwrap(),
+            "netrc-wrap-5e77"
+        );
+    }
+}

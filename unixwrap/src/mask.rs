@@ -104,9 +104,11 @@ pub fn hide(plan: &Plan<'_>, log: &Log) -> Result<Masked, String> {
     if plan.daemon_sockets.is_empty() && plan.credentials.is_empty() && plan.noexec.is_empty() {
         return Ok(Masked::Nothing);
     }
+    // SAFETY: a plain id getter.
+    let root = unsafe { libc::geteuid() } == 0;
     let user = if plan.has_admin {
         false
-    } else if plan.user_namespace && !plan.credentials.is_empty() {
+    } else if plan.user_namespace && !root && !plan.credentials.is_empty() {
         true
     } else if plan.credentials.is_empty() {
         return Ok(Masked::NotHidden(

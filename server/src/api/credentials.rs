@@ -1,7 +1,8 @@
 //! How a tree's credential stores (the policy's `credential_files`) are
 //! kept from it, decided per wrap-init: covered in a mount namespace of the
-//! tree's own where unixwrap can make one (CAP_SYS_ADMIN in the caller, or
-//! a user namespace this host lets an ordinary process make, probed once),
+//! tree's own where unixwrap can make one (CAP_SYS_ADMIN in the caller, or,
+//! for an ordinary user, a user namespace this host lets an ordinary
+//! process make, probed once),
 //! else the policy's `fallback` (a Landlock carve of the caller's home, or
 //! readable, said). See `policy::credential_files` for the threat.
 //!
@@ -35,7 +36,14 @@ pub(super) fn plan(policy: &Policy, caller: Caller) -> Option<CredentialPlan> {
         .ok()
         .and_then(|t| crate::policy::landlock::home_of(caller.uid, &t));
     let admin = caller_has_admin(caller);
-    let userns = user_namespace_mounts();
+    // Root without CAP_SYS_ADMIN gets no user namespace: inside one its
+    // capabilities would no longer reach the host's network or ids (no
+    // port below 1024, no chown to another user, apt's drop to _apt).
+    let userns = if caller.uid == 0 {
+        Err("root without CAP_SYS_ADMIN".to_string())
+    } else {
+        user_namespace_mounts()
+    };
     let mechanism = match (admin, &userns) {
         (true, _) => Some("mount namespace".to_string()),
         (false, Ok(())) => Some("user namespace".to_string()),
@@ -59,9 +67,8 @@ pub(super) fn plan(policy: &Policy, caller: Caller) -> Option<CredentialPlan> {
         Fallback::Carve => (
             true,
             format!(
-                "landlock: read denied beneath them in the caller's home (no mount namespace: \
-                 {why}); a file the same command creates directly in that home is unreadable \
-                 to it"
+                "landlock: read denied beneath them (no mount namespace: {why}); a file the \
+                 same command creates directly in a home holding one is unreadable to it"
             ),
         ),
         Fallback::Readable => {
@@ -79,13 +86,7 @@ pub(super) fn plan(policy: &Policy, caller: Caller) -> Option<CredentialPlan> {
         }
     };
     let hidden = if carve {
-        doc.hide
-            .iter()
-            .map(|e| match (e.strip_prefix("~/"), &home) {
-                (Some(rel), Some(h)) => format!("{h}/{rel}"),
-                _ => e.clone(),
-            })
-            .collect()
+        credential_files::existing(&doc.hide, &credential_files::homes(home.as_deref()))
     } else {
         Vec::new()
     };

@@ -10,17 +10,20 @@
 //! own mount namespace, by unixwrap before the filter is loaded (the masks
 //! `mask` already makes for daemon sockets: an empty read-only tmpfs over a
 //! directory, a read-only `/dev/null` over a file): a root tree with
-//! CAP_SYS_ADMIN gets a private mount namespace, any other tree a user
-//! namespace of its own (its uid and gid mapped to themselves; it holds no
-//! capability once its command runs). Where neither can be had (root in
-//! Docker's default container; an ordinary user where the kernel, a
-//! seccomp profile or AppArmor refuses user namespaces), `fallback` says
-//! what happens: `carve` (the default) denies `read` beneath each store in
-//! the caller's home with Landlock, with the cost above; `readable` leaves
+//! CAP_SYS_ADMIN gets a private mount namespace, an ordinary user's tree a
+//! user namespace of its own (its uid and gid mapped to themselves; it
+//! holds no capability once its command runs). Where neither can be had
+//! (root without CAP_SYS_ADMIN, as in Docker's default container: inside a
+//! user namespace root's capabilities would stop reaching the host's ports
+//! and ids; an ordinary user where the kernel, a seccomp profile or
+//! AppArmor refuses user namespaces), `fallback` says
+//! what happens: `carve` (the default) denies `read` beneath each store
+//! (in every home) with Landlock, with the cost above; `readable` leaves
 //! them readable, which the server logs and the wrap-init event says.
 //!
-//! `~/X` is X in every home: root's, each directory in `/home`, and the
-//! caller's own (from `/etc/passwd`). Only stores that exist when the tree
+//! `~/X` is X in every home: root's, each directory in `/home`, the
+//! caller's own (from `/etc/passwd`) and the server's `$HOME` (under
+//! `agentsh wrap`: the developer's). Only stores that exist when the tree
 //! starts are covered (one the tree creates is its own).
 //!
 //! Failure modes: an entry that is not `~/...` or absolute, or holds `..`,
@@ -76,8 +79,9 @@ pub fn entry_error(p: &str) -> Option<&'static str> {
     None
 }
 
-/// The homes `~/` stands for: `/root`, each directory in `/home`, and the
-/// caller's own home `caller_home`.
+/// The homes `~/` stands for: `/root`, each directory in `/home`, the
+/// caller's own home `caller_home`, and the server's own `$HOME` (under
+/// `agentsh wrap`, the developer's, as their shell set it).
 pub fn homes(caller_home: Option<&str>) -> Vec<String> {
     let mut v = vec!["/root".to_string()];
     if let Ok(rd) = std::fs::read_dir("/home") {
@@ -89,7 +93,9 @@ pub fn homes(caller_home: Option<&str>) -> Vec<String> {
         listed.sort();
         v.extend(listed);
     }
-    if let Some(h) = caller_home {
+    let own = std::env::var("HOME").ok();
+    for h in [caller_home, own.as_deref()].into_iter().flatten() {
+        let h = h.trim_end_matches('/');
         if h.starts_with('/') && !v.iter().any(|x| x == h) {
             v.push(h.to_string());
         }
@@ -102,46 +108,57 @@ pub fn homes(caller_home: Option<&str>) -> Vec<String> {
 /// A store that cannot be looked at (a home the server may not enter) is
 /// left out: nothing of it can be listed, hence nothing to cover.
 pub fn existing(hide: &[String], homes: &[String]) -> Vec<String> {
+    existing_in(hide, homes, |p| {
+        std::fs::canonicalize(p)
+            .ok()
+            .map(|c| c.to_string_lossy().into_owned())
+    })
+}
+
+/// [`existing`], with `canonical` (`None`: does not exist) as the view.
+pub fn existing_in(
+    hide: &[String],
+    homes: &[String],
+    canonical: impl Fn(&str) -> Option<String>,
+) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    for entry in hide {
-        let candidates: Vec<String> = match entry.strip_prefix("~/") {
-            Some(rel) => homes.iter().map(|h| format!("{h}/{rel}")).collect(),
-            None => vec![entry.clone()],
+    for c in candidates(hide, homes) {
+        let Some(canon) = canonical(&c) else {
+            continue;
         };
-        for c in candidates {
-            let Ok(canon) = std::fs::canonicalize(&c) else {
-                continue;
-            };
-            let canon = canon.to_string_lossy().into_owned();
-            // A store whose canonical path is `/` or a home itself (a
-            // symlink to `..`) would hide everything: not a store.
-            if canon == "/" || homes.contains(&canon) {
-                continue;
-            }
-            if !out.contains(&canon) {
-                out.push(canon);
-            }
+        // A store whose canonical path is `/` or a home itself (a symlink
+        // to `..`) would hide everything: not a store.
+        if canon == "/" || homes.contains(&canon) {
+            continue;
+        }
+        if !out.contains(&canon) {
+            out.push(canon);
         }
     }
     out
 }
 
-/// The `carve` fallback as a file rule: `read` denied beneath each `~/`
-/// entry in the caller's home (`${HOME}`) and each absolute one.
-pub fn carve_rule(hide: &[String]) -> FileRule {
-    let paths = hide
-        .iter()
-        .map(|e| match e.strip_prefix("~/") {
-            Some(rel) => format!("${{HOME}}/{rel}"),
-            None => e.clone(),
-        })
-        .collect();
+/// The `carve` fallback as a file rule: `read` denied beneath each of
+/// `paths` (the stores that exist, in every home: see [`candidates`]).
+pub fn carve_rule(paths: Vec<String>) -> FileRule {
     FileRule {
         name: CARVE_RULE.to_string(),
         paths,
         operations: vec![FileOperation::Read],
         decision: Decision::Deny,
     }
+}
+
+/// Each entry of `hide` in each of `homes` (absolute entries as they are).
+pub fn candidates(hide: &[String], homes: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in hide {
+        match entry.strip_prefix("~/") {
+            Some(rel) => out.extend(homes.iter().map(|h| format!("{h}/{rel}"))),
+            None => out.push(entry.clone()),
+        }
+    }
+    out
 }
 
 /// The name of the file rule [`carve_rule`] makes.
@@ -189,9 +206,12 @@ mod tests {
     }
 
     #[test]
-    fn the_carve_names_the_callers_home() {
-        let r = carve_rule(&["~/.ssh".into(), "/etc/tok".into()]);
-        assert_eq!(r.paths, vec!["${HOME}/.ssh", "/etc/tok"]);
-        assert_eq!(r.decision, Decision::Deny);
+    fn candidates_are_each_store_in_each_home() {
+        let c = candidates(
+            &["~/.ssh".into(), "/etc/tok".into()],
+            &["/root".into(), "/home/a".into()],
+        );
+        assert_eq!(c, vec!["/root/.ssh", "/home/a/.ssh", "/etc/tok"]);
+        assert_eq!(carve_rule(c).decision, Decision::Deny);
     }
 }

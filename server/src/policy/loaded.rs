@@ -202,15 +202,11 @@ impl Policy {
         &self.credential_files
     }
 
-    /// This policy with the `carve` fallback of `credential_files` added
-    /// as a file rule (`read` denied beneath each store in `${HOME}`).
-    pub fn with_credential_carve(&self) -> Policy {
+    /// This policy with `rule` added to its file rules (the `carve`
+    /// fallback of `credential_files`).
+    pub fn with_file_rule(&self, rule: FileRule) -> Policy {
         let mut p = self.clone();
-        if !self.credential_files.hide.is_empty() {
-            p.file_rules.push(super::credential_files::carve_rule(
-                &self.credential_files.hide,
-            ));
-        }
+        p.file_rules.push(rule);
         p
     }
 

@@ -15,10 +15,6 @@ use std::path::Path;
 /// Everything the server needs to compile a ruleset at each wrap-init.
 pub struct SessionLandlock {
     pub(super) policy: std::sync::Arc<Policy>,
-    /// The policy with `credential_files`' Landlock fallback (`read`
-    /// denied beneath each store in `${HOME}`), for a tree that cannot
-    /// have them covered in a mount namespace.
-    pub(super) carving: std::sync::Arc<Policy>,
     pub(super) workspace: Option<String>,
     pub(super) protect: SelfProtection,
     pub(super) compat: LandlockCompat,
@@ -126,7 +122,6 @@ impl SessionLandlock {
             .map(|a| a.port());
         let protect = SelfProtection::new(&own, &[config.state_dir.as_path()], api_port, &HostFs);
         SessionLandlock {
-            carving: std::sync::Arc::new(policy.with_credential_carve()),
             policy,
             workspace,
             protect,
@@ -171,7 +166,23 @@ impl SessionLandlock {
         let fs = RecordingFs {
             deps: Default::default(),
         };
-        let policy = if carve { &self.carving } else { &self.policy };
+        let carving;
+        let policy = if carve && !self.policy.credential_files().hide.is_empty() {
+            // The stores that exist, looked up through `fs` so a new one
+            // (or a new home) changes a stamp and the next compile sees it.
+            let homes = crate::policy::credential_files::homes(home.as_deref());
+            let paths = crate::policy::credential_files::existing_in(
+                &self.policy.credential_files().hide,
+                &homes,
+                |p| fs.canonical(p),
+            );
+            carving = self
+                .policy
+                .with_file_rule(crate::policy::credential_files::carve_rule(paths));
+            &carving
+        } else {
+            &*self.policy
+        };
         let result = compile(policy, &vars, &self.protect, self.compat, &fs);
         let deps: Vec<(String, Option<Stamp>)> = fs
             .deps
