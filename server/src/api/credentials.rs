@@ -98,6 +98,20 @@ pub(super) fn plan(policy: &Policy, caller: Caller) -> Option<CredentialPlan> {
     })
 }
 
+/// Whether the ruleset takes the Landlock fallback.
+pub(super) fn carves(plan: Option<&CredentialPlan>) -> bool {
+    plan.is_some_and(|c| c.carve)
+}
+
+/// The plan's part of the tree's config: the stores unixwrap covers, and
+/// whether it may make a user namespace for them.
+pub(super) fn apply(plan: Option<&CredentialPlan>, config: &mut agentsh_proto::SeccompConfig) {
+    if let Some(c) = plan {
+        config.credential_files = c.paths.clone();
+        config.user_namespace = c.user_namespace;
+    }
+}
+
 /// Whether the caller (the shim, which execs unixwrap) has CAP_SYS_ADMIN.
 fn caller_has_admin(caller: Caller) -> bool {
     const CAP_SYS_ADMIN: u32 = 21;

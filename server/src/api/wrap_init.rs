@@ -119,7 +119,6 @@ fn prepare_wrap_init(
     let egress_gap = egress_gap(api, &setup.policy, backend)?;
     let wrapper = wrapper_binary(api)?;
     let credentials = super::credentials::plan(&setup.policy, caller);
-    let carve = credentials.as_ref().is_some_and(|c| c.carve);
     let Opened {
         lineage,
         filter,
@@ -127,7 +126,7 @@ fn prepare_wrap_init(
         landlock,
         ruleset_reused,
         pending,
-    } = open_tree(api, &session, caller, carve)?;
+    } = open_tree(api, &session, caller, credentials.as_ref())?;
     session
         .wrap_inits
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -141,16 +140,13 @@ fn prepare_wrap_init(
     seccomp_config.landlock = Some(landlock.config);
     let (env_removed, env_injected) = env_changes(&body.env_names, setup.env.as_ref());
     seccomp_config.env = setup.env.clone();
-    let (hidden, masks_reused) = hidden_daemon_sockets(api, setup);
-    seccomp_config.daemon_sockets = hidden;
-    if let Some(c) = &credentials {
-        seccomp_config.credential_files = c.paths.clone();
-        seccomp_config.user_namespace = c.user_namespace;
-    }
-    let daemon_sockets = crate::audit::DaemonSocketsSummary {
-        hidden: seccomp_config.daemon_sockets.clone(),
-        mechanism: masking_mechanism(caller),
-    };
+    let (daemon_sockets, masks_reused) = masks(
+        api,
+        setup,
+        caller,
+        credentials.as_ref(),
+        &mut seccomp_config,
+    );
     let config_json = serde_json::to_string(&seccomp_config)
         .map_err(|e| fail(500, format!("cannot serialize seccomp config: {e}")))?;
     let wrapper_env = wrapper_env(config_json, &session.id);
@@ -265,9 +261,14 @@ struct Opened {
 
 /// The tree's seccomp filter, Landlock ruleset and notify socket, in that
 /// order: what is compiled (or taken from a cache) comes before anything
-/// is created, so a failure leaves nothing behind. `carve`: the ruleset
-/// with `credential_files`' Landlock fallback.
-fn open_tree(api: &Api, session: &Session, caller: Caller, carve: bool) -> Result<Opened, Failure> {
+/// is created, so a failure leaves nothing behind. The ruleset takes
+/// `credential_files`' Landlock fallback where the plan says.
+fn open_tree(
+    api: &Api,
+    session: &Session,
+    caller: Caller,
+    credentials: Option<&super::credentials::CredentialPlan>,
+) -> Result<Opened, Failure> {
     let setup = &session.setup;
     // The shim's parent is the SDK daemon; both are protected from the
     // tree's signals (the filter's register rules), with their groups.
@@ -286,7 +287,9 @@ fn open_tree(api: &Api, session: &Session, caller: Caller, carve: bool) -> Resul
             fail(500, e.to_string())
         })?;
     let backend = setup.filters.backend();
-    let (mut landlock, ruleset_reused) = setup.landlock.compile_or_reuse(caller.uid, carve);
+    let (mut landlock, ruleset_reused) = setup
+        .landlock
+        .compile_or_reuse(caller.uid, super::credentials::carves(credentials));
     crate::policy::landlock::cap_abi(&mut landlock, api.config.landlock.cap());
     let pending = handoff::open_notify_socket(
         &session.id,
@@ -341,6 +344,26 @@ fn unjudged_egress(api: &Api, backend: agentsh_proto::ExecBackend, why: &str) ->
              (egress.compat: allow_unjudged)"
         ),
     }
+}
+
+/// What the tree's unixwrap covers in its mount namespace (daemon sockets,
+/// credential stores), in its config; the event's daemon-socket summary,
+/// and whether the sockets came from the cache.
+fn masks(
+    api: &Api,
+    setup: &Setup,
+    caller: Caller,
+    credentials: Option<&super::credentials::CredentialPlan>,
+    config: &mut agentsh_proto::SeccompConfig,
+) -> (crate::audit::DaemonSocketsSummary, bool) {
+    let (hidden, reused) = hidden_daemon_sockets(api, setup);
+    config.daemon_sockets = hidden.clone();
+    super::credentials::apply(credentials, config);
+    let summary = crate::audit::DaemonSocketsSummary {
+        hidden,
+        mechanism: masking_mechanism(caller),
+    };
+    (summary, reused)
 }
 
 /// The daemon sockets the tree's unixwrap hides, and whether they came

@@ -29,7 +29,6 @@
 //! Failure modes: an entry that is not `~/...` or absolute, or holds `..`,
 //! a glob or a control character, is refused when the policy is loaded.
 
-use super::schema::{Decision, FileOperation, FileRule};
 use serde::{Deserialize, Serialize};
 
 /// What happens where no mount namespace can be had (see the module doc).
@@ -138,17 +137,6 @@ pub fn existing_in(
     out
 }
 
-/// The `carve` fallback as a file rule: `read` denied beneath each of
-/// `paths` (the stores that exist, in every home: see [`candidates`]).
-pub fn carve_rule(paths: Vec<String>) -> FileRule {
-    FileRule {
-        name: CARVE_RULE.to_string(),
-        paths,
-        operations: vec![FileOperation::Read],
-        decision: Decision::Deny,
-    }
-}
-
 /// Each entry of `hide` in each of `homes` (absolute entries as they are).
 pub fn candidates(hide: &[String], homes: &[String]) -> Vec<String> {
     let mut out = Vec::new();
@@ -160,9 +148,6 @@ pub fn candidates(hide: &[String], homes: &[String]) -> Vec<String> {
     }
     out
 }
-
-/// The name of the file rule [`carve_rule`] makes.
-pub const CARVE_RULE: &str = "credential-files";
 
 #[cfg(test)]
 mod tests {
@@ -212,6 +197,5 @@ mod tests {
             &["/root".into(), "/home/a".into()],
         );
         assert_eq!(c, vec!["/root/.ssh", "/home/a/.ssh", "/etc/tok"]);
-        assert_eq!(carve_rule(c).decision, Decision::Deny);
     }
 }

@@ -176,9 +176,7 @@ impl SessionLandlock {
                 &homes,
                 |p| fs.canonical(p),
             );
-            carving = self
-                .policy
-                .with_file_rule(crate::policy::credential_files::carve_rule(paths));
+            carving = self.policy.with_file_rule(carve_rule(paths));
             &carving
         } else {
             &*self.policy
@@ -224,6 +222,18 @@ impl SessionLandlock {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .iter()
             .any(|c| c.uid == uid)
+    }
+}
+
+/// `credential_files`' `carve` fallback as a file rule: `read` denied
+/// beneath each of `paths` (the stores that exist, in every home).
+fn carve_rule(paths: Vec<String>) -> crate::policy::schema::FileRule {
+    use crate::policy::schema::{Decision, FileOperation, FileRule};
+    FileRule {
+        name: "credential-files".to_string(),
+        paths,
+        operations: vec![FileOperation::Read],
+        decision: Decision::Deny,
     }
 }
 
