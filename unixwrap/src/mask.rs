@@ -1,7 +1,13 @@
-//! Daemon sockets out of the tree's sight: a private mount namespace in
-//! which each path the server lists (`seccomp_config.daemon_sockets`) is
+//! Daemon sockets and credential stores out of the tree's sight: a private
+//! mount namespace in which each path the server lists
+//! (`seccomp_config.daemon_sockets`, `seccomp_config.credential_files`) is
 //! covered — a socket or file by a read-only bind of `/dev/null`, a
-//! directory by an empty read-only tmpfs.
+//! directory by an empty read-only tmpfs. For credential stores a tree
+//! without CAP_SYS_ADMIN that is not root gets a user namespace of its own
+//! (its ids mapped to themselves) to make that mount namespace in, where
+//! the server found the host allows it (`seccomp_config.user_namespace`);
+//! credential stores are never left visible quietly: asked for where no
+//! namespace can be made, unixwrap refuses.
 //!
 //! Threat: a tree, root included, that connects to a root-only socket of a
 //! privileged daemon (docker, containerd, systemd's private socket, the
