@@ -267,6 +267,49 @@ pub fn names() -> impl Iterator<Item = &'static str> {
     X86_64_FILE_SYSCALLS.iter().map(|(_, c)| c.name)
 }
 
+/// The calls that change names or files and take no open flags (`creat`,
+/// `unlink*`, `rmdir`, `rename*`, `link*`, `symlink*`, `mkdir*`,
+/// `mknod*`): every call of them changes something Landlock rules on.
+pub fn changes() -> impl Iterator<Item = &'static str> {
+    X86_64_FILE_SYSCALLS
+        .iter()
+        .filter(|(_, c)| {
+            matches!(
+                c.op,
+                FileOp::Creat
+                    | FileOp::Unlink
+                    | FileOp::Rmdir
+                    | FileOp::Rename
+                    | FileOp::Link
+                    | FileOp::Symlink
+                    | FileOp::Mkdir
+                    | FileOp::Mknod
+            )
+        })
+        .map(|(_, c)| c.name)
+}
+
+/// Whether `nr` of ABI `arch` is, on an ABI this table does not judge
+/// (i386, x32), one of the calls the filter sends to be explained where
+/// Landlock keeps the file rules (an open or one of [`changes`]): such a
+/// call goes on to the kernel, which decides.
+pub fn explained_change_elsewhere(arch: u32, nr: i32) -> bool {
+    const AUDIT_ARCH_I386: u32 = 0x4000_0003;
+    const X32_BIT: i32 = 0x4000_0000;
+    // open openat creat unlink unlinkat rmdir rename renameat renameat2
+    // link linkat symlink symlinkat mkdir mkdirat mknod mknodat
+    const I386: [i32; 17] = [
+        5, 295, 8, 10, 301, 40, 38, 302, 353, 9, 303, 83, 304, 39, 296, 14, 297,
+    ];
+    match arch {
+        AUDIT_ARCH_I386 => I386.contains(&nr),
+        AUDIT_ARCH_X86_64 if nr & X32_BIT != 0 => X86_64_FILE_SYSCALLS
+            .iter()
+            .any(|(n, c)| *n == nr & !X32_BIT && c.op != FileOp::Attr),
+        _ => false,
+    }
+}
+
 /// The path call `nr` of ABI `arch`, if it is one this table knows.
 pub fn classify(arch: u32, nr: i32) -> Option<&'static FileSyscall> {
     if arch != AUDIT_ARCH_X86_64 {

@@ -308,3 +308,79 @@ fn an_allow_list_refusal_names_the_missing_program_and_what_to_add() {
         "{f:?}"
     );
 }
+
+/// A write Landlock refuses (issue 41) is explained under the notify
+/// backend: one line on the caller's stderr naming the path and the right,
+/// the same errno as Landlock's, a `file` event naming the path; what the
+/// policy allows (the workspace, /tmp, a rename within it) runs untouched,
+/// and so does a read-only open of a file it may not write.
+fn refused_writes(uid: Option<u32>) {
+    let mut s = Sandbox::new(agentsh_tests::sandbox::AGENT_DEFAULT, uid);
+    let script = "echo x > /etc/agentsh-probe; echo rc=$?; \
+                  mkdir /usr/agentsh-probe-dir; echo rc=$?; \
+                  python3 -c 'import os\ntry: os.rename(\"/tmp/a\", \"/etc/agentsh-renamed\")\nexcept OSError as e: print(\"errno\", e.errno)' ; \
+                  cd /srv/ws && echo ok > made.txt && mv made.txt moved.txt && cat moved.txt \
+                  && echo t > /tmp/t && rm /tmp/t && cat /etc/hostname >/dev/null && echo fine";
+    let mark = s.mark();
+    let f = s.sh(&format!("touch /tmp/a; {script}"));
+    let who = format!("{uid:?}");
+    assert!(f.stdout.contains("ok\nfine"), "{who}: allowed work: {f:?}");
+    assert_eq!(f.stdout.matches("rc=").count(), 2, "{who}: {f:?}");
+    assert!(
+        !f.stdout.contains("rc=0"),
+        "{who}: a refused write ran: {f:?}"
+    );
+    assert!(
+        f.stdout.contains("errno 13"),
+        "{who}: the rename's errno: {f:?}"
+    );
+    for path in [
+        "/etc/agentsh-probe",
+        "/usr/agentsh-probe-dir",
+        "/etc/agentsh-renamed",
+    ] {
+        let lines: Vec<&str> = f
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("agentsh: ") && l.contains(path))
+            .collect();
+        assert_eq!(lines.len(), 1, "{who}: {path} not explained once: {f:?}");
+        assert!(lines[0].contains("denied"), "{who}: {lines:?}");
+    }
+    assert!(!s.host_path("/etc/agentsh-probe").exists());
+    let events = s.events();
+    let files: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["type"] == "file" && e["id"].as_u64().is_some_and(|i| i > mark))
+        .collect();
+    for path in ["/etc/agentsh-probe", "/usr/agentsh-probe-dir"] {
+        assert!(
+            files
+                .iter()
+                .any(|e| e["path"] == path && e["decision"] == "deny"),
+            "{who}: no file event for {path}: {files:?}"
+        );
+    }
+    assert!(
+        !files.iter().any(|e| e["path"]
+            .as_str()
+            .is_some_and(|p| p.contains("made.txt") || p.contains("/tmp/t"))),
+        "{who}: an allowed write was refused: {files:?}"
+    );
+}
+
+#[test]
+fn refused_writes_are_explained_as_root() {
+    if !require_root("refused_writes_are_explained_as_root") {
+        return;
+    }
+    refused_writes(None);
+}
+
+#[test]
+fn refused_writes_are_explained_as_nobody() {
+    if !require_root("refused_writes_are_explained_as_nobody") {
+        return;
+    }
+    refused_writes(Some(NOBODY));
+}

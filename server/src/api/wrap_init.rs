@@ -299,9 +299,7 @@ fn open_tree(
             exec_places: landlock.exec_places.clone(),
             rules: setup.rules.clone(),
             doomed: session.doomed.clone(),
-            files: setup.filters.traces_files().then(|| {
-                std::sync::Arc::new(crate::supervisor::FileRules::from_config(&landlock.config))
-            }),
+            files: tree_file_rules(&setup.filters, &landlock.config),
         },
     )
     .map_err(|e| {
@@ -316,6 +314,26 @@ fn open_tree(
         ruleset_reused,
         pending,
     })
+}
+
+/// The file rules the supervisor keeps for a tree: all of them where the
+/// tracer judges its path calls (no Landlock), or, where Landlock keeps
+/// them and the calls that change files come to the supervisor, to explain
+/// what Landlock refuses.
+fn tree_file_rules(
+    filters: &crate::filter::Filters,
+    config: &agentsh_proto::LandlockConfig,
+) -> Option<crate::supervisor::TreeFiles> {
+    use crate::supervisor::{FileRules, TreeFiles};
+    if filters.traces_files() {
+        Some(TreeFiles::Kept(std::sync::Arc::new(
+            FileRules::from_config(config),
+        )))
+    } else if filters.explains_writes() {
+        Some(TreeFiles::Explained(std::sync::Arc::new(config.clone())))
+    } else {
+        None
+    }
 }
 
 /// The `not_enforced` line for egress this host cannot enforce (`why`):

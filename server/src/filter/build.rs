@@ -53,6 +53,9 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
     if spec.judge_exec_maps {
         exec_map_rules(spec, &mut conditional);
     }
+    if spec.explain_writes && !spec.trace_files {
+        write_call_rules(spec, &mut always, &mut conditional);
+    }
     net_rules(spec, &mut always, &mut conditional);
     let arches = extra_arches();
     let i386_apart = arches.contains(&ScmpArch::X86) && old_mmap_refused(spec);
@@ -336,6 +339,53 @@ fn truncating_open_rules(rules: &mut Conditional) {
                 format!(
                     "{name}: O_TRUNC without write access (no Landlock truncate right below ABI 3)"
                 ),
+            );
+        }
+    }
+}
+
+/// `FilterSpec::explain_writes`: the calls that change files, to the
+/// supervisor (Landlock still decides). `open`/`openat` only when their
+/// flags write, create or truncate, in rules disjoint from
+/// [`truncating_open_rules`] (whose refusal must stand where both would
+/// match: an open with `O_TRUNC` and no write access below ABI 3).
+/// `openat2` answers ENOSYS already; `truncate` is ruled on its own.
+fn write_call_rules(spec: &FilterSpec, always: &mut Unconditional, rules: &mut Conditional) {
+    const ACC: u64 = libc::O_ACCMODE as u64;
+    const WR: u64 = libc::O_WRONLY as u64;
+    const RDWR: u64 = libc::O_RDWR as u64;
+    const CREAT: u64 = libc::O_CREAT as u64;
+    const TRUNC: u64 = libc::O_TRUNC as u64;
+    let action = trap(spec.backend, TRACE_DATA_FILE);
+    // (mask, value) pairs over the flags.
+    let mut flag_rules: Vec<(u64, u64)> = vec![(ACC, WR), (ACC, RDWR)];
+    // Read-only (or neither) with O_CREAT and without O_TRUNC.
+    flag_rules.extend([
+        (ACC | CREAT | TRUNC, CREAT),
+        (ACC | CREAT | TRUNC, CREAT | ACC),
+    ]);
+    if !spec.refuse_truncate {
+        // Read-only (or neither) with O_TRUNC: Landlock's truncate right.
+        flag_rules.extend([(ACC | TRUNC, TRUNC), (ACC | TRUNC, TRUNC | ACC)]);
+    }
+    for (name, arg) in [("open", 1), ("openat", 2)] {
+        for &(mask, value) in &flag_rules {
+            rules.add(
+                name,
+                action,
+                vec![Cmp { arg, mask, value }],
+                format!(
+                    "{name} that writes, creates or truncates: explained where Landlock refuses"
+                ),
+            );
+        }
+    }
+    for call in agentsh_proto::fileabi::changes() {
+        if ScmpSyscall::from_name(call).is_ok() {
+            always.set(
+                call,
+                action,
+                format!("{call}: explained where Landlock refuses"),
             );
         }
     }

@@ -250,6 +250,14 @@ impl Filters {
         self.backend.trap() == agentsh_proto::wire::Trap::Tracer && self.effective_landlock_abi == 0
     }
 
+    /// The trees' calls that change files go to the supervisor to be
+    /// explained where Landlock refuses them: the notify backend on a
+    /// kernel with Landlock (see `FilterSpec::explain_writes`).
+    pub fn explains_writes(&self) -> bool {
+        self.backend.trap() == agentsh_proto::wire::Trap::UserNotif
+            && self.effective_landlock_abi > 0
+    }
+
     /// The parts of every spec that are the server's, not the tree's: the
     /// policy's blocklist and switches, the backend, and whether the path
     /// calls go to the tracer. One place, so a template is built from the
@@ -262,6 +270,7 @@ impl Filters {
         spec.backend = self.backend;
         spec.net = self.net.clone();
         spec.trace_files = self.traces_files();
+        spec.explain_writes = self.explains_writes();
     }
 
     /// The program for `spec` plus the policy's blocklist, from the cache when

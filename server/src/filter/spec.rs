@@ -123,6 +123,13 @@ pub struct FilterSpec {
     /// file rules: the ptrace backend where the kernel has no Landlock
     /// (gVisor), the only place those rules are then kept.
     pub trace_files: bool,
+    /// Where Landlock keeps the file rules under the notify backend, the
+    /// calls that change files (an `open`/`openat` for writing, creating or
+    /// truncating; `creat`, `unlink*`, `rmdir`, `rename*`, `link*`,
+    /// `symlink*`, `mkdir*`, `mknod*`) go to the supervisor too, which
+    /// explains and audits the ones Landlock would refuse (see the files
+    /// family); Landlock still decides.
+    pub explain_writes: bool,
 }
 
 impl NetFilter {
@@ -174,6 +181,7 @@ impl FilterSpec {
             backend: ExecBackend::Notify,
             net: NetFilter::default(),
             trace_files: false,
+            explain_writes: false,
         }
     }
 }

@@ -74,6 +74,16 @@ pub fn dispatch(
     if let Some(call) = maps::classify(c.arch, c.nr) {
         return maps::handle(ctx, tree, &mut st.tasks, &mut st.maps, call, c, stop);
     }
+    // A call that changes a file, of an ABI the files family does not
+    // read, sent to be explained: Landlock decides it.
+    if tree
+        .file_rules()
+        .is_some_and(files::FileRules::explain_only)
+        && agentsh_proto::fileabi::explained_change_elsewhere(c.arch, c.nr)
+    {
+        let _ = stop.proceed();
+        return;
+    }
     ctx.audit.record(
         &tree.session_id,
         EventBody::Execve(ExecEvent::new(

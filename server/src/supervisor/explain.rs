@@ -129,11 +129,28 @@ impl Destination<'_> {
     }
 }
 
-/// The line for a path call the file rules refused (where no Landlock
-/// keeps them and the tracer does): the call, the path, the right missing,
-/// the rule, why. Pure.
+/// The line for a path call the file rules refused (by the tracer where
+/// no Landlock keeps them; where Landlock does, the refusal it would make):
+/// the call, the path, the right missing, the rule, why. Pure.
 pub fn refused_file(call: &str, path: &str, right: Option<&str>, rule: &str, why: &str) -> String {
-    let what = right.map_or_else(String::new, |r| format!(" ({} right)", escape(r)));
+    refused_file_in(call, path, right, None, rule, why)
+}
+
+/// [`refused_file`] for a call on `path` refused for a right missing at
+/// another place `at` (a new name needs `create` in its directory).
+pub fn refused_file_in(
+    call: &str,
+    path: &str,
+    right: Option<&str>,
+    at: Option<&str>,
+    rule: &str,
+    why: &str,
+) -> String {
+    let what = match (right, at) {
+        (Some(r), Some(at)) => format!(" ({} right in {})", escape(r), escape(at)),
+        (Some(r), None) => format!(" ({} right)", escape(r)),
+        (None, _) => String::new(),
+    };
     bounded(format!(
         "agentsh: {} of {}{what} denied (rule {}): {}",
         escape(call),

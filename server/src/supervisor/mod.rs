@@ -62,4 +62,4 @@ pub use exec::identity::{index_for, prepare, sha256_hex, IndexError, Preparing, 
 pub use exec::mechanism_rules;
 pub use files::FileRules;
 pub use seam::{Deferred, Held, Hold, HoldKind, HoldRequest, Holder, Settled, Stop, Verification};
-pub use tree::{Tree, TreeRules, TreeTerms};
+pub use tree::{Tree, TreeFiles, TreeRules, TreeTerms};

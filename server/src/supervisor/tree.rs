@@ -25,6 +25,14 @@ pub struct Tree {
     /// Its file rules, where the supervisor keeps them (no Landlock: the
     /// filter sends its path calls to the tracer).
     pub files: Option<Arc<super::files::FileRules>>,
+    /// Where Landlock keeps them and the supervisor explains what it
+    /// refuses: the ruleset, resolved into rules at the tree's first call
+    /// that changes a file (most trees make none; resolving costs a
+    /// canonicalisation per rule).
+    explained: Option<(
+        Arc<agentsh_proto::LandlockConfig>,
+        std::sync::OnceLock<super::files::FileRules>,
+    )>,
 }
 
 /// What a tree is judged by, fixed at its wrap-init (see [`Tree`]).
@@ -33,7 +41,16 @@ pub struct TreeTerms {
     pub exec_places: crate::policy::landlock::ExecPlaces,
     pub rules: Arc<TreeRules>,
     pub doomed: Arc<std::sync::atomic::AtomicBool>,
-    pub files: Option<Arc<super::files::FileRules>>,
+    pub files: Option<TreeFiles>,
+}
+
+/// Which file rules the supervisor has of a tree.
+#[derive(Clone)]
+pub enum TreeFiles {
+    /// It keeps them (the tracer judges every path call).
+    Kept(Arc<super::files::FileRules>),
+    /// Landlock keeps them (this ruleset); the supervisor explains.
+    Explained(Arc<agentsh_proto::LandlockConfig>),
 }
 
 impl Tree {
@@ -44,8 +61,28 @@ impl Tree {
             exec_places: terms.exec_places,
             rules: terms.rules,
             doomed: terms.doomed,
-            files: terms.files.map(|f| Arc::new(f.for_root(root_pid))),
+            files: match &terms.files {
+                Some(TreeFiles::Kept(f)) => Some(Arc::new(f.for_root(root_pid))),
+                _ => None,
+            },
+            explained: match terms.files {
+                Some(TreeFiles::Explained(c)) => Some((c, std::sync::OnceLock::new())),
+                _ => None,
+            },
         }
+    }
+
+    /// Its file rules, kept or explained (resolved at the first call).
+    pub fn file_rules(&self) -> Option<&super::files::FileRules> {
+        if let Some(f) = self.files.as_deref() {
+            return Some(f);
+        }
+        let (config, rules) = self.explained.as_ref()?;
+        Some(rules.get_or_init(|| {
+            super::files::FileRules::from_config(config)
+                .explaining()
+                .for_root(self.root_pid)
+        }))
     }
 }
 

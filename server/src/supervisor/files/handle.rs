@@ -51,7 +51,7 @@ pub fn handle(
     c: &Caught,
     stop: &dyn Stop,
 ) {
-    let Some(rules) = tree.files.as_deref() else {
+    let Some(rules) = tree.file_rules() else {
         let why = format!(
             "{} reached the supervisor, but the tree has no file rules to judge it by",
             call.name
@@ -68,6 +68,9 @@ pub fn handle(
         let _ = stop.refuse(libc::EACCES);
         return;
     };
+    if rules.explain_only() {
+        return explain(ctx, tree, st, rules, call, c, stop);
+    }
     let mut flags = register_flags(call, &c.args);
     if !judge::needs_judging(call, flags, c.args[call.path]) {
         let _ = stop.proceed();
@@ -106,6 +109,39 @@ pub fn handle(
     }
 }
 
+/// Where Landlock keeps the rules (the notify backend): a call Landlock
+/// would refuse is refused here as it would (same errno), explained to its
+/// caller and audited with its path; every other call, and every one that
+/// cannot be read or walked, goes on to the kernel, which decides. Nothing
+/// is held still: the strings may change after they were read, and then
+/// the kernel's own decision stands (a refusal unexplained, at worst).
+fn explain(
+    ctx: &SupervisorContext,
+    tree: &Tree,
+    st: &mut FilesState,
+    rules: &FileRules,
+    call: &'static FileSyscall,
+    c: &Caught,
+    stop: &dyn Stop,
+) {
+    let mut flags = register_flags(call, &c.args);
+    if !judge::needs_judging(call, flags, c.args[call.path]) {
+        let _ = stop.proceed();
+        return;
+    }
+    let Ok(read) = read_call(call, c, &mut flags) else {
+        let _ = stop.proceed();
+        return;
+    };
+    let decided = root_checked(st, read.pid, c.tid).and_then(|()| decide(rules, call, c, &read));
+    match decided {
+        Ok(Verdict::Deny(d)) => refused(ctx, tree, st, call, c, &read, &d, stop),
+        _ => {
+            let _ = stop.proceed();
+        }
+    }
+}
+
 /// A call the file rules refuse: explained to its caller (once per thread
 /// and path), audited, answered.
 #[allow(clippy::too_many_arguments)]
@@ -119,12 +155,16 @@ fn refused(
     d: &judge::Denial,
     stop: &dyn Stop,
 ) {
-    if ctx.limits.explain == crate::config::Explain::Stderr && st.told.first(c.tid, d.path.clone())
-    {
-        let line = crate::supervisor::explain::refused_file(
+    // The name the caller gave (absolute where it gave one), and where
+    // the right is missing when that is elsewhere (its directory).
+    let shown = shown_path(read, &d.path);
+    if ctx.limits.explain == crate::config::Explain::Stderr && st.told.first(c.tid, shown.clone()) {
+        let at = (shown != d.path).then_some(d.path.as_str());
+        let line = crate::supervisor::explain::refused_file_in(
             call.name,
-            &d.path,
+            &shown,
             d.right.map(judge::right_name),
+            at,
             Refusal::FileRules.rule(),
             &d.reason,
         );
@@ -141,6 +181,20 @@ fn refused(
     );
     tracing::debug!(tid = c.tid, call = call.name, "{}", d.reason);
     let _ = stop.refuse(d.errno);
+}
+
+/// The path a refusal names: of the call's paths as given, an absolute one
+/// at or beneath where the right is missing (`at`; the second path of a
+/// rename or link when that is the one), else `at` itself.
+fn shown_path(read: &Read, at: &str) -> String {
+    let beneath = |p: &[u8]| {
+        let p = String::from_utf8_lossy(p);
+        let inside = at == "/" || p == at || p.strip_prefix(at).is_some_and(|r| r.starts_with('/'));
+        (p.starts_with('/') && inside).then(|| p.into_owned())
+    };
+    beneath(&read.path)
+        .or_else(|| read.path2.as_deref().and_then(beneath))
+        .unwrap_or_else(|| at.to_string())
 }
 
 /// The tree's root is the server's (its paths are walked from there):
@@ -195,7 +249,7 @@ fn decide(
         _ => None,
     };
     let verdict = judge::judge(rules, call, read.flags, &first, second.as_ref());
-    if verdict == Verdict::Allow {
+    if verdict == Verdict::Allow && !rules.explain_only() {
         strings_stay(read.pid, call, c)?;
     }
     Ok(verdict)

@@ -17,6 +17,10 @@ pub struct FileRules {
     handled: Vec<FsAccess>,
     /// (canonical path, rights granted at and beneath it).
     grants: Vec<(String, Vec<FsAccess>)>,
+    /// Landlock keeps these rules (the notify backend): the family only
+    /// explains and audits what Landlock would refuse, and lets every call
+    /// it cannot decide through to the kernel.
+    explain_only: bool,
 }
 
 impl FileRules {
@@ -40,7 +44,21 @@ impl FileRules {
         FileRules {
             handled: config.handled_fs.clone(),
             grants,
+            explain_only: false,
         }
+    }
+
+    /// These rules where Landlock keeps them (see `explain_only`).
+    pub fn explaining(self) -> FileRules {
+        FileRules {
+            explain_only: true,
+            ..self
+        }
+    }
+
+    /// Whether Landlock keeps these rules and the family only explains.
+    pub fn explain_only(&self) -> bool {
+        self.explain_only
     }
 
     /// These rules for the tree whose root is `root_pid`: `/proc/self` in a
@@ -57,12 +75,17 @@ impl FileRules {
         FileRules {
             handled: self.handled.clone(),
             grants,
+            explain_only: self.explain_only,
         }
     }
 
     /// Rules already canonical (tests, and callers that resolved them).
     pub fn new(handled: Vec<FsAccess>, grants: Vec<(String, Vec<FsAccess>)>) -> FileRules {
-        FileRules { handled, grants }
+        FileRules {
+            handled,
+            grants,
+            explain_only: false,
+        }
     }
 
     /// Whether `right` is allowed at canonical `path`.
