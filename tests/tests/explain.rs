@@ -384,3 +384,51 @@ fn refused_writes_are_explained_as_nobody() {
     }
     refused_writes(Some(NOBODY));
 }
+
+/// i386 calls that change files (`int 0x80` from a 64-bit program) reach
+/// the supervisor too, which does not read them: they go on to the kernel,
+/// where Landlock decides (a creat in the workspace runs, one in /etc is
+/// refused), never refused for being of another ABI.
+const I386_CREAT_C: &str = r#"
+#include <stdio.h>
+#include <string.h>
+#include <stdint.h>
+#include <sys/mman.h>
+static long creat32(const char *path) {
+    char *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_32BIT, -1, 0);
+    strcpy(p, path);
+    long ret;
+    __asm__ volatile ("int $0x80" : "=a"(ret) : "a"(8), "b"((uint32_t)(uintptr_t)p), "c"(0644) : "memory");
+    return ret;
+}
+int main(void) {
+    printf("ws %ld\n", creat32("/srv/ws/i386.txt"));
+    printf("etc %ld\n", creat32("/etc/agentsh-i386.txt"));
+    return 0;
+}
+"#;
+
+#[test]
+fn i386_writes_go_on_to_landlock() {
+    if !require_root("i386_writes_go_on_to_landlock") || !cfg!(target_arch = "x86_64") {
+        return;
+    }
+    let mut s = Sandbox::new(agentsh_tests::sandbox::AGENT_DEFAULT, None);
+    let f = s.sh(&format!(
+        "cd /srv/ws && cat > c32.c <<'EOF'\n{I386_CREAT_C}\nEOF\ncc -o c32 c32.c && ./c32"
+    ));
+    assert_eq!(f.code, Some(0), "{f:?}");
+    let fd: i64 = f
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("ws "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(-1);
+    assert!(fd >= 0, "a creat in the workspace was refused: {f:?}");
+    assert!(
+        f.stdout.contains(&format!("etc -{}", libc::EACCES)),
+        "{f:?}"
+    );
+    assert!(s.host_path("/srv/ws/i386.txt").exists());
+    assert!(!s.host_path("/etc/agentsh-i386.txt").exists());
+}

@@ -19,6 +19,7 @@ mod nested;
 mod ptrace;
 mod scale;
 mod supervisor;
+mod writes;
 
 use crate::cli::Opts;
 use crate::host::machine;
@@ -40,6 +41,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 use supervisor::supervisor_time;
+use writes::writes;
 
 /// How many timed rounds each pair gets (warm-up not counted).
 #[derive(Debug, Clone, Copy)]
@@ -134,6 +136,9 @@ pub fn run(o: &Opts) -> Result<(), String> {
     }
     if o.runs("exec_loop") {
         exec_loop(&mut rep, &b)?;
+    }
+    if o.runs("writes") {
+        writes(&mut rep, &b)?;
     }
     if o.runs("configure") {
         configure(&mut rep, &b)?;

@@ -27,7 +27,17 @@ pub(super) struct CredentialPlan {
 }
 
 /// The plan for `caller` under `policy`; `None` when it hides nothing.
-pub(super) fn plan(policy: &Policy, caller: Caller) -> Option<CredentialPlan> {
+/// `tracer_keeps_files`: no Landlock here (gVisor) and the tracer keeps
+/// the file rules; no tree can then have a mount namespace shown to be its
+/// own (gVisor shows no namespace identity: unixwrap would refuse every
+/// shell), so the fallback applies to all, kept by the tracer.
+pub(super) fn plan(
+    policy: &Policy,
+    caller: Caller,
+    tracer_keeps_files: bool,
+) -> Option<CredentialPlan> {
+    let no_namespaces =
+        tracer_keeps_files.then_some("no Landlock here (gVisor?): the tracer keeps the file rules");
     let doc = policy.credential_files();
     if doc.hide.is_empty() {
         return None;
@@ -35,11 +45,13 @@ pub(super) fn plan(policy: &Policy, caller: Caller) -> Option<CredentialPlan> {
     let home = std::fs::read_to_string("/etc/passwd")
         .ok()
         .and_then(|t| crate::policy::landlock::home_of(caller.uid, &t));
-    let admin = caller_has_admin(caller);
+    let admin = no_namespaces.is_none() && caller_has_admin(caller);
     // Root without CAP_SYS_ADMIN gets no user namespace: inside one its
     // capabilities would no longer reach the host's network or ids (no
     // port below 1024, no chown to another user, apt's drop to _apt).
-    let userns = if caller.uid == 0 {
+    let userns = if let Some(why) = no_namespaces {
+        Err(why.to_string())
+    } else if caller.uid == 0 {
         Err("root without CAP_SYS_ADMIN".to_string())
     } else {
         user_namespace_mounts()

@@ -118,7 +118,7 @@ fn prepare_wrap_init(
     let backend = setup.filters.backend();
     let egress_gap = egress_gap(api, &setup.policy, backend)?;
     let wrapper = wrapper_binary(api)?;
-    let credentials = super::credentials::plan(&setup.policy, caller);
+    let creds = super::credentials::plan(&setup.policy, caller, setup.filters.traces_files());
     let Opened {
         lineage,
         filter,
@@ -126,7 +126,7 @@ fn prepare_wrap_init(
         landlock,
         ruleset_reused,
         pending,
-    } = open_tree(api, &session, caller, credentials.as_ref())?;
+    } = open_tree(api, &session, caller, creds.as_ref())?;
     session
         .wrap_inits
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -140,13 +140,8 @@ fn prepare_wrap_init(
     seccomp_config.landlock = Some(landlock.config);
     let (env_removed, env_injected) = env_changes(&body.env_names, setup.env.as_ref());
     seccomp_config.env = setup.env.clone();
-    let (daemon_sockets, masks_reused) = masks(
-        api,
-        setup,
-        caller,
-        credentials.as_ref(),
-        &mut seccomp_config,
-    );
+    let (daemon_sockets, masks_reused) =
+        masks(api, setup, caller, creds.as_ref(), &mut seccomp_config);
     let config_json = serde_json::to_string(&seccomp_config)
         .map_err(|e| fail(500, format!("cannot serialize seccomp config: {e}")))?;
     let wrapper_env = wrapper_env(config_json, &session.id);
@@ -162,7 +157,7 @@ fn prepare_wrap_init(
             landlock: Some(landlock.summary),
             seccomp: Some(filter.summary.clone()),
             daemon_sockets: Some(daemon_sockets),
-            credential_files: credentials.map(|c| c.summary),
+            credential_files: creds.map(|c| c.summary),
             shim_pid: caller.pid,
             daemon_pid: lineage.as_ref().and_then(|l| l.parent),
             backend,

@@ -211,6 +211,18 @@ fn ordinary(c: &mut Checks, sdk: &mut Supervisor) {
             )
         },
     );
+    // The shipped credential_files: a store in root's home is out of the
+    // tree's reach (a mount namespace, or the fallback: Landlock's carve,
+    // or where there is none the tracer's).
+    let secret = "aws_secret_access_key=scenario-6c2d";
+    let planted = std::fs::create_dir_all("/root/.aws")
+        .and_then(|()| std::fs::write("/root/.aws/credentials", secret));
+    let f = sdk.run(&e2b("cat /root/.aws/credentials; echo end"));
+    c.check(
+        "a credential store in root's home is not read",
+        planted.is_ok() && f.stdout.contains("end") && !f.stdout.contains("scenario-6c2d"),
+        || format!("planted {planted:?}: {}", show(&f)),
+    );
     let f = sdk.run(&tensorlake("su -c true root >/dev/null; echo rc=$?"));
     c.check(
         "a nested su fails with 126",
