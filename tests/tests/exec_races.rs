@@ -410,10 +410,12 @@ fn start_hold(
     (w, ev)
 }
 
+/// Waits until `path` has something in it (`hold` opens its flag at
+/// start and writes it once the parent runs again).
 fn wait_for(path: &Path, limit: Duration) -> bool {
     let t = Instant::now();
     while t.elapsed() < limit {
-        if path.exists() {
+        if std::fs::metadata(path).is_ok_and(|m| m.len() > 0) {
             return true;
         }
         std::thread::sleep(Duration::from_millis(20));

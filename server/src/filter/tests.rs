@@ -1028,6 +1028,7 @@ fn templates_give_exactly_the_compiled_program() {
                 spec.blocked = ["mount".to_string()].into();
                 spec.backend = backend;
                 spec.trace_files = f.traces_files();
+                spec.explain_writes = f.explains_writes();
                 let slow = compile(&spec).unwrap();
                 assert_eq!(
                     fast.encoded, slow.encoded,
