@@ -8,25 +8,31 @@ use crate::report::{fmt_us, stats, Report};
 use crate::timer::{timed, Spec};
 use crate::workload::{entry, s};
 
-/// 1000 opens for writing (create, truncate), one per file.
-const WRITES_1000: &str =
-    "mkdir -p writes && cd writes && i=0; while [ $i -lt 1000 ]; do echo x > f$i; i=$((i+1)); done";
+/// 1000 opens for writing (create, truncate), one per file, in `dir`;
+/// any that fails fails the run (the timer refuses a failed entry).
+fn writes_1000(dir: &str) -> String {
+    format!(
+        "mkdir -p {dir} && cd {dir} && i=0; while [ $i -lt 1000 ]; do echo x > f$i || exit 1; \
+         i=$((i+1)); done"
+    )
+}
 
 /// The loop supervised and unsupervised, side by side, and the cost of
 /// each write.
 pub fn writes(rep: &mut Report, b: &Bench<'_>) -> Result<(), String> {
+    let script = writes_1000(&b.ws.join("writes").display().to_string());
     let spec = Spec {
         rounds: b.rounds.exec_loop,
         warmup: 1,
         entries: vec![
             entry(
                 "writes supervised",
-                s(&["/bin/sh", "-c", WRITES_1000]),
+                s(&["/bin/sh", "-c", &script]),
                 Some(b.shim_mnt),
             ),
             entry(
                 "writes unsupervised",
-                s(&["/bin/sh", "-c", WRITES_1000]),
+                s(&["/bin/sh", "-c", &script]),
                 Some(b.plain_mnt),
             ),
         ],
