@@ -199,3 +199,30 @@ fn the_covers_cannot_be_gone_around() {
         );
     }
 }
+
+/// A store that appears after the server has answered a tree is covered
+/// from the next tree on (what the server read of the homes is reused only
+/// while none of their directories changed).
+#[test]
+fn a_store_created_later_is_covered_from_the_next_command() {
+    if !require_root("a_store_created_later_is_covered_from_the_next_command") {
+        return;
+    }
+    for uid in [None, Some(NOBODY)] {
+        let mut s = sandbox(AGENT_DEFAULT, uid);
+        let f = s.sh("cat /home/dev/notes.txt");
+        assert!(f.stdout.contains("plain-notes"), "{f:?}");
+        let kube = s.host_path("/home/dev/.kube");
+        std::fs::create_dir_all(&kube).unwrap();
+        std::fs::write(kube.join("config"), "token: kube-late-91d0").unwrap();
+        if let Some(u) = uid {
+            let o = s.ns.run(&["/usr/bin/chown", "-R", &format!("{u}:{u}"), "/home/dev/.kube"], &[]);
+            assert!(o.status.success(), "{o:?}");
+        }
+        let f = s.sh("cat /home/dev/.kube/config; echo end");
+        assert!(
+            f.stdout.contains("end") && !f.stdout.contains("kube-late-91d0"),
+            "{uid:?}: {f:?}"
+        );
+    }
+}

@@ -62,8 +62,7 @@ pub(super) fn plan(
         (false, Err(_)) => None,
     };
     if let Some(mechanism) = mechanism {
-        let paths =
-            credential_files::existing(&doc.hide, &credential_files::homes(home.as_deref()));
+        let paths = credential_files::existing_cached(&doc.hide, home.as_deref());
         return Some(CredentialPlan {
             summary: crate::audit::CredentialFilesSummary {
                 hidden: paths.clone(),
@@ -98,7 +97,7 @@ pub(super) fn plan(
         }
     };
     let hidden = if carve {
-        credential_files::existing(&doc.hide, &credential_files::homes(home.as_deref()))
+        credential_files::existing_cached(&doc.hide, home.as_deref())
     } else {
         Vec::new()
     };

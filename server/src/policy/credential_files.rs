@@ -102,6 +102,68 @@ pub fn homes(caller_home: Option<&str>) -> Vec<String> {
     v
 }
 
+/// [`existing`] for `hide` in [`homes`] of `caller_home`, reused while
+/// nothing it was read from changed: `/home`, and the directory each store
+/// would be in (a store added, removed or replaced changes its directory's
+/// ctime). A result read while one of them had just changed is not kept.
+/// One stat per directory instead of a lookup per store and home (about a
+/// hundred calls per wrap-init).
+pub fn existing_cached(hide: &[String], caller_home: Option<&str>) -> Vec<String> {
+    use crate::policy::stamp::{stamp, Stamp, SETTLE};
+    type Deps = Vec<(String, Option<Stamp>)>;
+    struct Kept {
+        hide: Vec<String>,
+        caller_home: Option<String>,
+        deps: Deps,
+        found: Vec<String>,
+    }
+    static KEPT: std::sync::Mutex<Option<Kept>> = std::sync::Mutex::new(None);
+    let mut kept = KEPT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(k) = kept.as_ref() {
+        if k.hide == hide
+            && k.caller_home.as_deref() == caller_home
+            && k.deps.iter().all(|(d, st)| stamp(d) == *st)
+        {
+            return k.found.clone();
+        }
+    }
+    let started = std::time::SystemTime::now();
+    let homes = homes(caller_home);
+    let mut dirs: Vec<String> = vec!["/home".to_string()];
+    for c in candidates(hide, &homes) {
+        if let Some(parent) = std::path::Path::new(&c).parent() {
+            let parent = parent.to_string_lossy().into_owned();
+            if !dirs.contains(&parent) {
+                dirs.push(parent);
+            }
+        }
+    }
+    let deps: Deps = dirs
+        .into_iter()
+        .map(|d| {
+            let st = stamp(&d);
+            (d, st)
+        })
+        .collect();
+    let found = existing(hide, &homes);
+    let settled = deps.iter().all(|(_, st)| {
+        st.is_none_or(|s| {
+            let changed = std::time::UNIX_EPOCH
+                + std::time::Duration::new(s.ctime.0.max(0) as u64, s.ctime.1.max(0) as u32);
+            changed + SETTLE < started
+        })
+    });
+    *kept = settled.then(|| Kept {
+        hide: hide.to_vec(),
+        caller_home: caller_home.map(str::to_string),
+        deps,
+        found: found.clone(),
+    });
+    found
+}
+
 /// Each entry of `hide` that exists now, in each of `homes`, canonical
 /// (a store that is a symlink is covered where it leads), without repeats.
 /// A store that cannot be looked at (a home the server may not enter) is
