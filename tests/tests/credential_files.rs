@@ -216,7 +216,15 @@ fn a_store_created_later_is_covered_from_the_next_command() {
         std::fs::create_dir_all(&kube).unwrap();
         std::fs::write(kube.join("config"), "token: kube-late-91d0").unwrap();
         if let Some(u) = uid {
-            let o = s.ns.run(&["/usr/bin/chown", "-R", &format!("{u}:{u}"), "/home/dev/.kube"], &[]);
+            let o = s.ns.run(
+                &[
+                    "/usr/bin/chown",
+                    "-R",
+                    &format!("{u}:{u}"),
+                    "/home/dev/.kube",
+                ],
+                &[],
+            );
             assert!(o.status.success(), "{o:?}");
         }
         let f = s.sh("cat /home/dev/.kube/config; echo end");
