@@ -68,6 +68,11 @@ pub struct SeccompConfig {
     /// as it covers daemon sockets.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub credential_files: Vec<String>,
+    /// Absolute, canonical paths kept read-only (the policy's
+    /// `read_only_files`): each bound read-only onto itself in the same
+    /// mount namespace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_only_files: Vec<String>,
     /// A tree without CAP_SYS_ADMIN gets a user namespace of its own (its
     /// ids mapped to themselves) to mount those covers in: the server found
     /// that this host lets an ordinary process make one.
@@ -162,6 +167,7 @@ impl Default for SeccompConfig {
             landlock: None,
             daemon_sockets: Vec::new(),
             credential_files: Vec::new(),
+            read_only_files: Vec::new(),
             user_namespace: false,
             backend: ExecBackend::Notify,
             tracer_pid: None,

@@ -1168,3 +1168,105 @@ fn wrap_keeps_the_developers_credential_files_from_the_agent() {
         );
     }
 }
+
+/// Persistence under wrap (issue 43): the places an agent would plant code
+/// that runs later, outside it (shell startup files, the user's own bin
+/// directory, git's hooks and config) are read-only to it, as an ordinary
+/// user and as root, while git still commits and the workspace is written;
+/// `--writable` gives one back.
+#[test]
+fn wrap_keeps_the_places_code_would_be_planted_read_only() {
+    if !require_root("wrap_keeps_the_places_code_would_be_planted_read_only") {
+        return;
+    }
+    const SCRIPT: &str = "echo evil >> ~/.bashrc; echo rc1=$?; echo evil >> ~/.profile; \
+        echo rc2=$?; echo x > ~/.local/bin/evil; echo rc3=$?; \
+        printf '#!/bin/sh\\n' > .git/hooks/pre-commit; echo rc4=$?; \
+        git config user.name planted; echo rc5=$?; \
+        git -c user.name=a -c user.email=a@b commit -q --allow-empty -m m; echo rc6=$?; \
+        echo ok > work/made.txt; echo rc7=$?";
+    for uid in [Some(NOBODY), None] {
+        // Not under /run: root's trees have every empty directory there
+        // hidden (a daemon could make a socket in it), .git's among them.
+        let p = Place::under(Path::new("/srv/agentsh-tests"), "persist", uid);
+        // The agent's home inside the workspace, which the policy lets it
+        // write: what keeps these files is the cover, not the policy.
+        let home = p.ws().join("h");
+        std::fs::create_dir_all(home.join(".local/bin")).unwrap();
+        // (wrap keeps its state in that home, so the workspace's top is
+        // carved around it: the agent's files go one level down.)
+        std::fs::create_dir_all(p.ws().join("work")).unwrap();
+        std::fs::write(home.join(".bashrc"), "# bashrc\n").unwrap();
+        std::fs::write(home.join(".profile"), "# profile\n").unwrap();
+        let git = Command::new("git")
+            .args(["init", "-q"])
+            .current_dir(p.ws())
+            .output()
+            .unwrap();
+        assert!(git.status.success(), "{git:?}");
+        if let Some(u) = uid {
+            let o = Command::new("chown")
+                .arg("-R")
+                .arg(format!("{u}:{u}"))
+                .arg(p.ws())
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{o:?}");
+        }
+        let audit = p.audit("persist");
+        let wrap = |session: &str, args: &[&str], script: &str| {
+            let mut c = p.wrap(session, args, &["sh", "-c", script]);
+            c.env("HOME", &home);
+            c
+        };
+        let o = run(
+            wrap("persist", &["--audit", &audit.to_string_lossy()], SCRIPT),
+            Duration::from_secs(120),
+        );
+        let out = String::from_utf8_lossy(&o.stdout);
+        for rc in ["rc1=", "rc2=", "rc3=", "rc4=", "rc5="] {
+            assert!(
+                out.contains(rc) && !out.contains(&format!("{rc}0")),
+                "{uid:?}: {rc} written: {}",
+                text(&o)
+            );
+        }
+        assert!(
+            out.contains("rc6=0") && out.contains("rc7=0"),
+            "{uid:?}: {}",
+            text(&o)
+        );
+        assert_eq!(
+            std::fs::read_to_string(home.join(".bashrc")).unwrap(),
+            "# bashrc\n"
+        );
+        assert!(!home.join(".local/bin/evil").exists());
+        assert!(!p.ws().join(".git/hooks/pre-commit").exists());
+        let init = std::fs::read_to_string(&audit)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|e| e["type"] == "wrap_init")
+            .expect("a wrap_init event");
+        let ro = init["credential_files"]["read_only"].to_string();
+        assert!(
+            ro.contains(".bashrc") && ro.contains(".git/hooks"),
+            "{init}"
+        );
+        // --writable gives one back.
+        let o = run(
+            wrap(
+                "persist2",
+                &["--writable", &home.join(".bashrc").to_string_lossy()],
+                "echo added >> ~/.bashrc; echo rc=$?; echo x >> ~/.profile; echo rcp=$?",
+            ),
+            Duration::from_secs(120),
+        );
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            out.contains("rc=0") && !out.contains("rcp=0"),
+            "{uid:?}: {}",
+            text(&o)
+        );
+    }
+}

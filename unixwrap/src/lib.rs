@@ -278,6 +278,7 @@ fn hide_paths(setup: &Setup, has_admin: bool, log: &Log) -> Result<(), WrapError
     if let Some(bad) = noexec
         .iter()
         .chain(&config.credential_files)
+        .chain(&config.read_only_files)
         .find(|p| !mask::acceptable(p))
     {
         return Err(setup.refused(Refusal::DaemonSocketPath(bad.clone())));
@@ -285,6 +286,7 @@ fn hide_paths(setup: &Setup, has_admin: bool, log: &Log) -> Result<(), WrapError
     let plan = mask::Plan {
         daemon_sockets: &config.daemon_sockets,
         credentials: &config.credential_files,
+        read_only: &config.read_only_files,
         noexec: &noexec,
         has_admin,
         user_namespace: config.user_namespace,

@@ -80,6 +80,8 @@ pub struct Plan<'a> {
     pub daemon_sockets: &'a [String],
     /// Credential stores (`credential_files`): never left visible.
     pub credentials: &'a [String],
+    /// Files and directories kept read-only (`read_only_files`).
+    pub read_only: &'a [String],
     /// Directories mounted again `noexec`.
     pub noexec: &'a [String],
     /// CAP_SYS_ADMIN is effective: a private mount namespace.
@@ -107,22 +109,30 @@ fn last(what: &str) -> String {
 /// unshare or a mount failed for a path that exists; credential stores
 /// asked for where no namespace can be made.
 pub fn hide(plan: &Plan<'_>, log: &Log) -> Result<Masked, String> {
-    if plan.daemon_sockets.is_empty() && plan.credentials.is_empty() && plan.noexec.is_empty() {
+    if plan.daemon_sockets.is_empty()
+        && plan.credentials.is_empty()
+        && plan.read_only.is_empty()
+        && plan.noexec.is_empty()
+    {
         return Ok(Masked::Nothing);
     }
+    // Covers asked for that are never left out quietly.
+    let asked = !plan.credentials.is_empty() || !plan.read_only.is_empty();
     // SAFETY: a plain id getter.
     let root = unsafe { libc::geteuid() } == 0;
     let user = if plan.has_admin {
         false
-    } else if plan.user_namespace && !root && !plan.credentials.is_empty() {
+    } else if plan.user_namespace && !root && asked {
         true
-    } else if plan.credentials.is_empty() {
+    } else if !asked {
         return Ok(Masked::NotHidden(
             "no CAP_SYS_ADMIN for a private mount namespace".into(),
         ));
     } else {
         return Err(
-            "credential stores to hide, but no CAP_SYS_ADMIN and no user namespace allowed".into(),
+            "credential stores to hide or files to keep read-only, but no CAP_SYS_ADMIN and no \
+             user namespace allowed"
+                .into(),
         );
     };
     // A mask mounted in a namespace that is not ours alone would hide the
@@ -134,7 +144,7 @@ pub fn hide(plan: &Plan<'_>, log: &Log) -> Result<Masked, String> {
         enter_private_namespace()?
     };
     if !private {
-        if !plan.credentials.is_empty() {
+        if asked {
             return Err(
                 "this kernel cannot show that the new mount namespace is private \
                         (gVisor?): the credential stores cannot be hidden"
@@ -146,9 +156,18 @@ pub fn hide(plan: &Plan<'_>, log: &Log) -> Result<Masked, String> {
         ));
     }
     keep_mounts_from_propagating_out(log)?;
-    let mut hidden = cover_each(plan.daemon_sockets, "daemon socket", log)?;
+    // In a user namespace (an ordinary user's tree) only what it was made
+    // for: the daemon sockets' own modes keep such a tree out of root's, and
+    // the noexec mounts stay where they were (a tree with CAP_SYS_ADMIN).
+    let (sockets, noexec): (&[String], &[String]) = if user {
+        (&[], &[])
+    } else {
+        (plan.daemon_sockets, plan.noexec)
+    };
+    let mut hidden = cover_each(sockets, "daemon socket", log)?;
     hidden.extend(cover_each(plan.credentials, "credential store", log)?);
-    mount_each_noexec(plan.noexec, log)?;
+    hidden.extend(read_only_each(plan.read_only, log)?);
+    mount_each_noexec(noexec, log)?;
     Ok(Masked::Hidden {
         paths: hidden,
         user,
@@ -261,6 +280,50 @@ fn cover_each(paths: &[String], what: &str, log: &Log) -> Result<Vec<String>, St
         hidden.push(p.clone());
     }
     Ok(hidden)
+}
+
+/// Binds each of `paths` that still exists (and was not hidden above)
+/// read-only onto itself; returns the paths kept read-only.
+fn read_only_each(paths: &[String], log: &Log) -> Result<Vec<String>, String> {
+    let mut kept = Vec::new();
+    for p in paths {
+        match std::fs::symlink_metadata(p) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(format!("read-only file {p} became a symlink; refusing"));
+            }
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
+                ) =>
+            {
+                log!(
+                    log,
+                    "read-only file {p}: not reachable here ({e}), nothing to keep"
+                );
+                continue;
+            }
+            Err(e) => return Err(format!("read-only file {p}: {e}")),
+        }
+        let target = cstr(p)?;
+        // SAFETY: a bind of a path onto itself with valid C strings.
+        if unsafe {
+            libc::mount(
+                target.as_ptr(),
+                target.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND | libc::MS_REC,
+                std::ptr::null(),
+            )
+        } != 0
+        {
+            return Err(last(&format!("binding {p} onto itself")));
+        }
+        remount_bind(&target, libc::MS_RDONLY).map_err(|e| format!("{p} read-only: {e}"))?;
+        kept.push(format!("{p} (read-only)"));
+    }
+    Ok(kept)
 }
 
 /// Mounts each directory of `noexec` that still exists `noexec` again.
@@ -469,6 +532,7 @@ mod tests {
                 &Plan {
                     daemon_sockets: d,
                     credentials: c,
+                    read_only: &[],
                     noexec: &[],
                     has_admin: admin,
                     user_namespace: user,

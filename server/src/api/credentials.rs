@@ -11,107 +11,153 @@
 //! that cannot run counts as "no user namespace".
 
 use crate::handoff::Caller;
-use crate::policy::credential_files::{self, Fallback};
+use crate::policy::credential_files::{self, Fallback, ReadOnlyFallback};
 use crate::policy::Policy;
 
 /// What wrap-init does about the stores, for unixwrap, Landlock and the event.
 pub(super) struct CredentialPlan {
     /// The stores unixwrap covers (empty unless a namespace can be made).
     pub paths: Vec<String>,
+    /// The files unixwrap keeps read-only (the policy's `read_only_files`).
+    pub read_only: Vec<String>,
     /// unixwrap may make a user namespace for the covers.
     pub user_namespace: bool,
-    /// The ruleset denies `read` beneath the stores in the caller's home.
-    pub carve: bool,
+    /// The ruleset takes the Landlock fallbacks.
+    pub carves: Carves,
     /// The event's `credential_files`.
     pub summary: crate::audit::CredentialFilesSummary,
 }
 
-/// The plan for `caller` under `policy`; `None` when it hides nothing.
+pub(super) use crate::policy::landlock::Carves;
+
+/// The plan for `caller` under `policy`; `None` when it covers nothing.
 /// `tracer_keeps_files`: no Landlock here (gVisor) and the tracer keeps
 /// the file rules; no tree can then have a mount namespace shown to be its
 /// own (gVisor shows no namespace identity: unixwrap would refuse every
-/// shell), so the fallback applies to all, kept by the tracer.
-pub(super) fn plan(
-    policy: &Policy,
-    caller: Caller,
-    tracer_keeps_files: bool,
-) -> Option<CredentialPlan> {
-    let no_namespaces =
-        tracer_keeps_files.then_some("no Landlock here (gVisor?): the tracer keeps the file rules");
+/// shell), so the fallbacks apply to all, kept by the tracer. The
+/// session's workspace is what `${WORKSPACE}` in `read_only_files` stands
+/// for.
+pub(super) fn plan(setup: &crate::session::Setup, caller: Caller) -> Option<CredentialPlan> {
+    let policy: &Policy = &setup.policy;
+    let tracer_keeps_files = setup.filters.traces_files();
+    let workspace = setup.spec.workspace.as_deref().filter(|w| !w.is_empty());
     let doc = policy.credential_files();
-    if doc.hide.is_empty() {
+    let ro = policy.read_only_files();
+    let ro_paths = credential_files::in_workspace(&ro.paths, workspace);
+    if doc.hide.is_empty() && ro_paths.is_empty() {
         return None;
     }
     let home = std::fs::read_to_string("/etc/passwd")
         .ok()
         .and_then(|t| crate::policy::landlock::home_of(caller.uid, &t));
-    let admin = no_namespaces.is_none() && caller_has_admin(caller);
+    let found = |list: &[String]| {
+        if list.is_empty() {
+            Vec::new()
+        } else {
+            credential_files::existing_cached(list, home.as_deref())
+        }
+    };
+    let (hidden, read_only) = (found(&doc.hide), found(&ro_paths));
+    let userns = match namespace_for(caller, tracer_keeps_files) {
+        Ok(mechanism) => {
+            return Some(CredentialPlan {
+                paths: hidden.clone(),
+                read_only: read_only.clone(),
+                user_namespace: mechanism == USER_NAMESPACE,
+                carves: Carves::default(),
+                summary: crate::audit::CredentialFilesSummary {
+                    hidden,
+                    read_only,
+                    mechanism: mechanism.to_string(),
+                },
+            })
+        }
+        Err(why) => why,
+    };
+    Some(fallback(policy, caller, &userns, hidden, read_only))
+}
+
+/// The plan where no mount namespace can be had (`why`): each list's
+/// `fallback`, the Landlock carve or left as it is (logged).
+fn fallback(
+    policy: &Policy,
+    caller: Caller,
+    why: &str,
+    hidden: Vec<String>,
+    read_only: Vec<String>,
+) -> CredentialPlan {
+    let doc = policy.credential_files();
+    let ro = policy.read_only_files();
+    let carves = Carves {
+        credentials: !doc.hide.is_empty() && doc.fallback == Fallback::Carve,
+        read_only: !ro.paths.is_empty() && ro.fallback == ReadOnlyFallback::Carve,
+    };
+    let mut said = Vec::new();
+    if !doc.hide.is_empty() {
+        said.push(if carves.credentials {
+            "credential stores: landlock, read denied beneath them (a file the same command \
+             creates directly in a home holding one is unreadable to it)"
+        } else {
+            "credential stores NOT HIDDEN (credential_files.fallback: readable)"
+        });
+    }
+    if !ro.paths.is_empty() {
+        said.push(if carves.read_only {
+            "read-only files: landlock, write, create and delete denied beneath them (nothing \
+             can be created or removed directly in a directory holding one)"
+        } else {
+            "read-only files NOT KEPT (read_only_files.fallback: writable)"
+        });
+    }
+    let mechanism = format!("no mount namespace ({why}): {}", said.join("; "));
+    if said.iter().any(|s| s.contains("NOT")) {
+        tracing::warn!(uid = caller.uid, "{mechanism}");
+    }
+    CredentialPlan {
+        paths: Vec::new(),
+        read_only: Vec::new(),
+        user_namespace: false,
+        carves,
+        summary: crate::audit::CredentialFilesSummary {
+            hidden: if carves.credentials {
+                hidden
+            } else {
+                Vec::new()
+            },
+            read_only: if carves.read_only {
+                read_only
+            } else {
+                Vec::new()
+            },
+            mechanism,
+        },
+    }
+}
+
+const USER_NAMESPACE: &str = "user namespace";
+
+/// Which mount namespace the tree's unixwrap can make (`mount namespace`
+/// with CAP_SYS_ADMIN; for an ordinary user, `user namespace` where the
+/// host allows one), or why none.
+fn namespace_for(caller: Caller, tracer_keeps_files: bool) -> Result<&'static str, String> {
+    if tracer_keeps_files {
+        return Err("no Landlock here (gVisor?): the tracer keeps the file rules".into());
+    }
+    if caller_has_admin(caller) {
+        return Ok("mount namespace");
+    }
     // Root without CAP_SYS_ADMIN gets no user namespace: inside one its
     // capabilities would no longer reach the host's network or ids (no
     // port below 1024, no chown to another user, apt's drop to _apt).
-    let userns = if let Some(why) = no_namespaces {
-        Err(why.to_string())
-    } else if caller.uid == 0 {
-        Err("root without CAP_SYS_ADMIN".to_string())
-    } else {
-        user_namespace_mounts()
-    };
-    let mechanism = match (admin, &userns) {
-        (true, _) => Some("mount namespace".to_string()),
-        (false, Ok(())) => Some("user namespace".to_string()),
-        (false, Err(_)) => None,
-    };
-    if let Some(mechanism) = mechanism {
-        let paths = credential_files::existing_cached(&doc.hide, home.as_deref());
-        return Some(CredentialPlan {
-            summary: crate::audit::CredentialFilesSummary {
-                hidden: paths.clone(),
-                mechanism,
-            },
-            paths,
-            user_namespace: userns.is_ok(),
-            carve: false,
-        });
+    if caller.uid == 0 {
+        return Err("root without CAP_SYS_ADMIN".into());
     }
-    let why = userns.err().unwrap_or_default();
-    let (carve, mechanism) = match doc.fallback {
-        Fallback::Carve => (
-            true,
-            format!(
-                "landlock: read denied beneath them (no mount namespace: {why}); a file the \
-                 same command creates directly in a home holding one is unreadable to it"
-            ),
-        ),
-        Fallback::Readable => {
-            tracing::warn!(
-                uid = caller.uid,
-                "credential stores stay READABLE to this tree: no mount namespace ({why}) and \
-                 the policy's credential_files.fallback is readable"
-            );
-            (
-                false,
-                format!(
-                    "NOT HIDDEN (credential_files.fallback: readable; no mount namespace: {why})"
-                ),
-            )
-        }
-    };
-    let hidden = if carve {
-        credential_files::existing_cached(&doc.hide, home.as_deref())
-    } else {
-        Vec::new()
-    };
-    Some(CredentialPlan {
-        paths: Vec::new(),
-        user_namespace: false,
-        carve,
-        summary: crate::audit::CredentialFilesSummary { hidden, mechanism },
-    })
+    user_namespace_mounts().map(|()| USER_NAMESPACE)
 }
 
-/// Whether the ruleset takes the Landlock fallback.
-pub(super) fn carves(plan: Option<&CredentialPlan>) -> bool {
-    plan.is_some_and(|c| c.carve)
+/// Which Landlock fallbacks the ruleset takes.
+pub(super) fn carves(plan: Option<&CredentialPlan>) -> Carves {
+    plan.map(|c| c.carves).unwrap_or_default()
 }
 
 /// The plan's part of the tree's config: the stores unixwrap covers, and
@@ -119,6 +165,7 @@ pub(super) fn carves(plan: Option<&CredentialPlan>) -> bool {
 pub(super) fn apply(plan: Option<&CredentialPlan>, config: &mut agentsh_proto::SeccompConfig) {
     if let Some(c) = plan {
         config.credential_files = c.paths.clone();
+        config.read_only_files = c.read_only.clone();
         config.user_namespace = c.user_namespace;
     }
 }

@@ -118,7 +118,7 @@ fn prepare_wrap_init(
     let backend = setup.filters.backend();
     let egress_gap = egress_gap(api, &setup.policy, backend)?;
     let wrapper = wrapper_binary(api)?;
-    let creds = super::credentials::plan(&setup.policy, caller, setup.filters.traces_files());
+    let creds = super::credentials::plan(setup, caller);
     let Opened {
         lineage,
         filter,

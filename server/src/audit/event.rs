@@ -233,6 +233,9 @@ pub struct DaemonSocketsSummary {
 pub struct CredentialFilesSummary {
     /// The stores covered (or, under the Landlock fallback, denied).
     pub hidden: Vec<String>,
+    /// The files kept read-only (`read_only_files`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_only: Vec<String>,
     /// `mount namespace`, `user namespace`, `landlock: ...`, or
     /// `NOT HIDDEN (...)` and why.
     pub mechanism: String,

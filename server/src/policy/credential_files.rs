@@ -54,9 +54,55 @@ pub struct CredentialFilesDoc {
     pub fallback: Fallback,
 }
 
-/// Why an entry of `hide` is refused, or `None`.
+/// `read_only_files:`: files and directories kept read-only in every tree
+/// (the places a tree would plant code that runs later, outside it: shell
+/// startup files, git hooks), covered by a read-only bind of themselves in
+/// the tree's mount namespace, as `hide` covers credential stores. Entries
+/// as `hide`'s, or `${WORKSPACE}/X`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ReadOnlyFilesDoc {
+    #[serde(default)]
+    pub paths: Vec<String>,
+    /// Where no mount namespace can be had (default `carve`: Landlock
+    /// denies write, create and delete beneath them; `writable`: left as
+    /// they are, logged).
+    #[serde(default)]
+    pub fallback: ReadOnlyFallback,
+}
+
+/// [`ReadOnlyFilesDoc::fallback`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadOnlyFallback {
+    #[default]
+    Carve,
+    Writable,
+}
+
+/// The entries with `${WORKSPACE}` replaced by `workspace`; those naming
+/// it are left out where there is none.
+pub fn in_workspace(entries: &[String], workspace: Option<&str>) -> Vec<String> {
+    entries
+        .iter()
+        .filter_map(|e| match e.strip_prefix("${WORKSPACE}") {
+            Some(rest) => workspace.map(|w| format!("{}{rest}", w.trim_end_matches('/'))),
+            None => Some(e.clone()),
+        })
+        .collect()
+}
+
+/// Why an entry of `hide` (or, `${WORKSPACE}/` allowed, of
+/// `read_only_files.paths`) is refused, or `None`.
 pub fn entry_error(p: &str) -> Option<&'static str> {
+    entry_error_in(p, false)
+}
+
+/// [`entry_error`]; `workspace`: `${WORKSPACE}/X` is accepted too.
+pub fn entry_error_in(p: &str, workspace: bool) -> Option<&'static str> {
     let rest = if let Some(r) = p.strip_prefix("~/") {
+        r
+    } else if let Some(r) = p.strip_prefix("${WORKSPACE}/").filter(|_| workspace) {
         r
     } else if let Some(r) = p.strip_prefix('/') {
         r
@@ -69,7 +115,7 @@ pub fn entry_error(p: &str) -> Option<&'static str> {
     if p.chars().any(char::is_control) {
         return Some("holds a control character");
     }
-    if p.contains(['*', '?', '[', '{']) {
+    if rest.contains(['*', '?', '[', '{', '$']) {
         return Some("globs are not accepted: name each store");
     }
     if rest.split('/').any(|c| c == ".." || c == ".") {
@@ -117,17 +163,20 @@ pub fn existing_cached(hide: &[String], caller_home: Option<&str>) -> Vec<String
         deps: Deps,
         found: Vec<String>,
     }
-    static KEPT: std::sync::Mutex<Option<Kept>> = std::sync::Mutex::new(None);
+    // A few lists are asked for (the stores to hide, the files kept
+    // read-only), each with the callers' homes: one kept result per pair.
+    static KEPT: std::sync::Mutex<Vec<Kept>> = std::sync::Mutex::new(Vec::new());
     let mut kept = KEPT
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(k) = kept.as_ref() {
-        if k.hide == hide
-            && k.caller_home.as_deref() == caller_home
-            && k.deps.iter().all(|(d, st)| stamp(d) == *st)
-        {
-            return k.found.clone();
+    let at = kept
+        .iter()
+        .position(|k| k.hide == hide && k.caller_home.as_deref() == caller_home);
+    if let Some(i) = at {
+        if kept[i].deps.iter().all(|(d, st)| stamp(d) == *st) {
+            return kept[i].found.clone();
         }
+        kept.remove(i);
     }
     let started = std::time::SystemTime::now();
     let homes = homes(caller_home);
@@ -155,12 +204,17 @@ pub fn existing_cached(hide: &[String], caller_home: Option<&str>) -> Vec<String
             changed + SETTLE < started
         })
     });
-    *kept = settled.then(|| Kept {
-        hide: hide.to_vec(),
-        caller_home: caller_home.map(str::to_string),
-        deps,
-        found: found.clone(),
-    });
+    if settled {
+        if kept.len() >= 8 {
+            kept.remove(0);
+        }
+        kept.push(Kept {
+            hide: hide.to_vec(),
+            caller_home: caller_home.map(str::to_string),
+            deps,
+            found: found.clone(),
+        });
+    }
     found
 }
 
@@ -220,6 +274,19 @@ mod tests {
         assert_eq!(entry_error("~/.ssh"), None);
         assert_eq!(entry_error("~/.config/gcloud"), None);
         assert_eq!(entry_error("/etc/app/token"), None);
+        assert!(entry_error("${WORKSPACE}/.git/hooks").is_some());
+        assert_eq!(entry_error_in("${WORKSPACE}/.git/hooks", true), None);
+        assert_eq!(
+            in_workspace(
+                &["${WORKSPACE}/.git/config".into(), "~/.bashrc".into()],
+                Some("/w/")
+            ),
+            vec!["/w/.git/config", "~/.bashrc"]
+        );
+        assert_eq!(
+            in_workspace(&["${WORKSPACE}/.git".into()], None),
+            Vec::<String>::new()
+        );
         for bad in [
             ".ssh",
             "~",

@@ -70,7 +70,7 @@ pub use operations::{ExecPlaces, RULE_EXEC_SOURCES};
 pub use paths::{FsView, HostFs, SessionVars};
 pub use protect::{SelfProtection, KERNEL_NO_WRITE, OWN_OOM_SCORE_ADJ, SYSTEM_NO_WRITE};
 pub use ruleset::{cap_abi, compile, tcp_ports, CompiledLandlock, LandlockSummary};
-pub use session::{home_of, SessionLandlock, CACHED_UIDS};
+pub use session::{home_of, Carves, SessionLandlock, CACHED_UIDS};
 
 #[cfg(test)]
 #[path = "landlock_tests.rs"]

@@ -59,6 +59,8 @@ pub struct Policy {
     pub(super) env: Option<agentsh_proto::env::EnvRules>,
     /// `credential_files:` (empty `hide`: nothing is hidden).
     pub(super) credential_files: super::credential_files::CredentialFilesDoc,
+    /// `read_only_files:` (empty `paths`: nothing is kept read-only).
+    pub(super) read_only_files: super::credential_files::ReadOnlyFilesDoc,
 }
 
 impl Policy {
@@ -200,6 +202,11 @@ impl Policy {
     /// `credential_files:` (see `credential_files`).
     pub fn credential_files(&self) -> &super::credential_files::CredentialFilesDoc {
         &self.credential_files
+    }
+
+    /// `read_only_files:` (see `credential_files`).
+    pub fn read_only_files(&self) -> &super::credential_files::ReadOnlyFilesDoc {
+        &self.read_only_files
     }
 
     /// This policy with `rule` added to its file rules (the `carve`

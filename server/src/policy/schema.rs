@@ -41,6 +41,8 @@ pub(crate) struct PolicyDoc {
     pub env: Option<super::env::EnvDoc>,
     /// Credential stores kept out of reach (see `credential_files`).
     pub credential_files: Option<super::credential_files::CredentialFilesDoc>,
+    /// Files kept read-only in every tree (see `credential_files`).
+    pub read_only_files: Option<super::credential_files::ReadOnlyFilesDoc>,
 }
 
 /// `exec_sources:`: whether files in places the tree can write may run.

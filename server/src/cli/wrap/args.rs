@@ -45,6 +45,14 @@ pub struct Wrap {
     /// runs. Repeatable; `*` for any run of characters. Standalone only.
     #[arg(long = "keep-env", value_name = "NAME")]
     pub keep_env: Vec<String>,
+    /// A place wrap keeps read-only that the agent may write after all
+    /// (wrap keeps shell startup files, git's hooks and config, autostart
+    /// and systemd user units and your PATH's own bin directories read-only,
+    /// so nothing the agent plants runs later outside it): as listed in
+    /// docs/wrap.md (`~/.bashrc`, `${WORKSPACE}/.git/config`), or that
+    /// path under your home or the workspace. Repeatable. Standalone only.
+    #[arg(long = "writable", value_name = "PATH")]
+    pub writable: Vec<String>,
     /// No start line and no session report on stderr.
     #[arg(long)]
     pub quiet: bool,

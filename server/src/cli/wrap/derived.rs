@@ -3,7 +3,9 @@
 //! egress rule (after the policy's leading deny rules, so a name that
 //! resolves into cloud metadata stays refused) and `--keep-env`'s names
 //! added to `env.keep` (passed to the agent whatever the policy's `env.deny`
-//! says: the agent's own model API key).
+//! says: the agent's own model API key), and `read_only_files` (the places
+//! an agent would plant code that runs later: [`READ_ONLY_DEFAULT`] where
+//! the policy says nothing of them), minus `--writable`'s.
 //!
 //! Failure modes: a host or name that is not one, a policy that cannot be
 //! read or parsed, `--allow-host` on a policy without `egress`: an error
@@ -48,6 +50,53 @@ pub enum DeriveError {
     Write(#[source] serde_yaml_ng::Error),
 }
 
+/// What wrap keeps read-only when the policy says nothing of it
+/// (`read_only_files`): the places an agent would plant code that runs
+/// later, outside any tree (the next terminal, login, commit, boot), and
+/// the user's own bin directories, which come before the system's on PATH.
+pub const READ_ONLY_DEFAULT: &[&str] = &[
+    "~/.bashrc",
+    "~/.bash_profile",
+    "~/.bash_login",
+    "~/.bash_logout",
+    "~/.profile",
+    "~/.zshrc",
+    "~/.zprofile",
+    "~/.zshenv",
+    "~/.zlogin",
+    "~/.config/fish",
+    "~/.config/autostart",
+    "~/.config/systemd",
+    "~/.local/share/systemd",
+    "~/.config/environment.d",
+    "~/.gitconfig",
+    "~/.config/git",
+    "~/.ssh",
+    "~/.local/bin",
+    "~/bin",
+    "${WORKSPACE}/.git/hooks",
+    "${WORKSPACE}/.git/config",
+];
+
+/// `--writable` entries in the form `READ_ONLY_DEFAULT` lists them: a path
+/// under `home` becomes `~/...`, one under `workspace` `${WORKSPACE}/...`.
+pub fn writable_entries(given: &[String], home: Option<&str>, workspace: &str) -> Vec<String> {
+    let under = |p: &str, base: &str, to: &str| {
+        let base = base.trim_end_matches('/');
+        p.strip_prefix(base)
+            .filter(|r| r.starts_with('/'))
+            .map(|r| format!("{to}{r}"))
+    };
+    given
+        .iter()
+        .map(|g| {
+            home.and_then(|h| under(g, h, "~"))
+                .or_else(|| under(g, workspace, "${WORKSPACE}"))
+                .unwrap_or_else(|| g.clone())
+        })
+        .collect()
+}
+
 /// The name of the egress rule `--allow-host` adds.
 pub const ALLOW_HOST_RULE: &str = "wrap-allow-host";
 
@@ -56,27 +105,17 @@ pub const ALLOW_HOST_RULE: &str = "wrap-allow-host";
 ///
 /// # Errors
 /// See [`DeriveError`].
-pub fn derived(
+/// And `read_only_files` as wrap keeps them: where the policy has no such
+/// section, [`READ_ONLY_DEFAULT`] minus `writable` (entries as listed
+/// there); where it has one, minus `writable` too.
+pub fn derived_with(
     name_or_path: &str,
     hosts: &[String],
     keep: &[String],
+    writable: &[String],
 ) -> Result<String, DeriveError> {
     use serde_yaml_ng::{Mapping, Value};
-    for h in hosts {
-        crate::policy::egress::parse_host(h).map_err(|e| DeriveError::Host {
-            host: h.clone(),
-            source: e.into(),
-        })?;
-    }
-    for k in keep {
-        if k.is_empty()
-            || !k
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'*')
-        {
-            return Err(DeriveError::Name(k.clone()));
-        }
-    }
+    check_options(hosts, keep)?;
     let name = || name_or_path.to_string();
     let text = read(name_or_path)?;
     let mut doc: Value = serde_yaml_ng::from_str(&text).map_err(|source| DeriveError::Yaml {
@@ -129,7 +168,54 @@ pub fn derived(
         };
         list.extend(keep.iter().map(|k| key(k)));
     }
+    keep_read_only(&mut doc, writable).ok_or_else(|| DeriveError::EnvNotMapping(name()))?;
     serde_yaml_ng::to_string(&doc).map_err(DeriveError::Write)
+}
+
+/// `--allow-host`'s hosts and `--keep-env`'s names, checked.
+fn check_options(hosts: &[String], keep: &[String]) -> Result<(), DeriveError> {
+    for h in hosts {
+        crate::policy::egress::parse_host(h).map_err(|e| DeriveError::Host {
+            host: h.clone(),
+            source: e.into(),
+        })?;
+    }
+    for k in keep {
+        if k.is_empty()
+            || !k
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'*')
+        {
+            return Err(DeriveError::Name(k.clone()));
+        }
+    }
+    Ok(())
+}
+
+/// `read_only_files` as wrap keeps them (see [`derived_with`]); `None`: the
+/// policy is not a mapping.
+fn keep_read_only(doc: &mut serde_yaml_ng::Value, writable: &[String]) -> Option<()> {
+    use serde_yaml_ng::{Mapping, Value};
+    let key = |k: &str| Value::String(k.into());
+    let ro = doc
+        .as_mapping_mut()?
+        .entry(key("read_only_files"))
+        .or_insert_with(|| {
+            let mut m = Mapping::new();
+            m.insert(
+                key("paths"),
+                Value::Sequence(READ_ONLY_DEFAULT.iter().map(|p| key(p)).collect()),
+            );
+            Value::Mapping(m)
+        });
+    if let Some(paths) = ro
+        .as_mapping_mut()
+        .and_then(|m| m.get_mut("paths"))
+        .and_then(Value::as_sequence_mut)
+    {
+        paths.retain(|p| !p.as_str().is_some_and(|p| writable.iter().any(|w| w == p)));
+    }
+    Some(())
 }
 
 /// The policy's text, found as the server would find it.
@@ -158,7 +244,29 @@ mod tests {
     use super::*;
 
     fn with_hosts(p: &str, hosts: &[String]) -> Result<String, DeriveError> {
-        derived(p, hosts, &[])
+        derived_with(p, hosts, &[], &[])
+    }
+
+    #[test]
+    fn wrap_keeps_the_persistence_places_read_only_but_writable_gives_one_back() {
+        let text = derived_with("agent-default", &[], &[], &["~/.bashrc".into()]).unwrap();
+        let p = crate::policy::Policy::from_yaml(&text, "t").unwrap();
+        let paths = &p.read_only_files().paths;
+        assert!(paths.iter().any(|x| x == "~/.profile"), "{paths:?}");
+        assert!(paths.iter().any(|x| x == "${WORKSPACE}/.git/hooks"));
+        assert!(!paths.iter().any(|x| x == "~/.bashrc"));
+        assert_eq!(
+            writable_entries(
+                &[
+                    "/home/d/.bashrc".into(),
+                    "/w/p/.git/config".into(),
+                    "/etc/x".into()
+                ],
+                Some("/home/d"),
+                "/w/p"
+            ),
+            vec!["~/.bashrc", "${WORKSPACE}/.git/config", "/etc/x"]
+        );
     }
 
     #[test]
@@ -200,13 +308,13 @@ mod tests {
 
     #[test]
     fn keep_env_adds_to_the_policys_keep_list() {
-        let text = derived("agent-default", &[], &["OPENAI_API_KEY".into()]).unwrap();
+        let text = derived_with("agent-default", &[], &["OPENAI_API_KEY".into()], &[]).unwrap();
         let p = crate::policy::Policy::from_yaml(&text, "t").unwrap();
         let env = p.env().unwrap();
         assert!(env.keeps(b"OPENAI_API_KEY"));
         assert!(!env.keeps(b"ANTHROPIC_API_KEY"));
         assert!(matches!(
-            derived("agent-default", &[], &["A-B".into()]),
+            derived_with("agent-default", &[], &["A-B".into()], &[]),
             Err(DeriveError::Name(_))
         ));
     }

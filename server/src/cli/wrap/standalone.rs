@@ -12,7 +12,7 @@
 
 use super::args::Wrap;
 use super::command::{exec_plain, record_unsupervised, resolve, say};
-use super::derived::{derived, DeriveError};
+use super::derived::DeriveError;
 use super::files::{Dirs, WrapFilesError};
 use crate::cli::lifecycle::{self, Entrypoint, WrapServer};
 use crate::config::ConfigError;
@@ -107,9 +107,8 @@ struct Setup {
     dirs: Dirs,
     audit: PathBuf,
     workspace: PathBuf,
-    /// The policy as the config names it (with `--allow-host`: the file
-    /// made for it).
-    policy: String,
+    /// The policy as the user named it (`--policy`, or agent-default).
+    named: String,
     config_path: PathBuf,
     /// `agentsh wrap --own-server ... -- CMD`, the server's command.
     command: Vec<OsString>,
@@ -125,7 +124,7 @@ impl Setup {
         dirs.make()?;
         let audit = w.audit.clone().unwrap_or_else(|| dirs.audit.clone());
         let workspace = workspace_of(w)?;
-        let policy = policy_of(w, &dirs)?;
+        let policy = policy_of(w, &dirs, &workspace)?;
         let config = config_text(&dirs, &audit, &policy, &workspace);
         let config_path = dirs.state.join("config.yaml");
         write_private(&config_path, &config).map_err(|source| SetupError::Write {
@@ -138,7 +137,7 @@ impl Setup {
             dirs,
             audit,
             workspace,
-            policy,
+            named: w.policy.clone().unwrap_or_else(|| "agent-default".into()),
             config_path,
             command,
             removed,
@@ -150,7 +149,7 @@ impl Setup {
         say(&format!(
             "session {session}: policy {}, workspace {}; approvals: agentsh approvals list \
              --session {session}; audit: {}{}",
-            self.policy,
+            self.named,
             self.workspace.display(),
             self.audit.display(),
             // SAFETY: geteuid cannot fail.
@@ -183,15 +182,26 @@ fn workspace_of(w: &Wrap) -> Result<PathBuf, SetupError> {
     Ok(workspace)
 }
 
-/// `--policy` (agent-default without it); with `--allow-host` or
-/// `--keep-env`, a copy with the hosts' rule and the names kept, written to
-/// the session's state.
-fn policy_of(w: &Wrap, dirs: &Dirs) -> Result<String, SetupError> {
+/// `--policy` (agent-default without it), as a copy with `--allow-host`'s
+/// rule, `--keep-env`'s names and the files wrap keeps read-only (minus
+/// `--writable`'s), written to the session's state.
+fn policy_of(w: &Wrap, dirs: &Dirs, workspace: &Path) -> Result<String, SetupError> {
     let policy = w.policy.clone().unwrap_or_else(|| "agent-default".into());
-    if w.allow_hosts.is_empty() && w.keep_env.is_empty() {
-        return Ok(policy);
+    // The policy as given is checked first: its errors name its own file
+    // and lines, not the copy's.
+    if policy.contains('/') || policy.ends_with(".yaml") || policy.ends_with(".yml") {
+        crate::policy::Policy::load(Path::new(&policy)).map_err(|source| SetupError::Policy {
+            policy: policy.clone(),
+            source,
+        })?;
     }
-    let text = derived(&policy, &w.allow_hosts, &w.keep_env)?;
+    let home = std::env::var("HOME").ok();
+    let writable = super::derived::writable_entries(
+        &w.writable,
+        home.as_deref(),
+        &workspace.to_string_lossy(),
+    );
+    let text = super::derived::derived_with(&policy, &w.allow_hosts, &w.keep_env, &writable)?;
     let derived = dirs.state.join("policy.yaml");
     write_private(&derived, &text).map_err(|source| SetupError::Write {
         path: derived.clone(),

@@ -14,7 +14,7 @@ use super::egress::check_network_policy;
 use super::examples::check_examples;
 use super::files::{check_exec_sources, check_file_rules};
 use super::network::check_network_rules;
-use crate::policy::credential_files::{self, CredentialFilesDoc};
+use crate::policy::credential_files::{self, CredentialFilesDoc, ReadOnlyFilesDoc};
 use crate::policy::daemon_sockets::{self, DaemonSocketsDoc};
 use crate::policy::env::EnvDoc;
 use crate::policy::error::{PolicyError, PolicyNameError};
@@ -56,6 +56,8 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
     let env = doc.env.map(|d| env(&ctx, d)).transpose()?;
     let credential_files = doc.credential_files.unwrap_or_default();
     check_credential_files(&ctx, &credential_files)?;
+    let read_only_files = doc.read_only_files.unwrap_or_default();
+    check_read_only_files(&ctx, &read_only_files)?;
     Ok(Policy {
         name,
         description: doc.description,
@@ -75,6 +77,7 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
         egress,
         env,
         credential_files,
+        read_only_files,
     })
 }
 
@@ -229,6 +232,21 @@ fn check_credential_files(ctx: &Ctx<'_>, d: &CredentialFilesDoc) -> Result<(), P
                     .section_value("credential_files", Some("hide"), p),
                 None,
                 format!("credential_files.hide: {p:?} {message}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `read_only_files.paths`: as `credential_files.hide`, or `${WORKSPACE}/X`.
+fn check_read_only_files(ctx: &Ctx<'_>, d: &ReadOnlyFilesDoc) -> Result<(), PolicyError> {
+    for p in &d.paths {
+        if let Some(message) = credential_files::entry_error_in(p, true) {
+            return Err(ctx.invalid(
+                ctx.source
+                    .section_value("read_only_files", Some("paths"), p),
+                None,
+                format!("read_only_files.paths: {p:?} {message}"),
             ));
         }
     }

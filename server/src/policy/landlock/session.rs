@@ -39,7 +39,7 @@ pub const CACHED_UIDS: usize = 8;
 /// started might have changed during it: such a result is not kept.
 pub(super) struct RulesetCache {
     uid: u32,
-    carve: bool,
+    carve: Carves,
     home: Option<String>,
     deps: Vec<(String, Option<Stamp>)>,
     result: CompiledLandlock,
@@ -136,13 +136,13 @@ impl SessionLandlock {
 
     /// The ruleset for a tree run by `uid` (its home from `/etc/passwd`).
     pub fn compile(&self, uid: u32) -> CompiledLandlock {
-        self.compile_or_reuse(uid, false).0
+        self.compile_or_reuse(uid, Carves::default()).0
     }
 
-    /// [`SessionLandlock::compile`] (`carve`: with `credential_files`'
-    /// Landlock fallback), and whether the ruleset was the one kept
-    /// (`true`) or compiled now.
-    pub fn compile_or_reuse(&self, uid: u32, carve: bool) -> (CompiledLandlock, bool) {
+    /// [`SessionLandlock::compile`] (`carve`: with the Landlock fallbacks
+    /// of `credential_files` and `read_only_files` it names), and whether
+    /// the ruleset was the one kept (`true`) or compiled now.
+    pub fn compile_or_reuse(&self, uid: u32, carve: Carves) -> (CompiledLandlock, bool) {
         let home = std::fs::read_to_string("/etc/passwd")
             .ok()
             .and_then(|t| home_of(uid, &t));
@@ -167,16 +167,8 @@ impl SessionLandlock {
             deps: Default::default(),
         };
         let carving;
-        let policy = if carve && !self.policy.credential_files().hide.is_empty() {
-            // The stores that exist, looked up through `fs` so a new one
-            // (or a new home) changes a stamp and the next compile sees it.
-            let homes = crate::policy::credential_files::homes(home.as_deref());
-            let paths = crate::policy::credential_files::existing_in(
-                &self.policy.credential_files().hide,
-                &homes,
-                |p| fs.canonical(p),
-            );
-            carving = self.policy.with_file_rule(carve_rule(paths));
+        let policy = if carve.credentials || carve.read_only {
+            carving = self.with_carves(carve, home.as_deref(), &fs);
             &carving
         } else {
             &*self.policy
@@ -215,6 +207,32 @@ impl SessionLandlock {
 }
 
 impl SessionLandlock {
+    /// The policy with the fallbacks `carve` names as file rules: `read`
+    /// denied beneath each credential store, write, create and delete
+    /// beneath each read-only file, for the ones that exist (looked up
+    /// through `fs`, so a new one, or a new home, changes a stamp and the
+    /// next compile sees it).
+    fn with_carves(&self, carve: Carves, home: Option<&str>, fs: &dyn FsView) -> Policy {
+        use crate::policy::credential_files::{existing_in, homes, in_workspace};
+        use crate::policy::schema::FileOperation as Op;
+        let homes = homes(home);
+        let found = |list: &[String]| existing_in(list, &homes, |p| fs.canonical(p));
+        let mut p = (*self.policy).clone();
+        if carve.credentials {
+            let paths = found(&self.policy.credential_files().hide);
+            p = p.with_file_rule(carve_rule("credential-files", paths, vec![Op::Read]));
+        }
+        if carve.read_only {
+            let ro = in_workspace(
+                &self.policy.read_only_files().paths,
+                self.workspace.as_deref(),
+            );
+            let ops = vec![Op::Write, Op::Create, Op::Delete];
+            p = p.with_file_rule(carve_rule("read-only-files", found(&ro), ops));
+        }
+        p
+    }
+
     /// Whether `uid`'s ruleset is kept, to be reused by its next wrap-init.
     pub fn is_cached(&self, uid: u32) -> bool {
         self.cache
@@ -225,16 +243,28 @@ impl SessionLandlock {
     }
 }
 
-/// `credential_files`' `carve` fallback as a file rule: `read` denied
-/// beneath each of `paths` (the stores that exist, in every home).
-fn carve_rule(paths: Vec<String>) -> crate::policy::schema::FileRule {
-    use crate::policy::schema::{Decision, FileOperation, FileRule};
-    FileRule {
-        name: "credential-files".to_string(),
+/// A `carve` fallback as a file rule named `name`: `operations` denied
+/// beneath each of `paths`.
+fn carve_rule(
+    name: &str,
+    paths: Vec<String>,
+    operations: Vec<crate::policy::schema::FileOperation>,
+) -> crate::policy::schema::FileRule {
+    crate::policy::schema::FileRule {
+        name: name.to_string(),
         paths,
-        operations: vec![FileOperation::Read],
-        decision: Decision::Deny,
+        operations,
+        decision: crate::policy::schema::Decision::Deny,
     }
+}
+
+/// Which Landlock fallbacks a ruleset takes (see `credential_files`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Carves {
+    /// `read` denied beneath the credential stores.
+    pub credentials: bool,
+    /// write, create and delete denied beneath the read-only files.
+    pub read_only: bool,
 }
 
 /// The home directory of `uid` in a passwd file's text.
