@@ -1166,6 +1166,16 @@ fn wrap_keeps_the_developers_credential_files_from_the_agent() {
             std::fs::read_to_string(home.join(".netrc")).unwrap(),
             "netrc-wrap-5e77"
         );
+        // Started inside a store: the cover is entered, not the store.
+        let mut c = p.wrap("creds2", &[], &["sh", "-c", "cat id_ed25519; ls; echo end"]);
+        c.current_dir(home.join(".ssh"));
+        let o = run(c, Duration::from_secs(120));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            out.contains("end") && !out.contains("PRIVATE-KEY-wrap-31c9"),
+            "{uid:?}: {}",
+            text(&o)
+        );
     }
 }
 
@@ -1184,7 +1194,10 @@ fn wrap_keeps_the_places_code_would_be_planted_read_only() {
         printf '#!/bin/sh\\n' > .git/hooks/pre-commit; echo rc4=$?; \
         git config user.name planted; echo rc5=$?; \
         git -c user.name=a -c user.email=a@b commit -q --allow-empty -m m; echo rc6=$?; \
-        echo ok > work/made.txt; echo rc7=$?";
+        echo ok > work/made.txt; echo rc7=$?; \
+        mv ~/.config ~/.c2; mkdir -p ~/.config/systemd/user && echo x > ~/.config/systemd/user/evil.service; \
+        echo rc8=$?; mv ~/.local ~/.l2; mkdir -p ~/.local/bin && echo x > ~/.local/bin/git; echo rc9=$?; \
+        mv .git .g2; echo rc10=$?";
     for uid in [Some(NOBODY), None] {
         // Not under /run: root's trees have every empty directory there
         // hidden (a daemon could make a socket in it), .git's among them.
@@ -1193,6 +1206,7 @@ fn wrap_keeps_the_places_code_would_be_planted_read_only() {
         // write: what keeps these files is the cover, not the policy.
         let home = p.ws().join("h");
         std::fs::create_dir_all(home.join(".local/bin")).unwrap();
+        std::fs::create_dir_all(home.join(".config/systemd/user")).unwrap();
         // (wrap keeps its state in that home, so the workspace's top is
         // carved around it: the agent's files go one level down.)
         std::fs::create_dir_all(p.ws().join("work")).unwrap();
@@ -1224,7 +1238,11 @@ fn wrap_keeps_the_places_code_would_be_planted_read_only() {
             Duration::from_secs(120),
         );
         let out = String::from_utf8_lossy(&o.stdout);
-        for rc in ["rc1=", "rc2=", "rc3=", "rc4=", "rc5="] {
+        // rc8..10: moving a directory above a kept place away, to make a
+        // fresh one in its name, is refused (its binds are mount points).
+        for rc in [
+            "rc1=", "rc2=", "rc3=", "rc4=", "rc5=", "rc8=", "rc9=", "rc10=",
+        ] {
             assert!(
                 out.contains(rc) && !out.contains(&format!("{rc}0")),
                 "{uid:?}: {rc} written: {}",
@@ -1242,6 +1260,8 @@ fn wrap_keeps_the_places_code_would_be_planted_read_only() {
         );
         assert!(!home.join(".local/bin/evil").exists());
         assert!(!p.ws().join(".git/hooks/pre-commit").exists());
+        assert!(!home.join(".config/systemd/user/evil.service").exists());
+        assert!(!home.join(".c2").exists() && !home.join(".l2").exists());
         let init = std::fs::read_to_string(&audit)
             .unwrap_or_default()
             .lines()

@@ -168,9 +168,24 @@ pub fn hide(plan: &Plan<'_>, log: &Log) -> Result<Masked, String> {
     hidden.extend(cover_each(plan.credentials, "credential store", log)?);
     hidden.extend(read_only_each(plan.read_only, log)?);
     mount_each_noexec(noexec, log)?;
+    enter_cwd_again()?;
     Ok(Masked::Hidden {
         paths: hidden,
         user,
+    })
+}
+
+/// The working directory looked up again by its name: the process still
+/// stands on the dentry it had before the mounts, where paths relative to
+/// it would walk beneath a directory bound over it (the workspace, a home)
+/// and miss every cover made on the bind.
+fn enter_cwd_again() -> Result<(), String> {
+    let cwd = std::env::current_dir().map_err(|e| format!("the working directory: {e}"))?;
+    std::env::set_current_dir(&cwd).map_err(|e| {
+        format!(
+            "entering the working directory {} again after the masks: {e}",
+            cwd.display()
+        )
     })
 }
 
@@ -283,8 +298,50 @@ fn cover_each(paths: &[String], what: &str, log: &Log) -> Result<Vec<String>, St
 }
 
 /// Binds each of `paths` that still exists (and was not hidden above)
-/// read-only onto itself; returns the paths kept read-only.
+/// read-only onto itself; returns the paths kept read-only. First each
+/// directory above one of them (below the top level: `/home/dev`,
+/// `~/.config`, the workspace's `.git`) is bound onto itself, read-write:
+/// a mount point cannot be renamed, so `mv ~/.config ~/.c2` cannot carry a
+/// cover away and leave a fresh `~/.config/systemd` to plant in.
 fn read_only_each(paths: &[String], log: &Log) -> Result<Vec<String>, String> {
+    let mut above: Vec<&str> = Vec::new();
+    for p in paths {
+        let mut a = Path::new(p.as_str()).parent();
+        while let Some(dir) = a {
+            if dir.components().count() > 2 {
+                if let Some(d) = dir.to_str() {
+                    if !above.contains(&d) {
+                        above.push(d);
+                    }
+                }
+            }
+            a = dir.parent();
+        }
+    }
+    // Outermost first, so an inner bind is not hidden by an outer one.
+    above.sort_by_key(|d| d.matches('/').count());
+    for d in above {
+        match std::fs::symlink_metadata(d) {
+            Ok(m) if m.is_dir() => {}
+            _ => continue,
+        }
+        let target = cstr(d)?;
+        // SAFETY: a bind of a directory onto itself with valid C strings.
+        if unsafe {
+            libc::mount(
+                target.as_ptr(),
+                target.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND | libc::MS_REC,
+                std::ptr::null(),
+            )
+        } != 0
+        {
+            return Err(last(&format!(
+                "binding {d} onto itself (kept from renames)"
+            )));
+        }
+    }
     let mut kept = Vec::new();
     for p in paths {
         match std::fs::symlink_metadata(p) {
