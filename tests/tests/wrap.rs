@@ -1290,3 +1290,80 @@ fn wrap_keeps_the_places_code_would_be_planted_read_only() {
         );
     }
 }
+
+/// agentsh installed by an ordinary user under their home (`~/.local/bin`,
+/// issue 43): its binaries, state and audit are kept from the agent by
+/// covers in the agent's own mount namespace, so the home is not carved
+/// around them: the agent creates files and directories in `~` as it would
+/// without agentsh, and still cannot replace agentsh's binaries, move the
+/// directory holding them, or read wrap's state.
+#[test]
+fn agentsh_in_the_home_is_protected_without_splitting_the_home() {
+    if !require_root("agentsh_in_the_home_is_protected_without_splitting_the_home") {
+        return;
+    }
+    let p = Place::under(Path::new("/srv/agentsh-tests"), "userinstall", Some(NOBODY));
+    let home = p.ws().join("h");
+    let bin_dir = home.join(".local/bin");
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    for b in ["agentsh", "agentsh-unixwrap"] {
+        std::fs::copy(bin(b), bin_dir.join(b)).unwrap();
+    }
+    let o = Command::new("chown")
+        .arg("-R")
+        .arg(format!("{NOBODY}:{NOBODY}"))
+        .arg(p.ws())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let script = "echo hi > ~/notes.txt && cat ~/notes.txt; mkdir ~/newdir && echo made; \
+                  echo x > ~/.local/bin/agentsh-unixwrap; echo rcw=$?; mv ~/.local ~/.l2; \
+                  echo rcm=$?; ls -A ~/.local/state/agentsh/inst | wc -l; \
+                  su -c true root 2>/dev/null; echo rcsu=$?";
+    let mut c = Command::new("setpriv");
+    c.arg(format!("--reuid={NOBODY}"))
+        .arg(format!("--regid={NOBODY}"))
+        .args(["--clear-groups", "--"])
+        .arg(bin_dir.join("agentsh"))
+        .args(["wrap", "--session", "inst", "--", "sh", "-c", script])
+        .current_dir(p.ws())
+        .env_clear()
+        .env("HOME", &home)
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("LANG", "C.UTF-8");
+    // SAFETY: only signal(2) between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut c, || {
+            for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGHUP, libc::SIGTERM] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
+    let o = run(c, Duration::from_secs(120));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("hi\n") && out.contains("made"),
+        "the home was split: {}",
+        text(&o)
+    );
+    assert!(
+        !out.contains("rcw=0") && !out.contains("rcm=0") && out.contains("rcsu=126"),
+        "{}",
+        text(&o)
+    );
+    let listed = out
+        .lines()
+        .find(|l| l.trim().parse::<u32>().is_ok())
+        .unwrap_or("?");
+    assert_eq!(
+        listed.trim(),
+        "0",
+        "wrap's state was readable: {}",
+        text(&o)
+    );
+    assert_eq!(
+        std::fs::read(bin_dir.join("agentsh-unixwrap")).unwrap(),
+        std::fs::read(bin("agentsh-unixwrap")).unwrap()
+    );
+}

@@ -44,7 +44,11 @@ pub(super) fn plan(setup: &crate::session::Setup, caller: Caller) -> Option<Cred
     let doc = policy.credential_files();
     let ro = policy.read_only_files();
     let ro_paths = credential_files::in_workspace(&ro.paths, workspace);
-    if doc.hide.is_empty() && ro_paths.is_empty() {
+    // agentsh's own files beneath a home (wrap's binaries, state, audit):
+    // covered where a namespace can be had, else Landlock's as always.
+    let own = setup.landlock.own_covers().cloned().unwrap_or_default();
+    let own_any = !own.hide.is_empty() || !own.read_only.is_empty();
+    if doc.hide.is_empty() && ro_paths.is_empty() && !own_any {
         return None;
     }
     let home = std::fs::read_to_string("/etc/passwd")
@@ -60,17 +64,23 @@ pub(super) fn plan(setup: &crate::session::Setup, caller: Caller) -> Option<Cred
     let (hidden, read_only) = (found(&doc.hide), found(&ro_paths));
     let userns = match namespace_for(caller, tracer_keeps_files) {
         Ok(mechanism) => {
+            let (mut hidden, mut read_only) = (hidden, read_only);
+            hidden.extend(own.hide);
+            read_only.extend(own.read_only);
             return Some(CredentialPlan {
                 paths: hidden.clone(),
                 read_only: read_only.clone(),
                 user_namespace: mechanism == USER_NAMESPACE,
-                carves: Carves::default(),
+                carves: Carves {
+                    own_by_mount: own_any,
+                    ..Carves::default()
+                },
                 summary: crate::audit::CredentialFilesSummary {
                     hidden,
                     read_only,
                     mechanism: mechanism.to_string(),
                 },
-            })
+            });
         }
         Err(why) => why,
     };
@@ -91,6 +101,7 @@ fn fallback(
     let carves = Carves {
         credentials: !doc.hide.is_empty() && doc.fallback == Fallback::Carve,
         read_only: !ro.paths.is_empty() && ro.fallback == ReadOnlyFallback::Carve,
+        own_by_mount: false,
     };
     let mut said = Vec::new();
     if !doc.hide.is_empty() {

@@ -124,6 +124,7 @@ fn the_cached_ruleset_follows_every_change_of_what_it_was_built_from() {
             "default: allow\nfile_rules:\n  - name: ws\n    paths: [\"${WORKSPACE}/**\", \"${HOME}/**\"]\n    operations: [read, write, create, delete]\n    decision: allow\n",
         ));
     let sl = SessionLandlock {
+        mounted: None,
         policy,
         workspace: Some(ws.display().to_string()),
         protect: SelfProtection::new(&[own.as_path()], &[], None, &HostFs),

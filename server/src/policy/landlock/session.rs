@@ -17,6 +17,12 @@ pub struct SessionLandlock {
     pub(super) policy: std::sync::Arc<Policy>,
     pub(super) workspace: Option<String>,
     pub(super) protect: SelfProtection,
+    /// Where a tree gets a mount namespace of its own: agentsh's own files
+    /// beneath a home (`agentsh wrap`'s binaries in `~/.local/bin`, its
+    /// state and audit), kept by covers in it instead of by Landlock, whose
+    /// carve around them would split the home (nothing could be created in
+    /// `~` directly); and `protect` without them.
+    pub(super) mounted: Option<(SelfProtection, OwnCovers)>,
     pub(super) compat: LandlockCompat,
     /// The last ruleset compiled for each of up to [`CACHED_UIDS`] uids,
     /// reused while nothing it was built from has changed (see
@@ -121,7 +127,17 @@ impl SessionLandlock {
             .ok()
             .map(|a| a.port());
         let protect = SelfProtection::new(&own, &[config.state_dir.as_path()], api_port, &HostFs);
+        let mounted = own_beneath_homes(&own, &config.state_dir).map(|(rest, covers)| {
+            let rest: Vec<&Path> = rest.iter().map(std::path::PathBuf::as_path).collect();
+            let state: &[&Path] = if covers.hide.is_empty() {
+                &[config.state_dir.as_path()]
+            } else {
+                &[]
+            };
+            (SelfProtection::new(&rest, state, api_port, &HostFs), covers)
+        });
         SessionLandlock {
+            mounted,
             policy,
             workspace,
             protect,
@@ -132,6 +148,12 @@ impl SessionLandlock {
 
     pub fn protection(&self) -> &SelfProtection {
         &self.protect
+    }
+
+    /// agentsh's own files beneath a home, to be covered in the tree's
+    /// mount namespace where it gets one (see `mounted`).
+    pub fn own_covers(&self) -> Option<&OwnCovers> {
+        self.mounted.as_ref().map(|(_, c)| c)
     }
 
     /// The ruleset for a tree run by `uid` (its home from `/etc/passwd`).
@@ -173,7 +195,11 @@ impl SessionLandlock {
         } else {
             &*self.policy
         };
-        let result = compile(policy, &vars, &self.protect, self.compat, &fs);
+        let protect = match (&self.mounted, carve.own_by_mount) {
+            (Some((p, _)), true) => p,
+            _ => &self.protect,
+        };
+        let result = compile(policy, &vars, protect, self.compat, &fs);
         let deps: Vec<(String, Option<Stamp>)> = fs
             .deps
             .into_inner()
@@ -258,13 +284,49 @@ fn carve_rule(
     }
 }
 
-/// Which Landlock fallbacks a ruleset takes (see `credential_files`).
+/// Which Landlock fallbacks a ruleset takes (see `credential_files`), and
+/// whether agentsh's own files beneath a home are left to covers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Carves {
     /// `read` denied beneath the credential stores.
     pub credentials: bool,
     /// write, create and delete denied beneath the read-only files.
     pub read_only: bool,
+    /// agentsh's own files beneath a home are covered in the tree's mount
+    /// namespace ([`OwnCovers`]), not carved out of the home by Landlock.
+    pub own_by_mount: bool,
+}
+
+/// agentsh's own files beneath a home: its state (hidden) and the rest
+/// (binaries, audit: kept read-only), canonical, as they exist.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OwnCovers {
+    pub hide: Vec<String>,
+    pub read_only: Vec<String>,
+}
+
+/// `own` and `state` split into what lies beneath a home (covered where
+/// the tree has a mount namespace) and the rest; `None` when nothing does.
+fn own_beneath_homes(own: &[&Path], state: &Path) -> Option<(Vec<std::path::PathBuf>, OwnCovers)> {
+    let homes = crate::policy::credential_files::homes(None);
+    let beneath = |p: &Path| homes.iter().any(|h| p.starts_with(h) && p != Path::new(h));
+    let canon = |p: &Path| {
+        std::fs::canonicalize(p)
+            .ok()
+            .map(|c| c.to_string_lossy().into_owned())
+    };
+    let state_c = canon(state);
+    let mut covers = OwnCovers::default();
+    let mut rest: Vec<std::path::PathBuf> = Vec::new();
+    for p in own {
+        let c = canon(p);
+        match c.as_deref().filter(|c| beneath(Path::new(c))) {
+            Some(c) if Some(c) == state_c.as_deref() => covers.hide.push(c.to_string()),
+            Some(c) => covers.read_only.push(c.to_string()),
+            None => rest.push(p.to_path_buf()),
+        }
+    }
+    (!covers.hide.is_empty() || !covers.read_only.is_empty()).then_some((rest, covers))
 }
 
 /// The home directory of `uid` in a passwd file's text.
