@@ -94,16 +94,21 @@ impl Place {
     /// `agentsh wrap --session S ARGS -- CMD` as the place's user, from its
     /// workspace, with only a minimal environment.
     fn wrap(&self, session: &str, args: &[&str], cmd: &[&str]) -> Command {
+        self.wrap_with(&bin("agentsh"), session, args, cmd)
+    }
+
+    /// [`Place::wrap`] with the `agentsh` at `program`.
+    fn wrap_with(&self, program: &Path, session: &str, args: &[&str], cmd: &[&str]) -> Command {
         let mut c = match self.uid {
             Some(u) => {
                 let mut c = Command::new("setpriv");
                 c.arg(format!("--reuid={u}"))
                     .arg(format!("--regid={u}"))
                     .args(["--clear-groups", "--"])
-                    .arg(bin("agentsh"));
+                    .arg(program);
                 c
             }
-            None => Command::new(bin("agentsh")),
+            None => Command::new(program),
         };
         c.arg("wrap")
             .args(["--session", session])
@@ -129,6 +134,17 @@ impl Place {
         }
         c
     }
+}
+
+/// `chown -R uid:uid path`.
+fn chown_r(path: &Path, uid: u32) {
+    let o = Command::new("chown")
+        .arg("-R")
+        .arg(format!("{uid}:{uid}"))
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
 }
 
 impl Drop for Place {
@@ -1124,13 +1140,7 @@ fn wrap_keeps_the_developers_credential_files_from_the_agent() {
             std::fs::write(&path, secret).unwrap();
         }
         if let Some(u) = uid {
-            let o = Command::new("chown")
-                .arg("-R")
-                .arg(format!("{u}:{u}"))
-                .arg(&home)
-                .output()
-                .unwrap();
-            assert!(o.status.success(), "{o:?}");
+            chown_r(&home, u);
         }
         let o = run(
             p.wrap(
@@ -1219,13 +1229,7 @@ fn wrap_keeps_the_places_code_would_be_planted_read_only() {
             .unwrap();
         assert!(git.status.success(), "{git:?}");
         if let Some(u) = uid {
-            let o = Command::new("chown")
-                .arg("-R")
-                .arg(format!("{u}:{u}"))
-                .arg(p.ws())
-                .output()
-                .unwrap();
-            assert!(o.status.success(), "{o:?}");
+            chown_r(&p.ws(), u);
         }
         let audit = p.audit("persist");
         let wrap = |session: &str, args: &[&str], script: &str| {
@@ -1309,37 +1313,13 @@ fn agentsh_in_the_home_is_protected_without_splitting_the_home() {
     for b in ["agentsh", "agentsh-unixwrap"] {
         std::fs::copy(bin(b), bin_dir.join(b)).unwrap();
     }
-    let o = Command::new("chown")
-        .arg("-R")
-        .arg(format!("{NOBODY}:{NOBODY}"))
-        .arg(p.ws())
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{o:?}");
+    chown_r(&p.ws(), NOBODY);
     let script = "echo hi > ~/notes.txt && cat ~/notes.txt; mkdir ~/newdir && echo made; \
                   echo x > ~/.local/bin/agentsh-unixwrap; echo rcw=$?; mv ~/.local ~/.l2; \
                   echo rcm=$?; ls -A ~/.local/state/agentsh/inst | wc -l; \
                   su -c true root 2>/dev/null; echo rcsu=$?";
-    let mut c = Command::new("setpriv");
-    c.arg(format!("--reuid={NOBODY}"))
-        .arg(format!("--regid={NOBODY}"))
-        .args(["--clear-groups", "--"])
-        .arg(bin_dir.join("agentsh"))
-        .args(["wrap", "--session", "inst", "--", "sh", "-c", script])
-        .current_dir(p.ws())
-        .env_clear()
-        .env("HOME", &home)
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env("LANG", "C.UTF-8");
-    // SAFETY: only signal(2) between fork and exec.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut c, || {
-            for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGHUP, libc::SIGTERM] {
-                libc::signal(sig, libc::SIG_DFL);
-            }
-            Ok(())
-        });
-    }
+    let mut c = p.wrap_with(&bin_dir.join("agentsh"), "inst", &[], &["sh", "-c", script]);
+    c.env("HOME", &home);
     let o = run(c, Duration::from_secs(120));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(

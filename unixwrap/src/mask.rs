@@ -325,22 +325,8 @@ fn read_only_each(paths: &[String], log: &Log) -> Result<Vec<String>, String> {
             Ok(m) if m.is_dir() => {}
             _ => continue,
         }
-        let target = cstr(d)?;
-        // SAFETY: a bind of a directory onto itself with valid C strings.
-        if unsafe {
-            libc::mount(
-                target.as_ptr(),
-                target.as_ptr(),
-                std::ptr::null(),
-                libc::MS_BIND | libc::MS_REC,
-                std::ptr::null(),
-            )
-        } != 0
-        {
-            return Err(last(&format!(
-                "binding {d} onto itself (kept from renames)"
-            )));
-        }
+        bind_onto_itself(&cstr(d)?)
+            .map_err(|e| format!("binding {d} onto itself (kept from renames): {e}"))?;
     }
     let mut kept = Vec::new();
     for p in paths {
@@ -364,19 +350,7 @@ fn read_only_each(paths: &[String], log: &Log) -> Result<Vec<String>, String> {
             Err(e) => return Err(format!("read-only file {p}: {e}")),
         }
         let target = cstr(p)?;
-        // SAFETY: a bind of a path onto itself with valid C strings.
-        if unsafe {
-            libc::mount(
-                target.as_ptr(),
-                target.as_ptr(),
-                std::ptr::null(),
-                libc::MS_BIND | libc::MS_REC,
-                std::ptr::null(),
-            )
-        } != 0
-        {
-            return Err(last(&format!("binding {p} onto itself")));
-        }
+        bind_onto_itself(&target).map_err(|e| format!("binding {p} onto itself: {e}"))?;
         remount_bind(&target, libc::MS_RDONLY).map_err(|e| format!("{p} read-only: {e}"))?;
         kept.push(format!("{p} (read-only)"));
     }
@@ -406,6 +380,13 @@ fn mount_each_noexec(noexec: &[String], log: &Log) -> Result<(), String> {
 /// flags the kernel would not let a remount drop: nosuid, nodev, read-only,
 /// the atime ones).
 fn mount_noexec(target: &CString) -> Result<(), String> {
+    bind_onto_itself(target)?;
+    remount_bind(target, libc::MS_NOEXEC).map_err(|e| format!("remount noexec: {e}"))
+}
+
+/// Binds `target` onto itself, with what is mounted beneath it (so it
+/// becomes a mount point of its own: remountable, and never renamed).
+fn bind_onto_itself(target: &CString) -> Result<(), String> {
     // SAFETY: a bind of a path onto itself with valid C strings and no data.
     if unsafe {
         libc::mount(
@@ -419,7 +400,7 @@ fn mount_noexec(target: &CString) -> Result<(), String> {
     {
         return Err(last("bind"));
     }
-    remount_bind(target, libc::MS_NOEXEC).map_err(|e| format!("remount noexec: {e}"))
+    Ok(())
 }
 
 /// Remounts the bind at `target` with `add` (read-only, noexec), keeping

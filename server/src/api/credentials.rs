@@ -37,7 +37,11 @@ pub(super) use crate::policy::landlock::Carves;
 /// shell), so the fallbacks apply to all, kept by the tracer. The
 /// session's workspace is what `${WORKSPACE}` in `read_only_files` stands
 /// for.
-pub(super) fn plan(setup: &crate::session::Setup, caller: Caller) -> Option<CredentialPlan> {
+fn plan(
+    setup: &crate::session::Setup,
+    caller: Caller,
+    cap_eff: Option<u64>,
+) -> Option<CredentialPlan> {
     let policy: &Policy = &setup.policy;
     let tracer_keeps_files = setup.filters.traces_files();
     let workspace = setup.spec.workspace.as_deref().filter(|w| !w.is_empty());
@@ -62,7 +66,7 @@ pub(super) fn plan(setup: &crate::session::Setup, caller: Caller) -> Option<Cred
         }
     };
     let (hidden, read_only) = (found(&doc.hide), found(&ro_paths));
-    let userns = match namespace_for(caller, tracer_keeps_files) {
+    let userns = match namespace_for(caller, cap_eff, tracer_keeps_files) {
         Ok(mechanism) => {
             let (mut hidden, mut read_only) = (hidden, read_only);
             hidden.extend(own.hide);
@@ -150,11 +154,15 @@ const USER_NAMESPACE: &str = "user namespace";
 /// Which mount namespace the tree's unixwrap can make (`mount namespace`
 /// with CAP_SYS_ADMIN; for an ordinary user, `user namespace` where the
 /// host allows one), or why none.
-fn namespace_for(caller: Caller, tracer_keeps_files: bool) -> Result<&'static str, String> {
+fn namespace_for(
+    caller: Caller,
+    cap_eff: Option<u64>,
+    tracer_keeps_files: bool,
+) -> Result<&'static str, String> {
     if tracer_keeps_files {
         return Err("no Landlock here (gVisor?): the tracer keeps the file rules".into());
     }
-    if caller_has_admin(caller) {
+    if has_admin(cap_eff) {
         return Ok("mount namespace");
     }
     // Root without CAP_SYS_ADMIN gets no user namespace: inside one its
@@ -181,13 +189,28 @@ pub(super) fn apply(plan: Option<&CredentialPlan>, config: &mut agentsh_proto::S
     }
 }
 
-/// Whether the caller (the shim, which execs unixwrap) has CAP_SYS_ADMIN.
-fn caller_has_admin(caller: Caller) -> bool {
-    const CAP_SYS_ADMIN: u32 = 21;
+/// The caller's effective capabilities (see [`cap_eff`]) and its plan.
+pub(super) fn for_caller(
+    setup: &crate::session::Setup,
+    caller: Caller,
+) -> (Option<u64>, Option<CredentialPlan>) {
+    let cap_eff = cap_eff(caller);
+    (cap_eff, plan(setup, caller, cap_eff))
+}
+
+/// The caller's (the shim's, which execs unixwrap) effective capabilities,
+/// read once per wrap-init for this plan and the daemon-socket masks;
+/// `None`: unreadable.
+fn cap_eff(caller: Caller) -> Option<u64> {
     caller
         .pid
         .and_then(|pid| crate::tracee::ProcStatus::read(pid).ok()?.mask("CapEff"))
-        .is_some_and(|c| c & (1 << CAP_SYS_ADMIN) != 0)
+}
+
+/// Whether `cap_eff` holds CAP_SYS_ADMIN (unreadable: no).
+pub(super) fn has_admin(cap_eff: Option<u64>) -> bool {
+    const CAP_SYS_ADMIN: u32 = 21;
+    cap_eff.is_some_and(|c| c & (1 << CAP_SYS_ADMIN) != 0)
 }
 
 /// Whether an ordinary process here can make a user namespace and mount

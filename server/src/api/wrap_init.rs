@@ -118,7 +118,7 @@ fn prepare_wrap_init(
     let backend = setup.filters.backend();
     let egress_gap = egress_gap(api, &setup.policy, backend)?;
     let wrapper = wrapper_binary(api)?;
-    let creds = super::credentials::plan(setup, caller);
+    let (cap_eff, creds) = super::credentials::for_caller(setup, caller);
     let Opened {
         lineage,
         filter,
@@ -140,8 +140,13 @@ fn prepare_wrap_init(
     seccomp_config.landlock = Some(landlock.config);
     let (env_removed, env_injected) = env_changes(&body.env_names, setup.env.as_ref());
     seccomp_config.env = setup.env.clone();
-    let (daemon_sockets, masks_reused) =
-        masks(api, setup, caller, creds.as_ref(), &mut seccomp_config);
+    let (daemon_sockets, masks_reused) = masks(
+        api,
+        setup,
+        (caller, cap_eff),
+        creds.as_ref(),
+        &mut seccomp_config,
+    );
     let config_json = serde_json::to_string(&seccomp_config)
         .map_err(|e| fail(500, format!("cannot serialize seccomp config: {e}")))?;
     let wrapper_env = wrapper_env(config_json, &session.id);
@@ -365,7 +370,7 @@ fn unjudged_egress(api: &Api, backend: agentsh_proto::ExecBackend, why: &str) ->
 fn masks(
     api: &Api,
     setup: &Setup,
-    caller: Caller,
+    (caller, cap_eff): (Caller, Option<u64>),
     credentials: Option<&super::credentials::CredentialPlan>,
     config: &mut agentsh_proto::SeccompConfig,
 ) -> (crate::audit::DaemonSocketsSummary, bool) {
@@ -374,7 +379,7 @@ fn masks(
     super::credentials::apply(credentials, config);
     let summary = crate::audit::DaemonSocketsSummary {
         hidden,
-        mechanism: masking_mechanism(caller),
+        mechanism: masking_mechanism(caller, cap_eff),
     };
     (summary, reused)
 }
@@ -494,16 +499,13 @@ fn not_enforced(
 }
 
 /// How the tree's unixwrap will hide daemon sockets: a private mount
-/// namespace needs CAP_SYS_ADMIN in the caller (read from the shim's
-/// /proc status); without it, a non-root tree is kept out by the sockets'
-/// own root-only modes, and a root tree is not kept out (said plainly).
-fn masking_mechanism(caller: Caller) -> String {
-    const CAP_SYS_ADMIN: u32 = 21;
-    let cap_eff = caller
-        .pid
-        .and_then(|pid| crate::tracee::ProcStatus::read(pid).ok()?.mask("CapEff"));
+/// namespace needs CAP_SYS_ADMIN in the caller (`cap_eff`, read from the
+/// shim's /proc status); without it, a non-root tree is kept out by the
+/// sockets' own root-only modes, and a root tree is not kept out (said
+/// plainly).
+fn masking_mechanism(caller: Caller, cap_eff: Option<u64>) -> String {
     match cap_eff {
-        Some(c) if c & (1 << CAP_SYS_ADMIN) != 0 => "mount namespace".into(),
+        Some(_) if super::credentials::has_admin(cap_eff) => "mount namespace".into(),
         Some(_) if caller.uid != 0 => "not hidden (no CAP_SYS_ADMIN): the sockets' own modes keep this non-root tree out of root-only sockets".into(),
         Some(_) => "NOT HIDDEN: a root tree without CAP_SYS_ADMIN can reach them".into(),
         None => "unknown (the caller's capabilities cannot be read)".into(),

@@ -92,14 +92,9 @@ pub fn in_workspace(entries: &[String], workspace: Option<&str>) -> Vec<String> 
         .collect()
 }
 
-/// Why an entry of `hide` (or, `${WORKSPACE}/` allowed, of
-/// `read_only_files.paths`) is refused, or `None`.
-pub fn entry_error(p: &str) -> Option<&'static str> {
-    entry_error_in(p, false)
-}
-
-/// [`entry_error`]; `workspace`: `${WORKSPACE}/X` is accepted too.
-pub fn entry_error_in(p: &str, workspace: bool) -> Option<&'static str> {
+/// Why an entry of `hide` (or, `workspace`: `${WORKSPACE}/X` accepted
+/// too, of `read_only_files.paths`) is refused, or `None`.
+pub fn entry_error(p: &str, workspace: bool) -> Option<&'static str> {
     let rest = if let Some(r) = p.strip_prefix("~/") {
         r
     } else if let Some(r) = p.strip_prefix("${WORKSPACE}/").filter(|_| workspace) {
@@ -271,11 +266,11 @@ mod tests {
 
     #[test]
     fn entries_are_stores_in_homes_or_absolute() {
-        assert_eq!(entry_error("~/.ssh"), None);
-        assert_eq!(entry_error("~/.config/gcloud"), None);
-        assert_eq!(entry_error("/etc/app/token"), None);
-        assert!(entry_error("${WORKSPACE}/.git/hooks").is_some());
-        assert_eq!(entry_error_in("${WORKSPACE}/.git/hooks", true), None);
+        assert_eq!(entry_error("~/.ssh", false), None);
+        assert_eq!(entry_error("~/.config/gcloud", false), None);
+        assert_eq!(entry_error("/etc/app/token", false), None);
+        assert!(entry_error("${WORKSPACE}/.git/hooks", false).is_some());
+        assert_eq!(entry_error("${WORKSPACE}/.git/hooks", true), None);
         assert_eq!(
             in_workspace(
                 &["${WORKSPACE}/.git/config".into(), "~/.bashrc".into()],
@@ -297,7 +292,7 @@ mod tests {
             "~/a/./b",
             "~root/.ssh",
         ] {
-            assert!(entry_error(bad).is_some(), "{bad} accepted");
+            assert!(entry_error(bad, false).is_some(), "{bad} accepted");
         }
     }
 

@@ -14,7 +14,7 @@ use super::egress::check_network_policy;
 use super::examples::check_examples;
 use super::files::{check_exec_sources, check_file_rules};
 use super::network::check_network_rules;
-use crate::policy::credential_files::{self, CredentialFilesDoc, ReadOnlyFilesDoc};
+use crate::policy::credential_files;
 use crate::policy::daemon_sockets::{self, DaemonSocketsDoc};
 use crate::policy::env::EnvDoc;
 use crate::policy::error::{PolicyError, PolicyNameError};
@@ -55,9 +55,21 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
         check_network_policy(&ctx, doc.socket_families, doc.egress, &network_rules)?;
     let env = doc.env.map(|d| env(&ctx, d)).transpose()?;
     let credential_files = doc.credential_files.unwrap_or_default();
-    check_credential_files(&ctx, &credential_files)?;
+    check_covers(
+        &ctx,
+        "credential_files",
+        "hide",
+        &credential_files.hide,
+        false,
+    )?;
     let read_only_files = doc.read_only_files.unwrap_or_default();
-    check_read_only_files(&ctx, &read_only_files)?;
+    check_covers(
+        &ctx,
+        "read_only_files",
+        "paths",
+        &read_only_files.paths,
+        true,
+    )?;
     Ok(Policy {
         name,
         description: doc.description,
@@ -223,30 +235,21 @@ fn check_daemon_sockets(ctx: &Ctx<'_>, d: &DaemonSocketsDoc) -> Result<(), Polic
     Ok(())
 }
 
-/// `credential_files.hide`: stores in every home (`~/...`) or absolute paths.
-fn check_credential_files(ctx: &Ctx<'_>, d: &CredentialFilesDoc) -> Result<(), PolicyError> {
-    for p in &d.hide {
-        if let Some(message) = credential_files::entry_error(p) {
+/// The entries of a cover section (`credential_files.hide`: stores in
+/// every home or absolute; `read_only_files.paths`: `${WORKSPACE}/X` too).
+fn check_covers(
+    ctx: &Ctx<'_>,
+    section: &str,
+    key: &str,
+    entries: &[String],
+    workspace: bool,
+) -> Result<(), PolicyError> {
+    for p in entries {
+        if let Some(message) = credential_files::entry_error(p, workspace) {
             return Err(ctx.invalid(
-                ctx.source
-                    .section_value("credential_files", Some("hide"), p),
+                ctx.source.section_value(section, Some(key), p),
                 None,
-                format!("credential_files.hide: {p:?} {message}"),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// `read_only_files.paths`: as `credential_files.hide`, or `${WORKSPACE}/X`.
-fn check_read_only_files(ctx: &Ctx<'_>, d: &ReadOnlyFilesDoc) -> Result<(), PolicyError> {
-    for p in &d.paths {
-        if let Some(message) = credential_files::entry_error_in(p, true) {
-            return Err(ctx.invalid(
-                ctx.source
-                    .section_value("read_only_files", Some("paths"), p),
-                None,
-                format!("read_only_files.paths: {p:?} {message}"),
+                format!("{section}.{key}: {p:?} {message}"),
             ));
         }
     }
