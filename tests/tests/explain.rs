@@ -314,15 +314,17 @@ fn an_allow_list_refusal_names_the_missing_program_and_what_to_add() {
 /// the same errno as Landlock's, a `file` event naming the path; what the
 /// policy allows (the workspace, /tmp, a rename within it) runs untouched,
 /// and so does a read-only open of a file it may not write.
-fn refused_writes(uid: Option<u32>) {
-    let mut s = Sandbox::new(agentsh_tests::sandbox::AGENT_DEFAULT, uid);
+fn refused_writes(uid: Option<u32>, config: &str) {
+    let mut s = Sandbox::with_config(agentsh_tests::sandbox::AGENT_DEFAULT, uid, config);
     let script = "echo x > /etc/agentsh-probe; echo rc=$?; \
                   mkdir /usr/agentsh-probe-dir; echo rc=$?; \
-                  python3 -c 'import os\ntry: os.rename(\"/tmp/a\", \"/etc/agentsh-renamed\")\nexcept OSError as e: print(\"errno\", e.errno)' ; \
+                  python3 -c 'import os\ntry: os.rename(\"/tmp/agentsh-a-'$$'\", \"/etc/agentsh-renamed\")\nexcept OSError as e: print(\"errno\", e.errno)' ; \
                   cd /srv/ws && echo ok > made.txt && mv made.txt moved.txt && cat moved.txt \
-                  && echo t > /tmp/t && rm /tmp/t && cat /etc/hostname >/dev/null && echo fine";
+                  && echo t > /tmp/agentsh-w-$$ && rm /tmp/agentsh-w-$$ && cat /etc/hostname >/dev/null && echo fine";
     let mark = s.mark();
-    let f = s.sh(&format!("touch /tmp/a; {script}"));
+    // Names of this shell's own in the shared /tmp: the tests run side by
+    // side, as root and as nobody.
+    let f = s.sh(&format!("touch /tmp/agentsh-a-$$; {script}; rm -f /tmp/agentsh-a-$$"));
     let who = format!("{uid:?}");
     assert!(f.stdout.contains("ok\nfine"), "{who}: allowed work: {f:?}");
     assert_eq!(f.stdout.matches("rc=").count(), 2, "{who}: {f:?}");
@@ -364,7 +366,7 @@ fn refused_writes(uid: Option<u32>) {
     assert!(
         !files.iter().any(|e| e["path"]
             .as_str()
-            .is_some_and(|p| p.contains("made.txt") || p.contains("/tmp/t"))),
+            .is_some_and(|p| p.contains("made.txt") || p.contains("/tmp/agentsh-w-"))),
         "{who}: an allowed write was refused: {files:?}"
     );
 }
@@ -374,7 +376,19 @@ fn refused_writes_are_explained_as_root() {
     if !require_root("refused_writes_are_explained_as_root") {
         return;
     }
-    refused_writes(None);
+    refused_writes(None, "");
+}
+
+/// At E2B's Landlock ABI 2 (no truncate right: an open with `O_TRUNC` and
+/// no write access is refused by the filter, and the explained opens are
+/// ruled apart from it).
+#[test]
+fn refused_writes_are_explained_at_landlock_abi_2() {
+    if !require_root("refused_writes_are_explained_at_landlock_abi_2") {
+        return;
+    }
+    refused_writes(None, "landlock:\n  max_abi: 2\n");
+    refused_writes(Some(NOBODY), "landlock:\n  max_abi: 2\n");
 }
 
 #[test]
@@ -382,7 +396,7 @@ fn refused_writes_are_explained_as_nobody() {
     if !require_root("refused_writes_are_explained_as_nobody") {
         return;
     }
-    refused_writes(Some(NOBODY));
+    refused_writes(Some(NOBODY), "");
 }
 
 /// i386 calls that change files (`int 0x80` from a 64-bit program) reach
