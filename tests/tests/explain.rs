@@ -324,7 +324,9 @@ fn refused_writes(uid: Option<u32>, config: &str) {
     let mark = s.mark();
     // Names of this shell's own in the shared /tmp: the tests run side by
     // side, as root and as nobody.
-    let f = s.sh(&format!("touch /tmp/agentsh-a-$$; {script}; rm -f /tmp/agentsh-a-$$"));
+    let f = s.sh(&format!(
+        "touch /tmp/agentsh-a-$$; {script}; rm -f /tmp/agentsh-a-$$"
+    ));
     let who = format!("{uid:?}");
     assert!(f.stdout.contains("ok\nfine"), "{who}: allowed work: {f:?}");
     assert_eq!(f.stdout.matches("rc=").count(), 2, "{who}: {f:?}");
