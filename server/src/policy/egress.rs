@@ -42,6 +42,7 @@ pub(crate) struct EgressRuleDoc {
     pub ports: Option<Vec<u16>>,
     pub protocol: Option<Protocol>,
     pub decision: Decision,
+    pub http: Option<super::http::HttpDoc>,
 }
 
 /// What DNS queries of the tree are: `stub` (only names some rule could
@@ -145,6 +146,9 @@ pub struct EgressRule {
     pub ports: Option<Vec<u16>>,
     pub protocol: Protocol,
     pub decision: Decision,
+    /// `http:`: each request to these destinations is judged by agentsh's
+    /// proxy (`None`: the connection's bytes are not read).
+    pub http: Option<std::sync::Arc<super::http::Http>>,
 }
 
 impl EgressRule {
@@ -254,6 +258,9 @@ impl Egress {
         )];
         for (i, r) in self.rules.iter().enumerate() {
             out.push(format!("  {:>2}. {}", i + 1, r.describe()));
+            for l in r.http.iter().flat_map(|h| h.describe()) {
+                out.push(format!("        {l}"));
+            }
         }
         for proto in [Protocol::Tcp, Protocol::Udp] {
             let open: Vec<String> = self
@@ -430,13 +437,40 @@ pub(crate) fn compile(doc: EgressDoc) -> Result<Egress, EgressError> {
                 return Err(err("ports", Some("0"), "port 0 is no destination".into()));
             }
         }
+        let protocol = r.protocol.unwrap_or(Protocol::Tcp);
+        let http = match r.http {
+            None => None,
+            Some(_) if protocol != Protocol::Tcp => {
+                return Err(err(
+                    "http",
+                    None,
+                    "http: judges requests over TCP: the rule needs protocol: tcp".into(),
+                ))
+            }
+            Some(_) if decision == Decision::Deny => {
+                return Err(err(
+                    "http",
+                    None,
+                    "http: on a deny rule judges nothing (no connection is made)".into(),
+                ))
+            }
+            Some(doc) => Some(std::sync::Arc::new(super::http::compile(doc).map_err(|e| {
+                EgressError {
+                    rule: Some((index, r.name.clone())),
+                    field: "http",
+                    value: e.value,
+                    message: format!("{}: {}", e.field, e.message),
+                }
+            })?)),
+        };
         rules.push(EgressRule {
             name: r.name,
             hosts,
             cidrs,
             ports: r.ports,
-            protocol: r.protocol.unwrap_or(Protocol::Tcp),
+            protocol,
             decision,
+            http,
         });
     }
     Ok(Egress {

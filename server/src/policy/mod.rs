@@ -29,6 +29,7 @@ pub mod daemon_sockets;
 mod decision;
 pub mod egress;
 pub mod env;
+pub mod http;
 mod error;
 mod judge;
 pub mod landlock;
