@@ -9,6 +9,7 @@
 //! directory away from every supervised tree.
 
 mod error;
+pub mod secrets;
 
 pub use error::{ConfigError, EgressAddrError, Invalid, SharedLocation};
 use serde::Deserialize;
@@ -66,6 +67,17 @@ CONFIG KEYS (YAML; all optional; defaults shown):
                                                      what cannot be judged; required does not start
                                                      it (126); allow_unjudged runs what cannot be
                                                      judged as made, audited (fail open: your choice)
+  egress.ca                        /etc/agentsh/ca.pem  agentsh's CA certificate (made at first need,
+                                                     its key in <state_dir>/ca.key, root-only), for
+                                                     egress rules with http:; ca-bundle.pem beside
+                                                     it holds the system's roots and it
+  egress.upstream_roots            []                PEM files also trusted for upstream servers'
+                                                     certificates (besides the system's store)
+  secrets                          {}                {NAME: {file: PATH} | {env: VAR}}: values an
+                                                     egress rule's http.inject adds to allowed
+                                                     requests as ${secret:NAME}; a file must be the
+                                                     server user's own, mode 600; trees never see
+                                                     them
   execve.backend                   auto              auto | notify | ptrace: how execs reach the
                                                      supervisor. auto: seccomp user-notify where
                                                      the kernel has it, else ptrace (gVisor,
@@ -115,6 +127,8 @@ pub struct Config {
     /// Sessions besides `default` (whose policy and workspace are the
     /// top-level ones), made at start.
     pub sessions: std::collections::BTreeMap<String, SessionSection>,
+    /// Values added to requests `http:` rules allow (`${secret:NAME}`).
+    pub secrets: std::collections::BTreeMap<String, secrets::SecretSource>,
 }
 
 /// `sessions.<id>`: one task's policy, workspace and environment rules.
@@ -145,6 +159,13 @@ pub struct EgressSection {
     /// the server's `/etc/resolv.conf`, except the stub).
     pub resolvers: Vec<String>,
     pub compat: EgressCompat,
+    /// Where agentsh's CA certificate is published (`ca-bundle.pem`
+    /// beside it: the system's roots and it); its key is
+    /// `<state_dir>/ca.key`.
+    pub ca: PathBuf,
+    /// PEM files whose certificates the proxy also trusts for upstreams,
+    /// besides the system's store.
+    pub upstream_roots: Vec<PathBuf>,
 }
 
 /// `egress.compat`: what a tree gets where its policy's egress cannot be
@@ -195,6 +216,8 @@ impl Default for EgressSection {
             stub: "127.0.0.153:53".into(),
             resolvers: Vec::new(),
             compat: EgressCompat::BestEffort,
+            ca: "/etc/agentsh/ca.pem".into(),
+            upstream_roots: Vec::new(),
         }
     }
 }
@@ -458,6 +481,7 @@ impl Default for Config {
             landlock: LandlockSection::default(),
             egress: EgressSection::default(),
             sessions: std::collections::BTreeMap::new(),
+            secrets: std::collections::BTreeMap::new(),
         }
     }
 }

@@ -28,6 +28,7 @@ pub mod installer;
 pub mod limits;
 pub mod otlp;
 pub mod policy;
+pub mod proxy;
 pub mod readiness;
 pub mod replay;
 pub mod session;

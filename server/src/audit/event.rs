@@ -384,12 +384,55 @@ pub struct DnsEvent {
     pub message: Option<String>,
 }
 
+/// One HTTP request to a destination whose egress rule has `http:`, as
+/// agentsh's proxy judged it. Never a header value or a body; the path
+/// without its query.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct HttpEvent {
+    /// The thread whose connect the request came through.
+    pub pid: u32,
+    pub method: String,
+    /// http | https
+    pub scheme: String,
+    pub host: String,
+    pub path: String,
+    /// Where the connection goes (the destination the tree named).
+    pub ip: String,
+    pub port: u16,
+    /// The egress rule whose `http:` judged it.
+    pub egress_rule: String,
+    /// The http rule that decided, `default`, or the proxy's own refusal
+    /// (`http_path_form`, `http_host`, `http_secret`, `http_upstream`).
+    pub rule: String,
+    pub decision: crate::policy::Decision,
+    /// The upstream's status (absent: the request never reached it).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub status: Option<u16>,
+    /// The headers agentsh set on it (names only).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub injected: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub message: Option<String>,
+    /// For `decision: approve`: what happened to the request.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub effective_action: Option<Action>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub approval_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub approval_outcome: Option<ApprovalOutcome>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub approver: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub reason: Option<String>,
+}
+
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum EventBody {
     Execve(ExecEvent),
     Connect(ConnectEvent),
     Dns(DnsEvent),
+    Http(HttpEvent),
     WrapInit(Box<WrapInitEvent>),
     Handoff(HandoffEvent),
     UnsupervisedRun(UnsupervisedEvent),

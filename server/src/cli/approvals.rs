@@ -149,6 +149,9 @@ fn decide(client: &Client, id: &str, approve: bool, reason: Option<&str>) -> Res
 }
 
 fn command_of(r: &serde_json::Value) -> String {
+    if r["kind"] == "http" {
+        return r["filename"].as_str().unwrap_or("?").to_string();
+    }
     if r["kind"] == "connect" {
         let d = &r["destination"];
         let ip = d["ip"].as_str().unwrap_or("?");
@@ -179,6 +182,9 @@ fn command_of(r: &serde_json::Value) -> String {
 fn program_of(r: &serde_json::Value) -> String {
     if r["kind"] == "connect" {
         return "destination".into();
+    }
+    if r["kind"] == "http" {
+        return "request".into();
     }
     let name = r["filename"].as_str().unwrap_or("");
     match (r["file"]["dev"].as_u64(), r["file"]["ino"].as_u64()) {

@@ -90,6 +90,12 @@ pub(super) enum Command {
         #[command(subcommand)]
         command: PolicyCommand,
     },
+    /// agentsh's egress CA: egress rules with `http:` have their TLS
+    /// terminated by agentsh with certificates it signs, so images trust it.
+    Ca {
+        #[command(subcommand)]
+        command: CaCommand,
+    },
     /// Print a session's audit events (JSON Lines) from a running server, or
     /// search the audit log files (`events query`).
     #[command(args_conflicts_with_subcommands = true)]
@@ -238,6 +244,21 @@ pub(super) enum Command {
 }
 
 /// `agentsh events query`.
+#[derive(Debug, Subcommand)]
+pub(super) enum CaCommand {
+    /// Print where the CA's certificate is (`egress.ca`), making the CA first
+    /// when there is none yet (its key: <state_dir>/ca.key, root-only).
+    /// `ca-bundle.pem` beside it holds the system's roots and it. An image
+    /// build runs this, then adds the certificate to the system store
+    /// (Debian: copy it to /usr/local/share/ca-certificates/agentsh.crt and
+    /// run update-ca-certificates); see docs/sdk-cookbook.md.
+    Path {
+        /// The server's config file (its state_dir and egress.ca).
+        #[arg(long, value_name = "PATH")]
+        config: Option<PathBuf>,
+    },
+}
+
 #[derive(Debug, Subcommand)]
 pub(super) enum EventsCommand {
     /// Search the audit log as written (the JSONL file and its rotated

@@ -7,7 +7,7 @@
 //! module's error, as text) and exits non-zero (2 for bad input where the
 //! tool says so).
 
-use super::command::{Cli, Command, EventsCommand, PolicyCommand};
+use super::command::{CaCommand, Cli, Command, EventsCommand, PolicyCommand};
 use super::man::{write_man_pages, ManError};
 use super::{approvals, events, lifecycle, policy_tools, session, wrap};
 use crate::config::{ConfigError, EMBEDDED_CONFIG};
@@ -131,6 +131,9 @@ pub fn main() -> ExitCode {
             &command,
         )),
         Command::Policy { command } => policy_command(command),
+        Command::Ca {
+            command: CaCommand::Path { config },
+        } => failure_if(ca_path(config.as_deref())),
         Command::Events {
             query: Some(EventsCommand::Verify { file }),
             ..
@@ -227,6 +230,15 @@ fn completions(shell: clap_complete::Shell) -> ExitCode {
 }
 
 /// Success, or the error on stderr as `agentsh: <what failed>` and exit 1.
+/// `agentsh ca path`: the CA's certificate, made first where there is none.
+fn ca_path(config: Option<&std::path::Path>) -> Result<(), String> {
+    let config = crate::config::Config::load(config).map_err(|e| e.to_string())?;
+    let ca = crate::proxy::ca::Ca::load_or_make(&config.state_dir, &config.egress.ca)
+        .map_err(|e| e.to_string())?;
+    println!("{}", ca.cert_path.display());
+    Ok(())
+}
+
 fn failure_if<E: std::fmt::Display>(result: Result<(), E>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -174,14 +174,21 @@ fn supervisor_context(
             ),
         }
     }
-    Arc::new(SupervisorContext {
+    let ctx = Arc::new(SupervisorContext {
         limits: config.execve.clone(),
         audit: audit.clone(),
         approvals: approvals.clone(),
         audit_on_failure: config.audit.on_failure,
         dns,
         egress_compat: config.egress.compat,
-    })
+        proxy: crate::proxy::ProxyCell::new(crate::proxy::ProxySetup::of(config)),
+    });
+    // A policy with http: rules: the CA is published before any tree needs
+    // it (a failure is logged; those connects are refused).
+    if policies.iter().any(|p| p.egress().is_some_and(|e| e.rules.iter().any(|r| r.http.is_some()))) {
+        let _ = ctx.proxy();
+    }
+    ctx
 }
 
 /// `default` (the top-level policy and workspace), the config's

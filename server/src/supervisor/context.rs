@@ -20,4 +20,16 @@ pub struct SupervisorContext {
     pub dns: std::sync::OnceLock<Arc<crate::dns::Stub>>,
     /// `egress.compat`: what a call egress cannot judge on this host gets.
     pub egress_compat: crate::config::EgressCompat,
+    /// The HTTP proxy of egress rules with `http:`.
+    pub proxy: crate::proxy::ProxyCell,
+}
+
+impl SupervisorContext {
+    /// The HTTP proxy, started now if it is not yet.
+    ///
+    /// # Errors
+    /// It cannot start (why).
+    pub fn proxy(&self) -> Result<Arc<crate::proxy::Proxy>, String> {
+        self.proxy.get(&self.audit, &self.approvals)
+    }
 }

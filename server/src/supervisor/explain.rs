@@ -89,6 +89,12 @@ pub fn waiting_destination(
     waiting_for(id, &dest.text(), timeout)
 }
 
+/// The line a held HTTP request's caller is told (`what`: method and
+/// URL).
+pub fn waiting_request(id: &str, what: &str, timeout: std::time::Duration) -> String {
+    waiting_for(id, what, timeout)
+}
+
 fn waiting_for(id: &str, what: &str, timeout: std::time::Duration) -> String {
     let secs = timeout.as_secs_f64();
     let wait = if secs.fract() == 0.0 {

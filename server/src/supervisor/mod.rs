@@ -61,5 +61,7 @@ pub use context::SupervisorContext;
 pub use exec::identity::{index_for, prepare, sha256_hex, IndexError, Preparing, MAX_INDEXES};
 pub use exec::mechanism_rules;
 pub use files::FileRules;
-pub use seam::{Deferred, Held, Hold, HoldKind, HoldRequest, Holder, Settled, Stop, Verification};
+pub use seam::{
+    Deferred, Held, HeldDestination, Hold, HoldKind, HoldRequest, Holder, Settled, Stop, Verification,
+};
 pub use tree::{Tree, TreeFiles, TreeRules, TreeTerms};

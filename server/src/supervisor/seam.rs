@@ -168,6 +168,8 @@ pub struct Verification {
 pub enum HoldKind {
     Exec,
     Connect,
+    /// A request to a destination whose egress rule has `http:`.
+    Http,
 }
 
 impl HoldKind {
@@ -175,6 +177,7 @@ impl HoldKind {
         match self {
             HoldKind::Exec => "exec",
             HoldKind::Connect => "connect",
+            HoldKind::Http => "http",
         }
     }
 }

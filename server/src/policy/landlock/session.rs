@@ -126,13 +126,17 @@ impl SessionLandlock {
             .parse::<std::net::SocketAddr>()
             .ok()
             .map(|a| a.port());
-        let protect = SelfProtection::new(&own, &[config.state_dir.as_path()], api_port, &HostFs);
+        // The state directory (the operator token, the CA's key) and the
+        // files `secrets:` names are never a tree's to read.
+        let mut no_read: Vec<&Path> = vec![config.state_dir.as_path()];
+        no_read.extend(config.secrets.values().filter_map(|s| s.file.as_deref()));
+        let protect = SelfProtection::new(&own, &no_read, api_port, &HostFs);
         let mounted = own_beneath_homes(&own, &config.state_dir).map(|(rest, covers)| {
             let rest: Vec<&Path> = rest.iter().map(std::path::PathBuf::as_path).collect();
             let state: &[&Path] = if covers.hide.is_empty() {
-                &[config.state_dir.as_path()]
+                &no_read
             } else {
-                &[]
+                &no_read[1..]
             };
             (SelfProtection::new(&rest, state, api_port, &HostFs), covers)
         });

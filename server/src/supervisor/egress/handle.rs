@@ -163,12 +163,18 @@ fn unreachable(k: &Call, st: &mut EgressTree, policy: &Egress, why: String) {
 }
 
 /// Makes the judged call (or holds it for an operator) with the copies.
-fn make(k: &Call, st: &mut EgressTree, inet: Inet, messages: Vec<Copied>, judged: Judged) {
+fn make(k: &Call, st: &mut EgressTree, inet: Inet, messages: Vec<Copied>, mut judged: Judged) {
     let blocking = !inet.found.nonblocking(&messages);
     let protocol = inet.protocol;
     let Some(target) = target(k, inet) else {
         return;
     };
+    if let Some(p) = judged.to_proxy.take() {
+        // Booked before anything can reach the proxy.
+        if let Err(why) = p.book(target.sock()) {
+            return refuse(k, why);
+        }
+    }
     if judged.to_stub {
         // The stub knows the tree by the socket's address: registered
         // before anything can reach it.

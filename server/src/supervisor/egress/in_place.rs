@@ -117,6 +117,14 @@ pub(super) fn judge_in_place(k: &Call, st: &mut EgressTree, policy: &Egress) {
         let _ = k.stop.refuse(judged.refusal.unwrap_or(libc::EACCES));
         return;
     }
+    if judged.to_proxy.is_some() {
+        // Its connect would go where the caller named, past the proxy.
+        return refuse(
+            k,
+            "the destination's egress rule has http:, and a call judged where it stops (the              caller's socket cannot be taken here) cannot be sent to agentsh's HTTP proxy"
+                .into(),
+        );
+    }
     if let Some(approve) = judged.approve {
         return hold(k, st, approve, k.stop.defer(), Then::Again);
     }

@@ -11,6 +11,7 @@
 
 use super::call::{Call, EgressTree};
 use super::copy::Copied;
+use super::proxied::{to_proxy, ToProxy};
 use super::record::record;
 use super::sockaddr::{parse_destination, sockaddr_of, Parsed};
 use super::state::DestKey;
@@ -34,6 +35,9 @@ pub(super) struct Judged {
     pub(super) to_stub: bool,
     /// The one destination an operator must approve first.
     pub(super) approve: Option<ToApprove>,
+    /// A connect made to agentsh's HTTP proxy instead (its rule has
+    /// `http:`): booked once the socket is known.
+    pub(super) to_proxy: Option<ToProxy>,
 }
 
 /// What one message's destination came to.
@@ -43,8 +47,12 @@ enum One {
     Pass,
     /// DNS, sent to the stub.
     ToStub,
+    /// Sent to agentsh's HTTP proxy.
+    ToProxy(ToProxy),
     /// Waits for an operator.
     Approve(ToApprove),
+    /// Waits for an operator, then is sent to agentsh's HTTP proxy.
+    ApproveToProxy(ToApprove, ToProxy),
     Refuse,
 }
 
@@ -66,12 +74,18 @@ pub(super) fn judge_all(
         refusal: None,
         to_stub: false,
         approve: None,
+        to_proxy: None,
     };
     for m in messages.iter_mut() {
         match judge_one(k, st, policy, protocol, domain, m, single) {
             One::Pass => {}
             One::ToStub => j.to_stub = true,
+            One::ToProxy(p) => j.to_proxy = Some(p),
             One::Approve(a) => j.approve = Some(a),
+            One::ApproveToProxy(a, p) => {
+                j.approve = Some(a);
+                j.to_proxy = Some(p);
+            }
             One::Refuse => {
                 j.refusal = Some(libc::EACCES);
                 break;
@@ -118,7 +132,30 @@ fn judge_one(
             return stub_down(k, st, key);
         }
     }
-    match decide(k, st, policy, key) {
+    let decided = decide(k, st, policy, key);
+    if matches!(decided.0, Decision::Allow | Decision::Approve) {
+        let host = decided.2.clone().or_else(|| {
+            let names = st.egress.names(k.tree).names_of(key.ip);
+            host_of(policy, &decided.1, &names)
+        });
+        match to_proxy(k, policy, key, &decided.1, host, domain, m) {
+            Ok(None) => {}
+            Ok(Some(p)) if decided.0 == Decision::Allow => return One::ToProxy(p),
+            // Approved first, then made to the proxy: the booking is made
+            // with the call.
+            Ok(Some(p)) if single => {
+                return One::ApproveToProxy((key, decided.1, decided.2), p);
+            }
+            Ok(Some(_)) => {}
+            Err(why) => {
+                tell_refusal(k, st, key, decided.2.as_deref(), &decided.1, Some(&why));
+                let rule = Refusal::EgressUnenforceable.rule();
+                record(k, Some(key.into()), decided.2, rule, Decision::Deny, Some(why));
+                return One::Refuse;
+            }
+        }
+    }
+    match decided {
         (Decision::Approve, rule, host) if single => One::Approve((key, rule, host)),
         (Decision::Approve, rule, host) => {
             let why = "a destination that needs approval, in a sendmmsg batch: refused \

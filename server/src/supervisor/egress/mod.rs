@@ -48,7 +48,8 @@
 //! (finding the caller's socket), `unjudged` (what is not judged here),
 //! `copy` (the call's messages, copied once), `sockaddr` (addresses, pure),
 //! `judge` (each destination), `stub` (a DNS socket told to the stub),
-//! `perform` (the call made for the tree), `held` (a call held for an
+//! `proxied` (a destination whose rule has `http:`: the connect made to
+//! agentsh's HTTP proxy), `perform` (the call made for the tree), `held` (a call held for an
 //! operator), `record` (the audit), `state` (what the family keeps), `call`
 //! (one call's context).
 
@@ -59,6 +60,7 @@ mod held;
 mod in_place;
 mod judge;
 mod perform;
+mod proxied;
 mod record;
 mod sockaddr;
 mod socket;

@@ -1,0 +1,77 @@
+//! Bookings: which tree's connect, judged for which destination, will
+//! arrive from which local address. Taken once, when the connection
+//! arrives; a booking nobody took for [`BOOKING_TTL`] is dropped.
+//!
+//! Failure modes: none; a connection with no booking is an outsider (the
+//! proxy closes it).
+
+use crate::policy::egress::HostPattern;
+use crate::policy::http::Http;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a booking waits for its connection.
+const BOOKING_TTL: Duration = Duration::from_secs(120);
+/// Past this many bookings, the stale ones are dropped.
+const BOOKINGS_MAX: usize = 4096;
+
+/// What was judged for one connect, for the proxy.
+#[derive(Clone)]
+pub struct Booking {
+    pub session_id: String,
+    /// The thread that connected.
+    pub pid: u32,
+    /// Where the tree connected to.
+    pub dest: SocketAddr,
+    /// The name the tree resolved to the address, when known.
+    pub host: Option<String>,
+    /// The egress rule, its hosts and its `http:`.
+    pub rule: String,
+    pub hosts: Vec<HostPattern>,
+    pub http: Arc<Http>,
+}
+
+/// Bookings by the local address of the tree's socket.
+#[derive(Default)]
+pub(crate) struct Book {
+    booked: Mutex<HashMap<SocketAddr, (Booking, Instant)>>,
+}
+
+fn canonical(a: SocketAddr) -> SocketAddr {
+    SocketAddr::new(crate::policy::egress::canonical(a.ip()), a.port())
+}
+
+impl Book {
+    pub(crate) fn insert(&self, local: SocketAddr, b: Booking) {
+        let mut m = self
+            .booked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if m.len() >= BOOKINGS_MAX {
+            m.retain(|_, (_, at)| at.elapsed() < BOOKING_TTL);
+        }
+        m.insert(canonical(local), (b, Instant::now()));
+    }
+
+    /// The booking of a connection from `peer`: by its address, or by the
+    /// wildcard address of its port (a socket bound to it).
+    pub(crate) fn take(&self, peer: SocketAddr) -> Option<Booking> {
+        let peer = canonical(peer);
+        let mut m = self
+            .booked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let wild4 = SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), peer.port());
+        let wild6 = SocketAddr::new(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), peer.port());
+        for k in [peer, wild4, wild6] {
+            if let Some((b, at)) = m.remove(&k) {
+                if at.elapsed() < BOOKING_TTL {
+                    return Some(b);
+                }
+            }
+        }
+        None
+    }
+}

@@ -1,0 +1,378 @@
+//! One request through the proxy: the name it is for must be one the
+//! egress rule names (and, over TLS, the name the handshake was for); its
+//! method and path are judged (`policy::http::judge_request`); a refused
+//! one gets a 403 whose body says which rule and why, and never reaches the
+//! upstream; a held one waits for an operator; an allowed one gets the
+//! rule's headers (replacing the request's own of those names) and goes on
+//! to the destination the tree connected to. Every request is one `http`
+//! event: method, host, path (no query), rule, decision, status; never a
+//! header value or a body.
+//!
+//! Failure modes: a secret that cannot be read refuses the request (403,
+//! rule `http_secret`, the reason without the value); an upstream that
+//! cannot be reached or fails the request: 502 (rule `http_upstream`).
+
+use super::hold;
+use super::upstream::Sender;
+use super::{names_host, Booking, Proxy};
+use crate::audit::{Action, EventBody, HttpEvent};
+use crate::policy::http::{judge_request, Piece};
+use crate::policy::Decision;
+use bytes::Bytes;
+use http_body_util::{combinators::BoxBody, BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::header::{HeaderName, HeaderValue};
+use hyper::{Request, Response, StatusCode};
+use std::sync::Arc;
+
+pub(super) type Body = BoxBody<Bytes, hyper::Error>;
+
+/// A request of a connection refused whatever its method and path.
+pub(super) const RULE_HOST: &str = "http_host";
+pub(super) const RULE_SECRET: &str = "http_secret";
+pub(super) const RULE_UPSTREAM: &str = "http_upstream";
+
+/// What every request of one connection shares.
+pub(super) struct Conn {
+    pub proxy: Arc<Proxy>,
+    pub booking: Booking,
+    /// The name the TLS handshake was for (`None`: plain HTTP).
+    pub tls_name: Option<String>,
+    /// Why the connection's name is refused (every request gets a 403).
+    pub refused_name: Option<String>,
+    /// The connection onwards, or why there is none.
+    pub upstream: Result<Sender, String>,
+    /// The client speaks HTTP/2 to us.
+    pub h2: bool,
+}
+
+/// What one request came to, for its event.
+struct Outcome {
+    rule: String,
+    decision: Decision,
+    status: Option<u16>,
+    injected: Vec<String>,
+    message: Option<String>,
+    approval: Option<hold::Ended>,
+}
+
+/// The request's name: its authority (HTTP/2, absolute form) or Host
+/// header, lower case, without a port.
+fn host_of(req: &Request<Incoming>) -> Option<String> {
+    let raw = req.uri().authority().map(|a| a.host().to_string()).or_else(|| {
+        let h = req.headers().get(hyper::header::HOST)?.to_str().ok()?;
+        let h = h.trim();
+        Some(match h.strip_prefix('[') {
+            Some(v6) => v6.split(']').next().unwrap_or_default().to_string(),
+            None => h.rsplit_once(':').map_or(h, |(n, _)| n).to_string(),
+        })
+    })?;
+    let h = raw.trim_end_matches('.').to_ascii_lowercase();
+    (!h.is_empty()).then_some(h)
+}
+
+fn text(status: StatusCode, body: String) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(body)).map_err(|n| match n {}).boxed());
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+/// Serves one request (never an error: what goes wrong is a response).
+pub(super) async fn handle(
+    c: Arc<Conn>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, std::convert::Infallible> {
+    let method = req.method().as_str().to_string();
+    let path = req.uri().path().to_string();
+    let host = host_of(&req).unwrap_or_default();
+    let scheme = if c.tls_name.is_some() { "https" } else { "http" };
+    let b = &c.booking;
+    let shown = format!("{method} {scheme}://{host}{path}");
+    let refuse = |rule: &str, why: String| {
+        (
+            Outcome {
+                rule: rule.to_string(),
+                decision: Decision::Deny,
+                status: None,
+                injected: Vec::new(),
+                message: Some(why.clone()),
+                approval: None,
+            },
+            text(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "agentsh: {shown} denied (rule {rule}, egress rule {}): {why}\n",
+                    b.rule
+                ),
+            ),
+        )
+    };
+    let (outcome, resp) = if let Some(why) = &c.refused_name {
+        refuse(RULE_HOST, why.clone())
+    } else if host.is_empty() {
+        refuse(RULE_HOST, "the request names no host".into())
+    } else if let Some(tls) = c.tls_name.as_deref().filter(|t| !t.eq_ignore_ascii_case(&host)) {
+        refuse(
+            RULE_HOST,
+            format!("the request is for {host} on a connection made for {tls}"),
+        )
+    } else if !names_host(&b.hosts, &host) {
+        refuse(
+            RULE_HOST,
+            format!("{host} is not among the hosts of egress rule {}", b.rule),
+        )
+    } else {
+        judged(&c, req, &method, &host, &shown).await
+    };
+    record(&c, &method, scheme, &host, &path, outcome);
+    Ok(resp)
+}
+
+/// A request whose name is the connection's: judged by method and path.
+async fn judged(
+    c: &Arc<Conn>,
+    req: Request<Incoming>,
+    method: &str,
+    host: &str,
+    shown: &str,
+) -> (Outcome, Response<Body>) {
+    let b = &c.booking;
+    let v = judge_request(&b.http, method, req.uri().path());
+    let deny = |rule: &str, why: String, approval: Option<hold::Ended>| {
+        (
+            Outcome {
+                rule: rule.to_string(),
+                decision: Decision::Deny,
+                status: None,
+                injected: Vec::new(),
+                message: Some(why.clone()),
+                approval,
+            },
+            text(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "agentsh: {shown} denied (rule {rule}, egress rule {}): {why}\n",
+                    b.rule
+                ),
+            ),
+        )
+    };
+    let mut approval = None;
+    match v.decision {
+        Decision::Allow => {}
+        Decision::Approve => {
+            let ended = hold::ask(c, shown, &v.rule).await;
+            if !ended.allow {
+                let why = ended.why();
+                return deny(&v.rule, why, Some(ended));
+            }
+            approval = Some(ended);
+        }
+        _ => {
+            let why = v
+                .why
+                .clone()
+                .unwrap_or_else(|| "the http rule denies it".into());
+            return deny(&v.rule, why, None);
+        }
+    }
+    let decision = v.decision;
+    let mut req = req;
+    let injected = match inject(&c.proxy, b, &mut req) {
+        Ok(names) => names,
+        Err(why) => {
+            let (mut o, r) = deny(RULE_SECRET, why, approval);
+            o.decision = Decision::Deny;
+            return (o, r);
+        }
+    };
+    let (status, resp, message) = forward(c, req, host).await;
+    let o = Outcome {
+        rule: v.rule,
+        decision,
+        status,
+        injected,
+        message,
+        approval,
+    };
+    (o, resp)
+}
+
+/// Sets the rule's headers (replacing the request's own); their names.
+fn inject(proxy: &Proxy, b: &Booking, req: &mut Request<Incoming>) -> Result<Vec<String>, String> {
+    let mut names = Vec::new();
+    for i in &b.http.inject {
+        let mut value = String::new();
+        for p in &i.value {
+            match p {
+                Piece::Text(t) => value.push_str(t),
+                Piece::Secret(s) => value.push_str(
+                    &crate::config::secrets::secret(&proxy.secrets, s)
+                        .map_err(|e| format!("the credential cannot be added: {e}"))?,
+                ),
+            }
+        }
+        let name = HeaderName::from_bytes(i.name.as_bytes())
+            .map_err(|e| format!("header {}: {e}", i.name))?;
+        let mut v = HeaderValue::from_str(&value)
+            .map_err(|_| format!("header {}: its value is not a header value", i.name))?;
+        v.set_sensitive(true);
+        req.headers_mut().remove(&name);
+        req.headers_mut().insert(name, v);
+        names.push(i.name.clone());
+    }
+    Ok(names)
+}
+
+/// Hop-by-hop headers, never forwarded (but an upgrade's own).
+const HOP: &[&str] = &[
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "te",
+    "transfer-encoding",
+    "upgrade",
+    "proxy-authorization",
+    "proxy-authenticate",
+];
+
+fn is_upgrade(h: &hyper::HeaderMap) -> bool {
+    h.get(hyper::header::UPGRADE).is_some()
+        && h.get(hyper::header::CONNECTION)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade")))
+}
+
+/// Sends the request on; the upstream's status, the response, and why
+/// there is none.
+async fn forward(
+    c: &Arc<Conn>,
+    mut req: Request<Incoming>,
+    host: &str,
+) -> (Option<u16>, Response<Body>, Option<String>) {
+    let upstream = match &c.upstream {
+        Ok(u) => u,
+        Err(why) => {
+            return (
+                None,
+                text(
+                    StatusCode::BAD_GATEWAY,
+                    format!("agentsh: the upstream cannot be reached (rule {RULE_UPSTREAM}): {why}\n"),
+                ),
+                Some(why.clone()),
+            )
+        }
+    };
+    let upgrade = !c.h2 && !upstream.is_h2() && is_upgrade(req.headers());
+    let down_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+    let (mut parts, body) = req.into_parts();
+    let keep = |n: &HeaderName| !HOP.contains(&n.as_str()) || (upgrade && (n == "connection" || n == "upgrade"));
+    let headers: Vec<_> = parts
+        .headers
+        .iter()
+        .filter(|(n, _)| keep(n))
+        .map(|(n, v)| (n.clone(), v.clone()))
+        .collect();
+    parts.headers.clear();
+    for (n, v) in headers {
+        parts.headers.append(n, v);
+    }
+    let pq = parts
+        .uri
+        .path_and_query()
+        .map_or_else(|| "/".to_string(), |p| p.as_str().to_string());
+    let authority = parts
+        .uri
+        .authority()
+        .map(ToString::to_string)
+        .or_else(|| {
+            parts
+                .headers
+                .get(hyper::header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| host.to_string());
+    let scheme = if c.tls_name.is_some() { "https" } else { "http" };
+    if upstream.is_h2() {
+        parts.headers.remove(hyper::header::HOST);
+        parts.version = hyper::Version::HTTP_2;
+        parts.uri = format!("{scheme}://{authority}{pq}")
+            .parse()
+            .unwrap_or_else(|_| parts.uri.clone());
+    } else {
+        if !parts.headers.contains_key(hyper::header::HOST) {
+            if let Ok(v) = HeaderValue::from_str(&authority) {
+                parts.headers.insert(hyper::header::HOST, v);
+            }
+        }
+        parts.version = hyper::Version::HTTP_11;
+        parts.uri = pq.parse().unwrap_or_else(|_| parts.uri.clone());
+    }
+    let mut resp = match upstream.send(Request::from_parts(parts, body)).await {
+        Ok(r) => r,
+        Err(why) => {
+            return (
+                None,
+                text(
+                    StatusCode::BAD_GATEWAY,
+                    format!("agentsh: the upstream failed the request (rule {RULE_UPSTREAM}): {why}\n"),
+                ),
+                Some(why),
+            )
+        }
+    };
+    let status = resp.status().as_u16();
+    if let (Some(down), true) = (down_upgrade, status == 101) {
+        let up = hyper::upgrade::on(&mut resp);
+        tokio::spawn(async move {
+            if let (Ok(d), Ok(u)) = (down.await, up.await) {
+                let mut d = hyper_util::rt::TokioIo::new(d);
+                let mut u = hyper_util::rt::TokioIo::new(u);
+                let _ = tokio::io::copy_bidirectional(&mut d, &mut u).await;
+            }
+        });
+    } else if c.h2 {
+        for h in HOP {
+            resp.headers_mut().remove(*h);
+        }
+    }
+    (Some(status), resp.map(BodyExt::boxed), None)
+}
+
+/// The request's one event.
+fn record(c: &Conn, method: &str, scheme: &str, host: &str, path: &str, o: Outcome) {
+    let b = &c.booking;
+    let approved = o.approval.as_ref();
+    c.proxy.audit.record(
+        &b.session_id,
+        EventBody::Http(HttpEvent {
+            pid: b.pid,
+            method: method.to_string(),
+            scheme: scheme.to_string(),
+            host: host.to_string(),
+            path: path.to_string(),
+            ip: b.dest.ip().to_string(),
+            port: b.dest.port(),
+            egress_rule: b.rule.clone(),
+            rule: o.rule,
+            decision: if approved.is_some() {
+                Decision::Approve
+            } else {
+                o.decision
+            },
+            status: o.status,
+            injected: o.injected,
+            message: o.message,
+            effective_action: approved.map(|a| if a.allow { Action::Allow } else { Action::Deny }),
+            approval_id: approved.map(|a| a.id.clone()),
+            approval_outcome: approved.map(|a| a.outcome),
+            approver: approved.map(|a| a.approver.clone()),
+            reason: approved.and_then(|a| a.reason.clone()),
+        }),
+    );
+}

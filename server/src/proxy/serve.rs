@@ -1,0 +1,196 @@
+//! One connection to the proxy: its booking (none: closed), then TLS or
+//! plain, the connection onwards, and HTTP served request by request.
+//!
+//! Over TLS the client's hello is read first: the name it asks (SNI; none:
+//! the name the tree resolved, else the address) must be one the egress
+//! rule names, or every request gets a 403 saying so (the upstream is not
+//! contacted). Otherwise the upstream is connected first, offered the
+//! client's ALPN (h2, http/1.1), and the client is offered only what the
+//! upstream chose, so both sides speak the same protocol.
+//!
+//! Failure modes: a client that sends nothing, or whose handshake fails
+//! (it does not trust agentsh's CA), is closed and logged at debug; an
+//! upstream that cannot be reached still gets the client's requests
+//! answered, with a 502 that says why.
+
+use super::request::{handle, Conn};
+use super::upstream;
+use super::{names_host, Booking, Proxy};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+
+/// How long a client may take to say anything.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Accepts connections for ever.
+pub(super) async fn accept_loop(proxy: Arc<Proxy>, l: TcpListener) {
+    loop {
+        match l.accept().await {
+            Ok((s, peer)) => {
+                let Some(b) = proxy.book.take(peer) else {
+                    tracing::warn!(
+                        %peer,
+                        "egress proxy: a connection no supervised connect booked: closed"
+                    );
+                    continue;
+                };
+                let p = proxy.clone();
+                tokio::spawn(async move { connection(p, s, b).await });
+            }
+            Err(e) => {
+                tracing::warn!("egress proxy: accept: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+async fn connection(proxy: Arc<Proxy>, s: TcpStream, b: Booking) {
+    let _ = s.set_nodelay(true);
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(HELLO_TIMEOUT, s.peek(&mut first)).await {
+        Ok(Ok(1)) => {}
+        _ => return,
+    }
+    if first[0] == 0x16 {
+        tls(proxy, s, b).await;
+    } else {
+        let upstream = match upstream::plain(b.dest).await {
+            Ok(u) => upstream::handshake(u, false).await,
+            Err(e) => Err(e),
+        };
+        let conn = Arc::new(Conn {
+            proxy,
+            booking: b,
+            tls_name: None,
+            refused_name: None,
+            upstream,
+            h2: false,
+        });
+        serve(conn, s, false).await;
+    }
+}
+
+/// The one certificate of a connection.
+#[derive(Debug)]
+struct One(Arc<CertifiedKey>);
+
+impl ResolvesServerCert for One {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
+    }
+}
+
+async fn tls(proxy: Arc<Proxy>, s: TcpStream, b: Booking) {
+    let acceptor = tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), s);
+    let start = match tokio::time::timeout(HELLO_TIMEOUT, acceptor).await {
+        Ok(Ok(start)) => start,
+        Ok(Err(e)) => {
+            tracing::debug!("egress proxy: a client hello that cannot be read: {e}");
+            return;
+        }
+        Err(_) => return,
+    };
+    let hello = start.client_hello();
+    let sni = hello.server_name().map(str::to_ascii_lowercase);
+    let offered: Vec<Vec<u8>> = hello
+        .alpn()
+        .map(|a| {
+            a.filter(|p| *p == b"h2" || *p == b"http/1.1")
+                .map(<[u8]>::to_vec)
+                .collect()
+        })
+        .unwrap_or_default();
+    let name = sni
+        .clone()
+        .or_else(|| b.host.clone())
+        .unwrap_or_else(|| b.dest.ip().to_string());
+    let refused_name = (!names_host(&b.hosts, &name)).then(|| {
+        format!(
+            "TLS for {name}, which is not among the hosts of egress rule {}",
+            b.rule
+        )
+    });
+    let (upstream, chosen) = if refused_name.is_some() {
+        (Err("not contacted".to_string()), None)
+    } else {
+        match upstream::tls(&proxy.roots, b.dest, &name, offered.clone()).await {
+            Ok((t, chosen)) => {
+                let h2 = chosen.as_deref() == Some(b"h2");
+                (upstream::handshake(t, h2).await, chosen)
+            }
+            Err(e) => (Err(e), None),
+        }
+    };
+    let alpn = match chosen {
+        Some(p) => vec![p],
+        // No upstream: the client is answered over HTTP/1.1 where it can be.
+        None if upstream.is_err() && offered.iter().any(|p| p == b"http/1.1") => {
+            vec![b"http/1.1".to_vec()]
+        }
+        None => Vec::new(),
+    };
+    let leaf = match proxy.ca.leaf(&name) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!("egress proxy: no certificate for {name}: {e}");
+            return;
+        }
+    };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let Ok(builder) =
+        rustls::ServerConfig::builder_with_provider(provider).with_safe_default_protocol_versions()
+    else {
+        return;
+    };
+    let mut config = builder
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(One(leaf)));
+    config.alpn_protocols = alpn;
+    let stream = match start.into_stream(Arc::new(config)).await {
+        Ok(s) => s,
+        Err(e) => {
+            // The client did not trust agentsh's CA, or gave up.
+            tracing::debug!("egress proxy: TLS with the client for {name}: {e}");
+            return;
+        }
+    };
+    let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+    let conn = Arc::new(Conn {
+        proxy,
+        booking: b,
+        tls_name: Some(name),
+        refused_name,
+        upstream,
+        h2,
+    });
+    serve(conn, stream, h2).await;
+}
+
+/// Serves HTTP on `io` until the client closes it.
+async fn serve<T>(conn: Arc<Conn>, io: T, h2: bool)
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let c = conn.clone();
+    let svc = service_fn(move |req| handle(c.clone(), req));
+    let io = TokioIo::new(io);
+    let r = if h2 {
+        hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+            .serve_connection(io, svc)
+            .await
+    } else {
+        hyper::server::conn::http1::Builder::new()
+            .serve_connection(io, svc)
+            .with_upgrades()
+            .await
+    };
+    if let Err(e) = r {
+        tracing::debug!(session = %conn.booking.session_id, "egress proxy: a connection ended: {e}");
+    }
+}

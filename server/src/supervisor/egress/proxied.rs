@@ -1,0 +1,108 @@
+//! A destination whose egress rule has `http:`: the connect is made to
+//! agentsh's HTTP proxy instead (on the tree's own socket), and the socket's
+//! local address is booked with what was judged before the connect is
+//! made, so the proxy knows the connection when it arrives. The tree's
+//! proxy settings play no part; connecting by address changes nothing.
+//!
+//! Failure modes: a proxy that cannot start, a sockaddr that cannot name
+//! it, a socket that cannot be given an address, a call judged in place
+//! (its caller's memory would have to be rewritten: not done yet), a send
+//! naming a destination on TCP (fast open): refused with the reason
+//! (`egress_unenforceable`).
+
+use super::call::Call;
+use super::copy::Copied;
+use super::sockaddr::{domain_of, local_addr, sockaddr_of};
+use super::state::DestKey;
+use crate::policy::egress::{Egress, Protocol};
+use crate::proxy::{Booking, Proxy};
+use agentsh_proto::netabi::NetCall;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
+
+/// A connect to be made to the proxy, once its socket is known.
+pub(super) struct ToProxy {
+    pub(super) proxy: Arc<Proxy>,
+    pub(super) booking: Booking,
+}
+
+/// Whether `rule` has `http:` for this destination: then the message's
+/// destination becomes the proxy's address (`Ok(Some)`); `Err`: why it
+/// cannot be.
+pub(super) fn to_proxy(
+    k: &Call,
+    policy: &Egress,
+    key: DestKey,
+    rule: &str,
+    host: Option<String>,
+    domain: i32,
+    m: &mut Copied,
+) -> Result<Option<ToProxy>, String> {
+    let Some(r) = policy.rules.iter().find(|r| r.name == rule) else {
+        return Ok(None);
+    };
+    let Some(http) = r.http.clone() else {
+        return Ok(None);
+    };
+    if key.protocol != Protocol::Tcp {
+        return Ok(None);
+    }
+    if k.call != NetCall::Connect {
+        return Err(format!(
+            "{} naming a destination whose egress rule {rule:?} has http: (TCP fast open): \
+             only a connect can be sent to agentsh's HTTP proxy; connect first",
+            k.call.name()
+        ));
+    }
+    let proxy = k
+        .ctx
+        .proxy()
+        .map_err(|e| format!("egress rule {rule:?} has http:, but agentsh's HTTP proxy is not running: {e}"))?;
+    let to = proxy.addr_for(domain);
+    m.addr = sockaddr_of(to, domain)
+        .ok_or_else(|| format!("agentsh's HTTP proxy ({to}) cannot be named on this socket"))?;
+    Ok(Some(ToProxy {
+        booking: Booking {
+            session_id: k.tree.session_id.clone(),
+            pid: k.c.tid,
+            dest: SocketAddr::new(key.ip, key.port),
+            host,
+            rule: rule.to_string(),
+            hosts: r.hosts.clone(),
+            http,
+        },
+        proxy,
+    }))
+}
+
+impl ToProxy {
+    /// Books the socket's local address (bound first where it has none).
+    ///
+    /// # Errors
+    /// The socket's address cannot be read or given.
+    pub(super) fn book(self, sock: &OwnedFd) -> Result<(), String> {
+        let mut local = local_addr(sock).map_err(|e| format!("getsockname: {e}"))?;
+        if local.port() == 0 {
+            let any = sockaddr_of(SocketAddr::new(local.ip(), 0), domain_of(&local))
+                .ok_or("no wildcard address for the socket's family")?;
+            // SAFETY: `any` is a sockaddr of its length.
+            let rc = unsafe {
+                libc::bind(
+                    sock.as_raw_fd(),
+                    any.as_ptr().cast(),
+                    any.len() as libc::socklen_t,
+                )
+            };
+            if rc != 0 {
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() != Some(libc::EINVAL) {
+                    return Err(format!("cannot bind the socket before the connect: {e}"));
+                }
+            }
+            local = local_addr(sock).map_err(|e| format!("getsockname: {e}"))?;
+        }
+        self.proxy.book(local, self.booking);
+        Ok(())
+    }
+}
