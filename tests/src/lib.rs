@@ -10,6 +10,7 @@
 
 pub mod attackers;
 pub mod dns;
+pub mod http_upstream;
 pub mod ns;
 pub mod podman;
 pub mod recipes;

@@ -42,7 +42,11 @@ pub enum SecretError {
         "secret {name:?}: {path} is not owned by the server's user {uid} or is readable by \
          others (chown it, chmod 600)"
     )]
-    Exposed { name: String, path: String, uid: u32 },
+    Exposed {
+        name: String,
+        path: String,
+        uid: u32,
+    },
     #[error("secret {name:?}: the server's environment has no {var}")]
     NoVar { name: String, var: String },
     #[error("secret {0:?} is empty or holds a line break or NUL")]

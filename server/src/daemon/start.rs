@@ -185,7 +185,10 @@ fn supervisor_context(
     });
     // A policy with http: rules: the CA is published before any tree needs
     // it (a failure is logged; those connects are refused).
-    if policies.iter().any(|p| p.egress().is_some_and(|e| e.rules.iter().any(|r| r.http.is_some()))) {
+    if policies.iter().any(|p| {
+        p.egress()
+            .is_some_and(|e| e.rules.iter().any(|r| r.http.is_some()))
+    }) {
         let _ = ctx.proxy();
     }
     ctx

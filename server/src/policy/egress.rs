@@ -454,14 +454,14 @@ pub(crate) fn compile(doc: EgressDoc) -> Result<Egress, EgressError> {
                     "http: on a deny rule judges nothing (no connection is made)".into(),
                 ))
             }
-            Some(doc) => Some(std::sync::Arc::new(super::http::compile(doc).map_err(|e| {
-                EgressError {
+            Some(doc) => Some(std::sync::Arc::new(super::http::compile(doc).map_err(
+                |e| EgressError {
                     rule: Some((index, r.name.clone())),
                     field: "http",
                     value: e.value,
                     message: format!("{}: {}", e.field, e.message),
-                }
-            })?)),
+                },
+            )?)),
         };
         rules.push(EgressRule {
             name: r.name,

@@ -362,7 +362,9 @@ fn path_glob(field: &str, p: &str) -> Result<PathGlob, HttpError> {
         if s == "**" {
             segments.push(Segment::Any);
         } else if s.contains("**") {
-            return Err(err("** stands alone as a segment (/a/**/b, not /a**)".into()));
+            return Err(err(
+                "** stands alone as a segment (/a/**/b, not /a**)".into()
+            ));
         } else {
             segments.push(Segment::Glob(s.into()));
         }
@@ -407,7 +409,10 @@ fn value(field: &str, v: &str) -> Result<Vec<Piece>, HttpError> {
     if !rest.is_empty() {
         out.push(Piece::Text(rest.into()));
     }
-    if out.iter().any(|p| matches!(p, Piece::Text(t) if t.contains(['\r', '\n', '\0']))) {
+    if out
+        .iter()
+        .any(|p| matches!(p, Piece::Text(t) if t.contains(['\r', '\n', '\0'])))
+    {
         return Err(HttpError {
             field: field.into(),
             value: Some(v.into()),
@@ -488,8 +493,14 @@ pub(crate) fn compile(doc: HttpDoc) -> Result<Http, HttpError> {
             });
         }
         let lower = name.to_ascii_lowercase();
-        if ["host", "content-length", "transfer-encoding", "connection", "upgrade"]
-            .contains(&lower.as_str())
+        if [
+            "host",
+            "content-length",
+            "transfer-encoding",
+            "connection",
+            "upgrade",
+        ]
+        .contains(&lower.as_str())
         {
             return Err(HttpError {
                 field: field.into(),
@@ -524,7 +535,11 @@ mod tests {
         );
         let d = |m: &str, p: &str| judge_request(&h, m, p);
         assert_eq!(d("GET", "/repos/a/b").rule, "read");
-        assert_eq!(d("GET", "/repos").decision, Decision::Allow, "** matches none");
+        assert_eq!(
+            d("GET", "/repos").decision,
+            Decision::Allow,
+            "** matches none"
+        );
         assert_eq!(d("HEAD", "/repos/a/b?x=1").decision, Decision::Allow);
         assert_eq!(d("POST", "/repos/a/b/issues").decision, Decision::Approve);
         assert_eq!(d("POST", "/repos/a/b/c/issues").rule, "default");
@@ -547,7 +562,11 @@ mod tests {
             "/a%zz",
         ] {
             let v = judge_request(&h, "GET", p);
-            assert_eq!((v.decision, v.rule.as_str()), (Decision::Deny, RULE_PATH_FORM), "{p}");
+            assert_eq!(
+                (v.decision, v.rule.as_str()),
+                (Decision::Deny, RULE_PATH_FORM),
+                "{p}"
+            );
         }
         assert_eq!(normal_path("/a/%7euser/").as_deref(), Ok("/a/~user/"));
         assert_eq!(normal_path("/a%20b").as_deref(), Ok("/a%20b"));
@@ -565,7 +584,8 @@ mod tests {
 
     #[test]
     fn inject_values_name_secrets_and_nothing_else() {
-        let h = http("default: allow\ninject:\n  headers: {Authorization: \"Bearer ${secret:gh}\"}\n");
+        let h =
+            http("default: allow\ninject:\n  headers: {Authorization: \"Bearer ${secret:gh}\"}\n");
         assert_eq!(
             h.inject,
             vec![Inject {
@@ -575,9 +595,13 @@ mod tests {
         );
         assert_eq!(h.secrets(), vec!["gh"]);
         let bad = |y: &str| compile(serde_yaml_ng::from_str(y).expect("yaml")).is_err();
-        assert!(bad("default: allow\ninject:\n  headers: {A: \"${env:HOME}\"}\n"));
+        assert!(bad(
+            "default: allow\ninject:\n  headers: {A: \"${env:HOME}\"}\n"
+        ));
         assert!(bad("default: allow\ninject:\n  headers: {Host: x}\n"));
         assert!(bad("default: redirect\n"));
-        assert!(bad("default: allow\nrules:\n  - {name: a, methods: [\"G T\"], decision: allow}\n"));
+        assert!(bad(
+            "default: allow\nrules:\n  - {name: a, methods: [\"G T\"], decision: allow}\n"
+        ));
     }
 }

@@ -38,7 +38,10 @@ const LEAVES_MAX: usize = 1024;
 #[derive(Debug, thiserror::Error)]
 pub enum CaError {
     #[error("{path}: {error}")]
-    Io { path: PathBuf, error: std::io::Error },
+    Io {
+        path: PathBuf,
+        error: std::io::Error,
+    },
     #[error("agentsh's CA key {path} cannot be parsed: {error}")]
     Key { path: PathBuf, error: rcgen::Error },
     #[error("cannot make a certificate: {0}")]

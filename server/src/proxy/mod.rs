@@ -51,7 +51,10 @@ pub enum ProxyError {
     #[error("agentsh's egress CA: {0}")]
     Ca(#[from] ca::CaError),
     #[error("the HTTP proxy cannot listen on {addr}: {error}")]
-    Listen { addr: SocketAddr, error: std::io::Error },
+    Listen {
+        addr: SocketAddr,
+        error: std::io::Error,
+    },
     #[error("the HTTP proxy's runtime cannot start: {0}")]
     Runtime(std::io::Error),
     #[error("no root certificate for upstreams could be read ({0})")]
@@ -145,10 +148,8 @@ impl Proxy {
         for l in listeners {
             let me = proxy.clone();
             let _guard = proxy.runtime.enter();
-            let l = tokio::net::TcpListener::from_std(l).map_err(|error| ProxyError::Listen {
-                addr: v4,
-                error,
-            })?;
+            let l = tokio::net::TcpListener::from_std(l)
+                .map_err(|error| ProxyError::Listen { addr: v4, error })?;
             proxy.runtime.spawn(serve::accept_loop(me, l));
         }
         tracing::info!(
@@ -164,10 +165,9 @@ impl Proxy {
     pub fn addr_for(&self, domain: i32) -> SocketAddr {
         match (domain, self.v6) {
             (libc::AF_INET6, Some(v6)) => v6,
-            (libc::AF_INET6, None) => SocketAddr::new(
-                Ipv4Addr::LOCALHOST.to_ipv6_mapped().into(),
-                self.v4.port(),
-            ),
+            (libc::AF_INET6, None) => {
+                SocketAddr::new(Ipv4Addr::LOCALHOST.to_ipv6_mapped().into(), self.v4.port())
+            }
             _ => self.v4,
         }
     }
@@ -205,7 +205,11 @@ impl ProxyCell {
     ///
     /// # Errors
     /// It cannot start (why).
-    pub fn get(&self, audit: &Arc<AuditLog>, approvals: &Arc<dyn Hold>) -> Result<Arc<Proxy>, String> {
+    pub fn get(
+        &self,
+        audit: &Arc<AuditLog>,
+        approvals: &Arc<dyn Hold>,
+    ) -> Result<Arc<Proxy>, String> {
         self.started
             .get_or_init(|| {
                 Proxy::start(&self.setup, audit.clone(), approvals.clone()).map_err(|e| {

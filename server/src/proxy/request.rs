@@ -59,14 +59,18 @@ struct Outcome {
 /// The request's name: its authority (HTTP/2, absolute form) or Host
 /// header, lower case, without a port.
 fn host_of(req: &Request<Incoming>) -> Option<String> {
-    let raw = req.uri().authority().map(|a| a.host().to_string()).or_else(|| {
-        let h = req.headers().get(hyper::header::HOST)?.to_str().ok()?;
-        let h = h.trim();
-        Some(match h.strip_prefix('[') {
-            Some(v6) => v6.split(']').next().unwrap_or_default().to_string(),
-            None => h.rsplit_once(':').map_or(h, |(n, _)| n).to_string(),
-        })
-    })?;
+    let raw = req
+        .uri()
+        .authority()
+        .map(|a| a.host().to_string())
+        .or_else(|| {
+            let h = req.headers().get(hyper::header::HOST)?.to_str().ok()?;
+            let h = h.trim();
+            Some(match h.strip_prefix('[') {
+                Some(v6) => v6.split(']').next().unwrap_or_default().to_string(),
+                None => h.rsplit_once(':').map_or(h, |(n, _)| n).to_string(),
+            })
+        })?;
     let h = raw.trim_end_matches('.').to_ascii_lowercase();
     (!h.is_empty()).then_some(h)
 }
@@ -89,7 +93,11 @@ pub(super) async fn handle(
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
     let host = host_of(&req).unwrap_or_default();
-    let scheme = if c.tls_name.is_some() { "https" } else { "http" };
+    let scheme = if c.tls_name.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     let b = &c.booking;
     let shown = format!("{method} {scheme}://{host}{path}");
     let refuse = |rule: &str, why: String| {
@@ -115,7 +123,11 @@ pub(super) async fn handle(
         refuse(RULE_HOST, why.clone())
     } else if host.is_empty() {
         refuse(RULE_HOST, "the request names no host".into())
-    } else if let Some(tls) = c.tls_name.as_deref().filter(|t| !t.eq_ignore_ascii_case(&host)) {
+    } else if let Some(tls) = c
+        .tls_name
+        .as_deref()
+        .filter(|t| !t.eq_ignore_ascii_case(&host))
+    {
         refuse(
             RULE_HOST,
             format!("the request is for {host} on a connection made for {tls}"),
@@ -244,7 +256,10 @@ fn is_upgrade(h: &hyper::HeaderMap) -> bool {
     h.get(hyper::header::UPGRADE).is_some()
         && h.get(hyper::header::CONNECTION)
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade")))
+            .is_some_and(|v| {
+                v.split(',')
+                    .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+            })
 }
 
 /// Sends the request on; the upstream's status, the response, and why
@@ -254,23 +269,26 @@ async fn forward(
     mut req: Request<Incoming>,
     host: &str,
 ) -> (Option<u16>, Response<Body>, Option<String>) {
-    let upstream = match &c.upstream {
-        Ok(u) => u,
-        Err(why) => {
-            return (
+    let upstream =
+        match &c.upstream {
+            Ok(u) => u,
+            Err(why) => return (
                 None,
                 text(
                     StatusCode::BAD_GATEWAY,
-                    format!("agentsh: the upstream cannot be reached (rule {RULE_UPSTREAM}): {why}\n"),
+                    format!(
+                        "agentsh: the upstream cannot be reached (rule {RULE_UPSTREAM}): {why}\n"
+                    ),
                 ),
                 Some(why.clone()),
-            )
-        }
-    };
+            ),
+        };
     let upgrade = !c.h2 && !upstream.is_h2() && is_upgrade(req.headers());
     let down_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
-    let keep = |n: &HeaderName| !HOP.contains(&n.as_str()) || (upgrade && (n == "connection" || n == "upgrade"));
+    let keep = |n: &HeaderName| {
+        !HOP.contains(&n.as_str()) || (upgrade && (n == "connection" || n == "upgrade"))
+    };
     let headers: Vec<_> = parts
         .headers
         .iter()
@@ -297,7 +315,11 @@ async fn forward(
                 .map(str::to_string)
         })
         .unwrap_or_else(|| host.to_string());
-    let scheme = if c.tls_name.is_some() { "https" } else { "http" };
+    let scheme = if c.tls_name.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     if upstream.is_h2() {
         parts.headers.remove(hyper::header::HOST);
         parts.version = hyper::Version::HTTP_2;
@@ -313,19 +335,20 @@ async fn forward(
         parts.version = hyper::Version::HTTP_11;
         parts.uri = pq.parse().unwrap_or_else(|_| parts.uri.clone());
     }
-    let mut resp = match upstream.send(Request::from_parts(parts, body)).await {
-        Ok(r) => r,
-        Err(why) => {
-            return (
+    let mut resp =
+        match upstream.send(Request::from_parts(parts, body)).await {
+            Ok(r) => r,
+            Err(why) => return (
                 None,
                 text(
                     StatusCode::BAD_GATEWAY,
-                    format!("agentsh: the upstream failed the request (rule {RULE_UPSTREAM}): {why}\n"),
+                    format!(
+                        "agentsh: the upstream failed the request (rule {RULE_UPSTREAM}): {why}\n"
+                    ),
                 ),
                 Some(why),
-            )
-        }
-    };
+            ),
+        };
     let status = resp.status().as_u16();
     if let (Some(down), true) = (down_upgrade, status == 101) {
         let up = hyper::upgrade::on(&mut resp);

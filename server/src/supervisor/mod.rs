@@ -62,6 +62,7 @@ pub use exec::identity::{index_for, prepare, sha256_hex, IndexError, Preparing, 
 pub use exec::mechanism_rules;
 pub use files::FileRules;
 pub use seam::{
-    Deferred, Held, HeldDestination, Hold, HoldKind, HoldRequest, Holder, Settled, Stop, Verification,
+    Deferred, Held, HeldDestination, Hold, HoldKind, HoldRequest, Holder, Settled, Stop,
+    Verification,
 };
 pub use tree::{Tree, TreeFiles, TreeRules, TreeTerms};

@@ -150,7 +150,14 @@ fn judge_one(
             Err(why) => {
                 tell_refusal(k, st, key, decided.2.as_deref(), &decided.1, Some(&why));
                 let rule = Refusal::EgressUnenforceable.rule();
-                record(k, Some(key.into()), decided.2, rule, Decision::Deny, Some(why));
+                record(
+                    k,
+                    Some(key.into()),
+                    decided.2,
+                    rule,
+                    Decision::Deny,
+                    Some(why),
+                );
                 return One::Refuse;
             }
         }

@@ -55,10 +55,9 @@ pub(super) fn to_proxy(
             k.call.name()
         ));
     }
-    let proxy = k
-        .ctx
-        .proxy()
-        .map_err(|e| format!("egress rule {rule:?} has http:, but agentsh's HTTP proxy is not running: {e}"))?;
+    let proxy = k.ctx.proxy().map_err(|e| {
+        format!("egress rule {rule:?} has http:, but agentsh's HTTP proxy is not running: {e}")
+    })?;
     let to = proxy.addr_for(domain);
     m.addr = sockaddr_of(to, domain)
         .ok_or_else(|| format!("agentsh's HTTP proxy ({to}) cannot be named on this socket"))?;
