@@ -1,6 +1,6 @@
+use super::time::rfc3339;
 use super::*;
 use std::path::Path;
-use time::rfc3339;
 
 /// The server creates the log's directory 0750 and the log 0640: no
 /// tree, whatever its uid, reads what other commands ran (issue 24: in

@@ -394,7 +394,8 @@ fn decision(
     }
 }
 
-/// Compiles `egress:`.
+/// Compiles `egress:`. Long: one check per field of each rule, each with
+/// its own message.
 pub(crate) fn compile(doc: EgressDoc) -> Result<Egress, EgressError> {
     let default = decision("default", doc.default, None)?;
     let mut rules = Vec::new();

@@ -190,10 +190,7 @@ pub fn judge_request(h: &Http, method: &str, path: &str) -> HttpVerdict {
     };
     let method = method.to_ascii_uppercase();
     for r in &h.rules {
-        let by_method = r
-            .methods
-            .as_ref()
-            .is_none_or(|m| m.iter().any(|x| *x == method));
+        let by_method = r.methods.as_ref().is_none_or(|m| m.contains(&method));
         let by_path = r
             .paths
             .as_ref()
@@ -422,7 +419,8 @@ fn value(field: &str, v: &str) -> Result<Vec<Piece>, HttpError> {
     Ok(out)
 }
 
-/// Compiles `http:`.
+/// Compiles `http:`. Long: one check per field, each with its own
+/// message, in the order they are written.
 pub(crate) fn compile(doc: HttpDoc) -> Result<Http, HttpError> {
     let default = decision("http.default".into(), doc.default)?;
     let mut rules = Vec::new();

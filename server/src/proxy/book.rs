@@ -75,3 +75,9 @@ impl Book {
         None
     }
 }
+
+/// Whether `name` is one the egress rule names (any, for a rule by
+/// address alone).
+pub(crate) fn names_host(hosts: &[crate::policy::egress::HostPattern], name: &str) -> bool {
+    hosts.is_empty() || hosts.iter().any(|h| h.matches(name))
+}

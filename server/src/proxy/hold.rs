@@ -162,8 +162,12 @@ impl Ended {
 }
 
 /// Holds the request for an operator and waits for the end.
-pub(super) async fn ask(c: &super::request::Conn, shown: &str, rule: &str) -> Ended {
-    let b = &c.booking;
+pub(super) async fn ask(
+    proxy: &super::state::Proxy,
+    b: &super::book::Booking,
+    shown: &str,
+    rule: &str,
+) -> Ended {
     let (mut held, rx) = held(
         &b.session_id,
         b.pid,
@@ -177,8 +181,8 @@ pub(super) async fn ask(c: &super::request::Conn, shown: &str, rule: &str) -> En
             protocol: "tcp",
         },
     );
-    held.explain = c.proxy.explain;
-    c.proxy.approvals.clone().hold(Box::new(held));
+    held.explain = proxy.explain;
+    proxy.approvals.clone().hold(Box::new(held));
     match rx.await {
         Ok(s) => Ended {
             allow: s.allow,

@@ -12,9 +12,10 @@
 //! rule `http_secret`, the reason without the value); an upstream that
 //! cannot be reached or fails the request: 502 (rule `http_upstream`).
 
+use super::book::{names_host, Booking};
 use super::hold;
+use super::state::Proxy;
 use super::upstream::Sender;
-use super::{names_host, Booking, Proxy};
 use crate::audit::{Action, EventBody, HttpEvent};
 use crate::policy::http::{judge_request, Piece};
 use crate::policy::Decision;
@@ -177,7 +178,7 @@ async fn judged(
     match v.decision {
         Decision::Allow => {}
         Decision::Approve => {
-            let ended = hold::ask(c, shown, &v.rule).await;
+            let ended = hold::ask(&c.proxy, b, shown, &v.rule).await;
             if !ended.allow {
                 let why = ended.why();
                 return deny(&v.rule, why, Some(ended));
@@ -269,10 +270,10 @@ async fn forward(
     mut req: Request<Incoming>,
     host: &str,
 ) -> (Option<u16>, Response<Body>, Option<String>) {
-    let upstream =
-        match &c.upstream {
-            Ok(u) => u,
-            Err(why) => return (
+    let upstream = match &c.upstream {
+        Ok(u) => u,
+        Err(why) => {
+            return (
                 None,
                 text(
                     StatusCode::BAD_GATEWAY,
@@ -281,10 +282,60 @@ async fn forward(
                     ),
                 ),
                 Some(why.clone()),
-            ),
-        };
+            )
+        }
+    };
     let upgrade = !c.h2 && !upstream.is_h2() && is_upgrade(req.headers());
     let down_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+    let scheme = if c.tls_name.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let (parts, body) = onward(req, upgrade, upstream.is_h2(), scheme, host);
+    let mut resp = match upstream.send(Request::from_parts(parts, body)).await {
+        Ok(r) => r,
+        Err(why) => {
+            return (
+                None,
+                text(
+                    StatusCode::BAD_GATEWAY,
+                    format!(
+                        "agentsh: the upstream failed the request (rule {RULE_UPSTREAM}): {why}\n"
+                    ),
+                ),
+                Some(why),
+            )
+        }
+    };
+    let status = resp.status().as_u16();
+    if let (Some(down), true) = (down_upgrade, status == 101) {
+        let up = hyper::upgrade::on(&mut resp);
+        tokio::spawn(async move {
+            if let (Ok(d), Ok(u)) = (down.await, up.await) {
+                let mut d = hyper_util::rt::TokioIo::new(d);
+                let mut u = hyper_util::rt::TokioIo::new(u);
+                let _ = tokio::io::copy_bidirectional(&mut d, &mut u).await;
+            }
+        });
+    } else if c.h2 {
+        for h in HOP {
+            resp.headers_mut().remove(*h);
+        }
+    }
+    (Some(status), resp.map(BodyExt::boxed), None)
+}
+
+/// The request as it goes on: hop-by-hop headers dropped (an upgrade's
+/// own kept), and the target in the upstream's form (absolute for HTTP/2,
+/// origin-form with a Host header for HTTP/1.1).
+fn onward(
+    req: Request<Incoming>,
+    upgrade: bool,
+    h2: bool,
+    scheme: &str,
+    host: &str,
+) -> (hyper::http::request::Parts, Incoming) {
     let (mut parts, body) = req.into_parts();
     let keep = |n: &HeaderName| {
         !HOP.contains(&n.as_str()) || (upgrade && (n == "connection" || n == "upgrade"))
@@ -315,12 +366,7 @@ async fn forward(
                 .map(str::to_string)
         })
         .unwrap_or_else(|| host.to_string());
-    let scheme = if c.tls_name.is_some() {
-        "https"
-    } else {
-        "http"
-    };
-    if upstream.is_h2() {
+    if h2 {
         parts.headers.remove(hyper::header::HOST);
         parts.version = hyper::Version::HTTP_2;
         parts.uri = format!("{scheme}://{authority}{pq}")
@@ -335,36 +381,7 @@ async fn forward(
         parts.version = hyper::Version::HTTP_11;
         parts.uri = pq.parse().unwrap_or_else(|_| parts.uri.clone());
     }
-    let mut resp =
-        match upstream.send(Request::from_parts(parts, body)).await {
-            Ok(r) => r,
-            Err(why) => return (
-                None,
-                text(
-                    StatusCode::BAD_GATEWAY,
-                    format!(
-                        "agentsh: the upstream failed the request (rule {RULE_UPSTREAM}): {why}\n"
-                    ),
-                ),
-                Some(why),
-            ),
-        };
-    let status = resp.status().as_u16();
-    if let (Some(down), true) = (down_upgrade, status == 101) {
-        let up = hyper::upgrade::on(&mut resp);
-        tokio::spawn(async move {
-            if let (Ok(d), Ok(u)) = (down.await, up.await) {
-                let mut d = hyper_util::rt::TokioIo::new(d);
-                let mut u = hyper_util::rt::TokioIo::new(u);
-                let _ = tokio::io::copy_bidirectional(&mut d, &mut u).await;
-            }
-        });
-    } else if c.h2 {
-        for h in HOP {
-            resp.headers_mut().remove(*h);
-        }
-    }
-    (Some(status), resp.map(BodyExt::boxed), None)
+    (parts, body)
 }
 
 /// The request's one event.

@@ -13,9 +13,10 @@
 //! upstream that cannot be reached still gets the client's requests
 //! answered, with a 502 that says why.
 
+use super::book::{names_host, Booking};
 use super::request::{handle, Conn};
+use super::state::Proxy;
 use super::upstream;
-use super::{names_host, Booking, Proxy};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::server::{ClientHello, ResolvesServerCert};
@@ -116,25 +117,7 @@ async fn tls(proxy: Arc<Proxy>, s: TcpStream, b: Booking) {
             b.rule
         )
     });
-    let (upstream, chosen) = if refused_name.is_some() {
-        (Err("not contacted".to_string()), None)
-    } else {
-        match upstream::tls(&proxy.roots, b.dest, &name, offered.clone()).await {
-            Ok((t, chosen)) => {
-                let h2 = chosen.as_deref() == Some(b"h2");
-                (upstream::handshake(t, h2).await, chosen)
-            }
-            Err(e) => (Err(e), None),
-        }
-    };
-    let alpn = match chosen {
-        Some(p) => vec![p],
-        // No upstream: the client is answered over HTTP/1.1 where it can be.
-        None if upstream.is_err() && offered.iter().any(|p| p == b"http/1.1") => {
-            vec![b"http/1.1".to_vec()]
-        }
-        None => Vec::new(),
-    };
+    let (upstream, alpn) = onward(&proxy, &b, &name, refused_name.is_some(), offered).await;
     let leaf = match proxy.ca.leaf(&name) {
         Ok(l) => l,
         Err(e) => {
@@ -170,6 +153,38 @@ async fn tls(proxy: Arc<Proxy>, s: TcpStream, b: Booking) {
         h2,
     });
     serve(conn, stream, h2).await;
+}
+
+/// The TLS connection onwards (none for a refused name), and the ALPN the
+/// client is offered: what the upstream chose; without an upstream,
+/// HTTP/1.1 where the client offered it (its requests get a 502 that says
+/// why).
+async fn onward(
+    proxy: &Proxy,
+    b: &Booking,
+    name: &str,
+    refused: bool,
+    offered: Vec<Vec<u8>>,
+) -> (Result<upstream::Sender, String>, Vec<Vec<u8>>) {
+    let (upstream, chosen) = if refused {
+        (Err("not contacted".to_string()), None)
+    } else {
+        match upstream::tls(&proxy.roots, b.dest, name, offered.clone()).await {
+            Ok((t, chosen)) => {
+                let h2 = chosen.as_deref() == Some(b"h2");
+                (upstream::handshake(t, h2).await, chosen)
+            }
+            Err(e) => (Err(e), None),
+        }
+    };
+    let alpn = match chosen {
+        Some(p) => vec![p],
+        None if upstream.is_err() && offered.iter().any(|p| p == b"http/1.1") => {
+            vec![b"http/1.1".to_vec()]
+        }
+        None => Vec::new(),
+    };
+    (upstream, alpn)
 }
 
 /// Serves HTTP on `io` until the client closes it.

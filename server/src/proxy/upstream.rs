@@ -8,7 +8,7 @@
 //! shows a certificate not trusted for the name: an error with the reason
 //! (the client gets a 502 that says it).
 
-use super::ProxyError;
+use super::state::ProxyError;
 use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo};

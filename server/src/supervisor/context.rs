@@ -29,7 +29,7 @@ impl SupervisorContext {
     ///
     /// # Errors
     /// It cannot start (why).
-    pub fn proxy(&self) -> Result<Arc<crate::proxy::Proxy>, String> {
+    pub fn proxy(&self) -> Result<Arc<crate::proxy::Proxy>, crate::proxy::ProxyDown> {
         self.proxy.get(&self.audit, &self.approvals)
     }
 }

@@ -172,7 +172,7 @@ fn make(k: &Call, st: &mut EgressTree, inet: Inet, messages: Vec<Copied>, mut ju
     if let Some(p) = judged.to_proxy.take() {
         // Booked before anything can reach the proxy.
         if let Err(why) = p.book(target.sock()) {
-            return refuse(k, why);
+            return refuse(k, why.to_string());
         }
     }
     if judged.to_stub {

@@ -96,7 +96,8 @@ pub(super) fn judge_all(
     j
 }
 
-/// One message's destination.
+/// One message's destination. Long: DNS, the HTTP proxy and each
+/// decision's answer, in the order a destination meets them.
 fn judge_one(
     k: &Call,
     st: &mut EgressTree,
@@ -148,6 +149,7 @@ fn judge_one(
             }
             Ok(Some(_)) => {}
             Err(why) => {
+                let why = why.to_string();
                 tell_refusal(k, st, key, decided.2.as_deref(), &decided.1, Some(&why));
                 let rule = Refusal::EgressUnenforceable.rule();
                 record(

@@ -21,6 +21,11 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 
+/// Why a connect cannot be made to the proxy.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(super) struct Unproxied(String);
+
 /// A connect to be made to the proxy, once its socket is known.
 pub(super) struct ToProxy {
     pub(super) proxy: Arc<Proxy>,
@@ -38,7 +43,7 @@ pub(super) fn to_proxy(
     host: Option<String>,
     domain: i32,
     m: &mut Copied,
-) -> Result<Option<ToProxy>, String> {
+) -> Result<Option<ToProxy>, Unproxied> {
     let Some(r) = policy.rules.iter().find(|r| r.name == rule) else {
         return Ok(None);
     };
@@ -49,18 +54,23 @@ pub(super) fn to_proxy(
         return Ok(None);
     }
     if k.call != NetCall::Connect {
-        return Err(format!(
+        return Err(Unproxied(format!(
             "{} naming a destination whose egress rule {rule:?} has http: (TCP fast open): \
              only a connect can be sent to agentsh's HTTP proxy; connect first",
             k.call.name()
-        ));
+        )));
     }
     let proxy = k.ctx.proxy().map_err(|e| {
-        format!("egress rule {rule:?} has http:, but agentsh's HTTP proxy is not running: {e}")
+        Unproxied(format!(
+            "egress rule {rule:?} has http:, but agentsh's HTTP proxy is not running: {e}"
+        ))
     })?;
     let to = proxy.addr_for(domain);
-    m.addr = sockaddr_of(to, domain)
-        .ok_or_else(|| format!("agentsh's HTTP proxy ({to}) cannot be named on this socket"))?;
+    m.addr = sockaddr_of(to, domain).ok_or_else(|| {
+        Unproxied(format!(
+            "agentsh's HTTP proxy ({to}) cannot be named on this socket"
+        ))
+    })?;
     Ok(Some(ToProxy {
         booking: Booking {
             session_id: k.tree.session_id.clone(),
@@ -80,11 +90,11 @@ impl ToProxy {
     ///
     /// # Errors
     /// The socket's address cannot be read or given.
-    pub(super) fn book(self, sock: &OwnedFd) -> Result<(), String> {
-        let mut local = local_addr(sock).map_err(|e| format!("getsockname: {e}"))?;
+    pub(super) fn book(self, sock: &OwnedFd) -> Result<(), Unproxied> {
+        let mut local = local_addr(sock).map_err(|e| Unproxied(format!("getsockname: {e}")))?;
         if local.port() == 0 {
             let any = sockaddr_of(SocketAddr::new(local.ip(), 0), domain_of(&local))
-                .ok_or("no wildcard address for the socket's family")?;
+                .ok_or_else(|| Unproxied("no wildcard address for the socket's family".into()))?;
             // SAFETY: `any` is a sockaddr of its length.
             let rc = unsafe {
                 libc::bind(
@@ -96,10 +106,12 @@ impl ToProxy {
             if rc != 0 {
                 let e = std::io::Error::last_os_error();
                 if e.raw_os_error() != Some(libc::EINVAL) {
-                    return Err(format!("cannot bind the socket before the connect: {e}"));
+                    return Err(Unproxied(format!(
+                        "cannot bind the socket before the connect: {e}"
+                    )));
                 }
             }
-            local = local_addr(sock).map_err(|e| format!("getsockname: {e}"))?;
+            local = local_addr(sock).map_err(|e| Unproxied(format!("getsockname: {e}")))?;
         }
         self.proxy.book(local, self.booking);
         Ok(())
