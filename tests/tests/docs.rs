@@ -545,12 +545,15 @@ fn schema_names(src: &str, item: &str) -> Vec<String> {
 fn policy_reference_names_every_schema_key_and_its_examples_pass_policy_check() {
     let doc = read("docs/policy.md");
     // The policy file's types: schema.rs, and the rooms it shares with.
-    let src = ["schema.rs", "decision.rs", "egress.rs"]
+    let src = ["schema.rs", "decision.rs", "egress.rs", "http.rs"]
         .map(|f| read(&format!("server/src/policy/{f}")))
         .join("\n");
     for item in [
         "EgressDoc",
         "EgressRuleDoc",
+        "HttpDoc",
+        "HttpRuleDoc",
+        "InjectDoc",
         "DnsMode",
         "Protocol",
         "PolicyDoc",
