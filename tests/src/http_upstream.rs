@@ -43,6 +43,17 @@ class H(http.server.BaseHTTPRequestHandler):
             "authorization": self.headers.get("Authorization"), "len": len(body)}) + "\n")
         if self.path.startswith("/git/"):
             return self.git(body)
+        if self.headers.get("Upgrade") == "echo":
+            self.send_response(101)
+            self.send_header("Connection", "Upgrade")
+            self.send_header("Upgrade", "echo")
+            self.end_headers()
+            self.wfile.flush()
+            line = self.rfile.readline()
+            self.wfile.write(b"pong:" + line)
+            self.wfile.flush()
+            self.close_connection = True
+            return
         out = json.dumps({"method": self.command, "path": self.path, "len": len(body),
             "saw_authorization": self.headers.get("Authorization") is not None}).encode()
         self.send_response(200)
@@ -52,6 +63,7 @@ class H(http.server.BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(out)
     do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = do_PATCH = any
+
     def git(self, body):
         path, _, query = self.path[4:].partition("?")
         env = dict(os.environ, GIT_PROJECT_ROOT=repos, GIT_HTTP_EXPORT_ALL="1",
@@ -87,6 +99,37 @@ print("ready", flush=True)
 s.serve_forever()
 "#;
 
+const H2_SERVER: &str = r#"
+const http2 = require("http2"), fs = require("fs");
+const [log, ip, port, cert, key] = process.argv.slice(1);
+const server = http2.createSecureServer({cert: fs.readFileSync(cert), key: fs.readFileSync(key), allowHTTP1: true});
+server.on("request", (req, res) => {
+  let n = 0;
+  req.on("data", (d) => { n += d.length; });
+  req.on("end", () => {
+    fs.appendFileSync(log, JSON.stringify({method: req.method, path: req.url,
+      host: req.headers[":authority"] || req.headers.host,
+      authorization: req.headers.authorization || null, len: n, version: req.httpVersion}) + "\n");
+    const out = JSON.stringify({method: req.method, path: req.url, len: n, version: req.httpVersion,
+      saw_authorization: req.headers.authorization !== undefined});
+    res.writeHead(200, {"content-type": "application/json"});
+    res.end(out);
+  });
+});
+server.listen(Number(port), ip, () => console.log("ready"));
+"#;
+
+/// How the upstream speaks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// HTTP/1.1 over TLS (Python).
+    Tls,
+    /// HTTP/1.1 in the clear (Python).
+    Plain,
+    /// HTTP/2 (and HTTP/1.1) over TLS, by ALPN (node).
+    H2,
+}
+
 /// A running upstream.
 pub struct HttpUpstream {
     child: Child,
@@ -116,6 +159,11 @@ impl HttpUpstream {
     /// Starts on `ip` (a free port), `tls` with a certificate for `name`;
     /// its files in `dir`.
     pub fn start(dir: &Path, ip: Ipv4Addr, name: &str, tls: bool) -> HttpUpstream {
+        HttpUpstream::start_kind(dir, ip, name, if tls { Kind::Tls } else { Kind::Plain })
+    }
+
+    /// Starts one of `kind`.
+    pub fn start_kind(dir: &Path, ip: Ipv4Addr, name: &str, kind: Kind) -> HttpUpstream {
         std::fs::create_dir_all(dir).expect("upstream dir");
         let ec = [
             "-newkey",
@@ -182,16 +230,30 @@ impl HttpUpstream {
             .expect("a free port");
         let log = dir.join("requests.jsonl");
         let _ = std::fs::remove_file(&log);
-        let mut child = Command::new("python3")
-            .arg("-c")
-            .arg(SERVER)
-            .arg(&log)
-            .arg(if tls { "tls" } else { "plain" })
-            .arg(ip.to_string())
-            .arg(port.to_string())
-            .arg(dir.join("leaf.pem"))
-            .arg(dir.join("leaf.key"))
-            .arg(&repos)
+        let mut cmd = if kind == Kind::H2 {
+            let mut c = Command::new("node");
+            c.arg("-e")
+                .arg(H2_SERVER)
+                .arg(&log)
+                .arg(ip.to_string())
+                .arg(port.to_string())
+                .arg(dir.join("leaf.pem"))
+                .arg(dir.join("leaf.key"));
+            c
+        } else {
+            let mut c = Command::new("python3");
+            c.arg("-c")
+                .arg(SERVER)
+                .arg(&log)
+                .arg(if kind == Kind::Tls { "tls" } else { "plain" })
+                .arg(ip.to_string())
+                .arg(port.to_string())
+                .arg(dir.join("leaf.pem"))
+                .arg(dir.join("leaf.key"))
+                .arg(&repos);
+            c
+        };
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

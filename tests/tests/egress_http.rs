@@ -17,7 +17,7 @@
 #![allow(clippy::unwrap_used)]
 
 use agentsh_tests::dns::Upstream;
-use agentsh_tests::http_upstream::HttpUpstream;
+use agentsh_tests::http_upstream::{HttpUpstream, Kind};
 use agentsh_tests::sandbox::{agent_default_without_egress, Sandbox, NOBODY};
 use agentsh_tests::sdk::Spawn;
 use agentsh_tests::server::{bin, require_root, unique_loopback};
@@ -27,18 +27,24 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
 const NAME: &str = "api.allowed.test";
+/// The HTTP/2 upstream's name.
+const H2_NAME: &str = "h2.allowed.test";
 /// What the test's resolver answers for `*.allowed.test`.
 const BOUND: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 3);
 /// The secret the server holds.
 const TOKEN: &str = "tok-4f1c2b9e-never-in-the-tree";
 
-fn policy(port: u16) -> String {
+fn policy(port: u16, h2_port: u16) -> String {
     let base = agent_default_without_egress();
     let floor = "      - 8080\n";
     assert!(base.contains(floor), "agent-default's port list changed");
-    let base = base.replacen(floor, &format!("{floor}      - {port}\n"), 1);
+    let base = base.replacen(
+        floor,
+        &format!("{floor}      - {port}\n      - {h2_port}\n"),
+        1,
+    );
     format!(
-        "{base}egress:\n  default: deny\n  dns: stub\n  rules:\n    - name: api\n      hosts: [\"{NAME}\"]\n      ports: [{port}]\n      decision: allow\n      http:\n        default: deny\n        rules:\n          - {{name: read, methods: [GET, HEAD], paths: [\"/repos/**\", \"/git/**\"], decision: allow}}\n          - {{name: fetch, methods: [POST], paths: [\"/git/*/git-upload-pack\"], decision: allow}}\n          - {{name: issues, methods: [POST], paths: [\"/repos/*/*/issues\"], decision: approve}}\n        inject:\n          headers: {{Authorization: \"Bearer ${{secret:gh}}\"}}\n"
+        "{base}egress:\n  default: deny\n  dns: stub\n  rules:\n    - name: api\n      hosts: [\"{NAME}\"]\n      ports: [{port}]\n      decision: allow\n      http:\n        default: deny\n        rules:\n          - {{name: read, methods: [GET, HEAD], paths: [\"/repos/**\", \"/git/**\"], decision: allow}}\n          - {{name: fetch, methods: [POST], paths: [\"/git/*/git-upload-pack\"], decision: allow}}\n          - {{name: issues, methods: [POST], paths: [\"/repos/*/*/issues\"], decision: approve}}\n        inject:\n          headers: {{Authorization: \"Bearer ${{secret:gh}}\"}}\n    - name: h2api\n      hosts: [\"{H2_NAME}\"]\n      ports: [{h2_port}]\n      decision: allow\n      http:\n        default: deny\n        rules:\n          - {{name: read, methods: [GET], decision: allow}}\n        inject:\n          headers: {{Authorization: \"Bearer ${{secret:gh}}\"}}\n"
     )
 }
 
@@ -62,7 +68,7 @@ fn http_events(s: &Sandbox) -> Vec<Value> {
         .collect()
 }
 
-fn scenario(uid: Option<u32>) {
+fn scenario(uid: Option<u32>, extra: &str) {
     if !require_root("egress_http") {
         return;
     }
@@ -75,6 +81,7 @@ fn scenario(uid: Option<u32>) {
     ));
     let _ = std::fs::remove_dir_all(&work);
     let up = HttpUpstream::start(&work, BOUND, NAME, true);
+    let h2 = HttpUpstream::start_kind(&work.join("h2"), BOUND, H2_NAME, Kind::H2);
     // A bare repository to clone (and to try to push to).
     let seed = work.join("seed");
     let git = |dir: &std::path::Path, args: &[&str]| {
@@ -108,11 +115,12 @@ fn scenario(uid: Option<u32>) {
     );
 
     let config = format!(
-        "egress:\n  stub: \"{stub}:53\"\n  resolvers: [\"127.0.0.1:{}\"]\n  ca: /etc/agentsh/ca.pem\n  upstream_roots: [\"{}\"]\nsecrets:\n  gh: {{file: /srv/secret-gh}}\n",
+        "egress:\n  stub: \"{stub}:53\"\n  resolvers: [\"127.0.0.1:{}\"]\n  ca: /etc/agentsh/ca.pem\n  upstream_roots: [\"{}\", \"{}\"]\nsecrets:\n  gh: {{file: /srv/secret-gh}}\n{extra}",
         dns.port,
-        up.ca.display()
+        up.ca.display(),
+        h2.ca.display()
     );
-    let mut s = Sandbox::with_setup(&policy(up.port), uid, &config, |ns| {
+    let mut s = Sandbox::with_setup(&policy(up.port, h2.port), uid, &config, |ns| {
         let p = ns.path("/srv/secret-gh");
         std::fs::write(&p, format!("{TOKEN}\n")).unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -206,6 +214,32 @@ fn scenario(uid: Option<u32>) {
         &format!("cd /tmp && rm -rf clone-{u} && GIT_SSL_CAINFO={ca} git clone -q {url}/git/r.git clone-{u} && cat clone-{u}/README && cd clone-{u} && echo more >> README && git -c user.name=a -c user.email=a@a commit -qam second && if GIT_SSL_CAINFO={ca} git push -q origin main 2>/tmp/push-{u}.err; then echo pushed; else echo refused; grep -c 'HTTP 403' /tmp/push-{u}.err || cat /tmp/push-{u}.err; fi", u = uid.unwrap_or(0)),
     );
     assert_eq!(out.trim(), "hello\nrefused\n1", "git: {out}");
+
+    // HTTP/2 where the client offers it and the upstream chose it: curl
+    // speaks HTTP/2 to agentsh, agentsh to the upstream; a refused request
+    // is a 403 over HTTP/2 too.
+    let h2url = format!("https://{H2_NAME}:{}", h2.port);
+    let out = ok(
+        &mut s,
+        &format!("curl -sS --http2 --cacert {ca} -w '\\n%{{http_version}}' {h2url}/v2/x; echo; curl -sS --http2 -X POST --cacert {ca} -o /dev/null -w '%{{http_version}} %{{http_code}}' {h2url}/v2/x"),
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    let v: Value = serde_json::from_str(lines[0]).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(
+        (v["version"].as_str(), v["saw_authorization"].as_bool()),
+        (Some("2.0"), Some(true)),
+        "{out}"
+    );
+    assert_eq!(&lines[1..], ["2", "2 403"], "{out}");
+    // An upgrade is judged at its request: allowed, the connection becomes
+    // the upstream's (an echo); on a refused path, a 403.
+    let up_script = |path: &str| {
+        format!("python3 -c '\nimport socket, ssl\nc = ssl.create_default_context(cafile=\"{ca}\").wrap_socket(socket.create_connection((\"{NAME}\", {port})), server_hostname=\"{NAME}\")\nc.sendall(b\"GET {path} HTTP/1.1\\r\\nHost: {NAME}:{port}\\r\\nConnection: Upgrade\\r\\nUpgrade: echo\\r\\n\\r\\n\")\nf = c.makefile(\"rb\")\nprint(f.readline().decode().split()[1])\nwhile f.readline() not in (b\"\\r\\n\", b\"\"):\n  pass\nc.sendall(b\"ping\\n\")\nprint(f.readline().decode().strip())'")
+    };
+    let out = ok(&mut s, &up_script("/repos/ws"));
+    assert_eq!(out.trim(), "101\npong:ping", "upgrade: {out}");
+    let out = ok(&mut s, &up_script("/ws-elsewhere"));
+    assert!(out.starts_with("403\n"), "refused upgrade: {out}");
 
     // The tree never holds the token: not in its environment, its files,
     // or anything it got back.
@@ -349,10 +383,15 @@ fn scenario(uid: Option<u32>) {
 
 #[test]
 fn http_rules_judge_requests_and_inject_credentials_as_root() {
-    scenario(None);
+    scenario(None, "");
 }
 
 #[test]
 fn http_rules_judge_requests_and_inject_credentials_as_nobody() {
-    scenario(Some(NOBODY));
+    scenario(Some(NOBODY), "");
+}
+
+#[test]
+fn http_rules_judge_requests_and_inject_credentials_under_the_ptrace_backend() {
+    scenario(None, "execve:\n  backend: ptrace\n");
 }
