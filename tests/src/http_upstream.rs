@@ -30,6 +30,7 @@ def chunked(r):
 
 class H(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
     def log_message(self, *a):
         pass
     def any(self):

@@ -14,6 +14,7 @@ mod egress;
 mod exec_loop;
 mod first_shell;
 mod gvisor;
+mod http;
 mod install;
 mod nested;
 mod ptrace;
@@ -32,6 +33,7 @@ use egress::egress;
 use exec_loop::exec_loop;
 use first_shell::first_shell;
 use gvisor::gvisor;
+use http::http;
 use install::install_path;
 use nested::nested_path;
 use ptrace::ptrace_backend;
@@ -162,6 +164,10 @@ pub fn run(o: &Opts) -> Result<(), String> {
     // A server of its own, whose policy judges destinations.
     if o.runs("egress") {
         egress(&mut rep, &b)?;
+    }
+    // A server of its own, whose policy has an egress rule with http:.
+    if o.runs("http") {
+        http(&mut rep, &b)?;
     }
     // A container of its own, in gVisor (podman with runsc).
     if o.runs("gvisor") {
