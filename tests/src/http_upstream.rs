@@ -242,7 +242,7 @@ impl HttpUpstream {
                 .arg(dir.join("leaf.key"));
             c
         } else {
-            let mut c = Command::new("python3");
+            let mut c = Command::new("/usr/bin/python3");
             c.arg("-c")
                 .arg(SERVER)
                 .arg(&log)

@@ -86,6 +86,10 @@ fn the_sdk_scenarios_hold_inside_gvisor() {
         "ok: gVisor: a DNS query sent by unbound is judged as the stub's",
         "ok: gVisor with egress.compat allow_unjudged: the connect is judged all the same",
         "ok: gVisor with allow_unjudged: the wrap-init lists no egress as not enforced",
+        // An egress rule with http: the proxy's address written over the
+        // caller's sockaddr where it stops, the socket booked after.
+        "ok: an egress rule with http: lets a GET through with the header it injects",
+        "ok: an egress rule with http: refuses a DELETE with a 403 that says why, never sent",
     ] {
         assert!(text.contains(check), "missing {check:?}:\n{text}");
     }

@@ -122,6 +122,11 @@ fn the_sdk_scenarios_hold_under_the_ptrace_backend_on_this_kernel() {
         text.contains("ok: a connect to a local dev server is judged and made"),
         "{text}"
     );
+    // An egress rule with http: the connect made to agentsh's proxy.
+    assert!(
+        text.contains("ok: an egress rule with http: refuses a DELETE with a 403"),
+        "{text}"
+    );
     assert_eq!(agentsh_tests::ns::host_sh_fingerprint(), before);
 }
 

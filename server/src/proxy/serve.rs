@@ -33,21 +33,42 @@ pub(super) async fn accept_loop(proxy: Arc<Proxy>, l: TcpListener) {
     loop {
         match l.accept().await {
             Ok((s, peer)) => {
-                let Some(b) = proxy.book.take(peer) else {
-                    tracing::warn!(
-                        %peer,
-                        "egress proxy: a connection no supervised connect booked: closed"
-                    );
-                    continue;
-                };
                 let p = proxy.clone();
-                tokio::spawn(async move { connection(p, s, b).await });
+                tokio::spawn(async move {
+                    // A connect judged where it stops is booked once it has
+                    // returned: a moment after the connection arrives.
+                    let Some(b) = booked(&p, peer).await else {
+                        tracing::warn!(
+                            %peer,
+                            "egress proxy: a connection no supervised connect booked: closed"
+                        );
+                        return;
+                    };
+                    connection(p, s, b).await;
+                });
             }
             Err(e) => {
                 tracing::warn!("egress proxy: accept: {e}");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
+    }
+}
+
+/// How long a connection waits for its booking.
+const BOOKING_WAIT: Duration = Duration::from_secs(2);
+
+/// The booking of a connection from `peer`, waiting up to [`BOOKING_WAIT`].
+async fn booked(proxy: &Proxy, peer: std::net::SocketAddr) -> Option<Booking> {
+    let end = tokio::time::Instant::now() + BOOKING_WAIT;
+    loop {
+        if let Some(b) = proxy.book.take(peer) {
+            return Some(b);
+        }
+        if tokio::time::Instant::now() >= end {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
 

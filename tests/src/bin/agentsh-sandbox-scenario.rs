@@ -437,6 +437,68 @@ fn approvals(c: &mut Checks, sdk: &mut Supervisor) {
     );
 }
 
+/// An egress rule with `http:` (issue 42): the tree's connect reaches
+/// agentsh's proxy (under gVisor, the socket cannot be taken: the proxy's
+/// address is written over the caller's sockaddr where it stops, and the
+/// socket is booked once the connect returns), which lets a GET through
+/// with the injected header and refuses a DELETE with a 403, never sent.
+fn http_rules(c: &mut Checks, sdk: &mut Supervisor, backend: &str) {
+    let up = agentsh_tests::http_upstream::HttpUpstream::start(
+        Path::new("/tmp/agentsh-scenario-upstream"),
+        std::net::Ipv4Addr::LOCALHOST,
+        "upstream.test",
+        false,
+    );
+    let port = up.port;
+    std::fs::write(
+        "/etc/agentsh/policies/http-sc.yaml",
+        format!(
+            "name: http-sc\ndefault: allow\negress:\n  default: deny\n  dns: host\n  rules:\n    - name: local-http\n      cidrs: [127.0.0.1/32]\n      ports: [{port}]\n      decision: allow\n      http:\n        default: deny\n        rules:\n          - {{name: read, methods: [GET], decision: allow}}\n        inject:\n          headers: {{Authorization: \"Bearer ${{secret:t}}\"}}\n"
+        ),
+    )
+    .unwrap_or_else(|e| fatal(&format!("policy: {e}")));
+    let secret = "/etc/agentsh/secret-t";
+    std::fs::write(secret, "s3cr3t-in-the-server\n")
+        .unwrap_or_else(|e| fatal(&format!("secret: {e}")));
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(secret, std::fs::Permissions::from_mode(0o600));
+    }
+    std::fs::write(
+        CONFIG,
+        format!(
+            "policy: http-sc\nexecve:\n  backend: {backend}\nsecrets:\n  t: {{file: {secret}}}\n"
+        ),
+    )
+    .unwrap_or_else(|e| fatal(&format!("config: {e}")));
+    let server = start_server(Some(CONFIG), None);
+    let f = sdk.run(&Spawn::argv(&[
+        "/bin/sh",
+        "-c",
+        &format!("curl -s -w ' %{{http_code}}\\n' http://127.0.0.1:{port}/x; curl -s -X DELETE -w ' %{{http_code}}\\n' http://127.0.0.1:{port}/y; curl -s -o /dev/null -w '%{{http_code}}\\n' http://127.0.0.1:{port}/last"),
+    ]));
+    let reached = up.requests();
+    let got = f.stdout.lines().map(str::to_string).collect::<Vec<_>>();
+    c.check(
+        "an egress rule with http: lets a GET through with the header it injects",
+        got.first()
+            .is_some_and(|l| l.ends_with(" 200") && l.contains("\"saw_authorization\": true"))
+            && reached
+                .iter()
+                .any(|r| r["path"] == "/x" && r["authorization"] == "Bearer s3cr3t-in-the-server"),
+        || format!("{}\n{reached:#?}", show(&f)),
+    );
+    c.check(
+        "an egress rule with http: refuses a DELETE with a 403 that says why, never sent",
+        f.stdout
+            .contains("denied (rule default, egress rule local-http)")
+            && f.stdout.ends_with("\n 403\n200\n")
+            && !reached.iter().any(|r| r["method"] == "DELETE"),
+        || format!("{}\n{reached:#?}", show(&f)),
+    );
+    stop_server(c, server);
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let forced = args
@@ -557,6 +619,7 @@ fn main() {
     let server = start_server(Some(CONFIG), None);
     approvals(&mut c, &mut sdk);
     stop_server(&mut c, server);
+    http_rules(&mut c, &mut sdk, backend);
     println!("scenario: {} checks, {} failed", c.total, c.failed);
     std::process::exit(i32::from(c.failed > 0));
 }

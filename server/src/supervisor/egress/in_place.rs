@@ -117,16 +117,13 @@ pub(super) fn judge_in_place(k: &Call, st: &mut EgressTree, policy: &Egress) {
         let _ = k.stop.refuse(judged.refusal.unwrap_or(libc::EACCES));
         return;
     }
-    if judged.to_proxy.is_some() {
-        // Its connect would go where the caller named, past the proxy.
-        return refuse(
-            k,
-            "the destination's egress rule has http:, and a call judged where it stops (the              caller's socket cannot be taken here) cannot be sent to agentsh's HTTP proxy"
-                .into(),
-        );
-    }
     if let Some(approve) = judged.approve {
         return hold(k, st, approve, k.stop.defer(), Then::Again);
+    }
+    if let Some(p) = judged.to_proxy {
+        let to = p.proxy.addr_for(domain);
+        let after = After::Proxy(p.after(k.c.tid, k.c.args[0] as i32));
+        return redirect(k, to, "agentsh's HTTP proxy", &messages, &originals, after);
     }
     if judged.to_stub {
         return to_stub(k, st, &seen, protocol, &messages, &originals);
@@ -222,6 +219,43 @@ fn to_stub(
         Ok(r) => r,
         Err(why) => return refuse(k, why.to_string()),
     };
+    redirect(
+        k,
+        stub.addr,
+        "agentsh's DNS stub",
+        messages,
+        originals,
+        After::Stub(later),
+    );
+}
+
+/// What runs once a redirected call has returned.
+enum After {
+    Stub(Registered),
+    Proxy(super::proxied::AfterConnect),
+}
+
+impl After {
+    fn done(self, returned: i64) -> Option<i64> {
+        match self {
+            After::Stub(r) => r.done(returned),
+            After::Proxy(p) => p.done(returned),
+        }
+    }
+}
+
+/// Writes `to` over each sockaddr of the call that the judge rewrote (in
+/// the caller's family and length), checks the call reads back as
+/// written, lets it through, and puts the caller's bytes back once it
+/// returns (then `after`).
+fn redirect(
+    k: &Call,
+    to: std::net::SocketAddr,
+    what: &str,
+    messages: &[Copied],
+    originals: &[Vec<u8>],
+    after: After,
+) {
     let pid = k.c.tid;
     let mut patches: Vec<Patch> = Vec::new();
     let mut expected: Vec<Vec<u8>> = Vec::with_capacity(messages.len());
@@ -230,14 +264,13 @@ fn to_stub(
             expected.push(original.clone());
             continue;
         }
-        let Some(over) = sockaddr_over(stub.addr, original) else {
+        let Some(over) = sockaddr_over(to, original) else {
             put_back(pid, &patches);
             return refuse(
                 k,
                 format!(
-                    "agentsh's DNS stub ({}) cannot be written in the caller's sockaddr \
-                     (family and length as named)",
-                    stub.addr
+                    "{what} ({to}) cannot be written in the caller's sockaddr (family and \
+                     length as named)"
                 ),
             );
         };
@@ -247,7 +280,7 @@ fn to_stub(
             put_back(pid, &patches);
             return refuse(
                 k,
-                format!("the stub's address cannot be written for the call: {e}"),
+                format!("{what}'s address cannot be written for the call: {e}"),
             );
         }
         patches.push(Patch {
@@ -266,17 +299,18 @@ fn to_stub(
         put_back(pid, &patches);
         return refuse(
             k,
-            "the call does not read back as written with the stub's address (overlapping \
-             sockaddrs and headers)"
-                .into(),
+            format!(
+                "the call does not read back as written with {what}'s address (overlapping \
+                 sockaddrs and headers)"
+            ),
         );
     }
     let after = Box::new(move |returned: i64| -> Option<i64> {
         put_back(pid, &patches);
-        later.done(returned)
+        after.done(returned)
     });
     if let Err(e) = k.stop.proceed_then(after) {
-        tracing::warn!(tid = pid, "a DNS call could not be let through: {e}");
+        tracing::warn!(tid = pid, "a redirected call could not be let through: {e}");
         let _ = k.stop.refuse(libc::EACCES);
     }
 }

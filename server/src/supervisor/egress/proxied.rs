@@ -4,11 +4,16 @@
 //! made, so the proxy knows the connection when it arrives. The tree's
 //! proxy settings play no part; connecting by address changes nothing.
 //!
+//! A call judged where it stops (the ptrace backend where the socket
+//! cannot be taken: gVisor) has the proxy's address written over its own
+//! sockaddr (`in_place`) and is booked once the connect has returned, by
+//! the local address `/proc` shows; the proxy waits a moment for a
+//! booking that is not there yet.
+//!
 //! Failure modes: a proxy that cannot start, a sockaddr that cannot name
-//! it, a socket that cannot be given an address, a call judged in place
-//! (its caller's memory would have to be rewritten: not done yet), a send
-//! naming a destination on TCP (fast open): refused with the reason
-//! (`egress_unenforceable`).
+//! it, a socket that cannot be given an address or whose address cannot
+//! be read, a send naming a destination on TCP (fast open): refused with
+//! the reason (`egress_unenforceable`).
 
 use super::call::Call;
 use super::copy::Copied;
@@ -115,5 +120,58 @@ impl ToProxy {
         }
         self.proxy.book(local, self.booking);
         Ok(())
+    }
+}
+
+impl ToProxy {
+    /// The booking of a connect judged where it stops (its socket cannot
+    /// be taken): made once the connect has given the socket its address,
+    /// read from `/proc` (the proxy waits a moment for a booking).
+    pub(super) fn after(self, tid: u32, fd: i32) -> AfterConnect {
+        AfterConnect { to: self, tid, fd }
+    }
+}
+
+/// A connect redirected in place, booked once it has returned.
+pub(super) struct AfterConnect {
+    to: ToProxy,
+    tid: u32,
+    fd: i32,
+}
+
+impl AfterConnect {
+    /// Books the socket by the address `/proc` shows now; the caller's
+    /// answer, where it must change (a connect that cannot be booked is
+    /// refused: the proxy would close it).
+    pub(super) fn done(self, returned: i64) -> Option<i64> {
+        if returned != 0 && returned != -i64::from(libc::EINPROGRESS) {
+            return None;
+        }
+        let (tid, fd) = (self.tid, self.fd);
+        let seen = crate::tracee::with_owner(tid, || crate::tracee::netproc::transport_of(tid, fd));
+        match seen {
+            Ok(Some(s)) => match s.local.filter(|a| a.port() != 0) {
+                Some(local) => {
+                    self.to.proxy.book(local, self.to.booking);
+                    None
+                }
+                None => {
+                    tracing::error!(
+                        tid,
+                        fd,
+                        "a connect to the HTTP proxy has no local address to book"
+                    );
+                    Some(-i64::from(libc::EACCES))
+                }
+            },
+            other => {
+                tracing::error!(
+                    tid,
+                    fd,
+                    "a connect to the HTTP proxy cannot be booked: {other:?}"
+                );
+                Some(-i64::from(libc::EACCES))
+            }
+        }
     }
 }
