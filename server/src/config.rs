@@ -71,6 +71,8 @@ CONFIG KEYS (YAML; all optional; defaults shown):
                                                      its key in <state_dir>/ca.key, root-only), for
                                                      egress rules with http:; ca-bundle.pem beside
                                                      it holds the system's roots and it
+  egress.ca_key                    \"\"                where the CA's key is kept; empty: <state_dir>/ca.key.
+                                                     Its directory is never readable by a tree
   egress.upstream_roots            []                PEM files also trusted for upstream servers'
                                                      certificates (besides the system's store)
   secrets                          {}                {NAME: {file: PATH} | {env: VAR}}: values an
@@ -163,6 +165,9 @@ pub struct EgressSection {
     /// beside it: the system's roots and it); its key is
     /// `<state_dir>/ca.key`.
     pub ca: PathBuf,
+    /// Where the CA's key is kept (empty: `<state_dir>/ca.key`); its
+    /// directory is never a tree's to read.
+    pub ca_key: String,
     /// PEM files whose certificates the proxy also trusts for upstreams,
     /// besides the system's store.
     pub upstream_roots: Vec<PathBuf>,
@@ -217,6 +222,7 @@ impl Default for EgressSection {
             resolvers: Vec::new(),
             compat: EgressCompat::BestEffort,
             ca: "/etc/agentsh/ca.pem".into(),
+            ca_key: String::new(),
             upstream_roots: Vec::new(),
         }
     }
@@ -465,6 +471,17 @@ fn value_position(text: &str, after: &str, value: &str) -> Option<(usize, usize)
             .find_map(|s| l.find(s.as_str()))
             .map(|byte| (i + 1, l[..byte].chars().count() + 1))
     })
+}
+
+impl Config {
+    /// Where agentsh's CA key is (`egress.ca_key`, else in `state_dir`).
+    pub fn ca_key_path(&self) -> PathBuf {
+        if self.egress.ca_key.is_empty() {
+            self.state_dir.join(crate::proxy::ca::KEY_FILE)
+        } else {
+            PathBuf::from(&self.egress.ca_key)
+        }
+    }
 }
 
 impl Default for Config {

@@ -1347,3 +1347,110 @@ fn agentsh_in_the_home_is_protected_without_splitting_the_home() {
         std::fs::read(bin("agentsh-unixwrap")).unwrap()
     );
 }
+
+/// Under `agentsh wrap` (issue 42): an egress rule with `http:` and a
+/// credential from `--secret NAME=env:VAR`. The agent's GET reaches the
+/// upstream with the header wrap's server adds; the agent's environment
+/// has no VAR; a DELETE gets a 403 and never reaches the upstream; TLS to
+/// the proxy works with the user's own CA (`~/.local/state/agentsh/ca.pem`)
+/// and an upstream whose certificate nothing trusts gets no request (502);
+/// the CA's key is not the agent's to read.
+fn wrap_http(uid: Option<u32>) {
+    use agentsh_tests::http_upstream::HttpUpstream;
+    if !require_root("wrap_http") {
+        return;
+    }
+    const TOKEN: &str = "wrap-token-5e1d-held-by-the-server";
+    let tag = uid.map_or_else(|| "root".to_string(), |u| u.to_string());
+    // Not under /run: the daemon-socket walk there hides the directory of
+    // wrap's own socket (and so the published certificate beside it).
+    let p = Place::under(Path::new("/srv/agentsh-tests"), &format!("http-{tag}"), uid);
+    let ip = std::net::Ipv4Addr::new(127, 0, 0, 3);
+    let plain = HttpUpstream::start(&p.root.join("up-plain"), ip, "api.wrap.test", false);
+    let tls = HttpUpstream::start(&p.root.join("up-tls"), ip, "api.wrap.test", true);
+    std::fs::write(
+        p.ws().join("policy.yaml"),
+        "name: wrap-http\ndefault: allow\negress:\n  default: deny\n  dns: host\n  rules:\n    - name: local-api\n      cidrs: [127.0.0.3/32]\n      decision: allow\n      http:\n        default: deny\n        rules:\n          - {name: read, methods: [GET], decision: allow}\n        inject:\n          headers: {Authorization: \"Bearer ${secret:tok}\"}\n",
+    )
+    .unwrap();
+    if let Some(u) = uid {
+        chown_r(&p.ws(), u);
+    }
+    let ca = p.home().join(".local/state/agentsh/ca.pem");
+    let key = p.home().join(".local/state/agentsh/ca-key/ca.key");
+    let script = format!(
+        "echo env=$(env | grep -c WRAP_TOKEN); curl -s http://{ip}:{pp}/x; echo; curl -s -X DELETE -w ' %{{http_code}}' http://{ip}:{pp}/y; echo; curl -s --cacert {ca} --resolve api.wrap.test:{tp}:{ip} -w ' %{{http_code}}' https://api.wrap.test:{tp}/z; echo; if cat {key} >/dev/null 2>&1; then echo key=read; else echo key=hidden; fi",
+        pp = plain.port,
+        tp = tls.port,
+        ca = ca.display(),
+        key = key.display(),
+    );
+    let mut c = p.wrap(
+        "http",
+        &["--policy", "policy.yaml", "--secret", "tok=env:WRAP_TOKEN"],
+        &["sh", "-c", &script],
+    );
+    c.env("WRAP_TOKEN", TOKEN);
+    let o = run(c, Duration::from_secs(120));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let lines: Vec<&str> = out.lines().collect();
+    let ctx = || format!("{}\n{}", text(&o), p.log("http"));
+    assert_eq!(o.status.code(), Some(0), "{}", ctx());
+    assert_eq!(lines.first(), Some(&"env=0"), "{}", ctx());
+    assert!(
+        lines
+            .get(1)
+            .is_some_and(|l| l.contains("\"saw_authorization\": true")),
+        "{}",
+        ctx()
+    );
+    assert!(
+        lines
+            .get(2)
+            .is_some_and(|l| l.contains("denied (rule default, egress rule local-api)")),
+        "{}",
+        ctx()
+    );
+    assert!(
+        out.contains("the upstream cannot be reached (rule http_upstream)")
+            && out.contains("UnknownIssuer")
+            && out.contains("\n 502\n"),
+        "TLS to the proxy with the user's CA, the untrusted upstream refused: {}",
+        ctx()
+    );
+    assert_eq!(lines.last(), Some(&"key=hidden"), "{}", ctx());
+    assert!(!out.contains(TOKEN), "{}", ctx());
+    let reached = plain.requests();
+    assert!(
+        reached
+            .iter()
+            .any(|r| r["path"] == "/x" && r["authorization"] == format!("Bearer {TOKEN}")),
+        "{reached:?}"
+    );
+    assert!(
+        !reached.iter().any(|r| r["method"] == "DELETE"),
+        "{reached:?}"
+    );
+    assert!(
+        tls.requests().is_empty(),
+        "the untrusted upstream got a request"
+    );
+    let events = p.events("http");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "http" && e["method"] == "DELETE" && e["decision"] == "deny"),
+        "{events:?}"
+    );
+    assert!(!serde_json::to_string(&events).unwrap().contains(TOKEN));
+}
+
+#[test]
+fn wrap_calls_an_api_with_a_credential_the_agent_never_holds_as_nobody() {
+    wrap_http(Some(NOBODY));
+}
+
+#[test]
+fn wrap_calls_an_api_with_a_credential_the_agent_never_holds_as_root() {
+    wrap_http(None);
+}

@@ -233,7 +233,7 @@ fn completions(shell: clap_complete::Shell) -> ExitCode {
 /// `agentsh ca path`: the CA's certificate, made first where there is none.
 fn ca_path(config: Option<&std::path::Path>) -> Result<(), String> {
     let config = crate::config::Config::load(config).map_err(|e| e.to_string())?;
-    let ca = crate::proxy::ca::Ca::load_or_make(&config.state_dir, &config.egress.ca)
+    let ca = crate::proxy::ca::Ca::load_or_make(&config.ca_key_path(), &config.egress.ca)
         .map_err(|e| e.to_string())?;
     println!("{}", ca.cert_path.display());
     Ok(())

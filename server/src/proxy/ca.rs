@@ -116,14 +116,15 @@ pub fn system_roots_pem() -> String {
 }
 
 impl Ca {
-    /// Loads the CA from `<state_dir>/ca.key`, or makes it; publishes the
+    /// Loads the CA from its key (`egress.ca_key`), or makes it; publishes the
     /// certificate at `cert_path` (and the bundle beside it) where it is
     /// not there yet.
     ///
     /// # Errors
     /// See the module's failure modes.
-    pub fn load_or_make(state_dir: &Path, cert_path: &Path) -> Result<Ca, CaError> {
-        let key_path = state_dir.join(KEY_FILE);
+    pub fn load_or_make(key_path: &Path, cert_path: &Path) -> Result<Ca, CaError> {
+        let key_path = key_path.to_path_buf();
+        let key_dir = key_path.parent().unwrap_or(Path::new("/"));
         let (key, made) = match std::fs::read_to_string(&key_path) {
             Ok(pem) => (
                 KeyPair::from_pem(&pem).map_err(|error| CaError::Key {
@@ -134,7 +135,7 @@ impl Ca {
             ),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let key = KeyPair::generate()?;
-                std::fs::create_dir_all(state_dir).map_err(io(state_dir))?;
+                std::fs::create_dir_all(key_dir).map_err(io(key_dir))?;
                 publish(&key_path, key.serialize_pem().as_bytes(), 0o600)?;
                 tracing::info!(key = %key_path.display(), "made agentsh's egress CA");
                 (key, true)

@@ -20,7 +20,7 @@ use std::sync::Arc;
 /// What the proxy needs from the server's config.
 #[derive(Clone)]
 pub struct ProxySetup {
-    pub state_dir: PathBuf,
+    pub ca_key: PathBuf,
     pub ca: PathBuf,
     pub upstream_roots: Vec<PathBuf>,
     pub secrets: BTreeMap<String, SecretSource>,
@@ -31,7 +31,7 @@ pub struct ProxySetup {
 impl ProxySetup {
     pub fn of(config: &crate::config::Config) -> ProxySetup {
         ProxySetup {
-            state_dir: config.state_dir.clone(),
+            ca_key: config.ca_key_path(),
             ca: config.egress.ca.clone(),
             upstream_roots: config.egress.upstream_roots.clone(),
             secrets: config.secrets.clone(),
@@ -52,7 +52,7 @@ impl Proxy {
         audit: Arc<AuditLog>,
         approvals: Arc<dyn Hold>,
     ) -> Result<Arc<Proxy>, ProxyError> {
-        let ca = ca::Ca::load_or_make(&setup.state_dir, &setup.ca)?;
+        let ca = ca::Ca::load_or_make(&setup.ca_key, &setup.ca)?;
         let roots = Arc::new(upstream::roots(&setup.upstream_roots)?);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)

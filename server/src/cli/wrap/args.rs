@@ -53,6 +53,12 @@ pub struct Wrap {
     /// path under your home or the workspace. Repeatable. Standalone only.
     #[arg(long = "writable", value_name = "PATH")]
     pub writable: Vec<String>,
+    /// A credential for the policy's `http.inject` (`${secret:NAME}`), held
+    /// by wrap's server and never by the agent: NAME=env:VAR takes it from
+    /// your environment (and VAR is removed from the agent's), NAME=file:PATH
+    /// from a file of yours of mode 600. Repeatable. Standalone only.
+    #[arg(long = "secret", value_name = "NAME=env:VAR|NAME=file:PATH")]
+    pub secrets: Vec<String>,
     /// No start line and no session report on stderr.
     #[arg(long)]
     pub quiet: bool,

@@ -113,6 +113,7 @@ pub fn derived_with(
     hosts: &[String],
     keep: &[String],
     writable: &[String],
+    deny_env: &[String],
 ) -> Result<String, DeriveError> {
     use serde_yaml_ng::{Mapping, Value};
     check_options(hosts, keep)?;
@@ -167,6 +168,25 @@ pub fn derived_with(
             return Err(DeriveError::EnvNotMapping(name()));
         };
         list.extend(keep.iter().map(|k| key(k)));
+    }
+    if !deny_env.is_empty() {
+        // `--secret NAME=env:VAR`: the server holds VAR, the agent never.
+        let Some(top) = doc.as_mapping_mut() else {
+            return Err(DeriveError::EnvNotMapping(name()));
+        };
+        let env = top
+            .entry(key("env"))
+            .or_insert_with(|| Value::Mapping(Mapping::new()));
+        let Some(env) = env.as_mapping_mut() else {
+            return Err(DeriveError::EnvNotMapping(name()));
+        };
+        let list = env
+            .entry(key("deny"))
+            .or_insert_with(|| Value::Sequence(Vec::new()));
+        let Some(list) = list.as_sequence_mut() else {
+            return Err(DeriveError::EnvNotMapping(name()));
+        };
+        list.extend(deny_env.iter().map(|k| key(k)));
     }
     keep_read_only(&mut doc, writable).ok_or_else(|| DeriveError::EnvNotMapping(name()))?;
     serde_yaml_ng::to_string(&doc).map_err(DeriveError::Write)
@@ -244,12 +264,12 @@ mod tests {
     use super::*;
 
     fn with_hosts(p: &str, hosts: &[String]) -> Result<String, DeriveError> {
-        derived_with(p, hosts, &[], &[])
+        derived_with(p, hosts, &[], &[], &[])
     }
 
     #[test]
     fn wrap_keeps_the_persistence_places_read_only_but_writable_gives_one_back() {
-        let text = derived_with("agent-default", &[], &[], &["~/.bashrc".into()]).unwrap();
+        let text = derived_with("agent-default", &[], &[], &["~/.bashrc".into()], &[]).unwrap();
         let p = crate::policy::Policy::from_yaml(&text, "t").unwrap();
         let paths = &p.read_only_files().paths;
         assert!(paths.iter().any(|x| x == "~/.profile"), "{paths:?}");
@@ -308,13 +328,14 @@ mod tests {
 
     #[test]
     fn keep_env_adds_to_the_policys_keep_list() {
-        let text = derived_with("agent-default", &[], &["OPENAI_API_KEY".into()], &[]).unwrap();
+        let text =
+            derived_with("agent-default", &[], &["OPENAI_API_KEY".into()], &[], &[]).unwrap();
         let p = crate::policy::Policy::from_yaml(&text, "t").unwrap();
         let env = p.env().unwrap();
         assert!(env.keeps(b"OPENAI_API_KEY"));
         assert!(!env.keeps(b"ANTHROPIC_API_KEY"));
         assert!(matches!(
-            derived_with("agent-default", &[], &["A-B".into()], &[]),
+            derived_with("agent-default", &[], &["A-B".into()], &[], &[]),
             Err(DeriveError::Name(_))
         ));
     }

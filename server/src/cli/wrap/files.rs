@@ -116,7 +116,8 @@ impl Dirs {
     /// Makes the directories, each 0700 where wrap creates it.
     pub(super) fn make(&self) -> Result<(), WrapFilesError> {
         use std::os::unix::fs::DirBuilderExt;
-        for d in [&self.base, &self.state, &self.run] {
+        let key_dir = self.base.join("ca-key");
+        for d in [&self.base, &self.state, &self.run, &key_dir] {
             std::fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)

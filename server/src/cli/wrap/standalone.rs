@@ -15,6 +15,7 @@ use super::command::{exec_plain, record_unsupervised, resolve, say};
 use super::derived::DeriveError;
 use super::files::{Dirs, WrapFilesError};
 use crate::cli::lifecycle::{self, Entrypoint, WrapServer};
+use crate::config::secrets::SecretSource;
 use crate::config::ConfigError;
 use crate::policy::PolicyError;
 use std::ffi::{CString, OsString};
@@ -47,6 +48,10 @@ enum SetupError {
     Policy { policy: String, source: PolicyError },
     #[error("cannot find the agentsh binary: {0}")]
     Exe(#[source] std::io::Error),
+    #[error("--secret {0:?}: write NAME=env:VAR or NAME=file:/ABSOLUTE/PATH")]
+    Secret(String),
+    #[error("--secret {0:?}: its variable is also named by --keep-env (the agent would hold it)")]
+    SecretKept(String),
 }
 
 impl SetupError {
@@ -57,6 +62,8 @@ impl SetupError {
             SetupError::CurrentDir(_)
             | SetupError::Workspace(_)
             | SetupError::Derive(_)
+            | SetupError::Secret(_)
+            | SetupError::SecretKept(_)
             | SetupError::Config { .. }
             | SetupError::Policy { .. } => 2,
             SetupError::Files(_) | SetupError::Write { .. } | SetupError::Exe(_) => {
@@ -124,8 +131,9 @@ impl Setup {
         dirs.make()?;
         let audit = w.audit.clone().unwrap_or_else(|| dirs.audit.clone());
         let workspace = workspace_of(w)?;
-        let policy = policy_of(w, &dirs, &workspace)?;
-        let config = config_text(&dirs, &audit, &policy, &workspace);
+        let secrets = secrets_of(w)?;
+        let policy = policy_of(w, &dirs, &workspace, &secrets)?;
+        let config = config_text(&dirs, &audit, &policy, &workspace) + &secrets_text(&secrets);
         let config_path = dirs.state.join("config.yaml");
         write_private(&config_path, &config).map_err(|source| SetupError::Write {
             path: config_path.clone(),
@@ -185,7 +193,12 @@ fn workspace_of(w: &Wrap) -> Result<PathBuf, SetupError> {
 /// `--policy` (agent-default without it), as a copy with `--allow-host`'s
 /// rule, `--keep-env`'s names and the files wrap keeps read-only (minus
 /// `--writable`'s), written to the session's state.
-fn policy_of(w: &Wrap, dirs: &Dirs, workspace: &Path) -> Result<String, SetupError> {
+fn policy_of(
+    w: &Wrap,
+    dirs: &Dirs,
+    workspace: &Path,
+    secrets: &[(String, SecretSource)],
+) -> Result<String, SetupError> {
     let policy = w.policy.clone().unwrap_or_else(|| "agent-default".into());
     // The policy as given is checked first: its errors name its own file
     // and lines, not the copy's.
@@ -201,7 +214,9 @@ fn policy_of(w: &Wrap, dirs: &Dirs, workspace: &Path) -> Result<String, SetupErr
         home.as_deref(),
         &workspace.to_string_lossy(),
     );
-    let text = super::derived::derived_with(&policy, &w.allow_hosts, &w.keep_env, &writable)?;
+    let deny_env: Vec<String> = secrets.iter().filter_map(|(_, s)| s.env.clone()).collect();
+    let text =
+        super::derived::derived_with(&policy, &w.allow_hosts, &w.keep_env, &writable, &deny_env)?;
     let derived = dirs.state.join("policy.yaml");
     write_private(&derived, &text).map_err(|source| SetupError::Write {
         path: derived.clone(),
@@ -306,6 +321,62 @@ fn unsupervised(
     exec_plain(&real, &argv)
 }
 
+/// `--secret`'s credentials, checked.
+fn secrets_of(w: &Wrap) -> Result<Vec<(String, SecretSource)>, SetupError> {
+    let mut out = Vec::new();
+    for s in &w.secrets {
+        let bad = || SetupError::Secret(s.clone());
+        let (name, source) = s.split_once('=').ok_or_else(bad)?;
+        let token = |t: &str| {
+            !t.is_empty()
+                && t.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        };
+        if !token(name) {
+            return Err(bad());
+        }
+        let source = match source.split_once(':') {
+            Some(("env", var)) if token(var) => {
+                if w.keep_env.iter().any(|k| k == var) {
+                    return Err(SetupError::SecretKept(s.clone()));
+                }
+                SecretSource {
+                    file: None,
+                    env: Some(var.to_string()),
+                }
+            }
+            Some(("file", path)) if path.starts_with('/') => SecretSource {
+                file: Some(PathBuf::from(path)),
+                env: None,
+            },
+            _ => return Err(bad()),
+        };
+        out.push((name.to_string(), source));
+    }
+    Ok(out)
+}
+
+/// The config's `secrets:` for `--secret`.
+fn secrets_text(secrets: &[(String, SecretSource)]) -> String {
+    if secrets.is_empty() {
+        return String::new();
+    }
+    let q = |t: &str| serde_json::to_string(t).unwrap_or_default();
+    let mut out = String::from("secrets:\n");
+    for (name, s) in secrets {
+        match (&s.env, &s.file) {
+            (Some(var), _) => out.push_str(&format!("  {}: {{env: {}}}\n", q(name), q(var))),
+            (None, Some(f)) => out.push_str(&format!(
+                "  {}: {{file: {}}}\n",
+                q(name),
+                q(&f.to_string_lossy())
+            )),
+            (None, None) => {}
+        }
+    }
+    out
+}
+
 /// The server's config for a standalone wrap.
 fn config_text(dirs: &Dirs, audit: &Path, policy: &str, workspace: &Path) -> String {
     let q = |p: &Path| serde_json::to_string(&p.to_string_lossy()).unwrap_or_default();
@@ -322,11 +393,15 @@ fn config_text(dirs: &Dirs, audit: &Path, policy: &str, workspace: &Path) -> Str
         "# Written by `agentsh wrap` for this session.\nserver:\n  socket: {}\n{policy_line}\
          workspace: {}\nstate_dir: {}\naudit:\n  jsonl: {}\n\
          # The user cannot bind port 53: the DNS stub takes a free port (trees'\n\
-         # queries to any resolver are sent to it).\negress:\n  stub: \"127.0.0.153:0\"\n",
+         # queries to any resolver are sent to it).\negress:\n  stub: \"127.0.0.153:0\"\n\
+         # One CA per user for egress rules with http: (its key's directory\n\
+         # is never a tree's to read).\n  ca: {}\n  ca_key: {}\n",
         q(&dirs.socket),
         q(workspace),
         q(&dirs.state),
         q(audit),
+        q(&dirs.base.join("ca.pem")),
+        q(&dirs.base.join("ca-key").join(crate::proxy::ca::KEY_FILE)),
     )
 }
 

@@ -128,16 +128,30 @@ impl SessionLandlock {
             .map(|a| a.port());
         // The state directory (the operator token, the CA's key) and the
         // files `secrets:` names are never a tree's to read.
+        let key = config.ca_key_path();
+        let key_dir = key.parent().filter(|d| *d != config.state_dir.as_path());
         let mut no_read: Vec<&Path> = vec![config.state_dir.as_path()];
+        no_read.extend(key_dir);
         no_read.extend(config.secrets.values().filter_map(|s| s.file.as_deref()));
         let protect = SelfProtection::new(&own, &no_read, api_port, &HostFs);
-        let mounted = own_beneath_homes(&own, &config.state_dir).map(|(rest, covers)| {
+        let mut hidden: Vec<&Path> = vec![config.state_dir.as_path()];
+        hidden.extend(key_dir);
+        let mut own = own;
+        own.extend(key_dir);
+        let mounted = own_beneath_homes(&own, &hidden).map(|(rest, covers)| {
             let rest: Vec<&Path> = rest.iter().map(std::path::PathBuf::as_path).collect();
-            let state: &[&Path] = if covers.hide.is_empty() {
-                &no_read
-            } else {
-                &no_read[1..]
-            };
+            // What a mount hides needs no Landlock carve.
+            let state: Vec<&Path> = no_read
+                .iter()
+                .copied()
+                .filter(|p| {
+                    !covers
+                        .hide
+                        .iter()
+                        .any(|h| std::fs::canonicalize(p).is_ok_and(|c| c == Path::new(h)))
+                })
+                .collect();
+            let state = state.as_slice();
             (SelfProtection::new(&rest, state, api_port, &HostFs), covers)
         });
         SessionLandlock {
@@ -311,7 +325,10 @@ pub struct OwnCovers {
 
 /// `own` and `state` split into what lies beneath a home (covered where
 /// the tree has a mount namespace) and the rest; `None` when nothing does.
-fn own_beneath_homes(own: &[&Path], state: &Path) -> Option<(Vec<std::path::PathBuf>, OwnCovers)> {
+fn own_beneath_homes(
+    own: &[&Path],
+    hidden: &[&Path],
+) -> Option<(Vec<std::path::PathBuf>, OwnCovers)> {
     let homes = crate::policy::credential_files::homes(None);
     let beneath = |p: &Path| homes.iter().any(|h| p.starts_with(h) && p != Path::new(h));
     let canon = |p: &Path| {
@@ -319,13 +336,13 @@ fn own_beneath_homes(own: &[&Path], state: &Path) -> Option<(Vec<std::path::Path
             .ok()
             .map(|c| c.to_string_lossy().into_owned())
     };
-    let state_c = canon(state);
+    let hidden_c: Vec<String> = hidden.iter().filter_map(|p| canon(p)).collect();
     let mut covers = OwnCovers::default();
     let mut rest: Vec<std::path::PathBuf> = Vec::new();
     for p in own {
         let c = canon(p);
         match c.as_deref().filter(|c| beneath(Path::new(c))) {
-            Some(c) if Some(c) == state_c.as_deref() => covers.hide.push(c.to_string()),
+            Some(c) if hidden_c.iter().any(|h| h == c) => covers.hide.push(c.to_string()),
             Some(c) => covers.read_only.push(c.to_string()),
             None => rest.push(p.to_path_buf()),
         }
