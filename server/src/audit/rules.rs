@@ -51,6 +51,16 @@ pub enum Refusal {
     /// A path call the tree's file rules refuse, kept by the tracer where
     /// the kernel has no Landlock (the ruleset names no policy rule).
     FileRules,
+    /// An HTTP request whose path is not in normal form (`..`, an encoded
+    /// `/`), refused by agentsh's proxy whatever the rules say.
+    HttpPathForm,
+    /// An HTTP request for a name the egress rule does not name, or not
+    /// the name of its TLS connection.
+    HttpHost,
+    /// An allowed HTTP request whose injected credential cannot be read.
+    HttpSecret,
+    /// An HTTP request whose upstream cannot be reached or verified.
+    HttpUpstream,
 }
 
 /// Where a refusal's rule is documented: the file, and the heading of the
@@ -74,7 +84,7 @@ const FILE_TABLE: DocRow = DocRow {
 };
 
 impl Refusal {
-    pub const ALL: [Refusal; 17] = [
+    pub const ALL: [Refusal; 21] = [
         Refusal::Unreadable,
         Refusal::Unresolvable,
         Refusal::MemoryNotFrozen,
@@ -92,6 +102,10 @@ impl Refusal {
         Refusal::DnsStubDown,
         Refusal::DnsMalformed,
         Refusal::FileRules,
+        Refusal::HttpPathForm,
+        Refusal::HttpHost,
+        Refusal::HttpSecret,
+        Refusal::HttpUpstream,
     ];
 
     /// The audit event's `rule`.
@@ -114,6 +128,10 @@ impl Refusal {
             Refusal::DnsStubDown => Passage::DnsStub.rule(),
             Refusal::DnsMalformed => "dns_malformed",
             Refusal::FileRules => "file_rules",
+            Refusal::HttpPathForm => "http_path_form",
+            Refusal::HttpHost => "http_host",
+            Refusal::HttpSecret => "http_secret",
+            Refusal::HttpUpstream => "http_upstream",
         }
     }
 
@@ -137,7 +155,11 @@ impl Refusal {
             | Refusal::NetworkRules
             | Refusal::DnsStubDown
             | Refusal::DnsMalformed
-            | Refusal::FileRules => false,
+            | Refusal::FileRules
+            | Refusal::HttpPathForm
+            | Refusal::HttpHost
+            | Refusal::HttpSecret
+            | Refusal::HttpUpstream => false,
         }
     }
 

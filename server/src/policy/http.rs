@@ -113,7 +113,7 @@ pub struct HttpVerdict {
 }
 
 /// The rule of a path refused whatever the rules say.
-pub const RULE_PATH_FORM: &str = "http_path_form";
+pub const RULE_PATH_FORM: &str = crate::audit::Refusal::HttpPathForm.rule();
 
 impl Http {
     /// The secrets the rule's headers name.

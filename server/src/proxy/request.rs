@@ -16,7 +16,7 @@ use super::book::{names_host, Booking};
 use super::hold;
 use super::state::Proxy;
 use super::upstream::Sender;
-use crate::audit::{Action, EventBody, HttpEvent};
+use crate::audit::{Action, EventBody, HttpEvent, Refusal};
 use crate::policy::http::{judge_request, Piece};
 use crate::policy::Decision;
 use bytes::Bytes;
@@ -29,9 +29,9 @@ use std::sync::Arc;
 pub(super) type Body = BoxBody<Bytes, hyper::Error>;
 
 /// A request of a connection refused whatever its method and path.
-pub(super) const RULE_HOST: &str = "http_host";
-pub(super) const RULE_SECRET: &str = "http_secret";
-pub(super) const RULE_UPSTREAM: &str = "http_upstream";
+pub(super) const RULE_HOST: &str = Refusal::HttpHost.rule();
+pub(super) const RULE_SECRET: &str = Refusal::HttpSecret.rule();
+pub(super) const RULE_UPSTREAM: &str = Refusal::HttpUpstream.rule();
 
 /// What every request of one connection shares.
 pub(super) struct Conn {

@@ -83,6 +83,7 @@ impl Proxy {
             approvals,
             explain: setup.explain,
             runtime,
+            open: std::sync::Mutex::new(std::collections::HashMap::new()),
         });
         let mut listeners = vec![l4];
         listeners.extend(six.map(|(l, _)| l));

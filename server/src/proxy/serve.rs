@@ -15,7 +15,7 @@
 
 use super::book::{names_host, Booking};
 use super::request::{handle, Conn};
-use super::state::Proxy;
+use super::state::{Proxy, CONNECTIONS_MAX};
 use super::upstream;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -72,7 +72,55 @@ async fn booked(proxy: &Proxy, peer: std::net::SocketAddr) -> Option<Booking> {
     }
 }
 
+/// One open connection of a session, counted while it lives.
+struct Counted {
+    proxy: Arc<Proxy>,
+    session: String,
+}
+
+impl Counted {
+    /// Counts one more for `session`; `None` past [`CONNECTIONS_MAX`].
+    fn new(proxy: &Arc<Proxy>, session: &str) -> Option<Counted> {
+        let mut open = proxy
+            .open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = open.entry(session.to_string()).or_default();
+        if *n >= CONNECTIONS_MAX {
+            return None;
+        }
+        *n += 1;
+        Some(Counted {
+            proxy: proxy.clone(),
+            session: session.to_string(),
+        })
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        let mut open = self
+            .proxy
+            .open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = open.get_mut(&self.session) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.remove(&self.session);
+            }
+        }
+    }
+}
+
 async fn connection(proxy: Arc<Proxy>, s: TcpStream, b: Booking) {
+    let Some(_counted) = Counted::new(&proxy, &b.session_id) else {
+        tracing::warn!(
+            session = %b.session_id,
+            "egress proxy: {CONNECTIONS_MAX} connections of this session already open: closed"
+        );
+        return;
+    };
     let _ = s.set_nodelay(true);
     let mut first = [0u8; 1];
     match tokio::time::timeout(HELLO_TIMEOUT, s.peek(&mut first)).await {

@@ -42,7 +42,14 @@ pub struct Proxy {
     pub(crate) approvals: Arc<dyn Hold>,
     pub(crate) explain: bool,
     pub(crate) runtime: tokio::runtime::Runtime,
+    /// Open connections per session (at most [`CONNECTIONS_MAX`] each).
+    pub(crate) open: std::sync::Mutex<std::collections::HashMap<String, usize>>,
 }
+
+/// The most connections one session has open through the proxy at once
+/// (each holds one onwards): a tree cannot spend the server's memory and
+/// sockets.
+pub const CONNECTIONS_MAX: usize = 512;
 
 impl Proxy {
     /// Where a socket of `domain` is connected to reach the proxy.
