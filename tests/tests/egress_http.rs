@@ -74,8 +74,11 @@ fn scenario(uid: Option<u32>, extra: &str) {
     }
     let dns = Upstream::start(".allowed.test", BOUND);
     let stub = unique_loopback();
+    // One per scenario: this file's tests run side by side in one process.
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let work = std::env::temp_dir().join(format!(
-        "agentsh-egress-http-{}-{}",
+        "agentsh-egress-http-{}-{}-{n}",
         std::process::id(),
         uid.unwrap_or(0)
     ));
@@ -211,7 +214,7 @@ fn scenario(uid: Option<u32>, extra: &str) {
     // the body).
     let out = ok(
         &mut s,
-        &format!("cd /tmp && rm -rf clone-{u} && GIT_SSL_CAINFO={ca} git clone -q {url}/git/r.git clone-{u} && cat clone-{u}/README && cd clone-{u} && echo more >> README && git -c user.name=a -c user.email=a@a commit -qam second && if GIT_SSL_CAINFO={ca} git push -q origin main 2>/tmp/push-{u}.err; then echo pushed; else echo refused; grep -c 'HTTP 403' /tmp/push-{u}.err || cat /tmp/push-{u}.err; fi", u = uid.unwrap_or(0)),
+        &format!("cd /tmp && rm -rf clone-{u} && GIT_SSL_CAINFO={ca} git clone -q {url}/git/r.git clone-{u} && cat clone-{u}/README && cd clone-{u} && echo more >> README && git -c user.name=a -c user.email=a@a commit -qam second && if GIT_SSL_CAINFO={ca} git push -q origin main 2>/tmp/push-{u}.err; then echo pushed; else echo refused; grep -c 'HTTP 403' /tmp/push-{u}.err || cat /tmp/push-{u}.err; fi", u = format!("{}-{}-{n}", std::process::id(), uid.unwrap_or(0))),
     );
     assert_eq!(out.trim(), "hello\nrefused\n1", "git: {out}");
 
