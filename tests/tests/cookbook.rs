@@ -236,3 +236,95 @@ fn daytona_recipe_in_dockers_default_container_supervises_user_shells() {
     }
     entrypoint_recipe_supervises("daytona-entrypoint", Some("docker-default"), Some(NOBODY));
 }
+
+/// docs/sdk-cookbook.md's egress-at-layer-7 recipe, as written (issue 42):
+/// the image's steps make agentsh's CA and add it to the system store, the
+/// config names the token's file, the start script writes the token. Then
+/// a supervised `curl` that trusts only the system store reaches a TLS
+/// upstream through agentsh's proxy, the token added by the server and
+/// never in the tree's output; a DELETE gets a 403, never sent.
+#[test]
+fn l7_recipe_trusts_agentshs_ca_and_holds_the_token() {
+    use agentsh_tests::http_upstream::HttpUpstream;
+    use agentsh_tests::recipes::recipe;
+    if !require_root("l7_recipe_trusts_agentshs_ca_and_holds_the_token") {
+        return;
+    }
+    const TOKEN: &str = "recipe-token-7c0b-server-only";
+    let env = Installed::new();
+    let path = ("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+    for line in recipe("l7-image").lines().filter(|l| !l.trim().is_empty()) {
+        env.run_ok(&["sh".into(), "-c".into(), line.to_string()]);
+    }
+    for line in recipe("l7-token").lines().filter(|l| !l.trim().is_empty()) {
+        let o = env
+            .ns
+            .run(&["sh", "-c", line], &[path, ("GH_TOKEN", TOKEN)]);
+        assert!(o.status.success(), "{line}: {o:?}");
+    }
+    let work = std::env::temp_dir().join(format!("agentsh-l7-recipe-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    let ip = std::net::Ipv4Addr::new(127, 0, 0, 3);
+    let up = HttpUpstream::start(&work, ip, "api.recipe.test", true);
+    std::fs::write(
+        env.ns.path("/etc/agentsh/policies/l7.yaml"),
+        "name: l7\ndefault: allow\negress:\n  default: deny\n  dns: host\n  rules:\n    - name: api\n      cidrs: [127.0.0.3/32]\n      decision: allow\n      http:\n        default: deny\n        rules:\n          - {name: read, methods: [GET], paths: [\"/repos/**\"], decision: allow}\n        inject:\n          headers: {Authorization: \"Bearer ${secret:gh}\"}\n",
+    )
+    .unwrap();
+    let config = recipe("l7-config");
+    std::fs::write(
+        env.ns.path("/etc/agentsh/config.yaml"),
+        format!(
+            "{config}policy: l7\negress:\n  upstream_roots: [\"{}\"]\n",
+            up.ca.display()
+        ),
+    )
+    .unwrap();
+    env.run_ok(&["agentsh".into(), "shim".into(), "install".into()]);
+    env.ns.write_shim_conf("shim_install=on\n", 0o644);
+    let mut server = env
+        .ns
+        .command("/usr/bin/agentsh")
+        .args(["server", "--config", "/etc/agentsh/config.yaml"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let ready = env
+        .ns
+        .run(&["/usr/bin/agentsh", "ready", "--timeout", "60"], &[path]);
+    let url = format!("https://api.recipe.test:{}", up.port);
+    let script = format!(
+        "curl -sS --resolve api.recipe.test:{p}:{ip} {url}/repos/a; echo; curl -sS -X DELETE --resolve api.recipe.test:{p}:{ip} -w ' %{{http_code}}' {url}/repos/a",
+        p = up.port
+    );
+    let o = env.ns.run(&["sh", "-c", &script], &[path]);
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(ready.status.success(), "agentsh ready: {ready:?}");
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(out.contains("\"saw_authorization\": true"), "{out}{err}");
+    assert!(
+        out.contains("denied (rule default, egress rule api)") && out.ends_with(" 403"),
+        "{out}{err}"
+    );
+    assert!(!out.contains(TOKEN) && !err.contains(TOKEN), "{out}{err}");
+    let reached = up.requests();
+    assert!(
+        reached
+            .iter()
+            .any(|r| r["path"] == "/repos/a" && r["authorization"] == format!("Bearer {TOKEN}")),
+        "{reached:?}"
+    );
+    assert!(
+        !reached.iter().any(|r| r["method"] == "DELETE"),
+        "{reached:?}"
+    );
+    let e = wait_for_event(&env, "the supervised GET", |e| {
+        e["type"] == "http" && e["method"] == "GET" && e["status"] == 200
+    });
+    assert_eq!(e["rule"], "read", "{e}");
+    let _ = std::fs::remove_dir_all(&work);
+}

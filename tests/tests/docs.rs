@@ -55,6 +55,27 @@ const EXERCISED_ELSEWHERE: &[(&str, &str)] = &[
         "apt-get remove agentsh",
         "tests/tests/install_deb.rs deb_installs_supervises_sdk_shells_survives_a_dash_reinstall_and_uninstalls_exactly",
     ),
+    // docs/sdk-cookbook.md's egress-at-layer-7 recipe, run as written.
+    (
+        "agentsh ca path",
+        "tests/tests/cookbook.rs l7_recipe_trusts_agentshs_ca_and_holds_the_token",
+    ),
+    (
+        "install -m 0644 /etc/agentsh/ca.pem /usr/local/share/ca-certificates/agentsh.crt",
+        "tests/tests/cookbook.rs l7_recipe_trusts_agentshs_ca_and_holds_the_token",
+    ),
+    (
+        "update-ca-certificates",
+        "tests/tests/cookbook.rs l7_recipe_trusts_agentshs_ca_and_holds_the_token",
+    ),
+    (
+        "install -d -m 0700 /etc/agentsh/secrets",
+        "tests/tests/cookbook.rs l7_recipe_trusts_agentshs_ca_and_holds_the_token",
+    ),
+    (
+        "umask 077 && printf '%s\\n' \"$GH_TOKEN\" > /etc/agentsh/secrets/gh",
+        "tests/tests/cookbook.rs l7_recipe_trusts_agentshs_ca_and_holds_the_token",
+    ),
 ];
 
 fn repo() -> PathBuf {
