@@ -164,6 +164,20 @@ fn scenario(uid: Option<u32>, extra: &str) {
             "{args} {path}: {out}"
         );
     }
+    // A chunked request body of 100 KiB reaches the upstream whole (the
+    // connection kept alive for a second request).
+    let out = ok(
+        &mut s,
+        &format!("head -c 102400 /dev/zero > /tmp/body-$$ && curl -sS -X GET -H 'Transfer-Encoding: chunked' --data-binary @/tmp/body-$$ --cacert {ca} {url}/repos/chunked {url}/repos/second; rm -f /tmp/body-$$"),
+    );
+    assert!(
+        out.contains("\"path\": \"/repos/chunked\", \"len\": 102400"),
+        "chunked: {out}"
+    );
+    assert!(
+        out.contains("\"path\": \"/repos/second\""),
+        "keep-alive: {out}"
+    );
     // A client that does not trust agentsh's CA fails closed.
     let r = s.sh(&format!("curl -sS {url}/repos/untrusted"));
     assert_eq!(

@@ -337,6 +337,18 @@ fn onward(
     host: &str,
 ) -> (hyper::http::request::Parts, Incoming) {
     let (mut parts, body) = req.into_parts();
+    // A chunked body stays chunked to an HTTP/1.1 upstream (hyper frames
+    // it again; for a GET it would send none without the header).
+    let chunked = !h2
+        && !parts.headers.contains_key(hyper::header::CONTENT_LENGTH)
+        && parts
+            .headers
+            .get_all(hyper::header::TRANSFER_ENCODING)
+            .iter()
+            .any(|v| {
+                v.to_str()
+                    .is_ok_and(|v| v.to_ascii_lowercase().contains("chunked"))
+            });
     let keep = |n: &HeaderName| {
         !HOP.contains(&n.as_str()) || (upgrade && (n == "connection" || n == "upgrade"))
     };
@@ -349,6 +361,12 @@ fn onward(
     parts.headers.clear();
     for (n, v) in headers {
         parts.headers.append(n, v);
+    }
+    if chunked {
+        parts.headers.insert(
+            hyper::header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
     }
     let pq = parts
         .uri
