@@ -191,6 +191,7 @@ fn supervisor_context(
     }) {
         let _ = ctx.proxy();
     }
+    warn_unknown_secrets(config, policies);
     ctx
 }
 
@@ -318,6 +319,25 @@ fn own_limits() {
                 hard = lim.rlim_max,
                 "the server runs with a finite {name} limit"
             );
+        }
+    }
+}
+
+/// A secret a policy injects that the config does not name: said at start,
+/// not only at the first request it refuses.
+fn warn_unknown_secrets(config: &Config, policies: &[Arc<Policy>]) {
+    for p in policies {
+        for r in p.egress().iter().flat_map(|e| e.rules.iter()) {
+            for name in r.http.iter().flat_map(|h| h.secrets()) {
+                if !config.secrets.contains_key(name) {
+                    tracing::warn!(
+                        "egress rule {:?} injects ${{secret:{name}}}, which the config's \
+                         secrets: does not name: its allowed requests are refused (rule \
+                         http_secret)",
+                        r.name
+                    );
+                }
+            }
         }
     }
 }
