@@ -134,7 +134,15 @@ fn judge_one(
         }
     }
     let decided = decide(k, st, policy, key);
-    if matches!(decided.0, Decision::Allow | Decision::Approve) {
+    // Only a TCP destination whose rule has `http:` goes to the proxy (the
+    // check costs every other call nothing but the rule's lookup).
+    let proxied = key.protocol == Protocol::Tcp
+        && matches!(decided.0, Decision::Allow | Decision::Approve)
+        && policy
+            .rules
+            .iter()
+            .any(|r| r.name == decided.1 && r.http.is_some());
+    if proxied {
         let host = decided.2.clone().or_else(|| {
             let names = st.egress.names(k.tree).names_of(key.ip);
             host_of(policy, &decided.1, &names)
