@@ -1454,3 +1454,49 @@ fn wrap_calls_an_api_with_a_credential_the_agent_never_holds_as_nobody() {
 fn wrap_calls_an_api_with_a_credential_the_agent_never_holds_as_root() {
     wrap_http(None);
 }
+
+/// Under `agentsh wrap` (issue 43): the programs that schedule jobs the
+/// system runs later, outside any tree (`crontab`, `at`, `batch`), are
+/// refused with a line that says why; `--writable crontab` gives them
+/// back. Stand-ins by those names in the workspace (this machine has no
+/// cron): the rule is by program name.
+#[test]
+fn wrap_refuses_scheduling_jobs_that_run_later() {
+    if !require_root("wrap_refuses_scheduling_jobs_that_run_later") {
+        return;
+    }
+    let p = Place::under(Path::new("/srv/agentsh-tests"), "cron", Some(NOBODY));
+    let bin = p.ws().join("tools");
+    std::fs::create_dir_all(&bin).unwrap();
+    for name in ["crontab", "at"] {
+        std::fs::copy("/bin/true", bin.join(name)).unwrap();
+    }
+    chown_r(&p.ws(), NOBODY);
+    let script = "./tools/crontab -l; echo crontab=$?; echo 'x' | ./tools/at now; echo at=$?";
+    let o = run(
+        p.wrap("cron", &[], &["sh", "-c", script]),
+        Duration::from_secs(120),
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        out.contains("crontab=126") && out.contains("at=126"),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        err.contains("crontab denied (rule wrap-scheduled-jobs)"),
+        "the refusal says why: {}",
+        text(&o)
+    );
+    let o = run(
+        p.wrap("cron2", &["--writable", "crontab"], &["sh", "-c", script]),
+        Duration::from_secs(120),
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("crontab=0") && out.contains("at=0"),
+        "{}",
+        text(&o)
+    );
+}

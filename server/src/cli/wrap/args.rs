@@ -50,7 +50,9 @@ pub struct Wrap {
     /// and systemd user units and your PATH's own bin directories read-only,
     /// so nothing the agent plants runs later outside it): as listed in
     /// docs/wrap.md (`~/.bashrc`, `${WORKSPACE}/.git/config`), or that
-    /// path under your home or the workspace. Repeatable. Standalone only.
+    /// path under your home or the workspace; `crontab` gives back the
+    /// programs that schedule jobs (crontab, at, batch), which wrap
+    /// refuses. Repeatable. Standalone only.
     #[arg(long = "writable", value_name = "PATH")]
     pub writable: Vec<String>,
     /// A credential for the policy's `http.inject` (`${secret:NAME}`), held

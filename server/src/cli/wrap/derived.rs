@@ -78,6 +78,15 @@ pub const READ_ONLY_DEFAULT: &[&str] = &[
     "${WORKSPACE}/.git/config",
 ];
 
+/// The command rule wrap puts first: programs that schedule jobs the
+/// system runs later, outside any tree (`--writable crontab` gives them
+/// back).
+pub const SCHEDULED_JOBS_RULE: &str = "wrap-scheduled-jobs";
+/// What `SCHEDULED_JOBS_RULE` names.
+pub const SCHEDULERS: &[&str] = &["crontab", "at", "batch"];
+/// The `--writable` entry that gives the schedulers back.
+pub const SCHEDULERS_BACK: &str = "crontab";
+
 /// `--writable` entries in the form `READ_ONLY_DEFAULT` lists them: a path
 /// under `home` becomes `~/...`, one under `workspace` `${WORKSPACE}/...`.
 pub fn writable_entries(given: &[String], home: Option<&str>, workspace: &str) -> Vec<String> {
@@ -188,6 +197,9 @@ pub fn derived_with(
         };
         list.extend(deny_env.iter().map(|k| key(k)));
     }
+    if !writable.iter().any(|w| w == SCHEDULERS_BACK) {
+        deny_schedulers(&mut doc).ok_or_else(|| DeriveError::EnvNotMapping(name()))?;
+    }
     keep_read_only(&mut doc, writable).ok_or_else(|| DeriveError::EnvNotMapping(name()))?;
     serde_yaml_ng::to_string(&doc).map_err(DeriveError::Write)
 }
@@ -210,6 +222,31 @@ fn check_options(hosts: &[String], keep: &[String]) -> Result<(), DeriveError> {
         }
     }
     Ok(())
+}
+
+/// [`SCHEDULED_JOBS_RULE`] as the policy's first command rule; `None`: the
+/// policy is not a mapping, or its `command_rules` not a list.
+fn deny_schedulers(doc: &mut serde_yaml_ng::Value) -> Option<()> {
+    use serde_yaml_ng::{Mapping, Value};
+    let key = |k: &str| Value::String(k.into());
+    let rules = doc
+        .as_mapping_mut()?
+        .entry(key("command_rules"))
+        .or_insert_with(|| Value::Sequence(Vec::new()))
+        .as_sequence_mut()?;
+    let mut rule = Mapping::new();
+    rule.insert(key("name"), key(SCHEDULED_JOBS_RULE));
+    rule.insert(
+        key("commands"),
+        Value::Sequence(SCHEDULERS.iter().map(|c| key(c)).collect()),
+    );
+    rule.insert(key("decision"), key("deny"));
+    rule.insert(
+        key("message"),
+        key("a scheduled job runs later, outside agentsh wrap (give it back with --writable crontab)"),
+    );
+    rules.insert(0, Value::Mapping(rule));
+    Some(())
 }
 
 /// `read_only_files` as wrap keeps them (see [`derived_with`]); `None`: the
@@ -265,6 +302,22 @@ mod tests {
 
     fn with_hosts(p: &str, hosts: &[String]) -> Result<String, DeriveError> {
         derived_with(p, hosts, &[], &[], &[])
+    }
+
+    #[test]
+    fn schedulers_are_denied_first_unless_given_back() {
+        let text = derived_with("agent-default", &[], &[], &[], &[]).unwrap();
+        crate::policy::Policy::from_yaml(&text, "t").unwrap();
+        let doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).unwrap();
+        let first = &doc["command_rules"][0];
+        assert_eq!(
+            first["name"].as_str(),
+            Some(SCHEDULED_JOBS_RULE),
+            "{first:?}"
+        );
+        assert_eq!(first["decision"].as_str(), Some("deny"));
+        let back = derived_with("agent-default", &[], &[], &["crontab".into()], &[]).unwrap();
+        assert!(!back.contains(SCHEDULED_JOBS_RULE));
     }
 
     #[test]
