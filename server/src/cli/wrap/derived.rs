@@ -160,43 +160,10 @@ pub fn derived_with(
         rule.insert(key("decision"), key("allow"));
         rules.insert(at, Value::Mapping(rule));
     }
-    if !keep.is_empty() {
-        let Some(top) = doc.as_mapping_mut() else {
-            return Err(DeriveError::EnvNotMapping(name()));
-        };
-        let env = top
-            .entry(key("env"))
-            .or_insert_with(|| Value::Mapping(Mapping::new()));
-        let Some(env) = env.as_mapping_mut() else {
-            return Err(DeriveError::EnvNotMapping(name()));
-        };
-        let list = env
-            .entry(key("keep"))
-            .or_insert_with(|| Value::Sequence(Vec::new()));
-        let Some(list) = list.as_sequence_mut() else {
-            return Err(DeriveError::EnvNotMapping(name()));
-        };
-        list.extend(keep.iter().map(|k| key(k)));
-    }
-    if !deny_env.is_empty() {
-        // `--secret NAME=env:VAR`: the server holds VAR, the agent never.
-        let Some(top) = doc.as_mapping_mut() else {
-            return Err(DeriveError::EnvNotMapping(name()));
-        };
-        let env = top
-            .entry(key("env"))
-            .or_insert_with(|| Value::Mapping(Mapping::new()));
-        let Some(env) = env.as_mapping_mut() else {
-            return Err(DeriveError::EnvNotMapping(name()));
-        };
-        let list = env
-            .entry(key("deny"))
-            .or_insert_with(|| Value::Sequence(Vec::new()));
-        let Some(list) = list.as_sequence_mut() else {
-            return Err(DeriveError::EnvNotMapping(name()));
-        };
-        list.extend(deny_env.iter().map(|k| key(k)));
-    }
+    // `--keep-env`'s names kept; `--secret NAME=env:VAR`'s VARs removed
+    // (the server holds them, the agent never).
+    env_list(&mut doc, "keep", keep).ok_or_else(|| DeriveError::EnvNotMapping(name()))?;
+    env_list(&mut doc, "deny", deny_env).ok_or_else(|| DeriveError::EnvNotMapping(name()))?;
     if !writable.iter().any(|w| w == SCHEDULERS_BACK) {
         deny_schedulers(&mut doc).ok_or_else(|| DeriveError::EnvNotMapping(name()))?;
     }
@@ -222,6 +189,27 @@ fn check_options(hosts: &[String], keep: &[String]) -> Result<(), DeriveError> {
         }
     }
     Ok(())
+}
+
+/// `names` added to the policy's `env.<list>` (made where missing);
+/// `None`: `env` or the list is not what a policy's is.
+fn env_list(doc: &mut serde_yaml_ng::Value, list: &str, names: &[String]) -> Option<()> {
+    use serde_yaml_ng::{Mapping, Value};
+    if names.is_empty() {
+        return Some(());
+    }
+    let key = |k: &str| Value::String(k.into());
+    let env = doc
+        .as_mapping_mut()?
+        .entry(key("env"))
+        .or_insert_with(|| Value::Mapping(Mapping::new()))
+        .as_mapping_mut()?;
+    let l = env
+        .entry(key(list))
+        .or_insert_with(|| Value::Sequence(Vec::new()))
+        .as_sequence_mut()?;
+    l.extend(names.iter().map(|k| key(k)));
+    Some(())
 }
 
 /// [`SCHEDULED_JOBS_RULE`] as the policy's first command rule; `None`: the
