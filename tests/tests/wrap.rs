@@ -1500,3 +1500,125 @@ fn wrap_refuses_scheduling_jobs_that_run_later() {
         text(&o)
     );
 }
+
+/// `agentsh approvals watch --session ID` in another terminal (a pty, as
+/// `script` gives one) answers a held exec with one key (issue 43): `y`,
+/// no Enter, approves; the command runs. wrap's start line names the
+/// command.
+#[test]
+fn an_approval_is_answered_with_one_key_in_watch() {
+    if !require_root("an_approval_is_answered_with_one_key_in_watch") {
+        return;
+    }
+    use std::io::{BufRead, Read, Write};
+    let p = Place::new("onekey", Some(NOBODY));
+    let policy = p.ws().join("approve.yaml");
+    std::fs::write(
+        &policy,
+        "name: approve-id\ndefault: allow\ncommand_rules:\n  - name: approve-nested-id\n    commands: [id]\n    context: [nested]\n    decision: approve\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&policy, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut cmd = p.wrap(
+        "key",
+        &["--policy", policy.to_str().unwrap()],
+        &["sh", "-c", "id -u; echo rc=$?"],
+    );
+    let child = spawn(&mut cmd, Stdio::null());
+    // Once the request waits (the session's socket is there by then).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let o = Command::new("setpriv")
+            .arg(format!("--reuid={NOBODY}"))
+            .arg(format!("--regid={NOBODY}"))
+            .args(["--clear-groups", "--"])
+            .arg(bin("agentsh"))
+            .args(["approvals", "list", "--session", "key", "--json"])
+            .env_clear()
+            .env("HOME", p.home())
+            .env("PATH", "/usr/bin:/bin")
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&o.stdout).contains("\"id\"") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no pending approval: {}",
+            p.log("key")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut watch = Command::new("setpriv")
+        .arg(format!("--reuid={NOBODY}"))
+        .arg(format!("--regid={NOBODY}"))
+        .args(["--clear-groups", "--", "script", "-qec"])
+        .arg(format!(
+            "{} approvals watch --session key",
+            bin("agentsh").display()
+        ))
+        .arg("/dev/null")
+        .env_clear()
+        .env("HOME", p.home())
+        .env("PATH", "/usr/bin:/bin")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The prompt, then one key.
+    let mut out = std::io::BufReader::new(watch.stdout.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut seen = String::new();
+        let mut buf = [0u8; 256];
+        loop {
+            match out.get_mut().read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+                    let _ = tx.send(seen.clone());
+                }
+            }
+        }
+        let _ = out.fill_buf();
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut seen = String::new();
+    while !seen.contains("another key skips") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(
+            !left.is_zero(),
+            "no prompt from watch: {seen:?}\n{}",
+            p.log("key")
+        );
+        if let Ok(s) = rx.recv_timeout(left) {
+            seen = s;
+        }
+    }
+    let mut stdin = watch.stdin.take().unwrap();
+    stdin.write_all(b"y").unwrap();
+    stdin.flush().unwrap();
+    let o = finish(child, Duration::from_secs(120));
+    let _ = watch.kill();
+    let _ = watch.wait();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        out,
+        format!("{NOBODY}\nrc=0\n"),
+        "{}\nwatch: {seen}",
+        text(&o)
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("run in another terminal: agentsh approvals watch --session key"),
+        "the start line names watch: {err}"
+    );
+    assert!(
+        p.events("key").iter().any(|e| e["type"] == "execve"
+            && e["argv"][0] == "id"
+            && e["approval_outcome"] == "approved"),
+        "{:?}",
+        p.events("key")
+    );
+}

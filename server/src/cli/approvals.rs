@@ -94,7 +94,8 @@ pub enum ApprovalsCommand {
         #[command(flatten)]
         conn: Connection,
     },
-    /// Print requests as they arrive; in a terminal, ask y/n for each.
+    /// Print requests as they arrive; in a terminal, ask for each: one key,
+    /// y approves, n denies, any other skips (no Enter needed).
     Watch {
         #[command(flatten)]
         conn: Connection,
@@ -246,6 +247,32 @@ pub fn run(cmd: ApprovalsCommand) -> Result<()> {
     }
 }
 
+/// One key from the terminal on stdin, without waiting for Enter and
+/// without echo (the terminal's mode put back after); `None` at the end
+/// of input. Where stdin's mode cannot be read, the first byte of a line.
+fn one_key() -> Option<u8> {
+    // SAFETY: a zeroed termios is a valid buffer for tcgetattr to fill.
+    let mut old: libc::termios = unsafe { std::mem::zeroed() };
+    // SAFETY: fd 0 and our own buffer.
+    if unsafe { libc::tcgetattr(0, &mut old) } != 0 {
+        let mut line = String::new();
+        let n = std::io::stdin().lock().read_line(&mut line).unwrap_or(0);
+        return (n > 0).then(|| line.bytes().next().unwrap_or(b'\n'));
+    }
+    let mut raw = old;
+    raw.c_lflag &= !(libc::ICANON | libc::ECHO);
+    raw.c_cc[libc::VMIN] = 1;
+    raw.c_cc[libc::VTIME] = 0;
+    // SAFETY: fd 0 and a termios made from its own.
+    unsafe { libc::tcsetattr(0, libc::TCSANOW, &raw) };
+    let mut b = [0u8; 1];
+    // SAFETY: reads at most one byte into our buffer.
+    let n = unsafe { libc::read(0, b.as_mut_ptr().cast(), 1) };
+    // SAFETY: as above; the mode the terminal had.
+    unsafe { libc::tcsetattr(0, libc::TCSANOW, &old) };
+    (n == 1).then_some(b[0])
+}
+
 fn watch(conn: &Connection) -> Result<()> {
     let interactive = std::io::stdin().is_terminal();
     let client = client(conn, Duration::from_secs(45))?;
@@ -260,17 +287,27 @@ fn watch(conn: &Connection) -> Result<()> {
             let (true, Some(id)) = (interactive, r["id"].as_str()) else {
                 continue;
             };
-            print!("approve {id} ({})? [y/n/s=skip] ", command_of(r));
+            print!(
+                "approve {id} ({})? [y]es [n]o, another key skips: ",
+                command_of(r)
+            );
             let _ = std::io::stdout().flush();
-            let mut line = String::new();
-            if std::io::stdin().lock().read_line(&mut line).unwrap_or(0) == 0 {
+            let Some(key) = one_key() else {
                 return Ok(());
-            }
-            let answer = match line.trim() {
-                "y" | "Y" | "yes" => Some(true),
-                "n" | "N" | "no" => Some(false),
+            };
+            let answer = match key {
+                b'y' | b'Y' => Some(true),
+                b'n' | b'N' => Some(false),
                 _ => None,
             };
+            println!(
+                "{}",
+                match answer {
+                    Some(true) => "yes",
+                    Some(false) => "no",
+                    None => "skipped",
+                }
+            );
             if let Some(approve) = answer {
                 match decide(&client, id, approve, None) {
                     Ok(msg) => println!("{msg}"),

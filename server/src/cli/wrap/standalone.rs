@@ -155,8 +155,8 @@ impl Setup {
     /// The start line: the session, where its approvals and audit are.
     fn say_start(&self, session: &str) {
         say(&format!(
-            "session {session}: policy {}, workspace {}; approvals: agentsh approvals list \
-             --session {session}; audit: {}{}",
+            "session {session}: policy {}, workspace {}; to answer approvals, run in another \
+             terminal: agentsh approvals watch --session {session}; audit: {}{}",
             self.named,
             self.workspace.display(),
             self.audit.display(),
