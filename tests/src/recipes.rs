@@ -19,18 +19,25 @@ use crate::ns::Namespace;
 use crate::server::bin;
 use std::path::{Path, PathBuf};
 
-fn cookbook() -> String {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/sdk-cookbook.md");
+fn page(doc: &str) -> String {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(doc);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
 }
 
-/// The fenced block after `<!-- recipe: NAME -->`, without its fences.
+/// The fenced block after `<!-- recipe: NAME -->` in the cookbook, without
+/// its fences.
 pub fn recipe(name: &str) -> String {
-    let page = cookbook();
+    recipe_in("docs/sdk-cookbook.md", name)
+}
+
+/// The fenced block after `<!-- recipe: NAME -->` in `doc` (a path from
+/// the repository's top), without its fences.
+pub fn recipe_in(doc: &str, name: &str) -> String {
+    let page = page(doc);
     let marker = format!("<!-- recipe: {name} -->");
     let at = page
         .find(&marker)
-        .unwrap_or_else(|| panic!("docs/sdk-cookbook.md has no {marker}"));
+        .unwrap_or_else(|| panic!("{doc} has no {marker}"));
     let rest = &page[at + marker.len()..];
     let open = rest
         .find("```")

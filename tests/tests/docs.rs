@@ -55,6 +55,15 @@ const EXERCISED_ELSEWHERE: &[(&str, &str)] = &[
         "apt-get remove agentsh",
         "tests/tests/install_deb.rs deb_installs_supervises_sdk_shells_survives_a_dash_reinstall_and_uninstalls_exactly",
     ),
+    // docs/wrap.md's install without root, run as written by a user.
+    (
+        "tar -xzf agentsh-*.tar.gz",
+        "tests/tests/wrap.rs agentsh_in_the_home_is_protected_without_splitting_the_home",
+    ),
+    (
+        "./agentsh-*/install.sh --user",
+        "tests/tests/wrap.rs agentsh_in_the_home_is_protected_without_splitting_the_home",
+    ),
     // docs/sdk-cookbook.md's egress-at-layer-7 recipe, run as written.
     (
         "agentsh ca path",

@@ -1309,11 +1309,41 @@ fn agentsh_in_the_home_is_protected_without_splitting_the_home() {
     let p = Place::under(Path::new("/srv/agentsh-tests"), "userinstall", Some(NOBODY));
     let home = p.ws().join("h");
     let bin_dir = home.join(".local/bin");
-    std::fs::create_dir_all(&bin_dir).unwrap();
-    for b in ["agentsh", "agentsh-unixwrap"] {
-        std::fs::copy(bin(b), bin_dir.join(b)).unwrap();
+    // The release archive, built by packaging/archive.sh from this build's
+    // binaries, in a download directory of the user's.
+    let built = p.root.join("built");
+    let downloads = home.join("Downloads");
+    std::fs::create_dir_all(&built).unwrap();
+    std::fs::create_dir_all(&downloads).unwrap();
+    for b in ["agentsh", "agentsh-unixwrap", "agentsh-shell-shim"] {
+        std::fs::copy(bin(b), built.join(b)).unwrap();
     }
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let o = Command::new("bash")
+        .arg(repo.join("packaging/archive.sh"))
+        .arg("--from")
+        .arg(&built)
+        .arg("--out")
+        .arg(&downloads)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "archive.sh: {}", text(&o));
     chown_r(&p.ws(), NOBODY);
+    // docs/wrap.md's recipe, as written, as the user.
+    let recipe = agentsh_tests::recipes::recipe_in("docs/wrap.md", "user-install");
+    for line in recipe.lines().filter(|l| !l.trim().is_empty()) {
+        let o = Command::new("setpriv")
+            .arg(format!("--reuid={NOBODY}"))
+            .arg(format!("--regid={NOBODY}"))
+            .args(["--clear-groups", "--", "sh", "-c", line])
+            .current_dir(&downloads)
+            .env_clear()
+            .env("HOME", &home)
+            .env("PATH", format!("{}:/usr/bin:/bin", bin_dir.display()))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{line}: {}", text(&o));
+    }
     let script = "echo hi > ~/notes.txt && cat ~/notes.txt; mkdir ~/newdir && echo made; \
                   echo x > ~/.local/bin/agentsh-unixwrap; echo rcw=$?; mv ~/.local ~/.l2; \
                   echo rcm=$?; ls -A ~/.local/state/agentsh/inst | wc -l; \
