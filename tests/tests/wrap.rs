@@ -1652,3 +1652,144 @@ fn an_approval_is_answered_with_one_key_in_watch() {
         p.events("key")
     );
 }
+
+/// The agents people run, each as a stand-in that spawns the way the real
+/// one does (issue 43), under `agentsh wrap --agent NAME`, as nobody and
+/// as root: Claude Code and Gemini CLI (node, `bash -c` per tool call),
+/// Codex CLI (`sh -lc` per command), Aider (python `subprocess` with a
+/// shell), and a plain terminal session (`bash -l` reading commands). Each
+/// writes its own configuration directory and the workspace, runs git, keeps
+/// its API key (the profile's), loses another secret, and has `su` refused.
+fn agents_under_wrap(uid: Option<u32>) {
+    let tag = uid.map_or_else(|| "root".to_string(), |u| u.to_string());
+    let p = Place::under(
+        Path::new("/srv/agentsh-tests"),
+        &format!("agents-{tag}"),
+        uid,
+    );
+    // The agent's home inside the workspace, which the policy lets it write
+    // (its rules name the user's passwd home, which is not this test's);
+    // wrap keeps its state in that home, so the workspace's top is carved
+    // around it: the agent's files go one level down.
+    let home = p.ws().join("h");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(p.ws().join("work")).unwrap();
+    let git = Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(p.ws())
+        .output()
+        .unwrap();
+    assert!(git.status.success(), "{git:?}");
+    // The tool calls every stand-in makes.
+    let calls = "git status --short | wc -l; echo made-by-$AGENT > work/$AGENT.txt && cat work/$AGENT.txt; \
+                 echo key=${KEY:+kept}; echo gh=${GH_TOKEN:-gone}; su -c true root 2>/dev/null; echo su=$?";
+    std::fs::write(
+        p.ws().join("node-agent.js"),
+        format!(
+            "const {{spawnSync}} = require('child_process'); const fs = require('fs'); const os = require('os');\n\
+             const dir = os.homedir() + '/.' + process.argv[2]; fs.mkdirSync(dir, {{recursive: true}});\n\
+             fs.writeFileSync(dir + '/session.json', '{{}}');\n\
+             const r = spawnSync('bash', ['-c', {calls:?}], {{encoding: 'utf8', env: Object.assign({{}}, process.env, {{AGENT: process.argv[2], KEY: process.env[process.argv[3]] || ''}})}});\n\
+             process.stdout.write(r.stdout); process.stdout.write('config=' + fs.readdirSync(dir).join(',') + '\\n');\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        p.ws().join("py-agent.py"),
+        format!(
+            "import os, subprocess, sys\n\
+             name, key, how = sys.argv[1], sys.argv[2], sys.argv[3]\n\
+             d = os.path.expanduser('~/.' + name); os.makedirs(d, exist_ok=True)\n\
+             open(os.path.join(d, 'history'), 'a').write('x\\n')\n\
+             env = dict(os.environ, AGENT=name, KEY=os.environ.get(key, ''))\n\
+             calls = {calls:?}\n\
+             if how == 'sh-lc':\n    r = subprocess.run(['sh', '-lc', calls], env=env, capture_output=True, text=True)\n\
+             else:\n    r = subprocess.run(calls, shell=True, env=env, capture_output=True, text=True)\n\
+             sys.stdout.write(r.stdout); print('config=' + ','.join(os.listdir(d)))\n"
+        ),
+    )
+    .unwrap();
+    if let Some(u) = uid {
+        chown_r(&p.ws(), u);
+    }
+    let cases: [(&str, &str, Vec<&str>); 4] = [
+        (
+            "claude-code",
+            "ANTHROPIC_API_KEY",
+            vec!["node", "node-agent.js", "claude", "ANTHROPIC_API_KEY"],
+        ),
+        (
+            "gemini",
+            "GEMINI_API_KEY",
+            vec!["node", "node-agent.js", "gemini", "GEMINI_API_KEY"],
+        ),
+        (
+            "codex",
+            "OPENAI_API_KEY",
+            vec!["python3", "py-agent.py", "codex", "OPENAI_API_KEY", "sh-lc"],
+        ),
+        (
+            "aider",
+            "OPENAI_API_KEY",
+            vec!["python3", "py-agent.py", "aider", "OPENAI_API_KEY", "shell"],
+        ),
+    ];
+    for (agent, key, cmd) in &cases {
+        let mut c = p.wrap(agent, &["--agent", agent], cmd);
+        c.env(key, "sk-test-key")
+            .env("GH_TOKEN", "ghp-should-not-reach")
+            .env("HOME", &home);
+        let o = run(c, Duration::from_secs(120));
+        let out = String::from_utf8_lossy(&o.stdout);
+        let who = cmd[2];
+        for want in [
+            format!("made-by-{who}"),
+            "key=kept".to_string(),
+            "gh=gone".to_string(),
+            "su=126".to_string(),
+        ] {
+            assert!(out.contains(&want), "{agent}: no {want:?}: {}", text(&o));
+        }
+        assert!(out.contains("config="), "{agent}: {}", text(&o));
+        assert_eq!(o.status.code(), Some(0), "{agent}: {}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(&format!("--agent {agent}: allows")),
+            "{agent}: {err}"
+        );
+    }
+    // A plain terminal session: `bash -l` reading commands.
+    let mut c = p.wrap("terminal", &[], &["bash", "-l"]);
+    c.env("HOME", &home);
+    let mut child = spawn(&mut c, Stdio::piped());
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin
+            .write_all(b"AGENT=terminal; git status --short | wc -l; echo made-by-$AGENT > work/$AGENT.txt && cat work/$AGENT.txt; su -c true root 2>/dev/null; echo su=$?; exit\n")
+            .unwrap();
+    }
+    let o = finish(child, Duration::from_secs(120));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("made-by-terminal") && out.contains("su=126"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn the_agents_people_run_work_under_wrap_as_nobody() {
+    if !require_root("the_agents_people_run_work_under_wrap_as_nobody") {
+        return;
+    }
+    agents_under_wrap(Some(NOBODY));
+}
+
+#[test]
+fn the_agents_people_run_work_under_wrap_as_root() {
+    if !require_root("the_agents_people_run_work_under_wrap_as_root") {
+        return;
+    }
+    agents_under_wrap(None);
+}

@@ -30,13 +30,15 @@
 //! The rooms: `args` (wrap's options), `start` (which way, after the
 //! checks), `server_mode` (CMD started on a server, as the shim starts a
 //! shell), `standalone` (wrap's own server: its config, the closing report),
-//! `derived` (the policy it runs, with `--allow-host` and `--keep-env`), `files` (where a standalone wrap keeps its files),
+//! `derived` (the policy it runs, with `--allow-host` and `--keep-env`),
+//! `profiles` (`--agent`: what known agents need), `files` (where a standalone wrap keeps its files),
 //! `command` (CMD found on `PATH`, or run without supervision and recorded).
 
 mod args;
 mod command;
 mod derived;
 mod files;
+mod profiles;
 mod server_mode;
 mod standalone;
 mod start;

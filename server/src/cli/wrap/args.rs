@@ -45,6 +45,14 @@ pub struct Wrap {
     /// runs. Repeatable; `*` for any run of characters. Standalone only.
     #[arg(long = "keep-env", value_name = "NAME")]
     pub keep_env: Vec<String>,
+    /// What a known agent needs, as --allow-host and --keep-env would give
+    /// it: claude-code (api.anthropic.com, ANTHROPIC_API_KEY), codex
+    /// (api.openai.com, chatgpt.com, OPENAI_API_KEY), gemini
+    /// (generativelanguage.googleapis.com, cloudcode-pa.googleapis.com,
+    /// oauth2.googleapis.com, GEMINI_API_KEY, GOOGLE_API_KEY), aider
+    /// (api.openai.com, api.anthropic.com and their keys). Standalone only.
+    #[arg(long = "agent", value_name = "NAME")]
+    pub agent: Option<String>,
     /// A place wrap keeps read-only that the agent may write after all
     /// (wrap keeps shell startup files, git's hooks and config, autostart
     /// and systemd user units and your PATH's own bin directories read-only,

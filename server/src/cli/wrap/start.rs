@@ -15,7 +15,29 @@ use std::path::Path;
 use std::time::Duration;
 
 /// Runs `agentsh wrap`; returns the exit status.
-pub fn run(w: Wrap) -> i32 {
+pub fn run(mut w: Wrap) -> i32 {
+    if let Some(name) = w.agent.clone() {
+        match super::profiles::profile(&name) {
+            Ok(p) => {
+                if !w.quiet {
+                    say(&format!(
+                        "--agent {}: allows {} on port 443, keeps {} in its environment",
+                        p.name,
+                        p.hosts.join(" "),
+                        p.keep_env.join(" ")
+                    ));
+                }
+                w.allow_hosts
+                    .extend(p.hosts.iter().map(ToString::to_string));
+                w.keep_env
+                    .extend(p.keep_env.iter().map(ToString::to_string));
+            }
+            Err(e) => {
+                say(&e.to_string());
+                return 2;
+            }
+        }
+    }
     if agentsh_proto::marker::agentsh_filter_present() {
         say(
             "this process already runs under agentsh's supervision (a supervised tree): wrap \
