@@ -1262,6 +1262,21 @@ fn wrap_keeps_the_places_code_would_be_planted_read_only() {
             std::fs::read_to_string(home.join(".bashrc")).unwrap(),
             "# bashrc\n"
         );
+        // Each refusal says why on the agent's stderr (issue 43).
+        let err = String::from_utf8_lossy(&o.stderr);
+        for (what, path) in [
+            ("~/.bashrc", home.join(".bashrc")),
+            ("~/.profile", home.join(".profile")),
+            ("~/.local/bin", home.join(".local/bin/evil")),
+            (".git/hooks", p.ws().join(".git/hooks")),
+        ] {
+            let line = err.lines().find(|l| {
+                l.starts_with("agentsh: ")
+                    && l.contains(&*path.to_string_lossy())
+                    && l.contains("denied (rule read_only_files)")
+            });
+            assert!(line.is_some(), "{uid:?}: no line for {what}: {}", text(&o));
+        }
         assert!(!home.join(".local/bin/evil").exists());
         assert!(!p.ws().join(".git/hooks/pre-commit").exists());
         assert!(!home.join(".config/systemd/user/evil.service").exists());

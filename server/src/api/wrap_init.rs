@@ -299,7 +299,7 @@ fn open_tree(
             exec_places: landlock.exec_places.clone(),
             rules: setup.rules.clone(),
             doomed: session.doomed.clone(),
-            files: tree_file_rules(&setup.filters, &landlock.config),
+            files: tree_file_rules(&setup.filters, &landlock.config, credentials),
         },
     )
     .map_err(|e| {
@@ -323,6 +323,7 @@ fn open_tree(
 fn tree_file_rules(
     filters: &crate::filter::Filters,
     config: &agentsh_proto::LandlockConfig,
+    credentials: Option<&super::credentials::CredentialPlan>,
 ) -> Option<crate::supervisor::TreeFiles> {
     use crate::supervisor::{FileRules, TreeFiles};
     if filters.traces_files() {
@@ -330,7 +331,21 @@ fn tree_file_rules(
             FileRules::from_config(config),
         )))
     } else if filters.explains_writes() {
-        Some(TreeFiles::Explained(std::sync::Arc::new(config.clone())))
+        // The places unixwrap's mounts keep read-only: a change there is
+        // explained too (the kernel's EROFS), canonical as the rules are.
+        let read_only = credentials
+            .map(|c| {
+                c.read_only
+                    .iter()
+                    .filter_map(|p| std::fs::canonicalize(p).ok())
+                    .filter_map(|p| p.to_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some(TreeFiles::Explained(
+            std::sync::Arc::new(config.clone()),
+            std::sync::Arc::new(read_only),
+        ))
     } else {
         None
     }

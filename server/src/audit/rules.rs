@@ -51,6 +51,9 @@ pub enum Refusal {
     /// A path call the tree's file rules refuse, kept by the tracer where
     /// the kernel has no Landlock (the ruleset names no policy rule).
     FileRules,
+    /// A change beneath a place kept read-only by a mount in the tree's
+    /// namespace (`read_only_files`), explained (the kernel's `EROFS`).
+    ReadOnlyFiles,
     /// An HTTP request whose path is not in normal form (`..`, an encoded
     /// `/`), refused by agentsh's proxy whatever the rules say.
     HttpPathForm,
@@ -84,7 +87,7 @@ const FILE_TABLE: DocRow = DocRow {
 };
 
 impl Refusal {
-    pub const ALL: [Refusal; 21] = [
+    pub const ALL: [Refusal; 22] = [
         Refusal::Unreadable,
         Refusal::Unresolvable,
         Refusal::MemoryNotFrozen,
@@ -102,6 +105,7 @@ impl Refusal {
         Refusal::DnsStubDown,
         Refusal::DnsMalformed,
         Refusal::FileRules,
+        Refusal::ReadOnlyFiles,
         Refusal::HttpPathForm,
         Refusal::HttpHost,
         Refusal::HttpSecret,
@@ -128,6 +132,7 @@ impl Refusal {
             Refusal::DnsStubDown => Passage::DnsStub.rule(),
             Refusal::DnsMalformed => "dns_malformed",
             Refusal::FileRules => "file_rules",
+            Refusal::ReadOnlyFiles => "read_only_files",
             Refusal::HttpPathForm => "http_path_form",
             Refusal::HttpHost => "http_host",
             Refusal::HttpSecret => "http_secret",
@@ -156,6 +161,7 @@ impl Refusal {
             | Refusal::DnsStubDown
             | Refusal::DnsMalformed
             | Refusal::FileRules
+            | Refusal::ReadOnlyFiles
             | Refusal::HttpPathForm
             | Refusal::HttpHost
             | Refusal::HttpSecret
@@ -165,7 +171,7 @@ impl Refusal {
 
     /// Where it is documented.
     pub fn doc(self) -> DocRow {
-        if self == Refusal::FileRules {
+        if self == Refusal::FileRules || self == Refusal::ReadOnlyFiles {
             FILE_TABLE
         } else if self.of_exec() {
             EXEC_TABLE

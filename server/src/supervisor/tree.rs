@@ -29,11 +29,17 @@ pub struct Tree {
     /// refuses: the ruleset, resolved into rules at the tree's first call
     /// that changes a file (most trees make none; resolving costs a
     /// canonicalisation per rule).
-    explained: Option<(
-        Arc<agentsh_proto::LandlockConfig>,
-        std::sync::OnceLock<super::files::FileRules>,
-    )>,
+    explained: Option<Explained>,
 }
+
+/// A tree's ruleset as Landlock keeps it, the places its mounts keep
+/// read-only, and the rules made of them at its first call that changes a
+/// file.
+type Explained = (
+    Arc<agentsh_proto::LandlockConfig>,
+    Arc<Vec<String>>,
+    std::sync::OnceLock<super::files::FileRules>,
+);
 
 /// What a tree is judged by, fixed at its wrap-init (see [`Tree`]).
 #[derive(Clone)]
@@ -49,8 +55,9 @@ pub struct TreeTerms {
 pub enum TreeFiles {
     /// It keeps them (the tracer judges every path call).
     Kept(Arc<super::files::FileRules>),
-    /// Landlock keeps them (this ruleset); the supervisor explains.
-    Explained(Arc<agentsh_proto::LandlockConfig>),
+    /// Landlock keeps them (this ruleset); the supervisor explains, and
+    /// the places mounts keep read-only (canonical) too.
+    Explained(Arc<agentsh_proto::LandlockConfig>, Arc<Vec<String>>),
 }
 
 impl Tree {
@@ -66,7 +73,7 @@ impl Tree {
                 _ => None,
             },
             explained: match terms.files {
-                Some(TreeFiles::Explained(c)) => Some((c, std::sync::OnceLock::new())),
+                Some(TreeFiles::Explained(c, ro)) => Some((c, ro, std::sync::OnceLock::new())),
                 _ => None,
             },
         }
@@ -77,10 +84,11 @@ impl Tree {
         if let Some(f) = self.files.as_deref() {
             return Some(f);
         }
-        let (config, rules) = self.explained.as_ref()?;
+        let (config, read_only, rules) = self.explained.as_ref()?;
         Some(rules.get_or_init(|| {
             super::files::FileRules::from_config(config)
                 .explaining()
+                .with_read_only(read_only.to_vec())
                 .for_root(self.root_pid)
         }))
     }

@@ -165,12 +165,12 @@ fn refused(
             &shown,
             d.right.map(judge::right_name),
             at,
-            Refusal::FileRules.rule(),
+            d.rule.rule(),
             &d.reason,
         );
         crate::supervisor::explain::tell(c.tid, &line);
     }
-    let ev = event(call, c.tid, read, Refusal::FileRules, &d.reason);
+    let ev = event(call, c.tid, read, d.rule, &d.reason);
     ctx.audit.record(
         &tree.session_id,
         EventBody::File(FileEvent {

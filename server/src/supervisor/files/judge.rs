@@ -80,6 +80,9 @@ pub enum Verdict {
 pub struct Denial {
     /// The right missing (`None`: a device node).
     pub right: Option<FsAccess>,
+    /// `file_rules`, or `read_only_files` (a place kept read-only by a
+    /// mount in the tree's namespace: the kernel's answer is `EROFS`).
+    pub rule: crate::audit::Refusal,
     /// Where it is missing.
     pub path: String,
     pub errno: i32,
@@ -127,6 +130,59 @@ pub fn open_flags(call: &FileSyscall, flags: Flags) -> u64 {
 /// The verdict on `call` (see the module doc). `first` is the path the
 /// call acts on (for `symlink`, its new name is `second`: the first is
 /// its text); `second` the second path of `rename` and `link`.
+/// `right` at `path`, or why not (a read-only place's `EROFS`, else the
+/// rules' `EACCES`).
+fn need_right(
+    rules: &FileRules,
+    call: &FileSyscall,
+    right: FsAccess,
+    path: &str,
+    what: &str,
+) -> Result<(), Denial> {
+    if let Some(d) = read_only(rules, call, right, path, what) {
+        return Err(d);
+    }
+    if rules.allows(right, path) {
+        return Ok(());
+    }
+    Err(Denial {
+        rule: crate::audit::Refusal::FileRules,
+        right: Some(right),
+        path: path.to_string(),
+        errno: libc::EACCES,
+        reason: format!("{what} {path}: no {} right there", right_name(right)),
+    })
+}
+
+/// A change at `path` beneath a place the tree's mount namespace keeps
+/// read-only (`read_only_files`): the kernel answers `EROFS`; said so here,
+/// with the rule. Only for the calls whose answer there is `EROFS` (a move
+/// or link across the mount is `EXDEV`, the kernel's to give).
+fn read_only(
+    rules: &FileRules,
+    call: &FileSyscall,
+    right: FsAccess,
+    path: &str,
+    what: &str,
+) -> Option<Denial> {
+    let changes = matches!(right, FsAccess::Write | FsAccess::Create | FsAccess::Delete);
+    let ops = !matches!(call.op, FileOp::Rename | FileOp::Link | FileOp::Attr);
+    if !changes || !ops {
+        return None;
+    }
+    let at = rules.read_only_at(path)?;
+    Some(Denial {
+        rule: crate::audit::Refusal::ReadOnlyFiles,
+        right: Some(right),
+        path: path.to_string(),
+        errno: libc::EROFS,
+        reason: format!(
+            "{at} is kept read-only: code written there runs later, outside agentsh \
+             (agentsh wrap --writable gives it back); {what} {path}"
+        ),
+    })
+}
+
 pub fn judge(
     rules: &FileRules,
     call: &FileSyscall,
@@ -134,17 +190,7 @@ pub fn judge(
     first: &Named,
     second: Option<&Named>,
 ) -> Verdict {
-    let need = |right: FsAccess, path: &str, what: &str| -> Result<(), Denial> {
-        if rules.allows(right, path) {
-            return Ok(());
-        }
-        Err(Denial {
-            right: Some(right),
-            path: path.to_string(),
-            errno: libc::EACCES,
-            reason: format!("{what} {path}: no {} right there", right_name(right)),
-        })
-    };
+    let need = |right: FsAccess, path: &str, what: &str| need_right(rules, call, right, path, what);
     let done = |r: Result<(), Denial>| match r {
         Ok(()) => Verdict::Allow,
         Err(d) => Verdict::Deny(d),
@@ -182,6 +228,7 @@ pub fn judge(
                     && (kind == u64::from(libc::S_IFCHR) || kind == u64::from(libc::S_IFBLK));
                 if device && rules.handles(FsAccess::Create) {
                     return Verdict::Deny(Denial {
+                        rule: crate::audit::Refusal::FileRules,
                         right: None,
                         path: path.clone(),
                         errno: libc::EACCES,
@@ -322,6 +369,7 @@ fn refer(rules: &FileRules, from: &str, to: &str) -> Verdict {
         .map(right_name)
         .collect();
     Verdict::Deny(Denial {
+        rule: crate::audit::Refusal::FileRules,
         right: None,
         path: to.to_string(),
         errno: libc::EXDEV,

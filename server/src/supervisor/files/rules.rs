@@ -21,6 +21,9 @@ pub struct FileRules {
     /// explains and audits what Landlock would refuse, and lets every call
     /// it cannot decide through to the kernel.
     explain_only: bool,
+    /// Places a mount in the tree's namespace keeps read-only (canonical):
+    /// changes beneath them are explained as `read_only_files`.
+    read_only: Vec<String>,
 }
 
 impl FileRules {
@@ -45,6 +48,7 @@ impl FileRules {
             handled: config.handled_fs.clone(),
             grants,
             explain_only: false,
+            read_only: Vec::new(),
         }
     }
 
@@ -54,6 +58,23 @@ impl FileRules {
             explain_only: true,
             ..self
         }
+    }
+
+    /// These rules with `paths` kept read-only by mounts (explained as
+    /// `read_only_files`).
+    pub fn with_read_only(self, paths: Vec<String>) -> FileRules {
+        FileRules {
+            read_only: paths,
+            ..self
+        }
+    }
+
+    /// The read-only place `path` is at or beneath.
+    pub fn read_only_at(&self, path: &str) -> Option<&str> {
+        self.read_only
+            .iter()
+            .find(|ro| at_or_beneath(path, ro))
+            .map(String::as_str)
     }
 
     /// Whether Landlock keeps these rules and the family only explains.
@@ -76,6 +97,7 @@ impl FileRules {
             handled: self.handled.clone(),
             grants,
             explain_only: self.explain_only,
+            read_only: self.read_only.clone(),
         }
     }
 
@@ -85,6 +107,7 @@ impl FileRules {
             handled,
             grants,
             explain_only: false,
+            read_only: Vec::new(),
         }
     }
 

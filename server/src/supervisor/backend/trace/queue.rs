@@ -23,7 +23,7 @@ pub(super) const ATTACH_DEADLINE: Duration = Duration::from_secs(5);
 pub(super) enum Request {
     /// Seize `pid` and supervise it as the root of a new tree.
     Attach {
-        tree: Tree,
+        tree: Box<Tree>,
         trees: Arc<Trees>,
         reply: mpsc::SyncSender<Result<(), TraceError>>,
     },

@@ -60,7 +60,11 @@ pub fn attach(
 ) -> Result<(), TraceError> {
     let t = tracer(ctx)?;
     let (reply, answer) = mpsc::sync_channel(1);
-    t.send(Request::Attach { tree, trees, reply })?;
+    t.send(Request::Attach {
+        tree: Box::new(tree),
+        trees,
+        reply,
+    })?;
     answer
         .recv_timeout(ATTACH_DEADLINE)
         .map_err(|_| TraceError::NoAnswer)?

@@ -162,7 +162,7 @@ impl Loop {
     fn request(&mut self, r: Request) {
         match r {
             Request::Attach { tree, trees, reply } => {
-                let _ = reply.send(self.attach(tree, trees));
+                let _ = reply.send(self.attach(*tree, trees));
             }
             Request::Answer {
                 tid,
