@@ -1808,3 +1808,52 @@ fn the_agents_people_run_work_under_wrap_as_root() {
     }
     agents_under_wrap(None);
 }
+
+/// Under `agentsh wrap` (issue 43): a place wrap keeps read-only that does
+/// not exist yet (`~/.bash_login`, `~/.gitconfig`, `~/.config/autostart`)
+/// cannot be created either, each refusal with its line (best effort: the
+/// supervisor refuses the new name; no mount can cover what is not there),
+/// while other new files in the home are made as before.
+#[test]
+fn wrap_refuses_creating_persistence_files_that_did_not_exist() {
+    if !require_root("wrap_refuses_creating_persistence_files_that_did_not_exist") {
+        return;
+    }
+    for uid in [Some(NOBODY), None] {
+        let p = Place::under(Path::new("/srv/agentsh-tests"), "absent", uid);
+        let home = p.ws().join("h");
+        std::fs::create_dir_all(home.join(".config")).unwrap();
+        std::fs::create_dir_all(p.ws().join("work")).unwrap();
+        if let Some(u) = uid {
+            chown_r(&p.ws(), u);
+        }
+        let script = "echo evil > ~/.bash_login; echo rc1=$?; \
+                      git config --global core.hooksPath /tmp/hooks; echo rc2=$?; \
+                      mkdir ~/.config/autostart; echo rc3=$?; \
+                      echo x > ~/.tmp-new && mv ~/.tmp-new ~/.zshrc; echo rc4=$?; \
+                      echo ok > ~/notes.txt; echo rc5=$?";
+        let mut c = p.wrap("absent", &[], &["sh", "-c", script]);
+        c.env("HOME", &home);
+        let o = run(c, Duration::from_secs(120));
+        let out = String::from_utf8_lossy(&o.stdout);
+        for rc in ["rc1=", "rc2=", "rc3=", "rc4="] {
+            assert!(
+                out.contains(rc) && !out.contains(&format!("{rc}0")),
+                "{uid:?}: {rc} made: {}",
+                text(&o)
+            );
+        }
+        assert!(out.contains("rc5=0"), "{uid:?}: {}", text(&o));
+        for name in [".bash_login", ".gitconfig", ".config/autostart", ".zshrc"] {
+            assert!(!home.join(name).exists(), "{uid:?}: {name} was made");
+        }
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(".bash_login")
+                && err.contains("denied (rule read_only_files)")
+                && err.contains("even before it exists"),
+            "{uid:?}: {}",
+            text(&o)
+        );
+    }
+}

@@ -20,6 +20,9 @@ pub(super) struct CredentialPlan {
     pub paths: Vec<String>,
     /// The files unixwrap keeps read-only (the policy's `read_only_files`).
     pub read_only: Vec<String>,
+    /// Those of `read_only_files` in a home that do not exist yet
+    /// (canonical parent and name): the supervisor refuses their creation.
+    pub read_only_absent: Vec<String>,
     /// unixwrap may make a user namespace for the covers.
     pub user_namespace: bool,
     /// The ruleset takes the Landlock fallbacks.
@@ -74,6 +77,7 @@ fn plan(
             return Some(CredentialPlan {
                 paths: hidden.clone(),
                 read_only: read_only.clone(),
+                read_only_absent: absent_in_homes(&ro.paths, home.as_deref()),
                 user_namespace: mechanism == USER_NAMESPACE,
                 carves: Carves {
                     own_by_mount: own_any,
@@ -89,6 +93,26 @@ fn plan(
         Err(why) => why,
     };
     Some(fallback(policy, caller, &userns, hidden, read_only))
+}
+
+/// The `~/` entries of `list` that do not exist in any home (their
+/// directory does): canonical directory and name.
+fn absent_in_homes(list: &[String], home: Option<&str>) -> Vec<String> {
+    let in_homes: Vec<String> = list
+        .iter()
+        .filter(|e| e.starts_with("~/"))
+        .cloned()
+        .collect();
+    let homes = credential_files::homes(home);
+    credential_files::candidates(&in_homes, &homes)
+        .into_iter()
+        .filter(|c| std::fs::symlink_metadata(c).is_err())
+        .filter_map(|c| {
+            let p = std::path::Path::new(&c);
+            let dir = std::fs::canonicalize(p.parent()?).ok()?;
+            Some(format!("{}/{}", dir.to_str()?, p.file_name()?.to_str()?))
+        })
+        .collect()
 }
 
 /// The plan where no mount namespace can be had (`why`): each list's
@@ -131,6 +155,7 @@ fn fallback(
     CredentialPlan {
         paths: Vec::new(),
         read_only: Vec::new(),
+        read_only_absent: Vec::new(),
         user_namespace: false,
         carves,
         summary: crate::audit::CredentialFilesSummary {

@@ -333,15 +333,20 @@ fn tree_file_rules(
     } else if filters.explains_writes() {
         // The places unixwrap's mounts keep read-only: a change there is
         // explained too (the kernel's EROFS), canonical as the rules are.
-        let read_only = credentials
-            .map(|c| {
-                c.read_only
-                    .iter()
-                    .filter_map(|p| std::fs::canonicalize(p).ok())
-                    .filter_map(|p| p.to_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let read_only = crate::supervisor::ReadOnly {
+            covered: credentials
+                .map(|c| {
+                    c.read_only
+                        .iter()
+                        .filter_map(|p| std::fs::canonicalize(p).ok())
+                        .filter_map(|p| p.to_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            absent: credentials
+                .map(|c| c.read_only_absent.clone())
+                .unwrap_or_default(),
+        };
         Some(TreeFiles::Explained(
             std::sync::Arc::new(config.clone()),
             std::sync::Arc::new(read_only),

@@ -32,12 +32,20 @@ pub struct Tree {
     explained: Option<Explained>,
 }
 
+/// The places a tree's mounts keep read-only (canonical), and those that
+/// did not exist at its start (canonical parent and name).
+#[derive(Debug, Default)]
+pub struct ReadOnly {
+    pub covered: Vec<String>,
+    pub absent: Vec<String>,
+}
+
 /// A tree's ruleset as Landlock keeps it, the places its mounts keep
 /// read-only, and the rules made of them at its first call that changes a
 /// file.
 type Explained = (
     Arc<agentsh_proto::LandlockConfig>,
-    Arc<Vec<String>>,
+    Arc<ReadOnly>,
     std::sync::OnceLock<super::files::FileRules>,
 );
 
@@ -57,7 +65,7 @@ pub enum TreeFiles {
     Kept(Arc<super::files::FileRules>),
     /// Landlock keeps them (this ruleset); the supervisor explains, and
     /// the places mounts keep read-only (canonical) too.
-    Explained(Arc<agentsh_proto::LandlockConfig>, Arc<Vec<String>>),
+    Explained(Arc<agentsh_proto::LandlockConfig>, Arc<ReadOnly>),
 }
 
 impl Tree {
@@ -88,7 +96,7 @@ impl Tree {
         Some(rules.get_or_init(|| {
             super::files::FileRules::from_config(config)
                 .explaining()
-                .with_read_only(read_only.to_vec())
+                .with_read_only(read_only.covered.clone(), read_only.absent.clone())
                 .for_root(self.root_pid)
         }))
     }

@@ -154,6 +154,38 @@ fn need_right(
     })
 }
 
+/// A new name that is a place kept read-only which did not exist when the
+/// tree started (`~/.bash_login`, `~/.gitconfig` not there yet): no mount
+/// can cover it, so the supervisor refuses its creation (`EROFS`, as a
+/// cover would). Best effort: the name is judged as the supervisor
+/// resolves it, and the kernel resolves it again (a symlink in the path
+/// flipped between the two is not seen).
+fn kept_absent(
+    rules: &FileRules,
+    call: &FileSyscall,
+    flags: Flags,
+    first: &Named,
+    second: Option<&Named>,
+) -> Option<Denial> {
+    let new = match (call.op, first, second) {
+        (FileOp::Open, Named::Absent { path }, _) if open_flags(call, flags) & O_CREAT != 0 => path,
+        (FileOp::Creat | FileOp::Mkdir | FileOp::Mknod, Named::Absent { path }, _) => path,
+        (FileOp::Symlink | FileOp::Link | FileOp::Rename, _, Some(Named::Absent { path })) => path,
+        _ => return None,
+    };
+    let at = rules.absent_kept(new)?;
+    Some(Denial {
+        rule: crate::audit::Refusal::ReadOnlyFiles,
+        right: Some(FsAccess::Create),
+        path: new.clone(),
+        errno: libc::EROFS,
+        reason: format!(
+            "{at} is kept read-only, even before it exists: code written there runs later, \
+             outside agentsh (agentsh wrap --writable gives it back)"
+        ),
+    })
+}
+
 /// A change at `path` beneath a place the tree's mount namespace keeps
 /// read-only (`read_only_files`): the kernel answers `EROFS`; said so here,
 /// with the rule. Only for the calls whose answer there is `EROFS` (a move
@@ -190,6 +222,9 @@ pub fn judge(
     first: &Named,
     second: Option<&Named>,
 ) -> Verdict {
+    if let Some(d) = kept_absent(rules, call, flags, first, second) {
+        return Verdict::Deny(d);
+    }
     let need = |right: FsAccess, path: &str, what: &str| need_right(rules, call, right, path, what);
     let done = |r: Result<(), Denial>| match r {
         Ok(()) => Verdict::Allow,

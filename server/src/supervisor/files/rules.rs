@@ -24,6 +24,9 @@ pub struct FileRules {
     /// Places a mount in the tree's namespace keeps read-only (canonical):
     /// changes beneath them are explained as `read_only_files`.
     read_only: Vec<String>,
+    /// Places kept read-only that did not exist when the tree started
+    /// (canonical parent and name): their creation is refused.
+    absent: Vec<String>,
 }
 
 impl FileRules {
@@ -49,6 +52,7 @@ impl FileRules {
             grants,
             explain_only: false,
             read_only: Vec::new(),
+            absent: Vec::new(),
         }
     }
 
@@ -62,11 +66,17 @@ impl FileRules {
 
     /// These rules with `paths` kept read-only by mounts (explained as
     /// `read_only_files`).
-    pub fn with_read_only(self, paths: Vec<String>) -> FileRules {
+    pub fn with_read_only(self, paths: Vec<String>, absent: Vec<String>) -> FileRules {
         FileRules {
             read_only: paths,
+            absent,
             ..self
         }
+    }
+
+    /// The read-only place, not there at the tree's start, that `path` is.
+    pub fn absent_kept(&self, path: &str) -> Option<&str> {
+        self.absent.iter().find(|a| *a == path).map(String::as_str)
     }
 
     /// The read-only place `path` is at or beneath.
@@ -98,6 +108,7 @@ impl FileRules {
             grants,
             explain_only: self.explain_only,
             read_only: self.read_only.clone(),
+            absent: self.absent.clone(),
         }
     }
 
@@ -108,6 +119,7 @@ impl FileRules {
             grants,
             explain_only: false,
             read_only: Vec::new(),
+            absent: Vec::new(),
         }
     }
 
