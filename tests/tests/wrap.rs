@@ -1823,6 +1823,7 @@ fn wrap_refuses_creating_persistence_files_that_did_not_exist() {
         let p = Place::under(Path::new("/srv/agentsh-tests"), "absent", uid);
         let home = p.ws().join("h");
         std::fs::create_dir_all(home.join(".config")).unwrap();
+        std::fs::create_dir_all(home.join(".cargo/bin")).unwrap();
         std::fs::create_dir_all(p.ws().join("work")).unwrap();
         if let Some(u) = uid {
             chown_r(&p.ws(), u);
@@ -1831,12 +1832,20 @@ fn wrap_refuses_creating_persistence_files_that_did_not_exist() {
                       git config --global core.hooksPath /tmp/hooks; echo rc2=$?; \
                       mkdir ~/.config/autostart; echo rc3=$?; \
                       echo x > ~/.tmp-new && mv ~/.tmp-new ~/.zshrc; echo rc4=$?; \
-                      echo ok > ~/notes.txt; echo rc5=$?";
+                      echo ok > ~/notes.txt; echo rc5=$?; \
+                      echo x > ~/.cargo/bin/git; echo rc6=$?";
         let mut c = p.wrap("absent", &[], &["sh", "-c", script]);
-        c.env("HOME", &home);
+        // A bin directory of the user's ahead of the system's on PATH.
+        c.env("HOME", &home).env(
+            "PATH",
+            format!(
+                "{}:/usr/local/bin:/usr/bin:/bin",
+                home.join(".cargo/bin").display()
+            ),
+        );
         let o = run(c, Duration::from_secs(120));
         let out = String::from_utf8_lossy(&o.stdout);
-        for rc in ["rc1=", "rc2=", "rc3=", "rc4="] {
+        for rc in ["rc1=", "rc2=", "rc3=", "rc4=", "rc6="] {
             assert!(
                 out.contains(rc) && !out.contains(&format!("{rc}0")),
                 "{uid:?}: {rc} made: {}",

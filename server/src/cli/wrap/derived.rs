@@ -106,6 +106,24 @@ pub fn writable_entries(given: &[String], home: Option<&str>, workspace: &str) -
         .collect()
 }
 
+/// The directories of `path` (a `PATH` value) in `home` that come before
+/// the first one outside it (the system's): a program planted there runs
+/// instead of the system's. As `~/...` entries.
+pub fn path_dirs_in_home(path: &str, home: &str) -> Vec<String> {
+    let home = home.trim_end_matches('/');
+    let mut out = Vec::new();
+    for d in path.split(':').filter(|d| !d.is_empty()) {
+        let Some(rel) = d.strip_prefix(home).filter(|r| r.starts_with('/')) else {
+            break;
+        };
+        let entry = format!("~{}", rel.trim_end_matches('/'));
+        if !out.contains(&entry) {
+            out.push(entry);
+        }
+    }
+    out
+}
+
 /// The name of the egress rule `--allow-host` adds.
 pub const ALLOW_HOST_RULE: &str = "wrap-allow-host";
 
@@ -123,6 +141,7 @@ pub fn derived_with(
     keep: &[String],
     writable: &[String],
     deny_env: &[String],
+    path_dirs: &[String],
 ) -> Result<String, DeriveError> {
     use serde_yaml_ng::{Mapping, Value};
     check_options(hosts, keep)?;
@@ -167,7 +186,8 @@ pub fn derived_with(
     if !writable.iter().any(|w| w == SCHEDULERS_BACK) {
         deny_schedulers(&mut doc).ok_or_else(|| DeriveError::EnvNotMapping(name()))?;
     }
-    keep_read_only(&mut doc, writable).ok_or_else(|| DeriveError::EnvNotMapping(name()))?;
+    keep_read_only(&mut doc, writable, path_dirs)
+        .ok_or_else(|| DeriveError::EnvNotMapping(name()))?;
     serde_yaml_ng::to_string(&doc).map_err(DeriveError::Write)
 }
 
@@ -239,7 +259,11 @@ fn deny_schedulers(doc: &mut serde_yaml_ng::Value) -> Option<()> {
 
 /// `read_only_files` as wrap keeps them (see [`derived_with`]); `None`: the
 /// policy is not a mapping.
-fn keep_read_only(doc: &mut serde_yaml_ng::Value, writable: &[String]) -> Option<()> {
+fn keep_read_only(
+    doc: &mut serde_yaml_ng::Value,
+    writable: &[String],
+    path_dirs: &[String],
+) -> Option<()> {
     use serde_yaml_ng::{Mapping, Value};
     let key = |k: &str| Value::String(k.into());
     let ro = doc
@@ -247,10 +271,13 @@ fn keep_read_only(doc: &mut serde_yaml_ng::Value, writable: &[String]) -> Option
         .entry(key("read_only_files"))
         .or_insert_with(|| {
             let mut m = Mapping::new();
-            m.insert(
-                key("paths"),
-                Value::Sequence(READ_ONLY_DEFAULT.iter().map(|p| key(p)).collect()),
-            );
+            let mut paths: Vec<Value> = READ_ONLY_DEFAULT.iter().map(|p| key(p)).collect();
+            for d in path_dirs {
+                if !READ_ONLY_DEFAULT.contains(&d.as_str()) {
+                    paths.push(key(d));
+                }
+            }
+            m.insert(key("paths"), Value::Sequence(paths));
             Value::Mapping(m)
         });
     if let Some(paths) = ro
@@ -289,12 +316,31 @@ mod tests {
     use super::*;
 
     fn with_hosts(p: &str, hosts: &[String]) -> Result<String, DeriveError> {
-        derived_with(p, hosts, &[], &[], &[])
+        derived_with(p, hosts, &[], &[], &[], &[])
+    }
+
+    #[test]
+    fn path_dirs_ahead_of_the_systems_are_kept_read_only() {
+        let dirs = path_dirs_in_home(
+            "/home/d/.cargo/bin:/home/d/go/bin/:/home/d/.local/bin:/usr/bin:/home/d/late/bin",
+            "/home/d",
+        );
+        assert_eq!(dirs, ["~/.cargo/bin", "~/go/bin", "~/.local/bin"]);
+        let text =
+            derived_with("agent-default", &[], &[], &["~/go/bin".into()], &[], &dirs).unwrap();
+        let p = crate::policy::Policy::from_yaml(&text, "t").unwrap();
+        let paths = &p.read_only_files().paths;
+        assert!(paths.iter().any(|x| x == "~/.cargo/bin"), "{paths:?}");
+        assert!(
+            !paths.iter().any(|x| x == "~/go/bin"),
+            "--writable gives it back"
+        );
+        assert_eq!(paths.iter().filter(|x| *x == "~/.local/bin").count(), 1);
     }
 
     #[test]
     fn schedulers_are_denied_first_unless_given_back() {
-        let text = derived_with("agent-default", &[], &[], &[], &[]).unwrap();
+        let text = derived_with("agent-default", &[], &[], &[], &[], &[]).unwrap();
         crate::policy::Policy::from_yaml(&text, "t").unwrap();
         let doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).unwrap();
         let first = &doc["command_rules"][0];
@@ -304,13 +350,14 @@ mod tests {
             "{first:?}"
         );
         assert_eq!(first["decision"].as_str(), Some("deny"));
-        let back = derived_with("agent-default", &[], &[], &["crontab".into()], &[]).unwrap();
+        let back = derived_with("agent-default", &[], &[], &["crontab".into()], &[], &[]).unwrap();
         assert!(!back.contains(SCHEDULED_JOBS_RULE));
     }
 
     #[test]
     fn wrap_keeps_the_persistence_places_read_only_but_writable_gives_one_back() {
-        let text = derived_with("agent-default", &[], &[], &["~/.bashrc".into()], &[]).unwrap();
+        let text =
+            derived_with("agent-default", &[], &[], &["~/.bashrc".into()], &[], &[]).unwrap();
         let p = crate::policy::Policy::from_yaml(&text, "t").unwrap();
         let paths = &p.read_only_files().paths;
         assert!(paths.iter().any(|x| x == "~/.profile"), "{paths:?}");
@@ -369,14 +416,21 @@ mod tests {
 
     #[test]
     fn keep_env_adds_to_the_policys_keep_list() {
-        let text =
-            derived_with("agent-default", &[], &["OPENAI_API_KEY".into()], &[], &[]).unwrap();
+        let text = derived_with(
+            "agent-default",
+            &[],
+            &["OPENAI_API_KEY".into()],
+            &[],
+            &[],
+            &[],
+        )
+        .unwrap();
         let p = crate::policy::Policy::from_yaml(&text, "t").unwrap();
         let env = p.env().unwrap();
         assert!(env.keeps(b"OPENAI_API_KEY"));
         assert!(!env.keeps(b"ANTHROPIC_API_KEY"));
         assert!(matches!(
-            derived_with("agent-default", &[], &["A-B".into()], &[], &[]),
+            derived_with("agent-default", &[], &["A-B".into()], &[], &[], &[]),
             Err(DeriveError::Name(_))
         ));
     }

@@ -82,7 +82,7 @@ mod tests {
             assert!(!p.hosts.is_empty() && !p.keep_env.is_empty(), "{}", p.name);
             let hosts: Vec<String> = p.hosts.iter().map(ToString::to_string).collect();
             let keep: Vec<String> = p.keep_env.iter().map(ToString::to_string).collect();
-            super::super::derived::derived_with("agent-default", &hosts, &keep, &[], &[])
+            super::super::derived::derived_with("agent-default", &hosts, &keep, &[], &[], &[])
                 .unwrap_or_else(|e| panic!("{}: {e}", p.name));
         }
         assert!(profile("claude-code").is_ok());

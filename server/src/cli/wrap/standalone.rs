@@ -215,8 +215,19 @@ fn policy_of(
         &workspace.to_string_lossy(),
     );
     let deny_env: Vec<String> = secrets.iter().filter_map(|(_, s)| s.env.clone()).collect();
-    let text =
-        super::derived::derived_with(&policy, &w.allow_hosts, &w.keep_env, &writable, &deny_env)?;
+    // The user's own bin directories ahead of the system's on PATH.
+    let path_dirs = match (std::env::var("PATH"), home.as_deref()) {
+        (Ok(path), Some(h)) => super::derived::path_dirs_in_home(&path, h),
+        _ => Vec::new(),
+    };
+    let text = super::derived::derived_with(
+        &policy,
+        &w.allow_hosts,
+        &w.keep_env,
+        &writable,
+        &deny_env,
+        &path_dirs,
+    )?;
     let derived = dirs.state.join("policy.yaml");
     write_private(&derived, &text).map_err(|source| SetupError::Write {
         path: derived.clone(),
