@@ -1825,6 +1825,15 @@ fn wrap_refuses_creating_persistence_files_that_did_not_exist() {
         std::fs::create_dir_all(home.join(".config")).unwrap();
         std::fs::create_dir_all(home.join(".cargo/bin")).unwrap();
         std::fs::create_dir_all(p.ws().join("work")).unwrap();
+        // A repository nested in the workspace: its hooks are kept too.
+        let sub = p.ws().join("work/sub");
+        std::fs::create_dir_all(&sub).unwrap();
+        let git = Command::new("git")
+            .args(["init", "-q"])
+            .current_dir(&sub)
+            .output()
+            .unwrap();
+        assert!(git.status.success(), "{git:?}");
         if let Some(u) = uid {
             chown_r(&p.ws(), u);
         }
@@ -1833,7 +1842,8 @@ fn wrap_refuses_creating_persistence_files_that_did_not_exist() {
                       mkdir ~/.config/autostart; echo rc3=$?; \
                       echo x > ~/.tmp-new && mv ~/.tmp-new ~/.zshrc; echo rc4=$?; \
                       echo ok > ~/notes.txt; echo rc5=$?; \
-                      echo x > ~/.cargo/bin/git; echo rc6=$?";
+                      echo x > ~/.cargo/bin/git; echo rc6=$?; \
+                      echo x > work/sub/.git/hooks/pre-commit; echo rc7=$?";
         let mut c = p.wrap("absent", &[], &["sh", "-c", script]);
         // A bin directory of the user's ahead of the system's on PATH.
         c.env("HOME", &home).env(
@@ -1845,7 +1855,7 @@ fn wrap_refuses_creating_persistence_files_that_did_not_exist() {
         );
         let o = run(c, Duration::from_secs(120));
         let out = String::from_utf8_lossy(&o.stdout);
-        for rc in ["rc1=", "rc2=", "rc3=", "rc4=", "rc6="] {
+        for rc in ["rc1=", "rc2=", "rc3=", "rc4=", "rc6=", "rc7="] {
             assert!(
                 out.contains(rc) && !out.contains(&format!("{rc}0")),
                 "{uid:?}: {rc} made: {}",
@@ -1856,6 +1866,7 @@ fn wrap_refuses_creating_persistence_files_that_did_not_exist() {
         for name in [".bash_login", ".gitconfig", ".config/autostart", ".zshrc"] {
             assert!(!home.join(name).exists(), "{uid:?}: {name} was made");
         }
+        assert!(!sub.join(".git/hooks/pre-commit").exists());
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(
             err.contains(".bash_login")

@@ -50,7 +50,8 @@ fn plan(
     let workspace = setup.spec.workspace.as_deref().filter(|w| !w.is_empty());
     let doc = policy.credential_files();
     let ro = policy.read_only_files();
-    let ro_paths = credential_files::in_workspace(&ro.paths, workspace);
+    let mut ro_paths = credential_files::in_workspace(&ro.paths, workspace);
+    ro_paths.extend(credential_files::nested_git(&ro.paths, workspace));
     // agentsh's own files beneath a home (wrap's binaries, state, audit):
     // covered where a namespace can be had, else Landlock's as always.
     let own = setup.landlock.own_covers().cloned().unwrap_or_default();

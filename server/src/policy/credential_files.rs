@@ -92,6 +92,80 @@ pub fn in_workspace(entries: &[String], workspace: Option<&str>) -> Vec<String> 
         .collect()
 }
 
+/// How deep [`nested_git`] looks below the workspace, and how many
+/// directories it reads at most (a tree of dependencies is not walked
+/// whole: what lies past either is not covered, and the log says so).
+const NESTED_DEPTH: usize = 4;
+const NESTED_DIRS_MAX: usize = 5000;
+/// Directories [`nested_git`] does not enter (dependencies and builds).
+const NESTED_SKIP: &[&str] = &[
+    "node_modules",
+    "target",
+    ".venv",
+    "venv",
+    "vendor",
+    "dist",
+    "build",
+];
+
+/// `${WORKSPACE}/.git/X` entries of `entries`, found again in every
+/// repository nested in the workspace (a subproject, a submodule's git
+/// directory): the places git runs code from there too.
+pub fn nested_git(entries: &[String], workspace: Option<&str>) -> Vec<String> {
+    let Some(ws) = workspace.map(|w| w.trim_end_matches('/')) else {
+        return Vec::new();
+    };
+    let wanted: Vec<&str> = entries
+        .iter()
+        .filter_map(|e| e.strip_prefix("${WORKSPACE}/.git/"))
+        .collect();
+    if wanted.is_empty() {
+        return Vec::new();
+    }
+    let mut gitdirs: Vec<std::path::PathBuf> = Vec::new();
+    let mut todo = vec![(std::path::PathBuf::from(ws), 0usize)];
+    let mut read = 0usize;
+    while let Some((dir, depth)) = todo.pop() {
+        read += 1;
+        if read > NESTED_DIRS_MAX {
+            tracing::info!(workspace = ws, "read_only_files: more than {NESTED_DIRS_MAX} directories; nested repositories past them are not covered");
+            break;
+        }
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.filter_map(Result::ok) {
+            let name = e.file_name();
+            let Ok(t) = e.file_type() else { continue };
+            let path = e.path();
+            if name == ".git" {
+                if t.is_dir() && depth > 0 {
+                    gitdirs.push(path);
+                } else if t.is_file() {
+                    // A submodule or worktree: `gitdir: PATH`.
+                    let text = std::fs::read_to_string(&path).unwrap_or_default();
+                    if let Some(g) = text.trim().strip_prefix("gitdir: ") {
+                        gitdirs.push(dir.join(g));
+                    }
+                }
+            } else if t.is_dir() && depth < NESTED_DEPTH && !NESTED_SKIP.iter().any(|s| name == *s)
+            {
+                todo.push((path, depth + 1));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for g in gitdirs {
+        let Ok(g) = std::fs::canonicalize(&g) else {
+            continue;
+        };
+        for w in &wanted {
+            out.push(format!("{}/{w}", g.display()));
+        }
+    }
+    out
+}
+
 /// Why an entry of `hide` (or, `workspace`: `${WORKSPACE}/X` accepted
 /// too, of `read_only_files.paths`) is refused, or `None`.
 pub fn entry_error(p: &str, workspace: bool) -> Option<&'static str> {
