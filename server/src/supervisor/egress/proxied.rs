@@ -17,13 +17,14 @@
 
 use super::call::Call;
 use super::copy::Copied;
-use super::sockaddr::{domain_of, local_addr, sockaddr_of};
+use super::sockaddr::sockaddr_of;
 use super::state::DestKey;
+use super::stub::{bound_local, Unbound};
 use crate::policy::egress::{Egress, Protocol};
 use crate::proxy::{Booking, Proxy};
 use agentsh_proto::netabi::NetCall;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 /// Why a connect cannot be made to the proxy.
@@ -96,28 +97,13 @@ impl ToProxy {
     /// # Errors
     /// The socket's address cannot be read or given.
     pub(super) fn book(self, sock: &OwnedFd) -> Result<(), Unproxied> {
-        let mut local = local_addr(sock).map_err(|e| Unproxied(format!("getsockname: {e}")))?;
-        if local.port() == 0 {
-            let any = sockaddr_of(SocketAddr::new(local.ip(), 0), domain_of(&local))
-                .ok_or_else(|| Unproxied("no wildcard address for the socket's family".into()))?;
-            // SAFETY: `any` is a sockaddr of its length.
-            let rc = unsafe {
-                libc::bind(
-                    sock.as_raw_fd(),
-                    any.as_ptr().cast(),
-                    any.len() as libc::socklen_t,
-                )
-            };
-            if rc != 0 {
-                let e = std::io::Error::last_os_error();
-                if e.raw_os_error() != Some(libc::EINVAL) {
-                    return Err(Unproxied(format!(
-                        "cannot bind the socket before the connect: {e}"
-                    )));
-                }
-            }
-            local = local_addr(sock).map_err(|e| Unproxied(format!("getsockname: {e}")))?;
-        }
+        let local = bound_local(sock).map_err(|e| {
+            Unproxied(match e {
+                Unbound::Name(e) => format!("getsockname: {e}"),
+                Unbound::NoWildcard => "no wildcard address for the socket's family".into(),
+                Unbound::Bind(e) => format!("cannot bind the socket before the connect: {e}"),
+            })
+        })?;
         self.proxy.book(local, self.booking);
         Ok(())
     }

@@ -59,27 +59,11 @@ pub(super) fn register_querier(
     let Some(stub) = k.tree.rules.stub(k.ctx) else {
         return Ok(());
     };
-    let mut local = local_addr(sock).map_err(StubError::Name)?;
-    if local.port() == 0 {
-        let any = sockaddr_of(SocketAddr::new(local.ip(), 0), domain_of(&local))
-            .ok_or(StubError::NoWildcard)?;
-        // SAFETY: `any` is a sockaddr of its length.
-        let rc = unsafe {
-            libc::bind(
-                sock.as_raw_fd(),
-                any.as_ptr().cast(),
-                any.len() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            let e = io::Error::last_os_error();
-            // Bound meanwhile by the tree itself: read it again.
-            if e.raw_os_error() != Some(libc::EINVAL) {
-                return Err(StubError::Bind(e));
-            }
-        }
-        local = local_addr(sock).map_err(StubError::Name)?;
-    }
+    let local = bound_local(sock).map_err(|e| match e {
+        Unbound::Name(e) => StubError::Name(e),
+        Unbound::NoWildcard => StubError::NoWildcard,
+        Unbound::Bind(e) => StubError::Bind(e),
+    })?;
     stub.book.register(
         protocol == Protocol::Tcp,
         local,
@@ -89,6 +73,42 @@ pub(super) fn register_querier(
         },
     );
     Ok(())
+}
+
+/// Why a socket has no local address to be known by.
+pub(super) enum Unbound {
+    Name(io::Error),
+    NoWildcard,
+    Bind(io::Error),
+}
+
+/// The socket's local address, bound first to its family's wildcard
+/// address (port 0) where it has none yet (the kernel would pick one only
+/// as the call leaves): how the stub and the HTTP proxy know the tree's
+/// socket when it reaches them.
+pub(super) fn bound_local(sock: &OwnedFd) -> Result<SocketAddr, Unbound> {
+    let local = local_addr(sock).map_err(Unbound::Name)?;
+    if local.port() != 0 {
+        return Ok(local);
+    }
+    let any = sockaddr_of(SocketAddr::new(local.ip(), 0), domain_of(&local))
+        .ok_or(Unbound::NoWildcard)?;
+    // SAFETY: `any` is a sockaddr of its length.
+    let rc = unsafe {
+        libc::bind(
+            sock.as_raw_fd(),
+            any.as_ptr().cast(),
+            any.len() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        let e = io::Error::last_os_error();
+        // Bound meanwhile by the tree itself: read it again.
+        if e.raw_os_error() != Some(libc::EINVAL) {
+            return Err(Unbound::Bind(e));
+        }
+    }
+    local_addr(sock).map_err(Unbound::Name)
 }
 
 /// How a socket judged in place is told to the stub.
