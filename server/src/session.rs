@@ -24,7 +24,7 @@
 
 use crate::config::Config;
 use crate::policy::Policy;
-use crate::supervisor::TreeRules;
+use crate::supervisor::{LiveRules, TreeRules};
 use agentsh_proto::env::{EnvDoc, EnvRules};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -210,7 +210,11 @@ pub struct Session {
     pub id: String,
     pub created: String,
     pub origin: Origin,
-    pub setup: Arc<Setup>,
+    /// Its compiled rules ([`Session::setup`]): a policy reload replaces
+    /// them ([`Session::reload`]).
+    setup: std::sync::RwLock<Arc<Setup>>,
+    /// What its running trees are judged by (replaced with `setup`).
+    pub rules: Arc<LiveRules>,
     /// wrap-init calls made for this session (live trees: `trees::Trees::count`).
     pub wrap_inits: AtomicU64,
     /// Ended: every new wrap-init is refused.
@@ -221,18 +225,42 @@ pub struct Session {
 }
 
 impl Session {
-    /// A session kept in no [`Sessions`]: the rehearsal shell's (see
-    /// `daemon::rehearsal`), with the rules of `setup`.
-    pub fn unlisted(id: &str, setup: Arc<Setup>) -> Session {
+    fn new(id: &str, origin: Origin, setup: Arc<Setup>) -> Session {
         Session {
             id: id.to_string(),
             created: crate::audit::rfc3339_now(),
-            origin: Origin::Default,
-            setup,
+            origin,
+            rules: LiveRules::new(setup.rules.clone()),
+            setup: std::sync::RwLock::new(setup),
             wrap_inits: AtomicU64::new(0),
             ended: AtomicBool::new(false),
             doomed: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// A session kept in no [`Sessions`]: the rehearsal shell's (see
+    /// `daemon::rehearsal`), with the rules of `setup`.
+    pub fn unlisted(id: &str, setup: Arc<Setup>) -> Session {
+        Session::new(id, Origin::Default, setup)
+    }
+
+    /// Its compiled rules now (what a new tree starts with).
+    pub fn setup(&self) -> Arc<Setup> {
+        self.setup
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Puts `setup` in place: new trees start with it, and running trees'
+    /// next calls are judged by its rules. Returns the setup it replaced.
+    pub fn reload(&self, setup: Arc<Setup>) -> Arc<Setup> {
+        let mut held = self
+            .setup
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.rules.replace(setup.rules.clone());
+        std::mem::replace(&mut *held, setup)
     }
 
     pub fn is_ended(&self) -> bool {
@@ -295,15 +323,7 @@ impl Sessions {
         } else if map.len() >= MAX_SESSIONS {
             return Err(NotMade::TooMany);
         }
-        let s = Arc::new(Session {
-            id: id.to_string(),
-            created: crate::audit::rfc3339_now(),
-            origin,
-            setup,
-            wrap_inits: AtomicU64::new(0),
-            ended: AtomicBool::new(false),
-            doomed: Arc::new(AtomicBool::new(false)),
-        });
+        let s = Arc::new(Session::new(id, origin, setup));
         map.insert(id.to_string(), s.clone());
         Ok(s)
     }

@@ -24,7 +24,7 @@
 
 use crate::tracee;
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The most ancestors a lineage walk reads.
 const MAX_WALK: usize = 128;
@@ -32,6 +32,9 @@ const MAX_WALK: usize = 128;
 struct Root {
     starttime: u64,
     session: String,
+    /// The policy its filter and ruleset were made from (what a reload
+    /// cannot change for it).
+    started_with: Arc<crate::policy::Policy>,
 }
 
 /// Every live tree of the server.
@@ -69,14 +72,15 @@ impl Trees {
         }
     }
 
-    /// Records a live tree rooted at `root_pid`.
-    pub fn started(&self, root_pid: u32, session: &str) {
+    /// Records a live tree rooted at `root_pid`, started under `policy`.
+    pub fn started(&self, root_pid: u32, session: &str, policy: Arc<crate::policy::Policy>) {
         if let Ok(st) = tracee::proc_stat(root_pid) {
             lock(&self.roots).insert(
                 root_pid,
                 Root {
                     starttime: st.starttime,
                     session: session.to_string(),
+                    started_with: policy,
                 },
             );
         }
@@ -102,6 +106,18 @@ impl Trees {
             .map(|(p, _)| *p)
             .collect();
         v.sort_unstable();
+        v
+    }
+
+    /// `session`'s live trees: each root pid and the policy it started
+    /// under.
+    pub fn started_with(&self, session: &str) -> Vec<(u32, Arc<crate::policy::Policy>)> {
+        let mut v: Vec<_> = lock(&self.roots)
+            .iter()
+            .filter(|(_, r)| r.session == session)
+            .map(|(p, r)| (*p, r.started_with.clone()))
+            .collect();
+        v.sort_unstable_by_key(|(p, _)| *p);
         v
     }
 
@@ -227,7 +243,9 @@ mod tests {
         assert!(t.by_lineage(me).is_none());
         // The test process's parent plays a tree root: we descend from it.
         let parent = std::os::unix::process::parent_id();
-        t.started(parent, "s");
+        let policy = crate::policy::Policy::from_yaml("name: t\ndefault: allow\n", "test")
+            .expect("a policy");
+        t.started(parent, "s", Arc::new(policy));
         assert_eq!(t.count("s"), 1);
         assert_eq!(t.count("other"), 0);
         assert!(t.by_lineage(me).is_some());

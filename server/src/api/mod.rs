@@ -5,7 +5,7 @@
 //! says of this host), `POST /api/v1/sessions`, `GET /api/v1/sessions`,
 //! `POST /api/v1/sessions/{id}/wrap-init`, `GET /api/v1/sessions/{id}/events
 //! [?after=N&wait=SECS]`, `GET /api/v1/approvals[?after=SEQ&wait=SECS]`,
-//! `POST /api/v1/approvals/{id}`.
+//! `POST /api/v1/approvals/{id}`, `POST /api/v1/policy/reload`.
 //!
 //! Who may call what (see `peer` for how peers are identified):
 //!
@@ -38,6 +38,7 @@ mod admission;
 mod answer;
 pub(crate) mod credentials;
 pub mod peer;
+pub mod reload;
 pub mod routes;
 mod serve;
 mod sessions;
@@ -45,4 +46,4 @@ mod state;
 mod wrap_init;
 
 pub use serve::{serve_tcp, serve_unix};
-pub use state::Api;
+pub use state::{Api, ConfigLoader};

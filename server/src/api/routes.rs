@@ -53,7 +53,7 @@ pub async fn handle(api: Arc<Api>, peer: Peer, req: Request<Incoming>) -> Result
                                 "policy": api
                                     .sessions
                                     .get("default")
-                                    .map(|s| s.setup.policy_name.clone()),
+                                    .map(|s| s.setup().policy_name.clone()),
                                 // A log that cannot be written is an operator's
                                 // first question (issue 24).
                                 "audit": {
@@ -84,6 +84,9 @@ pub async fn handle(api: Arc<Api>, peer: Peer, req: Request<Incoming>) -> Result
                     Ok(v) => admin_session(&api, &requester, &v),
                     Err(e) => e.into(),
                 },
+                (&Method::POST, ["api", "v1", "policy", "reload"]) => {
+                    policy_reload(api.clone(), &requester).await
+                }
                 (&Method::GET, ["api", "v1", "approvals"]) => {
                     list_approvals(&api, &peer, &query).await
                 }
@@ -95,6 +98,28 @@ pub async fn handle(api: Arc<Api>, peer: Peer, req: Request<Incoming>) -> Result
         },
     };
     Ok(resp)
+}
+
+/// `POST /api/v1/policy/reload` (see `reload`): 200 with what was
+/// reloaded, or 400 naming why nothing was.
+async fn policy_reload(api: Arc<Api>, requester: &crate::approval::Requester) -> Resp {
+    let (uid, pid) = match requester {
+        crate::approval::Requester::Operator { uid, pid, .. } => (*uid, *pid),
+        _ => (0, 0),
+    };
+    let by = super::reload::By {
+        how: "api",
+        uid,
+        pid,
+    };
+    match tokio::task::spawn_blocking(move || super::reload::reload(&api, by)).await {
+        Ok(Ok(done)) => match serde_json::to_value(&done) {
+            Ok(v) => json(200, &v),
+            Err(e) => error(500, format!("cannot serialize the reload's answer: {e}")),
+        },
+        Ok(Err(e)) => error(400, format!("policy reload refused, nothing changed: {e}")),
+        Err(e) => error(500, format!("the reload did not finish: {e}")),
+    }
 }
 
 /// `GET /healthz`: 200 `ok` when shells can be supervised; 503 with

@@ -51,7 +51,7 @@ const BAD_ID: &str = "is not a session id: use 1-64 letters, digits, '-', '_', '
 /// One session as the API shows it.
 pub(super) fn describe(api: &Api, s: &Session) -> serde_json::Value {
     let roots = api.trees.roots_of(&s.id);
-    let env = s.setup.env.as_ref().map(|e| {
+    let env = s.setup().env.as_ref().map(|e| {
         serde_json::json!({
             "deny": e.deny,
             "allow": e.allow,
@@ -64,9 +64,9 @@ pub(super) fn describe(api: &Api, s: &Session) -> serde_json::Value {
         "id": s.id,
         "created": s.created,
         "origin": s.origin,
-        "policy": s.setup.policy_name,
-        "policy_source": s.setup.spec.policy,
-        "workspace": s.setup.spec.workspace,
+        "policy": s.setup().policy_name,
+        "policy_source": s.setup().spec.policy,
+        "workspace": s.setup().spec.workspace,
         "env": env,
         "ended": s.is_ended(),
         "trees": roots.len(),
@@ -95,7 +95,7 @@ pub(super) fn show(api: &Api, id: &str) -> Resp {
 /// What failed while a session was made on the blocking pool: its spec,
 /// or the DNS stub its policy needs.
 #[derive(Debug, thiserror::Error)]
-enum CreateError {
+pub(super) enum CreateError {
     #[error(transparent)]
     Spec(#[from] MakeError),
     #[error("making the session failed: {0}")]
@@ -156,16 +156,16 @@ async fn compile(
         policy: body
             .policy
             .clone()
-            .unwrap_or_else(|| api.config.policy.clone()),
+            .unwrap_or_else(|| api.maker().config.policy.clone()),
         workspace: body.workspace.clone(),
         env: body.env.clone(),
     };
     let maker_api = api.clone();
     tokio::task::spawn_blocking(move || {
         let default = maker_api.sessions.get("default");
-        match default.filter(|d| labels_only || d.setup.spec == spec) {
-            Some(d) => Ok(d.setup.clone()),
-            None => Ok(maker_api.maker.make(spec, true).map(Arc::new)?),
+        match default.filter(|d| labels_only || d.setup().spec == spec) {
+            Some(d) => Ok(d.setup()),
+            None => Ok(maker_api.maker().make(spec, true).map(Arc::new)?),
         }
     })
     .await
@@ -189,15 +189,15 @@ fn insert(api: &Api, requester: &Requester, id: &str, setup: Arc<Setup>) -> Resp
     match made {
         Ok(s) => {
             let (by_uid, by_pid) = who(requester);
-            tracing::info!(session = %id, policy = %s.setup.policy_name, "session created");
+            tracing::info!(session = %id, policy = %s.setup().policy_name, "session created");
             api.audit.record(
                 id,
                 EventBody::Session(SessionEvent {
                     action: "created".into(),
                     by_uid,
                     by_pid,
-                    policy: Some(s.setup.policy_name.clone()),
-                    workspace: s.setup.spec.workspace.clone(),
+                    policy: Some(s.setup().policy_name.clone()),
+                    workspace: s.setup().spec.workspace.clone(),
                     live_trees: Vec::new(),
                     killed: None,
                 }),
@@ -229,7 +229,7 @@ fn insert(api: &Api, requester: &Requester, id: &str, setup: Arc<Setup>) -> Resp
 
 /// Starts the DNS stub for the first session made at run time whose
 /// policy needs it (once: concurrent creations wait for the first).
-fn start_stub(api: &Api) -> Result<(), CreateError> {
+pub(super) fn start_stub(api: &Api) -> Result<(), CreateError> {
     static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = STARTING
         .lock()

@@ -14,6 +14,9 @@ use crate::trees::Trees;
 use agentsh_proto::SeccompConfig;
 use std::sync::Arc;
 
+/// Reads and checks a config file (the daemon's start-up check).
+pub type ConfigLoader = Box<dyn Fn(&std::path::Path) -> Result<Config, String> + Send + Sync>;
+
 /// Everything a request handler needs.
 pub struct Api {
     pub config: Config,
@@ -26,8 +29,11 @@ pub struct Api {
     /// Flags and deadlines of every tree's config (its filter, ruleset and
     /// env rules come from its session's `Setup`).
     pub seccomp_config: SeccompConfig,
-    /// Makes the sessions an operator creates at run time.
-    pub maker: crate::session::Maker,
+    /// Makes the sessions an operator creates at run time (a policy reload
+    /// replaces it: [`Api::maker`]).
+    pub maker: std::sync::RwLock<Arc<crate::session::Maker>>,
+    /// Reads the config file again, trusted as at start (a policy reload).
+    pub load_config: ConfigLoader,
     pub trees: Arc<Trees>,
     pub limits: Arc<Limits>,
     /// The operator token (`<state_dir>/approval.token`): TCP routes need it.
@@ -36,4 +42,14 @@ pub struct Api {
     pub detected: crate::detect::Report,
     /// Whether shells can be supervised now, and which (see `readiness`).
     pub gate: Arc<Gate>,
+}
+
+impl Api {
+    /// What makes sessions now (the config's policies as last reloaded).
+    pub fn maker(&self) -> Arc<crate::session::Maker> {
+        self.maker
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
 }

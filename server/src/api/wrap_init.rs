@@ -114,7 +114,7 @@ fn prepare_wrap_init(
 ) -> Result<(WrapInitResponse, handoff::Pending), Failure> {
     let started = std::time::Instant::now();
     let session = admission::admit(api, sid, caller)?;
-    let setup = &session.setup;
+    let setup = &session.setup();
     let backend = setup.filters.backend();
     let egress_gap = egress_gap(api, &setup.policy, backend)?;
     let wrapper = wrapper_binary(api)?;
@@ -269,7 +269,7 @@ fn open_tree(
     caller: Caller,
     credentials: Option<&super::credentials::CredentialPlan>,
 ) -> Result<Opened, Failure> {
-    let setup = &session.setup;
+    let setup = &session.setup();
     // The shim's parent is the SDK daemon; both are protected from the
     // tree's signals (the filter's register rules), with their groups.
     let lineage = caller.pid.map(handoff::Lineage::of);
@@ -297,7 +297,8 @@ fn open_tree(
         backend,
         crate::supervisor::TreeTerms {
             exec_places: landlock.exec_places.clone(),
-            rules: setup.rules.clone(),
+            rules: session.rules.clone(),
+            started_with: setup.policy.clone(),
             doomed: session.doomed.clone(),
             files: tree_file_rules(&setup.filters, &landlock.config, credentials),
         },

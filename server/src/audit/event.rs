@@ -440,6 +440,39 @@ pub enum EventBody {
     File(FileEvent),
     AdminSession(AdminSessionEvent),
     Session(SessionEvent),
+    PolicyReload(Box<PolicyReloadEvent>),
+}
+
+/// A policy reload (`agentsh policy reload`, or SIGHUP) put a session's
+/// policy, as read again, in place: one event per session reloaded.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct PolicyReloadEvent {
+    /// `api` or `sighup`.
+    pub by: String,
+    /// Who asked (the operator's or the signal sender's process and uid).
+    pub by_uid: u32,
+    pub by_pid: u32,
+    /// The policy now: its name, where it was read from, its text's SHA-256.
+    pub policy: String,
+    pub policy_source: String,
+    pub hash: String,
+    /// The policy before.
+    pub previous_policy: String,
+    pub previous_hash: String,
+    /// Each running tree, and what of its start the kernel keeps (`filter`,
+    /// `landlock`, `env`: the new policy differs there, and the tree keeps
+    /// what it started with).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub trees: Vec<TreeKept>,
+}
+
+/// One running tree at a policy reload.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct TreeKept {
+    pub root_pid: u32,
+    /// The parts of its start that differ from the policy now and stay.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub kept_from_start: Vec<String>,
 }
 
 /// An operator made, ended or deleted a session.

@@ -357,6 +357,18 @@ pub(super) enum PolicyCommand {
         #[arg(long, default_value = agentsh_proto::shimconf::DEFAULT_SERVER)]
         server: String,
     },
+    /// Make a running server read its config's policies again and judge its
+    /// running trees by them: each tree's next exec, connect and DNS query
+    /// (and each new HTTP connection) get the new rules; what the kernel
+    /// fixed at a tree's start (its seccomp filter, Landlock ruleset,
+    /// environment) stays, and is named per tree. Every policy is compiled
+    /// first: one that does not compile changes nothing (exit 1, the reason
+    /// said). SIGHUP to the server does the same. Config keys other than
+    /// policy, workspace, policies_dir and sessions need a restart (named).
+    Reload {
+        #[command(flatten)]
+        at: crate::cli::approvals::ServerArgs,
+    },
 }
 
 impl Command {

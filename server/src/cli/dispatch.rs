@@ -265,6 +265,13 @@ fn exit_code(code: i32) -> ExitCode {
 fn policy_command(command: PolicyCommand) -> ExitCode {
     match command {
         PolicyCommand::Check { file } => failure_if(policy_check(&file)),
+        PolicyCommand::Reload { at } => match crate::cli::session::policy_reload(&at) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("agentsh policy reload: {e}");
+                ExitCode::from(1)
+            }
+        },
         PolicyCommand::Test {
             file,
             events,

@@ -229,6 +229,97 @@ fn list(at: &ServerArgs, json: bool) -> Result<()> {
     Ok(())
 }
 
+/// `policy reload`: the running server reads its policies again; says
+/// what each session runs now and what each running tree keeps.
+///
+/// # Errors
+/// The server could not be reached, or refused (nothing changed: why).
+pub fn policy_reload(at: &ServerArgs) -> Result<()> {
+    // Compiling a policy may hash the programs it names.
+    let client = at.client(Duration::from_secs(120))?;
+    let (status, v) = client.call(
+        "POST",
+        "/api/v1/policy/reload",
+        Some(&serde_json::json!({})),
+        true,
+    )?;
+    if status == 400 {
+        return Err(SessionError::Rejected(error_text(&v)));
+    }
+    if status != 200 {
+        return Err(SessionError::Status {
+            status,
+            text: error_text(&v),
+        });
+    }
+    for line in reload_lines(&v) {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// What `policy reload` prints of the server's answer.
+fn reload_lines(v: &serde_json::Value) -> Vec<String> {
+    let short = |h: &serde_json::Value| {
+        h.as_str()
+            .unwrap_or("")
+            .chars()
+            .take(12)
+            .collect::<String>()
+    };
+    let mut out = Vec::new();
+    for s in v["sessions"].as_array().into_iter().flatten() {
+        let trees = s["trees"].as_array().cloned().unwrap_or_default();
+        out.push(format!(
+            "session {}: policy {} {} (sha256 {}{}); {} running tree(s) judged by it from their next call",
+            s["session"].as_str().unwrap_or("?"),
+            s["policy"].as_str().unwrap_or("?"),
+            if s["changed"].as_bool() == Some(true) { "reloaded" } else { "unchanged" },
+            short(&s["hash"]),
+            if s["changed"].as_bool() == Some(true) {
+                format!(", was {}", short(&s["previous_hash"]))
+            } else {
+                String::new()
+            },
+            trees.len(),
+        ));
+        for t in &trees {
+            let kept: Vec<&str> = t["kept_from_start"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|k| k.as_str())
+                .collect();
+            if !kept.is_empty() {
+                out.push(format!(
+                    "  tree {}: keeps its start's {} (fixed by the kernel; new shells get the new ones)",
+                    t["root_pid"],
+                    kept.join(", ")
+                ));
+            }
+        }
+    }
+    for (key, what) in [
+        ("added", "made from the config"),
+        (
+            "not_in_config",
+            "no longer in the config: kept (end it with `agentsh session end ID`)",
+        ),
+        ("not_applied", "changed in the config: needs a restart"),
+    ] {
+        let names: Vec<&str> = v[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|k| k.as_str())
+            .collect();
+        if !names.is_empty() {
+            out.push(format!("{}: {what}", names.join(", ")));
+        }
+    }
+    out
+}
+
 /// `session end [--force]`: ends (or deletes) it and says what became of
 /// its live trees.
 fn end(at: &ServerArgs, id: &str, force: bool) -> Result<()> {

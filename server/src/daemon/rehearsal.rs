@@ -88,7 +88,7 @@ pub fn prepare(api: &Api) -> Option<Arc<Session>> {
     ));
     Some(Arc::new(Session::unlisted(
         REHEARSAL_SESSION,
-        default.setup.clone(),
+        default.setup(),
     )))
 }
 

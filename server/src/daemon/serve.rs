@@ -58,12 +58,31 @@ pub(super) async fn serve(api: Api, s: Serving) -> Result<()> {
     rundir::write_marker(&s.run_dir, !s.private)?;
     rundir::ingest_unsupervised(&s.run_dir, &s.audit);
     let config = api.config.clone();
+    let api = Arc::new(api);
+    let reloading = api.clone();
     signals::spawn_waiter(
         api.trees.clone(),
         config.server.socket.clone(),
         s.audit.clone(),
+        Box::new(move |sender| {
+            let by = api::reload::By {
+                how: "sighup",
+                uid: signals::uid_of(sender),
+                pid: sender,
+            };
+            match api::reload::reload(&reloading, by) {
+                Ok(done) => tracing::info!(
+                    sender,
+                    sessions = done.sessions.len(),
+                    "SIGHUP: policies reloaded"
+                ),
+                Err(e) => tracing::error!(
+                    sender,
+                    "SIGHUP: policy reload refused, nothing changed: {e}"
+                ),
+            }
+        }),
     );
-    let api = Arc::new(api);
     // One shell the whole way before `ready` (503 until it is over).
     let rehearsal = rehearsal::prepare(&api);
     if let Some(tcp) = tcp {

@@ -4,8 +4,8 @@
 //! the first thread starts and inherited by all). One thread takes
 //! SIGTERM, SIGINT, SIGHUP and SIGQUIT with `sigwaitinfo`, which says who
 //! sent each: a sender inside a supervised tree is refused (logged); from
-//! anyone else SIGHUP reopens the audit log (rotation) and the others stop
-//! the server. So `kill(<any server thread id>, SIGTERM)` and
+//! anyone else SIGHUP reopens the audit log (rotation) and reloads the
+//! policies (`api::reload`), and the others stop the server. So `kill(<any server thread id>, SIGTERM)` and
 //! friends from a tree do nothing, on every kernel. What no process can
 //! block, SIGKILL and SIGSTOP, is kept from trees by the kernel: Landlock's
 //! signal scope (ABI ≥ 6) and the seccomp filter's signal rules.
@@ -27,18 +27,38 @@ pub fn block_all() -> nix::Result<()> {
     SigSet::all().thread_block()
 }
 
+/// What SIGHUP does besides reopening the audit log (given the sender's
+/// pid): the policy reload.
+pub type OnHup = Box<dyn Fn(u32) + Send>;
+
+/// The uid of process `pid` (0 when it cannot be read: the kernel's own).
+pub fn uid_of(pid: u32) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}")).map_or(0, |m| m.uid())
+}
+
 /// Starts the thread that takes the stop signals. `socket` is removed on a
 /// stop (the marker stays: see `agentsh_proto::active`).
-pub fn spawn_waiter(trees: Arc<Trees>, socket: PathBuf, audit: Arc<crate::audit::AuditLog>) {
+pub fn spawn_waiter(
+    trees: Arc<Trees>,
+    socket: PathBuf,
+    audit: Arc<crate::audit::AuditLog>,
+    on_hup: OnHup,
+) {
     let spawned = std::thread::Builder::new()
         .name("agentsh-signals".into())
-        .spawn(move || wait_loop(&trees, &socket, &audit));
+        .spawn(move || wait_loop(&trees, &socket, &audit, &on_hup));
     if let Err(e) = spawned {
         tracing::error!("cannot start the signal thread: {e}; stop signals stay blocked");
     }
 }
 
-fn wait_loop(trees: &Trees, socket: &std::path::Path, audit: &crate::audit::AuditLog) {
+fn wait_loop(
+    trees: &Trees,
+    socket: &std::path::Path,
+    audit: &crate::audit::AuditLog,
+    on_hup: &OnHup,
+) {
     let mut set = SigSet::empty();
     for s in [
         Signal::SIGTERM,
@@ -78,6 +98,7 @@ fn wait_loop(trees: &Trees, socket: &std::path::Path, audit: &crate::audit::Audi
                     "SIGHUP: cannot reopen the audit log ({e}); events still go to the old file"
                 ),
             }
+            on_hup(sender.max(0) as u32);
             if let Some(pid) = super::command::running() {
                 // SAFETY: kill takes integers.
                 unsafe { libc::kill(pid as libc::pid_t, sig) };

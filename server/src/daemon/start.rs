@@ -103,7 +103,7 @@ pub fn run(start: Start) -> Result<()> {
     };
     let sessions = make_sessions(&maker, start.session.as_deref())?;
     for s in sessions.list() {
-        warm::caches(&s.setup, &run_dir);
+        warm::caches(&s.setup(), &run_dir);
     }
     let serving = serve::Serving {
         run_dir,
@@ -122,7 +122,10 @@ pub fn run(start: Start) -> Result<()> {
     let api = Api {
         config,
         sessions,
-        maker,
+        maker: std::sync::RwLock::new(Arc::new(maker)),
+        load_config: Box::new(|path| {
+            super::load::trusted_config(Some(path)).map_err(|e| e.to_string())
+        }),
         audit: serving.audit.clone(),
         supervisor,
         approvals,

@@ -24,21 +24,39 @@ pub const TTL_CEILING: Duration = Duration::from_secs(24 * 3600);
 /// The most addresses one tree keeps names for (then the oldest go).
 const NAMES_MAX: usize = 16_384;
 
+/// Where a tree's policy is read from when it is needed: its session's
+/// rules as the last policy reload left them (the supervisor's), or one
+/// fixed policy.
+pub trait PolicyNow: Send + Sync {
+    fn policy(&self) -> Arc<crate::policy::Policy>;
+}
+
+impl PolicyNow for Arc<crate::policy::Policy> {
+    fn policy(&self) -> Arc<crate::policy::Policy> {
+        self.clone()
+    }
+}
+
 /// One tree's resolved names.
 pub struct TreeNames {
     pub session_id: String,
     /// The tree's policy: its `egress` decides which names the stub asks.
-    pub policy: Arc<crate::policy::Policy>,
+    rules: Arc<dyn PolicyNow>,
     names: Mutex<HashMap<IpAddr, Vec<(String, Instant)>>>,
 }
 
 impl TreeNames {
-    pub fn new(session_id: &str, policy: Arc<crate::policy::Policy>) -> Arc<TreeNames> {
+    pub fn new(session_id: &str, rules: Arc<dyn PolicyNow>) -> Arc<TreeNames> {
         Arc::new(TreeNames {
             session_id: session_id.to_string(),
-            policy,
+            rules,
             names: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The tree's policy now (a reload may have replaced it).
+    pub fn policy(&self) -> Arc<crate::policy::Policy> {
+        self.rules.policy()
     }
 
     /// Binds `name` to `ip` for `ttl` seconds (floored, capped).
@@ -157,7 +175,7 @@ mod tests {
 
     #[test]
     fn names_bind_and_expire_per_tree() {
-        let t = TreeNames::new("s", policy());
+        let t = TreeNames::new("s", Arc::new(policy()));
         let ip: IpAddr = "10.0.0.1".parse().unwrap();
         assert!(t.names_of(ip).is_empty());
         t.bind(ip, "pypi.org", 0);
@@ -166,14 +184,14 @@ mod tests {
             t.names_of("::ffff:10.0.0.1".parse().unwrap()),
             vec!["pypi.org".to_string()]
         );
-        let other = TreeNames::new("s", policy());
+        let other = TreeNames::new("s", Arc::new(policy()));
         assert!(other.names_of(ip).is_empty());
     }
 
     #[test]
     fn queriers_are_found_by_their_source() {
         let b = Book::default();
-        let t = TreeNames::new("s", policy());
+        let t = TreeNames::new("s", Arc::new(policy()));
         b.register(
             false,
             "0.0.0.0:4000".parse().unwrap(),

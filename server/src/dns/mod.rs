@@ -8,7 +8,7 @@ pub mod book;
 pub mod packet;
 pub mod stub;
 
-pub use book::{Book, Querier, TreeNames};
+pub use book::{Book, PolicyNow, Querier, TreeNames};
 pub use stub::{Stub, StubError};
 
 use crate::audit::AuditLog;

@@ -262,7 +262,8 @@ impl Stub {
     /// supervisor sends only trees whose policy has `dns: stub` here); a
     /// name no rule could allow is refused here, an allowed one forwarded.
     fn answer_tree(&self, who: &Querier, stream: bool, query: &[u8], q: &Question) -> Vec<u8> {
-        let Some(egress) = who.tree.policy.egress() else {
+        let policy = who.tree.policy();
+        let Some(egress) = policy.egress() else {
             return self.refuse(
                 who,
                 query,

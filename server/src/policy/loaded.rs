@@ -36,6 +36,8 @@ pub const SHIPPED: &[(&str, &str)] = &[
 #[derive(Debug, Clone)]
 pub struct Policy {
     pub(super) name: String,
+    /// The SHA-256 (hex) of its text.
+    pub(super) hash: String,
     pub(super) description: Option<String>,
     pub(super) origin: String,
     pub(super) default: Decision,
@@ -127,6 +129,53 @@ impl Policy {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The SHA-256 (hex) of the text it was compiled from.
+    pub fn hash(&self) -> &str {
+        &self.hash
+    }
+
+    /// What of this policy the kernel holds for a tree from its start,
+    /// which a reload cannot change for a running tree: each part's name
+    /// and a text that differs when the part does. `filter`: the calls the
+    /// seccomp filter traps or refuses (blocked syscalls, executable
+    /// memory, the network calls egress judges, socket families);
+    /// `landlock`: the file rules, exec sources, network ports, daemon
+    /// sockets, credential and read-only files; `env`: the environment the
+    /// tree's first shell got.
+    pub fn fixed_at_start(&self) -> [(&'static str, String); 3] {
+        [
+            (
+                "filter",
+                format!(
+                    "{:?}",
+                    (
+                        &self.blocked_syscalls,
+                        self.exec_memory_denied,
+                        self.judges_exec_maps(),
+                        &self.socket_families,
+                        self.egress.as_ref().map(|e| format!("{:?}", e.dns)),
+                        self.egress.is_some(),
+                    )
+                ),
+            ),
+            (
+                "landlock",
+                format!(
+                    "{:?}",
+                    (
+                        &self.file_rules,
+                        &self.exec_sources,
+                        &self.network_rules,
+                        &self.daemon_sockets,
+                        &self.credential_files,
+                        &self.read_only_files,
+                    )
+                ),
+            ),
+            ("env", format!("{:?}", self.env)),
+        ]
     }
 
     pub fn description(&self) -> Option<&str> {

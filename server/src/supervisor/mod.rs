@@ -65,4 +65,4 @@ pub use seam::{
     Deferred, Held, HeldDestination, Hold, HoldKind, HoldRequest, Holder, Settled, Stop,
     Verification,
 };
-pub use tree::{ReadOnly, Tree, TreeFiles, TreeRules, TreeTerms};
+pub use tree::{LiveRules, ReadOnly, Tree, TreeFiles, TreeRules, TreeTerms};

@@ -1,6 +1,7 @@
 //! One supervised tree and its terms: its session, its root, what it is
-//! judged by (fixed at its wrap-init, for the tree's life), and the flag
-//! that dooms it when its session is ended by force.
+//! judged by (its session's rules now: a policy reload replaces them for
+//! every running tree, [`LiveRules`]), and the flag that dooms it when its
+//! session is ended by force.
 //!
 //! Failure modes: none; types.
 
@@ -17,8 +18,11 @@ pub struct Tree {
     /// Where its programs may not come from (`exec_sources`), checked by
     /// the supervisor as well as by Landlock.
     pub exec_places: crate::policy::landlock::ExecPlaces,
-    /// Its session's policy (fixed for the tree's life).
-    pub rules: Arc<TreeRules>,
+    /// Its session's rules, as a reload leaves them ([`Tree::rules`]).
+    live: Arc<LiveRules>,
+    /// The policy its filter, ruleset and environment were made from at
+    /// its start (a reload cannot change those).
+    pub started_with: Arc<Policy>,
     /// Set when its session's trees are killed: any call of the tree that
     /// reaches the supervisor then kills its caller.
     pub doomed: Arc<std::sync::atomic::AtomicBool>,
@@ -49,11 +53,14 @@ type Explained = (
     std::sync::OnceLock<super::files::FileRules>,
 );
 
-/// What a tree is judged by, fixed at its wrap-init (see [`Tree`]).
+/// What a tree is judged by, given at its wrap-init (see [`Tree`]).
 #[derive(Clone)]
 pub struct TreeTerms {
     pub exec_places: crate::policy::landlock::ExecPlaces,
-    pub rules: Arc<TreeRules>,
+    /// Its session's rules (a reload replaces what they hold).
+    pub rules: Arc<LiveRules>,
+    /// The policy its filter and ruleset are made from.
+    pub started_with: Arc<Policy>,
     pub doomed: Arc<std::sync::atomic::AtomicBool>,
     pub files: Option<TreeFiles>,
 }
@@ -74,7 +81,8 @@ impl Tree {
             session_id,
             root_pid,
             exec_places: terms.exec_places,
-            rules: terms.rules,
+            live: terms.rules,
+            started_with: terms.started_with,
             doomed: terms.doomed,
             files: match &terms.files {
                 Some(TreeFiles::Kept(f)) => Some(Arc::new(f.for_root(root_pid))),
@@ -85,6 +93,18 @@ impl Tree {
                 _ => None,
             },
         }
+    }
+
+    /// What the tree is judged by now: its session's rules as the last
+    /// policy reload left them (each call reads them once).
+    pub fn rules(&self) -> Arc<TreeRules> {
+        self.live.current()
+    }
+
+    /// The cell its rules are read from (for what reads them later: the
+    /// DNS stub).
+    pub fn live(&self) -> Arc<LiveRules> {
+        self.live.clone()
     }
 
     /// Its file rules, kept or explained (resolved at the first call).
@@ -107,6 +127,41 @@ impl Tree {
 pub struct TreeRules {
     pub policy: Arc<Policy>,
     pub index: &'static IdentityIndex,
+}
+
+/// A session's rules as they are now: every tree of the session holds
+/// this cell, and a policy reload (`agentsh policy reload`) replaces what
+/// it holds, so each tree's next exec, connect and DNS query are judged by
+/// the new policy. What the kernel fixed at a tree's start (its filter,
+/// its Landlock ruleset, its environment) stays as it was.
+pub struct LiveRules(std::sync::RwLock<Arc<TreeRules>>);
+
+impl LiveRules {
+    pub fn new(rules: Arc<TreeRules>) -> Arc<LiveRules> {
+        Arc::new(LiveRules(std::sync::RwLock::new(rules)))
+    }
+
+    /// The rules now.
+    pub fn current(&self) -> Arc<TreeRules> {
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Puts `rules` in place for every tree holding this cell.
+    pub fn replace(&self, rules: Arc<TreeRules>) {
+        *self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = rules;
+    }
+}
+
+impl crate::dns::PolicyNow for LiveRules {
+    fn policy(&self) -> Arc<Policy> {
+        self.current().policy.clone()
+    }
 }
 
 impl TreeRules {

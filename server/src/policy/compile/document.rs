@@ -72,6 +72,7 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
     )?;
     Ok(Policy {
         name,
+        hash: text_hash(text),
         description: doc.description,
         origin: origin.to_string(),
         default: doc.default,
@@ -91,6 +92,16 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
         credential_files,
         read_only_files,
     })
+}
+
+/// The SHA-256 (hex) of a policy's text: which version of it a tree, a
+/// reload or an event names.
+fn text_hash(text: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// `name:` checked, or the origin's file stem when absent.

@@ -99,7 +99,7 @@ impl Supervising for Served {
         let spawned = std::thread::Builder::new()
             .name("agentsh-tree".into())
             .spawn(move || {
-                trees.started(tree.root_pid, &tree.session_id);
+                trees.started(tree.root_pid, &tree.session_id, tree.started_with.clone());
                 let root = tree.root_pid;
                 serve(ctx, tree, Arc::new(fd));
                 trees.finished(root);

@@ -61,7 +61,9 @@ pub fn handle(
         tasks,
         egress: state,
     };
-    let Some(policy) = tree.rules.policy.egress() else {
+    let rules = tree.rules();
+    st.egress.judged_by(&rules.policy);
+    let Some(policy) = rules.policy.egress() else {
         return refuse(
             k,
             format!(

@@ -206,7 +206,7 @@ fn to_stub(
     messages: &[Copied],
     originals: &[Vec<u8>],
 ) {
-    let Some(stub) = k.tree.rules.stub(k.ctx).cloned() else {
+    let Some(stub) = k.tree.rules().stub(k.ctx).cloned() else {
         return refuse(k, "the DNS stub is gone".into());
     };
     let stream = protocol == Protocol::Tcp;

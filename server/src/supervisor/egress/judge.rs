@@ -126,7 +126,7 @@ fn judge_one(
         protocol,
     };
     if port == 53 {
-        if let Some(stub) = k.tree.rules.stub(k.ctx) {
+        if let Some(stub) = k.tree.rules().stub(k.ctx) {
             return to_stub(k, st, key, stub.addr, domain, m);
         }
         if policy.dns == egress::DnsMode::Stub {
@@ -365,7 +365,10 @@ fn host_of(policy: &Egress, rule: &str, names: &[String]) -> Option<String> {
 fn tcp_floor_open(tree: &Tree, port: u16) -> bool {
     use crate::policy::semantics;
     use crate::policy::NetworkDirection;
-    match semantics::tcp_ports(tree.rules.policy.network_rules(), NetworkDirection::Connect) {
+    match semantics::tcp_ports(
+        tree.rules().policy.network_rules(),
+        NetworkDirection::Connect,
+    ) {
         Ok(None) => true,
         Ok(Some(ports)) => ports.contains(&port),
         Err(_) => false,

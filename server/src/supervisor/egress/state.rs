@@ -44,6 +44,9 @@ pub struct EgressState {
     names: Option<Arc<TreeNames>>,
     /// The destinations each thread was told are refused.
     pub(super) told: crate::supervisor::explain::Told<DestKey>,
+    /// The policy `seen` and `approved` were decided under: a reload that
+    /// replaces it forgets them.
+    judged_by: Option<Arc<crate::policy::Policy>>,
 }
 
 impl EgressState {
@@ -64,7 +67,25 @@ impl EgressState {
     /// The tree's resolved names (made on first use).
     pub(super) fn names(&mut self, tree: &Tree) -> Arc<TreeNames> {
         self.names
-            .get_or_insert_with(|| TreeNames::new(&tree.session_id, tree.rules.policy.clone()))
+            .get_or_insert_with(|| TreeNames::new(&tree.session_id, tree.live()))
             .clone()
+    }
+
+    /// Says which policy this call is judged under: when a reload replaced
+    /// the one the cached decisions and approvals were made under, they
+    /// are forgotten (each destination is judged again, and audited).
+    pub(super) fn judged_by(&mut self, policy: &Arc<crate::policy::Policy>) {
+        if self
+            .judged_by
+            .as_ref()
+            .is_some_and(|p| !Arc::ptr_eq(p, policy))
+        {
+            self.seen.clear();
+            self.approved
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clear();
+        }
+        self.judged_by = Some(policy.clone());
     }
 }

@@ -56,7 +56,7 @@ pub(super) fn register_querier(
     sock: &OwnedFd,
     protocol: Protocol,
 ) -> Result<(), StubError> {
-    let Some(stub) = k.tree.rules.stub(k.ctx) else {
+    let Some(stub) = k.tree.rules().stub(k.ctx) else {
         return Ok(());
     };
     let local = bound_local(sock).map_err(|e| match e {

@@ -55,7 +55,8 @@ pub fn handle(
     if j.verdict.decision == Decision::Redirect {
         // Checked first (nothing changed); what cannot be made safely is a
         // refusal like any other, below.
-        let target = tree.rules.policy.redirect_of(&j.verdict.rule);
+        let rules = tree.rules();
+        let target = rules.policy.redirect_of(&j.verdict.rule);
         match super::redirect::plan(req, &g, &j.verdict.rule, target, verified) {
             Ok(plan) => {
                 release(st, frozen, Duration::ZERO);
@@ -102,7 +103,7 @@ fn facts(
     frozen: &mut Option<Frozen>,
     verified: bool,
 ) -> Option<(u32, Box<Gathered>)> {
-    match gather(ctx, tree.rules.index, st, req, frozen, verified) {
+    match gather(ctx, tree.rules().index, st, req, frozen, verified) {
         Gather::Ready(pid, g) => Some((pid, g)),
         Gather::Answer(errno) => {
             release(st, frozen.take(), Duration::ZERO);

@@ -110,7 +110,7 @@ fn ask_policy(
         copy_of: &g.recognised.copy_of,
         loader_payloads: &g.payloads,
     };
-    exec_sources(tree, g, policy::judge(&tree.rules.policy, &facts))
+    exec_sources(tree, g, policy::judge(&tree.rules().policy, &facts))
 }
 
 /// `exec_sources: {writable: deny}` as the supervisor checks it: a program,

@@ -232,7 +232,7 @@ fn judge(tree: &Tree, st: &mut MapsState, tid: u32, fd: i32) -> Verdict {
     if let Some(v) = tree_written(tree, &name) {
         return v;
     }
-    if !tree.rules.policy.exec_memory_denied() {
+    if !tree.rules().policy.exec_memory_denied() {
         return Verdict::Allow;
     }
     let path = name.strip_suffix(" (deleted)").unwrap_or(&name);

@@ -214,7 +214,7 @@ impl Loop {
             }
         })?;
         tracing::info!(session = %tree.session_id, root_pid = pid, "supervising tree (ptrace)");
-        trees.started(pid, &tree.session_id);
+        trees.started(pid, &tree.session_id, tree.started_with.clone());
         self.tracees.insert(
             pid,
             Tracee {
