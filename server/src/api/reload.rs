@@ -101,40 +101,12 @@ pub fn reload(api: &Api, by: By) -> Result<Reloaded, ReloadError> {
         config_file: old.config_file.clone(),
         backend: old.backend,
     };
-    let mut made: Vec<Arc<Setup>> = Vec::new();
-    let mut errors = Vec::new();
-    let mut plan: Vec<(Arc<Session>, Arc<Setup>)> = Vec::new();
-    let mut not_in_config = Vec::new();
-    for s in api.sessions.list().into_iter().filter(|s| !s.is_ended()) {
-        let spec = match s.origin {
-            Origin::Default => maker.default_spec(),
-            Origin::Config => match maker.config.sessions.get(&s.id) {
-                Some(section) => maker.config_spec(section),
-                None => {
-                    not_in_config.push(s.id.clone());
-                    s.setup().spec.clone()
-                }
-            },
-            Origin::Api => s.setup().spec.clone(),
-        };
-        match compiled(&maker, &mut made, spec, s.origin != Origin::Default) {
-            Ok(setup) => plan.push((s, setup)),
-            Err(e) => errors.push(format!("session {:?}: {e}", s.id)),
-        }
-    }
-    let mut added = Vec::new();
-    for (id, section) in &maker.config.sessions {
-        if api.sessions.get(id).is_some_and(|s| !s.is_ended()) {
-            continue;
-        }
-        match compiled(&maker, &mut made, maker.config_spec(section), true) {
-            Ok(setup) => added.push((id.clone(), setup)),
-            Err(e) => errors.push(format!("session {id:?}: {e}")),
-        }
-    }
-    if !errors.is_empty() {
-        return Err(ReloadError::Sessions(errors));
-    }
+    let Plan {
+        made,
+        reload: plan,
+        add: added,
+        not_in_config,
+    } = plan(api, &maker)?;
     if made.iter().any(|m| m.policy.wants_dns_stub()) {
         super::sessions::start_stub(api).map_err(|e| ReloadError::Stub(e.to_string()))?;
     }
@@ -169,6 +141,62 @@ pub fn reload(api: &Api, by: By) -> Result<Reloaded, ReloadError> {
         added: added_ids,
         not_in_config,
         not_applied,
+    })
+}
+
+/// What a reload will put in place, all compiled before anything changes.
+struct Plan {
+    made: Vec<Arc<Setup>>,
+    reload: Vec<(Arc<Session>, Arc<Setup>)>,
+    add: Vec<(String, Arc<Setup>)>,
+    not_in_config: Vec<String>,
+}
+
+/// Compiles every live session's spec as `maker` makes it now, and the
+/// sessions the config adds.
+///
+/// # Errors
+/// Each session whose spec does not compile, named.
+fn plan(api: &Api, maker: &Maker) -> Result<Plan, ReloadError> {
+    let mut made: Vec<Arc<Setup>> = Vec::new();
+    let mut errors = Vec::new();
+    let mut plan: Vec<(Arc<Session>, Arc<Setup>)> = Vec::new();
+    let mut not_in_config = Vec::new();
+    for s in api.sessions.list().into_iter().filter(|s| !s.is_ended()) {
+        let spec = match s.origin {
+            Origin::Default => maker.default_spec(),
+            Origin::Config => match maker.config.sessions.get(&s.id) {
+                Some(section) => maker.config_spec(section),
+                None => {
+                    not_in_config.push(s.id.clone());
+                    s.setup().spec.clone()
+                }
+            },
+            Origin::Api => s.setup().spec.clone(),
+        };
+        match compiled(maker, &mut made, spec, s.origin != Origin::Default) {
+            Ok(setup) => plan.push((s, setup)),
+            Err(e) => errors.push(format!("session {:?}: {e}", s.id)),
+        }
+    }
+    let mut added = Vec::new();
+    for (id, section) in &maker.config.sessions {
+        if api.sessions.get(id).is_some_and(|s| !s.is_ended()) {
+            continue;
+        }
+        match compiled(maker, &mut made, maker.config_spec(section), true) {
+            Ok(setup) => added.push((id.clone(), setup)),
+            Err(e) => errors.push(format!("session {id:?}: {e}")),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(ReloadError::Sessions(errors));
+    }
+    Ok(Plan {
+        made,
+        reload: plan,
+        add: added,
+        not_in_config,
     })
 }
 

@@ -123,9 +123,7 @@ pub fn run(start: Start) -> Result<()> {
         config,
         sessions,
         maker: std::sync::RwLock::new(Arc::new(maker)),
-        load_config: Box::new(|path| {
-            super::load::trusted_config(Some(path)).map_err(|e| e.to_string())
-        }),
+        load_config: config_loader(),
         audit: serving.audit.clone(),
         supervisor,
         approvals,
@@ -196,6 +194,11 @@ fn supervisor_context(
     }
     warn_unknown_secrets(config, policies);
     ctx
+}
+
+/// How a policy reload reads the config: checked as at start.
+fn config_loader() -> crate::api::ConfigLoader {
+    Box::new(|path| super::load::trusted_config(Some(path)).map_err(|e| e.to_string()))
 }
 
 /// `default` (the top-level policy and workspace), the config's
