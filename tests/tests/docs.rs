@@ -26,6 +26,10 @@ const EXERCISED_ELSEWHERE: &[(&str, &str)] = &[
         "agentsh policy test /etc/agentsh/policies/my-agent.yaml --events /var/log/agentsh/audit.jsonl",
         "tests/tests/policy_generate.rs a_recorded_workload_becomes_an_allow_list_that_denies_only_what_is_new",
     ),
+    (
+        "agentsh policy reload",
+        "tests/tests/policy_reload.rs a_running_tree_is_judged_by_the_reloaded_policy_under_notify",
+    ),
     ("./tests/run.sh", ".ci/run"),
     ("./tests/demo.sh", "tests/demo.sh"),
     ("./bench/run.sh", ".ci/run"),
