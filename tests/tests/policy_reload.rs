@@ -46,7 +46,7 @@ fn sha256(text: &str) -> String {
 }
 
 /// A tree whose shell runs `first`, says `first-ok`, then waits on a fifo
-/// before running `id` and printing its status.
+/// before running `then` and printing its status.
 struct Waiting {
     w: Wrapped,
     fifo: std::path::PathBuf,
@@ -54,13 +54,13 @@ struct Waiting {
     out: BufReader<std::process::ChildStdout>,
 }
 
-fn start_waiting_tree(srv: &TestServer, session: &str, first: &str) -> Waiting {
+fn start_waiting_tree(srv: &TestServer, session: &str, first: &str, then: &str) -> Waiting {
     let dir = TempDir::new("reload-fifo");
     let fifo = dir.path().join("go");
     let st = Command::new("mkfifo").arg(&fifo).status().unwrap();
     assert!(st.success());
     let script = format!(
-        "{first} >/dev/null && echo first-ok; read x < {}; id >/dev/null; echo rc=$?",
+        "{first} >/dev/null && echo first-ok; read x < {}; {then} >/dev/null; echo rc=$?",
         fifo.display()
     );
     let mut w = spawn_wrapped(
@@ -124,7 +124,7 @@ fn id_events(srv: &TestServer, session: &str) -> Vec<Value> {
 
 fn a_running_tree_is_judged_by_the_reloaded_policy(extra: &str, session: &str) {
     let srv = TestServer::start(ALLOW, extra);
-    let tree = start_waiting_tree(&srv, session, "id");
+    let tree = start_waiting_tree(&srv, session, "id", "id");
     std::fs::write(policy_file(&srv), DENY_ID).unwrap();
     let out = reload_cli(&srv);
     let said = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -185,7 +185,7 @@ fn a_policy_that_does_not_compile_changes_nothing_and_says_why() {
         return;
     }
     let srv = TestServer::start(DENY_ID, "");
-    let tree = start_waiting_tree(&srv, "reload-bad", "true");
+    let tree = start_waiting_tree(&srv, "reload-bad", "true", "id");
     // A typo'd decision: the whole reload is refused.
     std::fs::write(
         policy_file(&srv),
@@ -211,7 +211,7 @@ fn sighup_reloads_and_names_what_the_kernel_keeps_per_tree() {
         return;
     }
     let srv = TestServer::start(ALLOW, "");
-    let tree = start_waiting_tree(&srv, "reload-hup", "id");
+    let tree = start_waiting_tree(&srv, "reload-hup", "id", "id");
     // Blocking a syscall changes the filter: the running tree keeps its own.
     std::fs::write(
         policy_file(&srv),
@@ -251,4 +251,55 @@ fn sighup_reloads_and_names_what_the_kernel_keeps_per_tree() {
     );
     let (rest, _) = tree.release();
     assert!(rest.contains("rc=126"), "{rest}");
+}
+
+fn egress_policy(decision: &str) -> String {
+    format!(
+        "name: reload-egress\ndefault: allow\negress:\n  default: deny\n  rules:\n    - name: \
+         loopback-{decision}\n      cidrs: [127.0.0.1/32]\n      protocol: tcp\n      decision: \
+         {decision}\n"
+    )
+}
+
+#[test]
+fn a_destination_judged_before_a_reload_is_judged_again_after_it() {
+    if !require_root("a_destination_judged_before_a_reload_is_judged_again_after_it") {
+        return;
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let srv = TestServer::start(&egress_policy("allow"), "");
+    let connect = format!(
+        "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 10)'"
+    );
+    let tree = start_waiting_tree(&srv, "reload-egress", &connect, &connect);
+    std::fs::write(policy_file(&srv), egress_policy("deny")).unwrap();
+    let out = reload_cli(&srv);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (rest, err) = tree.release();
+    assert!(
+        rest.contains("rc=1"),
+        "the tree's second connect was not refused: {rest}\n{err}\nserver log:\n{}",
+        srv.log()
+    );
+    let connects: Vec<Value> = srv
+        .events("reload-egress")
+        .into_iter()
+        .filter(|e| e["type"] == "connect" && e["port"] == port)
+        .collect();
+    assert_eq!(
+        connects.first().map(|e| e["rule"].clone()),
+        Some("loopback-allow".into()),
+        "{connects:#?}"
+    );
+    assert_eq!(
+        connects.last().map(|e| e["rule"].clone()),
+        Some("loopback-deny".into()),
+        "{connects:#?}"
+    );
+    drop(listener);
 }
