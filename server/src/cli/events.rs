@@ -52,6 +52,13 @@ fn table_row(ev: &serde_json::Value) -> String {
         Some("execve") => exec_row(&head, ev),
         Some("connect") => connect_row(&head, ev),
         Some("file") => file_row(&head, ev),
+        Some("policy_reload") => format!(
+            "{head} policy_reload {} (sha256 {}) by {} pid {}",
+            text(ev, "policy"),
+            text(ev, "hash").get(..12).unwrap_or(""),
+            text(ev, "by"),
+            number(ev, "by_pid")
+        ),
         Some(other) => format!("{head} {other}"),
         None => ev.to_string(),
     }
@@ -385,5 +392,16 @@ mod tests {
             row.ends_with("renameat2 /tmp/s -> /etc/agentsh/shim.conf  [create /etc/agentsh]"),
             "{row}"
         );
+    }
+
+    #[test]
+    fn a_policy_reload_reads_as_a_row() {
+        let ev = serde_json::json!({
+            "id": 9, "timestamp": "2026-11-28T21:19:23.015181Z", "type": "policy_reload",
+            "by": "sighup", "by_uid": 0, "by_pid": 77, "policy": "agent-strict",
+            "hash": "0123456789abcdef0123", "previous_hash": "ff",
+        });
+        assert!(table_row(&ev)
+            .ends_with("policy_reload agent-strict (sha256 0123456789ab) by sighup pid 77"));
     }
 }
