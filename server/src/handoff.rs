@@ -177,7 +177,13 @@ pub async fn take_handoff(
     let deadline = tokio::time::Instant::now() + ACCEPT_DEADLINE;
     loop {
         let (conn, cred) = match tokio::time::timeout_at(deadline, listener.accept()).await {
-            Ok(Ok(c)) => c,
+            Ok(Ok((fd, cred))) => match crate::transport::SeqpacketConn::new(fd) {
+                Ok(conn) => (conn, cred),
+                Err(e) => {
+                    tracing::warn!(socket = %path.display(), "notify socket connection unusable: {e}");
+                    return;
+                }
+            },
             Ok(Err(e)) => {
                 tracing::warn!(socket = %path.display(), "accept on notify socket failed: {e}");
                 return;

@@ -10,6 +10,10 @@
 //! (`handoff`) holds one until its handoff is taken or it gives up, which
 //! is why this sits below both.
 //!
+//! Besides the counts, each asker other than root gets turns at wrap-init
+//! ([`Limits::turn`]): one at a time, so one user's flood of shells takes
+//! one of the server's threads, not all of them.
+//!
 //! Failure modes: over a limit, [`Limits::take`] answers [`LimitReached`]
 //! naming the limit (the API closes the connection at once or answers 429
 //! with that text).
@@ -70,7 +74,20 @@ pub struct LimitReached {
 #[derive(Debug, Default)]
 pub struct Limits {
     held: Mutex<HashMap<(Kind, LimitKey), usize>>,
+    /// Each asker's turn at wrap-init ([`Limits::turn`]).
+    turns: Mutex<HashMap<LimitKey, Arc<tokio::sync::Semaphore>>>,
 }
+
+/// Wrap-inits an asker other than root may have in progress at once. The
+/// work of a wrap-init (its `/proc` reads, the ruleset, the notify socket)
+/// takes a thread of the server; a flood of them from one local user thus
+/// takes at most one, whatever its number of connections, and every other
+/// asker's shells are served beside it (each asker's own in the order they
+/// came: the semaphore is first come, first served).
+pub const WRAP_INITS_AT_ONCE: usize = 1;
+
+/// The most askers whose turn gates are kept while idle.
+const TURNS_KEPT: usize = 1024;
 
 /// One unit of a limit, given back on drop.
 #[derive(Debug)]
@@ -97,6 +114,35 @@ impl Drop for Slot {
 }
 
 impl Limits {
+    /// Waits for `key`'s turn at a wrap-init (see [`WRAP_INITS_AT_ONCE`];
+    /// root's and the server's own user's are not gated: the SDK's shells,
+    /// a developer's under `agentsh wrap`). The turn lasts while the
+    /// permit is held. `None`: no turn needed.
+    pub async fn turn(&self, key: LimitKey) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        // SAFETY: geteuid has no preconditions.
+        let own = LimitKey::Uid(unsafe { libc::geteuid() });
+        // The server's own user's shells are not gated either (`agentsh
+        // wrap`'s server runs as the developer, for the developer).
+        if key.privileged() || key == own {
+            return None;
+        }
+        let gate = {
+            let mut turns = self
+                .turns
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if turns.len() >= TURNS_KEPT {
+                // Forget the idle ones (nobody waits on or holds them).
+                turns.retain(|_, g| Arc::strong_count(g) > 1);
+            }
+            turns
+                .entry(key)
+                .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(WRAP_INITS_AT_ONCE)))
+                .clone()
+        };
+        gate.acquire_owned().await.ok()
+    }
+
     /// Takes one unit of `kind` for `key`.
     ///
     /// # Errors
@@ -124,6 +170,29 @@ impl Limits {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn another_users_wrap_inits_take_turns_and_root_never_waits() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let l = Arc::new(Limits::default());
+            let user = LimitKey::Uid(4242);
+            let first = l.turn(user).await;
+            assert!(first.is_some());
+            // The same user's next waits for the first to end...
+            let waiting =
+                tokio::time::timeout(std::time::Duration::from_millis(20), l.turn(user)).await;
+            assert!(waiting.is_err(), "a second turn at once");
+            // ...another user's and root's do not.
+            assert!(l.turn(LimitKey::Uid(4243)).await.is_some());
+            assert!(l.turn(LimitKey::Uid(0)).await.is_none());
+            drop(first);
+            assert!(l.turn(user).await.is_some());
+        });
+    }
 
     #[test]
     fn caps_are_per_key_and_slots_come_back() {

@@ -57,11 +57,13 @@ impl SeqpacketListener {
         Ok(SeqpacketListener { fd: register(fd)? })
     }
 
-    /// The next connection and who made it.
+    /// The next connection and who made it, not yet registered with the
+    /// runtime ([`SeqpacketConn::new`]): a connection refused at once
+    /// costs no buffer and no registration.
     ///
     /// # Errors
     /// accept's errno (EMFILE, ENFILE, ...).
-    pub async fn accept(&self) -> io::Result<(SeqpacketConn, PeerCred)> {
+    pub async fn accept(&self) -> io::Result<(OwnedFd, PeerCred)> {
         loop {
             let mut guard = self.fd.readable().await?;
             let res = guard.try_io(|fd| {
@@ -85,7 +87,7 @@ impl SeqpacketListener {
                     let cred = seqpacket::peer_cred(fd.as_fd())?;
                     // Records then say who sent them (see `identify`).
                     seqpacket::enable_passcred(fd.as_fd())?;
-                    return Ok((SeqpacketConn::new(fd)?, cred));
+                    return Ok((fd, cred));
                 }
                 Ok(Err(e)) if e.raw_os_error() == Some(libc::ECONNABORTED) => continue,
                 Ok(Err(e)) => return Err(e),

@@ -167,6 +167,14 @@ fn a_flood_from_another_local_user_does_not_stop_supervision() {
     ns.install_shim(true);
     ns.configure(&srv.url, "auto");
     let mut sup = Supervisor::start(&ns, false);
+    let command = sdk::tensorlake("echo pid=$$; curl --version >/dev/null 2>&1; echo curl-rc=$?");
+    let mut quiet = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        let f = sup.run(&command);
+        quiet.push(t.elapsed());
+        assert_eq!(f.code, Some(0), "{f:?}\n{}", srv.log());
+    }
     let script = srv.dir.path().join("flood.py");
     std::fs::write(&script, FLOOD).unwrap();
     // Another local user, outside every tree: not the SDK, not a tree.
@@ -204,9 +212,7 @@ fn a_flood_from_another_local_user_does_not_stop_supervision() {
     let mut took = Vec::new();
     for _ in 0..5 {
         let t = Instant::now();
-        let f = sup.run(&sdk::tensorlake(
-            "echo pid=$$; curl --version >/dev/null 2>&1; echo curl-rc=$?",
-        ));
+        let f = sup.run(&command);
         took.push(t.elapsed());
         // Supervised (the nested curl is denied), not refused, not unsupervised.
         assert_eq!(f.code, Some(0), "{f:?}\n{}", srv.log());
@@ -214,8 +220,21 @@ fn a_flood_from_another_local_user_does_not_stop_supervision() {
     }
     let _ = flood.kill();
     let _ = flood.wait();
-    // Figures for the reader, not assertions.
-    eprintln!("SDK commands under the flood took {took:?}");
+    eprintln!("SDK commands took {quiet:?} before the flood, {took:?} under it");
+    // Served beside the flood, not behind it: the flood's connections over
+    // its limit are closed at accept, its wrap-inits take turns (one at a
+    // time), so root's shells wait milliseconds, not seconds. (Measured on
+    // a quiet 2-core VM: about 4.5x the quiet time, from about 15x before
+    // the turns; the bound here leaves room for a loaded machine.)
+    let median = |v: &mut Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    let (q, f) = (median(&mut quiet), median(&mut took));
+    assert!(
+        f <= q * 6 + Duration::from_millis(30) && took.iter().all(|t| *t < Duration::from_secs(2)),
+        "root's shells waited behind the flood: {took:?} vs {quiet:?} before it"
+    );
     assert!(
         srv.log().contains("too many"),
         "the flood never reached a per-peer limit: {}",
@@ -432,20 +451,23 @@ fn sighup_reopens_the_audit_log_after_a_rotation() {
         "{o:?}"
     );
     let lines: Vec<&str> = new.lines().collect();
-    assert!(lines.len() >= 3, "{new}");
-    let changed = lines[1].replacen("\"session_id\":\"after\"", "\"session_id\":\"other\"", 1);
-    assert_ne!(changed, lines[1]);
+    // An event of "after" with one before and one after it.
+    let k = (1..lines.len().saturating_sub(1))
+        .find(|&i| lines[i].contains("\"session_id\":\"after\""))
+        .unwrap_or_else(|| panic!("no event of after inside the new file: {new}"));
+    let changed = lines[k].replacen("\"session_id\":\"after\"", "\"session_id\":\"other\"", 1);
+    assert_ne!(changed, lines[k]);
     let mut edited: Vec<&str> = lines.clone();
-    edited[1] = &changed;
+    edited[k] = &changed;
     std::fs::write(&log, edited.join("\n") + "\n").unwrap();
     let o = verify();
     assert_eq!(o.status.code(), Some(1), "{o:?}");
     assert!(
-        String::from_utf8_lossy(&o.stdout).contains("audit.jsonl:3 "),
+        String::from_utf8_lossy(&o.stdout).contains(&format!("audit.jsonl:{} ", k + 2)),
         "the break is named at the line after the change: {o:?}"
     );
     let mut removed: Vec<&str> = lines.clone();
-    removed.remove(1);
+    removed.remove(k);
     std::fs::write(&log, removed.join("\n") + "\n").unwrap();
     assert_eq!(verify().status.code(), Some(1));
     std::fs::write(&log, &new).unwrap();

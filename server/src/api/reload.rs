@@ -7,7 +7,8 @@
 //! anything changed: each session's new rules are put in place
 //! ([`crate::session::Session::reload`]), so a running tree's next exec,
 //! connect, DNS query and new HTTP connection are judged by them; new
-//! trees start with the new filter and ruleset. Sessions the config adds
+//! trees start with the new filter and ruleset. A session whose policy
+//! text and spec read the same as before is left as it is (no event). Sessions the config adds
 //! are made. For each running tree, what the kernel fixed at its start and
 //! the new policy changes (`filter`, `landlock`, `env`:
 //! [`crate::policy::Policy::fixed_at_start`]) is said, in the answer and in
@@ -69,7 +70,8 @@ pub struct SessionReloaded {
     pub policy: String,
     pub hash: String,
     pub previous_hash: String,
-    /// Whether the policy's text or its spec changed.
+    /// Whether the policy's text or its spec changed (when not, nothing was
+    /// replaced and no event written).
     pub changed: bool,
     pub trees: Vec<TreeKept>,
 }
@@ -115,6 +117,13 @@ pub fn reload(api: &Api, by: By) -> Result<Reloaded, ReloadError> {
         .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(maker);
     let mut sessions = Vec::new();
     for (s, setup) in plan {
+        let now = s.setup();
+        if now.policy.hash() == setup.policy.hash() && now.spec == setup.spec {
+            // Nothing to change: the rules stay (and what trees cached
+            // under them), no event (a log rotation's SIGHUP changes none).
+            sessions.push(unchanged(&s, &now));
+            continue;
+        }
         let before = s.reload(setup.clone());
         sessions.push(apply(api, by, &s, &before, &setup));
     }
@@ -261,8 +270,20 @@ fn apply(api: &Api, by: By, s: &Session, before: &Setup, now: &Setup) -> Session
         policy: now.policy_name.clone(),
         hash: now.policy.hash().to_string(),
         previous_hash: before.policy.hash().to_string(),
-        changed: before.policy.hash() != now.policy.hash() || before.spec != now.spec,
+        changed: true,
         trees,
+    }
+}
+
+/// A session whose policy and spec read the same as before.
+fn unchanged(s: &Session, now: &Setup) -> SessionReloaded {
+    SessionReloaded {
+        session: s.id.clone(),
+        policy: now.policy_name.clone(),
+        hash: now.policy.hash().to_string(),
+        previous_hash: now.policy.hash().to_string(),
+        changed: false,
+        trees: Vec::new(),
     }
 }
 

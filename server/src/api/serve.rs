@@ -11,11 +11,12 @@
 use super::peer::Peer;
 use super::routes;
 use super::state::Api;
-use crate::limits::Kind;
-use crate::transport::SeqpacketListener;
+use crate::limits::{Kind, LimitKey};
+use crate::transport::{SeqpacketConn, SeqpacketListener};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,15 +31,68 @@ fn http() -> http1::Builder {
     b
 }
 
+/// Connections refused over a peer's limit, said at most once a second
+/// (a flood of them would otherwise cost a log line each).
+struct Refused {
+    count: AtomicU64,
+    said_at: AtomicU64,
+}
+
+static REFUSED: Refused = Refused {
+    count: AtomicU64::new(0),
+    said_at: AtomicU64::new(0),
+};
+
+fn too_many(uid: u32, pid: u32) {
+    let n = REFUSED.count.fetch_add(1, Ordering::Relaxed) + 1;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    if REFUSED.said_at.swap(now, Ordering::Relaxed) != now {
+        tracing::warn!(
+            uid,
+            pid,
+            refused_so_far = n,
+            "API connection refused: too many at once"
+        );
+    }
+}
+
 /// Serves the Unix socket until it fails.
+///
+/// Long because the accept loop and a connection's first steps share the
+/// peer and its slot; each step is a call.
 pub async fn serve_unix(api: Arc<Api>, listener: SeqpacketListener) {
     loop {
-        let (conn, cred) = match listener.accept().await {
+        let (fd, cred) = match listener.accept().await {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!("accept on the API socket failed: {e}");
                 // EMFILE and friends: do not spin.
                 tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        // Where the kernel names the peer at accept (everywhere but gVisor),
+        // it is counted here, before anything is made for the connection: a
+        // flood of connections over its limit costs an accept and a close
+        // each, and other askers' connections are not queued behind it.
+        let named = cred.pid != std::process::id();
+        let early = if named {
+            match api.limits.take(Kind::Connection, LimitKey::Uid(cred.uid)) {
+                Ok(s) => Some(s),
+                Err(_) => {
+                    too_many(cred.uid, cred.pid);
+                    continue;
+                }
+            }
+        } else {
+            None
+        };
+        let conn = match SeqpacketConn::new(fd) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!("API connection dropped: {e}");
                 continue;
             }
         };
@@ -53,13 +107,12 @@ pub async fn serve_unix(api: Arc<Api>, listener: SeqpacketListener) {
                 Err(_) => return,
             };
             let peer = Peer::Local(cred);
-            let Ok(_slot) = api.limits.take(Kind::Connection, peer.key()) else {
-                tracing::warn!(
-                    uid = cred.uid,
-                    pid = cred.pid,
-                    "API connection refused: too many at once"
-                );
-                return;
+            let _slot = match early {
+                Some(s) => s,
+                None => match api.limits.take(Kind::Connection, peer.key()) {
+                    Ok(s) => s,
+                    Err(_) => return too_many(cred.uid, cred.pid),
+                },
             };
             // Second line (module doc): a tree process is refused before any
             // byte of its request is read. A few short /proc reads, done

@@ -35,6 +35,8 @@ pub(super) async fn wrap_init(
     req: Request<Incoming>,
 ) -> Resp {
     let started = std::time::Instant::now();
+    // One user's shells wait for their turn, not everyone's (`limits`).
+    let _turn = api.limits.turn(peer.key()).await;
     let caller = match admission::caller_of(&api, &peer).await {
         Ok(c) => c,
         Err(r) => return r.into(),

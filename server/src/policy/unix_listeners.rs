@@ -41,16 +41,20 @@ pub fn parse(text: &str) -> Vec<Listener> {
         .lines()
         .skip(1)
         .filter_map(|line| {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            // Num RefCount Protocol Flags Type St Inode Path
-            let path = f.get(7)?;
-            let flags = u32::from_str_radix(f.get(3)?, 16).ok()?;
-            let kind = u32::from_str_radix(f.get(4)?, 16).ok()?;
-            let inode = f.get(6)?.parse().ok()?;
-            let serving = flags & ACCEPTCON != 0 || kind == DGRAM;
-            (serving && path.starts_with('/')).then(|| Listener {
+            // Num RefCount Protocol Flags Type St Inode Path: read in place
+            // (a socket table holds every connection, thousands under load;
+            // most lines end at the flags).
+            let mut f = line.split_ascii_whitespace().skip(3);
+            let flags = u32::from_str_radix(f.next()?, 16).ok()?;
+            let kind = u32::from_str_radix(f.next()?, 16).ok()?;
+            if flags & ACCEPTCON == 0 && kind != DGRAM {
+                return None;
+            }
+            let inode = f.nth(1)?.parse().ok()?;
+            let path = f.next()?;
+            path.starts_with('/').then(|| Listener {
                 inode,
-                path: (*path).to_string(),
+                path: path.to_string(),
             })
         })
         .collect();
