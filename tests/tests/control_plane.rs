@@ -168,13 +168,21 @@ fn a_flood_from_another_local_user_does_not_stop_supervision() {
     ns.configure(&srv.url, "auto");
     let mut sup = Supervisor::start(&ns, false);
     let command = sdk::tensorlake("echo pid=$$; curl --version >/dev/null 2>&1; echo curl-rc=$?");
-    let mut quiet = Vec::new();
-    for _ in 0..5 {
-        let t = Instant::now();
-        let f = sup.run(&command);
-        quiet.push(t.elapsed());
-        assert_eq!(f.code, Some(0), "{f:?}\n{}", srv.log());
-    }
+    // Five runs, each timed: supervised (the nested curl is denied), not
+    // refused, not unsupervised.
+    let mut five = || -> Vec<Duration> {
+        (0..5)
+            .map(|_| {
+                let t = Instant::now();
+                let f = sup.run(&command);
+                let took = t.elapsed();
+                assert_eq!(f.code, Some(0), "{f:?}\n{}", srv.log());
+                assert!(f.stdout.contains("curl-rc=126"), "{f:?}\n{}", srv.log());
+                took
+            })
+            .collect()
+    };
+    let mut quiet = five();
     let script = srv.dir.path().join("flood.py");
     std::fs::write(&script, FLOOD).unwrap();
     // Another local user, outside every tree: not the SDK, not a tree.
@@ -209,15 +217,7 @@ fn a_flood_from_another_local_user_does_not_stop_supervision() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let mut took = Vec::new();
-    for _ in 0..5 {
-        let t = Instant::now();
-        let f = sup.run(&command);
-        took.push(t.elapsed());
-        // Supervised (the nested curl is denied), not refused, not unsupervised.
-        assert_eq!(f.code, Some(0), "{f:?}\n{}", srv.log());
-        assert!(f.stdout.contains("curl-rc=126"), "{f:?}\n{}", srv.log());
-    }
+    let mut took = five();
     let _ = flood.kill();
     let _ = flood.wait();
     eprintln!("SDK commands took {quiet:?} before the flood, {took:?} under it");

@@ -265,6 +265,19 @@ fn apply(api: &Api, by: By, s: &Session, before: &Setup, now: &Setup) -> Session
             trees: trees.clone(),
         })),
     );
+    reloaded(s, before, now, trees)
+}
+
+/// A session whose policy and spec read the same as before.
+fn unchanged(s: &Session, now: &Setup) -> SessionReloaded {
+    SessionReloaded {
+        changed: false,
+        ..reloaded(s, now, now, Vec::new())
+    }
+}
+
+/// What the answer says of session `s`, reloaded from `before` to `now`.
+fn reloaded(s: &Session, before: &Setup, now: &Setup, trees: Vec<TreeKept>) -> SessionReloaded {
     SessionReloaded {
         session: s.id.clone(),
         policy: now.policy_name.clone(),
@@ -272,18 +285,6 @@ fn apply(api: &Api, by: By, s: &Session, before: &Setup, now: &Setup) -> Session
         previous_hash: before.policy.hash().to_string(),
         changed: true,
         trees,
-    }
-}
-
-/// A session whose policy and spec read the same as before.
-fn unchanged(s: &Session, now: &Setup) -> SessionReloaded {
-    SessionReloaded {
-        session: s.id.clone(),
-        policy: now.policy_name.clone(),
-        hash: now.policy.hash().to_string(),
-        previous_hash: now.policy.hash().to_string(),
-        changed: false,
-        trees: Vec::new(),
     }
 }
 
