@@ -303,3 +303,58 @@ fn a_destination_judged_before_a_reload_is_judged_again_after_it() {
     );
     drop(listener);
 }
+
+#[test]
+fn a_session_the_config_adds_is_made_and_a_changed_key_is_named() {
+    if !require_root("a_session_the_config_adds_is_made_and_a_changed_key_is_named") {
+        return;
+    }
+    let srv = TestServer::start(ALLOW, "");
+    let config = srv.dir.path().join("config.yaml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!(
+        "sessions:\n  late:\n    policy: {}\nexecve:\n  approval_timeout: 7s\n",
+        policy_file(&srv).display()
+    ));
+    std::fs::write(&config, text).unwrap();
+    let out = reload_cli(&srv);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("late: made from the config"), "{said}");
+    assert!(
+        said.contains("execve: changed in the config: needs a restart"),
+        "{said}"
+    );
+    // Nothing else changed: no event, the default session reads unchanged.
+    assert!(
+        said.contains("session default: policy reload-test unchanged"),
+        "{said}"
+    );
+    assert!(reload_events(&srv).is_empty());
+    let sessions = srv.get_json("/api/v1/sessions");
+    assert!(
+        sessions
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["id"] == "late"),
+        "{sessions}"
+    );
+    // A shell of the new session is supervised under its policy.
+    let w = spawn_wrapped(
+        &srv.url,
+        "late",
+        &["/bin/sh", "-c", "id >/dev/null; echo rc=$?"],
+        &WrapOptions::default(),
+    );
+    let (_, out) = w.wait();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("rc=0"),
+        "{out:?}"
+    );
+    assert!(!id_events(&srv, "late").is_empty());
+}
