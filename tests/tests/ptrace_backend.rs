@@ -372,3 +372,55 @@ fn an_interactive_pty_shell_under_ptrace_takes_ctrl_c_and_job_control_as_without
     assert_eq!(wi.len(), 1, "{wi:#?}");
     assert_eq!(wi[0]["backend"], "ptrace");
 }
+
+/// Whether process `pid` (our child) has exited: a zombie or gone.
+fn exited(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('Z'))
+    })
+}
+
+/// A side finding of the performance round (issue 44): a ptrace-backend
+/// server twice ignored its first SIGTERM while it traced a tree. Each
+/// round starts a server with a traced tree that is busy execing, sends
+/// one SIGTERM, and wants the server gone, and its tree with it.
+#[test]
+fn a_ptrace_backend_server_stops_at_its_first_sigterm() {
+    if !require_root("a_ptrace_backend_server_stops_at_its_first_sigterm") {
+        return;
+    }
+    for round in 0..8 {
+        let mut srv = TestServer::start(POLICY, PTRACE);
+        let w = spawn_wrapped(
+            &srv.url,
+            "term",
+            &["/bin/sh", "-c", "echo up; while :; do /bin/true; done"],
+            &Opts::default(),
+        );
+        let mut child = w.child;
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+        assert_eq!(line.trim(), "up", "{}", srv.log());
+        let pid = srv.pid();
+        // SAFETY: kill takes integers.
+        assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGTERM) }, 0);
+        let t = Instant::now();
+        while !exited(pid) {
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "round {round}: the server did not stop at SIGTERM:\n{}",
+                srv.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let status = child.wait().unwrap();
+        assert!(
+            !status.success(),
+            "round {round}: the tree outlived its server: {status:?}"
+        );
+        srv.kill();
+    }
+}
