@@ -287,12 +287,23 @@ fn cover_each(paths: &[String], what: &str, log: &Log) -> Result<Vec<String>, St
             return Err(format!("{what} {p} became a symlink; refusing"));
         }
         let target = cstr(p)?;
-        if meta.is_dir() {
-            mount_empty_dir(&target).map_err(|e| format!("hiding {p}: {e}"))?;
+        let covered = if meta.is_dir() {
+            mount_empty_dir(&target)
         } else {
-            cover_file(&target).map_err(|e| format!("hiding {p}: {e}"))?;
+            cover_file(&target)
+        };
+        match covered {
+            Ok(()) => hidden.push(p.clone()),
+            // Removed between the look above and the mount (a daemon that
+            // stopped just then): gone, as above.
+            Err(_)
+                if std::fs::symlink_metadata(p)
+                    .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) =>
+            {
+                log!(log, "{what} {p}: gone while being hidden, nothing to hide");
+            }
+            Err(e) => return Err(format!("hiding {p}: {e}")),
         }
-        hidden.push(p.clone());
     }
     Ok(hidden)
 }
