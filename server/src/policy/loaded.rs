@@ -155,8 +155,10 @@ impl Policy {
                         self.exec_memory_denied,
                         self.judges_exec_maps(),
                         &self.socket_families,
-                        self.egress.as_ref().map(|e| format!("{:?}", e.dns)),
                         self.egress.is_some(),
+                        self.egress
+                            .as_ref()
+                            .is_some_and(super::egress::Egress::allows_everything),
                     )
                 ),
             ),

@@ -1336,3 +1336,41 @@ fn redirect_rules_name_a_root_owned_binary_and_judge_only_what_execs() {
     assert_eq!(v.decision, Decision::Deny, "{v:?}");
     assert!(v.message.unwrap().contains("run it directly"));
 }
+
+#[test]
+fn what_the_kernel_keeps_for_a_tree_is_told_apart_from_what_a_reload_changes() {
+    let parts = |text: &str| policy(text).fixed_at_start();
+    let differ = |a: &str, b: &str| -> Vec<&'static str> {
+        parts(a)
+            .iter()
+            .zip(parts(b).iter())
+            .filter(|(x, y)| x.1 != y.1)
+            .map(|(x, _)| x.0)
+            .collect()
+    };
+    let base = "name: p\ndefault: allow\n";
+    // Command rules are the supervisor's: nothing the kernel keeps differs.
+    let commands =
+        format!("{base}command_rules:\n  - name: no-id\n    commands: [id]\n    decision: deny\n");
+    assert!(differ(base, &commands).is_empty());
+    assert_eq!(
+        differ(base, &format!("{base}syscalls:\n  block: [acct]\n")),
+        ["filter"]
+    );
+    assert_eq!(
+        differ(
+            base,
+            &format!(
+                "{base}file_rules:\n  - name: ro\n    paths: [/srv]\n    operations: [read]\n    decision: allow\n"
+            )
+        ),
+        ["landlock"]
+    );
+    // Egress that allows everything traps no connect; one that judges does.
+    let open = format!("{base}egress:\n  default: allow\n");
+    let judged = format!("{base}egress:\n  default: deny\n");
+    assert_eq!(differ(&open, &judged), ["filter"]);
+    // The hash is the text's.
+    assert_ne!(policy(base).hash(), policy(&commands).hash());
+    assert_eq!(policy(base).hash().len(), 64);
+}
