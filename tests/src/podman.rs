@@ -59,6 +59,19 @@ fn on_path(name: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+/// Held around what adds, starts from or removes an image: podman's image
+/// store is locked only in short sections, and an image removed by one
+/// test while another starts a container can make the start miss its own
+/// image ("image not known", then a pull from `localhost`: a known podman
+/// timing issue). The tests of one binary run as threads of one process.
+static IMAGES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn images_held() -> std::sync::MutexGuard<'static, ()> {
+    IMAGES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn podman(args: &[&str]) -> Output {
     Command::new("podman")
         .args(args)
@@ -115,6 +128,7 @@ impl Image {
             .stdout(Stdio::piped())
             .spawn()
             .expect("run tar");
+        let held = images_held();
         let out = Command::new("podman")
             .args(["import", "-", &tag])
             .stdin(tar.stdout.take().expect("tar's stdout"))
@@ -122,6 +136,7 @@ impl Image {
             .expect("run podman import");
         let tarred = tar.wait().expect("wait for tar");
         assert!(tarred.success(), "tar of the image's root failed");
+        drop(held);
         assert!(out.status.success(), "podman import: {}", text(&out));
         Image { tag }
     }
@@ -129,6 +144,7 @@ impl Image {
 
 impl Drop for Image {
     fn drop(&mut self) {
+        let _held = images_held();
         let _ = podman(&["rmi", "-f", &self.tag]);
     }
 }
@@ -167,9 +183,13 @@ impl Container {
                 "host",
             ]),
         }
+        args.push("--pull=never");
         args.push(&image.tag);
         args.extend(argv);
-        let out = podman(&args);
+        let out = {
+            let _held = images_held();
+            podman(&args)
+        };
         assert!(out.status.success(), "podman run: {}", text(&out));
         Container { name }
     }
