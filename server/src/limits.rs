@@ -143,6 +143,17 @@ impl Limits {
         gate.acquire_owned().await.ok()
     }
 
+    /// Open API connections, every asker's.
+    pub fn connections(&self) -> usize {
+        self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .filter(|((kind, _), _)| *kind == Kind::Connection)
+            .map(|(_, n)| *n)
+            .sum()
+    }
+
     /// Takes one unit of `kind` for `key`.
     ///
     /// # Errors

@@ -91,7 +91,7 @@ pub(super) async fn serve(api: Api, s: Serving) -> Result<()> {
     let serving = tokio::spawn(api::serve_unix(api.clone(), unix));
     rehearsal::run(&api, rehearsal).await;
     if !s.command.command.is_empty() && s.gate.get() == Readiness::Ready {
-        start_command(s.command, s.report, &config, &s.audit);
+        start_command(s.command, s.report, &config, &s.audit, api.limits.clone());
     }
     tracing::info!(
         socket = %config.server.socket.display(),
@@ -135,11 +135,22 @@ fn start_command(
     report: command::Report,
     config: &Config,
     audit: &Arc<AuditLog>,
+    limits: Arc<crate::limits::Limits>,
 ) {
     let socket = config.server.socket.clone();
     let audit = audit.clone();
     command::start(spawn, report, move || {
         let _ = std::fs::remove_file(&socket);
+        // An answer being written is finished first (an approval that let
+        // the command end is answered), for at most a moment: a client
+        // that keeps its connection (a long-poll) does not hold the stop.
+        let deadline = std::time::Instant::now() + DRAIN;
+        while limits.connections() > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         audit.flush_export();
     });
 }
+
+/// How long a stopping server waits for its open API connections.
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
