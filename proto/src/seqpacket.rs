@@ -331,6 +331,20 @@ pub fn creds_of(msg: &libc::msghdr) -> Option<PeerCred> {
 /// # Errors
 /// sendmsg's errno; a short send is `WriteZero`.
 pub fn send_record_with_creds(fd: BorrowedFd<'_>, data: &[u8]) -> io::Result<()> {
+    send_with_creds(fd, data, None)
+}
+
+/// [`send_record_with_creds`], with `pass` (when given) in `SCM_RIGHTS` in
+/// the same record: the notify-fd handoff, whose receiver needs to know
+/// who sent the fd (gVisor answers `SO_PEERCRED` with the listener's own).
+///
+/// # Errors
+/// sendmsg's errno; a short send is `WriteZero`.
+pub fn send_with_creds(
+    fd: BorrowedFd<'_>,
+    data: &[u8],
+    pass: Option<BorrowedFd<'_>>,
+) -> io::Result<()> {
     // SAFETY: getpid/geteuid/getegid cannot fail.
     let me = unsafe {
         libc::ucred {
@@ -349,15 +363,28 @@ pub fn send_record_with_creds(fd: BorrowedFd<'_>, data: &[u8]) -> io::Result<()>
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
     msg.msg_control = cbuf.as_mut_ptr().cast();
-    // SAFETY: CMSG_SPACE/CMSG_LEN are size computations; the header and data
-    // written fit the zeroed, aligned control buffer.
+    // SAFETY: CMSG_SPACE/CMSG_LEN are size computations; both headers and
+    // their data fit the zeroed, aligned control buffer (64 bytes: 32 for
+    // the credentials, 24 for one fd).
     unsafe {
-        msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<libc::ucred>() as u32) as _;
+        let cred_space = libc::CMSG_SPACE(std::mem::size_of::<libc::ucred>() as u32) as usize;
+        let fd_space = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
+        msg.msg_controllen = (cred_space + if pass.is_some() { fd_space } else { 0 }) as _;
         let c = libc::CMSG_FIRSTHDR(&msg);
         (*c).cmsg_level = libc::SOL_SOCKET;
         (*c).cmsg_type = libc::SCM_CREDENTIALS;
         (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::ucred>() as u32) as _;
         std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::ucred>(), me);
+        if let Some(p) = pass {
+            let c = libc::CMSG_NXTHDR(&msg, c);
+            if c.is_null() {
+                return Err(io::Error::other("control buffer too small"));
+            }
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), p.as_raw_fd());
+        }
     }
     whole_record(data.len(), || {
         // SAFETY: msg and everything it points at are live for the call.

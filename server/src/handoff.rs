@@ -2,15 +2,17 @@
 //! accepted handoff.
 //!
 //! wrap-init creates `@agentsh-notify-<server pid>-<n>-<random>`: abstract,
-//! so no shell leaves a file in a filesystem a tree could fill. The relay
-//! helper connects, sends one record `[0xA7][wrapper pid u32 LE]` with the
-//! notify fd in SCM_RIGHTS, and reads one status byte (1 accepted, 0
-//! refused).
+//! so no shell leaves a file in a filesystem a tree could fill. The shim
+//! (which runs unixwrap's steps in its own process) or the relay helper
+//! (when `agentsh-unixwrap` is exec'd) connects, sends one record
+//! `[0xA7][wrapper pid u32 LE]` with the notify fd in SCM_RIGHTS, and reads
+//! one status byte (1 accepted, 0 refused).
 //!
 //! Trust: the socket accepts connections within [`ACCEPT_DEADLINE`] until
 //! one handoff passes the checks: the uid that asked for it (SO_PEERCRED),
 //! the pid in the message is the process that called wrap-init (the shim,
-//! which became unixwrap in place), and the connecting relay is its child.
+//! which became unixwrap in place or runs its steps), and the connecting
+//! process is that one (any of its threads) or its child (the relay).
 //! The fd must be a seccomp notify fd (checked through /proc/self/fd). A
 //! supervised tree cannot create a SEQPACKET socket, so it cannot connect
 //! here at all; a process outside every tree can see the name, so a
@@ -306,7 +308,7 @@ enum Refused {
     },
     #[error("handoff names pid {pid}, but wrap-init was called by pid {shim}")]
     OtherPid { pid: u32, shim: u32 },
-    #[error("the relay (pid {relay}) is not a child of pid {shim} ({parent})")]
+    #[error("the connecting process (pid {relay}) is neither pid {shim} nor its child (its parent: {parent})")]
     NotItsRelay {
         relay: u32,
         shim: u32,
@@ -353,12 +355,18 @@ fn check_handoff(
             if pid != shim {
                 return Err(Refused::OtherPid { pid, shim });
             }
-            let relay_parent = crate::tracee::proc_stat(cred.pid).map(|s| s.ppid);
-            if relay_parent.as_ref().ok() != Some(&shim) {
+            // The shim itself (it connected before anything was installed
+            // and runs unixwrap's steps in place: a thread of it sends,
+            // which gVisor names by its thread id), or its relay (its child).
+            // (The sending thread waits for the answer: it is alive here.)
+            let its_thread =
+                std::path::Path::new(&format!("/proc/{shim}/task/{}", cred.pid)).exists();
+            let parent = crate::tracee::proc_stat(cred.pid).map(|s| s.ppid);
+            if cred.pid != shim && !its_thread && parent.as_ref().ok() != Some(&shim) {
                 return Err(Refused::NotItsRelay {
                     relay: cred.pid,
                     shim,
-                    parent: format!("{relay_parent:?}"),
+                    parent: format!("{parent:?}"),
                 });
             }
         }

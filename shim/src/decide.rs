@@ -145,6 +145,10 @@ pub enum InstallFailure {
     NoKernelInstall,
     /// socketpair/fork of the relay helper failed.
     Relay(String),
+    /// The server's notify socket could not be connected to (the shim
+    /// connects before anything is installed, when it runs unixwrap's steps
+    /// in its own process).
+    NotifySocket { path: String, error: String },
     /// `wrapper_binary` could not be exec'd.
     WrapperExec { path: String, error: String },
 }
@@ -165,6 +169,12 @@ impl std::fmt::Display for InstallFailure {
                 write!(f, "wrap-init returned no wrapper_binary/notify_socket")
             }
             InstallFailure::Relay(e) => write!(f, "cannot start the relay helper: {e}"),
+            InstallFailure::NotifySocket { path, error } => {
+                write!(
+                    f,
+                    "cannot connect to the server's notify socket {path}: {error}"
+                )
+            }
             InstallFailure::WrapperExec { path, error } => write!(f, "cannot run {path}: {error}"),
         }
     }

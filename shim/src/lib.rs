@@ -4,16 +4,22 @@
 //! Flow (docs/architecture.md, "The path of a shell"): pick the real shell from
 //! argv[0]; if this process already runs under the agentsh filter, exec the
 //! real shell in place with zero server calls; otherwise read the vetted
-//! shim.conf, call wrap-init, fork the relay helper and exec `agentsh-unixwrap`
-//! in place, so the user's shell ends up as this very pid. Every way that can
+//! shim.conf, call wrap-init, connect to the notify socket it names and run
+//! `agentsh-unixwrap`'s steps in this very process
+//! ([`agentsh_unixwrap::run_in_place`]: filter, handoff straight to the
+//! server, Landlock, exec), so the user's shell ends up as this pid. Other
+//! callers of this library ([`supervise`]: `agentsh wrap`, whose process
+//! has threads) fork the relay helper and exec `agentsh-unixwrap` instead. Every way that can
 //! fail before anything is installed is decided by [`decide::fall_through`]:
 //! `auto` runs the real shell unsupervised and logs it, `on` exits 126 with a
 //! one-line hint on stderr. Diagnostics go to [`log`], never to the command's
 //! output.
 //!
 //! The process state the shell inherits is untouched: the shim changes no
-//! signal disposition or mask (see `main.rs` for SIGPIPE), no fd except the
-//! one socketpair end it hands to unixwrap, no cwd, umask or rlimit.
+//! signal disposition or mask (see `main.rs` for SIGPIPE), no fd (its
+//! connection to the notify socket is close-on-exec and closed after the
+//! ACK; on the exec path, the one socketpair end it hands to unixwrap), no
+//! cwd, umask or rlimit.
 
 pub mod admin;
 pub mod decide;
@@ -104,7 +110,10 @@ pub fn run(argv: &[&CStr]) -> i32 {
         argv0,
         argv,
     };
-    let failure = supervise(&target, &settings.conf, settings.mode);
+    let failure = match supervise_in_place(&target, &settings.conf, settings.mode) {
+        InPlaceEnd::NotInstalled(f) => f,
+        InPlaceEnd::Exit(code) => return code,
+    };
     // Read only on this failure path: whether agentsh has run in this
     // container decides if `auto` may still fall through.
     let active = active::combined(&marker_path(&settings.conf), active::life().as_deref());
@@ -245,10 +254,86 @@ pub struct Target<'a> {
     pub argv: &'a [&'a CStr],
 }
 
-/// wrap-init, relay, exec unixwrap over `target`. Returns only the reason
-/// it could not (nothing was installed then).
-pub fn supervise(target: &Target<'_>, conf: &ShimConf, mode: Mode) -> InstallFailure {
-    let req = WrapInitRequest {
+/// What [`supervise_in_place`] came to when it returns.
+pub enum InPlaceEnd {
+    /// Nothing was installed: the failure decides ([`decide::fall_through`]).
+    NotInstalled(InstallFailure),
+    /// unixwrap's steps ran and did not exec the command (they refused, or
+    /// the command was not found): exit with this status, their hint said.
+    Exit(i32),
+}
+
+/// wrap-init, a connection to the notify socket it names, then unixwrap's
+/// steps in this process. For a single-threaded caller only (the shim):
+/// the steps `unshare` a mount namespace and load a filter on the calling
+/// thread, and neither covers other threads. Returns only when the command
+/// was not exec'd.
+pub fn supervise_in_place(target: &Target<'_>, conf: &ShimConf, mode: Mode) -> InPlaceEnd {
+    let resp = match wrapinit::call(conf, &wrap_init_request(target)) {
+        Ok(r) => r,
+        Err(f) => return InPlaceEnd::NotInstalled(f),
+    };
+    let invocation = agentsh_unixwrap::args::Invocation {
+        argv0: Some(std::ffi::OsStr::from_bytes(target.argv0.to_bytes()).to_owned()),
+        // A kernel that cannot supervise (gVisor: no user-notify) is not
+        // something a tree can bring about, so `auto` keeps its
+        // fall-through there (as `--on-kernel-refusal exec` on the exec path).
+        on_kernel_refusal: if mode == Mode::Auto {
+            agentsh_unixwrap::args::OnKernelRefusal::Exec
+        } else {
+            agentsh_unixwrap::args::OnKernelRefusal::Refuse
+        },
+        command: target.real.into(),
+        args: target
+            .argv
+            .iter()
+            .skip(1)
+            .map(|a| std::ffi::OsStr::from_bytes(a.to_bytes()).to_owned())
+            .collect(),
+    };
+    let timeout = std::time::Duration::from_secs(
+        u64::from(resp.seccomp_config.ack_timeout_secs).clamp(1, 60),
+    );
+    let server =
+        match agentsh_proto::seqpacket::connect(std::path::Path::new(&resp.notify_socket), timeout)
+            .and_then(above_stdio)
+        {
+            Ok(fd) => fd,
+            Err(e) => {
+                return InPlaceEnd::NotInstalled(InstallFailure::NotifySocket {
+                    path: resp.notify_socket,
+                    error: e.to_string(),
+                })
+            }
+        };
+    InPlaceEnd::Exit(agentsh_unixwrap::run_in_place(agentsh_unixwrap::InPlace {
+        invocation,
+        config: resp.seccomp_config,
+        server,
+    }))
+}
+
+/// `fd` moved to 3 or above (close-on-exec), its low number closed again:
+/// an SDK that started the shell with stdin, stdout or stderr closed gets
+/// those slots back as it left them, for the command.
+fn above_stdio(fd: std::os::fd::OwnedFd) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    if fd.as_raw_fd() > 2 {
+        return Ok(fd);
+    }
+    // SAFETY: F_DUPFD_CLOEXEC on an fd this process owns; the new fd is
+    // owned by nobody else. `fd` is closed when dropped.
+    let moved = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
+    if moved < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: see above.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(moved) })
+}
+
+/// The wrap-init request for `target`.
+fn wrap_init_request(target: &Target<'_>) -> WrapInitRequest {
+    WrapInitRequest {
         agent_command: target.public.to_string(),
         agent_args: target
             .argv
@@ -264,7 +349,13 @@ pub fn supervise(target: &Target<'_>, conf: &ShimConf, mode: Mode) -> InstallFai
         env_names: std::env::vars_os()
             .map(|(k, _)| k.to_string_lossy().into_owned())
             .collect(),
-    };
+    }
+}
+
+/// wrap-init, relay, exec unixwrap over `target`. Returns only the reason
+/// it could not (nothing was installed then).
+pub fn supervise(target: &Target<'_>, conf: &ShimConf, mode: Mode) -> InstallFailure {
+    let req = wrap_init_request(target);
     let resp = match wrapinit::call(conf, &req) {
         Ok(r) => r,
         Err(f) => return f,

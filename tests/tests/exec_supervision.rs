@@ -410,14 +410,32 @@ fn notify_socket_refuses_another_uid_and_a_handoff_not_bound_to_its_caller() {
     let resp = wrap_init_as(&srv.url, "u3", None, &["/bin/sh"]).unwrap();
     let got = hand_to_server(&resp.notify_socket, std::process::id(), &a);
     assert_eq!(got, Ok(agentsh_proto::handoff::Ack::Refused));
-    let ev = srv.events("u3");
+    assert_handoff_refused(&srv, "u3", "wrap-init was called by pid");
+
+    // The handoff names the process that called wrap-init, but comes from
+    // another one (its parent, this test): only that process itself (the
+    // shim, which connects before its filter) or its child (the relay of
+    // the exec path) may hand the fd in.
+    let resp = wrap_init_as(&srv.url, "u4", None, &["/bin/sh"]).unwrap();
+    let shim_pid = srv
+        .events("u4")
+        .iter()
+        .find(|e| e["type"] == "wrap_init")
+        .and_then(|e| e["shim_pid"].as_u64())
+        .expect("the wrap-init event names the caller's pid") as u32;
+    assert_ne!(shim_pid, std::process::id());
+    let got = hand_to_server(&resp.notify_socket, shim_pid, &a);
+    assert_eq!(got, Ok(agentsh_proto::handoff::Ack::Refused));
+    assert_handoff_refused(&srv, "u4", &format!("neither pid {shim_pid} nor its child"));
+}
+
+/// Session `session` recorded a refused handoff whose reason says `why`.
+fn assert_handoff_refused(srv: &TestServer, session: &str, why: &str) {
+    let ev = srv.events(session);
     assert!(
         ev.iter().any(|e| e["type"] == "handoff"
             && e["accepted"] == false
-            && e["reason"]
-                .as_str()
-                .unwrap_or("")
-                .contains("wrap-init was called by pid")),
+            && e["reason"].as_str().unwrap_or("").contains(why)),
         "{ev:#?}"
     );
 }

@@ -88,7 +88,8 @@ impl Scenario {
 /// `sh -c` (must not call wrap-init), no AGENTSH_* variable, an exit code.
 const PROBE: &str = "echo pid=$$; curl --version >/dev/null 2>&1; echo curl-rc=$?; \
 sh -c 'echo nested-ok'; env | grep -c '^AGENTSH_' | sed 's/^/agentsh-vars=/'; \
-echo children=$(cat /proc/$$/task/$$/children | wc -w); exit 3";
+echo children=$(cat /proc/$$/task/$$/children | wc -w); \
+echo sockets=$(ls -l /proc/$$/fd | grep -c 'socket:'); exit 3";
 
 fn assert_probe(s: &Scenario, f: &Finished) {
     assert!(
@@ -97,8 +98,11 @@ fn assert_probe(s: &Scenario, f: &Finished) {
     );
     assert!(f.stdout.contains("nested-ok\n"), "{f:?}");
     assert!(f.stdout.contains("agentsh-vars=0\n"), "{f:?}");
-    // Only the $(...) subshell: the relay helper was reaped, nothing else stayed.
+    // Only the $(...) subshell: no helper of ours stayed.
     assert!(f.stdout.contains("children=1\n"), "{f:?}");
+    // No connection of ours stayed open (the notify socket's is closed
+    // after the ACK; the SDK daemons here give pipes).
+    assert!(f.stdout.contains("sockets=0\n"), "{f:?}");
     assert_eq!(f.code, Some(3), "{f:?}");
     s.assert_nested_curl_denied(f);
     assert_eq!(s.wrap_inits(), 1, "exactly one wrap-init per SDK command");

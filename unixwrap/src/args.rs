@@ -145,6 +145,16 @@ pub fn parse_config(name: &str, value: Option<&OsStr>) -> Result<SeccompConfig, 
     let v = value.ok_or_else(|| format!("{name} is not set"))?;
     let cfg: SeccompConfig = serde_json::from_slice(v.as_bytes())
         .map_err(|e| format!("{name} is not a valid seccomp config: {e}"))?;
+    vet_config(name, cfg)
+}
+
+/// What [`parse_config`] checks of a config already parsed (the shim's,
+/// when unixwrap's steps run in its process): the version this unixwrap
+/// knows, and an ACK timeout of at least a second.
+///
+/// # Errors
+/// A message naming `name` and what is wrong.
+pub fn vet_config(name: &str, cfg: SeccompConfig) -> Result<SeccompConfig, String> {
     if cfg.version != SECCOMP_CONFIG_VERSION {
         return Err(format!(
             "{name}: config version {} is not supported (this unixwrap knows version {SECCOMP_CONFIG_VERSION}); \

@@ -1,10 +1,17 @@
-//! Hop 1 of the notify-fd handoff: unixwrap → relay helper, and back.
+//! The notify-fd handoff, unixwrap's side, to one of two peers ([`Up`]).
 //!
-//! unixwrap sends one SOCK_SEQPACKET datagram, payload
+//! Exec'd by the shim (or `agentsh wrap`): hop 1, unixwrap → relay helper,
+//! and back. unixwrap sends one SOCK_SEQPACKET datagram, payload
 //! [`WRAPPER_FD_BYTE`], the notify fd in SCM_RIGHTS; the relay answers one
 //! [`Ack`] byte once the server took the fd. Then unixwrap reaps the relay (its
 //! child): the user's shell, which inherits unixwrap's pid, must not find a
 //! zombie child it never started.
+//!
+//! Run in the shim's own process ([`crate::run_in_place`]): the shim
+//! connected to the server's notify socket before anything was installed,
+//! so the record goes straight there (`[HANDOFF_MAGIC][pid]`, the process's
+//! credentials and the fd) and the server's status byte is the [`Ack`]: no
+//! relay, no second hop.
 //!
 //! Failure modes (all fail closed: the filter is loaded, so the caller exits
 //! 126): the send fails; the ACK does not come within the deadline; EOF; a
@@ -17,6 +24,16 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use agentsh_proto::handoff::{Ack, WRAPPER_FD_BYTE};
+
+/// Where the notify fd (or the request to be traced) goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Up {
+    /// The relay helper the shim forked, over the socketpair.
+    Relay,
+    /// The server's notify socket, connected by the shim: the handoff
+    /// record naming `pid` (this process), with its credentials.
+    Server { pid: u32, ack_timeout: Duration },
+}
 
 /// `PR_SET_PTRACER` (Yama's prctl, "Yama" in ASCII).
 const PR_SET_PTRACER: libc::c_int = 0x5961_6d61;
@@ -41,7 +58,8 @@ pub fn name_tracer(tracer: u32) -> io::Result<()> {
 }
 
 /// Asks the relay to have the server trace this process (ptrace backend):
-/// one datagram `[TRACE_ME_BYTE]`, no fd.
+/// one datagram `[TRACE_ME_BYTE]`, no fd (`send`, which the filter lets
+/// through; straight to the server the courier sends, see [`Courier`]).
 ///
 /// # Errors
 /// send's errno (EPIPE/ECONNRESET when the relay is gone).
@@ -131,32 +149,54 @@ pub fn send_notify_fd(sock: BorrowedFd<'_>, notify_fd: BorrowedFd<'_>) -> io::Re
 /// TSYNC), so a thread cloned before the load is not under the filter; it
 /// runs only [`send_notify_fd`] and is joined before anything else happens,
 /// so nothing of the tree ever runs unfiltered (the exec that follows is the
-/// main thread's, and the courier is gone by then).
+/// main thread's, and the courier is gone by then). Straight to the server
+/// ([`Up::Server`]) the courier also carries the ptrace backend's request
+/// to be traced: that record goes with the process's credentials, by
+/// `sendmsg`, which the filter sends to a tracer not yet attached (ENOSYS).
 pub struct Courier {
-    tx: Option<std::sync::mpsc::Sender<RawFd>>,
+    /// `Some(fd)`: the notify fd; `None`: the request to be traced.
+    tx: Option<std::sync::mpsc::Sender<Option<RawFd>>>,
     thread: Option<std::thread::JoinHandle<io::Result<()>>>,
 }
 
 impl Courier {
-    /// Starts the courier for `sock_fd` (unixwrap's end of the socketpair).
-    /// Must be called after the last `unshare` (a second thread makes
+    /// Starts the courier for `sock_fd` (unixwrap's end of the socketpair,
+    /// or the shim's connection to the server: `up` says which). Must be
+    /// called after the last `unshare` (a second thread makes
     /// `unshare(CLONE_NEWNS)` fail) and before the filter is loaded.
     ///
     /// # Errors
     /// The thread could not be started.
-    pub fn start(sock_fd: RawFd) -> io::Result<Courier> {
-        let (tx, rx) = std::sync::mpsc::channel::<RawFd>();
+    pub fn start(sock_fd: RawFd, up: Up) -> io::Result<Courier> {
+        let (tx, rx) = std::sync::mpsc::channel::<Option<RawFd>>();
         let thread = std::thread::Builder::new()
             .name("notify-courier".into())
             .spawn(move || {
-                let Ok(fd) = rx.recv() else {
+                let Ok(what) = rx.recv() else {
                     return Ok(());
                 };
                 // SAFETY: both fds stay open until the main thread has joined
                 // this thread (it waits in `send`).
-                let (sock, notify) =
-                    unsafe { (BorrowedFd::borrow_raw(sock_fd), BorrowedFd::borrow_raw(fd)) };
-                send_notify_fd(sock, notify)
+                let sock = unsafe { BorrowedFd::borrow_raw(sock_fd) };
+                // SAFETY: as above.
+                let notify = what.map(|fd| unsafe { BorrowedFd::borrow_raw(fd) });
+                match (up, notify) {
+                    (Up::Relay, Some(notify)) => send_notify_fd(sock, notify),
+                    (Up::Relay, None) => send_trace_request(sock),
+                    (Up::Server { pid, ack_timeout }, notify) => {
+                        let record = match notify {
+                            Some(_) => agentsh_proto::handoff::encode_handoff(pid),
+                            None => agentsh_proto::handoff::encode_trace(pid),
+                        };
+                        agentsh_proto::seqpacket::send_with_creds(sock, &record, notify)?;
+                        // Alive until the answer is there: where the kernel
+                        // names the sender by its thread (gVisor), the
+                        // server checks that thread is one of this process.
+                        // The main thread reads the answer.
+                        let _ = poll_in(sock_fd, ack_timeout);
+                        Ok(())
+                    }
+                }
             })?;
         Ok(Courier {
             tx: Some(tx),
@@ -168,12 +208,25 @@ impl Courier {
     ///
     /// # Errors
     /// sendmsg's errno; or the courier died.
-    pub fn send(mut self, notify_fd: BorrowedFd<'_>) -> io::Result<()> {
+    pub fn send(self, notify_fd: BorrowedFd<'_>) -> io::Result<()> {
+        self.carry(Some(notify_fd.as_raw_fd()))
+    }
+
+    /// Has the courier send the request to be traced (ptrace backend) and
+    /// waits for it to finish.
+    ///
+    /// # Errors
+    /// As [`Courier::send`].
+    pub fn send_trace(self) -> io::Result<()> {
+        self.carry(None)
+    }
+
+    fn carry(mut self, what: Option<RawFd>) -> io::Result<()> {
         let tx = self
             .tx
             .take()
             .ok_or_else(|| io::Error::other("courier already used"))?;
-        tx.send(notify_fd.as_raw_fd())
+        tx.send(what)
             .map_err(|_| io::Error::other("the courier thread is gone"))?;
         drop(tx);
         match self.thread.take().map(std::thread::JoinHandle::join) {
@@ -208,10 +261,15 @@ pub enum AckError {
 impl std::fmt::Display for AckError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            AckError::TimedOut(d) => write!(f, "no ACK from the relay within {}s", d.as_secs()),
-            AckError::Eof => write!(f, "the relay closed the socket without an ACK"),
+            AckError::TimedOut(d) => {
+                write!(f, "no ACK from the relay or server within {}s", d.as_secs())
+            }
+            AckError::Eof => write!(f, "the relay or server closed the socket without an ACK"),
             AckError::Malformed(n) => {
-                write!(f, "the relay sent a {n}-byte reply instead of a 1-byte ACK")
+                write!(
+                    f,
+                    "the relay or server sent a {n}-byte reply instead of a 1-byte ACK"
+                )
             }
             AckError::Refused(b) => write!(f, "the server refused the notify fd (ACK byte {b})"),
             AckError::Io(e) => write!(f, "reading the ACK: {e}"),
@@ -219,7 +277,8 @@ impl std::fmt::Display for AckError {
     }
 }
 
-/// Waits up to `timeout` for the relay's one-byte ACK.
+/// Waits up to `timeout` for the one-byte ACK (the relay's, or the
+/// server's own status byte).
 ///
 /// # Errors
 /// Anything but an accepted ACK, see [`AckError`].

@@ -9,6 +9,11 @@
 //! notify fd, reap the relay → Landlock → strip `AGENTSH_*`, put the loader's
 //! variables back → execve (already trapped, so the server sees it).
 //!
+//! The shim may also run these steps in its own process ([`run_in_place`]):
+//! the same sequence, without the exec of this binary, its start-up and the
+//! relay (the shim connected to the server's notify socket itself, before
+//! anything was installed, and the fd goes straight up that connection).
+//!
 //! Failure modes: every failure is one line on the log fd and an exit status,
 //! never output on stdout, and on stderr only the single refusal hint. 126 =
 //! refused (including every failure after the filter is loaded: nothing may
@@ -27,7 +32,7 @@ pub mod mask;
 
 use std::convert::Infallible;
 use std::ffi::{c_int, CString, OsString};
-use std::os::fd::{AsFd, BorrowedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, IntoRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -39,6 +44,7 @@ use agentsh_proto::SeccompConfig;
 use crate::args::{Invocation, OnKernelRefusal};
 use crate::error::{KernelRefusal, Refusal, WrapError};
 use crate::exec::{ResolveError, SigpipeGuard};
+use crate::handoff::Up;
 use crate::log::Log;
 
 /// Exit status: refused.
@@ -51,7 +57,38 @@ pub const EXIT_NOT_FOUND: c_int = agentsh_proto::exit::NOT_FOUND;
 pub fn run(argv: Vec<OsString>) -> c_int {
     let sigpipe = SigpipeGuard::ignore();
     let log = Log::from_env_value(std::env::var_os(env::WRAPPER_LOG_FD).as_deref());
-    let err = match wrap(argv.get(1..).unwrap_or_default(), &log, &sigpipe) {
+    let wrapped =
+        read_setup(argv.get(1..).unwrap_or_default(), &log).and_then(|s| wrap(s, &log, &sigpipe));
+    finish(wrapped, &log)
+}
+
+/// What the shim hands over when these steps run in its own process: the
+/// invocation it would have given `agentsh-unixwrap`, the config wrap-init
+/// answered (vetted here as the environment's is), and its SEQPACKET
+/// connection to the server's notify socket, made before anything was
+/// installed (fd 3 or above: 0-2 are the command's).
+pub struct InPlace {
+    pub invocation: Invocation,
+    pub config: SeccompConfig,
+    pub server: OwnedFd,
+}
+
+/// Runs unixwrap's steps in the calling process (the shim's: single
+/// threaded, nothing of ours installed yet), with the environment as it is
+/// (the loader's variables included: they reach the command as they would
+/// through the exec path, and nothing of ours is loaded by a loader).
+/// Returns only when the command could not be exec'd; the value is the exit
+/// status, as [`run`]'s.
+pub fn run_in_place(p: InPlace) -> c_int {
+    let sigpipe = SigpipeGuard::ignore();
+    let log = Log::from_env_value(std::env::var_os(env::WRAPPER_LOG_FD).as_deref());
+    let wrapped = setup_in_place(p, &log).and_then(|s| wrap(s, &log, &sigpipe));
+    finish(wrapped, &log)
+}
+
+/// The exit status and the one-line hint of a wrap that did not exec.
+fn finish(wrapped: Result<Infallible, WrapError>, log: &Log) -> c_int {
+    let err = match wrapped {
         Ok(never) => match never {},
         Err(e) => e,
     };
@@ -70,6 +107,8 @@ struct Setup {
     resolved: PathBuf,
     config: SeccompConfig,
     relay_pid: Option<libc::pid_t>,
+    /// Where the notify fd goes: the relay, or the server itself.
+    up: Up,
     /// The loader's variables of the caller's environment, for the command only.
     loader_env: Vec<Vec<u8>>,
     /// `AGENTSH_NOTIFY_SOCK_FD` as given (checked by [`notify_socket`]).
@@ -97,8 +136,7 @@ impl Setup {
 /// refuse); otherwise install supervision and exec the command, or — when the
 /// kernel refused before anything was installed and the caller allows it —
 /// exec it unsupervised.
-fn wrap(args: &[OsString], log: &Log, sigpipe: &SigpipeGuard) -> Result<Infallible, WrapError> {
-    let setup = read_setup(args, log)?;
+fn wrap(setup: Setup, log: &Log, sigpipe: &SigpipeGuard) -> Result<Infallible, WrapError> {
     // Nested: never attempt a second listener (the kernel says EBUSY, and our
     // own filter answers a NEW_LISTENER request with EPERM anyway).
     if agentsh_filter_present() {
@@ -163,23 +201,69 @@ fn read_setup(args: &[OsString], log: &Log) -> Result<Setup, WrapError> {
         Some(v) => env::unpack_loader_env(std::os::unix::ffi::OsStrExt::as_bytes(v.as_os_str()))
             .map_err(env_refusal)?,
     };
-    let resolved = match exec::resolve(&inv.command, std::env::var_os("PATH").as_deref()) {
-        Ok(p) => p,
-        Err(ResolveError::NotFound) => return Err(WrapError::NotFound { cmd }),
-        Err(ResolveError::NotExecutable(path)) => {
-            return Err(WrapError::NotExecutable { cmd, path })
-        }
-    };
-    log!(log, "command {cmd:?} resolved to {}", resolved.display());
+    let resolved = resolve(&inv, &cmd, log)?;
     Ok(Setup {
         inv,
         cmd,
         resolved,
         config,
         relay_pid,
+        up: Up::Relay,
         loader_env,
         sock_fd_value: std::env::var_os(env::NOTIFY_SOCK_FD),
     })
+}
+
+/// The setup of [`run_in_place`]: the config vetted as
+/// [`args::parse_config`] vets the environment's, no relay, the notify fd
+/// straight to the server.
+fn setup_in_place(p: InPlace, log: &Log) -> Result<Setup, WrapError> {
+    let InPlace {
+        invocation: inv,
+        config,
+        server,
+    } = p;
+    let cmd = inv.command.to_string_lossy().into_owned();
+    // Owned from here by the steps, which close it after the ACK (or before
+    // an unsupervised exec); close-on-exec meanwhile.
+    let fd = server.into_raw_fd();
+    let config = args::vet_config("the wrap-init answer", config).map_err(|e| {
+        handoff::close_raw(fd);
+        WrapError::Refused {
+            cmd: cmd.clone(),
+            why: Refusal::Environment(e),
+        }
+    })?;
+    let resolved = resolve(&inv, &cmd, log).inspect_err(|_| handoff::close_raw(fd))?;
+    let ack_timeout = Duration::from_secs(u64::from(config.ack_timeout_secs));
+    // SAFETY: getpid cannot fail.
+    let pid = unsafe { libc::getpid() } as u32;
+    Ok(Setup {
+        inv,
+        cmd,
+        resolved,
+        config,
+        relay_pid: None,
+        up: Up::Server { pid, ack_timeout },
+        loader_env: Vec::new(),
+        sock_fd_value: Some(fd.to_string().into()),
+    })
+}
+
+/// The command resolved on `PATH`.
+fn resolve(inv: &Invocation, cmd: &str, log: &Log) -> Result<PathBuf, WrapError> {
+    let resolved = match exec::resolve(&inv.command, std::env::var_os("PATH").as_deref()) {
+        Ok(p) => p,
+        Err(ResolveError::NotFound) => return Err(WrapError::NotFound { cmd: cmd.into() }),
+        Err(ResolveError::NotExecutable(path)) => {
+            return Err(WrapError::NotExecutable {
+                cmd: cmd.into(),
+                path,
+            })
+        }
+    };
+    log!(log, "command {cmd:?} resolved to {}", resolved.display());
+    Ok(resolved)
 }
 
 /// The SEQPACKET socket the notify fd goes up (`AGENTSH_NOTIFY_SOCK_FD`).
@@ -322,12 +406,14 @@ fn load_filter(
     log: &Log,
 ) -> Result<(filter::Loaded, Option<handoff::Courier>), WrapError> {
     let config = &setup.config;
-    let courier = match config.backend.trap() {
-        Trap::UserNotif => Some(
-            handoff::Courier::start(sock_fd)
+    // Straight to the server, the ptrace backend's request goes by the
+    // courier too (see `handoff::Courier`).
+    let courier = match (config.backend.trap(), setup.up) {
+        (Trap::UserNotif, _) | (Trap::Tracer, Up::Server { .. }) => Some(
+            handoff::Courier::start(sock_fd, setup.up)
                 .map_err(|err| setup.refused(Refusal::Send { fd: sock_fd, err }))?,
         ),
-        Trap::Tracer => None,
+        (Trap::Tracer, Up::Relay) => None,
     };
     let t_load = Instant::now();
     let loaded =
@@ -377,7 +463,8 @@ fn hand_over(
         )),
         // ptrace: the server seizes this process before it answers, so the
         // exec below is already a traced one.
-        (None, _) => handoff::send_trace_request(sock),
+        (None, Some(courier)) => courier.send_trace(),
+        (None, None) => handoff::send_trace_request(sock),
     };
     sent.map_err(|err| setup.refused(Refusal::Send { fd: sock_fd, err }))?;
     let timeout = Duration::from_secs(u64::from(setup.config.ack_timeout_secs));

@@ -620,6 +620,19 @@ fn main() {
     approvals(&mut c, &mut sdk);
     stop_server(&mut c, server);
     http_rules(&mut c, &mut sdk, backend);
+    if c.failed > 0 {
+        // The last server's warnings: why a handoff or a shell was refused
+        // (the log lives in the sandbox, gone once it ends).
+        let log =
+            std::fs::read_to_string("/var/log/agentsh-scenario-server.log").unwrap_or_default();
+        for line in log
+            .lines()
+            .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+            .take(40)
+        {
+            println!("server: {line}");
+        }
+    }
     println!("scenario: {} checks, {} failed", c.total, c.failed);
     std::process::exit(i32::from(c.failed > 0));
 }
