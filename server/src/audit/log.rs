@@ -11,7 +11,6 @@ use super::event::{Event, EventBody};
 use super::time::rfc3339_now;
 use std::collections::{HashMap, VecDeque};
 use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -218,19 +217,14 @@ impl AuditLog {
             line = super::chain::linked(&line, link.as_deref());
             let mut buf = line.clone().into_bytes();
             buf.push(b'\n');
-            let before = f.metadata().map(|m| m.len());
-            if let Err(e) = f.write_all(&buf) {
+            // No length asked for per event: the file is appended to under
+            // this lock only, so what a failed write left is the bytes it
+            // wrote, cut back from the end (the length is read then).
+            if let Err((e, wrote)) = append_whole(f, &buf) {
                 written = false;
                 let n = self.write_failures.fetch_add(1, Ordering::Relaxed) + 1;
                 // Never a partial line: cut back to where this one began.
-                let cut = match before {
-                    Ok(len) => f
-                        .set_len(len)
-                        .map_err(|c| format!("; cutting it back failed: {c}")),
-                    Err(m) => Err(format!("; its length was unknown: {m}")),
-                }
-                .err()
-                .unwrap_or_default();
+                let cut = cut_back(f, wrote).err().unwrap_or_default();
                 // Not under the events' target, which stderr leaves out.
                 tracing::error!(
                     target: SINK,
@@ -315,4 +309,39 @@ impl AuditLog {
             }
         }
     }
+}
+
+/// Writes all of `buf` at the end of `f` (opened for appending). On an
+/// error, how many bytes of `buf` were written before it.
+fn append_whole(f: &mut std::fs::File, buf: &[u8]) -> Result<(), (std::io::Error, u64)> {
+    use std::io::Write;
+    let mut done = 0;
+    while done < buf.len() {
+        match f.write(&buf[done..]) {
+            Ok(0) => {
+                let e = std::io::Error::from(std::io::ErrorKind::WriteZero);
+                return Err((e, done as u64));
+            }
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err((e, done as u64)),
+        }
+    }
+    Ok(())
+}
+
+/// Removes the last `wrote` bytes of `f` (a line cut short).
+///
+/// # Errors
+/// What to add to the log line: the length could not be read or set.
+fn cut_back(f: &std::fs::File, wrote: u64) -> Result<(), String> {
+    if wrote == 0 {
+        return Ok(());
+    }
+    let len = f
+        .metadata()
+        .map_err(|m| format!("; its length was unknown: {m}"))?
+        .len();
+    f.set_len(len.saturating_sub(wrote))
+        .map_err(|c| format!("; cutting it back failed: {c}"))
 }
