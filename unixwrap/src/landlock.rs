@@ -318,7 +318,15 @@ pub fn apply(cfg: &LandlockConfig, no_new_privs: bool, log: &Log) -> Result<Repo
         });
     }
     let created = create(cfg, &plan, no_new_privs)?;
-    let (created, fs_added, fs_skipped) = add_fs_rules(cfg, &plan, created, log)?;
+    // One pass without a copy per rule; a grant the kernel refuses under
+    // best_effort starts again, the careful way (see `add_fs_rules`).
+    let (created, fs_added, fs_skipped) = match add_fs_rules(cfg, &plan, created, log, false) {
+        Err(Added::Again(_)) => {
+            let created = create(cfg, &plan, no_new_privs)?;
+            add_fs_rules(cfg, &plan, created, log, true).map_err(Added::into_error)?
+        }
+        r => r.map_err(Added::into_error)?,
+    };
     let created = add_port_rules(cfg, &plan, created)?;
     let status = created
         .restrict_self()
@@ -360,19 +368,48 @@ fn create(
         .no_new_privs(no_new_privs))
 }
 
-/// The path rules; returns the ruleset and how many rules were added and skipped.
+/// Why the path rules were not all added.
+enum Added {
+    Failed(LandlockError),
+    /// A grant failed in the pass without copies under `best_effort` (the
+    /// kernel's refusal): the ruleset it consumed is gone, start again with
+    /// a copy per rule.
+    Again(landlock::RulesetError),
+}
+
+impl Added {
+    fn into_error(self) -> LandlockError {
+        match self {
+            Added::Failed(e) => e,
+            Added::Again(source) => LandlockError::Ruleset {
+                step: "adding the path rules".into(),
+                source,
+            },
+        }
+    }
+}
+
+/// The path rules; returns the ruleset and how many rules were added and
+/// skipped. Adding a rule consumes the ruleset, so keeping it across a
+/// grant the kernel refuses (its directory vanished after the server listed
+/// it, say), which under `best_effort` only removes access, takes a copy of
+/// the ruleset fd per rule: `careful` does that; otherwise a refused grant
+/// under `best_effort` is [`Added::Again`] (the common case pays no copy).
+///
+/// Long because the two passes share every step but the copy.
 fn add_fs_rules(
     cfg: &LandlockConfig,
     plan: &Plan,
     mut created: RulesetCreated,
     log: &Log,
-) -> Result<(RulesetCreated, usize, usize), LandlockError> {
+    careful: bool,
+) -> Result<(RulesetCreated, usize, usize), Added> {
     let (mut fs_added, mut fs_skipped) = (0usize, 0usize);
     if plan.refer_everywhere {
-        let root = PathFd::new("/").map_err(LandlockError::Root)?;
+        let root = PathFd::new("/").map_err(|e| Added::Failed(LandlockError::Root(e)))?;
         created = created
             .add_rule(PathBeneath::new(root, AccessFs::Refer))
-            .map_err(ruleset_err("allowing reparenting under /"))?;
+            .map_err(|e| Added::Failed(ruleset_err("allowing reparenting under /")(e)))?;
     }
     for rule in &cfg.fs_rules {
         let mut granted = union(&rule.access, granted_rights) & plan.handled_fs;
@@ -396,23 +433,32 @@ fn add_fs_rules(
         if !is_dir {
             granted &= file_rights();
         }
-        // A grant that cannot be added (its directory vanished after the server
-        // listed it, say) only removes access: skip it under best_effort.
-        let copy = created.try_clone().map_err(LandlockError::Clone)?;
-        created = match copy.add_rule(PathBeneath::new(fd, granted)) {
-            Ok(c) => {
+        let best_effort = cfg.compat == LandlockCompat::BestEffort;
+        let fallback = if careful && best_effort {
+            Some(
+                created
+                    .try_clone()
+                    .map_err(|e| Added::Failed(LandlockError::Clone(e)))?,
+            )
+        } else {
+            None
+        };
+        created = match (created.add_rule(PathBeneath::new(fd, granted)), fallback) {
+            (Ok(c), _) => {
                 fs_added += 1;
                 c
             }
-            Err(e) if cfg.compat == LandlockCompat::BestEffort => {
+            (Err(e), Some(kept)) => {
                 log!(log, "landlock: rule for {:?} skipped: {e}", rule.path);
                 fs_skipped += 1;
-                created
+                kept
             }
-            Err(e) => {
-                return Err(ruleset_err(format!("adding the rule for {:?}", rule.path))(
-                    e,
-                ))
+            (Err(e), None) if best_effort => return Err(Added::Again(e)),
+            (Err(e), None) => {
+                return Err(Added::Failed(ruleset_err(format!(
+                    "adding the rule for {:?}",
+                    rule.path
+                ))(e)))
             }
         };
     }
