@@ -41,7 +41,7 @@ pub fn install_path(rep: &mut Report, b: &Bench<'_>) -> Result<(), String> {
         ));
     }
     rep.pair(
-        "2. Install path: the first shell of a tree (wrap-init, unixwrap, filter, Landlock, relay)",
+        "2. Install path: the first shell of a tree (wrap-init, unixwrap's steps in the shim: filter, handoff, Landlock)",
         "install",
         &spec,
         &install,
