@@ -269,10 +269,12 @@ pub enum InPlaceEnd {
 /// thread, and neither covers other threads. Returns only when the command
 /// was not exec'd.
 pub fn supervise_in_place(target: &Target<'_>, conf: &ShimConf, mode: Mode) -> InPlaceEnd {
+    let started = std::time::Instant::now();
     let resp = match wrapinit::call(conf, &wrap_init_request(target)) {
         Ok(r) => r,
         Err(f) => return InPlaceEnd::NotInstalled(f),
     };
+    let wrap_init_us = started.elapsed().as_micros();
     let invocation = agentsh_unixwrap::args::Invocation {
         argv0: Some(std::ffi::OsStr::from_bytes(target.argv0.to_bytes()).to_owned()),
         // A kernel that cannot supervise (gVisor: no user-notify) is not
@@ -294,6 +296,7 @@ pub fn supervise_in_place(target: &Target<'_>, conf: &ShimConf, mode: Mode) -> I
     let timeout = std::time::Duration::from_secs(
         u64::from(resp.seccomp_config.ack_timeout_secs).clamp(1, 60),
     );
+    let connecting = std::time::Instant::now();
     let server =
         match agentsh_proto::seqpacket::connect(std::path::Path::new(&resp.notify_socket), timeout)
             .and_then(above_stdio)
@@ -306,10 +309,13 @@ pub fn supervise_in_place(target: &Target<'_>, conf: &ShimConf, mode: Mode) -> I
                 })
             }
         };
+    let connect_us = connecting.elapsed().as_micros();
     InPlaceEnd::Exit(agentsh_unixwrap::run_in_place(agentsh_unixwrap::InPlace {
         invocation,
         config: resp.seccomp_config,
         server,
+        wrap_init_us,
+        connect_us,
     }))
 }
 

@@ -71,6 +71,10 @@ pub struct InPlace {
     pub invocation: Invocation,
     pub config: SeccompConfig,
     pub server: OwnedFd,
+    /// How long the shim's wrap-init and its connection took (µs), for the
+    /// log's `stages:` line.
+    pub wrap_init_us: u128,
+    pub connect_us: u128,
 }
 
 /// Runs unixwrap's steps in the calling process (the shim's: single
@@ -222,7 +226,13 @@ fn setup_in_place(p: InPlace, log: &Log) -> Result<Setup, WrapError> {
         invocation: inv,
         config,
         server,
+        wrap_init_us,
+        connect_us,
     } = p;
+    log!(
+        log,
+        "stages (shim): wrap-init={wrap_init_us}us connect={connect_us}us"
+    );
     let cmd = inv.command.to_string_lossy().into_owned();
     // Owned from here by the steps, which close it after the ACK (or before
     // an unsupervised exec); close-on-exec meanwhile.
@@ -293,19 +303,57 @@ fn install(setup: &Setup, sock_fd: RawFd, log: &Log) -> Result<(), WrapError> {
     let has_admin = filter::has_cap_sys_admin().unwrap_or(false);
     // Daemon sockets out of the tree's sight, before the filter forbids
     // mounts (see `mask`).
+    let mut stages = Stages::start();
     hide_paths(setup, has_admin, log)?;
+    stages.mark("masks");
     let no_new_privs = no_new_privs_unless_admin(setup, has_admin, log)?;
     name_tracer(setup, log);
     let (loaded, courier) = load_filter(setup, sock_fd, &prog, decode_us, log)?;
+    stages.mark("filter");
 
     // From here on the filter is installed: every failure is a refusal.
     hand_over(setup, sock_fd, loaded, courier, log)?;
+    stages.mark("handoff");
     if let Some(ll) = &config.landlock {
         let report = landlock::apply(ll, no_new_privs, log)
             .map_err(|e| setup.refused(Refusal::Landlock(e)))?;
         log!(log, "{report}");
     }
+    stages.mark("landlock");
+    log!(log, "stages: {stages}");
     Ok(())
+}
+
+/// How long each step of [`install`] took, for the log's `stages:` line
+/// (what the install path's time is made of, on the machine it runs on).
+struct Stages {
+    at: Instant,
+    done: Vec<(&'static str, u128)>,
+}
+
+impl Stages {
+    fn start() -> Stages {
+        Stages {
+            at: Instant::now(),
+            done: Vec::with_capacity(4),
+        }
+    }
+
+    fn mark(&mut self, what: &'static str) {
+        let now = Instant::now();
+        self.done
+            .push((what, now.duration_since(self.at).as_micros()));
+        self.at = now;
+    }
+}
+
+impl std::fmt::Display for Stages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (what, us)) in self.done.iter().enumerate() {
+            write!(f, "{}{what}={us}us", if i == 0 { "" } else { " " })?;
+        }
+        Ok(())
+    }
 }
 
 /// What the kernel must offer before anything is installed: user-notify
