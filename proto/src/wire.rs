@@ -26,9 +26,11 @@ pub struct WrapInitRequest {
 pub struct WrapInitResponse {
     /// Absolute path of `agentsh-unixwrap`. Empty means "no kernel install".
     pub wrapper_binary: String,
-    /// Unix socket the relay helper hands the notify fd to. Empty means "no kernel install".
+    /// Unix socket the shim (or the relay helper) hands the notify fd to.
+    /// Empty means "no kernel install".
     pub notify_socket: String,
-    /// What unixwrap installs (also present, serialized, in `wrapper_env`).
+    /// What unixwrap installs. Sent once: where `agentsh-unixwrap` is exec'd,
+    /// the shim serializes it into `AGENTSH_SECCOMP_CONFIG` itself.
     pub seccomp_config: SeccompConfig,
     /// Extra environment for unixwrap only (it strips every `AGENTSH_*` before exec).
     #[serde(default)]

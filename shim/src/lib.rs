@@ -379,7 +379,13 @@ pub fn supervise(target: &Target<'_>, conf: &ShimConf, mode: Mode) -> InstallFai
         Ok(r) => r,
         Err(e) => return InstallFailure::Relay(e.to_string()),
     };
-    let envp = wrapper_env(&resp, relay.wrapper_fd, relay.pid);
+    let envp = match wrapper_env(&resp, relay.wrapper_fd, relay.pid) {
+        Ok(e) => e,
+        Err(e) => {
+            relay.abandon();
+            return InstallFailure::BadResponse(e);
+        }
+    };
     let Ok(path) = CString::new(resp.wrapper_binary.as_str()) else {
         relay.abandon();
         return InstallFailure::BadResponse("NUL in wrapper_binary".into());
@@ -428,7 +434,14 @@ fn wrapper_argv(
 /// the filter and Landlock are in place; plus `wrapper_env` and the fd/pid
 /// variables. (unixwrap is static, but a loader variable must not reach any
 /// process of ours that runs before the filter, nor anything it might exec.)
-fn wrapper_env(resp: &WrapInitResponse, notify_fd: i32, relay_pid: libc::pid_t) -> Vec<CString> {
+///
+/// # Errors
+/// The config cannot be serialized.
+fn wrapper_env(
+    resp: &WrapInitResponse,
+    notify_fd: i32,
+    relay_pid: libc::pid_t,
+) -> Result<Vec<CString>, String> {
     wrapper_env_from(resp, notify_fd, relay_pid, std::env::vars_os())
 }
 
@@ -437,7 +450,10 @@ fn wrapper_env_from(
     notify_fd: i32,
     relay_pid: libc::pid_t,
     vars: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
-) -> Vec<CString> {
+) -> Result<Vec<CString>, String> {
+    // The answer carries the config once; unixwrap reads it from here.
+    let config = serde_json::to_string(&resp.seccomp_config)
+        .map_err(|e| format!("cannot serialize the seccomp config: {e}"))?;
     let mut kept = Vec::new();
     let mut loader: Vec<Vec<u8>> = Vec::new();
     for (k, v) in vars {
@@ -451,6 +467,7 @@ fn wrapper_env_from(
         }
     }
     let ours = [
+        (env::SECCOMP_CONFIG.to_string(), config),
         (env::NOTIFY_SOCK_FD.to_string(), notify_fd.to_string()),
         (RELAY_PID_ENV.to_string(), relay_pid.to_string()),
         (
@@ -458,9 +475,11 @@ fn wrapper_env_from(
             env::pack_loader_env(loader.iter().map(Vec::as_slice)),
         ),
     ];
+    // Ours win over the server's of the same name (one each).
     let set: Vec<(&str, &str)> = resp
         .wrapper_env
         .iter()
+        .filter(|(k, _)| !ours.iter().any(|(o, _)| o == *k))
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .chain(ours.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .collect();
@@ -478,7 +497,7 @@ fn wrapper_env_from(
             out.push(c);
         }
     }
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -491,7 +510,11 @@ mod tests {
             wrapper_binary: "/usr/lib/agentsh/agentsh-unixwrap".into(),
             notify_socket: "/run/agentsh/n.sock".into(),
             seccomp_config: SeccompConfig::default(),
-            wrapper_env: [("AGENTSH_SECCOMP_CONFIG".to_string(), "{}".to_string())].into(),
+            wrapper_env: [
+                ("AGENTSH_SECCOMP_CONFIG".to_string(), "{}".to_string()),
+                ("AGENTSH_SESSION_ID".to_string(), "s".to_string()),
+            ]
+            .into(),
         }
     }
 
@@ -532,11 +555,20 @@ mod tests {
 
     #[test]
     fn wrapper_env_carries_fd_pid_and_server_env() {
-        let e = wrapper_env(&resp(), 3, 4242);
+        let e = wrapper_env(&resp(), 3, 4242).unwrap();
         let has = |s: &str| e.iter().any(|c| c.to_bytes() == s.as_bytes());
         assert!(has("AGENTSH_NOTIFY_SOCK_FD=3"));
         assert!(has("AGENTSH_RELAY_PID=4242"));
-        assert!(has("AGENTSH_SECCOMP_CONFIG={}"));
+        assert!(has("AGENTSH_SESSION_ID=s"));
+        // The config, serialized by the shim from the answer's one copy
+        // (the server's of the same name loses: one entry).
+        let config = serde_json::to_string(&SeccompConfig::default()).unwrap();
+        assert!(has(&format!("AGENTSH_SECCOMP_CONFIG={config}")));
+        let configs = e
+            .iter()
+            .filter(|c| c.to_bytes().starts_with(b"AGENTSH_SECCOMP_CONFIG="))
+            .count();
+        assert_eq!(configs, 1);
     }
 
     #[test]
@@ -551,7 +583,7 @@ mod tests {
         ]
         .into_iter()
         .map(|(k, v)| (std::ffi::OsString::from(k), std::ffi::OsString::from(v)));
-        let e = wrapper_env_from(&resp(), 3, 4242, vars);
+        let e = wrapper_env_from(&resp(), 3, 4242, vars).unwrap();
         let names: Vec<&str> = e
             .iter()
             .map(|c| c.to_str().unwrap().split('=').next().unwrap())

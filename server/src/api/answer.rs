@@ -16,7 +16,12 @@ pub(super) type Resp = Response<Full<Bytes>>;
 const MAX_BODY: usize = 1 << 20;
 
 pub(super) fn json(status: u16, body: &serde_json::Value) -> Resp {
-    let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
+    json_bytes(status, body.to_string().into_bytes())
+}
+
+/// A JSON answer already serialized.
+pub(super) fn json_bytes(status: u16, body: Vec<u8>) -> Resp {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
     *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     r.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
