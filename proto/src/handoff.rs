@@ -14,6 +14,12 @@
 //! alone, the relay sends [`TRACE_MAGIC`] and the pid alone, and the server
 //! answers only once it has seized the wrapper (`PTRACE_SEIZE`), so nothing
 //! of the tree runs untraced.
+//!
+//! The shim, which takes unixwrap's steps in its own process, sends the
+//! second message itself, on a connection it made before anything was
+//! installed; the server's [`Ack`] may then carry the tree's Landlock
+//! ruleset, built ahead, in SCM_RIGHTS (only on that connection, only when
+//! the wrap-init request asked for it).
 
 /// First byte of a relay -> server handoff message.
 pub const HANDOFF_MAGIC: u8 = 0xA7;

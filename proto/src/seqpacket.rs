@@ -392,6 +392,102 @@ pub fn send_with_creds(
     })
 }
 
+/// Receives one record (`MSG_DONTWAIT`) with the file descriptors it
+/// carries (close-on-exec; at most `max_fds`, more is `InvalidData`; every
+/// fd received is owned, so none leaks) and the credentials it carries, if
+/// any.
+///
+/// # Errors
+/// recvmsg's errno; a truncated record or control message; too many fds.
+pub fn recv_with_fds(
+    fd: RawFd,
+    data: &mut [u8],
+    max_fds: usize,
+) -> io::Result<(usize, Vec<OwnedFd>, Option<PeerCred>)> {
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr().cast(),
+        iov_len: data.len(),
+    };
+    // Room for the credentials and 8 fds: a sender passing more than
+    // `max_fds` is detected.
+    let mut cbuf = [0u64; 16];
+    // SAFETY: msghdr is plain data; the fields used are set below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+    // SAFETY: msg points at valid buffers for the call.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut fds = Vec::new();
+    // SAFETY: walking the control buffer the kernel just filled, with the
+    // CMSG_* accessors; each fd found is owned at once.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let p = libc::CMSG_DATA(c) as *const i32;
+                let count = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize)
+                    / std::mem::size_of::<i32>();
+                for i in 0..count {
+                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(p.add(i))));
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    if msg.msg_flags & (libc::MSG_CTRUNC | libc::MSG_TRUNC) != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "truncated record or control message",
+        ));
+    }
+    if fds.len() > max_fds {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} fds where at most {max_fds} belong", fds.len()),
+        ));
+    }
+    Ok((n as usize, fds, creds_of(&msg)))
+}
+
+/// Sends one record (`MSG_DONTWAIT`) with `pass` in `SCM_RIGHTS`. Returns
+/// the bytes sent.
+///
+/// # Errors
+/// sendmsg's errno (EAGAIN when the socket is full).
+pub fn send_with_fd_nb(fd: RawFd, data: &[u8], pass: BorrowedFd<'_>) -> io::Result<usize> {
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    let mut cbuf = [0u64; 4];
+    // SAFETY: msghdr is plain data; the fields used are set below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE/CMSG_LEN are size computations; one header and one
+    // fd fit the zeroed, aligned 32-byte buffer.
+    unsafe {
+        msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as _;
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), pass.as_raw_fd());
+    }
+    // SAFETY: msg and everything it points at are live for the call.
+    let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+    if n < 0 {
+        return Err(last());
+    }
+    Ok(n as usize)
+}
+
 /// Runs `send` until it is not interrupted (EINTR); a record sent short of
 /// its `len` bytes is `WriteZero`.
 fn whole_record(len: usize, mut send: impl FnMut() -> isize) -> io::Result<()> {

@@ -19,6 +19,11 @@ pub struct WrapInitRequest {
     /// wrap-init event can say which the policy's `env:` removes.
     #[serde(default)]
     pub env_names: Vec<String>,
+    /// The caller hands the notify fd in itself (the shim, which takes
+    /// unixwrap's steps in place) and takes the tree's Landlock ruleset,
+    /// built ahead by the server, with the ACK.
+    #[serde(default)]
+    pub ruleset_ahead: bool,
 }
 
 /// `wrap-init` response: everything the shim needs to start unixwrap.

@@ -31,7 +31,7 @@ use crate::trees::Trees;
 use agentsh_proto::handoff::{decode_handoff, Ack, HANDOFF_LEN};
 use agentsh_proto::seqpacket;
 use agentsh_proto::ExecBackend;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -111,6 +111,20 @@ pub struct Pending {
     backend: ExecBackend,
     /// Where the tree's programs may not come from (`exec_sources`).
     terms: crate::supervisor::TreeTerms,
+    /// The tree's Landlock ruleset to build while the shim loads its
+    /// filter, for its root's pid (see [`Pending::build_ahead`]).
+    ahead: Option<(agentsh_proto::LandlockConfig, u32)>,
+}
+
+impl Pending {
+    /// Builds the tree's Landlock ruleset (`config`) ahead, on a thread of
+    /// its own as soon as the answer is out, for the tree whose root is
+    /// `pid`, and sends it with an accepting ACK when the shim itself hands
+    /// in (`agentsh_unixwrap::ahead`). The caller checked that `pid`
+    /// resolves paths as this process does (`ahead::same_view`).
+    pub fn build_ahead(&mut self, config: agentsh_proto::LandlockConfig, pid: u32) {
+        self.ahead = Some((config, pid));
+    }
 }
 
 /// Creates a fresh notify socket for `caller`: an abstract one
@@ -143,6 +157,7 @@ pub fn open_notify_socket(
         caller,
         backend,
         terms,
+        ahead: None,
     })
 }
 
@@ -168,7 +183,12 @@ pub async fn take_handoff(
         caller,
         backend,
         terms,
+        mut ahead,
     } = pending;
+    // Built while the shim masks, loads its filter and hands in: from its
+    // connection on (the shim connects as soon as it has the answer; before
+    // it, the build would compete with writing the answer).
+    let mut building = None;
     let listener = match SeqpacketListener::from_fd(listener) {
         Ok(l) => l,
         Err(e) => {
@@ -195,11 +215,20 @@ pub async fn take_handoff(
                 return;
             }
         };
+        if let Some((config, pid)) = ahead.take() {
+            building = Some(tokio::task::spawn_blocking(move || {
+                agentsh_unixwrap::ahead::build(&config, pid)
+            }));
+        }
         match handoff(&ctx, &trees, &session, &terms, &conn, cred, caller, backend).await {
-            Ok((pid, taken)) => {
+            Ok((pid, taken, from_caller)) => {
                 drop(listener);
                 drop(slot);
-                supervise(ctx, &conn, session, pid, taken).await;
+                let ruleset = match building.take() {
+                    Some(b) if from_caller => built(b, pid).await,
+                    _ => None,
+                };
+                supervise(ctx, &conn, session, pid, taken, ruleset).await;
                 return;
             }
             Err(refused) => {
@@ -233,7 +262,7 @@ async fn handoff(
     cred: seqpacket::PeerCred,
     caller: Caller,
     kind: ExecBackend,
-) -> Result<(u32, Box<dyn Supervising>), Refused> {
+) -> Result<(u32, Box<dyn Supervising>, bool), Refused> {
     let mut buf = [0u8; HANDOFF_LEN + 1];
     let received =
         tokio::time::timeout(HANDOFF_READ_TIMEOUT, conn.recv_with_fds(&mut buf, 1)).await;
@@ -249,29 +278,69 @@ async fn handoff(
             check_handoff(&buf[..n], fds, cred, caller, kind)
         }
     };
-    let (pid, fds) = checked?;
+    let Checked {
+        pid,
+        fds,
+        from_caller,
+    } = checked?;
     let tree = Tree::new(session.to_string(), pid, terms.clone());
     let b = backend::of(kind);
     if !b.facts().takes_over_blocking {
-        return Ok((pid, b.take_over(ctx, trees, tree, fds)?));
+        return Ok((pid, b.take_over(ctx, trees, tree, fds)?, from_caller));
     }
     let (c, t) = (ctx.clone(), trees.clone());
     match tokio::task::spawn_blocking(move || b.take_over(&c, &t, tree, fds)).await {
-        Ok(taken) => Ok((pid, taken?)),
+        Ok(taken) => Ok((pid, taken?, from_caller)),
         Err(e) => Err(Refused::Join(e.to_string())),
     }
 }
 
-/// An accepted handoff: the status byte, the audit event, and the tree's
-/// supervision started (under ptrace the tracer thread already has it).
+/// The ruleset built ahead for tree `pid`, once built; `None` (logged)
+/// where it could not be: the tree then builds its own.
+async fn built(
+    building: tokio::task::JoinHandle<
+        Result<Option<agentsh_unixwrap::ahead::Built>, agentsh_unixwrap::landlock::LandlockError>,
+    >,
+    pid: u32,
+) -> Option<agentsh_unixwrap::ahead::Built> {
+    match building.await {
+        Ok(Ok(b)) => b,
+        Ok(Err(e)) => {
+            tracing::warn!(
+                pid,
+                "the tree's Landlock ruleset was not built ahead ({e}): it builds its own"
+            );
+            None
+        }
+        Err(e) => {
+            tracing::warn!(
+                pid,
+                "building the tree's Landlock ruleset ahead failed: {e}"
+            );
+            None
+        }
+    }
+}
+
+/// An accepted handoff: the status byte (with the ruleset built ahead, if
+/// any: the shim enforces it and closes it before the tree runs), the
+/// audit event, and the tree's supervision started (under ptrace the
+/// tracer thread already has it).
 async fn supervise(
     ctx: Arc<SupervisorContext>,
     conn: &SeqpacketConn,
     session: String,
     pid: u32,
     taken: Box<dyn Supervising>,
+    ruleset: Option<agentsh_unixwrap::ahead::Built>,
 ) {
-    if let Err(e) = conn.send_record(&[Ack::Accepted.to_byte()]).await {
+    let ack = [Ack::Accepted.to_byte()];
+    let sent = match &ruleset {
+        Some(r) => conn.send_record_with_fd(&ack, r.fd.as_fd()).await,
+        None => conn.send_record(&ack).await,
+    };
+    drop(ruleset);
+    if let Err(e) = sent {
         // The relay will not ACK unixwrap, which then refuses to run;
         // dropping the fd makes any exec in the tree fail (ENOSYS);
         // a traced wrapper is killed with the tracer's tracees (it
@@ -322,17 +391,27 @@ enum Refused {
     Join(String),
 }
 
+/// A handoff that passed the checks.
+struct Checked {
+    /// The wrapper's pid (the tree's root).
+    pid: u32,
+    /// What it carried.
+    fds: Vec<OwnedFd>,
+    /// Sent by the wrap-init caller itself (the shim, any thread of it),
+    /// not its relay: only it takes a ruleset built ahead.
+    from_caller: bool,
+}
+
 /// The checks of the module doc: who connected, which pid the message
 /// names, and that it is the kind of handoff the tree's backend takes
-/// (what it carries is the backend's to check). The wrapper's pid and the
-/// fds it carried.
+/// (what it carries is the backend's to check).
 fn check_handoff(
     msg: &[u8],
     fds: Vec<OwnedFd>,
     cred: seqpacket::PeerCred,
     caller: Caller,
     kind: ExecBackend,
-) -> Result<(u32, Vec<OwnedFd>), Refused> {
+) -> Result<Checked, Refused> {
     if cred.uid != caller.uid {
         return Err(Refused::Uid {
             got: cred.uid,
@@ -350,6 +429,7 @@ fn check_handoff(
         });
     }
     let pid = handoff.pid();
+    let mut from_caller = false;
     match caller.pid {
         Some(shim) => {
             if pid != shim {
@@ -359,10 +439,10 @@ fn check_handoff(
             // and runs unixwrap's steps in place: a thread of it sends,
             // which gVisor names by its thread id), or its relay (its child).
             // (The sending thread waits for the answer: it is alive here.)
-            let its_thread =
-                std::path::Path::new(&format!("/proc/{shim}/task/{}", cred.pid)).exists();
+            from_caller = cred.pid == shim
+                || std::path::Path::new(&format!("/proc/{shim}/task/{}", cred.pid)).exists();
             let parent = crate::tracee::proc_stat(cred.pid).map(|s| s.ppid);
-            if cred.pid != shim && !its_thread && parent.as_ref().ok() != Some(&shim) {
+            if !from_caller && parent.as_ref().ok() != Some(&shim) {
                 return Err(Refused::NotItsRelay {
                     relay: cred.pid,
                     shim,
@@ -377,5 +457,9 @@ fn check_handoff(
         }
         None => {}
     }
-    Ok((pid, fds))
+    Ok(Checked {
+        pid,
+        fds,
+        from_caller,
+    })
 }

@@ -159,7 +159,7 @@ impl SeqpacketConn {
     ) -> io::Result<(usize, Vec<OwnedFd>, Option<PeerCred>)> {
         loop {
             let mut guard = self.fd.readable().await?;
-            match guard.try_io(|fd| recv_fds(fd.as_raw_fd(), data, max_fds)) {
+            match guard.try_io(|fd| seqpacket::recv_with_fds(fd.as_raw_fd(), data, max_fds)) {
                 Ok(r) => return r,
                 Err(_would_block) => continue,
             }
@@ -174,6 +174,26 @@ impl SeqpacketConn {
         loop {
             let mut guard = self.fd.writable().await?;
             match guard.try_io(|fd| send_nb(fd.as_raw_fd(), data)) {
+                Ok(Ok(n)) if n == data.len() => return Ok(()),
+                Ok(Ok(_)) => return Err(io::Error::new(io::ErrorKind::WriteZero, "short record")),
+                Ok(Err(e)) => return Err(e),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    /// Sends one record with `pass` in `SCM_RIGHTS`.
+    ///
+    /// # Errors
+    /// sendmsg's errno; a short send is `WriteZero`.
+    pub async fn send_record_with_fd(
+        &self,
+        data: &[u8],
+        pass: std::os::fd::BorrowedFd<'_>,
+    ) -> io::Result<()> {
+        loop {
+            let mut guard = self.fd.writable().await?;
+            match guard.try_io(|fd| seqpacket::send_with_fd_nb(fd.as_raw_fd(), data, pass)) {
                 Ok(Ok(n)) if n == data.len() => return Ok(()),
                 Ok(Ok(_)) => return Err(io::Error::new(io::ErrorKind::WriteZero, "short record")),
                 Ok(Err(e)) => return Err(e),
@@ -226,61 +246,6 @@ fn recv_nb(fd: i32, buf: &mut [u8]) -> io::Result<usize> {
         ));
     }
     Ok(n)
-}
-
-fn recv_fds(
-    fd: i32,
-    data: &mut [u8],
-    max_fds: usize,
-) -> io::Result<(usize, Vec<OwnedFd>, Option<PeerCred>)> {
-    let mut iov = libc::iovec {
-        iov_base: data.as_mut_ptr().cast(),
-        iov_len: data.len(),
-    };
-    // Room for the credentials and 8 fds: a sender passing more than
-    // `max_fds` is detected.
-    let mut cbuf = [0u64; 16];
-    // SAFETY: msghdr is plain data; the fields used are set below.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
-    // SAFETY: msg points at valid buffers for the call.
-    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut fds = Vec::new();
-    // SAFETY: walking the control buffer the kernel just filled, with the
-    // CMSG_* accessors; each fd found is owned at once.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                let p = libc::CMSG_DATA(c) as *const i32;
-                let count = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize)
-                    / std::mem::size_of::<i32>();
-                for i in 0..count {
-                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(p.add(i))));
-                }
-            }
-            c = libc::CMSG_NXTHDR(&msg, c);
-        }
-    }
-    if msg.msg_flags & (libc::MSG_CTRUNC | libc::MSG_TRUNC) != 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "truncated record or control message",
-        ));
-    }
-    if fds.len() > max_fds {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("{} fds where at most {max_fds} belong", fds.len()),
-        ));
-    }
-    Ok((n as usize, fds, seqpacket::creds_of(&msg)))
 }
 
 impl AsyncRead for SeqpacketConn {

@@ -270,7 +270,11 @@ pub enum InPlaceEnd {
 /// was not exec'd.
 pub fn supervise_in_place(target: &Target<'_>, conf: &ShimConf, mode: Mode) -> InPlaceEnd {
     let started = std::time::Instant::now();
-    let resp = match wrapinit::call(conf, &wrap_init_request(target)) {
+    let request = WrapInitRequest {
+        ruleset_ahead: true,
+        ..wrap_init_request(target)
+    };
+    let resp = match wrapinit::call(conf, &request) {
         Ok(r) => r,
         Err(f) => return InPlaceEnd::NotInstalled(f),
     };
@@ -355,6 +359,7 @@ fn wrap_init_request(target: &Target<'_>) -> WrapInitRequest {
         env_names: std::env::vars_os()
             .map(|(k, _)| k.to_string_lossy().into_owned())
             .collect(),
+        ruleset_ahead: false,
     }
 }
 

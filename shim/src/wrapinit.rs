@@ -392,6 +392,7 @@ mod tests {
             agent_args: vec![],
             caller_uid: 0,
             env_names: vec![],
+            ruleset_ahead: false,
         }
     }
 

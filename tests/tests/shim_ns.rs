@@ -243,3 +243,67 @@ fn wrap_init_over_tcp_supervises_the_shell() {
         "{events:?}"
     );
 }
+
+/// Where the server resolves paths as the shell does (both in one mount
+/// namespace, as in a container), it builds the tree's Landlock ruleset
+/// while the shim loads its filter and sends it with the ACK; the shim only
+/// enforces it. What the policy allows holds, what it does not is refused
+/// (a parent's `/proc` entry too: `/proc/self` is the shell's own), and no
+/// fd of it reaches the shell. With
+/// the server outside the namespace (every other test here), the shim
+/// builds its own: the server never builds for a view it does not share.
+#[test]
+fn the_ruleset_the_server_builds_ahead_is_the_trees_own() {
+    if !require_root("the_ruleset_the_server_builds_ahead_is_the_trees_own") {
+        return;
+    }
+    let policy = r#"
+name: ahead
+default: allow
+file_rules:
+  - {name: everything-readable, paths: ["/**"], operations: [read, execute], decision: allow}
+  - {name: scratch, paths: ["/tmp/**", "/dev/null", "/proc/self/**"], operations: [write, create, delete], decision: allow}
+"#;
+    let script = "f=/tmp/agentsh-ahead-$$; echo x > $f && rm $f && echo tmp-writable; \
+                  (echo x > /etc/agentsh-ahead-probe) 2>/dev/null || echo etc-refused; \
+                  (echo x > /proc/$PPID/comm) 2>/dev/null || echo parent-refused; \
+                  echo anon=$(ls -l /proc/$$/fd | grep -c anon_inode)";
+    for inside in [false, true] {
+        let ns = Namespace::new();
+        let srv = if inside {
+            TestServer::start_with(
+                std::path::Path::new("/run/agentsh-tests"),
+                policy,
+                "",
+                |p| ns.command(p),
+            )
+        } else {
+            TestServer::start(policy, "")
+        };
+        ns.install_shim(false);
+        ns.configure(&srv.url, "on");
+        let (o, log) = ns.run_logged(&["/bin/sh", "-c", script], &[]);
+        let out = stdout(&o);
+        assert!(o.status.success(), "{out}{}\n{log}", stderr(&o));
+        for want in [
+            "tmp-writable\n",
+            "etc-refused\n",
+            "parent-refused\n",
+            "anon=0\n",
+        ] {
+            assert!(
+                out.contains(want),
+                "inside={inside}: {want:?} in {out:?}\n{log}"
+            );
+        }
+        assert_eq!(
+            log.contains("landlock: the server's ruleset"),
+            inside,
+            "inside={inside}: {log}"
+        );
+        assert!(
+            !std::path::Path::new("/etc/agentsh-ahead-probe").exists(),
+            "the probe reached this machine's /etc"
+        );
+    }
+}

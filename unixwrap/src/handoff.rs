@@ -283,6 +283,28 @@ impl std::fmt::Display for AckError {
 /// # Errors
 /// Anything but an accepted ACK, see [`AckError`].
 pub fn wait_ack(sock: BorrowedFd<'_>, timeout: Duration) -> Result<(), AckError> {
+    wait_ack_with(sock, timeout, false).map(|_| ())
+}
+
+/// [`wait_ack`] from the server itself, which may send the tree's Landlock
+/// ruleset with an accepting ACK (built ahead: see `ahead`): the fd, if it
+/// came (close-on-exec). More than one fd, or one with a refusal, is not an
+/// accepted ACK (every fd received is closed).
+///
+/// # Errors
+/// As [`wait_ack`].
+pub fn wait_ack_from_server(
+    sock: BorrowedFd<'_>,
+    timeout: Duration,
+) -> Result<Option<OwnedFd>, AckError> {
+    wait_ack_with(sock, timeout, true)
+}
+
+fn wait_ack_with(
+    sock: BorrowedFd<'_>,
+    timeout: Duration,
+    take_fd: bool,
+) -> Result<Option<OwnedFd>, AckError> {
     let deadline = Instant::now() + timeout;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -296,27 +318,38 @@ pub fn wait_ack(sock: BorrowedFd<'_>, timeout: Duration) -> Result<(), AckError>
             Err(e) => return Err(AckError::Io(e)),
         }
         let mut buf = [0u8; 2];
-        // SAFETY: buf is valid for its length; MSG_TRUNC makes the return the
-        // datagram's real length, so an oversized reply is detected.
-        let n = unsafe {
-            libc::recv(
-                sock.as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EINTR | libc::EAGAIN) => continue,
-                _ => return Err(AckError::Io(e)),
+        let (n, mut fds) = if take_fd {
+            match agentsh_proto::seqpacket::recv_with_fds(sock.as_raw_fd(), &mut buf, 1) {
+                Ok((n, fds, _)) => (n as isize, fds),
+                Err(e) => match e.raw_os_error() {
+                    Some(libc::EINTR | libc::EAGAIN) => continue,
+                    _ => return Err(AckError::Io(e)),
+                },
             }
-        }
+        } else {
+            // SAFETY: buf is valid for its length; MSG_TRUNC makes the return
+            // the datagram's real length, so an oversized reply is detected.
+            let n = unsafe {
+                libc::recv(
+                    sock.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EINTR | libc::EAGAIN) => continue,
+                    _ => return Err(AckError::Io(e)),
+                }
+            }
+            (n, Vec::new())
+        };
         return match n {
             0 => Err(AckError::Eof),
             1 => match Ack::from_byte(buf[0]) {
-                Ack::Accepted => Ok(()),
+                Ack::Accepted => Ok(fds.pop()),
                 Ack::Refused => Err(AckError::Refused(buf[0])),
             },
             n => Err(AckError::Malformed(n as usize)),

@@ -96,7 +96,20 @@ fn union<T: Copy>(items: &[T], f: fn(T) -> BitFlags<AccessFs>) -> BitFlags<Acces
     items.iter().fold(BitFlags::empty(), |acc, a| acc | f(*a))
 }
 
-fn names<T: std::fmt::Debug>(flags: impl Iterator<Item = T>) -> String {
+/// What a ruleset handles and its ports, for the log.
+pub(crate) fn handled(cfg: &LandlockConfig, plan: &Plan) -> String {
+    format!(
+        "compat={:?} handled_fs={} handled_net={} scopes={} connect_ports={:?} bind_ports={:?}",
+        cfg.compat,
+        names(plan.handled_fs.iter()),
+        names(plan.handled_net.iter()),
+        names(plan.scopes.iter()),
+        cfg.tcp_connect_ports,
+        cfg.tcp_bind_ports,
+    )
+}
+
+pub(crate) fn names<T: std::fmt::Debug>(flags: impl Iterator<Item = T>) -> String {
     let v: Vec<String> = flags.map(|f| format!("{f:?}")).collect();
     if v.is_empty() {
         "none".into()
@@ -196,7 +209,7 @@ impl std::fmt::Display for Report {
 }
 
 /// The landlock crate's ABI for a number (above the crate's newest: its newest).
-fn abi_of(n: i64) -> ABI {
+pub(crate) fn abi_of(n: i64) -> ABI {
     match n {
         i64::MIN..=0 => ABI::Unsupported,
         1 => ABI::V1,
@@ -234,16 +247,16 @@ pub fn precheck(cfg: &LandlockConfig, kernel_abi: i64) -> Result<(), LandlockErr
 /// What the ruleset handles once the ABI cap is applied. Pure: what is asked
 /// of the kernel follows from the config alone.
 #[derive(Debug, PartialEq)]
-struct Plan {
-    handled_fs: BitFlags<AccessFs>,
+pub(crate) struct Plan {
+    pub(crate) handled_fs: BitFlags<AccessFs>,
     /// Refer handled and granted on `/` (fs rights handled, creation not).
     refer_everywhere: bool,
-    handled_net: BitFlags<AccessNet>,
-    scopes: BitFlags<Scope>,
+    pub(crate) handled_net: BitFlags<AccessNet>,
+    pub(crate) scopes: BitFlags<Scope>,
 }
 
 impl Plan {
-    fn of(cfg: &LandlockConfig) -> Plan {
+    pub(crate) fn of(cfg: &LandlockConfig) -> Plan {
         // What the (possibly capped) ABI offers; a kernel below the cap still
         // decides for itself through the compatibility level.
         let cap = cfg.max_abi.filter(|c| *c > 0).map(abi_of);
@@ -279,7 +292,7 @@ impl Plan {
         }
     }
 
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.handled_fs.is_empty() && self.handled_net.is_empty() && self.scopes.is_empty()
     }
 
@@ -320,10 +333,11 @@ pub fn apply(cfg: &LandlockConfig, no_new_privs: bool, log: &Log) -> Result<Repo
     let created = create(cfg, &plan, no_new_privs)?;
     // One pass without a copy per rule; a grant the kernel refuses under
     // best_effort starts again, the careful way (see `add_fs_rules`).
-    let (created, fs_added, fs_skipped) = match add_fs_rules(cfg, &plan, created, log, false) {
+    let me = std::process::id();
+    let (created, fs_added, fs_skipped) = match add_fs_rules(cfg, &plan, created, log, false, me) {
         Err(Added::Again(_)) => {
             let created = create(cfg, &plan, no_new_privs)?;
-            add_fs_rules(cfg, &plan, created, log, true).map_err(Added::into_error)?
+            add_fs_rules(cfg, &plan, created, log, true, me).map_err(Added::into_error)?
         }
         r => r.map_err(Added::into_error)?,
     };
@@ -339,7 +353,7 @@ pub fn apply(cfg: &LandlockConfig, no_new_privs: bool, log: &Log) -> Result<Repo
 }
 
 /// The ruleset with its handled rights and scopes, not yet enforced.
-fn create(
+pub(crate) fn create(
     cfg: &LandlockConfig,
     plan: &Plan,
     no_new_privs: bool,
@@ -369,7 +383,7 @@ fn create(
 }
 
 /// Why the path rules were not all added.
-enum Added {
+pub(crate) enum Added {
     Failed(LandlockError),
     /// A grant failed in the pass without copies under `best_effort` (the
     /// kernel's refusal): the ruleset it consumed is gone, start again with
@@ -378,7 +392,7 @@ enum Added {
 }
 
 impl Added {
-    fn into_error(self) -> LandlockError {
+    pub(crate) fn into_error(self) -> LandlockError {
         match self {
             Added::Failed(e) => e,
             Added::Again(source) => LandlockError::Ruleset {
@@ -397,12 +411,13 @@ impl Added {
 /// under `best_effort` is [`Added::Again`] (the common case pays no copy).
 ///
 /// Long because the two passes share every step but the copy.
-fn add_fs_rules(
+pub(crate) fn add_fs_rules(
     cfg: &LandlockConfig,
     plan: &Plan,
     mut created: RulesetCreated,
     log: &Log,
     careful: bool,
+    self_pid: u32,
 ) -> Result<(RulesetCreated, usize, usize), Added> {
     let (mut fs_added, mut fs_skipped) = (0usize, 0usize);
     if plan.refer_everywhere {
@@ -422,7 +437,7 @@ fn add_fs_rules(
             fs_skipped += 1;
             continue;
         }
-        let (fd, is_dir) = match open_rule_path(&rule.path) {
+        let (fd, is_dir) = match open_rule_path(&rule.path, self_pid) {
             Ok(x) => x,
             Err(e) => {
                 log!(log, "landlock: rule path {:?} skipped: {e}", rule.path);
@@ -470,16 +485,17 @@ fn add_fs_rules(
 /// to carve and names only entries that were not symlinks, and the tree may
 /// have swapped one for a symlink since (to the very file the carve left
 /// out). A path with a symlink now is skipped: that only removes access.
-/// `/proc/self/...` is this process's own entry (the tree's root), named by
-/// pid. Says whether it is a directory (from the opened fd).
+/// `/proc/self/...` is the tree root's own entry, named by its pid
+/// (`self_pid`: this process's, or the tree's when the server builds the
+/// ruleset ahead). Says whether it is a directory (from the opened fd).
 ///
 /// # Errors
 /// It cannot be opened that way (ELOOP for a symlink, ENOENT, ...).
-fn open_rule_path(path: &str) -> std::io::Result<(std::os::fd::OwnedFd, bool)> {
+fn open_rule_path(path: &str, self_pid: u32) -> std::io::Result<(std::os::fd::OwnedFd, bool)> {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     let path = match path.strip_prefix("/proc/self/") {
-        Some(rest) => format!("/proc/{}/{rest}", std::process::id()),
-        None if path == "/proc/self" => format!("/proc/{}", std::process::id()),
+        Some(rest) => format!("/proc/{self_pid}/{rest}"),
+        None if path == "/proc/self" => format!("/proc/{self_pid}"),
         None => path.to_string(),
     };
     let c = std::ffi::CString::new(path)
@@ -534,7 +550,7 @@ fn open_rule_path(path: &str) -> std::io::Result<(std::os::fd::OwnedFd, bool)> {
 }
 
 /// The TCP port rules of the handled directions.
-fn add_port_rules(
+pub(crate) fn add_port_rules(
     cfg: &LandlockConfig,
     plan: &Plan,
     mut created: RulesetCreated,
@@ -574,15 +590,10 @@ fn report(
         None => abi,
     };
     let line = format!(
-        "landlock: abi={abi} status={} compat={:?} handled_fs={} handled_net={} scopes={} \
-         fs_rules={fs_added} skipped={fs_skipped} connect_ports={:?} bind_ports={:?} no_new_privs={}",
+        "landlock: abi={abi} status={} {} fs_rules={fs_added} skipped={fs_skipped} \
+         no_new_privs={}",
         enforced.name(),
-        cfg.compat,
-        names(plan.handled_fs.iter()),
-        names(plan.handled_net.iter()),
-        names(plan.scopes.iter()),
-        cfg.tcp_connect_ports,
-        cfg.tcp_bind_ports,
+        handled(cfg, plan),
         status.no_new_privs,
     );
     Report {
@@ -592,10 +603,11 @@ fn report(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn cfg(compat: LandlockCompat) -> LandlockConfig {
+    /// A config handling reads and writes, TCP connects to 443 and signals.
+    pub(crate) fn cfg(compat: LandlockCompat) -> LandlockConfig {
         LandlockConfig {
             compat,
             handled_fs: vec![FsAccess::Read, FsAccess::Write],

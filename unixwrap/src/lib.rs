@@ -21,6 +21,7 @@
 //! anything was installed is a refusal too, unless `--on-kernel-refusal exec`
 //! asks to run the command unsupervised.
 
+pub mod ahead;
 pub mod args;
 pub mod error;
 pub mod exec;
@@ -312,12 +313,10 @@ fn install(setup: &Setup, sock_fd: RawFd, log: &Log) -> Result<(), WrapError> {
     stages.mark("filter");
 
     // From here on the filter is installed: every failure is a refusal.
-    hand_over(setup, sock_fd, loaded, courier, log)?;
+    let ahead = hand_over(setup, sock_fd, loaded, courier, log)?;
     stages.mark("handoff");
     if let Some(ll) = &config.landlock {
-        let report = landlock::apply(ll, no_new_privs, log)
-            .map_err(|e| setup.refused(Refusal::Landlock(e)))?;
-        log!(log, "{report}");
+        restrict(setup, ll, ahead, no_new_privs, log)?;
     }
     stages.mark("landlock");
     log!(log, "stages: {stages}");
@@ -489,14 +488,15 @@ fn load_filter(
 
 /// Sends the notify fd (ptrace backend: the request to be traced), waits
 /// for the ACK, closes every copy of the notify fd (or execve would block
-/// forever) and reaps the relay.
+/// forever) and reaps the relay. Straight from the server, the ACK may
+/// carry the tree's Landlock ruleset, built ahead: returned.
 fn hand_over(
     setup: &Setup,
     sock_fd: RawFd,
     loaded: filter::Loaded,
     courier: Option<handoff::Courier>,
     log: &Log,
-) -> Result<(), WrapError> {
+) -> Result<Option<OwnedFd>, WrapError> {
     if !agentsh_filter_present() {
         return Err(setup.refused(Refusal::MarkerSilent));
     }
@@ -516,7 +516,11 @@ fn hand_over(
     };
     sent.map_err(|err| setup.refused(Refusal::Send { fd: sock_fd, err }))?;
     let timeout = Duration::from_secs(u64::from(setup.config.ack_timeout_secs));
-    handoff::wait_ack(sock, timeout).map_err(|e| setup.refused(Refusal::Ack(e)))?;
+    let ruleset = match setup.up {
+        Up::Server { .. } => handoff::wait_ack_from_server(sock, timeout),
+        Up::Relay => handoff::wait_ack(sock, timeout).map(|()| None),
+    }
+    .map_err(|e| setup.refused(Refusal::Ack(e)))?;
     log!(log, "ACK accepted: the server supervises this tree");
     drop(loaded);
     handoff::close_raw(sock_fd);
@@ -527,6 +531,34 @@ fn hand_over(
             handoff::reap_relay(pid, handoff::RELAY_EXIT_DEADLINE)
         );
     }
+    Ok(ruleset)
+}
+
+/// Landlock: the server's ruleset when it sent one (built ahead) and this
+/// thread takes it, else the tree's own, built here. The server's is closed
+/// here either way.
+fn restrict(
+    setup: &Setup,
+    ll: &agentsh_proto::LandlockConfig,
+    ahead: Option<OwnedFd>,
+    no_new_privs: bool,
+    log: &Log,
+) -> Result<(), WrapError> {
+    if let Some(fd) = ahead {
+        match ahead::restrict(fd.as_fd()) {
+            Ok(()) => {
+                log!(log, "{}", ahead::report_line(ll));
+                return Ok(());
+            }
+            Err(e) => log!(
+                log,
+                "landlock: the server's ruleset not taken ({e}); building this tree's own"
+            ),
+        }
+    }
+    let report =
+        landlock::apply(ll, no_new_privs, log).map_err(|e| setup.refused(Refusal::Landlock(e)))?;
+    log!(log, "{report}");
     Ok(())
 }
 

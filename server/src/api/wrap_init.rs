@@ -110,6 +110,9 @@ fn say_landlock_warnings(session: &str, uid: u32, warnings: &[String]) {
 /// what this host cannot enforce ([`egress_gap`]), the wrapper; then the
 /// tree's filter, ruleset and notify socket ([`open_tree`]), its config
 /// and the audit event.
+///
+/// Long because each step takes what the one before it made, in the order
+/// of the checks; each is a call.
 fn prepare_wrap_init(
     api: &Api,
     sid: &str,
@@ -129,7 +132,7 @@ fn prepare_wrap_init(
         backend,
         landlock,
         ruleset_reused,
-        pending,
+        mut pending,
     } = open_tree(api, &session, caller, creds.as_ref())?;
     session
         .wrap_inits
@@ -141,6 +144,12 @@ fn prepare_wrap_init(
     }
     let compiled_us = started.elapsed().as_micros() as u64;
     say_landlock_warnings(&session.id, caller.uid, &landlock.warnings);
+    // Built by this server while the shim loads its filter, for a shim that
+    // asks for it and whose root resolves paths as this process does.
+    let ahead = body.ruleset_ahead.then_some(caller.pid).flatten();
+    if let Some(pid) = ahead.filter(|&p| agentsh_unixwrap::ahead::same_view(p)) {
+        pending.build_ahead(landlock.config.clone(), pid);
+    }
     seccomp_config.landlock = Some(landlock.config);
     let (env_removed, env_injected) = env_changes(&body.env_names, setup.env.as_ref());
     seccomp_config.env = setup.env.clone();
