@@ -1,8 +1,9 @@
 //! The rehearsal shell: before a server says it is ready, it runs a shell
 //! (`sh -c :`, [`SHELLS`] times) the whole way a sandbox's shell goes — a
 //! process of its own (`agentsh rehearse`, the shim's code) calls wrap-init
-//! on the API socket, starts the relay and `agentsh-unixwrap`, hands the
-//! notify fd over, and the tree's supervisor judges its exec — so that the
+//! on the API socket, takes unixwrap's steps in place as the shim does
+//! (the notify fd handed over, the Landlock ruleset built ahead by the
+//! server), and the tree's supervisor judges its exec — so that the
 //! first shell after `ready` finds that path already run (the server's code
 //! paged in, its threads and allocations made) and costs what later shells
 //! cost (issue 20: about 0.7-0.9 ms of a 7 ms shell before this).
@@ -277,7 +278,14 @@ fn shell(socket: &Path, wrapper: Option<String>) -> i32 {
         argv0: argv[0],
         argv: &argv,
     };
-    let failure = agentsh_shell_shim::supervise(&target, &conf, Mode::On);
-    eprintln!("supervision could not be installed: {failure}");
-    agentsh_proto::exit::REFUSED
+    // The way the shim goes: unixwrap's steps in this (single-threaded)
+    // process, the ruleset built ahead by the server.
+    match agentsh_shell_shim::supervise_in_place(&target, &conf, Mode::On) {
+        agentsh_shell_shim::InPlaceEnd::NotInstalled(failure) => {
+            eprintln!("supervision could not be installed: {failure}");
+            agentsh_proto::exit::REFUSED
+        }
+        // unixwrap's steps refused (their hint is on stderr).
+        agentsh_shell_shim::InPlaceEnd::Exit(code) => code,
+    }
 }
