@@ -269,6 +269,9 @@ async fn handoff(
     let checked = match received {
         Err(_) => Err(Refused::Timeout),
         Ok(Err(e)) => Err(Refused::Read(e)),
+        // The caller (or anyone) connected and closed: a shim whose kernel
+        // refused the filter under `auto` goes on unsupervised that way.
+        Ok(Ok((0, _, _))) => Err(Refused::Closed),
         Ok(Ok((n, fds, scm))) => {
             // SO_PEERCRED unless the kernel answers it with our own (gVisor).
             let cred = match scm {
@@ -366,6 +369,8 @@ enum Refused {
     Timeout,
     #[error("handoff read failed: {0}")]
     Read(std::io::Error),
+    #[error("the connection closed before a handoff (the shell went on without one, or ended)")]
+    Closed,
     #[error("connection from uid {got}, but the socket was issued to uid {issued}")]
     Uid { got: u32, issued: u32 },
     #[error("malformed handoff ({len} bytes, first {first:#04x})")]

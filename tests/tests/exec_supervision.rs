@@ -427,6 +427,23 @@ fn notify_socket_refuses_another_uid_and_a_handoff_not_bound_to_its_caller() {
     let got = hand_to_server(&resp.notify_socket, shim_pid, &a);
     assert_eq!(got, Ok(agentsh_proto::handoff::Ack::Refused));
     assert_handoff_refused(&srv, "u4", &format!("neither pid {shim_pid} nor its child"));
+
+    // A connection that closes without a handoff (what a shim does when it
+    // goes on unsupervised under `auto`) is said as such.
+    let resp = wrap_init_as(&srv.url, "u5", None, &["/bin/sh"]).unwrap();
+    drop(
+        agentsh_proto::seqpacket::connect(
+            std::path::Path::new(&resp.notify_socket),
+            Duration::from_secs(60),
+        )
+        .unwrap(),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !srv.events("u5").iter().any(|e| e["type"] == "handoff") {
+        assert!(std::time::Instant::now() < deadline, "no handoff event");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_handoff_refused(&srv, "u5", "closed before a handoff");
 }
 
 /// Session `session` recorded a refused handoff whose reason says `why`.
