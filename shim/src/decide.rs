@@ -210,6 +210,15 @@ pub fn fall_through(
     active: &Active,
 ) -> FallThrough {
     match (mode, active) {
+        // wrap-init answered, so agentsh runs here whatever the marker says:
+        // a notify socket that cannot be reached now is never a reason to
+        // run unsupervised.
+        (Mode::Auto | Mode::On, _) if matches!(failure, InstallFailure::NotifySocket { .. }) => {
+            FallThrough::Refuse(format!(
+                "agentsh-shell-shim: {failure}; the agentsh server answered, so the shell does \
+                 not run unsupervised: retry, and read the server's log; see {REFUSES_UNSUPERVISED}"
+            ))
+        }
         // `off` never gets this far; if it did, running unsupervised is what it asks for.
         (Mode::Off, _) | (Mode::Auto, Active::Absent | Active::Stale) => {
             FallThrough::RunUnsupervised(format!(
@@ -288,6 +297,28 @@ mod tests {
                 panic!("{mode:?}: not a refusal");
             };
             assert!(m.contains("start the agentsh server (unix:/x)"), "{m}");
+        }
+    }
+
+    /// After a wrap-init that answered, the notify socket's failure is a
+    /// refusal even under `auto` before agentsh's marker exists.
+    #[test]
+    fn a_notify_socket_out_of_reach_is_never_a_fall_through() {
+        let f = InstallFailure::NotifySocket {
+            path: "@agentsh-notify-1".into(),
+            error: "Connection refused".into(),
+        };
+        for (mode, active) in [
+            (Mode::Auto, Active::Absent),
+            (Mode::Auto, Active::Stale),
+            (Mode::Auto, Active::Current(Default::default())),
+            (Mode::On, Active::Absent),
+        ] {
+            let got = fall_through(mode, "unix:/x", &f, &active);
+            assert!(
+                matches!(&got, FallThrough::Refuse(m) if m.contains("server answered")),
+                "{mode:?} {active:?}: {got:?}"
+            );
         }
     }
 
