@@ -454,40 +454,6 @@ pub fn recv_with_fds(
     Ok((n as usize, fds, creds_of(&msg)))
 }
 
-/// Sends one record (`MSG_DONTWAIT`) with `pass` in `SCM_RIGHTS`. Returns
-/// the bytes sent.
-///
-/// # Errors
-/// sendmsg's errno (EAGAIN when the socket is full).
-pub fn send_with_fd_nb(fd: RawFd, data: &[u8], pass: BorrowedFd<'_>) -> io::Result<usize> {
-    let mut iov = libc::iovec {
-        iov_base: data.as_ptr() as *mut libc::c_void,
-        iov_len: data.len(),
-    };
-    let mut cbuf = [0u64; 4];
-    // SAFETY: msghdr is plain data; the fields used are set below.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf.as_mut_ptr().cast();
-    // SAFETY: CMSG_SPACE/CMSG_LEN are size computations; one header and one
-    // fd fit the zeroed, aligned 32-byte buffer.
-    unsafe {
-        msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as _;
-        let c = libc::CMSG_FIRSTHDR(&msg);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), pass.as_raw_fd());
-    }
-    // SAFETY: msg and everything it points at are live for the call.
-    let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
-    if n < 0 {
-        return Err(last());
-    }
-    Ok(n as usize)
-}
-
 /// Runs `send` until it is not interrupted (EINTR); a record sent short of
 /// its `len` bytes is `WriteZero`.
 fn whole_record(len: usize, mut send: impl FnMut() -> isize) -> io::Result<()> {

@@ -182,7 +182,8 @@ impl SeqpacketConn {
         }
     }
 
-    /// Sends one record with `pass` in `SCM_RIGHTS`.
+    /// Sends one record with `pass` in `SCM_RIGHTS` (and this process's
+    /// credentials, which the receiver may ignore).
     ///
     /// # Errors
     /// sendmsg's errno; a short send is `WriteZero`.
@@ -193,10 +194,11 @@ impl SeqpacketConn {
     ) -> io::Result<()> {
         loop {
             let mut guard = self.fd.writable().await?;
-            match guard.try_io(|fd| seqpacket::send_with_fd_nb(fd.as_raw_fd(), data, pass)) {
-                Ok(Ok(n)) if n == data.len() => return Ok(()),
-                Ok(Ok(_)) => return Err(io::Error::new(io::ErrorKind::WriteZero, "short record")),
-                Ok(Err(e)) => return Err(e),
+            // The fd is non-blocking: a full socket is EAGAIN, which re-arms.
+            match guard
+                .try_io(|fd| seqpacket::send_with_creds(fd.get_ref().as_fd(), data, Some(pass)))
+            {
+                Ok(r) => return r,
                 Err(_would_block) => continue,
             }
         }

@@ -30,9 +30,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use agentsh_proto::LandlockConfig;
 use landlock::{Access, AccessFs, AccessNet, Scope};
 
-use crate::landlock::{
-    abi_of, add_fs_rules, add_port_rules, create, handled, kernel_abi, Added, LandlockError, Plan,
-};
+use crate::landlock::{abi_of, handled, kernel_abi, LandlockError, Plan};
 use crate::log::Log;
 
 /// A ruleset built ahead, not yet enforced.
@@ -58,16 +56,8 @@ pub fn build(cfg: &LandlockConfig, tree_pid: u32) -> Result<Option<Built>, Landl
     }
     // no_new_privs is the tree's to set (or not, with CAP_SYS_ADMIN): the
     // flag only tells the crate's own restrict, which is never called here.
-    let created = create(cfg, &plan, false)?;
-    let log = Log::none();
-    let (created, added, skipped) = match add_fs_rules(cfg, &plan, created, &log, false, tree_pid) {
-        Err(Added::Again(_)) => {
-            let created = create(cfg, &plan, false)?;
-            add_fs_rules(cfg, &plan, created, &log, true, tree_pid).map_err(Added::into_error)?
-        }
-        r => r.map_err(Added::into_error)?,
-    };
-    let created = add_port_rules(cfg, &plan, created)?;
+    let (created, added, skipped) =
+        crate::landlock::build(cfg, &plan, false, &Log::none(), tree_pid)?;
     let fd: Option<OwnedFd> = created.into();
     Ok(fd.map(|fd| Built { fd, added, skipped }))
 }

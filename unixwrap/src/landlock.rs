@@ -330,18 +330,7 @@ pub fn apply(cfg: &LandlockConfig, no_new_privs: bool, log: &Log) -> Result<Repo
             line: "landlock: nothing handled, no ruleset applied".into(),
         });
     }
-    let created = create(cfg, &plan, no_new_privs)?;
-    // One pass without a copy per rule; a grant the kernel refuses under
-    // best_effort starts again, the careful way (see `add_fs_rules`).
-    let me = std::process::id();
-    let (created, fs_added, fs_skipped) = match add_fs_rules(cfg, &plan, created, log, false, me) {
-        Err(Added::Again(_)) => {
-            let created = create(cfg, &plan, no_new_privs)?;
-            add_fs_rules(cfg, &plan, created, log, true, me).map_err(Added::into_error)?
-        }
-        r => r.map_err(Added::into_error)?,
-    };
-    let created = add_port_rules(cfg, &plan, created)?;
+    let (created, fs_added, fs_skipped) = build(cfg, &plan, no_new_privs, log, std::process::id())?;
     let status = created
         .restrict_self()
         .map_err(ruleset_err("restrict_self"))?;
@@ -352,8 +341,33 @@ pub fn apply(cfg: &LandlockConfig, no_new_privs: bool, log: &Log) -> Result<Repo
     Ok(report)
 }
 
+/// The whole ruleset, not yet enforced: created, its path rules (`/proc/self`
+/// named by `self_pid`) and its ports; how many path rules were added and
+/// skipped. One pass without a copy per rule; a grant the kernel refuses
+/// under best_effort starts again, the careful way (see `add_fs_rules`).
+///
+/// # Errors
+/// A step of building it failed.
+pub(crate) fn build(
+    cfg: &LandlockConfig,
+    plan: &Plan,
+    no_new_privs: bool,
+    log: &Log,
+    self_pid: u32,
+) -> Result<(RulesetCreated, usize, usize), LandlockError> {
+    let created = create(cfg, plan, no_new_privs)?;
+    let (created, added, skipped) = match add_fs_rules(cfg, plan, created, log, false, self_pid) {
+        Err(Added::Again(_)) => {
+            let created = create(cfg, plan, no_new_privs)?;
+            add_fs_rules(cfg, plan, created, log, true, self_pid).map_err(Added::into_error)?
+        }
+        r => r.map_err(Added::into_error)?,
+    };
+    Ok((add_port_rules(cfg, plan, created)?, added, skipped))
+}
+
 /// The ruleset with its handled rights and scopes, not yet enforced.
-pub(crate) fn create(
+fn create(
     cfg: &LandlockConfig,
     plan: &Plan,
     no_new_privs: bool,
@@ -383,7 +397,7 @@ pub(crate) fn create(
 }
 
 /// Why the path rules were not all added.
-pub(crate) enum Added {
+enum Added {
     Failed(LandlockError),
     /// A grant failed in the pass without copies under `best_effort` (the
     /// kernel's refusal): the ruleset it consumed is gone, start again with
@@ -392,7 +406,7 @@ pub(crate) enum Added {
 }
 
 impl Added {
-    pub(crate) fn into_error(self) -> LandlockError {
+    fn into_error(self) -> LandlockError {
         match self {
             Added::Failed(e) => e,
             Added::Again(source) => LandlockError::Ruleset {
@@ -411,7 +425,7 @@ impl Added {
 /// under `best_effort` is [`Added::Again`] (the common case pays no copy).
 ///
 /// Long because the two passes share every step but the copy.
-pub(crate) fn add_fs_rules(
+fn add_fs_rules(
     cfg: &LandlockConfig,
     plan: &Plan,
     mut created: RulesetCreated,
@@ -550,7 +564,7 @@ fn open_rule_path(path: &str, self_pid: u32) -> std::io::Result<(std::os::fd::Ow
 }
 
 /// The TCP port rules of the handled directions.
-pub(crate) fn add_port_rules(
+fn add_port_rules(
     cfg: &LandlockConfig,
     plan: &Plan,
     mut created: RulesetCreated,
