@@ -149,6 +149,10 @@ pub struct SessionSection {
     /// besides the policy's own `env:` (both apply).
     #[serde(default)]
     pub env: Option<agentsh_proto::env::EnvDoc>,
+    /// What each of its trees may use (processes, memory, CPU, wall time),
+    /// over its policy's `limits:` key by key (`cgroup::limits`).
+    #[serde(default)]
+    pub limits: Option<crate::cgroup::LimitsDoc>,
 }
 
 /// `egress.*`: the DNS stub and how much of a policy's `egress` must hold.

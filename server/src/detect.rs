@@ -77,6 +77,9 @@ pub struct Report {
     /// The exec backend a wrap-init gets (`None`: none can work here).
     pub exec_backend: Option<agentsh_proto::ExecBackend>,
     pub protections: Vec<String>,
+    /// Whether trees can get cgroups with their session's `limits:`
+    /// (`cgroup::assess`): where, or why not.
+    pub limits: Probe,
 }
 
 /// Whether ptrace access (what reading a tree's memory, its `/proc` links
@@ -710,6 +713,13 @@ pub fn detect(max_abi: Option<i64>, choice: BackendChoice) -> Report {
         backend,
         exec_backend: exec_backend.ok(),
         protections,
+        limits: match crate::cgroup::assess() {
+            Ok(at) => Probe {
+                available: true,
+                detail: Some(at),
+            },
+            Err(why) => Probe::no(why),
+        },
     }
 }
 
@@ -759,6 +769,13 @@ pub fn human(r: &Report) -> String {
         p(&r.tree_access.others)
     );
     s += &format!("take a tree's socket (egress): {}\n", p(&r.pidfd_getfd));
+    s += &format!(
+        "limits per session (cgroups): {}\n",
+        match (&r.limits.available, &r.limits.detail) {
+            (true, Some(at)) => format!("yes ({at})"),
+            _ => p(&r.limits),
+        }
+    );
     s += &format!("a wrap-init here gets:        {}\n", r.backend);
     for prot in &r.protections {
         s += &format!("  - {prot}\n");

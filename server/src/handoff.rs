@@ -114,6 +114,8 @@ pub struct Pending {
     /// The tree's Landlock ruleset to build while the shim loads its
     /// filter, for its root's pid (see [`Pending::build_ahead`]).
     ahead: Option<(agentsh_proto::LandlockConfig, u32)>,
+    /// The tree's cgroup (its session's limits), ended with the tree.
+    cgroup: Option<crate::cgroup::TreeCgroup>,
 }
 
 impl Pending {
@@ -124,6 +126,13 @@ impl Pending {
     /// resolves paths as this process does (`ahead::same_view`).
     pub fn build_ahead(&mut self, config: agentsh_proto::LandlockConfig, pid: u32) {
         self.ahead = Some((config, pid));
+    }
+
+    /// The tree's cgroup: its wall-time limit runs from the handoff, and
+    /// what the kernel counted is recorded when the tree has ended (or its
+    /// handoff never came).
+    pub fn limit(&mut self, cgroup: crate::cgroup::TreeCgroup) {
+        self.cgroup = Some(cgroup);
     }
 }
 
@@ -158,6 +167,7 @@ pub fn open_notify_socket(
         backend,
         terms,
         ahead: None,
+        cgroup: None,
     })
 }
 
@@ -184,7 +194,10 @@ pub async fn take_handoff(
         backend,
         terms,
         mut ahead,
+        cgroup,
     } = pending;
+    // Ends with this task, however it ends (the tree gone, or no handoff).
+    let _limits = cgroup.map(|cg| LimitedTree::start(cg, ctx.audit.clone(), &session));
     // Built while the shim masks, loads its filter and hands in: from its
     // connection on (the shim connects as soon as it has the answer; before
     // it, the build would compete with writing the answer).
@@ -246,6 +259,51 @@ pub async fn take_handoff(
                 let _ = conn.send_record(&[Ack::Refused.to_byte()]).await;
             }
         }
+    }
+}
+
+/// A tree's cgroup while its handoff's task runs: the wall-time limit's
+/// timer, and when the task ends (the tree's last process gone, or no
+/// handoff), what the kernel counted recorded and the cgroup removed, on
+/// the blocking pool (the removal may wait for exiting processes).
+struct LimitedTree {
+    cgroup: Arc<crate::cgroup::TreeCgroup>,
+    audit: Arc<crate::audit::AuditLog>,
+    session: String,
+    wall: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl LimitedTree {
+    fn start(
+        cgroup: crate::cgroup::TreeCgroup,
+        audit: Arc<crate::audit::AuditLog>,
+        session: &str,
+    ) -> LimitedTree {
+        let cgroup = Arc::new(cgroup);
+        let wall = cgroup
+            .limits
+            .wall
+            .map(|w| tokio::spawn(cgroup.clone().wall(audit.clone(), session.to_string(), w)));
+        LimitedTree {
+            cgroup,
+            audit,
+            session: session.to_string(),
+            wall,
+        }
+    }
+}
+
+impl Drop for LimitedTree {
+    fn drop(&mut self) {
+        if let Some(t) = self.wall.take() {
+            t.abort();
+        }
+        let (cg, audit, session) = (
+            self.cgroup.clone(),
+            self.audit.clone(),
+            self.session.clone(),
+        );
+        tokio::task::spawn_blocking(move || cg.ended(&audit, &session));
     }
 }
 

@@ -17,6 +17,7 @@
 pub mod api;
 pub mod approval;
 pub mod audit;
+pub mod cgroup;
 pub mod cli;
 pub mod config;
 pub mod daemon;

@@ -45,6 +45,9 @@ pub struct Spec {
     /// The session's own env rules (its policy's `env:` applies too).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub env: Option<EnvDoc>,
+    /// The session's own `limits:` (over its policy's, key by key).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limits: Option<crate::cgroup::LimitsDoc>,
 }
 
 /// A session's compiled rules (shared by sessions made from one spec).
@@ -63,6 +66,8 @@ pub struct Setup {
     pub daemon_sockets: crate::policy::daemon_sockets::HiddenCache,
     /// What the supervisor judges the session's trees by.
     pub rules: Arc<TreeRules>,
+    /// What each tree may use (its cgroup's limits; none: no cgroup).
+    pub limits: crate::cgroup::Limits,
 }
 
 /// Why a session's [`Setup`] was not made: what in its spec cannot be used.
@@ -90,6 +95,9 @@ pub enum MakeError {
         name: String,
         source: crate::filter::FilterError,
     },
+    /// The session's `limits:` over its policy's do not read.
+    #[error("{0}")]
+    Limits(String),
     /// The identity index of the programs the policy names (the
     /// supervisor's error, said as is).
     #[error("{0}")]
@@ -111,6 +119,7 @@ impl Maker {
             policy: self.config.policy.clone(),
             workspace: (!self.config.workspace.is_empty()).then(|| self.config.workspace.clone()),
             env: None,
+            limits: None,
         }
     }
 
@@ -124,6 +133,7 @@ impl Maker {
                 .unwrap_or_else(|| self.config.policy.clone()),
             workspace: s.workspace.clone().filter(|w| !w.is_empty()),
             env: s.env.clone(),
+            limits: s.limits.clone(),
         }
     }
 
@@ -158,6 +168,11 @@ impl Maker {
             None => None,
         };
         let env = EnvRules::merged(own_env.as_ref(), policy.env());
+        let limits = crate::cgroup::Limits::from_doc(&crate::cgroup::limits::merge(
+            policy.limits(),
+            spec.limits.as_ref(),
+        ))
+        .map_err(MakeError::Limits)?;
         let filters = crate::filter::Filters::new(
             policy.blocked_syscalls(),
             policy.exec_memory_denied(),
@@ -191,6 +206,7 @@ impl Maker {
                 index,
             }),
             policy,
+            limits,
         })
     }
 }
@@ -411,6 +427,7 @@ mod tests {
             policy: policy.into(),
             workspace: workspace.map(Into::into),
             env,
+            limits: None,
         };
         let err = |s| m.make(s, true).err().unwrap().to_string();
         assert!(err(spec("no-such-policy", None, None)).contains("no-such-policy"));

@@ -37,6 +37,9 @@ struct CreateBody {
     workspace: Option<String>,
     #[serde(default)]
     env: Option<agentsh_proto::env::EnvDoc>,
+    /// Over the policy's `limits:`, key by key.
+    #[serde(default)]
+    limits: Option<crate::cgroup::LimitsDoc>,
 }
 
 fn who(r: &Requester) -> (u32, u32) {
@@ -118,7 +121,10 @@ pub(super) async fn create(api: Arc<Api>, requester: Requester, v: serde_json::V
     if !crate::session::valid_id(&id) {
         return error(400, format!("session id {id:?} {BAD_ID}"));
     }
-    let labels_only = body.policy.is_none() && body.workspace.is_none() && body.env.is_none();
+    let labels_only = body.policy.is_none()
+        && body.workspace.is_none()
+        && body.env.is_none()
+        && body.limits.is_none();
     if labels_only {
         // A session under the default's rules, made once.
         if let Some(s) = api.sessions.get(&id).filter(|s| !s.is_ended()) {
@@ -159,6 +165,7 @@ async fn compile(
             .unwrap_or_else(|| api.maker().config.policy.clone()),
         workspace: body.workspace.clone(),
         env: body.env.clone(),
+        limits: body.limits.clone(),
     };
     let maker_api = api.clone();
     tokio::task::spawn_blocking(move || {

@@ -42,6 +42,8 @@ pub struct Api {
     pub detected: crate::detect::Report,
     /// Whether shells can be supervised now, and which (see `readiness`).
     pub gate: Arc<Gate>,
+    /// Where trees with limits get their cgroups (made at the first).
+    pub cgroups: crate::cgroup::Cgroups,
 }
 
 impl Api {

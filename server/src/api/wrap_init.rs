@@ -142,6 +142,7 @@ fn prepare_wrap_init(
     if let Some(why) = egress_gap {
         not_enforced.push(unjudged_egress(api, backend, &why));
     }
+    let limits = limit_tree(api, setup, caller, &mut pending, &mut not_enforced)?;
     let compiled_us = started.elapsed().as_micros() as u64;
     say_landlock_warnings(&session.id, caller.uid, &landlock.warnings);
     // Built by this server while the shim loads its filter, for a shim that
@@ -180,6 +181,7 @@ fn prepare_wrap_init(
             not_enforced,
             env_removed,
             env_injected,
+            limits,
         })),
     );
     tracing::debug!(
@@ -268,6 +270,58 @@ struct Opened {
     /// The ruleset came from the cache.
     ruleset_reused: bool,
     pending: handoff::Pending,
+}
+
+/// The tree's cgroup with its session's limits (`cgroup`), the shell's
+/// process moved in before its command runs; the summary for the event.
+/// Where the limits cannot be applied: a refusal naming why, or, under
+/// `limits.compat: best_effort`, a tree without them, said in the log and
+/// in `not_enforced`.
+fn limit_tree(
+    api: &Api,
+    setup: &Setup,
+    caller: Caller,
+    pending: &mut handoff::Pending,
+    not_enforced: &mut Vec<String>,
+) -> Result<Option<String>, Failure> {
+    let limits = &setup.limits;
+    if !limits.any() {
+        return Ok(None);
+    }
+    let placed = match (api.cgroups.delegation(), caller.pid) {
+        (Ok(d), Some(pid)) => crate::cgroup::TreeCgroup::place(d, limits, pid),
+        (Err(why), _) => Err(why.to_string()),
+        (_, None) => Err("the kernel did not name the calling process (SO_PEERCRED)".into()),
+    };
+    match placed {
+        Ok(cg) => {
+            let summary = format!("{} in {}", limits.summary(), cg.dir.display());
+            pending.limit(cg);
+            Ok(Some(summary))
+        }
+        Err(why) if limits.compat == crate::cgroup::LimitsCompat::BestEffort => {
+            tracing::warn!(
+                uid = caller.uid,
+                "limits ({}) not applied, the tree runs without them                  (limits.compat: best_effort): {why}",
+                limits.summary()
+            );
+            not_enforced.push(format!("limits ({}): {why}", limits.summary()));
+            Ok(None)
+        }
+        Err(why) => {
+            tracing::warn!(
+                uid = caller.uid,
+                "wrap-init refused: limits cannot be applied: {why}"
+            );
+            Err(fail(
+                503,
+                format!(
+                    "the session's limits ({}) cannot be applied here: {why}; or set                      limits.compat: best_effort (the tree then runs without them, said in                      its wrap_init event)",
+                    limits.summary()
+                ),
+            ))
+        }
+    }
 }
 
 /// The tree's seccomp filter, Landlock ruleset and notify socket, in that

@@ -218,6 +218,10 @@ pub struct WrapInitEvent {
     pub env_removed: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env_injected: Vec<String>,
+    /// The session's limits as applied to the tree, and its cgroup
+    /// (`pids=64 memory=67108864 in /sys/fs/cgroup/agentsh-tree-…`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<String>,
 }
 
 /// What the wrap-init event records of the daemon-socket masks.
@@ -441,6 +445,23 @@ pub enum EventBody {
     AdminSession(AdminSessionEvent),
     Session(SessionEvent),
     PolicyReload(Box<PolicyReloadEvent>),
+    Limit(LimitEvent),
+}
+
+/// A tree met one of its session's limits (`limits:`): forks refused at
+/// `pids`, processes killed at `memory`, the tree killed at `wall`.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct LimitEvent {
+    /// `pids`, `memory` or `wall`.
+    pub limit: String,
+    /// The tree's first process (the shell's).
+    pub root_pid: u32,
+    /// The limit as applied (a count, bytes, seconds).
+    pub value: String,
+    /// How many times the kernel counted it (forks refused, processes
+    /// killed; 1 for `wall`).
+    pub count: u64,
+    pub detail: String,
 }
 
 /// A policy reload (`agentsh policy reload`, or SIGHUP) put a session's

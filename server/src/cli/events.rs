@@ -59,6 +59,13 @@ fn table_row(ev: &serde_json::Value) -> String {
             text(ev, "by"),
             number(ev, "by_pid")
         ),
+        Some("limit") => format!(
+            "{head} limit {} {} (tree {}): {}",
+            text(ev, "limit"),
+            text(ev, "value"),
+            number(ev, "root_pid"),
+            text(ev, "detail")
+        ),
         Some(other) => format!("{head} {other}"),
         None => ev.to_string(),
     }

@@ -133,6 +133,7 @@ pub fn run(start: Start) -> Result<()> {
         token,
         detected,
         gate: serving.gate.clone(),
+        cgroups: Default::default(),
     };
     serve::api_runtime()?.block_on(serve::serve(api, serving))
 }

@@ -63,6 +63,8 @@ pub struct Policy {
     pub(super) credential_files: super::credential_files::CredentialFilesDoc,
     /// `read_only_files:` (empty `paths`: nothing is kept read-only).
     pub(super) read_only_files: super::credential_files::ReadOnlyFilesDoc,
+    /// `limits:` as written (checked), under a session's own.
+    pub(super) limits: Option<crate::cgroup::LimitsDoc>,
 }
 
 impl Policy {
@@ -129,6 +131,11 @@ impl Policy {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// `limits:` as written (a session's own override it key by key).
+    pub fn limits(&self) -> Option<&crate::cgroup::LimitsDoc> {
+        self.limits.as_ref()
     }
 
     /// The SHA-256 (hex) of the text it was compiled from.

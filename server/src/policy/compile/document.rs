@@ -70,6 +70,10 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
         &read_only_files.paths,
         true,
     )?;
+    if let Some(l) = &doc.limits {
+        crate::cgroup::Limits::from_doc(l)
+            .map_err(|e| ctx.invalid(ctx.source.key("limits"), None, e))?;
+    }
     Ok(Policy {
         name,
         hash: text_hash(text),
@@ -91,6 +95,7 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
         env,
         credential_files,
         read_only_files,
+        limits: doc.limits,
     })
 }
 
