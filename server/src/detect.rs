@@ -713,13 +713,18 @@ pub fn detect(max_abi: Option<i64>, choice: BackendChoice) -> Report {
         backend,
         exec_backend: exec_backend.ok(),
         protections,
-        limits: match crate::cgroup::assess() {
-            Ok(at) => Probe {
-                available: true,
-                detail: Some(at),
-            },
-            Err(why) => Probe::no(why),
+        limits: limits(),
+    }
+}
+
+/// Whether trees can get cgroups with their limits here (`cgroup::assess`).
+fn limits() -> Probe {
+    match crate::cgroup::assess() {
+        Ok(at) => Probe {
+            available: true,
+            detail: Some(at),
         },
+        Err(why) => Probe::no(why),
     }
 }
 

@@ -196,7 +196,6 @@ pub async fn take_handoff(
         mut ahead,
         cgroup,
     } = pending;
-    // Ends with this task, however it ends (the tree gone, or no handoff).
     let _limits = cgroup.map(|cg| LimitedTree::start(cg, ctx.audit.clone(), &session));
     // Built while the shim masks, loads its filter and hands in: from its
     // connection on (the shim connects as soon as it has the answer; before

@@ -289,7 +289,7 @@ fn limit_tree(
         return Ok(None);
     }
     let placed = match (api.cgroups.delegation(), caller.pid) {
-        (Ok(d), Some(pid)) => crate::cgroup::TreeCgroup::place(d, limits, pid),
+        (Ok(d), Some(pid)) => d.place(limits, pid),
         (Err(why), _) => Err(why.to_string()),
         (_, None) => Err("the kernel did not name the calling process (SO_PEERCRED)".into()),
     };

@@ -88,10 +88,15 @@ impl Cgroups {
 }
 
 impl Delegation {
-    /// A fresh name for a tree's cgroup (`tree-<pid>-<n>`).
-    pub(crate) fn tree_dir(&self, pid: u32) -> PathBuf {
+    /// A cgroup for the tree whose first process is `pid`, with `limits`
+    /// (`TreeCgroup::place`), named `agentsh-tree-<pid>-<n>`.
+    ///
+    /// # Errors
+    /// What could not be made or written, and why.
+    pub fn place(&self, limits: &Limits, pid: u32) -> Result<TreeCgroup, String> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        self.dir.join(format!("agentsh-tree-{pid}-{n}"))
+        let dir = self.dir.join(format!("agentsh-tree-{pid}-{n}"));
+        TreeCgroup::place(dir, &self.controllers, limits, pid)
     }
 }
 

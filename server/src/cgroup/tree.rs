@@ -16,7 +16,7 @@
 //! (a process left in it, e.g. a shell that fell back to running
 //! unsupervised) is logged and left.
 
-use super::{Delegation, Limits};
+use super::limits::Limits;
 use crate::audit::{AuditLog, EventBody, LimitEvent};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -33,23 +33,28 @@ pub struct TreeCgroup {
 }
 
 impl TreeCgroup {
-    /// Makes the cgroup beneath `d`, writes `limits`, moves `pid` in.
+    /// Makes the cgroup `dir` (a child of a cgroup whose children get
+    /// `enabled` controllers), writes `limits`, moves `pid` in.
     ///
     /// # Errors
     /// The file that could not be written and why; nothing is left behind.
-    pub fn place(d: &Delegation, limits: &Limits, pid: u32) -> Result<TreeCgroup, String> {
+    pub fn place(
+        dir: PathBuf,
+        enabled: &[String],
+        limits: &Limits,
+        pid: u32,
+    ) -> Result<TreeCgroup, String> {
         if let Some(c) = limits
             .controllers()
             .into_iter()
-            .find(|c| !d.controllers.iter().any(|o| o == c))
+            .find(|c| !enabled.iter().any(|o| o == c))
         {
             return Err(format!(
-                "the {c} controller is not delegated to {} (it offers [{}])",
-                d.dir.display(),
-                d.controllers.join(" ")
+                "the {c} controller is not enabled beneath {} (it offers [{}])",
+                dir.parent().unwrap_or(&dir).display(),
+                enabled.join(" ")
             ));
         }
-        let dir = d.tree_dir(pid);
         std::fs::create_dir(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
         let cg = TreeCgroup {
             dir,
