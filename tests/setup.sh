@@ -39,7 +39,19 @@ if [ "${#need_pkgs[@]}" -gt 0 ]; then
   fi
   echo "agentsh setup: installing ${need_pkgs[*]}" >&2
   apt-get update -qq
+  apt_updated=1
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
+# qemu, for the tests that boot Debian's 6.1 kernel in a VM (tests/src/vm.rs):
+# without the recommends (25 packages instead of 170).
+if ! command -v qemu-system-x86_64 >/dev/null; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "agentsh setup: missing package qemu-system-x86; run as root (or sudo) so it can be installed" >&2
+    exit 1
+  fi
+  echo "agentsh setup: installing qemu-system-x86 (without recommends)" >&2
+  [ -n "${apt_updated:-}" ] || apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends qemu-system-x86 >/dev/null
 fi
 if ! command -v cargo >/dev/null; then
   echo "agentsh setup: cargo is not installed; install a Rust toolchain (rustup) >= 1.80" >&2

@@ -179,7 +179,11 @@ pub fn open_notify_socket(
 /// the network namespace (`/proc/net/unix`), and one outside every tree
 /// must not be able to use up another's socket (trees cannot create
 /// SEQPACKET sockets at all). `slot` (the caller's count of unused notify
-/// sockets) is given back when this returns.
+/// sockets) is given back when this returns. The tree's cgroup (limits)
+/// goes to `trees` with the tree, or ends here when no tree started.
+///
+/// Long because the accept loop holds the listener, the ruleset being
+/// built and the tree's limits across attempts; each step is a call.
 pub async fn take_handoff(
     ctx: Arc<SupervisorContext>,
     trees: Arc<Trees>,
@@ -196,7 +200,7 @@ pub async fn take_handoff(
         mut ahead,
         cgroup,
     } = pending;
-    let _limits = cgroup.map(|cg| LimitedTree::start(cg, ctx.audit.clone(), &session));
+    let mut limits = cgroup.map(|cg| LimitedTree::start(cg, ctx.audit.clone(), &session));
     // Built while the shim masks, loads its filter and hands in: from its
     // connection on (the shim connects as soon as it has the answer; before
     // it, the build would compete with writing the answer).
@@ -240,7 +244,13 @@ pub async fn take_handoff(
                     Some(b) if from_caller => built(b, pid).await,
                     _ => None,
                 };
-                supervise(ctx, &conn, session, pid, taken, ruleset).await;
+                if let Some(l) = limits.take() {
+                    // Ends with the tree (dropped by `Trees::finished`).
+                    trees.at_end(pid, Box::new(move || drop(l)));
+                }
+                if !supervise(ctx, &conn, session, pid, taken, ruleset).await {
+                    drop(trees.take_end(pid));
+                }
                 return;
             }
             Err(refused) => {
@@ -261,15 +271,18 @@ pub async fn take_handoff(
     }
 }
 
-/// A tree's cgroup while its handoff's task runs: the wall-time limit's
-/// timer, and when the task ends (the tree's last process gone, or no
-/// handoff), what the kernel counted recorded and the cgroup removed, on
-/// the blocking pool (the removal may wait for exiting processes).
+/// A tree's cgroup from its wrap-init: the wall-time limit's timer, and
+/// when dropped (by `Trees::finished` once the tree's last process is gone,
+/// or by the handoff's task when no tree started), what the kernel counted
+/// recorded and the cgroup removed, on the blocking pool (the removal may
+/// wait for exiting processes).
 struct LimitedTree {
     cgroup: Arc<crate::cgroup::TreeCgroup>,
     audit: Arc<crate::audit::AuditLog>,
     session: String,
     wall: Option<tokio::task::JoinHandle<()>>,
+    /// The server's runtime: the drop may run on a supervisor's thread.
+    runtime: tokio::runtime::Handle,
 }
 
 impl LimitedTree {
@@ -288,6 +301,7 @@ impl LimitedTree {
             audit,
             session: session.to_string(),
             wall,
+            runtime: tokio::runtime::Handle::current(),
         }
     }
 }
@@ -302,7 +316,8 @@ impl Drop for LimitedTree {
             self.audit.clone(),
             self.session.clone(),
         );
-        tokio::task::spawn_blocking(move || cg.ended(&audit, &session));
+        self.runtime
+            .spawn_blocking(move || cg.ended(&audit, &session));
     }
 }
 
@@ -393,7 +408,7 @@ async fn supervise(
     pid: u32,
     taken: Box<dyn Supervising>,
     ruleset: Option<agentsh_unixwrap::ahead::Built>,
-) {
+) -> bool {
     let ack = [Ack::Accepted.to_byte()];
     let sent = match &ruleset {
         Some(r) => conn.send_record_with_fd(&ack, r.fd.as_fd()).await,
@@ -406,7 +421,7 @@ async fn supervise(
         // a traced wrapper is killed with the tracer's tracees (it
         // exits, refusing to run, and the tree ends with it).
         tracing::warn!(pid, "relay gone before the status byte: {e}");
-        return;
+        return false;
     }
     ctx.audit.record(
         &session,
@@ -417,6 +432,7 @@ async fn supervise(
         }),
     );
     taken.start();
+    true
 }
 
 /// Why a handoff was refused (the `handoff` event's reason).

@@ -40,6 +40,8 @@ struct Root {
 /// Every live tree of the server.
 pub struct Trees {
     roots: Mutex<HashMap<u32, Root>>,
+    /// What runs when a tree has finished (its cgroup's end), by root pid.
+    at_end: Mutex<HashMap<u32, Box<dyn FnOnce() + Send>>>,
     /// The server's own `Seccomp_filters` count at start.
     own_filters: u32,
 }
@@ -68,6 +70,7 @@ impl Trees {
     pub fn new() -> Trees {
         Trees {
             roots: Mutex::new(HashMap::new()),
+            at_end: Mutex::new(HashMap::new()),
             own_filters: seccomp_filters("self").unwrap_or(0),
         }
     }
@@ -88,6 +91,21 @@ impl Trees {
 
     pub fn finished(&self, root_pid: u32) {
         lock(&self.roots).remove(&root_pid);
+        let end = lock(&self.at_end).remove(&root_pid);
+        if let Some(end) = end {
+            end();
+        }
+    }
+
+    /// Runs `end` when the tree rooted at `root_pid` has finished
+    /// ([`Trees::finished`]), on the thread that saw it finish.
+    pub fn at_end(&self, root_pid: u32, end: Box<dyn FnOnce() + Send>) {
+        lock(&self.at_end).insert(root_pid, end);
+    }
+
+    /// `root_pid`'s end, taken back for a tree that never started.
+    pub fn take_end(&self, root_pid: u32) -> Option<Box<dyn FnOnce() + Send>> {
+        lock(&self.at_end).remove(&root_pid)
     }
 
     /// Live trees of `session`.

@@ -6,7 +6,9 @@
 //! `/bin/sh`; `sdk` emulates how each sandbox SDK spawns commands; `sandbox`
 //! puts them together with a workspace, as root or as an ordinary user;
 //! `rootfs` builds (and caches) a debootstrapped Debian root and runs commands
-//! chrooted in it, for the package install tests.
+//! chrooted in it, for the package install tests; `vm` boots Debian's 6.1
+//! kernel in a QEMU virtual machine over this machine's root (cgroup v2) and
+//! runs a script in it.
 
 pub mod attackers;
 pub mod dns;
@@ -19,3 +21,4 @@ pub mod rootfs;
 pub mod sandbox;
 pub mod sdk;
 pub mod server;
+pub mod vm;
