@@ -26,6 +26,7 @@ const CONFIG: &str = "sessions:
   bomb: {limits: {pids: 64}}
   mem: {limits: {memory: 64M}}
   wall: {limits: {wall: 2s}}
+  cpu: {limits: {cpu: '0.2'}}
 ";
 
 fn in_session(id: &str, script: &str) -> Spawn {
@@ -161,6 +162,34 @@ fn a_tree_past_its_wall_time_is_killed(s: &mut Sandbox) {
     assert_eq!(e["value"], "2s", "{e}");
 }
 
+/// A tree at `cpu: 0.2` that spins for 2 s of wall time gets about 0.4 s
+/// of CPU (under 1 s; unlimited it gets about 2 s), and the kernel says it
+/// held the tree back.
+fn a_tree_gets_no_more_cpu_than_its_share(s: &mut Sandbox) {
+    let spin =
+        "import time\nt = time.time()\nwhile time.time() - t < 2: pass\nprint(time.process_time())";
+    let f = s.spawn(&in_session(
+        "cpu",
+        &format!("printf '{spin}' | python3 -; grep nr_throttled /sys/fs/cgroup$(cut -d: -f3 /proc/self/cgroup)/cpu.stat"),
+    ));
+    let mut lines = f.stdout.lines();
+    let cpu: f64 = lines
+        .next()
+        .unwrap_or_default()
+        .parse()
+        .unwrap_or_else(|_| panic!("{f:?}"));
+    assert!(cpu < 1.0, "{cpu} s of CPU in 2 s at cpu 0.2: {f:?}");
+    let throttled: u64 = lines
+        .next()
+        .and_then(|l| l.strip_prefix("nr_throttled "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{f:?}"));
+    assert!(throttled > 0, "{f:?}");
+    let e = limit_event(s, "cpu", "cpu");
+    assert_eq!(e["value"], "20000/100000", "{e}");
+    eprintln!("cpu 0.2: {cpu:.2} s of CPU in 2 s, throttled {throttled} times");
+}
+
 /// What a root tree tries to leave its cgroup or lift its limits: every
 /// way is refused, and it is still in its cgroup after.
 fn the_tree_cannot_leave_or_lift_its_limits(s: &mut Sandbox) {
@@ -205,6 +234,7 @@ fn inner_limits_in_the_vm() {
     a_fork_bomb_meets_its_pids_limit_and_others_go_on(&mut s);
     a_tree_over_its_memory_is_ended_and_the_next_runs(&mut s);
     a_tree_past_its_wall_time_is_killed(&mut s);
+    a_tree_gets_no_more_cpu_than_its_share(&mut s);
     the_tree_cannot_leave_or_lift_its_limits(&mut s);
     // Every tree's cgroup is gone once the trees are.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -249,7 +279,11 @@ fn limits_on_a_cgroup_v2_kernel() {
         "{}",
         run.stdout
     );
-    for l in run.stderr.lines().filter(|l| l.starts_with("quiet ")) {
+    for l in run
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("quiet ") || l.starts_with("cpu "))
+    {
         eprintln!("in the VM ({:?}): {l}", run.elapsed);
     }
 }

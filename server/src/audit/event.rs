@@ -449,17 +449,18 @@ pub enum EventBody {
 }
 
 /// A tree met one of its session's limits (`limits:`): forks refused at
-/// `pids`, processes killed at `memory`, the tree killed at `wall`.
+/// `pids`, processes killed at `memory`, periods held back at `cpu`, the
+/// tree killed at `wall`.
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct LimitEvent {
-    /// `pids`, `memory` or `wall`.
+    /// `pids`, `memory`, `cpu` or `wall`.
     pub limit: String,
     /// The tree's first process (the shell's).
     pub root_pid: u32,
     /// The limit as applied (a count, bytes, seconds).
     pub value: String,
     /// How many times the kernel counted it (forks refused, processes
-    /// killed; 1 for `wall`).
+    /// killed, periods throttled; 1 for `wall`).
     pub count: u64,
     pub detail: String,
 }

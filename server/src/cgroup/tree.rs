@@ -150,7 +150,8 @@ impl TreeCgroup {
     }
 
     /// What the kernel counted while the tree ran, as events: forks refused
-    /// at `pids.max`, processes killed at `memory.max`.
+    /// at `pids.max`, processes killed at `memory.max`, periods the tree was
+    /// held back at `cpu.max`.
     pub fn counted(&self) -> Vec<LimitEvent> {
         let mut out = Vec::new();
         let read = |f: &str| std::fs::read_to_string(self.dir.join(f)).unwrap_or_default();
@@ -179,6 +180,18 @@ impl TreeCgroup {
                         "the tree went over memory.max {m}: its processes were killed \
                          ({n} by the OOM killer)"
                     ),
+                });
+            }
+        }
+        if let Some((q, p)) = self.limits.cpu {
+            let n = field(&read("cpu.stat"), "nr_throttled").unwrap_or(0);
+            if n > 0 {
+                out.push(LimitEvent {
+                    limit: "cpu".into(),
+                    root_pid: self.pid,
+                    value: format!("{q}/{p}"),
+                    count: n,
+                    detail: format!("held to cpu.max {q} µs per {p} µs: throttled {n} time(s)"),
                 });
             }
         }
