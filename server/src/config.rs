@@ -102,11 +102,13 @@ CONFIG KEYS (YAML; all optional; defaults shown):
   execve.approval_timeout_action   deny              deny | allow: what an unanswered approval gets
   sessions                         {}                sessions besides `default`, made at start, each
                                                      {ID: {policy, workspace, env: {deny, allow,
-                                                     inject}}}: its own policy (default: the
+                                                     inject}, limits: {pids, memory, cpu, wall,
+                                                     compat}}}: its own policy (default: the
                                                      top-level one), ${WORKSPACE} (an existing
-                                                     directory) and env rules (the policy's env
-                                                     applies too). A shell joins one by shim.conf
-                                                     session= or AGENTSH_SESSION=ID
+                                                     directory), env rules (the policy's env
+                                                     applies too) and limits per tree (cgroup v2;
+                                                     over the policy's limits:). A shell joins one
+                                                     by shim.conf session= or AGENTSH_SESSION=ID
   execve.explain                   stderr            stderr | off: a refused exec's caller gets one line
                                                      on its stderr (\"agentsh: curl denied (rule R):
                                                      message\"), when it takes it without waiting;

@@ -135,6 +135,11 @@ pub fn run(start: Start) -> Result<()> {
         gate: serving.gate.clone(),
         cgroups: Default::default(),
     };
+    // Said at start, not at the first shell: where limited trees' cgroups
+    // go, or why the sessions that ask for limits will refuse their shells.
+    if api.sessions.list().iter().any(|s| s.setup().limits.any()) {
+        let _ = api.cgroups.delegation();
+    }
     serve::api_runtime()?.block_on(serve::serve(api, serving))
 }
 
