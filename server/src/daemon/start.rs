@@ -135,12 +135,16 @@ pub fn run(start: Start) -> Result<()> {
         gate: serving.gate.clone(),
         cgroups: Default::default(),
     };
-    // Said at start, not at the first shell: where limited trees' cgroups
-    // go, or why the sessions that ask for limits will refuse their shells.
+    delegate_if_limited(&api);
+    serve::api_runtime()?.block_on(serve::serve(api, serving))
+}
+
+/// Said at start, not at the first shell: where limited trees' cgroups go,
+/// or why the sessions that ask for limits will refuse their shells.
+fn delegate_if_limited(api: &Api) {
     if api.sessions.list().iter().any(|s| s.setup().limits.any()) {
         let _ = api.cgroups.delegation();
     }
-    serve::api_runtime()?.block_on(serve::serve(api, serving))
 }
 
 /// Makes or checks the run directory, clears a stale socket, and makes the
