@@ -102,9 +102,7 @@ pub fn run(start: Start) -> Result<()> {
         backend,
     };
     let sessions = make_sessions(&maker, start.session.as_deref())?;
-    for s in sessions.list() {
-        warm::caches(&s.setup(), &run_dir);
-    }
+    let cgroups = warm_sessions(&sessions, &run_dir);
     let serving = serve::Serving {
         run_dir,
         private,
@@ -133,18 +131,26 @@ pub fn run(start: Start) -> Result<()> {
         token,
         detected,
         gate: serving.gate.clone(),
-        cgroups: Default::default(),
+        cgroups,
     };
-    delegate_if_limited(&api);
     serve::api_runtime()?.block_on(serve::serve(api, serving))
 }
 
-/// Said at start, not at the first shell: where limited trees' cgroups go,
-/// or why the sessions that ask for limits will refuse their shells.
-fn delegate_if_limited(api: &Api) {
-    if api.sessions.list().iter().any(|s| s.setup().limits.any()) {
-        let _ = api.cgroups.delegation();
+/// Fills every session's caches; when one asks for limits, makes the
+/// cgroup delegation now, so the log says at start (not at the first
+/// shell) where limited trees' cgroups go, or why they will be refused.
+fn warm_sessions(
+    sessions: &crate::session::Sessions,
+    run_dir: &std::path::Path,
+) -> crate::cgroup::Cgroups {
+    let cgroups = crate::cgroup::Cgroups::default();
+    for s in sessions.list() {
+        warm::caches(&s.setup(), run_dir);
+        if s.setup().limits.any() {
+            let _ = cgroups.delegation();
+        }
     }
+    cgroups
 }
 
 /// Makes or checks the run directory, clears a stale socket, and makes the
