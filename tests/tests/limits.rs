@@ -253,6 +253,107 @@ fn inner_limits_in_the_vm() {
     }
 }
 
+/// Forks until refused, then ends its children; says how many it got.
+const SMALL_BOMB: &str = r#"exec python3 -c '
+import os, signal
+kids = []
+try:
+    while len(kids) < 1000:
+        pid = os.fork()
+        if pid == 0:
+            signal.pause()
+            os._exit(0)
+        kids.append(pid)
+    print("no refusal")
+except BlockingIOError:
+    print("eagain after", len(kids))
+for k in kids:
+    os.kill(k, signal.SIGKILL)
+    os.waitpid(k, 0)
+'"#;
+
+/// Inside the VM, in a container's own cgroup (a cgroup namespace rooted at
+/// `/ctr`, as runc makes one with a writable cgroupfs): the server shares it
+/// with the SDK daemon and this test, so it moves them into `agentsh-others`
+/// and limits its trees beside them.
+#[test]
+#[ignore = "runs inside the VM: limits_in_a_containers_own_cgroup"]
+fn inner_limits_in_a_container_cgroup() {
+    assert!(
+        std::env::var(IN_VM).is_ok(),
+        "run by limits_in_a_containers_own_cgroup"
+    );
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    assert_eq!(own.trim(), "0::/", "not at the root of a cgroup namespace");
+    let mut s = Sandbox::with_config(
+        "default: allow\n",
+        None,
+        "sessions:\n  bomb: {limits: {pids: 64}}\n",
+    );
+    let f = s.spawn(&in_session("bomb", SMALL_BOMB));
+    let got: usize = f
+        .stdout
+        .trim()
+        .strip_prefix("eagain after ")
+        .unwrap_or_else(|| panic!("the bomb was not refused: {f:?}"))
+        .parse()
+        .unwrap();
+    assert!(got < 64, "{got} forks under pids 64");
+    let log = s.srv.log();
+    assert!(log.contains("moved into agentsh-others/"), "{log}");
+    let me = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    assert_eq!(me.trim(), "0::/agentsh-others", "{log}");
+    let w = s
+        .srv
+        .events("bomb")
+        .into_iter()
+        .find(|e| e["type"] == "wrap_init")
+        .unwrap();
+    assert!(
+        w["limits"]
+            .as_str()
+            .unwrap()
+            .starts_with("pids=64 in /sys/fs/cgroup/agentsh-tree-"),
+        "{w}"
+    );
+    limit_event(&s, "bomb", "pids");
+}
+
+#[test]
+fn limits_in_a_containers_own_cgroup() {
+    if !require_root("limits_in_a_containers_own_cgroup") {
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    // The container: a cgroup with the controllers, a cgroup namespace
+    // rooted there and cgroup2 mounted again in a mount namespace of its own.
+    let script = format!(
+        "set -e
+echo '+pids +memory +cpu' > /sys/fs/cgroup/cgroup.subtree_control
+mkdir /sys/fs/cgroup/ctr
+echo $$ > /sys/fs/cgroup/ctr/cgroup.procs
+exec unshare --cgroup --mount sh -c 'umount /sys/fs/cgroup && mount -t cgroup2 ctr /sys/fs/cgroup && exec {} --exact inner_limits_in_a_container_cgroup --ignored --nocapture --test-threads=1'",
+        exe.display()
+    );
+    let run = agentsh_tests::vm::run(
+        &script,
+        &[(IN_VM, "1"), ("RUST_BACKTRACE", "1")],
+        Duration::from_secs(900),
+    )
+    .unwrap_or_else(|e| panic!("the VM: {e}"));
+    assert_eq!(
+        run.code, 0,
+        "inside the VM ({:?}):\nstdout:\n{}\nstderr:\n{}",
+        run.elapsed, run.stdout, run.stderr
+    );
+    assert!(
+        run.stdout
+            .contains("test inner_limits_in_a_container_cgroup ... ok"),
+        "{}",
+        run.stdout
+    );
+}
+
 #[test]
 fn limits_on_a_cgroup_v2_kernel() {
     if !require_root("limits_on_a_cgroup_v2_kernel") {

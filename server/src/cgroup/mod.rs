@@ -13,9 +13,13 @@
 //! controllers for the cgroup's children (`cgroup.subtree_control`); a
 //! cgroup that holds processes cannot do that (the kernel's "no internal
 //! processes" rule), so the server first moves itself into a leaf of its
-//! own, `agentsh-server`, and a cgroup that still holds other processes
-//! (an SDK daemon beside the server) is said, not rearranged. The answer is
-//! kept: one try per server.
+//! own, `agentsh-server`. A cgroup that still holds other processes (an
+//! SDK daemon beside the server) is said, not rearranged, except where it
+//! is the root of the server's cgroup namespace and not the host's root
+//! cgroup: a container's own cgroup, whose processes are the container's
+//! (`agentsh entrypoint` and the SDK daemon beside the server); they are
+//! moved into a leaf, `agentsh-others`, as an init system's scope would be.
+//! The answer is kept: one try per server.
 //!
 //! Why the tree cannot undo it: its filter refuses `clone3` (so no
 //! `CLONE_INTO_CGROUP`), `mount`, and its Landlock ruleset gives no write
@@ -63,6 +67,9 @@ pub const CONTROLLERS: [&str; 3] = ["pids", "memory", "cpu"];
 /// processes of its own.
 const SERVER_LEAF: &str = "agentsh-server";
 
+/// Where the other processes of a container's own cgroup go (module doc).
+const OTHERS_LEAF: &str = "agentsh-others";
+
 impl Cgroups {
     /// The delegation, made on first use (see the module doc).
     ///
@@ -105,6 +112,9 @@ impl Delegation {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Probe {
     pub dir: PathBuf,
+    /// `dir` is the root of this process's cgroup namespace and not the
+    /// host's root cgroup: a container's own cgroup.
+    pub container: bool,
     /// `cgroup.controllers` of `dir`.
     pub offered: Vec<String>,
 }
@@ -140,7 +150,13 @@ pub fn probe() -> Result<Probe, String> {
             offered.join(" ")
         ));
     }
-    Ok(Probe { dir, offered })
+    let container =
+        own.lines().any(|l| l.trim_end() == "0::/") && dir.join("cgroup.freeze").exists();
+    Ok(Probe {
+        dir,
+        container,
+        offered,
+    })
 }
 
 /// What `agentsh detect` says of limits here, changing nothing: whether
@@ -172,7 +188,12 @@ pub fn assess() -> Result<String, String> {
     let own = std::process::id().to_string();
     let procs = std::fs::read_to_string(p.dir.join("cgroup.procs")).unwrap_or_default();
     let others = procs.split_whitespace().filter(|q| *q != own).count();
-    let note = if others > 0 && p.dir != Path::new("/sys/fs/cgroup") {
+    let note = if others > 0 && p.container {
+        format!(
+            "; a container's own cgroup: its {others} other process(es) move into \
+             {OTHERS_LEAF}/, the server into {SERVER_LEAF}/"
+        )
+    } else if others > 0 && p.dir.join("cgroup.freeze").exists() {
         format!(
             "; {others} other process(es) share this cgroup: the server moves into \
              {SERVER_LEAF}/, and the limits need them gone from it"
@@ -293,15 +314,20 @@ fn delegate() -> Result<Delegation, String> {
         Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
             // Processes in our cgroup: the server moves into a leaf.
             move_self_into(&p.dir.join(SERVER_LEAF))?;
-            std::fs::write(&control, enable.trim_end()).map_err(|e| {
-                let others = procs_of(&p.dir);
-                format!(
-                    "{} cannot enable {} for its children ({e}): it still holds other \
-                     processes ({others}); give the server a cgroup of its own",
-                    p.dir.display(),
-                    wanted.join(", ")
-                )
-            })?;
+            let mut tries = if p.container { 4 } else { 0 };
+            while let Err(e) = std::fs::write(&control, enable.trim_end()) {
+                if e.raw_os_error() != Some(libc::EBUSY) || tries == 0 {
+                    let others = procs_of(&p.dir);
+                    return Err(format!(
+                        "{} cannot enable {} for its children ({e}): it still holds other \
+                         processes ({others}); give the server a cgroup of its own",
+                        p.dir.display(),
+                        wanted.join(", ")
+                    ));
+                }
+                tries -= 1;
+                move_others(&p.dir)?;
+            }
         }
         Err(e) => {
             return Err(format!(
@@ -328,6 +354,43 @@ fn move_self_into(leaf: &Path) -> Result<(), String> {
     }
     std::fs::write(leaf.join("cgroup.procs"), std::process::id().to_string())
         .map_err(|e| format!("cannot move the server into {}: {e}", leaf.display()))
+}
+
+/// Moves every process still in a container's own cgroup `dir` into its
+/// leaf [`OTHERS_LEAF`] (an init system's scope, as systemd makes in a
+/// container): the container's cgroup, and its limits, stay theirs. Only
+/// where `dir` is the root of the server's cgroup namespace: a host's
+/// cgroups are not this server's to rearrange.
+fn move_others(dir: &Path) -> Result<(), String> {
+    let leaf = dir.join(OTHERS_LEAF);
+    match std::fs::create_dir(&leaf) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot make {}: {e}", leaf.display())),
+    }
+    let procs = std::fs::read_to_string(dir.join("cgroup.procs"))
+        .map_err(|e| format!("{}/cgroup.procs: {e}", dir.display()))?;
+    let mut moved = Vec::new();
+    for pid in procs.split_whitespace() {
+        match std::fs::write(leaf.join("cgroup.procs"), pid) {
+            Ok(()) => moved.push(pid),
+            // Gone meanwhile.
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+            Err(e) => {
+                return Err(format!(
+                    "cannot move pid {pid} into {}: {e}",
+                    leaf.display()
+                ))
+            }
+        }
+    }
+    tracing::info!(
+        cgroup = %dir.display(),
+        "the container's other processes (pid {}) moved into {OTHERS_LEAF}/ so trees' \
+         cgroups can be limited beside them",
+        moved.join(", ")
+    );
+    Ok(())
 }
 
 /// The pids in `dir`'s `cgroup.procs`, for a message.
