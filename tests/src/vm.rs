@@ -144,6 +144,10 @@ pub fn run(script: &str, env: &[(&str, &str)], timeout: Duration) -> Result<VmRu
         .map_err(|e| format!("write the script to {}: {e}", out.path().display()))?;
     std::fs::write(out.path().join("env.sh"), env_script(env)?)
         .map_err(|e| format!("write env.sh to {}: {e}", out.path().display()))?;
+    // One VM at a time on this machine: two emulated 2-CPU guests on a
+    // small host would slow each other past the timing bounds of the tests
+    // inside (and 2 GiB each). Waiting for the other is not counted.
+    let _one = one_at_a_time()?;
     let started = Instant::now();
     let console = boot(&qemu, &image, out.path(), timeout)?;
     let elapsed = started.elapsed();
@@ -167,6 +171,19 @@ pub fn run(script: &str, env: &[(&str, &str)], timeout: Duration) -> Result<VmRu
         console,
         elapsed,
     })
+}
+
+/// An exclusive lock on `<cache>/.run.lock`, held while a VM runs.
+fn one_at_a_time() -> Result<std::fs::File, String> {
+    std::fs::create_dir_all(CACHE_DIR).map_err(|e| format!("create {CACHE_DIR}: {e}"))?;
+    let lock = std::fs::File::create(Path::new(CACHE_DIR).join(".run.lock"))
+        .map_err(|e| format!("create {CACHE_DIR}/.run.lock: {e}"))?;
+    // SAFETY: flock on an fd we own; blocks until the other VM is done.
+    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(format!("flock {CACHE_DIR}/.run.lock: {e}"));
+    }
+    Ok(lock)
 }
 
 /// The VM's kernel release, e.g. `6.1.0-56-amd64` (building the cached image
