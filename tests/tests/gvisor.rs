@@ -70,6 +70,9 @@ fn the_sdk_scenarios_hold_inside_gvisor() {
         // docs/sdk-cookbook.md's Modal recipe, as written.
         "ok: agentsh shim install --bash",
         "ok: a root SDK shell cannot change shim.conf",
+        // No cgroups in the sandbox: a session with limits is refused.
+        "ok: agentsh session create --pids 64 makes a session",
+        "ok: limits that cannot be applied here refuse the session's shells, saying why",
         "ok: a nested su fails with 126",
         "ok: the denied su is audited with its rule",
         "ok: $$ is the pid the SDK spawned",

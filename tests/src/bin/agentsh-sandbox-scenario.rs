@@ -177,6 +177,36 @@ fn show(f: &Finished) -> String {
 }
 
 /// Phase 1: ordinary SDK work under the defaults.
+/// A session made with limits (`agentsh session create --pids`): where
+/// `agentsh detect` says they cannot be applied here (gVisor has no cgroup
+/// v2; a container's cgroupfs is read-only), its shells are refused with
+/// the reason; where it says they can, they run.
+fn limits(c: &mut Checks, sdk: &mut Supervisor, report: &Value) {
+    let o =
+        run(Command::new("/usr/bin/agentsh").args(["session", "create", "lim", "--pids", "64"]));
+    c.check(
+        "agentsh session create --pids 64 makes a session",
+        o.status.success(),
+        || String::from_utf8_lossy(&o.stderr).into_owned(),
+    );
+    let f = sdk.run(&Spawn::argv(&["/bin/sh", "-c", "echo ran"]).env("AGENTSH_SESSION", "lim"));
+    if report["limits"]["available"] == true {
+        c.check(
+            "a session's limits apply where detect says they can",
+            f.code == Some(0) && f.stdout == "ran\n",
+            || show(&f),
+        );
+    } else {
+        c.check(
+            "limits that cannot be applied here refuse the session's shells, saying why",
+            f.code == Some(126)
+                && f.stdout.is_empty()
+                && f.stderr.contains("limits (pids=64) cannot be applied"),
+            || format!("{}\ndetect: {}", show(&f), report["limits"]),
+        );
+    }
+}
+
 fn ordinary(c: &mut Checks, sdk: &mut Supervisor) {
     let f = sdk.run(&runloop(
         "git init -q /tmp/sc-repo && test -d /tmp/sc-repo/.git && for i in 1 2 3; do echo n$i; done",
@@ -570,6 +600,7 @@ fn main() {
     let server = start_server(config, start.as_deref());
     let mut sdk = Supervisor::start_command(Command::new(bin("sdk-supervisor")));
     ordinary(&mut c, &mut sdk);
+    limits(&mut c, &mut sdk, &report);
     let gvisor = report["gvisor"] == true;
     egress(&mut c, &mut sdk, gvisor, "best_effort", netrace.as_deref());
     let wrap_inits: Vec<Value> = audit()
