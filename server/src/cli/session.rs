@@ -35,24 +35,8 @@ pub enum SessionCommand {
         /// Set NAME=VALUE in its shells' environment (not LD_*, AGENTSH_*, ...).
         #[arg(long = "env-inject", value_name = "NAME=VALUE")]
         env_inject: Vec<String>,
-        /// Each tree may have at most N processes and threads (cgroup v2
-        /// pids.max; a fork over it fails with EAGAIN). Over its policy's
-        /// limits:, as --memory, --cpu and --wall are.
-        #[arg(long, value_name = "N")]
-        pids: Option<u64>,
-        /// Each tree's memory (512M, 2G, bytes); over it the tree is ended.
-        #[arg(long, value_name = "SIZE")]
-        memory: Option<String>,
-        /// Each tree's CPU per second of wall time (0.5, 2, 50%).
-        #[arg(long, value_name = "SHARE")]
-        cpu: Option<String>,
-        /// How long each tree may run (30m, 10s); then it is killed.
-        #[arg(long, value_name = "DURATION")]
-        wall: Option<String>,
-        /// Where the limits cannot be applied, run its shells without them
-        /// (said in their wrap_init events) instead of refusing them.
-        #[arg(long)]
-        limits_best_effort: bool,
+        #[command(flatten)]
+        limits: Box<LimitArgs>,
         #[command(flatten)]
         at: ServerArgs,
     },
@@ -119,6 +103,29 @@ impl SessionError {
     }
 }
 
+/// `session create`'s limits per tree (`cgroup::limits`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct LimitArgs {
+    /// Each tree may have at most N processes and threads (cgroup v2
+    /// pids.max; a fork over it fails with EAGAIN). Over its policy's
+    /// limits:, as --memory, --cpu and --wall are.
+    #[arg(long, value_name = "N")]
+    pids: Option<u64>,
+    /// Each tree's memory (512M, 2G, bytes); over it the tree is ended.
+    #[arg(long, value_name = "SIZE")]
+    memory: Option<String>,
+    /// Each tree's CPU per second of wall time (0.5, 2, 50%).
+    #[arg(long, value_name = "SHARE")]
+    cpu: Option<String>,
+    /// How long each tree may run (30m, 10s); then it is killed.
+    #[arg(long, value_name = "DURATION")]
+    wall: Option<String>,
+    /// Where the limits cannot be applied, run its shells without them
+    /// (said in their wrap_init events) instead of refusing them.
+    #[arg(long)]
+    limits_best_effort: bool,
+}
+
 type Result<T> = std::result::Result<T, SessionError>;
 
 /// Runs one `agentsh session` command.
@@ -134,11 +141,7 @@ pub fn run(cmd: SessionCommand) -> Result<()> {
             env_deny,
             env_allow,
             env_inject,
-            pids,
-            memory,
-            cpu,
-            wall,
-            limits_best_effort,
+            limits,
             at,
         } => {
             let mut body = create_body(
@@ -151,6 +154,13 @@ pub fn run(cmd: SessionCommand) -> Result<()> {
                     inject: env_inject,
                 },
             )?;
+            let LimitArgs {
+                pids,
+                memory,
+                cpu,
+                wall,
+                limits_best_effort,
+            } = *limits;
             let limits = crate::cgroup::LimitsDoc {
                 pids,
                 memory,
