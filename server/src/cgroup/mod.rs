@@ -338,11 +338,37 @@ fn delegate() -> Result<Delegation, String> {
             ))
         }
     }
+    remove_left_over(&p.dir);
     Ok(Delegation {
         dir: p.dir,
         controllers: wanted.iter().map(ToString::to_string).collect(),
         next: AtomicU64::new(1),
     })
+}
+
+/// Removes the trees' cgroups a previous server left in `dir` that are empty
+/// now (its trees outlived it, limited still, and have ended since); one
+/// that still holds processes stays, and keeps limiting them.
+fn remove_left_over(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        if name.to_string_lossy().starts_with("agentsh-tree-") {
+            match std::fs::remove_dir(e.path()) {
+                Ok(()) => tracing::info!(
+                    cgroup = %e.path().display(),
+                    "removed an empty tree cgroup a previous server left"
+                ),
+                Err(err) => tracing::info!(
+                    cgroup = %e.path().display(),
+                    "a tree cgroup a previous server left stays ({err}): its processes keep \
+                     its limits"
+                ),
+            }
+        }
+    }
 }
 
 /// Moves this whole process into `leaf` (made if missing).
