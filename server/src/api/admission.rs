@@ -81,14 +81,16 @@ fn gate(api: &Api, caller: Caller, rehearsal: bool) -> Result<(), Failure> {
             );
         }
     }
-    let below = caller.pid.is_some_and(descends_from_us);
-    if api.gate.descendants_only && !below && api.gate.seizes_root {
+    // The lineage walk reads every ancestor's stat: only where it decides
+    // (descendants only) or says why a shell cannot be read.
+    let below = || caller.pid.is_some_and(descends_from_us);
+    if api.gate.descendants_only && api.gate.seizes_root && !below() {
         // The root names the server its ptracer before it asks to be
         // seized (`PR_SET_PTRACER`); the seize, at the handoff, decides:
         // refused, the handoff is refused and the shell exits 126.
         return Ok(());
     }
-    if api.gate.descendants_only && !below {
+    if api.gate.descendants_only && !below() {
         let pid = caller.pid.map_or_else(|| "?".into(), |p| p.to_string());
         tracing::warn!(
             pid,
@@ -108,7 +110,7 @@ fn gate(api: &Api, caller: Caller, rehearsal: bool) -> Result<(), Failure> {
     // process can be read and traced now (the tree starts as this process).
     if let Some(pid) = caller.pid {
         if let Err(e) = crate::tracee::access::can_attach(pid) {
-            let what_to_do = if below {
+            let what_to_do = if below() {
                 "even processes the server started cannot be read here: give the container \
                  CAP_SYS_PTRACE (`docker run --cap-add SYS_PTRACE`)"
                     .to_string()

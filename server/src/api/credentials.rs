@@ -228,9 +228,10 @@ pub(super) fn for_caller(
 /// read once per wrap-init for this plan and the daemon-socket masks;
 /// `None`: unreadable.
 fn cap_eff(caller: Caller) -> Option<u64> {
-    caller
-        .pid
-        .and_then(|pid| crate::tracee::ProcStatus::read(pid).ok()?.mask("CapEff"))
+    let pid = caller.pid?;
+    crate::tracee::access::effective_caps_of(pid)
+        .ok()
+        .or_else(|| crate::tracee::ProcStatus::read(pid).ok()?.mask("CapEff"))
 }
 
 /// Whether `cap_eff` holds CAP_SYS_ADMIN (unreadable: no).

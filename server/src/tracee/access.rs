@@ -110,17 +110,27 @@ fn fs_ids_kept() -> bool {
 
 /// This thread's effective capability set (`capget`), 0 when unreadable.
 fn effective_caps() -> u64 {
+    effective_caps_of(0).unwrap_or(0)
+}
+
+/// Thread `tid`'s effective capability set (`capget`; 0: the caller), as
+/// `/proc/<tid>/status` says `CapEff`, without making that file (about
+/// 20 µs a read).
+///
+/// # Errors
+/// The kernel's: ESRCH when the thread is gone.
+pub fn effective_caps_of(tid: u32) -> std::io::Result<u64> {
     let mut h = CapHeader {
         version: CAP_V3,
-        pid: 0,
+        pid: tid as i32,
     };
     let mut d = [CapData::default(); 2];
     // SAFETY: capget writes two data structs we own; the header is ours.
     let rc = unsafe { libc::syscall(libc::SYS_capget, &mut h as *mut CapHeader, d.as_mut_ptr()) };
     if rc != 0 {
-        return 0;
+        return Err(std::io::Error::last_os_error());
     }
-    u64::from(d[0].effective) | (u64::from(d[1].effective) << 32)
+    Ok(u64::from(d[0].effective) | (u64::from(d[1].effective) << 32))
 }
 
 /// Sets this thread's effective capability set back to `eff` (a subset of
@@ -281,6 +291,44 @@ pub fn with_owner<T>(tid: u32, f: impl FnOnce() -> T) -> T {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `capget` of another process says what its `/proc/<pid>/status`
+    /// says (`CapEff`): a child with its capabilities dropped, and this one.
+    #[test]
+    fn capget_of_a_process_is_its_status_cap_eff() {
+        let mut child = std::process::Command::new("/usr/bin/setpriv")
+            .args([
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--",
+                "/usr/bin/sleep",
+                "30",
+            ])
+            .spawn()
+            .expect("start a child");
+        let status = |pid: u32| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            loop {
+                let s = crate::tracee::ProcStatus::read(pid).expect("status");
+                // setpriv has exec'd sleep once the name says so.
+                if s.field("Name") == Some("sleep") || pid == std::process::id() {
+                    return s.mask("CapEff").expect("CapEff");
+                }
+                assert!(std::time::Instant::now() < deadline, "setpriv never exec'd");
+                std::thread::yield_now();
+            }
+        };
+        let want = status(child.id());
+        assert_eq!(effective_caps_of(child.id()).unwrap(), want);
+        let me = std::process::id();
+        assert_eq!(effective_caps_of(me).unwrap(), status(me));
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(
+            effective_caps_of(child.id()).unwrap_err().raw_os_error(),
+            Some(libc::ESRCH)
+        );
+    }
 
     /// A child of another uid, exec'd so it is dumpable, is readable only
     /// with the guard, and the thread's ids come back afterwards.
