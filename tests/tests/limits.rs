@@ -277,24 +277,42 @@ for k in kids:
 '"#;
 
 /// Inside the VM, in a container's own cgroup (a cgroup namespace rooted at
-/// `/ctr`, as runc makes one with a writable cgroupfs): the server shares it
-/// with the SDK daemon and this test, so it moves them into `agentsh-others`
-/// and limits its trees beside them.
+/// `/ctr`, as runc makes one with a writable cgroupfs), with Docker's
+/// default capabilities and seccomp refusals (`agentsh-container --profile
+/// docker-default`) and the cookbook's `agentsh entrypoint -- DAEMON`: the
+/// server shares its cgroup with the entrypoint, the SDK daemon and this
+/// test, so it moves them into `agentsh-others` and limits its trees beside
+/// them; root without `CAP_SYS_ADMIN` may write a cgroupfs it owns.
 #[test]
 #[ignore = "runs inside the VM: limits_in_a_containers_own_cgroup"]
 fn inner_limits_in_a_container_cgroup() {
+    use agentsh_tests::sandbox::{SERVER_BASE, WORKSPACE};
+    use agentsh_tests::server::{bin, ServerFiles};
     assert!(
         std::env::var(IN_VM).is_ok(),
         "run by limits_in_a_containers_own_cgroup"
     );
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
     assert_eq!(own.trim(), "0::/", "not at the root of a cgroup namespace");
-    let mut s = Sandbox::with_config(
-        "default: allow\n",
-        None,
-        "sessions:\n  bomb: {limits: {pids: 64}}\n",
+    let ns = agentsh_tests::ns::Namespace::new();
+    ns.mount_scratch("/srv", WORKSPACE);
+    let files = ServerFiles::write(
+        std::path::Path::new(SERVER_BASE),
+        Some("default: allow\n"),
+        &format!("workspace: {WORKSPACE}\nsessions:\n  bomb: {{limits: {{pids: 64}}}}\n"),
     );
-    let f = s.spawn(&in_session("bomb", SMALL_BOMB));
+    ns.install_shim(true);
+    ns.configure(&files.url, "on");
+    std::fs::create_dir_all(ns.path(WORKSPACE)).unwrap();
+    let mut cmd = ns.command_in(bin("agentsh-container"), WORKSPACE);
+    cmd.args(["--profile", "docker-default", "--"])
+        .arg(bin("agentsh"))
+        .args(["entrypoint", "--config"])
+        .arg(&files.config)
+        .arg("--")
+        .arg(bin("sdk-supervisor"));
+    let mut sup = agentsh_tests::sdk::Supervisor::start_command(cmd);
+    let f = sup.run(&in_session("bomb", SMALL_BOMB));
     let got: usize = f
         .stdout
         .trim()
@@ -303,24 +321,33 @@ fn inner_limits_in_a_container_cgroup() {
         .parse()
         .unwrap();
     assert!(got < 64, "{got} forks under pids 64");
-    let log = s.srv.log();
-    assert!(log.contains("moved into agentsh-others/"), "{log}");
     let me = std::fs::read_to_string("/proc/self/cgroup").unwrap();
-    assert_eq!(me.trim(), "0::/agentsh-others", "{log}");
-    let w = s
-        .srv
-        .events("bomb")
-        .into_iter()
-        .find(|e| e["type"] == "wrap_init")
-        .unwrap();
-    assert!(
-        w["limits"]
-            .as_str()
-            .unwrap()
-            .starts_with("pids=64 in /sys/fs/cgroup/agentsh-tree-"),
-        "{w}"
-    );
-    limit_event(&s, "bomb", "pids");
+    assert_eq!(me.trim(), "0::/agentsh-others");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let events = files.events();
+        let w = events
+            .iter()
+            .find(|e| e["type"] == "wrap_init" && e["session_id"] == "bomb");
+        let l = events
+            .iter()
+            .find(|e| e["type"] == "limit" && e["limit"] == "pids");
+        if let (Some(w), Some(_)) = (w, l) {
+            assert!(
+                w["limits"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("pids=64 in /sys/fs/cgroup/agentsh-tree-"),
+                "{w}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no wrap_init and pids events: {events:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 #[test]
