@@ -147,7 +147,7 @@ pub fn run(script: &str, env: &[(&str, &str)], timeout: Duration) -> Result<VmRu
     // One VM at a time on this machine: two emulated 2-CPU guests on a
     // small host would slow each other past the timing bounds of the tests
     // inside (and 2 GiB each). Waiting for the other is not counted.
-    let _one = one_at_a_time()?;
+    let _one = locked(".run.lock")?;
     let started = Instant::now();
     let console = boot(&qemu, &image, out.path(), timeout)?;
     let elapsed = started.elapsed();
@@ -173,15 +173,16 @@ pub fn run(script: &str, env: &[(&str, &str)], timeout: Duration) -> Result<VmRu
     })
 }
 
-/// An exclusive lock on `<cache>/.run.lock`, held while a VM runs.
-fn one_at_a_time() -> Result<std::fs::File, String> {
+/// An exclusive `flock` on `<cache>/<name>`, held while the file is open
+/// (`.lock`: building the image; `.run.lock`: a VM running).
+fn locked(name: &str) -> Result<std::fs::File, String> {
     std::fs::create_dir_all(CACHE_DIR).map_err(|e| format!("create {CACHE_DIR}: {e}"))?;
-    let lock = std::fs::File::create(Path::new(CACHE_DIR).join(".run.lock"))
-        .map_err(|e| format!("create {CACHE_DIR}/.run.lock: {e}"))?;
-    // SAFETY: flock on an fd we own; blocks until the other VM is done.
+    let lock = std::fs::File::create(Path::new(CACHE_DIR).join(name))
+        .map_err(|e| format!("create {CACHE_DIR}/{name}: {e}"))?;
+    // SAFETY: flock on an fd we own; blocks until the holder is done.
     if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
         let e = std::io::Error::last_os_error();
-        return Err(format!("flock {CACHE_DIR}/.run.lock: {e}"));
+        return Err(format!("flock {CACHE_DIR}/{name}: {e}"));
     }
     Ok(lock)
 }
@@ -407,15 +408,8 @@ fn cached_image() -> Result<PathBuf, String> {
     if dir.is_dir() {
         return Ok(dir);
     }
-    std::fs::create_dir_all(CACHE_DIR).map_err(|e| format!("create {CACHE_DIR}: {e}"))?;
-    let lock = std::fs::File::create(Path::new(CACHE_DIR).join(".lock"))
-        .map_err(|e| format!("create {CACHE_DIR}/.lock: {e}"))?;
-    // SAFETY: flock on an fd we own; blocks until another builder is done.
-    // The lock goes with the file when this function returns.
-    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(format!("flock {CACHE_DIR}/.lock: {e}"));
-    }
+    // Released when this function returns.
+    let _lock = locked(".lock")?;
     if dir.is_dir() {
         return Ok(dir); // built by whoever held the lock
     }

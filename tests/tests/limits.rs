@@ -350,6 +350,28 @@ fn inner_limits_in_a_container_cgroup() {
     }
 }
 
+/// Boots the VM, runs `script` (which runs this binary's `inner` test) and
+/// checks the inner test passed.
+fn in_the_vm(script: &str, inner: &str) -> agentsh_tests::vm::VmRun {
+    let run = agentsh_tests::vm::run(
+        script,
+        &[(IN_VM, "1"), ("RUST_BACKTRACE", "1")],
+        Duration::from_secs(900),
+    )
+    .unwrap_or_else(|e| panic!("the VM: {e}"));
+    assert_eq!(
+        run.code, 0,
+        "inside the VM ({:?}):\nstdout:\n{}\nstderr:\n{}",
+        run.elapsed, run.stdout, run.stderr
+    );
+    assert!(
+        run.stdout.contains(&format!("test {inner} ... ok")),
+        "{}",
+        run.stdout
+    );
+    run
+}
+
 #[test]
 fn limits_in_a_containers_own_cgroup() {
     if !require_root("limits_in_a_containers_own_cgroup") {
@@ -366,23 +388,7 @@ echo $$ > /sys/fs/cgroup/ctr/cgroup.procs
 exec unshare --cgroup --mount sh -c 'umount /sys/fs/cgroup && mount -t cgroup2 ctr /sys/fs/cgroup && exec {} --exact inner_limits_in_a_container_cgroup --ignored --nocapture --test-threads=1'",
         exe.display()
     );
-    let run = agentsh_tests::vm::run(
-        &script,
-        &[(IN_VM, "1"), ("RUST_BACKTRACE", "1")],
-        Duration::from_secs(900),
-    )
-    .unwrap_or_else(|e| panic!("the VM: {e}"));
-    assert_eq!(
-        run.code, 0,
-        "inside the VM ({:?}):\nstdout:\n{}\nstderr:\n{}",
-        run.elapsed, run.stdout, run.stderr
-    );
-    assert!(
-        run.stdout
-            .contains("test inner_limits_in_a_container_cgroup ... ok"),
-        "{}",
-        run.stdout
-    );
+    in_the_vm(&script, "inner_limits_in_a_container_cgroup");
 }
 
 #[test]
@@ -395,22 +401,7 @@ fn limits_on_a_cgroup_v2_kernel() {
         "exec {} --exact inner_limits_in_the_vm --ignored --nocapture --test-threads=1",
         exe.display()
     );
-    let run = agentsh_tests::vm::run(
-        &script,
-        &[(IN_VM, "1"), ("RUST_BACKTRACE", "1")],
-        Duration::from_secs(900),
-    )
-    .unwrap_or_else(|e| panic!("the VM: {e}"));
-    assert_eq!(
-        run.code, 0,
-        "inside the VM ({:?}):\nstdout:\n{}\nstderr:\n{}",
-        run.elapsed, run.stdout, run.stderr
-    );
-    assert!(
-        run.stdout.contains("test inner_limits_in_the_vm ... ok"),
-        "{}",
-        run.stdout
-    );
+    let run = in_the_vm(&script, "inner_limits_in_the_vm");
     for l in run
         .stderr
         .lines()

@@ -166,18 +166,7 @@ pub fn probe() -> Result<Probe, String> {
 /// Why limits cannot be applied here (as [`Cgroups::delegation`] would say).
 pub fn assess() -> Result<String, String> {
     let p = probe()?;
-    let offered: Vec<&str> = CONTROLLERS
-        .iter()
-        .copied()
-        .filter(|c| p.offered.iter().any(|o| o == c))
-        .collect();
-    if offered.is_empty() {
-        return Err(format!(
-            "{} offers none of {} (not delegated: systemd's Delegate=yes)",
-            p.dir.display(),
-            CONTROLLERS.join(", ")
-        ));
-    }
+    let offered = usable(&p)?;
     let control = p.dir.join("cgroup.subtree_control");
     if !writable(&control) {
         return Err(format!(
@@ -291,15 +280,17 @@ fn unescape(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Makes the server's cgroup one whose children can be limited (module doc).
-fn delegate() -> Result<Delegation, String> {
-    let p = probe()?;
-    let wanted: Vec<&str> = CONTROLLERS
+/// The controllers limits use that `p` offers.
+///
+/// # Errors
+/// None of them: its parent has not delegated them.
+fn usable(p: &Probe) -> Result<Vec<&'static str>, String> {
+    let offered: Vec<&'static str> = CONTROLLERS
         .iter()
         .copied()
         .filter(|c| p.offered.iter().any(|o| o == c))
         .collect();
-    if wanted.is_empty() {
+    if offered.is_empty() {
         return Err(format!(
             "{} offers none of the controllers limits use ({}): its parent has not \
              delegated them (systemd: Delegate=yes in the unit)",
@@ -307,6 +298,13 @@ fn delegate() -> Result<Delegation, String> {
             CONTROLLERS.join(", ")
         ));
     }
+    Ok(offered)
+}
+
+/// Makes the server's cgroup one whose children can be limited (module doc).
+fn delegate() -> Result<Delegation, String> {
+    let p = probe()?;
+    let wanted = usable(&p)?;
     let enable: String = wanted.iter().map(|c| format!("+{c} ")).collect();
     let control = p.dir.join("cgroup.subtree_control");
     match std::fs::write(&control, enable.trim_end()) {
@@ -373,11 +371,7 @@ fn remove_left_over(dir: &Path) {
 
 /// Moves this whole process into `leaf` (made if missing).
 fn move_self_into(leaf: &Path) -> Result<(), String> {
-    match std::fs::create_dir(leaf) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(format!("cannot make {}: {e}", leaf.display())),
-    }
+    make_leaf(leaf)?;
     std::fs::write(leaf.join("cgroup.procs"), std::process::id().to_string())
         .map_err(|e| format!("cannot move the server into {}: {e}", leaf.display()))
 }
@@ -389,11 +383,7 @@ fn move_self_into(leaf: &Path) -> Result<(), String> {
 /// cgroups are not this server's to rearrange.
 fn move_others(dir: &Path) -> Result<(), String> {
     let leaf = dir.join(OTHERS_LEAF);
-    match std::fs::create_dir(&leaf) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(format!("cannot make {}: {e}", leaf.display())),
-    }
+    make_leaf(&leaf)?;
     let procs = std::fs::read_to_string(dir.join("cgroup.procs"))
         .map_err(|e| format!("{}/cgroup.procs: {e}", dir.display()))?;
     let mut moved = Vec::new();
@@ -417,6 +407,15 @@ fn move_others(dir: &Path) -> Result<(), String> {
         moved.join(", ")
     );
     Ok(())
+}
+
+/// Makes the cgroup `leaf` unless it exists.
+fn make_leaf(leaf: &Path) -> Result<(), String> {
+    match std::fs::create_dir(leaf) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(format!("cannot make {}: {e}", leaf.display())),
+    }
 }
 
 /// The pids in `dir`'s `cgroup.procs`, for a message.
