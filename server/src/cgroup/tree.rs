@@ -109,10 +109,12 @@ impl TreeCgroup {
         std::fs::write(self.dir.join("cgroup.kill"), "1")
     }
 
-    /// Whether a process is still in the cgroup (`cgroup.events`).
+    /// Whether a process is still in the cgroup (`cgroup.events`); a file
+    /// that cannot be read says yes (the wall-time kill is then tried, not
+    /// skipped).
     pub fn populated(&self) -> bool {
         std::fs::read_to_string(self.dir.join("cgroup.events"))
-            .is_ok_and(|t| field(&t, "populated") != Some(0))
+            .map_or(true, |t| field(&t, "populated") != Some(0))
     }
 
     /// The wall-time limit's end for this tree: waits `wall` (unless the
@@ -154,7 +156,13 @@ impl TreeCgroup {
     /// held back at `cpu.max`.
     pub fn counted(&self) -> Vec<LimitEvent> {
         let mut out = Vec::new();
-        let read = |f: &str| std::fs::read_to_string(self.dir.join(f)).unwrap_or_default();
+        // Unreadable: said, so a limit met cannot go unrecorded in silence.
+        let read = |f: &str| {
+            std::fs::read_to_string(self.dir.join(f)).unwrap_or_else(|e| {
+                tracing::warn!(cgroup = %self.dir.display(), "{f}: {e}: what the tree met there is not recorded");
+                String::new()
+            })
+        };
         if let Some(p) = self.limits.pids {
             let n = field(&read("pids.events"), "max").unwrap_or(0);
             if n > 0 {
