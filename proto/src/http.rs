@@ -72,8 +72,10 @@ impl std::fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-/// Connects to `socket`, lets `check_peer` vet who listens there, sends
-/// `req` and returns the response (body at most `max_body` bytes).
+/// Connects to the API socket `socket` (through its owner's door where
+/// this process may: [`seqpacket::connect_api`]), lets `check_peer` vet
+/// who listens there, sends `req` and returns the response (body at most
+/// `max_body` bytes).
 ///
 /// # Errors
 /// See [`Error`].
@@ -84,7 +86,7 @@ pub fn call(
     req: &Request<'_>,
     max_body: usize,
 ) -> Result<Response, Error> {
-    let fd = seqpacket::connect(socket, timeout).map_err(Error::Connect)?;
+    let fd = seqpacket::connect_api(socket, timeout).map_err(Error::Connect)?;
     let peer = seqpacket::peer_cred(fd.as_fd()).map_err(Error::Io)?;
     if peer.pid != std::process::id() {
         check_peer(&peer).map_err(Error::Peer)?;

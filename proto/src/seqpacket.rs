@@ -156,6 +156,88 @@ pub fn bind_listen(path: &Path, backlog: i32) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
+/// Binds `path` like [`bind_listen`], made mode 0600 before it listens:
+/// only its owner (this process's user) and root may connect, and nobody
+/// can have connected before (a socket that does not listen refuses).
+///
+/// # Errors
+/// As [`bind_listen`], and chmod's.
+pub fn bind_listen_owner_only(path: &Path, backlog: i32) -> io::Result<OwnedFd> {
+    use std::os::unix::fs::PermissionsExt;
+    let (addr, len) = sockaddr(path)?;
+    let fd = socket(true)?;
+    // SAFETY: addr is a valid sockaddr_un of `len` bytes.
+    let rc = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&addr as *const libc::sockaddr_un).cast(),
+            len,
+        )
+    };
+    if rc < 0 {
+        return Err(last());
+    }
+    if let Err(e) = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)) {
+        let _ = std::fs::remove_file(path);
+        return Err(e);
+    }
+    // SAFETY: plain syscall on our own socket.
+    if unsafe { libc::listen(fd.as_raw_fd(), backlog) } < 0 {
+        let e = last();
+        let _ = std::fs::remove_file(path);
+        return Err(e);
+    }
+    Ok(fd)
+}
+
+/// The owner's door of an API socket: a sibling (`api.sock` →
+/// `api.owner.sock`, `agentsh` → `agentsh.owner`) that only the server's
+/// own user and root may connect to (mode 0600). Its accept queue is its
+/// own, so another local user's flood of connections to the shared socket
+/// cannot queue ahead of root's shells (or, under `agentsh wrap`, the
+/// developer's). `None` where the name would not fit a `sockaddr_un`.
+pub fn owner_socket(path: &Path) -> Option<std::path::PathBuf> {
+    let name = path.file_name()?.to_str()?;
+    let owner = match name.rsplit_once('.') {
+        Some((stem, ext)) if !stem.is_empty() => format!("{stem}.owner.{ext}"),
+        _ => format!("{name}.owner"),
+    };
+    let p = path.with_file_name(owner);
+    (p.as_os_str().len() < 108).then_some(p)
+}
+
+/// Connects to the API socket at `path`: through its owner's door
+/// ([`owner_socket`]) when there is one this process may use (a socket
+/// owned by the same user as `path`, and this process root or that user),
+/// else (or if that connect fails) through `path` itself. Whoever answers
+/// on either is checked by the caller as always (`SO_PEERCRED`, or the
+/// first record's credentials).
+///
+/// # Errors
+/// As [`connect`], for `path`.
+pub fn connect_api(path: &Path, timeout: std::time::Duration) -> io::Result<OwnedFd> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    if let Some(owner) = owner_socket(path) {
+        // SAFETY: geteuid cannot fail.
+        let euid = unsafe { libc::geteuid() };
+        let usable = match (
+            std::fs::symlink_metadata(&owner),
+            std::fs::symlink_metadata(path),
+        ) {
+            (Ok(o), Ok(p)) => {
+                o.file_type().is_socket() && o.uid() == p.uid() && (euid == 0 || euid == o.uid())
+            }
+            _ => false,
+        };
+        if usable {
+            if let Ok(fd) = connect(&owner, timeout) {
+                return Ok(fd);
+            }
+        }
+    }
+    connect(path, timeout)
+}
+
 /// Connects a new blocking SEQPACKET socket to `path`, with `timeout` on
 /// every later send and receive.
 ///
@@ -560,6 +642,55 @@ pub fn recv_record(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_owners_door_is_a_sibling_only_its_owner_may_use() {
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            owner_socket(Path::new("/run/agentsh/api.sock")).unwrap(),
+            Path::new("/run/agentsh/api.owner.sock")
+        );
+        assert_eq!(
+            owner_socket(Path::new("/run/x/agentsh")).unwrap(),
+            Path::new("/run/x/agentsh.owner")
+        );
+        let long = format!("/{}/a.sock", "d".repeat(100));
+        assert_eq!(owner_socket(Path::new(&long)), None);
+        let dir = std::env::temp_dir().join(format!("agentsh-door-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let shared = dir.join("api.sock");
+        let _s = bind_listen(&shared, 4).unwrap();
+        // No door: the shared socket.
+        let c = connect_api(&shared, std::time::Duration::from_secs(1)).unwrap();
+        assert!(peer_cred(c.as_fd()).is_ok());
+        let door = owner_socket(&shared).unwrap();
+        let d = bind_listen_owner_only(&door, 4).unwrap();
+        let mode = std::fs::metadata(&door).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+        // A door: through it (the connection waits in the door's queue).
+        let _c = connect_api(&shared, std::time::Duration::from_secs(1)).unwrap();
+        // SAFETY: accept4 on our listener; no address wanted.
+        let a = unsafe {
+            libc::accept4(
+                d.as_raw_fd(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                libc::SOCK_NONBLOCK,
+            )
+        };
+        assert!(
+            a >= 0,
+            "nothing came through the door: {}",
+            io::Error::last_os_error()
+        );
+        // SAFETY: a fresh fd nobody else owns.
+        drop(unsafe { OwnedFd::from_raw_fd(a) });
+        // A door nobody listens at any more: the shared socket again.
+        drop(d);
+        assert!(connect_api(&shared, std::time::Duration::from_secs(1)).is_ok());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     use super::*;
 
     #[test]

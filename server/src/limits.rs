@@ -76,6 +76,16 @@ pub struct Limits {
     held: Mutex<HashMap<(Kind, LimitKey), usize>>,
     /// Each asker's turn at wrap-init ([`Limits::turn`]).
     turns: Mutex<HashMap<LimitKey, Arc<tokio::sync::Semaphore>>>,
+    /// Each asker's pace of requests ([`Limits::pace`]).
+    paces: Mutex<HashMap<LimitKey, Bucket>>,
+}
+
+/// Root and the server's own user: never gated nor paced (the SDK's
+/// shells; a developer's under `agentsh wrap`, whose server runs as the
+/// developer).
+fn ungated(key: LimitKey) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    key.privileged() || key == LimitKey::Uid(unsafe { libc::geteuid() })
 }
 
 /// Wrap-inits an asker other than root may have in progress at once. The
@@ -88,6 +98,24 @@ pub const WRAP_INITS_AT_ONCE: usize = 1;
 
 /// The most askers whose turn gates are kept while idle.
 const TURNS_KEPT: usize = 1024;
+
+/// Requests an asker other than root (and the server's own user) is served
+/// per second, after a burst of [`REQUEST_BURST`]: a request beyond the
+/// pace waits its turn (its connection held, nothing read), it is not
+/// refused. A flood of requests thus costs the server a bounded share of
+/// its CPU, and the flooder waits in its own `recv`s instead of spinning;
+/// root's shells, the SDK's, are never paced. (Wrap-inits are also one at
+/// a time per asker: [`WRAP_INITS_AT_ONCE`].)
+pub const REQUESTS_PER_SEC: f64 = 200.0;
+pub const REQUEST_BURST: f64 = 100.0;
+
+/// One asker's pace: tokens (negative: requests already waiting), and when
+/// they were counted.
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    tokens: f64,
+    at: std::time::Instant,
+}
 
 /// One unit of a limit, given back on drop.
 #[derive(Debug)]
@@ -119,11 +147,7 @@ impl Limits {
     /// a developer's under `agentsh wrap`). The turn lasts while the
     /// permit is held. `None`: no turn needed.
     pub async fn turn(&self, key: LimitKey) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        // SAFETY: geteuid has no preconditions.
-        let own = LimitKey::Uid(unsafe { libc::geteuid() });
-        // The server's own user's shells are not gated either (`agentsh
-        // wrap`'s server runs as the developer, for the developer).
-        if key.privileged() || key == own {
+        if ungated(key) {
             return None;
         }
         let gate = {
@@ -141,6 +165,35 @@ impl Limits {
                 .clone()
         };
         gate.acquire_owned().await.ok()
+    }
+
+    /// One more request from `key`: how long it waits before it is served
+    /// ([`REQUESTS_PER_SEC`]), `None` for at once. The wait of requests
+    /// already waiting is counted: they are served in the order they came,
+    /// at the pace, and their number is bounded by the asker's connections.
+    pub fn pace(&self, key: LimitKey) -> Option<std::time::Duration> {
+        if ungated(key) {
+            return None;
+        }
+        let now = std::time::Instant::now();
+        let mut paces = self
+            .paces
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if paces.len() >= TURNS_KEPT {
+            // Forget the askers whose bucket has filled again.
+            paces.retain(|_, b| {
+                b.tokens + now.duration_since(b.at).as_secs_f64() * REQUESTS_PER_SEC < REQUEST_BURST
+            });
+        }
+        let b = paces.entry(key).or_insert(Bucket {
+            tokens: REQUEST_BURST,
+            at: now,
+        });
+        let refill = now.duration_since(b.at).as_secs_f64() * REQUESTS_PER_SEC;
+        b.tokens = (b.tokens + refill).min(REQUEST_BURST) - 1.0;
+        b.at = now;
+        (b.tokens < 0.0).then(|| std::time::Duration::from_secs_f64(-b.tokens / REQUESTS_PER_SEC))
     }
 
     /// Open API connections, every asker's.
@@ -203,6 +256,29 @@ mod tests {
             drop(first);
             assert!(l.turn(user).await.is_some());
         });
+    }
+
+    #[test]
+    fn another_users_requests_are_paced_after_a_burst_and_roots_never() {
+        let l = Limits::default();
+        let user = LimitKey::Uid(4242);
+        // The burst at once...
+        for _ in 0..REQUEST_BURST as usize {
+            assert_eq!(l.pace(user), None);
+        }
+        // ...then each one more waits longer: those before it are counted.
+        let a = l.pace(user).expect("paced");
+        let b = l.pace(user).expect("paced");
+        assert!(b > a, "{a:?} {b:?}");
+        let step = 1.0 / REQUESTS_PER_SEC;
+        assert!((b - a).as_secs_f64() > step * 0.5, "{a:?} {b:?}");
+        // Another user, root and this process's own user are not.
+        assert_eq!(l.pace(LimitKey::Uid(4243)), None);
+        for _ in 0..1000 {
+            assert_eq!(l.pace(LimitKey::Uid(0)), None);
+            // SAFETY: geteuid has no preconditions.
+            assert_eq!(l.pace(LimitKey::Uid(unsafe { libc::geteuid() })), None);
+        }
     }
 
     #[test]

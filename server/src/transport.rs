@@ -97,6 +97,23 @@ impl SeqpacketListener {
     }
 }
 
+/// The peer of a connection just accepted has already closed it, sending
+/// nothing: the connection waited in the accept queue longer than its
+/// maker cared (a flood's), and serving it would only cost.
+pub fn hung_up(fd: std::os::fd::BorrowedFd<'_>) -> bool {
+    let mut b = [0u8; 1];
+    // SAFETY: b is valid for its length; a peek takes nothing.
+    let n = unsafe {
+        libc::recv(
+            fd.as_raw_fd(),
+            b.as_mut_ptr().cast(),
+            b.len(),
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n == 0
+}
+
 /// One accepted SEQPACKET connection, as a byte stream.
 pub struct SeqpacketConn {
     fd: AsyncFd<OwnedFd>,
@@ -111,7 +128,9 @@ impl SeqpacketConn {
     pub fn new(fd: OwnedFd) -> io::Result<SeqpacketConn> {
         Ok(SeqpacketConn {
             fd: register(fd)?,
-            buf: vec![0u8; MAX_RECORD].into_boxed_slice(),
+            // Made at the first record: a connection that never sends
+            // one (held open, or refused by a route's limit) costs none.
+            buf: Box::default(),
             start: 0,
             end: 0,
         })
@@ -265,6 +284,9 @@ impl AsyncRead for SeqpacketConn {
                 return Poll::Ready(Ok(()));
             }
             let mut guard = ready!(me.fd.poll_read_ready(cx))?;
+            if me.buf.is_empty() {
+                me.buf = vec![0u8; MAX_RECORD].into_boxed_slice();
+            }
             let buf = &mut me.buf;
             match guard.try_io(|fd| recv_nb(fd.as_raw_fd(), buf)) {
                 Ok(Ok(0)) => return Poll::Ready(Ok(())),

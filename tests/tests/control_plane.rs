@@ -148,11 +148,55 @@ def ask(req):
             s.close()
         except Exception:
             time.sleep(0.01)
+# root's own door first: closed to every other user.
+door = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+try:
+    door.connect(sys.argv[2])
+    said = "door=open"
+except PermissionError:
+    said = "door=EACCES"
+except Exception as e:
+    said = "door=" + type(e).__name__
 for t in [hold] * 2 + [lambda: ask(wrap)] * 4 + [lambda: ask(poll)] * 4:
     threading.Thread(target=t, daemon=True).start()
-print("flooding", flush=True)
+print("flooding", said, flush=True)
 time.sleep(3600)
 "#;
+
+/// Another local user (uid 1001, neither root nor the flooder) asks the
+/// shared socket for `/healthz`: milliseconds from connect to answer. A
+/// blocking connect, as agentsh's own clients make (a full accept queue
+/// makes a non-blocking one fail with EAGAIN).
+fn other_users_healthz(socket: &std::path::Path) -> f64 {
+    const ASK: &str = "import socket, sys, time\n\
+        t = time.perf_counter()\n\
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)\n\
+        s.connect(sys.argv[1])\n\
+        s.settimeout(30)\n\
+        s.send(b'GET /healthz HTTP/1.1\\r\\nHost: a\\r\\n\\r\\n')\n\
+        r = s.recv(65536)\n\
+        assert r.startswith(b'HTTP/1.1 200'), r\n\
+        print((time.perf_counter() - t) * 1e3)\n";
+    let o = Command::new("/usr/bin/setpriv")
+        .args([
+            "--reuid=1001",
+            "--regid=1001",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-c",
+            ASK,
+        ])
+        .arg(socket)
+        .output()
+        .expect("run python3 as uid 1001");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "another user's /healthz: {out} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out.trim().parse().expect("milliseconds")
+}
 
 #[test]
 fn a_flood_from_another_local_user_does_not_stop_supervision() {
@@ -195,6 +239,7 @@ fn a_flood_from_another_local_user_does_not_stop_supervision() {
         ])
         .arg(&script)
         .arg(&srv.socket)
+        .arg(agentsh_proto::seqpacket::owner_socket(&srv.socket).unwrap())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -206,7 +251,8 @@ fn a_flood_from_another_local_user_does_not_stop_supervision() {
         &mut first,
     )
     .unwrap();
-    assert_eq!(first.trim(), "flooding");
+    // The owner's door exists, and refuses the flooder.
+    assert_eq!(first.trim(), "flooding door=EACCES");
     // The flood is at the server's limits before the SDK's commands start.
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     while !srv.log().contains("too many") {
@@ -218,22 +264,34 @@ fn a_flood_from_another_local_user_does_not_stop_supervision() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let mut took = five();
+    // Another user than the flooder, not root: its connection waits behind
+    // what the flood has queued on the shared socket, at the pace of the
+    // flood's refusals, a short queue long.
+    let other: Vec<f64> = (0..3).map(|_| other_users_healthz(&srv.socket)).collect();
     let _ = flood.kill();
     let _ = flood.wait();
     eprintln!("SDK commands took {quiet:?} before the flood, {took:?} under it");
-    // Served beside the flood, not behind it: the flood's connections over
-    // its limit are closed at accept, its wrap-inits take turns (one at a
-    // time), so root's shells wait milliseconds, not seconds. (Measured on
-    // a quiet 2-core VM: about 4.5x the quiet time, from about 15x before
-    // the turns; the bound here leaves room for a loaded machine.)
+    eprintln!("another user's /healthz under it: {other:?} ms");
+    // Served beside the flood, not behind it: root's shells come through
+    // the owner's door (a queue of their own), the flood's refusals and the
+    // connections it gave up on are closed at accept at a bounded pace (its
+    // connects then wait in the kernel, burning nothing), its requests are
+    // paced and its wrap-inits take turns. (Measured on a quiet 2-core VM:
+    // 1.2-1.4x the quiet time, from 4.4-5.8x before the door and the pace,
+    // about 15x before the turns.)
     let median = |v: &mut Vec<Duration>| {
         v.sort();
         v[v.len() / 2]
     };
     let (q, f) = (median(&mut quiet), median(&mut took));
     assert!(
-        f <= q * 6 + Duration::from_millis(30) && took.iter().all(|t| *t < Duration::from_secs(2)),
+        f <= q * 3 && took.iter().all(|t| *t < Duration::from_secs(2)),
         "root's shells waited behind the flood: {took:?} vs {quiet:?} before it"
+    );
+    // The others' wait is milliseconds (measured: 16-35 ms), not seconds.
+    assert!(
+        other.iter().all(|ms| *ms < 500.0),
+        "another user waited behind the flood: {other:?} ms"
     );
     assert!(
         srv.log().contains("too many"),

@@ -22,7 +22,16 @@ const MAX_WAIT: Duration = Duration::from_secs(60);
 ///
 /// # Errors
 /// None: the `Result` is hyper's service shape.
+/// Another user's requests wait for their pace
+/// (`limits::REQUESTS_PER_SEC`); root's never do.
+async fn paced(api: &Api, peer: &Peer) {
+    if let Some(wait) = api.limits.pace(peer.key()) {
+        tokio::time::sleep(wait).await;
+    }
+}
+
 pub async fn handle(api: Arc<Api>, peer: Peer, req: Request<Incoming>) -> Result<Resp, Infallible> {
+    paced(&api, &peer).await;
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();

@@ -16,6 +16,7 @@ use crate::transport::{SeqpacketConn, SeqpacketListener};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,11 +59,49 @@ fn too_many(uid: u32, pid: u32) {
     }
 }
 
+/// Connections a listener refuses over their peers' limits, per second, at
+/// most (after a burst of [`REFUSAL_BURST`]). A flood beyond it is not
+/// accepted as fast as it is made: the accept queue fills and the
+/// flooder's own `connect`s wait in the kernel, so neither it nor the
+/// server spends the CPU the shells being served need. Root's shells do
+/// not wait behind it: they come through the owner's door, an accept queue
+/// of their own (`agentsh_proto::seqpacket::owner_socket`). Other users'
+/// connections to the shared socket do (the queue is first come, first
+/// served): the price of a flood, paid by the shared socket only.
+const REFUSALS_PER_SEC: f64 = 2000.0;
+const REFUSAL_BURST: f64 = 256.0;
+
+/// The pace of one listener's refusals: a token bucket.
+struct Pace {
+    tokens: f64,
+    at: std::time::Instant,
+}
+
+impl Pace {
+    fn new() -> Pace {
+        Pace {
+            tokens: REFUSAL_BURST,
+            at: std::time::Instant::now(),
+        }
+    }
+
+    /// One more refusal: how long the listener waits before its next
+    /// accept, if the refusals run over the pace.
+    fn refused(&mut self) -> Option<Duration> {
+        let now = std::time::Instant::now();
+        let refill = now.duration_since(self.at).as_secs_f64() * REFUSALS_PER_SEC;
+        self.tokens = (self.tokens + refill).min(REFUSAL_BURST) - 1.0;
+        self.at = now;
+        (self.tokens < 0.0).then(|| Duration::from_secs_f64(-self.tokens / REFUSALS_PER_SEC))
+    }
+}
+
 /// Serves the Unix socket until it fails.
 ///
 /// Long because the accept loop and a connection's first steps share the
 /// peer and its slot; each step is a call.
 pub async fn serve_unix(api: Arc<Api>, listener: SeqpacketListener) {
+    let mut pace = Pace::new();
     loop {
         let (fd, cred) = match listener.accept().await {
             Ok(c) => c,
@@ -73,6 +112,15 @@ pub async fn serve_unix(api: Arc<Api>, listener: SeqpacketListener) {
                 continue;
             }
         };
+        // Given up on while it waited in the queue: closed as cheaply as
+        // a refusal, and paced like one.
+        if crate::transport::hung_up(fd.as_fd()) {
+            drop(fd);
+            if let Some(wait) = pace.refused() {
+                tokio::time::sleep(wait).await;
+            }
+            continue;
+        }
         // Where the kernel names the peer at accept (everywhere but gVisor),
         // it is counted here, before anything is made for the connection: a
         // flood of connections over its limit costs an accept and a close
@@ -83,6 +131,10 @@ pub async fn serve_unix(api: Arc<Api>, listener: SeqpacketListener) {
                 Ok(s) => Some(s),
                 Err(_) => {
                     too_many(cred.uid, cred.pid);
+                    drop(fd);
+                    if let Some(wait) = pace.refused() {
+                        tokio::time::sleep(wait).await;
+                    }
                     continue;
                 }
             }

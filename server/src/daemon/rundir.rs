@@ -159,6 +159,14 @@ pub fn clear_stale_socket(path: &Path) -> Result<()> {
     }
 }
 
+/// Removes the API socket and its owner's door (a stopping server).
+pub fn remove_sockets(socket: &Path) {
+    let _ = std::fs::remove_file(socket);
+    if let Some(owner) = agentsh_proto::seqpacket::owner_socket(socket) {
+        let _ = std::fs::remove_file(owner);
+    }
+}
+
 /// The API socket accepts any local uid (non-root shims need wrap-init);
 /// the kernel tells the server who each peer is.
 ///

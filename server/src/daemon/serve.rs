@@ -50,7 +50,7 @@ pub(super) struct Serving {
 /// Binds, marks agentsh active, rehearses one shell, starts the command and
 /// serves until stopped.
 pub(super) async fn serve(api: Api, s: Serving) -> Result<()> {
-    let (unix, tcp) = listen(&api.config).await?;
+    let (unix, owner, tcp) = listen(&api.config).await?;
     // The first wrap-init's threads, made now: a blocking-pool thread
     // and (its stack cached by libc when it ends) a tree's.
     let _ = tokio::task::spawn_blocking(warm::tree_thread).await;
@@ -88,6 +88,9 @@ pub(super) async fn serve(api: Api, s: Serving) -> Result<()> {
     if let Some(tcp) = tcp {
         tokio::spawn(api::serve_tcp(api.clone(), tcp));
     }
+    if let Some(owner) = owner {
+        tokio::spawn(api::serve_unix(api.clone(), owner));
+    }
     let serving = tokio::spawn(api::serve_unix(api.clone(), unix));
     rehearsal::run(&api, rehearsal).await;
     if !s.command.command.is_empty() && s.gate.get() == Readiness::Ready {
@@ -105,15 +108,26 @@ pub(super) async fn serve(api: Api, s: Serving) -> Result<()> {
     Ok(())
 }
 
-/// The API socket (open to every uid) and the optional TCP listener.
-async fn listen(config: &Config) -> Result<(SeqpacketListener, Option<tokio::net::TcpListener>)> {
-    let unix = SeqpacketListener::bind(&config.server.socket, 1024).map_err(|source| {
-        StartError::Listen {
-            socket: config.server.socket.clone(),
-            source,
-        }
-    })?;
+/// The accept queue of the socket every local user shares: short, so a
+/// connection another user's flood has queued ahead of one waits little
+/// (a flood's refusals are paced: `api::serve`), and a burst longer than it
+/// waits in `connect`, not refused. Root's shells have a queue of their own,
+/// the owner's door ([`OWNER_BACKLOG`]: an SDK starting many at once).
+const SHARED_BACKLOG: i32 = 64;
+const OWNER_BACKLOG: i32 = 1024;
+
+/// The API socket (open to every uid), its owner's door and the optional
+/// TCP listener.
+async fn listen(config: &Config) -> Result<Listeners> {
+    let unix =
+        SeqpacketListener::bind(&config.server.socket, SHARED_BACKLOG).map_err(|source| {
+            StartError::Listen {
+                socket: config.server.socket.clone(),
+                source,
+            }
+        })?;
     rundir::open_socket_mode(&config.server.socket)?;
+    let owner = owner_door(&config.server.socket);
     let tcp = match config.server.http.addr.as_str() {
         "" => None,
         addr => Some(
@@ -125,7 +139,33 @@ async fn listen(config: &Config) -> Result<(SeqpacketListener, Option<tokio::net
                 })?,
         ),
     };
-    Ok((unix, tcp))
+    Ok((unix, owner, tcp))
+}
+
+type Listeners = (
+    SeqpacketListener,
+    Option<SeqpacketListener>,
+    Option<tokio::net::TcpListener>,
+);
+
+/// The owner's door ([`agentsh_proto::seqpacket::owner_socket`]): root's
+/// (and this server's user's) own accept queue, which no other local user
+/// can fill. Without it (a name too long, a bind that fails) those clients
+/// use the shared socket, as everyone else does: said in the log.
+fn owner_door(socket: &std::path::Path) -> Option<SeqpacketListener> {
+    let Some(path) = agentsh_proto::seqpacket::owner_socket(socket) else {
+        tracing::warn!(socket = %socket.display(), "no owner's door beside the API socket (its name is too long): root's shells share the accept queue with every local user");
+        return None;
+    };
+    let made = agentsh_proto::seqpacket::bind_listen_owner_only(&path, OWNER_BACKLOG)
+        .and_then(SeqpacketListener::from_fd);
+    match made {
+        Ok(l) => Some(l),
+        Err(e) => {
+            tracing::warn!(door = %path.display(), "cannot open the owner's door beside the API socket: {e}; root's shells share the accept queue with every local user");
+            None
+        }
+    }
 }
 
 /// Starts `-- CMD` below the server; when it ends, the socket goes and the
@@ -140,7 +180,7 @@ fn start_command(
     let socket = config.server.socket.clone();
     let audit = audit.clone();
     command::start(spawn, report, move || {
-        let _ = std::fs::remove_file(&socket);
+        rundir::remove_sockets(&socket);
         // An answer being written is finished first (an approval that let
         // the command end is answered), for at most a moment: a client
         // that keeps its connection (a long-poll) does not hold the stop.

@@ -118,7 +118,7 @@ fn wait_loop(
             continue;
         }
         tracing::info!(signal = sig, sender, "stopping");
-        let _ = std::fs::remove_file(socket);
+        super::rundir::remove_sockets(socket);
         audit.flush_export();
         std::process::exit(0);
     }

@@ -160,6 +160,9 @@ fn prepare_run_dir(config: &Config, private: bool) -> Result<PathBuf> {
     let run_dir = config.run_dir();
     rundir::prepare(&run_dir, private)?;
     rundir::clear_stale_socket(&config.server.socket)?;
+    if let Some(owner) = agentsh_proto::seqpacket::owner_socket(&config.server.socket) {
+        rundir::clear_stale_socket(&owner)?;
+    }
     if !private {
         rundir::make_fixed_marker_dir();
     }
