@@ -173,10 +173,8 @@ fn monotonic_ns() -> u64 {
         tv_nsec: 0,
     };
     // SAFETY: t is a valid timespec.
-    assert_eq!(
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) },
-        0
-    );
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    assert_eq!(rc, 0);
     t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
