@@ -136,24 +136,7 @@ pub fn sockaddr(path: &Path) -> io::Result<(libc::sockaddr_un, libc::socklen_t)>
 /// # Errors
 /// EADDRINUSE when the path exists, EACCES, ENOENT for a missing directory.
 pub fn bind_listen(path: &Path, backlog: i32) -> io::Result<OwnedFd> {
-    let (addr, len) = sockaddr(path)?;
-    let fd = socket(true)?;
-    // SAFETY: addr is a valid sockaddr_un of `len` bytes.
-    let rc = unsafe {
-        libc::bind(
-            fd.as_raw_fd(),
-            (&addr as *const libc::sockaddr_un).cast(),
-            len,
-        )
-    };
-    if rc < 0 {
-        return Err(last());
-    }
-    // SAFETY: plain syscall on our own socket.
-    if unsafe { libc::listen(fd.as_raw_fd(), backlog) } < 0 {
-        return Err(last());
-    }
-    Ok(fd)
+    bind_mode_listen(path, backlog, None)
 }
 
 /// Binds `path` like [`bind_listen`], made mode 0600 before it listens:
@@ -163,6 +146,12 @@ pub fn bind_listen(path: &Path, backlog: i32) -> io::Result<OwnedFd> {
 /// # Errors
 /// As [`bind_listen`], and chmod's.
 pub fn bind_listen_owner_only(path: &Path, backlog: i32) -> io::Result<OwnedFd> {
+    bind_mode_listen(path, backlog, Some(0o600))
+}
+
+/// Bind, the mode set if one is given (the path removed again if that or
+/// the listen fails), listen.
+fn bind_mode_listen(path: &Path, backlog: i32, mode: Option<u32>) -> io::Result<OwnedFd> {
     use std::os::unix::fs::PermissionsExt;
     let (addr, len) = sockaddr(path)?;
     let fd = socket(true)?;
@@ -177,15 +166,18 @@ pub fn bind_listen_owner_only(path: &Path, backlog: i32) -> io::Result<OwnedFd> 
     if rc < 0 {
         return Err(last());
     }
-    if let Err(e) = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)) {
-        let _ = std::fs::remove_file(path);
-        return Err(e);
+    let undo = |e: io::Error| {
+        if mode.is_some() {
+            let _ = std::fs::remove_file(path);
+        }
+        e
+    };
+    if let Some(mode) = mode {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(undo)?;
     }
     // SAFETY: plain syscall on our own socket.
     if unsafe { libc::listen(fd.as_raw_fd(), backlog) } < 0 {
-        let e = last();
-        let _ = std::fs::remove_file(path);
-        return Err(e);
+        return Err(undo(last()));
     }
     Ok(fd)
 }

@@ -109,12 +109,41 @@ const TURNS_KEPT: usize = 1024;
 pub const REQUESTS_PER_SEC: f64 = 200.0;
 pub const REQUEST_BURST: f64 = 100.0;
 
-/// One asker's pace: tokens (negative: requests already waiting), and when
-/// they were counted.
+/// A pace: a token bucket whose tokens may go negative (the takers already
+/// waiting), filled at `rate` a second up to `burst`. One asker's requests
+/// ([`Limits::pace`]) and one listener's refusals (`api::serve`).
 #[derive(Debug, Clone, Copy)]
-struct Bucket {
+pub struct Bucket {
     tokens: f64,
     at: std::time::Instant,
+}
+
+impl Bucket {
+    /// Full at `now`.
+    pub fn full(burst: f64, now: std::time::Instant) -> Bucket {
+        Bucket {
+            tokens: burst,
+            at: now,
+        }
+    }
+
+    /// Whether it is full again at `now` (nobody waits, nothing to keep).
+    fn refilled(&self, rate: f64, burst: f64, now: std::time::Instant) -> bool {
+        self.tokens + now.duration_since(self.at).as_secs_f64() * rate >= burst
+    }
+
+    /// One more taker at `now`: how long it waits, `None` for at once.
+    pub fn take(
+        &mut self,
+        rate: f64,
+        burst: f64,
+        now: std::time::Instant,
+    ) -> Option<std::time::Duration> {
+        let refill = now.duration_since(self.at).as_secs_f64() * rate;
+        self.tokens = (self.tokens + refill).min(burst) - 1.0;
+        self.at = now;
+        (self.tokens < 0.0).then(|| std::time::Duration::from_secs_f64(-self.tokens / rate))
+    }
 }
 
 /// One unit of a limit, given back on drop.
@@ -172,28 +201,26 @@ impl Limits {
     /// already waiting is counted: they are served in the order they came,
     /// at the pace, and their number is bounded by the asker's connections.
     pub fn pace(&self, key: LimitKey) -> Option<std::time::Duration> {
+        self.pace_at(key, std::time::Instant::now())
+    }
+
+    /// [`Limits::pace`] at `now`.
+    fn pace_at(&self, key: LimitKey, now: std::time::Instant) -> Option<std::time::Duration> {
         if ungated(key) {
             return None;
         }
-        let now = std::time::Instant::now();
         let mut paces = self
             .paces
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if paces.len() >= TURNS_KEPT {
             // Forget the askers whose bucket has filled again.
-            paces.retain(|_, b| {
-                b.tokens + now.duration_since(b.at).as_secs_f64() * REQUESTS_PER_SEC < REQUEST_BURST
-            });
+            paces.retain(|_, b| !b.refilled(REQUESTS_PER_SEC, REQUEST_BURST, now));
         }
-        let b = paces.entry(key).or_insert(Bucket {
-            tokens: REQUEST_BURST,
-            at: now,
-        });
-        let refill = now.duration_since(b.at).as_secs_f64() * REQUESTS_PER_SEC;
-        b.tokens = (b.tokens + refill).min(REQUEST_BURST) - 1.0;
-        b.at = now;
-        (b.tokens < 0.0).then(|| std::time::Duration::from_secs_f64(-b.tokens / REQUESTS_PER_SEC))
+        paces
+            .entry(key)
+            .or_insert(Bucket::full(REQUEST_BURST, now))
+            .take(REQUESTS_PER_SEC, REQUEST_BURST, now)
     }
 
     /// Open API connections, every asker's.
@@ -262,22 +289,25 @@ mod tests {
     fn another_users_requests_are_paced_after_a_burst_and_roots_never() {
         let l = Limits::default();
         let user = LimitKey::Uid(4242);
+        // One instant for all (a loaded machine refills nothing meanwhile).
+        let now = std::time::Instant::now();
         // The burst at once...
         for _ in 0..REQUEST_BURST as usize {
-            assert_eq!(l.pace(user), None);
+            assert_eq!(l.pace_at(user, now), None);
         }
         // ...then each one more waits longer: those before it are counted.
-        let a = l.pace(user).expect("paced");
-        let b = l.pace(user).expect("paced");
+        let a = l.pace_at(user, now).expect("paced");
+        let b = l.pace_at(user, now).expect("paced");
         assert!(b > a, "{a:?} {b:?}");
         let step = 1.0 / REQUESTS_PER_SEC;
         assert!((b - a).as_secs_f64() > step * 0.5, "{a:?} {b:?}");
         // Another user, root and this process's own user are not.
-        assert_eq!(l.pace(LimitKey::Uid(4243)), None);
+        assert_eq!(l.pace_at(LimitKey::Uid(4243), now), None);
+        // SAFETY: geteuid has no preconditions.
+        let own = LimitKey::Uid(unsafe { libc::geteuid() });
         for _ in 0..1000 {
-            assert_eq!(l.pace(LimitKey::Uid(0)), None);
-            // SAFETY: geteuid has no preconditions.
-            assert_eq!(l.pace(LimitKey::Uid(unsafe { libc::geteuid() })), None);
+            assert_eq!(l.pace_at(LimitKey::Uid(0), now), None);
+            assert_eq!(l.pace_at(own, now), None);
         }
     }
 

@@ -11,7 +11,7 @@
 use super::peer::Peer;
 use super::routes;
 use super::state::Api;
-use crate::limits::{Kind, LimitKey};
+use crate::limits::{Bucket, Kind, LimitKey};
 use crate::transport::{SeqpacketConn, SeqpacketListener};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -71,28 +71,11 @@ fn too_many(uid: u32, pid: u32) {
 const REFUSALS_PER_SEC: f64 = 2000.0;
 const REFUSAL_BURST: f64 = 256.0;
 
-/// The pace of one listener's refusals: a token bucket.
-struct Pace {
-    tokens: f64,
-    at: std::time::Instant,
-}
-
-impl Pace {
-    fn new() -> Pace {
-        Pace {
-            tokens: REFUSAL_BURST,
-            at: std::time::Instant::now(),
-        }
-    }
-
-    /// One more refusal: how long the listener waits before its next
-    /// accept, if the refusals run over the pace.
-    fn refused(&mut self) -> Option<Duration> {
-        let now = std::time::Instant::now();
-        let refill = now.duration_since(self.at).as_secs_f64() * REFUSALS_PER_SEC;
-        self.tokens = (self.tokens + refill).min(REFUSAL_BURST) - 1.0;
-        self.at = now;
-        (self.tokens < 0.0).then(|| Duration::from_secs_f64(-self.tokens / REFUSALS_PER_SEC))
+/// Waits out the listener's pace after one more refusal.
+async fn refused(pace: &mut Bucket) {
+    let wait = pace.take(REFUSALS_PER_SEC, REFUSAL_BURST, std::time::Instant::now());
+    if let Some(wait) = wait {
+        tokio::time::sleep(wait).await;
     }
 }
 
@@ -101,7 +84,7 @@ impl Pace {
 /// Long because the accept loop and a connection's first steps share the
 /// peer and its slot; each step is a call.
 pub async fn serve_unix(api: Arc<Api>, listener: SeqpacketListener) {
-    let mut pace = Pace::new();
+    let mut pace = Bucket::full(REFUSAL_BURST, std::time::Instant::now());
     loop {
         let (fd, cred) = match listener.accept().await {
             Ok(c) => c,
@@ -116,9 +99,7 @@ pub async fn serve_unix(api: Arc<Api>, listener: SeqpacketListener) {
         // a refusal, and paced like one.
         if crate::transport::hung_up(fd.as_fd()) {
             drop(fd);
-            if let Some(wait) = pace.refused() {
-                tokio::time::sleep(wait).await;
-            }
+            refused(&mut pace).await;
             continue;
         }
         // Where the kernel names the peer at accept (everywhere but gVisor),
@@ -132,9 +113,7 @@ pub async fn serve_unix(api: Arc<Api>, listener: SeqpacketListener) {
                 Err(_) => {
                     too_many(cred.uid, cred.pid);
                     drop(fd);
-                    if let Some(wait) = pace.refused() {
-                        tokio::time::sleep(wait).await;
-                    }
+                    refused(&mut pace).await;
                     continue;
                 }
             }
