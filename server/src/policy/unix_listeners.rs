@@ -138,30 +138,37 @@ pub mod diag {
 
     /// One `unix_diag_msg` (after its netlink header): the listener it
     /// names, if it is one bound to an absolute path.
-    pub fn listener(msg: &[u8]) -> Option<Listener> {
-        let (kind, state) = (*msg.get(1)?, *msg.get(2)?);
+    ///
+    /// # Errors
+    /// A message cut short, an attribute that overruns it, a name that is
+    /// not UTF-8: the whole table is then read another way, never a
+    /// listener silently left out (it would go unhidden).
+    pub fn listener(msg: &[u8]) -> Result<Option<Listener>, &'static str> {
+        let short = "a socket diagnostics message cut short";
+        let (kind, state) = (*msg.get(1).ok_or(short)?, *msg.get(2).ok_or(short)?);
+        let inode = u64::from(u32_at(msg, 4).ok_or(short)?);
         if state != TCP_LISTEN && u32::from(kind) != DGRAM {
-            return None;
+            return Ok(None);
         }
-        let inode = u64::from(u32_at(msg, 4)?);
         let mut at = DIAG_MSG;
         while let (Some(len), Some(ty)) = (u16_at(msg, at), u16_at(msg, at + 2)) {
             let len = usize::from(len);
             if len < 4 || at + len > msg.len() {
-                return None;
+                return Err("a socket diagnostics attribute overruns its message");
             }
             if ty == UNIX_DIAG_NAME {
                 let name = &msg[at + 4..at + len];
                 let end = name.iter().position(|b| *b == 0).unwrap_or(name.len());
-                let path = std::str::from_utf8(&name[..end]).ok()?;
-                return path.starts_with('/').then(|| Listener {
+                let path = std::str::from_utf8(&name[..end])
+                    .map_err(|_| "a socket's name is not UTF-8")?;
+                return Ok(path.starts_with('/').then(|| Listener {
                     inode,
                     path: path.to_string(),
-                });
+                }));
             }
             at += align(len);
         }
-        None
+        Ok(None)
     }
 
     /// The listeners, sorted.
@@ -224,7 +231,7 @@ pub mod diag {
                         let errno = u32_at(body, 0).map_or(libc::EIO, |e| -(e as i32));
                         return Err(io::Error::from_raw_os_error(errno));
                     }
-                    SOCK_DIAG_BY_FAMILY => out.extend(listener(body)),
+                    SOCK_DIAG_BY_FAMILY => out.extend(listener(body).map_err(bad)?),
                     _ => {}
                 }
                 at += align(len);
@@ -404,26 +411,32 @@ mod tests {
     }
 
     #[test]
-    fn a_malformed_diagnostics_message_names_no_listener() {
+    fn a_malformed_diagnostics_message_is_an_error_not_a_missing_listener() {
         // A listening socket whose name attribute overruns the message.
         let mut m = vec![1u8, 5, 10, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
         m.extend_from_slice(&200u16.to_ne_bytes());
         m.extend_from_slice(&0u16.to_ne_bytes());
         m.extend_from_slice(b"/x\0\0");
-        assert_eq!(diag::listener(&m), None);
+        assert!(diag::listener(&m).is_err());
+        // Cut short before its inode.
+        assert!(diag::listener(&m[..6]).is_err());
         // The same, well formed.
         let n = m.len() - 16;
         m[16..18].copy_from_slice(&(n as u16).to_ne_bytes());
         assert_eq!(
             diag::listener(&m),
-            Some(Listener {
+            Ok(Some(Listener {
                 inode: 7,
                 path: "/x".into()
-            })
+            }))
         );
+        // A name that is not UTF-8.
+        m[21] = 0xff;
+        assert!(diag::listener(&m).is_err());
         // A connected stream socket is none.
+        m[21] = 0;
         m[2] = 1;
-        assert_eq!(diag::listener(&m), None);
+        assert_eq!(diag::listener(&m), Ok(None));
     }
 
     #[test]
