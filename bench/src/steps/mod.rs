@@ -111,7 +111,11 @@ pub fn run(o: &Opts) -> Result<(), String> {
     let plain_ns = Namespace::new();
     let shim_mnt = mount_ns_path(&shim_ns);
     let plain_mnt = mount_ns_path(&plain_ns);
-    let srv = start_server(&shim_ns, ws, "info");
+    // `AGENTSH_BENCH_SERVER_LOG` sets this server's log filter (e.g.
+    // `info,agentsh::api=debug` for wrap-init's own times); with
+    // `AGENTSH_BENCH_KEEP_LOGS` its log is kept there as `main.log`.
+    let filter = std::env::var("AGENTSH_BENCH_SERVER_LOG").unwrap_or_else(|_| "info".into());
+    let srv = start_server(&shim_ns, ws, &filter);
     shim_ns.install_shim(false);
     shim_ns.configure(&srv.url, "on");
     let audit = srv.dir.path().join("audit.jsonl");
@@ -150,6 +154,9 @@ pub fn run(o: &Opts) -> Result<(), String> {
     }
     if o.runs("ptrace") {
         ptrace_backend(&mut rep, &b)?;
+    }
+    if let Ok(dir) = std::env::var("AGENTSH_BENCH_KEEP_LOGS") {
+        let _ = std::fs::write(Path::new(&dir).join("main.log"), srv.log());
     }
     // Fresh servers of its own (the shim namespace is pointed at each).
     drop(srv);

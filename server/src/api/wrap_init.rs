@@ -35,16 +35,20 @@ pub(super) async fn wrap_init(
     req: Request<Incoming>,
 ) -> Resp {
     let started = std::time::Instant::now();
+    let mut laps = Laps::start();
     // One user's shells wait for their turn, not everyone's (`limits`).
     let _turn = api.limits.turn(peer.key()).await;
+    laps.lap("turn");
     let caller = match admission::caller_of(&api, &peer).await {
         Ok(c) => c,
         Err(r) => return r.into(),
     };
+    laps.lap("caller");
     let body: WrapInitRequest = match read_body(req).await {
         Ok(b) => b,
         Err(r) => return r.into(),
     };
+    laps.lap("body");
     if body.caller_uid != caller.uid {
         return error(
             403,
@@ -63,15 +67,26 @@ pub(super) async fn wrap_init(
         Ok(s) => s,
         Err(e) => return error(429, e.to_string()),
     };
+    laps.lap("gate");
     let prep_api = api.clone();
-    let prepared =
+    // In place on this worker (its other tasks move to another thread): a
+    // hop to the blocking pool and back cost ~130 µs of two thread wake-ups
+    // on a loaded 2-core machine, and the steps ran slower on a cold CPU
+    // (docs/benchmarks.md). A current-thread runtime (tests) cannot.
+    let prepared = if tokio::runtime::Handle::current().runtime_flavor()
+        == tokio::runtime::RuntimeFlavor::MultiThread
+    {
+        tokio::task::block_in_place(move || prepare_wrap_init(&prep_api, &sid, body, caller))
+    } else {
         tokio::task::spawn_blocking(move || prepare_wrap_init(&prep_api, &sid, body, caller))
             .await
-            .unwrap_or_else(|e| Err(fail(500, format!("wrap-init failed: {e}"))));
+            .unwrap_or_else(|e| Err(fail(500, format!("wrap-init failed: {e}"))))
+    };
     let (resp, pending) = match prepared {
         Ok(p) => p,
         Err(r) => return r.into(),
     };
+    laps.lap("prepare");
     tokio::spawn(handoff::take_handoff(
         api.supervisor.clone(),
         api.trees.clone(),
@@ -84,12 +99,47 @@ pub(super) async fn wrap_init(
         Ok(v) => json_bytes(200, v),
         Err(e) => error(500, format!("cannot serialize response: {e}")),
     };
+    laps.lap("serialize");
     tracing::debug!(
         uid = caller.uid,
         us = started.elapsed().as_micros() as u64,
+        laps = laps.text(),
         "wrap-init answered"
     );
     out
+}
+
+/// Where one wrap-init's time goes, for its debug lines: `name=µs` per
+/// step, in order. Off (the log above debug), a lap costs one flag check.
+struct Laps {
+    on: bool,
+    last: std::time::Instant,
+    text: String,
+}
+
+impl Laps {
+    fn start() -> Laps {
+        Laps {
+            on: tracing::enabled!(tracing::Level::DEBUG),
+            last: std::time::Instant::now(),
+            text: String::new(),
+        }
+    }
+
+    /// Records that step `name` ended now.
+    fn lap(&mut self, name: &str) {
+        if self.on {
+            use std::fmt::Write;
+            let now = std::time::Instant::now();
+            let us = now.duration_since(self.last).as_micros();
+            let _ = write!(self.text, "{name}={us} ");
+            self.last = now;
+        }
+    }
+
+    fn text(&self) -> &str {
+        self.text.trim_end()
+    }
 }
 
 /// The ruleset's warnings for one wrap-init, in the server's log. An unset
@@ -120,12 +170,17 @@ fn prepare_wrap_init(
     caller: Caller,
 ) -> Result<(WrapInitResponse, handoff::Pending), Failure> {
     let started = std::time::Instant::now();
+    let mut laps = Laps::start();
     let session = admission::admit(api, sid, caller)?;
+    laps.lap("admit");
     let setup = &session.setup();
     let backend = setup.filters.backend();
     let egress_gap = egress_gap(api, &setup.policy, backend)?;
+    laps.lap("egress");
     let wrapper = wrapper_binary(api)?;
+    laps.lap("wrapper");
     let (cap_eff, creds) = super::credentials::for_caller(setup, caller);
+    laps.lap("creds");
     let Opened {
         lineage,
         filter,
@@ -134,6 +189,7 @@ fn prepare_wrap_init(
         ruleset_reused,
         mut pending,
     } = open_tree(api, &session, caller, creds.as_ref())?;
+    laps.lap("open_tree");
     session
         .wrap_inits
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -143,6 +199,7 @@ fn prepare_wrap_init(
         not_enforced.push(unjudged_egress(api, backend, &why));
     }
     let limits = limit_tree(api, setup, caller, &mut pending, &mut not_enforced)?;
+    laps.lap("limits");
     let compiled_us = started.elapsed().as_micros() as u64;
     say_landlock_warnings(&session.id, caller.uid, &landlock.warnings);
     // Built by this server while the shim loads its filter, for a shim that
@@ -151,6 +208,7 @@ fn prepare_wrap_init(
     if let Some(pid) = ahead.filter(|&p| agentsh_unixwrap::ahead::same_view(p)) {
         pending.build_ahead(landlock.config.clone(), pid);
     }
+    laps.lap("ahead");
     seccomp_config.landlock = Some(landlock.config);
     let (env_removed, env_injected) = env_changes(&body.env_names, setup.env.as_ref());
     seccomp_config.env = setup.env.clone();
@@ -161,6 +219,7 @@ fn prepare_wrap_init(
         creds.as_ref(),
         &mut seccomp_config,
     );
+    laps.lap("masks");
     let wrapper_env = wrapper_env(&session.id);
     let notify_socket = pending.path.to_string_lossy().into_owned();
     api.audit.record(
@@ -184,9 +243,11 @@ fn prepare_wrap_init(
             limits,
         })),
     );
+    laps.lap("event");
     tracing::debug!(
         session = %session.id,
         compiled_us,
+        laps = laps.text(),
         ruleset_reused,
         masks_reused,
         "wrap-init prepared"
