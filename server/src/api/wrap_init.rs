@@ -2,8 +2,8 @@
 //! server can supervise it, its session), the tree's filter, Landlock
 //! ruleset, notify socket and daemon-socket masks, and the audit event;
 //! then the task that waits for the handoff. On the hot path of every
-//! shell (`bench/run.sh` measures it): the blocking part runs on the
-//! blocking pool and reuses what the session's caches hold.
+//! shell (`bench/run.sh` measures it): the blocking part runs in place
+//! (`block_in_place`) and reuses what the session's caches hold.
 //!
 //! Failure modes: every refusal is a JSON error the shim prints (and
 //! refuses to run the shell): 429 over the caller's notify-socket limit,
