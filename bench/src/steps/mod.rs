@@ -199,6 +199,27 @@ fn prepare_workspace(hop: &Path) -> Result<Workspace, String> {
         &ws.join("bin/agentsh-bench"),
     )?;
     copy_exec(hop, &ws.join("bin/hop"))?;
+    // `AGENTSH_BENCH_WS_DIRS=N`: a workspace of about N directories (a
+    // project's tree, three levels of twelve), which wrap-init's search for
+    // nested repositories walks.
+    if let Some(n) = std::env::var("AGENTSH_BENCH_WS_DIRS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        let mut made = 0;
+        'fill: for a in 0..12 {
+            for b in 0..12 {
+                for c in 0..12 {
+                    if made >= n {
+                        break 'fill;
+                    }
+                    let d = ws.join(format!("src/m{a}/p{b}/f{c}"));
+                    std::fs::create_dir_all(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+                    made += 1;
+                }
+            }
+        }
+    }
     Ok(workspace)
 }
 

@@ -35,6 +35,7 @@ mod judge;
 pub mod landlock;
 mod loaded;
 mod locate;
+pub mod nested_git;
 mod pattern;
 mod schema;
 pub mod semantics;

@@ -91,6 +91,16 @@ impl Table {
     }
 }
 
+/// What is watched in each directory: a file created there (a symlink or a
+/// hard link is complete when created), moved in (`dpkg`, `install`, `mv`),
+/// or closed after writing (`cp`); and the directory itself going away.
+const WATCHED: u32 = libc::IN_CREATE
+    | libc::IN_MOVED_TO
+    | libc::IN_CLOSE_WRITE
+    | libc::IN_DELETE_SELF
+    | libc::IN_MOVE_SELF
+    | libc::IN_ONLYDIR;
+
 /// The watched directories and what their files stand for.
 struct Watching {
     /// watch descriptor → canonical directory.
@@ -105,7 +115,7 @@ struct Watching {
 
 impl Watching {
     /// Watches `dir` (canonical) unless it is already; logs what fails.
-    fn add(&mut self, inotify: &super::watch::Inotify, dir: &str, why: &str) {
+    fn add(&mut self, inotify: &crate::inotify::Inotify, dir: &str, why: &str) {
         if self.watched.contains(dir) {
             return;
         }
@@ -120,7 +130,7 @@ impl Watching {
             }
             return;
         }
-        match inotify.add(dir) {
+        match inotify.add(dir, WATCHED) {
             Ok(wd) => {
                 self.dirs.insert(wd, dir.to_string());
                 self.watched.insert(dir.to_string());
@@ -182,7 +192,7 @@ pub struct IdentityIndex {
     table: RwLock<Table>,
     /// Lock order: `queue` before `table`, never the other way.
     queue: Mutex<Queue>,
-    inotify: Option<super::watch::Inotify>,
+    inotify: Option<crate::inotify::Inotify>,
     cache: Mutex<(HashMap<FileKey, String>, VecDeque<FileKey>)>,
 }
 
@@ -270,7 +280,7 @@ impl IdentityIndex {
     /// Sets up the inotify instance and watches the directories of every
     /// named path (each once, by canonical path). Logs what cannot be watched.
     fn watch_directories(&mut self) {
-        let inotify = match super::watch::Inotify::new() {
+        let inotify = match crate::inotify::Inotify::new() {
             Ok(i) => i,
             Err(e) => {
                 tracing::warn!(
@@ -612,7 +622,7 @@ impl IdentityIndex {
 fn named_by(
     w: &mut Watching,
     t: &Table,
-    ev: &super::watch::Event,
+    ev: &crate::inotify::Event,
 ) -> Option<(String, Vec<String>)> {
     if ev.name.is_empty() {
         if ev.watch_gone() {

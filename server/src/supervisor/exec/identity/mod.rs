@@ -54,7 +54,6 @@ mod error;
 mod files;
 mod index;
 mod registry;
-mod watch;
 
 pub use error::IndexError;
 pub use files::sha256_hex;

@@ -1,27 +1,18 @@
-//! The identity index's eyes on the directories where named programs live:
-//! one inotify instance (non-blocking), directories added to it, and its
-//! events read and parsed. What an event means for the index is decided in
-//! `identity`; this module only speaks to the kernel.
+//! Eyes on directories: one inotify instance (non-blocking), directories
+//! added to it with what to watch in each, and its events read and parsed.
+//! What an event means is decided by the user (the identity index: where
+//! named programs live; wrap-init's walk for nested repositories); this
+//! module only speaks to the kernel.
 //!
 //! Failure modes: an instance that cannot be made or a directory that
-//! cannot be watched is an error the caller logs (programs installed there
-//! later are then not indexed when they appear); a read that finds nothing
+//! cannot be watched is an error the caller handles (the identity index
+//! logs it, the walk is then made again at every wrap-init); a read that finds nothing
 //! is `Ok(empty)`, never a wait; a queue that overflowed is an event of its
 //! own ([`Event::overflowed`]) after which the caller must look again at
 //! everything it watches.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-
-/// What is watched in each directory: a file created there (a symlink or a
-/// hard link is complete when created), moved in (`dpkg`, `install`, `mv`),
-/// or closed after writing (`cp`); and the directory itself going away.
-const MASK: u32 = libc::IN_CREATE
-    | libc::IN_MOVED_TO
-    | libc::IN_CLOSE_WRITE
-    | libc::IN_DELETE_SELF
-    | libc::IN_MOVE_SELF
-    | libc::IN_ONLYDIR;
 
 /// One event's fixed part (`struct inotify_event` without its name).
 const HEADER: usize = 16;
@@ -85,16 +76,17 @@ impl Inotify {
         unsafe { libc::write(self.kick.as_raw_fd(), (&one as *const u64).cast(), 8) };
     }
 
-    /// Watches directory `dir`; returns the watch descriptor.
+    /// Watches directory `dir` for the events of `mask` (`IN_*`); returns
+    /// the watch descriptor.
     ///
     /// # Errors
     /// `inotify_add_watch` failed: `ENOENT`, `ENOTDIR`, `EACCES`, or `ENOSPC`
     /// (the per-user watch limit, `fs.inotify.max_user_watches`).
-    pub fn add(&self, dir: &str) -> io::Result<i32> {
+    pub fn add(&self, dir: &str, mask: u32) -> io::Result<i32> {
         let c = std::ffi::CString::new(dir)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in the path"))?;
         // SAFETY: our inotify fd, a NUL-terminated path that outlives the call.
-        let wd = unsafe { libc::inotify_add_watch(self.fd.as_raw_fd(), c.as_ptr(), MASK) };
+        let wd = unsafe { libc::inotify_add_watch(self.fd.as_raw_fd(), c.as_ptr(), mask) };
         if wd < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -218,7 +210,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("agentsh-inotify-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let ino = Inotify::new().unwrap();
-        let wd = ino.add(&dir.display().to_string()).unwrap();
+        let mask = libc::IN_CLOSE_WRITE | libc::IN_MOVED_TO | libc::IN_DELETE_SELF;
+        let wd = ino.add(&dir.display().to_string(), mask).unwrap();
         assert!(ino.read().unwrap().is_empty());
         std::fs::write(dir.join("tool"), b"x").unwrap();
         std::fs::rename(dir.join("tool"), dir.join("tool2")).unwrap();
