@@ -7,7 +7,8 @@
 //!
 //! The walk costs a directory read per directory (12 ms for a workspace of
 //! 1,900 directories on the machine of docs/benchmarks.md), so its result
-//! is kept while nothing it read changed: each directory it read is watched
+//! is kept while nothing it read changed (a kept walk: 2 to 16 µs; a walk
+//! that watches: 16 to 17 ms, made again after a change): each directory it read is watched
 //! with inotify (entries created, deleted or moved, the directory itself
 //! moved or deleted), watched before it is read, and a kept walk is used
 //! only when its queue holds no event that can change it: a directory or a
@@ -68,6 +69,8 @@ struct Kept {
     canonical: Option<PathBuf>,
     inotify: Inotify,
     walk: Walk,
+    /// The highest watch descriptor made in `inotify`.
+    last_wd: i32,
 }
 
 /// Whether event `e` of a kept walk's queue can change the walk: a
@@ -113,7 +116,12 @@ pub fn nested_git(entries: &[String], workspace: Option<&str>) -> (Vec<String>, 
 }
 
 /// The walk of `ws`: the kept one when nothing it read changed, else a new
-/// one (kept when every directory it read is watched).
+/// one (kept when every directory it read is watched). A new walk of a
+/// kept workspace watches in the same instance (a directory watched again
+/// keeps its watch) until [`REBUILD_AFTER`] watches were made in it.
+///
+/// Long because the kept walk is looked up, answered, walked again or
+/// replaced under one lock; each step is a call.
 fn walk_or_kept(ws: &str) -> (Walk, bool) {
     static KEPT: std::sync::Mutex<Vec<Kept>> = std::sync::Mutex::new(Vec::new());
     static UNWATCHED_SAID: std::sync::atomic::AtomicBool =
@@ -122,49 +130,75 @@ fn walk_or_kept(ws: &str) -> (Walk, bool) {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let canonical = std::fs::canonicalize(ws).ok();
+    let mut again = None;
     if let Some(i) = kept.iter().position(|k| k.workspace == ws) {
-        let k = &kept[i];
-        let quiet = k.canonical == canonical
-            && k.inotify
-                .read()
-                .is_ok_and(|ev| !ev.iter().any(changes_walk));
-        if quiet {
-            return (k.walk.clone(), true);
+        let k = kept.remove(i);
+        let events = k.inotify.read();
+        let same_place = k.canonical == canonical && events.is_ok();
+        if same_place && events.is_ok_and(|ev| !ev.iter().any(changes_walk)) {
+            let walk = k.walk.clone();
+            kept.push(k);
+            return (walk, true);
         }
-        kept.remove(i);
+        if same_place && k.last_wd < REBUILD_AFTER {
+            again = Some(k.inotify);
+        } else {
+            retire(k.inotify);
+        }
     }
-    let ino = Inotify::new().ok();
-    let (walk, watched) = walk(ws, ino.as_ref());
-    match ino.filter(|_| watched) {
-        Some(inotify) => {
+    let ino = again.or_else(|| Inotify::new().ok());
+    let (walk, last_wd) = walk(ws, ino.as_ref());
+    match (ino, last_wd) {
+        (Some(inotify), Some(last_wd)) => {
             if kept.len() == KEPT_MAX {
-                kept.remove(0);
+                retire(kept.remove(0).inotify);
             }
             kept.push(Kept {
                 workspace: ws.to_string(),
                 canonical,
                 inotify,
                 walk: walk.clone(),
+                last_wd,
             });
         }
-        None if !UNWATCHED_SAID.swap(true, std::sync::atomic::Ordering::Relaxed) => {
-            tracing::info!(
-                workspace = ws,
-                "read_only_files: the workspace's directories cannot all be watched (inotify: \
-                 fs.inotify.max_user_watches or max_user_instances); nested repositories are \
-                 looked for by a walk at every wrap-init"
-            );
+        (ino, _) => {
+            if let Some(ino) = ino {
+                retire(ino);
+            }
+            if !UNWATCHED_SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::info!(
+                    workspace = ws,
+                    "read_only_files: the workspace's directories cannot all be watched \
+                     (inotify: fs.inotify.max_user_watches or max_user_instances); nested \
+                     repositories are looked for by a walk at every wrap-init"
+                );
+            }
         }
-        None => {}
     }
     (walk, false)
 }
 
+/// How many watches an instance may have made before a new walk gets a
+/// new instance (watch descriptors count up; those of directories that
+/// left the walk stay until their directory is removed).
+const REBUILD_AFTER: i32 = 4 * NESTED_DIRS_MAX as i32;
+
+/// Closes an inotify instance on a thread of its own: closing one that
+/// watches thousands of directories takes milliseconds (15 ms for 1,900 on
+/// the machine of docs/benchmarks.md), which no shell should wait for.
+fn retire(ino: Inotify) {
+    // If no thread can be made, the instance is closed here instead.
+    let _ = std::thread::Builder::new()
+        .name("inotify-close".into())
+        .spawn(move || drop(ino));
+}
+
 /// Walks `ws` (see the module doc), each directory watched in `inotify`
-/// before it is read; and whether every one read was watched.
-fn walk(ws: &str, inotify: Option<&Inotify>) -> (Walk, bool) {
+/// before it is read; and the highest watch descriptor made, `None` when
+/// a directory read was not watched (or there is no instance).
+fn walk(ws: &str, inotify: Option<&Inotify>) -> (Walk, Option<i32>) {
     let mut out = Walk::default();
-    let mut watched = inotify.is_some();
+    let mut last_wd = inotify.map(|_| 0);
     let mut todo = vec![(PathBuf::from(ws), 0usize)];
     let mut read = 0usize;
     while let Some((dir, depth)) = todo.pop() {
@@ -173,8 +207,11 @@ fn walk(ws: &str, inotify: Option<&Inotify>) -> (Walk, bool) {
             tracing::info!(workspace = ws, "read_only_files: more than {NESTED_DIRS_MAX} directories; nested repositories past them are not covered");
             break;
         }
-        if let Some(ino) = inotify.filter(|_| watched) {
-            watched = ino.add(&dir.to_string_lossy(), WATCHED).is_ok();
+        if let (Some(ino), Some(last)) = (inotify, last_wd) {
+            last_wd = ino
+                .add(&dir.to_string_lossy(), WATCHED)
+                .ok()
+                .map(|wd| wd.max(last));
         }
         let Ok(rd) = std::fs::read_dir(&dir) else {
             continue;
@@ -195,7 +232,7 @@ fn walk(ws: &str, inotify: Option<&Inotify>) -> (Walk, bool) {
             }
         }
     }
-    (out, watched)
+    (out, last_wd)
 }
 
 #[cfg(test)]
