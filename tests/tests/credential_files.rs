@@ -234,3 +234,41 @@ fn a_store_created_later_is_covered_from_the_next_command() {
         );
     }
 }
+
+/// `read_only_files`' `${WORKSPACE}/.git/X` covers every repository nested
+/// in the workspace when a tree starts; the server keeps its search of the
+/// workspace between trees while inotify reports no change. The tree's
+/// attack on that: make a nested repository once the search is kept, then
+/// plant a hook in it from the next command. Refused: the new `.git` made
+/// the search be made again.
+#[test]
+fn a_repository_nested_later_has_its_hooks_kept_from_the_next_command() {
+    if !require_root("a_repository_nested_later_has_its_hooks_kept_from_the_next_command") {
+        return;
+    }
+    let policy =
+        format!("{AGENT_DEFAULT}\nread_only_files:\n  paths: [\"${{WORKSPACE}}/.git/hooks\"]\n");
+    for uid in [None, Some(NOBODY)] {
+        let mut s = Sandbox::new(&policy, uid);
+        let f = s.sh("mkdir -p /srv/ws/a/b && echo made");
+        assert!(f.stdout.contains("made"), "{uid:?}: {f:?}");
+        // Walked again (a and b are new), then kept for this one.
+        let f = s.sh("echo kept");
+        assert!(f.stdout.contains("kept"), "{uid:?}: {f:?}");
+        let f = s.sh("mkdir -p /srv/ws/a/b/.git/hooks && echo repo");
+        assert!(f.stdout.contains("repo"), "{uid:?}: {f:?}");
+        let f = s.sh("echo planted > /srv/ws/a/b/.git/hooks/pre-commit; echo rc=$?");
+        assert!(
+            f.stdout.contains("rc=") && !f.stdout.contains("rc=0"),
+            "{uid:?}: the hook was planted: {f:?}"
+        );
+        assert!(!s.host_path("/srv/ws/a/b/.git/hooks/pre-commit").exists());
+        let init = wrap_init(&s);
+        assert!(
+            init["credential_files"]["read_only"]
+                .to_string()
+                .contains("/srv/ws/a/b/.git/hooks"),
+            "{uid:?}: {init}"
+        );
+    }
+}
