@@ -18,9 +18,11 @@
 //! each `.git` file's `gitdir:` line (a hard link written elsewhere makes
 //! no event here) and the canonical form of every git directory found.
 //!
-//! Failure modes: no inotify instance, or a directory that cannot be
-//! watched (the per-user watch limit): the walk is made again at every
-//! call, logged once. An unreadable directory is skipped, as before. A
+//! Failure modes: no inotify instance, a directory that cannot be watched
+//! (the per-user watch limit), or more directories than the kept walks may
+//! watch together (half the limit, so the identity index's watches never
+//! run out because of them): the walk is made again at every call, logged
+//! once. An unreadable directory is skipped, as before. A
 //! mount made over a directory of the workspace by someone outside the
 //! tree makes no event (a tree cannot mount: the base filter refuses it).
 
@@ -71,6 +73,8 @@ struct Kept {
     walk: Walk,
     /// The highest watch descriptor made in `inotify`.
     last_wd: i32,
+    /// The directories its walk watched.
+    watches: usize,
 }
 
 /// Whether event `e` of a kept walk's queue can change the walk: a
@@ -147,9 +151,11 @@ fn walk_or_kept(ws: &str) -> (Walk, bool) {
         }
     }
     let ino = again.or_else(|| Inotify::new().ok());
-    let (walk, last_wd) = walk(ws, ino.as_ref());
-    match (ino, last_wd) {
-        (Some(inotify), Some(last_wd)) => {
+    let held: usize = kept.iter().map(|k| k.watches).sum();
+    let allowed = watch_budget().saturating_sub(held);
+    let (walk, watched) = walk(ws, ino.as_ref(), allowed);
+    match (ino, watched) {
+        (Some(inotify), Some((last_wd, watches))) => {
             if kept.len() == KEPT_MAX {
                 retire(kept.remove(0).inotify);
             }
@@ -159,6 +165,7 @@ fn walk_or_kept(ws: &str) -> (Walk, bool) {
                 inotify,
                 walk: walk.clone(),
                 last_wd,
+                watches,
             });
         }
         (ino, _) => {
@@ -169,8 +176,9 @@ fn walk_or_kept(ws: &str) -> (Walk, bool) {
                 tracing::info!(
                     workspace = ws,
                     "read_only_files: the workspace's directories cannot all be watched \
-                     (inotify: fs.inotify.max_user_watches or max_user_instances); nested \
-                     repositories are looked for by a walk at every wrap-init"
+                     (inotify: half of fs.inotify.max_user_watches for all workspaces, or \
+                     max_user_instances); nested repositories are looked for by a walk at \
+                     every wrap-init"
                 );
             }
         }
@@ -193,10 +201,24 @@ fn retire(ino: Inotify) {
         .spawn(move || drop(ino));
 }
 
+/// How many watches the kept walks may hold together: half of what the
+/// kernel allows the server's uid (`fs.inotify.max_user_watches`) beyond
+/// what the identity index takes (256 at most), so that the index, which
+/// watches where programs are installed, never finds the limit reached
+/// because of them. Unreadable: none (every walk made at every call).
+fn watch_budget() -> usize {
+    const INDEX_WATCHES: usize = 256;
+    std::fs::read_to_string("/proc/sys/fs/inotify/max_user_watches")
+        .ok()
+        .and_then(|t| t.trim().parse::<usize>().ok())
+        .map_or(0, |m| m.saturating_sub(INDEX_WATCHES) / 2)
+}
+
 /// Walks `ws` (see the module doc), each directory watched in `inotify`
-/// before it is read; and the highest watch descriptor made, `None` when
-/// a directory read was not watched (or there is no instance).
-fn walk(ws: &str, inotify: Option<&Inotify>) -> (Walk, Option<i32>) {
+/// before it is read, at most `allowed` of them; and the highest watch
+/// descriptor made with the number of directories watched, `None` when a
+/// directory read was not watched (or there is no instance).
+fn walk(ws: &str, inotify: Option<&Inotify>, allowed: usize) -> (Walk, Option<(i32, usize)>) {
     let mut out = Walk::default();
     let mut last_wd = inotify.map(|_| 0);
     let mut todo = vec![(PathBuf::from(ws), 0usize)];
@@ -208,9 +230,9 @@ fn walk(ws: &str, inotify: Option<&Inotify>) -> (Walk, Option<i32>) {
             break;
         }
         if let (Some(ino), Some(last)) = (inotify, last_wd) {
-            last_wd = ino
-                .add(&dir.to_string_lossy(), WATCHED)
-                .ok()
+            last_wd = (read <= allowed)
+                .then(|| ino.add(&dir.to_string_lossy(), WATCHED).ok())
+                .flatten()
                 .map(|wd| wd.max(last));
         }
         let Ok(rd) = std::fs::read_dir(&dir) else {
@@ -232,7 +254,7 @@ fn walk(ws: &str, inotify: Option<&Inotify>) -> (Walk, Option<i32>) {
             }
         }
     }
-    (out, last_wd)
+    (out, last_wd.map(|wd| (wd, read.min(NESTED_DIRS_MAX))))
 }
 
 #[cfg(test)]
@@ -282,6 +304,18 @@ mod tests {
             moved.contains(&format!("{}/a/c/.git/hooks", ws_c.display())),
             "{moved:?}"
         );
+        std::fs::remove_dir_all(&ws).unwrap();
+    }
+
+    #[test]
+    fn a_walk_past_its_watch_budget_is_not_kept() {
+        let ws = workspace("budget");
+        let ino = Inotify::new().unwrap();
+        let ws_s = ws.to_string_lossy().into_owned();
+        // ws, a and a/b: three directories.
+        assert!(walk(&ws_s, Some(&ino), 2).1.is_none());
+        assert_eq!(walk(&ws_s, Some(&ino), 3).1.map(|(_, n)| n), Some(3));
+        assert!(walk(&ws_s, None, 3).1.is_none());
         std::fs::remove_dir_all(&ws).unwrap();
     }
 
