@@ -27,6 +27,7 @@ pub mod filter;
 pub mod handoff;
 pub mod inotify;
 pub mod installer;
+pub mod laps;
 pub mod limits;
 pub mod otlp;
 pub mod policy;

@@ -51,7 +51,7 @@ fn plan(
     let doc = policy.credential_files();
     let ro = policy.read_only_files();
     let mut ro_paths = credential_files::in_workspace(&ro.paths, workspace);
-    ro_paths.extend(crate::policy::nested_git::nested_git(&ro.paths, workspace).0);
+    ro_paths.extend(crate::policy::nested_git::nested_git(&ro.paths, workspace));
     // agentsh's own files beneath a home (wrap's binaries, state, audit):
     // covered where a namespace can be had, else Landlock's as always.
     let own = setup.landlock.own_covers().cloned().unwrap_or_default();

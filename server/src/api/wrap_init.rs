@@ -18,6 +18,7 @@ use super::peer::Peer;
 use super::state::Api;
 use crate::audit::{EventBody, WrapInitEvent};
 use crate::handoff::{self, Caller};
+use crate::laps::Laps;
 use crate::limits::Kind;
 use crate::session::{Session, Setup};
 use agentsh_proto::env::EnvRules;
@@ -35,7 +36,7 @@ pub(super) async fn wrap_init(
     req: Request<Incoming>,
 ) -> Resp {
     let started = std::time::Instant::now();
-    let mut laps = Laps::start();
+    let mut laps = Laps::new(tracing::enabled!(tracing::Level::DEBUG));
     // One user's shells wait for their turn, not everyone's (`limits`).
     let _turn = api.limits.turn(peer.key()).await;
     laps.lap("turn");
@@ -109,39 +110,6 @@ pub(super) async fn wrap_init(
     out
 }
 
-/// Where one wrap-init's time goes, for its debug lines: `name=µs` per
-/// step, in order. Off (the log above debug), a lap costs one flag check.
-struct Laps {
-    on: bool,
-    last: std::time::Instant,
-    text: String,
-}
-
-impl Laps {
-    fn start() -> Laps {
-        Laps {
-            on: tracing::enabled!(tracing::Level::DEBUG),
-            last: std::time::Instant::now(),
-            text: String::new(),
-        }
-    }
-
-    /// Records that step `name` ended now.
-    fn lap(&mut self, name: &str) {
-        if self.on {
-            use std::fmt::Write;
-            let now = std::time::Instant::now();
-            let us = now.duration_since(self.last).as_micros();
-            let _ = write!(self.text, "{name}={us} ");
-            self.last = now;
-        }
-    }
-
-    fn text(&self) -> &str {
-        self.text.trim_end()
-    }
-}
-
 /// The ruleset's warnings for one wrap-init, in the server's log. An unset
 /// variable (no `workspace` configured) is a configuration, said once at
 /// start, not a warning at every shell.
@@ -170,7 +138,7 @@ fn prepare_wrap_init(
     caller: Caller,
 ) -> Result<(WrapInitResponse, handoff::Pending), Failure> {
     let started = std::time::Instant::now();
-    let mut laps = Laps::start();
+    let mut laps = Laps::new(tracing::enabled!(tracing::Level::DEBUG));
     let session = admission::admit(api, sid, caller)?;
     laps.lap("admit");
     let setup = &session.setup();

@@ -85,9 +85,13 @@ fn changes_walk(e: &Event) -> bool {
 }
 
 /// `${WORKSPACE}/.git/X` entries of `entries`, found again in every
-/// repository nested in `workspace` (see the module doc); and whether the
-/// walk was a kept one.
-pub fn nested_git(entries: &[String], workspace: Option<&str>) -> (Vec<String>, bool) {
+/// repository nested in `workspace` (see the module doc).
+pub fn nested_git(entries: &[String], workspace: Option<&str>) -> Vec<String> {
+    search(entries, workspace).0
+}
+
+/// [`nested_git`], and whether the walk was a kept one.
+fn search(entries: &[String], workspace: Option<&str>) -> (Vec<String>, bool) {
     let Some(ws) = workspace.map(|w| w.trim_end_matches('/')) else {
         return (Vec::new(), false);
     };
@@ -269,7 +273,7 @@ mod tests {
     }
 
     fn hooks(ws: &std::path::Path) -> (Vec<String>, bool) {
-        nested_git(
+        search(
             &["${WORKSPACE}/.git/hooks".to_string()],
             Some(&ws.to_string_lossy()),
         )
