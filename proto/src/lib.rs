@@ -25,6 +25,7 @@ pub mod mapabi;
 pub mod marker;
 pub mod netabi;
 pub mod notif;
+pub mod rootabi;
 pub mod seqpacket;
 pub mod shimconf;
 pub mod sigabi;

@@ -526,3 +526,47 @@ fn a_path_search_retrying_a_denied_program_is_one_attempt() {
         "{got:?}"
     );
 }
+
+/// The supervisor keeps a tree's root between execs until a task of the
+/// tree calls `chroot`. The attack on that: after an exec made the root
+/// kept, `chroot` into a directory where an allowed name leads to a denied
+/// program, then exec it. Judged in the kept root, `/usr/bin/true` would be
+/// `true` and allowed (and the kernel would run the jail's file); judged in
+/// the caller's new root it is a symlink to `curl`, which this policy denies
+/// nested. Under both backends (the ptrace backend keeps the root too).
+#[test]
+fn an_exec_after_chroot_is_judged_in_the_new_root() {
+    if !require_root("an_exec_after_chroot_is_judged_in_the_new_root") {
+        return;
+    }
+    for (backend, extra) in [("notify", ""), ("ptrace", "execve:\n  backend: ptrace\n")] {
+        let srv = TestServer::start(POLICY, extra);
+        let jail = TempDir::new("jail");
+        let bin = jail.path().join("usr/bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::copy("/bin/true", bin.join("curl")).unwrap();
+        std::os::unix::fs::symlink("/usr/bin/curl", bin.join("true")).unwrap();
+        let script = format!(
+            "/bin/true && /usr/sbin/chroot {} /usr/bin/true",
+            jail.path().display()
+        );
+        let out = run_wrapped(
+            &srv.url,
+            "jail",
+            &["/bin/sh", "-c", &script],
+            &WrapOptions::default(),
+        );
+        // chroot(8): 126 when the command is found but cannot be run.
+        assert_eq!(out.status.code(), Some(126), "{backend}: {}", stderr(&out));
+        let ev = srv.exec_events("jail");
+        assert_eq!(execs_of(&ev, "chroot").len(), 1, "{backend}: {ev:#?}");
+        let jailed: Vec<&Value> = ev
+            .iter()
+            .filter(|e| e["filename"] == "/usr/bin/true")
+            .collect();
+        assert_eq!(jailed.len(), 1, "{backend}: {ev:#?}");
+        assert_eq!(jailed[0]["resolved"], "/usr/bin/curl", "{backend}: {ev:#?}");
+        assert_eq!(jailed[0]["rule"], "deny-nested-curl", "{backend}: {ev:#?}");
+        assert_eq!(jailed[0]["effective_action"], "deny", "{backend}: {ev:#?}");
+    }
+}

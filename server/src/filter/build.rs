@@ -16,7 +16,7 @@ use super::guards::{
 use super::rules::{eq32, trap, Conditional, Unconditional, LOW32};
 use super::spec::{
     FilterSpec, SignalGuard, TRACE_DATA_EXEC, TRACE_DATA_FILE, TRACE_DATA_MAP, TRACE_DATA_NET,
-    TRACE_DATA_SIGNAL,
+    TRACE_DATA_ROOT, TRACE_DATA_SIGNAL,
 };
 use super::table::{Answer, Cmp, When, BASE_RULES, RESERVED};
 use agentsh_proto::marker::{MARKER_ERRNO, MARKER_PRCTL_ARG, MARKER_PRCTL_OPTION};
@@ -164,8 +164,9 @@ const PR_SET_PTRACER: u64 = 0x5961_6d61;
 /// The rules that hold whatever the arguments, in the order that decides
 /// which wins for a syscall named twice: the exec trap, the policy's
 /// `syscalls.block`, the base table's unconditional rules, the path calls
-/// the tracer judges where no Landlock keeps the file rules, and (without
-/// Landlock's signal scope) the signal calls the supervisor judges.
+/// the tracer judges where no Landlock keeps the file rules, (without
+/// Landlock's signal scope) the signal calls the supervisor judges, and
+/// `chroot`, which the supervisor hears of.
 fn unconditional_rules(spec: &FilterSpec) -> Unconditional {
     let mut always = Unconditional::default();
     for name in ["execve", "execveat"] {
@@ -235,6 +236,13 @@ fn unconditional_rules(spec: &FilterSpec) -> Unconditional {
             );
         }
     }
+    // Last, so a refusal above (the policy's block, the tracer's file
+    // rules) stands: a refused chroot changes no root.
+    always.set(
+        "chroot",
+        trap(spec.backend, TRACE_DATA_ROOT),
+        "a root changed: the supervisor stops using the tree's kept root".into(),
+    );
     always
 }
 

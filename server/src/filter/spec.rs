@@ -21,6 +21,8 @@ pub const TRACE_DATA_NET: u16 = 3;
 pub const TRACE_DATA_FILE: u16 = 4;
 /// `SECCOMP_RET_DATA` of the ptrace backend's executable-mapping trap.
 pub const TRACE_DATA_MAP: u16 = 5;
+/// `SECCOMP_RET_DATA` of the ptrace backend's `chroot` trap.
+pub const TRACE_DATA_ROOT: u16 = 6;
 
 /// The policy's network part of the filter: which `socket()` families a
 /// tree may create, and whether destinations go to the supervisor.

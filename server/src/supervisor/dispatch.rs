@@ -74,6 +74,9 @@ pub fn dispatch(
     if let Some(call) = maps::classify(c.arch, c.nr) {
         return maps::handle(ctx, tree, &mut st.tasks, &mut st.maps, call, c, stop);
     }
+    if agentsh_proto::rootabi::is_chroot(c.arch, c.nr) {
+        return chroot(tree, st, c, stop);
+    }
     // A call that changes a file, of an ABI the files family does not
     // read, sent to be explained: Landlock decides it.
     if tree
@@ -98,6 +101,17 @@ pub fn dispatch(
         )),
     );
     let _ = stop.refuse(libc::EACCES);
+}
+
+/// A `chroot`: the tree's kept root is given up before the answer, so
+/// before any root changes; every later exec of the tree reads its caller's
+/// own root. The call itself is the kernel's to allow.
+fn chroot(tree: &Tree, st: &mut TreeState, c: &Caught, stop: &dyn Stop) {
+    if st.tasks.root.kept() {
+        tracing::debug!(tid = c.tid, session = %tree.session_id, "chroot: the tree's execs now read each caller's root");
+    }
+    st.tasks.root.chroot_seen();
+    let _ = stop.proceed();
 }
 
 /// A verifying backend's `PTRACE_EVENT_EXEC` of process `pid` in `tree`:

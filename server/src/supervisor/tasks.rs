@@ -1,5 +1,6 @@
 //! What every family may need of a tree's tasks between calls: the tree's
-//! root, the tasks the supervisor stopped whose stop has not been collected
+//! root process, the root directory its tasks share until one calls
+//! `chroot` (`tracee::KeptRoot`), the tasks the supervisor stopped whose stop has not been collected
 //! yet (`ptrace::Lingering`: swept by the backend's loop), and the `/proc`
 //! files of the tree's processes kept open (`procfiles`).
 //!
@@ -16,6 +17,8 @@ pub struct Tasks {
     pub lingering: Lingering,
     /// `/proc` files of the processes the tree's calls ask about, kept open.
     pub files: ProcFiles,
+    /// The root directory the tree's execs are resolved in.
+    pub root: crate::tracee::KeptRoot,
 }
 
 impl Tasks {
@@ -24,6 +27,7 @@ impl Tasks {
             root_pid,
             lingering: Lingering::default(),
             files: ProcFiles::default(),
+            root: crate::tracee::KeptRoot::default(),
         }
     }
 }

@@ -50,7 +50,8 @@ pub use mem::{
     write_bytes, Argv, MemReader,
 };
 pub use resolve::{
-    basename, join_clean, resolve_exec_target, resolve_in, task_dir, ExecTarget, ResolveError, View,
+    basename, join_clean, resolve_exec_target, resolve_in, task_dir, ExecTarget, KeptRoot,
+    ResolveError, View,
 };
 pub use shebang::{interpreter_chain, shebang, ChainError, ChainLink, MAX_INTERPRETER_DEPTH};
 pub use stable::{file_is_stable, path_is_stable};

@@ -134,7 +134,12 @@ fn strings_reader(req: &ExecRequest, max_argc: usize) -> MemReader {
     mem
 }
 
-fn read_path(pid: u32, req: &ExecRequest, mem: &mut MemReader) -> Result<PathRead, Undecidable> {
+fn read_path(
+    pid: u32,
+    req: &ExecRequest,
+    mem: &mut MemReader,
+    root: &mut tracee::KeptRoot,
+) -> Result<PathRead, Undecidable> {
     let a = &req.args;
     if a.path == 0 {
         return Err(undecidable(
@@ -166,7 +171,7 @@ fn read_path(pid: u32, req: &ExecRequest, mem: &mut MemReader) -> Result<PathRea
             ),
         )
     };
-    let view = View::open(pid, req.tid).map_err(unresolvable)?;
+    let view = root.view(pid, req.tid).map_err(unresolvable)?;
     let empty_path = a.flags & libc::AT_EMPTY_PATH != 0;
     match tracee::resolve_in(&view, a.dirfd, &path, empty_path) {
         Ok(target) => Ok(PathRead::Target(Box::new(Resolved { path, view, target }))),
@@ -188,6 +193,7 @@ fn read_path_again(
     req: &ExecRequest,
     mem: &mut MemReader,
     first: Box<Resolved>,
+    root: &mut tracee::KeptRoot,
 ) -> Result<PathRead, Undecidable> {
     let same = mem
         .cstring(req.args.path, libc::PATH_MAX as usize)
@@ -199,7 +205,7 @@ fn read_path_again(
     if same && plain && first.view.root_unchanged() {
         return Ok(PathRead::Target(first));
     }
-    read_path(pid, req, mem)
+    read_path(pid, req, mem, root)
 }
 
 /// Every string address the kernel will read again after CONTINUE: the path,
@@ -289,7 +295,7 @@ pub(super) fn gather(
     };
     let max_argc = ctx.limits.max_argc;
     let mut mem = strings_reader(req, max_argc);
-    let first = match read_path(pid, req, &mut mem) {
+    let first = match read_path(pid, req, &mut mem, &mut st.tasks.root) {
         Ok(PathRead::Missing(errno)) => return Gather::Answer(errno),
         Ok(PathRead::Target(r)) => r,
         Err(u) => return fail("", u),
@@ -312,7 +318,7 @@ pub(super) fn gather(
         // The first read raced with tasks that were still running.
         mem = strings_reader(req, max_argc);
         let first_name = first.target.filename.clone();
-        match read_path_again(pid, req, &mut mem, first) {
+        match read_path_again(pid, req, &mut mem, first, &mut st.tasks.root) {
             Ok(PathRead::Missing(errno)) => return Gather::Answer(errno),
             Ok(PathRead::Target(r)) => r,
             Err(u) => return fail(&first_name, u),
