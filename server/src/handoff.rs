@@ -516,16 +516,19 @@ fn check_handoff(
             // The shim itself (it connected before anything was installed
             // and runs unixwrap's steps in place: a thread of it sends,
             // which gVisor names by its thread id), or its relay (its child).
-            // (The sending thread waits for the answer: it is alive here.)
+            // (There the sending thread waits for the answer: it is alive
+            // here.)
             from_caller = cred.pid == shim
                 || std::path::Path::new(&format!("/proc/{shim}/task/{}", cred.pid)).exists();
-            let parent = crate::tracee::proc_stat(cred.pid).map(|s| s.ppid);
-            if !from_caller && parent.as_ref().ok() != Some(&shim) {
-                return Err(Refused::NotItsRelay {
-                    relay: cred.pid,
-                    shim,
-                    parent: format!("{parent:?}"),
-                });
+            if !from_caller {
+                let parent = crate::tracee::proc_stat(cred.pid).map(|s| s.ppid);
+                if parent.as_ref().ok() != Some(&shim) {
+                    return Err(Refused::NotItsRelay {
+                        relay: cred.pid,
+                        shim,
+                        parent: format!("{parent:?}"),
+                    });
+                }
             }
         }
         None if backend::of(kind).facts().needs_caller_pid => {

@@ -188,12 +188,20 @@ impl Courier {
                             Some(_) => agentsh_proto::handoff::encode_handoff(pid),
                             None => agentsh_proto::handoff::encode_trace(pid),
                         };
+                        // Where the kernel names the sender by its thread
+                        // (gVisor, which answers SO_PEERCRED with this
+                        // process's own credentials), the server checks that
+                        // thread is one of this process: it stays alive
+                        // until the answer is there. Elsewhere the kernel
+                        // names the process, and the main thread waits
+                        // alone (one thread wake-up less per first shell).
+                        // Unsure: it stays.
+                        let by_thread = agentsh_proto::seqpacket::peer_cred(sock)
+                            .map_or(true, |p| p.pid == std::process::id());
                         agentsh_proto::seqpacket::send_with_creds(sock, &record, notify)?;
-                        // Alive until the answer is there: where the kernel
-                        // names the sender by its thread (gVisor), the
-                        // server checks that thread is one of this process.
-                        // The main thread reads the answer.
-                        let _ = poll_in(sock_fd, ack_timeout);
+                        if by_thread {
+                            let _ = poll_in(sock_fd, ack_timeout);
+                        }
                         Ok(())
                     }
                 }

@@ -18,8 +18,14 @@ use std::path::Path;
 
 /// The SHA-256 (hex) of one line, without its newline.
 pub fn digest(line: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let d = Sha256::digest(line.as_bytes());
-    d.iter().map(|b| format!("{b:02x}")).collect()
+    let mut hex = String::with_capacity(2 * d.len());
+    for b in d {
+        hex.push(char::from(HEX[usize::from(b >> 4)]));
+        hex.push(char::from(HEX[usize::from(b & 0xf)]));
+    }
+    hex
 }
 
 /// `line` (one JSON object) with `"prev"` first: the link to the line
@@ -118,6 +124,14 @@ pub fn verify(files: &[(String, String)]) -> Verified {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_digest_is_sha256_in_lowercase_hex() {
+        assert_eq!(
+            digest("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
 
     fn chain(n: u64) -> String {
         let mut prev: Option<String> = None;

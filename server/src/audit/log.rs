@@ -215,12 +215,14 @@ impl AuditLog {
             // Chained: the line names the one before it (under the lock, so
             // the file's order is the chain's).
             line = super::chain::linked(&line, link.as_deref());
-            let mut buf = line.clone().into_bytes();
-            buf.push(b'\n');
             // No length asked for per event: the file is appended to under
             // this lock only, so what a failed write left is the bytes it
-            // wrote, cut back from the end (the length is read then).
-            if let Err((e, wrote)) = append_whole(f, &buf) {
+            // wrote, cut back from the end (the length is read then). The
+            // newline is the line's only while it is written.
+            line.push('\n');
+            let appended = append_whole(f, line.as_bytes());
+            line.pop();
+            if let Err((e, wrote)) = appended {
                 written = false;
                 let n = self.write_failures.fetch_add(1, Ordering::Relaxed) + 1;
                 // Never a partial line: cut back to where this one began.
