@@ -24,6 +24,7 @@ pub fn entry(label: &str, argv: Vec<String>, ns: Option<&str>) -> Entry {
         prep: None,
         prep_ns: None,
         bare_notify: false,
+        wrapper_log: None,
     }
 }
 

@@ -85,6 +85,8 @@ pub struct Bench<'a> {
     pub plain_mnt: &'a str,
     /// The notify server's audit trail.
     pub audit: &'a Path,
+    /// The notify server's pid.
+    pub server_pid: u32,
     pub rounds: Rounds,
     pub quick: bool,
     /// The autoconf package to `./configure` (steps 4 and 6c; none: skipped).
@@ -127,6 +129,7 @@ pub fn run(o: &Opts) -> Result<(), String> {
         shim_mnt: &shim_mnt,
         plain_mnt: &plain_mnt,
         audit: &audit,
+        server_pid: srv.pid(),
         rounds,
         quick: o.quick,
         tarball: o.tarball.as_deref(),

@@ -1,11 +1,14 @@
 //! Step 6, the ptrace backend (what gVisor and Modal get) side by side
 //! with notify and with no supervision: the install path (6), the loop of
-//! 1000 execs (6b) and, with the tarball, `./configure` (6c). The ptrace
+//! 1000 execs (6b, with each server's CPU time per audited exec) and, with
+//! the tarball, `./configure` (6c). The ptrace
 //! side has its own namespace and server; the notify and plain sides are
 //! steps 1 to 5's namespaces. Fails unless every ptrace run made its
 //! wrap-init and every exec of the loop was audited by the ptrace server.
 
 use super::Bench;
+use crate::audit::audit_counts;
+use crate::host::cpu_seconds;
 use crate::report::{fmt_us, stats, Report};
 use crate::setup::{mount_ns_path, start_server_with};
 use crate::timer::{timed, Entry, Spec};
@@ -25,6 +28,11 @@ struct Sides<'a> {
     ws: &'a Path,
     /// The ptrace server's audit trail.
     audit: &'a Path,
+    /// The notify server's.
+    notify_audit: &'a Path,
+    /// The two servers' pids (their CPU time per exec).
+    ptrace_pid: u32,
+    notify_pid: u32,
 }
 
 /// `sh -c script` in the mount namespace `mnt`.
@@ -47,6 +55,9 @@ pub fn ptrace_backend(rep: &mut Report, b: &Bench<'_>) -> Result<(), String> {
         plain: b.plain_mnt,
         ws: b.ws,
         audit: &audit,
+        notify_audit: b.audit,
+        ptrace_pid: srv.pid(),
+        notify_pid: b.server_pid,
     };
     ptrace_install(rep, &sides, b.rounds.install)?;
     ptrace_loop(rep, &sides, b.rounds.exec_loop)?;
@@ -101,7 +112,11 @@ fn ptrace_loop(rep: &mut Report, m: &Sides<'_>, rounds: usize) -> Result<(), Str
             sh(m.plain, "loop unsupervised", LOOP_1000),
         ],
     };
+    let cpu0 = (cpu_seconds(m.ptrace_pid), cpu_seconds(m.notify_pid));
+    let (notify_execs0, _) = audit_counts(m.notify_audit);
     let (looped, got) = timed(m.ws, &spec, "ptrace-loop", None, m.audit)?;
+    let cpu1 = (cpu_seconds(m.ptrace_pid), cpu_seconds(m.notify_pid));
+    let (notify_execs1, _) = audit_counts(m.notify_audit);
     if got.execs < 1000 * spec.runs() {
         return Err(format!(
             "ptrace loop: expected ≥ {} audited execs, saw {}",
@@ -126,6 +141,28 @@ fn ptrace_loop(rep: &mut Report, m: &Sides<'_>, rounds: usize) -> Result<(), Str
         fmt_us(per_exec("loop, notify")),
         fmt_us(per_exec("loop unsupervised")),
     ));
+    // Each server serves its own side only: its CPU over the spec is its
+    // side's (the loops and their shells' installs).
+    let cpu_per_exec = |dt: f64, execs: usize| dt * 1e6 / execs.max(1) as f64;
+    let ptrace_cpu = cpu_per_exec(cpu1.0 - cpu0.0, got.execs);
+    let notify_execs = notify_execs1 - notify_execs0;
+    let notify_cpu = cpu_per_exec(cpu1.1 - cpu0.1, notify_execs);
+    rep.line(&format!(
+        "\nServer CPU per audited exec: {} under ptrace ({} execs), {} under notify ({} execs).",
+        fmt_us(ptrace_cpu),
+        got.execs,
+        fmt_us(notify_cpu),
+        notify_execs
+    ));
+    rep.json.insert(
+        "ptrace_server_cpu".into(),
+        serde_json::json!({
+            "ptrace_us_per_exec": ptrace_cpu,
+            "ptrace_execs": got.execs,
+            "notify_us_per_exec": notify_cpu,
+            "notify_execs": notify_execs,
+        }),
+    );
     Ok(())
 }
 

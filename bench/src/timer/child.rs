@@ -11,6 +11,24 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
+/// `argv` appending the shim's and unixwrap's log to `log`
+/// (`AGENTSH_WRAPPER_LOG_FD`: the file's fd, kept open across the exec in
+/// the child only).
+fn with_wrapper_log(mut cmd: Command, log: &std::fs::File) -> Command {
+    let fd = log.as_raw_fd();
+    cmd.env("AGENTSH_WRAPPER_LOG_FD", fd.to_string());
+    // SAFETY: runs in the forked child before exec; fcntl only.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd
+}
+
 /// `argv`, stdout discarded and stderr kept, entering the mount namespace
 /// `ns` (if any) before it execs.
 fn spawn_in(ns: Option<&std::fs::File>, argv: &[String]) -> Command {
@@ -63,9 +81,20 @@ fn time(spec: &Spec) -> Result<Samples, String> {
     };
     let mut files = Vec::new();
     let mut prep_files = Vec::new();
+    let mut logs = Vec::new();
     for e in &spec.entries {
         files.push(open(&e.ns)?);
         prep_files.push(open(&e.prep_ns)?);
+        logs.push(match &e.wrapper_log {
+            Some(p) => Some(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)
+                    .map_err(|err| format!("open {p}: {err}"))?,
+            ),
+            None => None,
+        });
     }
     let mut samples: Samples = spec
         .entries
@@ -82,6 +111,9 @@ fn time(spec: &Spec) -> Result<Samples, String> {
                 run_checked(prep_files[i].as_ref(), prep, &format!("{} (prep)", e.label))?;
             }
             let mut cmd = spawn_in(ns, &e.argv);
+            if let Some(log) = &logs[i] {
+                cmd = with_wrapper_log(cmd, log);
+            }
             let responder = if e.bare_notify {
                 Some(bare_notify(&mut cmd).map_err(|err| format!("{}: {err}", e.label))?)
             } else {

@@ -33,6 +33,12 @@ pub struct Entry {
     /// the kernel mechanism alone, with no policy, no /proc reads, no audit.
     #[serde(default)]
     pub bare_notify: bool,
+    /// A file the shim and unixwrap append their log to
+    /// (`AGENTSH_WRAPPER_LOG_FD`, an fd of it inherited): their `stages:`
+    /// lines, for the install step's stage table. A few writes per shell:
+    /// an entry with it is not one of a timed pair.
+    #[serde(default)]
+    pub wrapper_log: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
