@@ -57,12 +57,13 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
         write_call_rules(spec, &mut always, &mut conditional);
     }
     net_rules(spec, &mut always, &mut conditional);
-    let arches = extra_arches();
+    let arches = extra_arches(spec);
     let i386_apart = arches.contains(&ScmpArch::X86) && old_mmap_refused(spec);
     let mut ctx = context(
         arches
             .iter()
             .filter(|a| !i386_apart || **a != ScmpArch::X86),
+        spec,
     )?;
     add_rules(&mut ctx, &always, &conditional)?;
     if i386_apart {
@@ -77,7 +78,7 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
             ScmpAction::Errno(libc::EACCES),
             "exec_memory: i386 old_mmap (arguments out of the filter's reach)".into(),
         );
-        let mut apart = context([ScmpArch::X86].iter())?;
+        let mut apart = context([ScmpArch::X86].iter(), spec)?;
         apart
             .remove_arch(ScmpArch::native())
             .map_err(|err| build_error("dropping the native arch from the i386 part", err))?;
@@ -634,6 +635,7 @@ fn build_error(what: &str, err: libseccomp::error::SeccompError) -> FilterError 
 /// architecture killed, the binary-tree layout.
 fn context<'a>(
     arches: impl Iterator<Item = &'a ScmpArch>,
+    spec: &FilterSpec,
 ) -> Result<ScmpFilterContext, FilterError> {
     let e = build_error;
     let mut ctx =
@@ -642,9 +644,15 @@ fn context<'a>(
         ctx.add_arch(*arch)
             .map_err(|err| e(&format!("adding arch {arch:?}"), err))?;
     }
+    // Without the x32 ABI (a kernel that runs none) its numbers are the
+    // only ones of an ABI the program leaves out: ENOSYS, as that kernel
+    // answers them.
+    if !spec.x32 && cfg!(target_arch = "x86_64") {
+        ctx.set_act_badarch(ScmpAction::Errno(libc::ENOSYS))
+            .map_err(|err| e("setting the bad-arch action", err))?;
     // gVisor's seccomp reports no SECCOMP_RET_KILL_PROCESS to libseccomp's
     // probe: there a syscall of another architecture kills the thread.
-    if ctx.set_act_badarch(ScmpAction::KillProcess).is_err() {
+    } else if ctx.set_act_badarch(ScmpAction::KillProcess).is_err() {
         ctx.set_act_badarch(ScmpAction::KillThread)
             .map_err(|err| e("setting the bad-arch action", err))?;
     }
@@ -692,10 +700,12 @@ fn add_rules(
 
 /// The compat ABIs of [`agentsh_proto::execabi::filter_abis`] (the native one
 /// is the context's own): the supervisor classifies execs from the same table.
-fn extra_arches() -> Vec<ScmpArch> {
+/// x32 only where `spec` says the kernel runs it.
+fn extra_arches(spec: &FilterSpec) -> Vec<ScmpArch> {
     agentsh_proto::execabi::filter_abis()
         .iter()
         .skip(1)
+        .filter(|abi| spec.x32 || **abi != "x32")
         .filter_map(|abi| match *abi {
             "i386" => Some(ScmpArch::X86),
             "x32" => Some(ScmpArch::X32),

@@ -271,6 +271,7 @@ impl Filters {
         spec.net = self.net.clone();
         spec.trace_files = self.traces_files();
         spec.explain_writes = self.explains_writes();
+        spec.x32 = super::spec::kernel_runs_x32();
     }
 
     /// The program for `spec` plus the policy's blocklist, from the cache when

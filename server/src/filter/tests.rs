@@ -1030,6 +1030,7 @@ fn templates_give_exactly_the_compiled_program() {
                 spec.backend = backend;
                 spec.trace_files = f.traces_files();
                 spec.explain_writes = f.explains_writes();
+                spec.x32 = super::spec::kernel_runs_x32();
                 let slow = compile(&spec).unwrap();
                 assert_eq!(
                     fast.encoded, slow.encoded,
@@ -1512,4 +1513,41 @@ fn scmp_arch(abi: &str) -> libseccomp::ScmpArch {
         "arm" => ScmpArch::Arm,
         other => panic!("unknown ABI {other}"),
     }
+}
+
+/// Where the kernel runs no x32 program the filter leaves the ABI out: its
+/// numbers are answered ENOSYS (as that kernel answers them), not killed,
+/// the native and i386 rules stand, and the program is shorter.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn without_x32_its_numbers_are_enosys_and_the_rest_holds() {
+    const X32: libc::c_long = 0x4000_0000;
+    let with = compile(&spec(7)).unwrap().program;
+    let mut s = spec(7);
+    s.x32 = false;
+    let without = compile(&s).unwrap().program;
+    assert!(
+        without.len() * 10 < with.len() * 9,
+        "{} vs {} instructions",
+        without.len(),
+        with.len()
+    );
+    let setns_x32: fn() -> libc::c_long = || {
+        // SAFETY: an invalid fd: it can only fail.
+        unsafe { libc::syscall(X32 | libc::SYS_setns, -1, 0) }
+    };
+    let setns: fn() -> libc::c_long = || {
+        // SAFETY: as above.
+        unsafe { libc::syscall(libc::SYS_setns, -1, 0) }
+    };
+    assert_eq!(errno_under(&without, setns_x32), libc::ENOSYS);
+    assert_eq!(errno_under(&with, setns_x32), EPERM, "the x32 rules, kept");
+    assert_eq!(errno_under(&without, setns), EPERM);
+    // The probe agrees with the kernel: ENOSYS unfiltered means no x32.
+    let unfiltered = errno_unfiltered(setns_x32);
+    assert_eq!(
+        super::spec::kernel_runs_x32(),
+        unfiltered != libc::ENOSYS,
+        "x32 setns unfiltered: errno {unfiltered}"
+    );
 }
