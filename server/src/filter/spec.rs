@@ -143,8 +143,9 @@ pub struct FilterSpec {
 
 /// Whether this kernel runs x32 system calls: an x32 `getpid` made by a
 /// child process answers anything but ENOSYS (a child, so that a filter
-/// around this process that kills the call kills only the child: the
-/// tree, under the same filter, could not make x32 calls either). Asked
+/// around this process that kills the call kills only the child; such a
+/// filter usually surrounds the trees too, and where it does not, their x32
+/// calls are answered ENOSYS: refused, never let through unjudged). Asked
 /// once. `true` off x86_64 (no x32 there) and when no child can be made.
 pub fn kernel_runs_x32() -> bool {
     static RUNS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -154,6 +155,7 @@ pub fn kernel_runs_x32() -> bool {
 #[cfg(target_arch = "x86_64")]
 fn probe_x32() -> bool {
     const X32_GETPID: libc::c_long = 0x4000_0000 | libc::SYS_getpid;
+    const SAID_ENOSYS: i32 = 38;
     // SAFETY: the child makes one raw syscall and _exits (async-signal-safe
     // after a fork of a threaded process); the parent reaps it.
     unsafe {
@@ -161,7 +163,7 @@ fn probe_x32() -> bool {
         if pid == 0 {
             let rc = libc::syscall(X32_GETPID);
             let enosys = rc == -1 && *libc::__errno_location() == libc::ENOSYS;
-            libc::_exit(if enosys { 38 } else { 0 });
+            libc::_exit(if enosys { SAID_ENOSYS } else { 0 });
         }
         if pid < 0 {
             return true;
@@ -172,7 +174,7 @@ fn probe_x32() -> bool {
                 return true;
             }
         }
-        let answered_enosys = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 38;
+        let answered_enosys = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == SAID_ENOSYS;
         let killed = libc::WIFSIGNALED(status);
         let runs = !(answered_enosys || killed);
         tracing::debug!(runs, status, "x32 system calls on this kernel");

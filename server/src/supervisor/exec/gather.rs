@@ -187,7 +187,9 @@ fn read_path(
 /// a second resolution would take the same inputs: the first one stands
 /// (whether the file system changed meanwhile is the stability check's and
 /// the verification's question, as for any resolution). Otherwise it is
-/// resolved again.
+/// resolved again. A root that is not the tree's kept one, though no
+/// `chroot` was seen, ends the kept root for the tree (each exec reads its
+/// caller's root from then on).
 fn read_path_again(
     pid: u32,
     req: &ExecRequest,
@@ -202,7 +204,19 @@ fn read_path_again(
         let clean = tracee::join_clean("/", &String::from_utf8_lossy(&first.path));
         !clean.starts_with("/proc/") && !clean.starts_with("/dev/")
     };
-    if same && plain && first.view.root_unchanged() {
+    // Asked whenever the root is the kept one (the check that it still
+    // is), else only where the first resolution could stand.
+    let asked = root.kept() || (same && plain);
+    let unchanged = asked && first.view.root_unchanged();
+    if asked && !unchanged && root.kept() {
+        tracing::warn!(
+            pid,
+            "the caller's root is not its tree's kept root though no chroot was seen: \
+             each exec of the tree now reads its caller's root"
+        );
+        root.chroot_seen();
+    }
+    if same && plain && unchanged {
         return Ok(PathRead::Target(first));
     }
     read_path(pid, req, mem, root)
