@@ -66,13 +66,7 @@ impl Report {
         let mut js = serde_json::Map::new();
         for label in spec.entries.iter().map(|e| e.label.as_str()) {
             let st = stats(&samples[label]);
-            self.line(&format!(
-                "| {label} | {} | {} | {} | {} |",
-                st.n,
-                fmt_us(st.median_us),
-                fmt_us(st.p10_us),
-                fmt_us(st.p90_us)
-            ));
+            self.stats_row(label, &st);
             js.insert(label.to_string(), json!(st));
         }
         self.line("");
@@ -94,6 +88,17 @@ impl Report {
         }
         js.insert("ratios".into(), Value::Array(rs));
         self.json.insert(key.into(), Value::Object(js));
+    }
+
+    /// One row of a `| what | n | median | p10 | p90 |` table.
+    pub fn stats_row(&mut self, what: &str, st: &Stats) {
+        self.line(&format!(
+            "| {what} | {} | {} | {} | {} |",
+            st.n,
+            fmt_us(st.median_us),
+            fmt_us(st.p10_us),
+            fmt_us(st.p90_us)
+        ));
     }
 
     /// Writes `results.md` and `results.json` into `out`, and says so.

@@ -25,6 +25,7 @@ pub mod detect;
 pub mod dns;
 pub mod filter;
 pub mod handoff;
+pub mod hex;
 pub mod inotify;
 pub mod installer;
 pub mod laps;

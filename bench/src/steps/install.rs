@@ -5,7 +5,7 @@
 //! shim's own log over first shells of a pass of their own.
 
 use super::Bench;
-use crate::report::{fmt_us, stats, Report};
+use crate::report::{stats, Report};
 use crate::timer::{timed, Entry, Spec};
 use crate::workload::{entry, s};
 use serde_json::{json, Value};
@@ -138,13 +138,7 @@ fn install_stages(rep: &mut Report, b: &Bench<'_>) -> Result<(), String> {
             ));
         }
         let st = stats(&v[warmup..]);
-        rep.line(&format!(
-            "| {what} | {} | {} | {} | {} |",
-            st.n,
-            fmt_us(st.median_us),
-            fmt_us(st.p10_us),
-            fmt_us(st.p90_us)
-        ));
+        rep.stats_row(what, &st);
         js.insert(name.to_string(), json!(st));
     }
     rep.json.insert("install_stages".into(), Value::Object(js));

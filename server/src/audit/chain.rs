@@ -18,14 +18,7 @@ use std::path::Path;
 
 /// The SHA-256 (hex) of one line, without its newline.
 pub fn digest(line: &str) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let d = Sha256::digest(line.as_bytes());
-    let mut hex = String::with_capacity(2 * d.len());
-    for b in d {
-        hex.push(char::from(HEX[usize::from(b >> 4)]));
-        hex.push(char::from(HEX[usize::from(b & 0xf)]));
-    }
-    hex
+    crate::hex::hex(&Sha256::digest(line.as_bytes()))
 }
 
 /// `line` (one JSON object) with `"prev"` first: the link to the line

@@ -4,7 +4,8 @@
 //! backend reads. Two equal specs give the same program.
 //!
 //! Failure modes: none; these are plain values (the policy's names are
-//! checked when the program is built).
+//! checked when the program is built), but for [`kernel_runs_x32`], which
+//! asks the kernel once, from a child process.
 
 use agentsh_proto::ExecBackend;
 use serde::{Deserialize, Serialize};

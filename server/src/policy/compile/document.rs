@@ -103,10 +103,7 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
 /// reload or an event names.
 fn text_hash(text: &str) -> String {
     use sha2::{Digest, Sha256};
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::hex::hex(&Sha256::digest(text.as_bytes()))
 }
 
 /// `name:` checked, or the origin's file stem when absent.

@@ -63,7 +63,7 @@ pub fn sha256_hex(file: &mut impl Read) -> std::io::Result<String> {
         }
         h.update(&buf[..n]);
     }
-    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+    Ok(crate::hex::hex(&h.finalize()))
 }
 
 /// Every path the rules name a program by, in the rules' order (a bare name
