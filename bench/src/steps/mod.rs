@@ -13,6 +13,7 @@ mod configure;
 mod egress;
 mod exec_loop;
 mod first_shell;
+mod floor;
 mod gvisor;
 mod http;
 mod install;

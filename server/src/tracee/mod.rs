@@ -44,7 +44,7 @@ mod stat;
 pub mod walk;
 
 pub use access::{as_owner, with_owner};
-pub use file::{fd_identity, fd_meta, FileKey, FileMeta};
+pub use file::{fd_identity, fd_meta, fd_path, FileKey, FileMeta};
 pub use mem::{
     overwrite_bytes, peek_cstring, poke_bytes, read_argv, read_bytes, read_cstring, read_ptr_array,
     write_bytes, Argv, MemReader,

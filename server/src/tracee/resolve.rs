@@ -398,7 +398,7 @@ fn finish(
     anonymous: bool,
     file: OwnedFd,
 ) -> Result<ExecTarget, ResolveError> {
-    let resolved = readlink(&format!("/proc/self/fd/{}", file.as_raw_fd()))
+    let resolved = super::file::fd_path(file.as_raw_fd())
         .ok()
         .map(|r| view.strip_root(r))
         .filter(|r| *r != filename);

@@ -457,8 +457,7 @@ fn readlinkat(dir: BorrowedFd<'_>, name: &[u8]) -> io::Result<Vec<u8>> {
 
 /// What `/proc` says an fd of ours is.
 fn fd_path(fd: &OwnedFd) -> io::Result<String> {
-    std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
-        .map(|p| p.to_string_lossy().into_owned())
+    super::file::fd_path(fd.as_raw_fd())
 }
 
 #[cfg(test)]
