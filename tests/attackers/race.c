@@ -36,6 +36,11 @@
  *   race cwdflip N ALLOWED DENIED  a sibling sharing the fs context fchdirs
  *                                  between the two directories while the
  *                                  caller execs ./NAME
+ *   race orphan N ALLOWED DENIED  the caller's memory shared with a process
+ *                                  outside its lineage: it vforks A, A vforks B,
+ *                                  B kills A (so the caller runs again, and B
+ *                                  is reparented away) and flips the buffers
+ *                                  while the caller execs ALLOWED
  *   race aio N DIR ALLOWED DENIED  the caller's own Linux AIO read (O_DIRECT,
  *                                  of a file in DIR)
  *                                  of DENIED's path lands in its path buffer
@@ -552,6 +557,62 @@ static int aio_mode(long n, const char *allowed, const char *denied, const char 
     return 0;
 }
 
+/* orphan: U (a fresh fork per attempt) vforks A with clone(CLONE_VM |
+ * CLONE_VFORK) on a stack of its own, A does the same for B, and B kills A:
+ * A's death ends U's vfork wait, so U runs again, and B (reparented to the
+ * nearest subreaper) still shares U's memory. U waits until B flips, then
+ * execs the buffers B flips. */
+static volatile pid_t orphan_a;
+static volatile int orphan_flipping;
+static char orphan_stack_a[65536] __attribute__((aligned(16)));
+static char orphan_stack_b[65536] __attribute__((aligned(16)));
+
+static int orphan_b(void *unused) {
+    (void)unused;
+    kill(orphan_a, SIGKILL);
+    orphan_flipping = 1;
+    /* A few milliseconds of flipping: longer than U's exec takes. */
+    for (unsigned long i = 0; i < 4000000; i++) {
+        memcpy(path, D, ld + 1);
+        memcpy(arg, "SECRET", 7);
+        memcpy(path, A, la + 1);
+        memcpy(arg, "benign", 7);
+    }
+    syscall(SYS_exit_group, 0);
+    return 0;
+}
+
+static int orphan_a_fn(void *unused) {
+    (void)unused;
+    orphan_a = (pid_t)syscall(SYS_getpid);
+    clone(orphan_b, orphan_stack_b + sizeof orphan_stack_b, CLONE_VM | CLONE_VFORK | SIGCHLD, NULL);
+    syscall(SYS_exit_group, 0);
+    return 0;
+}
+
+static int orphan_mode(long n, const char *allowed, const char *denied) {
+    static char p[512], a[64];
+    setup(p, a, allowed, denied);
+    struct tally t = {0};
+    for (long i = 0; i < n; i++) {
+        pid_t u = fork();
+        if (u < 0) { perror("fork"); return 1; }
+        if (u == 0) {
+            orphan_flipping = 0;
+            pid_t ap = clone(orphan_a_fn, orphan_stack_a + sizeof orphan_stack_a,
+                             CLONE_VM | CLONE_VFORK | SIGCHLD, NULL);
+            if (ap < 0) _exit(15);
+            while (!orphan_flipping) {}
+            child_exec();
+        }
+        int st;
+        waitpid(u, &st, 0);
+        count(&t, st);
+    }
+    report(&t);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IONBF, 0);
     if (argc >= 5 && !strcmp(argv[1], "thread")) return thread_mode(atol(argv[2]), argv[3], argv[4]);
@@ -565,6 +626,7 @@ int main(int argc, char **argv) {
     if (argc >= 6 && !strcmp(argv[1], "symlink")) return symlink_mode(atol(argv[2]), argv[3], argv[4], argv[5]);
     if (argc >= 5 && !strcmp(argv[1], "approve")) return approve_mode(argv[2], argv[3], argv[4]);
     if (argc >= 4 && !strcmp(argv[1], "spawners")) return spawners_mode(atol(argv[2]), argv[3]);
+    if (argc >= 5 && !strcmp(argv[1], "orphan")) return orphan_mode(atol(argv[2]), argv[3], argv[4]);
     if (argc >= 5 && !strcmp(argv[1], "procmem")) return procmem_mode(atol(argv[2]), argv[3], argv[4]);
     if (argc >= 5 && (!strcmp(argv[1], "fdflip") || !strcmp(argv[1], "dirflip") || !strcmp(argv[1], "cwdflip")))
         return flip_mode(argv[1], atol(argv[2]), argv[3], argv[4]);

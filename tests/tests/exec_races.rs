@@ -85,7 +85,7 @@ fn race_in(
     let srv = TestServer::start(POLICY, config);
     // The round-two attacks on a caller that shares nothing need programs in
     // stable directories (else the exec would be watched anyway).
-    let arena = if ["procmem", "aio"].contains(&mode) {
+    let arena = if ["procmem", "aio", "orphan"].contains(&mode) {
         Arena::stable(mode)
     } else {
         Arena::new(mode)
@@ -164,6 +164,20 @@ fn a_parent_writing_its_childs_path_through_proc_mem_never_runs_a_denied_program
         let attempts = agentsh_tests::attackers::tally(&out).map(|t| t.attempts);
         assert_eq!(refused, attempts, "{out}");
     }
+}
+
+/// Memory shared with a process outside the caller's lineage: the caller
+/// vforks A, A vforks B, B kills A, so the caller runs again while B,
+/// reparented to the nearest subreaper, still shares its memory and flips
+/// the path and argv as the caller execs (`race.c` orphan). Neither the
+/// caller's parent nor a vfork child of it shares anything: only the
+/// caller's own address space says someone else holds it.
+#[test]
+fn a_vfork_grandchild_reparented_away_never_runs_a_denied_program() {
+    if !require_root("a_vfork_grandchild_reparented_away_never_runs_a_denied_program") {
+        return;
+    }
+    round_two_of("orphan", None, 10);
 }
 
 #[test]
