@@ -92,6 +92,14 @@ CONFIG KEYS (YAML; all optional; defaults shown):
                                                      stops every such task while the exec is read
                                                      and runs (no racing write reaches the kernel;
                                                      about 60 µs more per such exec)
+  execve.watch                     shared            shared | every: which allowed execs are watched
+                                                     to their new image on the notify backend.
+                                                     shared: those race_guard names, and those whose
+                                                     lookups the tree can change. every: all of
+                                                     them, so a process that shares the caller's
+                                                     memory from outside its lineage (a vfork child
+                                                     whose vfork parent died) cannot change what
+                                                     runs either (about 130 µs more per exec here)
   execve.max_argc                  1000              argv entries read per exec
   execve.max_argv_bytes            65536             argv bytes read per exec
   execve.on_truncated              deny              deny | evaluate: what an exec whose argv
@@ -403,11 +411,25 @@ pub enum RaceGuard {
     Freeze,
 }
 
+/// `execve.watch`: which allowed execs the notify backend watches to their
+/// new image (see `docs/security-model.md`, "Command rules: what holds").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecWatch {
+    /// Those whose caller shares its memory with tasks it can find (its
+    /// threads, its vfork parents and their threads), and those whose
+    /// lookups the tree can change.
+    Shared,
+    /// Every one (the ptrace backend checks every exec anyway).
+    Every,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ExecveSection {
     pub backend: BackendChoice,
     pub race_guard: RaceGuard,
+    pub watch: ExecWatch,
     pub max_argc: usize,
     pub max_argv_bytes: usize,
     pub on_truncated: OnTruncated,
@@ -525,6 +547,7 @@ impl Default for ExecveSection {
         ExecveSection {
             backend: BackendChoice::Auto,
             race_guard: RaceGuard::Verify,
+            watch: ExecWatch::Shared,
             max_argc: 1000,
             max_argv_bytes: 65536,
             on_truncated: OnTruncated::Deny,

@@ -571,8 +571,8 @@ static int orphan_b(void *unused) {
     (void)unused;
     kill(orphan_a, SIGKILL);
     orphan_flipping = 1;
-    /* A few milliseconds of flipping: longer than U's exec takes. */
-    for (unsigned long i = 0; i < 4000000; i++) {
+    /* About a millisecond of flipping: longer than U's exec takes. */
+    for (unsigned long i = 0; i < 1000000; i++) {
         memcpy(path, D, ld + 1);
         memcpy(arg, "SECRET", 7);
         memcpy(path, A, la + 1);

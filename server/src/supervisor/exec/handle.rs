@@ -12,7 +12,7 @@ use super::state::{ExecState, ExecTree};
 use super::verify::{self, Expected};
 use super::watch::{record_mismatch, record_unfinished, redirect, release, watch_through};
 use crate::audit::{Action, EventBody, ExecEvent, ExecSubject, Memory, Refusal};
-use crate::config::AuditOnFailure;
+use crate::config::{AuditOnFailure, ExecWatch};
 use crate::policy::{Decision, Verdict};
 use crate::supervisor::context::SupervisorContext;
 use crate::supervisor::phases;
@@ -174,6 +174,7 @@ fn answer(x: &Answering, st: &mut ExecTree<'_>, j: Judged, frozen: Option<Frozen
             x.g,
             x.verified,
             frozen.is_some(),
+            ctx.limits.watch == ExecWatch::Every,
             expected.as_ref(),
         )
     };
@@ -340,16 +341,20 @@ struct Answer {
 /// share the caller's memory under `race_guard: verify`), or the watch
 /// itself. An exec is watched here when anything could change what runs
 /// after CONTINUE: tasks sharing the caller's memory (running, or stopped
-/// and released only once the exec is over), or a path lookup the tree can
-/// change (a symlink or rename swap); the caller is seized before CONTINUE
-/// and asked to stop right after it (`PTRACE_EVENT_EXEC` on success, a stop
-/// on its way back to user space on failure).
+/// and released only once the exec is over), a path lookup the tree can
+/// change (a symlink or rename swap), or any exec at all (`every`:
+/// `execve.watch: every`, for a task sharing the memory that the sharing
+/// check cannot find: a vfork child whose vfork parent died); the caller is
+/// seized before CONTINUE and asked to stop right after it
+/// (`PTRACE_EVENT_EXEC` on success, a stop on its way back to user space on
+/// failure).
 fn settle(
     verdict: &Verdict,
     req: &ExecRequest,
     g: &Gathered,
     verified: bool,
     frozen: bool,
+    every: bool,
     expected: Option<&Expected>,
 ) -> Answer {
     let unverifiable = |message: String| Answer {
@@ -369,8 +374,9 @@ fn settle(
         return as_judged(false);
     }
     // Other tasks share the caller's memory and run on (`race_guard:
-    // verify`): this thread watches the exec and checks the new image.
-    let checks_here = !verified && g.memory == Memory::Verified;
+    // verify`), or every exec is watched: this thread watches the exec and
+    // checks the new image.
+    let checks_here = !verified && (g.memory == Memory::Verified || every);
     if (verified || checks_here) && expected.is_none() {
         // Without an identity to check against, nothing may run.
         return unverifiable(
