@@ -173,8 +173,9 @@ fn a_parent_writing_its_childs_path_through_proc_mem_never_runs_a_denied_program
 /// caller's parent nor a vfork child of it shares anything, so the sharing
 /// check finds no one (the kernel tells no process who else holds an
 /// address space): what holds is watching every exec to its new image,
-/// `execve.watch: every` on the notify backend (with Landlock ABI 2 too),
-/// and the ptrace backend, which checks every exec. Under the default
+/// `execve.watch: every` on the notify backend (under either race guard,
+/// and with Landlock ABI 2), and the ptrace backend, which checks every
+/// exec. Under the default
 /// (`shared`) this attack can run a denied program: a limit that
 /// `docs/security-model.md` states.
 #[test]
@@ -187,6 +188,7 @@ fn a_vfork_grandchild_reparented_away_never_runs_a_denied_program_when_every_exe
     let n = (attempts() / 20).max(100);
     for config in [
         "execve:\n  watch: every\n",
+        "execve:\n  watch: every\n  race_guard: freeze\n",
         "execve:\n  backend: ptrace\n",
         "execve:\n  watch: every\nlandlock:\n  max_abi: 2\n",
     ] {
