@@ -80,7 +80,7 @@ pub fn fd_identity(fd: i32) -> io::Result<(u64, u64)> {
 /// # Errors
 /// The fd is not open, or its link cannot be read.
 pub fn fd_path(fd: std::os::fd::RawFd) -> io::Result<String> {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::fd::{AsFd, FromRawFd, OwnedFd};
     static DIR: std::sync::OnceLock<Option<(u32, OwnedFd)>> = std::sync::OnceLock::new();
     let dir = DIR.get_or_init(|| {
         // SAFETY: a constant C string; the result is checked.
@@ -97,13 +97,29 @@ pub fn fd_path(fd: std::os::fd::RawFd) -> io::Result<String> {
         return std::fs::read_link(format!("/proc/self/fd/{fd}"))
             .map(|p| p.to_string_lossy().into_owned());
     };
-    let name = std::ffi::CString::new(fd.to_string()).expect("digits have no NUL");
-    let mut buf = [0u8; libc::PATH_MAX as usize];
+    let text = readlinkat(dir.as_fd(), fd.to_string().as_bytes())?;
+    if text.len() == libc::PATH_MAX as usize {
+        // Maybe cut short: read the whole link the ordinary way.
+        return std::fs::read_link(format!("/proc/self/fd/{fd}"))
+            .map(|p| p.to_string_lossy().into_owned());
+    }
+    Ok(String::from_utf8_lossy(&text).into_owned())
+}
+
+/// The text of the link `name` beneath `dir`, at most `PATH_MAX` bytes (a
+/// text of exactly that length may have been cut short).
+///
+/// # Errors
+/// The kernel's (not a link, gone, a NUL in `name`: EINVAL).
+pub fn readlinkat(dir: std::os::fd::BorrowedFd<'_>, name: &[u8]) -> io::Result<Vec<u8>> {
+    use std::os::fd::AsRawFd;
+    let c = std::ffi::CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let mut buf = vec![0u8; libc::PATH_MAX as usize];
     // SAFETY: a valid dirfd, C string and buffer of the length passed.
     let n = unsafe {
         libc::readlinkat(
             dir.as_raw_fd(),
-            name.as_ptr(),
+            c.as_ptr(),
             buf.as_mut_ptr().cast(),
             buf.len(),
         )
@@ -111,13 +127,8 @@ pub fn fd_path(fd: std::os::fd::RawFd) -> io::Result<String> {
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
-    let n = n as usize;
-    if n == buf.len() {
-        // Maybe cut short: read the whole link the ordinary way.
-        return std::fs::read_link(format!("/proc/self/fd/{fd}"))
-            .map(|p| p.to_string_lossy().into_owned());
-    }
-    Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
+    buf.truncate(n as usize);
+    Ok(buf)
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@
 //! fail so); anything else (the thread gone, a `/proc` link unreadable) is
 //! [`WalkError::Other`].
 
+use super::file::readlinkat;
 use super::file::{fd_meta, FileMeta};
 use super::resolve::open_path;
 use std::collections::VecDeque;
@@ -434,25 +435,6 @@ fn openat(dir: BorrowedFd<'_>, name: &[u8], extra: i32) -> io::Result<OwnedFd> {
     }
     // SAFETY: a fresh fd nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-fn readlinkat(dir: BorrowedFd<'_>, name: &[u8]) -> io::Result<Vec<u8>> {
-    let c = CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    let mut buf = vec![0u8; libc::PATH_MAX as usize];
-    // SAFETY: a valid dirfd, C string and buffer of the length passed.
-    let n = unsafe {
-        libc::readlinkat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    buf.truncate(n as usize);
-    Ok(buf)
 }
 
 /// What `/proc` says an fd of ours is.
