@@ -398,8 +398,8 @@ fn finish(
     anonymous: bool,
     file: OwnedFd,
 ) -> Result<ExecTarget, ResolveError> {
-    let resolved = super::file::fd_path(file.as_raw_fd())
-        .ok()
+    // The name the file is judged by: unreadable, the exec cannot be judged.
+    let resolved = Some(super::file::fd_path(file.as_raw_fd()).map_err(ResolveError::Other)?)
         .map(|r| view.strip_root(r))
         .filter(|r| *r != filename);
     let anonymous = anonymous || resolved.as_deref().is_some_and(is_anonymous);
