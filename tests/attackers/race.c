@@ -50,7 +50,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <spawn.h>
@@ -70,9 +69,9 @@ static char *arg;   /* argv[1] being flipped */
 static const char *A, *D;
 static size_t la, ld;
 
-/* Flips the path and argv n times (forever with ULONG_MAX). */
-static void flip(unsigned long n) {
-    for (unsigned long i = 0; i < n; i++) {
+static void *flipper(void *unused) {
+    (void)unused;
+    for (unsigned long i = 0;; i++) {
         memcpy(path, D, ld + 1);
         memcpy(arg, "SECRET", 7);
         memcpy(path, A, la + 1);
@@ -81,11 +80,6 @@ static void flip(unsigned long n) {
          * small machine (the race is about the window, not starving it). */
         if ((i & 0xfff) == 0) sched_yield();
     }
-}
-
-static void *flipper(void *unused) {
-    (void)unused;
-    flip(ULONG_MAX);
     return NULL;
 }
 
@@ -577,8 +571,14 @@ static int orphan_b(void *unused) {
     (void)unused;
     kill(orphan_a, SIGKILL);
     orphan_flipping = 1;
-    /* About a millisecond of flipping: longer than U's exec takes. */
-    flip(1000000);
+    /* About a millisecond of flipping: longer than U's exec takes. Not
+     * flipper's loop: its yields lose this race (U then runs unflipped). */
+    for (unsigned long i = 0; i < 1000000; i++) {
+        memcpy(path, D, ld + 1);
+        memcpy(arg, "SECRET", 7);
+        memcpy(path, A, la + 1);
+        memcpy(arg, "benign", 7);
+    }
     syscall(SYS_exit_group, 0);
     return 0;
 }
