@@ -11,6 +11,7 @@
 mod error;
 pub mod secrets;
 
+use crate::vocab::parse_duration;
 pub use error::{ConfigError, EgressAddrError, Invalid, SharedLocation};
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -160,9 +161,9 @@ pub struct SessionSection {
     #[serde(default)]
     pub env: Option<agentsh_proto::env::EnvDoc>,
     /// What each of its trees may use (processes, memory, CPU, wall time),
-    /// over its policy's `limits:` key by key (`cgroup::limits`).
+    /// over its policy's `limits:` key by key (`vocab::limits`).
     #[serde(default)]
-    pub limits: Option<crate::cgroup::LimitsDoc>,
+    pub limits: Option<crate::vocab::LimitsDoc>,
 }
 
 /// `egress.*`: the DNS stub and how much of a policy's `egress` must hold.
@@ -448,22 +449,6 @@ pub enum Explain {
     Off,
 }
 
-/// Parses "10s", "500ms", "2m" or a bare number of seconds.
-pub fn parse_duration(text: &str) -> Option<std::time::Duration> {
-    let t = text.trim();
-    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
-        (n, 0.001)
-    } else if let Some(n) = t.strip_suffix('s') {
-        (n, 1.0)
-    } else if let Some(n) = t.strip_suffix('m') {
-        (n, 60.0)
-    } else {
-        (t, 1.0)
-    };
-    let v: f64 = num.trim().parse().ok()?;
-    std::time::Duration::try_from_secs_f64(v * scale).ok()
-}
-
 fn deserialize_duration<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<std::time::Duration, D::Error> {
@@ -501,11 +486,15 @@ fn value_position(text: &str, after: &str, value: &str) -> Option<(usize, usize)
     })
 }
 
+/// The CA key's file name in `state_dir` (the proxy writes it there; the
+/// config says where it is).
+pub const CA_KEY_FILE: &str = "ca.key";
+
 impl Config {
     /// Where agentsh's CA key is (`egress.ca_key`, else in `state_dir`).
     pub fn ca_key_path(&self) -> PathBuf {
         if self.egress.ca_key.is_empty() {
-            self.state_dir.join(crate::proxy::ca::KEY_FILE)
+            self.state_dir.join(CA_KEY_FILE)
         } else {
             PathBuf::from(&self.egress.ca_key)
         }

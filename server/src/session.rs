@@ -47,7 +47,7 @@ pub struct Spec {
     pub env: Option<EnvDoc>,
     /// The session's own `limits:` (over its policy's, key by key).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub limits: Option<crate::cgroup::LimitsDoc>,
+    pub limits: Option<crate::vocab::LimitsDoc>,
 }
 
 /// A session's compiled rules (shared by sessions made from one spec).
@@ -67,7 +67,7 @@ pub struct Setup {
     /// What the supervisor judges the session's trees by.
     pub rules: Arc<TreeRules>,
     /// What each tree may use (its cgroup's limits; none: no cgroup).
-    pub limits: crate::cgroup::Limits,
+    pub limits: crate::vocab::Limits,
 }
 
 /// Why a session's [`Setup`] was not made: what in its spec cannot be used.
@@ -97,7 +97,7 @@ pub enum MakeError {
     },
     /// The session's `limits:` over its policy's do not read.
     #[error("{0}")]
-    Limits(String),
+    Limits(crate::vocab::LimitsError),
     /// The identity index of the programs the policy names (the
     /// supervisor's error, said as is).
     #[error("{0}")]
@@ -168,7 +168,7 @@ impl Maker {
             None => None,
         };
         let env = EnvRules::merged(own_env.as_ref(), policy.env());
-        let limits = crate::cgroup::Limits::from_doc(&crate::cgroup::limits::merge(
+        let limits = crate::vocab::Limits::from_doc(&crate::vocab::merge_limits(
             policy.limits(),
             spec.limits.as_ref(),
         ))

@@ -1149,12 +1149,12 @@ fn the_architecture_map_names_paths_that_exist() {
     }
 }
 
-/// Every rule the mechanism writes itself (`audit::Refusal`,
-/// `audit::Passage`) is in the table of the doc section it names, as the
+/// Every rule the mechanism writes itself (`vocab::Refusal`,
+/// `vocab::Passage`) is in the table of the doc section it names, as the
 /// audit event names it.
 #[test]
 fn every_mechanism_rule_is_documented() {
-    use agentsh::audit::{DocRow, Passage, Refusal};
+    use agentsh::vocab::{DocRow, Passage, Refusal};
     let rows = Refusal::ALL
         .iter()
         .map(|r| (r.rule(), r.doc()))

@@ -39,7 +39,7 @@ struct CreateBody {
     env: Option<agentsh_proto::env::EnvDoc>,
     /// Over the policy's `limits:`, key by key.
     #[serde(default)]
-    limits: Option<crate::cgroup::LimitsDoc>,
+    limits: Option<crate::vocab::LimitsDoc>,
 }
 
 fn who(r: &Requester) -> (u32, u32) {

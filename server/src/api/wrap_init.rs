@@ -328,7 +328,7 @@ fn limit_tree(
             pending.limit(cg);
             Ok(Some(summary))
         }
-        Err(why) if limits.compat == crate::cgroup::LimitsCompat::BestEffort => {
+        Err(why) if limits.compat == crate::vocab::LimitsCompat::BestEffort => {
             tracing::warn!(
                 uid = caller.uid,
                 "limits ({}) not applied, the tree runs without them                  (limits.compat: best_effort): {why}",

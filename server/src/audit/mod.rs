@@ -4,8 +4,9 @@
 //! Sinks: an append-only JSON Lines file, journald (through tracing-journald,
 //! when the journal socket exists) and an in-memory window per session served
 //! by the API. Audit never writes into a command's stdout or stderr. Rooms:
-//! `event` (what an event holds), `rules` (the rule names the mechanism itself
-//! writes: its refusals), `log` (the sinks), `time` (timestamps).
+//! `event` (what an event holds), `log` (the sinks), `chain` (the hash
+//! chain), `time` (timestamps). The rule names the mechanism itself writes
+//! live below, in `vocab::rules`, shared with the policy engine.
 //!
 //! Failure modes: if the JSONL file cannot be written the event still reaches
 //! the other sinks and the failure is logged; the exec decision itself does not
@@ -14,13 +15,11 @@
 mod chain;
 mod event;
 mod log;
-mod rules;
 mod time;
 
 pub use chain::{verify as verify_chain, Break, Verified};
 pub use event::*;
 pub use log::AuditLog;
-pub use rules::{Builtin, DocRow, Passage, Refusal};
 pub use time::{rfc3339_at, rfc3339_now};
 
 #[cfg(test)]

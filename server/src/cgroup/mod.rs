@@ -31,12 +31,11 @@
 //! limits are `required` then refuses its shells with that reason
 //! (`api::wrap_init`), `best_effort` runs them unlimited and says so.
 
-pub mod limits;
 pub mod tree;
 
-pub use limits::{Limits, LimitsCompat, LimitsDoc};
 pub use tree::TreeCgroup;
 
+use crate::vocab::Limits;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -16,8 +16,8 @@
 //! (a process left in it, e.g. a shell that fell back to running
 //! unsupervised) is logged and left.
 
-use super::limits::Limits;
 use crate::audit::{AuditLog, EventBody, LimitEvent};
+use crate::vocab::Limits;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -103,7 +103,7 @@ impl SessionError {
     }
 }
 
-/// `session create`'s limits per tree (`cgroup::limits`).
+/// `session create`'s limits per tree (`vocab::limits`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct LimitArgs {
     /// Each tree may have at most N processes and threads (cgroup v2
@@ -161,14 +161,14 @@ pub fn run(cmd: SessionCommand) -> Result<()> {
                 wall,
                 limits_best_effort,
             } = *limits;
-            let limits = crate::cgroup::LimitsDoc {
+            let limits = crate::vocab::LimitsDoc {
                 pids,
                 memory,
                 cpu,
                 wall,
-                compat: limits_best_effort.then_some(crate::cgroup::LimitsCompat::BestEffort),
+                compat: limits_best_effort.then_some(crate::vocab::LimitsCompat::BestEffort),
             };
-            if limits != crate::cgroup::LimitsDoc::default() {
+            if limits != crate::vocab::LimitsDoc::default() {
                 body["limits"] = serde_json::to_value(&limits)?;
             }
             create(&at, &body)

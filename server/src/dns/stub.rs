@@ -19,9 +19,10 @@
 
 use super::book::{Book, Querier};
 use super::packet::{self, Question};
-use crate::audit::{AuditLog, DnsEvent, EventBody, Refusal};
+use crate::audit::{AuditLog, DnsEvent, EventBody};
 use crate::policy::egress::Egress;
 use crate::policy::{Decision, RULE_DEFAULT};
+use crate::vocab::Refusal;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -44,7 +45,7 @@ pub struct Stub {
     /// `execve.explain: stderr`: a refused query's asker is told why, once
     /// per (thread, name) (resolvers ask again, for each address family).
     explain: bool,
-    told: std::sync::Mutex<crate::supervisor::explain::Told<String>>,
+    told: std::sync::Mutex<crate::explain::Told<String>>,
 }
 
 /// Why the stub could not start.
@@ -305,9 +306,9 @@ impl Stub {
     /// REFUSED, audited with `message`, and explained to the asker.
     fn refuse(&self, who: &Querier, query: &[u8], q: &Question, message: String) -> Vec<u8> {
         if self.explain && self.first_telling(who.pid, &q.name) {
-            crate::supervisor::explain::tell(
+            crate::explain::tell(
                 who.pid,
-                &crate::supervisor::explain::refused_name(&q.name, RULE_DEFAULT),
+                &crate::explain::refused_name(&q.name, RULE_DEFAULT),
             );
         }
         self.record(

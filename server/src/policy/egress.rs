@@ -351,7 +351,7 @@ pub fn judge_destination(e: &Egress, d: &Destination<'_>) -> EgressVerdict {
         },
         None => EgressVerdict {
             decision: e.default,
-            rule: crate::audit::Builtin::Default.rule().into(),
+            rule: crate::vocab::Builtin::Default.rule().into(),
         },
     }
 }

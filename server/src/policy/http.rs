@@ -113,7 +113,7 @@ pub struct HttpVerdict {
 }
 
 /// The rule of a path refused whatever the rules say.
-pub const RULE_PATH_FORM: &str = crate::audit::Refusal::HttpPathForm.rule();
+pub const RULE_PATH_FORM: &str = crate::vocab::Refusal::HttpPathForm.rule();
 
 impl Http {
     /// The secrets the rule's headers name.
@@ -205,7 +205,7 @@ pub fn judge_request(h: &Http, method: &str, path: &str) -> HttpVerdict {
     }
     HttpVerdict {
         decision: h.default,
-        rule: crate::audit::Builtin::Default.rule().into(),
+        rule: crate::vocab::Builtin::Default.rule().into(),
         why: Some("no http rule of the destination's egress rule matches".into()),
     }
 }

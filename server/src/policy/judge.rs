@@ -41,9 +41,9 @@ use serde::Serialize;
 const MAX_WRAPPER_NESTING: usize = 16;
 
 /// The rule that denies exec of a memfd or deleted file, for every policy.
-pub const RULE_FILELESS_EXEC: &str = crate::audit::Builtin::FilelessExec.rule();
+pub const RULE_FILELESS_EXEC: &str = crate::vocab::Builtin::FilelessExec.rule();
 /// The rule that denies an argv cut by `execve.max_argc` / `max_argv_bytes`.
-pub const RULE_TRUNCATED: &str = crate::audit::Builtin::ExecveTruncated.rule();
+pub const RULE_TRUNCATED: &str = crate::vocab::Builtin::ExecveTruncated.rule();
 
 /// One program name as the rules see it.
 #[derive(Debug, Clone, Copy)]

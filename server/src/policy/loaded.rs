@@ -64,7 +64,7 @@ pub struct Policy {
     /// `read_only_files:` (empty `paths`: nothing is kept read-only).
     pub(super) read_only_files: super::credential_files::ReadOnlyFilesDoc,
     /// `limits:` as written (checked), under a session's own.
-    pub(super) limits: Option<crate::cgroup::LimitsDoc>,
+    pub(super) limits: Option<crate::vocab::LimitsDoc>,
 }
 
 impl Policy {
@@ -134,7 +134,7 @@ impl Policy {
     }
 
     /// `limits:` as written (a session's own override it key by key).
-    pub fn limits(&self) -> Option<&crate::cgroup::LimitsDoc> {
+    pub fn limits(&self) -> Option<&crate::vocab::LimitsDoc> {
         self.limits.as_ref()
     }
 

@@ -43,8 +43,8 @@ pub(crate) struct PolicyDoc {
     pub credential_files: Option<super::credential_files::CredentialFilesDoc>,
     /// Files kept read-only in every tree (see `credential_files`).
     pub read_only_files: Option<super::credential_files::ReadOnlyFilesDoc>,
-    /// What each tree may use (`cgroup::limits`).
-    pub limits: Option<crate::cgroup::LimitsDoc>,
+    /// What each tree may use (`vocab::limits`).
+    pub limits: Option<crate::vocab::LimitsDoc>,
 }
 
 /// `exec_sources:`: whether files in places the tree can write may run.

@@ -21,8 +21,6 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-/// The key's file name in the state directory.
-pub const KEY_FILE: &str = "ca.key";
 /// The bundle's file name, beside the certificate.
 pub const BUNDLE_FILE: &str = "ca-bundle.pem";
 /// Where the system's roots are, first found wins.

@@ -72,9 +72,8 @@ impl Held for HeldRequest {
     }
     fn on_hold(&self, id: &str, timeout: std::time::Duration) {
         if self.explain {
-            let line =
-                crate::supervisor::explain::waiting_request(id, &self.request.filename, timeout);
-            crate::supervisor::explain::tell(self.request.pid, &line);
+            let line = crate::explain::waiting_request(id, &self.request.filename, timeout);
+            crate::explain::tell(self.request.pid, &line);
         }
     }
     fn settle(self: Box<Self>, s: Settled) {

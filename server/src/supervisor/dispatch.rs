@@ -22,8 +22,9 @@ use super::seam::{Caught, Stop, Verification};
 use super::state::TreeState;
 use super::tree::Tree;
 use super::{egress, exec, files, maps, signals};
-use crate::audit::{Action, EventBody, ExecEvent, ExecSubject, Refusal};
+use crate::audit::{Action, EventBody, ExecEvent, ExecSubject};
 use crate::policy::Decision;
+use crate::vocab::Refusal;
 use agentsh_proto::execabi;
 
 /// Routes `c` to its handler, which answers it through `stop` and audits.

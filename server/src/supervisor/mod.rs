@@ -14,9 +14,10 @@
 //! * the mechanisms the families share: stopping a tree's tasks (`ptrace`,
 //!   `sharing`: every task sharing the caller's memory), the `/proc` files
 //!   kept open between calls (`procfiles`), where the time goes (`phases`),
-//!   one attempt however many PATH entries (`retry`), telling the caller why
-//!   it was refused (`explain`), which memory may hold a call's strings
+//!   one attempt however many PATH entries (`retry`), which memory may hold a call's strings
 //!   (`vma`), an fd table held still through one call (`fdhold`);
+//!   (telling the caller why it was refused is `crate::explain`, below the
+//!   supervisor: the DNS stub and the proxy tell callers too);
 //! * the families, one folder or file each, each given only its own state:
 //!   `exec` (gather the facts, ask the pure policy, hold, answer, audit,
 //!   watch the exec through; `exec::identity` recognises copies of the
@@ -32,7 +33,7 @@
 //!   and the dispatch, never a family.
 //!
 //! Fail-closed: any fact that cannot be read, decided or frozen is answered
-//! EACCES (never CONTINUE) and audited with the reason (`audit::Refusal`).
+//! EACCES (never CONTINUE) and audited with the reason (`vocab::Refusal`).
 //! If the server dies, the kernel fails every later trapped syscall of the
 //! tree with ENOSYS, and detaches every task the supervisor had stopped.
 
@@ -41,7 +42,6 @@ mod context;
 mod dispatch;
 mod egress;
 mod exec;
-pub mod explain;
 mod fdhold;
 mod files;
 mod maps;

@@ -412,7 +412,7 @@ fn config_text(dirs: &Dirs, audit: &Path, policy: &str, workspace: &Path) -> Str
         q(&dirs.state),
         q(audit),
         q(&dirs.base.join("ca.pem")),
-        q(&dirs.base.join("ca-key").join(crate::proxy::ca::KEY_FILE)),
+        q(&dirs.base.join("ca-key").join(crate::config::CA_KEY_FILE)),
     )
 }
 

@@ -6,11 +6,11 @@
 //! Failure modes: none of its own; it builds the [`PolicyError`]s the other
 //! rooms return.
 
-use crate::audit::Builtin;
 use crate::policy::error::{Location, PolicyError};
 use crate::policy::locate::Source;
 use crate::policy::schema::Decision;
 use crate::policy::semantics::Refusal;
+use crate::vocab::Builtin;
 use std::collections::HashMap;
 
 /// Rule names the engine itself puts in a verdict.

@@ -71,8 +71,8 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
         true,
     )?;
     if let Some(l) = &doc.limits {
-        crate::cgroup::Limits::from_doc(l)
-            .map_err(|e| ctx.invalid(ctx.source.key("limits"), None, e))?;
+        crate::vocab::Limits::from_doc(l)
+            .map_err(|e| ctx.invalid(ctx.source.key("limits"), None, e.to_string()))?;
     }
     Ok(Policy {
         name,

@@ -17,7 +17,7 @@ use agentsh_proto::FsAccess;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The rule name the audit and `policy check` show for `exec_sources`.
-pub const RULE_EXEC_SOURCES: &str = crate::audit::Builtin::ExecSources.rule();
+pub const RULE_EXEC_SOURCES: &str = crate::vocab::Builtin::ExecSources.rule();
 
 /// The operations that modify the filesystem: always handled.
 const MODIFY: [FsAccess; 3] = [FsAccess::Write, FsAccess::Create, FsAccess::Delete];

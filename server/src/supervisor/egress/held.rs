@@ -16,7 +16,7 @@ use super::call::{Call, EgressTree};
 use super::judge::ToApprove;
 use super::state::DestKey;
 use crate::audit::{self, Action, ApprovalOutcome, AuditLog, EventBody};
-use crate::supervisor::explain;
+use crate::explain;
 use crate::supervisor::seam::{Held, HeldDestination, HoldKind, HoldRequest, Holder, Settled};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};

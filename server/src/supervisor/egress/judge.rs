@@ -15,11 +15,11 @@ use super::proxied::{to_proxy, ToProxy};
 use super::record::record;
 use super::sockaddr::{parse_destination, sockaddr_of, Parsed};
 use super::state::DestKey;
-use crate::audit::{Passage, Refusal};
+use crate::explain;
 use crate::policy::egress::{self, Destination, Egress, Protocol};
 use crate::policy::Decision;
-use crate::supervisor::explain;
 use crate::supervisor::tree::Tree;
+use crate::vocab::{Passage, Refusal};
 use std::net::SocketAddr;
 
 /// A destination an operator must approve first: its key, the rule, and the

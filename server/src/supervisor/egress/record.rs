@@ -8,9 +8,10 @@ use super::call::Call;
 use super::copy::copy_call;
 use super::sockaddr::{parse_destination, Parsed};
 use super::state::DestKey;
-use crate::audit::{ConnectEvent, EventBody, Refusal};
+use crate::audit::{ConnectEvent, EventBody};
 use crate::policy::egress;
 use crate::policy::Decision;
+use crate::vocab::Refusal;
 use std::net::IpAddr;
 
 /// What an event says of a destination: its address and port as the

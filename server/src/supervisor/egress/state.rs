@@ -43,7 +43,7 @@ pub struct EgressState {
     /// The names this tree resolved through the DNS stub.
     names: Option<Arc<TreeNames>>,
     /// The destinations each thread was told are refused.
-    pub(super) told: crate::supervisor::explain::Told<DestKey>,
+    pub(super) told: crate::explain::Told<DestKey>,
     /// The policy `seen` and `approved` were decided under: a reload that
     /// replaces it forgets them.
     judged_by: Option<Arc<crate::policy::Policy>>,

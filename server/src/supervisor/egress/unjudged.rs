@@ -15,10 +15,10 @@ use super::copy::copy_call;
 use super::record::{record, record_unenforceable, Named};
 use super::sockaddr::{parse_destination, Parsed};
 use super::state::DestKey;
-use crate::audit::Passage;
 use crate::policy::egress::{self, Protocol};
 use crate::policy::Decision;
 use crate::supervisor::fdhold::{with_fds_still, FdHoldError, Scope};
+use crate::vocab::Passage;
 use std::io;
 
 /// Why a call this host cannot judge runs anyway.

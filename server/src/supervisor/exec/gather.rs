@@ -19,7 +19,6 @@ use super::identity::IdentityIndex;
 use super::request::ExecRequest;
 use super::state::ExecTree;
 use crate::audit::Memory;
-use crate::audit::Refusal;
 use crate::config::RaceGuard;
 use crate::supervisor::context::SupervisorContext;
 use crate::supervisor::phases;
@@ -28,6 +27,7 @@ use crate::supervisor::sharing::{self, FreezeError, Frozen, Sharing};
 use crate::supervisor::vma;
 use crate::tracee::maps;
 use crate::tracee::{self, ExecTarget, MemReader, ResolveError, StatFile, View};
+use crate::vocab::Refusal;
 use agentsh_proto::execabi::ExecArgs;
 
 /// Why the exec cannot be judged: deny and audit with this rule and reason.

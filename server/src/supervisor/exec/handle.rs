@@ -11,7 +11,7 @@ use super::request::ExecRequest;
 use super::state::{ExecState, ExecTree};
 use super::verify::{self, Expected};
 use super::watch::{record_mismatch, record_unfinished, redirect, release, watch_through};
-use crate::audit::{Action, EventBody, ExecEvent, ExecSubject, Memory, Refusal};
+use crate::audit::{Action, EventBody, ExecEvent, ExecSubject, Memory};
 use crate::config::{AuditOnFailure, ExecWatch};
 use crate::policy::{Decision, Verdict};
 use crate::supervisor::context::SupervisorContext;
@@ -21,6 +21,7 @@ use crate::supervisor::seam::{Holder, Stop, Verification};
 use crate::supervisor::sharing::Frozen;
 use crate::supervisor::tasks::Tasks;
 use crate::supervisor::tree::Tree;
+use crate::vocab::Refusal;
 use std::time::{Duration, Instant};
 
 /// Handles one caught exec: gather, decide, answer, audit (module doc).
@@ -226,9 +227,9 @@ fn record(x: &Answering, j: &Judged, a: Answer, refuse_unaudited: bool) -> bool 
                 .argv
                 .first()
                 .map_or(j.subject.filename.as_str(), String::as_str);
-            crate::supervisor::explain::tell(
+            crate::explain::tell(
                 x.pid,
-                &crate::supervisor::explain::line(argv0, &a.rule, a.message.as_deref()),
+                &crate::explain::line(argv0, &a.rule, a.message.as_deref()),
             )
         }
     });
@@ -422,9 +423,9 @@ fn refuse_undecidable(
     });
     let explained = (!repeat && ctx.limits.explain == crate::config::Explain::Stderr).then(|| {
         st.exec.last_explained = Some((req.tid, rule, now));
-        crate::supervisor::explain::tell(
+        crate::explain::tell(
             req.tid,
-            &crate::supervisor::explain::line(&subject.filename, rule, Some(&why.reason)),
+            &crate::explain::line(&subject.filename, rule, Some(&why.reason)),
         )
     });
     let mut event = ExecEvent::new(

@@ -15,12 +15,13 @@
 //! Each is a second event after the approval's.
 
 use super::verify;
-use crate::audit::{Action, ApprovalOutcome, AuditLog, EventBody, ExecEvent, ExecSubject, Refusal};
+use crate::audit::{Action, ApprovalOutcome, AuditLog, EventBody, ExecEvent, ExecSubject};
 use crate::supervisor::ptrace::Lingering;
 use crate::supervisor::retry::Lookup;
 use crate::supervisor::seam::{
     Expected, Held, HoldKind, HoldRequest, Holder, Settled, Verification,
 };
+use crate::vocab::Refusal;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
@@ -98,8 +99,8 @@ impl Held for HeldExec {
     fn on_hold(&self, id: &str, timeout: std::time::Duration) {
         if self.explain {
             // Before the wait: an agent that sees nothing for 10 s retries.
-            let line = crate::supervisor::explain::waiting(id, &self.subject.argv, timeout);
-            crate::supervisor::explain::tell(self.tid, &line);
+            let line = crate::explain::waiting(id, &self.subject.argv, timeout);
+            crate::explain::tell(self.tid, &line);
         }
     }
 
@@ -151,9 +152,9 @@ impl HeldExec {
                     .map_or_else(String::new, |r| format!(": {r}"))
             ),
         };
-        crate::supervisor::explain::tell(
+        crate::explain::tell(
             self.tid,
-            &crate::supervisor::explain::line(argv0, &self.rule, Some(&why)),
+            &crate::explain::line(argv0, &self.rule, Some(&why)),
         )
     }
 

@@ -22,7 +22,7 @@ use std::time::Instant;
 /// a place the tree can write...): a replay of such an event through a
 /// policy says nothing (`agentsh policy test`).
 pub fn mechanism_rules() -> Vec<&'static str> {
-    crate::audit::Refusal::ALL
+    crate::vocab::Refusal::ALL
         .iter()
         .filter(|r| r.of_exec())
         .map(|r| r.rule())

@@ -14,12 +14,13 @@ use super::judge::Judged;
 use super::request::ExecRequest;
 use super::state::ExecTree;
 use super::verify::{self, Expected};
-use crate::audit::{Action, AuditLog, EventBody, ExecEvent, ExecSubject, Refusal};
+use crate::audit::{Action, AuditLog, EventBody, ExecEvent, ExecSubject};
 use crate::policy::Decision;
 use crate::supervisor::context::SupervisorContext;
 use crate::supervisor::seam::{Holder, Stop, Verification};
 use crate::supervisor::sharing::Frozen;
 use crate::supervisor::tree::Tree;
+use crate::vocab::Refusal;
 use std::time::Duration;
 
 /// How long, after the exec, tasks asleep in the kernel get to reach their stop.

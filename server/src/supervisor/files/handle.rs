@@ -13,12 +13,13 @@
 
 use super::judge::{self, Flags, Named, Verdict};
 use super::rules::FileRules;
-use crate::audit::{EventBody, FileEvent, Refusal};
+use crate::audit::{EventBody, FileEvent};
 use crate::policy::Decision;
 use crate::supervisor::context::SupervisorContext;
 use crate::supervisor::seam::{Caught, Stop};
 use crate::supervisor::tree::Tree;
 use crate::tracee::walk::{self, Found, Lookup, WalkError};
+use crate::vocab::Refusal;
 use agentsh_proto::fileabi::{FileOp, FileSyscall};
 
 /// What the family keeps of a tree between calls.
@@ -28,7 +29,7 @@ pub struct FilesState {
     /// path call; the filter refuses `chroot`, so it stays so).
     pub root_is_ours: bool,
     /// The paths each thread was told are refused.
-    told: crate::supervisor::explain::Told<String>,
+    told: crate::explain::Told<String>,
 }
 
 /// A mechanism refusal: the rule, and why.
@@ -160,7 +161,7 @@ fn refused(
     let shown = shown_path(read, &d.path);
     if ctx.limits.explain == crate::config::Explain::Stderr && st.told.first(c.tid, shown.clone()) {
         let at = (shown != d.path).then_some(d.path.as_str());
-        let line = crate::supervisor::explain::refused_file_in(
+        let line = crate::explain::refused_file_in(
             call.name,
             &shown,
             d.right.map(judge::right_name),
@@ -168,7 +169,7 @@ fn refused(
             d.rule.rule(),
             &d.reason,
         );
-        crate::supervisor::explain::tell(c.tid, &line);
+        crate::explain::tell(c.tid, &line);
     }
     let ev = event(call, c.tid, read, d.rule, &d.reason);
     ctx.audit.record(

@@ -82,7 +82,7 @@ pub struct Denial {
     pub right: Option<FsAccess>,
     /// `file_rules`, or `read_only_files` (a place kept read-only by a
     /// mount in the tree's namespace: the kernel's answer is `EROFS`).
-    pub rule: crate::audit::Refusal,
+    pub rule: crate::vocab::Refusal,
     /// Where it is missing.
     pub path: String,
     pub errno: i32,
@@ -146,7 +146,7 @@ fn need_right(
         return Ok(());
     }
     Err(Denial {
-        rule: crate::audit::Refusal::FileRules,
+        rule: crate::vocab::Refusal::FileRules,
         right: Some(right),
         path: path.to_string(),
         errno: libc::EACCES,
@@ -175,7 +175,7 @@ fn kept_absent(
     };
     let at = rules.absent_kept(new)?;
     Some(Denial {
-        rule: crate::audit::Refusal::ReadOnlyFiles,
+        rule: crate::vocab::Refusal::ReadOnlyFiles,
         right: Some(FsAccess::Create),
         path: new.clone(),
         errno: libc::EROFS,
@@ -204,7 +204,7 @@ fn read_only(
     }
     let at = rules.read_only_at(path)?;
     Some(Denial {
-        rule: crate::audit::Refusal::ReadOnlyFiles,
+        rule: crate::vocab::Refusal::ReadOnlyFiles,
         right: Some(right),
         path: path.to_string(),
         errno: libc::EROFS,
@@ -263,7 +263,7 @@ pub fn judge(
                     && (kind == u64::from(libc::S_IFCHR) || kind == u64::from(libc::S_IFBLK));
                 if device && rules.handles(FsAccess::Create) {
                     return Verdict::Deny(Denial {
-                        rule: crate::audit::Refusal::FileRules,
+                        rule: crate::vocab::Refusal::FileRules,
                         right: None,
                         path: path.clone(),
                         errno: libc::EACCES,
@@ -404,7 +404,7 @@ fn refer(rules: &FileRules, from: &str, to: &str) -> Verdict {
         .map(right_name)
         .collect();
     Verdict::Deny(Denial {
-        rule: crate::audit::Refusal::FileRules,
+        rule: crate::vocab::Refusal::FileRules,
         right: None,
         path: to.to_string(),
         errno: libc::EXDEV,

@@ -11,13 +11,14 @@
 //! with a hole in it is answered ENOMEM, as the kernel would.
 
 use super::elf::{self, Kind};
-use crate::audit::{Builtin, EventBody, FileEvent, Refusal};
+use crate::audit::{EventBody, FileEvent};
 use crate::policy::Decision;
 use crate::supervisor::context::SupervisorContext;
 use crate::supervisor::fdhold::{with_fds_still, FdHoldError, Scope};
 use crate::supervisor::seam::{Caught, Stop};
 use crate::supervisor::tasks::Tasks;
 use crate::supervisor::tree::Tree;
+use crate::vocab::{Builtin, Refusal};
 use agentsh_proto::mapabi::{MapKind, MapSyscall, ADDR_ARG, FD_ARG, LEN_ARG};
 use std::collections::HashMap;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -29,7 +30,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 pub struct MapsState {
     kinds: HashMap<FileKey, Kind>,
     /// The files each thread was told are refused as code.
-    told: crate::supervisor::explain::Told<String>,
+    told: crate::explain::Told<String>,
 }
 
 /// Kept kinds before the cache starts over.
@@ -138,14 +139,8 @@ fn tell(
 ) {
     let path = r.path.clone().unwrap_or_else(|| what.to_string());
     if ctx.limits.explain == crate::config::Explain::Stderr && st.told.first(c.tid, path.clone()) {
-        let line = crate::supervisor::explain::refused_file(
-            call.name,
-            &path,
-            Some("execute"),
-            r.rule,
-            &r.why,
-        );
-        crate::supervisor::explain::tell(c.tid, &line);
+        let line = crate::explain::refused_file(call.name, &path, Some("execute"), r.rule, &r.why);
+        crate::explain::tell(c.tid, &line);
     }
 }
 

@@ -61,6 +61,22 @@ pub struct Limits {
     pub compat: LimitsCompat,
 }
 
+/// A `limits:` value that cannot be applied: the key, the value, and what
+/// would do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitsError {
+    #[error("limits.pids: 0 would leave a tree no process at all (at least 1)")]
+    NoProcess,
+    #[error("limits.memory: {0:?} is not a size (e.g. 512M, 2G, or bytes)")]
+    Memory(String),
+    #[error("limits.memory: below 1M no shell can start")]
+    MemoryTooSmall,
+    #[error("limits.cpu: {0:?} is not a CPU share (e.g. 0.5 for half a CPU, 2, or 50%)")]
+    Cpu(String),
+    #[error("limits.wall: {0:?} is not a duration (e.g. 30m, 10s)")]
+    Wall(String),
+}
+
 /// The period `cpu.max` is written with (the kernel's default).
 const CPU_PERIOD_US: u64 = 100_000;
 
@@ -69,40 +85,30 @@ impl Limits {
     ///
     /// # Errors
     /// The key and value that cannot be used, and what would be.
-    pub fn from_doc(doc: &LimitsDoc) -> Result<Limits, String> {
+    pub fn from_doc(doc: &LimitsDoc) -> Result<Limits, LimitsError> {
         if doc.pids == Some(0) {
-            return Err("limits.pids: 0 would leave a tree no process at all (at least 1)".into());
+            return Err(LimitsError::NoProcess);
         }
         let memory = doc
             .memory
             .as_deref()
-            .map(|m| {
-                parse_bytes(m).ok_or_else(|| {
-                    format!("limits.memory: {m:?} is not a size (e.g. 512M, 2G, or bytes)")
-                })
-            })
+            .map(|m| parse_bytes(m).ok_or_else(|| LimitsError::Memory(m.to_string())))
             .transpose()?;
         if memory.is_some_and(|m| m < 1 << 20) {
-            return Err("limits.memory: below 1M no shell can start".into());
+            return Err(LimitsError::MemoryTooSmall);
         }
         let cpu = doc
             .cpu
             .as_deref()
-            .map(|c| {
-                parse_cpu(c).ok_or_else(|| {
-                    format!(
-                        "limits.cpu: {c:?} is not a CPU share (e.g. 0.5 for half a CPU, 2, or 50%)"
-                    )
-                })
-            })
+            .map(|c| parse_cpu(c).ok_or_else(|| LimitsError::Cpu(c.to_string())))
             .transpose()?;
         let wall = doc
             .wall
             .as_deref()
             .map(|w| {
-                crate::config::parse_duration(w)
+                super::duration::parse_duration(w)
                     .filter(|d| !d.is_zero())
-                    .ok_or_else(|| format!("limits.wall: {w:?} is not a duration (e.g. 30m, 10s)"))
+                    .ok_or_else(|| LimitsError::Wall(w.to_string()))
             })
             .transpose()?;
         Ok(Limits {
@@ -233,17 +239,18 @@ mod tests {
 
     #[test]
     fn a_limit_that_cannot_be_applied_is_an_error_that_names_it() {
-        for (yaml, says) in [
-            ("{memory: lots}", "limits.memory: \"lots\""),
-            ("{memory: 10k}", "below 1M"),
-            ("{cpu: fast}", "limits.cpu: \"fast\""),
-            ("{cpu: '-1'}", "limits.cpu"),
-            ("{wall: soon}", "limits.wall: \"soon\""),
-            ("{wall: 0s}", "limits.wall"),
-            ("{pids: 0}", "limits.pids: 0"),
+        for (yaml, is, says) in [
+            ("{memory: lots}", LimitsError::Memory("lots".into()), "limits.memory: \"lots\""),
+            ("{memory: 10k}", LimitsError::MemoryTooSmall, "below 1M"),
+            ("{cpu: fast}", LimitsError::Cpu("fast".into()), "limits.cpu: \"fast\""),
+            ("{cpu: '-1'}", LimitsError::Cpu("-1".into()), "limits.cpu"),
+            ("{wall: soon}", LimitsError::Wall("soon".into()), "limits.wall: \"soon\""),
+            ("{wall: 0s}", LimitsError::Wall("0s".into()), "limits.wall"),
+            ("{pids: 0}", LimitsError::NoProcess, "limits.pids: 0"),
         ] {
             let e = Limits::from_doc(&doc(yaml)).unwrap_err();
-            assert!(e.contains(says), "{yaml}: {e}");
+            assert_eq!(e, is, "{yaml}");
+            assert!(e.to_string().contains(says), "{yaml}: {e}");
         }
         let e = serde_yaml_ng::from_str::<LimitsDoc>("{pid: 3}").unwrap_err();
         assert!(e.to_string().contains("unknown field `pid`"), "{e}");
