@@ -129,6 +129,15 @@ impl AuditLog {
         Ok(())
     }
 
+    /// A log whose file takes no write (opened read-only): every event is
+    /// kept in memory, none reaches the file, and it is unhealthy from its
+    /// first event (the `audit.on_failure: refuse` tests).
+    #[cfg(test)]
+    pub fn unwritable_for_tests(memory_cap: usize) -> AuditLog {
+        let file = File::open("/dev/null").expect("/dev/null opens");
+        AuditLog::with_file(Some(file), memory_cap)
+    }
+
     /// Memory-only log (tests, `policy check`): ids from 1.
     pub fn in_memory(memory_cap: usize) -> AuditLog {
         AuditLog::with_file(None, memory_cap)

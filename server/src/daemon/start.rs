@@ -202,6 +202,8 @@ fn supervisor_context(
         dns,
         egress_compat: config.egress.compat,
         proxy: crate::proxy::ProxyCell::new(crate::proxy::ProxySetup::of(config)),
+        host: Arc::new(crate::tracee::host::RealHost),
+        stops: Arc::new(crate::supervisor::RealStops),
     });
     // A policy with http: rules: the CA is published before any tree needs
     // it (a failure is logged; those connects are refused).

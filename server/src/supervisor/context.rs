@@ -1,5 +1,7 @@
 //! What every tree's supervisor shares: the limits, the audit, where held
-//! calls wait for an operator, the DNS stub and the host's egress choice.
+//! calls wait for an operator, the DNS stub, the host's egress choice, and
+//! what the families ask the kernel and `/proc` through (`host`, `stops`:
+//! the real ones in the server, recording doubles in the unit tests).
 //!
 //! Failure modes: none; a type.
 
@@ -22,6 +24,12 @@ pub struct SupervisorContext {
     pub egress_compat: crate::config::EgressCompat,
     /// The HTTP proxy of egress rules with `http:`.
     pub proxy: crate::proxy::ProxyCell,
+    /// What the families ask the kernel and `/proc` about a caller
+    /// (`tracee::host::RealHost` in the server).
+    pub host: Arc<dyn crate::tracee::host::Host>,
+    /// What they ask the kernel to do to a tree's tasks
+    /// (`stops::RealStops` in the server).
+    pub stops: Arc<dyn super::stops::TaskStops>,
 }
 
 impl SupervisorContext {

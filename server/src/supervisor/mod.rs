@@ -14,10 +14,14 @@
 //! * the mechanisms the families share: stopping a tree's tasks (`ptrace`,
 //!   `sharing`: every task sharing the caller's memory), the `/proc` files
 //!   kept open between calls (`procfiles`), where the time goes (`phases`),
-//!   one attempt however many PATH entries (`retry`), which memory may hold a call's strings
-//!   (`vma`), an fd table held still through one call (`fdhold`);
-//!   (telling the caller why it was refused is `crate::explain`, below the
-//!   supervisor: the DNS stub and the proxy tell callers too);
+//!   one attempt however many PATH entries (`retry`), which memory may hold
+//!   a call's strings (`vma`), an fd table held still through one call
+//!   (`fdhold`), and what is asked of the kernel to stop or hold tasks
+//!   behind one trait (`stops`, with `tracee::host` its reading half: both
+//!   have recording doubles, so the families' refusals are unit-tested
+//!   without root, with `testkit`'s bench); (telling the caller why it was
+//!   refused is `crate::explain`, below the supervisor: the DNS stub and the
+//!   proxy tell callers too);
 //! * the families, one folder or file each, each given only its own state:
 //!   `exec` (gather the facts, ask the pure policy, hold, answer, audit,
 //!   watch the exec through; `exec::identity` recognises copies of the
@@ -53,7 +57,10 @@ mod seam;
 mod sharing;
 mod signals;
 mod state;
+mod stops;
 mod tasks;
+#[cfg(test)]
+mod testkit;
 mod tree;
 mod vma;
 
@@ -65,4 +72,5 @@ pub use seam::{
     Deferred, Held, HeldDestination, Hold, HoldKind, HoldRequest, Holder, Settled, Stop,
     Verification,
 };
+pub use stops::RealStops;
 pub use tree::{LiveRules, ReadOnly, Tree, TreeFiles, TreeRules, TreeTerms};

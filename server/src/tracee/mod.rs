@@ -29,14 +29,20 @@
 //! interpreter chain), `stable` (whether the tree can change what a lookup
 //! finds), `netproc` (a caller's socket as `/proc` shows it), `pidfd` (a
 //! task's fd taken through its pidfd, a signal through it), `walk` (a path
-//! call's path, component by component, for the file rules).
+//! call's path, component by component, for the file rules), `host` (the
+//! questions above whose failure is a refusal, behind one trait, so the
+//! supervisor's decisions are tested without root: `recording` is its
+//! double).
 
 pub mod access;
 mod file;
+pub mod host;
 pub mod maps;
 mod mem;
 pub mod netproc;
 pub mod pidfd;
+#[cfg(test)]
+pub mod recording;
 mod resolve;
 mod shebang;
 mod stable;

@@ -240,11 +240,23 @@ mod tests {
     #[test]
     fn a_limit_that_cannot_be_applied_is_an_error_that_names_it() {
         for (yaml, is, says) in [
-            ("{memory: lots}", LimitsError::Memory("lots".into()), "limits.memory: \"lots\""),
+            (
+                "{memory: lots}",
+                LimitsError::Memory("lots".into()),
+                "limits.memory: \"lots\"",
+            ),
             ("{memory: 10k}", LimitsError::MemoryTooSmall, "below 1M"),
-            ("{cpu: fast}", LimitsError::Cpu("fast".into()), "limits.cpu: \"fast\""),
+            (
+                "{cpu: fast}",
+                LimitsError::Cpu("fast".into()),
+                "limits.cpu: \"fast\"",
+            ),
             ("{cpu: '-1'}", LimitsError::Cpu("-1".into()), "limits.cpu"),
-            ("{wall: soon}", LimitsError::Wall("soon".into()), "limits.wall: \"soon\""),
+            (
+                "{wall: soon}",
+                LimitsError::Wall("soon".into()),
+                "limits.wall: \"soon\"",
+            ),
             ("{wall: 0s}", LimitsError::Wall("0s".into()), "limits.wall"),
             ("{pids: 0}", LimitsError::NoProcess, "limits.pids: 0"),
         ] {

@@ -9,6 +9,11 @@
 //! first, and read again once every task that shares the caller's memory is
 //! stopped; argv and the mappings of its strings are read after that.
 //!
+//! Every question to the kernel and `/proc` whose failure is a refusal goes
+//! through the context's `tracee::host::Host` and `stops::TaskStops`
+//! (recording doubles in `exec::tests`); the strings are read from the
+//! caller's memory ([`MemReader`]).
+//!
 //! Failure modes: anything that cannot be read, resolved or frozen is
 //! [`Gather::Refused`] with its rule (`unreadable`, `unresolvable`,
 //! `memory_not_frozen`, `shared_memory`, `interpreter_chain`) and the reason;
@@ -23,8 +28,10 @@ use crate::config::RaceGuard;
 use crate::supervisor::context::SupervisorContext;
 use crate::supervisor::phases;
 use crate::supervisor::procfiles::ProcFiles;
-use crate::supervisor::sharing::{self, FreezeError, Frozen, Sharing};
+use crate::supervisor::sharing::{FreezeError, Frozen, Sharing};
+use crate::supervisor::stops::TaskStops;
 use crate::supervisor::vma;
+use crate::tracee::host::Host;
 use crate::tracee::maps;
 use crate::tracee::{self, ExecTarget, MemReader, ResolveError, StatFile, View};
 use crate::vocab::Refusal;
@@ -135,6 +142,7 @@ fn strings_reader(req: &ExecRequest, max_argc: usize) -> MemReader {
 }
 
 fn read_path(
+    host: &dyn Host,
     pid: u32,
     req: &ExecRequest,
     mem: &mut MemReader,
@@ -171,9 +179,9 @@ fn read_path(
             ),
         )
     };
-    let view = root.view(pid, req.tid).map_err(unresolvable)?;
+    let view = host.view(root, pid, req.tid).map_err(unresolvable)?;
     let empty_path = a.flags & libc::AT_EMPTY_PATH != 0;
-    match tracee::resolve_in(&view, a.dirfd, &path, empty_path) {
+    match host.resolve(&view, a.dirfd, &path, empty_path) {
         Ok(target) => Ok(PathRead::Target(Box::new(Resolved { path, view, target }))),
         Err(ResolveError::Missing(errno)) => Ok(PathRead::Missing(errno)),
         Err(ResolveError::Other(e)) => Err(unresolvable(e)),
@@ -191,6 +199,7 @@ fn read_path(
 /// `chroot` was seen, ends the kept root for the tree (each exec reads its
 /// caller's root from then on).
 fn read_path_again(
+    host: &dyn Host,
     pid: u32,
     req: &ExecRequest,
     mem: &mut MemReader,
@@ -219,7 +228,7 @@ fn read_path_again(
     if same && plain && unchanged {
         return Ok(PathRead::Target(first));
     }
-    read_path(pid, req, mem, root)
+    read_path(host, pid, req, mem, root)
 }
 
 /// Every string address the kernel will read again after CONTINUE: the path,
@@ -228,6 +237,7 @@ fn read_path_again(
 /// said shares the caller's address space (in this exec): its kept maps
 /// file answers for that address space (see `procfiles`).
 fn check_mappings(
+    host: &dyn Host,
     pid: u32,
     req: &ExecRequest,
     argv: &tracee::Argv,
@@ -236,7 +246,7 @@ fn check_mappings(
 ) -> Result<maps::Maps, Undecidable> {
     let mut maps = match mm_parent.and_then(|p| files.maps(p)) {
         Some(f) => maps::Maps::over(f),
-        None => maps::Maps::open(pid).map_err(|e| {
+        None => host.maps(pid).map_err(|e| {
             undecidable(
                 Refusal::Unreadable,
                 format!("memory map cannot be read: {e}"),
@@ -297,7 +307,8 @@ pub(super) fn gather(
     verified: bool,
 ) -> Gather {
     st.tasks.files.begin_exec();
-    let Some((stat_file, stat, pid)) = who(req.tid) else {
+    let host = &*ctx.host;
+    let Some((stat_file, stat, pid)) = who(host, req.tid) else {
         return Gather::Answer(libc::EACCES); // vanished: nothing to audit
     };
     phases::mark("stat");
@@ -309,7 +320,7 @@ pub(super) fn gather(
     };
     let max_argc = ctx.limits.max_argc;
     let mut mem = strings_reader(req, max_argc);
-    let first = match read_path(pid, req, &mut mem, &mut st.tasks.root) {
+    let first = match read_path(host, pid, req, &mut mem, &mut st.tasks.root) {
         Ok(PathRead::Missing(errno)) => return Gather::Answer(errno),
         Ok(PathRead::Target(r)) => r,
         Err(u) => return fail("", u),
@@ -317,8 +328,13 @@ pub(super) fn gather(
     phases::mark("path");
     // A verifying backend checks every new image: no guard here.
     let guard = (!verified).then_some(ctx.limits.race_guard);
-    let (memory, mm_parent) = match stop_sharers(guard, pid, req.tid, &stat, &stat_file, st, frozen)
-    {
+    let sharers = Sharers {
+        stops: &*ctx.stops,
+        guard,
+        pid,
+        tid: req.tid,
+    };
+    let (memory, mm_parent) = match stop_sharers(&sharers, &stat, &stat_file, st, frozen) {
         Ok(m) => m,
         Err(why) => {
             return fail(
@@ -332,7 +348,7 @@ pub(super) fn gather(
         // The first read raced with tasks that were still running.
         mem = strings_reader(req, max_argc);
         let first_name = first.target.filename.clone();
-        match read_path_again(pid, req, &mut mem, first, &mut st.tasks.root) {
+        match read_path_again(host, pid, req, &mut mem, first, &mut st.tasks.root) {
             Ok(PathRead::Missing(errno)) => return Gather::Answer(errno),
             Ok(PathRead::Target(r)) => r,
             Err(u) => return fail(&first_name, u),
@@ -352,7 +368,7 @@ pub(super) fn gather(
     let mut maps = if verified || memory == Memory::Verified {
         None
     } else {
-        match check_mappings(pid, req, &argv, mm_parent, &mut st.tasks.files) {
+        match check_mappings(host, pid, req, &argv, mm_parent, &mut st.tasks.files) {
             Ok(m) => Some(m),
             Err(u) => return fail(&target.filename, u),
         }
@@ -378,7 +394,7 @@ pub(super) fn gather(
         }
     }
     phases::mark("maps");
-    let chain = match interpreters(&view, &target, &req.args, &path, &argv) {
+    let chain = match interpreters(host, &view, &target, &req.args, &path, &argv) {
         Ok(c) => c,
         Err(u) => return fail(&target.filename, u),
     };
@@ -392,6 +408,7 @@ pub(super) fn gather(
     phases::mark("stable");
     let (recognised, recognised_chain) = recognise(index, &target, &chain);
     let payloads = match loader_payloads(
+        host,
         index,
         &view,
         &stat_file,
@@ -423,9 +440,9 @@ pub(super) fn gather(
 
 /// Step 1, who: the calling thread's stat and its thread group (the
 /// process id). `None`: the thread vanished.
-fn who(tid: u32) -> Option<(StatFile, tracee::ProcStat, u32)> {
+fn who(host: &dyn Host, tid: u32) -> Option<(StatFile, tracee::ProcStat, u32)> {
     // Kept open: read again after a freeze (thread count) and for the owner.
-    let stat_file = StatFile::open(tid).ok()?;
+    let stat_file = host.stat_file(tid).ok()?;
     let stat = stat_file.read().ok()?;
     let pid = tracee::tgid_of(tid, &stat).ok()?;
     Some((stat_file, stat, pid))
@@ -447,6 +464,15 @@ fn read_argv(
     .map_err(|e| undecidable(Refusal::Unreadable, format!("argv cannot be read: {e}")))
 }
 
+/// Whose memory step 3 asks about, under which guard (`None`: a verifying
+/// backend), and what it asks through.
+struct Sharers<'a> {
+    stops: &'a dyn TaskStops,
+    guard: Option<RaceGuard>,
+    pid: u32,
+    tid: u32,
+}
+
 /// Step 3, the race guard: who else shares the caller's memory; under
 /// `execve.race_guard: freeze` anyone who does is stopped (`frozen` receives
 /// them), under `verify` the exec is watched instead (`Memory::Verified`).
@@ -457,18 +483,17 @@ fn read_argv(
 /// # Errors
 /// Why the tasks that share the memory cannot be found or stopped.
 fn stop_sharers(
-    guard: Option<RaceGuard>,
-    pid: u32,
-    tid: u32,
+    s: &Sharers,
     stat: &tracee::ProcStat,
     stat_file: &StatFile,
     st: &mut ExecTree<'_>,
     frozen: &mut Option<Frozen>,
 ) -> Result<(Memory, Option<u32>), FreezeError> {
-    let Some(guard) = guard else {
+    let Some(guard) = s.guard else {
         return Ok((Memory::Verified, None));
     };
-    match sharing::sharing(pid, tid, stat, &mut st.tasks.files)? {
+    let (pid, tid) = (s.pid, s.tid);
+    match s.stops.sharing(pid, tid, stat, &mut st.tasks.files)? {
         Sharing::Exclusive { parent } => Ok((Memory::Exclusive, parent.then_some(stat.ppid))),
         Sharing::Shared(set) if guard == RaceGuard::Verify => {
             // Nothing is stopped: the exec is watched and the new image
@@ -478,7 +503,7 @@ fn stop_sharers(
         }
         Sharing::Shared(set) => {
             let parent = (set.procs.get(1) == Some(&stat.ppid)).then_some(stat.ppid);
-            let f = sharing::freeze(
+            let f = s.stops.freeze(
                 pid,
                 tid,
                 stat_file,
@@ -496,6 +521,7 @@ fn stop_sharers(
 /// in `view`; the script is named as the kernel names it
 /// ([`kernel_filename`]).
 fn interpreters(
+    host: &dyn Host,
     view: &View,
     target: &ExecTarget,
     args: &ExecArgs,
@@ -503,19 +529,20 @@ fn interpreters(
     argv: &tracee::Argv,
 ) -> Result<Vec<tracee::ChainLink>, Undecidable> {
     let script_name = kernel_filename(args, path);
-    tracee::interpreter_chain(view, target, &script_name, &argv.args).map_err(|e| match e {
-        tracee::ChainError::TooDeep => undecidable(
-            Refusal::InterpreterChain,
-            format!(
-                "#! interpreters nested deeper than the kernel follows ({})",
-                tracee::MAX_INTERPRETER_DEPTH
+    host.interpreters(view, target, &script_name, &argv.args)
+        .map_err(|e| match e {
+            tracee::ChainError::TooDeep => undecidable(
+                Refusal::InterpreterChain,
+                format!(
+                    "#! interpreters nested deeper than the kernel follows ({})",
+                    tracee::MAX_INTERPRETER_DEPTH
+                ),
             ),
-        ),
-        tracee::ChainError::Unresolvable(i, e) => undecidable(
-            Refusal::Unresolvable,
-            format!("#! interpreter {i:?} cannot be resolved in the caller's view: {e}"),
-        ),
-    })
+            tracee::ChainError::Unresolvable(i, e) => undecidable(
+                Refusal::Unresolvable,
+                format!("#! interpreter {i:?} cannot be resolved in the caller's view: {e}"),
+            ),
+        })
 }
 
 /// How deep loaders run by loaders are followed (`ld.so ld.so PROG`).
@@ -543,6 +570,7 @@ fn is_loader<'a>(mut names: impl Iterator<Item = &'a str>) -> bool {
 /// `/proc` fd link while another task shares the caller's fd table); or
 /// loaders are nested deeper than [`MAX_LOADER_DEPTH`].
 fn loader_payloads(
+    host: &dyn Host,
     index: &IdentityIndex,
     view: &View,
     stat_file: &StatFile,
@@ -568,7 +596,7 @@ fn loader_payloads(
         let Ok(Unwrapped::Payload { program, argv }) = unwrap(Wrapper::DynamicLoader, &args) else {
             break;
         };
-        let t = match tracee::resolve_in(view, libc::AT_FDCWD, program.as_bytes(), false) {
+        let t = match host.resolve(view, libc::AT_FDCWD, program.as_bytes(), false) {
             Ok(t) => t,
             Err(ResolveError::Missing(_)) => break,
             Err(ResolveError::Other(e)) => {

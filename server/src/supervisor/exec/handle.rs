@@ -2,7 +2,16 @@
 //! audit, and watch (the family's doc, in `mod.rs`, says each step and why).
 //!
 //! Failure modes: anything that cannot be read, resolved or frozen is a deny
-//! (EACCES) audited with the mechanism's rule and the reason.
+//! (EACCES) audited with the mechanism's rule and the reason: each
+//! `Refusal` `gather` returns (`unreadable`: the path, argv or maps;
+//! `unresolvable`, `memory_not_frozen`, `shared_memory`,
+//! `interpreter_chain`, `loader_payload`, `fileless_exec`), and here
+//! `unverifiable` (no identity to check the new image against; a watch that
+//! cannot be armed) and `audit_unavailable`. A caller whose stat cannot be
+//! read is gone: EACCES, no event; a path that names nothing gets the
+//! kernel's errno, no event. What it asks the kernel goes through the
+//! context's `Host` and `TaskStops`, so `exec::tests` checks each of these
+//! with recording doubles, without root.
 
 use super::gather::{gather, Gather, Gathered, Undecidable};
 use super::held::HeldExec;
@@ -169,15 +178,7 @@ fn answer(x: &Answering, st: &mut ExecTree<'_>, j: Judged, frozen: Option<Frozen
             watched: false,
         }
     } else {
-        settle(
-            &j.verdict,
-            x.req,
-            x.g,
-            x.verified,
-            frozen.is_some(),
-            ctx.limits.watch == ExecWatch::Every,
-            expected.as_ref(),
-        )
+        settle(&j.verdict, x, frozen.is_some(), expected.as_ref())
     };
     if let (true, true, Some(e)) = (a.allow, x.verified, &expected) {
         // The backend checks the new image.
@@ -349,15 +350,9 @@ struct Answer {
 /// seized before CONTINUE and asked to stop right after it
 /// (`PTRACE_EVENT_EXEC` on success, a stop on its way back to user space on
 /// failure).
-fn settle(
-    verdict: &Verdict,
-    req: &ExecRequest,
-    g: &Gathered,
-    verified: bool,
-    frozen: bool,
-    every: bool,
-    expected: Option<&Expected>,
-) -> Answer {
+fn settle(verdict: &Verdict, x: &Answering, frozen: bool, expected: Option<&Expected>) -> Answer {
+    let (req, g, verified) = (x.req, x.g, x.verified);
+    let every = x.ctx.limits.watch == ExecWatch::Every;
     let unverifiable = |message: String| Answer {
         allow: false,
         rule: Refusal::Unverifiable.rule().into(),
@@ -386,7 +381,7 @@ fn settle(
     }
     let watched = !verified && (frozen || !g.stable || checks_here);
     if watched {
-        if let Err(e) = verify::arm(req.tid) {
+        if let Err(e) = x.ctx.stops.arm_watch(req.tid) {
             return unverifiable(format!(
                 "cannot watch the exec of thread {} to verify what runs (ptrace: {e}); \
                  the server needs CAP_SYS_PTRACE",

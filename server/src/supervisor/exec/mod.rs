@@ -39,6 +39,14 @@
 //! files are kept open between execs (`procfiles`), this exec's are closed
 //! after the answer, and `phases` says where the time goes.
 //!
+//! What steps 1–4 and 8 ask the kernel and `/proc` goes through the
+//! context's `tracee::host::Host` (the caller's stat, view, resolutions,
+//! `#!` chain, maps) and `stops::TaskStops` (who shares the memory, the
+//! freeze, the watch's seize); the strings are read from the caller's
+//! memory. The unit tests (`tests`) drive [`handle`] with their recording
+//! doubles, without root: one per fail-closed branch below, each checking
+//! the answer and the event.
+//!
 //! Failure modes: anything that cannot be read, resolved or frozen is a deny
 //! (EACCES) audited with the rule `unreadable`, `unresolvable`,
 //! `memory_not_frozen` or `shared_memory` and the reason.
@@ -52,6 +60,8 @@ mod judge;
 mod redirect;
 mod request;
 mod state;
+#[cfg(test)]
+mod tests;
 mod verify;
 mod watch;
 

@@ -9,19 +9,26 @@
 //! task that cannot be held, is refused (EACCES) and audited with the
 //! reason; a negative fd is the kernel's to answer (EBADF), and a range
 //! with a hole in it is answered ENOMEM, as the kernel would.
+//!
+//! What it asks the kernel and `/proc` (the fd's name, `stat` and file, the
+//! caller's maps) goes through the context's `tracee::host::Host`, and the
+//! hold through its `stops::TaskStops`: the unit tests (`maps::tests`) drive
+//! [`handle`] with their recording doubles and check each branch above,
+//! its answer and its event, without root.
 
 use super::elf::{self, Kind};
 use crate::audit::{EventBody, FileEvent};
 use crate::policy::Decision;
 use crate::supervisor::context::SupervisorContext;
-use crate::supervisor::fdhold::{with_fds_still, FdHoldError, Scope};
+use crate::supervisor::fdhold::{FdHoldError, Scope};
 use crate::supervisor::seam::{Caught, Stop};
 use crate::supervisor::tasks::Tasks;
 use crate::supervisor::tree::Tree;
+use crate::tracee::host::Host;
 use crate::vocab::{Builtin, Refusal};
 use agentsh_proto::mapabi::{MapKind, MapSyscall, ADDR_ARG, FD_ARG, LEN_ARG};
 use std::collections::HashMap;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 
 /// What the family keeps of a tree between calls: what each file it mapped
 /// is, by identity and change time (a program and its libraries are
@@ -86,10 +93,11 @@ pub fn handle(
         ),
     };
     let mut refused = None;
-    let decide = || {
+    let host = &*ctx.host;
+    let mut decide = || {
         let verdict = match call.kind {
-            MapKind::Mmap => judge(tree, st, c.tid, fd),
-            MapKind::Mprotect => judge_range(tree, c.tid, c.args[ADDR_ARG], c.args[LEN_ARG]),
+            MapKind::Mmap => judge(host, tree, st, c.tid, fd),
+            MapKind::Mprotect => judge_range(host, tree, c.tid, c.args[ADDR_ARG], c.args[LEN_ARG]),
         };
         match verdict {
             Verdict::Allow => stop.proceed(),
@@ -102,7 +110,7 @@ pub fn handle(
             }
         }
     };
-    match with_fds_still(stop, tasks, c.tid, scope, decide) {
+    match ctx.stops.hold_still(stop, tasks, c.tid, scope, &mut decide) {
         Ok(_) => {}
         Err(FdHoldError::Gone) => {
             let _ = stop.answer(-i64::from(libc::ESRCH));
@@ -218,9 +226,8 @@ fn tree_written(tree: &Tree, name: &str) -> Option<Verdict> {
 }
 
 /// The file at `fd` of thread `tid`, mapped executable.
-fn judge(tree: &Tree, st: &mut MapsState, tid: u32, fd: i32) -> Verdict {
-    let link = format!("/proc/{tid}/fd/{fd}");
-    let name = match std::fs::read_link(&link) {
+fn judge(host: &dyn Host, tree: &Tree, st: &mut MapsState, tid: u32, fd: i32) -> Verdict {
+    let name = match host.fd_name(tid, fd) {
         Ok(p) => p.to_string_lossy().into_owned(),
         Err(e) => return unreadable(format!("the file at fd {fd} cannot be named: {e}")),
     };
@@ -231,7 +238,7 @@ fn judge(tree: &Tree, st: &mut MapsState, tid: u32, fd: i32) -> Verdict {
         return Verdict::Allow;
     }
     let path = name.strip_suffix(" (deleted)").unwrap_or(&name);
-    let meta = match std::fs::metadata(&link) {
+    let meta = match host.fd_meta(tid, fd) {
         Ok(m) => m,
         Err(e) => return unreadable(format!("the file at fd {fd} cannot be read: {e}")),
     };
@@ -257,11 +264,7 @@ fn judge(tree: &Tree, st: &mut MapsState, tid: u32, fd: i32) -> Verdict {
         Some(k) => *k,
         None => {
             // Non-blocking: the fd table is held, so this is the fd's file.
-            let f = match std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-                .open(&link)
-            {
+            let f = match host.fd_open(tid, fd) {
                 Ok(f) => f,
                 Err(e) => return unreadable(format!("the file at fd {fd} cannot be opened: {e}")),
             };
@@ -298,7 +301,7 @@ fn judge(tree: &Tree, st: &mut MapsState, tid: u32, fd: i32) -> Verdict {
 /// (only under `exec_sources: {writable: deny}` without `exec_memory:
 /// deny`, which refuses it in the filter): anonymous memory is
 /// `exec_memory`'s to judge; a file mapping is judged as `mmap` judges it.
-fn judge_range(tree: &Tree, tid: u32, addr: u64, len: u64) -> Verdict {
+fn judge_range(host: &dyn Host, tree: &Tree, tid: u32, addr: u64, len: u64) -> Verdict {
     const PAGE: u64 = 4096;
     let Some(end) = addr
         .checked_add(len)
@@ -307,7 +310,7 @@ fn judge_range(tree: &Tree, tid: u32, addr: u64, len: u64) -> Verdict {
     else {
         return Verdict::Unmapped;
     };
-    let mut maps = match crate::tracee::maps::Maps::open(tid) {
+    let mut maps = match host.maps(tid) {
         Ok(m) => m,
         Err(e) => return unreadable(format!("the caller's maps cannot be read: {e}")),
     };

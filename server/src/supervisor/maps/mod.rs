@@ -25,6 +25,8 @@
 
 mod elf;
 mod handle;
+#[cfg(test)]
+mod tests;
 
 pub use handle::{handle, MapsState};
 
