@@ -10,7 +10,7 @@
 //!
 //! Kept as small as those tests need: a question whose answer is only ever
 //! a fact to judge (not a way to fail) stays a plain call. The memory read
-//! (`process_vm_readv`, [`super::MemReader`]) is not here: the tests read
+//! (`process_vm_readv`, `MemReader`) is not here: the tests read
 //! their own memory, where a bad address fails as a tracee's does.
 //!
 //! Failure modes: those of the siblings each method calls (said there);
@@ -18,7 +18,9 @@
 //! allocation.
 
 use super::maps::Maps;
-use super::{ChainError, ChainLink, ExecTarget, KeptRoot, ResolveError, StatFile, View};
+use super::resolve::{ExecTarget, KeptRoot, ResolveError, View};
+use super::shebang::{ChainError, ChainLink};
+use super::stat::StatFile;
 use std::fs::{File, Metadata};
 use std::io;
 use std::path::PathBuf;
@@ -36,10 +38,10 @@ pub trait Host: Send + Sync {
     /// # Errors
     /// Its root or cwd cannot be opened or read.
     fn view(&self, root: &mut KeptRoot, pid: u32, tid: u32) -> io::Result<View>;
-    /// `path` resolved as an exec resolves it in `view` ([`super::resolve_in`]).
+    /// `path` resolved as an exec resolves it in `view` (`resolve_in`).
     ///
     /// # Errors
-    /// As [`super::resolve_in`].
+    /// As `resolve_in`.
     fn resolve(
         &self,
         view: &View,
@@ -48,10 +50,10 @@ pub trait Host: Send + Sync {
         empty_path: bool,
     ) -> Result<ExecTarget, ResolveError>;
     /// The `#!` interpreters the kernel will start for `target`
-    /// ([`super::interpreter_chain`]).
+    /// (`interpreter_chain`).
     ///
     /// # Errors
-    /// As [`super::interpreter_chain`].
+    /// As `interpreter_chain`.
     fn interpreters(
         &self,
         view: &View,
@@ -107,7 +109,7 @@ impl Host for RealHost {
         path: &[u8],
         empty_path: bool,
     ) -> Result<ExecTarget, ResolveError> {
-        super::resolve_in(view, dirfd, path, empty_path)
+        super::resolve::resolve_in(view, dirfd, path, empty_path)
     }
 
     fn interpreters(
@@ -117,7 +119,7 @@ impl Host for RealHost {
         script_name: &str,
         argv: &[String],
     ) -> Result<Vec<ChainLink>, ChainError> {
-        super::interpreter_chain(view, target, script_name, argv)
+        super::shebang::interpreter_chain(view, target, script_name, argv)
     }
 
     fn maps(&self, pid: u32) -> io::Result<Maps> {

@@ -9,7 +9,9 @@
 
 use super::host::{Host, RealHost};
 use super::maps::Maps;
-use super::{ChainError, ChainLink, ExecTarget, KeptRoot, ResolveError, StatFile, View};
+use super::resolve::{ExecTarget, KeptRoot, ResolveError, View};
+use super::shebang::{ChainError, ChainLink};
+use super::stat::StatFile;
 use std::collections::VecDeque;
 use std::fs::{File, Metadata};
 use std::io;
