@@ -66,7 +66,10 @@ impl RecordingHost {
 
     /// The next call of `q` not yet scripted gets `answer`.
     pub fn script(&self, q: Question, answer: Scripted) -> &RecordingHost {
-        let mut s = self.scripts.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self
+            .scripts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         match s.iter_mut().find(|(k, _)| *k == q) {
             Some((_, queue)) => queue.push_back(answer),
             None => s.push((q, VecDeque::from([answer]))),
@@ -76,13 +79,22 @@ impl RecordingHost {
 
     /// Every question asked so far, in order.
     pub fn calls(&self) -> Vec<Question> {
-        self.calls.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.calls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Records a call of `q`; its scripted answer.
     fn next(&self, q: Question) -> Scripted {
-        self.calls.lock().unwrap_or_else(|e| e.into_inner()).push(q);
-        let mut s = self.scripts.lock().unwrap_or_else(|e| e.into_inner());
+        self.calls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(q);
+        let mut s = self
+            .scripts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         s.iter_mut()
             .find(|(k, _)| *k == q)
             .and_then(|(_, queue)| queue.pop_front())

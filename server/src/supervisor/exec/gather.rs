@@ -407,16 +407,12 @@ pub(super) fn gather(
             .is_ok_and(|uid| lookups_stable(&view, uid, &req.args, &target, &chain));
     phases::mark("stable");
     let (recognised, recognised_chain) = recognise(index, &target, &chain);
-    let payloads = match loader_payloads(
+    let caller = Caller {
         host,
-        index,
-        &view,
-        &stat_file,
-        &target,
-        &recognised,
-        &argv.args,
-        memory,
-    ) {
+        view: &view,
+        stat_file: &stat_file,
+    };
+    let payloads = match loader_payloads(&caller, index, &target, &recognised, &argv.args, memory) {
         Ok(p) => p,
         Err(u) => return fail(&target.filename, u),
     };
@@ -545,6 +541,14 @@ fn interpreters(
         })
 }
 
+/// Where a loader's payload is looked up: the caller's view and `/proc`
+/// stat file (whose owner is the caller's uid), asked through the host.
+struct Caller<'a> {
+    host: &'a dyn Host,
+    view: &'a View,
+    stat_file: &'a StatFile,
+}
+
 /// How deep loaders run by loaders are followed (`ld.so ld.so PROG`).
 const MAX_LOADER_DEPTH: usize = 4;
 
@@ -570,16 +574,15 @@ fn is_loader<'a>(mut names: impl Iterator<Item = &'a str>) -> bool {
 /// `/proc` fd link while another task shares the caller's fd table); or
 /// loaders are nested deeper than [`MAX_LOADER_DEPTH`].
 fn loader_payloads(
-    host: &dyn Host,
+    caller: &Caller,
     index: &IdentityIndex,
-    view: &View,
-    stat_file: &StatFile,
     target: &ExecTarget,
     recognised: &super::identity::Recognised,
     argv: &[String],
     memory: Memory,
 ) -> Result<Vec<crate::policy::Interpreter>, Undecidable> {
     use crate::policy::wrappers::{unwrap, Unwrapped, Wrapper};
+    let (host, view, stat_file) = (caller.host, caller.view, caller.stat_file);
     let mut names: Vec<String> = std::iter::once(target.filename.clone())
         .chain(target.resolved.clone())
         .chain(recognised.copy_of.iter().cloned())

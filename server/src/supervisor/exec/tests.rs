@@ -391,7 +391,7 @@ fn an_exec_with_no_identity_to_check_is_refused_unverifiable() {
 #[test]
 fn an_exec_whose_watch_cannot_be_armed_is_refused_unverifiable() {
     let mut b = Bench::new(ALLOW_ALL, |c| {
-        c.execve.watch = crate::config::ExecWatch::Every
+        c.execve.watch = crate::config::ExecWatch::Every;
     });
     b.stops.script(Asked::ArmWatch, Answer::Fails(libc::EPERM));
     let stop = RecordingStop::new(false);

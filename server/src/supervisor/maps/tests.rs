@@ -196,10 +196,8 @@ impl Holed {
         };
         assert_ne!(p, libc::MAP_FAILED);
         // SAFETY: the middle page of the mapping just made.
-        assert_eq!(
-            unsafe { libc::munmap(p.cast::<u8>().add(PAGE as usize).cast(), PAGE as usize) },
-            0
-        );
+        let hole = unsafe { libc::munmap(p.cast::<u8>().add(PAGE as usize).cast(), PAGE as usize) };
+        assert_eq!(hole, 0);
         Holed(p as u64)
     }
 }
