@@ -34,16 +34,23 @@
 //! with a weaker filter).
 //!
 //! The rooms: `spec` (what a tree's program depends on), `table` (the base
-//! rules), `build` (a spec to BPF with libseccomp), `compiled` (the program
-//! as shipped, and what the audit records of it), `cache` ([`Filters`]: the
-//! server's compiler and its cache and templates), `error` (why a filter
-//! cannot be built).
+//! rules), `rules` (the rules collected before libseccomp sees them), `build`
+//! (a spec to BPF: the filter's own rules and the order of the steps), the
+//! rules of each concern (`exec_memory`, `file_calls`, `net`, `guards`),
+//! `context` (the rules handed to libseccomp, the program exported),
+//! `compiled` (the program as shipped, and what the audit records of it),
+//! `cache` ([`Filters`]: the server's compiler and its cache and templates),
+//! `error` (why a filter cannot be built).
 
 mod build;
 mod cache;
 mod compiled;
+mod context;
 mod error;
+mod exec_memory;
+mod file_calls;
 mod guards;
+mod net;
 mod rules;
 mod spec;
 pub mod table;
