@@ -41,7 +41,7 @@
 //! traced by someone else) or that stays running past the deadline makes the
 //! freeze fail: the exec is denied with the reason. Members are released by
 //! [`Frozen::release`]; one that has not stopped by then (asleep) is handed to
-//! the tree's [`Lingering`] list and detached as soon as it stops.
+//! the tree's `Lingering` list and detached as soon as it stops.
 //!
 //! The rooms: `shares` (does a process share the caller's memory: `kcmp`,
 //! or vfork waits), `threads` (a process's threads and a thread's children),
