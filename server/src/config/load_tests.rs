@@ -1,6 +1,7 @@
-//! Tests of `config`.
+//! Tests of `config::load`: config texts parsed and checked.
 
 use super::*;
+use crate::config::{EgressCompat, OnTruncated, TimeoutAction};
 
 #[test]
 fn embedded_defaults_parse() {
@@ -84,75 +85,6 @@ fn bad_values_are_errors() {
     .is_ok());
     assert!(Config::from_yaml("execve: {on_truncated: maybe}", "t").is_err());
     assert!(Config::from_yaml("execve: {max_argc: 0}", "t").is_err());
-}
-
-#[test]
-fn own_files_in_a_world_writable_directory_are_found() {
-    let shared = |p: &Path| {
-        ["/tmp", "/var/tmp", "/dev/shm", "/srv/open"].contains(&p.to_str().unwrap_or(""))
-    };
-    let cases: &[(&str, Option<&str>)] = &[
-        ("/var/lib/agentsh", None),
-        ("/var/log/agentsh/audit.jsonl", None),
-        ("/tmp", Some("/tmp")),
-        ("/tmp/agentsh", Some("/tmp")),
-        ("/tmp/a/b/audit.jsonl", Some("/tmp")),
-        ("/var/tmp/agentsh", Some("/var/tmp")),
-        ("/dev/shm/x", Some("/dev/shm")),
-        ("/srv/open/deeper/state", Some("/srv/open")),
-        ("/srv/closed/state", None),
-        ("/", None),
-    ];
-    for (path, want) in cases {
-        assert_eq!(
-            shared_ancestor(Path::new(path), &shared),
-            want.map(PathBuf::from),
-            "{path}"
-        );
-    }
-}
-
-#[test]
-fn state_under_tmp_is_refused_with_what_to_use() {
-    let c = Config::from_yaml("state_dir: /tmp/agentsh-state\n", "t").unwrap();
-    let e = c.check_own_locations(None).unwrap_err().to_string();
-    assert!(
-        e.starts_with("state_dir /tmp/agentsh-state is inside /tmp, which anyone can write"),
-        "{e}"
-    );
-    assert!(e.contains("/var/lib/agentsh"), "{e}");
-    let c = Config::from_yaml("audit: {jsonl: /var/tmp/a/audit.jsonl}\n", "t").unwrap();
-    let e = c.check_own_locations(None).unwrap_err().to_string();
-    assert!(
-        e.starts_with("audit.jsonl /var/tmp/a/audit.jsonl is inside /var/tmp"),
-        "{e}"
-    );
-    let e = Config::load(None)
-        .unwrap()
-        .check_own_locations(Some(Path::new("/tmp/x/config.yaml")))
-        .unwrap_err()
-        .to_string();
-    assert!(
-        e.starts_with("the config file /tmp/x/config.yaml is inside /tmp"),
-        "{e}"
-    );
-}
-
-#[test]
-fn nameservers_skip_the_stub_and_comments() {
-    use std::net::SocketAddr;
-    let stub: SocketAddr = "127.0.0.153:53".parse().unwrap();
-    let got = nameservers(
-        "# x\nnameserver 127.0.0.153\nnameserver 10.0.0.2\nsearch a\nnameserver fe80::1%eth0\n",
-        stub,
-    );
-    assert_eq!(
-        got,
-        vec![
-            "10.0.0.2:53".parse::<SocketAddr>().unwrap(),
-            "[fe80::1]:53".parse().unwrap()
-        ]
-    );
 }
 
 #[test]

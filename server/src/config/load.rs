@@ -1,0 +1,136 @@
+//! Reading the config: the file (or the embedded defaults) parsed, then
+//! checked as a whole ([`Config::from_yaml`], [`Config::load`]).
+//!
+//! Why checked here: a config that cannot be read or parsed is an error at
+//! start-up (the server does not run on a guess), and a value that parses but
+//! cannot work (an address, a socket path, a zero limit, a reserved session
+//! id) is refused with the key it came from; a session's env rules are
+//! checked here so the error has its place (line and column) in the file.
+//!
+//! Failure modes: [`ConfigError`] (read, parse, invalid, a session's env),
+//! naming the file and the key.
+
+use super::document::Config;
+use super::error::{ConfigError, Invalid};
+use super::help::EMBEDDED_CONFIG;
+use std::net::SocketAddr;
+use std::path::Path;
+
+impl Config {
+    /// Parses config text; `origin` names it in errors.
+    pub fn from_yaml(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let cfg: Config = if text.trim().is_empty() {
+            Config::default()
+        } else {
+            serde_yaml_ng::from_str(text).map_err(|source| ConfigError::Parse {
+                origin: origin.to_string(),
+                source,
+            })?
+        };
+        cfg.validate().map_err(|source| ConfigError::Invalid {
+            origin: origin.to_string(),
+            source,
+        })?;
+        // A session's env rules, checked here so the error has its place
+        // in the file (the rest of a session is checked as it is made).
+        for (id, section) in &cfg.sessions {
+            if let Some(Err(e)) = section.env.clone().map(agentsh_proto::env::EnvDoc::compile) {
+                let place = value_position(text, "sessions:", &e.value)
+                    .map_or_else(String::new, |(l, c)| format!("{l}:{c}: "));
+                return Err(ConfigError::SessionEnv {
+                    origin: origin.to_string(),
+                    place,
+                    id: id.clone(),
+                    message: e.message,
+                });
+            }
+        }
+        Ok(cfg)
+    }
+
+    /// Loads `path`, or the embedded defaults when `path` is `None`.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        match path {
+            None => Config::from_yaml(EMBEDDED_CONFIG, "embedded defaults"),
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+                    path: p.to_path_buf(),
+                    source,
+                })?;
+                Config::from_yaml(&text, &p.display().to_string())
+            }
+        }
+    }
+
+    fn validate(&self) -> Result<(), Invalid> {
+        let http = &self.server.http;
+        if !http.addr.is_empty() && http.addr.parse::<SocketAddr>().is_err() {
+            return Err(Invalid::HttpAddr(http.addr.clone()));
+        }
+        if http.wrap_init && http.addr.is_empty() {
+            return Err(Invalid::WrapInitWithoutAddr);
+        }
+        let sock = self.server.socket.to_string_lossy();
+        if agentsh_proto::shimconf::Server::parse(&format!("unix:{sock}")).is_none()
+            || self
+                .server
+                .socket
+                .parent()
+                .is_none_or(|p| p == Path::new("/"))
+        {
+            return Err(Invalid::Socket(sock.into_owned()));
+        }
+        if self.execve.max_argc == 0 || self.execve.max_argv_bytes == 0 {
+            return Err(Invalid::ArgvLimits);
+        }
+        if self.execve.approval_timeout.is_zero()
+            || self.execve.approval_timeout > std::time::Duration::from_secs(86_400)
+        {
+            return Err(Invalid::ApprovalTimeout);
+        }
+        if self.landlock.max_abi > 64 {
+            return Err(Invalid::LandlockAbi(self.landlock.max_abi));
+        }
+        self.egress.stub_addr()?;
+        self.egress.upstream("")?;
+        if self.policy.trim().is_empty() {
+            return Err(Invalid::NoPolicy);
+        }
+        if !(self.workspace.is_empty() || self.workspace.starts_with('/')) {
+            return Err(Invalid::Workspace(self.workspace.clone()));
+        }
+        for id in self.sessions.keys() {
+            if id == "default" {
+                return Err(Invalid::DefaultSession);
+            }
+            if !agentsh_proto::shimconf::valid_session_id(id) {
+                return Err(Invalid::SessionId(id.clone()));
+            }
+            if id == agentsh_proto::shimconf::REHEARSAL_SESSION {
+                return Err(Invalid::ReservedSession(id.clone()));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Line and column (1-based) of `value` (plain or quoted) on a line after
+/// the line `after` (a top-level key), if it is there.
+fn value_position(text: &str, after: &str, value: &str) -> Option<(usize, usize)> {
+    let start = text.lines().position(|l| l.trim_end() == after)?;
+    let spellings = [
+        format!("\"{value}\""),
+        format!("'{value}'"),
+        value.to_string(),
+    ];
+    text.lines().enumerate().skip(start + 1).find_map(|(i, l)| {
+        spellings
+            .iter()
+            .find_map(|s| l.find(s.as_str()))
+            .map(|byte| (i + 1, l[..byte].chars().count() + 1))
+    })
+}
+
+#[cfg(test)]
+#[path = "load_tests.rs"]
+mod tests;
