@@ -21,9 +21,9 @@ import sys
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 CRATES = ["server/src", "proto/src", "shim/src", "unixwrap/src"]
-MAX_FILE = 800
+MAX_FILE = 700
 LONG_FN = 80
-MAX_LONG_FNS = 8
+MAX_LONG_FNS = 6
 MAX_FN = 150
 MAX_STRING_RESULTS = 40
 
