@@ -41,11 +41,13 @@
 //! against is killed and audited (`unverified_exec`); a seize that fails
 //! refuses the handoff (unixwrap then refuses to run).
 
+mod events;
 mod freeze;
 mod gate;
 mod queue;
 mod regs;
 mod stop;
+mod stops;
 mod tracer;
 mod tracer_loop;
 mod vforks;
