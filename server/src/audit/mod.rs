@@ -23,4 +23,6 @@ pub use log::AuditLog;
 pub use time::{rfc3339_at, rfc3339_now};
 
 #[cfg(test)]
+mod event_json;
+#[cfg(test)]
 mod tests;
