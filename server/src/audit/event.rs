@@ -35,6 +35,21 @@ impl ApprovalOutcome {
     }
 }
 
+/// How an approval request ended, as the one event of the call it held
+/// records it (an exec, a connect or send, an HTTP request): flattened into
+/// the event, its fields absent when nothing was held.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ApprovalRecord {
+    pub approval_id: String,
+    pub approval_outcome: ApprovalOutcome,
+    /// Who decided (the operator's identity as the server saw it),
+    /// `timeout`, `server` or `none`.
+    pub approver: String,
+    /// The operator's stated reason, or why the request ended, if any.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub reason: Option<String>,
+}
+
 /// Whether anything else could write the caller's memory while its path and
 /// argv were read: `exclusive` (nothing shares it), `frozen` (every task
 /// sharing it was stopped by the supervisor).
@@ -102,16 +117,9 @@ pub struct ExecEvent {
     pub effective_action: Action,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub message: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub approval_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub approval_outcome: Option<ApprovalOutcome>,
-    /// Who decided (the operator's identity as the server saw it), or `timeout`.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub approver: Option<String>,
-    /// The operator's stated reason, if any.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub reason: Option<String>,
+    /// How the approval it waited for ended (none asked: absent).
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<ApprovalRecord>,
     /// Which attempt this exec belongs to (a server-wide number). A refused
     /// exec retried by the same process for the same file and argv (a PATH
     /// search trying `/usr/bin/x`, then `/bin/x`) is the same attempt.
@@ -142,10 +150,7 @@ impl ExecEvent {
             rule: rule.into(),
             effective_action,
             message,
-            approval_id: None,
-            approval_outcome: None,
-            approver: None,
-            reason: None,
+            approval: None,
             attempt: None,
             retry: false,
             explained: None,
@@ -167,10 +172,12 @@ impl ExecEvent {
         approver: String,
         reason: Option<String>,
     ) -> ExecEvent {
-        self.approval_id = Some(id.to_string());
-        self.approval_outcome = Some(outcome);
-        self.approver = Some(approver);
-        self.reason = reason;
+        self.approval = Some(ApprovalRecord {
+            approval_id: id.to_string(),
+            approval_outcome: outcome,
+            approver,
+            reason,
+        });
         self
     }
 }
@@ -356,14 +363,9 @@ pub struct ConnectEvent {
     /// For `decision: approve`: what happened to the call.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub effective_action: Option<Action>,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub approval_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub approval_outcome: Option<ApprovalOutcome>,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub approver: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub reason: Option<String>,
+    /// How the approval it waited for ended (none asked: absent).
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<ApprovalRecord>,
 }
 
 /// One DNS query of a tree, as the stub decided it (`egress.dns: stub`).
@@ -420,14 +422,9 @@ pub struct HttpEvent {
     /// For `decision: approve`: what happened to the request.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub effective_action: Option<Action>,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub approval_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub approval_outcome: Option<ApprovalOutcome>,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub approver: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub reason: Option<String>,
+    /// How the approval it waited for ended (none asked: absent).
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<ApprovalRecord>,
 }
 
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]

@@ -55,10 +55,12 @@ fn connect(approved: bool) -> EventBody {
         decision: Decision::Approve,
         message: None,
         effective_action: approved.then_some(Action::Deny),
-        approval_id: approved.then(|| "ap-2-abcd".into()),
-        approval_outcome: approved.then_some(ApprovalOutcome::Timeout),
-        approver: approved.then(|| "timeout".into()),
-        reason: approved.then(|| "no answer".into()),
+        approval: approved.then(|| ApprovalRecord {
+            approval_id: "ap-2-abcd".into(),
+            approval_outcome: ApprovalOutcome::Timeout,
+            approver: "timeout".into(),
+            reason: Some("no answer".into()),
+        }),
     })
 }
 
@@ -78,10 +80,12 @@ fn http(approved: bool) -> EventBody {
         injected: vec!["authorization".into()],
         message: Some("held".into()),
         effective_action: approved.then_some(Action::Allow),
-        approval_id: approved.then(|| "ap-3-abcd".into()),
-        approval_outcome: approved.then_some(ApprovalOutcome::Approved),
-        approver: approved.then(|| "op".into()),
-        reason: None,
+        approval: approved.then(|| ApprovalRecord {
+            approval_id: "ap-3-abcd".into(),
+            approval_outcome: ApprovalOutcome::Approved,
+            approver: "op".into(),
+            reason: None,
+        }),
     })
 }
 

@@ -139,6 +139,16 @@ pub(super) struct Ended {
 }
 
 impl Ended {
+    /// How it ended, as the request's event records it.
+    pub fn record(&self) -> crate::audit::ApprovalRecord {
+        crate::audit::ApprovalRecord {
+            approval_id: self.id.clone(),
+            approval_outcome: self.outcome,
+            approver: self.approver.clone(),
+            reason: self.reason.clone(),
+        }
+    }
+
     /// Why it was refused, for the 403.
     pub fn why(&self) -> String {
         match self.outcome {

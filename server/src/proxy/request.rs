@@ -428,10 +428,7 @@ fn record(c: &Conn, method: &str, scheme: &str, host: &str, path: &str, o: Outco
             injected: o.injected,
             message: o.message,
             effective_action: approved.map(|a| if a.allow { Action::Allow } else { Action::Deny }),
-            approval_id: approved.map(|a| a.id.clone()),
-            approval_outcome: approved.map(|a| a.outcome),
-            approver: approved.map(|a| a.approver.clone()),
-            reason: approved.and_then(|a| a.reason.clone()),
+            approval: approved.map(super::hold::Ended::record),
         }),
     );
 }

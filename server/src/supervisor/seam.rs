@@ -15,7 +15,7 @@
 //! Failure modes: none; these are types and traits.
 
 use super::retry::Lookup;
-use crate::audit::{ApprovalOutcome, ExecSubject, FileIdentity};
+use crate::audit::{ApprovalOutcome, ApprovalRecord, ExecSubject, FileIdentity};
 use std::io;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
@@ -232,6 +232,18 @@ pub struct Settled {
     pub retry_of: Option<u64>,
     /// How long an operator had.
     pub timeout: Duration,
+}
+
+impl Settled {
+    /// How it ended, as the call's event records it.
+    pub fn record(&self) -> ApprovalRecord {
+        ApprovalRecord {
+            approval_id: self.id.clone(),
+            approval_outcome: self.outcome,
+            approver: self.approver.clone(),
+            reason: self.reason.clone(),
+        }
+    }
 }
 
 /// A call held for an operator: what approvals ask, and how the family that

@@ -159,10 +159,7 @@ impl HeldConnect {
                 decision: crate::policy::Decision::Approve,
                 message: None,
                 effective_action: Some(if s.allow { Action::Allow } else { Action::Deny }),
-                approval_id: Some(s.id.clone()),
-                approval_outcome: Some(s.outcome),
-                approver: Some(s.approver.clone()),
-                reason: s.reason.clone(),
+                approval: Some(s.record()),
             }),
         );
     }

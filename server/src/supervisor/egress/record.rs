@@ -62,10 +62,7 @@ pub(super) fn record(
             decision,
             message,
             effective_action: None,
-            approval_id: None,
-            approval_outcome: None,
-            approver: None,
-            reason: None,
+            approval: None,
         }),
     );
 }
