@@ -33,7 +33,7 @@ impl Approvals {
     fn hold_call(self: &Arc<Self>, held: Box<dyn Held>) {
         let now = SystemTime::now();
         let request = held.request();
-        let notif_id = held.holder().notif_id();
+        let notif_id = held.waiting().notif_id();
         let id = {
             let mut st = lock(&self.state);
             let repeat = held

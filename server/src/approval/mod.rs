@@ -9,8 +9,10 @@
 //! (`execve.approval_timeout_action`, deny by default) or the caller going
 //! away (`cancelled`), then hands the end to the family that held the call
 //! (`Held::settle`), which audits it (exactly one event per outcome) and
-//! answers the kernel through the call's backend (`supervisor::Holder`).
-//! This module knows no family: one waiter, one way to settle.
+//! answers the call its own way (a syscall through its backend, an HTTP
+//! request through the proxy). Of the held call this module knows only its
+//! id and whether it still waits (`supervisor::Waiting`): no family, no
+//! syscall, one waiter, one way to settle.
 //!
 //! Who may decide: the operator (see the `api` module: uid 0 on the Unix
 //! socket, the root-only token on TCP) *and* not a process of a supervised

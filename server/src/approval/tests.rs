@@ -3,7 +3,7 @@
 use super::pending::lock;
 use super::*;
 use crate::config::ExecveSection;
-use crate::supervisor::{Held, Hold, HoldRequest, Holder, Settled};
+use crate::supervisor::{Held, Hold, HoldRequest, Settled, Waiting};
 use crate::trees::Trees;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -46,37 +46,19 @@ struct Fake {
     waiting: bool,
 }
 
-impl crate::supervisor::Deferred for Fake {
+impl Waiting for Fake {
     fn notif_id(&self) -> u64 {
         self.id
     }
     fn live(&self, ids: &[u64]) -> Option<u64> {
         ids.last().copied().filter(|_| self.waiting)
     }
-    fn answer_value(&self, _val: i64) {}
-    fn refuse(&self, _id: u64) {}
-    fn proceed(
-        &self,
-        _id: u64,
-        _expect: Option<crate::supervisor::Verification>,
-    ) -> std::io::Result<()> {
-        Ok(())
-    }
-    fn verifies_every_exec(&self) -> bool {
-        false
-    }
-    fn install_fd(&self, _s: &std::os::fd::OwnedFd, _at: i32, _c: bool) -> std::io::Result<()> {
-        Ok(())
-    }
-    fn add_fd(&self, _f: &std::os::fd::OwnedFd, _c: bool) -> std::io::Result<i32> {
-        Ok(0)
-    }
 }
 
 /// A held exec-like call that records how it was settled.
 struct Probe {
     request: HoldRequest,
-    holder: Holder,
+    waiting: Fake,
     settled: Arc<Mutex<Vec<Settled>>>,
     retry: Option<(crate::supervisor::retry::Lookup, u64)>,
 }
@@ -85,8 +67,8 @@ impl Held for Probe {
     fn request(&self) -> HoldRequest {
         self.request.clone()
     }
-    fn holder(&self) -> &Holder {
-        &self.holder
+    fn waiting(&self) -> &dyn Waiting {
+        &self.waiting
     }
     fn rejoinable(&self) -> bool {
         true
@@ -118,10 +100,10 @@ fn request(argv: &[&str]) -> HoldRequest {
 fn held(notif_id: u64, argv: &[&str], settled: &Arc<Mutex<Vec<Settled>>>) -> Box<dyn Held> {
     Box::new(Probe {
         request: request(argv),
-        holder: Arc::new(Fake {
+        waiting: Fake {
             id: notif_id,
             waiting: false,
-        }),
+        },
         settled: settled.clone(),
         retry: None,
     })
@@ -151,7 +133,7 @@ fn a_retry_of_a_refused_request_is_refused_like_it() {
     let probe = |id, attempt| {
         Box::new(Probe {
             request: request(&["pip"]),
-            holder: Arc::new(Fake { id, waiting: true }),
+            waiting: Fake { id, waiting: true },
             settled: settled.clone(),
             retry: Some((key.clone(), attempt)),
         })

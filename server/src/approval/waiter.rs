@@ -10,7 +10,7 @@
 use super::pending::{lock, Approvals, Finished, Verdict};
 use crate::audit::ApprovalOutcome as Outcome;
 use crate::config::TimeoutAction;
-use crate::supervisor::{Held, Holder, Settled};
+use crate::supervisor::{Held, Settled, Waiting};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -25,7 +25,7 @@ impl Approvals {
     /// (fail closed: no thread to wait, so no approval).
     pub(super) fn start_waiter(self: &Arc<Self>, id: String, held: Box<dyn Held>) {
         let me = self.clone();
-        let notif_id = held.holder().notif_id();
+        let notif_id = held.waiting().notif_id();
         // Parked where both the waiter and this thread can reach it: a
         // thread that cannot start drops its closure, and the call must
         // still be settled.
@@ -61,8 +61,8 @@ impl Approvals {
     /// still waits, remembers a refusal for its retries, and hands the end
     /// to the family that held it.
     fn wait_and_settle(&self, id: &str, held: Box<dyn Held>) {
-        let holder = held.holder().clone();
-        let Some((verdict, live)) = self.wait_for_verdict(id, &holder) else {
+        let waiting = held.waiting();
+        let Some((verdict, live)) = self.wait_for_verdict(id, waiting) else {
             // Cannot happen (only this thread removes its entry); fail closed.
             return;
         };
@@ -73,7 +73,7 @@ impl Approvals {
         };
         // Re-check right before answering: the notification must still name
         // the caller whose facts were judged.
-        let live = live.and_then(|n| holder.live(&[n]));
+        let live = live.and_then(|n| waiting.live(&[n]));
         let (outcome, reason) = if live.is_some() || verdict.outcome == Outcome::Cancelled {
             (verdict.outcome, verdict.reason)
         } else {
@@ -114,14 +114,14 @@ impl Approvals {
     /// waiting (no live notification for [`REISSUE_GRACE`]), then removes
     /// it. Returns the verdict and the live notification id (`None`: the
     /// tracee is gone); `None` if the request is not there.
-    fn wait_for_verdict(&self, id: &str, holder: &Holder) -> Option<(Verdict, Option<u64>)> {
+    fn wait_for_verdict(&self, id: &str, waiting: &dyn Waiting) -> Option<(Verdict, Option<u64>)> {
         let expires = Instant::now() + self.timeout;
         let mut lost_since: Option<Instant> = None;
         let mut st = lock(&self.state);
         let (verdict, live) = loop {
             let e = st.pending.get(id)?;
             // The last id still valid is the one to answer.
-            let live = holder.live(&e.notif_ids);
+            let live = waiting.live(&e.notif_ids);
             match live {
                 Some(_) => lost_since = None,
                 None => {

@@ -70,7 +70,7 @@ pub use exec::mechanism_rules;
 pub use files::FileRules;
 pub use seam::{
     Deferred, Held, HeldDestination, Hold, HoldKind, HoldRequest, Holder, Settled, Stop,
-    Verification,
+    Verification, Waiting,
 };
 pub use stops::RealStops;
 pub use tree::{LiveRules, ReadOnly, Tree, TreeFiles, TreeRules, TreeTerms};

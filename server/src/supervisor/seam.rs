@@ -4,6 +4,8 @@
 //! * A caught syscall ([`Caught`]) and how it is answered: now, on the
 //!   tree's thread ([`Stop`]), or later from any thread ([`Deferred`],
 //!   shared as a [`Holder`]). Each backend implements both.
+//! * What approvals need of any held call, a syscall or not: its id and
+//!   whether it still waits ([`Waiting`], which [`Deferred`] extends).
 //! * What a verifying backend checks at `PTRACE_EVENT_EXEC`
 //!   ([`Verification`], [`Expected`]).
 //! * A call held for an operator ([`Held`]: each family that can hold one
@@ -89,15 +91,24 @@ pub trait Stop {
 /// caller is to see instead (`None`: its own).
 pub type AfterCall = Box<dyn FnOnce(i64) -> Option<i64>>;
 
-/// A caught syscall left waiting, answered later from any thread.
-pub trait Deferred: Send + Sync {
-    /// The notification id it answers (0 under ptrace, which has none).
+/// A held call as approvals see it, whatever holds it (a syscall's
+/// backend, the HTTP proxy): the id it waits under, and whether it still
+/// waits. Nothing here answers it: the family that held it does
+/// (`Held::settle`).
+pub trait Waiting: Send + Sync {
+    /// The id it waits under: the notification id a syscall answers (0
+    /// under ptrace, which has none), a held request's own.
     fn notif_id(&self) -> u64;
-    /// Which of `ids` (notification ids of one held call, oldest first) is
-    /// still waiting: for user-notify the last valid one; for ptrace the
-    /// thread itself, while it is alive (it cannot leave its stop
-    /// unanswered).
+    /// Which of `ids` (ids of one held call, oldest first) still waits:
+    /// for user-notify the last valid notification; for ptrace the thread
+    /// itself, while it is alive (it cannot leave its stop unanswered); for
+    /// a held HTTP request the last, while its client waits. `None`: the
+    /// caller is gone (the approval ends `cancelled`).
     fn live(&self, ids: &[u64]) -> Option<u64>;
+}
+
+/// A caught syscall left waiting, answered later from any thread.
+pub trait Deferred: Waiting {
     /// Answers the call without running it: `val >= 0` is its return
     /// value, `val < 0` is `-errno`. A call that no longer waits (its
     /// thread died) is left alone.
@@ -139,6 +150,17 @@ pub trait Deferred: Send + Sync {
 
 /// A call left waiting, shared between the threads that may answer it.
 pub type Holder = Arc<dyn Deferred>;
+
+/// A held syscall is waited on as its handle says (spelled out: a
+/// `&dyn Deferred` becomes a `&dyn Waiting` by itself only from Rust 1.86).
+impl Waiting for Holder {
+    fn notif_id(&self) -> u64 {
+        (**self).notif_id()
+    }
+    fn live(&self, ids: &[u64]) -> Option<u64> {
+        (**self).live(ids)
+    }
+}
 
 /// What an exec must turn out to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -251,8 +273,9 @@ impl Settled {
 pub trait Held: Send {
     /// What the operator is asked.
     fn request(&self) -> HoldRequest;
-    /// How the call is answered.
-    fn holder(&self) -> &Holder;
+    /// Which call it is and whether it still waits (how it is answered is
+    /// the family's own, in [`Held::settle`]).
+    fn waiting(&self) -> &dyn Waiting;
     /// Its key for the retries of the same lookup, and the attempt it is: a
     /// refusal of it is remembered and repeated for them (`retry`). `None`:
     /// not reused.
@@ -279,4 +302,50 @@ pub trait Hold: Send + Sync {
     /// Holds `held` until an operator decides, the timeout expires or its
     /// caller stops waiting; never blocks.
     fn hold(self: Arc<Self>, held: Box<dyn Held>);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A syscall's handle whose notification `valid` still waits.
+    struct Notified {
+        id: u64,
+        valid: u64,
+    }
+
+    impl Waiting for Notified {
+        fn notif_id(&self) -> u64 {
+            self.id
+        }
+        fn live(&self, ids: &[u64]) -> Option<u64> {
+            ids.iter().rev().copied().find(|&n| n == self.valid)
+        }
+    }
+
+    impl Deferred for Notified {
+        fn answer_value(&self, _val: i64) {}
+        fn refuse(&self, _id: u64) {}
+        fn proceed(&self, _id: u64, _expect: Option<Verification>) -> io::Result<()> {
+            Ok(())
+        }
+        fn verifies_every_exec(&self) -> bool {
+            false
+        }
+        fn install_fd(&self, _sock: &OwnedFd, _at: i32, _cloexec: bool) -> io::Result<()> {
+            Ok(())
+        }
+        fn add_fd(&self, _file: &OwnedFd, _cloexec: bool) -> io::Result<i32> {
+            Ok(0)
+        }
+    }
+
+    #[test]
+    fn a_held_syscall_is_waited_on_as_its_backend_says() {
+        let holder: Holder = Arc::new(Notified { id: 5, valid: 7 });
+        let waiting: &dyn Waiting = &holder;
+        assert_eq!(waiting.notif_id(), 5);
+        assert_eq!(waiting.live(&[5, 7, 9]), Some(7), "the valid one");
+        assert_eq!(waiting.live(&[5, 9]), None, "none still waits");
+    }
 }

@@ -13,7 +13,7 @@
 
 use super::interface::{Backend, Facts, Supervising, TakeOverError};
 use crate::supervisor::context::SupervisorContext;
-use crate::supervisor::seam::{Caught, Deferred, Holder, Stop, Verification};
+use crate::supervisor::seam::{Caught, Deferred, Holder, Stop, Verification, Waiting};
 use crate::supervisor::state::TreeState;
 use crate::supervisor::tree::Tree;
 use crate::trees::Trees;
@@ -151,7 +151,7 @@ struct NotifyHeld {
     id: u64,
 }
 
-impl Deferred for NotifyHeld {
+impl Waiting for NotifyHeld {
     fn notif_id(&self) -> u64 {
         self.id
     }
@@ -162,7 +162,9 @@ impl Deferred for NotifyHeld {
             .copied()
             .find(|&n| notif::id_valid(self.fd.as_fd(), n))
     }
+}
 
+impl Deferred for NotifyHeld {
     fn answer_value(&self, val: i64) {
         if let Err(e) = notif::respond_value(self.fd.as_fd(), self.id, val) {
             tracing::debug!(id = self.id, "held syscall not answered (gone?): {e}");

@@ -17,7 +17,9 @@ use super::judge::ToApprove;
 use super::state::DestKey;
 use crate::audit::{self, Action, ApprovalOutcome, AuditLog, EventBody};
 use crate::explain;
-use crate::supervisor::seam::{Held, HeldDestination, HoldKind, HoldRequest, Holder, Settled};
+use crate::supervisor::seam::{
+    Held, HeldDestination, HoldKind, HoldRequest, Holder, Settled, Waiting,
+};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
@@ -68,7 +70,7 @@ impl Held for HeldConnect {
         }
     }
 
-    fn holder(&self) -> &Holder {
+    fn waiting(&self) -> &dyn Waiting {
         &self.holder
     }
 

@@ -26,7 +26,7 @@ use crate::policy::{Decision, Verdict};
 use crate::supervisor::context::SupervisorContext;
 use crate::supervisor::phases;
 use crate::supervisor::retry::Lookup;
-use crate::supervisor::seam::{Holder, Stop, Verification};
+use crate::supervisor::seam::{Holder, Stop, Verification, Waiting};
 use crate::supervisor::sharing::Frozen;
 use crate::supervisor::tasks::Tasks;
 use crate::supervisor::tree::Tree;

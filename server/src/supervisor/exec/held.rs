@@ -19,7 +19,7 @@ use crate::audit::{Action, ApprovalOutcome, AuditLog, EventBody, ExecEvent, Exec
 use crate::supervisor::ptrace::Lingering;
 use crate::supervisor::retry::Lookup;
 use crate::supervisor::seam::{
-    Expected, Held, HoldKind, HoldRequest, Holder, Settled, Verification,
+    Expected, Held, HoldKind, HoldRequest, Holder, Settled, Verification, Waiting,
 };
 use crate::vocab::Refusal;
 use std::sync::mpsc::Sender;
@@ -82,7 +82,7 @@ impl Held for HeldExec {
         }
     }
 
-    fn holder(&self) -> &Holder {
+    fn waiting(&self) -> &dyn Waiting {
         &self.holder
     }
 

@@ -8,7 +8,7 @@
 use super::freeze::Freezer;
 use super::queue::{again, answer, answer_value, still_held};
 use super::regs;
-use crate::supervisor::seam::{AfterCall, Deferred, Holder, Stop, Verification};
+use crate::supervisor::seam::{AfterCall, Deferred, Holder, Stop, Verification, Waiting};
 use std::cell::{Cell, RefCell};
 use std::io;
 use std::os::fd::OwnedFd;
@@ -107,7 +107,7 @@ struct TraceHeld {
     starttime: u64,
 }
 
-impl Deferred for TraceHeld {
+impl Waiting for TraceHeld {
     fn notif_id(&self) -> u64 {
         0
     }
@@ -115,7 +115,9 @@ impl Deferred for TraceHeld {
     fn live(&self, ids: &[u64]) -> Option<u64> {
         still_held(self.tid, self.starttime).then(|| ids.last().copied().unwrap_or(0))
     }
+}
 
+impl Deferred for TraceHeld {
     fn answer_value(&self, val: i64) {
         answer_value(self.tid, self.starttime, val);
     }
