@@ -201,7 +201,9 @@ fn supervisor_context(
         audit_on_failure: config.audit.on_failure,
         dns,
         egress_compat: config.egress.compat,
-        proxy: crate::proxy::ProxyCell::new(crate::proxy::ProxySetup::of(config)),
+        proxy: Box::new(crate::proxy::ProxyCell::new(crate::proxy::ProxySetup::of(
+            config,
+        ))),
         host: Arc::new(crate::tracee::host::RealHost),
         stops: Arc::new(crate::supervisor::RealStops),
     });

@@ -5,33 +5,17 @@
 //! Failure modes: none; a connection with no booking is an outsider (the
 //! proxy closes it).
 
-use crate::policy::egress::HostPattern;
-use crate::policy::http::Http;
+/// What the egress family books a connect with (the supervisor's seam).
+pub(super) use crate::supervisor::Booking;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How long a booking waits for its connection.
 const BOOKING_TTL: Duration = Duration::from_secs(120);
 /// Past this many bookings, the stale ones are dropped.
 const BOOKINGS_MAX: usize = 4096;
-
-/// What was judged for one connect, for the proxy.
-#[derive(Clone)]
-pub struct Booking {
-    pub session_id: String,
-    /// The thread that connected.
-    pub pid: u32,
-    /// Where the tree connected to.
-    pub dest: SocketAddr,
-    /// The name the tree resolved to the address, when known.
-    pub host: Option<String>,
-    /// The egress rule, its hosts and its `http:`.
-    pub rule: String,
-    pub hosts: Vec<HostPattern>,
-    pub http: Arc<Http>,
-}
 
 /// Bookings by the local address of the tree's socket.
 #[derive(Default)]

@@ -38,6 +38,5 @@ mod serve;
 mod state;
 mod upstream;
 
-pub use book::Booking;
-pub use run::{ProxyCell, ProxyDown, ProxySetup};
+pub use run::{ProxyCell, ProxySetup};
 pub use state::{Proxy, ProxyError};

@@ -11,7 +11,7 @@ use super::state::{Proxy, ProxyError};
 use super::upstream;
 use crate::audit::AuditLog;
 use crate::config::secrets::SecretSource;
-use crate::supervisor::Hold;
+use crate::supervisor::{Hold, HttpProxy, ProxyDown, ProxyOnDemand};
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
@@ -112,11 +112,6 @@ pub struct ProxyCell {
     started: std::sync::OnceLock<Result<Arc<Proxy>, ProxyDown>>,
 }
 
-/// Why the proxy is not running (its start's error, as logged).
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{0}")]
-pub struct ProxyDown(pub String);
-
 impl ProxyCell {
     pub fn new(setup: ProxySetup) -> ProxyCell {
         ProxyCell {
@@ -145,5 +140,50 @@ impl ProxyCell {
                 })
             })
             .clone()
+    }
+}
+
+impl ProxyOnDemand for ProxyCell {
+    fn running(
+        &self,
+        audit: &Arc<AuditLog>,
+        approvals: &Arc<dyn Hold>,
+    ) -> Result<Arc<dyn HttpProxy>, ProxyDown> {
+        let proxy: Arc<dyn HttpProxy> = self.get(audit, approvals)?;
+        Ok(proxy)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A proxy whose CA cannot be made does not start, says why, and stays
+    /// down: every connect that needs it is refused with that reason.
+    #[test]
+    fn a_proxy_that_cannot_start_says_why_and_stays_down() {
+        let cell: Box<dyn ProxyOnDemand> = Box::new(ProxyCell::new(ProxySetup {
+            ca_key: PathBuf::from("/proc/self/agentsh-no-such-dir/ca.key"),
+            ca: PathBuf::from("/proc/self/agentsh-no-such-dir/ca.pem"),
+            upstream_roots: Vec::new(),
+            secrets: BTreeMap::new(),
+            explain: false,
+        }));
+        let audit = Arc::new(AuditLog::in_memory(4));
+        let approvals: Arc<dyn Hold> = Arc::new(crate::approval::Approvals::new(
+            &crate::config::ExecveSection::default(),
+            Arc::new(crate::trees::Trees::new()),
+        ));
+        let Err(first) = cell.running(&audit, &approvals) else {
+            panic!("a proxy without its CA started");
+        };
+        assert!(
+            first.0.contains("agentsh-no-such-dir"),
+            "the reason names the CA's place: {first}"
+        );
+        let Err(again) = cell.running(&audit, &approvals) else {
+            panic!("a failed start was tried again and succeeded");
+        };
+        assert_eq!(again.0, first.0);
     }
 }

@@ -8,7 +8,7 @@ use super::book::{Book, Booking};
 use super::ca;
 use crate::audit::AuditLog;
 use crate::config::secrets::SecretSource;
-use crate::supervisor::Hold;
+use crate::supervisor::{Hold, HttpProxy};
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -67,5 +67,14 @@ impl Proxy {
     /// address) with what was judged.
     pub fn book(&self, local: SocketAddr, b: Booking) {
         self.book.insert(local, b);
+    }
+}
+
+impl HttpProxy for Proxy {
+    fn addr_for(&self, domain: i32) -> SocketAddr {
+        Proxy::addr_for(self, domain)
+    }
+    fn book(&self, local: SocketAddr, b: Booking) {
+        Proxy::book(self, local, b);
     }
 }

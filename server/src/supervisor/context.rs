@@ -1,10 +1,12 @@
 //! What every tree's supervisor shares: the limits, the audit, where held
-//! calls wait for an operator, the DNS stub, the host's egress choice, and
-//! what the families ask the kernel and `/proc` through (`host`, `stops`:
-//! the real ones in the server, recording doubles in the unit tests).
+//! calls wait for an operator, the DNS stub, the host's egress choice, the
+//! HTTP proxy, and what the families ask the kernel and `/proc` through
+//! (`host`, `stops`: the real ones in the server, recording doubles in the
+//! unit tests).
 //!
 //! Failure modes: none; a type.
 
+use super::http_proxy::{HttpProxy, ProxyDown, ProxyOnDemand};
 use super::seam::Hold;
 use crate::audit::AuditLog;
 use crate::config::ExecveSection;
@@ -22,8 +24,8 @@ pub struct SupervisorContext {
     pub dns: std::sync::OnceLock<Arc<crate::dns::Stub>>,
     /// `egress.compat`: what a call egress cannot judge on this host gets.
     pub egress_compat: crate::config::EgressCompat,
-    /// The HTTP proxy of egress rules with `http:`.
-    pub proxy: crate::proxy::ProxyCell,
+    /// The HTTP proxy of egress rules with `http:` (`proxy::ProxyCell`).
+    pub proxy: Box<dyn ProxyOnDemand>,
     /// What the families ask the kernel and `/proc` about a caller
     /// (`tracee::host::RealHost` in the server).
     pub host: Arc<dyn crate::tracee::host::Host>,
@@ -37,7 +39,7 @@ impl SupervisorContext {
     ///
     /// # Errors
     /// It cannot start (why).
-    pub fn proxy(&self) -> Result<Arc<crate::proxy::Proxy>, crate::proxy::ProxyDown> {
-        self.proxy.get(&self.audit, &self.approvals)
+    pub fn proxy(&self) -> Result<Arc<dyn HttpProxy>, ProxyDown> {
+        self.proxy.running(&self.audit, &self.approvals)
     }
 }

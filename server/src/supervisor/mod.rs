@@ -9,8 +9,9 @@
 //!   its terms (`tree`), what the tree's thread keeps between calls
 //!   (`state`, one part per family over the tasks every family may stop:
 //!   `tasks`), the seam (`seam`: how a call is caught and answered, now or
-//!   later, and how one is held for an operator), and the one dispatch
-//!   (`dispatch`) that hands each caught call to its family;
+//!   later, and how one is held for an operator; `http_proxy`: how a
+//!   connect reaches agentsh's HTTP proxy, which implements it), and the
+//!   one dispatch (`dispatch`) that hands each caught call to its family;
 //! * the mechanisms the families share: stopping a tree's tasks (`ptrace`,
 //!   `sharing`: every task sharing the caller's memory), the `/proc` files
 //!   kept open between calls (`procfiles`), where the time goes (`phases`),
@@ -48,6 +49,7 @@ mod egress;
 mod exec;
 mod fdhold;
 mod files;
+mod http_proxy;
 mod maps;
 mod phases;
 mod procfiles;
@@ -68,6 +70,7 @@ pub use context::SupervisorContext;
 pub use exec::identity::{index_for, prepare, sha256_hex, IndexError, Preparing, MAX_INDEXES};
 pub use exec::mechanism_rules;
 pub use files::FileRules;
+pub use http_proxy::{Booking, HttpProxy, ProxyDown, ProxyOnDemand};
 pub use seam::{
     Deferred, Held, HeldDestination, Hold, HoldKind, HoldRequest, Holder, Settled, Stop,
     Verification, Waiting,

@@ -1,6 +1,7 @@
 //! What the families' unit tests drive their real handlers with, without
 //! root and without a tracee: a context whose kernel and `/proc` are the
-//! recording doubles (`tracee::recording`, `stops::recording`), a tree of
+//! recording doubles (`tracee::recording`, `stops::recording`; the HTTP
+//! proxy: `http_proxy::recording`), a tree of
 //! the test's own process with a policy given as text, an audit log in a
 //! directory of its own (read back as JSON), a recording [`Stop`], and the
 //! exec strings laid out in the test's own memory (the double answers the
@@ -11,6 +12,7 @@
 
 use super::context::SupervisorContext;
 use super::exec::identity::IdentityIndex;
+use super::http_proxy::recording::RecordingProxy;
 use super::seam::{Held, Hold, Holder, Stop, Verification};
 use super::stops::recording::RecordingStops;
 use super::tasks::Tasks;
@@ -95,7 +97,7 @@ impl Bench {
             audit_on_failure: config.audit.on_failure,
             dns: OnceLock::new(),
             egress_compat: config.egress.compat,
-            proxy: crate::proxy::ProxyCell::new(crate::proxy::ProxySetup::of(&config)),
+            proxy: Box::new(Arc::new(RecordingProxy::default())),
             host: host.clone(),
             stops: stops.clone(),
         };

@@ -21,7 +21,7 @@ use super::sockaddr::sockaddr_of;
 use super::state::DestKey;
 use super::stub::{bound_local, Unbound};
 use crate::policy::egress::{Egress, Protocol};
-use crate::proxy::{Booking, Proxy};
+use crate::supervisor::http_proxy::{Booking, HttpProxy};
 use agentsh_proto::netabi::NetCall;
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
@@ -34,7 +34,7 @@ pub(super) struct Unproxied(String);
 
 /// A connect to be made to the proxy, once its socket is known.
 pub(super) struct ToProxy {
-    pub(super) proxy: Arc<Proxy>,
+    pub(super) proxy: Arc<dyn HttpProxy>,
     pub(super) booking: Booking,
 }
 
@@ -159,5 +159,52 @@ impl AfterConnect {
                 Some(-i64::from(libc::EACCES))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::http::Http;
+    use crate::policy::Decision;
+    use crate::supervisor::http_proxy::recording::RecordingProxy;
+
+    fn to(proxy: &Arc<RecordingProxy>) -> ToProxy {
+        ToProxy {
+            proxy: proxy.clone(),
+            booking: Booking {
+                session_id: "s".into(),
+                pid: 4242,
+                dest: SocketAddr::from(([192, 0, 2, 1], 443)),
+                host: Some("api.example.com".into()),
+                rule: "api".into(),
+                hosts: Vec::new(),
+                http: Arc::new(Http {
+                    default: Decision::Deny,
+                    rules: Vec::new(),
+                    inject: Vec::new(),
+                }),
+            },
+        }
+    }
+
+    #[test]
+    fn a_connect_sent_to_the_proxy_is_booked_by_its_sockets_address() {
+        let proxy = Arc::new(RecordingProxy::default());
+        let sock = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback socket");
+        let local = sock.local_addr().expect("its address");
+        to(&proxy).book(&OwnedFd::from(sock)).expect("booked");
+        assert_eq!(proxy.bookings(), [(local, "api".to_string())]);
+    }
+
+    #[test]
+    fn a_connect_whose_socket_has_no_address_is_not_booked() {
+        let proxy = Arc::new(RecordingProxy::default());
+        let not_a_socket = std::fs::File::open("/dev/null").expect("/dev/null");
+        let Err(e) = to(&proxy).book(&OwnedFd::from(not_a_socket)) else {
+            panic!("a file was booked as a socket");
+        };
+        assert!(e.to_string().starts_with("getsockname: "), "{e}");
+        assert!(proxy.bookings().is_empty());
     }
 }
