@@ -157,6 +157,16 @@ impl ProxyOnDemand for ProxyCell {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::supervisor::Held;
+
+    /// Where nothing is held: the proxy does not start far enough to hold.
+    struct NoHold;
+
+    impl Hold for NoHold {
+        fn hold(self: Arc<Self>, _held: Box<dyn Held>) {
+            unreachable!("a proxy that did not start held a request");
+        }
+    }
 
     /// A proxy whose CA cannot be made does not start, says why, and stays
     /// down: every connect that needs it is refused with that reason.
@@ -170,10 +180,7 @@ mod tests {
             explain: false,
         }));
         let audit = Arc::new(AuditLog::in_memory(4));
-        let approvals: Arc<dyn Hold> = Arc::new(crate::approval::Approvals::new(
-            &crate::config::ExecveSection::default(),
-            Arc::new(crate::trees::Trees::new()),
-        ));
+        let approvals: Arc<dyn Hold> = Arc::new(NoHold);
         let Err(first) = cell.running(&audit, &approvals) else {
             panic!("a proxy without its CA started");
         };
