@@ -318,7 +318,7 @@ fn limit_tree(
         return Ok(None);
     }
     let placed = match (api.cgroups.delegation(), caller.pid) {
-        (Ok(d), Some(pid)) => d.place(limits, pid),
+        (Ok(d), Some(pid)) => d.place(limits, pid).map_err(|e| e.to_string()),
         (Err(why), _) => Err(why.to_string()),
         (_, None) => Err("the kernel did not name the calling process (SO_PEERCRED)".into()),
     };

@@ -12,10 +12,11 @@
 //!
 //! Failure modes: a limit that cannot be written or a process that cannot
 //! be moved undoes what was made (the directory is removed) and returns the
-//! file and the kernel's error; a cgroup that cannot be removed at the end
-//! (a process left in it, e.g. a shell that fell back to running
-//! unsupervised) is logged and left.
+//! file and the kernel's error (a [`CgroupError`]); a cgroup that cannot be
+//! removed at the end (a process left in it, e.g. a shell that fell back to
+//! running unsupervised) is logged and left.
 
+use super::error::CgroupError;
 use crate::audit::{AuditLog, EventBody, LimitEvent};
 use crate::vocab::Limits;
 use std::io;
@@ -43,19 +44,21 @@ impl TreeCgroup {
         enabled: &[String],
         limits: &Limits,
         pid: u32,
-    ) -> Result<TreeCgroup, String> {
-        if let Some(c) = limits
+    ) -> Result<TreeCgroup, CgroupError> {
+        if let Some(controller) = limits
             .controllers()
             .into_iter()
             .find(|c| !enabled.iter().any(|o| o == c))
         {
-            return Err(format!(
-                "the {c} controller is not enabled beneath {} (it offers [{}])",
-                dir.parent().unwrap_or(&dir).display(),
-                enabled.join(" ")
-            ));
+            return Err(CgroupError::NotEnabled {
+                controller,
+                parent: dir.parent().unwrap_or(&dir).to_path_buf(),
+                enabled: enabled.to_vec(),
+            });
         }
-        std::fs::create_dir(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+        if let Err(source) = std::fs::create_dir(&dir) {
+            return Err(CgroupError::Make { dir, source });
+        }
         let cg = TreeCgroup {
             dir,
             limits: limits.clone(),
@@ -73,16 +76,16 @@ impl TreeCgroup {
         }
     }
 
-    fn write(&self, file: &str, value: &str) -> Result<(), String> {
-        std::fs::write(self.dir.join(file), value).map_err(|e| {
-            format!(
-                "cannot write {value:?} to {}/{file}: {e}",
-                self.dir.display()
-            )
+    fn write(&self, file: &'static str, value: &str) -> Result<(), CgroupError> {
+        std::fs::write(self.dir.join(file), value).map_err(|source| CgroupError::Write {
+            dir: self.dir.clone(),
+            file,
+            value: value.to_string(),
+            source,
         })
     }
 
-    fn write_limits(&self) -> Result<(), String> {
+    fn write_limits(&self) -> Result<(), CgroupError> {
         let l = &self.limits;
         if let Some(p) = l.pids {
             self.write("pids.max", &p.to_string())?;
@@ -252,7 +255,59 @@ fn field(text: &str, name: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::field;
+    use super::*;
+
+    fn limits(pids: Option<u64>, memory: Option<u64>) -> Limits {
+        Limits {
+            pids,
+            memory,
+            ..Limits::default()
+        }
+    }
+
+    #[test]
+    fn a_limit_whose_controller_the_parent_does_not_enable_is_refused_before_anything_is_made() {
+        let dir = std::env::temp_dir().join(format!("agentsh-tree-test-{}", std::process::id()));
+        let e = TreeCgroup::place(
+            dir.clone(),
+            &["pids".into()],
+            &limits(Some(8), Some(1 << 20)),
+            1,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, CgroupError::NotEnabled { controller: "memory", parent, .. } if parent == &std::env::temp_dir()),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "the memory controller is not enabled beneath {} (it offers [pids])",
+                std::env::temp_dir().display()
+            )
+        );
+        assert!(!dir.exists(), "nothing is made for a refused tree");
+    }
+
+    #[test]
+    fn a_tree_cgroup_that_cannot_be_made_says_where_and_why() {
+        let dir = Path::new("/proc/agentsh-no-such-parent/agentsh-tree-1-1").to_path_buf();
+        let e = TreeCgroup::place(dir.clone(), &["pids".into()], &limits(Some(8), None), 1)
+            .unwrap_err();
+        assert!(
+            matches!(&e, CgroupError::Make { dir: d, .. } if d == &dir),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string()
+                .starts_with("cannot make /proc/agentsh-no-such-parent/agentsh-tree-1-1: "),
+            "{e}"
+        );
+        assert!(
+            std::error::Error::source(&e).is_some(),
+            "the kernel's error is kept"
+        );
+    }
 
     #[test]
     fn flat_keyed_files_read_by_key() {

@@ -117,7 +117,7 @@ fn limits() -> Probe {
             available: true,
             detail: Some(at),
         },
-        Err(why) => Probe::no(why),
+        Err(why) => Probe::no(why.to_string()),
     }
 }
 
