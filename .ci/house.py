@@ -25,7 +25,7 @@ MAX_FILE = 700
 LONG_FN = 80
 MAX_LONG_FNS = 6
 MAX_FN = 150
-MAX_STRING_RESULTS = 40
+MAX_STRING_RESULTS = 10
 
 FN = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?(?:const\s+)?(?:async\s+)?(?:unsafe\s+)?(?:extern\s+\"C\"\s+)?fn\s+(\w+)")
 

@@ -8,11 +8,32 @@
 //!
 //! Failure modes: a caller whose capabilities cannot be read is taken to
 //! have none (the stricter path: a user namespace or the fallback); a probe
-//! that cannot run counts as "no user namespace".
+//! that cannot run counts as "no user namespace". Why no namespace can be
+//! had is a [`NoMountNamespace`], said in the event's `mechanism`.
 
 use crate::handoff::Caller;
 use crate::policy::credential_files::{self, Fallback, ReadOnlyFallback};
 use crate::policy::Policy;
+use std::sync::Arc;
+
+/// Why a tree's unixwrap can make no mount namespace for the covers (the
+/// fallbacks then apply, and the event's `mechanism` says this).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum NoMountNamespace {
+    #[error("no Landlock here (gVisor?): the tracer keeps the file rules")]
+    TracerKeepsFiles,
+    /// Root in a user namespace would lose its reach on the host's
+    /// network and ids ([`namespace_for`]).
+    #[error("root without CAP_SYS_ADMIN")]
+    RootWithoutAdmin,
+    /// The probe's child could not make one, or mount in it.
+    #[error("a user namespace with a mount in it: {0}")]
+    UserNamespace(#[source] Arc<std::io::Error>),
+    #[error("the user-namespace probe died (signal {0})")]
+    ProbeDied(i32),
+    #[error("cannot run the user-namespace probe: {0}")]
+    ProbeNotRun(#[source] Arc<std::io::Error>),
+}
 
 /// What wrap-init does about the stores, for unixwrap, Landlock and the event.
 pub(super) struct CredentialPlan {
@@ -121,7 +142,7 @@ fn absent_in_homes(list: &[String], home: Option<&str>) -> Vec<String> {
 fn fallback(
     policy: &Policy,
     caller: Caller,
-    why: &str,
+    why: &NoMountNamespace,
     hidden: Vec<String>,
     read_only: Vec<String>,
 ) -> CredentialPlan {
@@ -184,9 +205,9 @@ fn namespace_for(
     caller: Caller,
     cap_eff: Option<u64>,
     tracer_keeps_files: bool,
-) -> Result<&'static str, String> {
+) -> Result<&'static str, NoMountNamespace> {
     if tracer_keeps_files {
-        return Err("no Landlock here (gVisor?): the tracer keeps the file rules".into());
+        return Err(NoMountNamespace::TracerKeepsFiles);
     }
     if has_admin(cap_eff) {
         return Ok("mount namespace");
@@ -195,7 +216,7 @@ fn namespace_for(
     // capabilities would no longer reach the host's network or ids (no
     // port below 1024, no chown to another user, apt's drop to _apt).
     if caller.uid == 0 {
-        return Err("root without CAP_SYS_ADMIN".into());
+        return Err(NoMountNamespace::RootWithoutAdmin);
     }
     user_namespace_mounts().map(|()| USER_NAMESPACE)
 }
@@ -243,14 +264,14 @@ pub(super) fn has_admin(cap_eff: Option<u64>) -> bool {
 /// Whether an ordinary process here can make a user namespace and mount
 /// in it (probed once, in a child: as `nobody` when the server is root, as
 /// the server's own uid otherwise), or why not.
-pub fn user_namespace_mounts() -> Result<(), String> {
-    static PROBE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+pub fn user_namespace_mounts() -> Result<(), NoMountNamespace> {
+    static PROBE: std::sync::OnceLock<Result<(), NoMountNamespace>> = std::sync::OnceLock::new();
     PROBE.get_or_init(probe_user_namespace).clone()
 }
 
 /// [`user_namespace_mounts`]'s probe. Everything the child needs is made
 /// before the fork; the child makes raw syscalls only.
-fn probe_user_namespace() -> Result<(), String> {
+fn probe_user_namespace() -> Result<(), NoMountNamespace> {
     // SAFETY: plain id getters.
     let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
     let (uid, gid) = if euid == 0 {
@@ -316,14 +337,60 @@ fn probe_user_namespace() -> Result<(), String> {
     };
     match crate::detect::in_child(child) {
         Ok(0) => Ok(()),
-        Ok(c) if c < 128 => Err(format!(
-            "a user namespace with a mount in it: {}",
-            std::io::Error::from_raw_os_error(c)
-        )),
-        Ok(c) => Err(format!(
-            "the user-namespace probe died (signal {})",
-            c - 128
-        )),
-        Err(e) => Err(format!("cannot run the user-namespace probe: {e}")),
+        Ok(c) if c < 128 => Err(NoMountNamespace::UserNamespace(Arc::new(
+            std::io::Error::from_raw_os_error(c),
+        ))),
+        Ok(c) => Err(NoMountNamespace::ProbeDied(c - 128)),
+        Err(e) => Err(NoMountNamespace::ProbeNotRun(Arc::new(e))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CAP_SYS_ADMIN: u64 = 1 << 21;
+
+    #[test]
+    fn no_mount_namespace_where_the_tracer_keeps_the_files_or_for_root_without_admin() {
+        let root = Caller {
+            uid: 0,
+            pid: Some(1),
+        };
+        let e = namespace_for(root, Some(CAP_SYS_ADMIN), true).unwrap_err();
+        assert!(matches!(e, NoMountNamespace::TracerKeepsFiles), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "no Landlock here (gVisor?): the tracer keeps the file rules"
+        );
+        // Unreadable capabilities count as none: the stricter path.
+        for cap_eff in [Some(0), None] {
+            let e = namespace_for(root, cap_eff, false).unwrap_err();
+            assert!(matches!(e, NoMountNamespace::RootWithoutAdmin), "{e:?}");
+            assert_eq!(e.to_string(), "root without CAP_SYS_ADMIN");
+        }
+        assert_eq!(
+            namespace_for(root, Some(CAP_SYS_ADMIN), false).unwrap(),
+            "mount namespace"
+        );
+    }
+
+    #[test]
+    fn a_probe_that_fails_says_how() {
+        let e = NoMountNamespace::UserNamespace(Arc::new(std::io::Error::from_raw_os_error(
+            libc::EPERM,
+        )));
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "a user namespace with a mount in it: {}",
+                std::io::Error::from_raw_os_error(libc::EPERM)
+            )
+        );
+        assert!(std::error::Error::source(&e).is_some());
+        assert_eq!(
+            NoMountNamespace::ProbeDied(9).to_string(),
+            "the user-namespace probe died (signal 9)"
+        );
     }
 }

@@ -15,9 +15,10 @@
 use super::book::{names_host, Booking};
 use super::hold;
 use super::state::Proxy;
-use super::upstream::Sender;
+use super::upstream::{Sender, UpstreamError};
 use crate::audit::{Action, EventBody, HttpEvent};
-use crate::policy::http::{judge_request, Piece};
+use crate::config::secrets::{self, SecretSource};
+use crate::policy::http::{judge_request, Inject, Piece};
 use crate::policy::Decision;
 use crate::vocab::Refusal;
 use bytes::Bytes;
@@ -25,6 +26,7 @@ use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub(super) type Body = BoxBody<Bytes, hyper::Error>;
@@ -43,7 +45,7 @@ pub(super) struct Conn {
     /// Why the connection's name is refused (every request gets a 403).
     pub refused_name: Option<String>,
     /// The connection onwards, or why there is none.
-    pub upstream: Result<Sender, String>,
+    pub upstream: Result<Sender, UpstreamError>,
     /// The client speaks HTTP/2 to us.
     pub h2: bool,
 }
@@ -199,7 +201,7 @@ async fn judged(
     let injected = match inject(&c.proxy, b, &mut req) {
         Ok(names) => names,
         Err(why) => {
-            let (mut o, r) = deny(RULE_SECRET, why, approval);
+            let (mut o, r) = deny(RULE_SECRET, why.to_string(), approval);
             o.decision = Decision::Deny;
             return (o, r);
         }
@@ -216,30 +218,61 @@ async fn judged(
     (o, resp)
 }
 
+/// Why a rule's header cannot be set: the request is refused (rule
+/// `http_secret`), the reason said without the value.
+#[derive(Debug, thiserror::Error)]
+enum InjectError {
+    #[error("the credential cannot be added: {0}")]
+    Secret(#[source] secrets::SecretError),
+    #[error("header {name}: {source}")]
+    Name {
+        name: String,
+        #[source]
+        source: hyper::header::InvalidHeaderName,
+    },
+    /// Never the value itself: it may hold the secret.
+    #[error("header {0}: its value is not a header value")]
+    Value(String),
+}
+
 /// Sets the rule's headers (replacing the request's own); their names.
-fn inject(proxy: &Proxy, b: &Booking, req: &mut Request<Incoming>) -> Result<Vec<String>, String> {
+fn inject(
+    proxy: &Proxy,
+    b: &Booking,
+    req: &mut Request<Incoming>,
+) -> Result<Vec<String>, InjectError> {
     let mut names = Vec::new();
     for i in &b.http.inject {
-        let mut value = String::new();
-        for p in &i.value {
-            match p {
-                Piece::Text(t) => value.push_str(t),
-                Piece::Secret(s) => value.push_str(
-                    &crate::config::secrets::secret(&proxy.secrets, s)
-                        .map_err(|e| format!("the credential cannot be added: {e}"))?,
-                ),
-            }
-        }
-        let name = HeaderName::from_bytes(i.name.as_bytes())
-            .map_err(|e| format!("header {}: {e}", i.name))?;
-        let mut v = HeaderValue::from_str(&value)
-            .map_err(|_| format!("header {}: its value is not a header value", i.name))?;
-        v.set_sensitive(true);
+        let (name, v) = header(&proxy.secrets, i)?;
         req.headers_mut().remove(&name);
         req.headers_mut().insert(name, v);
         names.push(i.name.clone());
     }
     Ok(names)
+}
+
+/// The header `i` names, its value with the secrets it names filled in
+/// (marked sensitive: never logged).
+fn header(
+    secrets: &BTreeMap<String, SecretSource>,
+    i: &Inject,
+) -> Result<(HeaderName, HeaderValue), InjectError> {
+    let mut value = String::new();
+    for p in &i.value {
+        match p {
+            Piece::Text(t) => value.push_str(t),
+            Piece::Secret(s) => {
+                value.push_str(&secrets::secret(secrets, s).map_err(InjectError::Secret)?);
+            }
+        }
+    }
+    let name = HeaderName::from_bytes(i.name.as_bytes()).map_err(|source| InjectError::Name {
+        name: i.name.clone(),
+        source,
+    })?;
+    let mut v = HeaderValue::from_str(&value).map_err(|_| InjectError::Value(i.name.clone()))?;
+    v.set_sensitive(true);
+    Ok((name, v))
 }
 
 /// Hop-by-hop headers, never forwarded (but an upgrade's own).
@@ -282,7 +315,7 @@ async fn forward(
                         "agentsh: the upstream cannot be reached (rule {RULE_UPSTREAM}): {why}\n"
                     ),
                 ),
-                Some(why.clone()),
+                Some(why.to_string()),
             )
         }
     };
@@ -305,7 +338,7 @@ async fn forward(
                         "agentsh: the upstream failed the request (rule {RULE_UPSTREAM}): {why}\n"
                     ),
                 ),
-                Some(why),
+                Some(why.to_string()),
             )
         }
     };
@@ -431,4 +464,67 @@ fn record(c: &Conn, method: &str, scheme: &str, host: &str, path: &str, o: Outco
             approval: approved.map(super::hold::Ended::record),
         }),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inject(name: &str, value: Vec<Piece>) -> Inject {
+        Inject {
+            name: name.into(),
+            value,
+        }
+    }
+
+    #[test]
+    fn a_rules_header_is_set_marked_sensitive() {
+        let (name, v) = header(
+            &BTreeMap::new(),
+            &inject("x-team", vec![Piece::Text("blue".into())]),
+        )
+        .unwrap();
+        assert_eq!(name, "x-team");
+        assert_eq!(v, "blue");
+        assert!(v.is_sensitive());
+    }
+
+    #[test]
+    fn a_header_that_cannot_be_set_says_why_and_never_the_value() {
+        let e = header(
+            &BTreeMap::new(),
+            &inject("authorization", vec![Piece::Secret("gh".into())]),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, InjectError::Secret(secrets::SecretError::Unknown(n)) if n == "gh"),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "the credential cannot be added: secret \"gh\" is not in the server config's secrets:"
+        );
+
+        let e = header(&BTreeMap::new(), &inject("x bad", vec![])).unwrap_err();
+        assert!(
+            matches!(&e, InjectError::Name { name, .. } if name == "x bad"),
+            "{e:?}"
+        );
+        assert!(e.to_string().starts_with("header x bad: "), "{e}");
+
+        let e = header(
+            &BTreeMap::new(),
+            &inject("x-token", vec![Piece::Text("s3cr\net".into())]),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, InjectError::Value(n) if n == "x-token"),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "header x-token: its value is not a header value"
+        );
+        assert!(!e.to_string().contains("s3cr"), "{e}");
+    }
 }

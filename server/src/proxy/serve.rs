@@ -16,7 +16,7 @@
 use super::book::{names_host, Booking};
 use super::request::{handle, Conn};
 use super::state::{Proxy, CONNECTIONS_MAX};
-use super::upstream;
+use super::upstream::{self, UpstreamError};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::server::{ClientHello, ResolvesServerCert};
@@ -234,9 +234,9 @@ async fn onward(
     name: &str,
     refused: bool,
     offered: Vec<Vec<u8>>,
-) -> (Result<upstream::Sender, String>, Vec<Vec<u8>>) {
+) -> (Result<upstream::Sender, UpstreamError>, Vec<Vec<u8>>) {
     let (upstream, chosen) = if refused {
-        (Err("not contacted".to_string()), None)
+        (Err(UpstreamError::NotContacted), None)
     } else {
         match upstream::tls(&proxy.roots, b.dest, name, offered.clone()).await {
             Ok((t, chosen)) => {
