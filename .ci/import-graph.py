@@ -1,26 +1,33 @@
 #!/usr/bin/env python3
-"""The server's module import graph must have no circle (issue 23).
+"""The server's module import graph: no circle, layers one way (issues 23, 38, 58).
 
 Reads every module of server/src (a file is a module: `a/b.rs` and
 `a/b/mod.rs` are `a::b`), finds the modules each one names through
 `crate::...` and `super::...` paths (tests excluded: `tests.rs`,
-`*_tests.rs`, and inline `mod tests` blocks), and fails when the graph has a
-strongly connected component of more than one module, printing it. A
-module's references to its own descendants do not count (a folder's
-`mod.rs` may re-export what its rooms hold); a room's references to its
-folder do. `--print` lists the edges.
+`*_tests.rs`, and inline `mod tests` blocks), and fails when:
 
-Also fails when a module named in FORBIDDEN imports one it must not (the
-layers run one way), and when a module imports its own ancestor: a room
-naming its folder's face (`super::Thing` where `Thing` is re-exported by
-the folder's `mod.rs`, or `crate::x::Thing` from inside `x/`). A face holds
-the doc, `mod` lines and `pub use` re-exports; a room imports the room that
-defines what it uses (`super::room::Thing`), so no face is both the home of
-a type and the importer of its users (issue 38). Each such edge is printed;
-ANCESTOR_EXCEPTIONS lists the ones that remain for now, and an exception
-that no longer occurs fails too (remove it). Every path in the file
-counts, comments, doc links and `pub(in ...)` included: name the room
-there as well.
+* the graph has a strongly connected component of more than one module (a
+  circle), printing it. Every edge counts, a folder's face's edges to its
+  own rooms included (a face re-exports what its rooms hold; a room that
+  reached back to another room through something importing the face would
+  close a circle);
+* a top-level room has no place in LAYERS, the one ordered list of the
+  house's layers (lowest first): a new room must be placed to pass;
+* a room imports a room of its own layer or of a layer above it (the
+  layers run one way: a room imports only rooms of the layers below);
+* a module inside a room imports one it must not (FORBIDDEN: the
+  supervisor's families, backends and seam);
+* a module imports its own ancestor: a room naming its folder's face
+  (`super::Thing` where `Thing` is re-exported by the folder's `mod.rs`, or
+  `crate::x::Thing` from inside `x/`). A face holds the doc, `mod` lines
+  and `pub use` re-exports; a room imports the room that defines what it
+  uses (`super::room::Thing`). ANCESTOR_EXCEPTIONS lists the ones that
+  remain for now, and an exception that no longer occurs fails too.
+
+Every path in the file counts, comments, doc links and `pub(in ...)`
+included: name the room there as well. `--print` lists the edges;
+`--layers` prints the layers with each room's imports; `--root DIR` reads
+another copy of server/src (the tests give it one with a bad import).
 """
 import os
 import re
@@ -41,13 +48,29 @@ FAMILIES = [
 ]
 BACKENDS = "supervisor::backend"
 
-# (importer prefix, imported prefix, why): lower layers never reach up.
+# The house's layers, lowest first; every top-level room of server/src has
+# a place. A room imports only rooms of the layers below its own (rooms of
+# one layer are peers and import none of each other). docs/architecture.md
+# draws the same list.
+LAYERS = [
+    ("foundations", ["hex", "laps", "inotify", "transport", "limits", "otlp", "vocab"]),
+    ("reading a process", ["tracee"]),
+    ("settings and telling a caller why", ["config", "explain"]),
+    ("decisions (pure)", ["policy"]),
+    ("what the policy compiles to", ["filter", "trees"]),
+    ("the record", ["audit"]),
+    ("mechanisms beside the supervisor", ["cgroup", "dns"]),
+    ("the supervisor", ["supervisor"]),
+    ("what feeds, holds and serves the supervisor", ["approval", "proxy", "replay", "session", "detect", "handoff"]),
+    ("readiness and installing", ["readiness", "installer"]),
+    ("the API", ["api"]),
+    ("the daemon", ["daemon"]),
+    ("the command line", ["cli"]),
+]
+
+# (importer prefix, imported prefix, why): what the layers do not say,
+# inside the supervisor.
 FORBIDDEN = [
-    ("supervisor", "approval", "the supervisor calls approvals through a trait (the seam), never their module"),
-    ("tracee", "supervisor", "tracee reads processes; it knows nothing of the supervisor"),
-    ("policy", "supervisor", "policy is pure data and decisions"),
-    ("audit", "supervisor", "the audit's vocabulary is below the supervisor that writes it"),
-] + [
     (a, b, "families never import each other: what two families share lives in the core")
     for a in FAMILIES
     for b in FAMILIES
@@ -58,16 +81,7 @@ FORBIDDEN = [
 ] + [
     ("supervisor::seam", f, "the seam names no family and no backend")
     for f in FAMILIES + [BACKENDS]
-] + [
-    ("api", "daemon", "the API is below the daemon that serves it (readiness lives below both)"),
-    ("api", "cli", "the API is below the command line"),
-    ("daemon", "cli", "the daemon is below the command line"),
 ]
-
-# The top of the house, highest first: no module outside it imports one of
-# these (the SEQPACKET transport, the peer limits and readiness live below
-# api and handoff).
-TOP = ["cli", "daemon", "api"]
 
 # (room, its ancestor) edges still allowed: rooms that import their folder's
 # face, to be moved to the rooms that define what they use (issue 38).
@@ -119,6 +133,9 @@ def expand(prefix, tail):
 
 
 def main():
+    global ROOT
+    if "--root" in sys.argv:
+        ROOT = sys.argv[sys.argv.index("--root") + 1]
     modules = {}
     for dirpath, _, files in os.walk(ROOT):
         for f in files:
@@ -152,7 +169,7 @@ def main():
                 targets = expand(base, tail)
             for t in targets:
                 r = resolve(t)
-                if r is None or r == mod or r[: len(mod)] == mod and mod != ():
+                if r is None or r == mod:
                     continue
                 if r == ():
                     continue
@@ -211,11 +228,36 @@ def main():
                     if t[: len(dst)] == dst:
                         bad = True
                         print(f"{'::'.join(m)} imports {'::'.join(t)}: {why}")
+    layer_of = {}
+    for i, (_, rooms) in enumerate(LAYERS):
+        for room in rooms:
+            layer_of[room] = i
+    rooms = sorted({m[0] for m in edges if m})
+    for room in rooms:
+        if room not in layer_of:
+            bad = True
+            print(f"room {room} has no place in LAYERS (.ci/import-graph.py): put it in the layer it belongs to")
+    for room in sorted(set(layer_of) - set(rooms)):
+        bad = True
+        print(f"LAYERS names {room}, which is no room of server/src: remove it")
     for m in sorted(edges):
         for t in sorted(edges[m]):
-            if t[:1] and t[0] in TOP and m[:1] and m[0] not in TOP:
+            if not m or not t or m[0] == t[0] or m[0] not in layer_of or t[0] not in layer_of:
+                continue
+            lm, lt = layer_of[m[0]], layer_of[t[0]]
+            if lt >= lm:
                 bad = True
-                print(f"{'::'.join(m)} imports {'::'.join(t)}: only the top of the house ({', '.join(TOP)}) imports it")
+                where = "its own layer" if lt == lm else f"a layer above ({LAYERS[lt][0]})"
+                print(
+                    f"{'::'.join(m)} imports {'::'.join(t)}: {t[0]} is in {where}, not below "
+                    f"{m[0]} ({LAYERS[lm][0]}); move the shared part down or reach it through a seam"
+                )
+    if "--layers" in sys.argv:
+        for i, (name, rs) in enumerate(LAYERS):
+            print(f"{i:2} {name}")
+            for room in rs:
+                deps = sorted({t[0] for m in edges if m and m[0] == room for t in edges[m] if t and t[0] != room})
+                print(f"     {room} -> {', '.join(deps) or '(nothing)'}")
     allowed = {(tuple(a.split("::")), tuple(b.split("::"))) for a, b in ANCESTOR_EXCEPTIONS}
     seen = set()
     for m in sorted(edges):
@@ -237,7 +279,10 @@ def main():
         )
     if bad:
         sys.exit(1)
-    print(f"import graph: {len(edges)} modules, {sum(len(v) for v in edges.values())} edges, no circle")
+    print(
+        f"import graph: {len(edges)} modules, {sum(len(v) for v in edges.values())} edges, "
+        f"{len(rooms)} rooms in {len(LAYERS)} layers, no circle, no arrow up"
+    )
 
 
 if __name__ == "__main__":

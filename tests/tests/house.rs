@@ -1,0 +1,127 @@
+//! The house's own checks can fail: `.ci/import-graph.py` run on a copy of
+//! `server/src` with one bad import added must fail CI and name the import
+//! (an arrow running back up, a circle, a room with no layer), and passes on
+//! the copy as it is. No root needed.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), &dst).unwrap();
+        }
+    }
+}
+
+/// `server/src` copied, `edit` applied to it; the script's exit status and
+/// output.
+fn graph_of(edit: impl FnOnce(&Path)) -> (bool, String) {
+    let dir = std::env::temp_dir().join(format!(
+        "agentsh-house-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    let src = dir.join("src");
+    copy_tree(&repo().join("server/src"), &src);
+    edit(&src);
+    let out = Command::new("python3")
+        .arg(repo().join(".ci/import-graph.py"))
+        .arg("--root")
+        .arg(&src)
+        .output()
+        .expect("python3 runs .ci/import-graph.py");
+    let _ = std::fs::remove_dir_all(&dir);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+fn append(file: &Path, line: &str) {
+    let mut text = std::fs::read_to_string(file).unwrap();
+    // Above any inline test module (the script does not read those).
+    let at = text.find("#[cfg(test)]").unwrap_or(text.len());
+    text.insert_str(at, &format!("{line}\n"));
+    std::fs::write(file, text).unwrap();
+}
+
+#[test]
+fn the_import_graph_passes_on_the_tree_as_it_is() {
+    let (ok, out) = graph_of(|_| {});
+    assert!(ok, "{out}");
+    assert!(out.contains("no circle, no arrow up"), "{out}");
+}
+
+#[test]
+fn an_import_running_back_up_fails_and_is_named() {
+    // The pure policy reaching up into the daemon.
+    let (ok, out) = graph_of(|src| {
+        append(
+            &src.join("policy/judge.rs"),
+            "#[allow(unused_imports)]\nuse crate::daemon::serve as _up;",
+        )
+    });
+    assert!(!ok, "an upward import passed:\n{out}");
+    assert!(
+        out.contains("policy::judge imports daemon"),
+        "the upward import is not named:\n{out}"
+    );
+}
+
+#[test]
+fn an_import_within_one_layer_fails() {
+    // Two peers of one layer (the rooms around the supervisor).
+    let (ok, out) = graph_of(|src| {
+        append(
+            &src.join("replay.rs"),
+            "#[allow(unused_imports)]\nuse crate::handoff as _peer;",
+        )
+    });
+    assert!(!ok, "an import between peers passed:\n{out}");
+    assert!(out.contains("replay imports handoff"), "{out}");
+    assert!(out.contains("its own layer"), "{out}");
+}
+
+#[test]
+fn a_circle_fails_and_is_drawn() {
+    // hex (a foundation) importing vocab closes no circle, but vocab
+    // importing hex and hex importing vocab does.
+    let (ok, out) = graph_of(|src| {
+        append(
+            &src.join("vocab/rules.rs"),
+            "#[allow(unused_imports)]\nuse crate::hex as _a;",
+        );
+        append(
+            &src.join("hex.rs"),
+            "#[allow(unused_imports)]\nuse crate::vocab::rules as _b;",
+        );
+    });
+    assert!(!ok, "a circle passed:\n{out}");
+    assert!(out.contains("import circle"), "{out}");
+    assert!(out.contains("hex") && out.contains("vocab::rules"), "{out}");
+}
+
+#[test]
+fn a_new_room_without_a_layer_fails() {
+    let (ok, out) = graph_of(|src| {
+        std::fs::write(src.join("newroom.rs"), "//! A room nobody placed.\n").unwrap();
+        append(&src.join("lib.rs"), "pub mod newroom;");
+    });
+    assert!(!ok, "an unplaced room passed:\n{out}");
+    assert!(out.contains("room newroom has no place in LAYERS"), "{out}");
+}
