@@ -125,3 +125,53 @@ fn a_new_room_without_a_layer_fails() {
     assert!(!ok, "an unplaced room passed:\n{out}");
     assert!(out.contains("room newroom has no place in LAYERS"), "{out}");
 }
+
+/// `docs/architecture.md`'s table of layers is `LAYERS` in
+/// `.ci/import-graph.py`: the same layers, in the same order, with the same
+/// rooms.
+#[test]
+fn the_architecture_page_draws_the_layers_ci_checks() {
+    let script = std::fs::read_to_string(repo().join(".ci/import-graph.py")).unwrap();
+    let start = script.find("LAYERS = [").expect("LAYERS in the script");
+    let body = &script[start..start + script[start..].find("\n]\n").expect("LAYERS' end")];
+    let mut checked: Vec<(String, Vec<String>)> = Vec::new();
+    for line in body.lines().skip(1) {
+        let line = line.trim();
+        let Some(rest) = line.strip_prefix("(\"") else {
+            continue;
+        };
+        let (name, rooms) = rest.split_once("\", [").expect("(name, [rooms])");
+        let rooms = rooms[..rooms.find(']').expect("]")]
+            .split(',')
+            .map(|r| r.trim().trim_matches('"').to_string())
+            .filter(|r| !r.is_empty())
+            .collect();
+        checked.push((name.to_string(), rooms));
+    }
+    assert!(
+        checked.len() >= 8,
+        "layers read from the script: {checked:?}"
+    );
+    let doc = std::fs::read_to_string(repo().join("docs/architecture.md")).unwrap();
+    let house = &doc[doc.find("## The house").expect("## The house")..];
+    let mut drawn: Vec<(String, Vec<String>)> = Vec::new();
+    for line in house
+        .lines()
+        .skip_while(|l| !l.starts_with("| layer"))
+        .skip(2)
+    {
+        if !line.starts_with('|') {
+            break;
+        }
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let rooms = cells[2]
+            .split(',')
+            .map(|r| r.trim().trim_matches('`').to_string())
+            .collect();
+        drawn.push((cells[1].to_string(), rooms));
+    }
+    assert_eq!(
+        drawn, checked,
+        "docs/architecture.md's layers differ from .ci/import-graph.py's LAYERS"
+    );
+}
