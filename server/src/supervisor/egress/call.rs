@@ -20,7 +20,14 @@ pub(super) struct Call<'a> {
     pub(super) call: NetCall,
     pub(super) width: Width,
     pub(super) stop: &'a dyn Stop,
+    /// How a refused caller is told why on its stderr (`execve.explain:
+    /// stderr`): `explain::tell`, which takes the caller's stderr (the one
+    /// thing judging asks of the kernel); tests record the line instead.
+    pub(super) tell: Tell,
 }
+
+/// Writes one line to a thread's stderr; whether it was taken.
+pub(super) type Tell = fn(u32, &str) -> bool;
 
 /// The egress family's view of a tree's state: its own part and the tasks
 /// (which a Unix-socket call from a threaded process stops).

@@ -56,6 +56,7 @@ pub fn handle(
         call,
         width,
         stop,
+        tell: crate::explain::tell,
     };
     let st = &mut EgressTree {
         tasks,

@@ -225,7 +225,7 @@ pub(super) fn tell_refusal(
         port: key.port,
         protocol: key.protocol.as_str(),
     };
-    explain::tell(k.c.tid, &explain::refused_destination(&dest, rule, why));
+    (k.tell)(k.c.tid, &explain::refused_destination(&dest, rule, why));
 }
 
 /// DNS under `dns: stub`: the stub answers every query of the tree,

@@ -59,6 +59,8 @@ mod handle;
 mod held;
 mod in_place;
 mod judge;
+#[cfg(test)]
+mod judge_tests;
 mod perform;
 mod proxied;
 mod record;
