@@ -36,6 +36,8 @@ mod request;
 mod run;
 mod serve;
 mod state;
+#[cfg(test)]
+mod tests;
 mod upstream;
 
 pub use run::{ProxyCell, ProxySetup};

@@ -1,0 +1,480 @@
+//! The proxy's refusals, each driven through the real proxy (its accept
+//! loop, `serve` and `request`) on loopback, without root: a proxy started
+//! with a CA in a scratch directory, a connection booked as the egress
+//! family books it (from a policy's real `http:` rule), a request written
+//! by hand, and a fake upstream on 127.0.0.1 that records what reaches it.
+//! Each test states the answer (status, the body naming the rule), the
+//! `http` event, and whether the request reached the upstream.
+
+use super::book::Booking;
+use super::run::ProxySetup;
+use super::state::Proxy;
+use crate::audit::AuditLog;
+use crate::config::secrets::SecretSource;
+use crate::policy::Policy;
+use crate::vocab::Refusal;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+const SESSION: &str = "proxy-tests";
+/// The thread whose connect the booking names (never looked up).
+const PID: u32 = 4343;
+/// How long a test waits for an answer.
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A running proxy and its audit.
+struct Lab {
+    proxy: Arc<Proxy>,
+    audit: Arc<AuditLog>,
+    dir: PathBuf,
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A proxy whose CA is made in a scratch directory (and is the one root
+/// upstreams are verified against, besides the system's).
+fn lab(tag: &str, secrets: BTreeMap<String, SecretSource>) -> Lab {
+    let dir =
+        std::env::temp_dir().join(format!("agentsh-proxy-tests-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    let (ca_key, ca) = (dir.join("ca.key"), dir.join("ca.pem"));
+    super::ca::Ca::load_or_make(&ca_key, &ca).expect("a CA");
+    let setup = ProxySetup {
+        ca_key,
+        ca: ca.clone(),
+        upstream_roots: vec![ca],
+        secrets,
+        explain: false,
+    };
+    let limits = crate::config::ExecveSection {
+        explain: crate::config::Explain::Off,
+        ..Default::default()
+    };
+    let audit = Arc::new(AuditLog::in_memory(1024));
+    let approvals = Arc::new(crate::approval::Approvals::new(
+        &limits,
+        Arc::new(crate::trees::Trees::new()),
+    ));
+    let proxy = Proxy::start(&setup, audit.clone(), approvals).expect("the proxy starts");
+    Lab { proxy, audit, dir }
+}
+
+/// The policy's first egress rule's booking for a connect to `dest`.
+fn booking(policy_yaml: &str, dest: SocketAddr, host: Option<&str>) -> Booking {
+    let policy = Policy::from_yaml(policy_yaml, "proxy_tests").expect("the policy compiles");
+    let rule = &policy.egress().expect("egress").rules[0];
+    Booking {
+        session_id: SESSION.into(),
+        pid: PID,
+        dest,
+        host: host.map(str::to_string),
+        rule: rule.name.clone(),
+        hosts: rule.hosts.clone(),
+        http: rule.http.clone().expect("the rule has http:"),
+    }
+}
+
+/// An egress rule `api` for api.example.com with `http` as its `http:`.
+fn policy(http: &str) -> String {
+    format!(
+        "name: proxy-tests\ndefault: allow\negress:\n  default: deny\n  rules:\n    - name: api\n      \
+         hosts: [api.example.com]\n      ports: [80, 443]\n      decision: allow\n      http:\n{http}"
+    )
+}
+
+/// Reads, then allows what no rule names.
+const READS: &str =
+    "        default: deny\n        rules:\n          - {name: reads, methods: [GET], \
+                     paths: [\"/repos/**\"], decision: allow}\n          - {name: no-admin, paths: \
+                     [\"/admin/**\"], decision: deny}\n";
+
+/// An upstream on loopback that takes one connection and answers one
+/// request 200; what reached it, once the proxy let go of it.
+struct Upstream {
+    addr: SocketAddr,
+    seen: std::thread::JoinHandle<Vec<u8>>,
+}
+
+fn upstream() -> Upstream {
+    let l = TcpListener::bind("127.0.0.1:0").expect("a loopback listener");
+    let addr = l.local_addr().expect("its address");
+    let seen = std::thread::spawn(move || {
+        let Ok((mut s, _)) = l.accept() else {
+            return Vec::new();
+        };
+        let _ = s.set_read_timeout(Some(WAIT));
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => return got,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+        got
+    });
+    Upstream { addr, seen }
+}
+
+impl Upstream {
+    /// What reached it (empty: nothing).
+    fn seen(self) -> String {
+        String::from_utf8_lossy(&self.seen.join().expect("the upstream thread")).into_owned()
+    }
+}
+
+/// A loopback address nothing listens on.
+fn nobody() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").expect("a loopback listener");
+    l.local_addr().expect("its address")
+}
+
+/// Connects to the proxy as a tree's redirected connect, books it, sends
+/// `request` and reads the answer to its end: (status, body).
+fn exchange(lab: &Lab, b: Booking, request: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(lab.proxy.v4).expect("the proxy accepts");
+    s.set_read_timeout(Some(WAIT)).expect("a timeout");
+    lab.proxy.book(s.local_addr().expect("a local address"), b);
+    s.write_all(request.as_bytes())
+        .expect("the request is sent");
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    answer(&got)
+}
+
+/// The status and body of an HTTP/1.1 response.
+fn answer(raw: &[u8]) -> (u16, String) {
+    let text = String::from_utf8_lossy(raw);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, body.to_string())
+}
+
+fn get(path: &str, host: &str) -> String {
+    format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+}
+
+/// The session's events, as the audit writes them.
+fn events(lab: &Lab) -> Vec<Value> {
+    lab.audit
+        .events(SESSION, 0)
+        .iter()
+        .map(|e| serde_json::to_value(e).expect("an event serialises"))
+        .collect()
+}
+
+/// An event's (rule, decision).
+fn decided(e: &Value) -> (&str, &str) {
+    (
+        e["rule"].as_str().unwrap_or_default(),
+        e["decision"].as_str().unwrap_or_default(),
+    )
+}
+
+/// The session's one event, an `http` event of egress rule `api`.
+fn only_event(lab: &Lab) -> Value {
+    let mut e = events(lab);
+    assert_eq!(e.len(), 1, "{e:?}");
+    let e = e.remove(0);
+    assert_eq!(e["type"], "http", "{e}");
+    assert_eq!(e["egress_rule"], "api", "{e}");
+    e
+}
+
+#[test]
+fn an_allowed_request_reaches_the_upstream_with_the_rules_header() {
+    let secret =
+        std::env::temp_dir().join(format!("agentsh-proxy-tests-{}-gh", std::process::id()));
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let _ = std::fs::remove_file(&secret);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&secret)
+            .expect("the secret's file");
+        f.write_all(b"s3cret\n").expect("the secret");
+    }
+    let secrets = BTreeMap::from([(
+        "gh".to_string(),
+        SecretSource {
+            file: Some(secret.clone()),
+            env: None,
+        },
+    )]);
+    let lab = lab("allowed", secrets);
+    let up = upstream();
+    let http = format!(
+        "{READS}        inject:\n          headers: {{Authorization: \"Bearer ${{secret:gh}}\"}}\n"
+    );
+    let b = booking(&policy(&http), up.addr, Some("api.example.com"));
+    let (status, body) = exchange(&lab, b, &get("/repos/a/b", "api.example.com"));
+    let _ = std::fs::remove_file(&secret);
+    assert_eq!((status, body.as_str()), (200, "ok"));
+    let seen = up.seen().to_ascii_lowercase();
+    assert!(seen.starts_with("get /repos/a/b http/1.1"), "{seen}");
+    assert!(seen.contains("authorization: bearer s3cret"), "{seen}");
+    let e = only_event(&lab);
+    assert_eq!(decided(&e), ("reads", "allow"));
+    assert_eq!(e["status"], 200);
+    assert_eq!(e["injected"], serde_json::json!(["authorization"]));
+}
+
+#[test]
+fn a_request_an_http_rule_denies_gets_403_naming_the_rule_and_never_reaches_the_upstream() {
+    let lab = lab("rule", BTreeMap::new());
+    let up = upstream();
+    let b = booking(&policy(READS), up.addr, Some("api.example.com"));
+    let (status, body) = exchange(&lab, b, &get("/admin/users", "api.example.com"));
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.contains("denied (rule no-admin, egress rule api)"),
+        "{body}"
+    );
+    let e = only_event(&lab);
+    assert_eq!(decided(&e), ("no-admin", "deny"));
+    assert_eq!(e["path"], "/admin/users");
+    assert!(e["status"].is_null(), "{e}");
+    assert_eq!(up.seen(), "");
+}
+
+#[test]
+fn a_request_no_http_rule_names_gets_the_default_deny() {
+    let lab = lab("default", BTreeMap::new());
+    let up = upstream();
+    let b = booking(&policy(READS), up.addr, Some("api.example.com"));
+    let (status, body) = exchange(&lab, b, &get("/gists", "api.example.com"));
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("(rule default, egress rule api)"), "{body}");
+    let e = only_event(&lab);
+    assert_eq!(decided(&e), ("default", "deny"));
+    assert_eq!(up.seen(), "");
+}
+
+#[test]
+fn a_path_not_in_normal_form_is_refused_whatever_the_rules_say() {
+    let lab = lab("path-form", BTreeMap::new());
+    let rule = Refusal::HttpPathForm.rule();
+    // `reads` would allow both by their text.
+    for path in ["/repos/a/../../admin/x", "/repos/a%2F..%2Fadmin"] {
+        let up = upstream();
+        let b = booking(&policy(READS), up.addr, Some("api.example.com"));
+        let (status, body) = exchange(&lab, b, &get(path, "api.example.com"));
+        assert_eq!(status, 403, "{path}: {body}");
+        assert!(
+            body.contains(&format!("(rule {rule}, egress rule api)")),
+            "{body}"
+        );
+        assert_eq!(up.seen(), "", "{path}");
+    }
+    let e = events(&lab);
+    assert_eq!(e.len(), 2, "{e:?}");
+    for e in &e {
+        assert_eq!(decided(e), (rule, "deny"), "{e}");
+        assert!(e["message"].is_string(), "{e}");
+    }
+}
+
+#[test]
+fn a_request_for_a_name_the_egress_rule_does_not_name_is_refused() {
+    let lab = lab("host", BTreeMap::new());
+    let rule = Refusal::HttpHost.rule();
+    let cases = [
+        (
+            get("/repos/a/b", "evil.example"),
+            "evil.example is not among the hosts",
+        ),
+        // HTTP/1.0 needs no Host: a request naming none is refused too.
+        (
+            "GET /repos/a/b HTTP/1.0\r\n\r\n".to_string(),
+            "the request names no host",
+        ),
+    ];
+    for (request, why) in &cases {
+        let up = upstream();
+        let b = booking(&policy(READS), up.addr, Some("api.example.com"));
+        let (status, body) = exchange(&lab, b, request);
+        assert_eq!(status, 403, "{body}");
+        assert!(
+            body.contains(&format!("(rule {rule}, egress rule api)")),
+            "{body}"
+        );
+        assert!(body.contains(why), "{body}");
+        assert_eq!(up.seen(), "");
+    }
+    let e = events(&lab);
+    assert_eq!(e.len(), 2, "{e:?}");
+    for e in &e {
+        assert_eq!(decided(e), (rule, "deny"), "{e}");
+    }
+    assert_eq!(e[0]["host"], "evil.example");
+}
+
+#[test]
+fn an_allowed_request_whose_secret_cannot_be_read_is_refused_without_it() {
+    // No `secrets:` entry for gh: it cannot be had.
+    let lab = lab("secret", BTreeMap::new());
+    let up = upstream();
+    let http = format!(
+        "{READS}        inject:\n          headers: {{Authorization: \"Bearer ${{secret:gh}}\"}}\n"
+    );
+    let b = booking(&policy(&http), up.addr, Some("api.example.com"));
+    let (status, body) = exchange(&lab, b, &get("/repos/a/b", "api.example.com"));
+    let rule = Refusal::HttpSecret.rule();
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.contains(&format!("(rule {rule}, egress rule api)")),
+        "{body}"
+    );
+    assert!(body.contains("\"gh\""), "{body}");
+    let e = only_event(&lab);
+    assert_eq!(decided(&e), (rule, "deny"));
+    assert!(
+        e["message"].as_str().is_some_and(|m| m.contains("\"gh\"")),
+        "{e}"
+    );
+    assert_eq!(up.seen(), "");
+}
+
+#[test]
+fn an_allowed_request_whose_upstream_cannot_be_reached_gets_502() {
+    let lab = lab("upstream", BTreeMap::new());
+    let dest = nobody();
+    let b = booking(&policy(READS), dest, Some("api.example.com"));
+    let (status, body) = exchange(&lab, b, &get("/repos/a/b", "api.example.com"));
+    let rule = Refusal::HttpUpstream.rule();
+    assert_eq!(status, 502, "{body}");
+    assert!(body.contains(&format!("(rule {rule})")), "{body}");
+    assert!(
+        body.contains(&format!("cannot connect to {dest}")),
+        "{body}"
+    );
+    // The event names the http rule that allowed the request, with why it
+    // got no answer and no upstream status.
+    let e = only_event(&lab);
+    assert_eq!(decided(&e), ("reads", "allow"));
+    assert!(e["status"].is_null(), "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("cannot connect")),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_allowed_request_the_upstream_drops_gets_502() {
+    let lab = lab("upstream-drops", BTreeMap::new());
+    // Takes the connection, then closes it without an answer.
+    let l = TcpListener::bind("127.0.0.1:0").expect("a loopback listener");
+    let dest = l.local_addr().expect("its address");
+    let closer = std::thread::spawn(move || {
+        if let Ok((mut s, _)) = l.accept() {
+            let _ = s.set_read_timeout(Some(WAIT));
+            let _ = s.read(&mut [0u8; 1024]);
+        }
+    });
+    let b = booking(&policy(READS), dest, Some("api.example.com"));
+    let (status, body) = exchange(&lab, b, &get("/repos/a/b", "api.example.com"));
+    closer.join().expect("the upstream thread");
+    assert_eq!(status, 502, "{body}");
+    assert!(
+        body.contains(&format!("(rule {})", Refusal::HttpUpstream.rule())),
+        "{body}"
+    );
+    let e = only_event(&lab);
+    assert!(e["status"].is_null(), "{e}");
+    assert!(e["message"].is_string(), "{e}");
+}
+
+/// A TLS client of the proxy trusting the lab's CA: the answer to
+/// `request` on a connection for `sni`.
+fn exchange_tls(lab: &Lab, b: Booking, sni: &str, request: &str) -> (u16, String) {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    let ca = rustls::pki_types::CertificateDer::from_pem_file(lab.dir.join("ca.pem"))
+        .expect("the CA's certificate");
+    roots.add(ca).expect("the CA as a root");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from(sni.to_string()).expect("a name");
+    let conn = rustls::ClientConnection::new(Arc::new(config), name).expect("a TLS client");
+    let s = TcpStream::connect(lab.proxy.v4).expect("the proxy accepts");
+    s.set_read_timeout(Some(WAIT)).expect("a timeout");
+    lab.proxy.book(s.local_addr().expect("a local address"), b);
+    let mut tls = rustls::StreamOwned::new(conn, s);
+    tls.write_all(request.as_bytes())
+        .expect("the request is sent");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    // A peer that closes without close_notify ends the read with an error.
+    while let Ok(n) = tls.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    answer(&got)
+}
+
+#[test]
+fn tls_for_a_name_the_egress_rule_does_not_name_is_refused_without_contacting_the_upstream() {
+    let lab = lab("tls-name", BTreeMap::new());
+    let up = upstream();
+    let b = booking(&policy(READS), up.addr, Some("api.example.com"));
+    let (status, body) = exchange_tls(&lab, b, "evil.example", &get("/repos/a/b", "evil.example"));
+    let rule = Refusal::HttpHost.rule();
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.contains(&format!("(rule {rule}, egress rule api)")),
+        "{body}"
+    );
+    assert!(body.contains("TLS for evil.example"), "{body}");
+    let e = only_event(&lab);
+    assert_eq!(decided(&e), (rule, "deny"));
+    assert_eq!(e["scheme"], "https");
+    // Not even connected to.
+    drop(TcpStream::connect(up.addr));
+    assert_eq!(up.seen(), "");
+}
+
+#[test]
+fn a_request_for_another_name_than_its_tls_connection_is_refused() {
+    let lab = lab("tls-host", BTreeMap::new());
+    // The upstream is not reached either way (nothing listens there).
+    let b = booking(&policy(READS), nobody(), Some("api.example.com"));
+    let (status, body) = exchange_tls(
+        &lab,
+        b,
+        "api.example.com",
+        &get("/repos/a/b", "other.example"),
+    );
+    let rule = Refusal::HttpHost.rule();
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.contains("the request is for other.example on a connection made for api.example.com"),
+        "{body}"
+    );
+    let e = only_event(&lab);
+    assert_eq!(decided(&e), (rule, "deny"));
+}
