@@ -43,6 +43,11 @@ impl Drop for Lab {
 /// A proxy whose CA is made in a scratch directory (and is the one root
 /// upstreams are verified against, besides the system's).
 fn lab(tag: &str, secrets: BTreeMap<String, SecretSource>) -> Lab {
+    lab_holding(tag, secrets, Duration::from_secs(10))
+}
+
+/// As [`lab`], with requests held for an operator for at most `timeout`.
+fn lab_holding(tag: &str, secrets: BTreeMap<String, SecretSource>, timeout: Duration) -> Lab {
     let dir =
         std::env::temp_dir().join(format!("agentsh-proxy-tests-{}-{tag}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -58,6 +63,7 @@ fn lab(tag: &str, secrets: BTreeMap<String, SecretSource>) -> Lab {
     };
     let limits = crate::config::ExecveSection {
         explain: crate::config::Explain::Off,
+        approval_timeout: timeout,
         ..Default::default()
     };
     let audit = Arc::new(AuditLog::in_memory(1024));
@@ -477,4 +483,27 @@ fn a_request_for_another_name_than_its_tls_connection_is_refused() {
     );
     let e = only_event(&lab);
     assert_eq!(decided(&e), (rule, "deny"));
+}
+
+#[test]
+fn a_held_request_no_operator_answers_gets_403_once_its_approval_times_out() {
+    let lab = lab_holding("held", BTreeMap::new(), Duration::from_millis(300));
+    let up = upstream();
+    let http = "        default: deny\n        rules:\n          - {name: ask-writes, methods: \
+                [POST], decision: approve}\n";
+    let b = booking(&policy(http), up.addr, Some("api.example.com"));
+    let request = "POST /repos/a/b/issues HTTP/1.1\r\nHost: api.example.com\r\n\
+                   Content-Length: 0\r\nConnection: close\r\n\r\n";
+    let (status, body) = exchange(&lab, b, request);
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.contains("denied (rule ask-writes, egress rule api)"),
+        "{body}"
+    );
+    assert!(body.contains("timed out"), "{body}");
+    let e = only_event(&lab);
+    assert_eq!(e["rule"], "ask-writes", "{e}");
+    assert_eq!(e["effective_action"], "deny", "{e}");
+    assert_eq!(e["approval_outcome"], "timeout", "{e}");
+    assert_eq!(up.seen(), "");
 }
