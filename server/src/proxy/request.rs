@@ -207,8 +207,14 @@ async fn judged(
         }
     };
     let (status, resp, message) = forward(c, req, host).await;
+    // No answer from the upstream (it cannot be reached or verified, or it
+    // failed the request): agentsh's own 502, audited as its refusal.
+    let (rule, decision) = match (&status, &message) {
+        (None, Some(_)) => (RULE_UPSTREAM.to_string(), Decision::Deny),
+        _ => (v.rule, decision),
+    };
     let o = Outcome {
-        rule: v.rule,
+        rule,
         decision,
         status,
         injected,

@@ -371,10 +371,10 @@ fn an_allowed_request_whose_upstream_cannot_be_reached_gets_502() {
         body.contains(&format!("cannot connect to {dest}")),
         "{body}"
     );
-    // The event names the http rule that allowed the request, with why it
-    // got no answer and no upstream status.
+    // The event is agentsh's refusal (the http rule allowed the request),
+    // with why it got no answer and no upstream status.
     let e = only_event(&lab);
-    assert_eq!(decided(&e), ("reads", "allow"));
+    assert_eq!(decided(&e), (rule, "deny"));
     assert!(e["status"].is_null(), "{e}");
     assert!(
         e["message"]
@@ -405,6 +405,7 @@ fn an_allowed_request_the_upstream_drops_gets_502() {
         "{body}"
     );
     let e = only_event(&lab);
+    assert_eq!(decided(&e), (Refusal::HttpUpstream.rule(), "deny"));
     assert!(e["status"].is_null(), "{e}");
     assert!(e["message"].is_string(), "{e}");
 }

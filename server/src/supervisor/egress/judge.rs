@@ -242,7 +242,20 @@ fn to_stub(
     if named != stub {
         match sockaddr_of(stub, domain) {
             Some(a) => m.addr = a,
-            None => return One::Refuse,
+            None => {
+                // The stub's address family is not the socket's (a stub on
+                // IPv6, an AF_INET socket): the query cannot be sent to it,
+                // and never goes around it. Refused and audited like any
+                // call egress cannot enforce.
+                let why = format!(
+                    "agentsh's DNS stub at {stub} cannot be reached from this socket's \
+                     address family: DNS is refused"
+                );
+                let rule = Refusal::EgressUnenforceable.rule();
+                tell_refusal(k, st, key, None, rule, Some(&why));
+                record(k, Some(key.into()), None, rule, Decision::Deny, Some(why));
+                return One::Refuse;
+            }
         }
     }
     if !st.egress.seen.contains_key(&key) {

@@ -561,3 +561,30 @@ fn a_connect_held_for_an_operator_whose_rule_has_http_goes_to_the_proxy_once_app
     assert_eq!(to.booking.rule, "ask-api");
     assert!(f.events().is_empty(), "{:?}", f.events());
 }
+
+#[test]
+fn dns_to_a_stub_of_another_address_family_is_refused_and_audited() {
+    let mut f = Fixture::new(&format!("{BASE}egress:\n  default: allow\n  dns: stub\n"));
+    // A stub on IPv6 loopback; the tree's socket is AF_INET: the query
+    // cannot be sent to it, and must not go around it.
+    let stub = crate::dns::Stub::start(
+        addr("[::1]:0"),
+        Vec::new(),
+        f.bench.ctx.audit.clone(),
+        false,
+    )
+    .expect("a stub on IPv6 loopback");
+    assert!(f.bench.ctx.dns.set(stub).is_ok());
+    let (j, _) = f.judge(NetCall::Sendto, Protocol::Udp, &["10.0.0.2:53"]);
+    assert!(refused(&j), "allowed {} refusal {:?}", j.allowed, j.refusal);
+    assert!(!j.to_stub);
+    let events = f.events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(
+        what(&events[0]),
+        ("connect", Refusal::EgressUnenforceable.rule(), "deny")
+    );
+    assert!(events[0]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("address family")));
+}
