@@ -14,14 +14,14 @@ fn repo() -> PathBuf {
 }
 
 fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
+    std::fs::create_dir_all(to).expect("a directory of the copy");
+    for e in std::fs::read_dir(from).expect("server/src's folder") {
+        let e = e.expect("a directory entry");
         let dst = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
+        if e.file_type().expect("its type").is_dir() {
             copy_tree(&e.path(), &dst);
         } else {
-            std::fs::copy(e.path(), &dst).unwrap();
+            std::fs::copy(e.path(), &dst).expect("a file copied");
         }
     }
 }
@@ -34,7 +34,7 @@ fn graph_of(edit: impl FnOnce(&Path)) -> (bool, String) {
         std::process::id(),
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
+            .expect("a clock after 1970")
             .as_nanos()
     ));
     let src = dir.join("src");
@@ -53,11 +53,11 @@ fn graph_of(edit: impl FnOnce(&Path)) -> (bool, String) {
 }
 
 fn append(file: &Path, line: &str) {
-    let mut text = std::fs::read_to_string(file).unwrap();
+    let mut text = std::fs::read_to_string(file).expect("a source file");
     // Above any inline test module (the script does not read those).
     let at = text.find("#[cfg(test)]").unwrap_or(text.len());
     text.insert_str(at, &format!("{line}\n"));
-    std::fs::write(file, text).unwrap();
+    std::fs::write(file, text).expect("the source file written");
 }
 
 #[test]
@@ -74,7 +74,7 @@ fn an_import_running_back_up_fails_and_is_named() {
         append(
             &src.join("policy/judge.rs"),
             "#[allow(unused_imports)]\nuse crate::daemon::serve as _up;",
-        )
+        );
     });
     assert!(!ok, "an upward import passed:\n{out}");
     assert!(
@@ -90,7 +90,7 @@ fn an_import_within_one_layer_fails() {
         append(
             &src.join("replay.rs"),
             "#[allow(unused_imports)]\nuse crate::handoff as _peer;",
-        )
+        );
     });
     assert!(!ok, "an import between peers passed:\n{out}");
     assert!(out.contains("replay imports handoff"), "{out}");
@@ -119,7 +119,7 @@ fn a_circle_fails_and_is_drawn() {
 #[test]
 fn a_new_room_without_a_layer_fails() {
     let (ok, out) = graph_of(|src| {
-        std::fs::write(src.join("newroom.rs"), "//! A room nobody placed.\n").unwrap();
+        std::fs::write(src.join("newroom.rs"), "//! A room nobody placed.\n").expect("a new room");
         append(&src.join("lib.rs"), "pub mod newroom;");
     });
     assert!(!ok, "an unplaced room passed:\n{out}");
@@ -131,7 +131,8 @@ fn a_new_room_without_a_layer_fails() {
 /// rooms.
 #[test]
 fn the_architecture_page_draws_the_layers_ci_checks() {
-    let script = std::fs::read_to_string(repo().join(".ci/import-graph.py")).unwrap();
+    let script =
+        std::fs::read_to_string(repo().join(".ci/import-graph.py")).expect(".ci/import-graph.py");
     let start = script.find("LAYERS = [").expect("LAYERS in the script");
     let body = &script[start..start + script[start..].find("\n]\n").expect("LAYERS' end")];
     let mut checked: Vec<(String, Vec<String>)> = Vec::new();
@@ -152,7 +153,8 @@ fn the_architecture_page_draws_the_layers_ci_checks() {
         checked.len() >= 8,
         "layers read from the script: {checked:?}"
     );
-    let doc = std::fs::read_to_string(repo().join("docs/architecture.md")).unwrap();
+    let doc =
+        std::fs::read_to_string(repo().join("docs/architecture.md")).expect("docs/architecture.md");
     let house = &doc[doc.find("## The house").expect("## The house")..];
     let mut drawn: Vec<(String, Vec<String>)> = Vec::new();
     for line in house
