@@ -120,8 +120,8 @@ pub mod recording {
     //! decides), and every question asked is recorded in order.
 
     use super::*;
+    use crate::tracee::recording::Script;
     use std::collections::BTreeMap;
-    use std::sync::Mutex;
 
     /// A question of [`TaskStops`], as the double records it.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,8 +148,7 @@ pub mod recording {
     /// The recording double (module doc).
     #[derive(Debug, Default)]
     pub struct RecordingStops {
-        scripts: Mutex<Vec<(Asked, Answer)>>,
-        calls: Mutex<Vec<Asked>>,
+        script: Script<Asked, Answer>,
     }
 
     impl RecordingStops {
@@ -159,34 +158,17 @@ pub mod recording {
 
         /// The next call of `q` not yet scripted gets `answer`.
         pub fn script(&self, q: Asked, answer: Answer) -> &RecordingStops {
-            self.scripts
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push((q, answer));
+            self.script.push(q, answer);
             self
         }
 
         /// Every question asked so far, in order.
         pub fn calls(&self) -> Vec<Asked> {
-            self.calls
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .clone()
+            self.script.calls()
         }
 
         fn next(&self, q: Asked) -> Answer {
-            self.calls
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(q);
-            let mut s = self
-                .scripts
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            match s.iter().position(|(k, _)| *k == q) {
-                Some(i) => s.remove(i).1,
-                None => Answer::Default,
-            }
+            self.script.next(q).unwrap_or(Answer::Default)
         }
     }
 

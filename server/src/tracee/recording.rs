@@ -52,20 +52,27 @@ pub enum Scripted {
     Unreadable,
 }
 
-/// The recording double (module doc).
-#[derive(Debug, Default)]
-pub struct RecordingHost {
-    scripts: Mutex<Vec<(Question, VecDeque<Scripted>)>>,
-    calls: Mutex<Vec<Question>>,
+/// The bookkeeping of a recording double: the answers scripted for each
+/// question, in order, and every question asked, in order. Shared by the
+/// doubles of `Host` (here) and of the supervisor's `TaskStops`.
+#[derive(Debug)]
+pub struct Script<Q, A> {
+    scripts: Mutex<Vec<(Q, VecDeque<A>)>>,
+    calls: Mutex<Vec<Q>>,
 }
 
-impl RecordingHost {
-    pub fn new() -> RecordingHost {
-        RecordingHost::default()
+impl<Q, A> Default for Script<Q, A> {
+    fn default() -> Self {
+        Script {
+            scripts: Mutex::new(Vec::new()),
+            calls: Mutex::new(Vec::new()),
+        }
     }
+}
 
+impl<Q: Copy + PartialEq, A> Script<Q, A> {
     /// The next call of `q` not yet scripted gets `answer`.
-    pub fn script(&self, q: Question, answer: Scripted) -> &RecordingHost {
+    pub fn push(&self, q: Q, answer: A) {
         let mut s = self
             .scripts
             .lock()
@@ -74,19 +81,18 @@ impl RecordingHost {
             Some((_, queue)) => queue.push_back(answer),
             None => s.push((q, VecDeque::from([answer]))),
         }
-        self
     }
 
     /// Every question asked so far, in order.
-    pub fn calls(&self) -> Vec<Question> {
+    pub fn calls(&self) -> Vec<Q> {
         self.calls
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
 
-    /// Records a call of `q`; its scripted answer.
-    fn next(&self, q: Question) -> Scripted {
+    /// Records a call of `q`; the answer scripted for it, if any is left.
+    pub fn next(&self, q: Q) -> Option<A> {
         self.calls
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -98,7 +104,34 @@ impl RecordingHost {
         s.iter_mut()
             .find(|(k, _)| *k == q)
             .and_then(|(_, queue)| queue.pop_front())
-            .unwrap_or(Scripted::Real)
+    }
+}
+
+/// The recording double (module doc).
+#[derive(Debug, Default)]
+pub struct RecordingHost {
+    script: Script<Question, Scripted>,
+}
+
+impl RecordingHost {
+    pub fn new() -> RecordingHost {
+        RecordingHost::default()
+    }
+
+    /// The next call of `q` not yet scripted gets `answer`.
+    pub fn script(&self, q: Question, answer: Scripted) -> &RecordingHost {
+        self.script.push(q, answer);
+        self
+    }
+
+    /// Every question asked so far, in order.
+    pub fn calls(&self) -> Vec<Question> {
+        self.script.calls()
+    }
+
+    /// Records a call of `q`; its scripted answer.
+    fn next(&self, q: Question) -> Scripted {
+        self.script.next(q).unwrap_or(Scripted::Real)
     }
 }
 
