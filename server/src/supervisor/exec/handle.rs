@@ -13,11 +13,12 @@
 //! context's `Host` and `TaskStops`, so `exec::tests` checks each of these
 //! with recording doubles, without root.
 
-use super::gather::{gather, Gather, Gathered, Undecidable};
+use super::gather::{gather, Gather, Gathered};
 use super::held::HeldExec;
 use super::judge::{decide, expected_of, Judged};
 use super::request::ExecRequest;
 use super::state::{ExecState, ExecTree};
+use super::undecidable::Undecidable;
 use super::verify::{self, Expected};
 use super::watch::{record_mismatch, record_unfinished, redirect, release, watch_through};
 use crate::audit::{Action, EventBody, ExecEvent, ExecSubject, Memory};

@@ -57,11 +57,13 @@ mod handle;
 mod held;
 pub mod identity;
 mod judge;
+mod recognise;
 mod redirect;
 mod request;
 mod state;
 #[cfg(test)]
 mod tests;
+mod undecidable;
 mod verify;
 mod watch;
 
