@@ -109,6 +109,7 @@ fn modal_recipe_in_gvisor_supervises_sibling_shells_without_cap_sys_ptrace() {
         "the container has CAP_SYS_PTRACE: {eff}"
     );
     sdk_commands_are_supervised(&ctr);
+    the_sandbox_stays_up(&ctr);
 }
 
 #[test]
@@ -119,6 +120,7 @@ fn modal_recipe_in_runc_with_podmans_default_profile_supervises_sibling_shells()
     }
     let (_image, ctr) = modal(Runtime::Runc);
     sdk_commands_are_supervised(&ctr);
+    the_sandbox_stays_up(&ctr);
 }
 
 #[test]
@@ -128,6 +130,63 @@ fn modal_recipe_privileged_supervises_sibling_shells() {
     }
     let (_image, ctr) = modal(Runtime::Privileged);
     sdk_commands_are_supervised(&ctr);
+}
+
+/// Finds PID 1, `agentsh reaper` and the entrypoint's CMD (`sleep
+/// infinity`) and `kill -9`s each; one line `kill<what>=<pid>:<status>`
+/// each. The script never names the reaper whole, so it cannot find itself.
+const KILL_KEEPERS: &str = r#"
+a=reap; b=er; r=; c=
+for p in /proc/[0-9]*; do
+  n=${p#/proc/}
+  cl=$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null)
+  case "$cl" in
+    *"agentsh ${a}${b} "*) r=$n ;;
+    "sleep infinity"*) c=$n ;;
+  esac
+done
+kill -9 1; echo "kill1=1:$?"
+kill -9 "$r"; echo "killreaper=$r:$?"
+kill -9 "$c"; echo "killcmd=$c:$?"
+"#;
+
+/// `kill -9` of PID 1, the reaper and the entrypoint's CMD from a root
+/// tree: each refused (EPERM, said), and the container still up and
+/// supervising afterwards (issue 59: these deaths end the sandbox).
+fn the_sandbox_stays_up(ctr: &Container) {
+    let o = ctr.sh(None, KILL_KEEPERS);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    for what in ["kill1", "killreaper", "killcmd"] {
+        let line = out
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{what}=")))
+            .unwrap_or_else(|| panic!("no {what} line: {}", text(&o)));
+        let (pid, rc) = line.split_once(':').expect("pid:status");
+        assert!(
+            !pid.is_empty(),
+            "{what}: the process was not found: {}",
+            text(&o)
+        );
+        assert_ne!(
+            rc,
+            "0",
+            "{what} succeeded: {}\nlog:\n{}",
+            text(&o),
+            ctr.logs()
+        );
+    }
+    assert!(
+        err.matches("not permitted").count() >= 3,
+        "the refusals are not said: {err}"
+    );
+    let again = ctr.exec(None, &["agentsh", "ready", "--timeout", "30"]);
+    assert!(
+        again.status.success(),
+        "the sandbox is not up after the kills: {}\nlog:\n{}",
+        text(&again),
+        ctr.logs()
+    );
 }
 
 /// What a root (or ordinary) tree tries against agentsh's own files and the

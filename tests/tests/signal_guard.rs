@@ -60,6 +60,13 @@ fn attempts(server: u32, daemon: u32) -> Vec<(String, String)> {
         "tkill(a server thread, SIGSTOP)".into(),
         format!("{PY} -c 'import ctypes; l = ctypes.CDLL(None, use_errno=True); assert l.syscall(200, {thread}, 19) == 0, ctypes.get_errno()'"),
     ));
+    // PID 1 (a container's entrypoint: its death ends the sandbox), with
+    // signal 0 only: this machine's init must never get a real one.
+    v.push(("kill -0 init".into(), "kill -0 1".into()));
+    v.push((
+        "tgkill(init, init, 0)".into(),
+        format!("{PY} -c 'import ctypes; l = ctypes.CDLL(None, use_errno=True); assert l.syscall(234, 1, 1, 0) == 0, ctypes.get_errno()'"),
+    ));
     // Signal 0 only: if the guard failed, nothing is delivered.
     v.push((
         "kill(-1, 0) (everyone)".into(),

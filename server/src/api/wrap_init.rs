@@ -375,7 +375,7 @@ fn open_tree(
     });
     let filter = setup
         .filters
-        .for_tree(daemon, lineage.and_then(|l| l.pgrp))
+        .for_tree(daemon, lineage.and_then(|l| l.pgrp), caller.pid)
         .map_err(|e| {
             tracing::error!("wrap-init: {e}");
             fail(500, e.to_string())

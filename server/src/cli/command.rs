@@ -71,6 +71,9 @@ pub(super) enum Command {
         /// The process group CMD joins (`agentsh wrap`).
         #[arg(long)]
         join_pgid: Option<i32>,
+        /// An fd that gets CMD's pid (the server protects it from trees).
+        #[arg(long)]
+        tell_fd: Option<i32>,
         #[arg(last = true, required = true)]
         command: Vec<std::ffi::OsString>,
     },

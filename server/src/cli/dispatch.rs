@@ -123,11 +123,13 @@ pub fn main() -> ExitCode {
             server,
             nofile_soft,
             join_pgid,
+            tell_fd,
             command,
         } => exit_code(crate::daemon::reaper::run(
             server,
             nofile_soft,
             join_pgid,
+            tell_fd,
             &command,
         )),
         Command::Policy { command } => policy_command(command),

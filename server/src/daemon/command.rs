@@ -14,7 +14,8 @@
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -120,6 +121,29 @@ fn run_below_reaper(spawn: &Spawn, report: &Report) -> i32 {
     if let Some(g) = spawn.pgid {
         cmd.arg("--join-pgid").arg(g.to_string());
     }
+    // The reaper tells the command's pid through a pipe; both are then
+    // protected from every tree's signals (their death ends the sandbox).
+    let told = match tell_pipe() {
+        Ok((r, w)) => {
+            let fd = w.as_raw_fd();
+            cmd.arg("--tell-fd").arg(fd.to_string());
+            // SAFETY: between fork and exec the closure only calls fcntl
+            // (async-signal-safe) on an fd this process owns.
+            unsafe {
+                cmd.pre_exec(move || {
+                    libc::fcntl(fd, libc::F_SETFD, 0);
+                    Ok(())
+                });
+            }
+            Some((r, w))
+        }
+        Err(e) => {
+            tracing::warn!(
+                "no pipe to learn the command's pid ({e}): trees may signal the command"
+            );
+            None
+        }
+    };
     cmd.arg("--").args(&spawn.command);
     if let Some([i, o, e]) = &spawn.stdio {
         let copy = |f: &OwnedFd| f.try_clone().map(std::process::Stdio::from);
@@ -143,11 +167,25 @@ fn run_below_reaper(spawn: &Spawn, report: &Report) -> i32 {
             return agentsh_proto::exit::REFUSED;
         }
     };
-    RUNNING.store(child.id(), Ordering::Relaxed);
-    report.line(&format!("started {}", child.id()));
-    tracing::info!(pid = child.id(), command = ?spawn.command, "command started below the server");
+    let reaper = child.id();
+    crate::filter::keep(reaper);
+    RUNNING.store(reaper, Ordering::Relaxed);
+    report.line(&format!("started {reaper}"));
+    tracing::info!(pid = reaper, command = ?spawn.command, "command started below the server");
+    let command_pid = told.and_then(|(r, w)| {
+        drop(w);
+        read_told(r)
+    });
+    if let Some(pid) = command_pid {
+        crate::filter::keep(pid);
+        tracing::info!(pid, "the command's process: protected from trees' signals");
+    }
     let st = child.wait();
     RUNNING.store(0, Ordering::Relaxed);
+    crate::filter::unkeep(reaper);
+    if let Some(pid) = command_pid {
+        crate::filter::unkeep(pid);
+    }
     use std::os::unix::process::ExitStatusExt;
     match st {
         Ok(s) => s
@@ -159,4 +197,32 @@ fn run_below_reaper(spawn: &Spawn, report: &Report) -> i32 {
             1
         }
     }
+}
+
+/// A pipe whose ends are close-on-exec (the write end is made inheritable
+/// for the reaper alone, in its `pre_exec`).
+fn tell_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two fds into our array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: two fresh fds nothing else owns.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// The command's pid as the reaper told it (`None`: it could not start it,
+/// or said nothing readable; logged).
+fn read_told(r: OwnedFd) -> Option<u32> {
+    use std::io::Read;
+    let mut line = String::new();
+    if let Err(e) = std::fs::File::from(r).read_to_string(&mut line) {
+        tracing::warn!("cannot read the command's pid from the reaper: {e}");
+        return None;
+    }
+    let pid = line.trim().parse().ok();
+    if pid.is_none() && !line.is_empty() {
+        tracing::warn!(line = %line.trim(), "the reaper told no pid");
+    }
+    pid
 }

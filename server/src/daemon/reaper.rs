@@ -58,13 +58,25 @@ pub fn block_forwarded() -> nix::Result<SigSet> {
 }
 
 /// Runs `command` below this process; returns the exit code for it.
-/// `server` is the pid of the server that started us (our parent).
+/// `server` is the pid of the server that started us (our parent);
+/// `tell_fd`, if given, gets the command's pid as one line and is closed
+/// (the server protects it from trees' signals).
 pub fn run(
     server: u32,
     nofile_soft: Option<u64>,
     join_pgid: Option<i32>,
+    tell_fd: Option<i32>,
     command: &[OsString],
 ) -> i32 {
+    // Ours alone: the command never inherits it.
+    let tell = tell_fd.filter(|&f| f > 2).map(|f| {
+        // SAFETY: the server passed us this fd to own; nothing else in this
+        // process uses its number.
+        let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(f) };
+        // SAFETY: fcntl on the fd we now own.
+        unsafe { libc::fcntl(f, libc::F_SETFD, libc::FD_CLOEXEC) };
+        std::fs::File::from(owned)
+    });
     let Some((program, args)) = command.split_first() else {
         say("no command given");
         return 2;
@@ -87,7 +99,15 @@ pub fn run(
         return 1;
     }
     match spawn(program, args, join_pgid, nofile_soft) {
-        Ok(child) => keep(child, server, &handled),
+        Ok(child) => {
+            if let Some(mut f) = tell {
+                use std::io::Write;
+                if let Err(e) = writeln!(f, "{child}") {
+                    say(&format!("cannot tell the server the command's pid: {e}"));
+                }
+            }
+            keep(child, server, &handled)
+        }
         Err(code) => code,
     }
 }

@@ -312,16 +312,22 @@ impl Filters {
     ///
     /// # Errors
     /// See [`compile`].
+    /// The keepers the daemon registered (`keepers`) are protected too,
+    /// but never the tree's own `root`; with any, the program is compiled
+    /// in full (and cached as any other).
     pub fn for_tree(
         &self,
         daemon: Option<ProcessId>,
         tree_pgid: Option<u32>,
+        root: Option<u32>,
     ) -> Result<Arc<CompiledFilter>, FilterError> {
         let server = ProcessId::current();
-        let spec = FilterSpec::for_tree(server, daemon, tree_pgid, self.effective_landlock_abi);
+        let mut spec = FilterSpec::for_tree(server, daemon, tree_pgid, self.effective_landlock_abi);
+        let keepers = super::keepers_but(root);
         // Templates cover a daemon of its own (not the server), in a group
-        // of its own or the server's.
+        // of its own or the server's, and no keeper.
         let template = daemon
+            .filter(|_| keepers.is_empty())
             .filter(|d| d.pid > 1 && d.pid != server.pid && server.pgid > 1 && d.pgid > 1)
             .and_then(|d| {
                 let shape = Shape::new(
@@ -332,6 +338,7 @@ impl Filters {
                 );
                 self.template(server, shape).map(|t| (t, d))
             });
+        spec.protected_pids.extend(keepers);
         self.compile_from(spec, template.as_ref().map(|(t, d)| (t.as_ref(), *d)))
     }
 

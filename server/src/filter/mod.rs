@@ -50,6 +50,7 @@ mod error;
 mod exec_memory;
 mod file_calls;
 mod guards;
+mod keepers;
 mod net;
 mod rules;
 mod spec;
@@ -59,6 +60,7 @@ pub use agentsh_proto::ExecBackend;
 pub use cache::Filters;
 pub use compiled::{compile, CompiledFilter, FilterSummary};
 pub use error::FilterError;
+pub use keepers::{keep, keepers_but, unkeep};
 pub use spec::{
     FilterSpec, NetFilter, ProcessId, SignalGuard, TRACE_DATA_EXEC, TRACE_DATA_NET,
     TRACE_DATA_SIGNAL,

@@ -215,7 +215,8 @@ impl FilterSpec {
         tree_pgid: Option<u32>,
         effective_abi: i64,
     ) -> FilterSpec {
-        let mut protected_pids = BTreeSet::from([server.pid]);
+        // PID 1 too: a container's entrypoint, whose death ends it.
+        let mut protected_pids = BTreeSet::from([server.pid, 1]);
         let mut protected_pgids = BTreeSet::from([server.pgid]);
         if let Some(d) = daemon {
             protected_pids.insert(d.pid);

@@ -33,7 +33,8 @@ const DAEMON_PGID: u32 = 0x3fff_f004;
 #[test]
 fn for_tree_protects_server_and_daemon_with_their_groups() {
     let s = spec(7);
-    assert_eq!(s.protected_pids, BTreeSet::from([PROTECTED, DAEMON]));
+    // PID 1 with them: a container's entrypoint, whose death ends it.
+    assert_eq!(s.protected_pids, BTreeSet::from([1, PROTECTED, DAEMON]));
     assert_eq!(
         s.protected_pgids,
         BTreeSet::from([PROTECTED_PGID, DAEMON_PGID])
@@ -949,11 +950,13 @@ const PINS: &[Pins] = &[(
     // (prlimit64 on another process, priority and scheduling of protected
     // pids, PRIO_USER).
     // Again (issue 44): chroot goes to the supervisor (the tree's kept root).
+    // Again (issue 59): PID 1 protected as the server is (a container's
+    // entrypoint: its death ends the sandbox).
     [
-        (0x1e9, 0xa937_82bb_c6c1_832a),
-        (0x212, 0xc9b2_aa09_37df_eaa4),
-        (0x1f5, 0xdd50_7771_952c_53ea),
-        (0x1e0, 0x37cd_8cf9_9291_5ca4),
+        (0x1ed, 0x8641_699b_f85c_8255),
+        (0x216, 0x86d5_26b3_18ff_e4eb),
+        (0x1f8, 0x23c7_71f9_c65e_53ed),
+        (0x1e3, 0x489f_3017_8112_dc18),
     ],
 )];
 
@@ -1024,7 +1027,7 @@ fn templates_give_exactly_the_compiled_program() {
             }
             let daemon = ProcessId { pid, pgid };
             for tree_pgid in [Some(pgid), Some(pgid + 1), None] {
-                let fast = f.for_tree(Some(daemon), tree_pgid).unwrap();
+                let fast = f.for_tree(Some(daemon), tree_pgid, None).unwrap();
                 let mut spec = FilterSpec::for_tree(server, Some(daemon), tree_pgid, abi);
                 spec.blocked = ["mount".to_string()].into();
                 spec.backend = backend;

@@ -10,7 +10,10 @@
 //! `/proc/<tid>/fdinfo/<fd>`, or the pid a `/proc/<pid>` directory fd names.
 //! The call is refused (EPERM, audited as a `signal` event with the reason)
 //! when the target is a protected process (the server; the SDK daemon, i.e.
-//! the tree root's parent) or a group one of them is in, and for `kill(-1)`.
+//! the tree root's parent; and the processes whose death ends the sandbox:
+//! PID 1 of the server's pid namespace, the reaper and the command the
+//! server runs, `SignalState::for_tree`) or a group one of them is in, and
+//! for `kill(-1)`.
 //! Everything else is CONTINUEd.
 //!
 //! Why CONTINUE holds: the pid, signal and fd are register arguments the
@@ -45,13 +48,28 @@ pub struct SignalState {
 }
 
 impl SignalState {
-    /// The server and the tree root's parent (the SDK daemon that spawned
-    /// the shim), when it is not init.
+    /// The server; PID 1 of the server's pid namespace (a container's
+    /// entrypoint: its death ends the container); the keepers the daemon
+    /// registered (the reaper and the command below the server); and the
+    /// tree root's parent (the SDK daemon that spawned the shim). The tree's
+    /// own root is never among them (`agentsh wrap`: the command is the
+    /// tree).
     pub fn for_tree(root_pid: u32) -> SignalState {
-        let mut pids = vec![std::process::id()];
-        if let Ok(st) = crate::tracee::proc_stat(root_pid) {
-            if st.ppid > 1 && !pids.contains(&st.ppid) {
-                pids.push(st.ppid);
+        let parent = crate::tracee::proc_stat(root_pid).ok().map(|st| st.ppid);
+        let keepers = crate::filter::keepers_but(Some(root_pid));
+        SignalState::of(std::process::id(), root_pid, parent, &keepers)
+    }
+
+    /// The protected set for a tree rooted at `root` whose root's parent is
+    /// `parent`, under server `server` with `keepers`. Pure.
+    pub fn of(server: u32, root: u32, parent: Option<u32>, keepers: &[u32]) -> SignalState {
+        let mut pids = vec![server];
+        let candidates = std::iter::once(1)
+            .chain(keepers.iter().copied())
+            .chain(parent.filter(|&p| p > 0));
+        for p in candidates {
+            if p != root && !pids.contains(&p) {
+                pids.push(p);
             }
         }
         SignalState { pids }
@@ -94,9 +112,12 @@ pub struct SignalFacts {
 /// Why a signal call is refused.
 #[derive(Debug, thiserror::Error)]
 pub enum SignalRefusal {
-    #[error("kill(-1) would signal the server and the SDK daemon")]
+    #[error("kill(-1) would signal the server, the SDK daemon and the sandbox's init")]
     Everyone,
-    #[error("process {0} is protected (agentsh server or SDK daemon)")]
+    #[error(
+        "process {0} is protected (agentsh server, the SDK daemon, or a process whose death ends \
+         the sandbox: PID 1, agentsh reaper, the entrypoint's command)"
+    )]
     Protected(u32),
     #[error("process group {group} holds protected process {pid}")]
     Group { group: u32, pid: u32 },
@@ -347,6 +368,19 @@ mod tests {
         pgrp: 300,
         session: 300,
     };
+
+    #[test]
+    fn the_sandbox_keepers_are_protected_but_never_the_tree_itself() {
+        // PID 1, the reaper (7) and its command (8), the SDK daemon (9).
+        let s = SignalState::of(100, 300, Some(9), &[7, 8]);
+        assert_eq!(s.pids, vec![100, 1, 7, 8, 9]);
+        // `agentsh wrap`: the command is the tree's root, not protected
+        // from its own tree; a root whose parent is PID 1 adds nothing.
+        let s = SignalState::of(100, 8, Some(1), &[7, 8]);
+        assert_eq!(s.pids, vec![100, 1, 7]);
+        // No parent read (the root is gone): what is known still holds.
+        assert_eq!(SignalState::of(100, 300, None, &[]).pids, vec![100, 1]);
+    }
 
     #[test]
     fn protected_processes_and_groups_are_refused() {
