@@ -124,13 +124,69 @@ pub(super) fn backend(
     let backend = crate::detect::choose_backend(config.execve.backend, |k| detected.probe_of(k))
         .map_err(StartError::NoBackend)?;
     if detected.landlock_abi == 0 {
-        tracing::warn!(
-            "{} backend without Landlock: command rules are enforced; file and network rules and \
-             the protection of agentsh's own files are NOT (see docs/security-model.md)",
-            backend.name()
-        );
+        let said = without_landlock(crate::supervisor::backend::of(backend).facts());
+        if said.warns {
+            tracing::warn!("{}", said.text);
+        } else {
+            tracing::info!("{}", said.text);
+        }
     }
     Ok(backend)
+}
+
+/// A line of the start log, and whether it is a warning.
+#[derive(Debug)]
+struct Said {
+    warns: bool,
+    text: String,
+}
+
+/// What trees get on a kernel without Landlock under a backend of facts
+/// `f`: which calls the backend judges itself (every exec; the path calls
+/// where it keeps the file rules; under a policy with `egress`, the
+/// network calls where it judges them in place, `network_rules`' TCP
+/// connect ports with them), and what nothing enforces. A warning when the
+/// file rules and the protection of agentsh's own files are among the
+/// latter. Wrap-init lists the same per tree, exactly (`not_enforced`).
+fn without_landlock(f: &crate::supervisor::backend::Facts) -> Said {
+    let mut judged = vec!["every exec (command rules)"];
+    let mut not = Vec::new();
+    if f.judges_files_without_landlock {
+        judged.push("every path call (file rules, the protection of agentsh's own files)");
+    } else {
+        not.extend(["file rules", "the protection of agentsh's own files"]);
+    }
+    if f.judges_in_place {
+        judged.push(
+            "every connect and every send naming a destination under a policy with `egress` \
+             (network_rules' TCP connect ports with them)",
+        );
+        not.push(
+            "network_rules' TCP bind ports (and their connect ports under a policy without \
+             `egress`)",
+        );
+    } else {
+        not.push("network rules");
+    }
+    Said {
+        warns: !f.judges_files_without_landlock,
+        text: format!(
+            "no Landlock on this kernel: the {} backend judges {}; {} are NOT enforced (see \
+             docs/security-model.md)",
+            f.kind.name(),
+            list(&judged),
+            list(&not),
+        ),
+    }
+}
+
+/// `a`, `a and b`, `a, b and c`.
+fn list(items: &[&str]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => (*one).to_string(),
+        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+    }
 }
 
 /// Logs, once, what every tree's Landlock ruleset will hold (as for root).
@@ -153,5 +209,49 @@ pub(super) fn report_landlock(landlock: &SessionLandlock) {
             continue;
         }
         tracing::warn!("landlock: {w}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentsh_proto::ExecBackend;
+
+    fn said(kind: ExecBackend) -> Said {
+        without_landlock(crate::supervisor::backend::of(kind).facts())
+    }
+
+    #[test]
+    fn without_landlock_the_tracer_is_said_to_keep_files_and_connects() {
+        let s = said(ExecBackend::Ptrace);
+        assert!(!s.warns, "{s:?}");
+        assert!(
+            s.text.contains(
+                "the ptrace backend judges every exec (command rules), every path call (file \
+                 rules, the protection of agentsh's own files) and every connect and every send \
+                 naming a destination under a policy with `egress`"
+            ),
+            "{s:?}"
+        );
+        assert!(
+            s.text.contains(
+                "; network_rules' TCP bind ports (and their connect ports under a policy \
+                 without `egress`) are NOT enforced"
+            ),
+            "{s:?}"
+        );
+        assert!(!s.text.contains("file rules and"), "{s:?}");
+    }
+
+    #[test]
+    fn without_landlock_notify_still_warns_that_files_and_network_are_open() {
+        let s = said(ExecBackend::Notify);
+        assert!(s.warns, "{s:?}");
+        assert_eq!(
+            s.text,
+            "no Landlock on this kernel: the notify backend judges every exec (command rules); \
+             file rules, the protection of agentsh's own files and network rules are NOT \
+             enforced (see docs/security-model.md)"
+        );
     }
 }
