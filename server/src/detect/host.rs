@@ -65,13 +65,9 @@ pub fn detect(max_abi: Option<i64>, choice: BackendChoice) -> Report {
         Ok(k) => backend::of(*k).facts().describe.to_string(),
         Err(e) => format!("none: {e}"),
     };
+    let facts = exec_backend.as_ref().ok().map(|k| backend::of(*k).facts());
     let mut protections = Vec::new();
-    protections.push(match abi {
-        0 => "Landlock: none (file and network rules and self-protection do not exist)".into(),
-        a if a < 4 => format!("Landlock ABI {a}: files yes; TCP ports no; signal/abstract-socket scopes no (seccomp signal guard instead)"),
-        a if a < 6 => format!("Landlock ABI {a}: files and TCP ports; scopes no (seccomp signal guard instead)"),
-        a => format!("Landlock ABI {a}: files, TCP ports, signal and abstract-socket scopes"),
-    });
+    protections.push(landlock_line(abi, facts));
     protections.push(if cap_sys_admin {
         "daemon sockets: hidden from root trees (mount namespace) where the tree has CAP_SYS_ADMIN".into()
     } else {
@@ -79,15 +75,7 @@ pub fn detect(max_abi: Option<i64>, choice: BackendChoice) -> Report {
     });
     let tree_access = probe_tree_access();
     let yama = read("/proc/sys/kernel/yama/ptrace_scope").and_then(|s| s.trim().parse().ok());
-    protections.push(match tree_access.reach() {
-        Reach::Any if cap_sys_ptrace => {
-            "trees: every tree can be read and watched (CAP_SYS_PTRACE)".into()
-        }
-        Reach::Any => "trees: every tree can be read and watched without CAP_SYS_PTRACE \
-                       (another uid's tree with its own credentials)"
-            .into(),
-        r => format!("trees: {}", reach_remedy(r, yama).unwrap_or_default()),
-    });
+    protections.push(trees_line(tree_access.reach(), cap_sys_ptrace, yama, facts));
     Report {
         gvisor,
         kernel: version.trim().to_string(),
@@ -107,6 +95,59 @@ pub fn detect(max_abi: Option<i64>, choice: BackendChoice) -> Report {
         exec_backend: exec_backend.ok(),
         protections,
         limits: limits(),
+    }
+}
+
+/// The protections' Landlock line at ABI `abi` (the effective one), under
+/// the backend of `facts` (`None`: no backend works here): without
+/// Landlock, a backend that judges the path calls itself keeps the file
+/// rules and self-protection, and one that judges connects in place the
+/// TCP connect ports where the policy has `egress`.
+fn landlock_line(abi: i64, facts: Option<&backend::Facts>) -> String {
+    match (abi, facts) {
+        (0, Some(f)) if f.judges_files_without_landlock => format!(
+            "Landlock: none (the {} backend judges the file rules and self-protection itself{}; \
+             TCP bind ports do not exist)",
+            f.kind.name(),
+            if f.judges_in_place {
+                ", and TCP connect ports with a policy's egress"
+            } else {
+                ""
+            }
+        ),
+        (0, _) => "Landlock: none (file and network rules and self-protection do not exist)".into(),
+        (a, _) if a < 4 => format!("Landlock ABI {a}: files yes; TCP ports no; signal/abstract-socket scopes no (seccomp signal guard instead)"),
+        (a, _) if a < 6 => format!("Landlock ABI {a}: files and TCP ports; scopes no (seccomp signal guard instead)"),
+        (a, _) => format!("Landlock ABI {a}: files, TCP ports, signal and abstract-socket scopes"),
+    }
+}
+
+/// The protections' line on which trees can be read (`reach`, from the
+/// probes), under the backend of `facts`: where only descendants can be,
+/// a backend that seizes each tree's root still takes a shell the server
+/// did not start (it names the server its ptracer first).
+fn trees_line(
+    reach: Reach,
+    cap_sys_ptrace: bool,
+    yama: Option<u32>,
+    facts: Option<&backend::Facts>,
+) -> String {
+    match reach {
+        Reach::Any if cap_sys_ptrace => {
+            "trees: every tree can be read and watched (CAP_SYS_PTRACE)".into()
+        }
+        Reach::Any => "trees: every tree can be read and watched without CAP_SYS_PTRACE \
+                       (another uid's tree with its own credentials)"
+            .into(),
+        Reach::Descendants if facts.is_some_and(|f| f.seizes_root) => format!(
+            "trees: the server lacks CAP_SYS_PTRACE and {} lets it read only the processes it \
+             started, but the {} backend seizes a shell it did not start once the shell names \
+             the server its ptracer (PR_SET_PTRACER); a shell whose seize is refused all the \
+             same exits 126 with the reason",
+            yama.map_or_else(|| "the kernel".into(), |s| format!("Yama ptrace_scope {s}")),
+            facts.map_or("", |f| f.kind.name()),
+        ),
+        r => format!("trees: {}", reach_remedy(r, yama).unwrap_or_default()),
     }
 }
 
@@ -147,6 +188,41 @@ mod tests {
             assert_eq!(forced.exec_backend, Some(ExecBackend::Ptrace), "{forced:?}");
             assert!(forced.backend.starts_with("ptrace"), "{}", forced.backend);
         }
+    }
+
+    #[test]
+    fn without_landlock_the_tracer_is_said_to_keep_the_file_rules() {
+        let trace = backend::of(ExecBackend::Ptrace).facts();
+        let notify = backend::of(ExecBackend::Notify).facts();
+        let line = landlock_line(0, Some(trace));
+        assert!(!line.contains("self-protection do not exist"), "{line}");
+        assert!(
+            line.contains("the ptrace backend judges the file rules and self-protection itself"),
+            "{line}"
+        );
+        for f in [Some(notify), None] {
+            assert_eq!(
+                landlock_line(0, f),
+                "Landlock: none (file and network rules and self-protection do not exist)"
+            );
+        }
+    }
+
+    #[test]
+    fn where_only_descendants_can_be_read_the_tracer_still_takes_other_shells() {
+        let trace = backend::of(ExecBackend::Ptrace).facts();
+        let notify = backend::of(ExecBackend::Notify).facts();
+        let line = trees_line(Reach::Descendants, false, Some(1), Some(trace));
+        assert!(!line.contains("agentsh entrypoint"), "{line}");
+        assert!(
+            line.contains("the ptrace backend seizes a shell it did not start"),
+            "{line}"
+        );
+        let line = trees_line(Reach::Descendants, false, Some(1), Some(notify));
+        assert!(
+            line.contains("run the SDK's daemon under `agentsh entrypoint"),
+            "{line}"
+        );
     }
 
     #[test]

@@ -281,14 +281,14 @@ impl Policy {
     }
 
     /// Every entry of every command rule's `commands:`, as written, then
-    /// the wrappers known by content whatever the rules name (the dynamic
-    /// loaders, busybox, toybox): for the supervisor's identity index, which
-    /// programs to recognise by content.
+    /// the wrappers known by content whatever the rules name (this
+    /// architecture's dynamic loaders, busybox, toybox): for the
+    /// supervisor's identity index, which programs to recognise by content.
     pub fn command_entries(&self) -> Vec<String> {
         self.command_rules
             .iter()
             .flat_map(|r| r.commands_text.iter().cloned())
-            .chain(wrappers::ALWAYS_INDEXED.iter().map(|p| (*p).to_string()))
+            .chain(wrappers::always_indexed().map(str::to_string))
             .collect()
     }
 

@@ -24,7 +24,7 @@ mod multi_call;
 mod payload;
 mod tools;
 
-pub(crate) use kind::{names_a_loader, unwrap, Wrapper, ALWAYS_INDEXED};
+pub(crate) use kind::{always_indexed, names_a_loader, unwrap, Wrapper};
 pub(crate) use multi_call::{is_multi_call_name, multi_call_with};
 pub(crate) use payload::{Unparsable, Unwrapped};
 

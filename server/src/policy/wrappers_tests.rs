@@ -319,3 +319,41 @@ fn wrappers_are_recognised_by_basename() {
         assert_eq!(Wrapper::of(&ProgramName::payload(name)), *want, "{name}");
     }
 }
+
+#[test]
+fn the_identity_index_holds_only_this_architectures_loaders() {
+    let x86: Vec<&str> = kind::always_indexed_on("x86_64").collect();
+    let arm: Vec<&str> = kind::always_indexed_on("aarch64").collect();
+    assert!(x86.contains(&"/lib64/ld-linux-x86-64.so.2"), "{x86:?}");
+    // i386 programs run on an x86_64 kernel.
+    assert!(x86.contains(&"/lib/ld-linux.so.2"), "{x86:?}");
+    assert!(!x86.iter().any(|p| p.contains("aarch64")), "{x86:?}");
+    assert!(arm.contains(&"/lib/ld-linux-aarch64.so.1"), "{arm:?}");
+    assert!(
+        !arm.iter()
+            .any(|p| p.contains("x86") || p.ends_with("/ld-linux.so.2")),
+        "{arm:?}"
+    );
+    // Elsewhere no loader, the multi-call binaries still.
+    let other: Vec<&str> = kind::always_indexed_on("riscv64").collect();
+    assert!(!other.iter().any(|p| names_a_loader(p)), "{other:?}");
+    for set in [&x86, &arm, &other] {
+        assert!(set.contains(&"/usr/bin/busybox"), "{set:?}");
+        // Each is what the index holds it for, by its name too.
+        for p in set {
+            assert!(
+                matches!(
+                    Wrapper::of(&ProgramName::exec(p)),
+                    Some(Wrapper::DynamicLoader | Wrapper::MultiCall)
+                ),
+                "{p}"
+            );
+        }
+    }
+    let here: Vec<&str> = always_indexed().collect();
+    match std::env::consts::ARCH {
+        "x86_64" => assert_eq!(here, x86),
+        "aarch64" => assert_eq!(here, arm),
+        _ => assert_eq!(here, other),
+    }
+}

@@ -250,20 +250,3 @@ impl Lingering {
             });
     }
 }
-
-/// Says at start whether the server can stop tasks and watch execs.
-pub fn report_capability() {
-    let cap_eff = crate::tracee::ProcStatus::read("self")
-        .ok()
-        .and_then(|s| s.mask("CapEff"))
-        .unwrap_or(0);
-    const CAP_SYS_PTRACE: u32 = 19;
-    if cap_eff & (1 << CAP_SYS_PTRACE) == 0 {
-        tracing::info!(
-            "no CAP_SYS_PTRACE: trees are read and watched with their owners' credentials; a \
-             process that changed its credentials and has not exec'd since cannot be read (its \
-             execs are refused), and where Yama allows ptrace only of descendants, only trees \
-             started below the server (agentsh entrypoint) can be supervised"
-        );
-    }
-}

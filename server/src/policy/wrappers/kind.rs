@@ -81,25 +81,59 @@ pub(crate) fn unwrap(wrapper: Wrapper, argv: &[String]) -> Result<Unwrapped, Unp
     }
 }
 
-/// Where the multi-call binaries and the dynamic loaders are installed: they
-/// are always in the identity index, so a copy under any name is still one
-/// of them (a renamed loader still loads, a renamed busybox still picks its
-/// applet by argv[0]).
-pub(crate) const ALWAYS_INDEXED: [&str; 16] = [
+/// Where the multi-call binaries are installed: always in the identity
+/// index, so a copy under any name is still one of them (a renamed busybox
+/// still picks its applet by argv[0]).
+const MULTI_CALL_PATHS: [&str; 6] = [
     "/usr/bin/busybox",
     "/bin/busybox",
     "/usr/sbin/busybox",
     "/sbin/busybox",
     "/usr/bin/toybox",
     "/bin/toybox",
-    "/lib64/ld-linux-x86-64.so.2",
-    "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
-    "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
-    "/lib/ld-linux-aarch64.so.1",
-    "/lib/aarch64-linux-gnu/ld-linux-aarch64.so.1",
-    "/usr/lib/aarch64-linux-gnu/ld-linux-aarch64.so.1",
-    "/lib/ld-linux.so.2",
-    "/lib/ld-musl-x86_64.so.1",
-    "/lib/ld-musl-aarch64.so.1",
-    "/usr/lib/ld-linux-x86-64.so.2",
 ];
+
+/// Where each architecture's dynamic loaders are installed (glibc's in its
+/// usual places, musl's), by the name `std::env::consts::ARCH` gives it. An
+/// x86_64 kernel runs i386 programs too, so i386's loader is x86_64's.
+const LOADER_PATHS: [(&str, &[&str]); 2] = [
+    (
+        "x86_64",
+        &[
+            "/lib64/ld-linux-x86-64.so.2",
+            "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+            "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+            "/usr/lib/ld-linux-x86-64.so.2",
+            "/lib/ld-musl-x86_64.so.1",
+            "/lib/ld-linux.so.2",
+        ],
+    ),
+    (
+        "aarch64",
+        &[
+            "/lib/ld-linux-aarch64.so.1",
+            "/lib/aarch64-linux-gnu/ld-linux-aarch64.so.1",
+            "/usr/lib/aarch64-linux-gnu/ld-linux-aarch64.so.1",
+            "/lib/ld-musl-aarch64.so.1",
+        ],
+    ),
+];
+
+/// What the identity index holds whatever the rules name, on a machine of
+/// `arch`: the multi-call binaries and that architecture's dynamic loaders
+/// (a renamed loader still loads). Another architecture's loader cannot run
+/// there, so its directories are neither indexed nor watched; a loader is
+/// still recognised by its name on any architecture (`Wrapper::of`).
+pub(crate) fn always_indexed_on(arch: &str) -> impl Iterator<Item = &'static str> + '_ {
+    MULTI_CALL_PATHS.into_iter().chain(
+        LOADER_PATHS
+            .iter()
+            .filter(move |(a, _)| *a == arch)
+            .flat_map(|(_, paths)| paths.iter().copied()),
+    )
+}
+
+/// [`always_indexed_on`] this build's architecture.
+pub(crate) fn always_indexed() -> impl Iterator<Item = &'static str> {
+    always_indexed_on(std::env::consts::ARCH)
+}

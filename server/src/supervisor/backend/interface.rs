@@ -34,6 +34,12 @@ pub struct Facts {
     /// the caller's memory and the call let through as made: egress needs
     /// neither `pidfd_getfd` nor fds put into the tree.
     pub judges_in_place: bool,
+    /// Where the kernel has no Landlock, every path call of the tree
+    /// (`open*`, `rename*`, `unlink*`, ...) stops at it and is judged by the
+    /// ruleset Landlock would have had, so the file rules and the
+    /// protection of agentsh's own files hold without Landlock (the filter
+    /// sends them to a tracer: `filter::Filters::traces_files`).
+    pub judges_files_without_landlock: bool,
     /// Taking a tree over needs the wrapper's pid from the transport (the
     /// handoff carries nothing else that names it).
     pub needs_caller_pid: bool,

@@ -35,6 +35,7 @@ static NOTIFY: Facts = Facts {
     unavailable: "this kernel has no seccomp user notification",
     can_install_fds: true,
     judges_in_place: false,
+    judges_files_without_landlock: false,
     needs_caller_pid: false,
     takes_over_blocking: false,
     seizes_root: false,

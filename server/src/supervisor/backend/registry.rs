@@ -36,4 +36,20 @@ mod tests {
         }
         assert_eq!(ALL.len(), ExecBackend::ALL.len());
     }
+
+    /// The fact the start log and wrap-init read is the filter's rule: the
+    /// path calls go to a tracer, where there is no Landlock
+    /// (`filter::Filters::traces_files`).
+    #[test]
+    fn only_a_tracing_backend_judges_files_without_landlock() {
+        for b in ALL {
+            let f = b.facts();
+            assert_eq!(
+                f.judges_files_without_landlock,
+                f.kind.trap() == agentsh_proto::wire::Trap::Tracer,
+                "{:?}",
+                f.kind
+            );
+        }
+    }
 }

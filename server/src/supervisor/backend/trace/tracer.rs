@@ -87,6 +87,7 @@ static TRACE: Facts = Facts {
     unavailable: "SECCOMP_RET_TRACE + ptrace does not work here",
     can_install_fds: false,
     judges_in_place: true,
+    judges_files_without_landlock: true,
     needs_caller_pid: true,
     takes_over_blocking: true,
     seizes_root: true,

@@ -36,10 +36,10 @@ pub const MAX_HASHED: u64 = 512 << 20;
 const START_THREADS: usize = 4;
 
 /// A binary whose applets share one file, reached under `named` (the path a
-/// rule or [`ALWAYS_INDEXED`] names): indexing it under one applet's name
-/// would judge every applet as that one. Under its own name (`busybox`) it
-/// is indexed: a copy is then judged as busybox, which picks the applet by
-/// argv[0] as busybox does.
+/// rule or `policy::wrappers::always_indexed` names): indexing it under one
+/// applet's name would judge every applet as that one. Under its own name
+/// (`busybox`) it is indexed: a copy is then judged as busybox, which picks
+/// the applet by argv[0] as busybox does.
 pub(super) fn is_multi_call(named: &str, canon: &str, nlink: u64) -> bool {
     let base = |p: &str| p.rsplit('/').next().unwrap_or(p).to_string();
     let (named, canon) = (base(named), base(canon));

@@ -306,6 +306,16 @@ impl IdentityIndex {
                 .entry(dir)
                 .or_insert_with(|| match std::fs::canonicalize(dir) {
                     Ok(c) => Some(c.to_string_lossy().into_owned()),
+                    // A directory that does not exist (where another
+                    // distribution puts its loader) is no news at every
+                    // start.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        tracing::debug!(
+                            "identity index: {dir} is not watched: it does not exist (a program \
+                             installed there later is indexed when the server restarts)"
+                        );
+                        None
+                    }
                     Err(e) => {
                         tracing::info!(
                             "identity index: {dir} is not watched ({e}): a program installed \

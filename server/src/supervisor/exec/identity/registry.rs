@@ -60,7 +60,6 @@ impl Preparing {
 }
 
 fn prepare_now(policies: &[Arc<Policy>]) -> Result<(), IndexError> {
-    crate::supervisor::ptrace::report_capability();
     for p in policies {
         index_for(p)?;
     }
