@@ -143,6 +143,18 @@ impl Bench {
     }
 }
 
+impl Bench {
+    /// The context and the tree alone, for a test that owns them (the
+    /// tracer's loop); the scratch directory is removed now.
+    pub fn into_parts(self) -> (SupervisorContext, Tree) {
+        let me = std::mem::ManuallyDrop::new(self);
+        let _ = std::fs::remove_dir_all(&me.dir);
+        // SAFETY: `me` is never dropped nor used again: each of the two
+        // fields is moved out once; the others are leaked (a test's).
+        unsafe { (std::ptr::read(&me.ctx), std::ptr::read(&me.tree)) }
+    }
+}
+
 impl Drop for Bench {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);

@@ -81,7 +81,10 @@ impl Loop {
                 if let Ok(child) = regs::event_msg(tid) {
                     let event = (status >> 16) & 0xffff;
                     let thread = event == EVENT_CLONE && clones_thread(tid);
-                    self.related(event, child as u32, tid);
+                    // A child claimed and gone before this event shares nothing.
+                    if !self.gone_unadopted.contains(&(child as u32)) {
+                        self.related(event, child as u32, tid);
+                    }
                     self.adopt(child as u32, tid, thread);
                 }
                 regs::cont(tid, 0)
@@ -110,7 +113,11 @@ impl Loop {
         };
         let tgid = status.number("Tgid").unwrap_or(tid);
         let ppid = status.number("PPid");
-        let root = [status.number("Tgid"), ppid]
+        // A new process's own id may still name a task that is gone (its
+        // exit unseen, its number reused): only its parent says its tree.
+        // A new thread's process is a tracee already.
+        let own = (tgid != tid).then_some(tgid);
+        let root = [own, ppid]
             .into_iter()
             .flatten()
             .find_map(|p| self.tracees.get(&p).map(|t| t.root));
@@ -121,7 +128,7 @@ impl Loop {
                 if let Some(parent) = ppid.filter(|p| tgid == tid && self.tracees.contains_key(p)) {
                     self.vforks.maybe(tid, parent);
                 }
-                self.add(tid, root, tgid);
+                self.add(tid, root, tgid, false);
                 true
             }
             None => false,
@@ -146,25 +153,59 @@ impl Loop {
         let Some((root, tgid)) = self.tracees.get(&parent).map(|t| (t.root, t.tgid)) else {
             return;
         };
-        if !self.tracees.contains_key(&child) {
-            self.add(child, root, if thread { tgid } else { child });
+        let tgid = if thread { tgid } else { child };
+        // Claimed already at its first stop (the same tree and process), or
+        // an entry left by a task that is gone and whose number the child
+        // reuses: replaced, nothing of it kept.
+        match self.tracees.get_mut(&child) {
+            Some(t) if t.root == root && t.tgid == tgid && !t.adopted => t.adopted = true,
+            // Claimed, and gone already: nothing to add.
+            _ if self.gone_unadopted.remove(&child) => {}
+            _ => self.add(child, root, tgid, true),
         }
         if let Some(status) = self.unclaimed.remove(&child) {
             self.event(child, status);
         }
     }
 
-    fn add(&mut self, tid: u32, root: u32, tgid: u32) {
-        self.tracees.insert(
+    /// `tid` is a new task of tree `root`, in process `tgid`: whatever an
+    /// entry of that number said before is gone (a task whose exit was not
+    /// seen), counted out of its tree.
+    fn add(&mut self, tid: u32, root: u32, tgid: u32, adopted: bool) {
+        self.gone_unadopted.remove(&tid);
+        let stale = self.tracees.insert(
             tid,
             Tracee {
                 root,
                 tgid,
                 expect: None,
+                adopted,
             },
         );
+        if let Some(stale) = stale {
+            tracing::debug!(
+                tid,
+                stale_root = stale.root,
+                "a task's number reused: its old entry dropped"
+            );
+            self.left(stale.root);
+        }
         if let Some(t) = self.trees.get_mut(&root) {
             t.members += 1;
+        }
+    }
+
+    /// A task of tree `root` is gone: the tree is finished with its last.
+    fn left(&mut self, root: u32) {
+        let Some(tree) = self.trees.get_mut(&root) else {
+            return;
+        };
+        tree.members = tree.members.saturating_sub(1);
+        if tree.members == 0 {
+            if let Some(tree) = self.trees.remove(&root) {
+                tracing::info!(session = %tree.tree.session_id, root_pid = root, "tree finished");
+                tree.trees.finished(root);
+            }
         }
     }
 
@@ -242,18 +283,11 @@ impl Loop {
         self.unpark_later = true;
         self.held.remove(&tid);
         self.unclaimed.remove(&tid);
-        let Some(t) = self.tracees.remove(&tid) else {
-            return;
-        };
-        let Some(tree) = self.trees.get_mut(&t.root) else {
-            return;
-        };
-        tree.members = tree.members.saturating_sub(1);
-        if tree.members == 0 {
-            if let Some(tree) = self.trees.remove(&t.root) {
-                tracing::info!(session = %tree.tree.session_id, root_pid = t.root, "tree finished");
-                tree.trees.finished(t.root);
+        if let Some(t) = self.tracees.remove(&tid) {
+            if !t.adopted {
+                self.gone_unadopted.insert(tid);
             }
+            self.left(t.root);
         }
     }
 }
@@ -264,4 +298,81 @@ impl Loop {
 fn clones_thread(tid: u32) -> bool {
     const CLONE_THREAD: u64 = 0x0001_0000;
     regs::Regs::get(tid).is_ok_and(|r| r.args()[0] & CLONE_THREAD != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tracer_loop::{Loop, TraceTree, Tracee};
+    use crate::supervisor::state::TreeState;
+    use crate::supervisor::testkit::Bench;
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::sync::Arc;
+
+    /// A loop whose tree 1 holds this test's process and whose tree 2 is
+    /// another; no ptrace request is made.
+    fn a_loop() -> Loop {
+        let bench = || Bench::new("name: t\ndefault: allow\n", |_| {});
+        let (_tx, rx) = std::sync::mpsc::channel();
+        // SAFETY: eventfd returns a fresh fd nothing else owns.
+        let wake = unsafe { OwnedFd::from_raw_fd(libc::eventfd(0, libc::EFD_CLOEXEC)) };
+        let mut l = Loop::new(Arc::new(bench().into_parts().0), rx, wake);
+        for root in [1, 2] {
+            l.trees.insert(
+                root,
+                TraceTree {
+                    tree: bench().into_parts().1,
+                    st: TreeState::new(std::process::id()),
+                    trees: Arc::new(crate::trees::Trees::new()),
+                    members: 1,
+                },
+            );
+        }
+        let me = std::process::id();
+        l.tracees.insert(
+            me,
+            Tracee {
+                root: 1,
+                tgid: me,
+                expect: None,
+                adopted: true,
+            },
+        );
+        l
+    }
+
+    #[test]
+    fn a_new_process_is_its_parents_tree_whatever_its_number_meant_before() {
+        let mut l = a_loop();
+        let me = std::process::id();
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let c = child.id();
+        // Its number was a task of tree 2 whose exit was never seen.
+        l.tracees.insert(
+            c,
+            Tracee {
+                root: 2,
+                tgid: c,
+                expect: None,
+                adopted: true,
+            },
+        );
+        l.trees.get_mut(&2).unwrap().members += 1;
+        // Its first stop comes before our fork event: claimed by its parent.
+        assert!(l.claim(c));
+        assert_eq!(l.tracees[&c].root, 1, "claimed into the stale entry's tree");
+        assert_eq!(l.trees[&2].members, 1, "the stale entry still counted");
+        // It is gone before our fork event: that event adds nothing.
+        l.gone(c);
+        l.adopt(c, me, false);
+        assert!(!l.tracees.contains_key(&c), "an entry for a task gone");
+        assert_eq!(l.trees[&1].members, 1);
+        // A later task of that number, by its parent's event, is added.
+        l.adopt(c, me, false);
+        assert_eq!(l.tracees[&c].root, 1);
+        let _ = child.kill();
+        let _ = child.wait();
+    }
 }

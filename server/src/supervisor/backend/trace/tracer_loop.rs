@@ -61,6 +61,9 @@ pub(super) struct Tracee {
     pub(super) tgid: u32,
     /// What its last allowed exec must run.
     pub(super) expect: Option<Verification>,
+    /// Its parent's fork, vfork or clone event was seen (`false`: claimed
+    /// at a stop that came first, `events::claim`).
+    pub(super) adopted: bool,
 }
 
 /// The tracer thread's state.
@@ -87,6 +90,10 @@ pub(super) struct Loop {
     pub(super) unpark_later: bool,
     /// Which processes share memory through vfork: held still together.
     pub(super) vforks: Vforks,
+    /// Tasks claimed before their parent's event that were gone before it
+    /// came: that event adds nothing (an entry for a task gone would stay,
+    /// and put the next task of that number in the wrong tree).
+    pub(super) gone_unadopted: std::collections::HashSet<u32>,
 }
 
 impl Loop {
@@ -105,6 +112,7 @@ impl Loop {
             unparking: false,
             unpark_later: false,
             vforks: Vforks::default(),
+            gone_unadopted: std::collections::HashSet::new(),
         }
     }
 
@@ -213,6 +221,7 @@ impl Loop {
                 root: pid,
                 tgid: pid,
                 expect: None,
+                adopted: true,
             },
         );
         self.trees.insert(
