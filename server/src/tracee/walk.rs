@@ -253,6 +253,17 @@ impl Walker {
         }
         let text = readlinkat(self.cur.as_fd(), part).map_err(|e| other(name, e))?;
         if is_magic(self.cur.as_fd(), &text) {
+            // Another process's fd, cwd or root can change after the check
+            // (it dup2s, fchdirs) and nothing holds it: never followed.
+            if let Some(owner) = proc_owner(&self.cur_path) {
+                if owner != self.pid && owner != self.tid {
+                    return Err(WalkError::Other(format!(
+                        "{} is a link of another process ({owner}), which can change what it \
+                         names after the check: only the caller's own /proc links are followed",
+                        join(&self.cur_path, name)
+                    )));
+                }
+            }
             // Followed by the kernel to what it names (an fd's file, a cwd,
             // a root), as the tracee's own lookup would be.
             let target = openat(self.cur.as_fd(), part, 0).map_err(|e| kernel_or(e, name))?;
@@ -330,6 +341,22 @@ impl Dir {
             Dir::Root(fd) => fd.try_clone_to_owned(),
             Dir::Own(fd) => Ok(fd),
         }
+    }
+}
+
+/// The process whose `/proc` directory `dir` (a canonical path holding a
+/// magic link) is: `/proc/N` (`cwd`, `root`, `exe`), `/proc/N/fd`,
+/// `/proc/N/map_files`, `/proc/N/ns` and their `task/T` forms give N.
+fn proc_owner(dir: &str) -> Option<u32> {
+    let mut c: Vec<&str> = dir.split('/').filter(|s| !s.is_empty()).collect();
+    let num = |s: &str| s.parse::<u32>().ok();
+    if c.last().is_some_and(|s| num(s).is_none()) {
+        c.pop(); // fd, map_files, ns...
+    }
+    match c.as_slice() {
+        [.., n, "task", t] if num(t).is_some() => num(n),
+        [.., n] => num(n),
+        [] => None,
     }
 }
 
@@ -508,6 +535,43 @@ mod tests {
             format!("{b}/a/b/f")
         );
         std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn another_processs_proc_links_are_never_followed() {
+        let (pid, tid) = me();
+        let w = |p: &str| path_of(walk(pid, tid, p.as_bytes(), at(libc::AT_FDCWD, true)));
+        let child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let other = child.id();
+        for link in ["cwd", "root", "exe", "fd/0", "cwd/.", "root/etc"] {
+            let got = w(&format!("/proc/{other}/{link}"));
+            assert!(got.contains("another process"), "{link}: {got}");
+            let got = w(&format!("/proc/{other}/task/{other}/{link}"));
+            assert!(got.contains("another process"), "task/{link}: {got}");
+        }
+        // Its files that are no links, and our own links, as before.
+        assert_eq!(
+            w(&format!("/proc/{other}/status")),
+            format!("/proc/{other}/status")
+        );
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(w("/proc/self/cwd"), cwd.to_str().unwrap());
+        assert_eq!(w(&format!("/proc/{pid}/cwd")), cwd.to_str().unwrap());
+        assert_eq!(
+            w(&format!("/proc/{pid}/task/{tid}/cwd")),
+            cwd.to_str().unwrap()
+        );
+        let mut child = child;
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(proc_owner("/proc/12/fd"), Some(12));
+        assert_eq!(proc_owner("/proc/12"), Some(12));
+        assert_eq!(proc_owner("/proc/12/task/13/fd"), Some(12));
+        assert_eq!(proc_owner("/proc/12/task/13"), Some(12));
+        assert_eq!(proc_owner("/proc"), None);
     }
 
     #[test]
