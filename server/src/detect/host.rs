@@ -34,9 +34,7 @@ fn caps() -> (bool, bool) {
 /// Probes this host; `choice` is the configured `execve.backend`.
 pub fn detect(max_abi: Option<i64>, choice: BackendChoice) -> Report {
     let version = read("/proc/version").unwrap_or_default();
-    // runsc presents this fixed, fake kernel identity.
-    let gvisor = version.contains("#1 SMP Sun Jan 10 15:06:54 PST 2016")
-        || std::path::Path::new("/proc/self/gvisor").exists();
+    let gvisor = crate::tracee::is_gvisor();
     let (cap_sys_admin, cap_sys_ptrace) = caps();
     let no_new_privs = crate::tracee::ProcStatus::read("self")
         .ok()

@@ -8,8 +8,10 @@
 //! file until the caller writes them (so whoever can write the file can change
 //! them). An exec whose path, argv pointer array or argv strings lie in such
 //! a mapping is refused (EACCES, audited with the reason), unless the file is
-//! the caller's own executable (the kernel refuses writes to a running
-//! executable) or lies beneath the paths no tree may write
+//! the caller's own executable where the kernel refuses writes to a running
+//! executable (Linux's `ETXTBSY`; gVisor lets a sibling `pwrite` it, so there
+//! it is refused as any other file: `tracee::running_images_write_protected`)
+//! or lies beneath the paths no tree may write
 //! (`policy::landlock::SYSTEM_NO_WRITE`: libc's `"/bin/sh"` for `system()`
 //! lives there). Strings on the stack, the heap or other anonymous memory,
 //! the common case, cost one query per distinct mapping.
@@ -47,7 +49,11 @@ impl Places {
     /// The address is in no mapping, or the maps cannot be read.
     pub fn refusal_at(&mut self, maps: &mut Maps, addr: u64) -> std::io::Result<Option<String>> {
         let v = maps.find(addr)?;
-        if v.inode != 0 && !v.shared && self.own_exe.is_none() {
+        if v.inode != 0
+            && !v.shared
+            && self.own_exe.is_none()
+            && crate::tracee::running_images_write_protected()
+        {
             let _owner = crate::tracee::as_owner(self.owner);
             // Unreadable: no file counts as the caller's own (refused).
             self.own_exe = Some(
@@ -79,7 +85,7 @@ pub fn refusal(v: &Vma, own_exe: &str, no_write: &[&str]) -> Option<String> {
     if v.inode == 0 {
         return None; // anonymous private memory: stack, heap, [vdso]...
     }
-    if v.name == own_exe {
+    if !own_exe.is_empty() && v.name == own_exe {
         return None;
     }
     let beneath = |dir: &str| {
@@ -130,5 +136,9 @@ mod tests {
         for (v, ok) in cases {
             assert_eq!(refusal(v, exe, &nw).is_none(), *ok, "{v:?}");
         }
+        // No own image exempt (gVisor: a running executable can be
+        // written): the program's own file is refused as any other.
+        assert!(refusal(&vma(false, 77, "/srv/ws/prog"), "", &nw).is_some());
+        assert!(refusal(&vma(false, 77, ""), "", &nw).is_some());
     }
 }

@@ -60,5 +60,5 @@ pub use resolve::{
     ResolveError, View,
 };
 pub use shebang::{interpreter_chain, shebang, ChainError, ChainLink, MAX_INTERPRETER_DEPTH};
-pub use stable::{file_is_stable, path_is_stable};
+pub use stable::{file_is_stable, is_gvisor, path_is_stable, running_images_write_protected};
 pub use stat::{proc_stat, tgid_of, ProcStat, ProcStatus, StatFile};
