@@ -55,8 +55,35 @@ impl Vforks {
 
     /// `child` was forked or cloned (its parent's event says so), or it
     /// exec'd or exited: it shares no memory with its parent (any more).
+    /// Its own vfork children keep the memory it shared: with its parent
+    /// (whose vforking thread, no longer waiting for `child`, runs), or,
+    /// where it had none, with nobody (the memory was `child`'s alone).
+    /// A vfork grandchild whose vfork parent was killed thus stays held
+    /// with the process it still shares memory with.
     pub(super) fn apart(&mut self, child: u32) {
-        self.parent_of.remove(&child);
+        let up = self.parent_of.remove(&child);
+        let orphans: Vec<u32> = self
+            .parent_of
+            .iter()
+            .filter(|(_, p)| p.process == child)
+            .map(|(c, _)| *c)
+            .collect();
+        for c in orphans {
+            match up {
+                Some(u) => {
+                    self.parent_of.insert(
+                        c,
+                        Parent {
+                            process: u.process,
+                            waiting: None,
+                        },
+                    );
+                }
+                None => {
+                    self.parent_of.remove(&c);
+                }
+            }
+        }
     }
 
     /// Every process that shares process `tgid`'s memory through vfork
@@ -114,6 +141,29 @@ mod tests {
         let (mut p, _) = v.sharers(100);
         p.sort_unstable();
         assert_eq!(p, vec![100, 200]);
+    }
+
+    #[test]
+    fn a_vfork_grandchild_whose_vfork_parent_is_killed_still_shares_with_the_top() {
+        let mut v = Vforks::default();
+        // 100 (threads 100, 101) vforked 200 from 101; 200 vforked 300.
+        v.vforked(200, 101, 100);
+        v.vforked(300, 200, 200);
+        // 200 is killed: 101 wakes and runs, 300 still has 100's memory.
+        v.apart(200);
+        for from in [100, 300] {
+            let (mut p, w) = v.sharers(from);
+            p.sort_unstable();
+            assert_eq!((p, w), (vec![100, 300], vec![]), "from {from}");
+        }
+        // 300 exits: nobody shares any more.
+        v.apart(300);
+        assert_eq!(v.sharers(100), (vec![100], vec![]));
+        // A vfork child of a process that execs or exits, with no parent of
+        // its own: the memory was that process's alone.
+        v.vforked(500, 400, 400);
+        v.apart(400);
+        assert_eq!(v.sharers(500), (vec![500], vec![]));
     }
 
     #[test]
