@@ -416,3 +416,54 @@ fn shipped_agent_default_allows_registries_by_name_and_asks_for_the_rest() {
 fn shipped_agent_default_allows_registries_by_name_as_nobody() {
     shipped_agent_default(Some(NOBODY));
 }
+
+/// Two sandboxes sharing a network namespace (runsc with host networking;
+/// here, this machine's), both configured with the same stub address: the
+/// second finds it taken and listens on another port of it; each tree's
+/// lookup is answered by its own server's stub (its audit has it), under
+/// notify and under the ptrace backend (issue 59).
+fn two_stubs_one_address(extra: &str) {
+    if !require_root("two_stubs_one_address") {
+        return;
+    }
+    let up = Upstream::start(".allowed.test", BOUND);
+    let counter = Counter::start();
+    let stub = unique_loopback();
+    let config = format!(
+        "egress:\n  stub: \"{stub}:53\"\n  resolvers: [\"127.0.0.1:{}\"]\n{extra}",
+        up.port
+    );
+    let mut first = Sandbox::with_config(&policy(counter.port), None, &config);
+    let mut second = Sandbox::with_config(&policy(counter.port), None, &config);
+    assert!(
+        second.srv.log().contains("is taken"),
+        "the second stub did not move:\n{}",
+        second.srv.log()
+    );
+    for (which, s) in [("first", &mut first), ("second", &mut second)] {
+        std::fs::write(
+            s.host_path("/etc/resolv.conf"),
+            format!("nameserver {stub}\noptions timeout:5 attempts:1\n"),
+        )
+        .unwrap();
+        let name = format!("{which}.allowed.test");
+        let out = ok(s, &format!("dig +short +tries=1 +time=10 @{stub} {name} A"));
+        assert_eq!(out.trim(), BOUND.to_string(), "{which}: {out}");
+        let dns = events_of(s, "dns");
+        assert!(
+            dns.iter().any(|e| e["name"] == name.as_str()),
+            "{which}: its own stub did not answer: {dns:?}\n{}",
+            s.srv.log()
+        );
+    }
+}
+
+#[test]
+fn two_sandboxes_sharing_a_network_namespace_each_have_a_stub() {
+    two_stubs_one_address("");
+}
+
+#[test]
+fn two_sandboxes_sharing_a_network_namespace_each_have_a_stub_under_ptrace() {
+    two_stubs_one_address("execve:\n  backend: ptrace\n");
+}

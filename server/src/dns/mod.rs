@@ -51,7 +51,26 @@ pub fn start(config: &Config, audit: &Arc<AuditLog>) -> Result<Arc<Stub>, DnsErr
         );
     }
     let explain = config.execve.explain == crate::config::Explain::Stderr;
-    let stub = Stub::start(addr, upstream.clone(), audit.clone(), explain)?;
+    let stub = match Stub::start(addr, upstream.clone(), audit.clone(), explain) {
+        // Taken: another sandbox sharing this network namespace (runsc with
+        // host networking) runs its stub there. Any free port of the same
+        // address serves as well: every query a tree sends to a resolver
+        // is sent to the stub's address as it listens.
+        Err(StubError::Listen { source, .. })
+            if source.kind() == std::io::ErrorKind::AddrInUse && addr.port() != 0 =>
+        {
+            let free = std::net::SocketAddr::new(addr.ip(), 0);
+            let stub = Stub::start(free, upstream.clone(), audit.clone(), explain)?;
+            tracing::warn!(
+                "egress dns stub: {addr} is taken (another agentsh sharing this network \
+                 namespace?); listening on {} instead: the trees' queries to any resolver are \
+                 sent there",
+                stub.addr
+            );
+            stub
+        }
+        r => r?,
+    };
     let names_stub = resolv.lines().any(|l| {
         l.split_whitespace().collect::<Vec<_>>() == ["nameserver", &addr.ip().to_string()]
     });
