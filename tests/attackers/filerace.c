@@ -14,12 +14,6 @@
  *       the parent opens /proc/CHILD/fd/50 and /proc/CHILD/cwd/NAME
  *       (NAME: TARGET's and DIR/ok's last component, in turn) O_WRONLY,
  *       and DIR/ok directly (which must open);
- *   filerace exe TARGET DIR SECONDS
- *       run from a copy in a writable place: the path opened lies in this
- *       program's own image (.data, never written by it, so still the
- *       file's page), and a child process pwrites the image's bytes there
- *       between DIR/ok and TARGET (gVisor lets a running executable be
- *       written; Linux says ETXTBSY, and the mode says so and ends).
  *
  * Every fd opened is fstat'ed: one on TARGET's inode is a win, printed as
  * "WON <how>" (and closed unwritten). At the end: "opened N refused M". */
@@ -156,61 +150,9 @@ static int procfd_mode(const char *dir, double seconds) {
     return 0;
 }
 
-/* In .data, never written by this process: the page stays the file's. */
-static char image_path[4096] __attribute__((aligned(4096))) = "IMAGE-PATH-PLACEHOLDER";
-
-/* The offset in this program's file of `p`, from /proc/self/maps. */
-static long file_offset_of(const void *p) {
-    FILE *f = fopen("/proc/self/maps", "r");
-    char line[512];
-    unsigned long a = (unsigned long)p;
-    long off = -1;
-    while (f && fgets(line, sizeof line, f)) {
-        unsigned long lo, hi, o;
-        if (sscanf(line, "%lx-%lx %*s %lx", &lo, &hi, &o) == 3 && a >= lo && a < hi) {
-            off = (long)(a - lo + o);
-            break;
-        }
-    }
-    if (f)
-        fclose(f);
-    return off;
-}
-
-static int exe_mode(double seconds) {
-    char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0)
-        return 2;
-    self[n] = 0;
-    long off = file_offset_of(image_path);
-    int w = open(self, O_WRONLY);
-    if (w < 0) {
-        printf("exe: cannot write own image: %s\n", strerror(errno));
-        return 0;
-    }
-    /* The image's bytes say ok_path to start with. */
-    pwrite(w, ok_path, strlen(ok_path) + 1, off);
-    pid_t child = fork();
-    if (child == 0) {
-        size_t tn = strlen(target) + 1, on = strlen(ok_path) + 1;
-        for (;;) {
-            pwrite(w, target, tn, off);
-            pwrite(w, ok_path, on, off);
-        }
-    }
-    close(w);
-    double end = now() + seconds;
-    while (now() < end)
-        check(open(image_path, O_WRONLY | O_APPEND), "exe");
-    kill(child, SIGKILL);
-    waitpid(child, NULL, 0);
-    return 0;
-}
-
 int main(int argc, char **argv) {
     if (argc != 5) {
-        fprintf(stderr, "usage: filerace thread|swap|procfd|exe TARGET DIR SECONDS\n");
+        fprintf(stderr, "usage: filerace thread|swap|procfd TARGET DIR SECONDS\n");
         return 2;
     }
     target = argv[2];
@@ -226,7 +168,6 @@ int main(int argc, char **argv) {
     int r = strcmp(argv[1], "thread") == 0   ? thread_mode(seconds)
             : strcmp(argv[1], "swap") == 0   ? swap_mode(argv[3], seconds)
             : strcmp(argv[1], "procfd") == 0 ? procfd_mode(argv[3], seconds)
-            : strcmp(argv[1], "exe") == 0    ? exe_mode(seconds)
                                              : 2;
     printf("opened %ld refused %ld won %ld\n", opened, refused, won);
     return r;

@@ -277,18 +277,12 @@ fn modal_recipe_in_gvisor_keeps_agentshs_files_from_a_root_tree() {
     // Races: a thread rewriting the path while it is judged; another
     // process swapping the name between a file and a symlink to shim.conf;
     // another process's fd and cwd links, changed by it (dup2, fchdir)
-    // while judged; the path in the program's own image, rewritten by a
-    // sibling's pwrite of the file (gVisor lets a running executable be
-    // written), the program run from root's home, where it may run.
-    for mode in ["thread", "swap", "procfd", "exe"] {
-        let script = if mode == "exe" {
-            "d=$(mktemp -d -p /root) && cp /usr/local/bin/filerace $d/fr && \
-             $d/fr exe /etc/agentsh/shim.conf $d 3"
-                .to_string()
-        } else {
-            format!("d=$(mktemp -d) && filerace {mode} /etc/agentsh/shim.conf $d 3")
-        };
-        let o = ctr.sh(None, &script);
+    // while judged (106 wins in 3 s before they were refused).
+    for mode in ["thread", "swap", "procfd"] {
+        let o = ctr.sh(
+            None,
+            &format!("d=$(mktemp -d) && filerace {mode} /etc/agentsh/shim.conf $d 3"),
+        );
         let out = String::from_utf8_lossy(&o.stdout).into_owned();
         assert!(o.status.success(), "{mode}: {}", text(&o));
         assert!(
@@ -302,15 +296,8 @@ fn modal_recipe_in_gvisor_keeps_agentshs_files_from_a_root_tree() {
                 .and_then(|n| n.parse().ok())
                 .unwrap_or(0)
         };
-        match mode {
-            // The attack ran: the image was written while running.
-            "exe" => assert!(
-                !out.contains("cannot write own image") && count("refused") > 0,
-                "{mode}: {out}"
-            ),
-            // Both sides of the race happened: writes where allowed, refusals.
-            _ => assert!(count("opened") > 0 && count("refused") > 0, "{mode}: {out}"),
-        }
+        // Both sides of the race happened: writes where allowed, refusals.
+        assert!(count("opened") > 0 && count("refused") > 0, "{mode}: {out}");
     }
     let now = ctr.exec(None, &["cat", "/etc/agentsh/shim.conf"]);
     assert_eq!(String::from_utf8_lossy(&now.stdout), shim_conf);
