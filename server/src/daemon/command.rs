@@ -123,27 +123,7 @@ fn run_below_reaper(spawn: &Spawn, report: &Report) -> i32 {
     }
     // The reaper tells the command's pid through a pipe; both are then
     // protected from every tree's signals (their death ends the sandbox).
-    let told = match tell_pipe() {
-        Ok((r, w)) => {
-            let fd = w.as_raw_fd();
-            cmd.arg("--tell-fd").arg(fd.to_string());
-            // SAFETY: between fork and exec the closure only calls fcntl
-            // (async-signal-safe) on an fd this process owns.
-            unsafe {
-                cmd.pre_exec(move || {
-                    libc::fcntl(fd, libc::F_SETFD, 0);
-                    Ok(())
-                });
-            }
-            Some((r, w))
-        }
-        Err(e) => {
-            tracing::warn!(
-                "no pipe to learn the command's pid ({e}): trees may signal the command"
-            );
-            None
-        }
-    };
+    let told = tell_fd_for(&mut cmd);
     cmd.arg("--").args(&spawn.command);
     if let Some([i, o, e]) = &spawn.stdio {
         let copy = |f: &OwnedFd| f.try_clone().map(std::process::Stdio::from);
@@ -195,6 +175,32 @@ fn run_below_reaper(spawn: &Spawn, report: &Report) -> i32 {
         Err(e) => {
             tracing::error!("cannot wait for the command: {e}");
             1
+        }
+    }
+}
+
+/// A pipe whose write end the reaper gets (`--tell-fd`), for the
+/// command's pid; `None` (said): no pipe, the command is not protected.
+fn tell_fd_for(cmd: &mut std::process::Command) -> Option<(OwnedFd, OwnedFd)> {
+    match tell_pipe() {
+        Ok((r, w)) => {
+            let fd = w.as_raw_fd();
+            cmd.arg("--tell-fd").arg(fd.to_string());
+            // SAFETY: between fork and exec the closure only calls fcntl
+            // (async-signal-safe) on an fd this process owns.
+            unsafe {
+                cmd.pre_exec(move || {
+                    libc::fcntl(fd, libc::F_SETFD, 0);
+                    Ok(())
+                });
+            }
+            Some((r, w))
+        }
+        Err(e) => {
+            tracing::warn!(
+                "no pipe to learn the command's pid ({e}): trees may signal the command"
+            );
+            None
         }
     }
 }

@@ -93,12 +93,7 @@ pub fn run(start: Start) -> Result<()> {
     let run_dir = prepare_run_dir(&config, private)?;
     let trees = Arc::new(Trees::new());
     let approvals = Arc::new(Approvals::new(&config.execve, trees.clone()));
-    let (supervisor, dns_down) = supervisor_context(&config, &policies, &audit, &approvals);
-    if let Some(why) = dns_down {
-        // `agentsh ready` and /healthz say it: a tree's every lookup would
-        // be refused.
-        gate.set(crate::readiness::Readiness::Unable(why));
-    }
+    let supervisor = supervisor_context(&config, &policies, &audit, &approvals, &gate);
     // Nothing answers (no `ready`, no tree) before the indexes exist.
     prepared.wait().map_err(|e| StartError::Indexes(e.into()))?;
     let maker = crate::session::Maker {
@@ -175,18 +170,19 @@ fn prepare_run_dir(config: &Config, private: bool) -> Result<PathBuf> {
 }
 
 /// What the supervisor of every tree shares; starts the DNS stub if a
-/// policy wants it (why it cannot serve, if it cannot).
+/// policy wants it (one that cannot serve makes the server not ready:
+/// `agentsh ready` and /healthz say why).
 fn supervisor_context(
     config: &Config,
     policies: &[Arc<Policy>],
     audit: &Arc<AuditLog>,
     approvals: &Arc<Approvals>,
-) -> (Arc<SupervisorContext>, Option<String>) {
+    gate: &crate::readiness::Gate,
+) -> Arc<SupervisorContext> {
     // One stub serves every session whose policy has `dns: stub` (each
     // query judged by the asking tree's session's policy); a session made
     // later that needs it starts it then.
     let dns = std::sync::OnceLock::new();
-    let mut dns_down = None;
     if policies.iter().any(|p| p.wants_dns_stub()) {
         match crate::dns::start(config, audit) {
             Ok(stub) => {
@@ -200,10 +196,10 @@ fn supervisor_context(
                     "egress dns stub: {e}: every DNS query of a supervised tree is refused \
                      (rule dns_stub); set egress.stub to a free IP:53"
                 );
-                dns_down = Some(format!(
+                gate.set(crate::readiness::Readiness::Unable(format!(
                     "the DNS stub a policy needs cannot serve ({e}): every lookup of a tree \
                      would be refused; set egress.stub to an address free here"
-                ));
+                )));
             }
         }
     }
@@ -229,7 +225,7 @@ fn supervisor_context(
         let _ = ctx.proxy();
     }
     warn_unknown_secrets(config, policies);
-    (ctx, dns_down)
+    ctx
 }
 
 /// How a policy reload reads the config: checked as at start.

@@ -323,7 +323,7 @@ impl Filters {
     ) -> Result<Arc<CompiledFilter>, FilterError> {
         let server = ProcessId::current();
         let mut spec = FilterSpec::for_tree(server, daemon, tree_pgid, self.effective_landlock_abi);
-        let keepers = super::keepers_but(root);
+        let keepers = super::keepers::keepers_but(root);
         // Templates cover a daemon of its own (not the server), in a group
         // of its own or the server's, and no keeper.
         let template = daemon

@@ -120,6 +120,35 @@ pub fn file_is_stable(meta: &FileMeta, canonical: &str, uid: u32, no_write: &[&s
     }
 }
 
+/// Whether this kernel refuses to open a running executable for writing
+/// (`ETXTBSY`), so that a program's own image cannot change under it:
+/// Linux does; gVisor does not. Probed once, on the server's own image
+/// (opened for writing and closed at once, never written). A probe that
+/// says neither (no right to open it) counts as Linux's answer unless this
+/// is gVisor (its fixed `/proc/version`, or `/proc/self/gvisor`).
+pub fn running_images_write_protected() -> bool {
+    static PROBED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PROBED.get_or_init(|| {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .open("/proc/self/exe")
+        {
+            Ok(_) => false,
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => true,
+            Err(_) => !is_gvisor(),
+        }
+    })
+}
+
+/// Whether this kernel is gVisor's (`runsc`): its fixed, fake kernel
+/// identity in `/proc/version`, or its `/proc/self/gvisor`.
+pub fn is_gvisor() -> bool {
+    std::fs::read_to_string("/proc/version")
+        .unwrap_or_default()
+        .contains("#1 SMP Sun Jan 10 15:06:54 PST 2016")
+        || std::path::Path::new("/proc/self/gvisor").exists()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,33 +215,4 @@ mod tests {
         assert!(!file_is_stable(&m(0, 0o755), "/opt/x", 0, &nw));
         assert!(!file_is_stable(&m(0, 0o755), "/usr/binx", 0, &nw));
     }
-}
-
-/// Whether this kernel refuses to open a running executable for writing
-/// (`ETXTBSY`), so that a program's own image cannot change under it:
-/// Linux does; gVisor does not. Probed once, on the server's own image
-/// (opened for writing and closed at once, never written). A probe that
-/// says neither (no right to open it) counts as Linux's answer unless this
-/// is gVisor (its fixed `/proc/version`, or `/proc/self/gvisor`).
-pub fn running_images_write_protected() -> bool {
-    static PROBED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *PROBED.get_or_init(|| {
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .open("/proc/self/exe")
-        {
-            Ok(_) => false,
-            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => true,
-            Err(_) => !is_gvisor(),
-        }
-    })
-}
-
-/// Whether this kernel is gVisor's (`runsc`): its fixed, fake kernel
-/// identity in `/proc/version`, or its `/proc/self/gvisor`.
-pub fn is_gvisor() -> bool {
-    std::fs::read_to_string("/proc/version")
-        .unwrap_or_default()
-        .contains("#1 SMP Sun Jan 10 15:06:54 PST 2016")
-        || std::path::Path::new("/proc/self/gvisor").exists()
 }
