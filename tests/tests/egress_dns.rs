@@ -122,19 +122,44 @@ fn ok(s: &mut Sandbox, script: &str) -> String {
     r.stdout
 }
 
+/// The test's upstream resolver, its connection counter, a stub address of
+/// its own, and the server config that joins them (and `extra`).
+struct World {
+    up: Upstream,
+    counter: Counter,
+    stub: Ipv4Addr,
+    config: String,
+}
+
+impl World {
+    fn start(extra: &str) -> World {
+        let up = Upstream::start(".allowed.test", BOUND);
+        let stub = unique_loopback();
+        let config = format!(
+            "egress:\n  stub: \"{stub}:53\"\n  resolvers: [\"127.0.0.1:{}\"]\n{extra}",
+            up.port
+        );
+        World {
+            up,
+            counter: Counter::start(),
+            stub,
+            config,
+        }
+    }
+}
+
 /// `resolv` names the stub, or another resolver (whose queries are sent to
 /// the stub).
 fn scenario(uid: Option<u32>, extra: &str, resolv_names_stub: bool) {
     if !require_root("egress_dns") {
         return;
     }
-    let up = Upstream::start(".allowed.test", BOUND);
-    let counter = Counter::start();
-    let stub = unique_loopback();
-    let config = format!(
-        "egress:\n  stub: \"{stub}:53\"\n  resolvers: [\"127.0.0.1:{}\"]\n{extra}",
-        up.port
-    );
+    let World {
+        up,
+        counter,
+        stub,
+        config,
+    } = World::start(extra);
     let mut s = Sandbox::with_config(&policy(counter.port), uid, &config);
     let resolver = if resolv_names_stub {
         stub.to_string()
@@ -426,13 +451,13 @@ fn two_stubs_one_address(extra: &str) {
     if !require_root("two_stubs_one_address") {
         return;
     }
-    let up = Upstream::start(".allowed.test", BOUND);
-    let counter = Counter::start();
-    let stub = unique_loopback();
-    let config = format!(
-        "egress:\n  stub: \"{stub}:53\"\n  resolvers: [\"127.0.0.1:{}\"]\n{extra}",
-        up.port
-    );
+    let World {
+        // Kept until the end: it answers the stubs.
+        up: _up,
+        counter,
+        stub,
+        config,
+    } = World::start(extra);
     let mut first = Sandbox::with_config(&policy(counter.port), None, &config);
     let mut second = Sandbox::with_config(&policy(counter.port), None, &config);
     assert!(
