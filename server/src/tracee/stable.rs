@@ -122,21 +122,20 @@ pub fn file_is_stable(meta: &FileMeta, canonical: &str, uid: u32, no_write: &[&s
 
 /// Whether this kernel refuses to open a running executable for writing
 /// (`ETXTBSY`), so that a program's own image cannot change under it:
-/// Linux does; gVisor does not. Probed once, on the server's own image
-/// (opened for writing and closed at once, never written). A probe that
-/// says neither (no right to open it) counts as Linux's answer unless this
-/// is gVisor (its fixed `/proc/version`, or `/proc/self/gvisor`).
+/// Linux does; gVisor does not (known by its identity, never probed there:
+/// opening the server's image for writing would copy it up into the
+/// sandbox's overlay). Elsewhere probed once, on the server's own image
+/// (opened for writing and closed at once, never written): a kernel that
+/// lets it open does not refuse; one that says anything else (`ETXTBSY`,
+/// no right to open it, a read-only file system) is taken at Linux's word.
 pub fn running_images_write_protected() -> bool {
     static PROBED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *PROBED.get_or_init(|| {
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .open("/proc/self/exe")
-        {
-            Ok(_) => false,
-            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => true,
-            Err(_) => !is_gvisor(),
-        }
+        !is_gvisor()
+            && std::fs::OpenOptions::new()
+                .write(true)
+                .open("/proc/self/exe")
+                .is_err()
     })
 }
 
@@ -151,6 +150,13 @@ pub fn is_gvisor() -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_running_image_is_write_protected_on_linux() {
+        // This test's own image, running: Linux refuses to open it for
+        // writing (ETXTBSY as root, EACCES otherwise).
+        assert_eq!(super::running_images_write_protected(), !super::is_gvisor());
+    }
+
     use super::*;
 
     #[test]
