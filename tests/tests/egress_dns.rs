@@ -461,7 +461,7 @@ fn two_stubs_one_address(extra: &str) {
     let mut first = Sandbox::with_config(&policy(counter.port), None, &config);
     let mut second = Sandbox::with_config(&policy(counter.port), None, &config);
     assert!(
-        second.srv.log().contains("is taken"),
+        second.srv.log().contains("listening on") && second.srv.log().contains("instead"),
         "the second stub did not move:\n{}",
         second.srv.log()
     );

@@ -52,19 +52,23 @@ pub fn start(config: &Config, audit: &Arc<AuditLog>) -> Result<Arc<Stub>, DnsErr
     }
     let explain = config.execve.explain == crate::config::Explain::Stderr;
     let stub = match Stub::start(addr, upstream.clone(), audit.clone(), explain) {
-        // Taken: another sandbox sharing this network namespace (runsc with
-        // host networking) runs its stub there. Any free port of the same
-        // address serves as well: every query a tree sends to a resolver
-        // is sent to the stub's address as it listens.
+        // Taken (another sandbox sharing this network namespace: runsc
+        // with host networking), or not ours to bind (port 53 without
+        // CAP_NET_BIND_SERVICE: the packaged unit's bounding set). Any
+        // free port of the same address serves as well: every query a tree
+        // sends to a resolver is sent to the stub's address as it listens.
         Err(StubError::Listen { source, .. })
-            if source.kind() == std::io::ErrorKind::AddrInUse && addr.port() != 0 =>
+            if matches!(
+                source.kind(),
+                std::io::ErrorKind::AddrInUse | std::io::ErrorKind::PermissionDenied
+            ) && addr.port() != 0 =>
         {
             let free = std::net::SocketAddr::new(addr.ip(), 0);
             let stub = Stub::start(free, upstream.clone(), audit.clone(), explain)?;
             tracing::warn!(
-                "egress dns stub: {addr} is taken (another agentsh sharing this network \
-                 namespace?); listening on {} instead: the trees' queries to any resolver are \
-                 sent there",
+                "egress dns stub: cannot listen on {addr} ({source}: another agentsh sharing \
+                 this network namespace, or no right to bind the port); listening on {} \
+                 instead: the trees' queries to any resolver are sent there",
                 stub.addr
             );
             stub
