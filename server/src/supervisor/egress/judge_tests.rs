@@ -66,6 +66,17 @@ fn proxy_that_cannot_start() -> crate::proxy::ProxySetup {
 }
 
 impl Fixture {
+    /// A DNS stub started on `at` (a free port of it) as the context's;
+    /// where it listens.
+    fn stub_on(&mut self, at: &str) -> std::net::SocketAddr {
+        let stub =
+            crate::dns::Stub::start(addr(at), Vec::new(), self.bench.ctx.audit.clone(), false)
+                .unwrap_or_else(|e| panic!("a stub on {at}: {e}"));
+        let listening = stub.addr;
+        assert!(self.bench.ctx.dns.set(stub).is_ok());
+        listening
+    }
+
     fn new(yaml: &str) -> Fixture {
         let mut bench = Bench::new(yaml, |_| {});
         // Never the server's own CA (a test run as root would make one).
@@ -197,15 +208,7 @@ fn dns_under_dns_stub_is_refused_while_the_stub_is_not_running() {
 #[test]
 fn dns_under_dns_stub_is_sent_to_the_stub_whatever_resolver_it_names() {
     let mut f = Fixture::new(&format!("{BASE}egress:\n  default: deny\n  dns: stub\n"));
-    let stub = crate::dns::Stub::start(
-        addr("127.0.0.1:0"),
-        Vec::new(),
-        f.bench.ctx.audit.clone(),
-        false,
-    )
-    .expect("a stub on loopback");
-    let at = stub.addr;
-    assert!(f.bench.ctx.dns.set(stub).is_ok());
+    let at = f.stub_on("127.0.0.1:0");
     let (j, messages) = f.judge(NetCall::Sendto, Protocol::Udp, &["10.0.0.2:53"]);
     assert!(j.to_stub);
     assert_eq!((j.allowed, j.refusal), (1, None));
@@ -567,14 +570,7 @@ fn dns_to_a_stub_of_another_address_family_is_refused_and_audited() {
     let mut f = Fixture::new(&format!("{BASE}egress:\n  default: allow\n  dns: stub\n"));
     // A stub on IPv6 loopback; the tree's socket is AF_INET: the query
     // cannot be sent to it, and must not go around it.
-    let stub = crate::dns::Stub::start(
-        addr("[::1]:0"),
-        Vec::new(),
-        f.bench.ctx.audit.clone(),
-        false,
-    )
-    .expect("a stub on IPv6 loopback");
-    assert!(f.bench.ctx.dns.set(stub).is_ok());
+    f.stub_on("[::1]:0");
     let (j, _) = f.judge(NetCall::Sendto, Protocol::Udp, &["10.0.0.2:53"]);
     assert!(refused(&j), "allowed {} refusal {:?}", j.allowed, j.refusal);
     assert!(!j.to_stub);
