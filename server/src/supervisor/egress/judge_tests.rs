@@ -182,18 +182,22 @@ fn passed(j: &Judged, n: usize) -> bool {
 
 const BASE: &str = "name: judge-tests\ndefault: allow\n";
 
-#[test]
-fn dns_under_dns_stub_is_refused_while_the_stub_is_not_running() {
-    let mut f = Fixture::new(&format!("{BASE}egress:\n  default: allow\n  dns: stub\n"));
+/// A UDP query to a resolver, refused (not sent to the stub) with one
+/// `connect` event of rule `why`: the events.
+fn dns_query_refused(f: &mut Fixture, why: Refusal) -> Vec<serde_json::Value> {
     let (j, _) = f.judge(NetCall::Sendto, Protocol::Udp, &["10.0.0.2:53"]);
     assert!(refused(&j), "allowed {} refusal {:?}", j.allowed, j.refusal);
     assert!(!j.to_stub);
     let events = f.events();
     assert_eq!(events.len(), 1, "{events:?}");
-    assert_eq!(
-        what(&events[0]),
-        ("connect", Refusal::DnsStubDown.rule(), "deny")
-    );
+    assert_eq!(what(&events[0]), ("connect", why.rule(), "deny"));
+    events
+}
+
+#[test]
+fn dns_under_dns_stub_is_refused_while_the_stub_is_not_running() {
+    let mut f = Fixture::new(&format!("{BASE}egress:\n  default: allow\n  dns: stub\n"));
+    let events = dns_query_refused(&mut f, Refusal::DnsStubDown);
     assert_eq!(events[0]["port"], 53);
     assert_eq!(events[0]["protocol"], "udp");
     assert!(events[0]["message"]
@@ -571,15 +575,7 @@ fn dns_to_a_stub_of_another_address_family_is_refused_and_audited() {
     // A stub on IPv6 loopback; the tree's socket is AF_INET: the query
     // cannot be sent to it, and must not go around it.
     f.stub_on("[::1]:0");
-    let (j, _) = f.judge(NetCall::Sendto, Protocol::Udp, &["10.0.0.2:53"]);
-    assert!(refused(&j), "allowed {} refusal {:?}", j.allowed, j.refusal);
-    assert!(!j.to_stub);
-    let events = f.events();
-    assert_eq!(events.len(), 1, "{events:?}");
-    assert_eq!(
-        what(&events[0]),
-        ("connect", Refusal::EgressUnenforceable.rule(), "deny")
-    );
+    let events = dns_query_refused(&mut f, Refusal::EgressUnenforceable);
     assert!(events[0]["message"]
         .as_str()
         .is_some_and(|m| m.contains("address family")));
