@@ -14,6 +14,15 @@
  *       the parent opens /proc/CHILD/fd/50 and /proc/CHILD/cwd/NAME
  *       (NAME: TARGET's and DIR/ok's last component, in turn) O_WRONLY,
  *       and DIR/ok directly (which must open);
+ *   filerace shared TARGET DIR SECONDS
+ *       the path lies in a MAP_SHARED memfd that a child process (no thread
+ *       of the caller: nothing the tracer holds) rewrites between DIR/ok
+ *       and TARGET while the parent opens it O_WRONLY in a loop;
+ *   filerace region TARGET DIR SECONDS
+ *       after the others' checks, tries every way at the region the tracer
+ *       copies judged paths into (mprotect, munmap, mremap, madvise, mmap
+ *       over it, /proc/self/mem), each printed "REGION <how> changed" if it
+ *       worked, "REGION <how> refused: <error>" if not.
  *
  * Every fd opened is fstat'ed: one on TARGET's inode is a win, printed as
  * "WON <how>" (and closed unwritten). At the end: "opened N refused M". */
@@ -26,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -150,9 +160,76 @@ static int procfd_mode(const char *dir, double seconds) {
     return 0;
 }
 
+static int shared_mode(double seconds) {
+    int mfd = memfd_create("path", 0);
+    if (mfd < 0 || ftruncate(mfd, 4096) != 0) {
+        perror("memfd");
+        return 2;
+    }
+    char *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+    if (p == MAP_FAILED) {
+        perror("mmap");
+        return 2;
+    }
+    strcpy(p, ok_path);
+    size_t n = strlen(target) + 1, m = strlen(ok_path) + 1;
+    pid_t child = fork();
+    if (child == 0) {
+        for (;;) {
+            memcpy(p, target, n);
+            memcpy(p, ok_path, m);
+        }
+    }
+    double end = now() + seconds;
+    while (now() < end)
+        check(open(p, O_WRONLY | O_APPEND), "shared");
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    return 0;
+}
+
+/* Where agentsh's ptrace backend keeps its copies (tracee::pin::BASE). */
+#define REGION 0x4a8000000000UL
+
+static void region_try(const char *how, long rc) {
+    if (rc == -1 || rc == (long)MAP_FAILED)
+        printf("REGION %s refused: %s\n", how, strerror(errno));
+    else
+        printf("REGION %s changed\n", how);
+    fflush(stdout);
+}
+
+static int region_mode(double seconds) {
+    char line[512];
+    int found = 0;
+    FILE *maps = fopen("/proc/self/maps", "r");
+    while (maps && fgets(line, sizeof line, maps))
+        if (strtoul(line, NULL, 16) == REGION)
+            found = 1;
+    if (maps)
+        fclose(maps);
+    printf(found ? "REGION mapped\n" : "REGION absent\n");
+    void *r = (void *)REGION;
+    region_try("madvise", madvise(r, 4096, MADV_DONTNEED));
+    region_try("mremap", (long)mremap(r, 4096, 4096, MREMAP_MAYMOVE | MREMAP_FIXED,
+                                      (void *)(REGION - (1UL << 30))));
+    region_try("mmap-fixed", (long)mmap(r, 4096, PROT_READ | PROT_WRITE,
+                                        MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, -1, 0));
+    region_try("munmap", munmap(r, 4096));
+    region_try("munmap-all", munmap((void *)4096, (1UL << 47) - 8192));
+    int mem = open("/proc/self/mem", O_RDWR);
+    region_try("proc-mem", mem < 0 ? -1 : pwrite(mem, "x", 1, (off_t)REGION));
+    if (mem >= 0)
+        close(mem);
+    region_try("mprotect", mprotect(r, 4096, PROT_READ | PROT_WRITE));
+    region_try("pkey_mprotect", syscall(329, r, 4096, PROT_READ | PROT_WRITE, 0));
+    (void)seconds;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc != 5) {
-        fprintf(stderr, "usage: filerace thread|swap|procfd TARGET DIR SECONDS\n");
+        fprintf(stderr, "usage: filerace thread|swap|procfd|shared|region TARGET DIR SECONDS\n");
         return 2;
     }
     target = argv[2];
@@ -168,6 +245,8 @@ int main(int argc, char **argv) {
     int r = strcmp(argv[1], "thread") == 0   ? thread_mode(seconds)
             : strcmp(argv[1], "swap") == 0   ? swap_mode(argv[3], seconds)
             : strcmp(argv[1], "procfd") == 0 ? procfd_mode(argv[3], seconds)
+            : strcmp(argv[1], "shared") == 0 ? shared_mode(seconds)
+            : strcmp(argv[1], "region") == 0 ? region_mode(seconds)
                                              : 2;
     printf("opened %ld refused %ld won %ld\n", opened, refused, won);
     return r;

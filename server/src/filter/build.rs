@@ -23,6 +23,7 @@ use super::guards::{
     process_guard_rules, signal_guard_rules, unscoped_signal_rules, SIGNAL_CALLS_NOTIFIED,
 };
 use super::net::net_rules;
+use super::pin_guard;
 use super::rules::{trap, Conditional, Unconditional, LOW32};
 use super::spec::{
     FilterSpec, SignalGuard, TRACE_DATA_EXEC, TRACE_DATA_FILE, TRACE_DATA_ROOT, TRACE_DATA_SIGNAL,
@@ -61,6 +62,9 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
         write_call_rules(spec, &mut always, &mut conditional);
     }
     net_rules(spec, &mut always, &mut conditional);
+    if pin_guard::pins(spec) {
+        pin_guard::pin_guard_rules(spec, &mut conditional);
+    }
     let arches = extra_arches(spec);
     let i386_apart = arches.contains(&ScmpArch::X86) && old_mmap_refused(spec);
     let mut ctx = context(

@@ -52,6 +52,7 @@ mod file_calls;
 mod guards;
 mod keepers;
 mod net;
+mod pin_guard;
 mod rules;
 mod spec;
 pub mod table;
@@ -62,7 +63,7 @@ pub use compiled::{compile, CompiledFilter, FilterSummary};
 pub use error::FilterError;
 pub use keepers::{keep, keepers_but, unkeep};
 pub use spec::{
-    FilterSpec, NetFilter, ProcessId, SignalGuard, TRACE_DATA_EXEC, TRACE_DATA_NET,
+    FilterSpec, NetFilter, ProcessId, SignalGuard, TRACE_DATA_EXEC, TRACE_DATA_NET, TRACE_DATA_PIN,
     TRACE_DATA_SIGNAL,
 };
 pub use table::{Answer, BaseRule, Cmp, When, BASE_RULES, RESERVED};

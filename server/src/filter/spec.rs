@@ -24,6 +24,9 @@ pub const TRACE_DATA_FILE: u16 = 4;
 pub const TRACE_DATA_MAP: u16 = 5;
 /// `SECCOMP_RET_DATA` of the ptrace backend's `chroot` trap.
 pub const TRACE_DATA_ROOT: u16 = 6;
+/// `SECCOMP_RET_DATA` of the ptrace backend's pinned-region guard
+/// (`pin_guard`).
+pub const TRACE_DATA_PIN: u16 = 7;
 
 /// The policy's network part of the filter: which `socket()` families a
 /// tree may create, and whether destinations go to the supervisor.

@@ -73,6 +73,24 @@ pub trait Stop {
     fn hold_still(&self) -> io::Result<()> {
         Err(io::Error::from_raw_os_error(libc::ENOSYS))
     }
+    /// Whether what this call's judgement reads can be pinned (copied where
+    /// only the supervisor writes, [`Stop::pin`]) so no other task can
+    /// change it before the kernel reads it. [`Pinning::Again`]: the
+    /// backend made room for the copies first; the call comes back to be
+    /// judged (the family returns without answering it).
+    fn pinning(&self) -> Pinning {
+        Pinning::Unavailable
+    }
+    /// Copies each `(argument, bytes)` where only the supervisor writes and
+    /// points the argument at its copy: the kernel reads the bytes judged.
+    /// Only after [`Stop::pinning`] said [`Pinning::Ready`].
+    ///
+    /// # Errors
+    /// The backend cannot, or the caller is gone (the caller refuses the
+    /// call).
+    fn pin(&self, _copies: &[(usize, &[u8])]) -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::ENOSYS))
+    }
     /// Lets the call proceed, as [`Stop::proceed`], and runs `after` once
     /// it has returned, before the caller (or any task [`Stop::hold_still`]
     /// holds) runs again: a family that changed the caller's memory for
@@ -84,6 +102,19 @@ pub trait Stop {
     fn proceed_then(&self, _after: AfterCall) -> io::Result<()> {
         Err(io::Error::from_raw_os_error(libc::ENOSYS))
     }
+}
+
+/// Whether a call's judged bytes can be pinned ([`Stop::pinning`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pinning {
+    /// [`Stop::pin`] will copy them.
+    Ready,
+    /// Not here (user-notify judges its own copies; a process whose region
+    /// could not be mapped; a 32-bit call): the memory is held still
+    /// instead.
+    Unavailable,
+    /// The caller was resumed to map the region; the call comes back.
+    Again,
 }
 
 /// What runs once a call let through with [`Stop::proceed_then`] has

@@ -501,6 +501,42 @@ pub fn poke_bytes(tid: u32, addr: u64, data: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// Writes `data` at `addr` (word-aligned) in the memory of `tid`, a
+/// stopped tracee of the calling thread, whole words at a time
+/// (`PTRACE_POKEDATA`; the last word's bytes beyond `data` are zeros):
+/// for memory only the tracer uses, where nothing beside `data` is kept.
+/// Reaches a private read-only page (copy on write).
+///
+/// # Errors
+/// EINVAL if `addr` is not word-aligned; ESRCH if `tid` is not this
+/// thread's stopped tracee; EFAULT/EIO if the address is not mapped.
+pub fn poke_words(tid: u32, addr: u64, data: &[u8]) -> io::Result<()> {
+    const WORD: usize = std::mem::size_of::<libc::c_long>();
+    if !addr.is_multiple_of(WORD as u64) {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    for (i, chunk) in data.chunks(WORD).enumerate() {
+        let mut bytes = [0u8; WORD];
+        bytes[..chunk.len()].copy_from_slice(chunk);
+        let word = libc::c_long::from_ne_bytes(bytes);
+        let at = addr + (i * WORD) as u64;
+        // SAFETY: POKEDATA takes the word by value; no memory of ours is
+        // passed.
+        let rc = unsafe {
+            libc::ptrace(
+                libc::PTRACE_POKEDATA,
+                tid as libc::pid_t,
+                at as usize,
+                word as usize,
+            )
+        };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// Overwrites `data` at `addr` in `pid`'s memory through `/proc/<pid>/mem`,
 /// which writes a private read-only page too (copy on write, as a debugger
 /// does): a path an exec names may be a string literal. With the owner's

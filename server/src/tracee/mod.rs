@@ -28,7 +28,8 @@
 //! `resolve` (a path in the calling thread's view), `shebang` (the `#!`
 //! interpreter chain), `stable` (whether the tree can change what a lookup
 //! finds), `netproc` (a caller's socket as `/proc` shows it), `pidfd` (a
-//! task's fd taken through its pidfd, a signal through it), `walk` (a path
+//! task's fd taken through its pidfd, a signal through it), `pin` (the
+//! region the ptrace backend copies what it judged into), `walk` (a path
 //! call's path, component by component, for the file rules), `host` (the
 //! questions above whose failure is a refusal, behind one trait, so the
 //! supervisor's decisions are tested without root: `recording` is its
@@ -41,6 +42,7 @@ pub mod maps;
 mod mem;
 pub mod netproc;
 pub mod pidfd;
+pub mod pin;
 #[cfg(test)]
 pub mod recording;
 mod resolve;
@@ -52,8 +54,8 @@ pub mod walk;
 pub use access::{as_owner, with_owner};
 pub use file::{fd_identity, fd_meta, fd_path, FileKey, FileMeta};
 pub use mem::{
-    overwrite_bytes, peek_cstring, poke_bytes, read_argv, read_bytes, read_cstring, read_ptr_array,
-    write_bytes, Argv, MemReader,
+    overwrite_bytes, peek_cstring, poke_bytes, poke_words, read_argv, read_bytes, read_cstring,
+    read_ptr_array, write_bytes, Argv, MemReader,
 };
 pub use resolve::{
     basename, join_clean, resolve_exec_target, resolve_in, task_dir, ExecTarget, KeptRoot,

@@ -51,6 +51,9 @@ pub enum Refusal {
     /// A path call the tree's file rules refuse, kept by the tracer where
     /// the kernel has no Landlock (the ruleset names no policy rule).
     FileRules,
+    /// A memory call that would change, remove or replace the region the
+    /// ptrace backend copies what it judged into (`tracee::pin`).
+    PinnedRegion,
     /// A change beneath a place kept read-only by a mount in the tree's
     /// namespace (`read_only_files`), explained (the kernel's `EROFS`).
     ReadOnlyFiles,
@@ -87,7 +90,7 @@ const FILE_TABLE: DocRow = DocRow {
 };
 
 impl Refusal {
-    pub const ALL: [Refusal; 22] = [
+    pub const ALL: [Refusal; 23] = [
         Refusal::Unreadable,
         Refusal::Unresolvable,
         Refusal::MemoryNotFrozen,
@@ -105,6 +108,7 @@ impl Refusal {
         Refusal::DnsStubDown,
         Refusal::DnsMalformed,
         Refusal::FileRules,
+        Refusal::PinnedRegion,
         Refusal::ReadOnlyFiles,
         Refusal::HttpPathForm,
         Refusal::HttpHost,
@@ -132,6 +136,7 @@ impl Refusal {
             Refusal::DnsStubDown => Passage::DnsStub.rule(),
             Refusal::DnsMalformed => "dns_malformed",
             Refusal::FileRules => "file_rules",
+            Refusal::PinnedRegion => "pinned_region",
             Refusal::ReadOnlyFiles => "read_only_files",
             Refusal::HttpPathForm => "http_path_form",
             Refusal::HttpHost => "http_host",
@@ -161,6 +166,7 @@ impl Refusal {
             | Refusal::DnsStubDown
             | Refusal::DnsMalformed
             | Refusal::FileRules
+            | Refusal::PinnedRegion
             | Refusal::ReadOnlyFiles
             | Refusal::HttpPathForm
             | Refusal::HttpHost
@@ -171,7 +177,10 @@ impl Refusal {
 
     /// Where it is documented.
     pub fn doc(self) -> DocRow {
-        if self == Refusal::FileRules || self == Refusal::ReadOnlyFiles {
+        if matches!(
+            self,
+            Refusal::FileRules | Refusal::ReadOnlyFiles | Refusal::PinnedRegion
+        ) {
             FILE_TABLE
         } else if self.of_exec() {
             EXEC_TABLE

@@ -143,8 +143,15 @@ fn inet_socket(k: &Call, st: &mut EgressTree, policy: &Egress) -> Option<Inet> {
 /// through as made (`in_place`); elsewhere it runs unjudged where nothing
 /// is to be enforced or the operator chose so, and is refused otherwise.
 fn unreachable(k: &Call, st: &mut EgressTree, policy: &Egress, why: String) {
+    // A destination judged where it stops is copied where only the tracer
+    // writes, where it can be (`in_place`).
+    let pinned = match k.stop.pinning() {
+        crate::supervisor::seam::Pinning::Again => return,
+        crate::supervisor::seam::Pinning::Ready => true,
+        crate::supervisor::seam::Pinning::Unavailable => false,
+    };
     match k.stop.hold_still() {
-        Ok(()) => return judge_in_place(k, st, policy),
+        Ok(()) => return judge_in_place(k, st, policy, pinned),
         Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {}
         Err(e) => {
             return refuse(

@@ -15,11 +15,15 @@
 //! refuses `CLONE_VM` without `CLONE_THREAD|CLONE_VFORK` and `CLONE_FILES`
 //! without `CLONE_THREAD`), none can write it (`ptrace`,
 //! `process_vm_writev` and `/proc/PID/mem` writes are refused to trees),
-//! the bytes that decide the destination (each sockaddr, and a message
-//! header's name and length) must not lie in a shared mapping or a file's
-//! pages (`vma`), and a caller with a Linux AIO ring (whose completions
-//! the kernel writes whenever they come) is refused. So the bytes read are
-//! the bytes the kernel reads, and the fd is the socket told.
+//! and a connect's or a sendto's sockaddr is copied where only the tracer
+//! writes, the call pointed at the copy (`Stop::pin`: the pinned region,
+//! `tracee::pin`). Where it is not (a `sendmsg`'s or `sendmmsg`'s headers;
+//! a process without the region) the bytes that decide the destination
+//! (each sockaddr, and a message header's name and length) must not lie
+//! in a shared mapping or a file's pages (`vma`), and a caller with a
+//! Linux AIO ring (whose completions the kernel writes whenever they come)
+//! is refused. So the bytes read are the bytes the kernel reads, and the fd
+//! is the socket told.
 //!
 //! The socket's transport: sockfs names it where it can; gVisor's cannot,
 //! and its `/proc/net` tables list every socket but UDP over IPv6 (its
@@ -32,7 +36,8 @@
 //! names otherwise, is let through held (its fd cannot change meanwhile).
 //!
 //! DNS (`dns: stub`): a query to any resolver goes to agentsh's stub. The
-//! destination is written over the caller's own sockaddr (in its family and
+//! stub's address is written into the pinned copy where there is one;
+//! else over the caller's own sockaddr (in its family and
 //! length) while its threads are held, checked by reading the call again,
 //! and the caller's bytes are put back at the call's syscall-exit stop,
 //! before anything of the process runs (`Stop::proceed_then`): the caller
@@ -78,7 +83,7 @@ use agentsh_proto::netabi::NetCall;
 
 /// Judges the call in the caller's memory, its other threads held, and
 /// lets it through as made or refuses it (see the module's doc).
-pub(super) fn judge_in_place(k: &Call, st: &mut EgressTree, policy: &Egress) {
+pub(super) fn judge_in_place(k: &Call, st: &mut EgressTree, policy: &Egress, pinned: bool) {
     let (tid, fd) = (k.c.tid, k.c.args[0] as i32);
     let seen = match crate::tracee::with_owner(tid, || netproc::transport_of(tid, fd)) {
         Ok(Some(s)) => s,
@@ -102,14 +107,20 @@ pub(super) fn judge_in_place(k: &Call, st: &mut EgressTree, policy: &Egress) {
         // Not a destination egress judges (the kernel resolves a Unix
         // path in the caller's view); the fd stays this socket until the
         // kernel has looked it up: the caller's threads are held.
-        Transport::Unix | Transport::Other => return proceed(k),
+        Transport::Unix | Transport::Other => return proceed(k, None),
         // No inet destination named: nothing to judge, whatever it is.
-        Transport::Unlisted if !names_inet => return proceed(k),
+        Transport::Unlisted if !names_inet => return proceed(k, None),
         // UDP over IPv6, by elimination (see the module's doc).
         Transport::Unlisted => (Protocol::Udp, libc::AF_INET6),
     };
-    if let Err(why) = places_stay(k, &messages) {
-        return refuse(k, why.to_string());
+    // A connect's or a sendto's one sockaddr is copied where only the
+    // tracer writes (the kernel reads the copy); else where it lies is
+    // checked.
+    let pin = pinned_arg(k, &messages, pinned);
+    if pin.is_none() {
+        if let Err(why) = places_stay(k, &messages) {
+            return refuse(k, why.to_string());
+        }
     }
     let originals: Vec<Vec<u8>> = messages.iter().map(|m| m.addr.clone()).collect();
     let judged = judge_all(k, st, policy, protocol, domain, &mut messages);
@@ -123,22 +134,53 @@ pub(super) fn judge_in_place(k: &Call, st: &mut EgressTree, policy: &Egress) {
     if let Some(p) = judged.to_proxy {
         let to = p.proxy.addr_for(domain);
         let after = After::Proxy(p.after(k.c.tid, k.c.args[0] as i32));
-        return redirect(k, to, "agentsh's HTTP proxy", &messages, &originals, after);
+        return redirect(
+            k,
+            to,
+            "agentsh's HTTP proxy",
+            &messages,
+            &originals,
+            after,
+            pin,
+        );
     }
     if judged.to_stub {
-        return to_stub(k, st, &seen, protocol, &messages, &originals);
+        return to_stub(k, st, &seen, protocol, &messages, &originals, pin);
     }
-    proceed(k);
+    proceed(k, pin.map(|i| (i, originals[0].as_slice())));
+}
+
+/// The argument whose sockaddr is copied for the kernel (`pinned`: the
+/// backend can): a connect's or a sendto's, when it names one.
+fn pinned_arg(k: &Call, messages: &[Copied], pinned: bool) -> Option<usize> {
+    let arg = match k.call {
+        NetCall::Connect => 1,
+        NetCall::Sendto => 4,
+        _ => return None,
+    };
+    let [one] = messages else {
+        return None;
+    };
+    (pinned && !one.addr.is_empty() && one.addr_at == k.c.args[arg]).then_some(arg)
 }
 
 fn answer(k: &Call, v: i64) {
     let _ = k.stop.answer(v);
 }
 
-/// Lets the call run as made. The caller's threads are held until it
-/// returns; nothing judged can change before the kernel reads it (see the
-/// module's doc).
-fn proceed(k: &Call) {
+/// Lets the call run as made (with its sockaddr copied where only the
+/// tracer writes, `pin`). The caller's threads are held until it returns;
+/// nothing judged can change before the kernel reads it (see the module's
+/// doc).
+fn proceed(k: &Call, pin: Option<(usize, &[u8])>) {
+    if let Some(p) = pin {
+        if let Err(e) = k.stop.pin(&[p]) {
+            return refuse(
+                k,
+                format!("the judged destination cannot be copied for the kernel: {e}"),
+            );
+        }
+    }
     if let Err(e) = k.stop.proceed() {
         tracing::debug!(tid = k.c.tid, "call not let through (gone?): {e}");
     }
@@ -205,6 +247,7 @@ fn to_stub(
     protocol: Protocol,
     messages: &[Copied],
     originals: &[Vec<u8>],
+    pin: Option<usize>,
 ) {
     let Some(stub) = k.tree.rules().stub(k.ctx).cloned() else {
         return refuse(k, "the DNS stub is gone".into());
@@ -226,6 +269,7 @@ fn to_stub(
         messages,
         originals,
         After::Stub(later),
+        pin,
     );
 }
 
@@ -255,8 +299,12 @@ fn redirect(
     messages: &[Copied],
     originals: &[Vec<u8>],
     after: After,
+    pin: Option<usize>,
 ) {
     let pid = k.c.tid;
+    if let Some(arg) = pin {
+        return redirect_pinned(k, to, what, &originals[0], after, arg);
+    }
     let mut patches: Vec<Patch> = Vec::new();
     let mut expected: Vec<Vec<u8>> = Vec::with_capacity(messages.len());
     for (m, original) in messages.iter().zip(originals) {
@@ -311,6 +359,44 @@ fn redirect(
     });
     if let Err(e) = k.stop.proceed_then(after) {
         tracing::warn!(tid = pid, "a redirected call could not be let through: {e}");
+        let _ = k.stop.refuse(libc::EACCES);
+    }
+}
+
+/// [`redirect`] of a connect's or a sendto's one sockaddr: `to` written
+/// into the copy the kernel reads (in the caller's family and length); the
+/// caller's own bytes are never touched.
+fn redirect_pinned(
+    k: &Call,
+    to: std::net::SocketAddr,
+    what: &str,
+    original: &[u8],
+    after: After,
+    arg: usize,
+) {
+    let Some(over) = sockaddr_over(to, original) else {
+        return refuse(
+            k,
+            format!(
+                "{what} ({to}) cannot be written in the caller's sockaddr (family and length as \
+                 named)"
+            ),
+        );
+    };
+    let mut now = original.to_vec();
+    now[..over.len()].copy_from_slice(&over);
+    if let Err(e) = k.stop.pin(&[(arg, &now)]) {
+        return refuse(
+            k,
+            format!("{what}'s address cannot be copied for the call: {e}"),
+        );
+    }
+    let after = Box::new(move |returned: i64| -> Option<i64> { after.done(returned) });
+    if let Err(e) = k.stop.proceed_then(after) {
+        tracing::warn!(
+            tid = k.c.tid,
+            "a redirected call could not be let through: {e}"
+        );
         let _ = k.stop.refuse(libc::EACCES);
     }
 }

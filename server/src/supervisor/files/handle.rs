@@ -1,9 +1,12 @@
 //! One path call, from its seccomp stop to its answer: the caller's other
-//! threads are stopped first (`Stop::hold_still`: nothing rewrites its
-//! strings, its cwd or its fds while it is judged, and until the kernel has
-//! used them), its paths are read and walked in its view, the rules judge,
-//! and a call let through runs to its end with the others still held. A
-//! refusal is audited (`file` event) with the right missing and where.
+//! threads are stopped first (`Stop::hold_still`: nothing changes its cwd
+//! or its fds while it is judged, and until the kernel has used them), its
+//! paths are read and walked in its view, the rules judge, and a call let
+//! through runs to its end with the others still held, reading copies of
+//! the strings judged where only the tracer writes (`Stop::pin`; where the
+//! backend cannot, the strings must lie where no other process writes,
+//! `strings_stay`). A refusal is audited (`file` event) with the right
+//! missing and where.
 //!
 //! Failure modes: strings that cannot be read, lie in memory another
 //! process could write, or paths that cannot be walked are refused
@@ -16,7 +19,7 @@ use super::rules::FileRules;
 use crate::audit::{EventBody, FileEvent};
 use crate::policy::Decision;
 use crate::supervisor::context::SupervisorContext;
-use crate::supervisor::seam::{Caught, Stop};
+use crate::supervisor::seam::{Caught, Pinning, Stop};
 use crate::supervisor::tree::Tree;
 use crate::tracee::walk::{self, Found, Lookup, WalkError};
 use crate::vocab::Refusal;
@@ -41,6 +44,9 @@ struct Read {
     path: Vec<u8>,
     path2: Option<Vec<u8>>,
     flags: Flags,
+    /// `openat2`'s `open_how`, as many bytes as the call says (at most a
+    /// page, the kernel's limit).
+    how: Option<Vec<u8>>,
 }
 
 /// Judges `call` (caught as `c`) by `tree`'s file rules and answers it.
@@ -77,6 +83,13 @@ pub fn handle(
         let _ = stop.proceed();
         return;
     }
+    // Copies of what is judged, where only the tracer writes (the kernel
+    // reads those); else the memory is held still and checked.
+    let pinned = match stop.pinning() {
+        Pinning::Again => return,
+        Pinning::Ready => true,
+        Pinning::Unavailable => false,
+    };
     if let Err(e) = stop.hold_still() {
         let why = format!("the caller's other threads cannot be stopped: {e}");
         record(ctx, tree, call, c.tid, None, Refusal::MemoryNotFrozen, &why);
@@ -91,11 +104,10 @@ pub fn handle(
             return;
         }
     };
-    let decided = root_checked(st, read.pid, c.tid).and_then(|()| decide(rules, call, c, &read));
+    let decided =
+        root_checked(st, read.pid, c.tid).and_then(|()| decide(rules, call, c, &read, pinned));
     match decided {
-        Ok(Verdict::Allow) => {
-            let _ = stop.proceed();
-        }
+        Ok(Verdict::Allow) => allowed(ctx, tree, call, c, &read, pinned, stop),
         Ok(Verdict::Kernel(errno)) => {
             let _ = stop.refuse(errno);
         }
@@ -108,6 +120,32 @@ pub fn handle(
             let _ = stop.refuse(libc::EACCES);
         }
     }
+}
+
+/// An allowed call goes on, with its strings copied where only the tracer
+/// writes where they can be (`pinned`); a copy that cannot be made refuses
+/// it.
+fn allowed(
+    ctx: &SupervisorContext,
+    tree: &Tree,
+    call: &FileSyscall,
+    c: &Caught,
+    read: &Read,
+    pinned: bool,
+    stop: &dyn Stop,
+) {
+    if pinned {
+        if let Err(e) = pin(stop, call, c, read) {
+            let why = format!("the judged path cannot be copied for the kernel: {e}");
+            ctx.audit.record(
+                &tree.session_id,
+                EventBody::File(event(call, c.tid, read, Refusal::Unreadable, &why)),
+            );
+            let _ = stop.refuse(libc::EACCES);
+            return;
+        }
+    }
+    let _ = stop.proceed();
 }
 
 /// Where Landlock keeps the rules (the notify backend): a call Landlock
@@ -134,7 +172,8 @@ fn explain(
         let _ = stop.proceed();
         return;
     };
-    let decided = root_checked(st, read.pid, c.tid).and_then(|()| decide(rules, call, c, &read));
+    let decided =
+        root_checked(st, read.pid, c.tid).and_then(|()| decide(rules, call, c, &read, true));
     match decided {
         Ok(Verdict::Deny(d)) => refused(ctx, tree, st, call, c, &read, &d, stop),
         _ => {
@@ -213,13 +252,15 @@ fn root_checked(st: &mut FilesState, pid: u32, tid: u32) -> Result<(), Undecidab
     Ok(())
 }
 
-/// The paths walked, the rules applied, and where the strings lie checked
-/// for a call that would run.
+/// The paths walked, the rules applied, and (unless they are `pinned`: the
+/// kernel reads copies) where the strings lie checked for a call that
+/// would run.
 fn decide(
     rules: &FileRules,
     call: &FileSyscall,
     c: &Caught,
     read: &Read,
+    pinned: bool,
 ) -> Result<Verdict, Undecidable> {
     let dirfd = |i: Option<usize>| i.map_or(libc::AT_FDCWD, |i| c.args[i] as i32);
     let first = if call.op == FileOp::Symlink {
@@ -250,7 +291,7 @@ fn decide(
         _ => None,
     };
     let verdict = judge::judge(rules, call, read.flags, &first, second.as_ref());
-    if verdict == Verdict::Allow && !rules.explain_only() {
+    if verdict == Verdict::Allow && !rules.explain_only() && !pinned {
         strings_stay(read.pid, call, c)?;
     }
     Ok(verdict)
@@ -340,20 +381,54 @@ fn read_call(
         Some((_, i)) => Some(string(c.args[i], "second path")?),
         None => None,
     };
+    let mut how = None;
     if call.how {
         let at = c.args[call.flags.unwrap_or(2)];
-        let bytes = crate::tracee::read_bytes(pid, at, 8)
+        // As the kernel reads it: `size` bytes (arg 3), no more than a page.
+        let size = (c.args[3] as usize).clamp(8, 4096);
+        let bytes = crate::tracee::read_bytes(pid, at, size)
             .map_err(|e| Undecidable(Refusal::Unreadable, format!("openat2's open_how: {e}")))?;
         let mut raw = [0u8; 8];
         raw.copy_from_slice(&bytes[..8]);
         flags.open = u64::from_ne_bytes(raw);
+        how = Some(bytes);
     }
     Ok(Read {
         pid,
         path,
         path2,
         flags: *flags,
+        how,
     })
+}
+
+/// The judged strings (each with its NUL) and `open_how`, copied where
+/// only the tracer writes, the call's arguments pointed at the copies. A
+/// null pointer stays null (it means something of its own).
+fn pin(stop: &dyn Stop, call: &FileSyscall, c: &Caught, read: &Read) -> std::io::Result<()> {
+    let with_nul = |s: &[u8]| {
+        let mut v = s.to_vec();
+        v.push(0);
+        v
+    };
+    let mut copies: Vec<(usize, Vec<u8>)> = Vec::new();
+    if c.args[call.path] != 0 {
+        copies.push((call.path, with_nul(&read.path)));
+    }
+    if let (Some((_, i)), Some(p)) = (call.path2, &read.path2) {
+        if c.args[i] != 0 {
+            copies.push((i, with_nul(p)));
+        }
+    }
+    if let Some(how) = &read.how {
+        let i = call.flags.unwrap_or(2);
+        // More than a page is the kernel's E2BIG: not copied, not needed.
+        if c.args[3] as usize == how.len() {
+            copies.push((i, how.clone()));
+        }
+    }
+    let refs: Vec<(usize, &[u8])> = copies.iter().map(|(i, b)| (*i, b.as_slice())).collect();
+    stop.pin(&refs)
 }
 
 /// The strings of a call that will run must lie where no other process can

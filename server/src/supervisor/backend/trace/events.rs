@@ -49,24 +49,7 @@ impl Loop {
         }
         let signal = libc::WSTOPSIG(status);
         if signal == libc::SIGTRAP | 0x80 {
-            if self.freezer.entering(tid) {
-                // gVisor: the entry of the call resumed from its seccomp
-                // stop; it runs now, the others still held.
-                if let Err(e) = regs::syscall(tid) {
-                    tracing::debug!(tid, "tracee not resumed (gone?): {e}");
-                }
-                return;
-            }
-            // The syscall-exit stop of a call run with others held: what
-            // its family asked for first, then the others go.
-            self.after_call(tid);
-            self.let_go(tid);
-            self.gate.done(tid);
-            if let Err(e) = regs::cont(tid, 0) {
-                tracing::debug!(tid, "tracee not resumed (gone?): {e}");
-            }
-            self.unpark();
-            return;
+            return self.syscall_stop(tid);
         }
         let resumed = match (status >> 16) & 0xffff {
             EVENT_SECCOMP => {
@@ -101,6 +84,35 @@ impl Loop {
         if let Err(e) = resumed {
             tracing::debug!(tid, "tracee not resumed (gone?): {e}");
         }
+    }
+
+    /// A syscall stop (`SIGTRAP | 0x80`): of the pinned region's mmap, or
+    /// of a call run with others held.
+    fn syscall_stop(&mut self, tid: u32) {
+        if self.pins.borrow().is_mapping(tid) {
+            // The pinned region's mmap, made from the call's stop.
+            self.pins.borrow_mut().mapping_stop(tid);
+            return;
+        }
+        if self.freezer.entering(tid) {
+            // gVisor: the entry of the call resumed from its seccomp
+            // stop; it runs now, the others still held.
+            if let Err(e) = regs::syscall(tid) {
+                tracing::debug!(tid, "tracee not resumed (gone?): {e}");
+            }
+            return;
+        }
+        // The syscall-exit stop of a call run with others held: what its
+        // family asked for first, its pinned arguments put back, then the
+        // others go.
+        self.after_call(tid);
+        self.pins.borrow_mut().put_back(tid);
+        self.let_go(tid);
+        self.gate.done(tid);
+        if let Err(e) = regs::cont(tid, 0) {
+            tracing::debug!(tid, "tracee not resumed (gone?): {e}");
+        }
+        self.unpark();
     }
 
     /// A task that stopped before its parent's fork event: its tree is its
@@ -276,6 +288,7 @@ impl Loop {
     /// vanished.
     pub(super) fn gone(&mut self, tid: u32) {
         self.let_go(tid);
+        self.pins.borrow_mut().gone(tid);
         self.vforks.apart(tid);
         // Out of the gate, whatever it was there: the loop lets in what
         // waited for it.

@@ -44,6 +44,7 @@
 mod events;
 mod freeze;
 mod gate;
+mod pinning;
 mod queue;
 mod regs;
 mod stop;

@@ -55,6 +55,24 @@ pub fn at_syscall_entry(tid: u32) -> bool {
     Regs::get(tid).is_ok_and(|r| r.returns_enosys())
 }
 
+/// The `AUDIT_ARCH_*` the kernel says the call a stopped tracee is in was
+/// made in (`PTRACE_GET_SYSCALL_INFO`: a 64-bit task's `int 0x80` is
+/// i386's); `None` where the kernel cannot say (gVisor).
+pub fn kernel_arch(tid: u32) -> Option<u32> {
+    const PTRACE_GET_SYSCALL_INFO: libc::c_uint = 0x420e;
+    let mut info = [0u8; 88];
+    // SAFETY: the kernel writes at most `info.len()` bytes into our buffer.
+    let n = unsafe {
+        libc::ptrace(
+            PTRACE_GET_SYSCALL_INFO,
+            tid as libc::pid_t,
+            info.len(),
+            info.as_mut_ptr(),
+        )
+    };
+    (n >= 8).then(|| u32::from_ne_bytes([info[4], info[5], info[6], info[7]]))
+}
+
 /// Leaves a tracee in its group-stop but reports when the stop ends.
 ///
 /// # Errors
@@ -81,6 +99,7 @@ pub fn event_msg(tid: u32) -> io::Result<u64> {
 }
 
 /// A tracee's registers at a syscall stop.
+#[derive(Clone, Copy)]
 pub struct Regs {
     #[cfg(target_arch = "x86_64")]
     r: libc::user_regs_struct,
@@ -147,6 +166,44 @@ impl Regs {
             [r.rdi, r.rsi, r.rdx, r.r10, r.r8, r.r9]
         }
     }
+
+    /// Whether the call is of the native ABI (not a 32-bit task's, not
+    /// x32's): its arguments are 64-bit registers.
+    pub fn native(&self) -> bool {
+        const X32_BIT: u64 = 0x4000_0000;
+        self.r.cs != Self::CS_COMPAT && self.r.orig_rax & X32_BIT == 0
+    }
+
+    /// Sets native argument `i` (0–5).
+    pub fn set_arg(&mut self, i: usize, v: u64) {
+        let r = &mut self.r;
+        match i {
+            0 => r.rdi = v,
+            1 => r.rsi = v,
+            2 => r.rdx = v,
+            3 => r.r10 = v,
+            4 => r.r8 = v,
+            _ => r.r9 = v,
+        }
+    }
+
+    /// The call this stop is in becomes native syscall `nr` with `args`.
+    pub fn make_call(&mut self, nr: u64, args: [u64; 6]) {
+        self.r.orig_rax = nr;
+        for (i, a) in args.into_iter().enumerate() {
+            self.set_arg(i, a);
+        }
+    }
+
+    /// At a syscall-exit stop, with these registers (those of the call's
+    /// seccomp stop): the call the stop was in runs again from its start
+    /// once resumed (its instruction comes again with its number and
+    /// arguments; both syscall instructions are two bytes).
+    pub fn again_from_exit(&mut self) {
+        self.r.rax = self.r.orig_rax;
+        self.r.orig_rax = u64::MAX;
+        self.r.rip = self.r.rip.wrapping_sub(2);
+    }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -175,6 +232,16 @@ impl Regs {
     pub fn args(&self) -> [u64; 6] {
         [0; 6]
     }
+
+    pub fn native(&self) -> bool {
+        false
+    }
+
+    pub fn set_arg(&mut self, _i: usize, _v: u64) {}
+
+    pub fn make_call(&mut self, _nr: u64, _args: [u64; 6]) {}
+
+    pub fn again_from_exit(&mut self) {}
 }
 
 /// Makes the syscall the tracee is stopped in fail with `errno` without
@@ -234,8 +301,12 @@ pub fn restart(tid: u32) -> io::Result<()> {
     set(tid, &regs)
 }
 
+/// Writes `regs` into the stopped tracee `tid`.
+///
+/// # Errors
+/// ESRCH: not stopped, or gone.
 #[cfg(target_arch = "x86_64")]
-fn set(tid: u32, regs: &Regs) -> io::Result<()> {
+pub fn set(tid: u32, regs: &Regs) -> io::Result<()> {
     request(
         libc::PTRACE_SETREGS,
         tid,
@@ -278,6 +349,16 @@ pub fn skip_with(_tid: u32, _val: i64) -> io::Result<()> {
 /// Always: only x86_64 is implemented.
 #[cfg(not(target_arch = "x86_64"))]
 pub fn skip_syscall(_tid: u32, _errno: i32) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "the ptrace backend is implemented for x86_64 only",
+    ))
+}
+
+/// # Errors
+/// Always: only x86_64 is implemented.
+#[cfg(not(target_arch = "x86_64"))]
+pub fn set(_tid: u32, _regs: &Regs) -> io::Result<()> {
     Err(io::Error::new(
         io::ErrorKind::Unsupported,
         "the ptrace backend is implemented for x86_64 only",

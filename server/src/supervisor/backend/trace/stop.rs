@@ -6,9 +6,10 @@
 //! (the tracer ignores it).
 
 use super::freeze::Freezer;
+use super::pinning::{self, Pins, Ready};
 use super::queue::{again, answer, answer_value, still_held};
 use super::regs;
-use crate::supervisor::seam::{AfterCall, Deferred, Holder, Stop, Verification, Waiting};
+use crate::supervisor::seam::{AfterCall, Deferred, Holder, Pinning, Stop, Verification, Waiting};
 use std::cell::{Cell, RefCell};
 use std::io;
 use std::os::fd::OwnedFd;
@@ -32,6 +33,14 @@ pub struct TraceStop<'a> {
     pub(super) to_exit: bool,
     /// It was let through (`proceed`).
     pub(super) proceeded: Cell<bool>,
+    /// The caller's process.
+    pub(super) tgid: u32,
+    /// Its registers at the stop.
+    pub(super) regs: regs::Regs,
+    /// The pinned regions (`pinning`).
+    pub(super) pins: &'a RefCell<Pins>,
+    /// Where this call's copies go, once `pinning` said so.
+    pub(super) pin_at: Cell<Option<u64>>,
 }
 
 impl Stop for TraceStop<'_> {
@@ -70,6 +79,35 @@ impl Stop for TraceStop<'_> {
 
     fn expect(&self, what: Verification) {
         *self.expect.borrow_mut() = Some(what);
+    }
+
+    fn pinning(&self) -> Pinning {
+        let ready = self
+            .pins
+            .borrow_mut()
+            .ready(self.tid, self.tgid, &self.regs);
+        match ready {
+            Ready::At(at) => {
+                self.pin_at.set(Some(at));
+                Pinning::Ready
+            }
+            Ready::No => Pinning::Unavailable,
+            Ready::Mapping => {
+                // Resumed into the region's mmap: it comes back.
+                self.answered.set(true);
+                Pinning::Again
+            }
+        }
+    }
+
+    fn pin(&self, copies: &[(usize, &[u8])]) -> io::Result<()> {
+        let at = self
+            .pin_at
+            .get()
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOSYS))?;
+        let given = pinning::write(self.tid, at, copies)?;
+        self.pins.borrow_mut().pointed(self.tid, given);
+        Ok(())
     }
 
     fn hold_still(&self) -> io::Result<()> {

@@ -17,6 +17,7 @@ use super::stop::TraceStop;
 use super::tracer_loop::Loop;
 use crate::supervisor::dispatch::{dispatch, exec_completed};
 use crate::supervisor::seam::{Caught, Verification};
+use crate::tracee::pin;
 use std::cell::{Cell, RefCell};
 
 impl Loop {
@@ -26,20 +27,14 @@ impl Loop {
         let Some(root) = self.tracees.get(&tid).map(|t| t.root) else {
             return;
         };
-        let regs = match regs::Regs::get(tid) {
-            Ok(r) => r,
-            Err(e) => {
-                // Stopped in a syscall nobody can judge: it must not go on.
-                tracing::warn!(
-                    tid,
-                    "registers unreadable at a seccomp stop ({e}); killing it"
-                );
-                kill(tid);
-                let _ = regs::cont(tid, 0);
-                return;
-            }
+        self.pins.borrow_mut().forget(tid);
+        let Some(regs) = regs_or_kill(tid) else {
+            return;
         };
         let (arch, nr) = regs.arch_nr();
+        if self.pin_guard(tid, root, &regs, nr) {
+            return;
+        }
         // A path call waits while names it would walk may change.
         let walks = agentsh_proto::fileabi::classify(arch, nr).map(|c| gate::kind_of(c.op));
         if let Some(kind) = walks {
@@ -79,6 +74,10 @@ impl Loop {
             siblings: &siblings,
             to_exit: walks == Some(gate::Kind::Changes),
             proceeded: Cell::new(false),
+            tgid,
+            regs,
+            pins: &self.pins,
+            pin_at: Cell::new(None),
         };
         let caught = Caught {
             tid,
@@ -96,6 +95,74 @@ impl Loop {
         };
         drop(stop);
         self.after_dispatch(tid, walks, answer);
+    }
+
+    /// The pinned region's guard (`tracee::pin`): a native memory call that
+    /// would change, remove or replace the region is refused (EPERM),
+    /// explained and audited, whatever trap sent it; one the guard's own
+    /// rules sent that does not goes on. Whether the stop was answered.
+    fn pin_guard(&mut self, tid: u32, root: u32, r: &regs::Regs, nr: i32) -> bool {
+        let native = r.native()
+            && regs::kernel_arch(tid)
+                .is_none_or(|a| a == agentsh_proto::execabi::AUDIT_ARCH_X86_64);
+        if native && !pin::is_memory_call(nr) {
+            return false;
+        }
+        if native {
+            if let Some(name) = pin::touches(nr, &r.args()) {
+                self.pin_refused(tid, root, name, r.args()[0]);
+                if let Err(e) =
+                    regs::skip_syscall(tid, libc::EPERM).and_then(|()| regs::cont(tid, 0))
+                {
+                    tracing::debug!(tid, "tracee not resumed (gone?): {e}");
+                }
+                return true;
+            }
+        }
+        let guards =
+            regs::event_msg(tid).is_ok_and(|d| d == u64::from(crate::filter::TRACE_DATA_PIN));
+        if guards {
+            if let Err(e) = regs::cont(tid, 0) {
+                tracing::debug!(tid, "tracee not resumed (gone?): {e}");
+            }
+        }
+        guards
+    }
+
+    /// A memory call refused by the guard: told to the caller, audited.
+    fn pin_refused(&self, tid: u32, root: u32, name: &str, addr: u64) {
+        let Some(tt) = self.trees.get(&root) else {
+            return;
+        };
+        let rule = crate::vocab::Refusal::PinnedRegion.rule();
+        let why = format!(
+            "the range reaches {:#x}-{:#x}, where agentsh keeps the copies of what it judged: no \
+             task of the tree may change it",
+            pin::BASE,
+            pin::BASE + pin::SIZE
+        );
+        let at = format!("{addr:#x}");
+        if self.ctx.limits.explain == crate::config::Explain::Stderr {
+            crate::explain::tell(
+                tid,
+                &crate::explain::refused_file(name, &at, None, rule, &why),
+            );
+        }
+        tracing::warn!(tid, call = name, "{why}");
+        self.ctx.audit.record(
+            &tt.tree.session_id,
+            crate::audit::EventBody::File(crate::audit::FileEvent {
+                pid: tid,
+                syscall: name.to_string(),
+                path: at,
+                path2: None,
+                resolved: None,
+                right: None,
+                decision: crate::policy::Decision::Deny,
+                rule: rule.to_string(),
+                reason: why,
+            }),
+        );
     }
 
     /// What follows a dispatched stop: the threads held for it, the names
@@ -135,8 +202,10 @@ impl Loop {
     pub(super) fn exec_stop(&mut self, pid: u32) {
         // The thread that exec'd, by its id before the exec.
         let former = regs::event_msg(pid).map_or(pid, |m| m as u32);
-        // A new image has memory of its own: a vfork child shares no more.
+        // A new image has memory of its own: a vfork child shares no more,
+        // and it has no pinned region yet.
         self.vforks.apart(pid);
+        self.pins.borrow_mut().exec(pid);
         let expect = if former == pid {
             self.tracees.get_mut(&pid).and_then(|t| t.expect.take())
         } else {
@@ -168,6 +237,23 @@ struct Answered {
     starttime: u64,
     proceeded: bool,
     expect: Option<Verification>,
+}
+
+/// A tracee's registers at its seccomp stop; unreadable, it is stopped in
+/// a syscall nobody can judge, which must not go on: killed.
+fn regs_or_kill(tid: u32) -> Option<regs::Regs> {
+    match regs::Regs::get(tid) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            tracing::warn!(
+                tid,
+                "registers unreadable at a seccomp stop ({e}); killing it"
+            );
+            kill(tid);
+            let _ = regs::cont(tid, 0);
+            None
+        }
+    }
 }
 
 /// SIGKILL to a stopped tracee: it dies as soon as it is resumed.

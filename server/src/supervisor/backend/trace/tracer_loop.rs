@@ -16,6 +16,7 @@
 
 use super::freeze::Freezer;
 use super::gate::{self, NameGate};
+use super::pinning::Pins;
 use super::queue::{Request, TraceError};
 use super::regs;
 use super::vforks::Vforks;
@@ -94,6 +95,8 @@ pub(super) struct Loop {
     /// came: that event adds nothing (an entry for a task gone would stay,
     /// and put the next task of that number in the wrong tree).
     pub(super) gone_unadopted: std::collections::HashSet<u32>,
+    /// The pinned region of each process, and each thread's slot in it.
+    pub(super) pins: std::cell::RefCell<Pins>,
 }
 
 impl Loop {
@@ -113,6 +116,7 @@ impl Loop {
             unpark_later: false,
             vforks: Vforks::default(),
             gone_unadopted: std::collections::HashSet::new(),
+            pins: std::cell::RefCell::new(Pins::default()),
         }
     }
 

@@ -1,0 +1,255 @@
+//! The tracer's side of the pinned region (`tracee::pin`): which processes
+//! have it mapped, the mapping made, each thread's slot, the copies
+//! written and the argument registers pointed at them.
+//!
+//! Mapping it: the first call of a process image that needs a copy is
+//! made an `mmap` of the region (`MAP_FIXED_NOREPLACE`, read-only, private,
+//! anonymous) in the stop it is in; at that `mmap`'s syscall-exit stop the
+//! registers of the stop are put back with the call made to run again
+//! (`Regs::again_from_exit`), so the call comes back through the filter
+//! and is judged with the region there. A process that has something at
+//! the address already (`EEXIST`: a fork or vfork child of a process that
+//! had it, or a thread of one) counts as having it when its maps show the
+//! region exactly as mapped here (read-only, private, anonymous, that
+//! range): the filter refuses every call that would put anything else
+//! there, or make it writable. A new image has none (`exec`).
+//!
+//! Failure modes: a region that cannot be mapped (the address taken by
+//! something else, a 32-bit call, no slot free) leaves the process without
+//! it: its calls are judged with its memory held still instead (the
+//! freeze, as before). A copy that cannot be written refuses the call.
+
+use super::regs::{self, Regs};
+use crate::tracee::pin;
+use std::collections::HashMap;
+use std::io;
+
+/// The pinned region's state in the tracer.
+#[derive(Default)]
+pub(super) struct Pins {
+    /// Per process (thread-group id): whether its region is mapped
+    /// (absent: not asked yet in this image).
+    mapped: HashMap<u32, bool>,
+    /// Threads whose call was made the region's `mmap`: their process and
+    /// their registers at the stop.
+    mapping: HashMap<u32, (u32, Regs)>,
+    /// Each thread's slot.
+    slots: HashMap<u32, u32>,
+    /// Slots given back.
+    free: Vec<u32>,
+    /// The next slot never given.
+    next: u32,
+    /// Threads whose call was pointed at copies: the arguments as the
+    /// caller gave them, put back at the call's syscall-exit stop where the
+    /// tracer takes one (a call run with others held); forgotten at the
+    /// thread's next seccomp stop where it does not.
+    given: HashMap<u32, Vec<(usize, u64)>>,
+}
+
+/// What [`Pins::ready`] found.
+pub(super) enum Ready {
+    /// The copies go to this address (the thread's slot).
+    At(u64),
+    /// No region here: hold the memory still instead.
+    No,
+    /// The call was made the region's `mmap`; it comes back.
+    Mapping,
+}
+
+impl Pins {
+    /// Whether `tid` (of process `tgid`), stopped at the seccomp stop of a
+    /// call with `r`, can have copies pinned: its slot's address; or the
+    /// region is mapped first (the call resumed as its `mmap`).
+    pub(super) fn ready(&mut self, tid: u32, tgid: u32, r: &Regs) -> Ready {
+        if !r.native()
+            || regs::kernel_arch(tid)
+                .is_some_and(|a| a != agentsh_proto::execabi::AUDIT_ARCH_X86_64)
+        {
+            return Ready::No;
+        }
+        match self.mapped.get(&tgid) {
+            Some(false) => Ready::No,
+            Some(true) => self
+                .slot(tid)
+                .map_or(Ready::No, |n| Ready::At(pin::slot_addr(n))),
+            None => match self.map(tid, tgid, r) {
+                Ok(()) => Ready::Mapping,
+                Err(e) => {
+                    tracing::debug!(tid, "the pinned region's mmap not started (gone?): {e}");
+                    self.mapped.insert(tgid, false);
+                    Ready::No
+                }
+            },
+        }
+    }
+
+    /// Makes the call `tid` is stopped in an `mmap` of the region.
+    fn map(&mut self, tid: u32, tgid: u32, r: &Regs) -> io::Result<()> {
+        const MMAP: u64 = 9;
+        let mut call = *r;
+        call.make_call(
+            MMAP,
+            [
+                pin::BASE,
+                pin::SIZE,
+                libc::PROT_READ as u64,
+                (libc::MAP_PRIVATE
+                    | libc::MAP_ANONYMOUS
+                    | libc::MAP_NORESERVE
+                    | libc::MAP_FIXED_NOREPLACE) as u64,
+                u64::MAX,
+                0,
+            ],
+        );
+        regs::set(tid, &call)?;
+        regs::syscall(tid)?;
+        self.mapping.insert(tid, (tgid, *r));
+        Ok(())
+    }
+
+    /// Whether `tid`'s call is the region's `mmap`.
+    pub(super) fn is_mapping(&self, tid: u32) -> bool {
+        self.mapping.contains_key(&tid)
+    }
+
+    /// A syscall stop of `tid` while its call is the region's `mmap`: at
+    /// the entry (gVisor reports one) it runs on; at the exit the result is
+    /// kept and the call it was made from runs again.
+    pub(super) fn mapping_stop(&mut self, tid: u32) {
+        if regs::at_syscall_entry(tid) {
+            if let Err(e) = regs::syscall(tid) {
+                tracing::debug!(tid, "tracee not resumed (gone?): {e}");
+            }
+            return;
+        }
+        let Some((tgid, mut saved)) = self.mapping.remove(&tid) else {
+            return;
+        };
+        let returned = regs::Regs::get(tid).map(|r| r.returned());
+        let mapped = match returned {
+            Ok(v) if v == pin::BASE as i64 => true,
+            Ok(v) if v == -i64::from(libc::EEXIST) => region_in_maps(tgid),
+            Ok(v) => {
+                tracing::debug!(
+                    tid,
+                    "the pinned region could not be mapped: {}",
+                    io::Error::from_raw_os_error(-v as i32)
+                );
+                false
+            }
+            Err(e) => {
+                tracing::debug!(
+                    tid,
+                    "registers unreadable after the region's mmap (gone?): {e}"
+                );
+                return;
+            }
+        };
+        self.mapped.insert(tgid, mapped);
+        saved.again_from_exit();
+        if let Err(e) = regs::set(tid, &saved).and_then(|()| regs::cont(tid, 0)) {
+            tracing::debug!(
+                tid,
+                "tracee not resumed after the region's mmap (gone?): {e}"
+            );
+        }
+    }
+
+    /// `tid`'s slot, given on first use (`None`: none free).
+    fn slot(&mut self, tid: u32) -> Option<u32> {
+        if let Some(n) = self.slots.get(&tid) {
+            return Some(*n);
+        }
+        let n = self.free.pop().or_else(|| {
+            (self.next < pin::SLOTS).then(|| {
+                self.next += 1;
+                self.next - 1
+            })
+        })?;
+        self.slots.insert(tid, n);
+        Some(n)
+    }
+
+    /// `tid`'s call had its arguments `given` pointed at copies.
+    pub(super) fn pointed(&mut self, tid: u32, given: Vec<(usize, u64)>) {
+        self.given.insert(tid, given);
+    }
+
+    /// `tid` stopped again before any exit stop of its pinned call: its
+    /// arguments stay as they are.
+    pub(super) fn forget(&mut self, tid: u32) {
+        self.given.remove(&tid);
+    }
+
+    /// At `tid`'s syscall-exit stop: the arguments of its pinned call put
+    /// back as the caller gave them.
+    pub(super) fn put_back(&mut self, tid: u32) {
+        let Some(given) = self.given.remove(&tid) else {
+            return;
+        };
+        let done = Regs::get(tid).and_then(|mut r| {
+            for (i, v) in given {
+                r.set_arg(i, v);
+            }
+            regs::set(tid, &r)
+        });
+        if let Err(e) = done {
+            tracing::debug!(tid, "arguments not put back (gone?): {e}");
+        }
+    }
+
+    /// Process `pid` runs a new image: no region yet.
+    pub(super) fn exec(&mut self, pid: u32) {
+        self.mapped.remove(&pid);
+    }
+
+    /// `tid` is gone: its slot is free, and its process's state goes with
+    /// the process's leader.
+    pub(super) fn gone(&mut self, tid: u32) {
+        self.mapping.remove(&tid);
+        self.mapped.remove(&tid);
+        self.given.remove(&tid);
+        if let Some(n) = self.slots.remove(&tid) {
+            self.free.push(n);
+        }
+    }
+}
+
+/// Writes each `(argument, bytes)` into the slot at `at`, word-aligned one
+/// after the other, and points the argument registers of `tid` at them;
+/// the arguments as they were.
+///
+/// # Errors
+/// The copies do not fit a slot (EOVERFLOW), or a write or the registers
+/// failed (the tracee is gone).
+pub(super) fn write(tid: u32, at: u64, copies: &[(usize, &[u8])]) -> io::Result<Vec<(usize, u64)>> {
+    let mut r = Regs::get(tid)?;
+    let args = r.args();
+    let mut given = Vec::with_capacity(copies.len());
+    let mut off = 0u64;
+    for (arg, bytes) in copies {
+        let len = bytes.len() as u64;
+        if off + len > pin::SLOT {
+            return Err(io::Error::from_raw_os_error(libc::EOVERFLOW));
+        }
+        crate::tracee::poke_words(tid, at + off, bytes)?;
+        r.set_arg(*arg, at + off);
+        given.push((*arg, args[*arg]));
+        off += (len + 7) & !7;
+    }
+    regs::set(tid, &r)?;
+    Ok(given)
+}
+
+/// Whether `pid`'s maps show the region exactly as the tracer maps it.
+fn region_in_maps(pid: u32) -> bool {
+    let maps =
+        crate::tracee::with_owner(pid, || std::fs::read_to_string(format!("/proc/{pid}/maps")));
+    match maps {
+        Ok(text) => text.lines().any(pin::is_region_line),
+        Err(e) => {
+            tracing::debug!(pid, "maps unreadable: {e}");
+            false
+        }
+    }
+}
