@@ -106,3 +106,89 @@ fn the_sdk_scenarios_hold_inside_gvisor() {
         "the sandbox wrote to the host: {host_paths:?}"
     );
 }
+
+/// Under the tracer the kernel reads copies of what was judged, in a region
+/// no task of the tree can write: in real gVisor, under `agentsh wrap`
+/// (agent-observe: every program runs, file rules kept), as root, a path
+/// rewritten by a thread or by another process through a shared memfd
+/// never opens `/etc/passwd` for writing, while the benign path it
+/// alternates with opens (no longer refused as shared memory: the sharing
+/// does not matter any more); and every way at the region itself
+/// (`mprotect`, `pkey_mprotect`, `munmap`, `mremap`, `madvise`, `mmap`
+/// over it, `/proc/self/mem`) is refused.
+#[test]
+fn the_kernel_reads_copies_of_the_judged_paths_that_no_task_of_the_tree_writes() {
+    if !require_root("the_kernel_reads_copies_of_the_judged_paths_that_no_task_of_the_tree_writes")
+    {
+        return;
+    }
+    let Some(runsc) = runsc() else {
+        let why = "runsc (gVisor) is not installed; tests/setup.sh installs it";
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+        eprintln!("skipped: {why}");
+        return;
+    };
+    let tmp = TempDir::new("gvisor-pinned");
+    let race = compile("filerace", tmp.path(), true);
+    let script = format!(
+        "d=$(mktemp -d) && for m in shared thread region; do {} $m /etc/passwd $d 3 || exit $?; done",
+        race.display()
+    );
+    let out = Command::new("timeout")
+        .args(["600", &runsc, "--network=none", "do", "-force-overlay=true"])
+        .arg(bin("agentsh"))
+        .args([
+            "wrap",
+            "--policy",
+            "agent-observe",
+            "--",
+            "/bin/sh",
+            "-c",
+            &script,
+        ])
+        .current_dir(tmp.path())
+        .output()
+        .expect("run runsc");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{text}\nstderr: {err}");
+    assert!(
+        !text.contains("WON"),
+        "/etc/passwd opened for writing:\n{text}"
+    );
+    // Each race's summary: the benign path opened (the calls were let
+    // through, reading the copy), never the target.
+    let summaries: Vec<&str> = text.lines().filter(|l| l.starts_with("opened ")).collect();
+    assert_eq!(summaries.len(), 3, "{text}\nstderr: {err}");
+    for s in &summaries[..2] {
+        let opened: u64 = s
+            .split_whitespace()
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        assert!(
+            opened > 0,
+            "the benign path never opened: {s}\n{text}\nstderr: {err}"
+        );
+        assert!(s.ends_with("won 0"), "{s}");
+    }
+    assert!(text.contains("REGION mapped"), "{text}\nstderr: {err}");
+    assert!(!text.contains("changed"), "the region was changed:\n{text}");
+    for how in [
+        "madvise",
+        "mremap",
+        "mmap-fixed",
+        "munmap",
+        "munmap-all",
+        "proc-mem",
+        "mprotect",
+        "pkey_mprotect",
+    ] {
+        assert!(
+            text.contains(&format!("REGION {how} refused")),
+            "{how}:\n{text}"
+        );
+    }
+    // Each refusal of a memory call explained, naming its rule.
+    assert!(err.contains("(rule pinned_region)"), "{err}");
+}

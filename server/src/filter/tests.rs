@@ -1554,3 +1554,108 @@ fn without_x32_its_numbers_are_enosys_and_the_rest_holds() {
         "x32 setns unfiltered: errno {unfiltered}"
     );
 }
+
+/// Under the ptrace backend with file rules kept by the tracer, every
+/// memory call whose range may reach the pinned region goes to the tracer
+/// (no tracer here: ENOSYS), whatever the `exec_memory` rules (which keep
+/// their own answer for their own classes); the same calls elsewhere do
+/// not.
+#[test]
+fn memory_calls_that_may_reach_the_pinned_region_go_to_the_tracer() {
+    use crate::tracee::pin::BASE;
+    const FIXED_NOREPLACE: i32 =
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE;
+    let enosys = libc::ENOSYS;
+    for (refuse, judge) in [(false, false), (true, false), (false, true), (true, true)] {
+        let mut s = spec(7);
+        s.backend = ExecBackend::Ptrace;
+        s.trace_files = true;
+        s.refuse_exec_memory = refuse;
+        s.judge_exec_maps = judge;
+        let prog = compile(&s).unwrap().program;
+        let cases = [
+            Case {
+                what: "mprotect of the region",
+                call: sys!(
+                    libc::SYS_mprotect,
+                    BASE,
+                    4096,
+                    libc::PROT_READ | libc::PROT_WRITE
+                ),
+                want: enosys,
+            },
+            Case {
+                what: "mprotect in the window below it",
+                call: sys!(libc::SYS_mprotect, BASE - 8192, 4096, libc::PROT_READ),
+                want: enosys,
+            },
+            Case {
+                what: "mprotect far from it (near miss: the kernel's ENOMEM)",
+                call: sys!(libc::SYS_mprotect, 0x10000, 4096, libc::PROT_READ),
+                want: libc::ENOMEM,
+            },
+            Case {
+                what: "munmap of 1 TiB from low memory",
+                call: sys!(libc::SYS_munmap, 0x1000, 1u64 << 40),
+                want: enosys,
+            },
+            Case {
+                what: "mmap at the region",
+                call: sys!(
+                    libc::SYS_mmap,
+                    BASE,
+                    4096,
+                    libc::PROT_READ,
+                    FIXED_NOREPLACE,
+                    -1,
+                    0
+                ),
+                want: enosys,
+            },
+            Case {
+                what: "madvise of the region",
+                call: sys!(libc::SYS_madvise, BASE, 4096, libc::MADV_DONTNEED),
+                want: enosys,
+            },
+            Case {
+                what: "mremap to a fixed place in it",
+                call: sys!(libc::SYS_mremap, 0x10000, 4096, 4096, 3, BASE),
+                want: enosys,
+            },
+            Case {
+                what: "shmat with SHM_REMAP",
+                call: sys!(libc::SYS_shmat, -1, 0, 0o40_000),
+                want: enosys,
+            },
+            Case {
+                what: "shmat elsewhere (near miss: the kernel's EINVAL)",
+                call: sys!(libc::SYS_shmat, -1, 0, 0),
+                want: libc::EINVAL,
+            },
+        ];
+        check(&prog, &cases);
+        // Executable anonymous memory at the region: exec_memory's EACCES
+        // where it refuses that class, the tracer otherwise.
+        let rwx = sys!(
+            libc::SYS_mmap,
+            BASE,
+            4096,
+            libc::PROT_READ | libc::PROT_EXEC,
+            FIXED_NOREPLACE,
+            -1,
+            0
+        );
+        let want = if refuse { libc::EACCES } else { enosys };
+        assert_eq!(
+            errno_under(&prog, rwx),
+            want,
+            "refuse {refuse} judge {judge}"
+        );
+    }
+    // Without file rules or egress kept by the tracer: no guard.
+    let mut plain = spec(7);
+    plain.backend = ExecBackend::Ptrace;
+    let prog = compile(&plain).unwrap().program;
+    let call = sys!(libc::SYS_mprotect, BASE, 4096, libc::PROT_READ);
+    assert_eq!(errno_under(&prog, call), libc::ENOMEM);
+}

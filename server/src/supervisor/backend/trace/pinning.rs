@@ -253,3 +253,39 @@ fn region_in_maps(pid: u32) -> bool {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_live_thread_has_a_slot_of_its_own_and_a_gone_one_gives_it_back() {
+        let mut p = Pins::default();
+        let a = p.slot(10).expect("a slot");
+        let b = p.slot(11).expect("a slot");
+        assert_ne!(a, b);
+        assert_eq!(p.slot(10), Some(a), "the same thread keeps its slot");
+        p.gone(10);
+        assert_eq!(p.slot(12), Some(a), "a gone thread's slot is given again");
+        // No more than the region holds: beyond, none (the freeze instead).
+        for t in 100..100 + pin::SLOTS {
+            let _ = p.slot(t);
+        }
+        assert_eq!(p.slot(1), None);
+        assert!(pin::slot_addr(pin::SLOTS - 1) + pin::SLOT <= pin::BASE + pin::SIZE);
+    }
+
+    #[test]
+    fn a_new_image_or_a_gone_leader_has_no_region_until_it_is_mapped_again() {
+        let mut p = Pins::default();
+        p.mapped.insert(7, true);
+        p.exec(7);
+        assert!(!p.mapped.contains_key(&7));
+        p.mapped.insert(8, true);
+        p.pointed(9, vec![(1, 0x1000)]);
+        p.gone(8);
+        assert!(!p.mapped.contains_key(&8));
+        p.forget(9);
+        assert!(!p.given.contains_key(&9));
+    }
+}
