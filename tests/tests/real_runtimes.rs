@@ -277,8 +277,11 @@ fn modal_recipe_in_gvisor_keeps_agentshs_files_from_a_root_tree() {
     // Races: a thread rewriting the path while it is judged; another
     // process swapping the name between a file and a symlink to shim.conf;
     // another process's fd and cwd links, changed by it (dup2, fchdir)
-    // while judged (106 wins in 3 s before they were refused).
-    for mode in ["thread", "swap", "procfd"] {
+    // while judged (106 wins in 3 s before they were refused); another
+    // process rewriting the path in a shared memfd (refused whole as
+    // shared memory before the judged path was pinned; now the benign path
+    // opens and shim.conf never does).
+    for mode in ["thread", "swap", "procfd", "shared"] {
         let o = ctr.sh(
             None,
             &format!("d=$(mktemp -d) && filerace {mode} /etc/agentsh/shim.conf $d 3"),

@@ -216,14 +216,19 @@ impl Pins {
 }
 
 /// Writes each `(argument, bytes)` into the slot at `at`, word-aligned one
-/// after the other, and points the argument registers of `tid` at them;
-/// the arguments as they were.
+/// after the other, and points the argument registers of `tid` at them
+/// (`r`: its registers at the stop, unchanged since); the arguments as
+/// they were.
 ///
 /// # Errors
 /// The copies do not fit a slot (EOVERFLOW), or a write or the registers
 /// failed (the tracee is gone).
-pub(super) fn write(tid: u32, at: u64, copies: &[(usize, &[u8])]) -> io::Result<Vec<(usize, u64)>> {
-    let mut r = Regs::get(tid)?;
+pub(super) fn write(
+    tid: u32,
+    at: u64,
+    copies: &[(usize, &[u8])],
+    mut r: Regs,
+) -> io::Result<Vec<(usize, u64)>> {
     let args = r.args();
     let mut given = Vec::with_capacity(copies.len());
     let mut off = 0u64;

@@ -31,14 +31,17 @@ pub fn cont(tid: u32, signal: i32) -> io::Result<()> {
     request(libc::PTRACE_CONT, tid, 0, signal as usize)
 }
 
-/// Whether a tracee's syscall stop (`SIGTRAP | 0x80`) is the call's entry
-/// rather than its exit: `PTRACE_GET_SYSCALL_INFO` where the kernel has it;
-/// else (gVisor) the return register, which holds `-ENOSYS` at entry (a
-/// call that returned ENOSYS looks the same: the caller then waits one
-/// stop longer, never less).
-pub fn at_syscall_entry(tid: u32) -> bool {
+/// `PTRACE_GET_SYSCALL_INFO` of a stopped tracee: its first 88 bytes;
+/// `None` where the kernel has no such request (gVisor: EIO), which is
+/// then never asked again (a request is a sandbox syscall there, the
+/// dearest thing).
+fn syscall_info(tid: u32) -> Option<[u8; 88]> {
+    use std::sync::atomic::{AtomicBool, Ordering};
     const PTRACE_GET_SYSCALL_INFO: libc::c_uint = 0x420e;
-    const OP_ENTRY: u8 = 1;
+    static UNSUPPORTED: AtomicBool = AtomicBool::new(false);
+    if UNSUPPORTED.load(Ordering::Relaxed) {
+        return None;
+    }
     let mut info = [0u8; 88];
     // SAFETY: the kernel writes at most `info.len()` bytes into our buffer.
     let n = unsafe {
@@ -49,7 +52,20 @@ pub fn at_syscall_entry(tid: u32) -> bool {
             info.as_mut_ptr(),
         )
     };
-    if n > 0 {
+    if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EIO) {
+        UNSUPPORTED.store(true, Ordering::Relaxed);
+    }
+    (n >= 8).then_some(info)
+}
+
+/// Whether a tracee's syscall stop (`SIGTRAP | 0x80`) is the call's entry
+/// rather than its exit: `PTRACE_GET_SYSCALL_INFO` where the kernel has it;
+/// else (gVisor) the return register, which holds `-ENOSYS` at entry (a
+/// call that returned ENOSYS looks the same: the caller then waits one
+/// stop longer, never less).
+pub fn at_syscall_entry(tid: u32) -> bool {
+    const OP_ENTRY: u8 = 1;
+    if let Some(info) = syscall_info(tid) {
         return info[0] == OP_ENTRY;
     }
     Regs::get(tid).is_ok_and(|r| r.returns_enosys())
@@ -59,18 +75,7 @@ pub fn at_syscall_entry(tid: u32) -> bool {
 /// made in (`PTRACE_GET_SYSCALL_INFO`: a 64-bit task's `int 0x80` is
 /// i386's); `None` where the kernel cannot say (gVisor).
 pub fn kernel_arch(tid: u32) -> Option<u32> {
-    const PTRACE_GET_SYSCALL_INFO: libc::c_uint = 0x420e;
-    let mut info = [0u8; 88];
-    // SAFETY: the kernel writes at most `info.len()` bytes into our buffer.
-    let n = unsafe {
-        libc::ptrace(
-            PTRACE_GET_SYSCALL_INFO,
-            tid as libc::pid_t,
-            info.len(),
-            info.as_mut_ptr(),
-        )
-    };
-    (n >= 8).then(|| u32::from_ne_bytes([info[4], info[5], info[6], info[7]]))
+    syscall_info(tid).map(|i| u32::from_ne_bytes([i[4], i[5], i[6], i[7]]))
 }
 
 /// Leaves a tracee in its group-stop but reports when the stop ends.

@@ -105,7 +105,7 @@ impl Stop for TraceStop<'_> {
             .pin_at
             .get()
             .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOSYS))?;
-        let given = pinning::write(self.tid, at, copies)?;
+        let given = pinning::write(self.tid, at, copies, self.regs)?;
         self.pins.borrow_mut().pointed(self.tid, given);
         Ok(())
     }

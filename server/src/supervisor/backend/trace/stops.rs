@@ -102,12 +102,12 @@ impl Loop {
     /// explained and audited, whatever trap sent it; one the guard's own
     /// rules sent that does not goes on. Whether the stop was answered.
     fn pin_guard(&mut self, tid: u32, root: u32, r: &regs::Regs, nr: i32) -> bool {
+        if r.native() && !pin::is_memory_call(nr) {
+            return false;
+        }
         let native = r.native()
             && regs::kernel_arch(tid)
                 .is_none_or(|a| a == agentsh_proto::execabi::AUDIT_ARCH_X86_64);
-        if native && !pin::is_memory_call(nr) {
-            return false;
-        }
         if native {
             if let Some(name) = pin::touches(nr, &r.args()) {
                 self.pin_refused(tid, root, name, r.args()[0]);

@@ -153,12 +153,20 @@ impl Loop {
             ];
             // SAFETY: two valid pollfds (a negative fd is ignored by poll).
             unsafe { libc::poll(fds.as_mut_ptr(), 2, POLL_MS) };
-            drain_fd(self.wake.as_raw_fd(), 8);
+            // Each read only where poll said so, once: an eventfd's one
+            // read takes its whole count, a signalfd's SIGCHLD is pending
+            // once (events themselves are taken by `waitpid` until none
+            // is left). Every syscall counts under gVisor.
+            if fds[0].revents & libc::POLLIN != 0 {
+                read_once(self.wake.as_raw_fd(), 8);
+            }
             if let Some(fd) = &sigfd {
-                drain_fd(
-                    fd.as_raw_fd(),
-                    std::mem::size_of::<libc::signalfd_siginfo>(),
-                );
+                if fds[1].revents & libc::POLLIN != 0 {
+                    read_once(
+                        fd.as_raw_fd(),
+                        std::mem::size_of::<libc::signalfd_siginfo>(),
+                    );
+                }
             }
         }
     }
@@ -303,10 +311,10 @@ fn chld_signalfd() -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Reads a non-blocking fd until it is empty.
-fn drain_fd(fd: i32, size: usize) {
+/// One read of a non-blocking fd (what poll said is there).
+fn read_once(fd: i32, size: usize) {
     let mut buf = [0u8; 256];
     let size = size.min(buf.len());
     // SAFETY: reads at most `size` bytes into our buffer.
-    while unsafe { libc::read(fd, buf.as_mut_ptr().cast(), size) } > 0 {}
+    unsafe { libc::read(fd, buf.as_mut_ptr().cast(), size) };
 }
