@@ -73,6 +73,12 @@ pub trait Stop {
     fn hold_still(&self) -> io::Result<()> {
         Err(io::Error::from_raw_os_error(libc::ENOSYS))
     }
+    /// The NUL-terminated string at `addr` in the caller's memory (at most
+    /// `max` bytes; whether its NUL came within them), read the backend's
+    /// cheapest way; `None`: the family reads it itself.
+    fn read_cstring(&self, _addr: u64, _max: usize) -> Option<io::Result<(Vec<u8>, bool)>> {
+        None
+    }
     /// Whether what this call's judgement reads can be pinned (copied where
     /// only the supervisor writes, [`Stop::pin`]) so no other task can
     /// change it before the kernel reads it. [`Pinning::Again`]: the

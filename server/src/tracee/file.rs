@@ -61,6 +61,30 @@ pub fn fd_meta(fd: i32) -> io::Result<FileMeta> {
     })
 }
 
+/// What `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)` says: a name's own
+/// metadata (a symlink's, not its target's), without opening it.
+///
+/// # Errors
+/// fstatat failed (ENOENT: no such name).
+pub fn meta_at(dir: i32, name: &[u8]) -> io::Result<FileMeta> {
+    let c = std::ffi::CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: stat is plain data, filled by the kernel.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid dirfd, a C string and a stat buffer of the right size.
+    if unsafe { libc::fstatat(dir, c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(FileMeta {
+        dev: st.st_dev,
+        ino: st.st_ino,
+        mode: st.st_mode,
+        uid: st.st_uid,
+        size: st.st_size as u64,
+        mtime: (st.st_mtime, st.st_mtime_nsec),
+        ctime: (st.st_ctime, st.st_ctime_nsec),
+    })
+}
+
 /// (device, inode) of an open fd.
 ///
 /// # Errors

@@ -96,7 +96,7 @@ pub fn handle(
         let _ = stop.refuse(libc::EACCES);
         return;
     }
-    let read = match read_call(call, c, &mut flags, false) {
+    let read = match read_call(call, c, stop, &mut flags, false) {
         Ok(r) => r,
         Err(Undecidable(rule, why)) => {
             record(ctx, tree, call, c.tid, None, rule, &why);
@@ -168,7 +168,7 @@ fn explain(
         let _ = stop.proceed();
         return;
     }
-    let Ok(read) = read_call(call, c, &mut flags, true) else {
+    let Ok(read) = read_call(call, c, stop, &mut flags, true) else {
         let _ = stop.proceed();
         return;
     };
@@ -338,6 +338,7 @@ fn register_flags(call: &FileSyscall, args: &[u64; 6]) -> Flags {
 fn read_call(
     call: &FileSyscall,
     c: &Caught,
+    stop: &dyn Stop,
     flags: &mut Flags,
     explaining: bool,
 ) -> Result<Read, Undecidable> {
@@ -360,6 +361,8 @@ fn read_call(
         let max = libc::PATH_MAX as usize;
         let read = if explaining {
             crate::tracee::read_cstring(pid, addr, max)
+        } else if let Some(r) = stop.read_cstring(addr, max) {
+            r
         } else {
             crate::tracee::peek_cstring(c.tid, addr, max)
                 .or_else(|_| crate::tracee::read_cstring(pid, addr, max))

@@ -289,6 +289,7 @@ impl Loop {
     pub(super) fn gone(&mut self, tid: u32) {
         self.let_go(tid);
         self.pins.borrow_mut().gone(tid);
+        self.mems.borrow_mut().forget(tid);
         self.vforks.apart(tid);
         // Out of the gate, whatever it was there: the loop lets in what
         // waited for it.

@@ -44,6 +44,7 @@
 mod events;
 mod freeze;
 mod gate;
+mod memfds;
 mod pinning;
 mod queue;
 mod regs;

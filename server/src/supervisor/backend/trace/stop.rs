@@ -41,6 +41,8 @@ pub struct TraceStop<'a> {
     pub(super) pins: &'a RefCell<Pins>,
     /// Where this call's copies go, once `pinning` said so.
     pub(super) pin_at: Cell<Option<u64>>,
+    /// The kept `/proc/<pid>/mem` fds (`read_cstring`).
+    pub(super) mems: &'a RefCell<super::memfds::MemFds>,
 }
 
 impl Stop for TraceStop<'_> {
@@ -79,6 +81,10 @@ impl Stop for TraceStop<'_> {
 
     fn expect(&self, what: Verification) {
         *self.expect.borrow_mut() = Some(what);
+    }
+
+    fn read_cstring(&self, addr: u64, max: usize) -> Option<io::Result<(Vec<u8>, bool)>> {
+        self.mems.borrow_mut().cstring(self.tgid, addr, max)
     }
 
     fn pinning(&self) -> Pinning {

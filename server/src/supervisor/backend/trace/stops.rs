@@ -78,6 +78,7 @@ impl Loop {
             regs,
             pins: &self.pins,
             pin_at: Cell::new(None),
+            mems: &self.mems,
         };
         let caught = Caught {
             tid,
@@ -206,6 +207,7 @@ impl Loop {
         // and it has no pinned region yet.
         self.vforks.apart(pid);
         self.pins.borrow_mut().exec(pid);
+        self.mems.borrow_mut().forget(pid);
         let expect = if former == pid {
             self.tracees.get_mut(&pid).and_then(|t| t.expect.take())
         } else {

@@ -97,6 +97,8 @@ pub(super) struct Loop {
     pub(super) gone_unadopted: std::collections::HashSet<u32>,
     /// The pinned region of each process, and each thread's slot in it.
     pub(super) pins: std::cell::RefCell<Pins>,
+    /// Each process's kept `/proc/<pid>/mem` fd (`memfds`).
+    pub(super) mems: std::cell::RefCell<super::memfds::MemFds>,
 }
 
 impl Loop {
@@ -117,6 +119,7 @@ impl Loop {
             vforks: Vforks::default(),
             gone_unadopted: std::collections::HashSet::new(),
             pins: std::cell::RefCell::new(Pins::default()),
+            mems: std::cell::RefCell::default(),
         }
     }
 
