@@ -96,6 +96,46 @@ pub struct Lookup {
     pub follow_last: bool,
     /// An empty path names the dirfd itself (`AT_EMPTY_PATH`).
     pub empty_path: bool,
+    /// Directories on the way may be taken from those walked before
+    /// ([`forget_dirs`]): only where every change of names by the tree is
+    /// seen first (the ptrace backend's names gate).
+    pub remembered: bool,
+}
+
+/// Directories walked before, by canonical path: each an `O_PATH` fd.
+/// Valid while no name changes: the tracer calls [`forget_dirs`] when it
+/// lets a rename, unlink, rmdir, link or symlink of any tree in (no walk
+/// runs beside one), and names the tree does not see changed are the
+/// walk's blind spot anyway (processes nothing traces). Nothing under
+/// `/proc` is kept (its entries are per process and per moment).
+static DIRS: std::sync::Mutex<Option<std::collections::HashMap<String, std::sync::Arc<OwnedFd>>>> =
+    std::sync::Mutex::new(None);
+
+/// At most this many directories are kept (then the set starts over).
+const MAX_DIRS: usize = 512;
+
+/// Every directory walked before is forgotten (see [`DIRS`]).
+pub fn forget_dirs() {
+    if let Ok(mut d) = DIRS.lock() {
+        *d = None;
+    }
+}
+
+fn remembered_dir(path: &str) -> Option<std::sync::Arc<OwnedFd>> {
+    DIRS.lock().ok()?.as_ref()?.get(path).cloned()
+}
+
+fn remember_dir(path: &str, fd: &std::sync::Arc<OwnedFd>) {
+    if path.starts_with("/proc") {
+        return;
+    }
+    if let Ok(mut d) = DIRS.lock() {
+        let map = d.get_or_insert_with(std::collections::HashMap::new);
+        if map.len() >= MAX_DIRS {
+            map.clear();
+        }
+        map.insert(path.to_string(), std::sync::Arc::clone(fd));
+    }
 }
 
 /// Walks `path` for thread `tid` of process `pid` (see the module doc).
@@ -125,6 +165,7 @@ pub fn walk(pid: u32, tid: u32, path: &[u8], how: Lookup) -> Result<Found, WalkE
         parts: components(path),
         links: 0,
         trailing_slash: path.ends_with(b"/"),
+        remembered: how.remembered,
     };
     while let Some(part) = w.parts.pop_front() {
         if let Some(end) = w.step(part, how.follow_last)? {
@@ -174,6 +215,8 @@ struct Walker {
     parts: VecDeque<Vec<u8>>,
     links: usize,
     trailing_slash: bool,
+    /// Directories on the way may be remembered ones ([`DIRS`]).
+    remembered: bool,
 }
 
 impl Walker {
@@ -197,6 +240,13 @@ impl Walker {
         let part = proc_self(&self.cur_path, part, self.pid, self.tid);
         let name = String::from_utf8_lossy(&part).into_owned();
         if !last {
+            let next_path = join(&self.cur_path, &name);
+            if self.remembered {
+                if let Some(dir) = remembered_dir(&next_path) {
+                    (self.cur, self.cur_path) = (Dir::Shared(dir), next_path);
+                    return Ok(None);
+                }
+            }
             // A directory on the way, the common case, in one call: a
             // symlink or a file fails ENOTDIR and is looked at below.
             match openat(
@@ -205,8 +255,11 @@ impl Walker {
                 libc::O_NOFOLLOW | libc::O_DIRECTORY,
             ) {
                 Ok(dir) => {
-                    self.cur_path = join(&self.cur_path, &name);
-                    self.cur = Dir::Own(dir);
+                    let dir = std::sync::Arc::new(dir);
+                    if self.remembered {
+                        remember_dir(&next_path, &dir);
+                    }
+                    (self.cur, self.cur_path) = (Dir::Shared(dir), next_path);
                     return Ok(None);
                 }
                 Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {}
@@ -352,6 +405,8 @@ fn root() -> Result<(Dir, String), WalkError> {
 enum Dir {
     Root(BorrowedFd<'static>),
     Own(OwnedFd),
+    /// One that may be remembered for later walks ([`DIRS`]).
+    Shared(std::sync::Arc<OwnedFd>),
 }
 
 impl Dir {
@@ -359,6 +414,7 @@ impl Dir {
         match self {
             Dir::Root(fd) => *fd,
             Dir::Own(fd) => fd.as_fd(),
+            Dir::Shared(fd) => fd.as_fd(),
         }
     }
 
@@ -367,6 +423,7 @@ impl Dir {
         match self {
             Dir::Root(fd) => fd.try_clone_to_owned(),
             Dir::Own(fd) => Ok(fd),
+            Dir::Shared(fd) => fd.try_clone(),
         }
     }
 }
@@ -513,6 +570,7 @@ mod tests {
             dirfd,
             follow_last,
             empty_path: false,
+            remembered: false,
         }
     }
 

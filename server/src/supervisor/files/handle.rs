@@ -274,6 +274,7 @@ fn decide(
                 dirfd: dirfd(call.dirfd),
                 follow_last: judge::follows_first(call, read.flags),
                 empty_path: judge::empty_path(call, read.flags),
+                remembered: !rules.explain_only(),
             },
         )?
     };
@@ -286,6 +287,7 @@ fn decide(
                 dirfd: dirfd(d),
                 follow_last: false,
                 empty_path: false,
+                remembered: !rules.explain_only(),
             },
         )?),
         _ => None,

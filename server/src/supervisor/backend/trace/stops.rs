@@ -43,6 +43,11 @@ impl Loop {
                 self.interrupt_walkers();
                 return;
             }
+            if kind == gate::Kind::Changes {
+                // Names may change now: no directory walked before is
+                // taken as it was (no walk runs beside a change).
+                crate::tracee::walk::forget_dirs();
+            }
         }
         let Some(tt) = self.trees.get_mut(&root) else {
             return;
