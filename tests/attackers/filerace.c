@@ -18,6 +18,10 @@
  *       the path lies in a MAP_SHARED memfd that a child process (no thread
  *       of the caller: nothing the tracer holds) rewrites between DIR/ok
  *       and TARGET while the parent opens it O_WRONLY in a loop;
+ *   filerace literal TARGET DIR SECONDS
+ *       opens "/dev/null" read-write from a string literal of this
+ *       program's own text (its file's private pages, in a place the tree
+ *       may write): what any program does; must open;
  *   filerace region TARGET DIR SECONDS
  *       after the others' checks, tries every way at the region the tracer
  *       copies judged paths into (mprotect, munmap, mremap, madvise, mmap
@@ -227,9 +231,16 @@ static int region_mode(double seconds) {
     return 0;
 }
 
+static int literal_mode(double seconds) {
+    double end = now() + seconds;
+    while (now() < end)
+        check(open("/dev/null", O_RDWR), "literal");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc != 5) {
-        fprintf(stderr, "usage: filerace thread|swap|procfd|shared|region TARGET DIR SECONDS\n");
+        fprintf(stderr, "usage: filerace thread|swap|procfd|shared|region|literal TARGET DIR SECONDS\n");
         return 2;
     }
     target = argv[2];
@@ -247,6 +258,7 @@ int main(int argc, char **argv) {
             : strcmp(argv[1], "procfd") == 0 ? procfd_mode(argv[3], seconds)
             : strcmp(argv[1], "shared") == 0 ? shared_mode(seconds)
             : strcmp(argv[1], "region") == 0 ? region_mode(seconds)
+            : strcmp(argv[1], "literal") == 0 ? literal_mode(seconds)
                                              : 2;
     printf("opened %ld refused %ld won %ld\n", opened, refused, won);
     return r;
