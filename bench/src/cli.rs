@@ -7,7 +7,8 @@ use std::path::PathBuf;
 pub const USAGE: &str =
     "usage: agentsh-bench run --hop PATH [--configure-tarball PATH] [--out DIR] [--quick] [--only STEP,..]
        (normally through: sudo ./bench/run.sh [--quick] [--only STEP,..]; steps: nested, install,
-        exec_loop, writes, configure, scale, ptrace, first_shell, supervisor, egress, http, gvisor)
+        exec_loop, writes, configure, scale, ptrace, first_shell, supervisor, egress, http, gvisor,
+        gvisor_work)
        agentsh-bench compare --server LABEL=PATH [--server LABEL=PATH ...] [--config LABEL=FILE] [--rounds R] [--n N] [--only W,..] [--out FILE]
                                         (the supervisor's time per exec of several server builds,
                                          side by side: see bench/src/compare.rs)
@@ -24,7 +25,7 @@ pub struct Opts {
 }
 
 /// The steps `--only` names, in the report's order.
-pub const STEPS: [&str; 12] = [
+pub const STEPS: [&str; 13] = [
     "nested",
     "install",
     "exec_loop",
@@ -37,6 +38,7 @@ pub const STEPS: [&str; 12] = [
     "egress",
     "http",
     "gvisor",
+    "gvisor_work",
 ];
 
 impl Opts {

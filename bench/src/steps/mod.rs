@@ -15,6 +15,7 @@ mod exec_loop;
 mod first_shell;
 mod floor;
 mod gvisor;
+mod gvisor_work;
 mod http;
 mod install;
 mod nested;
@@ -34,6 +35,7 @@ use egress::egress;
 use exec_loop::exec_loop;
 use first_shell::first_shell;
 use gvisor::gvisor;
+use gvisor_work::gvisor_work;
 use http::http;
 use install::install_path;
 use nested::nested_path;
@@ -183,6 +185,11 @@ pub fn run(o: &Opts) -> Result<(), String> {
     // A container of its own, in gVisor (podman with runsc).
     if o.runs("gvisor") {
         gvisor(&mut rep, ws, o.quick)?;
+    }
+    // Whole jobs in a gVisor sandbox over this machine's root, under
+    // `agentsh wrap` and without.
+    if o.runs("gvisor_work") {
+        gvisor_work(&mut rep, ws, o.quick)?;
     }
     rep.line(&format!(
         "\n(whole run: {:.0} s)",

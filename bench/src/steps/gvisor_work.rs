@@ -1,0 +1,197 @@
+//! Step 11, gVisor workloads (what a Modal user feels): whole jobs under
+//! the ptrace backend beside the same jobs unsupervised, in the same gVisor
+//! sandbox root. `runsc --network=none do` runs over this machine's root
+//! (every write to the sandbox's overlay), so both sides have the same
+//! programs: the supervised side is `agentsh wrap --policy agent-observe`
+//! (every program runs, so no approval waits; agentsh's own files,
+//! the credential files and every destination judged, as under
+//! agent-default) running the job's script, the floor the same script with
+//! no agentsh. The jobs: `tar -x` of 3,000 small files, a local `git clone
+//! --no-hardlinks` of this repository, 20 python start-ups importing a
+//! dozen stdlib modules, 200 `sh -c true`, 200 loopback connects (oploop).
+//! Each job is timed inside the sandbox (its own clock: the sandbox's and
+//! the server's start-up are not in it). Sides alternate, the order
+//! swapping each round. Skipped, with a line, where runsc or git is
+//! missing; a job whose program is missing (python3) is left out, said.
+//! Fails unless each supervised run really was traced and every job ran.
+
+use crate::report::{stats, Report};
+use crate::timer::{Samples, Spec};
+use crate::workload::{entry, s};
+use agentsh_tests::server::bin;
+use std::path::Path;
+use std::process::Command;
+
+/// The jobs: (label stem, shell text; `{X}` filled in by [`script`]).
+const JOBS: [(&str, &str); 5] = [
+    ("tar -x of 3,000 files", "mkdir \"$d/x\" && tar -xf {TAR} -C \"$d/x\""),
+    ("git clone of this repository", "git clone -q --no-hardlinks {REPO} \"$d/c\""),
+    (
+        "20 python start-ups",
+        "i=0; while [ $i -lt 20 ]; do {PY} -c 'import json, re, os, sys, subprocess, pathlib, \
+         collections, itertools, functools, typing, datetime, hashlib' || exit 1; i=$((i+1)); done",
+    ),
+    (
+        "200 sh -c true",
+        "i=0; while [ $i -lt 200 ]; do sh -c true || exit 1; i=$((i+1)); done",
+    ),
+    (
+        "200 loopback connects",
+        "{OPLOOP} connect 200 5173,3000,4000,5000,8000,8888,9000",
+    ),
+];
+
+/// Step 11 (see the module doc).
+pub fn gvisor_work(rep: &mut Report, ws: &Path, quick: bool) -> Result<(), String> {
+    rep.line("\n### 11. gVisor (Modal): whole jobs under the ptrace backend, beside the same jobs unsupervised\n");
+    let Some(runsc) = ["/usr/bin/runsc", "/usr/sbin/runsc", "/usr/local/bin/runsc"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+    else {
+        rep.line("Skipped: runsc (gVisor) is not installed (tests/setup.sh installs it)");
+        return Ok(());
+    };
+    let Some(git) = which("git") else {
+        rep.line("Skipped: git is not installed");
+        return Ok(());
+    };
+    let _ = git;
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("the repository's root")?
+        .to_path_buf();
+    let dir = ws.join("gvisor-work");
+    std::fs::create_dir_all(dir.join("files")).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for i in 0..3000 {
+        std::fs::write(dir.join(format!("files/f{i}.txt")), format!("file {i}\n"))
+            .map_err(|e| format!("a file to pack: {e}"))?;
+    }
+    let tar = dir.join("files.tar");
+    run(Command::new("tar").arg("-cf").arg(&tar).arg("-C").arg(dir.join("files")).arg("."))?;
+    let oploop = dir.join("oploop");
+    run(Command::new("cc")
+        .args(["-O2", "-static", "-o"])
+        .arg(&oploop)
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/oploop.c")))?;
+    let python = ["/usr/bin/python3", "/usr/local/bin/python3"]
+        .into_iter()
+        .find(|p| Path::new(p).exists());
+    if python.is_none() {
+        rep.line("(python3 is not installed: its job is left out)");
+    }
+    let jobs: Vec<(&str, String)> = JOBS
+        .iter()
+        .filter(|(stem, _)| python.is_some() || !stem.contains("python"))
+        .map(|(stem, text)| {
+            let text = text
+                .replace("{TAR}", &tar.display().to_string())
+                .replace("{REPO}", &repo.display().to_string())
+                .replace("{PY}", python.unwrap_or("python3"))
+                .replace("{OPLOOP}", &oploop.display().to_string());
+            (*stem, text)
+        })
+        .collect();
+    let script = dir.join("jobs.sh");
+    std::fs::write(&script, script_text(&jobs)).map_err(|e| format!("{}: {e}", script.display()))?;
+    let agentsh = bin("agentsh");
+    let rounds = if quick { 2 } else { 5 };
+    let mut samples = Samples::new();
+    let mut entries = Vec::new();
+    for (stem, _) in &jobs {
+        entries.push(entry(&label(stem, "ptrace"), s(&[]), None));
+        entries.push(entry(&label(stem, "unsupervised"), s(&[]), None));
+    }
+    for round in 0..rounds {
+        let mut sides = [true, false];
+        if round % 2 == 1 {
+            sides.reverse();
+        }
+        for supervised in sides {
+            let mut c = Command::new("timeout");
+            c.args(["900", runsc, "--network=none", "do", "-force-overlay=true"]);
+            if supervised {
+                c.arg(&agentsh)
+                    .args(["wrap", "--policy", "agent-observe", "--"]);
+            }
+            c.arg("/bin/sh").arg(&script).current_dir(&dir);
+            let o = c.output().map_err(|e| format!("runsc: {e}"))?;
+            let out = String::from_utf8_lossy(&o.stdout).into_owned();
+            let side = if supervised { "ptrace" } else { "unsupervised" };
+            let traced = out.lines().any(|l| l.starts_with("traced ") && l != "traced 0");
+            if supervised != traced || !o.status.success() {
+                return Err(format!(
+                    "the {side} side (traced: {traced}): {out}\n{}",
+                    String::from_utf8_lossy(&o.stderr)
+                ));
+            }
+            for (stem, _) in &jobs {
+                let ns = out
+                    .lines()
+                    .find_map(|l| l.strip_prefix(&format!("{stem}: ")))
+                    .and_then(|n| n.trim().parse::<u64>().ok())
+                    .ok_or_else(|| format!("{stem} ({side}) did not finish: {out}"))?;
+                samples.entry(label(stem, side)).or_default().push(ns.max(1));
+            }
+        }
+    }
+    let spec = Spec {
+        rounds,
+        warmup: 0,
+        entries,
+    };
+    let ratios: Vec<(String, String)> = jobs
+        .iter()
+        .map(|(stem, _)| (label(stem, "ptrace"), label(stem, "unsupervised")))
+        .collect();
+    let refs: Vec<(&str, &str, &str)> = ratios
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str(), ""))
+        .collect();
+    rep.line("Figures are one job (its own clock, inside the sandbox), in the same runsc root.");
+    rep.pair("11. gVisor: whole jobs", "gvisor_jobs", &spec, &samples, &refs);
+    let ratio = |stem: &str| {
+        let a = stats(&samples[&label(stem, "ptrace")]).median_us;
+        let b = stats(&samples[&label(stem, "unsupervised")]).median_us;
+        format!("{stem} {:.2}×", a / b.max(1.0))
+    };
+    let line: Vec<String> = jobs.iter().map(|(stem, _)| ratio(stem)).collect();
+    rep.line(&format!("\nSupervised over unsupervised: {}.", line.join(", ")));
+    Ok(())
+}
+
+fn label(stem: &str, side: &str) -> String {
+    format!("{stem}, {side}")
+}
+
+/// The script one side runs: whether it is traced, then each job timed by
+/// the sandbox's clock ("STEM: NS"), each in a fresh directory; a job that
+/// fails ends the script with its status.
+fn script_text(jobs: &[(&str, String)]) -> String {
+    let mut s = String::from(
+        "set -u\nprintf 'traced %s\\n' \"$(awk '/TracerPid/ {print $2}' /proc/$$/status)\"\n",
+    );
+    for (stem, text) in jobs {
+        s.push_str(&format!(
+            "d=$(mktemp -d) || exit 1\ns0=$(date +%s%N)\n( {text} ) >/dev/null 2>&1 || {{ echo 'failed: {stem}'; exit 1; }}\ns1=$(date +%s%N)\necho \"{stem}: $((s1 - s0))\"\nrm -rf \"$d\"\n"
+        ));
+    }
+    s
+}
+
+fn which(name: &str) -> Option<String> {
+    let o = Command::new("sh")
+        .args(["-c", &format!("command -v {name}")])
+        .output()
+        .ok()?;
+    let p = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    (o.status.success() && !p.is_empty()).then_some(p)
+}
+
+fn run(c: &mut Command) -> Result<(), String> {
+    let o = c.output().map_err(|e| format!("{c:?}: {e}"))?;
+    if o.status.success() {
+        Ok(())
+    } else {
+        Err(format!("{c:?}: {}", String::from_utf8_lossy(&o.stderr)))
+    }
+}
