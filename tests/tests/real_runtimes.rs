@@ -250,6 +250,31 @@ fn own_files_hold(ctr: &Container, user: Option<u32>, shim_conf: &str, via: &[&s
         "{user:?} {via:?}: {}",
         text(&o)
     );
+    // The region the judged paths are copied into, as root and as an
+    // ordinary user: every way at it refused; a path in the program's own
+    // text opens (refused as memory another process could write before).
+    for user in [None, Some(USER)] {
+        let o = ctr.sh(
+            user,
+            "d=$(mktemp -d) && filerace region /etc/agentsh/shim.conf $d 1 && \
+             filerace literal /etc/agentsh/shim.conf $d 1",
+        );
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(o.status.success(), "{user:?}: {}", text(&o));
+        assert!(out.contains("REGION mapped"), "{user:?}: {out}");
+        assert!(
+            !out.contains("changed"),
+            "{user:?}: the region changed:\n{out}"
+        );
+        let literal = out
+            .lines()
+            .rfind(|l| l.starts_with("opened "))
+            .unwrap_or("");
+        assert!(
+            literal.contains(" refused 0 ") && !literal.starts_with("opened 0 "),
+            "{user:?}: {out}"
+        );
+    }
     let now = ctr.exec(None, &["cat", "/etc/agentsh/shim.conf"]);
     assert_eq!(String::from_utf8_lossy(&now.stdout), shim_conf);
 }

@@ -24,8 +24,14 @@ use std::process::Command;
 
 /// The jobs: (label stem, shell text; `{X}` filled in by [`script`]).
 const JOBS: [(&str, &str); 5] = [
-    ("tar -x of 3,000 files", "mkdir \"$d/x\" && tar -xf {TAR} -C \"$d/x\""),
-    ("git clone of this repository", "git clone -q --no-hardlinks {REPO} \"$d/c\""),
+    (
+        "tar -x of 3,000 files",
+        "mkdir \"$d/x\" && tar -xf {TAR} -C \"$d/x\"",
+    ),
+    (
+        "git clone of this repository",
+        "git clone -q --no-hardlinks {REPO} \"$d/c\"",
+    ),
     (
         "20 python start-ups",
         "i=0; while [ $i -lt 20 ]; do {PY} -c 'import json, re, os, sys, subprocess, pathlib, \
@@ -67,7 +73,12 @@ pub fn gvisor_work(rep: &mut Report, ws: &Path, quick: bool) -> Result<(), Strin
             .map_err(|e| format!("a file to pack: {e}"))?;
     }
     let tar = dir.join("files.tar");
-    run(Command::new("tar").arg("-cf").arg(&tar).arg("-C").arg(dir.join("files")).arg("."))?;
+    run(Command::new("tar")
+        .arg("-cf")
+        .arg(&tar)
+        .arg("-C")
+        .arg(dir.join("files"))
+        .arg("."))?;
     let oploop = dir.join("oploop");
     run(Command::new("cc")
         .args(["-O2", "-static", "-o"])
@@ -92,7 +103,8 @@ pub fn gvisor_work(rep: &mut Report, ws: &Path, quick: bool) -> Result<(), Strin
         })
         .collect();
     let script = dir.join("jobs.sh");
-    std::fs::write(&script, script_text(&jobs)).map_err(|e| format!("{}: {e}", script.display()))?;
+    std::fs::write(&script, script_text(&jobs))
+        .map_err(|e| format!("{}: {e}", script.display()))?;
     let agentsh = bin("agentsh");
     let rounds = if quick { 2 } else { 5 };
     let mut samples = Samples::new();
@@ -117,7 +129,9 @@ pub fn gvisor_work(rep: &mut Report, ws: &Path, quick: bool) -> Result<(), Strin
             let o = c.output().map_err(|e| format!("runsc: {e}"))?;
             let out = String::from_utf8_lossy(&o.stdout).into_owned();
             let side = if supervised { "ptrace" } else { "unsupervised" };
-            let traced = out.lines().any(|l| l.starts_with("traced ") && l != "traced 0");
+            let traced = out
+                .lines()
+                .any(|l| l.starts_with("traced ") && l != "traced 0");
             if supervised != traced || !o.status.success() {
                 return Err(format!(
                     "the {side} side (traced: {traced}): {out}\n{}",
@@ -130,7 +144,10 @@ pub fn gvisor_work(rep: &mut Report, ws: &Path, quick: bool) -> Result<(), Strin
                     .find_map(|l| l.strip_prefix(&format!("{stem}: ")))
                     .and_then(|n| n.trim().parse::<u64>().ok())
                     .ok_or_else(|| format!("{stem} ({side}) did not finish: {out}"))?;
-                samples.entry(label(stem, side)).or_default().push(ns.max(1));
+                samples
+                    .entry(label(stem, side))
+                    .or_default()
+                    .push(ns.max(1));
             }
         }
     }
@@ -148,14 +165,23 @@ pub fn gvisor_work(rep: &mut Report, ws: &Path, quick: bool) -> Result<(), Strin
         .map(|(a, b)| (a.as_str(), b.as_str(), ""))
         .collect();
     rep.line("Figures are one job (its own clock, inside the sandbox), in the same runsc root.");
-    rep.pair("11. gVisor: whole jobs", "gvisor_jobs", &spec, &samples, &refs);
+    rep.pair(
+        "11. gVisor: whole jobs",
+        "gvisor_jobs",
+        &spec,
+        &samples,
+        &refs,
+    );
     let ratio = |stem: &str| {
         let a = stats(&samples[&label(stem, "ptrace")]).median_us;
         let b = stats(&samples[&label(stem, "unsupervised")]).median_us;
         format!("{stem} {:.2}×", a / b.max(1.0))
     };
     let line: Vec<String> = jobs.iter().map(|(stem, _)| ratio(stem)).collect();
-    rep.line(&format!("\nSupervised over unsupervised: {}.", line.join(", ")));
+    rep.line(&format!(
+        "\nSupervised over unsupervised: {}.",
+        line.join(", ")
+    ));
     Ok(())
 }
 
