@@ -50,15 +50,7 @@ pub fn fd_meta(fd: i32) -> io::Result<FileMeta> {
     if unsafe { libc::fstat(fd, &mut st) } < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(FileMeta {
-        dev: st.st_dev,
-        ino: st.st_ino,
-        mode: st.st_mode,
-        uid: st.st_uid,
-        size: st.st_size as u64,
-        mtime: (st.st_mtime, st.st_mtime_nsec),
-        ctime: (st.st_ctime, st.st_ctime_nsec),
-    })
+    Ok(meta_of(&st))
 }
 
 /// What `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)` says: a name's own
@@ -74,7 +66,12 @@ pub fn meta_at(dir: i32, name: &[u8]) -> io::Result<FileMeta> {
     if unsafe { libc::fstatat(dir, c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) } < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(FileMeta {
+    Ok(meta_of(&st))
+}
+
+/// What a `stat` says, as [`FileMeta`] keeps it.
+fn meta_of(st: &libc::stat) -> FileMeta {
+    FileMeta {
         dev: st.st_dev,
         ino: st.st_ino,
         mode: st.st_mode,
@@ -82,7 +79,7 @@ pub fn meta_at(dir: i32, name: &[u8]) -> io::Result<FileMeta> {
         size: st.st_size as u64,
         mtime: (st.st_mtime, st.st_mtime_nsec),
         ctime: (st.st_ctime, st.st_ctime_nsec),
-    })
+    }
 }
 
 /// (device, inode) of an open fd.

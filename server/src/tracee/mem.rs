@@ -483,20 +483,25 @@ pub fn poke_bytes(tid: u32, addr: u64, data: &[u8]) -> io::Result<()> {
             }
         }
         let word = libc::c_long::from_ne_bytes(bytes);
-        // SAFETY: POKEDATA takes the word by value; no memory of ours is
-        // passed.
-        let rc = unsafe {
-            libc::ptrace(
-                libc::PTRACE_POKEDATA,
-                tid as libc::pid_t,
-                at as usize,
-                word as usize,
-            )
-        };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        poke(tid, at, word)?;
         at += WORD;
+    }
+    Ok(())
+}
+
+/// `PTRACE_POKEDATA` of one word at `at` in the stopped tracee `tid`.
+fn poke(tid: u32, at: u64, word: libc::c_long) -> io::Result<()> {
+    // SAFETY: POKEDATA takes the word by value; no memory of ours is passed.
+    let rc = unsafe {
+        libc::ptrace(
+            libc::PTRACE_POKEDATA,
+            tid as libc::pid_t,
+            at as usize,
+            word as usize,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
     }
     Ok(())
 }
@@ -520,19 +525,7 @@ pub fn poke_words(tid: u32, addr: u64, data: &[u8]) -> io::Result<()> {
         bytes[..chunk.len()].copy_from_slice(chunk);
         let word = libc::c_long::from_ne_bytes(bytes);
         let at = addr + (i * WORD) as u64;
-        // SAFETY: POKEDATA takes the word by value; no memory of ours is
-        // passed.
-        let rc = unsafe {
-            libc::ptrace(
-                libc::PTRACE_POKEDATA,
-                tid as libc::pid_t,
-                at as usize,
-                word as usize,
-            )
-        };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        poke(tid, at, word)?;
     }
     Ok(())
 }
