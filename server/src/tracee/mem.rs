@@ -11,8 +11,16 @@ use std::io;
 
 /// Reads up to `buf.len()` bytes of `pid`'s memory at `addr`.
 fn read_mem(pid: u32, addr: u64, buf: &mut [u8]) -> io::Result<usize> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    // gVisor has no process_vm_readv: once it said so, never asked again
+    // (each call is a sandbox syscall there).
+    static NO_VM_READV: AtomicBool = AtomicBool::new(false);
     if buf.is_empty() {
         return Ok(0);
+    }
+    if NO_VM_READV.load(Ordering::Relaxed) {
+        let _owner = super::access::as_owner(pid);
+        return read_proc_mem(pid, addr, buf);
     }
     let local = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
@@ -30,6 +38,7 @@ fn read_mem(pid: u32, addr: u64, buf: &mut [u8]) -> io::Result<usize> {
         let e = io::Error::last_os_error();
         // gVisor has no process_vm_readv; its /proc/<pid>/mem reads the same.
         if e.raw_os_error() == Some(libc::ENOSYS) {
+            NO_VM_READV.store(true, Ordering::Relaxed);
             return read_proc_mem(pid, addr, buf);
         }
         return Err(e);
@@ -38,18 +47,52 @@ fn read_mem(pid: u32, addr: u64, buf: &mut [u8]) -> io::Result<usize> {
 }
 
 /// [`read_mem`] through `/proc/<pid>/mem` (ptrace-mode access, like
-/// process_vm_readv's).
+/// process_vm_readv's). The fd is kept for the next read of the same
+/// process ([`MEM_FDS`]) until its next image ([`forget_mem`], which the
+/// tracer calls at every exec and exit: an fd reads the memory it was
+/// opened on, which a vfork child's former image shares with its parent);
+/// one that reads nothing or fails is opened again once.
 fn read_proc_mem(pid: u32, addr: u64, buf: &mut [u8]) -> io::Result<usize> {
     use std::os::unix::fs::FileExt;
-    let f = std::fs::File::open(format!("/proc/{pid}/mem"))?;
-    match f.read_at(buf, addr) {
+    let read = |f: &std::fs::File, buf: &mut [u8]| match f.read_at(buf, addr) {
         // An unmapped address reads as EIO here; process_vm_readv says EFAULT.
         Err(e) if e.raw_os_error() == Some(libc::EIO) => {
             Err(io::Error::from_raw_os_error(libc::EFAULT))
         }
         r => r,
+    };
+    if let Ok(m) = MEM_FDS.lock() {
+        if let Some(Ok(n)) = m.get(&pid).map(|f| read(f, buf)) {
+            if n > 0 {
+                return Ok(n);
+            }
+        }
+    }
+    let f = std::fs::File::open(format!("/proc/{pid}/mem"))?;
+    let r = read(&f, buf);
+    if let Ok(mut m) = MEM_FDS.lock() {
+        if m.len() >= MAX_MEM_FDS {
+            m.clear();
+        }
+        m.insert(pid, f);
+    }
+    r
+}
+
+/// Process `pid` runs a new image or is gone: its kept `/proc/<pid>/mem`
+/// fd goes.
+pub fn forget_mem(pid: u32) {
+    if let Ok(mut m) = MEM_FDS.lock() {
+        m.remove(&pid);
     }
 }
+
+/// `/proc/<pid>/mem` fds kept between reads, by pid.
+static MEM_FDS: std::sync::Mutex<std::collections::BTreeMap<u32, std::fs::File>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// At most this many kept (then they start over).
+const MAX_MEM_FDS: usize = 128;
 
 const PAGE: u64 = 4096;
 

@@ -290,6 +290,7 @@ impl Loop {
         self.let_go(tid);
         self.pins.borrow_mut().gone(tid);
         self.mems.borrow_mut().forget(tid);
+        crate::tracee::forget_mem(tid);
         self.vforks.apart(tid);
         // Out of the gate, whatever it was there: the loop lets in what
         // waited for it.

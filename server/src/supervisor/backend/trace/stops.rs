@@ -213,6 +213,7 @@ impl Loop {
         self.vforks.apart(pid);
         self.pins.borrow_mut().exec(pid);
         self.mems.borrow_mut().forget(pid);
+        crate::tracee::forget_mem(pid);
         let expect = if former == pid {
             self.tracees.get_mut(&pid).and_then(|t| t.expect.take())
         } else {
