@@ -58,6 +58,9 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
     if spec.judge_exec_maps {
         exec_map_rules(spec, &mut conditional);
     }
+    if spec.trace_files {
+        super::file_calls::traced_file_rules(spec, &mut conditional);
+    }
     if spec.explain_writes && !spec.trace_files {
         write_call_rules(spec, &mut always, &mut conditional);
     }
@@ -168,6 +171,13 @@ fn unconditional_rules(spec: &FilterSpec) -> Unconditional {
         // 2.5.5: a mode change only; the kernel's glibc falls back to
         // `fchmodat`).
         for name in agentsh_proto::fileabi::names() {
+            // Judged on registers instead (`traced_file_rules`).
+            if super::file_calls::ON_REGISTERS
+                .iter()
+                .any(|(n, _)| *n == name)
+            {
+                continue;
+            }
             if ScmpSyscall::from_name(name).is_ok() {
                 always.set(
                     name,

@@ -17,6 +17,60 @@ use super::spec::{FilterSpec, TRACE_DATA_FILE};
 use super::table::Cmp;
 use libseccomp::{ScmpAction, ScmpSyscall};
 
+/// The path calls the tracer judges (no Landlock) that registers can tell
+/// name nothing the rules keep, and so need no stop: an `open`/`openat`
+/// with `O_PATH` (it opens nothing for reading or writing), a
+/// `utimensat`/`futimesat` with a NULL path (it acts on its fd, which an
+/// open judged). What each traps on: (name, (argument, what)).
+pub(super) const ON_REGISTERS: [(&str, (u32, OnRegister)); 4] = [
+    ("open", (1, OnRegister::NoPathFlag)),
+    ("openat", (2, OnRegister::NoPathFlag)),
+    ("utimensat", (1, OnRegister::NonNull)),
+    ("futimesat", (1, OnRegister::NonNull)),
+];
+
+/// When a call of [`ON_REGISTERS`] stops at the tracer.
+#[derive(Clone, Copy)]
+pub(super) enum OnRegister {
+    /// Its flags argument has no `O_PATH`.
+    NoPathFlag,
+    /// Its path argument is not NULL.
+    NonNull,
+}
+
+/// Where the tracer keeps the file rules: the calls of [`ON_REGISTERS`]
+/// trapped only when registers say they name something (the others are
+/// trapped whatever their arguments, as unconditional rules).
+pub(super) fn traced_file_rules(spec: &FilterSpec, rules: &mut Conditional) {
+    const O_PATH: u64 = libc::O_PATH as u64;
+    for (name, (arg, when)) in ON_REGISTERS {
+        if ScmpSyscall::from_name(name).is_err() {
+            continue;
+        }
+        let action = trap(spec.backend, TRACE_DATA_FILE);
+        let what = format!("file rules for {name} (no Landlock)");
+        match when {
+            OnRegister::NoPathFlag => rules.add(
+                name,
+                action,
+                vec![Cmp {
+                    arg,
+                    mask: O_PATH,
+                    value: 0,
+                }],
+                what,
+            ),
+            OnRegister::NonNull => rules.add_op(
+                name,
+                action,
+                Vec::new(),
+                (arg, libseccomp::ScmpCompareOp::NotEqual, 0),
+                what,
+            ),
+        }
+    }
+}
+
 /// Below Landlock ABI 3 (no truncate right): `truncate(2)` refused, and
 /// `openat2` answered ENOSYS (see [`truncating_open_rules`] for `open`).
 pub(super) fn truncate_rules(spec: &FilterSpec, always: &mut Unconditional) {

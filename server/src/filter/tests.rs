@@ -1659,3 +1659,59 @@ fn memory_calls_that_may_reach_the_pinned_region_go_to_the_tracer() {
     let call = sys!(libc::SYS_mprotect, BASE, 4096, libc::PROT_READ);
     assert_eq!(errno_under(&prog, call), libc::ENOMEM);
 }
+
+/// Where the tracer keeps the file rules, the path calls registers show to
+/// name nothing (an `O_PATH` open, a `utimensat` on its fd) do not stop at
+/// it; the same calls naming a path do (no tracer here: ENOSYS).
+#[test]
+fn path_calls_that_name_nothing_on_registers_do_not_stop_at_the_tracer() {
+    let mut s = spec(7);
+    s.backend = ExecBackend::Ptrace;
+    s.trace_files = true;
+    let prog = compile(&s).unwrap().program;
+    check(
+        &prog,
+        &[
+            Case {
+                what: "openat with O_PATH (near miss: opens)",
+                call: sys!(
+                    libc::SYS_openat,
+                    libc::AT_FDCWD,
+                    c"/".as_ptr(),
+                    libc::O_PATH
+                ),
+                want: 0,
+            },
+            Case {
+                what: "openat for reading",
+                call: sys!(
+                    libc::SYS_openat,
+                    libc::AT_FDCWD,
+                    c"/".as_ptr(),
+                    libc::O_RDONLY
+                ),
+                want: libc::ENOSYS,
+            },
+            Case {
+                what: "open with O_PATH (near miss: opens)",
+                call: sys!(libc::SYS_open, c"/".as_ptr(), libc::O_PATH),
+                want: 0,
+            },
+            Case {
+                what: "utimensat on an fd (NULL path; near miss: the kernel's EBADF)",
+                call: sys!(libc::SYS_utimensat, -1, 0, 0, 0),
+                want: libc::EBADF,
+            },
+            Case {
+                what: "utimensat of a path",
+                call: sys!(libc::SYS_utimensat, libc::AT_FDCWD, c"/".as_ptr(), 0, 0),
+                want: libc::ENOSYS,
+            },
+            Case {
+                what: "a path call with no register rule (mkdir)",
+                call: sys!(libc::SYS_mkdirat, libc::AT_FDCWD, c"/x".as_ptr(), 0o700),
+                want: libc::ENOSYS,
+            },
+        ],
+    );
+}
