@@ -25,9 +25,7 @@ use super::guards::{
 use super::net::net_rules;
 use super::pin_guard;
 use super::rules::{trap, Conditional, Unconditional, LOW32};
-use super::spec::{
-    FilterSpec, SignalGuard, TRACE_DATA_EXEC, TRACE_DATA_FILE, TRACE_DATA_ROOT, TRACE_DATA_SIGNAL,
-};
+use super::spec::{FilterSpec, SignalGuard, TRACE_DATA_EXEC, TRACE_DATA_ROOT, TRACE_DATA_SIGNAL};
 use super::table::{Answer, Cmp, When, BASE_RULES, RESERVED};
 use agentsh_proto::marker::{MARKER_ERRNO, MARKER_PRCTL_ARG, MARKER_PRCTL_OPTION};
 use libseccomp::{ScmpAction, ScmpArch, ScmpSyscall};
@@ -166,26 +164,8 @@ fn unconditional_rules(spec: &FilterSpec) -> Unconditional {
             "file rules: a tree's root stays the server's".into(),
         );
         // Before the truncate refusal below (no Landlock truncate right):
-        // the tracer judges truncate by the file rules instead. A name this
-        // libseccomp does not know is not trapped (`fchmodat2` before
-        // 2.5.5: a mode change only; the kernel's glibc falls back to
-        // `fchmodat`).
-        for name in agentsh_proto::fileabi::names() {
-            // Judged on registers instead (`traced_file_rules`).
-            if super::file_calls::ON_REGISTERS
-                .iter()
-                .any(|(n, _)| *n == name)
-            {
-                continue;
-            }
-            if ScmpSyscall::from_name(name).is_ok() {
-                always.set(
-                    name,
-                    trap(spec.backend, TRACE_DATA_FILE),
-                    format!("file rules for {name} (no Landlock)"),
-                );
-            }
-        }
+        // the tracer judges truncate by the file rules instead.
+        super::file_calls::traced_file_traps(spec, &mut always);
     }
     if spec.refuse_exec_memory {
         always.set(

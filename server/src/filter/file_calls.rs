@@ -38,6 +38,26 @@ pub(super) enum OnRegister {
     NonNull,
 }
 
+/// Where the tracer keeps the file rules: every path call goes to it,
+/// whatever its arguments, but those of [`ON_REGISTERS`]
+/// ([`traced_file_rules`]). A name this libseccomp does not know is not
+/// trapped (`fchmodat2` before 2.5.5: a mode change only; the kernel's
+/// glibc falls back to `fchmodat`).
+pub(super) fn traced_file_traps(spec: &FilterSpec, always: &mut Unconditional) {
+    for name in agentsh_proto::fileabi::names() {
+        if ON_REGISTERS.iter().any(|(n, _)| *n == name) {
+            continue;
+        }
+        if ScmpSyscall::from_name(name).is_ok() {
+            always.set(
+                name,
+                trap(spec.backend, TRACE_DATA_FILE),
+                format!("file rules for {name} (no Landlock)"),
+            );
+        }
+    }
+}
+
 /// Where the tracer keeps the file rules: the calls of [`ON_REGISTERS`]
 /// trapped only when registers say they name something (the others are
 /// trapped whatever their arguments, as unconditional rules).
