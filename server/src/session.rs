@@ -177,6 +177,7 @@ impl Maker {
             policy.blocked_syscalls(),
             policy.exec_memory_denied(),
             policy.judges_exec_maps(),
+            policy.reads_unjudged(),
             crate::filter::NetFilter::of(&policy),
             self.config.landlock.effective_abi(),
             self.backend,
@@ -185,6 +186,7 @@ impl Maker {
             name: spec.policy.clone(),
             source,
         })?;
+        say_reads_unjudged(&policy, &filters, &spec.policy);
         let policy = Arc::new(policy);
         let landlock = crate::policy::landlock::SessionLandlock::for_session(
             policy.clone(),
@@ -357,6 +359,30 @@ impl Sessions {
         let mut v: Vec<_> = self.lock().values().cloned().collect();
         v.sort_by(|a, b| a.id.cmp(&b.id));
         v
+    }
+}
+
+/// `tracer_reads: unjudged`, the policy's own choice, said in the log:
+/// what it gives up where the tracer keeps the file rules, and that it
+/// changes nothing elsewhere.
+fn say_reads_unjudged(
+    policy: &crate::policy::Policy,
+    filters: &crate::filter::Filters,
+    name: &str,
+) {
+    if !policy.reads_unjudged() {
+        return;
+    }
+    if filters.traces_files() {
+        tracing::warn!(
+            "policy {name:?}: tracer_reads: unjudged: {}",
+            crate::policy::Policy::reads_unjudged_cost()
+        );
+    } else {
+        tracing::info!(
+            "policy {name:?}: tracer_reads: unjudged changes nothing here (the tracer does not \
+             keep the file rules: Landlock does, or nothing does)"
+        );
     }
 }
 

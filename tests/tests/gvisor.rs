@@ -199,3 +199,82 @@ fn the_kernel_reads_copies_of_the_judged_paths_that_no_task_of_the_tree_writes()
     // Each refusal of a memory call explained, naming its rule.
     assert!(err.contains("(rule pinned_region)"), "{err}");
 }
+
+/// `tracer_reads: unjudged`, the faster mode a policy may choose under
+/// gVisor: an open for reading only no longer stops, so a file the
+/// policy's read rule denies is read (the cost, said in the policy's
+/// documentation and the server's log), while a write the rules deny is
+/// still refused. Beside it the same policy without the key refuses the
+/// read: the mode is the policy's choice, never the default.
+#[test]
+fn with_tracer_reads_unjudged_reads_run_unseen_and_writes_are_still_judged() {
+    if !require_root("with_tracer_reads_unjudged_reads_run_unseen_and_writes_are_still_judged") {
+        return;
+    }
+    let Some(runsc) = runsc() else {
+        let why = "runsc (gVisor) is not installed; tests/setup.sh installs it";
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+        eprintln!("skipped: {why}");
+        return;
+    };
+    let tmp = TempDir::new("gvisor-reads");
+    std::fs::create_dir_all(tmp.path().join("secret")).unwrap();
+    std::fs::write(tmp.path().join("secret/key"), "the-secret-text\n").unwrap();
+    let rules = "file_rules:\n  - name: secret-unreadable\n    paths: [\"${WORKSPACE}/secret/**\"]\n    operations: [read]\n    decision: deny\n  - name: etc-read-only\n    paths: [/etc/**]\n    operations: [write, create, delete]\n    decision: deny\n";
+    let script =
+        "cat secret/key; echo \"read $?\"; (echo x > /etc/agentsh-reads-test); echo \"write $?\"";
+    let run = |mode: &str| {
+        let policy = tmp.path().join(format!("reads-{mode}.yaml"));
+        let key = if mode == "unjudged" {
+            "tracer_reads: unjudged\n"
+        } else {
+            ""
+        };
+        std::fs::write(
+            &policy,
+            format!("name: reads-{mode}\ndefault: allow\n{key}{rules}"),
+        )
+        .unwrap();
+        let out = Command::new("timeout")
+            .args(["300", &runsc, "--network=none", "do", "-force-overlay=true"])
+            .arg(bin("agentsh"))
+            .args(["wrap", "--policy"])
+            .arg(&policy)
+            .args(["--", "/bin/sh", "-c", script])
+            .current_dir(tmp.path())
+            .output()
+            .expect("run runsc");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{mode}: {text}\nstderr: {err}");
+        (text, err)
+    };
+    let (judged, err) = run("judged");
+    assert!(
+        !judged.contains("the-secret-text"),
+        "judged: the read ran:\n{judged}\n{err}"
+    );
+    assert!(judged.contains("read 1"), "{judged}\n{err}");
+    assert!(
+        err.contains("secret/key (read right) denied"),
+        "the refusal is explained: {err}"
+    );
+    assert!(
+        judged.contains("write 1") || judged.contains("write 2"),
+        "{judged}\n{err}"
+    );
+    let (unjudged, err) = run("unjudged");
+    assert!(
+        unjudged.contains("the-secret-text"),
+        "unjudged: the read was refused:\n{unjudged}\n{err}"
+    );
+    assert!(unjudged.contains("read 0"), "{unjudged}\n{err}");
+    assert!(
+        !unjudged.contains("write 0"),
+        "unjudged: /etc was written:\n{unjudged}\n{err}"
+    );
+    assert!(
+        err.contains("/etc/agentsh-reads-test") && err.contains("denied"),
+        "the write's refusal is explained: {err}"
+    );
+}

@@ -322,6 +322,7 @@ fn policy_check(file: &Path) -> Result<(), policy::PolicyError> {
         p.blocked_syscalls(),
         p.exec_memory_denied(),
         p.judges_exec_maps(),
+        p.reads_unjudged(),
         crate::filter::NetFilter::of(&p),
         agentsh_proto::wire::kernel_landlock_abi(),
         agentsh_proto::ExecBackend::Notify,

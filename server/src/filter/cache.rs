@@ -155,6 +155,7 @@ pub struct Filters {
     blocked: BTreeSet<String>,
     refuse_exec_memory: bool,
     judge_exec_maps: bool,
+    reads_unjudged: bool,
     net: NetFilter,
     effective_landlock_abi: i64,
     backend: ExecBackend,
@@ -172,6 +173,7 @@ impl Filters {
         policy_blocked: &[String],
         refuse_exec_memory: bool,
         judge_exec_maps: bool,
+        reads_unjudged: bool,
         net: NetFilter,
         effective_landlock_abi: i64,
         backend: ExecBackend,
@@ -180,6 +182,7 @@ impl Filters {
             blocked: policy_blocked.iter().cloned().collect(),
             refuse_exec_memory,
             judge_exec_maps,
+            reads_unjudged,
             net,
             effective_landlock_abi,
             backend,
@@ -270,6 +273,7 @@ impl Filters {
         spec.backend = self.backend;
         spec.net = self.net.clone();
         spec.trace_files = self.traces_files();
+        spec.skip_read_opens = spec.trace_files && self.reads_unjudged;
         spec.explain_writes = self.explains_writes();
         spec.x32 = super::spec::kernel_runs_x32();
     }

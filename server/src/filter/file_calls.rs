@@ -70,6 +70,30 @@ pub(super) fn traced_file_rules(spec: &FilterSpec, rules: &mut Conditional) {
         let action = trap(spec.backend, TRACE_DATA_FILE);
         let what = format!("file rules for {name} (no Landlock)");
         match when {
+            OnRegister::NoPathFlag if spec.skip_read_opens => {
+                // Only an open that may change the file stops: one rule per
+                // flag that asks for it (write access, either bit of the
+                // access mode; creation; truncation), each with no O_PATH
+                // (one masked comparison: libseccomp takes one per argument).
+                for (bit, flag) in [
+                    (libc::O_WRONLY, "O_WRONLY"),
+                    (libc::O_RDWR, "O_RDWR"),
+                    (libc::O_CREAT, "O_CREAT"),
+                    (libc::O_TRUNC, "O_TRUNC"),
+                ] {
+                    let bit = bit as u64;
+                    rules.add(
+                        name,
+                        action,
+                        vec![Cmp {
+                            arg,
+                            mask: O_PATH | bit,
+                            value: bit,
+                        }],
+                        format!("{what}, {flag} (tracer_reads: unjudged)"),
+                    );
+                }
+            }
             OnRegister::NoPathFlag => rules.add(
                 name,
                 action,

@@ -129,6 +129,10 @@ pub struct FilterSpec {
     /// file rules: the ptrace backend where the kernel has no Landlock
     /// (gVisor), the only place those rules are then kept.
     pub trace_files: bool,
+    /// With `trace_files`, the policy's `tracer_reads: unjudged`: an
+    /// `open`/`openat` whose flags ask for no write access, no creation and
+    /// no truncation does not stop (see `file_calls::traced_file_rules`).
+    pub skip_read_opens: bool,
     /// Where Landlock keeps the file rules under the notify backend, the
     /// calls that change files (an `open`/`openat` for writing, creating or
     /// truncating; `creat`, `unlink*`, `rmdir`, `rename*`, `link*`,
@@ -241,6 +245,7 @@ impl FilterSpec {
             backend: ExecBackend::Notify,
             net: NetFilter::default(),
             trace_files: false,
+            skip_read_opens: false,
             explain_writes: false,
             x32: true,
         }

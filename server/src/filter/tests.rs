@@ -94,6 +94,7 @@ fn the_cache_returns_the_same_program_for_the_same_spec() {
         &["keyctl".to_string()],
         false,
         false,
+        false,
         Default::default(),
         7,
         ExecBackend::Notify,
@@ -107,6 +108,7 @@ fn the_cache_returns_the_same_program_for_the_same_spec() {
     assert!(!Arc::ptr_eq(&a, &c));
     assert!(Filters::new(
         &["execve".to_string()],
+        false,
         false,
         false,
         Default::default(),
@@ -1009,6 +1011,7 @@ fn templates_give_exactly_the_compiled_program() {
             &["mount".to_string()],
             false,
             false,
+            false,
             Default::default(),
             abi,
             backend,
@@ -1663,6 +1666,125 @@ fn memory_calls_that_may_reach_the_pinned_region_go_to_the_tracer() {
 /// Where the tracer keeps the file rules, the path calls registers show to
 /// name nothing (an `O_PATH` open, a `utimensat` on its fd) do not stop at
 /// it; the same calls naming a path do (no tracer here: ENOSYS).
+#[test]
+fn with_tracer_reads_unjudged_only_opens_that_may_change_a_file_stop_at_the_tracer() {
+    let mut s = spec(7);
+    s.backend = ExecBackend::Ptrace;
+    s.trace_files = true;
+    s.skip_read_opens = true;
+    let prog = compile(&s).unwrap().program;
+    // Each trapped case names a file no one can create (/proc), so a rule
+    // that failed to trap would get the kernel's error, not ENOSYS.
+    let cases = [
+        Case {
+            what: "openat for reading (near miss: opens)",
+            call: sys!(
+                libc::SYS_openat,
+                libc::AT_FDCWD,
+                c"/".as_ptr(),
+                libc::O_RDONLY
+            ),
+            want: 0,
+        },
+        Case {
+            what: "open for reading (near miss: opens)",
+            call: sys!(
+                libc::SYS_open,
+                c"/".as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC
+            ),
+            want: 0,
+        },
+        Case {
+            what: "openat O_WRONLY",
+            call: sys!(
+                libc::SYS_openat,
+                libc::AT_FDCWD,
+                c"/proc/agentsh-no-such-file".as_ptr(),
+                libc::O_WRONLY,
+                0o600
+            ),
+            want: libc::ENOSYS,
+        },
+        Case {
+            what: "openat O_RDWR",
+            call: sys!(
+                libc::SYS_openat,
+                libc::AT_FDCWD,
+                c"/proc/agentsh-no-such-file".as_ptr(),
+                libc::O_RDWR,
+                0o600
+            ),
+            want: libc::ENOSYS,
+        },
+        Case {
+            what: "openat with access mode 3",
+            call: sys!(
+                libc::SYS_openat,
+                libc::AT_FDCWD,
+                c"/proc/agentsh-no-such-file".as_ptr(),
+                libc::O_ACCMODE,
+                0o600
+            ),
+            want: libc::ENOSYS,
+        },
+        Case {
+            what: "openat O_RDONLY|O_CREAT",
+            call: sys!(
+                libc::SYS_openat,
+                libc::AT_FDCWD,
+                c"/proc/agentsh-no-such-file".as_ptr(),
+                libc::O_RDONLY | libc::O_CREAT,
+                0o600
+            ),
+            want: libc::ENOSYS,
+        },
+        Case {
+            what: "openat O_RDONLY|O_TRUNC",
+            call: sys!(
+                libc::SYS_openat,
+                libc::AT_FDCWD,
+                c"/proc/agentsh-no-such-file".as_ptr(),
+                libc::O_RDONLY | libc::O_TRUNC,
+                0o600
+            ),
+            want: libc::ENOSYS,
+        },
+        Case {
+            what: "openat O_TMPFILE",
+            call: sys!(
+                libc::SYS_openat,
+                libc::AT_FDCWD,
+                c"/proc/agentsh-no-such-file".as_ptr(),
+                libc::O_WRONLY | libc::O_TMPFILE,
+                0o600
+            ),
+            want: libc::ENOSYS,
+        },
+        Case {
+            what: "open O_CREAT",
+            call: sys!(
+                libc::SYS_open,
+                c"/proc/agentsh-no-such-file".as_ptr(),
+                libc::O_CREAT | libc::O_WRONLY,
+                0o600
+            ),
+            want: libc::ENOSYS,
+        },
+        Case {
+            what: "a path call with no register rule (mkdir)",
+            call: sys!(
+                libc::SYS_mkdirat,
+                libc::AT_FDCWD,
+                c"/proc/agentsh-no-such-file".as_ptr(),
+                0o700
+            ),
+            want: libc::ENOSYS,
+        },
+    ];
+    check(&prog, &cases);
+}
+
 #[test]
 fn path_calls_that_name_nothing_on_registers_do_not_stop_at_the_tracer() {
     let mut s = spec(7);

@@ -65,6 +65,9 @@ pub struct Policy {
     pub(super) read_only_files: super::credential_files::ReadOnlyFilesDoc,
     /// `limits:` as written (checked), under a session's own.
     pub(super) limits: Option<crate::vocab::LimitsDoc>,
+    /// `tracer_reads: unjudged`: under the tracer without Landlock, opens
+    /// for reading only do not stop (chosen by the policy, logged).
+    pub(super) reads_unjudged: bool,
 }
 
 impl Policy {
@@ -204,6 +207,20 @@ impl Policy {
     /// Validated; compiled to Landlock by the caller.
     pub fn file_rules(&self) -> &[FileRule] {
         &self.file_rules
+    }
+
+    /// `tracer_reads: unjudged`: where the tracer keeps the file rules
+    /// (gVisor), an open for reading only runs without stopping; what that
+    /// gives up is said at start ([`Policy::reads_unjudged_cost`]).
+    pub fn reads_unjudged(&self) -> bool {
+        self.reads_unjudged
+    }
+
+    /// What `tracer_reads: unjudged` gives up, for the log.
+    pub fn reads_unjudged_cost() -> &'static str {
+        "opens for reading only do not stop at the tracer: the policy's read rules, the hidden \
+         credential files and the refusal of other processes' /proc links are not kept for \
+         them (the files a tree writes, creates or removes are still judged)"
     }
 
     /// `exec_memory: deny`: no executable memory a program wrote itself.

@@ -45,6 +45,20 @@ pub(crate) struct PolicyDoc {
     pub read_only_files: Option<super::credential_files::ReadOnlyFilesDoc>,
     /// What each tree may use (`vocab::limits`).
     pub limits: Option<crate::vocab::LimitsDoc>,
+    /// Under the ptrace backend without Landlock (gVisor): whether an open
+    /// for reading only stops at the tracer (`judged`, the default) or
+    /// runs unseen (`unjudged`: faster; the policy's read rules, the
+    /// hidden credential files and the refusal of other processes' `/proc`
+    /// links are then not kept for reads).
+    pub tracer_reads: Option<TracerReads>,
+}
+
+/// `tracer_reads:` (see [`PolicyDoc::tracer_reads`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TracerReads {
+    Judged,
+    Unjudged,
 }
 
 /// `exec_sources:`: whether files in places the tree can write may run.

@@ -114,7 +114,7 @@ pub fn fd_path(fd: std::os::fd::RawFd) -> io::Result<String> {
         // SAFETY: a fresh fd nothing else owns.
         (d >= 0).then(|| (std::process::id(), unsafe { OwnedFd::from_raw_fd(d) }))
     });
-    let Some((_, dir)) = dir.as_ref().filter(|(pid, _)| *pid == std::process::id()) else {
+    let Some((_, dir)) = dir.as_ref().filter(|(pid, _)| *pid == own_pid()) else {
         return std::fs::read_link(format!("/proc/self/fd/{fd}"))
             .map(|p| p.to_string_lossy().into_owned());
     };
@@ -125,6 +125,32 @@ pub fn fd_path(fd: std::os::fd::RawFd) -> io::Result<String> {
             .map(|p| p.to_string_lossy().into_owned());
     }
     Ok(String::from_utf8_lossy(&text).into_owned())
+}
+
+/// This process's id, asked of the kernel once (every syscall counts under
+/// gVisor, where `getpid` is one per walk): a forked child asks again (the
+/// cache is emptied in the child by a `pthread_atfork` handler, so a child
+/// never takes its parent's `/proc/self/fd` for its own).
+fn own_pid() -> u32 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static PID: AtomicU32 = AtomicU32::new(0);
+    static ATFORK: std::sync::Once = std::sync::Once::new();
+    extern "C" fn forget() {
+        PID.store(0, Ordering::Relaxed);
+    }
+    ATFORK.call_once(|| {
+        // SAFETY: registers a handler that only stores to an atomic
+        // (async-signal-safe, as a forked child's handlers must be).
+        unsafe { libc::pthread_atfork(None, None, Some(forget)) };
+    });
+    match PID.load(Ordering::Relaxed) {
+        0 => {
+            let pid = std::process::id();
+            PID.store(pid, Ordering::Relaxed);
+            pid
+        }
+        pid => pid,
+    }
 }
 
 /// The text of the link `name` beneath `dir`, at most `PATH_MAX` bytes (a

@@ -156,7 +156,7 @@ pub fn walk(pid: u32, tid: u32, path: &[u8], how: Lookup) -> Result<Found, WalkE
     if path.len() >= libc::PATH_MAX as usize {
         return Err(WalkError::Kernel(libc::ENAMETOOLONG));
     }
-    let (cur, cur_path) = start(&task, path[0] == b'/', how.dirfd)?;
+    let (cur, cur_path) = start(&task, path[0] == b'/', how.dirfd, how.remembered)?;
     let mut w = Walker {
         pid,
         tid,
@@ -186,7 +186,17 @@ fn other(what: &str, e: io::Error) -> WalkError {
 }
 
 /// Where a path starts: the thread's root (absolute), or its cwd or dirfd.
-fn start(task: &str, absolute: bool, dirfd: i32) -> Result<(Dir, String), WalkError> {
+/// Where directories may be remembered, the link's text is read first and
+/// a directory remembered by that name is taken (one syscall instead of
+/// an open, a read of the link and a close): the same trust the walk's
+/// later components give a remembered name; a text that names none (a
+/// directory not seen yet, one removed: "(deleted)") is opened as before.
+fn start(
+    task: &str,
+    absolute: bool,
+    dirfd: i32,
+    remembered: bool,
+) -> Result<(Dir, String), WalkError> {
     if absolute {
         return root();
     }
@@ -195,6 +205,20 @@ fn start(task: &str, absolute: bool, dirfd: i32) -> Result<(Dir, String), WalkEr
     } else {
         format!("{task}/fd/{dirfd}")
     };
+    if remembered {
+        match std::fs::read_link(&link) {
+            Ok(text) => {
+                let text = text.to_string_lossy();
+                if let Some(dir) = remembered_dir(&text) {
+                    return Ok((Dir::Shared(dir), text.into_owned()));
+                }
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                return Err(WalkError::Kernel(libc::EBADF));
+            }
+            Err(_) => {}
+        }
+    }
     let dir = open_path(&link).map_err(|e| match e.raw_os_error() {
         Some(libc::ENOENT) => WalkError::Kernel(libc::EBADF),
         _ => other(&link, e),
@@ -202,6 +226,14 @@ fn start(task: &str, absolute: bool, dirfd: i32) -> Result<(Dir, String), WalkEr
     let at = fd_path(&dir).map_err(|e| other(&link, e))?;
     if !at.starts_with('/') {
         return Err(WalkError::Kernel(libc::ENOTDIR));
+    }
+    // A directory a walk starts at is remembered as one it passes through
+    // is (a dirfd is walked from again and again: `tar`, `git`).
+    if remembered && fd_meta(dir.as_raw_fd()).is_ok_and(|m| m.mode & libc::S_IFMT == libc::S_IFDIR)
+    {
+        let dir = std::sync::Arc::new(dir);
+        remember_dir(&at, &dir);
+        return Ok((Dir::Shared(dir), at));
     }
     Ok((Dir::Own(dir), at))
 }
@@ -666,6 +698,71 @@ mod tests {
         let f = walk(pid, tid, b"bin/../lib", at(dir.as_raw_fd(), true)).unwrap();
         let want = std::fs::canonicalize("/usr/lib").unwrap();
         assert_eq!(f.path(), want.to_str().unwrap());
+    }
+
+    #[test]
+    fn a_dirfd_start_is_taken_from_the_remembered_directories_by_what_it_is_now() {
+        let (pid, tid) = me();
+        let t = std::env::temp_dir().join(format!("agentsh-walk-start-{pid}-{tid}"));
+        let _ = std::fs::remove_dir_all(&t);
+        std::fs::create_dir_all(t.join("sub")).unwrap();
+        std::fs::write(t.join("sub/f"), b"x").unwrap();
+        let t = std::fs::canonicalize(&t).unwrap();
+        let remembering = |dirfd| Lookup {
+            remembered: true,
+            ..at(dirfd, true)
+        };
+        let whole = format!("{}/sub/f", t.display());
+        // The walk of the whole path remembers `sub`.
+        assert_eq!(
+            path_of(walk(
+                pid,
+                tid,
+                whole.as_bytes(),
+                remembering(libc::AT_FDCWD)
+            )),
+            whole
+        );
+        assert!(remembered_dir(&format!("{}/sub", t.display())).is_some());
+        let sub = std::fs::File::open(t.join("sub")).unwrap();
+        assert_eq!(
+            path_of(walk(pid, tid, b"f", remembering(sub.as_raw_fd()))),
+            whole
+        );
+        // A dirfd's directory not walked through before is remembered too.
+        std::fs::create_dir(t.join("other")).unwrap();
+        let other = std::fs::File::open(t.join("other")).unwrap();
+        let other_path = format!("{}/other", t.display());
+        assert!(remembered_dir(&other_path).is_none());
+        let g = format!("{other_path}/g");
+        assert_eq!(
+            path_of(walk(pid, tid, b"g", remembering(other.as_raw_fd()))),
+            g
+        );
+        assert!(remembered_dir(&other_path).is_some());
+        // The directory moves and another takes its name: the dirfd's
+        // link says where it is now, which is not the remembered name.
+        std::fs::rename(t.join("sub"), t.join("moved")).unwrap();
+        std::fs::create_dir(t.join("sub")).unwrap();
+        let moved = format!("{}/moved/f", t.display());
+        assert_eq!(
+            path_of(walk(pid, tid, b"f", remembering(sub.as_raw_fd()))),
+            moved
+        );
+        // A closed dirfd is the kernel's EBADF (a number far above those
+        // the other tests' threads open meanwhile).
+        // SAFETY: an fd this test owns duplicated to a number it then closes.
+        let raw = unsafe { libc::dup2(sub.as_raw_fd(), 900) };
+        assert_eq!(raw, 900);
+        // SAFETY: the duplicate just made, closed once.
+        unsafe { libc::close(raw) };
+        let closed = walk(pid, tid, b"f", remembering(raw));
+        assert!(
+            matches!(closed, Err(WalkError::Kernel(libc::EBADF))),
+            "{:?}",
+            closed.map(|f| f.path())
+        );
+        std::fs::remove_dir_all(&t).unwrap();
     }
 
     #[test]

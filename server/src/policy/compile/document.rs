@@ -96,6 +96,7 @@ pub(crate) fn compile(doc: PolicyDoc, text: &str, origin: &str) -> Result<Policy
         credential_files,
         read_only_files,
         limits: doc.limits,
+        reads_unjudged: doc.tracer_reads == Some(super::super::schema::TracerReads::Unjudged),
     })
 }
 

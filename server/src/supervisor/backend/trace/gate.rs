@@ -173,6 +173,25 @@ pub fn kind_of(op: agentsh_proto::fileabi::FileOp) -> Kind {
     }
 }
 
+/// Whether a call of `c` with arguments `args` may change where a
+/// directory's name leads (the walk's remembered directories are then
+/// forgotten): removing a directory, any rename (a directory moved, or
+/// an empty one replaced). Removing a file, a hard link or a symlink
+/// made, leaves every directory's name as it was (a name that exists
+/// is never replaced by `link`/`symlink`, and `unlink` of a directory
+/// fails).
+pub fn moves_directories(c: &agentsh_proto::fileabi::FileSyscall, args: [u64; 6]) -> bool {
+    use agentsh_proto::fileabi::FileOp;
+    match c.op {
+        FileOp::Rmdir | FileOp::Rename => true,
+        FileOp::Unlink => c.at_flags.is_some_and(|i| {
+            args.get(i)
+                .is_some_and(|f| f & libc::AT_REMOVEDIR as u64 != 0)
+        }),
+        _ => false,
+    }
+}
+
 /// Whether thread `tid` sleeps interruptibly (`S` in `/proc/<tid>/stat`).
 pub fn sleeps(tid: u32) -> bool {
     crate::tracee::proc_stat(tid).is_ok_and(|s| s.state == b'S')
@@ -181,6 +200,25 @@ pub fn sleeps(tid: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_calls_that_may_move_a_directory_forget_the_walked_ones() {
+        let x86 = agentsh_proto::execabi::AUDIT_ARCH_X86_64;
+        let call = |nr: i64| agentsh_proto::fileabi::classify(x86, nr as i32).unwrap();
+        let rmdir_flag = libc::AT_REMOVEDIR as u64;
+        assert!(moves_directories(call(libc::SYS_rmdir), [0; 6]));
+        assert!(moves_directories(call(libc::SYS_rename), [0; 6]));
+        assert!(moves_directories(call(libc::SYS_renameat2), [0; 6]));
+        assert!(moves_directories(
+            call(libc::SYS_unlinkat),
+            [0, 0, rmdir_flag, 0, 0, 0]
+        ));
+        assert!(!moves_directories(call(libc::SYS_unlinkat), [0; 6]));
+        assert!(!moves_directories(call(libc::SYS_unlink), [0; 6]));
+        assert!(!moves_directories(call(libc::SYS_symlinkat), [0; 6]));
+        assert!(!moves_directories(call(libc::SYS_linkat), [0; 6]));
+        assert!(!moves_directories(call(libc::SYS_openat), [0; 6]));
+    }
 
     #[test]
     fn a_change_runs_alone_and_walks_run_together() {

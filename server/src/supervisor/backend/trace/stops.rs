@@ -36,16 +36,17 @@ impl Loop {
             return;
         }
         // A path call waits while names it would walk may change.
-        let walks = agentsh_proto::fileabi::classify(arch, nr).map(|c| gate::kind_of(c.op));
-        if let Some(kind) = walks {
+        let call = agentsh_proto::fileabi::classify(arch, nr);
+        let walks = call.map(|c| gate::kind_of(c.op));
+        if let (Some(kind), Some(c)) = (walks, call) {
             if !self.gate.admits(kind, self.replaying == Some(tid)) {
                 self.gate.park(tid, status, kind);
                 self.interrupt_walkers();
                 return;
             }
-            if kind == gate::Kind::Changes {
-                // Names may change now: no directory walked before is
-                // taken as it was (no walk runs beside a change).
+            if kind == gate::Kind::Changes && gate::moves_directories(c, regs.args()) {
+                // Directories' names may change now: none walked before
+                // is taken as it was (no walk runs beside a change).
                 crate::tracee::walk::forget_dirs();
             }
         }
