@@ -9,6 +9,8 @@
 //! no agentsh. The jobs: `tar -x` of 3,000 small files, a local `git clone
 //! --no-hardlinks` of this repository, 20 python start-ups importing a
 //! dozen stdlib modules, 200 `sh -c true`, 200 loopback connects (oploop).
+//! A third side runs the same policy with `tracer_reads: unjudged` (the
+//! faster mode a policy may choose: opens for reading only do not stop).
 //! Each job is timed inside the sandbox (its own clock: the sandbox's and
 //! the server's start-up are not in it). Sides alternate, the order
 //! swapping each round. Skipped, with a line, where runsc or git is
@@ -106,29 +108,48 @@ pub fn gvisor_work(rep: &mut Report, ws: &Path, quick: bool) -> Result<(), Strin
     std::fs::write(&script, script_text(&jobs))
         .map_err(|e| format!("{}: {e}", script.display()))?;
     let agentsh = bin("agentsh");
+    let observe = repo.join("etc/agentsh/policies/agent-observe.yaml");
+    let observe =
+        std::fs::read_to_string(&observe).map_err(|e| format!("{}: {e}", observe.display()))?;
+    let unjudged = dir.join("observe-reads-unjudged.yaml");
+    std::fs::write(
+        &unjudged,
+        format!(
+            "{}\ntracer_reads: unjudged\n",
+            observe.replace("name: agent-observe", "name: observe-reads-unjudged")
+        ),
+    )
+    .map_err(|e| format!("{}: {e}", unjudged.display()))?;
+    let unjudged = unjudged.display().to_string();
+    // (label, policy): `None` is the side with no agentsh.
+    let sides: [(&str, Option<&str>); 3] = [
+        ("ptrace", Some("agent-observe")),
+        (UNJUDGED, Some(&unjudged)),
+        ("unsupervised", None),
+    ];
     let rounds = if quick { 2 } else { 5 };
     let mut samples = Samples::new();
     let mut entries = Vec::new();
     for (stem, _) in &jobs {
-        entries.push(entry(&label(stem, "ptrace"), s(&[]), None));
-        entries.push(entry(&label(stem, "unsupervised"), s(&[]), None));
+        for (side, _) in &sides {
+            entries.push(entry(&label(stem, side), s(&[]), None));
+        }
     }
     for round in 0..rounds {
-        let mut sides = [true, false];
+        let mut order = sides;
         if round % 2 == 1 {
-            sides.reverse();
+            order.reverse();
         }
-        for supervised in sides {
+        for (side, policy) in order {
+            let supervised = policy.is_some();
             let mut c = Command::new("timeout");
             c.args(["900", runsc, "--network=none", "do", "-force-overlay=true"]);
-            if supervised {
-                c.arg(&agentsh)
-                    .args(["wrap", "--policy", "agent-observe", "--"]);
+            if let Some(policy) = policy {
+                c.arg(&agentsh).args(["wrap", "--policy", policy, "--"]);
             }
             c.arg("/bin/sh").arg(&script).current_dir(&dir);
             let o = c.output().map_err(|e| format!("runsc: {e}"))?;
             let out = String::from_utf8_lossy(&o.stdout).into_owned();
-            let side = if supervised { "ptrace" } else { "unsupervised" };
             let traced = out
                 .lines()
                 .any(|l| l.starts_with("traced ") && l != "traced 0");
@@ -158,7 +179,12 @@ pub fn gvisor_work(rep: &mut Report, ws: &Path, quick: bool) -> Result<(), Strin
     };
     let ratios: Vec<(String, String)> = jobs
         .iter()
-        .map(|(stem, _)| (label(stem, "ptrace"), label(stem, "unsupervised")))
+        .flat_map(|(stem, _)| {
+            [
+                (label(stem, "ptrace"), label(stem, "unsupervised")),
+                (label(stem, UNJUDGED), label(stem, "unsupervised")),
+            ]
+        })
         .collect();
     let refs: Vec<(&str, &str, &str)> = ratios
         .iter()
@@ -172,18 +198,23 @@ pub fn gvisor_work(rep: &mut Report, ws: &Path, quick: bool) -> Result<(), Strin
         &samples,
         &refs,
     );
-    let ratio = |stem: &str| {
-        let a = stats(&samples[&label(stem, "ptrace")]).median_us;
+    let ratio = |stem: &str, side: &str| {
+        let a = stats(&samples[&label(stem, side)]).median_us;
         let b = stats(&samples[&label(stem, "unsupervised")]).median_us;
         format!("{stem} {:.2}×", a / b.max(1.0))
     };
-    let line: Vec<String> = jobs.iter().map(|(stem, _)| ratio(stem)).collect();
-    rep.line(&format!(
-        "\nSupervised over unsupervised: {}.",
-        line.join(", ")
-    ));
+    for (side, what) in [
+        ("ptrace", "Supervised"),
+        (UNJUDGED, "With tracer_reads: unjudged"),
+    ] {
+        let line: Vec<String> = jobs.iter().map(|(stem, _)| ratio(stem, side)).collect();
+        rep.line(&format!("\n{what} over unsupervised: {}.", line.join(", ")));
+    }
     Ok(())
 }
+
+/// The side whose policy sets `tracer_reads: unjudged`.
+const UNJUDGED: &str = "ptrace, reads unjudged";
 
 fn label(stem: &str, side: &str) -> String {
     format!("{stem}, {side}")

@@ -171,6 +171,13 @@ impl Policy {
                 format!(", except {}", self.daemon_sockets.allow.join(", "))
             }
         );
+        if self.reads_unjudged {
+            let _ = writeln!(
+                *s,
+                "  tracer_reads: unjudged (under the tracer without Landlock: {})",
+                Self::reads_unjudged_cost()
+            );
+        }
         let _ = write!(
             *s,
             "  syscalls.block: {}",

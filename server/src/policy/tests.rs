@@ -1374,3 +1374,20 @@ fn what_the_kernel_keeps_for_a_tree_is_told_apart_from_what_a_reload_changes() {
     assert_ne!(policy(base).hash(), policy(&commands).hash());
     assert_eq!(policy(base).hash().len(), 64);
 }
+
+#[test]
+fn tracer_reads_is_judged_unless_a_policy_says_unjudged_and_the_summary_says_what_it_costs() {
+    let judged = policy("default: allow\n");
+    assert!(!judged.reads_unjudged());
+    assert!(!judged.summary().contains("tracer_reads"));
+    let unjudged = policy("default: allow\ntracer_reads: unjudged\n");
+    assert!(unjudged.reads_unjudged());
+    let s = unjudged.summary();
+    assert!(s.contains("tracer_reads: unjudged") && s.contains("read rules"), "{s}");
+    assert!(!policy("default: allow\ntracer_reads: judged\n").reads_unjudged());
+    let e = Policy::from_yaml("default: allow\ntracer_reads: sometimes\n", "t.yaml")
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(e.contains("tracer_reads") || e.contains("unjudged"), "{e}");
+}
