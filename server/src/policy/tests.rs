@@ -1383,7 +1383,10 @@ fn tracer_reads_is_judged_unless_a_policy_says_unjudged_and_the_summary_says_wha
     let unjudged = policy("default: allow\ntracer_reads: unjudged\n");
     assert!(unjudged.reads_unjudged());
     let s = unjudged.summary();
-    assert!(s.contains("tracer_reads: unjudged") && s.contains("read rules"), "{s}");
+    assert!(
+        s.contains("tracer_reads: unjudged") && s.contains("read rules"),
+        "{s}"
+    );
     assert!(!policy("default: allow\ntracer_reads: judged\n").reads_unjudged());
     let e = Policy::from_yaml("default: allow\ntracer_reads: sometimes\n", "t.yaml")
         .err()
