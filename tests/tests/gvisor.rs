@@ -22,16 +22,25 @@ fn runsc() -> Option<String> {
         .map(std::string::ToString::to_string)
 }
 
-#[test]
-fn the_sdk_scenarios_hold_inside_gvisor() {
-    if !require_root("the_sdk_scenarios_hold_inside_gvisor") {
-        return;
+/// runsc's path where the test can run (root, runsc installed); `None`
+/// after saying why it skips (never under `CI=true` for a missing runsc).
+fn root_and_runsc(test: &str) -> Option<String> {
+    if !require_root(test) {
+        return None;
     }
     let Some(runsc) = runsc() else {
         let why =
             "runsc (gVisor) is not installed; tests/setup.sh installs it (apt-get install runsc)";
         assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
         eprintln!("skipped: {why}");
+        return None;
+    };
+    Some(runsc)
+}
+
+#[test]
+fn the_sdk_scenarios_hold_inside_gvisor() {
+    let Some(runsc) = root_and_runsc("the_sdk_scenarios_hold_inside_gvisor") else {
         return;
     };
     let before = agentsh_tests::ns::host_sh_fingerprint();
@@ -120,14 +129,9 @@ fn the_sdk_scenarios_hold_inside_gvisor() {
 /// program's file would not be written).
 #[test]
 fn the_kernel_reads_copies_of_the_judged_paths_that_no_task_of_the_tree_writes() {
-    if !require_root("the_kernel_reads_copies_of_the_judged_paths_that_no_task_of_the_tree_writes")
-    {
-        return;
-    }
-    let Some(runsc) = runsc() else {
-        let why = "runsc (gVisor) is not installed; tests/setup.sh installs it";
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
-        eprintln!("skipped: {why}");
+    let Some(runsc) = root_and_runsc(
+        "the_kernel_reads_copies_of_the_judged_paths_that_no_task_of_the_tree_writes",
+    ) else {
         return;
     };
     let tmp = TempDir::new("gvisor-pinned");
@@ -208,13 +212,9 @@ fn the_kernel_reads_copies_of_the_judged_paths_that_no_task_of_the_tree_writes()
 /// read: the mode is the policy's choice, never the default.
 #[test]
 fn with_tracer_reads_unjudged_reads_run_unseen_and_writes_are_still_judged() {
-    if !require_root("with_tracer_reads_unjudged_reads_run_unseen_and_writes_are_still_judged") {
-        return;
-    }
-    let Some(runsc) = runsc() else {
-        let why = "runsc (gVisor) is not installed; tests/setup.sh installs it";
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
-        eprintln!("skipped: {why}");
+    let Some(runsc) =
+        root_and_runsc("with_tracer_reads_unjudged_reads_run_unseen_and_writes_are_still_judged")
+    else {
         return;
     };
     let tmp = TempDir::new("gvisor-reads");
