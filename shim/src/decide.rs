@@ -62,6 +62,50 @@ impl ShellKind {
     }
 }
 
+/// What a shim binary stands in for, from the file it was exec'd from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stands {
+    /// A shell (`/bin/sh`, `/bin/bash`, or a shim not installed as a
+    /// program): which one, argv[0] says ([`ShellKind::from_argv0`]).
+    Shell,
+    /// A program installed with `agentsh shim install --programs`: exec
+    /// `real` (its link in [`PROGRAMS_DIR`]); `public` is its own path.
+    Program { real: String, public: String },
+    /// A program shim whose link is missing or points elsewhere: refuse
+    /// with this hint, never run something else in its place.
+    Broken(String),
+}
+
+pub use agentsh_proto::install::PROGRAMS_DIR;
+
+/// [`Stands`], from `exe` (the shim's own path, `/proc/self/exe`),
+/// whether `<exe>.real` exists, and the target of `PROGRAMS_DIR/<basename>`
+/// if that is a symlink. A program shim is one whose kept original or
+/// whose link exists; `sh` and `bash` are always shells.
+pub fn stands_for(exe: Option<&str>, real_kept: bool, link: Option<&str>) -> Stands {
+    let Some(exe) = exe.filter(|e| e.starts_with('/')) else {
+        return Stands::Shell;
+    };
+    let base = exe.rsplit('/').next().unwrap_or(exe);
+    if base.is_empty() || base == "sh" || base == "bash" || (!real_kept && link.is_none()) {
+        return Stands::Shell;
+    }
+    let want = format!("{exe}.real");
+    match link {
+        Some(t) if t == want && real_kept => Stands::Program {
+            real: format!("{PROGRAMS_DIR}/{base}"),
+            public: exe.to_string(),
+        },
+        _ => Stands::Broken(format!(
+            "agentsh-shell-shim: {exe} is agentsh's shim for a program, but {PROGRAMS_DIR}/{base} \
+             does not lead to its original {want}{}; repair it with `agentsh shim install \
+             --programs {exe}` and check `agentsh shim status`; see {}",
+            if real_kept { "" } else { " (which is missing)" },
+            agentsh_proto::hint::REAL_SHELL_MISSING
+        )),
+    }
+}
+
 /// The settings the shim acts on, after vetting shim.conf and the environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
@@ -319,6 +363,43 @@ mod tests {
                 matches!(&got, FallThrough::Refuse(m) if m.contains("server answered")),
                 "{mode:?} {active:?}: {got:?}"
             );
+        }
+    }
+
+    #[test]
+    fn a_program_shim_runs_its_own_original_and_nothing_else() {
+        let program = |real: &str, public: &str| Stands::Program {
+            real: real.into(),
+            public: public.into(),
+        };
+        let py = "/usr/bin/python3.11";
+        let link = Some("/usr/bin/python3.11.real");
+        for (exe, kept, l, want) in [
+            (Some(py), true, link, program("/usr/lib/agentsh/programs/python3.11", py)),
+            // Shells are told apart by argv[0], as before.
+            (Some("/usr/bin/sh"), true, None, Stands::Shell),
+            (Some("/usr/bin/bash"), true, Some("/usr/bin/bash.real"), Stands::Shell),
+            // Not installed as anything (a build tree's binary): a shell.
+            (Some("/build/agentsh-shell-shim"), false, None, Stands::Shell),
+            (None, true, link, Stands::Shell),
+            (Some("relative/x"), true, link, Stands::Shell),
+        ] {
+            assert_eq!(stands_for(exe, kept, l), want, "{exe:?} {kept} {l:?}");
+        }
+        // A link gone, pointing elsewhere, or an original gone: refused,
+        // never a shell run with the program's arguments.
+        for (kept, l) in [
+            (true, None),
+            (true, Some("/usr/bin/perl.real")),
+            (true, Some("/bin/sh.real")),
+            (false, link),
+        ] {
+            match stands_for(Some(py), kept, l) {
+                Stands::Broken(h) => {
+                    assert!(h.contains(py) && h.contains("agentsh shim install"), "{h}");
+                }
+                other => panic!("{kept} {l:?}: {other:?}"),
+            }
         }
     }
 

@@ -30,7 +30,7 @@ pub mod wrapinit;
 use agentsh_proto::hint::REAL_SHELL_MISSING;
 use agentsh_proto::shimconf::{self, Mode, Server, ShimConf, SHIM_CONF_PATH};
 use agentsh_proto::{active, env, marker, WrapInitRequest, WrapInitResponse};
-use decide::{FallThrough, InstallFailure, ShellKind};
+use decide::{FallThrough, InstallFailure, ShellKind, Stands};
 use std::ffi::{CStr, CString, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
@@ -53,8 +53,15 @@ pub fn run(argv: &[&CStr]) -> i32 {
     if admin::wanted(argv0.to_bytes()) {
         return admin::run(argv);
     }
-    let kind = ShellKind::from_argv0(argv0.to_bytes());
-    let real = kind.real_path();
+    let (real, public) = match own_program() {
+        Stands::Shell => {
+            let kind = ShellKind::from_argv0(argv0.to_bytes());
+            (kind.real_path().to_string(), kind.public_path().to_string())
+        }
+        Stands::Program { real, public } => (real, public),
+        Stands::Broken(hint) => return refuse(&hint),
+    };
+    let real = real.as_str();
     if let Err(code) = check_real_shell(real) {
         return code;
     }
@@ -106,7 +113,7 @@ pub fn run(argv: &[&CStr]) -> i32 {
     }
     let target = Target {
         real,
-        public: kind.public_path(),
+        public: &public,
         argv0,
         argv,
     };
@@ -126,6 +133,29 @@ pub fn run(argv: &[&CStr]) -> i32 {
         }
         FallThrough::Refuse(hint) => refuse(&hint),
     }
+}
+
+/// What this shim stands in for: a program installed with `agentsh shim
+/// install --programs` is known by the file the kernel exec'd
+/// (`/proc/self/exe`, whatever argv[0] says or which symlink led here);
+/// anything else is a shell, told apart by argv[0].
+fn own_program() -> Stands {
+    let Ok(exe) = std::fs::read_link("/proc/self/exe") else {
+        return Stands::Shell;
+    };
+    let Some(exe) = exe.to_str() else {
+        return Stands::Shell;
+    };
+    // The file replaced since it was exec'd (an update of the shim).
+    let exe = exe.strip_suffix(" (deleted)").unwrap_or(exe);
+    let base = exe.rsplit('/').next().unwrap_or(exe);
+    if base == "sh" || base == "bash" {
+        return Stands::Shell;
+    }
+    let kept = std::fs::symlink_metadata(format!("{exe}.real")).is_ok();
+    let link = std::fs::read_link(format!("{}/{base}", decide::PROGRAMS_DIR)).ok();
+    let link = link.as_deref().and_then(std::path::Path::to_str);
+    decide::stands_for(Some(exe), kept, link)
 }
 
 /// Where the "agentsh has run here" marker is: beside the API socket (for
@@ -184,6 +214,15 @@ fn refuse(hint: &str) -> i32 {
     EXIT_REFUSED
 }
 
+/// What `real` is, for a hint.
+fn noun(real: &str) -> &'static str {
+    if real.starts_with(decide::PROGRAMS_DIR) {
+        "program"
+    } else {
+        "shell"
+    }
+}
+
 /// The real shell must exist and must not be this binary (an install that
 /// pointed the real-shell path back at the shim would exec itself forever).
 fn check_real_shell(real: &str) -> Result<(), i32> {
@@ -191,7 +230,8 @@ fn check_real_shell(real: &str) -> Result<(), i32> {
         Ok(m) => m,
         Err(e) => {
             let hint = format!(
-                "agentsh-shell-shim: the real shell {real} is missing ({e}); check the install with `agentsh shim status`; see {REAL_SHELL_MISSING}"
+                "agentsh-shell-shim: the real {} {real} is missing ({e}); check the install with `agentsh shim status`; see {REAL_SHELL_MISSING}",
+                noun(real)
             );
             eprintln!("{hint}");
             log::log(log::Priority::Warning, &hint);
@@ -234,7 +274,8 @@ fn exec_real(real: &str, argv0: &CStr, argv: &[&CStr]) -> i32 {
     unsafe { libc::execv(path.as_ptr(), ptrs.as_ptr()) };
     let e = std::io::Error::last_os_error();
     let hint = format!(
-        "agentsh-shell-shim: cannot run the real shell {real}: {e}; check the install with `agentsh shim status`; see {REAL_SHELL_MISSING}"
+        "agentsh-shell-shim: cannot run the real {} {real}: {e}; check the install with `agentsh shim status`; see {REAL_SHELL_MISSING}",
+        noun(real)
     );
     eprintln!("{hint}");
     log::log(log::Priority::Warning, &hint);

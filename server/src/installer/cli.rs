@@ -15,6 +15,18 @@ What it does, for each shell N:
                                exists in the root, so package upgrades cannot re-link /bin/N
   /etc/agentsh/shim.conf       the documented default (root:root 0644), only if absent
 
+With --programs, the same for each program an SDK may run without a shell \
+(`sb.exec(\"python3\", ...)`, `podman exec CTR node ...`): the shim goes at the \
+program's own file (every symlink to it followed: python3 -> python3.11 puts it \
+at /usr/bin/python3.11), the original is kept as PATH.real, and \
+/usr/lib/agentsh/programs/NAME links to it. Such a program run from outside \
+every supervised tree is supervised before it starts, in its own process \
+(same pid, argv, environment, stdio and exit status); run inside a tree, \
+it is exec'd straight through. `--programs sdk` names the interpreters the \
+SDKs run directly (python3, python, node, nodejs; those absent are skipped); \
+a program named but absent is refused. Programs installed once stay \
+installed when install runs again.
+
 Running it again is a no-op (or updates the shim binary). `agentsh shim uninstall` \
 restores the original files and removes only what install created. With --root, \
 everything happens inside DIR (an image being built, a test root); dpkg-divert is \
@@ -23,12 +35,16 @@ pointed at DIR's database with --root, and skipped when DIR has no dpkg database
 /// The `agentsh shim ...` subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub enum ShimCommand {
-    /// Install the shim as /bin/sh (and optionally /bin/bash).
+    /// Install the shim as /bin/sh (and optionally /bin/bash and programs).
     #[command(long_about = INSTALL_HELP)]
     Install {
         /// Also replace /bin/bash.
         #[arg(long)]
         bash: bool,
+        /// Also stand in for these programs (names, absolute paths, or
+        /// `sdk`: python3, python, node, nodejs where present), comma-separated.
+        #[arg(long, value_name = "LIST")]
+        programs: Vec<String>,
         /// Root directory of the system to change.
         #[arg(long, value_name = "DIR", default_value = "/")]
         root: PathBuf,
@@ -36,7 +52,7 @@ pub enum ShimCommand {
         #[arg(long, value_name = "PATH")]
         shim_binary: Option<PathBuf>,
     },
-    /// Restore the original shells and remove what `install` created.
+    /// Restore the original shells and programs and remove what `install` created.
     Uninstall {
         /// Root directory of the system to change.
         #[arg(long, value_name = "DIR", default_value = "/")]
@@ -56,6 +72,7 @@ pub fn run(cmd: ShimCommand) -> i32 {
     let result = match cmd {
         ShimCommand::Install {
             bash,
+            programs,
             root,
             shim_binary,
         } => default_shim_binary(shim_binary).and_then(|shim| {
@@ -63,6 +80,7 @@ pub fn run(cmd: ShimCommand) -> i32 {
                 &InstallOptions {
                     root,
                     bash,
+                    programs,
                     shim_binary: shim,
                 },
                 &mut out,

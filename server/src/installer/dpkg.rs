@@ -48,17 +48,16 @@ impl Dpkg {
         Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
     }
 
-    /// The path dpkg knows the shell by: the one already diverted, else the
-    /// one a package owns, else `/bin/N`. (On usr-merged Debian, packages may
-    /// ship either `/bin/N` or `/usr/bin/N`.)
-    pub(super) fn known_path(&self, name: &str) -> Result<String, InstallError> {
-        let candidates = [format!("/bin/{name}"), format!("/usr/bin/{name}")];
-        for c in &candidates {
+    /// The path dpkg knows the file by: the one already diverted, else the
+    /// one a package owns, else the first candidate. (On usr-merged Debian,
+    /// packages may ship either `/bin/N` or `/usr/bin/N`.)
+    pub(super) fn known_path(&self, candidates: &[String]) -> Result<String, InstallError> {
+        for c in candidates {
             if !self.run(&["--listpackage", c])?.is_empty() {
                 return Ok(c.clone());
             }
         }
-        for c in &candidates {
+        for c in candidates {
             let mut q = Command::new("dpkg-query");
             if self.root != Path::new("/") {
                 q.arg("--root").arg(&self.root);
@@ -70,16 +69,16 @@ impl Dpkg {
                 return Ok(c.clone());
             }
         }
-        Ok(candidates[0].clone())
+        Ok(candidates.first().cloned().unwrap_or_default())
     }
 
     pub(super) fn divert(
         &self,
-        name: &str,
+        paths: &ShellPaths,
         m: &mut Manifest,
         out: &mut dyn Write,
     ) -> Result<(), InstallError> {
-        let path = self.known_path(name)?;
+        let path = self.known_path(&paths.dpkg_candidates())?;
         let to = format!("{path}.real");
         let diverter = self.run(&["--listpackage", &path])?;
         if diverter == "LOCAL" {
@@ -93,7 +92,8 @@ impl Dpkg {
             }
             return Err(InstallError::Refused(format!(
                 "a local dpkg diversion of {path} to {current} exists; remove it \
-                 (`dpkg-divert --local --no-rename --remove {path}`) or restore /bin/{name} first"
+                 (`dpkg-divert --local --no-rename --remove {path}`) or restore {} first",
+                paths.shown
             )));
         }
         if !diverter.is_empty() {

@@ -56,24 +56,25 @@ pub(super) fn ensure_dirs(root: &Path, dir: &str, m: &mut Manifest) -> Result<()
     Ok(())
 }
 
-/// `/usr/lib/agentsh/shells/N -> /bin/N.real`, created or repaired atomically.
+/// `/usr/lib/agentsh/shells/N -> /bin/N.real` (a program's:
+/// `/usr/lib/agentsh/programs/N -> PATH.real`), created or repaired atomically.
 pub(super) fn ensure_real_link(
     root: &Path,
     paths: &ShellPaths,
     m: &mut Manifest,
     out: &mut dyn Write,
 ) -> Result<bool, InstallError> {
-    let want = PathBuf::from(format!("/bin/{}.real", paths.name));
+    let want = paths.want();
     if fs::read_link(&paths.link).is_ok_and(|t| t == want) {
         return Ok(false);
     }
-    ensure_dirs(root, SHELLS_DIR, m)?;
+    ensure_dirs(root, paths.dir, m)?;
     let tmp = sibling_tmp(&paths.link);
     let _ = fs::remove_file(&tmp);
     std::os::unix::fs::symlink(&want, &tmp)
         .map_err(io_err(format!("creating {}", tmp.display())))?;
     fs::rename(&tmp, &paths.link).map_err(io_err(format!("creating {}", paths.link.display())))?;
-    writeln!(out, "{SHELLS_DIR}/{} -> {}", paths.name, want.display()).ok();
+    writeln!(out, "{}/{} -> {}", paths.dir, paths.name, want.display()).ok();
     Ok(true)
 }
 

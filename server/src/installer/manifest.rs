@@ -23,6 +23,8 @@ pub(super) struct Manifest {
     pub(super) admin_shell: bool,
     /// Shells installed (`sh`, `bash`).
     pub(super) shells: Vec<String>,
+    /// Programs installed (`--programs`), each by its own file's path.
+    pub(super) programs: Vec<String>,
     /// Local diversions added: (diverted path, divert-to).
     pub(super) diversions: Vec<(String, String)>,
     /// Package diversions replaced: (path, package, divert-to), restored on uninstall.
@@ -46,6 +48,9 @@ impl Manifest {
         for sh in &self.shells {
             s += &format!("shell {sh}\n");
         }
+        for p in &self.programs {
+            s += &format!("program {p}\n");
+        }
         for (p, to) in &self.diversions {
             s += &format!("diversion {p} {to}\n");
         }
@@ -67,6 +72,9 @@ impl Manifest {
                 ["created-conf"] => m.created_conf = true,
                 ["admin-shell"] => m.admin_shell = true,
                 ["shell", s] if *s == "sh" || *s == "bash" => m.shells.push(s.to_string()),
+                ["program", p] if p.starts_with('/') && !p.ends_with('/') => {
+                    m.programs.push(p.to_string());
+                }
                 ["diversion", p, to] => m.diversions.push((p.to_string(), to.to_string())),
                 ["prior-diversion", p, pkg, to] => {
                     m.prior_diversions

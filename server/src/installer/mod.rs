@@ -41,6 +41,7 @@ mod dpkg;
 mod fsops;
 mod manifest;
 mod paths;
+mod programs;
 
 pub use cli::{run, ShimCommand};
 pub use paths::in_root;
@@ -57,6 +58,9 @@ use std::path::{Path, PathBuf};
 /// Where the real shells are linked from; must equal the shim's compile-time
 /// `REAL_SHELL_DIR` (the end-to-end tests check that the pair works).
 pub const SHELLS_DIR: &str = agentsh_proto::install::REAL_SHELL_DIR;
+/// Where the programs' originals are linked from (`--programs`); the shim
+/// finds its own there.
+pub const PROGRAMS_DIR: &str = agentsh_proto::install::PROGRAMS_DIR;
 /// The install record, inside [`SHELLS_DIR`].
 pub const MANIFEST: &str = agentsh_proto::install::MANIFEST;
 /// Bytes every agentsh-shell-shim binary carries (`agentsh_shell_shim::SHIM_MARKER`).
@@ -84,6 +88,10 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> InstallError {
 pub struct InstallOptions {
     pub root: PathBuf,
     pub bash: bool,
+    /// Programs to stand in for besides the shells: names (looked up on
+    /// the standard PATH inside the root), absolute paths, or `sdk`
+    /// ([`programs::SDK_PROGRAMS`]).
+    pub programs: Vec<String>,
     pub shim_binary: PathBuf,
 }
 
@@ -105,7 +113,8 @@ pub fn install(opts: &InstallOptions, out: &mut dyn Write) -> Result<(), Install
     if opts.bash {
         names.push("bash");
     }
-    let plan = plan(root, &names, &shim)?;
+    let mut plan = plan(root, &names, &shim)?;
+    plan.extend(programs::plan(root, &opts.programs, &manifest, &shim, out)?);
     let mut changed = false;
     for (paths, step) in plan {
         changed |= match step {
@@ -143,7 +152,7 @@ fn read_shim(path: &Path) -> Result<Vec<u8>, InstallError> {
     Ok(shim)
 }
 
-/// What install does to one shell.
+/// What install does to one shell or program.
 enum Step {
     /// The shim is there: repair its link, update its bytes unless `current`.
     Update { current: bool },
@@ -188,19 +197,16 @@ fn update_shell(
     manifest: &mut Manifest,
     out: &mut dyn Write,
 ) -> Result<bool, InstallError> {
-    let name = paths.name;
+    let shown = &paths.shown;
     let mut changed = ensure_real_link(root, paths, manifest, out)?;
     if current {
-        writeln!(out, "/bin/{name}: the shim is already installed").ok();
+        writeln!(out, "{shown}: the shim is already installed").ok();
     } else {
         write_atomic(&paths.public, shim, 0o755)?;
-        writeln!(out, "/bin/{name}: updated the shim binary").ok();
+        writeln!(out, "{shown}: updated the shim binary").ok();
         changed = true;
     }
-    if !manifest.shells.iter().any(|s| s == name) {
-        manifest.shells.push(name.to_string());
-        changed = true;
-    }
+    changed |= paths.record(manifest);
     Ok(changed)
 }
 
@@ -214,9 +220,9 @@ fn replace_shell(
     dpkg: Option<&Dpkg>,
     out: &mut dyn Write,
 ) -> Result<(), InstallError> {
-    let name = paths.name;
+    let shown = &paths.shown;
     if let Some(d) = dpkg {
-        d.divert(name, manifest, out)?;
+        d.divert(paths, manifest, out)?;
         write_manifest(root, manifest)?;
     }
     // Same directory, so never EXDEV; linkat without
@@ -224,15 +230,15 @@ fn replace_shell(
     link_no_follow(&paths.public, &paths.real)?;
     writeln!(
         out,
-        "/bin/{name}: original kept as /bin/{name}.real{}",
+        "{shown}: original kept as {shown}.real{}",
         describe_link(&paths.real)
     )
     .ok();
     ensure_real_link(root, paths, manifest, out)?;
-    manifest.shells.push(name.to_string());
+    paths.record(manifest);
     write_manifest(root, manifest)?;
     write_atomic(&paths.public, shim, 0o755)?;
-    writeln!(out, "/bin/{name}: now agentsh-shell-shim").ok();
+    writeln!(out, "{shown}: now agentsh-shell-shim").ok();
     Ok(())
 }
 
@@ -248,8 +254,14 @@ pub fn uninstall(root: &Path, out: &mut dyn Write) -> Result<(), InstallError> {
     };
     for name in ["sh", "bash"] {
         if manifest.shells.iter().any(|s| s == name) {
-            restore_shell(root, name, out)?;
+            let paths =
+                ShellPaths::new(root, name).map_err(io_err(format!("resolving /bin/{name}")))?;
+            restore_shell(&paths, out)?;
         }
+    }
+    for p in &manifest.programs {
+        let paths = ShellPaths::program(root, p).map_err(io_err(format!("resolving {p}")))?;
+        restore_shell(&paths, out)?;
     }
     if !manifest.diversions.is_empty() || !manifest.prior_diversions.is_empty() {
         match Dpkg::detect(root, out) {
@@ -304,26 +316,28 @@ fn nothing_installed(root: &Path, out: &mut dyn Write) -> Result<(), InstallErro
     Ok(())
 }
 
-/// `/bin/N` back from `/bin/N.real`, and the shells' link removed.
-fn restore_shell(root: &Path, name: &'static str, out: &mut dyn Write) -> Result<(), InstallError> {
-    let paths = ShellPaths::new(root, name).map_err(io_err(format!("resolving /bin/{name}")))?;
+/// `/bin/N` back from `/bin/N.real` (a program's `PATH` from `PATH.real`),
+/// and its link removed.
+fn restore_shell(paths: &ShellPaths, out: &mut dyn Write) -> Result<(), InstallError> {
+    let shown = &paths.shown;
     match paths.state(None) {
         ShellState::Installed { .. } => {
             fs::rename(&paths.real, &paths.public).map_err(io_err(format!(
-                "restoring /bin/{name} from /bin/{name}.real"
+                "restoring {shown} from {shown}.real"
             )))?;
-            writeln!(out, "/bin/{name}: original restored").ok();
+            writeln!(out, "{shown}: original restored").ok();
         }
         ShellState::Original => {
-            writeln!(out, "/bin/{name}: already the original").ok();
+            writeln!(out, "{shown}: already the original").ok();
         }
-        ShellState::Missing | ShellState::Inconsistent(_) => {
-            let why = match paths.state(None) {
-                ShellState::Inconsistent(w) => w,
-                _ => format!("/bin/{name} is missing"),
-            };
+        ShellState::Missing => {
             return Err(InstallError::Refused(format!(
-                "not touching /bin/{name}: {why}"
+                "not touching {shown}: it is missing"
+            )));
+        }
+        ShellState::Inconsistent(why) => {
+            return Err(InstallError::Refused(format!(
+                "not touching {shown}: {why}"
             )));
         }
     }
@@ -379,40 +393,18 @@ pub fn status(root: &Path) -> Result<Status, InstallError> {
     let mut report = String::new();
     let mut ok = manifest.is_some();
     let mut any = false;
+    let mut entries = Vec::new();
     for name in ["sh", "bash"] {
-        let paths =
-            ShellPaths::new(root, name).map_err(io_err(format!("resolving /bin/{name}")))?;
-        let line = match paths.state(None) {
-            ShellState::Missing => format!("/bin/{name}: not present"),
-            ShellState::Original => {
-                if manifest
-                    .as_ref()
-                    .is_some_and(|m| m.shells.iter().any(|s| s == name))
-                {
-                    ok = false;
-                    format!("/bin/{name}: the ORIGINAL shell, but the manifest says the shim was installed; run `agentsh shim install` again")
-                } else {
-                    format!("/bin/{name}: the original shell (shim not installed)")
-                }
-            }
-            ShellState::Installed { .. } => {
-                any = true;
-                let link_ok = fs::read_link(&paths.link)
-                    .is_ok_and(|t| t == Path::new(&format!("/bin/{name}.real")));
-                if !link_ok {
-                    ok = false;
-                }
-                format!(
-                    "/bin/{name}: agentsh-shell-shim; real shell /bin/{name}.real{}; {SHELLS_DIR}/{name} {}",
-                    describe_link(&paths.real),
-                    if link_ok { "ok" } else { "MISSING or wrong: run `agentsh shim install` again" }
-                )
-            }
-            ShellState::Inconsistent(why) => {
-                ok = false;
-                format!("/bin/{name}: INCONSISTENT: {why}")
-            }
-        };
+        entries
+            .push(ShellPaths::new(root, name).map_err(io_err(format!("resolving /bin/{name}")))?);
+    }
+    for p in manifest.iter().flat_map(|m| m.programs.iter()) {
+        entries.push(ShellPaths::program(root, p).map_err(io_err(format!("resolving {p}")))?);
+    }
+    for paths in &entries {
+        let (line, consistent, installed) = status_line(paths, manifest.as_ref());
+        ok &= consistent;
+        any |= installed;
         report += &line;
         report.push('\n');
     }
@@ -446,6 +438,40 @@ pub fn status(root: &Path) -> Result<Status, InstallError> {
         report,
         installed_and_consistent: ok && any,
     })
+}
+
+/// One line of `status` for a shell or program: the line, whether it is
+/// consistent, whether the shim is installed there.
+fn status_line(paths: &ShellPaths, manifest: Option<&Manifest>) -> (String, bool, bool) {
+    let shown = &paths.shown;
+    let what = if paths.program { "program" } else { "shell" };
+    match paths.state(None) {
+        ShellState::Missing if paths.program => (
+            format!("{shown}: MISSING, though the manifest lists it as a program the shim stands in for"),
+            false,
+            false,
+        ),
+        ShellState::Missing => (format!("{shown}: not present"), true, false),
+        ShellState::Original => {
+            if manifest.is_some_and(|m| paths.recorded(m)) {
+                (format!("{shown}: the ORIGINAL {what}, but the manifest says the shim was installed; run `agentsh shim install` again"), false, false)
+            } else {
+                (format!("{shown}: the original {what} (shim not installed)"), true, false)
+            }
+        }
+        ShellState::Installed { .. } => {
+            let link_ok = fs::read_link(&paths.link).is_ok_and(|t| t == paths.want());
+            let line = format!(
+                "{shown}: agentsh-shell-shim; real {what} {shown}.real{}; {}/{} {}",
+                describe_link(&paths.real),
+                paths.dir,
+                paths.name,
+                if link_ok { "ok" } else { "MISSING or wrong: run `agentsh shim install` again" }
+            );
+            (line, link_ok, true)
+        }
+        ShellState::Inconsistent(why) => (format!("{shown}: INCONSISTENT: {why}"), false, false),
+    }
 }
 
 #[cfg(test)]

@@ -74,28 +74,95 @@ pub(super) enum ShellState {
     Inconsistent(String),
 }
 
+/// One file the shim stands in for: a shell (`/bin/sh`, `/bin/bash`) or a
+/// program (`--programs`), and where its original and link go.
 pub(super) struct ShellPaths {
-    pub(super) name: &'static str,
-    /// `/bin/N` on this machine.
+    /// `sh`, `bash`, or the program's basename (its link's name).
+    pub(super) name: String,
+    /// The path inside the root: `/bin/sh`, `/usr/bin/python3.11`.
+    pub(super) shown: String,
+    /// Where its link lives: [`SHELLS_DIR`] or [`PROGRAMS_DIR`].
+    pub(super) dir: &'static str,
+    /// A program (`--programs`), not a shell.
+    pub(super) program: bool,
+    /// `shown` on this machine.
     pub(super) public: PathBuf,
-    /// `/bin/N.real` on this machine.
+    /// `shown.real` on this machine.
     pub(super) real: PathBuf,
-    /// `/usr/lib/agentsh/shells/N` on this machine.
+    /// `dir/name` on this machine.
     pub(super) link: PathBuf,
 }
 
 impl ShellPaths {
     pub(super) fn new(root: &Path, name: &'static str) -> io::Result<ShellPaths> {
+        let shown = format!("/bin/{name}");
         Ok(ShellPaths {
-            name,
-            public: in_root(root, &format!("/bin/{name}"))?,
-            real: in_root(root, &format!("/bin/{name}.real"))?,
+            name: name.to_string(),
+            public: in_root(root, &shown)?,
+            real: in_root(root, &format!("{shown}.real"))?,
             link: in_root(root, &format!("{SHELLS_DIR}/{name}"))?,
+            shown,
+            dir: SHELLS_DIR,
+            program: false,
         })
     }
 
+    /// A program at `path`, its own file inside the root (no symlink left
+    /// in it: [`super::programs::own_file`]).
+    pub(super) fn program(root: &Path, path: &str) -> io::Result<ShellPaths> {
+        let name = path.rsplit('/').next().unwrap_or(path).to_string();
+        Ok(ShellPaths {
+            public: in_root(root, path)?,
+            real: in_root(root, &format!("{path}.real"))?,
+            link: in_root(root, &format!("{PROGRAMS_DIR}/{name}"))?,
+            name,
+            shown: path.to_string(),
+            dir: PROGRAMS_DIR,
+            program: true,
+        })
+    }
+
+    /// What the link must point at: the original, kept beside the shim.
+    pub(super) fn want(&self) -> PathBuf {
+        PathBuf::from(format!("{}.real", self.shown))
+    }
+
+    /// The paths dpkg may know the file by (usr-merged Debian packages ship
+    /// either `/bin/N` or `/usr/bin/N`).
+    pub(super) fn dpkg_candidates(&self) -> Vec<String> {
+        let mut v = vec![self.shown.clone()];
+        if let Some(rest) = self.shown.strip_prefix("/bin/") {
+            v.push(format!("/usr/bin/{rest}"));
+        } else if let Some(rest) = self.shown.strip_prefix("/usr/bin/") {
+            v.push(format!("/bin/{rest}"));
+        }
+        v
+    }
+
+    /// Whether the manifest lists it.
+    pub(super) fn recorded(&self, m: &Manifest) -> bool {
+        if self.program {
+            m.programs.contains(&self.shown)
+        } else {
+            m.shells.contains(&self.name)
+        }
+    }
+
+    /// Lists it in the manifest (once).
+    pub(super) fn record(&self, m: &mut Manifest) -> bool {
+        if self.recorded(m) {
+            return false;
+        }
+        if self.program {
+            m.programs.push(self.shown.clone());
+        } else {
+            m.shells.push(self.name.clone());
+        }
+        true
+    }
+
     pub(super) fn state(&self, shim: Option<&[u8]>) -> ShellState {
-        let name = self.name;
+        let name = &self.shown;
         let public = fs::symlink_metadata(&self.public).ok();
         let real_exists = fs::symlink_metadata(&self.real).is_ok();
         let public_bytes = match &public {
@@ -108,16 +175,16 @@ impl ShellPaths {
         match (public.is_some(), public_is_shim, real_exists) {
             (false, _, false) => ShellState::Missing,
             (false, _, true) => ShellState::Inconsistent(format!(
-                "/bin/{name} is missing but /bin/{name}.real exists; restore it with `mv /bin/{name}.real /bin/{name}`"
+                "{name} is missing but {name}.real exists; restore it with `mv {name}.real {name}`"
             )),
             (true, false, false) => ShellState::Original,
             (true, false, true) => ShellState::Inconsistent(format!(
-                "/bin/{name}.real exists but /bin/{name} is not the agentsh shim; something replaced /bin/{name} \
-                 after install: decide which one is the real shell and remove /bin/{name}.real or restore the shim"
+                "{name}.real exists but {name} is not the agentsh shim; something replaced {name} \
+                 after install: decide which one is the original and remove {name}.real or restore the shim"
             )),
             (true, true, false) => ShellState::Inconsistent(format!(
-                "/bin/{name} is the agentsh shim but /bin/{name}.real is missing; reinstall the package that \
-                 provides /bin/{name} (e.g. `apt-get install --reinstall dash`)"
+                "{name} is the agentsh shim but {name}.real is missing; reinstall the package that \
+                 provides {name} (e.g. `apt-get install --reinstall dash`, or the package `dpkg -S {name}` names)"
             )),
             (true, true, true) => ShellState::Installed {
                 current: shim.is_some_and(|s| public_bytes.as_deref() == Some(s)),

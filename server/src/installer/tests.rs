@@ -45,6 +45,7 @@ impl TestRoot {
         InstallOptions {
             root: self.dir.clone(),
             bash,
+            programs: Vec::new(),
             shim_binary: self.shim.clone(),
         }
     }
@@ -316,9 +317,120 @@ fn manifest_round_trips() {
         created_conf: true,
         admin_shell: true,
         shells: vec!["sh".into(), "bash".into()],
+        programs: vec!["/usr/bin/python3.11".into()],
         diversions: vec![("/bin/sh".into(), "/bin/sh.real".into())],
         prior_diversions: vec![("/bin/sh".into(), "dash".into(), "/bin/sh.distrib".into())],
     };
     assert_eq!(Manifest::parse(&m.render()).unwrap(), m);
     assert!(Manifest::parse("shell zsh\n").is_err());
+    assert!(Manifest::parse("program python3\n").is_err());
+}
+
+/// [`TestRoot`] with Debian's python layout (`python3 -> python3.11`,
+/// `python -> python3`) and a `perl`.
+fn with_programs(tag: &str, dpkg: bool) -> TestRoot {
+    let r = TestRoot::new(tag, dpkg);
+    let bin = r.dir.join("usr/bin");
+    for (name, bytes) in [("python3.11", &b"\x7fELF fake python"[..]), ("perl", b"\x7fELF fake perl")] {
+        fs::write(bin.join(name), bytes).unwrap();
+        fs::set_permissions(bin.join(name), fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    symlink("python3.11", bin.join("python3")).unwrap();
+    symlink("python3", bin.join("python")).unwrap();
+    r
+}
+
+fn install_programs(r: &TestRoot, programs: &[&str]) -> Result<String, InstallError> {
+    let mut out = Vec::new();
+    let opts = InstallOptions {
+        programs: programs.iter().map(|p| (*p).to_string()).collect(),
+        ..r.opts(false)
+    };
+    install(&opts, &mut out).map(|()| String::from_utf8(out).unwrap())
+}
+
+#[test]
+fn a_program_gets_the_shim_at_its_own_file_and_every_name_of_it_leads_there() {
+    let r = with_programs("programs", false);
+    let before = r.snapshot();
+    // `sdk`: python3 and python are one file; node is absent, said.
+    let out = install_programs(&r, &["sdk", "perl"]).unwrap();
+    assert!(out.contains("node: not in this root, skipped"), "{out}");
+    let bin = r.dir.join("usr/bin");
+    for p in ["python3.11", "perl"] {
+        assert!(contains(&fs::read(bin.join(p)).unwrap(), SHIM_MARKER), "{p}: {out}");
+    }
+    assert_eq!(fs::read(bin.join("python3.11.real")).unwrap(), b"\x7fELF fake python");
+    assert_eq!(fs::read_link(bin.join("python3")).unwrap(), Path::new("python3.11"));
+    let programs = r.dir.join("usr/lib/agentsh/programs");
+    assert_eq!(
+        fs::read_link(programs.join("python3.11")).unwrap(),
+        Path::new("/usr/bin/python3.11.real")
+    );
+    let m = read_manifest(&r.dir).unwrap().unwrap();
+    assert_eq!(m.programs, ["/usr/bin/python3.11", "/usr/bin/perl"]);
+    let st = status(&r.dir).unwrap();
+    assert!(st.installed_and_consistent, "{}", st.report);
+    assert!(
+        st.report.contains("/usr/bin/python3.11: agentsh-shell-shim; real program /usr/bin/python3.11.real")
+            && st.report.contains("/usr/lib/agentsh/programs/python3.11 ok"),
+        "{}",
+        st.report
+    );
+    // Installing again, without naming them, keeps them; a newer shim
+    // reaches them too.
+    let out = install_programs(&r, &[]).unwrap();
+    assert!(out.contains("nothing to do"), "{out}");
+    write_shim(&r.shim, b"v2");
+    let out = install_programs(&r, &[]).unwrap();
+    assert!(out.contains("/usr/bin/perl: updated the shim binary"), "{out}");
+    assert_eq!(fs::read(bin.join("perl")).unwrap(), fs::read(&r.shim).unwrap());
+    // Uninstall: byte for byte.
+    let out = r.uninstall();
+    assert!(out.contains("/usr/bin/python3.11: original restored"), "{out}");
+    assert_eq!(r.snapshot(), before, "{out}");
+}
+
+#[test]
+fn programs_the_shim_cannot_stand_in_for_are_refused_before_anything_changes() {
+    let r = with_programs("badprograms", false);
+    fs::create_dir_all(r.dir.join("usr/local/bin")).unwrap();
+    fs::write(r.dir.join("usr/local/bin/perl"), b"other perl").unwrap();
+    fs::set_permissions(r.dir.join("usr/local/bin/perl"), fs::Permissions::from_mode(0o755))
+        .unwrap();
+    fs::write(r.dir.join("usr/bin/agentsh"), b"agentsh").unwrap();
+    fs::write(r.dir.join("usr/bin/notes"), b"not executable").unwrap();
+    let before = r.snapshot();
+    for (asked, says) in [
+        (&["ruby"][..], "ruby: no such program"),
+        (&["sh"], "is a shell"),
+        (&["/bin/bash"], "is a shell"),
+        (&["agentsh"], "agentsh's own"),
+        (&["/usr/local/bin/perl", "/usr/bin/perl"], "have one name, perl"),
+        (&["/usr/bin/notes"], "not an executable file"),
+        (&["bin/perl"], "a name (python3) or an absolute path"),
+    ] {
+        let e = install_programs(&r, asked).unwrap_err().to_string();
+        assert!(e.contains(says), "{asked:?}: {e}");
+        assert_eq!(r.snapshot(), before, "{asked:?} changed the root");
+    }
+}
+
+#[test]
+fn a_program_diversion_is_local_and_removed_on_uninstall() {
+    if !dpkg_available() {
+        eprintln!("SKIP: dpkg-divert is not installed");
+        return;
+    }
+    let r = with_programs("dpkgprograms", true);
+    let diversions_before = diversion_set(&r);
+    install_programs(&r, &["python3"]).unwrap();
+    assert_eq!(r.dpkg(&["--listpackage", "/usr/bin/python3.11"]), "LOCAL");
+    assert_eq!(
+        r.dpkg(&["--truename", "/usr/bin/python3.11"]),
+        "/usr/bin/python3.11.real"
+    );
+    r.uninstall();
+    assert_eq!(r.dpkg(&["--listpackage", "/usr/bin/python3.11"]), "");
+    assert_eq!(diversion_set(&r), diversions_before);
 }
