@@ -375,12 +375,27 @@ mod tests {
         let py = "/usr/bin/python3.11";
         let link = Some("/usr/bin/python3.11.real");
         for (exe, kept, l, want) in [
-            (Some(py), true, link, program("/usr/lib/agentsh/programs/python3.11", py)),
+            (
+                Some(py),
+                true,
+                link,
+                program("/usr/lib/agentsh/programs/python3.11", py),
+            ),
             // Shells are told apart by argv[0], as before.
             (Some("/usr/bin/sh"), true, None, Stands::Shell),
-            (Some("/usr/bin/bash"), true, Some("/usr/bin/bash.real"), Stands::Shell),
+            (
+                Some("/usr/bin/bash"),
+                true,
+                Some("/usr/bin/bash.real"),
+                Stands::Shell,
+            ),
             // Not installed as anything (a build tree's binary): a shell.
-            (Some("/build/agentsh-shell-shim"), false, None, Stands::Shell),
+            (
+                Some("/build/agentsh-shell-shim"),
+                false,
+                None,
+                Stands::Shell,
+            ),
             (None, true, link, Stands::Shell),
             (Some("relative/x"), true, link, Stands::Shell),
         ] {

@@ -197,11 +197,20 @@ impl Namespace {
 
     /// Runs the real installer inside the namespace. Panics if it fails.
     pub fn install_shim(&self, bash: bool) -> String {
+        self.install_shim_for(bash, &[])
+    }
+
+    /// [`Namespace::install_shim`], standing in for `programs` too
+    /// (`--programs`).
+    pub fn install_shim_for(&self, bash: bool, programs: &[&str]) -> String {
         let mut cmd = self.command(bin("agentsh"));
         cmd.args(["shim", "install", "--shim-binary"])
             .arg(bin("agentsh-shell-shim"));
         if bash {
             cmd.arg("--bash");
+        }
+        if !programs.is_empty() {
+            cmd.arg("--programs").arg(programs.join(","));
         }
         let out = cmd.output().expect("run agentsh shim install");
         let text = format!(

@@ -322,9 +322,8 @@ fn restore_shell(paths: &ShellPaths, out: &mut dyn Write) -> Result<(), InstallE
     let shown = &paths.shown;
     match paths.state(None) {
         ShellState::Installed { .. } => {
-            fs::rename(&paths.real, &paths.public).map_err(io_err(format!(
-                "restoring {shown} from {shown}.real"
-            )))?;
+            fs::rename(&paths.real, &paths.public)
+                .map_err(io_err(format!("restoring {shown} from {shown}.real")))?;
             writeln!(out, "{shown}: original restored").ok();
         }
         ShellState::Original => {

@@ -43,17 +43,15 @@ pub(super) fn plan(
             None if optional => {
                 writeln!(out, "{spec}: not in this root, skipped").ok();
             }
-            None => {
-                return Err(InstallError::Refused(format!(
-                    "{spec}: no such program in {} (looked for {}); install it first or name its path",
-                    root.display(),
-                    SEARCH
-                        .iter()
-                        .map(|d| format!("{d}/{spec}"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )))
-            }
+            None => return Err(InstallError::Refused(format!(
+                "{spec}: no such program in {} (looked for {}); install it first or name its path",
+                root.display(),
+                SEARCH
+                    .iter()
+                    .map(|d| format!("{d}/{spec}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
         }
     }
     let shells = shell_files(root);

@@ -331,7 +331,10 @@ fn manifest_round_trips() {
 fn with_programs(tag: &str, dpkg: bool) -> TestRoot {
     let r = TestRoot::new(tag, dpkg);
     let bin = r.dir.join("usr/bin");
-    for (name, bytes) in [("python3.11", &b"\x7fELF fake python"[..]), ("perl", b"\x7fELF fake perl")] {
+    for (name, bytes) in [
+        ("python3.11", &b"\x7fELF fake python"[..]),
+        ("perl", b"\x7fELF fake perl"),
+    ] {
         fs::write(bin.join(name), bytes).unwrap();
         fs::set_permissions(bin.join(name), fs::Permissions::from_mode(0o755)).unwrap();
     }
@@ -358,10 +361,19 @@ fn a_program_gets_the_shim_at_its_own_file_and_every_name_of_it_leads_there() {
     assert!(out.contains("node: not in this root, skipped"), "{out}");
     let bin = r.dir.join("usr/bin");
     for p in ["python3.11", "perl"] {
-        assert!(contains(&fs::read(bin.join(p)).unwrap(), SHIM_MARKER), "{p}: {out}");
+        assert!(
+            contains(&fs::read(bin.join(p)).unwrap(), SHIM_MARKER),
+            "{p}: {out}"
+        );
     }
-    assert_eq!(fs::read(bin.join("python3.11.real")).unwrap(), b"\x7fELF fake python");
-    assert_eq!(fs::read_link(bin.join("python3")).unwrap(), Path::new("python3.11"));
+    assert_eq!(
+        fs::read(bin.join("python3.11.real")).unwrap(),
+        b"\x7fELF fake python"
+    );
+    assert_eq!(
+        fs::read_link(bin.join("python3")).unwrap(),
+        Path::new("python3.11")
+    );
     let programs = r.dir.join("usr/lib/agentsh/programs");
     assert_eq!(
         fs::read_link(programs.join("python3.11")).unwrap(),
@@ -372,8 +384,11 @@ fn a_program_gets_the_shim_at_its_own_file_and_every_name_of_it_leads_there() {
     let st = status(&r.dir).unwrap();
     assert!(st.installed_and_consistent, "{}", st.report);
     assert!(
-        st.report.contains("/usr/bin/python3.11: agentsh-shell-shim; real program /usr/bin/python3.11.real")
-            && st.report.contains("/usr/lib/agentsh/programs/python3.11 ok"),
+        st.report.contains(
+            "/usr/bin/python3.11: agentsh-shell-shim; real program /usr/bin/python3.11.real"
+        ) && st
+            .report
+            .contains("/usr/lib/agentsh/programs/python3.11 ok"),
         "{}",
         st.report
     );
@@ -383,11 +398,20 @@ fn a_program_gets_the_shim_at_its_own_file_and_every_name_of_it_leads_there() {
     assert!(out.contains("nothing to do"), "{out}");
     write_shim(&r.shim, b"v2");
     let out = install_programs(&r, &[]).unwrap();
-    assert!(out.contains("/usr/bin/perl: updated the shim binary"), "{out}");
-    assert_eq!(fs::read(bin.join("perl")).unwrap(), fs::read(&r.shim).unwrap());
+    assert!(
+        out.contains("/usr/bin/perl: updated the shim binary"),
+        "{out}"
+    );
+    assert_eq!(
+        fs::read(bin.join("perl")).unwrap(),
+        fs::read(&r.shim).unwrap()
+    );
     // Uninstall: byte for byte.
     let out = r.uninstall();
-    assert!(out.contains("/usr/bin/python3.11: original restored"), "{out}");
+    assert!(
+        out.contains("/usr/bin/python3.11: original restored"),
+        "{out}"
+    );
     assert_eq!(r.snapshot(), before, "{out}");
 }
 
@@ -396,8 +420,11 @@ fn programs_the_shim_cannot_stand_in_for_are_refused_before_anything_changes() {
     let r = with_programs("badprograms", false);
     fs::create_dir_all(r.dir.join("usr/local/bin")).unwrap();
     fs::write(r.dir.join("usr/local/bin/perl"), b"other perl").unwrap();
-    fs::set_permissions(r.dir.join("usr/local/bin/perl"), fs::Permissions::from_mode(0o755))
-        .unwrap();
+    fs::set_permissions(
+        r.dir.join("usr/local/bin/perl"),
+        fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
     fs::write(r.dir.join("usr/bin/agentsh"), b"agentsh").unwrap();
     fs::write(r.dir.join("usr/bin/notes"), b"not executable").unwrap();
     let before = r.snapshot();
@@ -406,7 +433,10 @@ fn programs_the_shim_cannot_stand_in_for_are_refused_before_anything_changes() {
         (&["sh"], "is a shell"),
         (&["/bin/bash"], "is a shell"),
         (&["agentsh"], "agentsh's own"),
-        (&["/usr/local/bin/perl", "/usr/bin/perl"], "have one name, perl"),
+        (
+            &["/usr/local/bin/perl", "/usr/bin/perl"],
+            "have one name, perl",
+        ),
         (&["/usr/bin/notes"], "not an executable file"),
         (&["bin/perl"], "a name (python3) or an absolute path"),
     ] {

@@ -1,0 +1,186 @@
+//! End-to-end: an SDK runs a program without a shell (`sb.exec("python3",
+//! "-c", ...)`, `podman exec CTR node ...`). In a private mount namespace
+//! where `agentsh shim install --programs` stood the shim in for python3
+//! and perl, a daemon that is not the server's descendant execs them by
+//! name, as those SDKs do. Needs root.
+
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+use agentsh_tests::ns::Namespace;
+use agentsh_tests::sdk::{Finished, Spawn, Supervisor};
+use agentsh_tests::server::{require_root, TestServer};
+use std::time::{Duration, Instant};
+
+const POLICY: &str = r#"
+name: sdk-programs
+default: allow
+command_rules:
+  - name: deny-nested-curl
+    commands: [curl]
+    context: [nested]
+    decision: deny
+    message: network tools are not allowed in nested commands
+"#;
+
+/// Server, namespace with the shim for sh, bash, python3 and perl, daemon.
+struct Scenario {
+    sup: Supervisor,
+    ns: Namespace,
+    srv: TestServer,
+}
+
+impl Scenario {
+    fn new() -> Scenario {
+        let srv = TestServer::start(POLICY, "");
+        let ns = Namespace::new();
+        let out = ns.install_shim_for(true, &["python3", "perl"]);
+        assert!(out.contains("now agentsh-shell-shim"), "{out}");
+        ns.configure(&srv.url, "on");
+        let sup = Supervisor::start(&ns, false);
+        Scenario { sup, ns, srv }
+    }
+
+    fn wrap_inits(&self) -> usize {
+        self.srv
+            .events("default")
+            .iter()
+            .filter(|e| e["type"] == "wrap_init")
+            .count()
+    }
+}
+
+/// What the python run prints: its pid, its filter, what it was called,
+/// a denied program it runs without a shell, a nested python, no variable
+/// of agentsh's; then exit 7.
+const PROBE: &str = r#"
+import os, subprocess, sys
+print("pid=%d" % os.getpid())
+for l in open("/proc/self/status"):
+    if l.startswith("Seccomp:"):
+        print("seccomp=" + l.split()[1])
+print("argv0=" + open("/proc/self/cmdline", "rb").read().split(b"\0")[0].decode())
+try:
+    subprocess.run(["curl", "--version"], capture_output=True)
+    print("curl=ran")
+except PermissionError:
+    print("curl=refused")
+r = subprocess.run(["python3", "-c", "import os; print('nested', os.getppid())"],
+                   capture_output=True, text=True)
+print(r.stdout.strip())
+print("agentsh-vars=%d" % sum(1 for k in os.environ if k.startswith("AGENTSH_")))
+sys.exit(7)
+"#;
+
+/// `argv` as the SDK runs it, on the PATH of an image (not this machine's,
+/// which may have wrappers of its own in front).
+fn exec(argv: &[&str]) -> Spawn {
+    Spawn::argv(argv).env("PATH", "/usr/local/bin:/usr/bin:/bin")
+}
+
+fn line<'a>(f: &'a Finished, key: &str) -> &'a str {
+    f.stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .unwrap_or_else(|| panic!("no {key} line: {f:?}"))
+}
+
+#[test]
+fn a_program_an_sdk_runs_without_a_shell_is_supervised_in_its_own_process() {
+    if !require_root("a_program_an_sdk_runs_without_a_shell_is_supervised_in_its_own_process") {
+        return;
+    }
+    let mut s = Scenario::new();
+    let f = s.sup.run(&exec(&["python3", "-c", PROBE]));
+    // Its own pid, exit status and argv[0]; filtered (mode 2) by agentsh.
+    assert_eq!(line(&f, "pid="), f.pid.to_string(), "{f:?}");
+    assert_eq!(f.code, Some(7), "{f:?}\n{}", s.srv.log());
+    assert_eq!(line(&f, "argv0="), "python3", "{f:?}");
+    assert_eq!(line(&f, "seccomp="), "2", "not supervised: {f:?}");
+    assert_eq!(line(&f, "agentsh-vars="), "0", "{f:?}");
+    // A program it runs without a shell is judged: curl refused, audited
+    // with its rule.
+    assert_eq!(line(&f, "curl="), "refused", "{f:?}\n{}", s.srv.log());
+    let ev = s
+        .srv
+        .wait_exec_event("default", Duration::from_secs(60), |e| {
+            e["filename"]
+                .as_str()
+                .is_some_and(|p| p.rsplit('/').next() == Some("curl"))
+        })
+        .unwrap_or_else(|| panic!("no curl event: {:?}", s.srv.exec_events("default")));
+    assert_eq!(ev["decision"], "deny", "{ev}");
+    assert_eq!(ev["rule"], "deny-nested-curl", "{ev}");
+    // The nested python ran straight through: one wrap-init, the first.
+    assert_eq!(line(&f, "nested "), f.pid.to_string(), "{f:?}");
+    assert_eq!(s.wrap_inits(), 1, "a nested python installed again");
+    // The wrap-init names the program as the SDK reached it.
+    let init = s
+        .srv
+        .events("default")
+        .into_iter()
+        .find(|e| e["type"] == "wrap_init")
+        .unwrap();
+    assert!(
+        init.to_string().contains("/usr/bin/python3."),
+        "the wrap-init does not name the program: {init}"
+    );
+    // perl, by path, with its own exit status.
+    let f = s.sup.run(&exec(&[
+        "/usr/bin/perl",
+        "-e",
+        "open(my $f, '<', '/proc/self/status'); while (<$f>) { print if /^Seccomp:/ } exit 5",
+    ]));
+    assert_eq!(f.code, Some(5), "{f:?}");
+    assert!(f.stdout.contains("Seccomp:\t2"), "{f:?}");
+}
+
+/// Waits until `pid` catches `sig` (the program installed its handler).
+fn catches(pid: u32, sig: i32) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let cgt = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigCgt:"))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .unwrap_or(0);
+        if cgt & (1 << (sig - 1)) != 0 {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+#[test]
+fn a_signal_to_the_pid_the_sdk_started_reaches_the_program() {
+    if !require_root("a_signal_to_the_pid_the_sdk_started_reaches_the_program") {
+        return;
+    }
+    let mut s = Scenario::new();
+    let script = "import signal, sys, time\n\
+                  signal.signal(signal.SIGTERM, lambda *a: (print('got-term'), sys.exit(77)))\n\
+                  while True: time.sleep(0.05)\n";
+    let r = s.sup.spawn(&exec(&["python3", "-c", script]));
+    assert!(
+        catches(r.pid, libc::SIGTERM),
+        "python never set its handler"
+    );
+    // SAFETY: kill(2) on the pid the daemon started for this test.
+    assert_eq!(unsafe { libc::kill(r.pid as i32, libc::SIGTERM) }, 0);
+    let f = s.sup.wait(r, Duration::from_secs(60));
+    assert_eq!(f.code, Some(77), "{f:?}");
+    assert!(f.stdout.contains("got-term"), "{f:?}");
+    // And SIGKILL: the program dies of it, as the SDK sees.
+    let r = s.sup.spawn(&exec(&["python3", "-c", script]));
+    assert!(
+        catches(r.pid, libc::SIGTERM),
+        "python never set its handler"
+    );
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(r.pid as i32, libc::SIGKILL) }, 0);
+    let f = s.sup.wait(r, Duration::from_secs(60));
+    assert_eq!(f.signal, Some(libc::SIGKILL), "{f:?}");
+    drop(s.ns);
+}
