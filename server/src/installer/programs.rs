@@ -43,7 +43,8 @@ pub(super) fn plan(
             None if optional => {
                 writeln!(out, "{spec}: not in this root, skipped").ok();
             }
-            None => return Err(InstallError::Refused(format!(
+            None => {
+                return Err(InstallError::Refused(format!(
                 "{spec}: no such program in {} (looked for {}); install it first or name its path",
                 root.display(),
                 SEARCH
@@ -51,7 +52,8 @@ pub(super) fn plan(
                     .map(|d| format!("{d}/{spec}"))
                     .collect::<Vec<_>>()
                     .join(", ")
-            ))),
+            )))
+            }
         }
     }
     let shells = shell_files(root);
