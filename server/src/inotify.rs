@@ -125,6 +125,15 @@ impl Inotify {
     /// # Errors
     /// `poll` failed (not `EINTR`, which is retried).
     pub fn wait(&self) -> io::Result<()> {
+        self.wait_for(-1).map(|_| ())
+    }
+
+    /// [`Inotify::wait`], for at most `timeout_ms` (-1: no limit); whether
+    /// it woke before the time was up.
+    ///
+    /// # Errors
+    /// `poll` failed (not `EINTR`, which is retried).
+    pub fn wait_for(&self, timeout_ms: i32) -> io::Result<bool> {
         let mut p = [self.fd.as_raw_fd(), self.kick.as_raw_fd()].map(|fd| libc::pollfd {
             fd,
             events: libc::POLLIN,
@@ -132,12 +141,13 @@ impl Inotify {
         });
         loop {
             // SAFETY: two pollfds we own, for the duration of the call.
-            if unsafe { libc::poll(p.as_mut_ptr(), 2, -1) } >= 0 {
-                let mut n: u64 = 0;
+            let n = unsafe { libc::poll(p.as_mut_ptr(), 2, timeout_ms) };
+            if n >= 0 {
+                let mut k: u64 = 0;
                 // SAFETY: reads 8 bytes into a live u64 from our
                 // non-blocking eventfd (EAGAIN when not kicked: ignored).
-                unsafe { libc::read(self.kick.as_raw_fd(), (&mut n as *mut u64).cast(), 8) };
-                return Ok(());
+                unsafe { libc::read(self.kick.as_raw_fd(), (&mut k as *mut u64).cast(), 8) };
+                return Ok(n > 0);
             }
             let e = io::Error::last_os_error();
             if e.raw_os_error() != Some(libc::EINTR) {

@@ -53,18 +53,11 @@ pub fn run(argv: &[&CStr]) -> i32 {
     if admin::wanted(argv0.to_bytes()) {
         return admin::run(argv);
     }
-    let (real, public) = match own_program() {
-        Stands::Shell => {
-            let kind = ShellKind::from_argv0(argv0.to_bytes());
-            (kind.real_path().to_string(), kind.public_path().to_string())
-        }
-        Stands::Program { real, public } => (real, public),
-        Stands::Broken(hint) => return refuse(&hint),
+    let (real, public) = match real_and_public(argv0) {
+        Ok(p) => p,
+        Err(code) => return code,
     };
     let real = real.as_str();
-    if let Err(code) = check_real_shell(real) {
-        return code;
-    }
     // Nested shell: the tree is already supervised; a second listener would
     // fail with EBUSY anyway. No config read, no server call: the marker
     // prctl alone decides (see `agentsh_proto::marker`).
@@ -133,6 +126,21 @@ pub fn run(argv: &[&CStr]) -> i32 {
         }
         FallThrough::Refuse(hint) => refuse(&hint),
     }
+}
+
+/// The real shell or program to run, and the path the SDK reached it by;
+/// `Err` is the exit status of a refusal already said.
+fn real_and_public(argv0: &CStr) -> Result<(String, String), i32> {
+    let (real, public) = match own_program() {
+        Stands::Shell => {
+            let kind = ShellKind::from_argv0(argv0.to_bytes());
+            (kind.real_path().to_string(), kind.public_path().to_string())
+        }
+        Stands::Program { real, public } => (real, public),
+        Stands::Broken(hint) => return Err(refuse(&hint)),
+    };
+    check_real_shell(&real)?;
+    Ok((real, public))
 }
 
 /// What this shim stands in for: a program installed with `agentsh shim

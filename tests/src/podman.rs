@@ -17,7 +17,7 @@
 //! (the caller skips outside CI, fails under `CI=true`); any other failure
 //! panics with podman's output. Images and containers are removed on drop.
 
-use crate::rootfs::{Root, BOOKWORM_MINBASE};
+use crate::rootfs::{Root, RootSpec, BOOKWORM_MINBASE};
 use crate::server::bin;
 use std::process::{Command, Output, Stdio};
 
@@ -107,7 +107,17 @@ impl Image {
     /// [`Image::build`], with `extra` files copied in first (host path,
     /// path in the image): the tests' attackers.
     pub fn build_with(name: &str, run: &[String], extra: &[(&std::path::Path, &str)]) -> Image {
-        let root = Root::unpack(&BOOKWORM_MINBASE.cached());
+        Image::build_on(&BOOKWORM_MINBASE, name, run, extra)
+    }
+
+    /// [`Image::build_with`], on the cached root `spec`.
+    pub fn build_on(
+        spec: &RootSpec,
+        name: &str,
+        run: &[String],
+        extra: &[(&std::path::Path, &str)],
+    ) -> Image {
+        let root = Root::unpack(&spec.cached());
         for b in ["agentsh", "agentsh-unixwrap", "agentsh-shell-shim"] {
             root.copy_in(&bin(b), &format!("/usr/bin/{b}"));
         }
@@ -201,6 +211,22 @@ impl Container {
         let mut args = vec!["exec"];
         if let Some(u) = &uid {
             args.extend(["--user", u]);
+        }
+        args.push(&self.name);
+        args.extend(argv);
+        podman(&args)
+    }
+
+    /// [`Container::exec`] with `env` set for the command (`podman exec -e`).
+    pub fn exec_env(&self, user: Option<u32>, env: &[(&str, &str)], argv: &[&str]) -> Output {
+        let uid = user.map(|u| u.to_string());
+        let kv: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let mut args = vec!["exec"];
+        if let Some(u) = &uid {
+            args.extend(["--user", u]);
+        }
+        for e in &kv {
+            args.extend(["-e", e]);
         }
         args.push(&self.name);
         args.extend(argv);

@@ -55,6 +55,15 @@ pub const BOOKWORM_MINBASE: RootSpec = RootSpec {
     keep_debs: &["dash"],
 };
 
+/// [`BOOKWORM_MINBASE`] with the interpreters SDKs run without a shell
+/// (`sb.exec("python3", ...)`, `exec("node", ...)`): python3 and node.
+pub const BOOKWORM_PROGRAMS: RootSpec = RootSpec {
+    suite: "bookworm",
+    variant: "minbase",
+    include: &["libseccomp2", "python3-minimal", "nodejs"],
+    keep_debs: &["dash"],
+};
+
 impl RootSpec {
     fn key(&self) -> String {
         format!(

@@ -13,6 +13,7 @@
 use agentsh_tests::attackers::compile;
 use agentsh_tests::podman::{missing, text, Container, Image, Runtime};
 use agentsh_tests::recipes::{dockerfile_runs, one_line};
+use agentsh_tests::rootfs::BOOKWORM_PROGRAMS;
 use agentsh_tests::server::{require_root, TempDir};
 use serde_json::Value;
 
@@ -40,9 +41,16 @@ fn modal(runtime: Runtime) -> (Image, Container) {
 /// [`modal`], with `extra` files in the image (host path, image path).
 fn modal_with(runtime: Runtime, extra: &[(&std::path::Path, &str)]) -> (Image, Container) {
     let image = Image::build_with("modal", &dockerfile_runs("modal-image"), extra);
+    let ctr = start_modal(&image, runtime);
+    (image, ctr)
+}
+
+/// The Modal recipe's start command as written, from `image`, under
+/// `runtime`; returns once `agentsh ready` says shells are supervised.
+fn start_modal(image: &Image, runtime: Runtime) -> Container {
     let start = one_line("modal-start");
     let argv: Vec<&str> = start.split_whitespace().collect();
-    let ctr = Container::start(&image, runtime, &argv);
+    let ctr = Container::start(image, runtime, &argv);
     // `agentsh ready`, run the way SDKs run commands, waits for the server
     // and then checks that a shell started so is supervised.
     let ready = ctr.exec(None, &["agentsh", "ready", "--timeout", "120"]);
@@ -52,7 +60,7 @@ fn modal_with(runtime: Runtime, extra: &[(&std::path::Path, &str)]) -> (Image, C
         text(&ready),
         ctr.logs()
     );
-    (image, ctr)
+    ctr
 }
 
 /// What every recipe must give each SDK command, as root and as `user`:
@@ -130,6 +138,204 @@ fn modal_recipe_privileged_supervises_sibling_shells() {
     }
     let (_image, ctr) = modal(Runtime::Privileged);
     sdk_commands_are_supervised(&ctr);
+}
+
+/// Run by `python3 -c` as Modal's `sb.exec("python3", "-c", ...)` runs it:
+/// how it is supervised, whether a credential reached it, a denied program
+/// run without a shell, a denied destination; then exit 7.
+const PYTHON_PROBE: &str = r#"
+import os, socket, subprocess, sys
+for l in open("/proc/self/status"):
+    if l.startswith(("TracerPid:", "Seccomp:")):
+        print(l.strip())
+print("token=" + os.environ.get("GITHUB_TOKEN", "<removed>"))
+try:
+    subprocess.run(["su", "-c", "id", "root"])
+    print("su=ran")
+except PermissionError:
+    print("su=refused")
+s = socket.socket()
+s.settimeout(10)
+try:
+    s.connect(("169.254.169.254", 80))
+    print("metadata=connected")
+except OSError as e:
+    print("metadata=%s" % e.errno)
+sys.exit(7)
+"#;
+
+/// The same from `node -e`, then exit 5.
+const NODE_PROBE: &str = r#"
+const fs = require("fs"), cp = require("child_process");
+for (const l of fs.readFileSync("/proc/self/status", "utf8").split("\n"))
+  if (l.startsWith("TracerPid:") || l.startsWith("Seccomp:")) console.log(l.trim());
+console.log("token=" + (process.env.GITHUB_TOKEN ?? "<removed>"));
+const r = cp.spawnSync("su", ["-c", "id", "root"]);
+console.log("su=" + (r.error ? r.error.code : "ran"));
+process.exit(5);
+"#;
+
+/// Traced or filtered, from a probe's `TracerPid:`/`Seccomp:` lines.
+fn supervised(out: &str) -> bool {
+    let traced = out
+        .lines()
+        .find_map(|l| l.strip_prefix("TracerPid:"))
+        .is_some_and(|v| v.trim() != "0");
+    let filtered = out
+        .lines()
+        .any(|l| l.starts_with("Seccomp:") && !l.contains('0'));
+    traced || filtered
+}
+
+/// `podman exec CTR python3 -c ...` and `... node -e ...`, no shell, as
+/// root and as an ordinary user: supervised, the credential removed, the
+/// denied program and destination refused with their reasons, the
+/// program's own exit status.
+fn programs_are_supervised_without_a_shell(ctr: &Container) {
+    let token = [("GITHUB_TOKEN", "ghp_not_for_the_tree")];
+    for user in [None, Some(USER)] {
+        let o = ctr.exec_env(user, &token, &["python3", "-c", PYTHON_PROBE]);
+        let (out, err) = (
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr),
+        );
+        assert_eq!(
+            o.status.code(),
+            Some(7),
+            "{user:?}: {}\n{}",
+            text(&o),
+            ctr.logs()
+        );
+        assert!(supervised(&out), "{user:?}: python3 not supervised: {out}");
+        assert!(out.contains("token=<removed>"), "{user:?}: {out}");
+        assert!(out.contains("su=refused"), "{user:?}: {out}");
+        assert!(
+            err.contains("agentsh: su denied (rule deny-privilege-escalation)"),
+            "{user:?}: the refusal is not explained: {err}"
+        );
+        let refused = out
+            .lines()
+            .find_map(|l| l.strip_prefix("metadata="))
+            .unwrap_or("");
+        assert!(
+            refused.parse::<i32>().is_ok(),
+            "{user:?}: metadata reached: {out}"
+        );
+        assert!(
+            err.contains("169.254.169.254") && err.contains("no-cloud-metadata"),
+            "{user:?}: the connect refusal is not explained: {err}"
+        );
+        let o = ctr.exec_env(user, &token, &["node", "-e", NODE_PROBE]);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(o.status.code(), Some(5), "{user:?}: {}", text(&o));
+        assert!(supervised(&out), "{user:?}: node not supervised: {out}");
+        assert!(out.contains("token=<removed>"), "{user:?}: {out}");
+        assert!(out.contains("su=EACCES"), "{user:?}: {out}");
+    }
+    // Nested inside a supervised shell, python installs nothing twice.
+    let before = wrap_inits(ctr);
+    let o = ctr.sh(None, "python3 -c 'print(1)'; python3 -c 'print(2)'");
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        wrap_inits(ctr),
+        before + 1,
+        "a nested python called wrap-init"
+    );
+    a_program_no_shim_stands_in_for_is_recorded(ctr);
+    // `agentsh ready`, as the SDK runs it, names what is covered and the gap.
+    let o = ctr.exec(None, &["agentsh", "ready", "--timeout", "60"]);
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success()
+            && said.contains("/usr/bin/python3.11")
+            && said.contains("NOT supervised: any other program"),
+        "{}",
+        text(&o)
+    );
+}
+
+/// A program no shim stands in for, run without a shell: unsupervised,
+/// and recorded as such with its argv; nothing supervised is.
+fn a_program_no_shim_stands_in_for_is_recorded(ctr: &Container) {
+    let o = ctr.exec(
+        Some(USER),
+        &["perl", "-e", "select(undef, undef, undef, 0.6); exit 3"],
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let ev = loop {
+        let found = events(ctr).into_iter().find(|e| {
+            e["type"] == "unsupervised_run" && e["argv"][0] == "perl" && e["uid"] == USER
+        });
+        if let Some(e) = found {
+            break e;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the unlisted perl was not recorded: {:?}\n{}",
+            events(ctr),
+            ctr.logs()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(
+        ev["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("--programs") && r.contains("perl")),
+        "{ev}"
+    );
+    let wrong: Vec<Value> = events(ctr)
+        .into_iter()
+        .filter(|e| e["type"] == "unsupervised_run" && e["argv"][0] != "perl")
+        .collect();
+    assert!(wrong.is_empty(), "recorded though supervised: {wrong:#?}");
+}
+
+/// The server's audit events so far.
+fn events(ctr: &Container) -> Vec<Value> {
+    let ev = ctr.exec(None, &["agentsh", "events"]);
+    String::from_utf8_lossy(&ev.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .collect()
+}
+
+/// How many wrap-inits the server has audited.
+fn wrap_inits(ctr: &Container) -> usize {
+    events(ctr)
+        .iter()
+        .filter(|e| e["type"] == "wrap_init")
+        .count()
+}
+
+#[test]
+fn modal_recipe_in_runc_supervises_python_and_node_run_without_a_shell() {
+    if !runtimes_here("modal_recipe_in_runc_supervises_python_and_node_run_without_a_shell") {
+        return;
+    }
+    let image = Image::build_on(
+        &BOOKWORM_PROGRAMS,
+        "modal-programs",
+        &dockerfile_runs("modal-image"),
+        &[],
+    );
+    let ctr = start_modal(&image, Runtime::Runc);
+    programs_are_supervised_without_a_shell(&ctr);
+}
+
+#[test]
+fn modal_recipe_in_gvisor_supervises_python_and_node_run_without_a_shell() {
+    if !runtimes_here("modal_recipe_in_gvisor_supervises_python_and_node_run_without_a_shell") {
+        return;
+    }
+    let image = Image::build_on(
+        &BOOKWORM_PROGRAMS,
+        "modal-programs",
+        &dockerfile_runs("modal-image"),
+        &[],
+    );
+    let ctr = start_modal(&image, Runtime::Runsc);
+    programs_are_supervised_without_a_shell(&ctr);
 }
 
 /// Finds PID 1, `agentsh reaper` and the entrypoint's CMD (`sleep

@@ -38,7 +38,7 @@ use gvisor::gvisor;
 use gvisor_work::gvisor_work;
 use http::http;
 use install::install_path;
-use nested::nested_path;
+use nested::{nested_path, nested_python};
 use ptrace::ptrace_backend;
 use scale::scale;
 use serde_json::json;
@@ -88,8 +88,9 @@ pub struct Bench<'a> {
     pub plain_mnt: &'a str,
     /// The notify server's audit trail.
     pub audit: &'a Path,
-    /// The notify server's pid.
+    /// The notify server's pid and address.
     pub server_pid: u32,
+    pub server_url: &'a str,
     pub rounds: Rounds,
     pub quick: bool,
     /// The autoconf package to `./configure` (steps 4 and 6c; none: skipped).
@@ -124,6 +125,7 @@ pub fn run(o: &Opts) -> Result<(), String> {
     shim_ns.install_shim(false);
     shim_ns.configure(&srv.url, "on");
     let audit = srv.dir.path().join("audit.jsonl");
+    let server_url = srv.url.clone();
     let b = Bench {
         ws,
         hop: &hop,
@@ -133,6 +135,7 @@ pub fn run(o: &Opts) -> Result<(), String> {
         plain_mnt: &plain_mnt,
         audit: &audit,
         server_pid: srv.pid(),
+        server_url: &server_url,
         rounds,
         quick: o.quick,
         tarball: o.tarball.as_deref(),
@@ -142,6 +145,7 @@ pub fn run(o: &Opts) -> Result<(), String> {
     describe_setup(&mut rep, o.quick);
     if o.runs("nested") {
         nested_path(&mut rep, &b)?;
+        nested_python(&mut rep, &b)?;
     }
     if o.runs("install") {
         install_path(&mut rep, &b)?;

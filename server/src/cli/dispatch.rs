@@ -385,7 +385,12 @@ fn ready(
     // loaded machine's first shell takes.
     let left = timeout.saturating_sub(started.elapsed());
     match super::probe::shell(left.max(std::time::Duration::from_secs(30))) {
-        super::probe::Outcome::Supervised => Ok(()),
+        super::probe::Outcome::Supervised => {
+            for line in crate::installer::coverage(Path::new("/")) {
+                println!("{line}");
+            }
+            Ok(())
+        }
         other => Err(lifecycle::ReadyError::Shell(other.describe()).into()),
     }
 }
@@ -398,6 +403,9 @@ fn detect(json: bool, config: Option<&Path>) -> Result<(), ToolError> {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
         print!("{}", crate::detect::human(&r));
+        for line in crate::installer::coverage(Path::new("/")) {
+            println!("{line}");
+        }
     }
     Ok(())
 }

@@ -24,6 +24,7 @@ pub mod command;
 mod error;
 mod host;
 mod load;
+pub mod outsiders;
 pub mod reaper;
 pub mod rehearsal;
 pub mod rundir;

@@ -9,7 +9,7 @@
 //! ready all the same.
 
 use super::error::{Result, StartError};
-use super::{command, rehearsal, rundir, signals, warm};
+use super::{command, outsiders, rehearsal, rundir, signals, warm};
 use crate::api::{self, Api};
 use crate::audit::AuditLog;
 use crate::config::Config;
@@ -57,6 +57,7 @@ pub(super) async fn serve(api: Api, s: Serving) -> Result<()> {
     // Not a wrap's: the machine's shims are not its business.
     rundir::write_marker(&s.run_dir, !s.private)?;
     rundir::ingest_unsupervised(&s.run_dir, &s.audit);
+    outsiders::spawn(s.audit.clone(), s.private);
     let config = api.config.clone();
     let api = Arc::new(api);
     let reloading = api.clone();

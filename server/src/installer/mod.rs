@@ -376,6 +376,49 @@ fn remove_admin_shell(root: &Path, out: &mut dyn Write) -> Result<(), InstallErr
     Ok(())
 }
 
+/// The files of the shims installed in `root`, as this machine names them
+/// (every symlink followed): the shells, the programs and the admin shell.
+/// Empty where the shim is not installed (no manifest).
+pub fn shim_files(root: &Path) -> std::collections::HashSet<String> {
+    let Ok(Some(m)) = read_manifest(root) else {
+        return Default::default();
+    };
+    let mut paths: Vec<String> = m.shells.iter().map(|s| format!("/bin/{s}")).collect();
+    paths.extend(m.programs.iter().cloned());
+    paths.push(ADMIN_SHELL.to_string());
+    paths
+        .iter()
+        .filter_map(|p| in_root(root, p).ok()?.canonicalize().ok())
+        .map(|p| p.display().to_string())
+        .collect()
+}
+
+/// What an SDK's commands meet in `root`, for `agentsh ready` and
+/// `agentsh detect`: which shells and programs the shim stands in for, and
+/// the gap every other program run without a shell falls into. Empty where
+/// the shim is not installed.
+pub fn coverage(root: &Path) -> Vec<String> {
+    let Ok(Some(m)) = read_manifest(root) else {
+        return Vec::new();
+    };
+    let shells: Vec<String> = m.shells.iter().map(|s| format!("/bin/{s}")).collect();
+    let programs = if m.programs.is_empty() {
+        "none (`agentsh shim install --programs sdk` adds python3 and node)".to_string()
+    } else {
+        m.programs.join(", ")
+    };
+    vec![
+        format!(
+            "supervised when an SDK runs them: shells {}; programs run without a shell: {programs}",
+            shells.join(", ")
+        ),
+        "NOT supervised: any other program an SDK runs without a shell (`sb.exec(\"perl\", ...)`, \
+         `podman exec CTR perl ...`); each such run is recorded as an unsupervised_run event; \
+         `agentsh shim install --programs NAME` covers it"
+            .to_string(),
+    ]
+}
+
 /// A human-readable report of what is installed.
 pub struct Status {
     pub report: String,

@@ -392,6 +392,12 @@ fn a_program_gets_the_shim_at_its_own_file_and_every_name_of_it_leads_there() {
         "{}",
         st.report
     );
+    let said = coverage(&r.dir).join("\n");
+    assert!(
+        said.contains("programs run without a shell: /usr/bin/python3.11, /usr/bin/perl")
+            && said.contains("NOT supervised: any other program"),
+        "{said}"
+    );
     // Installing again, without naming them, keeps them; a newer shim
     // reaches them too.
     let out = install_programs(&r, &[]).unwrap();
