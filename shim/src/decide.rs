@@ -4,8 +4,8 @@
 
 use agentsh_proto::active::State as Active;
 use agentsh_proto::hint::{
-    EGRESS_NOT_ENFORCEABLE, REAL_SHELL_IS_SHIM, REFUSES_UNSUPERVISED, SERVER_CANNOT_READ,
-    SESSION_NOT_OPEN, SHIMCONF_IGNORED, SHIMCONF_INVALID,
+    EGRESS_NOT_ENFORCEABLE, REAL_SHELL_IS_SHIM, REAL_SHELL_MISSING, REFUSES_UNSUPERVISED,
+    SERVER_CANNOT_READ, SESSION_NOT_OPEN, SHIMCONF_IGNORED, SHIMCONF_INVALID,
 };
 use agentsh_proto::shimconf::{Loaded, Mode, ShimConf, SHIM_CONF_PATH};
 
@@ -99,9 +99,8 @@ pub fn stands_for(exe: Option<&str>, real_kept: bool, link: Option<&str>) -> Sta
         _ => Stands::Broken(format!(
             "agentsh-shell-shim: {exe} is agentsh's shim for a program, but {PROGRAMS_DIR}/{base} \
              does not lead to its original {want}{}; repair it with `agentsh shim install \
-             --programs {exe}` and check `agentsh shim status`; see {}",
+             --programs {exe}` and check `agentsh shim status`; see {REAL_SHELL_MISSING}",
             if real_kept { "" } else { " (which is missing)" },
-            agentsh_proto::hint::REAL_SHELL_MISSING
         )),
     }
 }
