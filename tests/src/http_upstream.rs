@@ -156,6 +156,21 @@ fn run(dir: &Path, args: &[&str]) {
     );
 }
 
+/// `program`, or the original of `path` where `agentsh shim install
+/// --programs` stood the shim in for it (a scenario that installed the
+/// Modal recipe in this root): the upstream is the test's, started outside
+/// every tree, not an SDK's command, and must not wait for a server.
+fn unshimmed(program: &str, path: &str) -> PathBuf {
+    let real = std::fs::canonicalize(path).ok().and_then(|own| {
+        own.file_name()
+            .map(|n| Path::new(agentsh_proto::install::PROGRAMS_DIR).join(n))
+    });
+    match real {
+        Some(r) if r.exists() => r,
+        _ => program.into(),
+    }
+}
+
 impl HttpUpstream {
     /// Starts on `ip` (a free port), `tls` with a certificate for `name`;
     /// its files in `dir`.
@@ -232,7 +247,7 @@ impl HttpUpstream {
         let log = dir.join("requests.jsonl");
         let _ = std::fs::remove_file(&log);
         let mut cmd = if kind == Kind::H2 {
-            let mut c = Command::new("node");
+            let mut c = Command::new(unshimmed("node", "/usr/bin/node"));
             c.arg("-e")
                 .arg(H2_SERVER)
                 .arg(&log)
@@ -242,7 +257,7 @@ impl HttpUpstream {
                 .arg(dir.join("leaf.key"));
             c
         } else {
-            let mut c = Command::new("/usr/bin/python3");
+            let mut c = Command::new(unshimmed("/usr/bin/python3", "/usr/bin/python3"));
             c.arg("-c")
                 .arg(SERVER)
                 .arg(&log)

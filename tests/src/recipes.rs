@@ -191,7 +191,14 @@ mod tests {
         );
         assert_eq!(
             agentsh_run_commands("e2b-image"),
-            vec![vec!["agentsh", "shim", "install", "--bash", "--programs", "sdk"]]
+            vec![vec![
+                "agentsh",
+                "shim",
+                "install",
+                "--bash",
+                "--programs",
+                "sdk"
+            ]]
         );
     }
 }

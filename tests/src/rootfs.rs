@@ -56,12 +56,13 @@ pub const BOOKWORM_MINBASE: RootSpec = RootSpec {
 };
 
 /// [`BOOKWORM_MINBASE`] with the interpreters SDKs run without a shell
-/// (`sb.exec("python3", ...)`, `exec("node", ...)`): python3 and node.
+/// (`sb.exec("python3", ...)`, `exec("node", ...)`): python3 and node,
+/// with python's deb kept for an offline reinstall.
 pub const BOOKWORM_PROGRAMS: RootSpec = RootSpec {
     suite: "bookworm",
     variant: "minbase",
     include: &["libseccomp2", "python3-minimal", "nodejs"],
-    keep_debs: &["dash"],
+    keep_debs: &["dash", "python3.11-minimal"],
 };
 
 impl RootSpec {

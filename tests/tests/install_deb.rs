@@ -16,7 +16,7 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
-use agentsh_tests::rootfs::{text, Root, SdkDaemon, BOOKWORM_MINBASE};
+use agentsh_tests::rootfs::{text, Root, SdkDaemon, BOOKWORM_MINBASE, BOOKWORM_PROGRAMS};
 use agentsh_tests::sdk;
 use agentsh_tests::server::{bin, require_root, TempDir};
 use std::collections::BTreeSet;
@@ -455,6 +455,97 @@ fn deb_installs_supervises_sdk_shells_survives_a_dash_reinstall_and_uninstalls_e
     assert!(!root.path("/etc/agentsh").exists());
     assert!(!root.path("/var/lib/agentsh").exists());
     assert!(root.path("/var/log/agentsh/audit.jsonl").is_file());
+}
+
+#[test]
+fn program_shims_survive_a_package_reinstall_and_uninstall_exactly() {
+    if !require_root("program_shims_survive_a_package_reinstall_and_uninstall_exactly") {
+        return;
+    }
+    let root = Root::unpack(&BOOKWORM_PROGRAMS.cached());
+    for b in ["agentsh", "agentsh-unixwrap", "agentsh-shell-shim"] {
+        root.copy_in(&bin(b), &format!("/usr/bin/{b}"));
+    }
+    let files = ["/usr/bin/python3.11", "/usr/bin/node", "/usr/bin/python3"];
+    let before: Vec<FileState> = files.iter().map(|f| file_state(&root.path(f))).collect();
+    let divert_before = diversions(&root);
+
+    let out = root.ok(&["/usr/bin/agentsh", "shim", "install", "--programs", "sdk"]);
+    for p in ["/usr/bin/python3.11", "/usr/bin/node"] {
+        assert!(is_shim(&root, p), "{p}: {out}");
+        let divert = diversions(&root);
+        assert!(
+            divert.contains(&format!("local diversion of {p} to {p}.real")),
+            "{divert:?}"
+        );
+    }
+    // python3 -> python3.11 is still the package's symlink.
+    assert_eq!(file_state(&root.path("/usr/bin/python3")), before[2]);
+    let status = root.ok(&["/usr/bin/agentsh", "shim", "status"]);
+    assert!(
+        status.contains("/usr/bin/node: agentsh-shell-shim"),
+        "{status}"
+    );
+
+    // A package upgrade (here: python's own, reinstalled offline; no server
+    // ever ran, so `auto` lets its maintainer scripts' python run) writes
+    // the package's file to the kept original, never over the shim.
+    root.ok(&[
+        "/usr/bin/apt-get",
+        "install",
+        "--reinstall",
+        "-y",
+        "python3.11-minimal",
+    ]);
+    assert!(
+        is_shim(&root, "/usr/bin/python3.11"),
+        "the shim was overwritten"
+    );
+    let owner = root.ok(&["/usr/bin/dpkg", "-S", "/usr/bin/python3.11"]);
+    assert!(
+        owner.contains("local diversion to: /usr/bin/python3.11.real"),
+        "{owner}"
+    );
+    assert_eq!(
+        std::fs::read(root.path("/usr/bin/python3.11.real")).ok(),
+        before[0].bytes,
+        "the package's python went to python3.11.real"
+    );
+    root.ok(&["/usr/bin/agentsh", "shim", "status"]);
+
+    // Uninstall: the files and dpkg's database as they were.
+    root.ok(&["/usr/bin/agentsh", "shim", "uninstall"]);
+    for (f, was) in files.iter().zip(&before) {
+        let now = file_state(&root.path(f));
+        // The reinstall wrote python3.11 anew: the same in all but inode.
+        assert_eq!(
+            FileState {
+                ino: was.ino,
+                ..now
+            },
+            *was,
+            "{f}"
+        );
+    }
+    assert_eq!(diversions(&root), divert_before);
+    for p in [
+        "/usr/bin/python3.11.real",
+        "/usr/bin/node.real",
+        "/usr/lib/agentsh",
+    ] {
+        assert!(
+            std::fs::symlink_metadata(root.path(p)).is_err(),
+            "{p} left behind"
+        );
+    }
+    for pkg in ["python3.11-minimal", "nodejs"] {
+        let out = root.run(&["/usr/bin/dpkg", "--verify", pkg]);
+        assert!(
+            out.status.success() && out.stdout.is_empty(),
+            "dpkg --verify {pkg}: {}",
+            text(&out)
+        );
+    }
 }
 
 /// The instructions of stage `name` (or of the last stage), continuation

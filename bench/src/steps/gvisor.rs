@@ -143,10 +143,15 @@ fn nested_python(rep: &mut Report, ctr: &Container, rounds: usize) -> Result<(),
     let Some(real) = own.rsplit('/').next().filter(|n| n.starts_with("python3")) else {
         rep.line("\n(no python3 in the image: step 10b is left out)");
         return Ok(());
-    };    let real = format!("{dir}/{real}");
+    };
+    let real = format!("{dir}/{real}");
     let n = "20";
     let sides = [
-        ("python3 ×20, program shim, traced", "/usr/bin/python3", true),
+        (
+            "python3 ×20, program shim, traced",
+            "/usr/bin/python3",
+            true,
+        ),
         ("python3 ×20, real, traced", real.as_str(), true),
         ("python3 ×20, real, unsupervised", real.as_str(), false),
     ];
