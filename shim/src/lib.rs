@@ -148,7 +148,21 @@ fn real_and_public(argv0: &CStr) -> Result<(String, String), i32> {
 /// (`/proc/self/exe`, whatever argv[0] says or which symlink led here);
 /// anything else is a shell, told apart by argv[0].
 fn own_program() -> Stands {
-    let Ok(exe) = std::fs::read_link("/proc/self/exe") else {
+    // Without /proc: the path this process was exec'd with, its links
+    // followed (a program shim must not run a shell in its place).
+    let exe = std::fs::read_link("/proc/self/exe").or_else(|_| {
+        // SAFETY: getauxval has no preconditions; AT_EXECFN is a
+        // NUL-terminated string in the initial stack, valid for the
+        // process' lifetime.
+        let p = unsafe { libc::getauxval(libc::AT_EXECFN) } as *const libc::c_char;
+        if p.is_null() {
+            return Err(std::io::Error::from(std::io::ErrorKind::NotFound));
+        }
+        // SAFETY: see above.
+        let p = unsafe { CStr::from_ptr(p) };
+        std::fs::canonicalize(OsStr::from_bytes(p.to_bytes()))
+    });
+    let Ok(exe) = exe else {
         return Stands::Shell;
     };
     let Some(exe) = exe.to_str() else {

@@ -184,3 +184,32 @@ fn a_signal_to_the_pid_the_sdk_started_reaches_the_program() {
     assert_eq!(f.signal, Some(libc::SIGKILL), "{f:?}");
     drop(s.ns);
 }
+
+#[test]
+fn without_proc_a_program_shim_still_runs_its_own_program() {
+    if !require_root("without_proc_a_program_shim_still_runs_its_own_program") {
+        return;
+    }
+    let ns = Namespace::new();
+    ns.install_shim_for(false, &["python3"]);
+    ns.write_shim_conf("shim_install=off\n", 0o644);
+    // No /proc in the namespace: /proc/self/exe cannot say which program
+    // the shim stands for; the path it was exec'd with must.
+    let o = ns
+        .command("/usr/bin/mount")
+        .args(["-t", "tmpfs", "agentsh-no-proc", "/proc"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let o = ns.run(
+        &[
+            "/usr/bin/python3",
+            "-c",
+            "import sys; print('python', sys.argv[0]); sys.exit(4)",
+        ],
+        &[],
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(4), "{o:?}");
+    assert!(out.contains("python -c"), "not python: {o:?}");
+}
