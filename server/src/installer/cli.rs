@@ -23,7 +23,8 @@ at /usr/bin/python3.11), the original is kept as PATH.real, and \
 every supervised tree is supervised before it starts, in its own process \
 (same pid, argv, environment, stdio and exit status); run inside a tree, \
 it is exec'd straight through. `--programs sdk` names the interpreters the \
-SDKs run directly (python3, python, node, nodejs; those absent are skipped); \
+SDKs run directly (python3, python, node, nodejs, ruby, php; those absent are \
+skipped); \
 a program named but absent is refused. Programs installed once stay \
 installed when install runs again.
 
@@ -42,7 +43,8 @@ pub enum ShimCommand {
         #[arg(long)]
         bash: bool,
         /// Also stand in for these programs (names, absolute paths, or
-        /// `sdk`: python3, python, node, nodejs where present), comma-separated.
+        /// `sdk`: python3, python, node, nodejs, ruby, php where present),
+        /// comma-separated.
         #[arg(long, value_name = "LIST")]
         programs: Vec<String>,
         /// Root directory of the system to change.

@@ -403,7 +403,7 @@ pub fn coverage(root: &Path) -> Vec<String> {
     };
     let shells: Vec<String> = m.shells.iter().map(|s| format!("/bin/{s}")).collect();
     let programs = if m.programs.is_empty() {
-        "none (`agentsh shim install --programs sdk` adds python3 and node)".to_string()
+        "none (`agentsh shim install --programs sdk` adds the interpreters SDKs run directly: python3, node, ruby, php)".to_string()
     } else {
         m.programs.join(", ")
     };

@@ -18,10 +18,11 @@ use super::*;
 use std::collections::BTreeMap;
 
 /// What `--programs sdk` stands for: the interpreters the SDKs' docs run
-/// without a shell (`sb.exec("python", ...)`, `exec("node", ...)`); each
-/// one absent from the root is skipped. Scripts they run (`pip`, `npm`,
-/// `npx`) start their interpreter, so they are covered with it.
-pub const SDK_PROGRAMS: &[&str] = &["python3", "python", "node", "nodejs"];
+/// without a shell (Modal's: `sb.exec("python", ...)`, `"node"`, `"ruby"`,
+/// `"php"`); each one absent from the root is skipped. Scripts they run
+/// (`pip`, `npm`, `npx`) start their interpreter, so they are covered
+/// with it.
+pub const SDK_PROGRAMS: &[&str] = &["python3", "python", "node", "nodejs", "ruby", "php"];
 
 /// Where a name is looked for, in the order of the default PATH.
 const SEARCH: &[&str] = &["/usr/local/bin", "/usr/bin", "/bin"];
