@@ -302,6 +302,13 @@ fn look(me: &Me, known: &mut HashMap<(u32, u64), Verdict>, audit: &AuditLog) {
         if known.get(&key).is_some_and(|v| *v != Verdict::Installing) {
             continue;
         }
+        // A child of a process in a tree is in it (the filter is inherited,
+        // the tracer follows every fork): no more to read.
+        let up = stats.get(&st.ppid).map(|u| (st.ppid, u.start));
+        if up.is_some_and(|u| known.get(&u) == Some(&Verdict::InTree)) {
+            known.insert(key, Verdict::InTree);
+            continue;
+        }
         let Some(mut p) = read_proc(*pid) else {
             continue;
         };
