@@ -115,10 +115,11 @@ pub fn judge(p: &Proc, me: &Me, descends: bool) -> Verdict {
             return Verdict::InTree;
         }
     }
-    if me.shims.contains(&p.exe)
-        || (p.exe.is_empty() && me.shim_names.contains(&p.comm))
-        || !p.present
-    {
+    // Unreadable mid-exec too: the new argv shows before the new name and
+    // before the runtime's stage (`runc init`, not dumpable) is left.
+    let argv0 = p.argv[0].rsplit('/').next().unwrap_or("");
+    let shim_named = me.shim_names.contains(&p.comm) || me.shim_names.contains(argv0);
+    if me.shims.contains(&p.exe) || (p.exe.is_empty() && shim_named) || !p.present {
         return Verdict::Installing;
     }
     let program = if p.exe.is_empty() { &p.argv[0] } else { &p.exe };
@@ -455,6 +456,13 @@ mod tests {
             ..unreadable.clone()
         };
         assert_eq!(judge(&shim_named, &me, false), Verdict::Installing);
+        // Caught mid-exec: the shim's argv already, the runtime's name still.
+        let mid_exec = Proc {
+            comm: "runc:[2:INIT]".into(),
+            argv: vec!["python3".into(), "-c".into()],
+            ..unreadable.clone()
+        };
+        assert_eq!(judge(&mid_exec, &me, false), Verdict::Installing);
         // The runtime's own stage (`runc init`, a file outside this root)
         // is looked at again once it runs a program of this root.
         let runc = Proc {
