@@ -150,18 +150,8 @@ fn real_and_public(argv0: &CStr) -> Result<(String, String), i32> {
 fn own_program() -> Stands {
     // Without /proc: the path this process was exec'd with, its links
     // followed (a program shim must not run a shell in its place).
-    let exe = std::fs::read_link("/proc/self/exe").or_else(|_| {
-        // SAFETY: getauxval has no preconditions; AT_EXECFN is a
-        // NUL-terminated string in the initial stack, valid for the
-        // process' lifetime.
-        let p = unsafe { libc::getauxval(libc::AT_EXECFN) } as *const libc::c_char;
-        if p.is_null() {
-            return Err(std::io::Error::from(std::io::ErrorKind::NotFound));
-        }
-        // SAFETY: see above.
-        let p = unsafe { CStr::from_ptr(p) };
-        std::fs::canonicalize(OsStr::from_bytes(p.to_bytes()))
-    });
+    let exe = std::fs::read_link("/proc/self/exe")
+        .or_else(|_| exec_path().and_then(std::fs::canonicalize));
     let Ok(exe) = exe else {
         return Stands::Shell;
     };
@@ -236,6 +226,20 @@ fn refuse(hint: &str) -> i32 {
     EXIT_REFUSED
 }
 
+/// The path this process was exec'd with (`AT_EXECFN`), for when /proc
+/// cannot say which file it runs.
+fn exec_path() -> std::io::Result<&'static OsStr> {
+    // SAFETY: getauxval has no preconditions; AT_EXECFN is a NUL-terminated
+    // string in the initial stack, valid for the process' lifetime.
+    let p = unsafe { libc::getauxval(libc::AT_EXECFN) } as *const libc::c_char;
+    if p.is_null() {
+        return Err(std::io::Error::from(std::io::ErrorKind::NotFound));
+    }
+    // SAFETY: see above; the string lives as long as the process.
+    let p: &'static CStr = unsafe { CStr::from_ptr(p) };
+    Ok(OsStr::from_bytes(p.to_bytes()))
+}
+
 /// What `real` is, for a hint.
 fn noun(real: &str) -> &'static str {
     if real.starts_with(decide::PROGRAMS_DIR) {
@@ -260,18 +264,9 @@ fn check_real_shell(real: &str) -> Result<(), i32> {
             return Err(EXIT_NOT_FOUND);
         }
     };
-    let me = std::fs::metadata("/proc/self/exe").or_else(|_| {
-        // No /proc: the path this process was exec'd with.
-        // SAFETY: getauxval has no preconditions; AT_EXECFN is a NUL-terminated
-        // string in the initial stack, valid for the process' lifetime.
-        let p = unsafe { libc::getauxval(libc::AT_EXECFN) } as *const libc::c_char;
-        if p.is_null() {
-            return Err(std::io::Error::from(std::io::ErrorKind::NotFound));
-        }
-        // SAFETY: see above.
-        let p = unsafe { CStr::from_ptr(p) };
-        std::fs::metadata(OsStr::from_bytes(p.to_bytes()))
-    });
+    // No /proc: the path this process was exec'd with.
+    let me =
+        std::fs::metadata("/proc/self/exe").or_else(|_| exec_path().and_then(std::fs::metadata));
     if let Ok(me) = me {
         if me.dev() == target.dev() && me.ino() == target.ino() {
             let hint = decide::loop_hint(real);

@@ -87,6 +87,18 @@ fn diversions(root: &Root) -> BTreeSet<String> {
         .collect()
 }
 
+/// `dpkg --verify` finds every file of `pkgs` as the package shipped it.
+fn dpkg_verifies(root: &Root, pkgs: &[&str]) {
+    for pkg in pkgs {
+        let out = root.run(&["/usr/bin/dpkg", "--verify", pkg]);
+        assert!(
+            out.status.success() && out.stdout.is_empty(),
+            "dpkg --verify {pkg}: {}",
+            text(&out)
+        );
+    }
+}
+
 fn is_shim(root: &Root, p: &str) -> bool {
     std::fs::read(root.path(p)).is_ok_and(|b| {
         b.windows(agentsh_proto::install::SHIM_MARKER.len())
@@ -434,14 +446,7 @@ fn deb_installs_supervises_sdk_shells_survives_a_dash_reinstall_and_uninstalls_e
             "{p} left behind"
         );
     }
-    for pkg in ["dash", "bash"] {
-        let out = root.run(&["/usr/bin/dpkg", "--verify", pkg]);
-        assert!(
-            out.status.success() && out.stdout.is_empty(),
-            "dpkg --verify {pkg}: {}",
-            text(&out)
-        );
-    }
+    dpkg_verifies(&root, &["dash", "bash"]);
 
     // Now removal works; purge takes config and state, keeps the audit log.
     server.stop();
@@ -538,14 +543,7 @@ fn program_shims_survive_a_package_reinstall_and_uninstall_exactly() {
             "{p} left behind"
         );
     }
-    for pkg in ["python3.11-minimal", "nodejs"] {
-        let out = root.run(&["/usr/bin/dpkg", "--verify", pkg]);
-        assert!(
-            out.status.success() && out.stdout.is_empty(),
-            "dpkg --verify {pkg}: {}",
-            text(&out)
-        );
-    }
+    dpkg_verifies(&root, &["python3.11-minimal", "nodejs"]);
 }
 
 /// The instructions of stage `name` (or of the last stage), continuation

@@ -160,7 +160,12 @@ pub fn read_stat(pid: u32) -> Option<Stat> {
 
 /// `pid`'s process as `/proc` shows it now; `None` once it is gone.
 pub fn read_proc(pid: u32) -> Option<Proc> {
-    let Stat { ppid, start, comm } = read_stat(pid)?;
+    read_rest(pid, read_stat(pid)?)
+}
+
+/// [`read_proc`], its [`Stat`] read already.
+fn read_rest(pid: u32, stat: Stat) -> Option<Proc> {
+    let Stat { ppid, start, comm } = stat;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let field = |k: &str| {
         status
@@ -310,7 +315,7 @@ fn look(me: &Me, known: &mut HashMap<(u32, u64), Verdict>, audit: &AuditLog) {
             known.insert(key, Verdict::InTree);
             continue;
         }
-        let Some(mut p) = read_proc(*pid) else {
+        let Some(mut p) = read_rest(*pid, st.clone()) else {
             continue;
         };
         // gVisor names the program by the path it was exec'd with
