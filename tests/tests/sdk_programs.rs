@@ -213,3 +213,68 @@ fn without_proc_a_program_shim_still_runs_its_own_program() {
     assert_eq!(o.status.code(), Some(4), "{o:?}");
     assert!(out.contains("python -c"), "not python: {o:?}");
 }
+
+/// Under the tracer (`execve.backend: ptrace`, what gVisor runs), a python
+/// or a shell run inside a supervised tree does not exec its shim first:
+/// the supervisor execs the real one in its place, judged and checked as
+/// any exec. The server runs in the namespace, where the shims are.
+#[test]
+fn under_the_tracer_a_nested_program_or_shell_runs_without_the_shims_hop() {
+    if !require_root("under_the_tracer_a_nested_program_or_shell_runs_without_the_shims_hop") {
+        return;
+    }
+    let ns = Namespace::new();
+    let srv = TestServer::start_with(
+        &agentsh_tests::server::server_base(),
+        POLICY,
+        "execve:\n  backend: ptrace\n",
+        |p| ns.command(p),
+    );
+    let out = ns.install_shim_for(true, &["python3"]);
+    assert!(out.contains("now agentsh-shell-shim"), "{out}");
+    ns.configure(&srv.url, "on");
+    let mut sup = Supervisor::start(&ns, false);
+    let script = "python3 -c 'import os; print(\"py\", os.readlink(\"/proc/self/exe\"))'; \
+                  sh -c 'echo inner $0'; python3 -c 'import subprocess; subprocess.run([\"curl\", \"-V\"])'; \
+                  echo rc=$?";
+    let f = sup.run(&exec(&["sh", "-c", script]));
+    assert_eq!(f.code, Some(0), "{f:?}\n{}", srv.log());
+    // The real python ran, as itself, and the real shell.
+    assert!(
+        f.stdout.contains("py /usr/bin/python3.") && f.stdout.contains(".real\n"),
+        "{f:?}"
+    );
+    assert!(f.stdout.contains("inner sh"), "{f:?}");
+    let events = srv.exec_events("default");
+    let skipped = |base: &str| {
+        events.iter().any(|e| {
+            e["filename"].as_str().is_some_and(|p| p.ends_with(base))
+                && e["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("made in its place"))
+        })
+    };
+    assert!(skipped("/python3"), "the python shim ran: {}", srv.log());
+    assert!(skipped("/sh"), "the shell shim ran: {events:#?}");
+    // The real ones judged as execs of their own: the links, and curl,
+    // run by the nested python, refused with its rule.
+    let named = |p: &str| {
+        events
+            .iter()
+            .any(|e| e["filename"].as_str().is_some_and(|f| f.starts_with(p)))
+    };
+    assert!(named("/usr/lib/agentsh/programs/python3."), "{events:#?}");
+    assert!(named("/usr/lib/agentsh/shells/sh"), "{events:#?}");
+    let curl = events
+        .iter()
+        .find(|e| e["filename"].as_str().is_some_and(|p| p.ends_with("/curl")))
+        .unwrap_or_else(|| panic!("no curl event: {events:#?}"));
+    assert_eq!(curl["rule"], "deny-nested-curl", "{curl}");
+    // The outer shell, started by the SDK from outside, installed once.
+    let inits = srv
+        .events("default")
+        .iter()
+        .filter(|e| e["type"] == "wrap_init")
+        .count();
+    assert_eq!(inits, 1, "{f:?}");
+}

@@ -215,6 +215,9 @@ fn supervisor_context(
         ))),
         host: Arc::new(crate::tracee::host::RealHost),
         stops: Arc::new(crate::supervisor::RealStops),
+        hops: crate::supervisor::shimhops::ShimHops::new(Box::new(|| {
+            crate::installer::hop_files(std::path::Path::new("/"))
+        })),
     });
     // A policy with http: rules: the CA is published before any tree needs
     // it (a failure is logged; those connects are refused).

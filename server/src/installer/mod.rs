@@ -393,6 +393,27 @@ pub fn shim_files(root: &Path) -> std::collections::HashSet<String> {
         .collect()
 }
 
+/// The shell and program shims installed in `root` (as this machine names
+/// their files, every symlink followed) and what each execs inside a tree:
+/// what the supervisor may exec in the shim's place
+/// (`supervisor::shimhops`). Empty where the shim is not installed.
+pub fn hop_files(root: &Path) -> Vec<(std::path::PathBuf, crate::supervisor::shimhops::HopTo)> {
+    use crate::supervisor::shimhops::HopTo;
+    let Ok(Some(m)) = read_manifest(root) else {
+        return Vec::new();
+    };
+    let shells = m.shells.iter().map(|s| (format!("/bin/{s}"), HopTo::Shell));
+    let programs = m.programs.iter().map(|p| {
+        let name = p.rsplit('/').next().unwrap_or(p);
+        let link = format!("{}/{name}", agentsh_proto::install::PROGRAMS_DIR);
+        (p.clone(), HopTo::Program(link))
+    });
+    shells
+        .chain(programs)
+        .filter_map(|(p, to)| Some((in_root(root, &p).ok()?.canonicalize().ok()?, to)))
+        .collect()
+}
+
 /// What an SDK's commands meet in `root`, for `agentsh ready` and
 /// `agentsh detect`: which shells and programs the shim stands in for, and
 /// the gap every other program run without a shell falls into. Empty where

@@ -32,6 +32,9 @@ pub struct SupervisorContext {
     /// What they ask the kernel to do to a tree's tasks
     /// (`stops::RealStops` in the server).
     pub stops: Arc<dyn super::stops::TaskStops>,
+    /// The shims installed here, whose exec in a tree a verifying backend
+    /// makes straight to the real one (`exec::hop`).
+    pub hops: super::shimhops::ShimHops,
 }
 
 impl SupervisorContext {

@@ -51,6 +51,7 @@ pub fn dispatch(
             tid: c.tid,
             call,
             args: call.args(&c.args),
+            instead: None,
         };
         return exec::handle(ctx, tree, &mut st.tasks, &mut st.exec, &req, stop);
     }

@@ -57,6 +57,7 @@ mod ptrace;
 pub mod retry;
 mod seam;
 mod sharing;
+pub mod shimhops;
 mod signals;
 mod state;
 mod stops;

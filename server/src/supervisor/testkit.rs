@@ -100,6 +100,7 @@ impl Bench {
             proxy: Box::new(Arc::new(RecordingProxy::default())),
             host: host.clone(),
             stops: stops.clone(),
+            hops: crate::supervisor::shimhops::ShimHops::none(),
         };
         let pid = std::process::id();
         let terms = TreeTerms {
@@ -177,6 +178,10 @@ pub struct RecordingStop {
     pub verifies: bool,
     answers: RefCell<Vec<Answered>>,
     pub expected: RefCell<Vec<Verification>>,
+    /// Plays a backend that pins a call's bytes (ptrace with its region).
+    pub pins: bool,
+    /// What was pinned: each argument and its bytes.
+    pub pinned: RefCell<Vec<(usize, Vec<u8>)>>,
 }
 
 impl RecordingStop {
@@ -217,6 +222,18 @@ impl Stop for RecordingStop {
     }
     fn defer(&self) -> Holder {
         panic!("a unit test deferred a call")
+    }
+    fn pinning(&self) -> crate::supervisor::seam::Pinning {
+        if self.pins {
+            crate::supervisor::seam::Pinning::Ready
+        } else {
+            crate::supervisor::seam::Pinning::Unavailable
+        }
+    }
+    fn pin(&self, copies: &[(usize, &[u8])]) -> io::Result<()> {
+        let mut p = self.pinned.borrow_mut();
+        p.extend(copies.iter().map(|(a, b)| (*a, b.to_vec())));
+        Ok(())
     }
 }
 

@@ -149,7 +149,11 @@ fn read_path(
             "exec path pointer is NULL".into(),
         ));
     }
-    let path = match mem.cstring(a.path, libc::PATH_MAX as usize) {
+    let read = match &req.instead {
+        Some(p) => Ok((p.clone(), true)),
+        None => mem.cstring(a.path, libc::PATH_MAX as usize),
+    };
+    let path = match read {
         Ok((p, true)) => p,
         Ok((_, false)) => {
             return Err(undecidable(

@@ -15,6 +15,7 @@
 
 use super::gather::{gather, Gather, Gathered};
 use super::held::HeldExec;
+use super::hop::Hop;
 use super::judge::{decide, expected_of, Judged};
 use super::request::ExecRequest;
 use super::state::{ExecState, ExecTree};
@@ -62,7 +63,18 @@ pub fn handle(
         return;
     }
     phases::mark("valid");
-    let mut j = decide(ctx, tree, st, pid, &g);
+    let j = decide(ctx, tree, st, pid, &g);
+    // A shim's exec in a tree: the real one exec'd in its place, where the
+    // backend can (`hop`).
+    let (pid, g, mut j) = if verified {
+        match super::hop::skip(ctx, tree, st, req, stop, &g, &j) {
+            Hop::Kept => (pid, g, j),
+            Hop::Again => return release(st, frozen, Duration::ZERO),
+            Hop::Skipped(real) => *real,
+        }
+    } else {
+        (pid, g, j)
+    };
     if j.verdict.decision == Decision::Redirect {
         // Checked first (nothing changed); what cannot be made safely is a
         // refusal like any other, below.

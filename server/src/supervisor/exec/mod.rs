@@ -55,6 +55,9 @@ mod depth;
 mod gather;
 mod handle;
 mod held;
+mod hop;
+#[cfg(test)]
+mod hop_tests;
 pub mod identity;
 mod judge;
 mod recognise;

@@ -11,4 +11,8 @@ pub struct ExecRequest {
     pub tid: u32,
     pub call: &'static ExecSyscall,
     pub args: ExecArgs,
+    /// The path to judge instead of the one in the caller's memory: the
+    /// one the supervisor writes where only it writes, for the kernel to
+    /// read (`hop`). `None`: the caller's.
+    pub instead: Option<Vec<u8>>,
 }

@@ -41,6 +41,7 @@ fn exec_at(b: &mut Bench, path: u64, argv: u64, stop: &RecordingStop) {
             flags: 0,
             ptr_size: std::mem::size_of::<usize>(),
         },
+        instead: None,
     };
     let mut state = ExecState::default();
     handle(&b.ctx, &b.tree, &mut b.tasks, &mut state, &req, stop);
