@@ -241,6 +241,28 @@ fn programs_are_supervised_without_a_shell(ctr: &Container) {
         before + 1,
         "a nested python called wrap-init"
     );
+    // Under the tracer (gVisor) the supervisor runs the real python in the
+    // shim's place; user-notify (runc) takes the shim's hop.
+    let all = events(ctr);
+    let traced = all
+        .iter()
+        .any(|e| e["type"] == "wrap_init" && e["backend"] == "ptrace");
+    let skipped = all
+        .iter()
+        .filter(|e| {
+            e["type"] == "execve"
+                && e["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("made in its place"))
+                && e["argv"][0] == "python3"
+        })
+        .count();
+    assert_eq!(
+        skipped >= 2,
+        traced,
+        "nested pythons run in the shim's place: {skipped} (traced: {traced})\n{}",
+        ctr.logs()
+    );
     a_program_no_shim_stands_in_for_is_recorded(ctr);
     // `agentsh ready`, as the SDK runs it, names what is covered and the gap.
     let o = ctr.exec(None, &["agentsh", "ready", "--timeout", "60"]);

@@ -165,6 +165,9 @@ impl Loop {
         let Some((root, tgid)) = self.tracees.get(&parent).map(|t| (t.root, t.tgid)) else {
             return;
         };
+        if !thread {
+            self.pins.borrow_mut().inherit(tgid, child);
+        }
         let tgid = if thread { tgid } else { child };
         // Claimed already at its first stop (the same tree and process), or
         // an entry left by a task that is gone and whose number the child

@@ -129,6 +129,14 @@ impl Pins {
         let mapped = match returned {
             Ok(v) if v == pin::BASE as i64 => true,
             Ok(v) if v == -i64::from(libc::EEXIST) => region_in_maps(tgid),
+            // gVisor takes `MAP_FIXED_NOREPLACE` as a hint where the
+            // address is taken (an inherited region): the mapping went
+            // elsewhere (left there: read-only, unreserved), and the maps
+            // say whether the region is the tracer's.
+            Ok(v) if v >= 0 => {
+                tracing::debug!(tid, "the region's mmap went to {v:#x}: the region taken");
+                region_in_maps(tgid)
+            }
             Ok(v) => {
                 tracing::debug!(
                     tid,
@@ -195,6 +203,17 @@ impl Pins {
         });
         if let Err(e) = done {
             tracing::debug!(tid, "arguments not put back (gone?): {e}");
+        }
+    }
+
+    /// Process `child` was started by a process of `parent`'s (a fork,
+    /// vfork or a clone of a process): it has the region when the parent
+    /// has it (a fork copies every mapping, and the filter refuses every
+    /// call that would keep the region from a child: `MADV_DONTFORK`,
+    /// `MADV_WIPEONFORK`; a vfork or `CLONE_VM` child shares it).
+    pub(super) fn inherit(&mut self, parent: u32, child: u32) {
+        if self.mapped.get(&parent) == Some(&true) {
+            self.mapped.insert(child, true);
         }
     }
 
@@ -278,6 +297,19 @@ mod tests {
         }
         assert_eq!(p.slot(1), None);
         assert!(pin::slot_addr(pin::SLOTS - 1) + pin::SLOT <= pin::BASE + pin::SIZE);
+    }
+
+    #[test]
+    fn a_child_of_a_process_with_the_region_has_it_and_one_of_a_process_without_does_not() {
+        let mut p = Pins::default();
+        p.mapped.insert(7, true);
+        p.inherit(7, 8);
+        assert_eq!(p.mapped.get(&8), Some(&true));
+        p.inherit(9, 10);
+        assert_eq!(p.mapped.get(&10), None, "asked at its first call");
+        p.mapped.insert(11, false);
+        p.inherit(11, 12);
+        assert_eq!(p.mapped.get(&12), None);
     }
 
     #[test]
