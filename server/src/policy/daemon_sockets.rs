@@ -462,9 +462,15 @@ impl HiddenCache {
             .filter(|l| !beneath_roots(&l.path))
             .collect();
         if let Some((deps, table, result)) = last.as_ref() {
-            if *table == listeners && deps.iter().all(|(d, st)| stamp(d) == *st) {
+            let moved = super::stamp::changed(deps);
+            if *table == listeners && moved.is_none() {
                 return (result.clone(), true);
             }
+            tracing::debug!(
+                ?moved,
+                listeners_changed = *table != listeners,
+                "daemon sockets to hide looked up again"
+            );
         }
         let started = std::time::SystemTime::now();
         let fs = Recording(Default::default(), listeners.clone());

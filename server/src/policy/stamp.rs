@@ -29,3 +29,11 @@ pub(crate) fn stamp(dir: &str) -> Option<Stamp> {
         mtime: (m.mtime(), m.mtime_nsec()),
     })
 }
+
+/// The first of `deps` whose stamp is not the one kept: what made a kept
+/// answer stale (`None`: all still hold).
+pub(crate) fn changed(deps: &[(String, Option<Stamp>)]) -> Option<&str> {
+    deps.iter()
+        .find(|(d, st)| stamp(d) != *st)
+        .map(|(d, _)| d.as_str())
+}

@@ -7,7 +7,7 @@ use super::paths::{FsView, HostFs, SessionVars};
 use super::protect::SelfProtection;
 use super::ruleset::{compile, CompiledLandlock};
 use crate::policy::loaded::Policy;
-use crate::policy::stamp::{stamp, Stamp, SETTLE};
+use crate::policy::stamp::{changed, stamp, Stamp, SETTLE};
 use agentsh_proto::LandlockCompat;
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -192,9 +192,16 @@ impl SessionLandlock {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(i) = cache.iter().position(|c| c.uid == uid && c.carve == carve) {
             let c = &cache[i];
-            if c.home == home && c.deps.iter().all(|(d, st)| stamp(d) == *st) {
+            let moved = changed(&c.deps);
+            if c.home == home && moved.is_none() {
                 return (c.result.clone(), true);
             }
+            tracing::debug!(
+                uid,
+                ?moved,
+                home_changed = c.home != home,
+                "landlock ruleset compiled again"
+            );
             cache.remove(i);
         }
         let started = std::time::SystemTime::now();
