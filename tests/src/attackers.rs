@@ -171,6 +171,7 @@ pub fn tally(stdout: &str) -> Option<Tally> {
 /// Threads traced by a thread of process `tracer`, or stopped by ptrace
 /// (`t`) in a process descending from `root`: after a race, none may be left.
 /// (Tests run in parallel: a machine-wide scan would see other tests' freezes.)
+/// The tracer's doorbell (its child `agentsh-bell`, asleep) is not counted.
 pub fn stopped_or_traced(tracer: u32, root: Option<u32>) -> Vec<String> {
     let mut found = Vec::new();
     let Ok(procs) = std::fs::read_dir("/proc") else {
@@ -204,6 +205,14 @@ pub fn stopped_or_traced(tracer: u32, root: Option<u32>) -> Vec<String> {
             };
             let state = field("State:");
             let traced_by = field("TracerPid:");
+            // The tracer's doorbell: its own child, traced for good, asleep
+            // between rings.
+            let doorbell = field("Name:") == "agentsh-bell"
+                && field("PPid:") == tracer.to_string()
+                && state.starts_with('S');
+            if doorbell {
+                continue;
+            }
             if (mine && state.starts_with('t')) || tracer_threads.contains(&traced_by) {
                 found.push(format!(
                     "pid {pid} tid {} ({}) state {state} tracer {traced_by}",

@@ -424,3 +424,99 @@ fn a_ptrace_backend_server_stops_at_its_first_sigterm() {
         srv.kill();
     }
 }
+
+/// The tracer's doorbell (`agentsh-bell`, the server's child it traces):
+/// the process whose rings wake the tracer blocked in `waitpid`. A root
+/// tree may not kill it (a keeper: `kill` refused), and when it dies all
+/// the same (killed here, from outside every tree) the tracer polls again:
+/// new trees are still taken and their calls still answered.
+#[test]
+fn a_tree_cannot_kill_the_tracers_doorbell_and_without_it_the_tracer_still_answers() {
+    if !require_root(
+        "a_tree_cannot_kill_the_tracers_doorbell_and_without_it_the_tracer_still_answers",
+    ) {
+        return;
+    }
+    // With Landlock's signal scope (ABI 6 and later), and without it (E2B's
+    // kernel, and gVisor: the filter's signal guard alone).
+    for landlock in ["", "landlock:\n  max_abi: 2\n"] {
+        doorbell_round(landlock);
+    }
+}
+
+fn doorbell_round(landlock: &str) {
+    let srv = TestServer::start(POLICY, &format!("{PTRACE}{landlock}"));
+    let first = run_wrapped(&srv.url, "bell", &["/bin/true"], &Opts::default());
+    assert!(first.status.success(), "{}", stderr(&first));
+    let bell = doorbell_of(srv.pid())
+        .unwrap_or_else(|| panic!("no doorbell below the server:\n{}", srv.log()));
+    let tracer_threads: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", srv.pid()))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        tracer_threads.contains(&status_field(bell, "TracerPid:")),
+        "the doorbell is not traced by the server"
+    );
+    let script = format!("kill -9 {bell}; echo \"kill=$?\"");
+    let o = run_wrapped(
+        &srv.url,
+        "bell",
+        &["/bin/sh", "-c", &script],
+        &Opts::default(),
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("kill=1"),
+        "a tree killed the doorbell ({landlock:?}): {out} {}",
+        stderr(&o)
+    );
+    assert!(!exited(bell), "the doorbell died");
+    // SAFETY: kill takes integers; the doorbell is the server's child.
+    assert_eq!(unsafe { libc::kill(bell as i32, libc::SIGKILL) }, 0);
+    for round in 0..3 {
+        let o = run_wrapped(
+            &srv.url,
+            "bell",
+            &[
+                "/bin/sh",
+                "-c",
+                "ls / >/dev/null && echo ok; curl --version",
+            ],
+            &Opts::default(),
+        );
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("ok"),
+            "round {round} without the doorbell: {} {}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            stderr(&o),
+            srv.log()
+        );
+    }
+    assert!(
+        srv.log().contains("its doorbell is gone"),
+        "the server did not say it polls again:\n{}",
+        srv.log()
+    );
+}
+
+/// The value of `key` in `/proc/PID/status` ("" when unreadable).
+fn status_field(pid: u32, key: &str) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// The server's child named `agentsh-bell`.
+fn doorbell_of(server: u32) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        (status_field(pid, "Name:") == "agentsh-bell"
+            && status_field(pid, "PPid:") == server.to_string())
+        .then_some(pid)
+    })
+}

@@ -41,6 +41,7 @@
 //! against is killed and audited (`unverified_exec`); a seize that fails
 //! refuses the handoff (unixwrap then refuses to run).
 
+mod doorbell;
 mod events;
 mod freeze;
 mod gate;

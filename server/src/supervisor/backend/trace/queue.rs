@@ -42,10 +42,12 @@ pub(super) enum Request {
     Again { tid: u32, starttime: u64 },
 }
 
-/// The handle on the tracer thread: a queue and the eventfd that wakes it.
+/// The handle on the tracer thread: a queue, and what wakes it: its
+/// doorbell while there is one (`doorbell`), else the eventfd.
 pub struct Tracer {
     pub(super) tx: Mutex<Sender<Request>>,
     pub(super) wake: OwnedFd,
+    pub(super) bell: super::doorbell::Ring,
 }
 
 pub(super) static TRACER: OnceLock<Result<Tracer, TraceError>> = OnceLock::new();
@@ -76,6 +78,9 @@ impl Tracer {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .send(r)
             .map_err(|_| TraceError::Gone)?;
+        if super::doorbell::ring(&self.bell) {
+            return Ok(());
+        }
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a live u64 to our eventfd.
         unsafe { libc::write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };

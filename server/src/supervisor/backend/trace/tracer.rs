@@ -33,13 +33,16 @@ fn tracer(ctx: &Arc<SupervisorContext>) -> Result<&'static Tracer, TraceError> {
                 .map_err(|e| TraceError::Eventfd(format!("dup: {e}")))?;
             let (tx, rx) = mpsc::channel();
             let ctx = ctx.clone();
+            let bell = super::doorbell::Ring::default();
+            let ring = bell.clone();
             std::thread::Builder::new()
                 .name("agentsh-tracer".into())
-                .spawn(move || tracer_loop::Loop::new(ctx, rx, wake_copy).run())
+                .spawn(move || tracer_loop::Loop::new(ctx, rx, wake_copy).run(ring))
                 .map_err(|e| TraceError::Thread(e.to_string()))?;
             Ok(Tracer {
                 tx: Mutex::new(tx),
                 wake,
+                bell,
             })
         })
         .as_ref()

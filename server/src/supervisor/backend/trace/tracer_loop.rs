@@ -123,9 +123,49 @@ impl Loop {
         }
     }
 
-    /// Waits for tracee events (SIGCHLD through a signalfd) and requests
-    /// (the eventfd), forever.
-    pub(super) fn run(mut self) {
+    /// Waits for tracee events and requests, forever: in one `waitpid`
+    /// where the doorbell rings for requests (`doorbell`), else polling a
+    /// signalfd for SIGCHLD and the eventfd.
+    pub(super) fn run(mut self, ring: super::doorbell::Ring) {
+        match super::doorbell::Doorbell::start(ring) {
+            Ok(bell) => self.run_rung(&bell),
+            Err(e) => tracing::warn!(
+                "tracer: no doorbell ({e}); it polls (each stop costs three more syscalls)"
+            ),
+        }
+        self.run_polling();
+    }
+
+    /// The loop while the doorbell rings: one blocking `waitpid` per event;
+    /// returns when the doorbell is gone.
+    fn run_rung(&mut self, bell: &super::doorbell::Doorbell) {
+        loop {
+            while let Ok(r) = self.rx.try_recv() {
+                self.request(r);
+            }
+            if self.gate.drop_blocked(gate::sleeps) || std::mem::take(&mut self.unpark_later) {
+                self.unpark();
+            }
+            let mut status = 0;
+            // SAFETY: a valid pointer to an int the kernel writes.
+            let tid = unsafe { libc::waitpid(-1, &mut status, libc::__WALL | libc::__WNOTHREAD) };
+            if tid == bell.pid as i32 {
+                if !bell.event(status) {
+                    return;
+                }
+            } else if tid > 0 {
+                self.event(tid as u32, status);
+            } else if io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                // ECHILD: the doorbell is gone and was reaped unseen.
+                let _ = bell.event(0);
+                return;
+            }
+        }
+    }
+
+    /// The loop without a doorbell: `poll` on the eventfd and a SIGCHLD
+    /// signalfd, every event ready taken after each wake-up.
+    fn run_polling(mut self) {
         let sigfd = match chld_signalfd() {
             Ok(fd) => Some(fd),
             Err(e) => {
