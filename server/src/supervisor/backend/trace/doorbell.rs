@@ -1,41 +1,48 @@
 //! The tracer's doorbell: a child process of the tracer thread, traced by
-//! it, that does nothing but take signals. Other threads ring it (a signal
-//! through its pidfd) when they queue a request, and a timer rings it every
-//! [`TICK`]; each ring is a signal-delivery stop, which `waitpid` reports
-//! like any tracee's stop. So the tracer blocks in one `waitpid` for tracee
-//! events and requests alike, instead of `poll` on a signalfd and an
-//! eventfd, a read of each, and a `waitpid` that finds nothing after every
-//! event: one syscall per stop where there were four (each a sandbox
-//! syscall under gVisor, about 20 µs). No ring is lost: a stop stays until
-//! the tracer reaps it, and a request queued before its ring is taken
-//! after the ring's stop is seen.
+//! it, that does nothing but take signals. Other threads ring it (SIGURG)
+//! when they queue a request, and its own timer rings it every [`TICK`];
+//! each ring is a signal-delivery stop, which `waitpid` reports like any
+//! tracee's stop. So the tracer blocks in one `waitpid` for tracee events
+//! and requests alike, instead of `poll` on a signalfd and an eventfd, a
+//! read of each, and a `waitpid` that finds nothing after every event: one
+//! syscall per stop where there were four (each a sandbox syscall under
+//! gVisor, about 25 µs). No ring is lost: a stop stays until the tracer
+//! reaps it, and a request queued before its ring is taken after the ring's
+//! stop is seen.
 //!
-//! The doorbell is one of the processes a tree may not signal (a keeper,
-//! `filter::keep`), from the trees started after it.
+//! Rung by pid (gVisor has no `pidfd_send_signal`): the pid cannot be
+//! reused while the doorbell lives or is a zombie, and only the tracer reaps
+//! it, then forgets the pid. A ring sent in the moment between the reaping
+//! and the forgetting could reach a new process given that pid (after a
+//! wrap-around of the pid space), and SIGURG is a signal whose default is to
+//! be ignored. The doorbell is one of the processes a tree may not signal
+//! (a keeper, `filter::keep`), from the trees started after it: only a
+//! process outside every tree can kill it.
 //!
-//! Failure modes: a doorbell that cannot be made (no fork, no seize, no
-//! pidfd) or that dies leaves the tracer on its `poll` loop, as before
-//! (logged); a ring that fails wakes the tracer through the eventfd.
+//! Failure modes: a doorbell that cannot be made (no fork, no seize) or
+//! that dies leaves the tracer on its `poll` loop, as before (logged); a
+//! ring that fails wakes the tracer through the eventfd.
 
 use std::io;
-use std::os::fd::OwnedFd;
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
 
 /// How often the doorbell rings by itself: the tracer's housekeeping (held
 /// walkers that went to sleep) needs no event to run.
 const TICK: libc::suseconds_t = 250_000;
 
-/// The ring other threads use: the doorbell's pidfd while it lives.
-pub(super) type Ring = Arc<RwLock<Option<OwnedFd>>>;
+/// The signal that rings it: ignored by default wherever it lands.
+const RING: libc::c_int = libc::SIGURG;
+
+/// The ring other threads use: the doorbell's pid while it lives (0: none).
+pub(super) type Ring = Arc<AtomicI32>;
 
 /// Rings the doorbell; whether it rang (`false`: none, or it is gone, and
 /// the caller wakes the tracer another way).
 pub(super) fn ring(bell: &Ring) -> bool {
-    let held = bell
-        .read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    held.as_ref()
-        .is_some_and(|fd| crate::tracee::pidfd::send_signal(fd, libc::SIGUSR1).is_ok())
+    let pid = bell.load(Ordering::Acquire);
+    // SAFETY: kill takes integers.
+    pid > 0 && unsafe { libc::kill(pid, RING) } == 0
 }
 
 /// The doorbell, seen from the tracer thread.
@@ -46,10 +53,10 @@ pub(super) struct Doorbell {
 
 impl Doorbell {
     /// Forks the doorbell and seizes it, from the tracer thread; publishes
-    /// its pidfd in `ring`.
+    /// its pid in `ring`.
     ///
     /// # Errors
-    /// fork, `PTRACE_SEIZE` or `pidfd_open` failed (the child is killed).
+    /// fork or `PTRACE_SEIZE` failed (the child is killed).
     pub(super) fn start(ring: Ring) -> io::Result<Doorbell> {
         // SAFETY: the child calls only async-signal-safe syscalls
         // (`doorbell_child`) and never returns.
@@ -61,13 +68,9 @@ impl Doorbell {
             doorbell_child();
         }
         let pid = pid as u32;
-        let made = crate::supervisor::ptrace::seize(pid, libc::PTRACE_O_EXITKILL)
-            .and_then(|()| crate::tracee::pidfd::open(pid));
-        match made {
-            Ok(fd) => {
-                *ring
-                    .write()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(fd);
+        match crate::supervisor::ptrace::seize(pid, libc::PTRACE_O_EXITKILL) {
+            Ok(()) => {
+                ring.store(pid as i32, Ordering::Release);
                 crate::filter::keep(pid);
                 Ok(Doorbell { pid, ring })
             }
@@ -99,10 +102,7 @@ impl Doorbell {
 
     /// The doorbell is gone: no one rings it any more.
     fn gone(&self) {
-        *self
-            .ring
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+        self.ring.store(0, Ordering::Release);
         crate::filter::unkeep(self.pid);
         tracing::warn!(
             pid = self.pid,
@@ -123,8 +123,16 @@ fn doorbell_child() -> ! {
     unsafe {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
         libc::prctl(libc::PR_SET_NAME, c"agentsh-bell".as_ptr(), 0, 0, 0);
-        if libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32) != 0 {
-            for fd in 0..1024 {
+        // Up to i32::MAX: gVisor refuses a larger bound. Without
+        // close_range, each fd below the limit.
+        if libc::syscall(libc::SYS_close_range, 0u32, i32::MAX as u32, 0u32) != 0 {
+            let mut lim: libc::rlimit = std::mem::zeroed();
+            let top = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+                lim.rlim_cur.min(1 << 16) as i32
+            } else {
+                1 << 16
+            };
+            for fd in 0..top {
                 libc::close(fd);
             }
         }
@@ -132,7 +140,7 @@ fn doorbell_child() -> ! {
         sa.sa_sigaction = rung as *const () as usize;
         libc::sigemptyset(&mut sa.sa_mask);
         sa.sa_flags = libc::SA_RESTART;
-        libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut());
+        libc::sigaction(RING, &sa, std::ptr::null_mut());
         libc::sigaction(libc::SIGALRM, &sa, std::ptr::null_mut());
         let tick = libc::timeval {
             tv_sec: 0,
