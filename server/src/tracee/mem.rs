@@ -533,7 +533,11 @@ pub fn poke_bytes(tid: u32, addr: u64, data: &[u8]) -> io::Result<()> {
 }
 
 /// `PTRACE_POKEDATA` of one word at `at` in the stopped tracee `tid`.
-fn poke(tid: u32, at: u64, word: libc::c_long) -> io::Result<()> {
+///
+/// # Errors
+/// ESRCH if `tid` is not this thread's stopped tracee; EFAULT/EIO if the
+/// address is not mapped.
+pub fn poke(tid: u32, at: u64, word: libc::c_long) -> io::Result<()> {
     // SAFETY: POKEDATA takes the word by value; no memory of ours is passed.
     let rc = unsafe {
         libc::ptrace(

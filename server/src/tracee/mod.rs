@@ -54,7 +54,7 @@ pub mod walk;
 pub use access::{as_owner, with_owner};
 pub use file::{fd_identity, fd_meta, fd_path, FileKey, FileMeta};
 pub use mem::{
-    forget_mem, overwrite_bytes, peek_cstring, poke_bytes, poke_words, read_argv, read_bytes,
+    forget_mem, overwrite_bytes, peek_cstring, poke, poke_bytes, poke_words, read_argv, read_bytes,
     read_cstring, read_ptr_array, write_bytes, Argv, MemReader,
 };
 pub use resolve::{

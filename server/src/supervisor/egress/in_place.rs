@@ -405,7 +405,13 @@ fn redirect_pinned(
 /// this thread): `process_vm_writev` where there is one; else, or where the
 /// page is read-only (a constant sockaddr), a word at a time through ptrace
 /// (gVisor has neither `process_vm_writev` nor a writable `/proc/PID/mem`).
+/// Never in the pinned region (EFAULT: the call is refused): only the
+/// tracer's copies go there, and it skips the words it knows are there
+/// (`pinning`).
 fn write(tid: u32, at: u64, bytes: &[u8]) -> std::io::Result<()> {
+    if crate::tracee::pin::meets(at, bytes.len() as u64) {
+        return Err(std::io::Error::from_raw_os_error(libc::EFAULT));
+    }
     crate::tracee::write_bytes(tid, at, bytes)
         .or_else(|_| crate::tracee::poke_bytes(tid, at, bytes))
 }
@@ -446,5 +452,23 @@ impl Registered {
                 Some(-i64::from(libc::EACCES))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A sockaddr the caller placed in the pinned region is never written
+    /// over (the tracer's record of what its slots hold must stay true):
+    /// refused before any write is tried, whoever the tracee.
+    #[test]
+    fn nothing_is_written_over_the_pinned_region() {
+        use crate::tracee::pin;
+        for at in [pin::BASE, pin::BASE + pin::SIZE - 8, pin::BASE - 4] {
+            let e = super::write(u32::MAX, at, &[0u8; 16]).expect_err("refused");
+            assert_eq!(e.raw_os_error(), Some(libc::EFAULT), "{at:#x}");
+        }
+        // Elsewhere the write is tried (no such tracee: ESRCH, not EFAULT).
+        let e = super::write(u32::MAX, 0x1000, &[0u8; 16]).expect_err("no tracee");
+        assert_ne!(e.raw_os_error(), Some(libc::EFAULT));
     }
 }

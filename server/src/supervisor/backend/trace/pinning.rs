@@ -44,6 +44,16 @@ pub(super) struct Pins {
     /// tracer takes one (a call run with others held); forgotten at the
     /// thread's next seccomp stop where it does not.
     given: HashMap<u32, Vec<(usize, u64)>>,
+    /// What the tracer wrote last in each slot given, word by word from
+    /// the slot's start, in the address space of the thread holding it:
+    /// a word that is there already is not written again (each write is
+    /// a sandbox syscall under gVisor). True because only the tracer
+    /// writes the region, and forgotten whenever the memory under the slot
+    /// may be another: the slot given back (its thread gone), its thread's
+    /// process running a new image, a write that failed.
+    written: HashMap<u32, Vec<u64>>,
+    /// How many words the last [`Pins::write`] wrote.
+    last_written: usize,
 }
 
 /// What [`Pins::ready`] found.
@@ -217,9 +227,13 @@ impl Pins {
         }
     }
 
-    /// Process `pid` runs a new image: no region yet.
+    /// Process `pid` runs a new image: no region yet (the thread that
+    /// exec'd is `pid` now; every other thread of the old image is gone).
     pub(super) fn exec(&mut self, pid: u32) {
         self.mapped.remove(&pid);
+        if let Some(n) = self.slots.get(&pid) {
+            self.written.remove(n);
+        }
     }
 
     /// `tid` is gone: its slot is free, and its process's state goes with
@@ -229,40 +243,82 @@ impl Pins {
         self.mapped.remove(&tid);
         self.given.remove(&tid);
         if let Some(n) = self.slots.remove(&tid) {
+            self.written.remove(&n);
             self.free.push(n);
         }
     }
+
+    /// Writes each `(argument, bytes)` into `tid`'s slot, word-aligned one
+    /// after the other, and points the argument registers of `tid` at them
+    /// (`r`: its registers at the stop, unchanged since); the arguments as
+    /// they were. Only the words not there already are written.
+    ///
+    /// # Errors
+    /// `tid` has no slot (ENOSYS), the copies do not fit it (EOVERFLOW), or
+    /// a write or the registers failed (the tracee is gone).
+    pub(super) fn write(
+        &mut self,
+        tid: u32,
+        copies: &[(usize, &[u8])],
+        mut r: Regs,
+    ) -> io::Result<Vec<(usize, u64)>> {
+        let n = *self
+            .slots
+            .get(&tid)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOSYS))?;
+        let at = pin::slot_addr(n);
+        let words = slot_words(copies)?;
+        // Forgotten until every write is done: a write that fails leaves
+        // the slot unknown.
+        let mut known = self.written.remove(&n).unwrap_or_default();
+        self.last_written = 0;
+        for &(off, word) in &words {
+            let k = (off / 8) as usize;
+            if known.get(k) == Some(&word) {
+                continue;
+            }
+            crate::tracee::poke(tid, at + off, word as libc::c_long)?;
+            self.last_written += 1;
+            if known.len() <= k {
+                known.resize(k + 1, u64::MAX);
+            }
+            known[k] = word;
+        }
+        let args = r.args();
+        let mut given = Vec::with_capacity(copies.len());
+        let mut off = 0u64;
+        for (arg, bytes) in copies {
+            r.set_arg(*arg, at + off);
+            given.push((*arg, args[*arg]));
+            off += (bytes.len() as u64 + 7) & !7;
+        }
+        regs::set(tid, &r)?;
+        self.written.insert(n, known);
+        Ok(given)
+    }
 }
 
-/// Writes each `(argument, bytes)` into the slot at `at`, word-aligned one
-/// after the other, and points the argument registers of `tid` at them
-/// (`r`: its registers at the stop, unchanged since); the arguments as
-/// they were.
+/// The words `copies` make in a slot, each copy word-aligned after the one
+/// before (its last word padded with zeros): (offset, word).
 ///
 /// # Errors
-/// The copies do not fit a slot (EOVERFLOW), or a write or the registers
-/// failed (the tracee is gone).
-pub(super) fn write(
-    tid: u32,
-    at: u64,
-    copies: &[(usize, &[u8])],
-    mut r: Regs,
-) -> io::Result<Vec<(usize, u64)>> {
-    let args = r.args();
-    let mut given = Vec::with_capacity(copies.len());
+/// EOVERFLOW: they do not fit a slot.
+fn slot_words(copies: &[(usize, &[u8])]) -> io::Result<Vec<(u64, u64)>> {
+    let mut words = Vec::new();
     let mut off = 0u64;
-    for (arg, bytes) in copies {
+    for (_, bytes) in copies {
         let len = bytes.len() as u64;
         if off + len > pin::SLOT {
             return Err(io::Error::from_raw_os_error(libc::EOVERFLOW));
         }
-        crate::tracee::poke_words(tid, at + off, bytes)?;
-        r.set_arg(*arg, at + off);
-        given.push((*arg, args[*arg]));
+        for (i, chunk) in bytes.chunks(8).enumerate() {
+            let mut w = [0u8; 8];
+            w[..chunk.len()].copy_from_slice(chunk);
+            words.push((off + 8 * i as u64, u64::from_ne_bytes(w)));
+        }
         off += (len + 7) & !7;
     }
-    regs::set(tid, &r)?;
-    Ok(given)
+    Ok(words)
 }
 
 /// Whether `pid`'s maps show the region exactly as the tracer maps it.
@@ -324,5 +380,105 @@ mod tests {
         assert!(!p.mapped.contains_key(&8));
         p.forget(9);
         assert!(!p.given.contains_key(&9));
+    }
+
+    /// A stopped child (PTRACE_TRACEME) with the region mapped read-only
+    /// where its slot 0 and 1 hold `fill`, as a process's region may after
+    /// a fork copied its parent's.
+    fn child_with_region(fill: u8) -> u32 {
+        // SAFETY: the child only makes raw syscalls.
+        let child = unsafe { libc::fork() };
+        if child == 0 {
+            // SAFETY: as above.
+            unsafe {
+                let at = libc::mmap(
+                    pin::BASE as *mut libc::c_void,
+                    (2 * pin::SLOT) as usize,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                    -1,
+                    0,
+                );
+                if at as u64 != pin::BASE {
+                    libc::_exit(3);
+                }
+                std::ptr::write_bytes(at.cast::<u8>(), fill, (2 * pin::SLOT) as usize);
+                libc::mprotect(at, (2 * pin::SLOT) as usize, libc::PROT_READ);
+                libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0);
+                libc::raise(libc::SIGSTOP);
+                libc::_exit(0);
+            }
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(child, &mut status, 0) };
+        assert!(
+            libc::WIFSTOPPED(status),
+            "the child did not stop: {status:#x}"
+        );
+        child as u32
+    }
+
+    fn end(child: u32) {
+        // SAFETY: our own child, then reaped.
+        unsafe {
+            libc::kill(child as i32, libc::SIGKILL);
+            libc::waitpid(child as i32, std::ptr::null_mut(), 0);
+        }
+    }
+
+    /// What `child`'s slot `n` holds, `len` bytes.
+    fn slot_bytes(child: u32, n: u32, len: usize) -> Vec<u8> {
+        crate::tracee::read_bytes(child, pin::slot_addr(n), len).expect("read the slot")
+    }
+
+    /// The tracer writes only the words of a copy not in the slot already,
+    /// and the slot then holds exactly the copy; a slot whose memory may be
+    /// another (given to a thread of another process, or its process
+    /// exec'd) is written whole, whatever it held. The attack this stops:
+    /// a slot taken for known where it is not, so the kernel would read
+    /// bytes no one judged.
+    #[test]
+    fn only_words_not_there_already_are_written_and_an_unknown_slot_is_written_whole() {
+        let first = b"/srv/ws/project/src/one.txt\0";
+        let second = b"/srv/ws/project/src/two.txt\0";
+        let a = child_with_region(b'A');
+        let mut p = Pins::default();
+        p.mapped.insert(a, true);
+        let n = p.slot(a).expect("a slot");
+        let r = Regs::get(a).expect("registers");
+        p.write(a, &[(0, first)], r).expect("first copy");
+        assert_eq!(slot_bytes(a, n, 32), pad(first, 32));
+        assert_eq!(p.last_written, 4, "a fresh slot is written whole");
+        p.write(a, &[(0, second)], r).expect("second copy");
+        assert_eq!(slot_bytes(a, n, 32), pad(second, 32));
+        assert_eq!(p.last_written, 1, "only the word that differs");
+        p.write(a, &[(0, second)], r).expect("the same again");
+        assert_eq!(p.last_written, 0);
+        // Its image replaced: nothing known.
+        p.exec(a);
+        p.mapped.insert(a, true);
+        p.write(a, &[(0, second)], r).expect("after exec");
+        assert_eq!(p.last_written, 4);
+        // The thread gone, its slot given to a thread of another process
+        // whose slot holds other bytes: written whole.
+        p.gone(a);
+        end(a);
+        let b = child_with_region(b'B');
+        p.mapped.insert(b, true);
+        assert_eq!(p.slot(b), Some(n), "the slot is given again");
+        let r = Regs::get(b).expect("registers");
+        p.write(b, &[(0, second)], r)
+            .expect("copy in another process");
+        assert_eq!(slot_bytes(b, n, 32), pad(second, 32));
+        assert_eq!(p.last_written, 4);
+        end(b);
+    }
+
+    /// `bytes`, then zeros up to `len` (the copy's last word is padded).
+    fn pad(bytes: &[u8], len: usize) -> Vec<u8> {
+        let mut v = bytes.to_vec();
+        v.resize(len, 0);
+        v
     }
 }

@@ -6,7 +6,7 @@
 //! (the tracer ignores it).
 
 use super::freeze::Freezer;
-use super::pinning::{self, Pins, Ready};
+use super::pinning::{Pins, Ready};
 use super::queue::{again, answer, answer_value, still_held};
 use super::regs;
 use crate::supervisor::seam::{AfterCall, Deferred, Holder, Pinning, Stop, Verification, Waiting};
@@ -107,12 +107,12 @@ impl Stop for TraceStop<'_> {
     }
 
     fn pin(&self, copies: &[(usize, &[u8])]) -> io::Result<()> {
-        let at = self
-            .pin_at
+        self.pin_at
             .get()
             .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOSYS))?;
-        let given = pinning::write(self.tid, at, copies, self.regs)?;
-        self.pins.borrow_mut().pointed(self.tid, given);
+        let mut pins = self.pins.borrow_mut();
+        let given = pins.write(self.tid, copies, self.regs)?;
+        pins.pointed(self.tid, given);
         Ok(())
     }
 
