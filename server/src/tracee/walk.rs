@@ -100,6 +100,13 @@ pub struct Lookup {
     /// ([`forget_dirs`]): only where every change of names by the tree is
     /// seen first (the ptrace backend's names gate).
     pub remembered: bool,
+    /// The call only ever makes a new name: where the last name exists,
+    /// whatever it is (a symlink too), the kernel fails it with `EEXIST`
+    /// (`O_CREAT|O_EXCL`, `mkdir`, `mknod`). The last name is then not
+    /// looked at and is taken for absent: what may be made there is what
+    /// is judged, and an existing one makes nothing (one syscall fewer per
+    /// call; a caller judging a refusal looks again without it).
+    pub new_name_only: bool,
 }
 
 /// Directories walked before, by canonical path: each an `O_PATH` fd.
@@ -166,6 +173,7 @@ pub fn walk(pid: u32, tid: u32, path: &[u8], how: Lookup) -> Result<Found, WalkE
         links: 0,
         trailing_slash: path.ends_with(b"/"),
         remembered: how.remembered,
+        new_name_only: how.new_name_only,
     };
     while let Some(part) = w.parts.pop_front() {
         if let Some(end) = w.step(part, how.follow_last)? {
@@ -249,6 +257,8 @@ struct Walker {
     trailing_slash: bool,
     /// Directories on the way may be remembered ones ([`DIRS`]).
     remembered: bool,
+    /// See [`Lookup::new_name_only`].
+    new_name_only: bool,
 }
 
 impl Walker {
@@ -333,6 +343,12 @@ impl Walker {
         name: String,
         follow_last: bool,
     ) -> Result<Option<Found>, WalkError> {
+        if self.new_name_only && !self.trailing_slash {
+            return Ok(Some(Found::Absent {
+                parent: std::mem::take(&mut self.cur_path),
+                name,
+            }));
+        }
         let meta = match super::file::meta_at(self.cur.as_fd().as_raw_fd(), &part) {
             Ok(m) => m,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
@@ -599,6 +615,7 @@ mod tests {
 
     fn at(dirfd: i32, follow_last: bool) -> Lookup {
         Lookup {
+            new_name_only: false,
             dirfd,
             follow_last,
             empty_path: false,
@@ -611,6 +628,50 @@ mod tests {
             Ok(f) => f.path(),
             Err(e) => format!("error: {e}"),
         }
+    }
+
+    /// A call that only makes a new name (`O_CREAT|O_EXCL`, `mkdir`):
+    /// its last name is taken for absent, existing or not, a symlink
+    /// included (the kernel fails all of those with EEXIST and follows
+    /// none); the directories on the way are walked as ever; a trailing
+    /// slash is still looked at.
+    #[test]
+    fn a_name_only_ever_made_new_ends_the_walk_absent_where_the_kernel_would_make_it() {
+        let (pid, tid) = me();
+        let base = std::env::temp_dir().join(format!("walk-new-{pid}"));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(base.join("a/b")).unwrap();
+        std::fs::write(base.join("a/b/f"), b"x").unwrap();
+        symlink("a/b", base.join("l")).unwrap();
+        symlink("/etc/passwd", base.join("a/b/to-passwd")).unwrap();
+        let base = std::fs::canonicalize(&base).unwrap();
+        let b = base.to_str().unwrap();
+        let new = |p: &str| {
+            walk(
+                pid,
+                tid,
+                p.as_bytes(),
+                Lookup {
+                    new_name_only: true,
+                    ..at(libc::AT_FDCWD, false)
+                },
+            )
+        };
+        for (p, at) in [
+            (format!("{b}/l/f"), format!("{b}/a/b/f")),
+            (format!("{b}/l/to-passwd"), format!("{b}/a/b/to-passwd")),
+            (format!("{b}/l/new"), format!("{b}/a/b/new")),
+        ] {
+            match new(&p) {
+                Ok(Found::Absent { parent, name }) => assert_eq!(join(&parent, &name), at, "{p}"),
+                other => panic!("{p}: {other:?}"),
+            }
+        }
+        assert!(
+            matches!(new(&format!("{b}/a/b/")), Ok(Found::Exists { .. })),
+            "a trailing slash is looked at"
+        );
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]
@@ -709,6 +770,7 @@ mod tests {
         std::fs::write(t.join("sub/f"), b"x").unwrap();
         let t = std::fs::canonicalize(&t).unwrap();
         let remembering = |dirfd| Lookup {
+            new_name_only: false,
             remembered: true,
             ..at(dirfd, true)
         };

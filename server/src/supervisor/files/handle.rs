@@ -263,20 +263,19 @@ fn decide(
     pinned: bool,
 ) -> Result<Verdict, Undecidable> {
     let dirfd = |i: Option<usize>| i.map_or(libc::AT_FDCWD, |i| c.args[i] as i32);
-    let first = if call.op == FileOp::Symlink {
-        Named::Anonymous // its text, not a path of the call
-    } else {
-        named(
-            read.pid,
-            c.tid,
-            &read.path,
-            Lookup {
-                dirfd: dirfd(call.dirfd),
-                follow_last: judge::follows_first(call, read.flags),
-                empty_path: judge::empty_path(call, read.flags),
-                remembered: !rules.explain_only(),
-            },
-        )?
+    let lookup = Lookup {
+        dirfd: dirfd(call.dirfd),
+        follow_last: judge::follows_first(call, read.flags),
+        empty_path: judge::empty_path(call, read.flags),
+        remembered: !rules.explain_only(),
+        new_name_only: judge::new_name_only(call, read.flags),
+    };
+    let first = |lookup| -> Result<Named, Undecidable> {
+        if call.op == FileOp::Symlink {
+            Ok(Named::Anonymous) // its text, not a path of the call
+        } else {
+            named(read.pid, c.tid, &read.path, lookup)
+        }
     };
     let second = match (&read.path2, call.path2) {
         (Some(p), Some((d, _))) => Some(named(
@@ -288,11 +287,21 @@ fn decide(
                 follow_last: false,
                 empty_path: false,
                 remembered: !rules.explain_only(),
+                new_name_only: false,
             },
         )?),
         _ => None,
     };
-    let verdict = judge::judge(rules, call, read.flags, &first, second.as_ref());
+    let judged = |first: &Named| judge::judge(rules, call, read.flags, first, second.as_ref());
+    let mut verdict = judged(&first(lookup)?);
+    if verdict != Verdict::Allow && lookup.new_name_only {
+        // A refusal is given for what is there: the last name looked at
+        // (an existing one is the kernel's EEXIST, as without agentsh).
+        verdict = judged(&first(Lookup {
+            new_name_only: false,
+            ..lookup
+        })?);
+    }
     if verdict == Verdict::Allow && !rules.explain_only() && !pinned {
         strings_stay(read.pid, call, c)?;
     }

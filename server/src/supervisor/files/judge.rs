@@ -113,6 +113,16 @@ pub fn follows_first(call: &FileSyscall, flags: Flags) -> bool {
     }
 }
 
+/// The call only ever makes a new name at its first path: an existing
+/// one, whatever it is, fails `EEXIST` (`tracee::walk::Lookup`).
+pub fn new_name_only(call: &FileSyscall, flags: Flags) -> bool {
+    match call.op {
+        FileOp::Open => open_flags(call, flags) & (O_CREAT | O_EXCL) == O_CREAT | O_EXCL,
+        FileOp::Mkdir | FileOp::Mknod => true,
+        _ => false,
+    }
+}
+
 /// An empty first path names the dirfd (`AT_EMPTY_PATH`).
 pub fn empty_path(call: &FileSyscall, flags: Flags) -> bool {
     call.at_flags.is_some() && flags.at & AT_EMPTY_PATH != 0
@@ -521,6 +531,14 @@ mod tests {
         assert!(!follows_first(o, open_with(O_CREAT | O_EXCL)));
         assert!(follows_first(o, open_with(O_CREAT)));
         assert!(!follows_first(o, open_with(O_NOFOLLOW)));
+        // Only a call that can make nothing but a new name skips the last
+        // name's look (an existing one is EEXIST whatever it is).
+        assert!(new_name_only(o, open_with(O_CREAT | O_EXCL | O_WRONLY)));
+        assert!(!new_name_only(o, open_with(O_CREAT | O_WRONLY)));
+        assert!(!new_name_only(o, open_with(O_EXCL)));
+        assert!(!new_name_only(call("creat"), Flags::default()));
+        assert!(new_name_only(call("mkdirat"), Flags::default()));
+        assert!(!new_name_only(call("unlinkat"), Flags::default()));
     }
 
     #[test]
