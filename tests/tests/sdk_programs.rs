@@ -278,3 +278,60 @@ fn under_the_tracer_a_nested_program_or_shell_runs_without_the_shims_hop() {
         .count();
     assert_eq!(inits, 1, "{f:?}");
 }
+
+/// The attack on the hop's skip (issue 60): a thread flips the exec's path
+/// between a program shim and a denied program (`curl`) while the call is
+/// judged, and argv[1] with it. Under the tracer the path pointed at is the
+/// tracer's copy of the real program's (pinned), and the new image is
+/// checked before its first instruction: the denied program never runs,
+/// however the flips fall, and the real python does run in the shim's
+/// place.
+#[test]
+fn under_the_tracer_a_path_flipped_around_a_program_shims_exec_never_runs_a_denied_program() {
+    if !require_root(
+        "under_the_tracer_a_path_flipped_around_a_program_shims_exec_never_runs_a_denied_program",
+    ) {
+        return;
+    }
+    let ns = Namespace::new();
+    let srv = TestServer::start_with(
+        &agentsh_tests::server::server_base(),
+        POLICY,
+        "execve:\n  backend: ptrace\n",
+        |p| ns.command(p),
+    );
+    let out = ns.install_shim_for(true, &["python3"]);
+    assert!(out.contains("now agentsh-shell-shim"), "{out}");
+    ns.configure(&srv.url, "on");
+    let arena = agentsh_tests::attackers::Arena::stable("hop-race");
+    let mut sup = Supervisor::start(&ns, false);
+    let n = 300;
+    let script = format!(
+        "RACE_LOG={} {} thread {n} /usr/bin/python3 {}",
+        arena.log.display(),
+        arena.race.display(),
+        arena.curl.display()
+    );
+    let f = sup.run(&exec(&["sh", "-c", &script]));
+    assert_eq!(f.code, Some(0), "{f:?}\n{}", srv.log());
+    let ran = arena.forbidden_runs();
+    assert!(ran.is_empty(), "a denied program ran: {ran}");
+    let t = agentsh_tests::attackers::tally(&f.stdout).unwrap_or_else(|| panic!("{f:?}"));
+    assert_eq!(t.attempts, n, "{f:?}");
+    // Real pythons ran in the shims' place (python, given "benign" for a
+    // script, exits 2: counted as other outcomes), and curl was refused.
+    let skipped = srv
+        .exec_events("default")
+        .iter()
+        .filter(|e| {
+            e["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("made in its place"))
+        })
+        .count();
+    eprintln!(
+        "flips around the python shim: {} (skips {skipped})",
+        f.stdout.trim()
+    );
+    assert!(skipped > 0 && t.denied > 0, "skips {skipped}, {f:?}");
+}
