@@ -36,9 +36,7 @@ use std::ffi::{CStr, CString};
 /// Whether argv[0] asks for the admin shell (`admin-shell`, `-admin-shell`,
 /// or a path ending in it).
 pub fn wanted(argv0: &[u8]) -> bool {
-    let base = argv0.rsplit(|b| *b == b'/').next().unwrap_or(argv0);
-    let base = base.strip_prefix(b"-").unwrap_or(base);
-    base == b"admin-shell"
+    agentsh_proto::install::called_as(argv0) == b"admin-shell"
 }
 
 fn refuse(hint: &str) -> i32 {

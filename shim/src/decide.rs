@@ -27,12 +27,7 @@ impl ShellKind {
     /// Anything other than `bash` is `sh`: the shim is only ever installed as
     /// `/bin/sh` or `/bin/bash`, and `sh` is the conservative reading.
     pub fn from_argv0(argv0: &[u8]) -> ShellKind {
-        let base = match argv0.iter().rposition(|&b| b == b'/') {
-            Some(i) => &argv0[i + 1..],
-            None => argv0,
-        };
-        let base = base.strip_prefix(b"-").unwrap_or(base);
-        match base {
+        match agentsh_proto::install::called_as(argv0) {
             b"bash" => ShellKind::Bash,
             _ => ShellKind::Sh,
         }
@@ -91,13 +86,14 @@ pub fn stands_for(exe: Option<&str>, real_kept: bool, link: Option<&str>) -> Sta
         return Stands::Shell;
     }
     let want = format!("{exe}.real");
+    let real = agentsh_proto::install::program_link(exe);
     match link {
         Some(t) if t == want && real_kept => Stands::Program {
-            real: format!("{PROGRAMS_DIR}/{base}"),
+            real,
             public: exe.to_string(),
         },
         _ => Stands::Broken(format!(
-            "agentsh-shell-shim: {exe} is agentsh's shim for a program, but {PROGRAMS_DIR}/{base} \
+            "agentsh-shell-shim: {exe} is agentsh's shim for a program, but {real} \
              does not lead to its original {want}{}; repair it with `agentsh shim install \
              --programs {exe}` and check `agentsh shim status`; see {REAL_SHELL_MISSING}",
             if real_kept { "" } else { " (which is missing)" },

@@ -165,7 +165,7 @@ fn own_program() -> Stands {
         return Stands::Shell;
     }
     let kept = std::fs::symlink_metadata(format!("{exe}.real")).is_ok();
-    let link = std::fs::read_link(format!("{}/{base}", decide::PROGRAMS_DIR)).ok();
+    let link = std::fs::read_link(agentsh_proto::install::program_link(exe)).ok();
     let link = link.as_deref().and_then(std::path::Path::to_str);
     decide::stands_for(Some(exe), kept, link)
 }

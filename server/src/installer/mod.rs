@@ -404,8 +404,7 @@ pub fn hop_files(root: &Path) -> Vec<(std::path::PathBuf, crate::supervisor::shi
     };
     let shells = m.shells.iter().map(|s| (format!("/bin/{s}"), HopTo::Shell));
     let programs = m.programs.iter().map(|p| {
-        let name = p.rsplit('/').next().unwrap_or(p);
-        let link = format!("{}/{name}", agentsh_proto::install::PROGRAMS_DIR);
+        let link = agentsh_proto::install::program_link(p);
         (p.clone(), HopTo::Program(link))
     });
     shells

@@ -114,7 +114,7 @@ impl ShellPaths {
         Ok(ShellPaths {
             public: in_root(root, path)?,
             real: in_root(root, &format!("{path}.real"))?,
-            link: in_root(root, &format!("{PROGRAMS_DIR}/{name}"))?,
+            link: in_root(root, &agentsh_proto::install::program_link(path))?,
             name,
             shown: path.to_string(),
             dir: PROGRAMS_DIR,

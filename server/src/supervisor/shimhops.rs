@@ -31,8 +31,7 @@ impl HopTo {
     /// The path the shim would exec for `argv0`; `None` where the shim
     /// would do something else (the admin shell).
     pub fn path(&self, argv0: &[u8]) -> Option<String> {
-        let base = argv0.rsplit(|b| *b == b'/').next().unwrap_or(argv0);
-        let base = base.strip_prefix(b"-").unwrap_or(base);
+        let base = agentsh_proto::install::called_as(argv0);
         match self {
             _ if base == b"admin-shell" => None,
             HopTo::Shell if base == b"bash" => Some(agentsh_proto::install::REAL_BASH.into()),
