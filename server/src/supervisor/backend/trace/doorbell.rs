@@ -21,7 +21,10 @@
 //!
 //! Failure modes: a doorbell that cannot be made (no fork, no seize) or
 //! that dies leaves the tracer on its `poll` loop, as before (logged); a
-//! ring that fails wakes the tracer through the eventfd.
+//! ring that fails (`kill` refused to a thread that holds a tree owner's
+//! ids for a moment) writes the eventfd instead, which the tracer takes
+//! at the doorbell's next tick (at most [`TICK`] later) or, polling, at
+//! once.
 
 use std::io;
 use std::sync::atomic::{AtomicI32, Ordering};
