@@ -214,6 +214,32 @@ fn without_proc_a_program_shim_still_runs_its_own_program() {
     assert!(out.contains("python -c"), "not python: {o:?}");
 }
 
+/// A server on the ptrace backend inside the namespace, where the shims
+/// for sh, bash and python3 are, and an SDK daemon (taken apart as
+/// `ns, srv, sup`, so they drop as the daemon, the server, the namespace).
+struct Traced {
+    sup: Supervisor,
+    srv: TestServer,
+    ns: Namespace,
+}
+
+impl Traced {
+    fn new() -> Traced {
+        let ns = Namespace::new();
+        let srv = TestServer::start_with(
+            &agentsh_tests::server::server_base(),
+            POLICY,
+            "execve:\n  backend: ptrace\n",
+            |p| ns.command(p),
+        );
+        let out = ns.install_shim_for(true, &["python3"]);
+        assert!(out.contains("now agentsh-shell-shim"), "{out}");
+        ns.configure(&srv.url, "on");
+        let sup = Supervisor::start(&ns, false);
+        Traced { sup, srv, ns }
+    }
+}
+
 /// Under the tracer (`execve.backend: ptrace`, what gVisor runs), a python
 /// or a shell run inside a supervised tree does not exec its shim first:
 /// the supervisor execs the real one in its place, judged and checked as
@@ -223,17 +249,11 @@ fn under_the_tracer_a_nested_program_or_shell_runs_without_the_shims_hop() {
     if !require_root("under_the_tracer_a_nested_program_or_shell_runs_without_the_shims_hop") {
         return;
     }
-    let ns = Namespace::new();
-    let srv = TestServer::start_with(
-        &agentsh_tests::server::server_base(),
-        POLICY,
-        "execve:\n  backend: ptrace\n",
-        |p| ns.command(p),
-    );
-    let out = ns.install_shim_for(true, &["python3"]);
-    assert!(out.contains("now agentsh-shell-shim"), "{out}");
-    ns.configure(&srv.url, "on");
-    let mut sup = Supervisor::start(&ns, false);
+    let Traced {
+        ns: _ns,
+        srv,
+        mut sup,
+    } = Traced::new();
     let script = "python3 -c 'import os; print(\"py\", os.readlink(\"/proc/self/exe\"))'; \
                   sh -c 'echo inner $0'; python3 -c 'import subprocess; subprocess.run([\"curl\", \"-V\"])'; \
                   echo rc=$?";
@@ -293,18 +313,12 @@ fn under_the_tracer_a_path_flipped_around_a_program_shims_exec_never_runs_a_deni
     ) {
         return;
     }
-    let ns = Namespace::new();
-    let srv = TestServer::start_with(
-        &agentsh_tests::server::server_base(),
-        POLICY,
-        "execve:\n  backend: ptrace\n",
-        |p| ns.command(p),
-    );
-    let out = ns.install_shim_for(true, &["python3"]);
-    assert!(out.contains("now agentsh-shell-shim"), "{out}");
-    ns.configure(&srv.url, "on");
+    let Traced {
+        ns: _ns,
+        srv,
+        mut sup,
+    } = Traced::new();
     let arena = agentsh_tests::attackers::Arena::stable("hop-race");
-    let mut sup = Supervisor::start(&ns, false);
     let n = 300;
     let script = format!(
         "RACE_LOG={} {} thread {n} /usr/bin/python3 {}",

@@ -95,7 +95,7 @@ impl Doorbell {
         if libc::WIFSTOPPED(status) {
             // Every stop of the doorbell is a ring (or a stop signal someone
             // sent it): none is delivered.
-            if crate::supervisor::ptrace::request(libc::PTRACE_CONT, self.pid, 0, 0).is_ok() {
+            if super::regs::cont(self.pid, 0).is_ok() {
                 return true;
             }
         }
@@ -104,7 +104,7 @@ impl Doorbell {
     }
 
     /// The doorbell is gone: no one rings it any more.
-    fn gone(&self) {
+    pub(super) fn gone(&self) {
         self.ring.store(0, Ordering::Release);
         crate::filter::unkeep(self.pid);
         tracing::warn!(

@@ -267,7 +267,7 @@ impl Pins {
             .get(&tid)
             .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOSYS))?;
         let at = pin::slot_addr(n);
-        let words = slot_words(copies)?;
+        let (starts, words) = slot_words(copies)?;
         // Forgotten until every write is done: a write that fails leaves
         // the slot unknown.
         let mut known = self.written.remove(&n).unwrap_or_default();
@@ -286,11 +286,9 @@ impl Pins {
         }
         let args = r.args();
         let mut given = Vec::with_capacity(copies.len());
-        let mut off = 0u64;
-        for (arg, bytes) in copies {
+        for ((arg, _), off) in copies.iter().zip(starts) {
             r.set_arg(*arg, at + off);
             given.push((*arg, args[*arg]));
-            off += (bytes.len() as u64 + 7) & !7;
         }
         regs::set(tid, &r)?;
         self.written.insert(n, known);
@@ -298,19 +296,25 @@ impl Pins {
     }
 }
 
-/// The words `copies` make in a slot, each copy word-aligned after the one
-/// before (its last word padded with zeros): (offset, word).
+/// Where each copy starts in a slot, and the words they make there:
+/// (offset, word).
+type Layout = (Vec<u64>, Vec<(u64, u64)>);
+
+/// Where each of `copies` starts in a slot, word-aligned after the one
+/// before, and the words they make there (each copy's last word padded
+/// with zeros).
 ///
 /// # Errors
 /// EOVERFLOW: they do not fit a slot.
-fn slot_words(copies: &[(usize, &[u8])]) -> io::Result<Vec<(u64, u64)>> {
-    let mut words = Vec::new();
+fn slot_words(copies: &[(usize, &[u8])]) -> io::Result<Layout> {
+    let (mut starts, mut words) = (Vec::new(), Vec::new());
     let mut off = 0u64;
     for (_, bytes) in copies {
         let len = bytes.len() as u64;
         if off + len > pin::SLOT {
             return Err(io::Error::from_raw_os_error(libc::EOVERFLOW));
         }
+        starts.push(off);
         for (i, chunk) in bytes.chunks(8).enumerate() {
             let mut w = [0u8; 8];
             w[..chunk.len()].copy_from_slice(chunk);
@@ -318,7 +322,7 @@ fn slot_words(copies: &[(usize, &[u8])]) -> io::Result<Vec<(u64, u64)>> {
         }
         off += (len + 7) & !7;
     }
-    Ok(words)
+    Ok((starts, words))
 }
 
 /// Whether `pid`'s maps show the region exactly as the tracer maps it.

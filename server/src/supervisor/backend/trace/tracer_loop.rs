@@ -140,12 +140,8 @@ impl Loop {
     /// returns when the doorbell is gone.
     fn run_rung(&mut self, bell: &super::doorbell::Doorbell) {
         loop {
-            while let Ok(r) = self.rx.try_recv() {
-                self.request(r);
-            }
-            if self.gate.drop_blocked(gate::sleeps) || std::mem::take(&mut self.unpark_later) {
-                self.unpark();
-            }
+            self.take_requests();
+            self.housekeep();
             let mut status = 0;
             // SAFETY: a valid pointer to an int the kernel writes.
             let tid = unsafe { libc::waitpid(-1, &mut status, libc::__WALL | libc::__WNOTHREAD) };
@@ -157,7 +153,7 @@ impl Loop {
                 self.event(tid as u32, status);
             } else if io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
                 // ECHILD: the doorbell is gone and was reaped unseen.
-                let _ = bell.event(0);
+                bell.gone();
                 return;
             }
         }
@@ -175,13 +171,9 @@ impl Loop {
             }
         };
         loop {
-            while let Ok(r) = self.rx.try_recv() {
-                self.request(r);
-            }
+            self.take_requests();
             self.drain_events();
-            if self.gate.drop_blocked(gate::sleeps) || std::mem::take(&mut self.unpark_later) {
-                self.unpark();
-            }
+            self.housekeep();
             let mut fds = [
                 libc::pollfd {
                     fd: self.wake.as_raw_fd(),
@@ -211,6 +203,21 @@ impl Loop {
                     );
                 }
             }
+        }
+    }
+
+    /// Every request queued.
+    fn take_requests(&mut self) {
+        while let Ok(r) = self.rx.try_recv() {
+            self.request(r);
+        }
+    }
+
+    /// Between events: parked calls let in where a walker went to sleep
+    /// or a stop may let a change in.
+    fn housekeep(&mut self) {
+        if self.gate.drop_blocked(gate::sleeps) || std::mem::take(&mut self.unpark_later) {
+            self.unpark();
         }
     }
 
