@@ -21,7 +21,7 @@ const EVENT_FORK: i32 = 1;
 const EVENT_VFORK: i32 = 2;
 const EVENT_CLONE: i32 = 3;
 const EVENT_EXEC: i32 = 4;
-const EVENT_SECCOMP: i32 = 7;
+pub(super) const EVENT_SECCOMP: i32 = 7;
 const EVENT_STOP: i32 = 128;
 
 impl Loop {
@@ -219,6 +219,8 @@ impl Loop {
         if tree.members == 0 {
             if let Some(tree) = self.trees.remove(&root) {
                 tracing::info!(session = %tree.tree.session_id, root_pid = root, "tree finished");
+                // Before the tree is said finished (`wrap` then ends).
+                self.clock.report(self.trees.is_empty());
                 tree.trees.finished(root);
             }
         }

@@ -50,6 +50,7 @@ mod pinning;
 mod queue;
 mod regs;
 mod stop;
+mod stopclock;
 mod stops;
 mod tracer;
 mod tracer_loop;

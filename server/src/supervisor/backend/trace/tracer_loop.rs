@@ -99,6 +99,8 @@ pub(super) struct Loop {
     pub(super) pins: std::cell::RefCell<Pins>,
     /// Each process's kept `/proc/<pid>/mem` fd (`memfds`).
     pub(super) mems: std::cell::RefCell<super::memfds::MemFds>,
+    /// The tracer's time over each seccomp stop (logged at debug).
+    pub(super) clock: super::stopclock::StopClock,
 }
 
 impl Loop {
@@ -120,6 +122,7 @@ impl Loop {
             gone_unadopted: std::collections::HashSet::new(),
             pins: std::cell::RefCell::new(Pins::default()),
             mems: std::cell::RefCell::default(),
+            clock: super::stopclock::StopClock::default(),
         }
     }
 
@@ -150,7 +153,7 @@ impl Loop {
                     return;
                 }
             } else if tid > 0 {
-                self.event(tid as u32, status);
+                self.timed_event(tid as u32, status);
             } else if io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
                 // ECHILD: the doorbell is gone and was reaped unseen.
                 bell.gone();
@@ -203,6 +206,15 @@ impl Loop {
                     );
                 }
             }
+        }
+    }
+
+    /// One event, a seccomp stop's time on the clock.
+    fn timed_event(&mut self, tid: u32, status: i32) {
+        let started = self.clock.now();
+        self.event(tid, status);
+        if libc::WIFSTOPPED(status) && (status >> 16) & 0xffff == super::events::EVENT_SECCOMP {
+            self.clock.add(started);
         }
     }
 
@@ -331,7 +343,7 @@ impl Loop {
                 )
             };
             if tid > 0 {
-                self.event(tid as u32, status);
+                self.timed_event(tid as u32, status);
                 continue;
             }
             if tid < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {

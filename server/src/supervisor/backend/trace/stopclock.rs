@@ -1,0 +1,166 @@
+//! How long the tracer takes over each seccomp stop, measured where it
+//! runs: from `waitpid` reporting the stop to the tracee resumed (or held).
+//! The blocking `waitpid` itself is not in it (one syscall more a stop).
+//!
+//! Why: under gVisor each tracer syscall costs about as much as the rest of
+//! the sandbox's work on a call, so the tracer's time is the cost a user
+//! feels, and the figure issue targets are set in. Read with the CPU's
+//! counter (`rdtsc`, `cntvct_el0`), not the clock: under gVisor's ptrace
+//! platform a `clock_gettime` is a syscall, and would be a large part of
+//! what it measures. Only where debug logging is on for this module
+//! (`AGENTSH_LOG=info,agentsh::supervisor::backend::trace=debug`): else
+//! nothing is read. Logged when the last tree ends (before it is said
+//! finished) and every [`KEEP`] stops, as a median, p90 and mean.
+//!
+//! Failure modes: none that matter to a decision; without a counter
+//! (another architecture) the clock is used.
+
+use std::time::Instant;
+
+/// Stops kept before a line is logged anyway.
+const KEEP: usize = 100_000;
+
+pub(super) struct StopClock {
+    on: bool,
+    /// Each stop's length, in counter ticks.
+    took: Vec<u64>,
+    /// When the counting started: (ticks, clock), to turn ticks into µs.
+    start: (u64, Instant),
+}
+
+impl Default for StopClock {
+    fn default() -> Self {
+        StopClock::new(tracing::enabled!(tracing::Level::DEBUG))
+    }
+}
+
+/// One line's figures (µs).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Figures {
+    pub(super) stops: usize,
+    pub(super) median: u64,
+    pub(super) p90: u64,
+    pub(super) mean: u64,
+}
+
+/// The CPU's counter: no syscall.
+#[cfg(target_arch = "x86_64")]
+pub(super) fn ticks() -> u64 {
+    // SAFETY: rdtsc reads a counter; it has no other effect.
+    unsafe { core::arch::x86_64::_rdtsc() }
+}
+
+#[cfg(target_arch = "aarch64")]
+pub(super) fn ticks() -> u64 {
+    let v: u64;
+    // SAFETY: reads the virtual counter, readable at EL0 under Linux.
+    unsafe { core::arch::asm!("mrs {}, cntvct_el0", out(reg) v) };
+    v
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub(super) fn ticks() -> u64 {
+    use std::sync::OnceLock;
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    ORIGIN.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+impl StopClock {
+    pub(super) fn new(on: bool) -> StopClock {
+        StopClock {
+            on,
+            took: Vec::new(),
+            start: if on {
+                (ticks(), Instant::now())
+            } else {
+                (0, Instant::now())
+            },
+        }
+    }
+
+    /// The counter now, where the clock is on.
+    pub(super) fn now(&self) -> Option<u64> {
+        self.on.then(ticks)
+    }
+
+    /// One stop that started at `from` (from [`Self::now`]).
+    pub(super) fn add(&mut self, from: Option<u64>) {
+        if let Some(from) = from {
+            self.took.push(ticks().saturating_sub(from));
+            if self.took.len() >= KEEP {
+                self.report(true);
+            }
+        }
+    }
+
+    /// The figures so far (`None`: no stop), ticks turned into µs at
+    /// `per_us` ticks a µs.
+    pub(super) fn figures(&self, per_us: f64) -> Option<Figures> {
+        if self.took.is_empty() || per_us <= 0.0 {
+            return None;
+        }
+        let mut us: Vec<u64> = self
+            .took
+            .iter()
+            .map(|t| (*t as f64 / per_us) as u64)
+            .collect();
+        us.sort_unstable();
+        let at = |pct: usize| us[((us.len() * pct).div_ceil(100)).clamp(1, us.len()) - 1];
+        Some(Figures {
+            stops: us.len(),
+            median: at(50),
+            p90: at(90),
+            mean: us.iter().sum::<u64>() / us.len() as u64,
+        })
+    }
+
+    /// Logs and forgets the figures (`now`: the last tree ended).
+    pub(super) fn report(&mut self, now: bool) {
+        if !self.on || !now {
+            return;
+        }
+        let secs = self.start.1.elapsed().as_secs_f64();
+        let per_us = (ticks().saturating_sub(self.start.0)) as f64 / (secs * 1e6);
+        if let Some(f) = self.figures(per_us) {
+            tracing::debug!(
+                stops = f.stops,
+                median_us = f.median,
+                p90_us = f.p90,
+                mean_us = f.mean,
+                "tracer: time a seccomp stop took, waitpid's return to resumed"
+            );
+        }
+        *self = StopClock::new(true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn off_it_reads_nothing_and_on_it_gives_percentiles_of_what_it_read() {
+        let mut off = StopClock::new(false);
+        assert_eq!(off.now(), None);
+        off.add(off.now());
+        assert!(off.took.is_empty());
+
+        let mut c = StopClock::new(true);
+        assert_eq!(c.figures(1.0), None);
+        c.took = vec![42, 42, 42, 42, 42, 42, 42, 42, 42, 400];
+        let f = c.figures(1.0).unwrap();
+        assert_eq!((f.stops, f.median, f.p90), (10, 42, 42));
+        assert_eq!(f.mean, (9 * 42 + 400) / 10);
+        c.took.push(401);
+        assert_eq!(
+            c.figures(2.0).unwrap().p90,
+            200,
+            "2 ticks a µs; 2 of 11 beyond"
+        );
+        let from = c.now().expect("on");
+        c.add(Some(from));
+        assert_eq!(c.took.len(), 12, "a stop measured with the counter");
+        c.report(true);
+        assert_eq!(c.figures(1.0), None, "a report forgets");
+    }
+}
