@@ -5,14 +5,16 @@
 # xz and curl for the workload), builds the release binaries, compiles the
 # static `hop` (the floor of the nested path), fetches the `./configure`
 # workload from Debian's source packages (checked against the archive's
-# SHA-256, cached in /var/cache/agentsh-bench), then runs agentsh-bench.
+# SHA-256, cached in /var/cache/agentsh-bench) and a gVisor of today's
+# default platform for step 11 (bookworm-backports' runsc, unpacked there,
+# never installed), then runs agentsh-bench.
 # Results: printed, and in target/bench/results.{md,json}.
 # This machine's /bin/sh is never touched (private mount namespaces).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
   -h|--help)
-    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
     echo "Options: --quick (fewer rounds, about 1 min), --out DIR (default target/bench)."
     echo "Method and figures: docs/benchmarks.md"
     exit 0 ;;
@@ -69,5 +71,34 @@ else
   echo "bench/run.sh: cannot read Debian's source index; the configure pair is skipped" >&2
 fi
 
+# A gVisor of today's default platform (systrap; the installed bookworm
+# runsc is a 2022-12 build on the ptrace platform, where every sandbox
+# syscall is ten times slower, the unsupervised side's too): bookworm's
+# backports build, unpacked into the cache (never installed), checked
+# against the archive's SHA-256. Step 11 runs under it beside the other.
+runsc_new=""
+bpo=bookworm-backports arch=$(dpkg --print-architecture) https=https://deb.debian.org/debian
+rdir="$cache/runsc-$bpo"
+if [ ! -x "$rdir/usr/bin/runsc" ]; then
+  if curl -fsSL --max-time 120 -o "$cache/Packages.xz" "$https/dists/$bpo/main/binary-$arch/Packages.xz"; then
+    entry=$(xz -dc "$cache/Packages.xz" | awk '$0=="Package: runsc"{on=1} on&&/^$/{on=0} on' || true)
+    rm -f "$cache/Packages.xz"
+    file=$(awk '/^Filename:/{print $2}' <<<"$entry")
+    sum=$(awk '/^SHA256:/{print $2}' <<<"$entry")
+    if [ -n "$file" ] && [ -n "$sum" ] && curl -fsSL --max-time 300 -o "$cache/runsc.deb" "$https/$file"; then
+      # A package that does not match the archive's checksum is never run.
+      if echo "$sum  $cache/runsc.deb" | sha256sum -c --quiet -; then
+        rm -rf "$rdir.tmp" && dpkg-deb -x "$cache/runsc.deb" "$rdir.tmp" && rm -rf "$rdir" && mv "$rdir.tmp" "$rdir"
+      fi
+      rm -f "$cache/runsc.deb"
+    fi
+  fi
+fi
+if [ -x "$rdir/usr/bin/runsc" ]; then
+  runsc_new="$rdir/usr/bin/runsc"
+else
+  echo "bench/run.sh: cannot fetch runsc from $bpo; step 11 runs under the installed runsc only" >&2
+fi
+
 exec target/release/agentsh-bench run --hop target/bench/hop --out target/bench \
-  ${tarball:+--configure-tarball "$tarball"} "$@"
+  ${tarball:+--configure-tarball "$tarball"} ${runsc_new:+--runsc "$runsc_new"} "$@"

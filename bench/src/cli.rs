@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 pub const USAGE: &str =
-    "usage: agentsh-bench run --hop PATH [--configure-tarball PATH] [--out DIR] [--quick] [--only STEP,..]
+    "usage: agentsh-bench run --hop PATH [--configure-tarball PATH] [--out DIR] [--quick] [--only STEP,..] [--runsc PATH]
        (normally through: sudo ./bench/run.sh [--quick] [--only STEP,..]; steps: nested, install,
         exec_loop, writes, configure, scale, ptrace, first_shell, supervisor, egress, http, gvisor,
         gvisor_work)
@@ -22,6 +22,9 @@ pub struct Opts {
     pub out: PathBuf,
     /// The steps to run (empty: all of them).
     pub only: Vec<String>,
+    /// Other gVisor builds step 11 runs under too (`--runsc PATH`), beside
+    /// the installed one.
+    pub runscs: Vec<PathBuf>,
 }
 
 /// The steps `--only` names, in the report's order.
@@ -59,6 +62,7 @@ pub fn parse_run(args: &[String]) -> Result<Opts, String> {
         tarball: None,
         out: PathBuf::from("target/bench"),
         only: Vec::new(),
+        runscs: Vec::new(),
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -72,6 +76,7 @@ pub fn parse_run(args: &[String]) -> Result<Opts, String> {
             "--hop" => o.hop = PathBuf::from(val("--hop")?),
             "--configure-tarball" => o.tarball = Some(PathBuf::from(val("--configure-tarball")?)),
             "--out" => o.out = PathBuf::from(val("--out")?),
+            "--runsc" => o.runscs.push(PathBuf::from(val("--runsc")?)),
             "--only" => {
                 for step in val("--only")?.split(',') {
                     if !STEPS.contains(&step) {

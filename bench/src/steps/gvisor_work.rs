@@ -13,7 +13,14 @@
 //! faster mode a policy may choose: opens for reading only do not stop).
 //! Each job is timed inside the sandbox (its own clock: the sandbox's and
 //! the server's start-up are not in it). Sides alternate, the order
-//! swapping each round. Skipped, with a line, where runsc or git is
+//! swapping each round. Every side runs under the installed runsc, then
+//! under each `--runsc` (bench/run.sh fetches a current build: the
+//! installed 2022 build's ptrace platform makes every sandbox syscall 10
+//! to 25 times slower than today's default, systrap, the unsupervised
+//! side's too, which flatters the ratios). The supervised sides also
+//! report the tracer's time a seccomp stop, from its stop clock's log
+//! lines (`trace/stopclock.rs`; the log's state directory is made in the
+//! sandbox's overlay). Skipped, with a line, where runsc or git is
 //! missing; a job whose program is missing (python3) is left out, said.
 //! Fails unless each supervised run really was traced and every job ran.
 
@@ -50,7 +57,12 @@ const JOBS: [(&str, &str); 5] = [
 ];
 
 /// Step 11 (see the module doc).
-pub fn gvisor_work(rep: &mut Report, ws: &Path, quick: bool) -> Result<(), String> {
+pub fn gvisor_work(
+    rep: &mut Report,
+    ws: &Path,
+    quick: bool,
+    others: &[std::path::PathBuf],
+) -> Result<(), String> {
     rep.line("\n### 11. gVisor (Modal): whole jobs under the ptrace backend, beside the same jobs unsupervised\n");
     let Some(runsc) = ["/usr/bin/runsc", "/usr/sbin/runsc", "/usr/local/bin/runsc"]
         .into_iter()
@@ -121,16 +133,78 @@ pub fn gvisor_work(rep: &mut Report, ws: &Path, quick: bool) -> Result<(), Strin
     )
     .map_err(|e| format!("{}: {e}", unjudged.display()))?;
     let unjudged = unjudged.display().to_string();
+    let mut runscs = vec![runsc.to_string()];
+    runscs.extend(others.iter().map(|p| p.display().to_string()));
+    for runsc in &runscs {
+        let version = Command::new(runsc)
+            .arg("--version")
+            .output()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .map_err(|e| format!("{runsc}: {e}"))?;
+        rep.line(&format!(
+            "\n#### Under {version} ({}, its default platform)\n",
+            if runsc.starts_with("/usr/") {
+                "installed"
+            } else {
+                "fetched by bench/run.sh"
+            }
+        ));
+        under(
+            rep,
+            &Under {
+                runsc,
+                dir: &dir,
+                script: &script,
+                agentsh: &agentsh,
+                unjudged: &unjudged,
+                jobs: &jobs,
+                quick,
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// What one runsc's pass needs.
+struct Under<'a> {
+    runsc: &'a str,
+    dir: &'a Path,
+    script: &'a Path,
+    agentsh: &'a Path,
+    unjudged: &'a str,
+    jobs: &'a [(&'a str, String)],
+    quick: bool,
+}
+
+/// The jobs, each side alternating, under one runsc; the ratios, and the
+/// tracer's time a stop (its own clock, from its log).
+fn under(rep: &mut Report, u: &Under) -> Result<(), String> {
+    let Under {
+        runsc,
+        dir,
+        script,
+        agentsh,
+        unjudged,
+        jobs,
+        quick,
+    } = *u;
     // (label, policy): `None` is the side with no agentsh.
     let sides: [(&str, Option<&str>); 3] = [
         ("ptrace", Some("agent-observe")),
-        (UNJUDGED, Some(&unjudged)),
+        (UNJUDGED, Some(unjudged)),
         ("unsupervised", None),
     ];
     let rounds = if quick { 2 } else { 5 };
     let mut samples = Samples::new();
+    let mut stops: std::collections::BTreeMap<&str, Vec<StopLine>> = Default::default();
     let mut entries = Vec::new();
-    for (stem, _) in &jobs {
+    for (stem, _) in jobs {
         for (side, _) in &sides {
             entries.push(entry(&label(stem, side), s(&[]), None));
         }
@@ -145,9 +219,13 @@ pub fn gvisor_work(rep: &mut Report, ws: &Path, quick: bool) -> Result<(), Strin
             let mut c = Command::new("timeout");
             c.args(["900", runsc, "--network=none", "do", "-force-overlay=true"]);
             if let Some(policy) = policy {
-                c.arg(&agentsh).args(["wrap", "--policy", policy, "--"]);
+                // wrap's server logs in a state directory of the sandbox's
+                // own; its stop clock's lines are printed after the job.
+                c.args(["/bin/sh", "-c", STOPS_AFTER, "sh"])
+                    .arg(agentsh)
+                    .arg(policy);
             }
-            c.arg("/bin/sh").arg(&script).current_dir(&dir);
+            c.arg("/bin/sh").arg(script).current_dir(dir);
             let o = c.output().map_err(|e| format!("runsc: {e}"))?;
             let out = String::from_utf8_lossy(&o.stdout).into_owned();
             let traced = out
@@ -159,7 +237,10 @@ pub fn gvisor_work(rep: &mut Report, ws: &Path, quick: bool) -> Result<(), Strin
                     String::from_utf8_lossy(&o.stderr)
                 ));
             }
-            for (stem, _) in &jobs {
+            if supervised {
+                stops.entry(side).or_default().extend(stop_lines(&out));
+            }
+            for (stem, _) in jobs {
                 let ns = out
                     .lines()
                     .find_map(|l| l.strip_prefix(&format!("{stem}: ")))
@@ -210,7 +291,69 @@ pub fn gvisor_work(rep: &mut Report, ws: &Path, quick: bool) -> Result<(), Strin
         let line: Vec<String> = jobs.iter().map(|(stem, _)| ratio(stem, side)).collect();
         rep.line(&format!("\n{what} over unsupervised: {}.", line.join(", ")));
     }
+    for (side, lines) in &stops {
+        rep.line(&format!("\n{}", stop_summary(side, lines)));
+    }
     Ok(())
+}
+
+/// The supervised side's outer script: wrap the job script ($3) with the
+/// policy ($2) under agentsh ($1), a fresh state directory (in the
+/// sandbox's overlay, gone with it; not under /tmp, which wrap refuses) and the log
+/// filter that turns on only the tracer's stop clock, then print the clock's
+/// lines of its log; the job's status kept.
+const STOPS_AFTER: &str =
+    "s=/var/lib/agentsh-bench/$$ && mkdir -p \"$s\" && a=$1 p=$2 && shift 2 && \
+XDG_STATE_HOME=$s AGENTSH_LOG=info,agentsh::supervisor::backend::trace::stopclock=debug \
+\"$a\" wrap --policy \"$p\" -- \"$@\"; rc=$?; \
+grep -h 'time a seccomp stop' \"$s\"/agentsh/*.log | sed 's/^/stopclock /'; exit $rc";
+
+/// One stop clock line: (stops, median µs, p90 µs, mean µs).
+type StopLine = (u64, u64, u64, u64);
+
+/// The stop clock's lines in a side's output (one a tree).
+fn stop_lines(out: &str) -> Vec<StopLine> {
+    out.lines()
+        .filter(|l| l.starts_with("stopclock "))
+        .filter_map(|l| {
+            let field = |k: &str| {
+                l.split_whitespace()
+                    .find_map(|w| w.strip_prefix(&format!("{k}=")))
+                    .and_then(|v| v.parse::<u64>().ok())
+            };
+            Some((
+                field("stops")?,
+                field("median_us")?,
+                field("p90_us")?,
+                field("mean_us")?,
+            ))
+        })
+        .collect()
+}
+
+/// The tracer's time a stop over a side's runs: the tree with the most
+/// stops of each run (the job script's), its median and p90 (the median
+/// over runs), and the mean weighted by stops over every tree.
+fn stop_summary(side: &str, lines: &[StopLine]) -> String {
+    if lines.is_empty() {
+        return format!("Tracer time a seccomp stop ({side}): no stop clock line in its log");
+    }
+    let total: u64 = lines.iter().map(|l| l.0).sum();
+    let mean = lines.iter().map(|l| l.0 * l.3).sum::<u64>() / total.max(1);
+    let mut medians: Vec<u64> = lines.iter().filter(|l| l.0 >= 1000).map(|l| l.1).collect();
+    let mut p90s: Vec<u64> = lines.iter().filter(|l| l.0 >= 1000).map(|l| l.2).collect();
+    medians.sort_unstable();
+    p90s.sort_unstable();
+    let mid = |v: &[u64]| {
+        v.get(v.len() / 2)
+            .map_or("-".to_string(), |x| format!("{x} µs"))
+    };
+    format!(
+        "Tracer time a seccomp stop ({side}; waitpid's return to resumed, its own counter): \
+         {total} stops, mean **{mean} µs**; in the job scripts' trees (≥ 1,000 stops) median {}, p90 {}.",
+        mid(&medians),
+        mid(&p90s)
+    )
 }
 
 /// The side whose policy sets `tracer_reads: unjudged`.
@@ -250,5 +393,23 @@ fn run(c: &mut Command) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!("{c:?}: {}", String::from_utf8_lossy(&o.stderr)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stop_clocks_lines_are_read_and_summed_by_stops() {
+        let out = "traced 12\ntar: 5\nstopclock 2026-12-03T12:00:00Z DEBUG agentsh::supervisor::backend::trace::stopclock: tracer: time a seccomp stop took, waitpid's return to resumed stops=100 median_us=50 p90_us=90 mean_us=60\n\
+                   stopclock x stops=3000 median_us=140 p90_us=400 mean_us=200\nstopclock broken stops=x\n";
+        let lines = stop_lines(out);
+        assert_eq!(lines, vec![(100, 50, 90, 60), (3000, 140, 400, 200)]);
+        let s = stop_summary("ptrace", &lines);
+        assert!(s.contains("3100 stops"), "{s}");
+        assert!(s.contains("mean **195 µs**"), "weighted by stops: {s}");
+        assert!(s.contains("median 140 µs, p90 400 µs"), "only the job tree's: {s}");
+        assert!(stop_summary("ptrace", &[]).contains("no stop clock line"));
     }
 }

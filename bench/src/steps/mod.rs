@@ -193,7 +193,7 @@ pub fn run(o: &Opts) -> Result<(), String> {
     // Whole jobs in a gVisor sandbox over this machine's root, under
     // `agentsh wrap` and without.
     if o.runs("gvisor_work") {
-        gvisor_work(&mut rep, ws, o.quick)?;
+        gvisor_work(&mut rep, ws, o.quick, &o.runscs)?;
     }
     rep.line(&format!(
         "\n(whole run: {:.0} s)",
