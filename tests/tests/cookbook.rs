@@ -328,3 +328,69 @@ fn l7_recipe_trusts_agentshs_ca_and_holds_the_token() {
     assert_eq!(e["rule"], "read", "{e}");
     let _ = std::fs::remove_dir_all(&work);
 }
+
+/// Issue 62: a start command that leaves `--config` out (the cookbook's
+/// `agentsh entrypoint -- ...`, a bare `agentsh server`) runs on the
+/// image's `/etc/agentsh/config.yaml`, not silently on the embedded
+/// defaults: a policy named only there is the one in force, `ready` finds
+/// the server at the socket only that file names, and the server's log
+/// says which config it read.
+#[test]
+fn a_server_started_without_config_reads_the_images_config() {
+    if !require_root("a_server_started_without_config_reads_the_images_config") {
+        return;
+    }
+    let env = Installed::new();
+    let path = ("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+    std::fs::write(
+        env.ns.path("/etc/agentsh/policies/image-only.yaml"),
+        "name: image-only\ndefault: allow\ncommand_rules:\n  - name: no-date-here\n    commands: [date]\n    decision: deny\n    message: the image's own policy\n",
+    )
+    .unwrap();
+    // A socket only this file names: `ready` without --config must read it.
+    std::fs::write(
+        env.ns.path("/etc/agentsh/config.yaml"),
+        "policy: image-only\nserver:\n  socket: /run/agentsh-image/api.sock\n",
+    )
+    .unwrap();
+    env.run_ok(&["agentsh".into(), "shim".into(), "install".into()]);
+    env.ns.write_shim_conf(
+        "server=unix:/run/agentsh-image/api.sock\nshim_install=on\n",
+        0o644,
+    );
+    let log = std::env::temp_dir().join(format!("agentsh-image-config-{}.log", std::process::id()));
+    let mut server = env
+        .ns
+        .command("/usr/bin/agentsh")
+        .arg("server")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let ready = env
+        .ns
+        .run(&["/usr/bin/agentsh", "ready", "--timeout", "60"], &[path]);
+    let o = env.ns.run(&["sh", "-c", "date; echo after $?"], &[path]);
+    let _ = server.kill();
+    let _ = server.wait();
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    assert!(
+        ready.status.success(),
+        "agentsh ready (no --config): {ready:?}\n{text}"
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("no-date-here") || err.contains("the image's own policy"),
+        "date ran or was refused by another rule: {o:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("after 126"),
+        "{o:?}"
+    );
+    assert!(
+        text.contains("config read") && text.contains("/etc/agentsh/config.yaml"),
+        "the server's log names the config it read:\n{text}"
+    );
+}

@@ -409,7 +409,10 @@ mod tests {
         let s = stop_summary("ptrace", &lines);
         assert!(s.contains("3100 stops"), "{s}");
         assert!(s.contains("mean **195 µs**"), "weighted by stops: {s}");
-        assert!(s.contains("median 140 µs, p90 400 µs"), "only the job tree's: {s}");
+        assert!(
+            s.contains("median 140 µs, p90 400 µs"),
+            "only the job tree's: {s}"
+        );
         assert!(stop_summary("ptrace", &[]).contains("no stop clock line"));
     }
 }

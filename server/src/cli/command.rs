@@ -30,7 +30,8 @@ pub(super) enum Command {
     /// Run the server: HTTP API, wrap-init, notify-fd handoff, exec supervisor, audit.
     #[command(after_help = CONFIG_HELP)]
     Server {
-        /// YAML config file; without it the embedded defaults are used.
+        /// YAML config file [default: /etc/agentsh/config.yaml where it exists,
+        /// else the embedded defaults].
         #[arg(long, value_name = "PATH")]
         config: Option<PathBuf>,
         /// Print the embedded default config and exit.
@@ -154,10 +155,12 @@ pub(super) enum Command {
     /// changed port). Run inside a shell agentsh supervises (an SDK's ready
     /// command), it exits 0 at once: that shell's supervision is the proof.
     Ready {
-        /// The server: unix:/PATH or http://HOST:PORT [default: unix:/run/agentsh/api.sock].
+        /// The server: unix:/PATH or http://HOST:PORT [default: the socket
+        /// /etc/agentsh/config.yaml gives where it exists, else unix:/run/agentsh/api.sock].
         #[arg(long, conflicts_with = "config")]
         server: Option<String>,
-        /// Take the address from this server config file (server.socket).
+        /// Take the address from this server config file (server.socket)
+        /// [default: /etc/agentsh/config.yaml where it exists].
         #[arg(long, value_name = "PATH")]
         config: Option<PathBuf>,
         /// Seconds to wait.
@@ -184,7 +187,8 @@ pub(super) enum Command {
     /// before the server exists.
     #[command(verbatim_doc_comment)]
     Entrypoint {
-        /// Server config file (as for `agentsh server --config`); embedded defaults without it.
+        /// Server config file (as for `agentsh server --config`) [default:
+        /// /etc/agentsh/config.yaml where it exists, else the embedded defaults].
         #[arg(long, value_name = "PATH")]
         config: Option<PathBuf>,
         /// Seconds to wait for the server to answer before giving up (exit 1).
@@ -226,7 +230,8 @@ pub(super) enum Command {
         /// One JSON object instead of text.
         #[arg(long)]
         json: bool,
-        /// Take landlock.max_abi from this server config file.
+        /// Take landlock.max_abi from this server config file [default:
+        /// /etc/agentsh/config.yaml where it exists].
         #[arg(long, value_name = "PATH")]
         config: Option<PathBuf>,
     },
@@ -256,7 +261,8 @@ pub(super) enum CaCommand {
     /// (Debian: copy it to /usr/local/share/ca-certificates/agentsh.crt and
     /// run update-ca-certificates); see docs/sdk-cookbook.md.
     Path {
-        /// The server's config file (its state_dir and egress.ca).
+        /// The server's config file (its state_dir and egress.ca) [default:
+        /// /etc/agentsh/config.yaml where it exists].
         #[arg(long, value_name = "PATH")]
         config: Option<PathBuf>,
     },

@@ -110,7 +110,7 @@ pub fn main() -> ExitCode {
         } => {
             init_logging();
             failure_if(crate::daemon::run(crate::daemon::Start {
-                config_file: config,
+                config_file: crate::config::config_file(config),
                 command,
                 report_fd,
                 session,
@@ -135,7 +135,7 @@ pub fn main() -> ExitCode {
         Command::Policy { command } => policy_command(command),
         Command::Ca {
             command: CaCommand::Path { config },
-        } => failure_if(ca_path(config.as_deref())),
+        } => failure_if(ca_path(crate::config::config_file(config).as_deref())),
         Command::Events {
             query: Some(EventsCommand::Verify { file }),
             ..
@@ -157,16 +157,23 @@ pub fn main() -> ExitCode {
             config,
             timeout,
             server_only,
-        } => ready_command(server, config, timeout, server_only),
+        } => ready_command(
+            server,
+            crate::config::config_file(config),
+            timeout,
+            server_only,
+        ),
         Command::Entrypoint {
             config,
             ready_timeout,
             command,
-        } => entrypoint(config, ready_timeout, command),
+        } => entrypoint(crate::config::config_file(config), ready_timeout, command),
         Command::Wrap(w) => exit_code(wrap::run(w)),
         Command::Completions { shell } => completions(shell),
         Command::Man { dir } => failure_if(write_man_pages(&dir)),
-        Command::Detect { json, config } => failure_if(detect(json, config.as_deref())),
+        Command::Detect { json, config } => {
+            failure_if(detect(json, crate::config::config_file(config).as_deref()))
+        }
         Command::Shim { command } => exit_code(installer::run(command)),
     }
 }

@@ -14,7 +14,7 @@ use super::document::Config;
 use super::error::{ConfigError, Invalid};
 use super::help::EMBEDDED_CONFIG;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 impl Config {
     /// Parses config text; `origin` names it in errors.
@@ -134,3 +134,64 @@ fn value_position(text: &str, after: &str, value: &str) -> Option<(usize, usize)
 #[cfg(test)]
 #[path = "load_tests.rs"]
 mod tests;
+
+/// Where an image keeps agentsh's config: read when no `--config` names
+/// one (`agentsh server`, `entrypoint`, `ready`, `detect`, `ca path`).
+pub const DEFAULT_CONFIG_FILE: &str = "/etc/agentsh/config.yaml";
+
+/// The config file a command reads: the one named, else
+/// [`DEFAULT_CONFIG_FILE`] where anything is at that name (a dangling link
+/// or a directory too: reading it then fails, naming it, rather than the
+/// server running silently on other rules than the image's), else none
+/// (the embedded defaults).
+///
+/// Why: a start command that forgot `--config` used to run on the embedded
+/// defaults, and everything the image put in its config (secrets to
+/// inject, sessions, egress) silently did nothing.
+pub fn config_file(named: Option<PathBuf>) -> Option<PathBuf> {
+    config_file_under(named, Path::new("/"))
+}
+
+/// [`config_file`] with the filesystem's root at `root` (tests).
+pub fn config_file_under(named: Option<PathBuf>, root: &Path) -> Option<PathBuf> {
+    named.or_else(|| {
+        let at = root.join(DEFAULT_CONFIG_FILE.trim_start_matches('/'));
+        at.symlink_metadata().is_ok().then_some(at)
+    })
+}
+
+#[cfg(test)]
+mod default_file_tests {
+    use super::*;
+
+    #[test]
+    fn the_named_file_then_the_images_then_the_embedded_defaults() {
+        let root = std::env::temp_dir().join(format!("agentsh-cfg-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("etc/agentsh")).unwrap();
+        let named = PathBuf::from("/srv/mine.yaml");
+        assert_eq!(
+            config_file_under(Some(named.clone()), &root),
+            Some(named.clone())
+        );
+        assert_eq!(
+            config_file_under(None, &root),
+            None,
+            "none there: the defaults"
+        );
+        let at = root.join("etc/agentsh/config.yaml");
+        std::os::unix::fs::symlink("/nonexistent/config.yaml", &at).unwrap();
+        assert_eq!(
+            config_file_under(None, &root),
+            Some(at.clone()),
+            "a dangling link is read (and fails, named), not passed over"
+        );
+        assert!(Config::load(config_file_under(None, &root).as_deref()).is_err());
+        std::fs::remove_file(&at).unwrap();
+        std::fs::write(&at, "workspace: /srv/ws\n").unwrap();
+        let c = Config::load(config_file_under(None, &root).as_deref()).unwrap();
+        assert_eq!(c.workspace, "/srv/ws", "the image's config is the one read");
+        assert_eq!(config_file_under(Some(named.clone()), &root), Some(named));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}
