@@ -251,8 +251,8 @@ fn fileless_and_truncated_refusals_are_explained() {
         return;
     }
     let mut s = Sandbox::new(POLICY, None);
-    // An argv beyond execve.max_argc (1000): refused, not judged on a part.
-    let f = s.sh("/bin/true $(seq 1 2000); echo rc=$?");
+    // An argv beyond execve.max_argc (131072): refused, not judged on a part.
+    let f = s.sh("/bin/true $(seq 1 140000); echo rc=$?");
     assert_eq!(f.stdout.trim(), "rc=126", "{f:?}");
     let lines: Vec<&str> = f
         .stderr
@@ -286,6 +286,45 @@ fn fileless_and_truncated_refusals_are_explained() {
         refused.iter().all(|e| e["explained"] == true),
         "{refused:?}"
     );
+}
+
+/// Issue 62: the batches ordinary tools make run under agent-default:
+/// `find -exec {} +` over a whole tree and `xargs` over 5,000 names fill
+/// argvs of 128 KiB (thousands of entries), which the old `max_argc` of
+/// 1000 refused as `execve_truncated`.
+#[test]
+fn find_exec_plus_and_xargs_batches_run_under_agent_default() {
+    if !require_root("find_exec_plus_and_xargs_batches_run_under_agent_default") {
+        return;
+    }
+    let policy = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../etc/agentsh/policies/agent-default.yaml"
+    ))
+    .unwrap();
+    let mut s = Sandbox::new(&policy, None);
+    let f = s.sh(
+        "find /usr/share -type f -exec cat {} + >/dev/null; echo find=$?; \
+         seq 1 5000 | sed 's/^/name-/' | xargs sh -c 'echo batch=$#' sh | sort -t= -k2 -n | tail -1; \
+         seq 1 5000 | xargs echo | wc -w",
+    );
+    let out = f.stdout.clone();
+    assert!(out.contains("find=0"), "{f:?}");
+    assert!(
+        out.lines()
+            .find_map(|l| l.strip_prefix("batch="))
+            .and_then(|n| n.trim().parse::<usize>().ok())
+            .is_some_and(|n| n > 1000),
+        "one xargs batch above the old limit of 1000: {f:?}"
+    );
+    assert_eq!(out.lines().last().map(str::trim), Some("5000"), "{f:?}");
+    assert!(!f.stderr.contains("execve_truncated"), "{f:?}");
+    let truncated = s
+        .events()
+        .into_iter()
+        .filter(|e| e["rule"] == "execve_truncated")
+        .count();
+    assert_eq!(truncated, 0);
 }
 
 /// An allow-list's refusal (issue 45) says what is missing and how to add

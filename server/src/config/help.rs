@@ -92,8 +92,10 @@ CONFIG KEYS (YAML; all optional; defaults shown):
                                                      memory from outside its lineage (a vfork child
                                                      whose vfork parent died) cannot change what
                                                      runs either (about 130 µs more per exec here)
-  execve.max_argc                  1000              argv entries read per exec
-  execve.max_argv_bytes            65536             argv bytes read per exec
+  execve.max_argc                  131072            argv entries read per exec
+  execve.max_argv_bytes            2097152           argv bytes read per exec (the kernel's
+                                                     limit on a default stack: find -exec +,
+                                                     xargs and long compiler lines fit)
   execve.on_truncated              deny              deny | evaluate: what an exec whose argv
                                                      exceeds the limits gets
   execve.approval_timeout          10s               how long an exec under a `decision: approve`

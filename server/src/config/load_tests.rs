@@ -8,8 +8,8 @@ fn embedded_defaults_parse() {
     let c = Config::load(None).unwrap();
     assert_eq!(c.server.http.addr, "");
     assert_eq!(c.server.socket, Path::new("/run/agentsh/api.sock"));
-    assert_eq!(c.execve.max_argc, 1000);
-    assert_eq!(c.execve.max_argv_bytes, 65536);
+    assert_eq!(c.execve.max_argc, 131_072);
+    assert_eq!(c.execve.max_argv_bytes, 2_097_152);
     assert_eq!(c.execve.on_truncated, OnTruncated::Deny);
     assert_eq!(c.policy, "agent-default");
 }
@@ -18,7 +18,7 @@ fn embedded_defaults_parse() {
 fn partial_config_keeps_other_defaults() {
     let c = Config::from_yaml("execve:\n  max_argc: 5\n", "t").unwrap();
     assert_eq!(c.execve.max_argc, 5);
-    assert_eq!(c.execve.max_argv_bytes, 65536);
+    assert_eq!(c.execve.max_argv_bytes, 2_097_152);
 }
 
 #[test]

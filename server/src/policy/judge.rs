@@ -145,7 +145,8 @@ pub fn judge(policy: &Policy, facts: &ExecFacts<'_>) -> Verdict {
             decision: Decision::Deny,
             rule: RULE_TRUNCATED.into(),
             message: Some(format!(
-                "argv exceeds execve.max_argc={} or execve.max_argv_bytes={}",
+                "argv exceeds execve.max_argc={} or execve.max_argv_bytes={} (the server's \
+                 config: what the supervisor reads of an argv; raise them there)",
                 t.max_argc, t.max_argv_bytes
             )),
             judged: p.filename.into(),
