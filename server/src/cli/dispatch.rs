@@ -157,12 +157,7 @@ pub fn main() -> ExitCode {
             config,
             timeout,
             server_only,
-        } => ready_command(
-            server,
-            crate::config::config_file(config),
-            timeout,
-            server_only,
-        ),
+        } => ready_command(server, config, timeout, server_only),
         Command::Entrypoint {
             config,
             ready_timeout,
@@ -171,9 +166,7 @@ pub fn main() -> ExitCode {
         Command::Wrap(w) => exit_code(wrap::run(w)),
         Command::Completions { shell } => completions(shell),
         Command::Man { dir } => failure_if(write_man_pages(&dir)),
-        Command::Detect { json, config } => {
-            failure_if(detect(json, crate::config::config_file(config).as_deref()))
-        }
+        Command::Detect { json, config } => failure_if(detect(json, config)),
         Command::Shim { command } => exit_code(installer::run(command)),
     }
 }
@@ -197,6 +190,7 @@ fn ready_command(
         eprintln!("agentsh ready: this shell is not supervised by agentsh");
         return ExitCode::from(super::probe::UNSUPERVISED as u8);
     }
+    let config = crate::config::config_file(config);
     failure_if(ready(server, config, timeout, server_only))
 }
 
@@ -403,8 +397,8 @@ fn ready(
 }
 
 /// `agentsh detect [--json] [--config C]`.
-fn detect(json: bool, config: Option<&Path>) -> Result<(), ToolError> {
-    let c = crate::config::Config::load(config)?;
+fn detect(json: bool, config: Option<PathBuf>) -> Result<(), ToolError> {
+    let c = crate::config::Config::load(crate::config::config_file(config).as_deref())?;
     let r = crate::detect::detect(c.landlock.cap(), c.execve.backend);
     if json {
         println!("{}", serde_json::to_string_pretty(&r)?);

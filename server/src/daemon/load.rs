@@ -22,6 +22,13 @@ pub(super) fn trusted_config(config_file: Option<&std::path::Path>) -> Result<Co
     }
     let config = Config::load(config_file)?;
     config.check_own_locations(config_file)?;
+    match config_file {
+        Some(f) => tracing::info!(config = %f.display(), "config read"),
+        None => tracing::info!(
+            "config: the embedded defaults (no --config, and nothing at {})",
+            crate::config::DEFAULT_CONFIG_FILE
+        ),
+    }
     Ok(config)
 }
 

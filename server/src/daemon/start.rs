@@ -65,13 +65,6 @@ pub fn run(start: Start) -> Result<()> {
     own_limits();
     let config_file = start.config_file;
     let config = load::trusted_config(config_file.as_deref())?;
-    match &config_file {
-        Some(f) => tracing::info!(config = %f.display(), "config read"),
-        None => tracing::info!(
-            "config: the embedded defaults (no --config, and nothing at {})",
-            crate::config::DEFAULT_CONFIG_FILE
-        ),
-    }
     let policies = load::policies(&config)?;
     let policy = policies[0].clone();
     let audit = load::audit_log(&config)?;

@@ -21,7 +21,7 @@ const EVENT_FORK: i32 = 1;
 const EVENT_VFORK: i32 = 2;
 const EVENT_CLONE: i32 = 3;
 const EVENT_EXEC: i32 = 4;
-pub(super) const EVENT_SECCOMP: i32 = 7;
+const EVENT_SECCOMP: i32 = 7;
 const EVENT_STOP: i32 = 128;
 
 impl Loop {
@@ -53,7 +53,11 @@ impl Loop {
         }
         let resumed = match (status >> 16) & 0xffff {
             EVENT_SECCOMP => {
+                // From here: the claim and the walk-gate above are the
+                // tracer's time a stop too, but a few map lookups.
+                let started = self.clock.now();
                 self.seccomp_stop(tid, status);
+                self.clock.add(started);
                 Ok(())
             }
             EVENT_EXEC => {

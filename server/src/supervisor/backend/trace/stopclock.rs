@@ -1,5 +1,6 @@
 //! How long the tracer takes over each seccomp stop, measured where it
-//! runs: from `waitpid` reporting the stop to the tracee resumed (or held).
+//! runs: from the stop's handling begun (just after `waitpid` reported it
+//! and the tracee was found in its tree) to the tracee resumed (or held).
 //! The blocking `waitpid` itself is not in it (one syscall more a stop).
 //!
 //! Why: under gVisor each tracer syscall costs about as much as the rest of

@@ -153,7 +153,7 @@ impl Loop {
                     return;
                 }
             } else if tid > 0 {
-                self.timed_event(tid as u32, status);
+                self.event(tid as u32, status);
             } else if io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
                 // ECHILD: the doorbell is gone and was reaped unseen.
                 bell.gone();
@@ -206,15 +206,6 @@ impl Loop {
                     );
                 }
             }
-        }
-    }
-
-    /// One event, a seccomp stop's time on the clock.
-    fn timed_event(&mut self, tid: u32, status: i32) {
-        let started = self.clock.now();
-        self.event(tid, status);
-        if libc::WIFSTOPPED(status) && (status >> 16) & 0xffff == super::events::EVENT_SECCOMP {
-            self.clock.add(started);
         }
     }
 
@@ -343,7 +334,7 @@ impl Loop {
                 )
             };
             if tid > 0 {
-                self.timed_event(tid as u32, status);
+                self.event(tid as u32, status);
                 continue;
             }
             if tid < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
