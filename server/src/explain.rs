@@ -23,7 +23,10 @@ use std::io::Write;
 use std::os::fd::AsRawFd;
 
 /// The most bytes one explanation takes.
-pub const MAX: usize = 256;
+/// 1024: room for a deep path named twice (the call's and the directory a
+/// right is missing in) and the rule's reason; one write below `PIPE_BUF`,
+/// so a line is never interleaved with another writer's on a pipe.
+pub const MAX: usize = 1024;
 
 /// Which (thread, what) refusals a caller was told of: each is told once,
 /// not at every retry. Bounded (started over past [`Told::CAP`] entries:
@@ -297,7 +300,7 @@ mod tests {
             line("x\u{1b}[31my", "r", None),
             "agentsh: x\\x1b[31my denied (rule r)\n"
         );
-        let long = line("curl", "r", Some(&"é".repeat(400)));
+        let long = line("curl", "r", Some(&"é".repeat(1000)));
         assert!(long.len() <= MAX, "{}", long.len());
         assert!(long.ends_with("…\n"));
         assert_eq!(
@@ -317,6 +320,29 @@ mod tests {
             w.len() <= MAX && w.contains("x\\x07") && w.ends_with("(up to 1.5 s)\n"),
             "{w}"
         );
+    }
+
+    /// Issue 62: a refused create deep in a home was cut mid-path at the
+    /// old 256 bytes (`... create in /home/nbuser…`).
+    #[test]
+    fn a_refused_create_deep_in_a_tree_keeps_both_paths_whole() {
+        let dir = "/home/nbuser/work/clients/some-long-client-name/services/payments-api/.git/hooks";
+        let path = format!("{dir}/pre-commit");
+        let l = refused_file_in(
+            "openat",
+            &path,
+            Some("create"),
+            Some(dir),
+            "persistence",
+            &format!(
+                "create in {dir}: git runs hooks from here on the next commit, outside any \
+                 tree; an agent's code planted there would run unsupervised later"
+            ),
+        );
+        assert!(!l.contains('…'), "{l}");
+        assert_eq!(l.matches(dir).count(), 3, "{l}");
+        assert!(l.ends_with("unsupervised later\n"), "{l}");
+        assert!(l.len() <= MAX);
     }
 
     #[test]
