@@ -406,7 +406,9 @@ fn config_text(dirs: &Dirs, audit: &Path, policy: &str, workspace: &Path) -> Str
          # The user cannot bind port 53: the DNS stub takes a free port (trees'\n\
          # queries to any resolver are sent to it).\negress:\n  stub: \"127.0.0.153:0\"\n\
          # One CA per user for egress rules with http: (its key's directory\n\
-         # is never a tree's to read).\n  ca: {}\n  ca_key: {}\n",
+         # is never a tree's to read).\n  ca: {}\n  ca_key: {}\n\
+         # A person answers approvals from another terminal: two minutes.\n\
+         execve:\n  approval_timeout: 2m\n",
         q(&dirs.socket),
         q(workspace),
         q(&dirs.state),
@@ -483,5 +485,10 @@ mod tests {
         assert_eq!(c.policy, "agent-default");
         assert!(text.contains("workspace: \"/w s\""), "{text}");
         assert_eq!(c.egress.stub_addr().unwrap().port(), 0);
+        assert_eq!(
+            c.execve.approval_timeout,
+            std::time::Duration::from_secs(120),
+            "a person switching terminals has time to answer"
+        );
     }
 }
