@@ -326,7 +326,8 @@ mod tests {
     /// old 256 bytes (`... create in /home/nbuser…`).
     #[test]
     fn a_refused_create_deep_in_a_tree_keeps_both_paths_whole() {
-        let dir = "/home/nbuser/work/clients/some-long-client-name/services/payments-api/.git/hooks";
+        let dir =
+            "/home/nbuser/work/clients/some-long-client-name/services/payments-api/.git/hooks";
         let path = format!("{dir}/pre-commit");
         let l = refused_file_in(
             "openat",

@@ -39,6 +39,7 @@ mod command;
 mod derived;
 mod files;
 mod profiles;
+mod prune;
 mod server_mode;
 mod standalone;
 mod start;

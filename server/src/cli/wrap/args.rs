@@ -72,6 +72,12 @@ pub struct Wrap {
     /// No start line and no session report on stderr.
     #[arg(long)]
     pub quiet: bool,
+    /// How many runs' files (audit, server log, state) stay under
+    /// $XDG_STATE_HOME/agentsh: at each start the older runs wrap made are
+    /// removed, newest kept by their audit's last change; 0 keeps every
+    /// run. Standalone only.
+    #[arg(long, default_value_t = 100, value_name = "N")]
+    pub keep_runs: usize,
     /// Internal: CMD below wrap's own server (trust the user's server,
     /// socket and wrapper).
     #[arg(long, hide = true)]

@@ -129,6 +129,15 @@ impl Setup {
     fn prepare(w: &Wrap, session: &str) -> Result<Setup, SetupError> {
         let dirs = Dirs::of(session)?;
         dirs.make()?;
+        let pruned = super::prune::prune(&dirs.base, w.keep_runs, session);
+        if !pruned.is_empty() && !w.quiet {
+            say(&format!(
+                "removed the files of {} earlier runs under {} (the newest {} stay: --keep-runs)",
+                pruned.len(),
+                dirs.base.display(),
+                w.keep_runs
+            ));
+        }
         let audit = w.audit.clone().unwrap_or_else(|| dirs.audit.clone());
         let workspace = workspace_of(w)?;
         let secrets = secrets_of(w)?;
@@ -401,7 +410,7 @@ fn config_text(dirs: &Dirs, audit: &Path, policy: &str, workspace: &Path) -> Str
         )
     };
     format!(
-        "# Written by `agentsh wrap` for this session.\nserver:\n  socket: {}\n{policy_line}\
+        "{}\nserver:\n  socket: {}\n{policy_line}\
          workspace: {}\nstate_dir: {}\naudit:\n  jsonl: {}\n\
          # The user cannot bind port 53: the DNS stub takes a free port (trees'\n\
          # queries to any resolver are sent to it).\negress:\n  stub: \"127.0.0.153:0\"\n\
@@ -409,6 +418,7 @@ fn config_text(dirs: &Dirs, audit: &Path, policy: &str, workspace: &Path) -> Str
          # is never a tree's to read).\n  ca: {}\n  ca_key: {}\n\
          # A person answers approvals from another terminal: two minutes.\n\
          execve:\n  approval_timeout: 2m\n",
+        super::prune::MARK,
         q(&dirs.socket),
         q(workspace),
         q(&dirs.state),
