@@ -41,7 +41,7 @@ pub(super) fn prune(base: &Path, keep: usize, current: &str) -> Vec<String> {
         })
         .filter(|(_, s)| s != current)
         .collect();
-    runs.sort_by(|a, b| b.0.cmp(&a.0));
+    runs.sort_by_key(|r| std::cmp::Reverse(r.0));
     let mut removed = Vec::new();
     for (_, session) in runs.into_iter().skip(keep.saturating_sub(1)) {
         if Dirs::of(&session).is_ok_and(|d| d.socket.symlink_metadata().is_ok()) {
