@@ -1181,3 +1181,40 @@ fn every_mechanism_rule_is_documented() {
         "these rules are not documented where their doc row says: {missing:?}"
     );
 }
+
+/// Issue 62: the refusals no process of agentsh sees (the kernel answers
+/// them) are said in troubleshooting, with the places as the shipped
+/// config has them: a read of the state directory's CA key, a secret's
+/// file, the audit; a signal to the server or the entrypoint.
+#[test]
+fn the_refusals_with_no_agentsh_line_are_said_with_the_shipped_places() {
+    let page = read("docs/troubleshooting.md");
+    let at = page
+        .find("### Refusals that print no agentsh line")
+        .expect("the section");
+    let section = &page[at..];
+    let section = &section[..section[4..].find("\n##").map_or(section.len(), |i| i + 4)];
+    let section = section.split_whitespace().collect::<Vec<_>>().join(" ");
+    let config = read("etc/agentsh/config.yaml");
+    let value = |key: &str| {
+        config
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(&format!("{key}:")))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_else(|| panic!("no {key} in the shipped config"))
+    };
+    let state = value("state_dir");
+    for needle in [
+        format!("{state}/ca.key"),
+        format!("`{state}`"),
+        value("jsonl"),
+        "secrets:".to_string(),
+        "Operation not permitted".to_string(),
+        "Landlock".to_string(),
+    ] {
+        assert!(
+            section.contains(&needle),
+            "the section does not say {needle:?}:\n{section}"
+        );
+    }
+}
