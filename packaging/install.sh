@@ -34,7 +34,13 @@ done
 echo "installed $bins in $to"
 case ":${PATH:-}:" in
   *":$to:"*) ;;
-  *) echo "note: $to is not on your PATH; add it (e.g. in ~/.profile: PATH=\"$to:\$PATH\")" ;;
+  *)
+    # Debian's and Ubuntu's ~/.profile add ~/.local/bin once it exists.
+    if [ "$to" = "${HOME:-}/.local/bin" ] && grep -qs '\.local/bin' "${HOME:-}/.profile"; then
+      echo "note: $to is not on this shell's PATH yet; your ~/.profile adds it: open a new terminal (or log in again)"
+    else
+      echo "note: $to is not on your PATH; add it (e.g. in ~/.profile: PATH=\"$to:\$PATH\")"
+    fi ;;
 esac
 "$to/agentsh" --version >/dev/null || {
   echo "install.sh: $to/agentsh does not run here (libseccomp missing? see above)" >&2

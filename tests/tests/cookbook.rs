@@ -394,3 +394,107 @@ fn a_server_started_without_config_reads_the_images_config() {
         "the server's log names the config it read:\n{text}"
     );
 }
+
+/// Issue 62: the L7 recipe where the cookbook places it on a
+/// `shim_install=on` image (Modal, Daytona, Tensorlake, Runloop): the image
+/// lines before shim.conf is written, the token written by the start
+/// command the cookbook gives (the real shell, then `agentsh entrypoint`
+/// with no `--config`). The token is injected, a DELETE is a 403 naming
+/// the rule, and a root tree cannot read the token's file.
+#[test]
+fn l7_recipe_on_a_shim_install_on_image_keeps_the_token_from_a_root_tree() {
+    use agentsh_tests::http_upstream::HttpUpstream;
+    use agentsh_tests::recipes::recipe;
+    if !require_root("l7_recipe_on_a_shim_install_on_image_keeps_the_token_from_a_root_tree") {
+        return;
+    }
+    const TOKEN: &str = "recipe-token-on-image-5e21";
+    let env = Installed::new();
+    let path = ("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+    for line in recipe("l7-image").lines().filter(|l| !l.trim().is_empty()) {
+        env.run_ok(&["sh".into(), "-c".into(), line.to_string()]);
+    }
+    let work = std::env::temp_dir().join(format!("agentsh-l7-on-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    let ip = std::net::Ipv4Addr::new(127, 0, 0, 4);
+    let up = HttpUpstream::start(&work, ip, "api.recipe.test", true);
+    std::fs::write(
+        env.ns.path("/etc/agentsh/policies/l7.yaml"),
+        "name: l7\ndefault: allow\negress:\n  default: deny\n  dns: host\n  rules:\n    - name: api\n      cidrs: [127.0.0.4/32]\n      decision: allow\n      http:\n        default: deny\n        rules:\n          - {name: read, methods: [GET], paths: [\"/repos/**\"], decision: allow}\n        inject:\n          headers: {Authorization: \"Bearer ${secret:gh}\"}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        env.ns.path("/etc/agentsh/config.yaml"),
+        format!(
+            "{}policy: l7\negress:\n  upstream_roots: [\"{}\"]\n",
+            recipe("l7-config"),
+            up.ca.display()
+        ),
+    )
+    .unwrap();
+    env.run_ok(&["agentsh".into(), "shim".into(), "install".into()]);
+    env.ns.write_shim_conf("shim_install=on\n", 0o644);
+    // The image is `on`: with no server, /bin/sh refuses.
+    let before = env.ns.run(&["sh", "-c", "true"], &[path]);
+    assert_eq!(before.status.code(), Some(126), "{before:?}");
+    // The start command as the cookbook writes it, run the way a runtime
+    // runs an argv (split by a shell that is not the shim).
+    let start = recipe("l7-start-on");
+    let start = start.trim();
+    let mut entry = env
+        .ns
+        .command("/bin/sh.real")
+        .args(["-c", start])
+        .env("PATH", path.1)
+        .env("GH_TOKEN", TOKEN)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let ready = env
+        .ns
+        .run(&["/usr/bin/agentsh", "ready", "--timeout", "60"], &[path]);
+    let url = format!("https://api.recipe.test:{}", up.port);
+    let script = format!(
+        "curl -sS --resolve api.recipe.test:{p}:{ip} {url}/repos/a; echo; \
+         curl -sS -X DELETE --resolve api.recipe.test:{p}:{ip} -w ' %{{http_code}}' {url}/repos/a; echo; \
+         cat /etc/agentsh/secrets/gh; echo cat=$?",
+        p = up.port
+    );
+    let o = env.ns.run(&["sh", "-c", &script], &[path]);
+    let environ = std::fs::read(format!("/proc/{}/environ", entry.id())).unwrap_or_default();
+    // SAFETY: a signal to the entrypoint we started (it stops its command
+    // and the server).
+    unsafe { libc::kill(entry.id() as i32, libc::SIGTERM) };
+    let _ = entry.wait();
+    assert!(ready.status.success(), "agentsh ready: {ready:?}");
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(out.contains("\"saw_authorization\": true"), "{out}{err}");
+    assert!(
+        out.contains("denied (rule default, egress rule api)") && out.contains(" 403\n"),
+        "{out}{err}"
+    );
+    assert!(
+        out.contains("cat=1"),
+        "a root tree read the token's file: {out}{err}"
+    );
+    assert!(!out.contains(TOKEN) && !err.contains(TOKEN), "{out}{err}");
+    assert!(
+        !String::from_utf8_lossy(&environ).contains(TOKEN),
+        "the token stayed in the entrypoint's environment"
+    );
+    let reached = up.requests();
+    assert!(
+        reached
+            .iter()
+            .any(|r| r["path"] == "/repos/a" && r["authorization"] == format!("Bearer {TOKEN}")),
+        "{reached:?}"
+    );
+    assert!(
+        !reached.iter().any(|r| r["method"] == "DELETE"),
+        "{reached:?}"
+    );
+    let _ = std::fs::remove_dir_all(&work);
+}

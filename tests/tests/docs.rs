@@ -1218,3 +1218,36 @@ fn the_refusals_with_no_agentsh_line_are_said_with_the_shipped_places() {
         );
     }
 }
+
+/// Issue 62: the podman commands the cookbook prints for trying a recipe
+/// carry the flags the real-runtime tests pass (tests/src/podman.rs), so
+/// the page cannot drift from what the tests run.
+#[test]
+fn the_cookbooks_podman_commands_carry_the_tests_flags() {
+    let page = read("docs/sdk-cookbook.md");
+    let marker = "<!-- recipe: podman-try -->";
+    let at = page.find(marker).expect("the podman recipe");
+    let block = &page[at..];
+    let block = &block[..block[marker.len()..].find("```\n\n").expect("its end") + marker.len()];
+    let helpers = read("tests/src/podman.rs");
+    for flag in [
+        "nofile=16384:16384",
+        "nproc=8192:8192",
+        "\"network=host\"",
+        "\"--runtime-flag\"",
+        "\"--pull=never\"",
+        "\"/usr/bin/runsc\"",
+        "\"--numeric-owner\"",
+        "\"import\"",
+    ] {
+        assert!(
+            helpers.contains(flag),
+            "tests/src/podman.rs no longer passes {flag}"
+        );
+        assert!(
+            block.contains(flag.trim_matches('"')),
+            "the cookbook's podman recipe lacks {flag}:\n{block}"
+        );
+    }
+    assert!(block.contains("--runtime runc"), "{block}");
+}
