@@ -438,13 +438,13 @@ fn l7_recipe_on_a_shim_install_on_image_keeps_the_token_from_a_root_tree() {
     let before = env.ns.run(&["sh", "-c", "true"], &[path]);
     assert_eq!(before.status.code(), Some(126), "{before:?}");
     // The start command as the cookbook writes it, run the way a runtime
-    // runs an argv (split by a shell that is not the shim).
-    let start = recipe("l7-start-on");
-    let start = start.trim();
+    // runs an argv: split by a shell that is not the shim, which then
+    // execs it (the same process, as a runtime's exec of the argv).
+    let start = format!("exec {}", recipe("l7-start-on").trim());
     let mut entry = env
         .ns
         .command("/bin/sh.real")
-        .args(["-c", start])
+        .args(["-c", &start])
         .env("PATH", path.1)
         .env("GH_TOKEN", TOKEN)
         .stdin(std::process::Stdio::null())

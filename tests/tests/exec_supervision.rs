@@ -238,7 +238,8 @@ fn too_many_arguments_are_denied_as_truncated() {
     if !require_root("too_many_arguments_are_denied_as_truncated") {
         return;
     }
-    let srv = TestServer::start(POLICY, "");
+    // A limit set low in the config (the default is the kernel's own).
+    let srv = TestServer::start(POLICY, "execve:\n  max_argc: 1000\n");
     let out = run_wrapped(
         &srv.url,
         "t",
