@@ -1200,8 +1200,10 @@ fn the_refusals_with_no_agentsh_line_are_said_with_the_shipped_places() {
         config
             .lines()
             .find_map(|l| l.trim().strip_prefix(&format!("{key}:")))
-            .map(|v| v.trim().to_string())
-            .unwrap_or_else(|| panic!("no {key} in the shipped config"))
+            .map_or_else(
+                || panic!("no {key} in the shipped config"),
+                |v| v.trim().to_string(),
+            )
     };
     let state = value("state_dir");
     for needle in [
