@@ -69,6 +69,8 @@ pub struct Proc {
     /// stage, such as `runc init`, or a deleted file).
     pub present: bool,
     pub argv: Vec<String>,
+    /// A kernel thread (`PF_KTHREAD` in `stat`'s flags): no program, no argv.
+    pub kthread: bool,
 }
 
 /// The server as the judge of [`Proc`]s sees it.
@@ -104,8 +106,15 @@ pub enum Verdict {
 /// `CAP_SYS_PTRACE`; gVisor, for any other process) is told apart from a
 /// shim installing by its name.
 pub fn judge(p: &Proc, me: &Me, descends: bool) -> Verdict {
-    if p.pid == me.pid || descends || p.start < me.start || p.argv.is_empty() {
+    if p.pid == me.pid || descends || p.start < me.start || p.kthread {
         return Verdict::NotAnSdks;
+    }
+    // No argv yet: caught inside an exec (the kernel reports the program's
+    // open before the new argv is in place: the very open that wakes the
+    // watcher). Looked at again, never taken for a kernel thread: that
+    // verdict is kept, and the program would never be recorded.
+    if p.argv.is_empty() {
+        return Verdict::Installing;
     }
     if p.tracer != 0 && me.threads.contains(&p.tracer) {
         return Verdict::InTree;
@@ -137,7 +146,12 @@ pub struct Stat {
     pub ppid: u32,
     pub start: u64,
     pub comm: String,
+    /// `PF_KTHREAD` in its flags (field 9).
+    pub kthread: bool,
 }
+
+/// The kernel's flag for its own threads (`include/linux/sched.h`).
+const PF_KTHREAD: u64 = 0x0020_0000;
 
 /// `pid`'s [`Stat`]; `None` once it is gone (or a zombie).
 pub fn read_stat(pid: u32) -> Option<Stat> {
@@ -155,6 +169,7 @@ pub fn read_stat(pid: u32) -> Option<Stat> {
         ppid: f.get(1)?.parse().ok()?,
         start: f.get(19)?.parse().ok()?,
         comm,
+        kthread: f.get(6)?.parse::<u64>().ok()? & PF_KTHREAD != 0,
     })
 }
 
@@ -165,7 +180,12 @@ pub fn read_proc(pid: u32) -> Option<Proc> {
 
 /// [`read_proc`], its [`Stat`] read already.
 fn read_rest(pid: u32, stat: Stat) -> Option<Proc> {
-    let Stat { ppid, start, comm } = stat;
+    let Stat {
+        ppid,
+        start,
+        comm,
+        kthread,
+    } = stat;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let field = |k: &str| {
         status
@@ -199,6 +219,7 @@ fn read_rest(pid: u32, stat: Stat) -> Option<Proc> {
         comm,
         present,
         argv,
+        kthread,
     })
 }
 
@@ -400,6 +421,7 @@ mod tests {
             comm: exe.rsplit('/').next().unwrap_or("").into(),
             present: true,
             argv: vec![exe.into()],
+            kthread: false,
         }
     }
 
@@ -445,9 +467,19 @@ mod tests {
         );
         let kthread = Proc {
             argv: vec![],
+            exe: String::new(),
+            kthread: true,
             ..perl.clone()
         };
         assert_eq!(judge(&kthread, &me, false), Verdict::NotAnSdks);
+        // Caught inside its exec, before the new argv is in place (the
+        // program's open woke the watcher): looked at again, not kept as
+        // "not an SDK's" (it would never be recorded).
+        let mid_exec_no_argv = Proc {
+            argv: vec![],
+            ..perl.clone()
+        };
+        assert_eq!(judge(&mid_exec_no_argv, &me, false), Verdict::Installing);
         // A process whose program cannot be read: a shim's name may be a
         // shim installing; any other is an outsider.
         let unreadable = Proc {
@@ -493,6 +525,12 @@ mod tests {
     #[test]
     fn this_process_reads_as_itself() {
         let p = read_proc(std::process::id()).expect("/proc/self");
+        assert!(!p.kthread, "{p:?}");
+        // kthreadd (pid 2 where this runs in the host's pid namespace) is
+        // a kernel thread by its flags.
+        if let Some(k) = read_stat(2).filter(|k| k.comm == "kthreadd") {
+            assert!(k.kthread, "{k:?}");
+        }
         assert_eq!(p.pid, std::process::id());
         assert!(
             p.start > 0 && !p.exe.is_empty() && !p.argv.is_empty(),
