@@ -245,8 +245,6 @@ fn daytona_recipe_in_dockers_default_container_supervises_user_shells() {
 /// never in the tree's output; a DELETE gets a 403, never sent.
 #[test]
 fn l7_recipe_trusts_agentshs_ca_and_holds_the_token() {
-    use agentsh_tests::http_upstream::HttpUpstream;
-    use agentsh_tests::recipes::recipe;
     if !require_root("l7_recipe_trusts_agentshs_ca_and_holds_the_token") {
         return;
     }
@@ -262,24 +260,8 @@ fn l7_recipe_trusts_agentshs_ca_and_holds_the_token() {
             .run(&["sh", "-c", line], &[path, ("GH_TOKEN", TOKEN)]);
         assert!(o.status.success(), "{line}: {o:?}");
     }
-    let work = std::env::temp_dir().join(format!("agentsh-l7-recipe-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&work);
     let ip = std::net::Ipv4Addr::new(127, 0, 0, 3);
-    let up = HttpUpstream::start(&work, ip, "api.recipe.test", true);
-    std::fs::write(
-        env.ns.path("/etc/agentsh/policies/l7.yaml"),
-        "name: l7\ndefault: allow\negress:\n  default: deny\n  dns: host\n  rules:\n    - name: api\n      cidrs: [127.0.0.3/32]\n      decision: allow\n      http:\n        default: deny\n        rules:\n          - {name: read, methods: [GET], paths: [\"/repos/**\"], decision: allow}\n        inject:\n          headers: {Authorization: \"Bearer ${secret:gh}\"}\n",
-    )
-    .unwrap();
-    let config = recipe("l7-config");
-    std::fs::write(
-        env.ns.path("/etc/agentsh/config.yaml"),
-        format!(
-            "{config}policy: l7\negress:\n  upstream_roots: [\"{}\"]\n",
-            up.ca.display()
-        ),
-    )
-    .unwrap();
+    let (work, up) = l7_upstream_policy_and_config(&env, "recipe", ip);
     env.run_ok(&["agentsh".into(), "shim".into(), "install".into()]);
     env.ns.write_shim_conf("shim_install=on\n", 0o644);
     let mut server = env
@@ -327,6 +309,41 @@ fn l7_recipe_trusts_agentshs_ca_and_holds_the_token() {
     });
     assert_eq!(e["rule"], "read", "{e}");
     let _ = std::fs::remove_dir_all(&work);
+}
+
+/// The L7 tests' shared set-up: a TLS upstream for `api.recipe.test` at
+/// `ip` (its files in a fresh directory named by `tag`), a policy `l7`
+/// allowing GETs of `/repos/**` there with the `gh` secret injected, and
+/// `/etc/agentsh/config.yaml` made of the cookbook's `l7-config` recipe
+/// naming that policy and the upstream's CA.
+fn l7_upstream_policy_and_config(
+    env: &Installed,
+    tag: &str,
+    ip: std::net::Ipv4Addr,
+) -> (
+    std::path::PathBuf,
+    agentsh_tests::http_upstream::HttpUpstream,
+) {
+    let work = std::env::temp_dir().join(format!("agentsh-l7-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    let up = agentsh_tests::http_upstream::HttpUpstream::start(&work, ip, "api.recipe.test", true);
+    std::fs::write(
+        env.ns.path("/etc/agentsh/policies/l7.yaml"),
+        format!(
+            "name: l7\ndefault: allow\negress:\n  default: deny\n  dns: host\n  rules:\n    - name: api\n      cidrs: [{ip}/32]\n      decision: allow\n      http:\n        default: deny\n        rules:\n          - {{name: read, methods: [GET], paths: [\"/repos/**\"], decision: allow}}\n        inject:\n          headers: {{Authorization: \"Bearer ${{secret:gh}}\"}}\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        env.ns.path("/etc/agentsh/config.yaml"),
+        format!(
+            "{}policy: l7\negress:\n  upstream_roots: [\"{}\"]\n",
+            recipe("l7-config"),
+            up.ca.display()
+        ),
+    )
+    .unwrap();
+    (work, up)
 }
 
 /// Issue 62: a start command that leaves `--config` out (the cookbook's
@@ -403,8 +420,6 @@ fn a_server_started_without_config_reads_the_images_config() {
 /// the rule, and a root tree cannot read the token's file.
 #[test]
 fn l7_recipe_on_a_shim_install_on_image_keeps_the_token_from_a_root_tree() {
-    use agentsh_tests::http_upstream::HttpUpstream;
-    use agentsh_tests::recipes::recipe;
     if !require_root("l7_recipe_on_a_shim_install_on_image_keeps_the_token_from_a_root_tree") {
         return;
     }
@@ -414,24 +429,8 @@ fn l7_recipe_on_a_shim_install_on_image_keeps_the_token_from_a_root_tree() {
     for line in recipe("l7-image").lines().filter(|l| !l.trim().is_empty()) {
         env.run_ok(&["sh".into(), "-c".into(), line.to_string()]);
     }
-    let work = std::env::temp_dir().join(format!("agentsh-l7-on-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&work);
     let ip = std::net::Ipv4Addr::new(127, 0, 0, 4);
-    let up = HttpUpstream::start(&work, ip, "api.recipe.test", true);
-    std::fs::write(
-        env.ns.path("/etc/agentsh/policies/l7.yaml"),
-        "name: l7\ndefault: allow\negress:\n  default: deny\n  dns: host\n  rules:\n    - name: api\n      cidrs: [127.0.0.4/32]\n      decision: allow\n      http:\n        default: deny\n        rules:\n          - {name: read, methods: [GET], paths: [\"/repos/**\"], decision: allow}\n        inject:\n          headers: {Authorization: \"Bearer ${secret:gh}\"}\n",
-    )
-    .unwrap();
-    std::fs::write(
-        env.ns.path("/etc/agentsh/config.yaml"),
-        format!(
-            "{}policy: l7\negress:\n  upstream_roots: [\"{}\"]\n",
-            recipe("l7-config"),
-            up.ca.display()
-        ),
-    )
-    .unwrap();
+    let (work, up) = l7_upstream_policy_and_config(&env, "on", ip);
     env.run_ok(&["agentsh".into(), "shim".into(), "install".into()]);
     env.ns.write_shim_conf("shim_install=on\n", 0o644);
     // The image is `on`: with no server, /bin/sh refuses.
