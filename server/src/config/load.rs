@@ -140,8 +140,9 @@ mod tests;
 pub const DEFAULT_CONFIG_FILE: &str = "/etc/agentsh/config.yaml";
 
 /// The config file a command reads: the one named, else
-/// [`DEFAULT_CONFIG_FILE`] where anything is at that name (a dangling link
-/// or a directory too: reading it then fails, naming it, rather than the
+/// [`DEFAULT_CONFIG_FILE`] unless nothing is at that name (a dangling link,
+/// a directory or a name that cannot be looked at too: reading it then
+/// fails, naming it, rather than the
 /// server running silently on other rules than the image's), else none
 /// (the embedded defaults).
 ///
@@ -156,7 +157,12 @@ pub fn config_file(named: Option<PathBuf>) -> Option<PathBuf> {
 pub fn config_file_under(named: Option<PathBuf>, root: &Path) -> Option<PathBuf> {
     named.or_else(|| {
         let at = root.join(DEFAULT_CONFIG_FILE.trim_start_matches('/'));
-        at.symlink_metadata().is_ok().then_some(at)
+        // Only "nothing there" falls back to the defaults: a name that
+        // cannot be looked at (EACCES) is read, and the read says why.
+        match at.symlink_metadata() {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            _ => Some(at),
+        }
     })
 }
 
