@@ -159,6 +159,30 @@ impl Drop for Image {
     }
 }
 
+/// How [`Container::start_with`] starts a container, beyond the defaults.
+#[derive(Debug, Default)]
+pub struct Start {
+    /// Environment of the first process (`podman run -e K=V`).
+    pub env: Vec<(String, String)>,
+    /// The host's network namespace (`--network host`), so a stand-in
+    /// upstream on the host's loopback is reachable as from a runsc sandbox.
+    pub host_network: bool,
+}
+
+/// Whether real-runtime tests can run here (root, podman, runc, runsc);
+/// under `CI=true` they must, so a missing piece fails the test `name`.
+pub fn runtimes_here(name: &str) -> bool {
+    if !crate::server::require_root(name) {
+        return false;
+    }
+    if let Some(why) = missing() {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+        eprintln!("skipped: {why}");
+        return false;
+    }
+    true
+}
+
 /// A running container, removed on drop.
 pub struct Container {
     pub name: String,
@@ -168,6 +192,13 @@ impl Container {
     /// Starts `argv` (the container's first process) from `image` under
     /// `runtime`, detached.
     pub fn start(image: &Image, runtime: Runtime, argv: &[&str]) -> Container {
+        Container::start_with(image, runtime, &Start::default(), argv)
+    }
+
+    /// [`Container::start`] with `opts`: environment for the first process
+    /// (`-e`, as a runtime's secrets reach the start command) and the
+    /// host's network for runc too (runsc always has it).
+    pub fn start_with(image: &Image, runtime: Runtime, opts: &Start, argv: &[&str]) -> Container {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let name = format!("agentsh-test-{}-{n}", std::process::id());
@@ -181,6 +212,13 @@ impl Container {
             "--ulimit",
             "nproc=8192:8192",
         ];
+        let kv: Vec<String> = opts.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        for e in &kv {
+            args.extend(["-e", e]);
+        }
+        if opts.host_network && runtime != Runtime::Runsc {
+            args.extend(["--network", "host"]);
+        }
         match runtime {
             Runtime::Runc => args.extend(["--runtime", "runc"]),
             Runtime::Privileged => args.extend(["--runtime", "runc", "--privileged"]),

@@ -65,6 +65,16 @@ pub const BOOKWORM_PROGRAMS: RootSpec = RootSpec {
     keep_debs: &["dash", "python3.11-minimal"],
 };
 
+/// [`BOOKWORM_MINBASE`] with curl and the system's CA store: the image the
+/// cookbook's egress-at-layer-7 recipe assumes (a slim base that has had
+/// `apt-get install ca-certificates`).
+pub const BOOKWORM_CURL: RootSpec = RootSpec {
+    suite: "bookworm",
+    variant: "minbase",
+    include: &["libseccomp2", "curl", "ca-certificates"],
+    keep_debs: &["dash"],
+};
+
 impl RootSpec {
     fn key(&self) -> String {
         format!(

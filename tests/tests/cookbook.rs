@@ -351,7 +351,8 @@ fn l7_upstream_policy_and_config(
 /// image's `/etc/agentsh/config.yaml`, not silently on the embedded
 /// defaults: a policy named only there is the one in force, `ready` finds
 /// the server at the socket only that file names, and the server's log
-/// says which config it read.
+/// says which config it read. A file in `/etc/agentsh/secrets` that no
+/// config names is still hidden from a root tree.
 #[test]
 fn a_server_started_without_config_reads_the_images_config() {
     if !require_root("a_server_started_without_config_reads_the_images_config") {
@@ -370,6 +371,10 @@ fn a_server_started_without_config_reads_the_images_config() {
         "policy: image-only\nserver:\n  socket: /run/agentsh-image/api.sock\n",
     )
     .unwrap();
+    // A secret in the place the docs give, named by no config: hidden all
+    // the same.
+    std::fs::create_dir_all(env.ns.path("/etc/agentsh/secrets")).unwrap();
+    std::fs::write(env.ns.path("/etc/agentsh/secrets/unnamed"), "unnamed-secret-3f1\n").unwrap();
     env.run_ok(&["agentsh".into(), "shim".into(), "install".into()]);
     env.ns.write_shim_conf(
         "server=unix:/run/agentsh-image/api.sock\nshim_install=on\n",
@@ -389,6 +394,10 @@ fn a_server_started_without_config_reads_the_images_config() {
         .ns
         .run(&["/usr/bin/agentsh", "ready", "--timeout", "60"], &[path]);
     let o = env.ns.run(&["sh", "-c", "date; echo after $?"], &[path]);
+    let secret = env.ns.run(
+        &["sh", "-c", "cat /etc/agentsh/secrets/unnamed; echo cat=$?"],
+        &[path],
+    );
     let _ = server.kill();
     let _ = server.wait();
     let text = std::fs::read_to_string(&log).unwrap_or_default();
@@ -405,6 +414,11 @@ fn a_server_started_without_config_reads_the_images_config() {
     assert!(
         String::from_utf8_lossy(&o.stdout).contains("after 126"),
         "{o:?}"
+    );
+    let read = String::from_utf8_lossy(&secret.stdout);
+    assert!(
+        read.contains("cat=1") && !read.contains("unnamed-secret"),
+        "a root tree read a file in /etc/agentsh/secrets no config names: {secret:?}"
     );
     assert!(
         text.contains("config read") && text.contains("/etc/agentsh/config.yaml"),

@@ -11,24 +11,11 @@
 #![allow(clippy::unwrap_used)]
 
 use agentsh_tests::attackers::compile;
-use agentsh_tests::podman::{missing, text, Container, Image, Runtime};
+use agentsh_tests::podman::{runtimes_here, text, Container, Image, Runtime};
 use agentsh_tests::recipes::{dockerfile_runs, one_line};
 use agentsh_tests::rootfs::BOOKWORM_PROGRAMS;
-use agentsh_tests::server::{require_root, TempDir};
+use agentsh_tests::server::TempDir;
 use serde_json::Value;
-
-/// Whether these tests can run here; under `CI=true` they must.
-fn runtimes_here(name: &str) -> bool {
-    if !require_root(name) {
-        return false;
-    }
-    if let Some(why) = missing() {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
-        eprintln!("skipped: {why}");
-        return false;
-    }
-    true
-}
 
 /// The user an ordinary SDK command runs as, besides root.
 const USER: u32 = 1000;

@@ -33,6 +33,10 @@ pub struct SessionLandlock {
 /// How many uids' rulesets are kept (the least recently compiled goes).
 pub const CACHED_UIDS: usize = 8;
 
+/// Where the docs keep the files `secrets:` names: never a tree's to read,
+/// whatever config the server runs on.
+pub const SECRETS_DIR: &str = "/etc/agentsh/secrets";
+
 /// A compiled ruleset and the directories it was built from.
 ///
 /// Compiling lists directories and follows symlinks (≈ 0.6 ms, on every
@@ -100,6 +104,9 @@ impl SessionLandlock {
     }
 
     /// A session's: its policy and workspace, the server's own files.
+    ///
+    /// `/etc/agentsh/secrets` is hidden from every tree, named in a config
+    /// or not.
     pub fn for_session(
         policy: std::sync::Arc<Policy>,
         workspace: Option<String>,
@@ -126,11 +133,13 @@ impl SessionLandlock {
             .parse::<std::net::SocketAddr>()
             .ok()
             .map(|a| a.port());
-        // The state directory (the operator token, the CA's key) and the
+        // The state directory (the operator token, the CA's key), the
+        // directory the docs keep secrets in (whatever config the server
+        // runs on: one started on other settings still hides it) and the
         // files `secrets:` names are never a tree's to read.
         let key = config.ca_key_path();
         let key_dir = key.parent().filter(|d| *d != config.state_dir.as_path());
-        let mut no_read: Vec<&Path> = vec![config.state_dir.as_path()];
+        let mut no_read: Vec<&Path> = vec![config.state_dir.as_path(), Path::new(SECRETS_DIR)];
         no_read.extend(key_dir);
         no_read.extend(config.secrets.values().filter_map(|s| s.file.as_deref()));
         let protect = SelfProtection::new(&own, &no_read, api_port, &HostFs);
