@@ -374,7 +374,11 @@ fn a_server_started_without_config_reads_the_images_config() {
     // A secret in the place the docs give, named by no config: hidden all
     // the same.
     std::fs::create_dir_all(env.ns.path("/etc/agentsh/secrets")).unwrap();
-    std::fs::write(env.ns.path("/etc/agentsh/secrets/unnamed"), "unnamed-secret-3f1\n").unwrap();
+    std::fs::write(
+        env.ns.path("/etc/agentsh/secrets/unnamed"),
+        "unnamed-secret-3f1\n",
+    )
+    .unwrap();
     env.run_ok(&["agentsh".into(), "shim".into(), "install".into()]);
     env.ns.write_shim_conf(
         "server=unix:/run/agentsh-image/api.sock\nshim_install=on\n",

@@ -67,7 +67,7 @@ fn image(tmp: &TempDir, up: &HttpUpstream) -> Image {
         .filter(|l| !l.is_empty())
         .map(str::to_string)
         .collect();
-    runs.push("mkdir -p /workspace/task-42".into());
+    runs.extend(dockerfile_runs("sessions-image"));
     runs.extend(dockerfile_runs("modal-image"));
     Image::build_on(
         &BOOKWORM_CURL,
@@ -174,7 +174,11 @@ fn recipes_hold(runtime: Runtime, ip: Ipv4Addr) {
         let o = ctr.exec_env(
             user,
             &[("DEPLOY_TOKEN", "sk-live-9")],
-            &["sh", "-c", "echo \"[$DEPLOY_TOKEN]\"; curl --version >/dev/null && echo curl ran"],
+            &[
+                "sh",
+                "-c",
+                "echo \"[$DEPLOY_TOKEN]\"; curl --version >/dev/null && echo curl ran",
+            ],
         );
         let out = String::from_utf8_lossy(&o.stdout).to_string();
         assert!(

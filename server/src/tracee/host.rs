@@ -126,19 +126,25 @@ impl Host for RealHost {
         Maps::open(pid)
     }
 
+    // A tree's fds are read with its owner's credentials where this
+    // process has no CAP_SYS_PTRACE (`access::as_owner`): a root server in
+    // a container with the default capabilities may not name another
+    // uid's fds.
     fn fd_name(&self, tid: u32, fd: i32) -> io::Result<PathBuf> {
-        std::fs::read_link(fd_link(tid, fd))
+        super::access::with_owner(tid, || std::fs::read_link(fd_link(tid, fd)))
     }
 
     fn fd_meta(&self, tid: u32, fd: i32) -> io::Result<Metadata> {
-        std::fs::metadata(fd_link(tid, fd))
+        super::access::with_owner(tid, || std::fs::metadata(fd_link(tid, fd)))
     }
 
     fn fd_open(&self, tid: u32, fd: i32) -> io::Result<File> {
         use std::os::unix::fs::OpenOptionsExt;
-        std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(fd_link(tid, fd))
+        super::access::with_owner(tid, || {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+                .open(fd_link(tid, fd))
+        })
     }
 }
