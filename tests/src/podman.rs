@@ -117,6 +117,19 @@ impl Image {
         run: &[String],
         extra: &[(&std::path::Path, &str)],
     ) -> Image {
+        Image::build_changed(spec, name, run, extra, &[])
+    }
+
+    /// [`Image::build_on`], with Dockerfile instructions for the image's
+    /// configuration (`podman import --change`, e.g. `ENTRYPOINT [...]`,
+    /// `CMD [...]`) as a Dockerfile recipe writes them.
+    pub fn build_changed(
+        spec: &RootSpec,
+        name: &str,
+        run: &[String],
+        extra: &[(&std::path::Path, &str)],
+        changes: &[String],
+    ) -> Image {
         let root = Root::unpack(&spec.cached());
         for b in ["agentsh", "agentsh-unixwrap", "agentsh-shell-shim"] {
             root.copy_in(&bin(b), &format!("/usr/bin/{b}"));
@@ -139,8 +152,13 @@ impl Image {
             .spawn()
             .expect("run tar");
         let held = images_held();
+        let mut import = vec!["import"];
+        for c in changes {
+            import.extend(["--change", c]);
+        }
+        import.extend(["-", &tag]);
         let out = Command::new("podman")
-            .args(["import", "-", &tag])
+            .args(&import)
             .stdin(tar.stdout.take().expect("tar's stdout"))
             .output()
             .expect("run podman import");
@@ -183,6 +201,22 @@ pub fn runtimes_here(name: &str) -> bool {
     true
 }
 
+/// `podman run`'s flags for `runtime` on this kind of machine.
+fn runtime_args(runtime: Runtime) -> &'static [&'static str] {
+    match runtime {
+        Runtime::Runc => &["--runtime", "runc"],
+        Runtime::Privileged => &["--runtime", "runc", "--privileged"],
+        Runtime::Runsc => &[
+            "--runtime",
+            RUNSC,
+            "--runtime-flag",
+            "network=host",
+            "--network",
+            "host",
+        ],
+    }
+}
+
 /// A running container, removed on drop.
 pub struct Container {
     pub name: String,
@@ -219,18 +253,7 @@ impl Container {
         if opts.host_network && runtime != Runtime::Runsc {
             args.extend(["--network", "host"]);
         }
-        match runtime {
-            Runtime::Runc => args.extend(["--runtime", "runc"]),
-            Runtime::Privileged => args.extend(["--runtime", "runc", "--privileged"]),
-            Runtime::Runsc => args.extend([
-                "--runtime",
-                RUNSC,
-                "--runtime-flag",
-                "network=host",
-                "--network",
-                "host",
-            ]),
-        }
+        args.extend(runtime_args(runtime));
         args.push("--pull=never");
         args.push(&image.tag);
         args.extend(argv);
@@ -240,6 +263,31 @@ impl Container {
         };
         assert!(out.status.success(), "podman run: {}", text(&out));
         Container { name }
+    }
+
+    /// A `podman run -i` of `image` under `runtime` with the image's own
+    /// entrypoint and command, for the caller to spawn with its stdin and
+    /// stdout piped (a daemon stand-in that takes requests there); the
+    /// container is removed when the returned [`Container`] is dropped.
+    /// A non-empty `cmd` replaces the image's `CMD` (`podman run IMAGE
+    /// CMD...`), its `ENTRYPOINT` kept.
+    pub fn attached(image: &Image, runtime: Runtime, cmd: &[String]) -> (Command, Container) {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("agentsh-test-i-{}-{n}", std::process::id());
+        let argv = cmd;
+        let mut cmd = Command::new("podman");
+        cmd.args(["run", "-i", "--name", &name]);
+        cmd.args([
+            "--ulimit",
+            "nofile=16384:16384",
+            "--ulimit",
+            "nproc=8192:8192",
+        ]);
+        cmd.args(runtime_args(runtime));
+        cmd.args(["--pull=never", &image.tag]);
+        cmd.args(argv);
+        (cmd, Container { name })
     }
 
     /// `podman exec [--user UID] CTR argv...`: a process beside the

@@ -12,15 +12,23 @@
 //! then sent as an SDK sends it (`podman exec CTR sh -c ...`, beside the
 //! server, never below it). The TLS upstream is a stand-in on the host's
 //! loopback (both containers use the host's network).
+//!
+//! The entrypoint form (Daytona, Tensorlake, Runloop): the image's
+//! `ENTRYPOINT` and `CMD` as the recipe writes them (`podman import
+//! --change`), the tests' SDK daemon stand-in at the `CMD`'s path, so the
+//! daemon runs below `agentsh entrypoint` in a runc container with
+//! podman's default capabilities and seccomp profile, and spawns each
+//! command in its SDK's style.
 
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
 use agentsh_tests::http_upstream::HttpUpstream;
 use agentsh_tests::podman::{runtimes_here, text, Container, Image, Runtime, Start};
-use agentsh_tests::recipes::{dockerfile_runs, recipe};
-use agentsh_tests::rootfs::BOOKWORM_CURL;
-use agentsh_tests::server::TempDir;
+use agentsh_tests::recipes::{dockerfile_array, dockerfile_runs, recipe};
+use agentsh_tests::rootfs::{SdkDaemon, BOOKWORM_CURL, BOOKWORM_MINBASE};
+use agentsh_tests::sdk::{self, Spawn};
+use agentsh_tests::server::{bin, TempDir};
 use std::net::Ipv4Addr;
 
 const TOKEN: &str = "recipe-token-in-podman-91d4";
@@ -225,4 +233,85 @@ fn sessions_and_l7_recipes_hold_as_written_in_runc() {
         return;
     }
     recipes_hold(Runtime::Runc, Ipv4Addr::new(127, 0, 0, 6));
+}
+
+/// The entrypoint recipe `name` in real podman under runc: the image's
+/// shim lines (`shim install --bash --programs sdk`, `shim_install=on`),
+/// its `ENTRYPOINT` and `CMD` as written, the daemon stand-in at the
+/// `CMD`'s path. Each command the daemon spawns (`style`) is supervised,
+/// with the daemon as root and as an ordinary user (the `CMD` run by
+/// `setpriv`): a nested `su` is refused with its reason, and the command's
+/// shell is filtered by agentsh.
+fn entrypoint_recipe_in_runc(name: &str, style: fn(&str) -> Spawn) {
+    let entrypoint = dockerfile_array(name, "ENTRYPOINT");
+    let cmd = dockerfile_array(name, "CMD");
+    assert_eq!(cmd.len(), 1, "{name}: CMD is the SDK daemon: {cmd:?}");
+    let json = |v: &[String]| serde_json::to_string(v).unwrap();
+    let daemon = bin("sdk-supervisor");
+    let image = Image::build_changed(
+        &BOOKWORM_MINBASE,
+        name,
+        &dockerfile_runs("modal-image"),
+        &[(daemon.as_path(), cmd[0].as_str())],
+        &[
+            format!("ENTRYPOINT {}", json(&entrypoint)),
+            format!("CMD {}", json(&cmd)),
+        ],
+    );
+    for user in [None, Some(1000u32)] {
+        // An ordinary user's daemon: the image's CMD run by setpriv as that
+        // user, below the same ENTRYPOINT.
+        let cmd_as: Vec<String> = match user {
+            Some(u) => [
+                "/usr/bin/setpriv".to_string(),
+                format!("--reuid={u}"),
+                format!("--regid={u}"),
+                "--clear-groups".into(),
+                "--".into(),
+                cmd[0].clone(),
+            ]
+            .to_vec(),
+            None => Vec::new(),
+        };
+        let (run, ctr) = Container::attached(&image, Runtime::Runc, &cmd_as);
+        // The daemon's `ready` line comes once the entrypoint has started
+        // it, which is after the server is up.
+        let mut d = SdkDaemon::start(run);
+        let o = d.run(&style(
+            "id -u; grep ^Seccomp: /proc/$$/status; su -c true root; echo su=$?",
+        ));
+        let want_uid = user.unwrap_or(0).to_string();
+        assert!(
+            o.stdout.starts_with(&format!("{want_uid}\n")) && o.stdout.contains("su=126"),
+            "{name} {user:?}: {o:?}\n{}",
+            ctr.logs()
+        );
+        assert!(
+            o.stdout
+                .lines()
+                .any(|l| l.starts_with("Seccomp:") && !l.ends_with('0')),
+            "{name} {user:?}: not filtered: {o:?}"
+        );
+        assert!(
+            o.stderr
+                .contains("agentsh: su denied (rule deny-privilege-escalation)"),
+            "{name} {user:?}: the refusal is not explained: {o:?}"
+        );
+    }
+}
+
+#[test]
+fn daytona_recipe_as_written_in_runc_supervises_its_daemons_shells() {
+    if !runtimes_here("daytona_recipe_as_written_in_runc_supervises_its_daemons_shells") {
+        return;
+    }
+    entrypoint_recipe_in_runc("daytona-entrypoint", sdk::daytona_stdin);
+}
+
+#[test]
+fn tensorlake_recipe_as_written_in_runc_supervises_its_daemons_shells() {
+    if !runtimes_here("tensorlake_recipe_as_written_in_runc_supervises_its_daemons_shells") {
+        return;
+    }
+    entrypoint_recipe_in_runc("tensorlake-entrypoint", sdk::tensorlake);
 }
