@@ -3,7 +3,8 @@
 //! from a CA of the test's own (made with `openssl`), which logs every
 //! request it gets (method, path, Host, Authorization, body length) as
 //! JSON lines, answers JSON describing what it saw (never the
-//! Authorization value), and serves Git's smart HTTP under `/git/` through
+//! Authorization value, but on a path ending in `/headers`, which echoes
+//! every request header as httpbin's `/headers` does), and serves Git's smart HTTP under `/git/` through
 //! `git http-backend` (pushes enabled: only the proxy can refuse one).
 
 use serde_json::Value;
@@ -55,8 +56,12 @@ class H(http.server.BaseHTTPRequestHandler):
             self.wfile.flush()
             self.close_connection = True
             return
-        out = json.dumps({"method": self.command, "path": self.path, "len": len(body),
-            "saw_authorization": self.headers.get("Authorization") is not None}).encode()
+        if self.path.endswith("/headers"):
+            # httpbin's /headers: the request's headers, echoed.
+            out = json.dumps({"headers": dict(self.headers.items())}).encode()
+        else:
+            out = json.dumps({"method": self.command, "path": self.path, "len": len(body),
+                "saw_authorization": self.headers.get("Authorization") is not None}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(out)))

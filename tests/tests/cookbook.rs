@@ -476,7 +476,8 @@ fn l7_recipe_on_a_shim_install_on_image_keeps_the_token_from_a_root_tree() {
     let script = format!(
         "curl -sS --resolve api.recipe.test:{p}:{ip} {url}/repos/a; echo; \
          curl -sS -X DELETE --resolve api.recipe.test:{p}:{ip} -w ' %{{http_code}}' {url}/repos/a; echo; \
-         cat /etc/agentsh/secrets/gh; echo cat=$?",
+         cat /etc/agentsh/secrets/gh; echo cat=$?; \
+         curl -sS --resolve api.recipe.test:{p}:{ip} {url}/repos/echo/headers; echo",
         p = up.port
     );
     let o = env.ns.run(&["sh", "-c", &script], &[path]);
@@ -498,6 +499,16 @@ fn l7_recipe_on_a_shim_install_on_image_keeps_the_token_from_a_root_tree() {
         "a root tree read the token's file: {out}{err}"
     );
     assert!(!out.contains(TOKEN) && !err.contains(TOKEN), "{out}{err}");
+    // Issue 61: an upstream echoing the request's headers (httpbin's
+    // /headers) hands the tree no token: the proxy overwrote it.
+    assert!(
+        out.contains(&format!("Bearer {}", "*".repeat(TOKEN.len()))),
+        "the echo is not there, overwritten: {out}{err}"
+    );
+    let e = wait_for_event(&env, "the overwritten echo", |e| {
+        e["type"] == "http" && e["rule"] == "http_secret" && e["decision"] == "allow"
+    });
+    assert!(e["path"] == "/repos/echo/headers", "{e}");
     assert!(
         !String::from_utf8_lossy(&environ).contains(TOKEN),
         "the token stayed in the entrypoint's environment"

@@ -118,7 +118,8 @@ fn recipes_hold(runtime: Runtime, ip: Ipv4Addr) {
         &format!(
             "curl -sS {resolve} {url}/repos/a; echo; \
              curl -sS -X DELETE {resolve} -w ' %{{http_code}}' {url}/repos/a; echo; \
-             cat /etc/agentsh/secrets/gh; echo cat=$?"
+             cat /etc/agentsh/secrets/gh; echo cat=$?; \
+             curl -sS {resolve} {url}/repos/echo/headers; echo"
         ),
     );
     let out = String::from_utf8_lossy(&o.stdout).to_string();
@@ -141,6 +142,12 @@ fn recipes_hold(runtime: Runtime, ip: Ipv4Addr) {
         text(&o)
     );
     assert!(!out.contains(TOKEN) && !err.contains(TOKEN), "{}", text(&o));
+    // An upstream that echoes the request's headers hands back no token.
+    assert!(
+        out.contains(&format!("Bearer {}", "*".repeat(TOKEN.len()))),
+        "{runtime:?}: the echo is not there, overwritten: {}",
+        text(&o)
+    );
     let reached = up.requests();
     assert!(
         reached

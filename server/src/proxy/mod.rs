@@ -32,6 +32,7 @@
 mod book;
 pub mod ca;
 mod hold;
+mod redact;
 mod request;
 mod run;
 mod serve;

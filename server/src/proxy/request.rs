@@ -14,6 +14,7 @@
 
 use super::book::{names_host, Booking};
 use super::hold;
+use super::redact::{self, Redactor};
 use super::state::Proxy;
 use super::upstream::{Sender, UpstreamError};
 use crate::audit::{Action, EventBody, HttpEvent};
@@ -198,19 +199,26 @@ async fn judged(
     }
     let decision = v.decision;
     let mut req = req;
-    let injected = match inject(&c.proxy, b, &mut req) {
-        Ok(names) => names,
+    let (injected, values) = match inject(&c.proxy, b, &mut req) {
+        Ok(got) => got,
         Err(why) => {
             let (mut o, r) = deny(RULE_SECRET, why.to_string(), approval);
             o.decision = Decision::Deny;
             return (o, r);
         }
     };
-    let (status, resp, message) = forward(c, req, host).await;
+    let scan = Redactor::new(&values).map(|r| {
+        let path = req.uri().path().to_string();
+        (r, redacted_event(c, method, host, &path))
+    });
+    let f = forward(c, req, host, scan).await;
+    let (status, resp, message) = (f.status, f.resp, f.message);
     // No answer from the upstream (it cannot be reached or verified, or it
-    // failed the request): agentsh's own 502, audited as its refusal.
-    let (rule, decision) = match (&status, &message) {
-        (None, Some(_)) => (RULE_UPSTREAM.to_string(), Decision::Deny),
+    // failed the request), or one that cannot be checked for the
+    // credential: agentsh's own 502, audited as its refusal.
+    let (rule, decision) = match (&status, &message, f.unscannable) {
+        (None, Some(_), true) => (RULE_SECRET.to_string(), Decision::Deny),
+        (None, Some(_), false) => (RULE_UPSTREAM.to_string(), Decision::Deny),
         _ => (v.rule, decision),
     };
     let o = Outcome {
@@ -246,29 +254,41 @@ fn inject(
     proxy: &Proxy,
     b: &Booking,
     req: &mut Request<Incoming>,
-) -> Result<Vec<String>, InjectError> {
+) -> Result<(Vec<String>, Vec<String>), InjectError> {
     let mut names = Vec::new();
+    let mut values = Vec::new();
     for i in &b.http.inject {
-        let (name, v) = header(&proxy.secrets, i)?;
+        let (name, v, secrets) = header(&proxy.secrets, i)?;
         req.headers_mut().remove(&name);
         req.headers_mut().insert(name, v);
         names.push(i.name.clone());
+        values.extend(secrets);
     }
-    Ok(names)
+    if !values.is_empty() {
+        // What comes back is scanned for them: it must be scannable.
+        req.headers_mut().insert(
+            hyper::header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
+    }
+    Ok((names, values))
 }
 
 /// The header `i` names, its value with the secrets it names filled in
-/// (marked sensitive: never logged).
+/// (marked sensitive: never logged), and those secrets' values.
 fn header(
     secrets: &BTreeMap<String, SecretSource>,
     i: &Inject,
-) -> Result<(HeaderName, HeaderValue), InjectError> {
+) -> Result<(HeaderName, HeaderValue, Vec<String>), InjectError> {
     let mut value = String::new();
+    let mut used = Vec::new();
     for p in &i.value {
         match p {
             Piece::Text(t) => value.push_str(t),
             Piece::Secret(s) => {
-                value.push_str(&secrets::secret(secrets, s).map_err(InjectError::Secret)?);
+                let v = secrets::secret(secrets, s).map_err(InjectError::Secret)?;
+                value.push_str(&v);
+                used.push(v);
             }
         }
     }
@@ -278,7 +298,7 @@ fn header(
     })?;
     let mut v = HeaderValue::from_str(&value).map_err(|_| InjectError::Value(i.name.clone()))?;
     v.set_sensitive(true);
-    Ok((name, v))
+    Ok((name, v, used))
 }
 
 /// Hop-by-hop headers, never forwarded (but an upgrade's own).
@@ -303,25 +323,76 @@ fn is_upgrade(h: &hyper::HeaderMap) -> bool {
             })
 }
 
-/// Sends the request on; the upstream's status, the response, and why
-/// there is none.
+/// What [`forward`] came to.
+struct Forwarded {
+    /// The upstream's status (`None`: agentsh answered).
+    status: Option<u16>,
+    resp: Response<Body>,
+    /// Why agentsh answered.
+    message: Option<String>,
+    /// agentsh answered because the response could not be scanned for
+    /// the credential it added.
+    unscannable: bool,
+}
+
+impl Forwarded {
+    fn ours(status: StatusCode, text_: String, why: String, unscannable: bool) -> Forwarded {
+        Forwarded {
+            status: None,
+            resp: text(status, text_),
+            message: Some(why),
+            unscannable,
+        }
+    }
+}
+
+/// The `http` event of a response in which the credential was found and
+/// overwritten, recorded when its body ends (nothing found: none).
+fn redacted_event(c: &Arc<Conn>, method: &str, host: &str, path: &str) -> redact::OnEnd {
+    let c = c.clone();
+    let (method, host, path) = (method.to_string(), host.to_string(), path.to_string());
+    Box::new(move |found| {
+        if found == 0 {
+            return;
+        }
+        let scheme = if c.tls_name.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let why = format!(
+            "the response held the credential agentsh added to the request ({found} times): \
+             each overwritten with '*' before the tree saw it"
+        );
+        tracing::warn!(session = %c.booking.session_id, %host, %path, found, "{why}");
+        let o = Outcome {
+            rule: RULE_SECRET.to_string(),
+            decision: Decision::Allow,
+            status: None,
+            injected: Vec::new(),
+            message: Some(why),
+            approval: None,
+        };
+        record(&c, &method, scheme, &host, &path, o);
+    })
+}
+
+/// Sends the request on: the upstream's answer (scanned for the added
+/// credential when `scan` is given), or agentsh's own and why.
 async fn forward(
     c: &Arc<Conn>,
     mut req: Request<Incoming>,
     host: &str,
-) -> (Option<u16>, Response<Body>, Option<String>) {
+    scan: Option<(Redactor, redact::OnEnd)>,
+) -> Forwarded {
     let upstream = match &c.upstream {
         Ok(u) => u,
         Err(why) => {
-            return (
-                None,
-                text(
-                    StatusCode::BAD_GATEWAY,
-                    format!(
-                        "agentsh: the upstream cannot be reached (rule {RULE_UPSTREAM}): {why}\n"
-                    ),
-                ),
-                Some(why.to_string()),
+            return Forwarded::ours(
+                StatusCode::BAD_GATEWAY,
+                format!("agentsh: the upstream cannot be reached (rule {RULE_UPSTREAM}): {why}\n"),
+                why.to_string(),
+                false,
             )
         }
     };
@@ -336,34 +407,67 @@ async fn forward(
     let mut resp = match upstream.send(Request::from_parts(parts, body)).await {
         Ok(r) => r,
         Err(why) => {
-            return (
-                None,
-                text(
-                    StatusCode::BAD_GATEWAY,
-                    format!(
-                        "agentsh: the upstream failed the request (rule {RULE_UPSTREAM}): {why}\n"
-                    ),
-                ),
-                Some(why.to_string()),
+            return Forwarded::ours(
+                StatusCode::BAD_GATEWAY,
+                format!("agentsh: the upstream failed the request (rule {RULE_UPSTREAM}): {why}\n"),
+                why.to_string(),
+                false,
             )
         }
     };
     let status = resp.status().as_u16();
+    let scan = match scan {
+        Some((mut r, on_end)) => {
+            if let Some(why) = redact::encoded(resp.headers()) {
+                return Forwarded::ours(
+                    StatusCode::BAD_GATEWAY,
+                    format!("agentsh: {} refused (rule {RULE_SECRET}): {why}\n", status),
+                    why,
+                    true,
+                );
+            }
+            for v in resp.headers_mut().values_mut() {
+                let (out, hit) = r.whole(v.as_bytes());
+                if hit {
+                    *v = HeaderValue::from_bytes(&out)
+                        .unwrap_or_else(|_| HeaderValue::from_static("*"));
+                }
+            }
+            Some((r, on_end))
+        }
+        None => None,
+    };
     if let (Some(down), true) = (down_upgrade, status == 101) {
         let up = hyper::upgrade::on(&mut resp);
         tokio::spawn(async move {
             if let (Ok(d), Ok(u)) = (down.await, up.await) {
-                let mut d = hyper_util::rt::TokioIo::new(d);
-                let mut u = hyper_util::rt::TokioIo::new(u);
-                let _ = tokio::io::copy_bidirectional(&mut d, &mut u).await;
+                let d = hyper_util::rt::TokioIo::new(d);
+                let u = hyper_util::rt::TokioIo::new(u);
+                redact::tunnel(d, u, scan).await;
             }
         });
-    } else if c.h2 {
+        return Forwarded {
+            status: Some(status),
+            resp: resp.map(BodyExt::boxed),
+            message: None,
+            unscannable: false,
+        };
+    }
+    if c.h2 {
         for h in HOP {
             resp.headers_mut().remove(*h);
         }
     }
-    (Some(status), resp.map(BodyExt::boxed), None)
+    let resp = match scan {
+        Some((r, on_end)) => resp.map(|b| redact::Redacted::new(b, r, on_end).boxed()),
+        None => resp.map(BodyExt::boxed),
+    };
+    Forwarded {
+        status: Some(status),
+        resp,
+        message: None,
+        unscannable: false,
+    }
 }
 
 /// The request as it goes on: hop-by-hop headers dropped (an upgrade's
@@ -485,11 +589,12 @@ mod tests {
 
     #[test]
     fn a_rules_header_is_set_marked_sensitive() {
-        let (name, v) = header(
+        let (name, v, secrets) = header(
             &BTreeMap::new(),
             &inject("x-team", vec![Piece::Text("blue".into())]),
         )
         .unwrap();
+        assert!(secrets.is_empty(), "{secrets:?}");
         assert_eq!(name, "x-team");
         assert_eq!(v, "blue");
         assert!(v.is_sensitive());

@@ -112,6 +112,21 @@ struct Upstream {
 }
 
 fn upstream() -> Upstream {
+    upstream_answering(|_| {
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok".to_vec()
+    })
+}
+
+/// [`upstream`], answering with the pieces `answer` makes of the request
+/// it got, each written (and flushed) on its own.
+fn upstream_answering(answer: fn(&str) -> Vec<u8>) -> Upstream {
+    upstream_pieces(move |r| vec![answer(r)])
+}
+
+fn upstream_pieces<F>(answer: F) -> Upstream
+where
+    F: FnOnce(&str) -> Vec<Vec<u8>> + Send + 'static,
+{
     let l = TcpListener::bind("127.0.0.1:0").expect("a loopback listener");
     let addr = l.local_addr().expect("its address");
     let seen = std::thread::spawn(move || {
@@ -127,7 +142,11 @@ fn upstream() -> Upstream {
                 Ok(n) => got.extend_from_slice(&buf[..n]),
             }
         }
-        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+        for piece in answer(&String::from_utf8_lossy(&got)) {
+            let _ = s.write_all(&piece);
+            let _ = s.flush();
+            std::thread::sleep(Duration::from_millis(20));
+        }
         got
     });
     Upstream { addr, seen }
@@ -200,6 +219,166 @@ fn only_event(lab: &Lab) -> Value {
     assert_eq!(e["type"], "http", "{e}");
     assert_eq!(e["egress_rule"], "api", "{e}");
     e
+}
+
+/// A secret `gh` in a root-only file of its own (removed by the caller).
+fn secret_gh(tag: &str, value: &str) -> (PathBuf, BTreeMap<String, SecretSource>) {
+    let secret = std::env::temp_dir().join(format!(
+        "agentsh-proxy-tests-{}-secret-{tag}",
+        std::process::id()
+    ));
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let _ = std::fs::remove_file(&secret);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&secret)
+            .expect("the secret's file");
+        f.write_all(format!("{value}\n").as_bytes())
+            .expect("the secret");
+    }
+    let secrets = BTreeMap::from([(
+        "gh".to_string(),
+        SecretSource {
+            file: Some(secret.clone()),
+            env: None,
+        },
+    )]);
+    (secret, secrets)
+}
+
+/// READS with the `gh` secret injected as a bearer token.
+fn reads_injecting() -> String {
+    format!(
+        "{READS}        inject:\n          headers: {{Authorization: \"Bearer ${{secret:gh}}\"}}\n"
+    )
+}
+
+/// Issue 61: an upstream that echoes the request's headers (a debug
+/// endpoint, httpbin's `/headers`) in its body and in a header of its
+/// own: the tree gets the answer with the credential agentsh added
+/// overwritten, never the value, and the overwriting is audited.
+#[test]
+fn an_upstream_echoing_the_injected_credential_hands_none_of_it_back() {
+    let (secret, secrets) = secret_gh("echo", "s3cret-echo/9+z");
+    let lab = lab("echo", secrets);
+    let up = upstream_answering(|req| {
+        let auth = req
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("authorization: ")
+                    .or_else(|| l.strip_prefix("Authorization: "))
+            })
+            .unwrap_or("none")
+            .trim()
+            .to_string();
+        let json = serde_json::json!({"headers": {"Authorization": auth}}).to_string();
+        let body = format!(
+            "{json}\nquery=?t={}\n",
+            auth.replace('/', "%2F").replace('+', "%2B")
+        );
+        format!(
+            "HTTP/1.1 200 OK\r\nX-Echo: {auth}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    });
+    let b = booking(
+        &policy(&reads_injecting()),
+        up.addr,
+        Some("api.example.com"),
+    );
+    let mut s = TcpStream::connect(lab.proxy.v4).expect("the proxy accepts");
+    s.set_read_timeout(Some(WAIT)).expect("a timeout");
+    lab.proxy.book(s.local_addr().expect("a local address"), b);
+    s.write_all(
+        b"GET /repos/a HTTP/1.1\r\nHost: api.example.com\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n",
+    )
+    .expect("the request is sent");
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    let _ = std::fs::remove_file(&secret);
+    let raw = String::from_utf8_lossy(&got).into_owned();
+    assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
+    assert!(!raw.contains("s3cret"), "the credential came back: {raw}");
+    assert!(
+        raw.contains("Bearer ***************")
+            && raw.to_ascii_lowercase().contains("x-echo: bearer ***"),
+        "{raw}"
+    );
+    let seen = up.seen().to_ascii_lowercase();
+    assert!(
+        seen.contains("authorization: bearer s3cret-echo/9+z"),
+        "{seen}"
+    );
+    assert!(
+        seen.contains("accept-encoding: identity") && !seen.contains("gzip"),
+        "the upstream was let compress what must be scanned: {seen}"
+    );
+    let e = events(&lab);
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert_eq!(decided(&e[0]), ("reads", "allow"));
+    assert_eq!(decided(&e[1]), (Refusal::HttpSecret.rule(), "allow"));
+    let why = e[1]["message"].as_str().unwrap_or_default();
+    assert!(why.contains("3 times") && !why.contains("s3cret"), "{why}");
+}
+
+/// The echo written in pieces, the credential cut between two of them
+/// (a chunked body): still overwritten.
+#[test]
+fn an_echo_split_between_chunks_is_overwritten_all_the_same() {
+    let (secret, secrets) = secret_gh("chunks", "tok-chunked-77");
+    let lab = lab("chunks", secrets);
+    let up = upstream_pieces(|_| {
+        let chunk = |s: &str| format!("{:x}\r\n{s}\r\n", s.len()).into_bytes();
+        vec![
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n".to_vec(),
+            chunk("{\"auth\": \"Bearer tok-chu"),
+            chunk("nked-77\"}"),
+            b"0\r\n\r\n".to_vec(),
+        ]
+    });
+    let b = booking(
+        &policy(&reads_injecting()),
+        up.addr,
+        Some("api.example.com"),
+    );
+    let (status, body) = exchange(&lab, b, &get("/repos/a", "api.example.com"));
+    let _ = std::fs::remove_file(&secret);
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        !body.contains("tok-chu") && !body.contains("nked-77"),
+        "{body}"
+    );
+    assert!(body.contains("**************"), "{body}");
+}
+
+/// A response that comes compressed although identity was asked for
+/// cannot be scanned: refused (502, rule http_secret), audited.
+#[test]
+fn an_encoded_answer_to_a_credentialed_request_is_refused() {
+    let (secret, secrets) = secret_gh("gzip", "tok-gzip-1");
+    let lab = lab("gzip", secrets);
+    let up = upstream_answering(|_| {
+        b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 4\r\nConnection: close\r\n\r\n\x1f\x8b\x08\x00".to_vec()
+    });
+    let b = booking(
+        &policy(&reads_injecting()),
+        up.addr,
+        Some("api.example.com"),
+    );
+    let (status, body) = exchange(&lab, b, &get("/repos/a", "api.example.com"));
+    let _ = std::fs::remove_file(&secret);
+    assert_eq!(status, 502, "{body}");
+    assert!(
+        body.contains("rule http_secret") && body.contains("gzip"),
+        "{body}"
+    );
+    let e = only_event(&lab);
+    assert_eq!(decided(&e), (Refusal::HttpSecret.rule(), "deny"));
+    assert!(e["status"].is_null(), "{e}");
 }
 
 #[test]
