@@ -207,10 +207,8 @@ async fn judged(
             return (o, r);
         }
     };
-    let scan = Redactor::new(&values).map(|r| {
-        let path = req.uri().path().to_string();
-        (r, redacted_event(c, method, host, &path))
-    });
+    let scan =
+        Redactor::new(&values).map(|r| (r, redacted_event(c, method, host, req.uri().path())));
     let f = forward(c, req, host, scan).await;
     let (status, resp, message) = (f.status, f.resp, f.message);
     // No answer from the upstream (it cannot be reached or verified, or it
@@ -336,6 +334,15 @@ struct Forwarded {
 }
 
 impl Forwarded {
+    fn upstream(status: u16, resp: Response<Body>) -> Forwarded {
+        Forwarded {
+            status: Some(status),
+            resp,
+            message: None,
+            unscannable: false,
+        }
+    }
+
     fn ours(status: StatusCode, text_: String, why: String, unscannable: bool) -> Forwarded {
         Forwarded {
             status: None,
@@ -416,26 +423,16 @@ async fn forward(
         }
     };
     let status = resp.status().as_u16();
-    let scan = match scan {
-        Some((mut r, on_end)) => {
-            if let Some(why) = redact::encoded(resp.headers()) {
-                return Forwarded::ours(
-                    StatusCode::BAD_GATEWAY,
-                    format!("agentsh: {} refused (rule {RULE_SECRET}): {why}\n", status),
-                    why,
-                    true,
-                );
-            }
-            for v in resp.headers_mut().values_mut() {
-                let (out, hit) = r.whole(v.as_bytes());
-                if hit {
-                    *v = HeaderValue::from_bytes(&out)
-                        .unwrap_or_else(|_| HeaderValue::from_static("*"));
-                }
-            }
-            Some((r, on_end))
+    let scan = match screen(resp.headers_mut(), scan) {
+        Ok(scan) => scan,
+        Err(why) => {
+            return Forwarded::ours(
+                StatusCode::BAD_GATEWAY,
+                format!("agentsh: {status} refused (rule {RULE_SECRET}): {why}\n"),
+                why,
+                true,
+            )
         }
-        None => None,
     };
     if let (Some(down), true) = (down_upgrade, status == 101) {
         let up = hyper::upgrade::on(&mut resp);
@@ -446,12 +443,7 @@ async fn forward(
                 redact::tunnel(d, u, scan).await;
             }
         });
-        return Forwarded {
-            status: Some(status),
-            resp: resp.map(BodyExt::boxed),
-            message: None,
-            unscannable: false,
-        };
+        return Forwarded::upstream(status, resp.map(BodyExt::boxed));
     }
     if c.h2 {
         for h in HOP {
@@ -462,12 +454,28 @@ async fn forward(
         Some((r, on_end)) => resp.map(|b| redact::Redacted::new(b, r, on_end).boxed()),
         None => resp.map(BodyExt::boxed),
     };
-    Forwarded {
-        status: Some(status),
-        resp,
-        message: None,
-        unscannable: false,
+    Forwarded::upstream(status, resp)
+}
+
+/// The response's headers with the credential overwritten, and the scan
+/// to go on with over its body; `Err`: why the body cannot be scanned.
+fn screen(
+    headers: &mut hyper::HeaderMap,
+    scan: Option<(Redactor, redact::OnEnd)>,
+) -> Result<Option<(Redactor, redact::OnEnd)>, String> {
+    let Some((mut r, on_end)) = scan else {
+        return Ok(None);
+    };
+    if let Some(why) = redact::encoded(headers) {
+        return Err(why);
     }
+    for v in headers.values_mut() {
+        let (out, hit) = r.whole(v.as_bytes());
+        if hit {
+            *v = HeaderValue::from_bytes(&out).unwrap_or_else(|_| HeaderValue::from_static("*"));
+        }
+    }
+    Ok(Some((r, on_end)))
 }
 
 /// The request as it goes on: hop-by-hop headers dropped (an upgrade's
