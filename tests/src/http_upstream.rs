@@ -45,10 +45,10 @@ class H(http.server.BaseHTTPRequestHandler):
             "authorization": self.headers.get("Authorization"), "len": len(body)}) + "\n")
         if self.path.startswith("/git/"):
             return self.git(body)
-        if self.headers.get("Upgrade") == "echo":
+        if self.headers.get("Upgrade") in ("echo", "websocket", "h2c"):
             self.send_response(101)
             self.send_header("Connection", "Upgrade")
-            self.send_header("Upgrade", "echo")
+            self.send_header("Upgrade", self.headers.get("Upgrade"))
             self.end_headers()
             self.wfile.flush()
             line = self.rfile.readline()

@@ -249,14 +249,23 @@ fn scenario(uid: Option<u32>, extra: &str) {
     );
     assert_eq!(&lines[1..], ["2", "2 403"], "{out}");
     // An upgrade is judged at its request: allowed, the connection becomes
-    // the upstream's (an echo); on a refused path, a 403.
-    let up_script = |path: &str| {
-        format!("python3 -c '\nimport socket, ssl\nc = ssl.create_default_context(cafile=\"{ca}\").wrap_socket(socket.create_connection((\"{NAME}\", {port})), server_hostname=\"{NAME}\")\nc.sendall(b\"GET {path} HTTP/1.1\\r\\nHost: {NAME}:{port}\\r\\nConnection: Upgrade\\r\\nUpgrade: echo\\r\\n\\r\\n\")\nf = c.makefile(\"rb\")\nprint(f.readline().decode().split()[1])\nwhile f.readline() not in (b\"\\r\\n\", b\"\"):\n  pass\nc.sendall(b\"ping\\n\")\nprint(f.readline().decode().strip())'")
+    // the upstream's (an echo); on a refused path, a 403. Only WebSocket
+    // is relayed: an h2c upgrade (HTTP/2 whose requests would go by
+    // unjudged) goes on without its upgrade and gets an HTTP/1.1 answer.
+    let up_script = |path: &str, upgrade: &str| {
+        format!("python3 -c '\nimport socket, ssl\nc = ssl.create_default_context(cafile=\"{ca}\").wrap_socket(socket.create_connection((\"{NAME}\", {port})), server_hostname=\"{NAME}\")\nc.sendall(b\"GET {path} HTTP/1.1\\r\\nHost: {NAME}:{port}\\r\\nConnection: Upgrade\\r\\nUpgrade: {upgrade}\\r\\n\\r\\n\")\nf = c.makefile(\"rb\")\nprint(f.readline().decode().split()[1])\nwhile f.readline() not in (b\"\\r\\n\", b\"\"):\n  pass\nc.sendall(b\"ping\\n\")\nprint(f.readline().decode().strip())'")
     };
-    let out = ok(&mut s, &up_script("/repos/ws"));
+    let out = ok(&mut s, &up_script("/repos/ws", "websocket"));
     assert_eq!(out.trim(), "101\npong:ping", "upgrade: {out}");
-    let out = ok(&mut s, &up_script("/ws-elsewhere"));
+    let out = ok(&mut s, &up_script("/ws-elsewhere", "websocket"));
     assert!(out.starts_with("403\n"), "refused upgrade: {out}");
+    let r = s.sh(&up_script("/repos/ws", "h2c"));
+    assert!(
+        r.stdout.starts_with("200\n"),
+        "an h2c upgrade was relayed: {}{}",
+        r.stdout,
+        r.stderr
+    );
 
     // The tree never holds the token: not in its environment, its files,
     // or anything it got back.

@@ -31,6 +31,7 @@ pub mod egress;
 pub mod env;
 mod error;
 pub mod http;
+pub mod http_loose;
 mod judge;
 pub mod landlock;
 mod loaded;

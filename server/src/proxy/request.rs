@@ -1,6 +1,6 @@
 //! One request through the proxy: the name it is for must be one the
 //! egress rule names (and, over TLS, the name the handshake was for); its
-//! method and path are judged (`policy::http::judge_request`); a refused
+//! method and path are judged (`policy::http_loose::judge_loosely`); a refused
 //! one gets a 403 whose body says which rule and why, and never reaches the
 //! upstream; a held one waits for an operator; an allowed one gets the
 //! rule's headers (replacing the request's own of those names) and goes on
@@ -19,7 +19,8 @@ use super::state::Proxy;
 use super::upstream::{Sender, UpstreamError};
 use crate::audit::{Action, EventBody, HttpEvent};
 use crate::config::secrets::{self, SecretSource};
-use crate::policy::http::{judge_request, Inject, Piece};
+use crate::policy::http::{HttpVerdict, Inject, Piece};
+use crate::policy::http_loose::{judge_loosely, OVERRIDE_HEADERS};
 use crate::policy::Decision;
 use crate::vocab::Refusal;
 use bytes::Bytes;
@@ -158,7 +159,7 @@ async fn judged(
     shown: &str,
 ) -> (Outcome, Response<Body>) {
     let b = &c.booking;
-    let v = judge_request(&b.http, method, req.uri().path());
+    let v = verdict(b, &req, method);
     let deny = |rule: &str, why: String, approval: Option<hold::Ended>| {
         (
             Outcome {
@@ -228,6 +229,18 @@ async fn judged(
         approval,
     };
     (o, resp)
+}
+
+/// The request judged by its egress rule's `http:`, as written and as a
+/// lax upstream could read it (its path, its method-override headers).
+fn verdict(b: &Booking, req: &Request<Incoming>, method: &str) -> HttpVerdict {
+    let overrides: Vec<String> = OVERRIDE_HEADERS
+        .iter()
+        .flat_map(|h| req.headers().get_all(*h))
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .collect();
+    let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+    judge_loosely(&b.http, method, target, &overrides)
 }
 
 /// Why a rule's header cannot be set: the request is refused (rule
@@ -311,8 +324,16 @@ const HOP: &[&str] = &[
     "proxy-authenticate",
 ];
 
+/// A WebSocket upgrade: the one upgrade relayed. Any other (`h2c`: HTTP/2
+/// in the clear, whose requests would go by unjudged) is sent on without
+/// its upgrade headers, and answered as the HTTP/1.1 request it also is.
 fn is_upgrade(h: &hyper::HeaderMap) -> bool {
-    h.get(hyper::header::UPGRADE).is_some()
+    h.get(hyper::header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(',')
+                .all(|t| t.trim().eq_ignore_ascii_case("websocket"))
+        })
         && h.get(hyper::header::CONNECTION)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| {

@@ -687,3 +687,40 @@ fn a_held_request_no_operator_answers_gets_403_once_its_approval_times_out() {
     assert_eq!(e["approval_outcome"], "timeout", "{e}");
     assert_eq!(up.seen(), "");
 }
+
+/// Issue 61: the paths and methods lax upstreams read as a denied one
+/// (Tomcat's `..;`, matrix parameters, case-insensitive servers, NFKC,
+/// method-override headers and `_method`) are refused by the rule that
+/// denies what they would read as, and never reach the upstream.
+#[test]
+fn requests_a_lax_upstream_reads_as_denied_ones_never_reach_it() {
+    let lab = lab("lax", BTreeMap::new());
+    let http = "        default: allow\n        rules:\n          - {name: no-private, paths: [\"/private/**\"], decision: deny}\n          - {name: no-delete, methods: [DELETE], decision: deny}\n";
+    for (request, rule) in [
+        (get("/public/..;/private/x", "api.example.com"), "no-private"),
+        (get("/private;x/y", "api.example.com"), "no-private"),
+        (get("/private%3bx/y", "api.example.com"), "no-private"),
+        (get("/PRIVATE/x", "api.example.com"), "no-private"),
+        (get("/%EF%BD%90rivate/x", "api.example.com"), "no-private"),
+        (get("/public/x?_method=DELETE", "api.example.com"), "no-delete"),
+        (
+            "POST /public/x HTTP/1.1\r\nHost: api.example.com\r\nX-HTTP-Method-Override: DELETE\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_string(),
+            "no-delete",
+        ),
+    ] {
+        let up = upstream();
+        let b = booking(&policy(http), up.addr, Some("api.example.com"));
+        let (status, body) = exchange(&lab, b, &request);
+        assert_eq!(status, 403, "{request}: {body}");
+        assert!(
+            body.contains(&format!("(rule {rule}, egress rule api)")),
+            "{request}: {body}"
+        );
+        assert_eq!(up.seen(), "", "{request} reached the upstream");
+    }
+    // The same rules let an ordinary request through.
+    let up = upstream();
+    let b = booking(&policy(http), up.addr, Some("api.example.com"));
+    let (status, _) = exchange(&lab, b, &get("/public/x", "api.example.com"));
+    assert_eq!(status, 200);
+}
