@@ -1810,8 +1810,9 @@ fn the_agents_people_run_work_under_wrap_as_root() {
 }
 
 /// Under `agentsh wrap` (issue 43): a place wrap keeps read-only that does
-/// not exist yet (`~/.bash_login`, `~/.gitconfig`, `~/.config/autostart`)
-/// cannot be created either, each refusal with its line (best effort: the
+/// not exist yet (`~/.bash_login`, `~/.gitconfig`, `~/.config/autostart`,
+/// `~/.local/share/systemd` below parents the tree makes itself) cannot be
+/// created either, each refusal with its line (best effort: the
 /// supervisor refuses the new name; no mount can cover what is not there),
 /// while other new files in the home are made as before.
 #[test]
@@ -1843,7 +1844,10 @@ fn wrap_refuses_creating_persistence_files_that_did_not_exist() {
                       echo x > ~/.tmp-new && mv ~/.tmp-new ~/.zshrc; echo rc4=$?; \
                       echo ok > ~/notes.txt; echo rc5=$?; \
                       echo x > ~/.cargo/bin/git; echo rc6=$?; \
-                      echo x > work/sub/.git/hooks/pre-commit; echo rc7=$?";
+                      echo x > work/sub/.git/hooks/pre-commit; echo rc7=$?; \
+                      mkdir ~/sd ~/evil; ln -s ~/evil ~/.local/share; echo rc9=$?; \
+                      mkdir -p ~/.local/share; echo rc10=$?; \
+                      mv ~/sd ~/.local/share/systemd; echo rc8=$?";
         let mut c = p.wrap("absent", &[], &["sh", "-c", script]);
         // A bin directory of the user's ahead of the system's on PATH.
         c.env("HOME", &home).env(
@@ -1855,15 +1859,30 @@ fn wrap_refuses_creating_persistence_files_that_did_not_exist() {
         );
         let o = run(c, Duration::from_secs(120));
         let out = String::from_utf8_lossy(&o.stdout);
-        for rc in ["rc1=", "rc2=", "rc3=", "rc4=", "rc6=", "rc7="] {
+        // Issue 61: a listed place whose parents the tree makes
+        // (`~/.local/share/systemd`) is refused all the same, and a
+        // missing parent cannot be put in place as a link.
+        for rc in [
+            "rc1=", "rc2=", "rc3=", "rc4=", "rc6=", "rc7=", "rc8=", "rc9=",
+        ] {
             assert!(
                 out.contains(rc) && !out.contains(&format!("{rc}0")),
                 "{uid:?}: {rc} made: {}",
                 text(&o)
             );
         }
-        assert!(out.contains("rc5=0"), "{uid:?}: {}", text(&o));
-        for name in [".bash_login", ".gitconfig", ".config/autostart", ".zshrc"] {
+        assert!(
+            out.contains("rc5=0") && out.contains("rc10=0"),
+            "{uid:?}: {}",
+            text(&o)
+        );
+        for name in [
+            ".bash_login",
+            ".gitconfig",
+            ".config/autostart",
+            ".zshrc",
+            ".local/share/systemd",
+        ] {
             assert!(!home.join(name).exists(), "{uid:?}: {name} was made");
         }
         assert!(!sub.join(".git/hooks/pre-commit").exists());

@@ -41,9 +41,14 @@ pub(super) struct CredentialPlan {
     pub paths: Vec<String>,
     /// The files unixwrap keeps read-only (the policy's `read_only_files`).
     pub read_only: Vec<String>,
-    /// Those of `read_only_files` in a home that do not exist yet
-    /// (canonical parent and name): the supervisor refuses their creation.
+    /// Those of `read_only_files` in a home that do not exist yet (their
+    /// nearest existing directory, canonical, and the names below it): the
+    /// supervisor refuses their creation.
     pub read_only_absent: Vec<String>,
+    /// The missing directories on the way to those (same form): a tree may
+    /// make them as directories, not put one in place by a symlink or a
+    /// rename (which would bring the place's contents with it).
+    pub read_only_absent_parents: Vec<String>,
     /// unixwrap may make a user namespace for the covers.
     pub user_namespace: bool,
     /// The ruleset takes the Landlock fallbacks.
@@ -96,10 +101,12 @@ fn plan(
             let (mut hidden, mut read_only) = (hidden, read_only);
             hidden.extend(own.hide);
             read_only.extend(own.read_only);
+            let absent = absent_in_homes(&ro.paths, home.as_deref());
             return Some(CredentialPlan {
                 paths: hidden.clone(),
                 read_only: read_only.clone(),
-                read_only_absent: absent_in_homes(&ro.paths, home.as_deref()),
+                read_only_absent: absent.names,
+                read_only_absent_parents: absent.parents,
                 user_namespace: mechanism == USER_NAMESPACE,
                 carves: Carves {
                     own_by_mount: own_any,
@@ -117,24 +124,44 @@ fn plan(
     Some(fallback(policy, caller, &userns, hidden, read_only))
 }
 
-/// The `~/` entries of `list` that do not exist in any home (their
-/// directory does): canonical directory and name.
-fn absent_in_homes(list: &[String], home: Option<&str>) -> Vec<String> {
-    let in_homes: Vec<String> = list
-        .iter()
-        .filter(|e| e.starts_with("~/"))
-        .cloned()
-        .collect();
-    let homes = credential_files::homes(home);
-    credential_files::candidates(&in_homes, &homes)
-        .into_iter()
-        .filter(|c| std::fs::symlink_metadata(c).is_err())
-        .filter_map(|c| {
-            let p = std::path::Path::new(&c);
-            let dir = std::fs::canonicalize(p.parent()?).ok()?;
-            Some(format!("{}/{}", dir.to_str()?, p.file_name()?.to_str()?))
-        })
-        .collect()
+/// What [`absent_in_homes`] found.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Absent {
+    names: Vec<String>,
+    parents: Vec<String>,
+}
+
+/// The `~/` entries of `list` that do not exist in a home that does: each
+/// as its nearest existing directory (canonical, never above the home) and
+/// the names below it, and the missing directories on the way (issue 61:
+/// `mkdir -p ~/.local/share` then a move onto `~/.local/share/systemd`).
+fn absent_in_homes(list: &[String], home: Option<&str>) -> Absent {
+    let mut out = Absent::default();
+    for h in credential_files::homes(home) {
+        for rel in list.iter().filter_map(|e| e.strip_prefix("~/")) {
+            let names: Vec<&str> = rel.split('/').collect();
+            let at = |k: usize| format!("{h}/{}", names[..k].join("/"));
+            if std::fs::symlink_metadata(at(names.len())).is_ok() {
+                continue;
+            }
+            // The longest prefix that exists (0: the home itself).
+            let mut k = names.len() - 1;
+            while k > 0 && std::fs::symlink_metadata(at(k)).is_err() {
+                k -= 1;
+            }
+            let base = if k == 0 { h.clone() } else { at(k) };
+            let Some(base) = std::fs::canonicalize(&base)
+                .ok()
+                .and_then(|b| b.to_str().map(str::to_string))
+            else {
+                continue;
+            };
+            let below = |j: usize| format!("{base}/{}", names[k..j].join("/"));
+            out.names.push(below(names.len()));
+            out.parents.extend((k + 1..names.len()).map(below));
+        }
+    }
+    out
 }
 
 /// The plan where no mount namespace can be had (`why`): each list's
@@ -178,6 +205,7 @@ fn fallback(
         paths: Vec::new(),
         read_only: Vec::new(),
         read_only_absent: Vec::new(),
+        read_only_absent_parents: Vec::new(),
         user_namespace: false,
         carves,
         summary: crate::audit::CredentialFilesSummary {

@@ -441,6 +441,9 @@ fn tree_file_rules(
             absent: credentials
                 .map(|c| c.read_only_absent.clone())
                 .unwrap_or_default(),
+            absent_parents: credentials
+                .map(|c| c.read_only_absent_parents.clone())
+                .unwrap_or_default(),
         };
         Some(TreeFiles::Explained(
             std::sync::Arc::new(config.clone()),

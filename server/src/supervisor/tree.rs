@@ -42,6 +42,9 @@ pub struct Tree {
 pub struct ReadOnly {
     pub covered: Vec<String>,
     pub absent: Vec<String>,
+    /// The missing directories on the way to `absent` ones: made as
+    /// directories only (see `FileRules::absent_parent`).
+    pub absent_parents: Vec<String>,
 }
 
 /// A tree's ruleset as Landlock keeps it, the places its mounts keep
@@ -116,7 +119,11 @@ impl Tree {
         Some(rules.get_or_init(|| {
             super::files::FileRules::from_config(config)
                 .explaining()
-                .with_read_only(read_only.covered.clone(), read_only.absent.clone())
+                .with_read_only(
+                    read_only.covered.clone(),
+                    read_only.absent.clone(),
+                    read_only.absent_parents.clone(),
+                )
                 .for_root(self.root_pid)
         }))
     }

@@ -183,6 +183,20 @@ fn kept_absent(
         (FileOp::Symlink | FileOp::Link | FileOp::Rename, _, Some(Named::Absent { path })) => path,
         _ => return None,
     };
+    let put_in_place = matches!(call.op, FileOp::Symlink | FileOp::Rename);
+    if let Some(at) = rules.absent_parent(new).filter(|_| put_in_place) {
+        return Some(Denial {
+            rule: crate::vocab::Refusal::ReadOnlyFiles,
+            right: Some(FsAccess::Create),
+            path: new.clone(),
+            errno: libc::EROFS,
+            reason: format!(
+                "{new} is on the way to {at}, kept read-only even before it exists: it may be \
+                 made as a directory, not put in place by a link or a move (agentsh wrap \
+                 --writable gives it back)"
+            ),
+        });
+    }
     let at = rules.absent_kept(new)?;
     Some(Denial {
         rule: crate::vocab::Refusal::ReadOnlyFiles,

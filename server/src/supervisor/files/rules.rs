@@ -25,8 +25,12 @@ pub struct FileRules {
     /// changes beneath them are explained as `read_only_files`.
     read_only: Vec<String>,
     /// Places kept read-only that did not exist when the tree started
-    /// (canonical parent and name): their creation is refused.
+    /// (nearest existing directory, canonical, and the names below it):
+    /// their creation is refused.
     absent: Vec<String>,
+    /// The missing directories on the way to those: a symlink or a rename
+    /// may not put one in place (a directory made there is fine).
+    absent_parents: Vec<String>,
 }
 
 impl FileRules {
@@ -53,6 +57,7 @@ impl FileRules {
             explain_only: false,
             read_only: Vec::new(),
             absent: Vec::new(),
+            absent_parents: Vec::new(),
         }
     }
 
@@ -66,10 +71,16 @@ impl FileRules {
 
     /// These rules with `paths` kept read-only by mounts (explained as
     /// `read_only_files`).
-    pub fn with_read_only(self, paths: Vec<String>, absent: Vec<String>) -> FileRules {
+    pub fn with_read_only(
+        self,
+        paths: Vec<String>,
+        absent: Vec<String>,
+        absent_parents: Vec<String>,
+    ) -> FileRules {
         FileRules {
             read_only: paths,
             absent,
+            absent_parents,
             ..self
         }
     }
@@ -77,6 +88,18 @@ impl FileRules {
     /// The read-only place, not there at the tree's start, that `path` is.
     pub fn absent_kept(&self, path: &str) -> Option<&str> {
         self.absent.iter().find(|a| *a == path).map(String::as_str)
+    }
+
+    /// The read-only place, not there at the tree's start, that `path` is
+    /// a missing directory on the way to.
+    pub fn absent_parent(&self, path: &str) -> Option<&str> {
+        if !self.absent_parents.iter().any(|p| p == path) {
+            return None;
+        }
+        self.absent
+            .iter()
+            .find(|a| a.strip_prefix(path).is_some_and(|r| r.starts_with('/')))
+            .map(String::as_str)
     }
 
     /// The read-only place `path` is at or beneath.
@@ -109,6 +132,7 @@ impl FileRules {
             explain_only: self.explain_only,
             read_only: self.read_only.clone(),
             absent: self.absent.clone(),
+            absent_parents: self.absent_parents.clone(),
         }
     }
 
@@ -120,6 +144,7 @@ impl FileRules {
             explain_only: false,
             read_only: Vec::new(),
             absent: Vec::new(),
+            absent_parents: Vec::new(),
         }
     }
 
