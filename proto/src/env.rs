@@ -181,6 +181,11 @@ pub struct EnvDoc {
     /// Names set, replacing an inherited value.
     #[serde(default)]
     pub inject: std::collections::BTreeMap<String, String>,
+    /// Remove every variable whose value holds a URL with a password in it
+    /// (`redis://:pw@host`, `https://user:pw@proxy:3128`), whatever its
+    /// name (`keep` still passes a name).
+    #[serde(default)]
+    pub deny_url_passwords: bool,
 }
 
 /// Why an `env:` block does not compile: the field, the value, what is
@@ -259,6 +264,7 @@ impl EnvDoc {
             keep: self.keep,
             inject: self.inject.into_iter().collect(),
             also_allow: Vec::new(),
+            deny_url_passwords: self.deny_url_passwords,
         })
     }
 }
@@ -284,6 +290,36 @@ pub struct EnvRules {
     /// `allow` and its policy's both apply).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub also_allow: Vec<String>,
+    /// Remove a variable whose value holds a URL with a password (see
+    /// [`url_with_password`]), unless `keep` names it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deny_url_passwords: bool,
+}
+
+/// Whether `value` holds a URL with a password in its user part
+/// (`SCHEME://USER:PASSWORD@HOST`, the password not empty), anywhere in it
+/// (a list of URLs too). Pure.
+pub fn url_with_password(value: &[u8]) -> bool {
+    let mut at = 0;
+    while let Some(i) = value[at..].windows(3).position(|w| w == b"://") {
+        let start = at + i + 3;
+        // The authority: up to the first '/', '?', '#' or space.
+        let end = value[start..]
+            .iter()
+            .position(|b| matches!(b, b'/' | b'?' | b'#' | b' ' | b',' | b';'))
+            .map_or(value.len(), |e| start + e);
+        let authority = &value[start..end];
+        if let Some(atsign) = authority.iter().rposition(|b| *b == b'@') {
+            let user = &authority[..atsign];
+            if let Some(colon) = user.iter().position(|b| *b == b':') {
+                if colon + 1 < user.len() {
+                    return true;
+                }
+            }
+        }
+        at = start;
+    }
+    false
 }
 
 impl EnvRules {
@@ -330,6 +366,7 @@ impl EnvRules {
             keep,
             inject,
             also_allow,
+            deny_url_passwords: a.deny_url_passwords || b.deny_url_passwords,
         })
     }
 
@@ -344,7 +381,10 @@ impl EnvRules {
             if injected {
                 continue;
             }
-            if self.keeps(name) {
+            let value = kv.get(name.len() + 1..).unwrap_or_default();
+            let kept_by_name = self.keep.iter().any(|g| glob(g.as_bytes(), name));
+            let url_password = self.deny_url_passwords && !kept_by_name && url_with_password(value);
+            if self.keeps(name) && !url_password {
                 out.push(kv);
             } else {
                 removed.push(String::from_utf8_lossy(name).into_owned());
@@ -390,6 +430,42 @@ mod env_rules_tests {
     use super::*;
 
     #[test]
+    fn urls_with_a_password_are_known_by_their_value() {
+        for v in [
+            "redis://:hunter2@cache:6379/0",
+            "mongodb://app:pw@db1,db2/app",
+            "postgres://u:p@localhost/x",
+            "https://user:tok@pypi.internal/simple",
+            "http://proxyuser:proxypass@proxy:3128",
+            "a b https://u:p@h",
+        ] {
+            assert!(url_with_password(v.as_bytes()), "{v}");
+        }
+        for v in [
+            "https://pypi.org/simple",
+            "http://user@host/x",
+            "https://host/a:b@c",
+            "redis://:@cache",
+            "not a url: x@y",
+            "",
+        ] {
+            assert!(!url_with_password(v.as_bytes()), "{v}");
+        }
+        let r = EnvRules {
+            deny_url_passwords: true,
+            keep: vec!["HTTPS_PROXY".into()],
+            ..EnvRules::default()
+        };
+        let (out, removed) = r.apply(vec![
+            b"REDIS_URL=redis://:pw@cache".to_vec(),
+            b"HTTPS_PROXY=http://u:p@proxy:3128".to_vec(),
+            b"PIP_INDEX_URL=https://pypi.org/simple".to_vec(),
+        ]);
+        assert_eq!(removed, ["REDIS_URL"]);
+        assert_eq!(out.len(), 2);
+    }
+
+    #[test]
     fn globs_match_names() {
         for (g, n, want) in [
             ("*_TOKEN", "SECRET_TOKEN", true),
@@ -417,6 +493,7 @@ mod env_rules_tests {
                 "https://pypi.internal/simple".into(),
             )],
             also_allow: vec![],
+            deny_url_passwords: false,
         };
         let (out, removed) = r.apply(vec![
             b"PATH=/bin".to_vec(),
@@ -469,6 +546,7 @@ mod env_rules_tests {
             keep: vec![],
             inject: vec![("PIP_INDEX_URL".into(), "https://session/".into())],
             also_allow: vec![],
+            deny_url_passwords: false,
         };
         let policy = EnvRules {
             deny: vec!["AWS_*".into(), "*_TOKEN".into()],
@@ -479,6 +557,7 @@ mod env_rules_tests {
                 ("LANG".into(), "C.UTF-8".into()),
             ],
             also_allow: vec![],
+            deny_url_passwords: false,
         };
         let m = EnvRules::merged(Some(&session), Some(&policy)).unwrap();
         assert_eq!(m.deny, vec!["*_TOKEN".to_string(), "AWS_*".to_string()]);

@@ -19,6 +19,11 @@ pub struct WrapInitRequest {
     /// wrap-init event can say which the policy's `env:` removes.
     #[serde(default)]
     pub env_names: Vec<String>,
+    /// The names (never the values) of those whose value holds a URL with
+    /// a password (`env::url_with_password`): `deny_url_passwords` removes
+    /// them, and the event says so.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env_url_passwords: Vec<String>,
     /// The caller hands the notify fd in itself (the shim, which takes
     /// unixwrap's steps in place) and takes the tree's Landlock ruleset,
     /// built ahead by the server, with the ACK.

@@ -417,6 +417,14 @@ fn wrap_init_request(target: &Target<'_>) -> WrapInitRequest {
         env_names: std::env::vars_os()
             .map(|(k, _)| k.to_string_lossy().into_owned())
             .collect(),
+        env_url_passwords: std::env::vars_os()
+            .filter(|(_, v)| {
+                agentsh_proto::env::url_with_password(std::os::unix::ffi::OsStrExt::as_bytes(
+                    v.as_os_str(),
+                ))
+            })
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect(),
         ruleset_ahead: false,
     }
 }

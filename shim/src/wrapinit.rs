@@ -392,6 +392,7 @@ mod tests {
             agent_args: vec![],
             caller_uid: 0,
             env_names: vec![],
+            env_url_passwords: Vec::new(),
             ruleset_ahead: false,
         }
     }

@@ -18,7 +18,9 @@ use agentsh_tests::server::require_root;
 use serde_json::Value;
 
 /// The secrets planted, by path, and a plain file beside them.
-const PLANTED: [(&str, &str); 6] = [
+/// The last ten are the stores issue 61 found read (the agents' own, as
+/// in an SDK sandbox, where the agent runs outside the tree).
+const PLANTED: [(&str, &str); 16] = [
     ("/home/dev/.ssh/id_ed25519", "PRIVATE-KEY-dev-7f3a"),
     (
         "/home/dev/.netrc",
@@ -40,6 +42,34 @@ const PLANTED: [(&str, &str); 6] = [
         "/root/.docker/config.json",
         "{\"auths\":{\"x\":{\"auth\":\"docker-b71c\"}}}",
     ),
+    ("/home/dev/.cache/huggingface/token", "hf_tokenvalue-61a"),
+    (
+        "/home/dev/.claude/.credentials.json",
+        "{\"accessToken\":\"sk-ant-oat-61b\"}",
+    ),
+    (
+        "/home/dev/.codex/auth.json",
+        "{\"OPENAI_API_KEY\":\"sk-codex-61c\"}",
+    ),
+    (
+        "/root/.config/containers/auth.json",
+        "{\"auths\":{\"r\":{\"auth\":\"podman-auth-61d\"}}}",
+    ),
+    ("/root/.s3cfg", "secret_key = s3cfg-secret-61e"),
+    (
+        "/home/dev/.config/rclone/rclone.conf",
+        "pass = rclone-pass-61f",
+    ),
+    (
+        "/home/dev/.m2/settings.xml",
+        "<password>maven-pass-61g</password>",
+    ),
+    (
+        "/home/dev/.pulumi/credentials.json",
+        "{\"accessTokens\":{\"x\":\"pul-token-61h\"}}",
+    ),
+    ("/root/.boto", "aws_secret_access_key = boto-secret-61i"),
+    ("/home/dev/.databrickscfg", "token = dapi-databricks-61j"),
 ];
 
 /// Plants [`PLANTED`] and `/home/dev/notes.txt` (all owned by `uid`, so

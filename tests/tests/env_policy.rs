@@ -125,13 +125,32 @@ fn the_shipped_policies_keep_secrets_out_of_the_tree() {
     if !require_root("the_shipped_policies_keep_secrets_out_of_the_tree") {
         return;
     }
-    const SECRETS: [(&str, &str); 6] = [
+    // Issue 61: the last 14 are those the earlier globs missed, by name
+    // (a lower-case one among them) and by value (a URL with a password).
+    const SECRETS: [(&str, &str); 20] = [
         ("SECRET_TOKEN", "sk-live-123"),
         ("AWS_SECRET_ACCESS_KEY", "aws-secret-456"),
         ("GITHUB_TOKEN", "ghp_789"),
         ("OPENAI_API_KEY", "sk-openai"),
         ("DB_PASSWORD", "hunter2"),
         ("SSH_AUTH_SOCK", "/tmp/ssh-x/agent.1"),
+        ("NPM_CONFIG__AUTH", "bnBtOnNlY3JldA"),
+        ("NPM_CONFIG__AUTHTOKEN", "npm_authtok1"),
+        ("NGROK_AUTHTOKEN", "ngrok-tok-2"),
+        ("MYSQL_PWD", "mysqlpw-3"),
+        ("DOCKER_AUTH_CONFIG", "docker-auth-4"),
+        ("OPENAI_APIKEY", "sk-apikey-5"),
+        (
+            "SLACK_WEBHOOK_URL",
+            "https://hooks.slack.com/services/T0/B0/webhook6",
+        ),
+        ("TF_VAR_db_password", "tfpw-7"),
+        ("REDIS_URL", "redis://:redispw8@cache:6379/0"),
+        ("MONGODB_URI", "mongodb://app:mongopw9@db1,db2/app"),
+        ("DB_URL", "postgres://u:dbpw10@db/x"),
+        ("PIP_INDEX_URL", "https://u:piptok11@pypi.internal/simple"),
+        ("HTTPS_PROXY", "http://pu:proxypw12@proxy:3128"),
+        ("CACHE_SERVERS", "a:1 redis://:cachepw13@c2:6379"),
     ];
     let script = "env | sort; echo nested; sh -c 'env | sort'";
     for (policy, uid) in [

@@ -1847,7 +1847,12 @@ fn wrap_refuses_creating_persistence_files_that_did_not_exist() {
                       echo x > work/sub/.git/hooks/pre-commit; echo rc7=$?; \
                       mkdir ~/sd ~/evil; ln -s ~/evil ~/.local/share; echo rc9=$?; \
                       mkdir -p ~/.local/share; echo rc10=$?; \
-                      mv ~/sd ~/.local/share/systemd; echo rc8=$?";
+                      mv ~/sd ~/.local/share/systemd; echo rc8=$?; \
+                      for f in .bash_aliases .vimrc .cargo/config.toml .tmux.conf .pam_environment \
+                        .xprofile .xsessionrc; do echo x > ~/$f || echo \"refused $f\"; done; \
+                      for d in .config/nvim .config/pip .ipython/profile_default/startup \
+                        .local/lib/python3.11/site-packages; do \
+                        mkdir -p ~/$d && echo x > ~/$d/planted || echo \"refused $d\"; done";
         let mut c = p.wrap("absent", &[], &["sh", "-c", script]);
         // A bin directory of the user's ahead of the system's on PATH.
         c.env("HOME", &home).env(
@@ -1876,12 +1881,36 @@ fn wrap_refuses_creating_persistence_files_that_did_not_exist() {
             "{uid:?}: {}",
             text(&o)
         );
+        // Issue 61: the persistence places the earlier list missed.
+        for f in [
+            ".bash_aliases",
+            ".vimrc",
+            ".cargo/config.toml",
+            ".tmux.conf",
+            ".pam_environment",
+            ".xprofile",
+            ".xsessionrc",
+            ".config/nvim",
+            ".config/pip",
+            ".ipython/profile_default/startup",
+            ".local/lib/python3.11/site-packages",
+        ] {
+            assert!(
+                out.contains(&format!("refused {f}")),
+                "{uid:?}: {f} written: {}",
+                text(&o)
+            );
+        }
         for name in [
             ".bash_login",
             ".gitconfig",
             ".config/autostart",
             ".zshrc",
             ".local/share/systemd",
+            ".bash_aliases",
+            ".vimrc",
+            ".config/nvim/planted",
+            ".local/lib/python3.11/site-packages/planted",
         ] {
             assert!(!home.join(name).exists(), "{uid:?}: {name} was made");
         }

@@ -178,7 +178,8 @@ fn prepare_wrap_init(
     }
     laps.lap("ahead");
     seccomp_config.landlock = Some(landlock.config);
-    let (env_removed, env_injected) = env_changes(&body.env_names, setup.env.as_ref());
+    let (env_removed, env_injected) =
+        env_changes(&body.env_names, &body.env_url_passwords, setup.env.as_ref());
     seccomp_config.env = setup.env.clone();
     let (daemon_sockets, masks_reused) = masks(
         api,
@@ -525,14 +526,24 @@ fn wrapper_env(session: &str) -> BTreeMap<String, String> {
 /// The policy's `env:`, applied by unixwrap at its final exec: which of the
 /// names the shim sent it removes from the shell's environment, and which
 /// it sets. Names only, never a value.
-fn env_changes(names: &[String], rules: Option<&EnvRules>) -> (Vec<String>, Vec<String>) {
+fn env_changes(
+    names: &[String],
+    url_passwords: &[String],
+    rules: Option<&EnvRules>,
+) -> (Vec<String>, Vec<String>) {
     match rules {
         Some(r) => (
             names
                 .iter()
                 .filter(|n| {
+                    let by_value = r.deny_url_passwords
+                        && url_passwords.contains(n)
+                        && !r
+                            .keep
+                            .iter()
+                            .any(|g| agentsh_proto::env::glob(g.as_bytes(), n.as_bytes()));
                     !n.starts_with(agentsh_proto::env::PREFIX)
-                        && !r.keeps(n.as_bytes())
+                        && (!r.keeps(n.as_bytes()) || by_value)
                         && !r.inject.iter().any(|(k, _)| k == *n)
                 })
                 .cloned()

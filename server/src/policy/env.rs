@@ -50,7 +50,11 @@ pub fn describe(r: &EnvRules) -> String {
             format!("only {}", r.allow.join(" "))
         },
         list(&r.inject.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>())
-    )
+    ) + if r.deny_url_passwords {
+        "; and every variable whose value holds a URL with a password"
+    } else {
+        ""
+    }
 }
 
 #[cfg(test)]
@@ -66,6 +70,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            deny_url_passwords: false,
         }
     }
 

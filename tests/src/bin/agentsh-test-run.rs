@@ -57,6 +57,7 @@ fn main() {
             // SAFETY: geteuid cannot fail.
             caller_uid: unsafe { libc::geteuid() },
             env_names: Vec::new(),
+            env_url_passwords: Vec::new(),
             ruleset_ahead: false,
         };
         match agentsh_shell_shim::wrapinit::call(&conf, &req) {

@@ -76,7 +76,36 @@ pub const READ_ONLY_DEFAULT: &[&str] = &[
     "~/bin",
     "${WORKSPACE}/.git/hooks",
     "${WORKSPACE}/.git/config",
+    // Sourced or run by the shells, editors and tools people start later
+    // (issue 61): Debian's and Ubuntu's .bashrc source ~/.bash_aliases;
+    // a `.pth` or usercustomize in the user site runs at every python.
+    "~/.bash_aliases",
+    "~/.pam_environment",
+    "~/.xprofile",
+    "~/.xsessionrc",
+    "~/.vimrc",
+    "~/.config/nvim",
+    "~/.tmux.conf",
+    "~/.config/tmux",
+    "~/.cargo/config.toml",
+    "~/.cargo/config",
+    "~/.ipython/profile_default/startup",
+    "~/.config/pip",
+    "~/.pip",
+    "~/.local/lib/python3.8/site-packages",
+    "~/.local/lib/python3.9/site-packages",
+    "~/.local/lib/python3.10/site-packages",
+    "~/.local/lib/python3.11/site-packages",
+    "~/.local/lib/python3.12/site-packages",
+    "~/.local/lib/python3.13/site-packages",
+    "~/.local/lib/python3.14/site-packages",
 ];
+
+/// Credential stores of the agents wrap runs (`credential_files.hide` in
+/// the shipped policies, for SDK sandboxes, where the agent runs outside
+/// the tree): under wrap the agent is in the tree and reads its own, so
+/// wrap gives them back.
+pub const AGENTS_OWN_STORES: &[&str] = &["~/.claude/.credentials.json", "~/.codex/auth.json"];
 
 /// The command rule wrap puts first: programs that schedule jobs the
 /// system runs later, outside any tree (`--writable crontab` gives them
@@ -188,6 +217,13 @@ pub fn derived_with(
     }
     keep_read_only(&mut doc, writable, path_dirs)
         .ok_or_else(|| DeriveError::EnvNotMapping(name()))?;
+    if let Some(hide) = doc
+        .get_mut("credential_files")
+        .and_then(|c| c.get_mut("hide"))
+        .and_then(Value::as_sequence_mut)
+    {
+        hide.retain(|p| !p.as_str().is_some_and(|p| AGENTS_OWN_STORES.contains(&p)));
+    }
     serde_yaml_ng::to_string(&doc).map_err(DeriveError::Write)
 }
 
@@ -341,6 +377,11 @@ mod tests {
     #[test]
     fn schedulers_are_denied_first_unless_given_back() {
         let text = derived_with("agent-default", &[], &[], &[], &[], &[]).unwrap();
+        // The agent wrap runs reads its own credentials: given back.
+        for own in AGENTS_OWN_STORES {
+            assert!(!text.contains(own), "{own} hidden under wrap");
+        }
+        assert!(text.contains("~/.s3cfg"), "{text}");
         crate::policy::Policy::from_yaml(&text, "t").unwrap();
         let doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).unwrap();
         let first = &doc["command_rules"][0];
