@@ -175,9 +175,8 @@ fn a_parent_writing_its_childs_path_through_proc_mem_never_runs_a_denied_program
 /// address space): what holds is watching every exec to its new image,
 /// `execve.watch: every` on the notify backend (under either race guard,
 /// and with Landlock ABI 2), and the ptrace backend, which checks every
-/// exec. Under the default
-/// (`shared`) this attack can run a denied program: a limit that
-/// `docs/security-model.md` states.
+/// exec. Under the default (`shared`) the attack's nested vfork is
+/// refused (the next test).
 #[test]
 fn a_vfork_grandchild_reparented_away_never_runs_a_denied_program_when_every_exec_is_watched() {
     if !require_root(
@@ -198,6 +197,28 @@ fn a_vfork_grandchild_reparented_away_never_runs_a_denied_program_when_every_exe
             // missing file or a kill before the first instruction.
             assert!(events.len() as u64 >= n, "{config:?} {uid:?}: {out}");
         }
+    }
+}
+
+/// Issue 61: the same attack under the default config (the notify
+/// backend, `execve.watch: shared`): A's vfork of B is refused (a vfork
+/// child may not vfork, `rule: nested_vfork`), so no orphan ever shares the
+/// caller's memory. 3,000 tries as root and as nobody: no denied program
+/// runs, each try's nested vfork refused and audited, the allowed program
+/// run.
+#[test]
+fn a_vfork_childs_vfork_is_refused_so_the_default_guard_has_no_orphan_to_miss() {
+    if !require_root("a_vfork_childs_vfork_is_refused_so_the_default_guard_has_no_orphan_to_miss") {
+        return;
+    }
+    const TRIES: u64 = 3000;
+    for uid in [None, Some(NOBODY)] {
+        let (events, out) = race_in("orphan", uid, Some(true), "", TRIES);
+        let refused = events
+            .iter()
+            .filter(|e| e["rule"] == "nested_vfork")
+            .count() as u64;
+        assert_eq!(refused, TRIES, "{uid:?}: {out}");
     }
 }
 

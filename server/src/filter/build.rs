@@ -62,6 +62,9 @@ pub fn program(spec: &FilterSpec) -> Result<Vec<libc::sock_filter>, FilterError>
     if spec.explain_writes && !spec.trace_files {
         write_call_rules(spec, &mut always, &mut conditional);
     }
+    if spec.backend.trap() == agentsh_proto::wire::Trap::UserNotif {
+        nested_vfork_rules(spec, &mut always, &mut conditional);
+    }
     net_rules(spec, &mut always, &mut conditional);
     if pin_guard::pins(spec) {
         pin_guard::pin_guard_rules(spec, &mut conditional);
@@ -284,4 +287,30 @@ fn base_conditional_rules(rules: &mut Conditional) {
     debug_assert!(BASE_RULES
         .iter()
         .all(|r| r.answer == Answer::Eperm || r.when == When::Always));
+}
+
+/// Under the notify backend, every vfork-class clone (`vfork`; `clone`
+/// with `CLONE_VM | CLONE_VFORK`) goes to the supervisor, which refuses one
+/// made by a vfork child (`supervisor::nested_vfork`: its child could keep
+/// the memory outside the lineage the exec race guard walks). The `clone`
+/// rule is disjoint from the base table's refusals (no `CLONE_PARENT`,
+/// `CLONE_FILES` or `CLONE_NEW*` in what it matches), so theirs stand.
+fn nested_vfork_rules(spec: &FilterSpec, always: &mut Unconditional, rules: &mut Conditional) {
+    use super::table::{CLONE_NEW_FLAGS, CLONE_VFORK_CLASS, CLONE_VFORK_CLASS_MASK};
+    let action = super::rules::trap(spec.backend, super::spec::TRACE_DATA_EXEC);
+    always.set(
+        "vfork",
+        action,
+        "vfork: a vfork child may not vfork (supervisor)".into(),
+    );
+    rules.add(
+        "clone",
+        action,
+        vec![Cmp {
+            arg: 0,
+            mask: CLONE_VFORK_CLASS_MASK | CLONE_NEW_FLAGS,
+            value: CLONE_VFORK_CLASS,
+        }],
+        "clone with CLONE_VM | CLONE_VFORK: a vfork child may not vfork (supervisor)".into(),
+    );
 }

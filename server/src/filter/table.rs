@@ -87,6 +87,12 @@ const CLONE_THREAD: u64 = libc::CLONE_THREAD as u64;
 const CLONE_VFORK: u64 = libc::CLONE_VFORK as u64;
 const CLONE_PARENT: u64 = libc::CLONE_PARENT as u64;
 const CLONE_FILES: u64 = libc::CLONE_FILES as u64;
+/// A vfork-class clone's flags ([`CLONE_VFORK_CLASS_MASK`] applied): the
+/// memory shared, a vfork wait, not a thread, no `CLONE_PARENT` or
+/// `CLONE_FILES` (those the base rules refuse).
+pub const CLONE_VFORK_CLASS: u64 = CLONE_VM | CLONE_VFORK;
+pub const CLONE_VFORK_CLASS_MASK: u64 =
+    CLONE_VM | CLONE_VFORK | CLONE_THREAD | CLONE_PARENT | CLONE_FILES;
 const CLONE_FS: u64 = libc::CLONE_FS as u64;
 
 /// `IPPROTO_MPTCP`: Multipath TCP, which Landlock's TCP rules do not cover.

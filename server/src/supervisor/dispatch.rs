@@ -9,7 +9,8 @@
 //! network calls that name a destination (policy `egress`) to
 //! `egress::handle`; the path calls the filter traps where no Landlock
 //! keeps the file rules to `files::handle`; the files mapped executable
-//! where the policy judges them to `maps::handle`;
+//! where the policy judges them to `maps::handle`; vfork-class clones
+//! (notify backend) to `nested_vfork::handle`;
 //! anything else is refused as `unexpected_syscall` and audited: the filter
 //! traps nothing this module does not route, so one means a filter and a
 //! supervisor that disagree, and refusing is the closed answer.
@@ -46,6 +47,9 @@ pub fn dispatch(
         return;
     }
     st.exec.take_approved(&mut st.tasks);
+    if super::nested_vfork::classify(c.arch, c.nr) {
+        return super::nested_vfork::handle(ctx, tree, &mut st.tasks, c, stop);
+    }
     if let Some(call) = execabi::classify(c.arch, c.nr) {
         let req = ExecRequest {
             tid: c.tid,

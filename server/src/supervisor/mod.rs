@@ -51,6 +51,7 @@ mod fdhold;
 mod files;
 mod http_proxy;
 mod maps;
+mod nested_vfork;
 mod phases;
 mod procfiles;
 mod ptrace;

@@ -35,6 +35,10 @@ pub enum Refusal {
     /// An exec completed that no seccomp stop judged (ptrace backend):
     /// killed before its first instruction.
     UnverifiedExec,
+    /// A vfork-class clone by a process that itself shares its parent's
+    /// memory (a vfork child): its child could outlive it and keep the
+    /// memory, outside the lineage the race guard walks.
+    NestedVfork,
     /// A syscall the filter handed over that nothing here handles.
     UnexpectedSyscall,
     /// Its event cannot be written and `audit.on_failure` is `refuse`.
@@ -90,7 +94,7 @@ const FILE_TABLE: DocRow = DocRow {
 };
 
 impl Refusal {
-    pub const ALL: [Refusal; 23] = [
+    pub const ALL: [Refusal; 24] = [
         Refusal::Unreadable,
         Refusal::Unresolvable,
         Refusal::MemoryNotFrozen,
@@ -101,6 +105,7 @@ impl Refusal {
         Refusal::Unverifiable,
         Refusal::ExecMismatch,
         Refusal::UnverifiedExec,
+        Refusal::NestedVfork,
         Refusal::UnexpectedSyscall,
         Refusal::AuditUnavailable,
         Refusal::EgressUnenforceable,
@@ -129,6 +134,7 @@ impl Refusal {
             Refusal::Unverifiable => "unverifiable",
             Refusal::ExecMismatch => "exec_mismatch",
             Refusal::UnverifiedExec => "unverified_exec",
+            Refusal::NestedVfork => "nested_vfork",
             Refusal::UnexpectedSyscall => "unexpected_syscall",
             Refusal::AuditUnavailable => "audit_unavailable",
             Refusal::EgressUnenforceable => "egress_unenforceable",
@@ -159,6 +165,7 @@ impl Refusal {
             | Refusal::Unverifiable
             | Refusal::ExecMismatch
             | Refusal::UnverifiedExec
+            | Refusal::NestedVfork
             | Refusal::UnexpectedSyscall
             | Refusal::AuditUnavailable => true,
             Refusal::EgressUnenforceable

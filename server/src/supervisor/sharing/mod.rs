@@ -62,3 +62,17 @@ pub use error::FreezeError;
 pub use freeze::freeze;
 pub use frozen::Frozen;
 pub use set::{sharing, Members, Sharing};
+
+/// Whether thread `tid` shares its memory with process `ppid`, its
+/// parent (a vfork child's parent waits in `vfork`): `kcmp` where the
+/// kernel answers it, else the vfork waits (unreadable: yes).
+///
+/// # Errors
+/// `kcmp` failed otherwise than refused or gone.
+pub fn shares_with_parent(
+    tid: u32,
+    ppid: u32,
+    files: &mut crate::supervisor::procfiles::ProcFiles,
+) -> Result<bool, FreezeError> {
+    shares::shares(tid, shares::Relation::Ancestor(ppid), files)
+}
