@@ -526,3 +526,101 @@ fn l7_recipe_on_a_shim_install_on_image_keeps_the_token_from_a_root_tree() {
     );
     let _ = std::fs::remove_dir_all(&work);
 }
+
+/// Issue 61: a secret named `{env: VAR}` is taken out of every
+/// environment agentsh's processes show: the entrypoint's (PID 1's in a
+/// container, readable to a root tree), the server's and the command's
+/// keep nothing of it, while the proxy still adds it to an allowed request.
+#[test]
+fn an_env_secret_leaves_no_trace_in_any_environment() {
+    if !require_root("an_env_secret_leaves_no_trace_in_any_environment") {
+        return;
+    }
+    const TOKEN: &str = "env-secret-token-61-b7e2";
+    let env = Installed::new();
+    let path = ("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+    for line in recipe("l7-image").lines().filter(|l| !l.trim().is_empty()) {
+        env.run_ok(&["sh".into(), "-c".into(), line.to_string()]);
+    }
+    let ip = std::net::Ipv4Addr::new(127, 0, 0, 7);
+    let (work, up) = l7_upstream_policy_and_config(&env, "env", ip);
+    // The same config with the secret read from the environment.
+    let cfg = env.ns.path("/etc/agentsh/config.yaml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let text = text.replace("gh: {file: /etc/agentsh/secrets/gh}", "gh: {env: GH_TOKEN}");
+    assert!(text.contains("{env: GH_TOKEN}"), "{text}");
+    std::fs::write(&cfg, text).unwrap();
+    env.run_ok(&["agentsh".into(), "shim".into(), "install".into()]);
+    env.ns.write_shim_conf("shim_install=on\n", 0o644);
+    let mut entry = env
+        .ns
+        .command("/usr/bin/agentsh")
+        .args(["entrypoint", "--", "sleep", "infinity"])
+        .env("PATH", path.1)
+        .env("GH_TOKEN", TOKEN)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let ready = env
+        .ns
+        .run(&["/usr/bin/agentsh", "ready", "--timeout", "60"], &[path]);
+    let url = format!("https://api.recipe.test:{}", up.port);
+    let o = env.ns.run(
+        &[
+            "sh",
+            "-c",
+            &format!(
+                "curl -sS --resolve api.recipe.test:{p}:{ip} {url}/repos/a; echo",
+                p = up.port
+            ),
+        ],
+        &[path],
+    );
+    // Every process below the entrypoint, and the entrypoint itself.
+    let mut pids = vec![entry.id()];
+    let mut i = 0;
+    while i < pids.len() {
+        let kids = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", pids[i]))
+            .unwrap_or_default();
+        pids.extend(
+            kids.split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok()),
+        );
+        i += 1;
+    }
+    let leaked: Vec<u32> = pids
+        .iter()
+        .copied()
+        .filter(|p| {
+            let e = std::fs::read(format!("/proc/{p}/environ")).unwrap_or_default();
+            String::from_utf8_lossy(&e).contains(TOKEN)
+        })
+        .collect();
+    // SAFETY: a signal to the entrypoint we started.
+    unsafe { libc::kill(entry.id() as i32, libc::SIGTERM) };
+    let _ = entry.wait();
+    let _ = std::fs::remove_dir_all(&work);
+    assert!(ready.status.success(), "agentsh ready: {ready:?}");
+    assert!(
+        pids.len() >= 3,
+        "the entrypoint, its server, its command: {pids:?}"
+    );
+    assert!(
+        leaked.is_empty(),
+        "the token in the environ of {leaked:?} (of {pids:?})"
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("\"saw_authorization\": true"),
+        "the proxy no longer adds the env secret: {o:?}"
+    );
+    assert!(
+        up.requests()
+            .iter()
+            .any(|r| r["authorization"] == format!("Bearer {TOKEN}")),
+        "{:?}",
+        up.requests()
+    );
+}

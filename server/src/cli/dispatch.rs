@@ -108,9 +108,13 @@ pub fn main() -> ExitCode {
             command,
             ..
         } => {
+            let config = crate::config::config_file(config);
+            // Before any thread: `env:` secrets out of the environment the
+            // kernel shows and the command would inherit (issue 61).
+            crate::config::secrets::take_for_config(config.as_deref());
             init_logging();
             failure_if(crate::daemon::run(crate::daemon::Start {
-                config_file: crate::config::config_file(config),
+                config_file: config,
                 command,
                 report_fd,
                 session,

@@ -284,6 +284,7 @@ fn start_server(
         None => None,
     };
     cmd.arg("--").args(command);
+    cmd.envs(crate::config::secrets::held_all());
     arm_server_child(&mut cmd, report_w.as_raw_fd(), own.as_ref());
     let server = cmd.spawn().map_err(LaunchError::Spawn)?;
     drop(report_w);
@@ -508,6 +509,11 @@ pub fn run_or_unable(ep: Entrypoint) -> Result<i32, Unable> {
             why: e.into(),
         });
     }
+    // `env:` secrets out of this process's environment (PID 1's, under
+    // `agentsh entrypoint`: a root tree could read it, and the command
+    // would inherit them), before any thread; each server started gets
+    // them (issue 61).
+    crate::config::secrets::take_for_config(ep.config.as_deref());
     // Block the signals handled below before any child or thread exists;
     // they are taken with sigwait.
     let handled = crate::daemon::reaper::block_forwarded().map_err(|e| Unable {

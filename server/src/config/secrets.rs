@@ -4,9 +4,12 @@
 //!
 //! Each is read by the server when a request needs it, from a file (owned
 //! by the server's own user, readable by nobody else; a trailing newline
-//! dropped) or from the server's own environment. Trees cannot read the
-//! files (they are carved out of every tree's Landlock read rights, with
-//! the state directory) and never see the server's environment.
+//! dropped) or from the environment the server started with, which the
+//! entrypoint and the server take the variable out of before anything else
+//! ([`take_from_environment`]: the value kept in memory, the bytes
+//! `/proc/<pid>/environ` shows overwritten, nothing started later inherits
+//! it). Trees cannot read the files (they are carved out of every tree's
+//! Landlock read rights, with the state directory).
 //!
 //! Failure modes: a secret that is not configured, a file that cannot be
 //! read, is not the server user's own or is readable by others, an empty
@@ -61,10 +64,14 @@ impl SecretSource {
     pub fn read(&self, name: &str) -> Result<String, SecretError> {
         let raw = match (&self.file, &self.env) {
             (Some(path), None) => read_file(name, path)?,
-            (None, Some(var)) => std::env::var(var).map_err(|_| SecretError::NoVar {
-                name: name.into(),
-                var: var.clone(),
-            })?,
+            (None, Some(var)) => {
+                held(var)
+                    .or_else(|| std::env::var(var).ok())
+                    .ok_or_else(|| SecretError::NoVar {
+                        name: name.into(),
+                        var: var.clone(),
+                    })?
+            }
             _ => return Err(SecretError::Source(name.into())),
         };
         let v = raw.strip_suffix('\n').unwrap_or(&raw);
@@ -94,6 +101,95 @@ fn read_file(name: &str, path: &std::path::Path) -> Result<String, SecretError> 
         });
     }
     std::io::read_to_string(f).map_err(unread)
+}
+
+/// The `env:` secrets taken out of this process's environment at start
+/// ([`take_from_environment`]), by variable.
+static HELD: std::sync::Mutex<std::collections::BTreeMap<String, String>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+fn held(var: &str) -> Option<String> {
+    HELD.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(var)
+        .cloned()
+}
+
+/// Takes the variables `secrets` reads (`env:`) out of this process's
+/// environment: each value is kept here (where [`SecretSource::read`] finds
+/// it), its bytes in the environment block the kernel shows as
+/// `/proc/<pid>/environ` are overwritten with NULs, and the variable is
+/// removed, so no process started later inherits it and a tree that can
+/// read this process's environ finds nothing (issue 61). Returns what was
+/// taken (to hand to a server started again). Call it before any thread
+/// exists (it changes the environment).
+pub fn take_from_environment(
+    secrets: &std::collections::BTreeMap<String, SecretSource>,
+) -> std::collections::BTreeMap<String, String> {
+    let vars: Vec<&str> = secrets.values().filter_map(|s| s.env.as_deref()).collect();
+    let mut taken = std::collections::BTreeMap::new();
+    for var in vars {
+        let Ok(value) = std::env::var(var) else {
+            continue;
+        };
+        scrub_block(var);
+        std::env::remove_var(var);
+        taken.insert(var.to_string(), value);
+    }
+    hold(&taken);
+    taken
+}
+
+/// Keeps `values` (variable → value) for [`SecretSource::read`].
+pub fn hold(values: &std::collections::BTreeMap<String, String>) {
+    let mut h = HELD
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for (k, v) in values {
+        h.insert(k.clone(), v.clone());
+    }
+}
+
+/// Everything [`hold`] keeps: the environment a server this process starts
+/// again must get (and nothing else does).
+pub fn held_all() -> std::collections::BTreeMap<String, String> {
+    HELD.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone()
+}
+
+/// [`take_from_environment`] for the secrets of the config at `file` (the
+/// embedded defaults when `None`); a config that does not load takes
+/// nothing (its loader says why, later, where it is loaded for real).
+pub fn take_for_config(file: Option<&std::path::Path>) {
+    if let Ok(c) = crate::config::Config::load(file) {
+        take_from_environment(&c.secrets);
+    }
+}
+
+/// Overwrites the value of `var` wherever `environ` points at `var=...`
+/// (the process's initial block, which `/proc/<pid>/environ` shows, or a
+/// string set later) with NULs, in place.
+fn scrub_block(var: &str) {
+    extern "C" {
+        static mut environ: *mut *mut libc::c_char;
+    }
+    let prefix = format!("{var}=");
+    // SAFETY: called before any other thread exists (the caller's
+    // contract); `environ` is a NULL-terminated array of NUL-terminated
+    // strings owned by the process, writable in place.
+    unsafe {
+        let mut p = environ;
+        while !p.is_null() && !(*p).is_null() {
+            let entry = std::ffi::CStr::from_ptr(*p);
+            if entry.to_bytes().starts_with(prefix.as_bytes()) {
+                let len = entry.to_bytes().len();
+                let value = (*p).add(prefix.len());
+                std::ptr::write_bytes(value, 0, len - prefix.len());
+            }
+            p = p.add(1);
+        }
+    }
 }
 
 /// The secret `name` of `secrets`, read now.
