@@ -35,5 +35,5 @@ pub use execve::{
 };
 pub use help::{CONFIG_HELP, EMBEDDED_CONFIG};
 pub use landlock::LandlockSection;
-pub use load::{config_file, DEFAULT_CONFIG_FILE};
+pub use load::{config_file, take_for_config, DEFAULT_CONFIG_FILE};
 pub use server::{HttpSection, ServerSection};

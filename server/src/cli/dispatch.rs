@@ -107,21 +107,14 @@ pub fn main() -> ExitCode {
             command_stdio,
             command,
             ..
-        } => {
-            let config = crate::config::config_file(config);
-            // Before any thread: `env:` secrets out of the environment the
-            // kernel shows and the command would inherit (issue 61).
-            crate::config::secrets::take_for_config(config.as_deref());
-            init_logging();
-            failure_if(crate::daemon::run(crate::daemon::Start {
-                config_file: config,
-                command,
-                report_fd,
-                session,
-                command_pgid,
-                command_stdio,
-            }))
-        }
+        } => server(crate::daemon::Start {
+            config_file: crate::config::config_file(config),
+            command,
+            report_fd,
+            session,
+            command_pgid,
+            command_stdio,
+        }),
         Command::Rehearse { socket, wrapper } => crate::daemon::rehearsal::child(&socket, wrapper),
         Command::Reaper {
             server,
@@ -210,6 +203,15 @@ fn session_command(command: session::SessionCommand) -> ExitCode {
         Err(e) if e.is_usage() => usage_error(e),
         other => failure_if(other),
     }
+}
+
+/// `agentsh server`: before any thread, the config's `env:` secrets are
+/// taken out of the environment the kernel shows and the command would
+/// inherit (issue 61); then logging, then the server.
+fn server(start: crate::daemon::Start) -> ExitCode {
+    crate::config::take_for_config(start.config_file.as_deref());
+    init_logging();
+    failure_if(crate::daemon::run(start))
 }
 
 /// `agentsh entrypoint`: a bad `--ready-timeout` exits 2.

@@ -513,7 +513,7 @@ pub fn run_or_unable(ep: Entrypoint) -> Result<i32, Unable> {
     // `agentsh entrypoint`: a root tree could read it, and the command
     // would inherit them), before any thread; each server started gets
     // them (issue 61).
-    crate::config::secrets::take_for_config(ep.config.as_deref());
+    crate::config::take_for_config(ep.config.as_deref());
     // Block the signals handled below before any child or thread exists;
     // they are taken with sigwait.
     let handled = crate::daemon::reaper::block_forwarded().map_err(|e| Unable {

@@ -131,6 +131,15 @@ fn value_position(text: &str, after: &str, value: &str) -> Option<(usize, usize)
     })
 }
 
+/// [`super::secrets::take_from_environment`] for the secrets of the config at `file` (the
+/// embedded defaults when `None`); a config that does not load takes
+/// nothing (its loader says why, later, where it is loaded for real).
+pub fn take_for_config(file: Option<&std::path::Path>) {
+    if let Ok(c) = Config::load(file) {
+        super::secrets::take_from_environment(&c.secrets);
+    }
+}
+
 #[cfg(test)]
 #[path = "load_tests.rs"]
 mod tests;

@@ -158,15 +158,6 @@ pub fn held_all() -> std::collections::BTreeMap<String, String> {
         .clone()
 }
 
-/// [`take_from_environment`] for the secrets of the config at `file` (the
-/// embedded defaults when `None`); a config that does not load takes
-/// nothing (its loader says why, later, where it is loaded for real).
-pub fn take_for_config(file: Option<&std::path::Path>) {
-    if let Ok(c) = crate::config::Config::load(file) {
-        take_from_environment(&c.secrets);
-    }
-}
-
 /// Overwrites the value of `var` wherever `environ` points at `var=...`
 /// (the process's initial block, which `/proc/<pid>/environ` shows, or a
 /// string set later) with NULs, in place.
