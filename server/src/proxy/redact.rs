@@ -165,15 +165,24 @@ pub(super) const QUIET: std::time::Duration = std::time::Duration::from_millis(2
 
 /// Why a response cannot be scanned: its body is encoded (`None`: it can).
 pub(super) fn encoded(headers: &hyper::HeaderMap) -> Option<String> {
-    let coding: Vec<String> = headers
-        .get_all(hyper::header::CONTENT_ENCODING)
-        .iter()
-        .map(|v| {
-            String::from_utf8_lossy(v.as_bytes())
-                .trim()
-                .to_ascii_lowercase()
-        })
-        .filter(|v| !v.is_empty() && v != "identity")
+    // A transfer coding other than chunked (`gzip, chunked`) is a
+    // compressed body too, once hyper has undone the chunking.
+    let tokens = |name: hyper::header::HeaderName| {
+        headers
+            .get_all(name)
+            .iter()
+            .flat_map(|v| {
+                String::from_utf8_lossy(v.as_bytes())
+                    .split(',')
+                    .map(|t| t.trim().to_ascii_lowercase())
+                    .collect::<Vec<_>>()
+            })
+            .collect::<Vec<_>>()
+    };
+    let coding: Vec<String> = tokens(hyper::header::CONTENT_ENCODING)
+        .into_iter()
+        .chain(tokens(hyper::header::TRANSFER_ENCODING))
+        .filter(|v| !v.is_empty() && v != "identity" && v != "chunked")
         .collect();
     (!coding.is_empty()).then(|| {
         format!(
@@ -422,6 +431,14 @@ mod tests {
         assert!(encoded(&h).is_none());
         h.insert(hyper::header::CONTENT_ENCODING, "identity".parse().unwrap());
         assert!(encoded(&h).is_none());
+        h.insert(hyper::header::TRANSFER_ENCODING, "chunked".parse().unwrap());
+        assert!(encoded(&h).is_none());
+        h.insert(
+            hyper::header::TRANSFER_ENCODING,
+            "gzip, chunked".parse().unwrap(),
+        );
+        assert!(encoded(&h).unwrap().contains("gzip"), "{:?}", encoded(&h));
+        h.remove(hyper::header::TRANSFER_ENCODING);
         h.insert(hyper::header::CONTENT_ENCODING, "gzip".parse().unwrap());
         assert!(encoded(&h).unwrap().contains("gzip"), "{:?}", encoded(&h));
     }
