@@ -249,19 +249,15 @@ fn l7_recipe_trusts_agentshs_ca_and_holds_the_token() {
         return;
     }
     const TOKEN: &str = "recipe-token-7c0b-server-only";
-    let env = Installed::new();
+    let ip = std::net::Ipv4Addr::new(127, 0, 0, 3);
+    let (env, work, up) = l7_installed("recipe", ip);
     let path = ("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
-    for line in recipe("l7-image").lines().filter(|l| !l.trim().is_empty()) {
-        env.run_ok(&["sh".into(), "-c".into(), line.to_string()]);
-    }
     for line in recipe("l7-token").lines().filter(|l| !l.trim().is_empty()) {
         let o = env
             .ns
             .run(&["sh", "-c", line], &[path, ("GH_TOKEN", TOKEN)]);
         assert!(o.status.success(), "{line}: {o:?}");
     }
-    let ip = std::net::Ipv4Addr::new(127, 0, 0, 3);
-    let (work, up) = l7_upstream_policy_and_config(&env, "recipe", ip);
     env.run_ok(&["agentsh".into(), "shim".into(), "install".into()]);
     env.ns.write_shim_conf("shim_install=on\n", 0o644);
     let mut server = env
@@ -309,6 +305,24 @@ fn l7_recipe_trusts_agentshs_ca_and_holds_the_token() {
     });
     assert_eq!(e["rule"], "read", "{e}");
     let _ = std::fs::remove_dir_all(&work);
+}
+
+/// agentsh installed, the cookbook's `l7-image` lines run as written, and
+/// [`l7_upstream_policy_and_config`]'s upstream, policy and config.
+fn l7_installed(
+    tag: &str,
+    ip: std::net::Ipv4Addr,
+) -> (
+    Installed,
+    std::path::PathBuf,
+    agentsh_tests::http_upstream::HttpUpstream,
+) {
+    let env = Installed::new();
+    for line in recipe("l7-image").lines().filter(|l| !l.trim().is_empty()) {
+        env.run_ok(&["sh".into(), "-c".into(), line.to_string()]);
+    }
+    let (work, up) = l7_upstream_policy_and_config(&env, tag, ip);
+    (env, work, up)
 }
 
 /// The L7 tests' shared set-up: a TLS upstream for `api.recipe.test` at
@@ -442,13 +456,9 @@ fn l7_recipe_on_a_shim_install_on_image_keeps_the_token_from_a_root_tree() {
         return;
     }
     const TOKEN: &str = "recipe-token-on-image-5e21";
-    let env = Installed::new();
-    let path = ("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
-    for line in recipe("l7-image").lines().filter(|l| !l.trim().is_empty()) {
-        env.run_ok(&["sh".into(), "-c".into(), line.to_string()]);
-    }
     let ip = std::net::Ipv4Addr::new(127, 0, 0, 4);
-    let (work, up) = l7_upstream_policy_and_config(&env, "on", ip);
+    let (env, work, up) = l7_installed("on", ip);
+    let path = ("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
     env.run_ok(&["agentsh".into(), "shim".into(), "install".into()]);
     env.ns.write_shim_conf("shim_install=on\n", 0o644);
     // The image is `on`: with no server, /bin/sh refuses.
@@ -537,13 +547,9 @@ fn an_env_secret_leaves_no_trace_in_any_environment() {
         return;
     }
     const TOKEN: &str = "env-secret-token-61-b7e2";
-    let env = Installed::new();
-    let path = ("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
-    for line in recipe("l7-image").lines().filter(|l| !l.trim().is_empty()) {
-        env.run_ok(&["sh".into(), "-c".into(), line.to_string()]);
-    }
     let ip = std::net::Ipv4Addr::new(127, 0, 0, 7);
-    let (work, up) = l7_upstream_policy_and_config(&env, "env", ip);
+    let (env, work, up) = l7_installed("env", ip);
+    let path = ("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
     // The same config with the secret read from the environment.
     let cfg = env.ns.path("/etc/agentsh/config.yaml");
     let text = std::fs::read_to_string(&cfg).unwrap();
