@@ -35,6 +35,9 @@ pub(super) struct Redactor {
     needles: Vec<Vec<u8>>,
     /// The longest needle's length, less one: held back at each read's end.
     keep: usize,
+    /// The bytes a needle starts with: at any other byte no needle is
+    /// compared (a response streams through here whole).
+    firsts: [bool; 256],
     held: Vec<u8>,
     /// Occurrences overwritten so far.
     pub found: u64,
@@ -80,8 +83,13 @@ impl Redactor {
         needles.sort();
         needles.dedup();
         let longest = needles.iter().map(Vec::len).max()?;
+        let mut firsts = [false; 256];
+        for n in &needles {
+            firsts[usize::from(n[0])] = true;
+        }
         Some(Redactor {
             needles,
+            firsts,
             keep: longest - 1,
             held: Vec::new(),
             found: 0,
@@ -93,6 +101,10 @@ impl Redactor {
         let mut n = 0;
         let mut i = 0;
         while i < buf.len() {
+            if !self.firsts[usize::from(buf[i])] {
+                i += 1;
+                continue;
+            }
             let hit = self
                 .needles
                 .iter()
