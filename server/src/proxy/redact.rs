@@ -15,8 +15,10 @@
 //! Why same-length: a response is relayed as it arrives (a clone's
 //! packfile is hundreds of MiB); a different length would need the whole
 //! body first. A match split between two reads is found: the end of a read
-//! that begins a form of the secret waits for the next read (at most
-//! [`QUIET`], so a stream that pauses there is not stalled).
+//! that begins a form of the secret waits for the next read; one of at
+//! most three bytes goes after [`QUIET`] (a stream that pauses there is not
+//! stalled), and the rest of a match, if it comes, is overwritten all the
+//! same.
 //!
 //! Failure modes: none of its own; what it cannot scan (an encoded body)
 //! is the caller's refusal. An upstream that transforms the secret
@@ -39,9 +41,19 @@ pub(super) struct Redactor {
     /// compared (a response streams through here whole).
     firsts: [bool; 256],
     held: Vec<u8>,
+    /// The last bytes already passed on (at most `keep`), scanned again
+    /// with the next read: a match that began in bytes let go after a
+    /// pause ([`Redactor::release`]) is overwritten in what follows.
+    sent: Vec<u8>,
     /// Occurrences overwritten so far.
     pub found: u64,
 }
+
+/// The most held bytes [`Redactor::release`] lets go after a pause: at most
+/// this many characters of a form of the secret can leave that way (the
+/// rest is still overwritten); a longer held end waits for more data or
+/// the stream's end (such a coincidence at a pause is about 2^-32).
+const RELEASE_MAX: usize = 3;
 
 /// The forms an echo may write `secret` in: as is, JSON-escaped, and
 /// percent-encoded (each only where it differs).
@@ -92,6 +104,7 @@ impl Redactor {
             firsts,
             keep: longest - 1,
             held: Vec::new(),
+            sent: Vec::new(),
             found: 0,
         })
     }
@@ -127,10 +140,13 @@ impl Redactor {
     /// the tail a match may still continue from: the longest end of it
     /// that begins a needle).
     pub fn push(&mut self, data: &[u8]) -> Vec<u8> {
-        let mut buf = std::mem::take(&mut self.held);
+        let at = self.sent.len();
+        let mut buf = std::mem::take(&mut self.sent);
+        buf.append(&mut self.held);
         buf.extend_from_slice(data);
         self.found += self.overwrite(&mut buf);
-        let hold = (1..=self.keep.min(buf.len()))
+        // Never hold back what was already passed on.
+        let hold = (1..=self.keep.min(buf.len() - at))
             .rev()
             .find(|&k| {
                 let tail = &buf[buf.len() - k..];
@@ -138,18 +154,32 @@ impl Redactor {
             })
             .unwrap_or(0);
         self.held = buf.split_off(buf.len() - hold);
-        buf
+        self.pass(buf, at)
     }
 
-    /// Whether bytes are held back waiting for the next read.
-    pub fn holding(&self) -> bool {
-        !self.held.is_empty()
+    /// `buf[at..]` is passed on; the last `keep` bytes of `buf` are kept
+    /// as `sent`.
+    fn pass(&mut self, buf: Vec<u8>, at: usize) -> Vec<u8> {
+        let out = buf[at..].to_vec();
+        self.sent = buf[buf.len().saturating_sub(self.keep)..].to_vec();
+        out
     }
 
-    /// The held bytes, let go after [`QUIET`] without more data: they begin
-    /// a needle but the stream did not go on to finish it.
+    /// Whether held bytes may go after [`QUIET`] without more data: there
+    /// are some, and at most [`RELEASE_MAX`].
+    pub fn releasable(&self) -> bool {
+        !self.held.is_empty() && self.held.len() <= RELEASE_MAX
+    }
+
+    /// The held bytes, let go after [`QUIET`] without more data (see
+    /// [`Redactor::releasable`]): they begin a needle, but the stream did
+    /// not go on; if it does later, the rest of the match is overwritten.
     pub fn release(&mut self) -> Vec<u8> {
-        std::mem::take(&mut self.held)
+        let held = std::mem::take(&mut self.held);
+        let mut buf = std::mem::take(&mut self.sent);
+        let at = buf.len();
+        buf.extend_from_slice(&held);
+        self.pass(buf, at)
     }
 
     /// The end of the stream: what was held back.
@@ -277,7 +307,7 @@ where
         loop {
             match Pin::new(&mut this.inner).poll_frame(cx) {
                 Poll::Pending => {
-                    if !this.r.holding() {
+                    if !this.r.releasable() {
                         return Poll::Pending;
                     }
                     let quiet = this
@@ -332,7 +362,7 @@ where
         let mut buf = vec![0u8; 16 * 1024];
         loop {
             let read = ur.read(&mut buf);
-            let got = if r.holding() {
+            let got = if r.releasable() {
                 match tokio::time::timeout(QUIET, read).await {
                     Ok(got) => got,
                     Err(_) => {
@@ -421,11 +451,28 @@ mod tests {
     fn only_an_end_that_begins_the_secret_is_held() {
         let mut r = Redactor::new(&[SECRET.to_string()]).unwrap();
         assert_eq!(r.push(b"data: {\"x\": 1}\n\n"), b"data: {\"x\": 1}\n\n");
-        assert!(!r.holding());
+        assert!(!r.releasable());
         assert_eq!(r.push(b"next gh"), b"next ");
-        assert!(r.holding());
+        assert!(r.releasable());
         assert_eq!(r.release(), b"gh");
         assert_eq!(r.found, 0);
+    }
+
+    /// After a pause, at most three characters of the secret go; the rest,
+    /// when it comes, is overwritten all the same; a longer held end is
+    /// not let go at all.
+    #[test]
+    fn a_pause_inside_the_secret_lets_three_characters_go_at_most() {
+        let mut r = Redactor::new(&[SECRET.to_string()]).unwrap();
+        assert_eq!(r.push(b"x: gh"), b"x: ");
+        assert_eq!(r.release(), b"gh");
+        let rest = &SECRET.as_bytes()[2..];
+        let out = [r.push(rest), r.push(b" end"), r.finish()].concat();
+        assert_eq!(out, [&b"*".repeat(rest.len())[..], b" end"].concat());
+        assert_eq!(r.found, 1);
+        let mut r = Redactor::new(&[SECRET.to_string()]).unwrap();
+        assert_eq!(r.push(b"x: ghp_"), b"x: ");
+        assert!(!r.releasable(), "four held bytes would be let go");
     }
 
     #[test]
