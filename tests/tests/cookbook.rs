@@ -584,23 +584,19 @@ fn an_env_secret_leaves_no_trace_in_any_environment() {
         ],
         &[path],
     );
-    // Every process below the entrypoint, and the entrypoint itself.
-    let mut pids = vec![entry.id()];
-    let mut i = 0;
-    while i < pids.len() {
-        // A child is listed under the thread that made it.
-        let tasks = std::fs::read_dir(format!("/proc/{}/task", pids[i]))
-            .map(|d| d.filter_map(Result::ok).collect::<Vec<_>>())
-            .unwrap_or_default();
-        for t in tasks {
-            let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
-            pids.extend(
-                kids.split_whitespace()
-                    .filter_map(|p| p.parse::<u32>().ok()),
-            );
+    // Every process below the entrypoint, and the entrypoint itself, once
+    // its command runs too (waited for, not timed).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let pids = loop {
+        let pids = descendants(entry.id());
+        let sleeping = pids.iter().any(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "sleep")
+        });
+        if sleeping || std::time::Instant::now() > deadline {
+            break pids;
         }
-        i += 1;
-    }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
     let leaked: Vec<u32> = pids
         .iter()
         .copied()
@@ -634,4 +630,25 @@ fn an_env_secret_leaves_no_trace_in_any_environment() {
             .any(|r| r["authorization"] == format!("Bearer {TOKEN}")),
         "{reached:?}"
     );
+}
+
+/// `root` and every process below it (a child is listed under the thread
+/// that made it).
+fn descendants(root: u32) -> Vec<u32> {
+    let mut pids = vec![root];
+    let mut i = 0;
+    while i < pids.len() {
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", pids[i]))
+            .map(|d| d.filter_map(Result::ok).collect::<Vec<_>>())
+            .unwrap_or_default();
+        for t in tasks {
+            let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+            pids.extend(
+                kids.split_whitespace()
+                    .filter_map(|p| p.parse::<u32>().ok()),
+            );
+        }
+        i += 1;
+    }
+    pids
 }

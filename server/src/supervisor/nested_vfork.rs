@@ -52,6 +52,8 @@ pub fn handle(
     stop: &dyn Stop,
 ) {
     let why = match tasks.files.stat_now(c.tid) {
+        // No parent in this namespace, or init's (the entrypoint, or the
+        // host's init under wrap): no tree process is their vfork child.
         Ok(st) if st.ppid <= 1 => None,
         Ok(st) => match super::sharing::shares_with_parent(c.tid, st.ppid, &mut tasks.files) {
             Ok(false) => None,
