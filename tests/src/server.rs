@@ -336,8 +336,26 @@ impl ServerFiles {
         }
     }
 
-    /// The audit events written so far.
+    /// The audit events written so far. A running server is asked first
+    /// (its events route waits for events promised before an answer: an
+    /// allowed exec's is written just after it), so what the command did is
+    /// in the file.
     pub fn events(&self) -> Vec<serde_json::Value> {
+        if self.socket.exists() {
+            let req = agentsh_proto::http::Request {
+                method: "GET",
+                target: "/api/v1/sessions/-/events",
+                body: &[],
+                bearer: None,
+            };
+            let _ = agentsh_proto::http::call(
+                &self.socket,
+                Duration::from_secs(10),
+                |_| Ok(()),
+                &req,
+                1 << 20,
+            );
+        }
         std::fs::read_to_string(self.dir.path().join("audit.jsonl"))
             .unwrap_or_default()
             .lines()

@@ -571,3 +571,34 @@ fn an_exec_after_chroot_is_judged_in_the_new_root() {
         assert_eq!(jailed[0]["effective_action"], "deny", "{backend}: {ev:#?}");
     }
 }
+
+#[test]
+fn an_allowed_execs_event_is_in_the_file_before_the_trees_next_exec_runs() {
+    // Issue 63: under `audit.on_failure: continue` (the default) an allowed
+    // exec's event is written right after its answer, on the tree's thread,
+    // before that thread reads the tree's next notification. So the program
+    // an exec'd `env` execs at once finds env's event in the file already.
+    if !require_root("an_allowed_execs_event_is_in_the_file_before_the_trees_next_exec_runs") {
+        return;
+    }
+    let srv = TestServer::start(POLICY, "");
+    let log = srv.dir.path().join("audit.jsonl").display().to_string();
+    for i in 0..20 {
+        let mark = format!("AGENTSH_ORDER=mark-{i}-");
+        let out = run_wrapped(
+            &srv.url,
+            "s-order",
+            &["/usr/bin/env", &mark, "/bin/grep", "-c", "-F", &mark, &log],
+            &WrapOptions::default(),
+        );
+        let found = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && found.trim().parse::<u32>().is_ok_and(|n| n >= 1),
+            "round {i}: env's event was not in the file when grep ran: {found} {}",
+            stderr(&out)
+        );
+    }
+    let ev = srv.exec_events("s-order");
+    assert_eq!(execs_of(&ev, "env").len(), 20, "{ev:#?}");
+    assert_eq!(execs_of(&ev, "grep").len(), 20, "{ev:#?}");
+}

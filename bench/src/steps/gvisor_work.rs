@@ -11,6 +11,10 @@
 //! dozen stdlib modules, 200 `sh -c true`, 200 loopback connects (oploop).
 //! A third side runs the same policy with `tracer_reads: unjudged` (the
 //! faster mode a policy may choose: opens for reading only do not stop).
+//! A fourth side is the floor: `bench/stopfloor.c` stops the same calls
+//! (every path call, every open but `O_PATH` ones, exec, connect, and the
+//! fork/clone/exec events) and resumes each at once, judging nothing: what
+//! the stops alone cost in this runsc, which no tracer work can go below.
 //! Each job is timed inside the sandbox (its own clock: the sandbox's and
 //! the server's start-up are not in it). Sides alternate, the order
 //! swapping each round. Every side runs under the installed runsc, then
@@ -93,6 +97,12 @@ pub fn gvisor_work(
         .arg("-C")
         .arg(dir.join("files"))
         .arg("."))?;
+    // The floor: the same calls stopped, nothing judged (bench/stopfloor.c).
+    let floor = dir.join("stopfloor");
+    run(Command::new("cc")
+        .args(["-O2", "-static", "-o"])
+        .arg(&floor)
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/stopfloor.c")))?;
     let oploop = dir.join("oploop");
     run(Command::new("cc")
         .args(["-O2", "-static", "-o"])
@@ -163,6 +173,7 @@ pub fn gvisor_work(
                 script: &script,
                 agentsh: &agentsh,
                 unjudged: &unjudged,
+                floor: &floor,
                 jobs: &jobs,
                 quick,
             },
@@ -178,8 +189,22 @@ struct Under<'a> {
     script: &'a Path,
     agentsh: &'a Path,
     unjudged: &'a str,
+    /// bench/stopfloor, built.
+    floor: &'a Path,
     jobs: &'a [(&'a str, String)],
     quick: bool,
+}
+
+/// What runs a side's job script.
+#[derive(Clone, Copy, PartialEq)]
+enum Side<'a> {
+    /// `agentsh wrap` with this policy.
+    Wrap(&'a str),
+    /// The stop floor: the calls agentsh's filter stops under the tracer,
+    /// stopped and resumed at once (no judging).
+    Floor,
+    /// No tracer.
+    Bare,
 }
 
 /// The jobs, each side alternating, under one runsc; the ratios, and the
@@ -191,14 +216,15 @@ fn under(rep: &mut Report, u: &Under) -> Result<(), String> {
         script,
         agentsh,
         unjudged,
+        floor,
         jobs,
         quick,
     } = *u;
-    // (label, policy): `None` is the side with no agentsh.
-    let sides: [(&str, Option<&str>); 3] = [
-        ("ptrace", Some("agent-observe")),
-        (UNJUDGED, Some(unjudged)),
-        ("unsupervised", None),
+    let sides: [(&str, Side); 4] = [
+        ("ptrace", Side::Wrap("agent-observe")),
+        (UNJUDGED, Side::Wrap(unjudged)),
+        (FLOOR, Side::Floor),
+        ("unsupervised", Side::Bare),
     ];
     let rounds = if quick { 2 } else { 5 };
     let mut samples = Samples::new();
@@ -214,16 +240,23 @@ fn under(rep: &mut Report, u: &Under) -> Result<(), String> {
         if round % 2 == 1 {
             order.reverse();
         }
-        for (side, policy) in order {
-            let supervised = policy.is_some();
+        for (side, how) in order {
+            let supervised = how != Side::Bare;
             let mut c = Command::new("timeout");
             c.args(["900", runsc, "--network=none", "do", "-force-overlay=true"]);
-            if let Some(policy) = policy {
-                // wrap's server logs in a state directory of the sandbox's
-                // own; its stop clock's lines are printed after the job.
-                c.args(["/bin/sh", "-c", STOPS_AFTER, "sh"])
-                    .arg(agentsh)
-                    .arg(policy);
+            match how {
+                Side::Wrap(policy) => {
+                    // wrap's server logs in a state directory of the
+                    // sandbox's own; its stop clock's lines are printed
+                    // after the job.
+                    c.args(["/bin/sh", "-c", STOPS_AFTER, "sh"])
+                        .arg(agentsh)
+                        .arg(policy);
+                }
+                Side::Floor => {
+                    c.arg(floor);
+                }
+                Side::Bare => {}
             }
             c.arg("/bin/sh").arg(script).current_dir(dir);
             let o = c.output().map_err(|e| format!("runsc: {e}"))?;
@@ -237,7 +270,7 @@ fn under(rep: &mut Report, u: &Under) -> Result<(), String> {
                     String::from_utf8_lossy(&o.stderr)
                 ));
             }
-            if supervised {
+            if matches!(how, Side::Wrap(_)) {
                 stops.entry(side).or_default().extend(stop_lines(&out));
             }
             for (stem, _) in jobs {
@@ -264,6 +297,8 @@ fn under(rep: &mut Report, u: &Under) -> Result<(), String> {
             [
                 (label(stem, "ptrace"), label(stem, "unsupervised")),
                 (label(stem, UNJUDGED), label(stem, "unsupervised")),
+                (label(stem, FLOOR), label(stem, "unsupervised")),
+                (label(stem, "ptrace"), label(stem, FLOOR)),
             ]
         })
         .collect();
@@ -287,6 +322,10 @@ fn under(rep: &mut Report, u: &Under) -> Result<(), String> {
     for (side, what) in [
         ("ptrace", "Supervised"),
         (UNJUDGED, "With tracer_reads: unjudged"),
+        (
+            FLOOR,
+            "The stop floor (the same calls stopped, nothing judged)",
+        ),
     ] {
         let line: Vec<String> = jobs.iter().map(|(stem, _)| ratio(stem, side)).collect();
         rep.line(&format!("\n{what} over unsupervised: {}.", line.join(", ")));
@@ -358,6 +397,9 @@ fn stop_summary(side: &str, lines: &[StopLine]) -> String {
 
 /// The side whose policy sets `tracer_reads: unjudged`.
 const UNJUDGED: &str = "ptrace, reads unjudged";
+
+/// The side under bench/stopfloor: what the stops alone cost in this runsc.
+const FLOOR: &str = "stop floor";
 
 fn label(stem: &str, side: &str) -> String {
     format!("{stem}, {side}")

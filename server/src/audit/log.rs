@@ -40,7 +40,24 @@ pub struct AuditLog {
     latest: tokio::sync::watch::Sender<u64>,
     /// Where events are also exported (`audit.otlp.endpoint`), once set.
     export: std::sync::OnceLock<crate::otlp::Exporter>,
+    /// Events promised and not yet recorded ([`AuditLog::owe`]): readers
+    /// wait for them.
+    owed: AtomicU64,
 }
+
+/// An event promised before its call was answered, recorded right after
+/// ([`AuditLog::owe`]); dropped once it is (or if it never can be).
+pub struct Owed<'a>(&'a AuditLog);
+
+impl Drop for Owed<'_> {
+    fn drop(&mut self) {
+        self.0.owed.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// How long a reader waits for promised events before it reads anyway
+/// (logged): a writer is never held that long unless the server is stuck.
+const OWED_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The first event id of a server writing `jsonl`: unique across restarts
 /// (issue 24: every start began at 1, so a log held duplicates). The
@@ -155,6 +172,37 @@ impl AuditLog {
             memory_cap: memory_cap.max(1),
             latest: tokio::sync::watch::Sender::new(0),
             export: std::sync::OnceLock::new(),
+            owed: AtomicU64::new(0),
+        }
+    }
+
+    /// Promises an event that is recorded after its call was answered (an
+    /// allowed exec under `audit.on_failure: continue`): until the returned
+    /// [`Owed`] is dropped, [`AuditLog::events`] waits, so a reader that saw
+    /// the call's effects (the command ended) also sees its event. The file
+    /// is not gated: its readers call [`AuditLog::settled`] first (the API
+    /// does).
+    pub fn owe(&self) -> Owed<'_> {
+        self.owed.fetch_add(1, Ordering::AcqRel);
+        Owed(self)
+    }
+
+    /// Waits until no promised event is outstanding (at most [`OWED_WAIT`],
+    /// then says so in the log). Busy servers promise and record within
+    /// microseconds, so a reader finds a moment with none.
+    pub fn settled(&self) {
+        let start = std::time::Instant::now();
+        while self.owed.load(Ordering::Acquire) > 0 {
+            if start.elapsed() > OWED_WAIT {
+                tracing::warn!(
+                    target: SINK,
+                    "events read while {} promised ones were still unwritten after {:?}",
+                    self.owed.load(Ordering::Relaxed),
+                    OWED_WAIT
+                );
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(50));
         }
     }
 
@@ -288,8 +336,16 @@ impl AuditLog {
         }
     }
 
-    /// Events of a session with an id above `after`, oldest first.
+    /// Events of a session with an id above `after`, oldest first (promised
+    /// ones included: [`AuditLog::settled`]).
     pub fn events(&self, session_id: &str, after: u64) -> Vec<Event> {
+        self.settled();
+        self.events_as_kept(session_id, after)
+    }
+
+    /// [`AuditLog::events`] without waiting for promised ones (what the
+    /// memory window holds this instant).
+    pub fn events_as_kept(&self, session_id: &str, after: u64) -> Vec<Event> {
         let mem = self
             .memory
             .lock()

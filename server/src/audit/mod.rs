@@ -19,7 +19,7 @@ mod time;
 
 pub use chain::{verify as verify_chain, Break, Verified};
 pub use event::*;
-pub use log::AuditLog;
+pub use log::{AuditLog, Owed};
 pub use time::{rfc3339_at, rfc3339_now};
 
 #[cfg(test)]

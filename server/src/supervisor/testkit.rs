@@ -172,7 +172,7 @@ pub enum Answered {
 
 /// A [`Stop`] that records its answers (and what a verifying backend was
 /// told to expect); it holds nothing for later.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct RecordingStop {
     /// Plays a backend that checks every exec itself (ptrace).
     pub verifies: bool,
@@ -182,6 +182,11 @@ pub struct RecordingStop {
     pub pins: bool,
     /// What was pinned: each argument and its bytes.
     pub pinned: RefCell<Vec<(usize, Vec<u8>)>>,
+    /// Where set, the session's events this log holds are counted at each
+    /// CONTINUE (what was written before the answer).
+    pub audit: Option<Arc<AuditLog>>,
+    /// Those counts, in order.
+    pub events_at_proceed: RefCell<Vec<usize>>,
 }
 
 impl RecordingStop {
@@ -203,6 +208,10 @@ impl Stop for RecordingStop {
         true
     }
     fn proceed(&self) -> io::Result<()> {
+        if let Some(audit) = &self.audit {
+            let n = audit.events_as_kept(SESSION, 0).len();
+            self.events_at_proceed.borrow_mut().push(n);
+        }
         self.answers.borrow_mut().push(Answered::Proceeded);
         Ok(())
     }

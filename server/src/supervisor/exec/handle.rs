@@ -203,7 +203,15 @@ fn answer(x: &Answering, st: &mut ExecTree<'_>, j: Judged, frozen: Option<Frozen
     }
     let watched = a.watched;
     let rule = a.rule.clone();
-    let allow = record(x, &j, a, refuse_unaudited);
+    // An allowed exec's event waits for the answer unless
+    // `audit.on_failure: refuse` needs it written first (`let_run` writes
+    // it right after CONTINUE, on this thread, before the tree's next
+    // notification is read: the file's order and chain are the same).
+    let (allow, after) = if a.allow && !refuse_unaudited {
+        (true, Some((a, ctx.audit.owe())))
+    } else {
+        (record(x, &j, a, refuse_unaudited), None)
+    };
     // The supervisor's own time for this exec (facts, freeze, policy,
     // audit); taken before the answer, which may hand this CPU to the tracee.
     phases::mark("audit");
@@ -224,15 +232,18 @@ fn answer(x: &Answering, st: &mut ExecTree<'_>, j: Judged, frozen: Option<Frozen
         rule,
         expected,
         own_us,
+        after,
     };
     let_run(x, st, j, frozen, ran);
 }
 
-/// The event of a decided exec, written before the answer (whatever the
-/// exec does next, the audit trail already has it, or, with
-/// `audit.on_failure: refuse`, it does not run), after the caller was told
-/// why it is refused (once per command, not for a shell's PATH retries).
-/// Whether it may still run.
+/// The event of a decided exec, after the caller was told why it is
+/// refused (once per command, not for a shell's PATH retries). A refusal's,
+/// and under `audit.on_failure: refuse` an allowed exec's, is written
+/// before the answer (with `refuse`, an exec whose event cannot be written
+/// does not run); under `continue` an allowed exec's is written right after
+/// it (`let_run`), where its write no longer delays the tree. Whether it may
+/// still run.
 fn record(x: &Answering, j: &Judged, a: Answer, refuse_unaudited: bool) -> bool {
     let explained = (!a.allow && j.repeat.is_none()).then(|| {
         x.ctx.limits.explain == crate::config::Explain::Stderr && {
@@ -275,7 +286,7 @@ fn record(x: &Answering, j: &Judged, a: Answer, refuse_unaudited: bool) -> bool 
 }
 
 /// What an allowed exec's CONTINUE and watch need.
-struct Ran {
+struct Ran<'a> {
     /// Watched through the exec here (see [`settle`]).
     watched: bool,
     /// The rule that allowed it.
@@ -283,11 +294,15 @@ struct Ran {
     expected: Option<Expected>,
     /// The supervisor's own time for this exec so far.
     own_us: u64,
+    /// The answer whose event is written after CONTINUE (`audit.on_failure:
+    /// continue`), promised to the log's readers; `None` when it was written
+    /// before.
+    after: Option<(Answer, crate::audit::Owed<'a>)>,
 }
 
 /// CONTINUE for an allowed exec, its depth recorded, and the watch through
 /// the exec where it needs one.
-fn let_run(x: &Answering, st: &mut ExecTree<'_>, j: Judged, frozen: Option<Frozen>, ran: Ran) {
+fn let_run(x: &Answering, st: &mut ExecTree<'_>, j: Judged, frozen: Option<Frozen>, ran: Ran<'_>) {
     let (pid, g) = (x.pid, x.g);
     // SAFETY ARGUMENT for CONTINUE. The kernel reads the path and argv again
     // after this answer and resolves the path again. (a) Nothing else can
@@ -305,8 +320,9 @@ fn let_run(x: &Answering, st: &mut ExecTree<'_>, j: Judged, frozen: Option<Froze
     // (`verify`), or the backend checks it there itself (`x.verified`, told
     // what to expect in `answer`). (d) `still_waiting` proved the thread id
     // still names the thread stopped in this very syscall. `answer` called
-    // this only for an exec the policy allowed, whose event is written (or
-    // whose watch or backend check is already armed).
+    // this only for an exec the policy allowed; under `audit.on_failure:
+    // refuse` its event is written (or its watch or backend check is already
+    // armed), under `continue` it is written next, on this thread.
     if frozen.is_some() {
         hold_for_tests();
     }
@@ -314,6 +330,12 @@ fn let_run(x: &Answering, st: &mut ExecTree<'_>, j: Judged, frozen: Option<Froze
     tracing::trace!(pid, us = ran.own_us, watched = ran.watched, memory = ?g.memory, phases = %phases::text(), "exec answered");
     if let Err(e) = &answered {
         tracing::debug!(pid, "answer not delivered (tracee gone?): {e}");
+    }
+    if let Some((a, owed)) = ran.after {
+        // Before anything else of this tree is read: its next exec's event
+        // follows this one in the file (`record`).
+        record(x, &j, a, false);
+        drop(owed);
     }
     if answered.is_ok() {
         st.exec.book.record(pid, g.stat.starttime, j.depth);

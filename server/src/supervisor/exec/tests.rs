@@ -401,6 +401,33 @@ fn an_exec_whose_watch_cannot_be_armed_is_refused_unverifiable() {
     assert!(b.stops.calls().contains(&Asked::ArmWatch));
 }
 
+#[test]
+fn an_allowed_execs_event_follows_the_answer_under_continue_and_precedes_it_under_refuse() {
+    // `continue` (the default): the event is written right after CONTINUE,
+    // before the handler returns (so before the tree's next notification).
+    let mut b = Bench::new(ALLOW_ALL, |_| {});
+    let mut stop = RecordingStop::new(false);
+    stop.audit = Some(b.ctx.audit.clone());
+    exec(&mut b, &true_(), &stop);
+    assert_eq!(stop.answers(), [Answered::Proceeded]);
+    assert_eq!(
+        *stop.events_at_proceed.borrow(),
+        [0],
+        "written before the answer"
+    );
+    assert_eq!(kept(&b).len(), 1, "written once the handler returned");
+    // `refuse`: nothing runs before its event is in the file.
+    let mut b = Bench::new(ALLOW_ALL, |c| {
+        c.audit.on_failure = crate::config::AuditOnFailure::Refuse;
+    });
+    let mut stop = RecordingStop::new(false);
+    stop.audit = Some(b.ctx.audit.clone());
+    exec(&mut b, &true_(), &stop);
+    assert_eq!(stop.answers(), [Answered::Proceeded]);
+    assert_eq!(*stop.events_at_proceed.borrow(), [1]);
+    assert_eq!(kept(&b).len(), 1);
+}
+
 /// A bench whose audit file takes no write, under `audit.on_failure: refuse`.
 fn unauditable() -> Bench {
     let dir = std::env::temp_dir().join(format!("agentsh-unaudited-{}", own_tid()));
