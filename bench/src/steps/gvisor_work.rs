@@ -229,6 +229,7 @@ fn under(rep: &mut Report, u: &Under) -> Result<(), String> {
     let rounds = if quick { 2 } else { 5 };
     let mut samples = Samples::new();
     let mut stops: std::collections::BTreeMap<&str, Vec<StopLine>> = Default::default();
+    let mut kinds: std::collections::BTreeMap<&str, Kinds> = Default::default();
     let mut entries = Vec::new();
     for (stem, _) in jobs {
         for (side, _) in &sides {
@@ -272,6 +273,7 @@ fn under(rep: &mut Report, u: &Under) -> Result<(), String> {
             }
             if matches!(how, Side::Wrap(_)) {
                 stops.entry(side).or_default().extend(stop_lines(&out));
+                add_kinds(kinds.entry(side).or_default(), &out);
             }
             for (stem, _) in jobs {
                 let ns = out
@@ -332,6 +334,9 @@ fn under(rep: &mut Report, u: &Under) -> Result<(), String> {
     }
     for (side, lines) in &stops {
         rep.line(&format!("\n{}", stop_summary(side, lines)));
+        if let Some(k) = kinds.get(side) {
+            rep.line(&format!("\n{}", kinds_summary(side, k)));
+        }
     }
     Ok(())
 }
@@ -345,7 +350,7 @@ const STOPS_AFTER: &str =
     "s=/var/lib/agentsh-bench/$$ && mkdir -p \"$s\" && a=$1 p=$2 && shift 2 && \
 XDG_STATE_HOME=$s AGENTSH_LOG=info,agentsh::supervisor::backend::trace::stopclock=debug \
 \"$a\" wrap --policy \"$p\" -- \"$@\"; rc=$?; \
-grep -h 'time a seccomp stop' \"$s\"/agentsh/*.log | sed 's/^/stopclock /'; exit $rc";
+grep -h -e 'time a seccomp stop' -e 'time a stop took by kind' \"$s\"/agentsh/*.log | sed 's/^/stopclock /'; exit $rc";
 
 /// One stop clock line: (stops, median µs, p90 µs, mean µs).
 type StopLine = (u64, u64, u64, u64);
@@ -392,6 +397,46 @@ fn stop_summary(side: &str, lines: &[StopLine]) -> String {
          {total} stops, mean **{mean} µs**; in the job scripts' trees (≥ 1,000 stops) median {}, p90 {}.",
         mid(&medians),
         mid(&p90s)
+    )
+}
+
+/// The stop clock's breakdown summed over a side's runs: kind → (stops,
+/// µs in all).
+type Kinds = std::collections::BTreeMap<String, (u64, u64)>;
+
+/// Adds the breakdown lines of one run's output (`by_kind=exec=N/MEAN ...`,
+/// one a tree) to `k`.
+fn add_kinds(k: &mut Kinds, out: &str) {
+    for l in out.lines().filter(|l| l.starts_with("stopclock ")) {
+        let Some(rest) = l.split("by_kind=").nth(1) else {
+            continue;
+        };
+        for part in rest.split_whitespace() {
+            let Some((name, figures)) = part.split_once('=') else {
+                continue;
+            };
+            let Some((n, mean)) = figures.split_once('/') else {
+                continue;
+            };
+            if let (Ok(n), Ok(mean)) = (n.parse::<u64>(), mean.parse::<u64>()) {
+                let e = k.entry(name.to_string()).or_default();
+                e.0 += n;
+                e.1 += n * mean;
+            }
+        }
+    }
+}
+
+/// The breakdown as a report line.
+fn kinds_summary(side: &str, k: &Kinds) -> String {
+    let parts: Vec<String> = k
+        .iter()
+        .map(|(name, (n, us))| format!("{name} {n} stops, mean {} µs", us / (*n).max(1)))
+        .collect();
+    format!(
+        "Tracer time a stop by kind ({side}; every tree of every run; exec and fork events \
+         are ptrace events, not seccomp stops): {}.",
+        parts.join("; ")
     )
 }
 
@@ -456,5 +501,22 @@ mod tests {
             "only the job tree's: {s}"
         );
         assert!(stop_summary("ptrace", &[]).contains("no stop clock line"));
+    }
+
+    #[test]
+    fn the_breakdown_lines_are_summed_by_kind() {
+        let out = concat!(
+            "stopclock x DEBUG ...: tracer: time a stop took by kind (stops/mean µs) ",
+            "by_kind=exec=2/100 file=10/50\n",
+            "stopclock y by_kind=exec=1/400 fork_event=3/20\n",
+            "stopclock z by_kind=bad\n"
+        );
+        let mut k = Kinds::new();
+        add_kinds(&mut k, out);
+        assert_eq!(k["exec"], (3, 600));
+        assert_eq!(k["file"], (10, 500));
+        let s = kinds_summary("ptrace", &k);
+        assert!(s.contains("exec 3 stops, mean 200 µs"), "{s}");
+        assert!(s.contains("fork_event 3 stops, mean 20 µs"), "{s}");
     }
 }

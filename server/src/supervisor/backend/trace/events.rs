@@ -61,10 +61,15 @@ impl Loop {
                 Ok(())
             }
             EVENT_EXEC => {
+                let started = self.clock.now();
                 self.exec_stop(tid);
-                regs::cont(tid, 0)
+                let r = regs::cont(tid, 0);
+                self.clock
+                    .add_event(started, super::stopclock::Kind::ExecEvent);
+                r
             }
             EVENT_FORK | EVENT_VFORK | EVENT_CLONE => {
+                let started = self.clock.now();
                 if let Ok(child) = regs::event_msg(tid) {
                     let event = (status >> 16) & 0xffff;
                     let thread = event == EVENT_CLONE && clones_thread(tid);
@@ -74,7 +79,10 @@ impl Loop {
                     }
                     self.adopt(child as u32, tid, thread);
                 }
-                regs::cont(tid, 0)
+                let r = regs::cont(tid, 0);
+                self.clock
+                    .add_event(started, super::stopclock::Kind::ForkEvent);
+                r
             }
             EVENT_STOP => match signal {
                 // A group-stop: stay stopped, but tell us when it ends.

@@ -27,6 +27,53 @@ pub(super) struct StopClock {
     took: Vec<u64>,
     /// When the counting started: (ticks, clock), to turn ticks into µs.
     start: (u64, Instant),
+    /// What the stop being timed is ([`StopClock::label`]).
+    kind: Kind,
+    /// By kind: (stops, ticks), seccomp stops and the other events alike.
+    by: [(u64, u64); KINDS.len()],
+}
+
+/// What a timed stop was, for the breakdown: a seccomp stop of an exec, of
+/// a path call, of a network call, of anything else; an exec event (the
+/// new image checked), a fork, vfork or clone event.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Kind {
+    Exec,
+    File,
+    Net,
+    Other,
+    ExecEvent,
+    ForkEvent,
+}
+
+/// Every [`Kind`], in the order the breakdown names them.
+const KINDS: [(Kind, &str); 6] = [
+    (Kind::Exec, "exec"),
+    (Kind::File, "file"),
+    (Kind::Net, "net"),
+    (Kind::Other, "other"),
+    (Kind::ExecEvent, "exec_event"),
+    (Kind::ForkEvent, "fork_event"),
+];
+
+/// The kind of a seccomp stop of call `nr` on ABI `arch` (x86_64 numbers;
+/// elsewhere only path calls are told apart).
+pub(super) fn kind_of(arch: u32, nr: i32) -> Kind {
+    if agentsh_proto::fileabi::classify(arch, nr).is_some() {
+        return Kind::File;
+    }
+    if arch != agentsh_proto::execabi::AUDIT_ARCH_X86_64 {
+        return Kind::Other;
+    }
+    match i64::from(nr) {
+        libc::SYS_execve | libc::SYS_execveat => Kind::Exec,
+        libc::SYS_connect
+        | libc::SYS_sendto
+        | libc::SYS_sendmsg
+        | libc::SYS_sendmmsg
+        | libc::SYS_bind => Kind::Net,
+        _ => Kind::Other,
+    }
 }
 
 impl Default for StopClock {
@@ -76,7 +123,48 @@ impl StopClock {
             } else {
                 (0, Instant::now())
             },
+            kind: Kind::Other,
+            by: [(0, 0); KINDS.len()],
         }
+    }
+
+    /// The seccomp stop being timed is of this kind (the tracer knows once
+    /// it read the registers).
+    pub(super) fn label(&mut self, kind: Kind) {
+        self.kind = kind;
+    }
+
+    /// Adds `ticks` to `kind`'s part of the breakdown.
+    fn count(&mut self, kind: Kind, ticks: u64) {
+        if let Some(i) = KINDS.iter().position(|(k, _)| *k == kind) {
+            self.by[i].0 += 1;
+            self.by[i].1 += ticks;
+        }
+    }
+
+    /// A stop that is not a seccomp stop (an exec or fork event), started
+    /// at `from`: in the breakdown only.
+    pub(super) fn add_event(&mut self, from: Option<u64>, kind: Kind) {
+        if let Some(from) = from {
+            self.count(kind, ticks().saturating_sub(from));
+        }
+    }
+
+    /// The breakdown as text (`kind=stops/mean µs`), ticks turned into µs
+    /// at `per_us` ticks a µs.
+    pub(super) fn breakdown(&self, per_us: f64) -> String {
+        let parts: Vec<String> = KINDS
+            .iter()
+            .zip(self.by)
+            .filter(|(_, (n, _))| *n > 0)
+            .map(|((_, name), (n, t))| {
+                format!(
+                    "{name}={n}/{}",
+                    (t as f64 / n as f64 / per_us.max(1e-9)) as u64
+                )
+            })
+            .collect();
+        parts.join(" ")
     }
 
     /// The counter now, where the clock is on.
@@ -87,7 +175,10 @@ impl StopClock {
     /// One stop that started at `from` (from [`Self::now`]).
     pub(super) fn add(&mut self, from: Option<u64>) {
         if let Some(from) = from {
-            self.took.push(ticks().saturating_sub(from));
+            let t = ticks().saturating_sub(from);
+            self.took.push(t);
+            self.count(self.kind, t);
+            self.kind = Kind::Other;
             if self.took.len() >= KEEP {
                 self.report(true);
             }
@@ -130,6 +221,10 @@ impl StopClock {
                 mean_us = f.mean,
                 "tracer: time a seccomp stop took, waitpid's return to resumed"
             );
+            tracing::debug!(
+                by_kind = %self.breakdown(per_us),
+                "tracer: time a stop took by kind (stops/mean µs)"
+            );
         }
         *self = StopClock::new(true);
     }
@@ -163,5 +258,37 @@ mod tests {
         assert_eq!(c.took.len(), 12, "a stop measured with the counter");
         c.report(true);
         assert_eq!(c.figures(1.0), None, "a report forgets");
+    }
+
+    #[test]
+    fn the_breakdown_counts_each_kind_and_its_mean() {
+        let mut c = StopClock::new(true);
+        c.count(Kind::Exec, 300);
+        c.count(Kind::Exec, 100);
+        c.count(Kind::File, 50);
+        assert_eq!(c.breakdown(1.0), "exec=2/200 file=1/50");
+        assert_eq!(c.breakdown(2.0), "exec=2/100 file=1/25", "2 ticks a µs");
+        c.label(Kind::Net);
+        c.add(c.now());
+        c.add_event(c.now(), Kind::ForkEvent);
+        assert!(c.breakdown(1.0).contains("net=1/"), "{}", c.breakdown(1.0));
+        assert!(c.breakdown(1.0).contains("fork_event=1/"));
+        assert_eq!(c.took.len(), 1, "an event is not a seccomp stop");
+        assert_eq!(
+            kind_of(agentsh_proto::execabi::AUDIT_ARCH_X86_64, 59),
+            Kind::Exec
+        );
+        assert_eq!(
+            kind_of(agentsh_proto::execabi::AUDIT_ARCH_X86_64, 257),
+            Kind::File
+        );
+        assert_eq!(
+            kind_of(agentsh_proto::execabi::AUDIT_ARCH_X86_64, 42),
+            Kind::Net
+        );
+        assert_eq!(
+            kind_of(agentsh_proto::execabi::AUDIT_ARCH_X86_64, 0),
+            Kind::Other
+        );
     }
 }

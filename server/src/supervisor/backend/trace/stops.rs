@@ -32,6 +32,7 @@ impl Loop {
             return;
         };
         let (arch, nr) = regs.arch_nr();
+        self.clock.label(super::stopclock::kind_of(arch, nr));
         if self.pin_guard(tid, root, &regs, nr) {
             return;
         }
