@@ -134,6 +134,13 @@ impl StopClock {
         self.kind = kind;
     }
 
+    /// [`StopClock::label`]s the stop by its call, `(arch, nr)`, and
+    /// gives them back.
+    pub(super) fn labelled(&mut self, call: (u32, i32)) -> (u32, i32) {
+        self.label(kind_of(call.0, call.1));
+        call
+    }
+
     /// Adds `ticks` to `kind`'s part of the breakdown.
     fn count(&mut self, kind: Kind, ticks: u64) {
         if let Some(i) = KINDS.iter().position(|(k, _)| *k == kind) {

@@ -31,8 +31,7 @@ impl Loop {
         let Some(regs) = regs_or_kill(tid) else {
             return;
         };
-        let (arch, nr) = regs.arch_nr();
-        self.clock.label(super::stopclock::kind_of(arch, nr));
+        let (arch, nr) = self.clock.labelled(regs.arch_nr());
         if self.pin_guard(tid, root, &regs, nr) {
             return;
         }
