@@ -251,6 +251,12 @@ pub(super) fn open_path(path: &str) -> io::Result<OwnedFd> {
 
 fn openat_path(dir: &OwnedFd, rel: &[u8], in_root: bool) -> io::Result<OwnedFd> {
     let c = CString::new(rel).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // gVisor has no openat2: once it said so (ENOSYS), never asked again
+    // (each call is a sandbox syscall there); the lookup is then walked.
+    static NO_OPENAT2: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if in_root && NO_OPENAT2.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(io::Error::from_raw_os_error(libc::ENOSYS));
+    }
     let fd = if in_root {
         // SAFETY: open_how is plain data; zero is valid for every field.
         let mut how: libc::open_how = unsafe { std::mem::zeroed() };
@@ -271,7 +277,11 @@ fn openat_path(dir: &OwnedFd, rel: &[u8], in_root: bool) -> io::Result<OwnedFd> 
         unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) }
     };
     if fd < 0 {
-        return Err(io::Error::last_os_error());
+        let e = io::Error::last_os_error();
+        if in_root && e.raw_os_error() == Some(libc::ENOSYS) {
+            NO_OPENAT2.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        return Err(e);
     }
     // SAFETY: `fd` was just returned by the kernel and is owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
