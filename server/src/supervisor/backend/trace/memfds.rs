@@ -168,7 +168,10 @@ mod tests {
         // The child has this process's memory as it was at fork.
         let addr = text.as_ptr() as u64;
         let mut m = MemFds::default();
-        let got = m.cstring(pid as u32, addr, 4096).expect("read").expect("ok");
+        let got = m
+            .cstring(pid as u32, addr, 4096)
+            .expect("read")
+            .expect("ok");
         assert_eq!(got, (b"/etc/agentsh/shim.conf".to_vec(), true));
         let cut = m.cstring(pid as u32, addr, 4).expect("read").expect("ok");
         assert_eq!(cut, (b"/etc".to_vec(), false));
