@@ -224,6 +224,22 @@ pub fn stopped_or_traced(tracer: u32, root: Option<u32>) -> Vec<String> {
     found
 }
 
+/// A process named `comm`, descending from `root`, that is waiting in
+/// `execve` (its `/proc/<pid>/syscall` names call 59, x86_64): a caller the
+/// supervisor holds before its answer. The name tells a program's own
+/// child from the exec that started the program (still the launcher's name).
+pub fn in_execve(root: u32, comm: &str) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|p| {
+        let pid = p.file_name().to_str()?.parse::<u32>().ok()?;
+        let call = std::fs::read_to_string(format!("/proc/{pid}/syscall")).ok()?;
+        let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+        (call.split_whitespace().next() == Some("59")
+            && name.trim_end() == comm
+            && descends_from(pid, root))
+        .then_some(pid)
+    })
+}
+
 fn descends_from(mut pid: u32, root: u32) -> bool {
     for _ in 0..64 {
         if pid == root {

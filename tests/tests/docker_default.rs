@@ -102,8 +102,8 @@ impl Container {
     }
 
     /// The exec events of `base` written so far, waiting until there is one
-    /// (the event is written before the exec is answered, but the file is
-    /// read from outside).
+    /// (an allowed exec's event is written just after its answer, and the
+    /// file is read from outside).
     fn execs_of(&self, base: &str) -> Vec<Value> {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {

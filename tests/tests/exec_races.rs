@@ -11,7 +11,7 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
-use agentsh_tests::attackers::{stopped_or_traced, tally, Arena};
+use agentsh_tests::attackers::{in_execve, stopped_or_traced, tally, Arena};
 use agentsh_tests::relay::{run_wrapped, spawn_wrapped, WrapOptions};
 use agentsh_tests::server::{require_root, server_base, with_private_marker_dir, TestServer};
 use serde_json::Value;
@@ -440,13 +440,15 @@ fn holding_server(ms: u64) -> TestServer {
     })
 }
 
-/// Starts `race hold`; waits until the supervisor holds its freeze (the
-/// allow event is written just before the hold). Returns the exec event.
+/// Starts `race hold`; waits until the supervisor holds its freeze (a task
+/// of the tree ptrace-stopped by the server while the caller waits in its
+/// `execve`: the allowed exec's event is written after the answer, so it
+/// cannot say so). Returns the caller's pid.
 fn start_hold(
     srv: &TestServer,
     arena: &Arena,
     flag: &Path,
-) -> (agentsh_tests::relay::Wrapped, Value) {
+) -> (agentsh_tests::relay::Wrapped, i32) {
     let w = spawn_wrapped(
         &srv.url,
         "hold",
@@ -458,12 +460,23 @@ fn start_hold(
         ],
         &opts(arena, None),
     );
-    let ev = srv
-        .wait_exec_event("hold", Duration::from_secs(60), |e| {
-            e["memory"] == "frozen" && e["effective_action"] == "allow"
-        })
-        .unwrap_or_else(|| panic!("no frozen exec: {:#?}", srv.exec_events("hold")));
-    (w, ev)
+    let root = w.child.id();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if !stopped_or_traced(srv.pid(), Some(root)).is_empty() {
+            // `race`'s vfork child (the exec of `race` itself may be
+            // watched, and held, too).
+            if let Some(caller) = in_execve(root, "race") {
+                return (w, caller as i32);
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no freeze held: {:#?}",
+            srv.exec_events("hold")
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// Waits until `path` has something in it (`hold` opens its flag at
@@ -487,8 +500,7 @@ fn the_caller_killed_while_frozen_leaves_nothing_stopped() {
     let srv = holding_server(1500);
     let arena = Arena::new("kill-caller");
     let flag = arena.dir.path().join("parent-runs");
-    let (w, ev) = start_hold(&srv, &arena, &flag);
-    let caller = ev["pid"].as_u64().unwrap() as i32;
+    let (w, caller) = start_hold(&srv, &arena, &flag);
     let root = w.child.id();
     // SAFETY: kill takes two integers.
     assert_eq!(unsafe { libc::kill(caller, libc::SIGKILL) }, 0);
@@ -515,7 +527,7 @@ fn the_server_killed_while_tasks_are_frozen_leaves_nothing_stopped() {
     let mut srv = holding_server(3000);
     let arena = Arena::new("kill-server");
     let flag = arena.dir.path().join("parent-runs");
-    let (w, _ev) = start_hold(&srv, &arena, &flag);
+    let (w, _caller) = start_hold(&srv, &arena, &flag);
     let root = w.child.id();
     assert!(
         !stopped_or_traced(srv.pid(), Some(root)).is_empty(),
