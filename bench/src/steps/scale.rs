@@ -62,9 +62,8 @@ pub fn scale(rep: &mut Report, b: &Bench<'_>, srv: &TestServer) -> Result<(), St
     let cpu0 = cpu_seconds(srv.pid());
     let (pids, wall) = run_trees(ns, &script)?;
     let cpu = cpu_seconds(srv.pid()) - cpu0;
-    // The audit is written before each answer, so it is complete now; give
-    // the file system a moment anyway before counting.
-    std::thread::sleep(Duration::from_millis(200));
+    // An allowed exec's event follows its answer by microseconds; reading
+    // through `audit_lines` waits for any still promised.
     let events = audit_lines(audit);
     let new = &events[before.min(events.len())..];
     let mut per_tree: BTreeMap<u32, usize> = pids.iter().map(|p| (*p, 0)).collect();
