@@ -11,22 +11,8 @@ use std::path::Path;
 /// events promised before an answer (an allowed exec's is written just
 /// after it), so what a timed run did is in the file.
 pub fn audit_lines(path: &Path) -> Vec<Value> {
-    if let Some(socket) = path.parent().map(|d| d.join("run").join("api.sock")) {
-        if socket.exists() {
-            let req = agentsh_proto::http::Request {
-                method: "GET",
-                target: "/api/v1/sessions/-/events",
-                body: &[],
-                bearer: None,
-            };
-            let _ = agentsh_proto::http::call(
-                &socket,
-                std::time::Duration::from_secs(10),
-                |_| Ok(()),
-                &req,
-                1 << 20,
-            );
-        }
+    if let Some(dir) = path.parent() {
+        agentsh_tests::server::settle_events(&dir.join("run").join("api.sock"));
     }
     std::fs::read_to_string(path)
         .unwrap_or_default()

@@ -181,6 +181,24 @@ pub const TCP: &str = "#tcp\n";
 /// Like [`TCP`], and wrap-init is served there too (`server.http.wrap_init`).
 pub const TCP_WRAP_INIT: &str = "#tcp-wrap-init\n";
 
+/// Asks the server whose API socket is `socket` (if it is there) for its
+/// events: its events route waits for events promised before an answer (an
+/// allowed exec's is written just after it), so once this returns, what a
+/// finished command did is in the audit file too. A server that is gone
+/// answers nothing, and nothing is waited for.
+pub fn settle_events(socket: &Path) {
+    if !socket.exists() {
+        return;
+    }
+    let req = agentsh_proto::http::Request {
+        method: "GET",
+        target: "/api/v1/sessions/-/events",
+        body: &[],
+        bearer: None,
+    };
+    let _ = agentsh_proto::http::call(socket, Duration::from_secs(10), |_| Ok(()), &req, 1 << 20);
+}
+
 /// A running `agentsh server`.
 pub struct TestServer {
     child: Option<Child>,
@@ -341,21 +359,7 @@ impl ServerFiles {
     /// allowed exec's is written just after it), so what the command did is
     /// in the file.
     pub fn events(&self) -> Vec<serde_json::Value> {
-        if self.socket.exists() {
-            let req = agentsh_proto::http::Request {
-                method: "GET",
-                target: "/api/v1/sessions/-/events",
-                body: &[],
-                bearer: None,
-            };
-            let _ = agentsh_proto::http::call(
-                &self.socket,
-                Duration::from_secs(10),
-                |_| Ok(()),
-                &req,
-                1 << 20,
-            );
-        }
+        settle_events(&self.socket);
         std::fs::read_to_string(self.dir.path().join("audit.jsonl"))
             .unwrap_or_default()
             .lines()

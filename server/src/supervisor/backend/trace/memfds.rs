@@ -5,8 +5,9 @@
 //! sandbox syscall under gVisor). `process_vm_readv` needs no open per
 //! process (an open of `/proc/<pid>/mem` costs gVisor about 80 µs); gVisor
 //! builds before 2023 have none (`ENOSYS`: never asked again), and a tracer
-//! that may not read another uid's memory without its credentials gets
-//! `EPERM` (that process is read through its fd, opened as its owner).
+//! that may not read another uid's memory without its credentials, or
+//! under Docker's default profile without `CAP_SYS_PTRACE`, gets `EPERM`
+//! (that process is read through its fd, opened as its owner).
 //!
 //! The fd is kept per process until its next image (`exec`) or its end
 //! (`gone`): it reads the memory it was opened on.
@@ -51,32 +52,15 @@ impl MemFds {
             self.files.insert(pid, f);
         }
         let f = self.files.get(&pid)?;
-        let mut out = Vec::new();
-        let mut at = addr;
-        let mut buf = [0u8; 4096];
-        while out.len() <= max {
-            // Up to the end of the page (the next may be unmapped).
-            let rest = (4096 - (at % 4096)) as usize;
-            let want = rest.min(max + 1 - out.len());
-            match f.read_at(&mut buf[..want], at) {
-                Ok(0) | Err(_) if out.is_empty() => {
-                    self.files.remove(&pid);
-                    return None;
-                }
-                Ok(0) => return Some(Err(io::Error::from_raw_os_error(libc::EFAULT))),
-                Err(e) => return Some(Err(e)),
-                Ok(n) => {
-                    if let Some(end) = buf[..n].iter().position(|b| *b == 0) {
-                        out.extend_from_slice(&buf[..end]);
-                        return Some(Ok((out, true)));
-                    }
-                    out.extend_from_slice(&buf[..n]);
-                    at += n as u64;
-                }
+        match page_walk(addr, max, |buf, at| f.read_at(buf, at)) {
+            Ok(found) => Some(Ok(found)),
+            // Nothing read at all: the fd goes, the caller peeks.
+            Err((_, true)) => {
+                self.files.remove(&pid);
+                None
             }
+            Err((e, false)) => Some(Err(e)),
         }
-        out.truncate(max);
-        Some(Ok((out, false)))
     }
 
     /// Process `pid` runs a new image, or is gone: its fd goes.
@@ -102,49 +86,65 @@ fn vm_cstring(pid: u32, addr: u64, max: usize) -> Vm {
     if NONE_HERE.load(Ordering::Relaxed) {
         return Vm::Unavailable;
     }
+    let read = |buf: &mut [u8], at: u64| {
+        let local = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: at as *mut libc::c_void,
+            iov_len: buf.len(),
+        };
+        // SAFETY: `local` points into `buf`, valid for its length; the
+        // remote address is only interpreted by the kernel in the other
+        // process.
+        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        usize::try_from(n).map_err(|_| io::Error::last_os_error())
+    };
+    match page_walk(addr, max, read) {
+        Ok(found) => Vm::Read(Ok(found)),
+        Err((e, _)) => match e.raw_os_error() {
+            Some(libc::ENOSYS) => {
+                NONE_HERE.store(true, Ordering::Relaxed);
+                Vm::Unavailable
+            }
+            // Nothing mapped there: what peeking or the fd would find.
+            Some(libc::EFAULT) => Vm::Read(Err(e)),
+            _ => Vm::Unavailable,
+        },
+    }
+}
+
+/// The NUL-terminated string at `addr` (at most `max` bytes, and whether
+/// its NUL came within them), read a page at a time with `read(buf, at)`
+/// (the next page may be unmapped). A read of nothing is EFAULT. An error
+/// says whether nothing was read before it.
+fn page_walk(
+    addr: u64,
+    max: usize,
+    mut read: impl FnMut(&mut [u8], u64) -> io::Result<usize>,
+) -> Result<(Vec<u8>, bool), (io::Error, bool)> {
     let mut out = Vec::new();
     let mut at = addr;
     let mut buf = [0u8; 4096];
     while out.len() <= max {
         let rest = (4096 - (at % 4096)) as usize;
         let want = rest.min(max + 1 - out.len());
-        let local = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: want,
-        };
-        let remote = libc::iovec {
-            iov_base: at as *mut libc::c_void,
-            iov_len: want,
-        };
-        // SAFETY: `local` points into `buf`, valid for `want` bytes; the
-        // remote address is only interpreted by the kernel in the other
-        // process.
-        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return match e.raw_os_error() {
-                Some(libc::ENOSYS) => {
-                    NONE_HERE.store(true, Ordering::Relaxed);
-                    Vm::Unavailable
-                }
-                // Nothing mapped there: what peeking or the fd would find.
-                Some(libc::EFAULT) => Vm::Read(Err(e)),
-                _ => Vm::Unavailable,
-            };
+        let n = match read(&mut buf[..want], at) {
+            Ok(0) => Err(io::Error::from_raw_os_error(libc::EFAULT)),
+            r => r,
         }
-        if n == 0 {
-            return Vm::Read(Err(io::Error::from_raw_os_error(libc::EFAULT)));
-        }
-        let got = &buf[..n as usize];
+        .map_err(|e| (e, out.is_empty()))?;
+        let got = &buf[..n];
         if let Some(end) = got.iter().position(|b| *b == 0) {
             out.extend_from_slice(&got[..end]);
-            return Vm::Read(Ok((out, true)));
+            return Ok((out, true));
         }
         out.extend_from_slice(got);
         at += n as u64;
     }
     out.truncate(max);
-    Vm::Read(Ok((out, false)))
+    Ok((out, false))
 }
 
 #[cfg(test)]
